@@ -1,0 +1,121 @@
+"""Local backend (the embedded default): the job runs as a subprocess on this machine.
+
+The subprocess starts its own session, so it outlives the Airflow worker that launched it; a restarted
+worker or the triggerer finds it again by pid plus the process start time (which guards against pid
+reuse), and reads its result file once it has ended.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus
+from airflow_curation.core import storage
+from airflow_curation.jobs.spec import JobSpec
+
+
+def _proc_start_time(pid: int) -> str | None:
+    """Start time of ``pid`` in clock ticks since boot, or None if it is gone (or a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
+
+
+def _reap(pid: int) -> None:
+    # If we are the parent, collect the exit status so the child does not linger as a zombie.
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+class LocalBackend(Backend):
+    """:param work_dir: where job folders (spec, log, result) go; default ``$CURATION_LOCAL_JOBS_DIR``
+        or ``~/.airflow-curation/jobs``.
+    :param python: interpreter that runs the job; default this one.
+    :param env: extra environment for the job.
+    """
+
+    name = "local"
+
+    def __init__(self, work_dir: str | None = None, python: str | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.work_dir = work_dir or os.environ.get("CURATION_LOCAL_JOBS_DIR") or str(
+            Path.home() / ".airflow-curation" / "jobs")
+        self.python = python or sys.executable
+        self.env = env or {}
+
+    def options(self) -> dict[str, Any]:
+        return {"work_dir": self.work_dir, "python": self.python, "env": self.env}
+
+    def submit(self, spec: JobSpec) -> JobHandle:
+        job_id = f"{spec.stage}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        job_dir = Path(self.work_dir) / job_id
+        job_dir.mkdir(parents=True, exist_ok=True)
+        spec_path, log_path, result_path = job_dir / "spec.json", job_dir / "job.log", job_dir / "result.json"
+        storage.write_bytes(str(spec_path), spec.to_json().encode())
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [self.python, "-m", "airflow_curation.jobs", "run", str(spec_path), "--result", str(result_path)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env={**os.environ, **self.env}, cwd=str(job_dir))
+        return {"backend": self.name, "job_id": job_id, "pid": proc.pid,
+                "start_time": _proc_start_time(proc.pid), "job_dir": str(job_dir),
+                "log": str(log_path), "result": str(result_path), "manifest_uri": spec.manifest_uri}
+
+    def _alive(self, handle: JobHandle) -> bool:
+        _reap(handle["pid"])
+        started = _proc_start_time(handle["pid"])
+        return started is not None and started == handle.get("start_time")
+
+    def status(self, handle: JobHandle) -> JobStatus:
+        result_path = handle["result"]
+        if self._alive(handle):
+            return JobStatus(JobState.RUNNING, f"pid {handle['pid']} running")
+        if os.path.exists(result_path):
+            result = storage.read_json(result_path)
+            state = JobState.SUCCEEDED if result.get("status") == "succeeded" else JobState.FAILED
+            return JobStatus(state, result.get("error", ""), result)
+        if os.path.exists(Path(handle["job_dir"]) / "cancelled"):
+            return JobStatus(JobState.CANCELLED, "cancelled")
+        return JobStatus(JobState.FAILED, f"job process {handle['pid']} ended without a result "
+                                          f"(killed?); see {handle['log']}")
+
+    def cancel(self, handle: JobHandle, grace_seconds: float = 10.0) -> None:
+        Path(handle["job_dir"], "cancelled").touch()
+        if not self._alive(handle):
+            return
+        pgid = handle["pid"]  # start_new_session makes the job its own process group leader
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.time() + grace_seconds
+        while time.time() < deadline and self._alive(handle):
+            time.sleep(0.1)
+        if self._alive(handle):
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
+        try:
+            with open(handle["log"], "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            return "", offset
+        return data.decode("utf-8", "replace"), offset + len(data)

@@ -1,0 +1,58 @@
+"""Row accounting: every row read is kept, dropped with a reason, or quarantined."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+class AccountingError(AssertionError):
+    """The books do not close: rows were lost or invented."""
+
+
+@dataclass
+class RowAccounting:
+    read: int = 0
+    kept: int = 0
+    dropped: Counter = field(default_factory=Counter)
+    quarantined: Counter = field(default_factory=Counter)
+
+    def keep(self, n: int = 1) -> None:
+        self.read += n
+        self.kept += n
+
+    def drop(self, reason: str, n: int = 1) -> None:
+        self.read += n
+        self.dropped[reason] += n
+
+    def quarantine(self, reason: str, n: int = 1) -> None:
+        self.read += n
+        self.quarantined[reason] += n
+
+    def merge(self, other: "RowAccounting") -> "RowAccounting":
+        self.read += other.read
+        self.kept += other.kept
+        self.dropped.update(other.dropped)
+        self.quarantined.update(other.quarantined)
+        return self
+
+    @property
+    def closes(self) -> bool:
+        return self.read == self.kept + sum(self.dropped.values()) + sum(self.quarantined.values())
+
+    def check(self, where: str = "") -> None:
+        if not self.closes:
+            raise AccountingError(f"row accounting does not close{' in ' + where if where else ''}: {self.to_dict()}")
+
+    def to_dict(self) -> dict:
+        return {
+            "read": self.read,
+            "kept": self.kept,
+            "dropped": dict(sorted(self.dropped.items())),
+            "quarantined": dict(sorted(self.quarantined.items())),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RowAccounting":
+        return cls(read=d["read"], kept=d["kept"], dropped=Counter(d.get("dropped", {})),
+                   quarantined=Counter(d.get("quarantined", {})))

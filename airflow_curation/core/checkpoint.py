@@ -1,0 +1,92 @@
+"""Per-unit checkpoint records: the single source of truth for "this unit of work is done".
+
+A record is written last and atomically, after every output it names is complete. A unit is done
+exactly when a record exists whose input checksum and config fingerprint match. Failed units leave a
+``<unit>.failed.json`` beside it so sensors can count them against the failure budget.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from airflow_curation.core import storage
+
+
+@dataclass
+class CheckpointRecord:
+    unit_id: str
+    stage: str
+    fingerprint: str
+    input_checksum: str
+    outputs: list[dict[str, Any]] = field(default_factory=list)  # ShardEntry dicts
+    accounting: dict[str, Any] = field(default_factory=dict)
+    attempt: int = 1
+    started_at: float = 0.0
+    finished_at: float = field(default_factory=time.time)
+    host: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.finished_at - self.started_at)
+
+
+class CheckpointStore:
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def _uri(self, unit_id: str, suffix: str = ".json") -> str:
+        return storage.join(self.directory, f"{unit_id}{suffix}")
+
+    def load(self, unit_id: str) -> CheckpointRecord | None:
+        try:
+            data = storage.read_json(self._uri(unit_id))
+        except FileNotFoundError:
+            return None
+        except (ValueError, TypeError):
+            return None  # a torn or foreign file is not a checkpoint; the unit is redone
+        try:
+            return CheckpointRecord(**data)
+        except TypeError:
+            return None
+
+    def is_done(self, unit_id: str, input_checksum: str, fingerprint: str) -> CheckpointRecord | None:
+        rec = self.load(unit_id)
+        if rec and rec.input_checksum == input_checksum and rec.fingerprint == fingerprint:
+            return rec
+        return None
+
+    def commit(self, record: CheckpointRecord) -> str:
+        uri = self._uri(record.unit_id)
+        storage.write_json(uri, asdict(record))
+        storage.remove(self._uri(record.unit_id, ".failed.json"))
+        return uri
+
+    def mark_failed(self, unit_id: str, error: str, attempt: int) -> None:
+        storage.write_json(self._uri(unit_id, ".failed.json"),
+                           {"unit_id": unit_id, "error": error, "attempt": attempt, "at": time.time()})
+
+    def failure(self, unit_id: str) -> dict[str, Any] | None:
+        try:
+            return storage.read_json(self._uri(unit_id, ".failed.json"))
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def scan(self) -> tuple[set[str], set[str]]:
+        """Unit ids with a record and unit ids with a failure marker, from one listing."""
+        done, failed = set(), set()
+        for url in storage.listdir(self.directory):
+            name = url.rsplit("/", 1)[-1]
+            if name.startswith("."):
+                continue
+            if name.endswith(".failed.json"):
+                failed.add(name[: -len(".failed.json")])
+            elif name.endswith(".json"):
+                done.add(name[: -len(".json")])
+        return done, failed - done

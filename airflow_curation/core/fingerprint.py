@@ -1,0 +1,48 @@
+"""Stable fingerprints of configurations and content."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import xxhash
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def config_fingerprint(stage: str, config: dict[str, Any], version: str = "1") -> str:
+    """16 hex chars naming a stage's configuration; a change in any setting gives a new one.
+
+    ``version`` is the stage's own logic version: bump it when the stage's output changes for the same
+    config, so that old checkpoints stop matching.
+    """
+    payload = canonical_json({"stage": stage, "version": version, "config": config})
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+class StreamChecksum:
+    """xxh64 over the bytes as they are written, so that a shard's checksum costs no second read."""
+
+    def __init__(self) -> None:
+        self._h = xxhash.xxh64()
+        self.nbytes = 0
+
+    def update(self, data: bytes | memoryview) -> None:
+        self._h.update(data)
+        self.nbytes += len(data)
+
+    def hexdigest(self) -> str:
+        return f"xxh64:{self._h.hexdigest()}"
+
+
+def checksum_url(url: str, chunk: int = 8 << 20) -> str:
+    from airflow_curation.core import storage
+
+    c = StreamChecksum()
+    with storage.open_read(url) as f:
+        while block := f.read(chunk):
+            c.update(block)
+    return c.hexdigest()

@@ -1,0 +1,78 @@
+"""Where everything lives in the lake: one dataset (and snapshot) under one root URL.
+
+```
+<lake>/<dataset>[/snapshot=<date>]/
+    shards/<shard>.parquet                      source shards (never rewritten)
+    attrs/<stage>/<shard>.parquet               additive columns keyed by id
+    _checkpoints/<stage>/<fingerprint>/<unit>.json
+    _manifests/<run_id>/<stage>.json
+    _quarantine/<stage>/<unit>.parquet
+    _jobs/<run_id>/<stage>/...                  job specs, logs, results of the backends
+```
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from airflow_curation.core import storage
+
+_SAFE = re.compile(r"^[A-Za-z0-9_.=:+@-]+$")
+
+
+def safe_name(value: str, what: str) -> str:
+    """Refuse names that could escape their folder or break a URL."""
+    if not value or not _SAFE.match(value) or value in (".", ".."):
+        raise ValueError(f"invalid {what} {value!r}: use letters, digits and _ . = : + @ - only")
+    return value
+
+
+@dataclass(frozen=True)
+class Lake:
+    root: str
+    dataset: str
+    snapshot: str | None = None
+
+    def __post_init__(self) -> None:
+        safe_name(self.dataset, "dataset name")
+        if self.snapshot is not None:
+            safe_name(self.snapshot, "snapshot")
+
+    @property
+    def base(self) -> str:
+        base = storage.join(self.root, self.dataset)
+        return storage.join(base, f"snapshot={self.snapshot}") if self.snapshot else base
+
+    def path(self, *parts: str) -> str:
+        return storage.join(self.base, *parts)
+
+    def shard_uri(self, shard_id: str) -> str:
+        return self.path("shards", f"{shard_id}.parquet")
+
+    def attrs_uri(self, stage: str, shard_id: str) -> str:
+        return self.path("attrs", stage, f"{shard_id}.parquet")
+
+    def checkpoint_dir(self, stage: str, fingerprint: str) -> str:
+        return self.path("_checkpoints", stage, fingerprint)
+
+    def manifest_uri(self, run_id: str, stage: str) -> str:
+        return self.path("_manifests", safe_name(run_id, "run id"), f"{stage}.json")
+
+    def quarantine_uri(self, stage: str, unit_id: str) -> str:
+        return self.path("_quarantine", stage, f"{unit_id}.parquet")
+
+    def jobs_dir(self, run_id: str, stage: str) -> str:
+        return self.path("_jobs", safe_name(run_id, "run id"), stage)
+
+    def to_dict(self) -> dict:
+        return {"root": self.root, "dataset": self.dataset, "snapshot": self.snapshot}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Lake":
+        return cls(root=d["root"], dataset=d["dataset"], snapshot=d.get("snapshot"))
+
+
+def sanitize_run_id(run_id: str) -> str:
+    """Airflow run ids contain characters such as ``:`` and ``+``; keep them readable but path-safe."""
+    return re.sub(r"[^A-Za-z0-9_.=:+@-]", "_", run_id)

@@ -1,0 +1,144 @@
+"""Versioned run manifests: the one document that XCom points to instead of carrying data.
+
+A manifest names a stage run's units of work (what checkpoints are keyed by) and, once they are done,
+the shards they produced. It is written when the run is planned (so that sensors can gate on it at
+once) and again when the run ends.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from airflow_curation.core import storage
+
+FORMAT = "airflow-curation/manifest"
+FORMAT_VERSION = 1
+
+UNIT_STATUSES = ("pending", "done", "skipped", "failed")
+RUN_STATUSES = ("planned", "complete", "failed")
+
+
+class ManifestError(ValueError):
+    """A manifest is missing, of an unknown version, or malformed."""
+
+
+@dataclass
+class ShardEntry:
+    shard_id: str
+    uri: str
+    rows: int
+    bytes: int
+    checksum: str
+    unit_id: str = ""
+    attrs: dict[str, str] = field(default_factory=dict)  # stage -> URI of that stage's additive columns
+
+
+@dataclass
+class UnitEntry:
+    unit_id: str
+    inputs: list[str]
+    input_checksum: str
+    status: str = "pending"
+    error: str | None = None
+
+
+@dataclass
+class Manifest:
+    dataset: str
+    stage: str
+    run_id: str
+    fingerprint: str
+    lake: dict[str, Any]
+    units: list[UnitEntry] = field(default_factory=list)
+    shards: list[ShardEntry] = field(default_factory=list)
+    status: str = "planned"
+    config: dict[str, Any] = field(default_factory=dict)
+    accounting: dict[str, Any] = field(default_factory=dict)
+    created_at: float = field(default_factory=time.time)
+    format: str = FORMAT
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def rows(self) -> int:
+        return sum(s.rows for s in self.shards)
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.bytes for s in self.shards)
+
+    def summary(self, uri: str) -> dict[str, Any]:
+        """What goes into XCom: a pointer and counts, never the shard list."""
+        return {"manifest_uri": uri, "shards": len(self.shards), "rows": self.rows, "bytes": self.bytes}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def write(self, uri: str) -> str:
+        _validate(self.to_dict(), uri)
+        storage.write_json(uri, self.to_dict())
+        return uri
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "<dict>") -> "Manifest":
+        _validate(d, where)
+        d = dict(d)
+        d["units"] = [UnitEntry(**u) for u in d["units"]]
+        d["shards"] = [ShardEntry(**s) for s in d["shards"]]
+        return cls(**d)
+
+    @classmethod
+    def read(cls, uri: str) -> "Manifest":
+        try:
+            data = storage.read_json(uri)
+        except FileNotFoundError as e:
+            raise ManifestError(f"manifest not found: {uri}") from e
+        except ValueError as e:
+            raise ManifestError(f"manifest {uri} is not valid JSON: {e}") from e
+        return cls.from_dict(data, uri)
+
+
+_REQUIRED: dict[str, type | tuple[type, ...]] = {
+    "format": str, "format_version": int, "dataset": str, "stage": str, "run_id": str,
+    "fingerprint": str, "lake": dict, "units": list, "shards": list, "status": str,
+}
+_UNIT_FIELDS = {"unit_id": str, "inputs": list, "input_checksum": str, "status": str}
+_SHARD_FIELDS = {"shard_id": str, "uri": str, "rows": int, "bytes": int, "checksum": str}
+
+
+def _validate(d: Any, where: str) -> None:
+    def fail(msg: str) -> None:
+        raise ManifestError(f"invalid manifest {where}: {msg}")
+
+    if not isinstance(d, dict):
+        fail("not a JSON object")
+    if d.get("format") != FORMAT:
+        fail(f"format is {d.get('format')!r}, expected {FORMAT!r}")
+    if d.get("format_version") != FORMAT_VERSION:
+        fail(f"format_version {d.get('format_version')!r} is not supported (this reader knows {FORMAT_VERSION})")
+    for key, typ in _REQUIRED.items():
+        if not isinstance(d.get(key), typ):
+            fail(f"field {key!r} missing or not {getattr(typ, '__name__', typ)}")
+    if d["status"] not in RUN_STATUSES:
+        fail(f"status {d['status']!r} not in {RUN_STATUSES}")
+    seen: set[str] = set()
+    for i, u in enumerate(d["units"]):
+        for key, typ in _UNIT_FIELDS.items():
+            if not isinstance(u, dict) or not isinstance(u.get(key), typ):
+                fail(f"units[{i}].{key} missing or not {typ.__name__}")
+        if u["status"] not in UNIT_STATUSES:
+            fail(f"units[{i}].status {u['status']!r} not in {UNIT_STATUSES}")
+        if u["unit_id"] in seen:
+            fail(f"duplicate unit id {u['unit_id']!r}")
+        seen.add(u["unit_id"])
+    shard_ids: set[str] = set()
+    for i, s in enumerate(d["shards"]):
+        for key, typ in _SHARD_FIELDS.items():
+            if not isinstance(s, dict) or not isinstance(s.get(key), typ) or isinstance(s.get(key), bool):
+                fail(f"shards[{i}].{key} missing or not {typ.__name__}")
+        if s["rows"] < 0 or s["bytes"] < 0:
+            fail(f"shards[{i}] has negative counts")
+        if s["shard_id"] in shard_ids:
+            fail(f"duplicate shard id {s['shard_id']!r}")
+        shard_ids.add(s["shard_id"])

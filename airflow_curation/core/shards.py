@@ -1,0 +1,141 @@
+"""Shard writer: zstd Parquet files cut at a target size, with row groups small enough to parallelise."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_curation.core import storage
+from airflow_curation.core.fingerprint import StreamChecksum
+from airflow_curation.core.manifest import ShardEntry
+
+DEFAULT_TARGET_BYTES = 512 * 1024 * 1024
+DEFAULT_ROW_GROUP_ROWS = 4096
+
+
+class _CountingSink:
+    """File wrapper that counts and hashes bytes on their way to storage."""
+
+    def __init__(self, f) -> None:
+        self._f = f
+        self.checksum = StreamChecksum()
+        self.closed = False
+
+    def write(self, data) -> int:
+        self.checksum.update(data)
+        return self._f.write(data)
+
+    def tell(self) -> int:
+        return self.checksum.nbytes
+
+    def flush(self) -> None:
+        self._f.flush()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def write_parquet(uri: str, table: pa.Table, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS) -> tuple[int, str]:
+    """Write one table atomically; returns (bytes, checksum)."""
+    with storage.atomic_open(uri) as f:
+        sink = _CountingSink(f)
+        with pq.ParquetWriter(sink, table.schema, compression="zstd", use_dictionary=True,
+                              write_statistics=True) as w:
+            w.write_table(table, row_group_size=max(1, row_group_rows))
+    return sink.tell(), sink.checksum.hexdigest()
+
+
+class ShardWriter:
+    """Buffers rows into row groups and rolls over to a new shard once the target size is reached.
+
+    Shards are named by ``name_for(k)`` for k = 0, 1, ... so that a rerun of the same unit of work
+    produces the same names and overwrites its own partial output instead of adding to it.
+
+    :param directory: folder URL for the shards.
+    :param name_for: shard id for the k-th shard of this writer.
+    :param schema: the Arrow schema of every row.
+    :param target_bytes: roll over once a shard's compressed size reaches this.
+    :param row_group_rows: rows per Parquet row group.
+    """
+
+    def __init__(self, directory: str, name_for: Callable[[int], str], schema: pa.Schema,
+                 target_bytes: int = DEFAULT_TARGET_BYTES, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+                 row_group_bytes: int = 64 * 1024 * 1024) -> None:
+        self.directory = directory
+        self.name_for = name_for
+        self.schema = schema
+        self.target_bytes = target_bytes
+        self.row_group_rows = row_group_rows
+        # Bound the buffer by bytes too: a few huge documents must not make a 4096-row group of gigabytes.
+        self.row_group_bytes = row_group_bytes
+        self.shards: list[ShardEntry] = []
+        self._buffer: dict[str, list] = {n: [] for n in schema.names}
+        self._buffer_rows = 0
+        self._buffer_bytes = 0
+        self._ctx = None
+        self._sink: _CountingSink | None = None
+        self._writer: pq.ParquetWriter | None = None
+        self._rows_in_shard = 0
+
+    def write(self, row: dict, nbytes: int = 0) -> None:
+        for name in self.schema.names:
+            self._buffer[name].append(row.get(name))
+        self._buffer_rows += 1
+        self._buffer_bytes += nbytes
+        if self._buffer_rows >= self.row_group_rows or self._buffer_bytes >= self.row_group_bytes:
+            self._flush_row_group()
+
+    def _open(self) -> None:
+        k = len(self.shards)
+        uri = storage.join(self.directory, f"{self.name_for(k)}.parquet")
+        self._ctx = storage.atomic_open(uri)
+        self._sink = _CountingSink(self._ctx.__enter__())
+        self._writer = pq.ParquetWriter(self._sink, self.schema, compression="zstd", use_dictionary=True,
+                                        write_statistics=True)
+        self._uri = uri
+        self._rows_in_shard = 0
+
+    def _flush_row_group(self) -> None:
+        if not self._buffer_rows:
+            return
+        if self._writer is None:
+            self._open()
+        table = pa.table(self._buffer, schema=self.schema)
+        self._writer.write_table(table, row_group_size=self._buffer_rows)
+        self._rows_in_shard += self._buffer_rows
+        self._buffer = {n: [] for n in self.schema.names}
+        self._buffer_rows = 0
+        self._buffer_bytes = 0
+        if self._sink.tell() >= self.target_bytes:
+            self._close_shard()
+
+    def _close_shard(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        self._ctx.__exit__(None, None, None)
+        k = len(self.shards)
+        self.shards.append(ShardEntry(shard_id=self.name_for(k), uri=self._uri, rows=self._rows_in_shard,
+                                      bytes=self._sink.tell(), checksum=self._sink.checksum.hexdigest()))
+        self._writer = self._sink = self._ctx = None
+
+    def close(self) -> list[ShardEntry]:
+        self._flush_row_group()
+        self._close_shard()
+        return self.shards
+
+    def abort(self) -> None:
+        """Drop the shard being written (its temporary file goes with it)."""
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            finally:
+                self._ctx.__exit__(RuntimeError, RuntimeError("aborted"), None)
+                self._writer = self._sink = self._ctx = None
+
+
+def read_shard(uri: str, columns: list[str] | None = None) -> pa.Table:
+    with storage.open_read(uri) as f:
+        return pq.read_table(f, columns=columns)

@@ -1,0 +1,62 @@
+"""Run a stage from a job spec, with no Airflow: ``python -m airflow_curation.jobs run SPEC.json``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+import traceback
+
+from airflow_curation.core import storage
+from airflow_curation.jobs.spec import JobSpec
+
+EXIT_OK, EXIT_STAGE_FAILED, EXIT_BAD_SPEC = 0, 1, 2
+
+
+def run_spec(spec: JobSpec) -> dict:
+    """Run one job spec in this process and return its result summary (raises on failure)."""
+    from airflow_curation.stages import stage_class
+    from airflow_curation.stages.base import StageRunner
+
+    stage = stage_class(spec.stage)(spec.lake_obj, spec.config, spec.run_id)
+    manifest = StageRunner(stage).run()
+    return {**manifest.summary(stage.manifest_uri), "accounting": manifest.accounting,
+            "fingerprint": manifest.fingerprint}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m airflow_curation.jobs")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_run = sub.add_parser("run", help="run a stage from a job spec")
+    p_run.add_argument("spec", help="path or URL of the job spec JSON")
+    p_run.add_argument("--result", help="write the result JSON here (status, summary or error)")
+    args = parser.parse_args(argv)
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    started = time.time()
+    try:
+        spec = JobSpec.read(args.spec)
+    except Exception as e:  # noqa: BLE001
+        print(f"error: cannot read job spec {args.spec}: {e}", file=sys.stderr)
+        _write_result(args.result, {"status": "failed", "error": f"bad spec: {e}", "returncode": EXIT_BAD_SPEC})
+        return EXIT_BAD_SPEC
+    try:
+        summary = run_spec(spec)
+    except Exception as e:  # noqa: BLE001
+        traceback.print_exc()
+        _write_result(args.result, {"status": "failed", "error": f"{type(e).__name__}: {e}",
+                                    "manifest_uri": spec.manifest_uri, "returncode": EXIT_STAGE_FAILED,
+                                    "seconds": time.time() - started})
+        return EXIT_STAGE_FAILED
+    result = {"status": "succeeded", "returncode": EXIT_OK, "seconds": time.time() - started, **summary}
+    _write_result(args.result, result)
+    print(json.dumps(result, sort_keys=True))
+    return EXIT_OK
+
+
+def _write_result(uri: str | None, result: dict) -> None:
+    if uri:
+        storage.write_json(uri, result)

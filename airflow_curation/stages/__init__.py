@@ -1,0 +1,16 @@
+"""Stages: one engine each, all run by :class:`airflow_curation.stages.base.StageRunner`."""
+
+STAGES = {
+    "ingest": "airflow_curation.stages.ingest.stage:IngestStage",
+}
+
+
+def stage_class(name: str):
+    import importlib
+
+    try:
+        target = STAGES[name]
+    except KeyError:
+        raise ValueError(f"unknown stage {name!r}; known: {sorted(STAGES)}") from None
+    module, _, cls = target.partition(":")
+    return getattr(importlib.import_module(module), cls)
