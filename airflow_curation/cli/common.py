@@ -1,0 +1,43 @@
+"""Options shared by the stage subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+import uuid
+
+from airflow_curation.core.layout import Lake
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.I)
+_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 1024, "m": 1e6, "mb": 1e6, "mib": 1024**2,
+          "g": 1e9, "gb": 1e9, "gib": 1024**3, "t": 1e12, "tb": 1e12, "tib": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """``512MB``, ``64KiB``, ``1e6``-free plain integers -> bytes."""
+    m = _SIZE.match(str(text))
+    if not m or (m.group(2) or "").lower() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 512MB, 64KiB, 1000000)")
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+
+
+def add_lake_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lake", required=True, help="lake root: a folder or an fsspec URL such as s3://bucket/lake")
+    p.add_argument("--dataset", required=True, help="dataset name inside the lake")
+    p.add_argument("--snapshot", help="snapshot partition, e.g. 2026-11-30")
+    p.add_argument("--run-id", help="names the manifest; default: cli-<timestamp>")
+    p.add_argument("--workers", type=int, default=1, help="parallel workers (default 1)")
+
+
+def lake_from_args(args: argparse.Namespace) -> Lake:
+    return Lake(root=args.lake, dataset=args.dataset, snapshot=args.snapshot)
+
+
+def run_id_from_args(args: argparse.Namespace) -> str:
+    return args.run_id or f"cli-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+def print_summary(summary: dict) -> None:
+    print(json.dumps(summary, indent=1, sort_keys=True))
