@@ -23,7 +23,7 @@ _SAFE = re.compile(r"^[A-Za-z0-9_.=:+@-]+$")
 
 def safe_name(value: str, what: str) -> str:
     """Refuse names that could escape their folder or break a URL."""
-    if not value or not _SAFE.match(value) or value in (".", ".."):
+    if not value or not _SAFE.fullmatch(value) or value in (".", ".."):
         raise ValueError(f"invalid {what} {value!r}: use letters, digits and _ . = : + @ - only")
     return value
 

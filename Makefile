@@ -1,0 +1,54 @@
+# Two commands on a fresh Debian 12 with Python 3.11 and root: `make demo` and `make test`.
+# Everything lives in .venv at the repo root; apt packages come from scripts/install_system_deps.sh.
+
+PYTHON ?= python3.11
+VENV   := .venv
+VPY    := $(VENV)/bin/python
+# Reinstall the Python packages only when pyproject.toml changes (or the stamp is removed).
+STAMP  := $(VENV)/.installed-dev
+PYTEST_ARGS ?=
+
+# Tests and the demo find airflow, moto_server, curation... on PATH, as a user with the venv active would.
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: test demo bench install system-deps corpus clean distclean help
+
+help:
+	@echo "make demo   run the curation DAG on the sample corpus (embedded Airflow, local backend)"
+	@echo "make test   install what the tests need and run the whole suite"
+	@echo "make bench  run the benchmarks (minutes; writes benchmarks/RESULTS.md)"
+	@echo "make clean  remove generated data (.demo, sample_corpus, benchmark data); distclean also .venv"
+
+system-deps:
+	bash scripts/install_system_deps.sh
+
+$(VPY): | system-deps
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(VPY)
+	$(VPY) -m pip install --upgrade pip setuptools wheel
+	$(VPY) -m pip install -e ".[dev]"
+	touch $(STAMP)
+
+install: system-deps $(STAMP)
+
+test: install
+	$(VENV)/bin/pytest -ra $(PYTEST_ARGS)
+
+corpus: install
+	@if [ ! -f sample_corpus/README.md ]; then $(VPY) scripts/make_sample_corpus.py --out sample_corpus; \
+	else echo "sample_corpus/ exists (make clean to rebuild)"; fi
+
+demo: corpus
+	$(VPY) scripts/demo.py
+
+bench: install
+	@set -e; for b in benchmarks/bench_*.py; do echo "== $$b"; $(VPY) $$b; done
+
+clean:
+	rm -rf .demo sample_corpus benchmarks/data benchmarks/out tests/artifacts .pytest_cache
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -print -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info

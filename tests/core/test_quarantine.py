@@ -1,0 +1,28 @@
+"""Quarantine files keep where a bad record came from, why, and a bounded copy of it."""
+
+import os
+
+from airflow_curation.core.quarantine import MAX_RAW_BYTES, QuarantineWriter, read_quarantine
+
+
+def test_write_and_read_back(tmp_path):
+    uri = str(tmp_path / "q" / "u1.parquet")
+    w = QuarantineWriter(uri)
+    w.add("in/a.jsonl", "line 3", "invalid_json", "Expecting value: line 1", raw=b"{oops")
+    w.add("in/a.jsonl", "line 9", "document_too_large", "60 MB", raw=b"x" * (MAX_RAW_BYTES * 3))
+    assert len(w) == 2
+    assert w.write() == uri
+    t = read_quarantine(uri).to_pylist()
+    assert [r["reason"] for r in t] == ["invalid_json", "document_too_large"]
+    assert t[0]["location"] == "line 3" and t[0]["raw"] == b"{oops" and t[0]["rows"] == 1
+    assert len(t[1]["raw"]) == MAX_RAW_BYTES and t[1]["raw_bytes"] == MAX_RAW_BYTES * 3
+
+
+def test_empty_writer_removes_a_stale_file(tmp_path):
+    uri = str(tmp_path / "u1.parquet")
+    w = QuarantineWriter(uri)
+    w.add("f", "file", "truncated_gzip", "EOF", rows=0)
+    w.write()
+    assert os.path.exists(uri)
+    assert QuarantineWriter(uri).write() is None  # the rerun found nothing bad
+    assert not os.path.exists(uri)

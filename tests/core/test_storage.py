@@ -1,0 +1,79 @@
+"""Local storage: atomic writes, listings, JSON helpers and per-protocol options."""
+
+import json
+import os
+
+import pytest
+
+from airflow_curation.core import storage
+
+
+def test_atomic_open_leaves_no_partial_file_on_error(tmp_path):
+    uri = str(tmp_path / "sub" / "out.bin")
+    with pytest.raises(RuntimeError):
+        with storage.atomic_open(uri) as f:
+            f.write(b"half of it")
+            raise RuntimeError("writer died")
+    assert not os.path.exists(uri)
+    assert os.listdir(tmp_path / "sub") == []  # the temporary file went too
+
+
+def test_atomic_open_keeps_the_old_version_until_the_new_one_is_complete(tmp_path):
+    uri = str(tmp_path / "out.json")
+    storage.write_json(uri, {"v": 1})
+    with pytest.raises(KeyboardInterrupt):
+        with storage.atomic_open(uri) as f:
+            f.write(b'{"v": 2')
+            raise KeyboardInterrupt
+    assert storage.read_json(uri) == {"v": 1}
+    storage.write_json(uri, {"v": 2})
+    assert storage.read_json(uri) == {"v": 2}
+    assert os.listdir(tmp_path) == ["out.json"]
+
+
+def test_atomic_open_text_mode(tmp_path):
+    uri = str(tmp_path / "a.txt")
+    with storage.atomic_open(uri, "w") as f:
+        f.write("héllo")
+    assert storage.read_bytes(uri) == "héllo".encode()
+
+
+def test_listdir_files_only_sorted_full_paths(tmp_path):
+    for name in ("b.json", "a.json", "c.parquet"):
+        (tmp_path / name).write_text("{}")
+    (tmp_path / "subdir").mkdir()
+    assert storage.listdir(str(tmp_path)) == [str(tmp_path / n) for n in ("a.json", "b.json", "c.parquet")]
+    assert storage.listdir(str(tmp_path / "missing")) == []
+
+
+def test_exists_size_remove_glob(tmp_path):
+    uri = str(tmp_path / "x.bin")
+    assert not storage.exists(uri)
+    storage.write_bytes(uri, b"12345")
+    assert storage.exists(uri) and storage.size(uri) == 5
+    assert storage.glob(str(tmp_path / "*.bin")) == [uri]
+    storage.remove(uri)
+    storage.remove(uri)  # removing twice is fine: reruns clean up idempotently
+    assert not storage.exists(uri)
+
+
+def test_write_json_is_canonical(tmp_path):
+    uri = str(tmp_path / "j.json")
+    storage.write_json(uri, {"b": 1, "a": [1, 2]})
+    assert json.loads(storage.read_bytes(uri)) == {"a": [1, 2], "b": 1}
+    assert storage.read_bytes(uri).decode().index('"a"') < storage.read_bytes(uri).decode().index('"b"')
+
+
+def test_join_and_protocol():
+    assert storage.join("s3://bucket/lake", "web", "shards") == "s3://bucket/lake/web/shards"
+    assert storage.join("/lake", "web") == "/lake/web"
+    assert storage.protocol_of("s3://b/k") == "s3" and storage.protocol_of("/x") == "file"
+    assert storage.is_local("file:///x") and not storage.is_local("s3://b/k")
+
+
+def test_memory_filesystem_round_trip():
+    uri = "memory://curation-test/a/b.json"
+    storage.write_json(uri, {"ok": True})
+    assert storage.exists(uri) and storage.read_json(uri) == {"ok": True}
+    storage.remove(uri)
+    assert not storage.exists(uri)
