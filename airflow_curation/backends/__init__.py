@@ -6,6 +6,7 @@ from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStat
 
 BACKENDS = {
     "local": "airflow_curation.backends.local:LocalBackend",
+    "kubernetes": "airflow_curation.backends.kubernetes:KubernetesBackend",
 }
 
 

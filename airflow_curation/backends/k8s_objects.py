@@ -1,0 +1,405 @@
+"""Pure builders of the Kubernetes objects that run a job spec: no client, no I/O, plain dicts.
+
+Each function returns one manifest that the tests validate against the real schemas (core kinds with
+``kubernetes-validate``, the KubeRay and dask-kubernetes CRDs' ``openAPIV3Schema``). The job spec
+travels in a ConfigMap mounted at :data:`SPEC_DIR`; the lake's credentials come from a Secret through
+``envFrom``, never from the spec or these objects.
+
+How a stage runs, by ``engine``:
+
+- ``indexed``: a sweep, an Indexed Job whose pod *i* runs shard group *i* of *N*
+  (``--shard-group i/N``), then a one-pod *gather* Job that reruns the spec whole: every unit the
+  sweep checkpointed is skipped, units whose pod died are retried there, and the manifest is written.
+- ``job``: one pod runs the whole stage (small stages, ingest).
+- ``dask``: a ``DaskJob`` (dask-kubernetes operator): a Dask cluster plus a runner pod that gets
+  ``DASK_SCHEDULER_ADDRESS`` from the operator.
+- ``ray``: a ``RayJob`` (KubeRay): a Ray cluster whose workers may request GPUs; the entrypoint is
+  the same ``python -m airflow_curation.jobs run`` command.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SPEC_DIR = "/etc/curation"
+SPEC_PATH = f"{SPEC_DIR}/spec.json"
+ENGINES = ("indexed", "job", "dask", "ray")
+# Labels every object carries, so that RBAC-scoped listing and clean-up can find them.
+LABEL_MANAGED = "app.kubernetes.io/managed-by"
+LABEL_JOB = "curation.airflow.apache.org/job"
+LABEL_STAGE = "curation.airflow.apache.org/stage"
+LABEL_ROLE = "curation.airflow.apache.org/role"
+ANNOTATION_SPEC_HASH = "curation.airflow.apache.org/spec-sha256"
+MANAGER = "airflow-curation"
+
+RAY_GROUP, RAY_VERSION, RAY_PLURAL = "ray.io", "v1", "rayjobs"
+DASK_GROUP, DASK_VERSION, DASK_PLURAL = "kubernetes.dask.org", "v1", "daskjobs"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass
+class PodSettings:
+    """Everything about where and how pods run; all of it comes from configuration.
+
+    :param image: container image with airflow-curation and the stage's engine installed.
+    :param service_account: the pods' service account (the chart creates ``airflow-curation-job``).
+    :param storage_secret: Secret whose keys become environment variables of every pod (e.g.
+        ``AWS_ACCESS_KEY_ID``, ``CURATION_STORAGE_OPTIONS_S3``); empty for a lake that needs none.
+    :param env: extra plain (non-secret) environment variables.
+    :param requests: / :param limits: CPU and memory of a worker pod (quantity strings).
+    :param gpu_resource: / :param gpus: extended resource and count requested by GPU (Ray) workers.
+    :param node_selector: / :param tolerations: / :param gpu_node_selector: / :param gpu_tolerations:
+        placement; the GPU ones apply to GPU workers on top of the general ones.
+    :param run_as_user: non-root uid (and gid) the containers run as.
+    """
+
+    image: str = "airflow-curation:0.1.0"
+    image_pull_policy: str = "IfNotPresent"
+    image_pull_secrets: list[str] = field(default_factory=list)
+    service_account: str = "airflow-curation-job"
+    storage_secret: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    requests: dict[str, str] = field(default_factory=lambda: {"cpu": "1", "memory": "4Gi"})
+    limits: dict[str, str] = field(default_factory=lambda: {"cpu": "2", "memory": "8Gi"})
+    gpu_resource: str = "nvidia.com/gpu"
+    gpus: int = 1
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    gpu_node_selector: dict[str, str] = field(default_factory=dict)
+    gpu_tolerations: list[dict[str, Any]] = field(default_factory=list)
+    run_as_user: int = 1000
+    priority_class: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.run_as_user == 0:
+            raise ValueError("run_as_user must not be 0: curation pods run as non-root")
+        for what, res in (("requests", self.requests), ("limits", self.limits)):
+            for k, v in res.items():
+                if not isinstance(v, str):
+                    raise ValueError(f"{what}[{k!r}] must be a quantity string such as '2' or '4Gi', got {v!r}")
+        if self.gpus < 0:
+            raise ValueError("gpus must be >= 0")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "PodSettings":
+        d = dict(d or {})
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown pod settings {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}")
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def spec_sha256(spec_json: str) -> str:
+    return hashlib.sha256(spec_json.encode()).hexdigest()
+
+
+def object_name(stage: str, spec_json: str, attempt: int = 0) -> str:
+    """A deterministic DNS-1123 name for a job spec: the same spec always maps to the same name, so a
+    submit that is retried after a lost response finds its job (409) instead of starting a second one.
+    ``attempt`` gives a fresh name when an earlier job of the same spec failed."""
+    stem = re.sub(r"[^a-z0-9-]", "-", stage.lower()).strip("-")[:20] or "stage"
+    name = f"cur-{stem}-{spec_sha256(spec_json)[:10]}"
+    if attempt:
+        name += f"-r{attempt}"
+    # 52 leaves room for the suffixes that controllers add to pod and service names.
+    assert len(name) <= 52 and _DNS_LABEL.match(name), name
+    return name
+
+
+def _labels(name: str, stage: str, role: str, settings: PodSettings) -> dict[str, str]:
+    return {**settings.labels, LABEL_MANAGED: MANAGER, LABEL_JOB: name, LABEL_STAGE: _label_value(stage),
+            LABEL_ROLE: role}
+
+
+def _label_value(value: str) -> str:
+    value = re.sub(r"[^A-Za-z0-9_.-]", "-", value)[:63].strip("-_.")
+    return value or "x"
+
+
+def _meta(name: str, namespace: str, stage: str, role: str, settings: PodSettings,
+          spec_hash: str | None = None) -> dict[str, Any]:
+    annotations = dict(settings.annotations)
+    if spec_hash:
+        annotations[ANNOTATION_SPEC_HASH] = spec_hash
+    meta: dict[str, Any] = {"name": name, "namespace": namespace,
+                            "labels": _labels(name, stage, role, settings)}
+    if annotations:
+        meta["annotations"] = annotations
+    return meta
+
+
+def job_command(result_uri: str | None, shard_group: tuple[str, int] | None = None) -> list[str]:
+    """argv of the one command every backend runs. ``shard_group`` is (index expression, count)."""
+    argv = ["python", "-m", "airflow_curation.jobs", "run", SPEC_PATH]
+    if result_uri:
+        argv += ["--result", result_uri]
+    if shard_group is not None:
+        argv += ["--shard-group", f"{shard_group[0]}/{shard_group[1]}"]
+    return argv
+
+
+def _container(name: str, settings: PodSettings, command: list[str] | None, *, gpus: int = 0,
+               requests: dict[str, str] | None = None, limits: dict[str, str] | None = None,
+               ports: list[dict[str, Any]] | None = None, extra_env: dict[str, str] | None = None) -> dict:
+    requests = dict(requests if requests is not None else settings.requests)
+    limits = dict(limits if limits is not None else settings.limits)
+    if gpus:
+        # Extended resources must be equal in requests and limits.
+        requests[settings.gpu_resource] = str(gpus)
+        limits[settings.gpu_resource] = str(gpus)
+    env = {"HOME": "/tmp", "PYTHONUNBUFFERED": "1", **settings.env, **(extra_env or {})}
+    c: dict[str, Any] = {
+        "name": name,
+        "image": settings.image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "env": [{"name": k, "value": str(v)} for k, v in sorted(env.items())],
+        "resources": {"requests": requests, "limits": limits},
+        "securityContext": {
+            "runAsNonRoot": True, "runAsUser": settings.run_as_user, "runAsGroup": settings.run_as_user,
+            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [{"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},
+                         {"name": "tmp", "mountPath": "/tmp"}],
+    }
+    if command is not None:
+        c["command"] = command
+    if settings.storage_secret:
+        c["envFrom"] = [{"secretRef": {"name": settings.storage_secret}}]
+    if ports:
+        c["ports"] = ports
+    return c
+
+
+def _pod_spec(name: str, settings: PodSettings, containers: list[dict], *, restart_policy: str | None,
+              gpu: bool = False) -> dict[str, Any]:
+    node_selector = {**settings.node_selector, **(settings.gpu_node_selector if gpu else {})}
+    tolerations = list(settings.tolerations) + (list(settings.gpu_tolerations) if gpu else [])
+    spec: dict[str, Any] = {
+        "serviceAccountName": settings.service_account,
+        "automountServiceAccountToken": False,  # stage code never talks to the Kubernetes API
+        "securityContext": {"runAsNonRoot": True, "runAsUser": settings.run_as_user,
+                            "runAsGroup": settings.run_as_user, "fsGroup": settings.run_as_user,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": containers,
+        "volumes": [{"name": "spec", "configMap": {"name": f"{name}-spec"}},
+                    {"name": "tmp", "emptyDir": {}}],
+    }
+    if restart_policy:
+        spec["restartPolicy"] = restart_policy
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    if tolerations:
+        spec["tolerations"] = tolerations
+    if settings.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": s} for s in settings.image_pull_secrets]
+    if settings.priority_class:
+        spec["priorityClassName"] = settings.priority_class
+    return spec
+
+
+def spec_config_map(name: str, namespace: str, stage: str, spec_json: str, settings: PodSettings) -> dict:
+    """The ConfigMap that carries the job spec (no secrets in it: the spec holds none)."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": _meta(f"{name}-spec", namespace, stage, "spec", settings, spec_sha256(spec_json)),
+            "data": {"spec.json": spec_json}}
+
+
+def storage_secret(name: str, namespace: str, env: dict[str, str]) -> dict:
+    """A Secret for the lake's credentials, read by pods through ``envFrom`` (for docs and the chart's
+    tests; users usually create it themselves)."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": name, "namespace": namespace, "labels": {LABEL_MANAGED: MANAGER}},
+            "stringData": dict(env)}
+
+
+def _job(name: str, namespace: str, stage: str, role: str, settings: PodSettings, command: list[str], *,
+         spec_hash: str, completions: int = 1, parallelism: int = 1, indexed: bool = False,
+         backoff_limit: int = 2, ttl_seconds: int = 86400, active_deadline: int | None = None,
+         base_name: str | None = None) -> dict:
+    base = base_name or name  # the job's group name: labels and the spec ConfigMap
+    pod_labels = _labels(base, stage, role, settings)
+    pod = _pod_spec(base, settings, [_container("stage", settings, command)], restart_policy="Never")
+    spec: dict[str, Any] = {
+        "completions": completions,
+        "parallelism": parallelism,
+        "ttlSecondsAfterFinished": ttl_seconds,
+        "template": {"metadata": {"labels": pod_labels}, "spec": pod},
+        # Exit 2 is a bad job spec: retrying cannot help. A pod evicted or preempted (DisruptionTarget)
+        # is not the stage's fault and does not count against the retries; its units are checkpointed
+        # or redone by the next pod.
+        "podFailurePolicy": {"rules": [
+            {"action": "FailJob", "onExitCodes": {"containerName": "stage", "operator": "In", "values": [2]}},
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        ]},
+    }
+    if indexed:
+        spec["completionMode"] = "Indexed"
+        spec["backoffLimitPerIndex"] = backoff_limit
+        # Exit 1 means the stage ran and its units failed after their in-process retries: give up on
+        # that index (the gather job retries its units) rather than rerun the whole group.
+        spec["podFailurePolicy"]["rules"].insert(
+            1, {"action": "FailIndex", "onExitCodes": {"containerName": "stage", "operator": "In", "values": [1]}})
+    else:
+        spec["backoffLimit"] = backoff_limit
+    if active_deadline:
+        spec["activeDeadlineSeconds"] = active_deadline
+    meta = _meta(name, namespace, stage, role, settings, spec_hash)
+    meta["labels"][LABEL_JOB] = base
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+
+
+def sweep_job(name: str, namespace: str, stage: str, spec_json: str, settings: PodSettings, *,
+              shard_groups: int, parallelism: int, result_dir: str, backoff_limit: int = 2,
+              ttl_seconds: int = 86400, active_deadline: int | None = None) -> dict:
+    """Indexed Job: pod *i* runs shard group *i* of ``shard_groups``. Kubernetes expands
+    ``$(JOB_COMPLETION_INDEX)`` in the argv from the variable the Job controller sets in each pod."""
+    if shard_groups < 1 or parallelism < 1:
+        raise ValueError("shard_groups and parallelism must be >= 1")
+    index = "$(JOB_COMPLETION_INDEX)"
+    command = job_command(f"{result_dir.rstrip('/')}/sweep-{index}.json", (index, shard_groups))
+    return _job(name, namespace, stage, "sweep", settings, command, spec_hash=spec_sha256(spec_json),
+                completions=shard_groups, parallelism=min(parallelism, shard_groups), indexed=True,
+                backoff_limit=backoff_limit, ttl_seconds=ttl_seconds, active_deadline=active_deadline)
+
+
+def gather_job(name: str, namespace: str, stage: str, spec_json: str, settings: PodSettings, *,
+               result_uri: str, backoff_limit: int = 1, ttl_seconds: int = 86400,
+               base_name: str | None = None) -> dict:
+    """One pod that runs the whole spec: after a sweep it only redoes what the sweep did not finish,
+    writes the manifest and runs the stage's ``finalize``; alone (engine ``job``) it is the stage."""
+    return _job(name, namespace, stage, "gather", settings, job_command(result_uri),
+                spec_hash=spec_sha256(spec_json), backoff_limit=backoff_limit, ttl_seconds=ttl_seconds,
+                base_name=base_name)
+
+
+def dask_job(name: str, namespace: str, stage: str, spec_json: str, settings: PodSettings, *,
+             workers: int, result_uri: str, threads_per_worker: int = 1,
+             dask_image: str | None = None) -> dict:
+    """A ``DaskJob``: the operator starts a scheduler and ``workers`` workers, then the runner pod,
+    into which it injects ``DASK_SCHEDULER_ADDRESS``; the cluster goes when the runner ends."""
+    if workers < 1:
+        raise ValueError("workers must be >= 1")
+    labels = _labels(name, stage, "dask", settings)
+    worker_settings = copy.copy(settings)
+    if dask_image:
+        worker_settings.image = dask_image
+    mem = settings.limits.get("memory", "")
+    worker_cmd = ["dask", "worker", "--name", "$(DASK_WORKER_NAME)", "--dashboard",
+                  "--dashboard-address", "8788", "--nthreads", str(threads_per_worker)]
+    if mem:
+        worker_cmd += ["--memory-limit", _dask_memory(mem)]
+    worker = _container("worker", worker_settings, worker_cmd,
+                        ports=[{"name": "http-dashboard", "containerPort": 8788, "protocol": "TCP"}])
+    scheduler = _container(
+        "scheduler", worker_settings, ["dask", "scheduler"],
+        requests={"cpu": "500m", "memory": "1Gi"}, limits={"cpu": "1", "memory": "2Gi"},
+        ports=[{"name": "tcp-comm", "containerPort": 8786, "protocol": "TCP"},
+               {"name": "http-dashboard", "containerPort": 8787, "protocol": "TCP"}])
+    scheduler["readinessProbe"] = {"httpGet": {"port": "http-dashboard", "path": "/health"},
+                                   "initialDelaySeconds": 5, "periodSeconds": 10}
+    runner = _container("job", settings, job_command(result_uri))
+    return {
+        "apiVersion": f"{DASK_GROUP}/{DASK_VERSION}", "kind": "DaskJob",
+        "metadata": _meta(name, namespace, stage, "dask", settings, spec_sha256(spec_json)),
+        "spec": {
+            "job": {"metadata": {"labels": labels},
+                    "spec": _pod_spec(name, settings, [runner], restart_policy="Never")},
+            "cluster": {"spec": {
+                "worker": {"replicas": workers,
+                           "metadata": {"labels": labels},
+                           "spec": _pod_spec(name, worker_settings, [worker], restart_policy=None)},
+                "scheduler": {
+                    "metadata": {"labels": labels},
+                    "spec": _pod_spec(name, worker_settings, [scheduler], restart_policy=None),
+                    "service": {"type": "ClusterIP",
+                                "selector": {"dask.org/cluster-name": name, "dask.org/component": "scheduler"},
+                                "ports": [{"name": "tcp-comm", "protocol": "TCP", "port": 8786,
+                                           "targetPort": "tcp-comm"},
+                                          {"name": "http-dashboard", "protocol": "TCP", "port": 8787,
+                                           "targetPort": "http-dashboard"}]},
+                },
+            }},
+        },
+    }
+
+
+def _dask_memory(quantity: str) -> str:
+    # Dask reads "8GiB", Kubernetes writes "8Gi".
+    return quantity + "B" if re.fullmatch(r"\d+(Ki|Mi|Gi|Ti)", quantity) else quantity
+
+
+def ray_job(name: str, namespace: str, stage: str, spec_json: str, settings: PodSettings, *,
+            workers: int, result_uri: str, gpus_per_worker: int | None = None, ray_version: str = "2.60.0",
+            ray_image: str | None = None, active_deadline: int | None = None,
+            ttl_seconds: int = 86400) -> dict:
+    """A ``RayJob``: KubeRay starts a Ray cluster (head + ``workers`` GPU workers), submits the
+    entrypoint, and deletes the cluster when it finishes. The entrypoint runs on the head as the Ray
+    driver; Ray Data then schedules the vLLM replicas on the GPU workers."""
+    if workers < 1:
+        raise ValueError("workers must be >= 1")
+    gpus = settings.gpus if gpus_per_worker is None else gpus_per_worker
+    ray_settings = copy.copy(settings)
+    if ray_image:
+        ray_settings.image = ray_image
+    labels = _labels(name, stage, "ray", settings)
+    head = _container("ray-head", ray_settings, None,
+                      requests={"cpu": "1", "memory": "4Gi"}, limits={"cpu": "2", "memory": "8Gi"},
+                      ports=[{"name": "gcs", "containerPort": 6379, "protocol": "TCP"},
+                             {"name": "dashboard", "containerPort": 8265, "protocol": "TCP"},
+                             {"name": "client", "containerPort": 10001, "protocol": "TCP"}],
+                      extra_env={"RAY_USAGE_STATS_ENABLED": "0"})
+    worker = _container("ray-worker", ray_settings, None, gpus=gpus,
+                        extra_env={"RAY_USAGE_STATS_ENABLED": "0"})
+    worker["lifecycle"] = {"preStop": {"exec": {"command": ["ray", "stop"]}}}
+    spec: dict[str, Any] = {
+        "entrypoint": shlex.join(job_command(result_uri)),
+        "shutdownAfterJobFinishes": True,
+        "ttlSecondsAfterFinished": min(ttl_seconds, 3600),
+        "submissionMode": "K8sJobMode",
+        "backoffLimit": 0,  # units are retried inside the job and checkpointed; a rerun skips them
+        "rayClusterSpec": {
+            "rayVersion": ray_version,
+            "headGroupSpec": {
+                "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"},
+                "template": {"metadata": {"labels": labels},
+                             "spec": _pod_spec(name, ray_settings, [head], restart_policy=None)},
+            },
+            "workerGroupSpecs": [{
+                "groupName": "gpu" if gpus else "cpu",
+                "replicas": workers, "minReplicas": workers, "maxReplicas": workers,
+                "rayStartParams": {},
+                "template": {"metadata": {"labels": labels},
+                             "spec": _pod_spec(name, ray_settings, [worker], restart_policy=None,
+                                               gpu=bool(gpus))},
+            }],
+        },
+        # The submitter pod (K8sJobMode) only runs `ray job submit`; keep it small and non-root too.
+        "submitterPodTemplate": {"metadata": {"labels": labels}, "spec": _pod_spec(
+            name, ray_settings, [_container("ray-job-submitter", ray_settings, None,
+                                            requests={"cpu": "100m", "memory": "256Mi"},
+                                            limits={"cpu": "500m", "memory": "512Mi"})],
+            restart_policy="Never")},
+    }
+    if active_deadline:
+        spec["activeDeadlineSeconds"] = active_deadline
+    return {"apiVersion": f"{RAY_GROUP}/{RAY_VERSION}", "kind": "RayJob",
+            "metadata": _meta(name, namespace, stage, "ray", settings, spec_sha256(spec_json)), "spec": spec}
+
+
+def owner_reference(obj: dict) -> dict:
+    """An ownerReference to ``obj`` (as returned by the API server, with its uid), so that deleting
+    the job garbage-collects the spec ConfigMap too."""
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],
+            "uid": obj["metadata"]["uid"], "blockOwnerDeletion": False, "controller": False}

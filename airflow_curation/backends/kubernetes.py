@@ -1,0 +1,556 @@
+"""Kubernetes backend: a job spec becomes an Indexed Job (shard sweep + gather), a plain Job, a
+``DaskJob`` (dask-kubernetes operator) or a ``RayJob`` (KubeRay), built by :mod:`k8s_objects`.
+
+The lake must be object storage that the pods reach; its credentials reach the pods from a Secret
+(``pod.storage_secret``), never through the spec. The job's result JSON is written into the lake
+(``<lake>/_jobs/<run>/<stage>/<name>/result.json``), where :meth:`status` reads it once the job ends.
+
+Every call goes through :meth:`KubernetesBackend._call`, which retries 429/5xx answers and dropped
+connections with backoff. Names are deterministic per spec, so a submit retried after a lost
+answer gets 409 AlreadyExists and reconnects to the job it had created instead of starting a second.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Callable
+
+from airflow_curation.backends import k8s_objects as objs
+from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus
+from airflow_curation.core import storage
+from airflow_curation.jobs.spec import JobSpec
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ENGINES = {"ingest": "job", "preprocess": "dask", "dedup": "dask", "enrich": "ray",
+                   "validate": "job"}
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+LOG_CONTAINERS = ("stage", "job", "ray-job-submitter")
+MAX_ATTEMPT_NAMES = 20
+
+
+class KubernetesBackend(Backend):
+    """:param namespace: where the jobs run.
+    :param pod: pod settings (:class:`k8s_objects.PodSettings` as a dict): image, service account,
+        storage secret, requests/limits, GPUs, node selectors, tolerations...
+    :param engines: stage name -> ``indexed`` | ``job`` | ``dask`` | ``ray``; ``default_engine`` for others.
+    :param shard_groups: pods of an Indexed sweep; 0 sizes it from the input manifest, capped by
+        ``max_shard_groups``. :param parallelism: pods of a sweep running at once.
+    :param dask_workers: / :param ray_workers: cluster sizes; ``ray_gpus_per_worker`` overrides ``pod.gpus``.
+    :param result_root: where job results go; default the lake's ``_jobs`` folder.
+    :param host: API server URL (with ``token``/``verify_ssl``); else ``in_cluster`` or a kubeconfig
+        (``config_file``, ``context``). :param kubernetes_conn_id: resolve the client through the Airflow
+        connection instead (needs Airflow, which then provides the client).
+    :param propagation_policy: how ``cancel`` deletes: ``Background`` (default) or ``Foreground``.
+    :param retries: / :param retry_backoff: retries of 429/5xx/connection errors and the first delay (s).
+    :param validate: check every object against its schema before creating it.
+    """
+
+    name = "kubernetes"
+
+    def __init__(self, namespace: str = "default", pod: dict[str, Any] | None = None,
+                 engines: dict[str, str] | None = None, default_engine: str = "indexed",
+                 shard_groups: int = 0, max_shard_groups: int = 64, parallelism: int = 4,
+                 dask_workers: int = 2, ray_workers: int = 1, ray_gpus_per_worker: int | None = None,
+                 ray_version: str = "2.60.0", result_root: str | None = None, host: str | None = None,
+                 token: str | None = None, verify_ssl: bool = True, in_cluster: bool = False,
+                 config_file: str | None = None, context: str | None = None,
+                 kubernetes_conn_id: str | None = None, propagation_policy: str = "Background",
+                 retries: int = 5, retry_backoff: float = 1.0, ttl_seconds: int = 86400,
+                 active_deadline_seconds: int | None = None, backoff_limit: int = 2,
+                 validate: bool = True, api_client: Any = None) -> None:
+        self.namespace = namespace
+        self.pod = objs.PodSettings.from_dict(pod)
+        self.engines = {**DEFAULT_ENGINES, **(engines or {})}
+        for stage, engine in {**self.engines, "*": default_engine}.items():
+            if engine not in objs.ENGINES:
+                raise ValueError(f"engine {engine!r} for {stage} unknown; known: {objs.ENGINES}")
+        if propagation_policy not in ("Background", "Foreground"):
+            raise ValueError("propagation_policy must be Background or Foreground")
+        self.default_engine = default_engine
+        self.shard_groups, self.max_shard_groups, self.parallelism = shard_groups, max_shard_groups, parallelism
+        self.dask_workers, self.ray_workers, self.ray_gpus_per_worker = dask_workers, ray_workers, ray_gpus_per_worker
+        self.ray_version = ray_version
+        self.result_root = result_root
+        self.host, self.token, self.verify_ssl = host, token, verify_ssl
+        self.in_cluster, self.config_file, self.context = in_cluster, config_file, context
+        self.kubernetes_conn_id = kubernetes_conn_id
+        self.propagation_policy = propagation_policy
+        self.retries, self.retry_backoff = retries, retry_backoff
+        self.ttl_seconds, self.active_deadline_seconds = ttl_seconds, active_deadline_seconds
+        self.backoff_limit = backoff_limit
+        self.validate = validate
+        self._api_client = api_client
+
+    def options(self) -> dict[str, Any]:
+        # JSON-able, no secrets: the token stays out (a trigger rebuilds from the connection instead).
+        return {"namespace": self.namespace, "pod": self.pod.to_dict(), "engines": self.engines,
+                "default_engine": self.default_engine, "shard_groups": self.shard_groups,
+                "max_shard_groups": self.max_shard_groups, "parallelism": self.parallelism,
+                "dask_workers": self.dask_workers, "ray_workers": self.ray_workers,
+                "ray_gpus_per_worker": self.ray_gpus_per_worker, "ray_version": self.ray_version,
+                "result_root": self.result_root, "host": self.host, "verify_ssl": self.verify_ssl,
+                "in_cluster": self.in_cluster, "config_file": self.config_file, "context": self.context,
+                "kubernetes_conn_id": self.kubernetes_conn_id, "propagation_policy": self.propagation_policy,
+                "retries": self.retries, "retry_backoff": self.retry_backoff, "ttl_seconds": self.ttl_seconds,
+                "active_deadline_seconds": self.active_deadline_seconds, "backoff_limit": self.backoff_limit,
+                "validate": self.validate}
+
+    # -- client -------------------------------------------------------------------------------
+    @property
+    def api_client(self):
+        if self._api_client is None:
+            self._api_client = self._make_client()
+        return self._api_client
+
+    def _make_client(self):
+        if self.kubernetes_conn_id:
+            # The Airflow layer owns connections; import it only when asked to use one.
+            from airflow_curation.hooks.kubernetes import CurationKubernetesHook
+
+            return CurationKubernetesHook(kubernetes_conn_id=self.kubernetes_conn_id).api_client
+        from kubernetes import client, config
+
+        cfg = client.Configuration()
+        if self.host:
+            cfg.host = self.host
+            cfg.verify_ssl = self.verify_ssl
+            if self.token:
+                cfg.api_key = {"authorization": self.token}
+                cfg.api_key_prefix = {"authorization": "Bearer"}
+        elif self.in_cluster:
+            config.load_incluster_config(client_configuration=cfg)
+        else:
+            config.load_kube_config(config_file=self.config_file, context=self.context, client_configuration=cfg)
+        cfg.retries = 0  # retries are ours (_call), with backoff and 5xx handling
+        return client.ApiClient(cfg)
+
+    @property
+    def core(self):
+        from kubernetes import client
+
+        return client.CoreV1Api(self.api_client)
+
+    @property
+    def batch(self):
+        from kubernetes import client
+
+        return client.BatchV1Api(self.api_client)
+
+    @property
+    def custom(self):
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self.api_client)
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call the API, retrying transient failures (429, 5xx, dropped connections)."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError as Urllib3Error
+
+        delay = self.retry_backoff
+        for attempt in range(self.retries + 1):
+            try:
+                return fn(*args, **kwargs)
+            except ApiException as e:
+                if e.status not in RETRY_STATUSES or attempt == self.retries:
+                    raise
+                why = f"HTTP {e.status} {e.reason}"
+            except (Urllib3Error, ConnectionError) as e:
+                if attempt == self.retries:
+                    raise
+                why = f"{type(e).__name__}: {e}"
+            log.warning("kubernetes API %s failed (%s); retry %d/%d in %.1fs", getattr(fn, "__name__", fn),
+                        why, attempt + 1, self.retries, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
+        raise AssertionError("unreachable")
+
+    # -- objects ------------------------------------------------------------------------------
+    def engine_for(self, stage: str) -> str:
+        return self.engines.get(stage, self.default_engine)
+
+    def _result_dir(self, spec: JobSpec, name: str) -> str:
+        root = self.result_root or spec.lake_obj.jobs_dir(spec.run_id, spec.stage)
+        return storage.join(root, name)
+
+    def _groups_for(self, spec: JobSpec) -> int:
+        if self.shard_groups:
+            return self.shard_groups
+        shards = None
+        uri = spec.config.get("input_manifest")
+        if uri:
+            try:
+                shards = len(storage.read_json(uri).get("shards", []))
+            except Exception as e:  # noqa: BLE001 - sizing is a hint; the job reads the manifest itself
+                log.warning("cannot size the sweep from %s (%s); using parallelism", uri, e)
+        return max(1, min(shards or self.parallelism, self.max_shard_groups))
+
+    def build(self, spec: JobSpec, attempt: int = 0) -> tuple[JobHandle, list[dict[str, Any]]]:
+        """The handle and the objects (spec ConfigMap first) that :meth:`submit` would create."""
+        spec_json = spec.to_json()
+        name = objs.object_name(spec.stage, spec_json, attempt)
+        engine = self.engine_for(spec.stage)
+        result_dir = self._result_dir(spec, name)
+        result_uri = storage.join(result_dir, "result.json")
+        ns, stage, pod = self.namespace, spec.stage, self.pod
+        handle: JobHandle = {"backend": self.name, "job_id": name, "name": name, "namespace": ns,
+                             "engine": engine, "attempt": attempt, "result": result_uri,
+                             "result_dir": result_dir, "manifest_uri": spec.manifest_uri}
+        cm = objs.spec_config_map(name, ns, stage, spec_json, pod)
+        if engine == "indexed":
+            groups = self._groups_for(spec)
+            handle["shard_groups"] = groups
+            main = objs.sweep_job(name, ns, stage, spec_json, pod, shard_groups=groups,
+                                  parallelism=self.parallelism, result_dir=result_dir,
+                                  backoff_limit=self.backoff_limit, ttl_seconds=self.ttl_seconds,
+                                  active_deadline=self.active_deadline_seconds)
+        elif engine == "job":
+            main = objs.gather_job(name, ns, stage, spec_json, pod, result_uri=result_uri,
+                                   backoff_limit=self.backoff_limit, ttl_seconds=self.ttl_seconds)
+        elif engine == "dask":
+            main = objs.dask_job(name, ns, stage, spec_json, pod, workers=self.dask_workers, result_uri=result_uri)
+        else:
+            main = objs.ray_job(name, ns, stage, spec_json, pod, workers=self.ray_workers, result_uri=result_uri,
+                                gpus_per_worker=self.ray_gpus_per_worker, ray_version=self.ray_version,
+                                active_deadline=self.active_deadline_seconds, ttl_seconds=self.ttl_seconds)
+        handle["kind"] = main["kind"]
+        return handle, [cm, main]
+
+    def _gather_object(self, handle: JobHandle) -> dict[str, Any]:
+        spec_json = self._spec_json(handle)
+        return objs.gather_job(f"{handle['name']}-gather", handle["namespace"], json.loads(spec_json)["stage"],
+                               spec_json, self.pod, result_uri=handle["result"], backoff_limit=self.backoff_limit,
+                               ttl_seconds=self.ttl_seconds, base_name=handle["name"])
+
+    def _spec_json(self, handle: JobHandle) -> str:
+        cm = self._call(self.core.read_namespaced_config_map, f"{handle['name']}-spec", handle["namespace"])
+        return cm.data["spec.json"]
+
+    def _create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        ns = obj["metadata"]["namespace"]
+        kind = obj["kind"]
+        if kind == "ConfigMap":
+            return self.api_client.sanitize_for_serialization(
+                self._call(self.core.create_namespaced_config_map, ns, obj))
+        if kind == "Job":
+            return self.api_client.sanitize_for_serialization(
+                self._call(self.batch.create_namespaced_job, ns, obj))
+        group, version, plural = _crd(kind)
+        return self._call(self.custom.create_namespaced_custom_object, group, version, ns, plural, obj)
+
+    def _get(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        """The object as a dict, or None when it does not exist."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            if kind == "Job":
+                return self.api_client.sanitize_for_serialization(
+                    self._call(self.batch.read_namespaced_job_status, name, namespace))
+            group, version, plural = _crd(kind)
+            return self._call(self.custom.get_namespaced_custom_object, group, version, namespace, plural, name)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def _delete(self, kind: str, name: str, namespace: str) -> None:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        body = client.V1DeleteOptions(propagation_policy=self.propagation_policy)
+        try:
+            if kind == "Job":
+                self._call(self.batch.delete_namespaced_job, name, namespace, body=body)
+            elif kind == "ConfigMap":
+                self._call(self.core.delete_namespaced_config_map, name, namespace, body=body)
+            else:
+                group, version, plural = _crd(kind)
+                self._call(self.custom.delete_namespaced_custom_object, group, version, namespace, plural, name,
+                           body=body)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    # -- Backend ------------------------------------------------------------------------------
+    def submit(self, spec: JobSpec) -> JobHandle:
+        from kubernetes.client.exceptions import ApiException
+
+        for attempt in range(MAX_ATTEMPT_NAMES):
+            handle, (cm, main) = self.build(spec, attempt)
+            if self.validate:
+                from airflow_curation.backends.schemas import validate_object
+
+                for obj in (cm, main):
+                    validate_object(obj)
+            try:
+                self._create(cm)
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+                # Same name, same spec (the name is its hash): the earlier submit got this far.
+            try:
+                created = self._create(main)
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+                existing = self._get(main["kind"], handle["name"], handle["namespace"])
+                if existing is None:
+                    raise  # deleted between our create and get: let the caller's retry decide
+                state = self._object_state(existing)[0]
+                if state in (JobState.FAILED, JobState.CANCELLED) or existing["metadata"].get("deletionTimestamp"):
+                    log.info("%s %s exists and has ended (%s); submitting as attempt %d", main["kind"],
+                             handle["name"], state.value, attempt + 1)
+                    continue
+                log.info("%s %s already exists (%s): reconnecting to it", main["kind"], handle["name"], state.value)
+                created = existing
+            self._own_spec(handle, created)
+            log.info("submitted %s %s/%s (engine %s)", main["kind"], handle["namespace"], handle["name"],
+                     handle["engine"])
+            return handle
+        raise RuntimeError(f"{MAX_ATTEMPT_NAMES} earlier jobs of this spec failed; delete them or change the spec")
+
+    def _own_spec(self, handle: JobHandle, owner: dict[str, Any]) -> None:
+        # Deleting the job (cancel, or its TTL) then garbage-collects the spec ConfigMap too.
+        if not owner.get("metadata", {}).get("uid"):
+            return
+        ref = objs.owner_reference(owner)
+        self._call(self.core.patch_namespaced_config_map, f"{handle['name']}-spec", handle["namespace"],
+                   {"metadata": {"ownerReferences": [ref]}})
+
+    def status(self, handle: JobHandle) -> JobStatus:
+        """One or two GETs (plus a result read once finished): cheap enough to poll from a trigger."""
+        obj = self._get(handle["kind"], handle["name"], handle["namespace"])
+        if obj is None:
+            return self._gone(handle)
+        if obj["metadata"].get("deletionTimestamp"):
+            return JobStatus(JobState.CANCELLED, f"{handle['kind']} {handle['name']} is being deleted")
+        state, message = self._object_state(obj)
+        if handle["engine"] == "indexed" and state.finished:
+            if state == JobState.CANCELLED or _condition(obj, "Failed", reason={"PodFailurePolicy", "DeadlineExceeded"}):
+                return JobStatus(JobState.FAILED if state != JobState.CANCELLED else state, f"sweep: {message}")
+            # The sweep is over (all groups done, or some failed): the gather pass redoes only what
+            # has no checkpoint and writes the manifest.
+            gather = self._ensure_gather(handle)
+            if gather.get("metadata", {}).get("deletionTimestamp"):
+                return JobStatus(JobState.CANCELLED, "gather job is being deleted")
+            state, message = self._object_state(gather)
+            message = f"gather: {message}"
+        if state == JobState.SUCCEEDED:
+            return self._from_result(handle, message)
+        if state == JobState.FAILED:
+            result = self._read_result(handle)
+            if result and result.get("error"):
+                message = f"{message}: {result['error']}"
+            return JobStatus(JobState.FAILED, message, result)
+        return JobStatus(state, message)
+
+    def _ensure_gather(self, handle: JobHandle) -> dict[str, Any]:
+        from kubernetes.client.exceptions import ApiException
+
+        name = f"{handle['name']}-gather"
+        existing = self._get("Job", name, handle["namespace"])
+        if existing is not None:
+            return existing
+        obj = self._gather_object(handle)
+        try:
+            return self._create(obj)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            return self._get("Job", name, handle["namespace"]) or obj
+
+    def _gone(self, handle: JobHandle) -> JobStatus:
+        # The object is gone: TTL after finishing, a cancel, or someone deleted it.
+        result = self._read_result(handle)
+        if result is not None:
+            ok = result.get("status") == "succeeded"
+            return JobStatus(JobState.SUCCEEDED if ok else JobState.FAILED, result.get("error", ""), result)
+        if self._cancelled(handle):
+            return JobStatus(JobState.CANCELLED, "cancelled")
+        return JobStatus(JobState.FAILED, f"{handle['kind']} {handle['namespace']}/{handle['name']} not found "
+                                          "and no result was written (deleted?)")
+
+    def _read_result(self, handle: JobHandle) -> dict[str, Any] | None:
+        try:
+            return storage.read_json(handle["result"])
+        except FileNotFoundError:
+            return None
+        except Exception as e:  # noqa: BLE001 - an unreadable result is reported, not raised
+            log.warning("cannot read job result %s: %s", handle["result"], e)
+            return None
+
+    def _from_result(self, handle: JobHandle, message: str) -> JobStatus:
+        result = self._read_result(handle)
+        if result is None:
+            return JobStatus(JobState.FAILED, f"{message}; but the job wrote no result at {handle['result']} "
+                                              "(is the lake shared object storage?)")
+        ok = result.get("status") == "succeeded"
+        return JobStatus(JobState.SUCCEEDED if ok else JobState.FAILED, result.get("error", message), result)
+
+    def _cancelled(self, handle: JobHandle) -> bool:
+        try:
+            return storage.exists(storage.join(handle["result_dir"], "cancelled.json"))
+        except Exception:  # noqa: BLE001
+            return False
+
+    @staticmethod
+    def _object_state(obj: dict[str, Any]) -> tuple[JobState, str]:
+        kind = obj.get("kind")
+        status = obj.get("status") or {}
+        name = obj.get("metadata", {}).get("name", "?")
+        if kind == "Job":
+            return _job_state(obj)
+        if kind == "RayJob":
+            deploy = status.get("jobDeploymentStatus") or ""
+            job = status.get("jobStatus") or ""
+            msg = f"RayJob {name}: deployment {deploy or 'new'}, job {job or '-'}"
+            if status.get("message"):
+                msg += f": {status['message']}"
+            if job == "STOPPED":
+                return JobState.CANCELLED, msg
+            if deploy in ("Failed", "ValidationFailed") or job == "FAILED" and deploy == "Complete":
+                return JobState.FAILED, msg
+            if deploy == "Complete":
+                return (JobState.SUCCEEDED if job == "SUCCEEDED" else JobState.FAILED), msg
+            if deploy in ("Running", "Retrying") and job in ("RUNNING", "SUCCEEDED", "FAILED"):
+                return JobState.RUNNING, msg
+            if deploy in ("", "New", "Initializing", "Waiting", "Suspended", "Suspending", "Running", "Retrying"):
+                return JobState.PENDING, msg
+            return JobState.UNKNOWN, msg
+        if kind == "DaskJob":
+            job = status.get("jobStatus") or ""
+            msg = f"DaskJob {name}: {job or 'new'}"
+            return {"": JobState.PENDING, "JobCreated": JobState.PENDING, "ClusterCreated": JobState.PENDING,
+                    "Running": JobState.RUNNING, "Successful": JobState.SUCCEEDED,
+                    "Failed": JobState.FAILED}.get(job, JobState.UNKNOWN), msg
+        return JobState.UNKNOWN, f"unknown kind {kind}"
+
+    def cancel(self, handle: JobHandle) -> None:
+        """Delete the job's objects (idempotent); the spec ConfigMap goes with them."""
+        try:
+            storage.write_json(storage.join(handle["result_dir"], "cancelled.json"), {"at": time.time()})
+        except Exception as e:  # noqa: BLE001 - the marker only refines status(); deletion matters
+            log.warning("cannot write the cancel marker: %s", e)
+        ns = handle["namespace"]
+        if handle["engine"] == "indexed":
+            self._delete("Job", f"{handle['name']}-gather", ns)
+        self._delete(handle["kind"], handle["name"], ns)
+        self._delete("ConfigMap", f"{handle['name']}-spec", ns)
+
+    def logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
+        """The stage containers' logs of every pod of the job, oldest pod first, from byte ``offset``.
+        The API has no byte offsets, so each call reads the logs whole and slices them."""
+        from kubernetes.client.exceptions import ApiException
+
+        pods = self._call(self.core.list_namespaced_pod, handle["namespace"],
+                          label_selector=f"{objs.LABEL_JOB}={handle['name']}")
+        items = sorted(pods.items, key=lambda p: (p.metadata.creation_timestamp or 0, p.metadata.name))
+        parts = []
+        for p in items:
+            for c in p.spec.containers:
+                if c.name not in LOG_CONTAINERS:
+                    continue
+                try:
+                    text = self._call(self.core.read_namespaced_pod_log, p.metadata.name, handle["namespace"],
+                                      container=c.name)
+                except ApiException as e:
+                    if e.status in (400, 404):  # not started yet, or gone
+                        continue
+                    raise
+                parts.append(f"==> pod {p.metadata.name} ({c.name}) <==\n{text}")
+                if text and not text.endswith("\n"):
+                    parts.append("\n")
+        data = "".join(parts).encode()
+        if offset > len(data):
+            offset = 0  # a pod's log went away (TTL, retried pod): start over rather than lose text
+        return data[offset:].decode("utf-8", "replace"), len(data)
+
+    def wait(self, handle: JobHandle, timeout: float = 3600.0, watch_timeout: int = 60,
+             poll: Callable[[JobStatus], None] | None = None) -> JobStatus:
+        """Block until the job finishes, woken by a watch on its objects; a watch that times out on
+        the server (or drops) is resumed from the last resourceVersion, one answering 410 Gone is
+        restarted from a fresh list. Returns the last status (not finished on timeout)."""
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        deadline = time.monotonic() + timeout
+        selector = f"{objs.LABEL_JOB}={handle['name']}"
+        ns = handle["namespace"]
+        if handle["kind"] == "Job":
+            list_fn, args = self.batch.list_namespaced_job, (ns,)
+        else:
+            group, version, plural = _crd(handle["kind"])
+            list_fn, args = self.custom.list_namespaced_custom_object, (group, version, ns, plural)
+        resource_version = None
+        while True:
+            st = self.status(handle)
+            if poll:
+                poll(st)
+            remaining = deadline - time.monotonic()
+            if st.state.finished or remaining <= 0:
+                return st
+            if resource_version is None:
+                listing = self._call(list_fn, *args, label_selector=selector)
+                meta = listing["metadata"] if isinstance(listing, dict) else listing.metadata.to_dict()
+                resource_version = meta.get("resourceVersion") or meta.get("resource_version")
+            w = watch.Watch()
+            try:
+                for event in w.stream(list_fn, *args, label_selector=selector, resource_version=resource_version,
+                                      timeout_seconds=max(1, int(min(watch_timeout, remaining))),
+                                      allow_watch_bookmarks=True):
+                    obj = event["object"]
+                    meta = obj["metadata"] if isinstance(obj, dict) else obj.metadata.to_dict()
+                    resource_version = meta.get("resourceVersion") or meta.get("resource_version") or resource_version
+                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                        break  # re-read the status; the watch resumes from this version
+            except ApiException as e:
+                if e.status == 410:  # our resourceVersion is too old: list again
+                    resource_version = None
+                elif e.status not in RETRY_STATUSES:
+                    raise
+                else:
+                    time.sleep(self.retry_backoff)
+            except Exception as e:  # noqa: BLE001 - a dropped watch is resumed, not fatal
+                from urllib3.exceptions import HTTPError as Urllib3Error
+
+                if not isinstance(e, (Urllib3Error, ConnectionError)):
+                    raise
+                log.info("watch on %s dropped (%s); resuming", handle["name"], e)
+                time.sleep(self.retry_backoff)
+            finally:
+                w.stop()
+
+
+def _crd(kind: str) -> tuple[str, str, str]:
+    if kind == "RayJob":
+        return objs.RAY_GROUP, objs.RAY_VERSION, objs.RAY_PLURAL
+    if kind == "DaskJob":
+        return objs.DASK_GROUP, objs.DASK_VERSION, objs.DASK_PLURAL
+    raise ValueError(f"unknown kind {kind}")
+
+
+def _condition(obj: dict[str, Any], ctype: str, reason: set[str] | None = None) -> dict[str, Any] | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype and c.get("status") == "True" and (reason is None or c.get("reason") in reason):
+            return c
+    return None
+
+
+def _job_state(obj: dict[str, Any]) -> tuple[JobState, str]:
+    status = obj.get("status") or {}
+    name = obj["metadata"]["name"]
+    counts = f"active {status.get('active', 0)}, succeeded {status.get('succeeded', 0)}, failed {status.get('failed', 0)}"
+    if status.get("failedIndexes"):
+        counts += f", failed indexes {status['failedIndexes']}"
+    for ctype, state in (("Complete", JobState.SUCCEEDED), ("Failed", JobState.FAILED)):
+        c = _condition(obj, ctype)
+        if c:
+            return state, f"Job {name} {ctype.lower()}: {c.get('reason', '')} {c.get('message', '')}".strip() + f" ({counts})"
+    if _condition(obj, "Suspended"):
+        return JobState.PENDING, f"Job {name} suspended ({counts})"
+    if status.get("ready") or (status.get("active") and status.get("ready") is None):
+        return JobState.RUNNING, f"Job {name} running ({counts})"
+    return JobState.PENDING, f"Job {name} pending ({counts})"
