@@ -1,0 +1,411 @@
+"""Engines that compute the validation metrics over a :class:`CuratedView`.
+
+Both return the same ``metrics`` dict, so checks and the report never know which one ran:
+
+- ``duckdb``: in process, over the Parquet files in place (object stores through fsspec, offline);
+- ``daft``: Daft dataframes, locally or on a Ray cluster (``daft_runner="ray"``) for lakes too big
+  for one node.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from airflow_curation.core import storage
+from airflow_curation.stages.validate.view import CuratedView
+
+log = logging.getLogger(__name__)
+
+QUANTILES = (0.01, 0.05, 0.5, 0.95, 0.99)
+HIST_BINS = 20
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _path(uri: str) -> str:
+    return uri[len("file://"):] if uri.startswith("file://") else uri
+
+
+def _bins(lo: float, hi: float, n: int = HIST_BINS) -> list[float]:
+    if hi <= lo:
+        return [lo, lo + 1.0]
+    return [lo + (hi - lo) * i / n for i in range(n + 1)]
+
+
+class DuckDBEngine:
+    """:param threads: DuckDB threads (default: DuckDB's choice).
+    :param memory_limit: e.g. ``"4GB"``; DuckDB spills past it.
+    """
+
+    def __init__(self, view: CuratedView, threads: int | None = None, memory_limit: str | None = None) -> None:
+        import duckdb
+
+        self.view = view
+        self.con = duckdb.connect(":memory:")
+        if threads:
+            self.con.execute(f"SET threads = {int(threads)}")
+        if memory_limit:
+            self.con.execute(f"SET memory_limit = {_sql_str(memory_limit)}")
+        self._register_filesystems()
+        self._create_views()
+
+    def _register_filesystems(self) -> None:
+        # Remote lakes go through fsspec (credentials and endpoints from storage options): no DuckDB
+        # extension download, which an air-gapped cluster could not do anyway.
+        seen = set()
+        for uri in self.view.shard_files + [f for a in self.view.attrs for f in a.files]:
+            proto = storage.protocol_of(uri)
+            if proto in ("file", "local") or proto in seen:
+                continue
+            seen.add(proto)
+            fs, _ = storage.filesystem(uri)
+            self.con.register_filesystem(fs)
+
+    def _files(self, files: list[str]) -> str:
+        return "[" + ", ".join(_sql_str(_path(f)) for f in files) + "]"
+
+    def _create_views(self) -> None:
+        v = self.view
+        self.con.execute(f"CREATE VIEW shards AS SELECT * FROM read_parquet({self._files(v.shard_files)}, "
+                         "union_by_name = true)")
+        select = ["s.*"]
+        joins = []
+        for a in v.attrs:
+            self.con.execute(f"CREATE VIEW {_q('attrs_' + a.stage)} AS SELECT * FROM read_parquet("
+                             f"{self._files(a.files)}, union_by_name = true)")
+            select += [f"{a.alias}.{_q(src)} AS {_q(dst)}" for src, dst in a.columns.items()]
+            select.append(f"({a.alias}.id IS NOT NULL) AS {_q(a.has_flag)}")
+            joins.append(f"LEFT JOIN {_q('attrs_' + a.stage)} AS {a.alias} ON {a.alias}.id = s.id")
+        self.con.execute(f"CREATE VIEW docs AS SELECT {', '.join(select)} FROM shards AS s {' '.join(joins)}")
+        where = self._where(v.curated_conditions())
+        self.con.execute(f"CREATE VIEW curated AS SELECT * FROM docs{' WHERE ' + where if where else ''}")
+
+    @staticmethod
+    def _cond(c: tuple[str, str]) -> str:
+        kind, col = c
+        if kind == "keep":
+            return f"coalesce({_q(col)}, false)"
+        if kind == "not":
+            return f"NOT coalesce({_q(col)}, false)"
+        return _q(col)
+
+    def _where(self, conds: list[tuple[str, str]]) -> str:
+        return " AND ".join(self._cond(c) for c in conds)
+
+    def sql(self, query: str) -> list[tuple]:
+        """Run a user's query against the views ``docs``, ``curated``, ``shards``, ``attrs_<stage>``."""
+        return self.con.execute(query).fetchall()
+
+    def metrics(self, curated_signals: list[str] | None = None) -> dict[str, Any]:
+        v = self.view
+        cols = [n for n in v.schema().names if not n.startswith("_has_")]
+        exprs = ["count(*)", "coalesce(sum(strlen(text)), 0)", "count(DISTINCT id)"]
+        exprs += [f"count(*) - count({_q(c)})" for c in cols]
+        exprs += [f"count(*) FILTER (WHERE NOT {_q(a.has_flag)})" for a in v.attrs]
+        steps = v.funnel_steps()
+        for _, _, conds in steps:
+            w = self._where(conds)
+            exprs += [f"count(*) FILTER (WHERE {w})", f"coalesce(sum(strlen(text)) FILTER (WHERE {w}), 0)"]
+        dup = next((a.duplicate_column for a in v.attrs if a.duplicate_column), None)
+        if dup:
+            exprs += [f"count({_q(dup)})", f"count(*) FILTER (WHERE {_q(dup)})"]
+        row = list(self.con.execute(f"SELECT {', '.join(exprs)} FROM docs").fetchone())
+        out: dict[str, Any] = {"engine": "duckdb"}
+        out["rows"], out["text_bytes"], out["distinct_ids"] = int(row[0]), int(row[1]), int(row[2])
+        row = row[3:]
+        out["null_counts"] = {c: int(n) for c, n in zip(cols, row)}
+        row = row[len(cols):]
+        out["missing_attrs"] = {a.stage: int(n) for a, n in zip(v.attrs, row)}
+        row = row[len(v.attrs):]
+        funnel = [{"label": "ingested", "stage": "ingest", "rows": out["rows"], "bytes": out["text_bytes"]}]
+        for (label, stage, _), i in zip(steps, range(0, 2 * len(steps), 2)):
+            funnel.append({"label": label, "stage": stage, "rows": int(row[i]), "bytes": int(row[i + 1])})
+        out["funnel"] = funnel
+        row = row[2 * len(steps):]
+        out["duplicates"] = None
+        if dup:
+            assessed, dups = int(row[0]), int(row[1])
+            out["duplicates"] = {"column": dup, "assessed": assessed, "duplicates": dups,
+                                 "rate": dups / assessed if assessed else 0.0}
+        out["signals"] = self._signals()
+        if curated_signals:
+            out["curated_signals"] = self._signals(curated_signals, table="curated")
+        out["clusters"] = self._clusters()
+        out["drop_reasons"] = self._drop_reasons()
+        return out
+
+    def _signal_tables(self, only: list[str] | None) -> dict[str, list[tuple[str, str]]]:
+        """table -> [(column in table, view column)] for the numeric signals."""
+        wanted = set(only) if only is not None else set(self.view.numeric_columns())
+        by_table: dict[str, list[tuple[str, str]]] = {}
+        for a in self.view.attrs:
+            for src, dst in a.columns.items():
+                if dst in wanted:
+                    by_table.setdefault(_q("attrs_" + a.stage), []).append((src, dst))
+        return by_table
+
+    def _signals(self, only: list[str] | None = None, table: str | None = None) -> dict[str, dict]:
+        tables = self._signal_tables(only)
+        if table:  # the same columns, read through the curated view (so filtered by the keep rules)
+            tables = {table: [(dst, dst) for pairs in tables.values() for _, dst in pairs]}
+        out: dict[str, dict] = {}
+        qs = "[" + ", ".join(str(q) for q in QUANTILES) + "]"
+        for tbl, pairs in tables.items():
+            exprs = []
+            for src, _ in pairs:
+                c = f"{_q(src)}::DOUBLE"
+                exprs += [f"count({c})", f"min({c})", f"max({c})", f"avg({c})", f"quantile_cont({c}, {qs})"]
+            row = self.con.execute(f"SELECT {', '.join(exprs)} FROM {tbl}").fetchone()
+            for k, (src, dst) in enumerate(pairs):
+                n, lo, hi, mean, quant = row[5 * k: 5 * k + 5]
+                stats = {"count": int(n), "min": lo, "max": hi, "mean": mean}
+                for q, val in zip(QUANTILES, quant or [None] * len(QUANTILES)):
+                    stats[f"p{int(round(q * 100)):02d}"] = val
+                stats["hist"] = self._hist(tbl, src, lo, hi) if n else {"edges": [], "counts": []}
+                out[dst] = stats
+        return out
+
+    def _hist(self, tbl: str, col: str, lo: float, hi: float) -> dict[str, list]:
+        edges = _bins(lo, hi)
+        nb = len(edges) - 1
+        width = (edges[-1] - edges[0]) / nb
+        rows = self.con.execute(
+            f"SELECT least(greatest(floor(({_q(col)}::DOUBLE - {lo!r}) / {width!r}), 0), {nb - 1})::INTEGER AS b, "
+            f"count(*) FROM {tbl} WHERE {_q(col)} IS NOT NULL GROUP BY b").fetchall()
+        counts = [0] * nb
+        for b, n in rows:
+            counts[int(b)] = int(n)
+        return {"edges": edges, "counts": counts}
+
+    def _clusters(self) -> dict | None:
+        for a in self.view.attrs:
+            if "cluster_id" in a.columns:
+                rows = self.con.execute(
+                    f"SELECT n, count(*) FROM (SELECT count(*) AS n FROM {_q('attrs_' + a.stage)} "
+                    "WHERE cluster_id IS NOT NULL GROUP BY cluster_id) GROUP BY n ORDER BY n").fetchall()
+                sizes = {int(n): int(k) for n, k in rows}
+                return {"clusters": sum(sizes.values()), "sizes": sizes,
+                        "largest": max(sizes) if sizes else 0}
+        return None
+
+    def _drop_reasons(self) -> dict[str, dict[str, int]]:
+        out = {}
+        for a in self.view.attrs:
+            if "drop_reason" in a.columns:
+                rows = self.con.execute(
+                    f"SELECT drop_reason, count(*) FROM {_q('attrs_' + a.stage)} WHERE drop_reason IS NOT NULL "
+                    "AND drop_reason <> '' GROUP BY 1 ORDER BY 2 DESC").fetchall()
+                out[a.stage] = {str(r): int(n) for r, n in rows}
+        return out
+
+    def close(self) -> None:
+        self.con.close()
+
+
+class DaftEngine:
+    """Daft dataframes; ``runner="ray"`` runs them on a Ray cluster (``ray_address``, or a local one).
+
+    :param runner: ``native`` (this process, multithreaded) or ``ray``.
+    :param ray_address: Ray cluster address; None starts a local Ray.
+    """
+
+    def __init__(self, view: CuratedView, runner: str = "native", ray_address: str | None = None) -> None:
+        import daft
+
+        self.daft = daft
+        self.view = view
+        self.runner = runner
+        if runner == "ray":
+            _set_ray_runner(daft, ray_address)
+        elif runner != "native":
+            raise ValueError(f"daft_runner must be 'native' or 'ray', not {runner!r}")
+        self.io_config = _daft_io_config(daft, view.shard_files[0])
+
+    def _read(self, files: list[str]):
+        return self.daft.read_parquet([_path(f) for f in files], io_config=self.io_config)
+
+    def _attrs(self, a):
+        df = self._read(a.files)
+        return df.select(*[self.daft.col(src).alias(dst) for src, dst in a.columns.items()],
+                         self.daft.col("id").alias(f"__id_{a.stage}"))
+
+    def docs(self):
+        col, lit = self.daft.col, self.daft.lit
+        df = self._read(self.view.shard_files)
+        for a in self.view.attrs:
+            df = df.join(self._attrs(a), left_on="id", right_on=f"__id_{a.stage}", how="left")
+            df = df.with_column(a.has_flag, col(f"__id_{a.stage}").not_null()).exclude(f"__id_{a.stage}")
+        return df.with_column("__bytes", col("text").length_bytes())
+
+    def _cond(self, c):
+        col, lit = self.daft.col, self.daft.lit
+        kind, name = c
+        if kind == "keep":
+            return col(name).fill_null(lit(False))
+        if kind == "not":
+            return ~col(name).fill_null(lit(False))
+        return col(name)
+
+    def _all(self, conds):
+        expr = self.daft.lit(True)
+        for c in conds:
+            expr = expr & self._cond(c)
+        return expr
+
+    def metrics(self, curated_signals: list[str] | None = None) -> dict[str, Any]:
+        col, lit = self.daft.col, self.daft.lit
+        v = self.view
+        docs = self.docs()
+        cols = [n for n in v.schema().names if not n.startswith("_has_")]
+        aggs = [col("__bytes").count().alias("__rows"), col("__bytes").sum().alias("__text_bytes")]
+        aggs += [col(c).is_null().cast(self.daft.DataType.int64()).sum().alias(f"__null_{c}") for c in cols]
+        aggs += [(~col(a.has_flag)).cast(self.daft.DataType.int64()).sum().alias(f"__miss_{a.stage}")
+                 for a in v.attrs]
+        steps = v.funnel_steps()
+        for i, (_, _, conds) in enumerate(steps):
+            w = self._all(conds)
+            aggs += [w.cast(self.daft.DataType.int64()).sum().alias(f"__f{i}_rows"),
+                     (w.cast(self.daft.DataType.int64()) * col("__bytes")).sum().alias(f"__f{i}_bytes")]
+        dup = next((a.duplicate_column for a in v.attrs if a.duplicate_column), None)
+        if dup:
+            aggs += [col(dup).count().alias("__dup_assessed"),
+                     col(dup).fill_null(lit(False)).cast(self.daft.DataType.int64()).sum().alias("__dup_n")]
+        r = docs.agg(*aggs).to_pydict()
+        g = {k: (vals[0] if vals else None) for k, vals in r.items()}
+        distinct = docs.select("id").distinct().count_rows()
+        out: dict[str, Any] = {"engine": f"daft-{self.runner}", "rows": int(g["__rows"] or 0),
+                               "text_bytes": int(g["__text_bytes"] or 0), "distinct_ids": int(distinct)}
+        out["null_counts"] = {c: int(g[f"__null_{c}"] or 0) for c in cols}
+        out["missing_attrs"] = {a.stage: int(g[f"__miss_{a.stage}"] or 0) for a in v.attrs}
+        out["funnel"] = [{"label": "ingested", "stage": "ingest", "rows": out["rows"], "bytes": out["text_bytes"]}]
+        out["funnel"] += [{"label": label, "stage": stage, "rows": int(g[f"__f{i}_rows"] or 0),
+                           "bytes": int(g[f"__f{i}_bytes"] or 0)} for i, (label, stage, _) in enumerate(steps)]
+        out["duplicates"] = None
+        if dup:
+            assessed, dups = int(g["__dup_assessed"] or 0), int(g["__dup_n"] or 0)
+            out["duplicates"] = {"column": dup, "assessed": assessed, "duplicates": dups,
+                                 "rate": dups / assessed if assessed else 0.0}
+        out["signals"] = self._signals(None)
+        if curated_signals:
+            out["curated_signals"] = self._signals(curated_signals, docs.where(self._all(v.curated_conditions())))
+        out["clusters"] = self._clusters()
+        out["drop_reasons"] = self._drop_reasons()
+        return out
+
+    def _signals(self, only: list[str] | None, frame=None) -> dict[str, dict]:
+        import numpy as np
+
+        col = self.daft.col
+        wanted = list(only) if only is not None else self.view.numeric_columns()
+        out = {}
+        for a in self.view.attrs:
+            names = [dst for dst in a.columns.values() if dst in wanted]
+            if not names:
+                continue
+            df = (frame if frame is not None else self._attrs(a)).select(*names)
+            aggs = []
+            for n in names:
+                c = col(n).cast(self.daft.DataType.float64())
+                aggs += [c.count().alias(f"{n}__n"), c.min().alias(f"{n}__min"), c.max().alias(f"{n}__max"),
+                         c.mean().alias(f"{n}__mean"),
+                         c.approx_percentiles(list(QUANTILES)).alias(f"{n}__q")]
+            g = {k: v[0] for k, v in df.agg(*aggs).to_pydict().items()}
+            for n in names:
+                lo, hi, cnt = g[f"{n}__min"], g[f"{n}__max"], int(g[f"{n}__n"] or 0)
+                stats = {"count": cnt, "min": lo, "max": hi, "mean": g[f"{n}__mean"]}
+                for q, val in zip(QUANTILES, g[f"{n}__q"] or [None] * len(QUANTILES)):
+                    stats[f"p{int(round(q * 100)):02d}"] = val
+                hist = {"edges": [], "counts": []}
+                if cnt:
+                    edges = _bins(lo, hi)
+                    nb, width = len(edges) - 1, (edges[-1] - edges[0]) / (len(edges) - 1)
+                    b = ((col(n).cast(self.daft.DataType.float64()) - edges[0]) / width).floor()
+                    binned = (df.where(col(n).not_null()).select(b.alias("b")).groupby("b")
+                              .agg(col("b").count().alias("n")).to_pydict())
+                    counts = np.zeros(nb, dtype=np.int64)
+                    for bi, k in zip(binned["b"], binned["n"]):
+                        counts[min(max(int(bi), 0), nb - 1)] += int(k)
+                    hist = {"edges": edges, "counts": counts.tolist()}
+                stats["hist"] = hist
+                out[n] = stats
+        return out
+
+    def _clusters(self) -> dict | None:
+        col = self.daft.col
+        for a in self.view.attrs:
+            if "cluster_id" in a.columns:
+                df = self._read(a.files).where(col("cluster_id").not_null())
+                per = df.groupby("cluster_id").agg(col("cluster_id").count().alias("n"))
+                sizes_df = per.groupby("n").agg(col("n").count().alias("k")).to_pydict()
+                sizes = {int(n): int(k) for n, k in sorted(zip(sizes_df["n"], sizes_df["k"]))}
+                return {"clusters": sum(sizes.values()), "sizes": sizes, "largest": max(sizes) if sizes else 0}
+        return None
+
+    def _drop_reasons(self) -> dict[str, dict[str, int]]:
+        col = self.daft.col
+        out = {}
+        for a in self.view.attrs:
+            if "drop_reason" in a.columns:
+                df = self._read(a.files).where(col("drop_reason").not_null() & (col("drop_reason") != ""))
+                g = df.groupby("drop_reason").agg(col("drop_reason").count().alias("n")).to_pydict()
+                out[a.stage] = {str(r): int(n) for r, n in sorted(zip(g["drop_reason"], g["n"]),
+                                                                    key=lambda t: -t[1])}
+        return out
+
+    def sql(self, query: str) -> list[tuple]:
+        raise ValueError("sql checks need engine 'duckdb'")
+
+    def close(self) -> None:
+        pass
+
+
+def _set_ray_runner(daft, address: str | None) -> None:
+    import ray
+
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {"include_dashboard": False, "ignore_reinit_error": True}
+        if address:
+            kwargs["address"] = address
+        ray.init(**kwargs)
+    try:
+        daft.set_runner_ray(address=address)
+    except Exception as e:  # noqa: BLE001 - the runner can be set once per process
+        if "already" not in str(e).lower() and "cannot set runner" not in str(e).lower():
+            raise
+        log.info("daft runner already set: %s", e)
+
+
+def _daft_io_config(daft, uri: str):
+    proto = storage.protocol_of(uri)
+    if proto != "s3":
+        return None
+    opts = {**storage._env_storage_options("s3"), **storage._STORAGE_OPTIONS.get("s3", {})}
+    client = opts.get("client_kwargs", {})
+    s3 = daft.io.S3Config(key_id=opts.get("key"), access_key=opts.get("secret"),
+                          endpoint_url=opts.get("endpoint_url") or client.get("endpoint_url"),
+                          region_name=client.get("region_name", "us-east-1"), anonymous=bool(opts.get("anon")))
+    return daft.io.IOConfig(s3=s3)
+
+
+def make_engine(view: CuratedView, config: dict[str, Any]):
+    engine = config.get("engine", "duckdb")
+    if engine == "duckdb":
+        return DuckDBEngine(view, threads=config.get("threads"), memory_limit=config.get("memory_limit"))
+    if engine == "daft":
+        return DaftEngine(view, runner=config.get("daft_runner", "native"), ray_address=config.get("ray_address"))
+    raise ValueError(f"unknown validate engine {engine!r}; use 'duckdb' or 'daft'")
+
+
+def finite(x: Any) -> Any:
+    """JSON has no NaN: turn non-finite floats into None."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x

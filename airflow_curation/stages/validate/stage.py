@@ -1,0 +1,172 @@
+"""The validate stage: a barrier (one unit) that gates the pipeline on declared checks and writes the
+curation report beside the run's manifests.
+
+It reads the upstream manifest, builds the curated view (shards joined with every attrs folder by
+``id``, read in place), computes the metrics with DuckDB or Daft, runs the checks, writes
+``_manifests/<run_id>/report.{json,html}`` and fails with a readable summary when a check of severity
+``error`` fails. Its manifest passes the upstream shards through, so a publish step can read it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from airflow_curation.core import storage
+from airflow_curation.core.accounting import RowAccounting
+from airflow_curation.core.fingerprint import canonical_json
+from airflow_curation.core.manifest import Manifest, ManifestError, ShardEntry, UnitEntry
+from airflow_curation.stages.base import Stage, UnitResult
+from airflow_curation.stages.validate import checks as checks_mod
+from airflow_curation.stages.validate.engines import finite, make_engine
+from airflow_curation.stages.validate.report import build_report, report_uris, write_report
+from airflow_curation.stages.validate.view import CuratedView
+
+log = logging.getLogger(__name__)
+
+UNIT_ID = "validate"
+
+
+class ValidateStage(Stage):
+    """Declared checks over the curated view, and the run's report.
+
+    Settings (every threshold can come from a DAG param):
+
+    - ``engine``: ``duckdb`` (in process) or ``daft`` (``daft_runner``: ``native`` or ``ray``).
+    - ``checks``: a list of check dicts, or YAML text; ``checks_file``: URL of a YAML/JSON file.
+    - ``min_rows``, ``max_null_rate``, ``max_duplicate_rate``, ``min_kept_fraction``,
+      ``signal_bounds`` (``{column: {stat, min, max}}``): thresholds of the default checks.
+    - ``fail_on_error``: raise when a check of severity ``error`` fails (default True).
+    """
+
+    name = "validate"
+    version = "1"
+    RUNTIME_KEYS = Stage.RUNTIME_KEYS | {"threads", "memory_limit", "ray_address"}
+    DEFAULTS: dict[str, Any] = {
+        "engine": "duckdb",
+        "daft_runner": "native",
+        "checks": [],
+        "checks_file": None,
+        "min_rows": 1,
+        "max_null_rate": 0.0,
+        "max_duplicate_rate": None,
+        "min_kept_fraction": None,
+        "signal_bounds": {},
+        "fail_on_error": True,
+    }
+
+    # --- inputs -----------------------------------------------------------------------------------
+
+    @property
+    def input_manifest_uri(self) -> str:
+        uri = self.config.get("input_manifest")
+        if not uri:
+            raise ValueError("validate needs config['input_manifest'], the URI of the last stage's manifest")
+        return uri
+
+    def input_manifest(self) -> Manifest:
+        m = Manifest.read(self.input_manifest_uri)
+        if m.status != "complete":
+            raise ManifestError(f"input manifest {self.input_manifest_uri} has status {m.status!r}, not 'complete'")
+        return m
+
+    def stage_manifests(self) -> dict[str, tuple[str, Manifest]]:
+        """Every stage manifest of the input's run and of this run, by stage (this run's win)."""
+        dirs = [self.input_manifest_uri.rsplit("/", 1)[0], self.manifest_uri.rsplit("/", 1)[0]]
+        found: dict[str, tuple[str, Manifest]] = {}
+        for d in dict.fromkeys(dirs):
+            for uri in storage.listdir(d):
+                name = uri.rsplit("/", 1)[-1]
+                if not name.endswith(".json") or name in ("report.json", f"{self.name}.json"):
+                    continue
+                try:
+                    m = Manifest.read(uri)
+                except ManifestError:
+                    continue
+                found[m.stage] = (uri, m)
+        m = self.input_manifest()
+        found.setdefault(m.stage, (self.input_manifest_uri, m))
+        return found
+
+    def declared_checks(self) -> list[dict[str, Any]]:
+        declared = checks_mod.load_checks(self.config.get("checks"))
+        if self.config.get("checks_file"):
+            declared += checks_mod.load_checks(self.config["checks_file"])
+        return checks_mod.default_checks(self.config) + declared
+
+    # --- the stage --------------------------------------------------------------------------------
+
+    def plan(self) -> list[UnitEntry]:
+        m = self.input_manifest()
+        checks = self.declared_checks()  # fail early on a malformed check, before any work
+        others = {st: (mm.fingerprint, mm.status, mm.accounting) for st, (_, mm) in self.stage_manifests().items()}
+        payload = canonical_json({"shards": [(s.shard_id, s.checksum, sorted(s.attrs.items())) for s in m.shards],
+                                  "manifests": others, "checks": checks})
+        import xxhash
+
+        return [UnitEntry(unit_id=UNIT_ID, inputs=[self.input_manifest_uri],
+                          input_checksum=f"xxh64:{xxhash.xxh64(payload.encode()).hexdigest()}")]
+
+    def process_unit(self, unit: UnitEntry) -> UnitResult:
+        started = time.time()
+        m = self.input_manifest()
+        view = CuratedView.from_manifest(m)
+        declared = self.declared_checks()
+        manifests = self.stage_manifests()
+        engine = make_engine(view, self.config)
+        try:
+            metrics = engine.metrics(curated_signals=checks_mod.curated_signal_columns(declared, view))
+            ctx = checks_mod.Context(view=view, metrics=metrics, manifests={k: v[1] for k, v in manifests.items()},
+                                     input_manifest=m, engine=engine)
+            results = checks_mod.run_checks(declared, ctx)
+        finally:
+            engine.close()
+        summary = checks_mod.summary(results)
+        log.info("validate: %s", summary)
+        report = build_report(lake=self.lake, run_id=self.run_id, input_manifest_uri=self.input_manifest_uri,
+                              manifests=manifests, metrics=_json_safe(metrics),
+                              checks=_json_safe([r.to_dict() for r in results]), summary=summary,
+                              columns=view.columns_by_stage(), seconds=time.time() - started)
+        json_uri, html_uri = write_report(report, self.lake, self.run_id)
+        log.info("validate: report %s", html_uri)
+        acc = RowAccounting()
+        acc.keep(metrics["rows"])
+        failed = [r.name for r in results if r.status == "fail"]
+        return UnitResult(
+            outputs=[ShardEntry(**{**s.__dict__, "attrs": dict(s.attrs)}) for s in m.shards],
+            accounting=acc,
+            extra={"status": report["status"], "summary": summary, "failed_checks": failed,
+                   "report_json": json_uri, "report_html": html_uri,
+                   "funnel": metrics["funnel"], "engine": metrics["engine"]})
+
+    def finalize(self, manifest: Manifest) -> None:
+        rec = self.checkpoints.load(UNIT_ID)
+        extra = rec.extra if rec else {}
+        json_uri, html_uri = report_uris(self.lake, self.run_id)
+        # A rerun that found the checkpoint (same data, same checks) still gets its own report.
+        for src, dst in ((extra.get("report_json"), json_uri), (extra.get("report_html"), html_uri)):
+            if src and src != dst and storage.exists(src) and not storage.exists(dst):
+                storage.write_bytes(dst, storage.read_bytes(src))
+        manifest.config = {**manifest.config, "report_json": json_uri, "report_html": html_uri,
+                           "validation": extra.get("status")}
+        if extra.get("status") == "failed" and self.config.get("fail_on_error", True):
+            manifest.status = "failed"
+            manifest.write(self.manifest_uri)
+            raise checks_mod.ValidationFailed(
+                f"validation of {self.lake.dataset}"
+                f"{'/snapshot=' + self.lake.snapshot if self.lake.snapshot else ''} failed: "
+                f"{extra.get('summary')}\nreport: {html_uri}")
+
+
+def _json_safe(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        try:
+            return finite(x.item())
+        except (AttributeError, ValueError):
+            pass
+    return finite(x)

@@ -1,0 +1,195 @@
+"""The curated view, described once and queried by any engine (DuckDB in process, Daft on Ray).
+
+The view joins the shards with every attrs folder the manifest names, by ``id``, without copying
+anything: engines read the Parquet files in place, so projection and filter pushdown reach the scan.
+What exists decides what the view holds: a run with only ingest has the shard columns; each stage
+that lands adds its columns and, when it has a ``keep`` or ``is_duplicate`` column, a funnel step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_curation.core import storage
+from airflow_curation.core.manifest import Manifest
+
+# What the funnel calls each stage's survivors (stages not listed keep their own name).
+FUNNEL_LABELS = {"ingest": "raw", "preprocess": "quality", "dedup": "dedup", "enrich": "enriched"}
+# Manifests store attrs as a JSON object with sorted keys, so pipeline order is restated here;
+# stages not listed follow, by name.
+PIPELINE_ORDER = ("preprocess", "dedup", "enrich")
+
+
+def type_family(t: pa.DataType) -> str:
+    """Engine-neutral type names for schema checks."""
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "float"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return "list"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "binary"
+    return str(t)
+
+
+def is_numeric(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t)
+
+
+@dataclass
+class AttrsSource:
+    """One stage's additive columns: files, and how its columns are named in the view."""
+
+    stage: str
+    files: list[str]
+    schema: pa.Schema
+    columns: dict[str, str]  # column in the attrs files -> name in the view
+    shards_covered: int
+
+    @property
+    def alias(self) -> str:
+        return f"a_{self.stage}"
+
+    @property
+    def has_flag(self) -> str:
+        return f"_has_{self.stage}"
+
+    def view_name(self, column: str) -> str | None:
+        return self.columns.get(column)
+
+    @property
+    def keep_column(self) -> str | None:
+        f = self.schema.field("keep") if "keep" in self.schema.names else None
+        return self.columns["keep"] if f is not None and pa.types.is_boolean(f.type) else None
+
+    @property
+    def duplicate_column(self) -> str | None:
+        f = self.schema.field("is_duplicate") if "is_duplicate" in self.schema.names else None
+        return self.columns["is_duplicate"] if f is not None and pa.types.is_boolean(f.type) else None
+
+
+@dataclass
+class CuratedView:
+    """Everything an engine needs to build the view.
+
+    :param shard_files: the shards, in manifest order.
+    :param shard_schema: their (unified) schema.
+    :param attrs: one entry per stage that wrote additive columns, in pipeline order.
+    """
+
+    shard_files: list[str]
+    shard_schema: pa.Schema
+    attrs: list[AttrsSource] = field(default_factory=list)
+    shard_rows: int = 0
+    shard_bytes: int = 0
+
+    @classmethod
+    def from_manifest(cls, manifest: Manifest) -> "CuratedView":
+        if not manifest.shards:
+            raise ValueError(f"manifest of stage {manifest.stage!r} (run {manifest.run_id}) lists no shards: "
+                             "nothing to validate")
+        shard_files = [s.uri for s in manifest.shards]
+        shard_schema = _read_schema(shard_files[0])
+        taken = set(shard_schema.names)
+        stages: list[str] = []
+        for s in manifest.shards:
+            for st in s.attrs:
+                if st not in stages:
+                    stages.append(st)
+        stages.sort(key=lambda st: (PIPELINE_ORDER.index(st) if st in PIPELINE_ORDER else len(PIPELINE_ORDER), st))
+        attrs = []
+        for st in stages:
+            files = [s.attrs[st] for s in manifest.shards if st in s.attrs]
+            schema = _unify([_read_schema(files[0]), _read_schema(files[-1])])
+            if "id" not in schema.names:
+                raise ValueError(f"attrs of stage {st!r} ({files[0]}) have no 'id' column: cannot join them")
+            columns = {}
+            for name in schema.names:
+                if name == "id":
+                    continue
+                view_name = name if name not in taken else f"{st}_{name}"
+                taken.add(view_name)
+                columns[name] = view_name
+            attrs.append(AttrsSource(stage=st, files=files, schema=schema, columns=columns,
+                                     shards_covered=len(files)))
+        return cls(shard_files=shard_files, shard_schema=shard_schema, attrs=attrs,
+                   shard_rows=manifest.rows, shard_bytes=manifest.bytes)
+
+    def schema(self) -> pa.Schema:
+        """The view's columns (shard columns, then each stage's, then the ``_has_<stage>`` flags)."""
+        fields = list(self.shard_schema)
+        for a in self.attrs:
+            fields += [pa.field(view, a.schema.field(src).type) for src, view in a.columns.items()]
+        fields += [pa.field(a.has_flag, pa.bool_()) for a in self.attrs]
+        return pa.schema(fields)
+
+    def numeric_columns(self) -> list[str]:
+        """Signals worth a histogram: the numeric attrs columns (not cluster ids)."""
+        out = []
+        for a in self.attrs:
+            for src, view in a.columns.items():
+                if is_numeric(a.schema.field(src).type) and not src.endswith("_id") and src != "cluster_id":
+                    out.append(view)
+        return out
+
+    def column(self, name: str) -> str | None:
+        """Resolve ``name`` or ``stage.name`` to a view column."""
+        if name in self.schema().names:
+            return name
+        if "." in name:
+            st, col = name.split(".", 1)
+            for a in self.attrs:
+                if a.stage == st and col in a.columns:
+                    return a.columns[col]
+        return None
+
+    def funnel_steps(self) -> list[tuple[str, str, list[str]]]:
+        """``(label, stage, conditions)``: each step's rows satisfy every condition so far.
+
+        A condition is ``("keep", col)``, ``("not", col)`` or ``("has", flag)`` (the row was processed).
+        """
+        steps, conds = [], []
+        for a in self.attrs:
+            added = []
+            if a.keep_column:
+                added.append(("keep", a.keep_column))
+            if a.duplicate_column:
+                added.append(("not", a.duplicate_column))
+            if not added:
+                added.append(("has", a.has_flag))
+            conds = conds + added
+            steps.append((FUNNEL_LABELS.get(a.stage, a.stage), a.stage, list(conds)))
+        return steps
+
+    def curated_conditions(self) -> list[tuple[str, str]]:
+        steps = self.funnel_steps()
+        return steps[-1][2] if steps else []
+
+    def columns_by_stage(self) -> dict[str, list[str]]:
+        out = {"shards": list(self.shard_schema.names)}
+        for a in self.attrs:
+            out[a.stage] = list(a.columns.values())
+        return out
+
+
+def _read_schema(uri: str) -> pa.Schema:
+    try:
+        with storage.open_read(uri) as f:
+            return pq.read_schema(f)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"file named by the manifest is missing: {uri}") from e
+
+
+def _unify(schemas: list[pa.Schema]) -> pa.Schema:
+    try:
+        return pa.unify_schemas(schemas)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise ValueError(f"attrs files disagree on their schema: {e}") from e
