@@ -1,6 +1,7 @@
 """Stages: one engine each, all run by :class:`airflow_curation.stages.base.StageRunner`."""
 
 STAGES = {
+    "validate": "airflow_curation.stages.validate.stage:ValidateStage",
     "ingest": "airflow_curation.stages.ingest.stage:IngestStage",
 }
 
