@@ -1,0 +1,45 @@
+"""Fixtures of the Kubernetes backend tests: a fake API server on loopback and a backend bound to it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from k8s_fake_apiserver import FakeKubernetes
+
+from airflow_curation.backends.kubernetes import KubernetesBackend
+from airflow_curation.jobs.spec import JobSpec
+
+
+@pytest.fixture
+def fake_k8s():
+    with FakeKubernetes() as fake:
+        yield fake
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Path:
+    return tmp_path / "lake"
+
+
+@pytest.fixture
+def make_backend(fake_k8s, lake):
+    def make(**kw) -> KubernetesBackend:
+        kw.setdefault("pod", {"storage_secret": "lake-creds"})
+        return KubernetesBackend(host=fake_k8s.url, namespace="default", retry_backoff=0.01, **kw)
+
+    return make
+
+
+@pytest.fixture
+def make_spec(lake):
+    def make(stage: str = "preprocess", shards: int = 3, **config) -> JobSpec:
+        manifest = lake / "d" / "_manifests" / "r1" / "ingest.json"
+        manifest.parent.mkdir(parents=True, exist_ok=True)
+        # Only the shard count is read when sizing a sweep.
+        manifest.write_text(json.dumps({"shards": [{"shard_id": f"part-{i:05d}"} for i in range(shards)]}))
+        return JobSpec(stage=stage, lake={"root": str(lake), "dataset": "d", "snapshot": None}, run_id="r1",
+                       config={"input_manifest": str(manifest), **config})
+
+    return make

@@ -1,0 +1,263 @@
+"""The real ``kubernetes`` client's create / poll / cancel / logs / watch flow against a Kubernetes API
+server on loopback (see k8s_fake_apiserver.py), with the tests playing the controllers."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from airflow_curation.backends import get_backend
+from airflow_curation.backends.base import JobState
+from airflow_curation.backends.k8s_objects import LABEL_JOB
+from airflow_curation.backends.schemas import ManifestInvalid
+from airflow_curation.core import storage
+
+OK_RESULT = {"status": "succeeded", "manifest_uri": "x", "shards": 3, "rows": 30, "bytes": 300}
+
+
+def _write_result(handle, result=OK_RESULT):
+    storage.write_json(handle["result"], result)
+
+
+def test_registered_and_rebuildable_from_options(fake_k8s):
+    backend = get_backend("kubernetes", host=fake_k8s.url, namespace="ns1", parallelism=3)
+    again = get_backend("kubernetes", **backend.options())
+    assert again.options() == backend.options()
+    json.dumps(backend.options())  # a trigger carries them serialised
+
+
+def test_indexed_sweep_then_gather_through_every_state(fake_k8s, make_backend, make_spec):
+    backend = make_backend(engines={"preprocess": "indexed"}, parallelism=2)
+    handle = backend.submit(make_spec("preprocess", shards=3))
+    name = handle["name"]
+    assert handle["shard_groups"] == 3  # sized from the input manifest's shard count
+    job = fake_k8s.get("jobs", name)
+    cm = fake_k8s.get("configmaps", f"{name}-spec")
+    assert job["spec"]["completions"] == 3 and job["spec"]["parallelism"] == 2
+    # The spec ConfigMap is owned by the job, so deleting the job garbage-collects it.
+    assert cm["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    assert json.loads(cm["data"]["spec.json"])["stage"] == "preprocess"
+
+    assert backend.status(handle).state == JobState.PENDING
+    fake_k8s.set_status("jobs", name, {"active": 2, "ready": 0})
+    assert backend.status(handle).state == JobState.PENDING
+    fake_k8s.set_status("jobs", name, {"active": 2, "ready": 2, "succeeded": 1})
+    st = backend.status(handle)
+    assert st.state == JobState.RUNNING and "succeeded 1" in st.message
+    assert fake_k8s.get("jobs", f"{name}-gather") is None
+
+    # One group failed for good: the sweep fails, and the gather pass still runs to redo its units.
+    fake_k8s.set_status("jobs", name, {"succeeded": 2, "failed": 1, "failedIndexes": "1", "conditions": [
+        {"type": "Failed", "status": "True", "reason": "FailedIndexes", "message": "Job has failed indexes"}]})
+    st = backend.status(handle)
+    assert st.state == JobState.PENDING and st.message.startswith("gather:")
+    gather = fake_k8s.get("jobs", f"{name}-gather")
+    assert gather["metadata"]["labels"][LABEL_JOB] == name
+    argv = gather["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert "--shard-group" not in argv and argv[argv.index("--result") + 1] == handle["result"]
+    assert gather["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"] == f"{name}-spec"
+    backend.status(handle)
+    assert fake_k8s.names("jobs") == sorted([name, f"{name}-gather"])  # created once
+
+    fake_k8s.set_status("jobs", f"{name}-gather", {"active": 1, "ready": 1})
+    assert backend.status(handle).state == JobState.RUNNING
+    fake_k8s.set_status("jobs", f"{name}-gather", {"succeeded": 1, "conditions": [
+        {"type": "Complete", "status": "True"}]})
+    st = backend.status(handle)
+    assert st.state == JobState.FAILED and "wrote no result" in st.message
+    _write_result(handle)
+    st = backend.status(handle)
+    assert st.state == JobState.SUCCEEDED and st.result["rows"] == 30
+
+
+def test_bad_spec_fails_the_sweep_without_a_gather(fake_k8s, make_backend, make_spec):
+    backend = make_backend(engines={"preprocess": "indexed"})
+    handle = backend.submit(make_spec())
+    fake_k8s.set_status("jobs", handle["name"], {"failed": 1, "conditions": [
+        {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+         "message": "Container stage for pod default/x-0 failed with exit code 2"}]})
+    st = backend.status(handle)
+    assert st.state == JobState.FAILED and "exit code 2" in st.message
+    assert fake_k8s.get("jobs", f"{handle['name']}-gather") is None
+
+
+def test_failed_job_reports_the_stage_error(fake_k8s, make_backend, make_spec):
+    backend = make_backend(engines={"ingest": "job"})
+    handle = backend.submit(make_spec("ingest"))
+    assert handle["kind"] == "Job" and "shard_groups" not in handle
+    _write_result(handle, {"status": "failed", "error": "StageFailed: 2 of 3 units failed"})
+    fake_k8s.set_status("jobs", handle["name"], {"failed": 3, "conditions": [
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]})
+    st = backend.status(handle)
+    assert st.state == JobState.FAILED
+    assert "BackoffLimitExceeded" in st.message and "2 of 3 units failed" in st.message
+
+
+def test_submit_twice_reconnects_on_409_and_a_failed_job_gets_a_fresh_name(fake_k8s, make_backend, make_spec):
+    backend = make_backend()
+    spec = make_spec("dedup")
+    first = backend.submit(spec)
+    again = backend.submit(spec)
+    assert again == first and fake_k8s.names("daskjobs") == [first["name"]]
+    posts = [r for r in fake_k8s.requests if r[0] == "POST" and "daskjobs" in r[1]]
+    assert len(posts) == 2  # the second create answered 409 AlreadyExists
+
+    fake_k8s.set_status("daskjobs", first["name"], {"jobStatus": "Failed"})
+    third = backend.submit(spec)
+    assert third["name"] == f"{first['name']}-r1" and third["attempt"] == 1
+    assert fake_k8s.names("daskjobs") == sorted([first["name"], third["name"]])
+
+
+def test_lost_create_response_is_retried_into_a_reconnect(fake_k8s, make_backend, make_spec):
+    backend = make_backend()
+    # The API server creates the RayJob, then the answer is lost as a 500: the retry gets 409.
+    fake_k8s.fault("POST", r"/rayjobs$", 500, after=True)
+    handle = backend.submit(make_spec("enrich"))
+    assert fake_k8s.names("rayjobs") == [handle["name"]]
+    assert fake_k8s.get("configmaps", f"{handle['name']}-spec")["metadata"]["ownerReferences"]
+
+
+def test_5xx_is_retried_then_surfaces(fake_k8s, make_backend, make_spec):
+    backend = make_backend(retries=3)
+    handle = backend.submit(make_spec("dedup"))
+    fake_k8s.fault("GET", r"/daskjobs/", 503, count=3)
+    assert backend.status(handle).state == JobState.PENDING  # 3 failures, 4th try answers
+    fake_k8s.fault("GET", r"/daskjobs/", 502, count=4)
+    with pytest.raises(ApiException) as e:
+        backend.status(handle)
+    assert e.value.status == 502
+    fake_k8s.fault("GET", r"/daskjobs/", 403, count=1)  # not transient: no retry
+    with pytest.raises(ApiException) as e:
+        backend.status(handle)
+    assert e.value.status == 403 and not fake_k8s.faults[-1].count
+
+
+def test_invalid_objects_never_reach_the_server(fake_k8s, make_backend, make_spec):
+    bad_pod = {"tolerations": [{"keyy": "gpu"}]}
+    with pytest.raises(ManifestInvalid, match="keyy"):
+        make_backend(pod=bad_pod).submit(make_spec())
+    assert not [r for r in fake_k8s.requests if r[0] == "POST"]
+    # Without client-side validation the API server refuses it (422), and nothing is retried.
+    with pytest.raises(ApiException) as e:
+        make_backend(pod=bad_pod, validate=False).submit(make_spec())
+    assert e.value.status == 422
+    assert len([r for r in fake_k8s.requests if r[0] == "POST" and "jobs" in r[1]]) <= 1
+
+
+def test_ray_and_dask_state_mapping(fake_k8s, make_backend, make_spec):
+    backend = make_backend()
+    ray = backend.submit(make_spec("enrich"))
+    assert ray["kind"] == "RayJob"
+    for status, state in [({}, JobState.PENDING),
+                          ({"jobDeploymentStatus": "Initializing"}, JobState.PENDING),
+                          ({"jobDeploymentStatus": "Running", "jobStatus": "PENDING"}, JobState.PENDING),
+                          ({"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}, JobState.RUNNING),
+                          ({"jobDeploymentStatus": "Failed", "jobStatus": "FAILED", "message": "oom"}, JobState.FAILED),
+                          ({"jobDeploymentStatus": "ValidationFailed"}, JobState.FAILED),
+                          ({"jobDeploymentStatus": "Complete", "jobStatus": "STOPPED"}, JobState.CANCELLED),
+                          ({"jobDeploymentStatus": "Complete", "jobStatus": "FAILED"}, JobState.FAILED)]:
+        fake_k8s.set_status("rayjobs", ray["name"], status)
+        assert backend.status(ray).state == state, status
+    fake_k8s.set_status("rayjobs", ray["name"], {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"})
+    _write_result(ray)
+    assert backend.status(ray).state == JobState.SUCCEEDED
+
+    dask = backend.submit(make_spec("dedup"))
+    for status, state in [({"jobStatus": "JobCreated"}, JobState.PENDING),
+                          ({"jobStatus": "ClusterCreated"}, JobState.PENDING),
+                          ({"jobStatus": "Running"}, JobState.RUNNING),
+                          ({"jobStatus": "Failed"}, JobState.FAILED)]:
+        fake_k8s.set_status("daskjobs", dask["name"], status)
+        assert backend.status(dask).state == state, status
+
+
+def test_object_gone_uses_the_result_or_reports_it(fake_k8s, make_backend, make_spec):
+    backend = make_backend()
+    handle = backend.submit(make_spec("ingest"))
+    fake_k8s.objects = {k: v for k, v in fake_k8s.objects.items() if k[1] != "jobs"}  # deleted behind our back
+    st = backend.status(handle)
+    assert st.state == JobState.FAILED and "not found" in st.message
+    _write_result(handle)  # finished, then removed by ttlSecondsAfterFinished
+    assert backend.status(handle).state == JobState.SUCCEEDED
+
+
+@pytest.mark.parametrize("policy", ["Background", "Foreground"])
+def test_cancel_deletes_everything_with_the_propagation_policy(fake_k8s, make_backend, make_spec, policy):
+    backend = make_backend(propagation_policy=policy, engines={"preprocess": "indexed"})
+    handle = backend.submit(make_spec())
+    fake_k8s.set_status("jobs", handle["name"], {"succeeded": 3, "conditions": [{"type": "Complete", "status": "True"}]})
+    backend.status(handle)  # starts the gather job
+    backend.cancel(handle)
+    assert fake_k8s.names("jobs") == [] and fake_k8s.names("configmaps") == []
+    assert {(p, pol) for p, _, pol in fake_k8s.deletes} == {("jobs", policy), ("configmaps", policy)}
+    assert len(fake_k8s.deletes) == 3
+    assert backend.status(handle).state == JobState.CANCELLED
+    backend.cancel(handle)  # idempotent: 404s are fine
+    assert backend.status(handle).state == JobState.CANCELLED
+
+
+def test_cancel_ray_job(fake_k8s, make_backend, make_spec):
+    backend = make_backend()
+    handle = backend.submit(make_spec("enrich"))
+    backend.cancel(handle)
+    assert fake_k8s.names("rayjobs") == []
+    assert ("rayjobs", handle["name"], "Background") in fake_k8s.deletes
+
+
+def test_logs_stream_from_offsets_across_pods(fake_k8s, make_backend, make_spec):
+    backend = make_backend(engines={"preprocess": "indexed"})
+    handle = backend.submit(make_spec())
+    assert backend.logs(handle, 0) == ("", 0)
+    labels = {LABEL_JOB: handle["name"]}
+    fake_k8s.add_pod("p-0", labels, {"stage": "unit part-00000 done\n"})
+    fake_k8s.add_pod("other", {LABEL_JOB: "someone-else"}, {"stage": "not ours\n"})
+    text, off = backend.logs(handle, 0)
+    assert "unit part-00000 done" in text and "not ours" not in text
+    fake_k8s.logs[("default", "p-0", "stage")] += "unit part-00001 done\n"
+    fake_k8s.add_pod("p-1", labels, {"stage": "group 1\n", "sidecar": "noise\n"})
+    more, off2 = backend.logs(handle, off)
+    assert more.startswith("unit part-00001 done") and "group 1" in more and "noise" not in more
+    assert backend.logs(handle, off2) == ("", off2)
+
+
+def _later(seconds: float, fn) -> threading.Thread:
+    def run():
+        time.sleep(seconds)
+        fn()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_wait_survives_watch_timeouts_and_410_gone(fake_k8s, make_backend, make_spec):
+    backend = make_backend()
+    handle = backend.submit(make_spec("enrich"))
+    _write_result(handle)
+
+    def compact_then_finish():
+        # History is compacted while the client watches: its next watch gets 410 and must re-list.
+        fake_k8s.add_pod("unrelated", {}, {}, ns="elsewhere")
+        fake_k8s.compact()
+        time.sleep(1.5)
+        fake_k8s.set_status("rayjobs", handle["name"], {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"})
+
+    t = _later(0.3, compact_then_finish)
+    st = backend.wait(handle, timeout=60, watch_timeout=1)
+    t.join()
+    assert st.state == JobState.SUCCEEDED
+    watches = [p for m, p, _ in fake_k8s.requests if m == "GET" and "watch=" in p]
+    lists = [p for m, p, _ in fake_k8s.requests if m == "GET" and "rayjobs?" in p and "watch=" not in p]
+    assert len(watches) >= 2 and len(lists) >= 2  # timed-out watch resumed; 410 answered by a re-list
+
+
+def test_wait_returns_unfinished_at_its_timeout(fake_k8s, make_backend, make_spec):
+    backend = make_backend()
+    handle = backend.submit(make_spec("dedup"))
+    seen = []
+    st = backend.wait(handle, timeout=1, watch_timeout=1, poll=seen.append)
+    assert st.state == JobState.PENDING and seen

@@ -1,0 +1,219 @@
+"""Every object the Kubernetes backend builds validates against the real schemas, and says what it must."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shlex
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_curation.backends import k8s_objects as o
+from airflow_curation.backends.kubernetes import KubernetesBackend
+from airflow_curation.backends.schemas import ManifestInvalid, crd_schemas, validate_object
+from airflow_curation.jobs.spec import JobSpec
+
+POD_SETTINGS = [
+    {},
+    {"storage_secret": "lake-creds", "node_selector": {"pool": "cpu"},
+     "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "curation", "effect": "NoSchedule"}],
+     "gpu_node_selector": {"nvidia.com/gpu.present": "true"},
+     "gpu_tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+     "image_pull_secrets": ["regcred"], "priority_class": "batch-low", "gpus": 4,
+     "env": {"CURATION_LOG_LEVEL": "INFO"}, "labels": {"team": "data"}, "annotations": {"a/b": "c"},
+     "requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"cpu": "8", "memory": "32Gi"}},
+]
+
+
+def _spec(stage: str = "preprocess") -> JobSpec:
+    return JobSpec(stage=stage, lake={"root": "s3://bucket/lake", "dataset": "web", "snapshot": "2026-11-30"},
+                   run_id="scheduled__2026-11-30T00:00:00+00:00".replace("+", "_"), config={"workers": 2})
+
+
+def _containers(obj: dict) -> list[dict]:
+    out = []
+
+    def walk(x):
+        if isinstance(x, dict):
+            if "containers" in x and isinstance(x["containers"], list):
+                out.extend(x["containers"])
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(obj)
+    return out
+
+
+def _pod_specs(obj: dict) -> list[dict]:
+    out = []
+
+    def walk(x):
+        if isinstance(x, dict):
+            if "containers" in x and isinstance(x["containers"], list):
+                out.append(x)
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(obj)
+    return out
+
+
+@pytest.mark.parametrize("pod", POD_SETTINGS, ids=["defaults", "full"])
+@pytest.mark.parametrize("engine", o.ENGINES)
+def test_every_engine_builds_valid_non_root_objects(engine, pod):
+    stage = "enrich" if engine == "ray" else "preprocess"
+    backend = KubernetesBackend(host="http://127.0.0.1:1", namespace="curation", pod=pod,
+                                engines={stage: engine}, shard_groups=6, parallelism=4)
+    handle, objects = backend.build(_spec(stage))
+    assert [x["kind"] for x in objects][0] == "ConfigMap"
+    for obj in objects:
+        validate_object(obj)  # raises on any schema violation, unknown fields included
+    main = objects[1]
+    assert main["kind"] == {"indexed": "Job", "job": "Job", "dask": "DaskJob", "ray": "RayJob"}[engine]
+    assert handle["kind"] == main["kind"] and handle["name"] == main["metadata"]["name"]
+    for ps in _pod_specs(main):
+        assert ps["securityContext"]["runAsNonRoot"] is True
+        assert ps["securityContext"]["runAsUser"] != 0
+        assert ps["serviceAccountName"] == backend.pod.service_account
+        assert ps["volumes"][0]["configMap"]["name"] == f"{handle['name']}-spec"
+        if pod.get("node_selector"):
+            assert ps["nodeSelector"]["pool"] == "cpu"
+            assert ps["tolerations"][0]["key"] == "dedicated"
+    for c in _containers(main):
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert c["resources"]["requests"] and c["resources"]["limits"]
+        if pod.get("storage_secret"):
+            assert c["envFrom"] == [{"secretRef": {"name": "lake-creds"}}]
+        # No credential value anywhere: only the Secret's name.
+        assert "AWS_SECRET_ACCESS_KEY" not in json.dumps(c)
+
+
+def test_gpus_only_on_ray_workers_with_gpu_placement():
+    settings_ = o.PodSettings.from_dict(POD_SETTINGS[1])
+    obj = o.ray_job("cur-enrich-x", "ns", "enrich", "{}", settings_, workers=3, result_uri="s3://b/r.json")
+    validate_object(obj)
+    cluster = obj["spec"]["rayClusterSpec"]
+    worker_group = cluster["workerGroupSpecs"][0]
+    worker = worker_group["template"]["spec"]
+    assert worker_group["replicas"] == 3 and worker_group["groupName"] == "gpu"
+    res = worker["containers"][0]["resources"]
+    assert res["requests"]["nvidia.com/gpu"] == res["limits"]["nvidia.com/gpu"] == "4"
+    assert worker["nodeSelector"] == {"pool": "cpu", "nvidia.com/gpu.present": "true"}
+    assert {t["key"] for t in worker["tolerations"]} == {"dedicated", "nvidia.com/gpu"}
+    head = cluster["headGroupSpec"]["template"]["spec"]
+    assert "nvidia.com/gpu" not in head["containers"][0]["resources"]["limits"]
+    assert "nvidia.com/gpu.present" not in head.get("nodeSelector", {})
+    # The entrypoint is the one job command, quoted for the shell that `ray job submit` uses.
+    assert shlex.split(obj["spec"]["entrypoint"]) == o.job_command("s3://b/r.json")
+    assert obj["spec"]["shutdownAfterJobFinishes"] is True
+
+
+def test_sweep_is_indexed_with_per_index_retries_and_failure_policy():
+    job = o.sweep_job("cur-preprocess-x", "ns", "preprocess", "{}", o.PodSettings(), shard_groups=10,
+                      parallelism=4, result_dir="s3://b/jobs/x")
+    validate_object(job)
+    spec = job["spec"]
+    assert spec["completionMode"] == "Indexed" and spec["completions"] == 10 and spec["parallelism"] == 4
+    assert spec["backoffLimitPerIndex"] == 2 and "backoffLimit" not in spec
+    argv = spec["template"]["spec"]["containers"][0]["command"]
+    assert argv[argv.index("--shard-group") + 1] == "$(JOB_COMPLETION_INDEX)/10"
+    actions = {r["action"] for r in spec["podFailurePolicy"]["rules"]}
+    assert actions == {"FailJob", "FailIndex", "Ignore"}
+    assert spec["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_dask_job_matches_operator_conventions():
+    obj = o.dask_job("cur-dedup-x", "ns", "dedup", "{}", o.PodSettings(limits={"cpu": "2", "memory": "8Gi"}),
+                     workers=5, result_uri="s3://b/r.json")
+    validate_object(obj)
+    cluster = obj["spec"]["cluster"]["spec"]
+    assert cluster["worker"]["replicas"] == 5
+    worker_cmd = cluster["worker"]["spec"]["containers"][0]["command"]
+    assert worker_cmd[worker_cmd.index("--memory-limit") + 1] == "8GiB"
+    assert obj["spec"]["job"]["spec"]["containers"][0]["command"] == o.job_command("s3://b/r.json")
+
+
+def test_names_are_deterministic_per_spec_and_dns_safe():
+    a, b = _spec().to_json(), _spec("dedup").to_json()
+    assert o.object_name("preprocess", a) == o.object_name("preprocess", a)
+    assert o.object_name("preprocess", a) != o.object_name("preprocess", b)
+    assert o.object_name("preprocess", a, attempt=2).endswith("-r2")
+
+
+@settings(max_examples=50, deadline=None)
+@given(stage=st.text(max_size=80), spec=st.text(max_size=50), attempt=st.integers(0, 99))
+def test_any_stage_name_gives_a_valid_object_name(stage, spec, attempt):
+    name = o.object_name(stage, spec, attempt)
+    assert len(name) <= 52
+    cm = o.spec_config_map(name, "ns", stage, spec, o.PodSettings())
+    validate_object(cm)  # names and label values stay legal whatever the stage is called
+
+
+def test_pod_settings_refuse_root_and_numbers_as_quantities():
+    with pytest.raises(ValueError, match="non-root"):
+        o.PodSettings(run_as_user=0)
+    with pytest.raises(ValueError, match="quantity string"):
+        o.PodSettings(requests={"cpu": 2})
+    with pytest.raises(ValueError, match="unknown pod settings"):
+        o.PodSettings.from_dict({"imagee": "x"})
+
+
+def test_validator_rejects_unknown_fields_wrong_types_and_missing_required():
+    good = o.ray_job("cur-enrich-x", "ns", "enrich", "{}", o.PodSettings(), workers=1, result_uri="r")
+    validate_object(good)
+    bad = copy.deepcopy(good)
+    bad["spec"]["shutdownAfterJobFinish"] = True  # typo: unknown field
+    with pytest.raises(ManifestInvalid, match="shutdownAfterJobFinish"):
+        validate_object(bad)
+    bad = copy.deepcopy(good)
+    bad["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["replicas"] = "three"
+    with pytest.raises(ManifestInvalid, match="replicas"):
+        validate_object(bad)
+    bad = copy.deepcopy(good)
+    del bad["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["groupName"]
+    with pytest.raises(ManifestInvalid, match="groupName"):
+        validate_object(bad)
+
+    job = o.gather_job("cur-x", "ns", "x", "{}", o.PodSettings(), result_uri="r")
+    validate_object(job)
+    bad = copy.deepcopy(job)
+    bad["spec"]["template"]["spec"]["containers"][0]["resource"] = {}
+    with pytest.raises(ManifestInvalid):
+        validate_object(bad)
+    bad = copy.deepcopy(job)
+    bad["spec"]["completions"] = "1"
+    with pytest.raises(ManifestInvalid):
+        validate_object(bad)
+    bad = copy.deepcopy(job)
+    bad["metadata"]["name"] = "Not_A_Name"
+    with pytest.raises(ManifestInvalid, match="DNS-1123"):
+        validate_object(bad)
+
+    dask = o.dask_job("cur-x", "ns", "x", "{}", o.PodSettings(), workers=1, result_uri="r")
+    bad = copy.deepcopy(dask)
+    del bad["spec"]["cluster"]["spec"]["scheduler"]["service"]
+    with pytest.raises(ManifestInvalid, match="service"):
+        validate_object(bad)
+
+
+def test_shipped_crd_schemas_cover_the_kinds_we_create():
+    assert {("ray.io/v1", "RayJob"), ("ray.io/v1", "RayCluster"), ("kubernetes.dask.org/v1", "DaskJob"),
+            ("kubernetes.dask.org/v1", "DaskCluster")} <= set(crd_schemas())
+
+
+def test_spec_travels_in_a_config_map_without_secrets():
+    spec = _spec()
+    cm = o.spec_config_map("cur-x", "ns", "preprocess", spec.to_json(), o.PodSettings())
+    validate_object(cm)
+    assert JobSpec.from_dict(json.loads(cm["data"]["spec.json"])) == spec
+    secret = o.storage_secret("lake-creds", "ns", {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"})
+    validate_object(secret)
