@@ -1,0 +1,132 @@
+"""Connected components of a graph too large for one machine's memory: large-star / small-star
+(Kiveris et al., "Connected Components in MapReduce and Beyond", SoCC 2014) over spill files.
+
+The edge set lives in hash partitions by source node, both directions stored. One step reads one
+partition at a time, groups each node's neighbours with a sort, and writes the new edges back into
+partitions; a round is a large-star step then a small-star step. When a round leaves the edge set
+unchanged, every component is a star around its lowest node, which is its label. No step ever holds
+more than one partition, and the result (label = the component's lowest node) does not depend on the
+number of partitions or workers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from airflow_curation.core import storage
+from airflow_curation.core.lsh import mix64, partition_of, read_partition, unique_edges, write_partitioned
+
+log = logging.getLogger(__name__)
+
+EDGE_COLUMNS = {"src": np.uint64, "dst": np.uint64}
+LABEL_COLUMNS = {"node": np.uint64, "label": np.uint64}
+Mapper = Callable[[Callable[..., Any], Iterable[tuple]], Iterator[Any]]
+
+
+def _serial(fn, arg_tuples):
+    for args in arg_tuples:
+        yield fn(*args)
+
+
+def _both_directions(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    keep = a != b
+    a, b = a[keep], b[keep]
+    return np.concatenate([a, b]), np.concatenate([b, a])
+
+
+def write_edges(uri: str, a: np.ndarray, b: np.ndarray, num_partitions: int) -> int:
+    """Write undirected edges (both directions) partitioned by source."""
+    src, dst = _both_directions(np.asarray(a, np.uint64), np.asarray(b, np.uint64))
+    return write_partitioned(uri, {"src": src, "dst": dst}, partition_of(src, num_partitions))
+
+
+def _grouped(src: np.ndarray, dst: np.ndarray):
+    """Distinct edges sorted by source, each source's group index, and each group's lowest
+    neighbour-or-self."""
+    src, dst = unique_edges(src, dst)
+    starts = np.flatnonzero(np.r_[True, src[1:] != src[:-1]]) if src.size else np.empty(0, np.int64)
+    group = np.cumsum(np.r_[True, src[1:] != src[:-1]]) - 1 if src.size else np.empty(0, np.int64)
+    mins = np.minimum(np.minimum.reduceat(dst, starts), src[starts]) if src.size else np.empty(0, np.uint64)
+    return src, dst, starts, group, mins
+
+
+def _digest(src: np.ndarray, dst: np.ndarray) -> int:
+    """Order-independent digest of the distinct undirected edges stored as src < dst."""
+    keep = src < dst
+    with np.errstate(over="ignore"):
+        h = mix64(mix64(src[keep]) ^ dst[keep])
+    return int(h.sum(dtype=np.uint64)) ^ int(keep.sum())
+
+
+def _step(kind: str, inputs: list[str], p: int, num_partitions: int, out_uri: str) -> tuple[int, int]:
+    """One large-star or small-star step on partition ``p``; returns (edges written, digest of the
+    partition's input edges)."""
+    e = read_partition(inputs, p, EDGE_COLUMNS)
+    src, dst, starts, group, mins = _grouped(e["src"], e["dst"])
+    digest = _digest(src, dst)
+    m = mins[group] if src.size else np.empty(0, np.uint64)
+    if kind == "large":
+        # link every larger neighbour to the lowest node of the neighbourhood
+        sel = dst > src
+        a, b = dst[sel], m[sel]
+    else:
+        # link every smaller neighbour, and the node itself, to the lowest of them
+        sel = dst < src
+        head = mins < src[starts]
+        a = np.concatenate([dst[sel], src[starts][head]])
+        b = np.concatenate([m[sel], mins[head]])
+    return write_edges(out_uri, a, b, num_partitions), digest
+
+
+def _labels(inputs: list[str], p: int, out_uri: str, out_partitions: int) -> int:
+    """At convergence: (node, label) of every node whose label is lower than itself, partitioned by
+    shard index so that each shard's writer reads one partition."""
+    e = read_partition(inputs, p, EDGE_COLUMNS)
+    src, dst, starts, group, mins = _grouped(e["src"], e["dst"])
+    nodes = src[starts] if src.size else np.empty(0, np.uint64)
+    sel = mins < nodes
+    nodes, labels = nodes[sel], mins[sel]
+    part = (nodes >> np.uint64(32)).astype(np.int64) % out_partitions
+    return write_partitioned(out_uri, {"node": nodes, "label": labels}, part)
+
+
+def connected_components(edge_uris: list[str], work_dir: str, num_partitions: int, out_partitions: int,
+                         mapper: Mapper | None = None, max_rounds: int = 200) -> list[str]:
+    """Label every node of the graph in ``edge_uris`` (written by :func:`write_edges` with
+    ``num_partitions``) with its component's lowest node.
+
+    :returns: label spill files with columns ``node``, ``label`` (only nodes whose label differs from
+        themselves), partitioned by ``shard index % out_partitions``.
+    """
+    mapper = mapper or _serial
+    current = list(edge_uris)
+    previous_digest = None
+    for rnd in range(max_rounds):
+        round_digest = None
+        for kind in ("large", "small"):
+            outs = [storage.join(work_dir, f"round-{rnd:03d}-{kind}", f"part-{p:05d}.parquet")
+                    for p in range(num_partitions)]
+            results = list(mapper(_step, [(kind, current, p, num_partitions, outs[p])
+                                          for p in range(num_partitions)]))
+            if round_digest is None:
+                round_digest = sum(d for _, d in results) & (2**64 - 1)
+            if current is not edge_uris and list(current) != list(edge_uris):
+                for uri in current:
+                    storage.remove(uri)  # the previous step's files: no longer needed
+            current = outs
+            log.info("components: round %d %s-star, %d directed edges", rnd, kind,
+                     sum(n for n, _ in results))
+        if round_digest == previous_digest:
+            break  # the last round changed nothing: every component is a star around its lowest node
+        previous_digest = round_digest
+    else:
+        raise RuntimeError(f"connected components did not converge in {max_rounds} rounds")
+    outs = [storage.join(work_dir, "labels", f"part-{p:05d}.parquet") for p in range(num_partitions)]
+    list(mapper(_labels, [(current, p, outs[p], out_partitions) for p in range(num_partitions)]))
+    for uri in current:
+        storage.remove(uri)
+    return outs

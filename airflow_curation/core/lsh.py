@@ -1,0 +1,135 @@
+"""LSH buckets that scale past memory: hash-partitioned spill files and candidate pairs per partition.
+
+A spill file holds the rows one writer produced, sorted into one Parquet row group per partition,
+with the partition -> row group index in the file's metadata. Reading partition ``p`` of a set of
+spill files reads one row group from each: every partition is processed alone, so memory is bounded
+by the largest partition, never by the corpus. The number of partitions comes from a memory budget
+(:func:`partitions_for`).
+
+Documents are ``node`` keys (uint64): ``shard index << 32 | row``. Their order is the keeper order:
+the lowest node of a cluster (the first occurrence in manifest order) is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_curation.core import storage
+
+_META_KEY = b"curation.partitions"
+_M1 = np.uint64(0xFF51AFD7ED558CCD)
+_M2 = np.uint64(0xC4CEB9FE1A85EC53)
+ROW_BITS = 32
+
+
+def node_keys(shard_index: int, rows: np.ndarray | int) -> np.ndarray:
+    """Node keys of ``rows`` (positions inside shard number ``shard_index``)."""
+    rows = np.arange(rows, dtype=np.uint64) if np.isscalar(rows) else np.asarray(rows, np.uint64)
+    if shard_index < 0 or shard_index >= 2**31:
+        raise ValueError(f"shard index {shard_index} out of range")
+    if rows.size and int(rows.max()) >= 2**ROW_BITS:
+        raise ValueError("a shard holds more than 2**32 rows")
+    return (np.uint64(shard_index) << np.uint64(ROW_BITS)) | rows
+
+
+def shard_of(nodes: np.ndarray) -> np.ndarray:
+    return (nodes >> np.uint64(ROW_BITS)).astype(np.int64)
+
+
+def row_of(nodes: np.ndarray) -> np.ndarray:
+    return (nodes & np.uint64(2**ROW_BITS - 1)).astype(np.int64)
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """A bijective 64-bit mixer (murmur3's finaliser): spreads keys evenly over partitions."""
+    x = np.asarray(x, np.uint64).copy()
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(33)
+        x *= _M1
+        x ^= x >> np.uint64(33)
+        x *= _M2
+        x ^= x >> np.uint64(33)
+    return x
+
+
+def partition_of(keys: np.ndarray, num_partitions: int) -> np.ndarray:
+    return (mix64(keys) % np.uint64(num_partitions)).astype(np.int64)
+
+
+def partitions_for(total_bytes: int, memory_budget: int, expansion: float = 4.0, maximum: int = 4096) -> int:
+    """Partitions such that one partition, expanded ``expansion`` times while it is sorted and
+    grouped, fits ``memory_budget``."""
+    if memory_budget <= 0:
+        raise ValueError(f"memory budget must be positive, got {memory_budget}")
+    return int(min(maximum, max(1, math.ceil(total_bytes * expansion / memory_budget))))
+
+
+def write_partitioned(uri: str, columns: dict[str, np.ndarray], partition: np.ndarray) -> int:
+    """Write ``columns`` to one Parquet file, one row group per non-empty partition; returns rows."""
+    partition = np.asarray(partition, np.int64)
+    order = np.argsort(partition, kind="stable")
+    sorted_parts = partition[order]
+    present, starts = np.unique(sorted_parts, return_index=True)
+    ends = np.append(starts[1:], len(sorted_parts)).astype(np.int64)
+    table = pa.table({name: pa.array(np.asarray(col)[order]) for name, col in columns.items()})
+    index = {int(p): i for i, p in enumerate(present)}
+    schema = table.schema.with_metadata({_META_KEY: json.dumps(index).encode()})
+    with storage.atomic_open(uri) as f, pq.ParquetWriter(f, schema, compression="zstd") as w:
+        if not len(present):
+            w.write_table(table.cast(schema))  # an empty file still carries the schema and index
+        for s, e in zip(starts, ends):
+            w.write_table(table.slice(int(s), int(e - s)).cast(schema), row_group_size=int(e - s))
+    return int(len(partition))
+
+
+def read_partition(uris: list[str], p: int, columns: dict[str, np.dtype]) -> dict[str, np.ndarray]:
+    """Rows of partition ``p`` from every spill file in ``uris`` (in that order)."""
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in columns}
+    for uri in uris:
+        with storage.open_read(uri) as f:
+            pf = pq.ParquetFile(f)
+            meta = pf.schema_arrow.metadata or {}
+            index = json.loads(meta.get(_META_KEY, b"{}"))
+            rg = index.get(str(p))
+            if rg is None:
+                continue
+            t = pf.read_row_group(rg, columns=list(columns))
+        for name in columns:
+            parts[name].append(t.column(name).to_numpy())
+    return {name: (np.concatenate(v).astype(columns[name], copy=False) if v else np.empty(0, columns[name]))
+            for name, v in parts.items()}
+
+
+def star_edges(keys: list[np.ndarray], nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Candidate edges of one partition: within each bucket (rows with equal ``keys``), every member
+    is linked to the bucket's lowest node. A bucket of k members gives k-1 edges, not k(k-1)/2, and
+    connectivity is the same. Returns ``(lowest, member)`` arrays, ``lowest < member``."""
+    if nodes.size == 0:
+        return np.empty(0, np.uint64), np.empty(0, np.uint64)
+    order = np.lexsort([nodes, *reversed(keys)])
+    nodes = nodes[order]
+    keys = [k[order] for k in keys]
+    new = np.zeros(nodes.size, bool)
+    new[0] = True
+    for k in keys:
+        new[1:] |= k[1:] != k[:-1]
+    group = np.cumsum(new) - 1
+    lowest = nodes[new][group]
+    mask = nodes != lowest
+    return lowest[mask], nodes[mask]
+
+
+def unique_edges(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct pairs, sorted by (src, dst)."""
+    if src.size == 0:
+        return src, dst
+    order = np.lexsort([dst, src])
+    src, dst = src[order], dst[order]
+    keep = np.ones(src.size, bool)
+    keep[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+    return src[keep], dst[keep]
