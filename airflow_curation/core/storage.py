@@ -8,6 +8,7 @@ key directly and let checkpoint records (written last) define "done".
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import posixpath
@@ -40,6 +41,9 @@ def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """The filesystem for ``url`` and the path inside it."""
     protocol = protocol_of(url)
     options = {**_env_storage_options(protocol), **_STORAGE_OPTIONS.get(protocol, {})}
+    if not is_local(url):
+        # Other processes (jobs, sensors) write the lake: a cached listing would hide their checkpoints.
+        options.setdefault("use_listings_cache", False)
     fs, path = url_to_fs(url, **options)
     return fs, path
 
@@ -122,9 +126,21 @@ def atomic_open(url: str, mode: str = "wb") -> Iterator[IO]:
                 os.unlink(tmp)
             raise
     else:
-        # The object is published when the upload completes on close; an exception aborts it.
-        with fs.open(path, mode) as f:
+        # The object is published when the upload completes on close. Closing is what an fsspec file's
+        # own context manager does even on error, which would publish a partial object: on error we
+        # discard the upload (aborting a multipart one) and mark the file closed instead.
+        raw = fs.open(path, "wb")
+        f = raw if "b" in mode else io.TextIOWrapper(raw, encoding="utf-8")
+        try:
             yield f
+        except BaseException:
+            discard = getattr(raw, "discard", None)
+            if callable(discard):
+                discard()
+            with contextlib.suppress(AttributeError):  # fsspec buffered files: no upload on close/del
+                raw.closed = True
+            raise
+        f.close()
 
 
 def write_bytes(url: str, data: bytes) -> None:

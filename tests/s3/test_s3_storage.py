@@ -1,0 +1,150 @@
+"""The core storage layer on a real S3 API (moto server on loopback)."""
+
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+import xxhash
+
+from airflow_curation.core import storage
+from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore
+from airflow_curation.core.layout import Lake
+from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
+from airflow_curation.core.schema import SHARD_SCHEMA
+from airflow_curation.core.shards import ShardWriter, read_shard
+
+pytestmark = pytest.mark.s3
+
+
+def _keys(client, bucket, prefix=""):
+    resp = client.list_objects_v2(Bucket=bucket, Prefix=prefix)
+    return sorted(o["Key"] for o in resp.get("Contents", []))
+
+
+def test_write_read_exists_size_remove(s3_bucket, s3_client):
+    uri = f"s3://{s3_bucket}/a/b.json"
+    assert not storage.exists(uri)
+    storage.write_json(uri, {"x": 1})
+    assert storage.exists(uri) and storage.read_json(uri) == {"x": 1}
+    assert storage.size(uri) == len(storage.read_bytes(uri))
+    assert _keys(s3_client, s3_bucket) == ["a/b.json"]  # no temporary objects left behind
+    with storage.atomic_open(f"s3://{s3_bucket}/t.txt", "w") as f:
+        f.write("héllo")
+    assert storage.read_bytes(f"s3://{s3_bucket}/t.txt") == "héllo".encode()
+    storage.remove(uri)
+    storage.remove(uri)
+    assert not storage.exists(uri)
+
+
+def test_atomic_open_publishes_nothing_on_error(s3_bucket, s3_client):
+    uri = f"s3://{s3_bucket}/out/data.bin"
+    with pytest.raises(RuntimeError):
+        with storage.atomic_open(uri) as f:
+            f.write(b"partial " * 1000)
+            raise RuntimeError("writer died")
+    assert _keys(s3_client, s3_bucket) == []
+    assert not storage.exists(uri)
+
+
+def test_atomic_open_keeps_the_old_object_on_error(s3_bucket):
+    uri = f"s3://{s3_bucket}/m.json"
+    storage.write_json(uri, {"v": 1})
+    with pytest.raises(ValueError):
+        with storage.atomic_open(uri) as f:
+            f.write(b'{"v": 2, "trunc')
+            raise ValueError("boom")
+    assert storage.read_json(uri) == {"v": 1}
+
+
+def test_large_multipart_write_and_abort(s3_bucket, s3_client):
+    """Bigger than one upload part (5 MiB): completes whole, or leaves nothing when aborted."""
+    uri = f"s3://{s3_bucket}/big.bin"
+    block = bytes(range(256)) * 4096  # 1 MiB
+    with storage.atomic_open(uri) as f:
+        for _ in range(12):
+            f.write(block)
+    assert storage.size(uri) == 12 * len(block)
+    assert storage.read_bytes(uri) == block * 12
+    bad = f"s3://{s3_bucket}/big-bad.bin"
+    with pytest.raises(RuntimeError):
+        with storage.atomic_open(bad) as f:
+            for _ in range(12):
+                f.write(block)
+            raise RuntimeError("killed mid-upload")
+    assert not storage.exists(bad)
+    assert s3_client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []
+
+
+def test_listdir_sorted_files_only(s3_bucket):
+    base = f"s3://{s3_bucket}/dir"
+    for name in ("b.json", "a.json", "sub/c.json"):
+        storage.write_bytes(f"{base}/{name}", b"{}")
+    assert storage.listdir(base) == [f"{base}/a.json", f"{base}/b.json"]
+    assert storage.listdir(f"s3://{s3_bucket}/missing") == []
+    assert storage.glob(f"{base}/*.json") == [f"{base}/a.json", f"{base}/b.json"]
+
+
+def test_listdir_sees_objects_written_by_another_process(s3_bucket):
+    """A sensor polls the checkpoint folder while a job process writes to it: no stale listing."""
+    store = CheckpointStore(f"s3://{s3_bucket}/lake/_checkpoints/ingest/fp")
+    assert store.scan() == (set(), set())
+    store.commit(CheckpointRecord("u0", "ingest", "fp", "c"))
+    assert store.scan() == ({"u0"}, set())  # this listing is what a cache would keep
+    code = ("from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore;"
+            f"CheckpointStore('{store.directory}').commit(CheckpointRecord('u1', 'ingest', 'fp', 'c'))")
+    subprocess.run([sys.executable, "-c", code], check=True)  # options come from CURATION_STORAGE_OPTIONS_S3
+    assert store.scan() == ({"u0", "u1"}, set())
+    assert store.is_done("u1", "c", "fp") is not None
+
+
+def test_manifest_and_checkpoint_round_trip(s3_bucket):
+    lake = Lake(f"s3://{s3_bucket}/lake", "web", snapshot="2026-11-30")
+    muri = lake.manifest_uri("run1", "ingest")
+    m = Manifest(dataset="web", stage="ingest", run_id="run1", fingerprint="f" * 16, lake=lake.to_dict(),
+                 units=[UnitEntry("u1", ["s3://in/a.jsonl"], "xxh64:1")],
+                 shards=[ShardEntry("part-0", lake.shard_uri("part-0"), 3, 100, "xxh64:2", "u1")],
+                 status="complete")
+    m.write(muri)
+    assert muri.startswith(f"s3://{s3_bucket}/lake/web/snapshot=2026-11-30/_manifests/run1/")
+    assert Manifest.read(muri) == m
+
+    store = CheckpointStore(lake.checkpoint_dir("ingest", "f" * 16))
+    store.commit(CheckpointRecord("u1", "ingest", "f" * 16, "xxh64:1", outputs=[{"shard_id": "part-0"}]))
+    store.mark_failed("u2", "boom", 2)
+    assert store.is_done("u1", "xxh64:1", "f" * 16).outputs == [{"shard_id": "part-0"}]
+    assert store.is_done("u1", "xxh64:other", "f" * 16) is None
+    assert store.scan() == ({"u1"}, {"u2"})
+    store.commit(CheckpointRecord("u2", "ingest", "f" * 16, "xxh64:3"))
+    assert store.scan() == ({"u1", "u2"}, set())
+    assert store.failure("u2") is None
+
+
+def test_shard_writer_to_s3(s3_bucket, s3_client):
+    directory = f"s3://{s3_bucket}/lake/web/shards"
+    w = ShardWriter(directory, lambda k: f"part-{k:05d}", SHARD_SCHEMA, target_bytes=8_000, row_group_rows=50)
+    for i in range(600):
+        text = " ".join(f"t{(i * 31 + j * 17) % 9973}" for j in range(30))
+        w.write({"id": f"d{i:05d}", "text": text, "source": "a.jsonl", "meta": None}, nbytes=len(text))
+    shards = w.close()
+    assert len(shards) > 1 and sum(s.rows for s in shards) == 600
+    assert _keys(s3_client, s3_bucket, "lake/web/shards/") == [f"lake/web/shards/{s.shard_id}.parquet"
+                                                               for s in shards]
+    ids = []
+    for s in shards:
+        data = storage.read_bytes(s.uri)
+        assert s.bytes == len(data) and s.checksum == f"xxh64:{xxhash.xxh64(data).hexdigest()}"
+        t = read_shard(s.uri)
+        assert t.num_rows == s.rows
+        ids += t.column("id").to_pylist()
+        with storage.open_read(s.uri) as f:
+            assert pq.ParquetFile(f).metadata.row_group(0).column(1).compression == "ZSTD"
+    assert ids == [f"d{i:05d}" for i in range(600)]
+
+
+def test_shard_writer_abort_leaves_nothing_on_s3(s3_bucket, s3_client):
+    w = ShardWriter(f"s3://{s3_bucket}/shards", lambda k: f"part-{k:05d}", SHARD_SCHEMA, row_group_rows=10)
+    for i in range(35):
+        w.write({"id": str(i), "text": "x" * 50, "source": "s", "meta": None})
+    w.abort()
+    assert _keys(s3_client, s3_bucket) == []
