@@ -1,0 +1,215 @@
+"""Gate a curation run on declared checks and publish its report (``stages/validate``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_curation.backends import JobState
+from airflow_curation.core import storage
+from airflow_curation.core.layout import Lake
+from airflow_curation.links.curation import _PushedLink
+from airflow_curation.operators.base import CurationStageOperator, summary_of
+
+REPORT_XCOM_KEY = "curation_report"
+PLUGIN_PREFIX = "/curation"
+
+
+class CurationReportLink(_PushedLink):
+    """The run's curation report, served by the ``curation`` UI plugin."""
+
+    name = "Curation report"
+
+    @classmethod
+    def persist(cls, context: Any, uri: str | None = None) -> None:
+        from urllib.parse import quote
+
+        try:
+            from airflow.configuration import conf
+
+            base = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
+        except Exception:  # noqa: BLE001 - a relative link still works from the UI
+            base = ""
+        ti = context["ti"]
+        url = f"{base}{PLUGIN_PREFIX}/report/{quote(ti.dag_id, safe='')}/{quote(ti.run_id, safe='')}"
+        ti.xcom_push(key=f"_link_{cls.__name__}", value=url)
+
+
+def _num(value: Any, cast=float) -> Any:
+    # Templated params arrive as strings; "" and "None" mean "no threshold".
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None", "null")):
+        return None
+    return cast(value)
+
+
+class ValidateOperator(CurationStageOperator):
+    """Run the validate stage: declared checks over the curated view, then the curation report.
+
+    A failed check fails the task without retries (the data, not the machine, is wrong) and the
+    message is the checks' summary. The report is pushed to XCom (``curation_report``) and linked
+    from the task ("Curation report") and from the run's page (the ``curation`` UI plugin).
+
+    :param input_manifest: manifest of the last stage to validate; default: the ``manifest_uri`` that
+        ``input_task_id`` returned.
+    :param input_task_id: the upstream stage task whose manifest to validate.
+    :param checks: check dicts (or YAML text); see ``docs/validate.md``.
+    :param checks_file: URL of a YAML/JSON file of checks.
+    :param engine: ``duckdb`` (in process) or ``daft`` (``daft_runner="ray"`` for a Ray cluster).
+    :param min_rows: fewest curated rows allowed.
+    :param max_null_rate: highest null rate of ``id`` and ``text``.
+    :param max_duplicate_rate: highest duplicate rate (None: not checked).
+    :param min_kept_fraction: smallest share of rows that survive curation (None: not checked).
+    :param signal_bounds: ``{column: {"stat": "mean", "min": .., "max": ..}}``.
+    """
+
+    stage = "validate"
+    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, "input_manifest", "checks",
+                                      "checks_file", "engine", "min_rows", "max_null_rate", "max_duplicate_rate",
+                                      "min_kept_fraction", "signal_bounds")
+    operator_extra_links = (*CurationStageOperator.operator_extra_links, CurationReportLink())
+    ui_color = "#fdf1d6"
+
+    def __init__(self, *, input_manifest: str | None = None, input_task_id: str | None = None,
+                 checks: list[dict[str, Any]] | str | None = None, checks_file: str | None = None,
+                 engine: str = "duckdb", min_rows: int | str = 1, max_null_rate: float | str = 0.0,
+                 max_duplicate_rate: float | str | None = None, min_kept_fraction: float | str | None = None,
+                 signal_bounds: dict[str, dict[str, Any]] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.input_manifest = input_manifest
+        self.input_task_id = input_task_id
+        self.checks = checks
+        self.checks_file = checks_file
+        self.engine = engine
+        self.min_rows = min_rows
+        self.max_null_rate = max_null_rate
+        self.max_duplicate_rate = max_duplicate_rate
+        self.min_kept_fraction = min_kept_fraction
+        self.signal_bounds = signal_bounds
+
+    def build_config(self, context: Any) -> dict[str, Any]:
+        manifest = self.input_manifest
+        if not manifest and self.input_task_id:
+            pulled = context["ti"].xcom_pull(task_ids=self.input_task_id)
+            manifest = (pulled or {}).get("manifest_uri") if isinstance(pulled, dict) else None
+        if not manifest:
+            raise ValueError(f"{self.task_id}: give input_manifest or input_task_id (an upstream stage task)")
+        config = {**self.config, "input_manifest": manifest, "engine": self.engine,
+                  "min_rows": _num(self.min_rows, int) or 0, "max_null_rate": _num(self.max_null_rate) or 0.0,
+                  "max_duplicate_rate": _num(self.max_duplicate_rate),
+                  "min_kept_fraction": _num(self.min_kept_fraction)}
+        if self.checks:
+            config["checks"] = self.checks
+        if self.checks_file:
+            config["checks_file"] = self.checks_file
+        if self.signal_bounds:
+            config["signal_bounds"] = (json.loads(self.signal_bounds) if isinstance(self.signal_bounds, str)
+                                       else self.signal_bounds)
+        return config
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        self._context = context
+        return super().execute(context)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        self._context = context
+        return super().execute_complete(context, event)
+
+    def _report(self, handle: dict[str, Any]) -> tuple[dict[str, Any] | None, str, str]:
+        manifest_uri = handle.get("manifest_uri") or ""
+        base = manifest_uri.rsplit("/", 1)[0]
+        json_uri, html_uri = storage.join(base, "report.json"), storage.join(base, "report.html")
+        try:
+            return storage.read_json(json_uri), json_uri, html_uri
+        except (FileNotFoundError, ValueError):
+            return None, json_uri, html_uri
+
+    def _finish(self, state: str, message: str, result: dict[str, Any] | None,
+                handle: dict[str, Any]) -> dict[str, Any]:
+        report, json_uri, html_uri = self._report(handle)
+        context = getattr(self, "_context", None)
+        if report is not None and context is not None:
+            context["ti"].xcom_push(key=REPORT_XCOM_KEY, value={
+                "json": json_uri, "html": html_uri, "status": report["status"], "summary": report["summary"],
+                "dataset": report["dataset"], "snapshot": report.get("snapshot")})
+            CurationReportLink.persist(context)
+            self._emit_metrics(report)
+        if state != JobState.SUCCEEDED.value and report is not None and report["status"] == "failed":
+            # The data failed its checks: retrying cannot help, so fail without retries.
+            raise AirflowFailException(f"curation checks failed for {report['dataset']}"
+                                       f"{'/snapshot=' + report['snapshot'] if report.get('snapshot') else ''}"
+                                       f"\n{report['summary']}\nreport: {html_uri}")
+        try:
+            summary = super()._finish(state, message, result, handle)
+        except AirflowException:
+            raise
+        summary = {**summary_of(result), **summary, "report_json": json_uri, "report_html": html_uri,
+                   "validation": report["status"] if report else None}
+        if report is not None and context is not None:
+            self._mark_outlets(context, report)
+        return summary
+
+    def _emit_metrics(self, report: dict[str, Any]) -> None:
+        """Rows kept and dropped, shards done and failed and stage seconds, per stage, through Stats."""
+        from airflow.sdk.observability.stats import Stats
+        tags = {"dataset": report["dataset"]}
+        for stage, s in report.get("stages", {}).items():
+            acc = s.get("accounting") or {}
+            stage_tags = {**tags, "stage": stage}
+            Stats.gauge(f"curation.{stage}.rows_kept", acc.get("kept", 0), tags=stage_tags)
+            Stats.gauge(f"curation.{stage}.rows_dropped", sum((acc.get("dropped") or {}).values()), tags=stage_tags)
+            Stats.gauge(f"curation.{stage}.shards_done", s["units"]["done"], tags=stage_tags)
+            Stats.gauge(f"curation.{stage}.shards_failed", s["units"]["failed"], tags=stage_tags)
+            Stats.timing(f"curation.{stage}.stage_seconds", float(s["seconds"]["total"]) * 1000.0, tags=stage_tags)
+        failed = sum(c["status"] == "fail" for c in report["checks"])
+        Stats.gauge("curation.validate.checks_failed", failed, tags=tags)
+        Stats.gauge("curation.validate.curated_rows", report["metrics"]["funnel"][-1]["rows"], tags=tags)
+
+    def _mark_outlets(self, context: Any, report: dict[str, Any]) -> None:
+        # Downstream DAGs scheduled on the curated dataset see which snapshot and how much it holds.
+        events = context.get("outlet_events")
+        if events is None:
+            return
+        funnel = report["metrics"]["funnel"]
+        for outlet in self.outlets or []:
+            try:
+                events[outlet].extra = {"dataset": report["dataset"], "snapshot": report.get("snapshot"),
+                                        "curated_rows": funnel[-1]["rows"], "curated_bytes": funnel[-1]["bytes"],
+                                        "report": report.get("lake", {}).get("root", "")}
+            except (KeyError, TypeError, AttributeError):
+                continue
+
+    # -- OpenLineage (used only when apache-airflow-providers-openlineage is installed) ------------
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        from airflow.providers.common.compat.openlineage.facet import (
+            Assertion,
+            DataQualityAssertionsDatasetFacet,
+            Dataset,
+        )
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        value = task_instance.xcom_pull(task_ids=task_instance.task_id, key=REPORT_XCOM_KEY) or {}
+        lake = Lake(str(self.lake), self.dataset, self.snapshot or None)
+        namespace = lake.root.split("://", 1)[0] + "://" if "://" in lake.root else "file"
+        assertions = []
+        try:
+            report = storage.read_json(value["json"])
+            assertions = [Assertion(assertion=c["name"], success=c["status"] != "fail") for c in report["checks"]]
+        except (KeyError, FileNotFoundError, ValueError):
+            pass
+        dataset = Dataset(namespace=namespace, name=lake.base,
+                          facets={"dataQualityAssertions": DataQualityAssertionsDatasetFacet(assertions=assertions)})
+        outputs = [Dataset(namespace=namespace, name=value["html"])] if value.get("html") else []
+        return OperatorLineage(inputs=[dataset], outputs=outputs)
+
+
+def curated_asset(lake: str, dataset: str):
+    """The Asset a curation DAG updates, so downstream DAGs can schedule on the curated dataset."""
+    from airflow.sdk import Asset
+
+    uri = storage.join(lake, dataset)
+    if "://" not in uri:
+        uri = f"file://{uri}"
+    return Asset(name=f"curated/{dataset}", uri=uri)

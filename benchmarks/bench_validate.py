@@ -1,0 +1,208 @@
+"""The same validation query over a generated curated view in DuckDB, Daft and pandas, side by side.
+
+    .venv/bin/python benchmarks/bench_validate.py --gb 1.0 [--workdir /tmp/bench_validate] [--runs 2]
+
+The view is shards (id, text, source, meta) joined by ``id`` with ``attrs/preprocess`` (word_count,
+alpha_ratio, keep, drop_reason) and ``attrs/dedup`` (cluster_id, is_duplicate), as the stages write
+them. The query: rows, text bytes, null texts, distinct ids, rows and bytes that survive quality and
+dedup, word_count statistics of the curated rows, and rows dropped per reason. Every engine must give
+the same answers (checked) before its time counts. GB/s is text bytes of the view / wall seconds.
+Also times the whole validate stage (all metrics, histograms, checks, report) with each engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from airflow_curation.core.layout import Lake  # noqa: E402
+from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry  # noqa: E402
+from airflow_curation.core.schema import SHARD_SCHEMA  # noqa: E402
+from airflow_curation.core.shards import write_parquet  # noqa: E402
+
+DOC_BYTES = 2000
+ROWS_PER_SHARD = 50_000
+
+
+def generate(workdir: str, gb: float, seed: int = 0) -> tuple[str, int]:
+    """Write the lake once (reused when present); returns (manifest URI, text bytes)."""
+    lake = Lake(workdir, "bench")
+    uri = lake.manifest_uri("bench", "dedup")
+    marker = os.path.join(workdir, f"done-{gb}")
+    if os.path.exists(marker):
+        return uri, int(open(marker).read())
+    rng = np.random.default_rng(seed)
+    vocab = np.array(["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), rng.integers(2, 10)))
+                      for _ in range(20_000)])
+    pool = " ".join(vocab[rng.integers(0, len(vocab), 4_000_000)])  # ~24 MB of words to cut documents from
+    total_rows = int(gb * 1e9 / DOC_BYTES)
+    shards, text_bytes, k = [], 0, 0
+    while k * ROWS_PER_SHARD < total_rows:
+        n = min(ROWS_PER_SHARD, total_rows - k * ROWS_PER_SHARD)
+        sid = f"part-{k:05d}"
+        lengths = rng.integers(DOC_BYTES // 4, DOC_BYTES * 7 // 4, n)
+        starts = rng.integers(0, len(pool) - DOC_BYTES * 2, n)
+        texts = [pool[s:s + ln] for s, ln in zip(starts, lengths)]
+        ids = [f"{sid}-{i}" for i in range(n)]
+        text_bytes += int(lengths.sum())
+        table = pa.table({"id": ids, "text": texts, "source": ["gen"] * n, "meta": ["{}"] * n}, schema=SHARD_SCHEMA)
+        nbytes, checksum = write_parquet(lake.shard_uri(sid), table, row_group_rows=4096)
+        wc = (lengths // 6).astype(np.int64)
+        keep = wc >= 150
+        pre = pa.table({"id": ids, "word_count": wc, "alpha_ratio": rng.uniform(0.5, 0.95, n), "keep": keep,
+                        "drop_reason": pa.array(np.where(keep, None, "too_short").tolist(), pa.string())})
+        write_parquet(lake.attrs_uri("preprocess", sid), pre, row_group_rows=4096)
+        cluster = rng.integers(0, int(n * 0.8), n)
+        _, first = np.unique(cluster, return_index=True)
+        dup = np.ones(n, dtype=bool)
+        dup[first] = False
+        dd = pa.table({"id": ids, "cluster_id": [f"{sid}-c{c}" for c in cluster], "is_duplicate": dup})
+        write_parquet(lake.attrs_uri("dedup", sid), dd, row_group_rows=4096)
+        shards.append(ShardEntry(shard_id=sid, uri=lake.shard_uri(sid), rows=n, bytes=nbytes, checksum=checksum,
+                                 unit_id=sid, attrs={"preprocess": lake.attrs_uri("preprocess", sid),
+                                                     "dedup": lake.attrs_uri("dedup", sid)}))
+        k += 1
+    m = Manifest(dataset="bench", stage="dedup", run_id="bench", fingerprint="bench", lake=lake.to_dict(),
+                 units=[UnitEntry(unit_id=s.shard_id, inputs=[s.uri], input_checksum=s.checksum, status="done")
+                        for s in shards], shards=shards, status="complete")
+    m.write(uri)
+    with open(marker, "w") as f:
+        f.write(str(text_bytes))
+    return uri, text_bytes
+
+
+def files(manifest: Manifest) -> tuple[list[str], list[str], list[str]]:
+    return ([s.uri for s in manifest.shards], [s.attrs["preprocess"] for s in manifest.shards],
+            [s.attrs["dedup"] for s in manifest.shards])
+
+
+def q_duckdb(shards, pre, dd, threads: int) -> dict:
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"SET threads = {threads}")
+    lst = lambda fs: "[" + ", ".join(f"'{f}'" for f in fs) + "]"  # noqa: E731
+    con.execute(f"""CREATE VIEW docs AS SELECT s.id, s.text, p.word_count, p.keep, p.drop_reason, d.is_duplicate
+        FROM read_parquet({lst(shards)}) s LEFT JOIN read_parquet({lst(pre)}) p ON p.id = s.id
+        LEFT JOIN read_parquet({lst(dd)}) d ON d.id = s.id""")
+    row = con.execute("""SELECT count(*), sum(strlen(text)), count(*) - count(text), count(DISTINCT id),
+        count(*) FILTER (WHERE keep), count(*) FILTER (WHERE keep AND NOT is_duplicate),
+        sum(strlen(text)) FILTER (WHERE keep AND NOT is_duplicate),
+        min(word_count) FILTER (WHERE keep AND NOT is_duplicate), max(word_count) FILTER (WHERE keep AND NOT is_duplicate),
+        avg(word_count) FILTER (WHERE keep AND NOT is_duplicate) FROM docs""").fetchone()
+    reasons = dict(con.execute("SELECT drop_reason, count(*) FROM docs WHERE drop_reason IS NOT NULL GROUP BY 1").fetchall())
+    return _result(row, reasons)
+
+
+def q_daft(shards, pre, dd) -> dict:
+    import daft
+    from daft import col
+
+    s = daft.read_parquet(shards).select("id", "text")
+    p = daft.read_parquet(pre).select(col("id").alias("pid"), "word_count", "keep", "drop_reason")
+    d = daft.read_parquet(dd).select(col("id").alias("did"), "is_duplicate")
+    df = s.join(p, left_on="id", right_on="pid", how="left").join(d, left_on="id", right_on="did", how="left")
+    df = df.with_column("nbytes", col("text").length_bytes()).with_column(
+        "cur", col("keep").fill_null(False) & ~col("is_duplicate").fill_null(False))
+    i64 = daft.DataType.int64()
+    curated = df.where(col("cur"))
+    agg = df.agg(col("nbytes").count().alias("rows"), col("nbytes").sum().alias("bytes"),
+                 col("text").is_null().cast(i64).sum().alias("nulls"),
+                 col("keep").fill_null(False).cast(i64).sum().alias("kept"),
+                 col("cur").cast(i64).sum().alias("cur"),
+                 (col("cur").cast(i64) * col("nbytes")).sum().alias("cur_bytes")).to_pydict()
+    distinct = df.select("id").distinct().count_rows()
+    wc = curated.agg(col("word_count").min().alias("lo"), col("word_count").max().alias("hi"),
+                     col("word_count").mean().alias("mean")).to_pydict()
+    g = df.where(col("drop_reason").not_null()).groupby("drop_reason").agg(col("id").count().alias("n")).to_pydict()
+    row = (agg["rows"][0], agg["bytes"][0], agg["nulls"][0], distinct, agg["kept"][0], agg["cur"][0],
+           agg["cur_bytes"][0], wc["lo"][0], wc["hi"][0], wc["mean"][0])
+    return _result(row, dict(zip(g["drop_reason"], g["n"])))
+
+
+def q_pandas(shards, pre, dd) -> dict:
+    import pandas as pd
+
+    s = pd.concat([pd.read_parquet(f, columns=["id", "text"]) for f in shards], ignore_index=True)
+    p = pd.concat([pd.read_parquet(f, columns=["id", "word_count", "keep", "drop_reason"]) for f in pre],
+                  ignore_index=True)
+    d = pd.concat([pd.read_parquet(f, columns=["id", "is_duplicate"]) for f in dd], ignore_index=True)
+    df = s.merge(p, on="id", how="left").merge(d, on="id", how="left")
+    nbytes = df["text"].str.encode("utf-8").str.len()
+    cur = df["keep"].fillna(False).astype(bool) & ~df["is_duplicate"].fillna(False).astype(bool)
+    wc = df.loc[cur, "word_count"]
+    row = (len(df), int(nbytes.sum()), int(df["text"].isna().sum()), int(df["id"].nunique()),
+           int(df["keep"].fillna(False).sum()), int(cur.sum()), int(nbytes[cur].sum()), wc.min(), wc.max(), wc.mean())
+    return _result(row, df["drop_reason"].dropna().value_counts().to_dict())
+
+
+def _result(row, reasons) -> dict:
+    keys = ["rows", "bytes", "null_text", "distinct_ids", "kept", "curated", "curated_bytes", "wc_min", "wc_max"]
+    out = {k: int(v) for k, v in zip(keys, row[:9])}
+    out["wc_mean"] = round(float(row[9]), 6)
+    out["reasons"] = {str(k): int(v) for k, v in sorted(reasons.items())}
+    return out
+
+
+def stage_run(uri: str, workdir: str, engine: str, run_id: str) -> float:
+    from airflow_curation.stages.base import StageRunner
+    from airflow_curation.stages.validate import ValidateStage
+
+    stage = ValidateStage(Lake(workdir, "bench"), {"input_manifest": uri, "engine": engine,
+                                                   "max_duplicate_rate": 0.5}, run_id)
+    t = time.perf_counter()
+    StageRunner(stage).run()
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gb", type=float, default=1.0, help="text bytes of the view, in GB (default 1)")
+    ap.add_argument("--workdir", default="/tmp/bench_validate")
+    ap.add_argument("--runs", type=int, default=2, help="best of N per engine")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--skip-pandas", action="store_true")
+    args = ap.parse_args()
+
+    t = time.perf_counter()
+    uri, text_bytes = generate(args.workdir, args.gb)
+    print(f"view: {text_bytes / 1e9:.2f} GB of text, generated/reused in {time.perf_counter() - t:.1f} s", flush=True)
+    shards, pre, dd = files(Manifest.read(uri))
+    engines = {"duckdb": lambda: q_duckdb(shards, pre, dd, args.threads), "daft": lambda: q_daft(shards, pre, dd)}
+    if not args.skip_pandas:
+        engines["pandas"] = lambda: q_pandas(shards, pre, dd)
+    results, times = {}, {}
+    for name, fn in engines.items():
+        best = float("inf")
+        for _ in range(args.runs if name != "pandas" else 1):
+            t = time.perf_counter()
+            results[name] = fn()
+            best = min(best, time.perf_counter() - t)
+        times[name] = best
+        print(f"{name:8s} {best:7.2f} s  {text_bytes / 1e9 / best:6.3f} GB/s", flush=True)
+    ref = results["duckdb"]
+    for name, r in results.items():
+        for k in ref:
+            if k == "wc_mean":
+                assert abs(r[k] - ref[k]) < 1e-6 * max(1.0, abs(ref[k])), (name, k, r[k], ref[k])
+            else:
+                assert r[k] == ref[k], (name, k, r[k], ref[k])
+    print("all engines agree:", json.dumps(ref))
+    for name in times:
+        print(f"{name} time / duckdb time: {times[name] / times['duckdb']:.2f}x")
+    for engine in ("duckdb", "daft"):
+        secs = stage_run(uri, args.workdir, engine, f"stage-{engine}-{int(time.time())}")
+        print(f"validate stage ({engine}, all metrics + histograms + checks + report): {secs:.2f} s "
+              f"{text_bytes / 1e9 / secs:.3f} GB/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
