@@ -9,6 +9,8 @@ PACKAGES=(
     python3.11-venv   # `python3.11 -m venv .venv` (Debian splits ensurepip out of python3.11)
     make
     procps            # ps/pkill used when tests stop their own servers
+    slurm-wlm         # tests/slurm: one-node Slurm (slurmctld, slurmd, clients) started by scripts/slurm_up.sh
+    munge             # tests/slurm: Slurm's authentication daemon
 )
 
 if ! command -v dpkg >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
