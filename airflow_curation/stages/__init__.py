@@ -1,8 +1,10 @@
 """Stages: one engine each, all run by :class:`airflow_curation.stages.base.StageRunner`."""
 
 STAGES = {
+    "dedup": "airflow_curation.stages.dedup.stage:DedupStage",
     "validate": "airflow_curation.stages.validate.stage:ValidateStage",
     "ingest": "airflow_curation.stages.ingest.stage:IngestStage",
+    "enrich": "airflow_curation.stages.enrich.stage:EnrichStage",
 }
 
 

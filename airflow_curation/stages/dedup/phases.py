@@ -1,0 +1,175 @@
+"""The three phases of dedup as plain functions of files (picklable, so any mapper can run them).
+
+1. :func:`sign_shard` (per shard): exact keys and MinHash band hashes, spilled by bucket partition.
+2. :func:`bucket_partition` (per partition): candidate edges inside each bucket (optionally verified
+   by exact Jaccard), exact-duplicate nodes; then :func:`~airflow_curation.core.components.connected_components`.
+3. :func:`shard_result` (per shard): ``cluster_id`` and the duplicate flags of the shard's rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_curation.core import storage
+from airflow_curation.core.components import write_edges
+from airflow_curation.core.lsh import (node_keys, partition_of, read_partition, row_of, shard_of, star_edges,
+                                       unique_edges, write_partitioned)
+from airflow_curation.core.minhash import MinHasher, MinHashParams, band_hashes, exact_keys, jaccard
+from airflow_curation.core.schema import ID_COLUMN, TEXT_COLUMN, check_id_text
+
+BAND_COLUMNS = {"bucket": np.uint64, "node": np.uint64}
+EXACT_COLUMNS = {"hi": np.uint64, "lo": np.uint64, "node": np.uint64}
+NODE_COLUMNS = {"node": np.uint64}
+
+
+@dataclass(frozen=True)
+class DedupParams:
+    """Everything the phases need to agree on (it all enters the fingerprint)."""
+
+    minhash: MinHashParams = field(default_factory=MinHashParams)
+    bands: int = 9
+    rows: int = 13
+    threshold: float = 0.8
+    exact: bool = True
+    near: bool = True
+    verify: bool = False
+    partitions: int = 1
+
+
+def read_keep(uri: str | None, column: str, rows: int) -> np.ndarray:
+    """Which rows to consider: the upstream ``keep`` column when there is one, else all rows."""
+    if uri is None:
+        return np.ones(rows, bool)
+    with storage.open_read(uri) as f:
+        t = pq.read_table(f, columns=[column])
+    if t.num_rows != rows:
+        raise ValueError(f"{uri}: {t.num_rows} rows, but its shard has {rows}")
+    return pc.fill_null(t.column(column), False).to_numpy(zero_copy_only=False).astype(bool)
+
+
+def sign_shard(shard_uri: str, shard_index: int, keep_uri: str | None, keep_column: str, params: DedupParams,
+               bands_uri: str, exact_uri: str, batch_rows: int = 8192) -> dict:
+    """Phase 1 for one shard: spill ``(bucket, node)`` per band and ``(hi, lo, node)`` exact keys."""
+    hasher = MinHasher(params.minhash)
+    buckets, bnodes, his, los, enodes = [], [], [], [], []
+    n_rows = n_considered = n_tokenless = 0
+    with storage.open_read(shard_uri) as f:
+        pf = pq.ParquetFile(f)
+        check_id_text(pf.schema_arrow, shard_uri)
+        total = pf.metadata.num_rows
+        keep = read_keep(keep_uri, keep_column, total)
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=[TEXT_COLUMN]):
+            n = batch.num_rows
+            mask = keep[n_rows:n_rows + n]
+            nodes = node_keys(shard_index, np.arange(n_rows, n_rows + n, dtype=np.uint64))[mask]
+            texts = batch.column(0).filter(pa.array(mask)) if not mask.all() else batch.column(0)
+            n_rows += n
+            n_considered += len(nodes)
+            if not len(nodes):
+                continue
+            if params.exact:
+                keys = exact_keys(texts, params.minhash.normalization, params.minhash.lowercase)
+                his.append(keys[:, 0])
+                los.append(keys[:, 1])
+                enodes.append(nodes)
+            if params.near:
+                sig, counts = hasher.signatures(texts)
+                has = counts > 0  # a document without tokens has no shingles: nothing to compare
+                n_tokenless += int((~has).sum())
+                bh = band_hashes(sig[has], params.bands, params.rows)
+                buckets.append(bh.reshape(-1))
+                bnodes.append(np.repeat(nodes[has], params.bands))
+    empty = np.empty(0, np.uint64)
+    if params.near:
+        b = np.concatenate(buckets) if buckets else empty
+        write_partitioned(bands_uri, {"bucket": b, "node": np.concatenate(bnodes) if bnodes else empty},
+                          partition_of(b, params.partitions))
+    if params.exact:
+        hi = np.concatenate(his) if his else empty
+        write_partitioned(exact_uri, {"hi": hi, "lo": np.concatenate(los) if los else empty,
+                                      "node": np.concatenate(enodes) if enodes else empty},
+                          partition_of(hi, params.partitions))
+    return {"rows": n_rows, "considered": n_considered, "tokenless": n_tokenless}
+
+
+def _verify(a: np.ndarray, b: np.ndarray, shard_uris: list[str], params: DedupParams) -> np.ndarray:
+    """Which candidate pairs reach the threshold by exact Jaccard of their shingle sets."""
+    hasher = MinHasher(params.minhash)
+    needed = np.unique(np.concatenate([a, b]))
+    shingles: dict[int, np.ndarray] = {}
+    shards = shard_of(needed)
+    for s in np.unique(shards):
+        rows = row_of(needed[shards == s])
+        with storage.open_read(shard_uris[int(s)]) as f:
+            texts = pq.read_table(f, columns=[TEXT_COLUMN]).column(0).take(pa.array(rows))
+        for node, text in zip(needed[shards == s].tolist(), texts.to_pylist()):
+            shingles[node] = hasher.shingles(text or "")
+    return np.array([jaccard(shingles[x], shingles[y]) >= params.threshold
+                     for x, y in zip(a.tolist(), b.tolist())], bool)
+
+
+def bucket_partition(p: int, band_uris: list[str], exact_uris: list[str], shard_uris: list[str],
+                     params: DedupParams, cc_partitions: int, out_partitions: int, edges_uri: str,
+                     exact_dups_uri: str) -> dict:
+    """Phase 2 for partition ``p``: edges of every bucket, and the nodes that are exact duplicates of a
+    lower node. Edges go to ``edges_uri`` for the components; exact duplicates to ``exact_dups_uri``,
+    partitioned by shard so each shard's writer reads one partition."""
+    stats = {"candidates": 0, "verified": 0, "exact_edges": 0}
+    srcs, dsts = [], []
+    if params.near:
+        r = read_partition(band_uris, p, BAND_COLUMNS)
+        a, b = unique_edges(*star_edges([r["bucket"]], r["node"]))
+        stats["candidates"] = int(a.size)
+        if params.verify and a.size:
+            ok = _verify(a, b, shard_uris, params)
+            a, b = a[ok], b[ok]
+        stats["verified"] = int(a.size)
+        srcs.append(a)
+        dsts.append(b)
+    dup_nodes = np.empty(0, np.uint64)
+    if params.exact:
+        r = read_partition(exact_uris, p, EXACT_COLUMNS)
+        a, b = star_edges([r["hi"], r["lo"]], r["node"])
+        stats["exact_edges"] = int(a.size)
+        srcs.append(a)
+        dsts.append(b)
+        dup_nodes = np.unique(b)
+    empty = np.empty(0, np.uint64)
+    write_edges(edges_uri, np.concatenate(srcs) if srcs else empty, np.concatenate(dsts) if dsts else empty,
+                cc_partitions)
+    write_partitioned(exact_dups_uri, {"node": dup_nodes}, shard_of(dup_nodes) % out_partitions)
+    return stats
+
+
+def shard_result(shard_uri: str, shard_index: int, keep_uri: str | None, keep_column: str,
+                 label_uris: list[str], exact_dup_uris: list[str], out_partitions: int) -> pa.Table:
+    """Phase 3 for one shard: ``id``, ``cluster_id`` (the keeper's node key; null for rows not
+    considered), ``is_duplicate``, ``exact_duplicate``, ``near_duplicate``, same rows and order as
+    the shard."""
+    with storage.open_read(shard_uri) as f:
+        ids = pq.read_table(f, columns=[ID_COLUMN]).column(0)
+    n = len(ids)
+    keep = read_keep(keep_uri, keep_column, n)
+    q = shard_index % out_partitions
+    labels = read_partition(label_uris, q, {"node": np.uint64, "label": np.uint64})
+    mine = shard_of(labels["node"]) == shard_index
+    cluster = node_keys(shard_index, n).astype(np.int64)
+    dup = np.zeros(n, bool)
+    rows = row_of(labels["node"][mine])
+    cluster[rows] = labels["label"][mine].astype(np.int64)
+    dup[rows] = True
+    exact = np.zeros(n, bool)
+    ex = read_partition(exact_dup_uris, q, NODE_COLUMNS)["node"]
+    exact[row_of(ex[shard_of(ex) == shard_index])] = True
+    return pa.table({
+        ID_COLUMN: ids,
+        "cluster_id": pa.array(cluster, pa.int64(), mask=~keep),
+        "is_duplicate": pa.array(dup & keep),
+        "exact_duplicate": pa.array(exact & keep),
+        "near_duplicate": pa.array(dup & ~exact & keep),
+    })
