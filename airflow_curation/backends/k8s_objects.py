@@ -64,6 +64,7 @@ class PodSettings:
     image_pull_secrets: list[str] = field(default_factory=list)
     service_account: str = "airflow-curation-job"
     storage_secret: str = ""
+    extra_secrets: list[str] = field(default_factory=list)  # more Secrets read through envFrom
     env: dict[str, str] = field(default_factory=dict)
     requests: dict[str, str] = field(default_factory=lambda: {"cpu": "1", "memory": "4Gi"})
     limits: dict[str, str] = field(default_factory=lambda: {"cpu": "2", "memory": "8Gi"})
@@ -175,8 +176,10 @@ def _container(name: str, settings: PodSettings, command: list[str] | None, *, g
     }
     if command is not None:
         c["command"] = command
-    if settings.storage_secret:
-        c["envFrom"] = [{"secretRef": {"name": settings.storage_secret}}]
+    secrets = [settings.storage_secret] if settings.storage_secret else []
+    secrets += [s for s in settings.extra_secrets if s not in secrets]
+    if secrets:
+        c["envFrom"] = [{"secretRef": {"name": s}} for s in secrets]
     if ports:
         c["ports"] = ports
     return c
@@ -216,12 +219,11 @@ def spec_config_map(name: str, namespace: str, stage: str, spec_json: str, setti
             "data": {"spec.json": spec_json}}
 
 
-def storage_secret(name: str, namespace: str, env: dict[str, str]) -> dict:
-    """A Secret for the lake's credentials, read by pods through ``envFrom`` (for docs and the chart's
-    tests; users usually create it themselves)."""
+def storage_secret(name: str, namespace: str, env: dict[str, str], labels: dict[str, str] | None = None) -> dict:
+    """A Secret of environment variables (the lake's credentials), read by pods through ``envFrom``."""
     return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": name, "namespace": namespace, "labels": {LABEL_MANAGED: MANAGER}},
-            "stringData": dict(env)}
+            "metadata": {"name": name, "namespace": namespace, "labels": {LABEL_MANAGED: MANAGER, **(labels or {})}},
+            "stringData": {k: str(v) for k, v in env.items()}}
 
 
 def _job(name: str, namespace: str, stage: str, role: str, settings: PodSettings, command: list[str], *,

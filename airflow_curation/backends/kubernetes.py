@@ -12,6 +12,7 @@ answer gets 409 AlreadyExists and reconnects to the job it had created instead o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -46,6 +47,9 @@ class KubernetesBackend(Backend):
     :param propagation_policy: how ``cancel`` deletes: ``Background`` (default) or ``Foreground``.
     :param retries: / :param retry_backoff: retries of 429/5xx/connection errors and the first delay (s).
     :param validate: check every object against its schema before creating it.
+    :param env: environment for the job that may hold secrets (the Airflow layer passes the lake's
+        storage options here): it goes into a per-job Secret read through ``envFrom``, never into the
+        pod spec.
     """
 
     name = "kubernetes"
@@ -60,7 +64,7 @@ class KubernetesBackend(Backend):
                  kubernetes_conn_id: str | None = None, propagation_policy: str = "Background",
                  retries: int = 5, retry_backoff: float = 1.0, ttl_seconds: int = 86400,
                  active_deadline_seconds: int | None = None, backoff_limit: int = 2,
-                 validate: bool = True, api_client: Any = None) -> None:
+                 validate: bool = True, env: dict[str, str] | None = None, api_client: Any = None) -> None:
         self.namespace = namespace
         self.pod = objs.PodSettings.from_dict(pod)
         self.engines = {**DEFAULT_ENGINES, **(engines or {})}
@@ -82,6 +86,7 @@ class KubernetesBackend(Backend):
         self.ttl_seconds, self.active_deadline_seconds = ttl_seconds, active_deadline_seconds
         self.backoff_limit = backoff_limit
         self.validate = validate
+        self.env = dict(env or {})
         self._api_client = api_client
 
     def options(self) -> dict[str, Any]:
@@ -96,7 +101,7 @@ class KubernetesBackend(Backend):
                 "kubernetes_conn_id": self.kubernetes_conn_id, "propagation_policy": self.propagation_policy,
                 "retries": self.retries, "retry_backoff": self.retry_backoff, "ttl_seconds": self.ttl_seconds,
                 "active_deadline_seconds": self.active_deadline_seconds, "backoff_limit": self.backoff_limit,
-                "validate": self.validate}
+                "validate": self.validate, "env": self.env}
 
     # -- client -------------------------------------------------------------------------------
     @property
@@ -110,7 +115,7 @@ class KubernetesBackend(Backend):
             # The Airflow layer owns connections; import it only when asked to use one.
             from airflow_curation.hooks.kubernetes import CurationKubernetesHook
 
-            return CurationKubernetesHook(kubernetes_conn_id=self.kubernetes_conn_id).api_client
+            return CurationKubernetesHook(conn_id=self.kubernetes_conn_id).api_client
         from kubernetes import client, config
 
         cfg = client.Configuration()
@@ -196,9 +201,15 @@ class KubernetesBackend(Backend):
         result_dir = self._result_dir(spec, name)
         result_uri = storage.join(result_dir, "result.json")
         ns, stage, pod = self.namespace, spec.stage, self.pod
+        env_secret = None
+        if self.env:
+            pod = dataclasses.replace(pod, extra_secrets=[*pod.extra_secrets, f"{name}-env"])
+            env_secret = objs.storage_secret(f"{name}-env", ns, self.env, {objs.LABEL_JOB: name})
         handle: JobHandle = {"backend": self.name, "job_id": name, "name": name, "namespace": ns,
                              "engine": engine, "attempt": attempt, "result": result_uri,
                              "result_dir": result_dir, "manifest_uri": spec.manifest_uri}
+        if env_secret:
+            handle["env_secret"] = env_secret["metadata"]["name"]
         cm = objs.spec_config_map(name, ns, stage, spec_json, pod)
         if engine == "indexed":
             groups = self._groups_for(spec)
@@ -217,12 +228,15 @@ class KubernetesBackend(Backend):
                                 gpus_per_worker=self.ray_gpus_per_worker, ray_version=self.ray_version,
                                 active_deadline=self.active_deadline_seconds, ttl_seconds=self.ttl_seconds)
         handle["kind"] = main["kind"]
-        return handle, [cm, main]
+        return handle, [cm, *([env_secret] if env_secret else []), main]
 
     def _gather_object(self, handle: JobHandle) -> dict[str, Any]:
         spec_json = self._spec_json(handle)
+        pod = self.pod
+        if handle.get("env_secret"):
+            pod = dataclasses.replace(pod, extra_secrets=[*pod.extra_secrets, handle["env_secret"]])
         return objs.gather_job(f"{handle['name']}-gather", handle["namespace"], json.loads(spec_json)["stage"],
-                               spec_json, self.pod, result_uri=handle["result"], backoff_limit=self.backoff_limit,
+                               spec_json, pod, result_uri=handle["result"], backoff_limit=self.backoff_limit,
                                ttl_seconds=self.ttl_seconds, base_name=handle["name"])
 
     def _spec_json(self, handle: JobHandle) -> str:
@@ -235,6 +249,9 @@ class KubernetesBackend(Backend):
         if kind == "ConfigMap":
             return self.api_client.sanitize_for_serialization(
                 self._call(self.core.create_namespaced_config_map, ns, obj))
+        if kind == "Secret":
+            return self.api_client.sanitize_for_serialization(
+                self._call(self.core.create_namespaced_secret, ns, obj))
         if kind == "Job":
             return self.api_client.sanitize_for_serialization(
                 self._call(self.batch.create_namespaced_job, ns, obj))
@@ -266,6 +283,8 @@ class KubernetesBackend(Backend):
                 self._call(self.batch.delete_namespaced_job, name, namespace, body=body)
             elif kind == "ConfigMap":
                 self._call(self.core.delete_namespaced_config_map, name, namespace, body=body)
+            elif kind == "Secret":
+                self._call(self.core.delete_namespaced_secret, name, namespace, body=body)
             else:
                 group, version, plural = _crd(kind)
                 self._call(self.custom.delete_namespaced_custom_object, group, version, namespace, plural, name,
@@ -279,18 +298,20 @@ class KubernetesBackend(Backend):
         from kubernetes.client.exceptions import ApiException
 
         for attempt in range(MAX_ATTEMPT_NAMES):
-            handle, (cm, main) = self.build(spec, attempt)
+            handle, objects = self.build(spec, attempt)
+            *parts, main = objects
             if self.validate:
                 from airflow_curation.backends.schemas import validate_object
 
-                for obj in (cm, main):
+                for obj in objects:
                     validate_object(obj)
-            try:
-                self._create(cm)
-            except ApiException as e:
-                if e.status != 409:
-                    raise
-                # Same name, same spec (the name is its hash): the earlier submit got this far.
+            for obj in parts:
+                try:
+                    self._create(obj)
+                except ApiException as e:
+                    if e.status != 409:
+                        raise
+                    # Same name, same spec (the name is its hash): an earlier submit got this far.
             try:
                 created = self._create(main)
             except ApiException as e:
@@ -306,19 +327,20 @@ class KubernetesBackend(Backend):
                     continue
                 log.info("%s %s already exists (%s): reconnecting to it", main["kind"], handle["name"], state.value)
                 created = existing
-            self._own_spec(handle, created)
+            self._own_parts(handle, created, parts)
             log.info("submitted %s %s/%s (engine %s)", main["kind"], handle["namespace"], handle["name"],
                      handle["engine"])
             return handle
         raise RuntimeError(f"{MAX_ATTEMPT_NAMES} earlier jobs of this spec failed; delete them or change the spec")
 
-    def _own_spec(self, handle: JobHandle, owner: dict[str, Any]) -> None:
-        # Deleting the job (cancel, or its TTL) then garbage-collects the spec ConfigMap too.
+    def _own_parts(self, handle: JobHandle, owner: dict[str, Any], parts: list[dict[str, Any]]) -> None:
+        # Deleting the job (cancel, or its TTL) then garbage-collects its ConfigMap and Secret too.
         if not owner.get("metadata", {}).get("uid"):
             return
-        ref = objs.owner_reference(owner)
-        self._call(self.core.patch_namespaced_config_map, f"{handle['name']}-spec", handle["namespace"],
-                   {"metadata": {"ownerReferences": [ref]}})
+        patch = {"metadata": {"ownerReferences": [objs.owner_reference(owner)]}}
+        for obj in parts:
+            fn = self.core.patch_namespaced_config_map if obj["kind"] == "ConfigMap" else self.core.patch_namespaced_secret
+            self._call(fn, obj["metadata"]["name"], handle["namespace"], patch)
 
     def status(self, handle: JobHandle) -> JobStatus:
         """One or two GETs (plus a result read once finished): cheap enough to poll from a trigger."""
@@ -439,6 +461,8 @@ class KubernetesBackend(Backend):
             self._delete("Job", f"{handle['name']}-gather", ns)
         self._delete(handle["kind"], handle["name"], ns)
         self._delete("ConfigMap", f"{handle['name']}-spec", ns)
+        if handle.get("env_secret"):
+            self._delete("Secret", handle["env_secret"], ns)
 
     def logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
         """The stage containers' logs of every pod of the job, oldest pod first, from byte ``offset``.

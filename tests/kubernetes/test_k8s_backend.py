@@ -261,3 +261,22 @@ def test_wait_returns_unfinished_at_its_timeout(fake_k8s, make_backend, make_spe
     seen = []
     st = backend.wait(handle, timeout=1, watch_timeout=1, poll=seen.append)
     assert st.state == JobState.PENDING and seen
+
+
+def test_secret_env_goes_into_a_job_secret_never_into_the_pod_spec(fake_k8s, make_backend, make_spec):
+    creds = '{"key": "AKIA-TEST", "secret": "s3cr3t-value", "client_kwargs": {"endpoint_url": "http://s3:9000"}}'
+    backend = make_backend(env={"CURATION_STORAGE_OPTIONS_S3": creds}, engines={"preprocess": "indexed"})
+    handle = backend.submit(make_spec())
+    secret = fake_k8s.get("secrets", handle["env_secret"])
+    assert secret["stringData"]["CURATION_STORAGE_OPTIONS_S3"] == creds
+    assert secret["metadata"]["ownerReferences"][0]["name"] == handle["name"]
+    job = fake_k8s.get("jobs", handle["name"])
+    assert "s3cr3t-value" not in json.dumps(job)
+    env_from = job["spec"]["template"]["spec"]["containers"][0]["envFrom"]
+    assert env_from == [{"secretRef": {"name": "lake-creds"}}, {"secretRef": {"name": handle["env_secret"]}}]
+    fake_k8s.set_status("jobs", handle["name"], {"succeeded": 3, "conditions": [{"type": "Complete", "status": "True"}]})
+    backend.status(handle)
+    gather = fake_k8s.get("jobs", f"{handle['name']}-gather")
+    assert gather["spec"]["template"]["spec"]["containers"][0]["envFrom"] == env_from
+    backend.cancel(handle)
+    assert fake_k8s.names("secrets") == []
