@@ -13,6 +13,7 @@ import sys
 
 # One module per subcommand; each adds itself in register().
 SUBCOMMANDS = [
+    "airflow_curation.cli.dedup",
     "airflow_curation.cli.validate",
     "airflow_curation.cli.run",
     "airflow_curation.cli.ingest",
