@@ -81,6 +81,11 @@ class Stage:
     def finalize(self, manifest: Manifest) -> None:
         """Runs once after every unit is checkpointed (global steps, clean-up)."""
 
+    def default_mapper(self) -> "UnitMapper":
+        """Where units run when the caller names no mapper: in-process, or a process pool of
+        ``workers``. Engine stages (Dask, Ray) override this."""
+        return local_mapper(int(self.config.get("workers", 1)))
+
 
 def _attempt_unit(stage: Stage, unit: UnitEntry, max_attempts: int) -> tuple[str, dict]:
     """Process one unit with retries. Returns ("done", record) or ("failed", error); never raises."""
@@ -136,23 +141,36 @@ class StageRunner:
 
     def __init__(self, stage: Stage, mapper: UnitMapper | None = None) -> None:
         self.stage = stage
-        self.mapper = mapper or local_mapper(int(stage.config.get("workers", 1)))
+        self.mapper = mapper or stage.default_mapper()
 
-    def run(self) -> Manifest:
+    def run(self, shard_group: tuple[int, int] | None = None, collect: bool = False) -> Manifest:
+        """:param shard_group: ``(i, n)``: process only group ``i`` of ``n`` (units ``i::n`` of the plan,
+            e.g. one task of a Slurm array); the manifest is not written and any failed unit raises.
+        :param collect: process nothing: gather the checkpoints that shard groups left, count the rest
+            as failed, then finish the run as usual (manifest, failure budget, ``finalize``).
+        """
         stage = self.stage
         fp = stage.fingerprint
         units = stage.plan()
         manifest = Manifest(dataset=stage.lake.dataset, stage=stage.name, run_id=stage.run_id,
                             fingerprint=fp, lake=stage.lake.to_dict(), units=units,
                             config={k: v for k, v in stage.config.items()})
-        manifest.write(stage.manifest_uri)
+        scope = units
+        if shard_group is not None:
+            index, count = shard_group
+            if not 0 <= index < count:
+                raise ValueError(f"shard group {index}/{count} out of range")
+            scope = units[index::count]
+        if shard_group is None or (shard_group[0] == 0 and not collect):
+            # Written once at plan time so that sensors can gate on it; one group writes it for all.
+            manifest.write(stage.manifest_uri)
         log.info("%s: %d units planned, fingerprint %s, manifest %s", stage.name, len(units), fp,
                  stage.manifest_uri)
 
         store = stage.checkpoints
         records: dict[str, dict] = {}
         todo = []
-        for unit in units:
+        for unit in scope:
             rec = store.is_done(unit.unit_id, unit.input_checksum, fp)
             if rec is not None:
                 records[unit.unit_id] = asdict(rec)
@@ -160,7 +178,13 @@ class StageRunner:
             else:
                 todo.append(unit)
         log.info("%s: %d units already done (checkpoint matches), %d to run", stage.name,
-                 len(units) - len(todo), len(todo))
+                 len(scope) - len(todo), len(todo))
+        if collect:
+            for unit in todo:
+                failure = store.failure(unit.unit_id) or {}
+                unit.status = "failed"
+                unit.error = failure.get("error") or "no checkpoint: its shard group did not finish it"
+            todo = []
 
         max_attempts = int(stage.config.get("max_attempts", 2))
         by_id = {u.unit_id: u for u in units}
@@ -178,14 +202,22 @@ class StageRunner:
             log.info("%s: unit %s %s (%d/%d)", stage.name, unit_id, unit.status, done, len(todo))
 
         accounting = RowAccounting()
-        for unit in units:
+        for unit in scope:
             rec = records.get(unit.unit_id)
             if rec is None:
                 continue
             accounting.merge(RowAccounting.from_dict(rec["accounting"]))
             manifest.shards.extend(ShardEntry(**o) for o in rec["outputs"])
         manifest.accounting = accounting.to_dict()
-        failed = [u for u in units if u.status == "failed"]
+        failed = [u for u in scope if u.status == "failed"]
+        if shard_group is not None and not collect:
+            # A group reports on its own units only; the collect step owns the manifest and the budget.
+            manifest.units = scope
+            if failed:
+                details = "; ".join(f"{u.unit_id}: {u.error}" for u in failed[:5])
+                raise StageFailed(f"{stage.name}: shard group {shard_group[0]}/{shard_group[1]}: "
+                                  f"{len(failed)} of {len(scope)} units failed. First: {details}")
+            return manifest
         budget = float(stage.config.get("max_failed_fraction", 0.0))
         allowed = math.floor(budget * len(units))
         manifest.status = "failed" if len(failed) > allowed else "complete"

@@ -1,0 +1,113 @@
+"""How many workers a node can take, from memory, open files and cores; never from cores alone.
+
+A unit's peak memory is its input bytes times an expansion factor (Parquet is compressed, text
+decompresses several-fold and the kernels keep per-document scratch arrays) plus a fixed per-process
+base (interpreter, pyarrow, compiled kernels). The plan takes the smallest of what memory, the
+open-file limit and the cores allow, and says which one bound it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+from dataclasses import asdict, dataclass
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+DEFAULT_BASE_BYTES = 300 * MiB      # one idle worker process with pyarrow + numba loaded
+DEFAULT_FILES_PER_WORKER = 64       # a worker's sockets, Parquet readers/writers, shared libs
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    workers: int
+    memory_limit: int            # bytes per worker (what a Dask worker may use before it pauses/spills)
+    unit_bytes: int              # the largest unit's input bytes
+    unit_memory: int             # its estimated peak memory
+    available_memory: int
+    open_files_limit: int
+    cpus: int
+    bound_by: str                # memory | open_files | cpus | units | max_workers
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def available_memory() -> int:
+    """MemAvailable, capped by the cgroup limit when a container sets one."""
+    avail = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    if avail is None:
+        avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                raw = f.read().strip()
+            if raw.isdigit():
+                limit = int(raw)
+                try:
+                    with open(path.replace("memory.max", "memory.current").replace(
+                            "limit_in_bytes", "usage_in_bytes")) as f:
+                        used = int(f.read().strip())
+                except (OSError, ValueError):
+                    used = 0
+                avail = min(avail, max(0, limit - used))
+        except OSError:
+            continue
+    return avail
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def plan_workers(unit_bytes: list[int], expansion: float, *, base_bytes: int = DEFAULT_BASE_BYTES,
+                 memory: int | None = None, open_files: int | None = None, cpus: int | None = None,
+                 files_per_worker: int = DEFAULT_FILES_PER_WORKER, reserve_fraction: float = 0.2,
+                 max_workers: int | None = None) -> WorkerPlan:
+    """Workers for a node.
+
+    :param unit_bytes: input bytes of each unit to run.
+    :param expansion: peak memory of a unit per input byte.
+    :param memory: bytes available (default: measured); ``reserve_fraction`` of it is left alone.
+    :param open_files: the soft ``RLIMIT_NOFILE`` (default: measured).
+    :param cpus: usable cores (default: the process's CPU affinity).
+    :param max_workers: an upper bound set by the user.
+    """
+    memory = available_memory() if memory is None else memory
+    open_files = resource.getrlimit(resource.RLIMIT_NOFILE)[0] if open_files is None else open_files
+    if open_files == resource.RLIM_INFINITY or open_files < 0:
+        open_files = 1 << 20
+    cpus = cpu_count() if cpus is None else cpus
+    biggest = max(unit_bytes, default=0)
+    unit_memory = int(biggest * expansion)
+    per_worker = unit_memory + base_bytes
+    limits = {
+        "memory": max(1, int(memory * (1 - reserve_fraction)) // per_worker),
+        "open_files": max(1, (open_files - 256) // files_per_worker),
+        "cpus": max(1, cpus),
+        "units": max(1, len(unit_bytes)),
+    }
+    if max_workers:
+        limits["max_workers"] = max(1, int(max_workers))
+    bound_by = min(limits, key=lambda k: (limits[k], k))
+    plan = WorkerPlan(workers=limits[bound_by], memory_limit=per_worker, unit_bytes=biggest,
+                      unit_memory=unit_memory, available_memory=memory, open_files_limit=open_files,
+                      cpus=cpus, bound_by=bound_by)
+    log.info("worker plan: %d workers (bound by %s; limits %s); largest unit %.1f MiB x expansion %.1f "
+             "= %.1f MiB + base %.0f MiB per worker; %.1f GiB available, open-file limit %d, %d cpus",
+             plan.workers, bound_by, limits, biggest / MiB, expansion, unit_memory / MiB, base_bytes / MiB,
+             memory / 1024**3, open_files, cpus)
+    return plan

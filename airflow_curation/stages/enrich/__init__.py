@@ -1,0 +1,1 @@
+"""Enrichment: classify, score, generate and embed as additive columns (Ray Data + vLLM, or transformers)."""
