@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from tests.validate.synth import build_run
+from .synth import build_run
 
 
 def _curation(*args: str) -> subprocess.CompletedProcess:

@@ -17,7 +17,7 @@ from airflow_curation.jobs.spec import JobSpec
 from airflow_curation.stages.base import StageRunner
 from airflow_curation.stages.validate import ValidateStage, ValidationFailed
 from airflow_curation.stages.validate.checks import CheckSpecError
-from tests.validate.synth import build_run
+from .synth import build_run
 
 
 def _validate(root, input_manifest, run_id="run1", **config):

@@ -1,0 +1,165 @@
+"""A real Airflow for the journey test: PostgreSQL (Debian's packages) as the metadata DB, then the
+api-server, scheduler, dag-processor and triggerer (LocalExecutor, SimpleAuthManager), all on
+loopback, started once per session and stopped after it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+ARTIFACTS = REPO / "tests" / "artifacts"
+USER, PASSWORD = "admin", "journey-admin"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class AirflowStack:
+    def __init__(self, home: Path, url: str, lake: Path, env: dict[str, str]) -> None:
+        self.home, self.url, self.lake, self.env = home, url, lake, env
+        self._token: str | None = None
+
+    def token(self) -> str:
+        if self._token is None:
+            body = self.request("POST", "/auth/token", {"username": USER, "password": PASSWORD}, auth=False)
+            self._token = body["access_token"]
+        return self._token
+
+    def request(self, method: str, path: str, body: dict | None = None, auth: bool = True) -> dict:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token()}"
+        req = urllib.request.Request(self.url + path, method=method, headers=headers,
+                                     data=json.dumps(body).encode() if body is not None else None)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                text = r.read().decode()
+        except urllib.error.HTTPError as e:
+            raise AssertionError(f"{method} {path} -> {e.code}: {e.read().decode()[:2000]}") from None
+        return json.loads(text) if text else {}
+
+    def get_text(self, path: str) -> tuple[int, str]:
+        req = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {self.token()}"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def logs(self) -> str:
+        out = []
+        for f in sorted((self.home / "logs").glob("*.out")):
+            out.append(f"==== {f.name}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-40:]))
+        return "\n".join(out)
+
+
+def _wait_http(url: str, timeout: float, procs: dict[str, subprocess.Popen], home: Path) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for name, p in procs.items():
+            if p.poll() is not None:
+                log = (home / "logs" / f"{name}.out").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"airflow {name} exited with {p.returncode}:\n{log}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, OSError):
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"{url} not up after {timeout} s")
+
+
+@pytest.fixture(scope="session")
+def airflow_stack(tmp_path_factory):
+    base = tmp_path_factory.mktemp("journey")
+    home, lake, pgdata = base / "airflow", base / "lake", base / "pgdata"
+    dags = home / "dags"
+    (home / "logs").mkdir(parents=True)
+    dags.mkdir(parents=True)
+    shutil.copy(HERE / "dags" / "curation_journey.py", dags)
+    shutil.copy(REPO / "tests" / "validate" / "synth.py", dags / "journey_synth.py")
+    (dags / ".airflowignore").write_text("journey_synth\n")
+    (home / "passwords.json").write_text(json.dumps({USER: PASSWORD}))
+
+    pg_port, api_port = _free_port(), _free_port()
+    db_url = subprocess.run(["bash", str(REPO / "scripts" / "postgres_up.sh"), str(pgdata), str(pg_port)],
+                            check=True, capture_output=True, text=True, timeout=300).stdout.strip().splitlines()[-1]
+    url = f"http://127.0.0.1:{api_port}"
+    venv_bin = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYTEST"))}
+    env.update({
+        "PATH": f"{venv_bin}:{env.get('PATH', '')}",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p),
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": "False",
+        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
+        "AIRFLOW__CORE__FERNET_KEY": "",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
+        "AIRFLOW__API__BASE_URL": url,
+        "AIRFLOW__API__PORT": str(api_port),
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__WORKERS": "1",
+        "AIRFLOW__API_AUTH__JWT_SECRET": "journey-test-secret-not-for-production",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+        "AIRFLOW__TRIGGERER__DEFAULT_CAPACITY": "50",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "CURATION_JOURNEY_LAKE": str(lake),
+        "CURATION_LOCAL_JOBS_DIR": str(base / "jobs"),
+    })
+    airflow = [sys.executable, "-m", "airflow"]
+    subprocess.run(airflow + ["db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
+
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        for name, args in (("api-server", ["api-server", "--port", str(api_port), "--host", "127.0.0.1"]),
+                           ("scheduler", ["scheduler"]), ("dag-processor", ["dag-processor"]),
+                           ("triggerer", ["triggerer"])):
+            log = open(home / "logs" / f"{name}.out", "wb")
+            procs[name] = subprocess.Popen(airflow + args, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(home))
+        _wait_http(f"{url}/api/v2/monitor/health", 240, procs, home)
+        yield AirflowStack(home, url, lake, env)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for p in procs.values():
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait(timeout=10)
+        subprocess.run(["bash", str(REPO / "scripts" / "postgres_down.sh"), str(pgdata)], timeout=120)

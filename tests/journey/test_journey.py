@@ -1,0 +1,193 @@
+"""The users' journey against a real Airflow: unpause a recurring curation DAG, trigger a run through
+the REST API, backfill three logical dates through ``POST /api/v2/backfills``, see each date's lake
+partition and report; a run with stricter params fails on its checks with a readable message; then
+headless Chromium logs into the UI and screenshots the DAG grid and the run's curation report."""
+
+from __future__ import annotations
+
+import json
+import time
+from urllib.parse import quote
+
+import pytest
+
+from airflow_curation.core.layout import sanitize_run_id
+from .conftest import ARTIFACTS, PASSWORD, USER
+
+DAG_ID = "curation_journey"
+BACKFILL_DATES = ["2026-11-10", "2026-11-11", "2026-11-12"]
+MANUAL_DATE, FAILING_DATE = "2026-11-20", "2026-11-21"
+
+
+def _wait(predicate, timeout: float, what: str, stack, interval: float = 2.0):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}; last: {last}\n{stack.logs()}")
+
+
+def _runs(stack) -> dict[str, dict]:
+    body = stack.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns?limit=100")
+    return {r["logical_date"][:10]: r for r in body["dag_runs"] if r.get("logical_date")}
+
+
+@pytest.fixture(scope="module")
+def journey(airflow_stack):
+    s = airflow_stack
+    # The dag-processor parses the DAG; the plugin is loaded by the api-server from the entry point.
+    _wait(lambda: _get_dag(s), 180, "the DAG to be parsed", s)
+    plugins = s.request("GET", "/api/v2/plugins")["plugins"]
+    assert "curation" in [p["name"] for p in plugins], plugins
+
+    s.request("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+    s.request("POST", f"/api/v2/dags/{DAG_ID}/dagRuns",
+              {"logical_date": f"{MANUAL_DATE}T00:00:00Z", "conf": {}})
+    s.request("POST", f"/api/v2/dags/{DAG_ID}/dagRuns",
+              {"logical_date": f"{FAILING_DATE}T00:00:00Z", "conf": {"min_rows": 100000}})
+    backfill = s.request("POST", "/api/v2/backfills", {
+        "dag_id": DAG_ID, "from_date": f"{BACKFILL_DATES[0]}T00:00:00Z",
+        "to_date": f"{BACKFILL_DATES[-1]}T00:00:00Z", "run_backwards": False, "dag_run_conf": {},
+        "reprocess_behavior": "none", "max_active_runs": 3})
+    wanted = BACKFILL_DATES + [MANUAL_DATE, FAILING_DATE]
+
+    def finished():
+        runs = _runs(s)
+        states = {d: runs[d]["state"] for d in wanted if d in runs}
+        return runs if len(states) == len(wanted) and all(v in ("success", "failed") for v in states.values()) \
+            else None
+
+    runs = _wait(finished, 420, "the runs to finish", s)
+    return s, runs, backfill
+
+
+def _get_dag(s):
+    try:
+        return s.request("GET", f"/api/v2/dags/{DAG_ID}")
+    except AssertionError:
+        return None
+
+
+def _report(s, run: dict) -> dict:
+    date = run["logical_date"][:10]
+    base = s.lake / "journey" / f"snapshot={date}" / "_manifests" / sanitize_run_id(run["dag_run_id"])
+    return json.loads((base / "report.json").read_text()), (base / "report.html").read_text()
+
+
+def test_run_and_three_date_backfill_succeed_with_a_partition_and_report_each(journey):
+    s, runs, backfill = journey
+    assert backfill["dag_id"] == DAG_ID
+    backfilled = [d for d in BACKFILL_DATES if runs[d]["run_type"] == "backfill"]
+    assert backfilled == BACKFILL_DATES
+    for date in BACKFILL_DATES + [MANUAL_DATE]:
+        run = runs[date]
+        assert run["state"] == "success", (date, s.logs())
+        report, page = _report(s, run)
+        assert report["status"] == "passed" and report["snapshot"] == date
+        assert [f["label"] for f in report["metrics"]["funnel"]] == ["ingested", "quality", "dedup"]
+        assert f"snapshot={date}" in page and "PASSED" in page
+        # The report is pushed to XCom for the UI plugin and linked from the task.
+        ti = s.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(run['dag_run_id'])}/taskInstances/validate")
+        assert ti["state"] == "success"
+        link = s.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(run['dag_run_id'])}"
+                                f"/taskInstances/validate/links")
+        assert "/curation/report/" in json.dumps(link), link
+    # The curated Asset got one event per successful run.
+    events = s.request("GET", "/api/v2/assets/events?limit=100")["asset_events"]
+    assert len([e for e in events if e["source_dag_id"] == DAG_ID]) >= 4
+
+
+def test_stricter_param_fails_the_run_with_a_readable_message(journey):
+    s, runs, _ = journey
+    run = runs[FAILING_DATE]
+    assert run["state"] == "failed"
+    report, page = _report(s, run)
+    assert report["status"] == "failed" and "FAILED" in page
+    ti = f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(run['dag_run_id'])}/taskInstances/validate"
+    assert s.request("GET", ti)["state"] == "failed"
+    status, text = s.get_text(f"{ti}/logs/1?full_content=true")
+    assert status == 200 and "[FAIL] min_rows" in text and "expected >= 100000" in text
+
+
+def test_plugin_serves_the_report_only_to_authorised_users(journey):
+    s, runs, _ = journey
+    run = runs[BACKFILL_DATES[0]]
+    path = f"/curation/report/{DAG_ID}/{quote(run['dag_run_id'], safe='')}"
+    status, text = s.get_text(path)
+    assert status == 200 and f"snapshot={BACKFILL_DATES[0]}" in text and "<svg" in text
+    import urllib.error
+    import urllib.request
+
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(s.url + path, timeout=30)
+    assert e.value.code in (401, 403)
+    status, text = s.get_text(f"/curation/report/{DAG_ID}/no-such-run")
+    assert status == 404 and "no curation report" in text.lower()
+
+
+def _browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--disable-background-networking", "--disable-extensions", "--no-first-run",
+              "--window-size=1500,1000"):
+        opts.add_argument(a)
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+
+
+def test_ui_in_chromium_grid_and_report(journey):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    s, runs, _ = journey
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    d = _browser()
+    try:
+        wait = WebDriverWait(d, 90)
+        d.get(s.url + "/")
+        user = wait.until(EC.presence_of_element_located((By.NAME, "username")))
+        user.send_keys(USER)
+        pw = d.find_element(By.NAME, "password")
+        pw.send_keys(PASSWORD)
+        pw.send_keys(Keys.ENTER)
+        wait.until(lambda drv: "/auth/login" not in drv.current_url and "login" not in drv.current_url.lower())
+
+        d.get(f"{s.url}/dags/{DAG_ID}")
+        wait.until(lambda drv: DAG_ID in drv.find_element(By.TAG_NAME, "body").text)
+        wait.until(lambda drv: "make_shards" in drv.find_element(By.TAG_NAME, "body").text)
+        time.sleep(2)  # let the grid's bars paint before the screenshot
+        d.save_screenshot(str(ARTIFACTS / "journey_dag_grid.png"))
+        body = d.find_element(By.TAG_NAME, "body").text
+        assert DAG_ID in body and "validate" in body
+
+        run = runs[BACKFILL_DATES[1]]
+        # The run's page has the plugin's "Curation report" tab (external view, iframe).
+        d.get(f"{s.url}/dags/{DAG_ID}/runs/{quote(run['dag_run_id'], safe='')}")
+        wait.until(lambda drv: "Curation report" in drv.find_element(By.TAG_NAME, "body").text)
+        d.find_element(By.XPATH, "//*[normalize-space(text())='Curation report']").click()
+        frame = wait.until(EC.presence_of_element_located((By.TAG_NAME, "iframe")))
+        time.sleep(2)
+        d.save_screenshot(str(ARTIFACTS / "journey_run_report_tab.png"))
+        d.switch_to.frame(frame)
+        wait.until(lambda drv: "Curation report" in drv.find_element(By.TAG_NAME, "body").text)
+        text = d.find_element(By.TAG_NAME, "body").text
+        assert f"snapshot={BACKFILL_DATES[1]}" in text and "PASSED" in text and "Curation funnel" in text
+        d.switch_to.default_content()
+
+        # The report page on its own, served by the plugin with the UI's session cookie.
+        d.get(f"{s.url}/curation/report/{DAG_ID}/{quote(run['dag_run_id'], safe='')}")
+        wait.until(lambda drv: "Curation funnel" in drv.find_element(By.TAG_NAME, "body").text)
+        d.save_screenshot(str(ARTIFACTS / "journey_report.png"))
+        text = d.find_element(By.TAG_NAME, "body").text
+        assert "PASSED" in text and "quality" in text and "clusters" in text
+        assert len(d.find_elements(By.TAG_NAME, "svg")) >= 4
+    finally:
+        d.quit()
