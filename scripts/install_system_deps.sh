@@ -11,6 +11,9 @@ PACKAGES=(
     procps            # ps/pkill used when tests stop their own servers
     slurm-wlm         # tests/slurm: one-node Slurm (slurmctld, slurmd, clients) started by scripts/slurm_up.sh
     munge             # tests/slurm: Slurm's authentication daemon
+    postgresql        # tests/journey: Airflow's metadata DB for the real scheduler/api-server run
+    chromium          # tests/journey: headless browser for the Airflow UI screenshots
+    chromium-driver   # tests/journey: selenium drives chromium through it
 )
 
 if ! command -v dpkg >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
