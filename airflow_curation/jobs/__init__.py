@@ -15,15 +15,32 @@ from airflow_curation.jobs.spec import JobSpec
 EXIT_OK, EXIT_STAGE_FAILED, EXIT_BAD_SPEC = 0, 1, 2
 
 
-def run_spec(spec: JobSpec) -> dict:
-    """Run one job spec in this process and return its result summary (raises on failure)."""
+def run_spec(spec: JobSpec, shard_group: tuple[int, int] | None = None, collect: bool = False) -> dict:
+    """Run one job spec in this process and return its result summary (raises on failure).
+
+    :param shard_group: ``(i, n)``: run only group ``i`` of ``n`` of the units (one array task).
+    :param collect: run no unit; gather the groups' checkpoints into the manifest.
+    """
     from airflow_curation.stages import stage_class
     from airflow_curation.stages.base import StageRunner
 
     stage = stage_class(spec.stage)(spec.lake_obj, spec.config, spec.run_id)
-    manifest = StageRunner(stage).run()
-    return {**manifest.summary(stage.manifest_uri), "accounting": manifest.accounting,
-            "fingerprint": manifest.fingerprint}
+    manifest = StageRunner(stage).run(shard_group=shard_group, collect=collect)
+    result = {**manifest.summary(stage.manifest_uri), "accounting": manifest.accounting,
+              "fingerprint": manifest.fingerprint}
+    if shard_group is not None:
+        result["shard_group"] = f"{shard_group[0]}/{shard_group[1]}"
+    return result
+
+
+def _shard_group(value: str) -> tuple[int, int]:
+    try:
+        index, count = (int(x) for x in value.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected I/N (e.g. 3/16), got {value!r}") from None
+    if not 0 <= index < count:
+        raise argparse.ArgumentTypeError(f"shard group {value!r}: need 0 <= I < N")
+    return index, count
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     p_run = sub.add_parser("run", help="run a stage from a job spec")
     p_run.add_argument("spec", help="path or URL of the job spec JSON")
     p_run.add_argument("--result", help="write the result JSON here (status, summary or error)")
+    p_run.add_argument("--shard-group", type=_shard_group, metavar="I/N",
+                       help="run only units I::N of the plan (one task of an array job)")
+    p_run.add_argument("--collect", action="store_true",
+                       help="run no unit: gather the shard groups' checkpoints and write the manifest")
     args = parser.parse_args(argv)
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -44,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         _write_result(args.result, {"status": "failed", "error": f"bad spec: {e}", "returncode": EXIT_BAD_SPEC})
         return EXIT_BAD_SPEC
     try:
-        summary = run_spec(spec)
+        summary = run_spec(spec, shard_group=args.shard_group, collect=args.collect)
     except Exception as e:  # noqa: BLE001
         traceback.print_exc()
         _write_result(args.result, {"status": "failed", "error": f"{type(e).__name__}: {e}",

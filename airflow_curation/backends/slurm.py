@@ -1,0 +1,635 @@
+"""Slurm backend: a job spec becomes one ``sbatch`` submission, on this machine or over SSH.
+
+Two shapes:
+
+* ``shard_groups=1`` (default): one allocation runs ``python -m airflow_curation.jobs run SPEC``; the
+  stage's engine (process pool, Dask, Ray) uses what the allocation gives it.
+* ``shard_groups=N``: an array ``--array=0-(N-1)%K`` whose task ``i`` runs units ``i::N`` of the plan
+  (``--shard-group i/N``), then a small *collect* job (``--dependency=afterany``) gathers the
+  checkpoints into the manifest and applies the failure budget. N is capped at the site's
+  ``MaxArraySize`` (read from ``scontrol show config``).
+
+State comes from ``scontrol show job`` while Slurm remembers the job (``MinJobAge``), then ``sacct``
+where accounting exists, and in the end from the files the job leaves in its folder: the result JSON
+and, per unit, the checkpoint records, which are the final truth. A failed run is resubmitted with
+only the array tasks whose units lack a checkpoint (:meth:`SlurmBackend.resubmit`, automatic up to
+``max_resubmits`` for the states in ``resubmit_on``).
+
+No parameter ever reaches a shell unquoted: sbatch options are argv elements (never ``#SBATCH``
+lines), the job script quotes every value with :func:`shlex.quote`, and over SSH the whole remote
+command line is one :func:`shlex.join` string, which is what the remote shell parses.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus
+from airflow_curation.core import storage
+from airflow_curation.core.checkpoint import CheckpointStore
+from airflow_curation.core.layout import Lake, safe_name
+from airflow_curation.core.manifest import Manifest, ManifestError
+from airflow_curation.jobs.spec import JobSpec
+
+log = logging.getLogger(__name__)
+
+# Slurm job states (``scontrol``/``sacct`` spelling) -> our states, with a note for the failures.
+_PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SUSPENDED",
+            "STAGE_OUT", "SIGNALING", "SPECIAL_EXIT"}
+_RUNNING = {"RUNNING", "COMPLETING", "STOPPED"}
+FAILURE_NOTES = {
+    "FAILED": "a task exited non-zero",
+    "TIMEOUT": "hit its time limit; raise --time (resubmission resumes from the checkpoints)",
+    "OUT_OF_MEMORY": "ran out of memory; raise --mem or use more shard groups",
+    "NODE_FAIL": "its node failed",
+    "BOOT_FAIL": "its node failed to boot",
+    "PREEMPTED": "was preempted by a higher-priority job",
+    "DEADLINE": "missed its deadline",
+    "REVOKED": "was revoked (federation)",
+}
+# Final states after which running the same units again may well succeed.
+DEFAULT_RESUBMIT_ON = ("TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "GONE")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_JOB_ID = re.compile(r"^\d+$")
+_FIELD = re.compile(r"(?:^|\s)(JobId|ArrayJobId|ArrayTaskId|JobState|Reason|ExitCode)=(\S*)")
+
+
+class _Task:
+    def __repr__(self) -> str:
+        return "TASK"
+
+
+TASK = _Task()  # stands for $SLURM_ARRAY_TASK_ID in a rendered script argument
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed (submission refused, controller unreachable...)."""
+
+
+def map_state(slurm_state: str) -> JobState:
+    """Our state for a Slurm state word (``CANCELLED by 0`` counts as ``CANCELLED``)."""
+    word = slurm_state.split()[0].rstrip("+").upper() if slurm_state.strip() else ""
+    if word in _PENDING:
+        return JobState.PENDING
+    if word in _RUNNING:
+        return JobState.RUNNING
+    if word == "COMPLETED":
+        return JobState.SUCCEEDED
+    if word == "CANCELLED":
+        return JobState.CANCELLED
+    if word in FAILURE_NOTES:
+        return JobState.FAILED
+    return JobState.UNKNOWN
+
+
+@dataclass
+class SlurmJobRecord:
+    """One job (or array task) as ``scontrol`` or ``sacct`` reports it."""
+
+    job_id: str
+    state: str
+    reason: str = ""
+    exit_code: str = ""
+    array_task_id: str | None = None
+
+    @property
+    def mapped(self) -> JobState:
+        return map_state(self.state)
+
+
+def parse_scontrol_jobs(text: str) -> list[SlurmJobRecord]:
+    """Parse ``scontrol show job -o`` output: one job or array task per line."""
+    records = []
+    for line in text.splitlines():
+        fields: dict[str, str] = {}
+        for key, value in _FIELD.findall(line):
+            fields.setdefault(key, value)  # first occurrence: the job's own field, not a later value
+        if "JobId" in fields and "JobState" in fields:
+            records.append(SlurmJobRecord(fields["JobId"], fields["JobState"], fields.get("Reason", ""),
+                                          fields.get("ExitCode", ""), fields.get("ArrayTaskId")))
+    return records
+
+
+def parse_sacct(text: str) -> list[SlurmJobRecord]:
+    """Parse ``sacct -n -P -X -o JobID,State,ExitCode,Reason`` output (``1234_5`` is an array task)."""
+    records = []
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < 3 or not parts[0]:
+            continue
+        job_id, _, task = parts[0].partition("_")
+        records.append(SlurmJobRecord(job_id, parts[1], parts[3] if len(parts) > 3 else "", parts[2],
+                                      task or None))
+    return records
+
+
+def summarize(records: Sequence[SlurmJobRecord]) -> tuple[JobState, str]:
+    """One state for a job and its array tasks: failures first, then running, pending, success."""
+    if not records:
+        return JobState.UNKNOWN, "no record"
+    states = [r.mapped for r in records]
+    bad = [r for r in records if r.mapped in (JobState.FAILED, JobState.CANCELLED)]
+    if any(s in (JobState.RUNNING, JobState.PENDING, JobState.UNKNOWN) for s in states):
+        running = sum(s == JobState.RUNNING for s in states)
+        state = JobState.RUNNING if running else JobState.PENDING
+        if any(s == JobState.UNKNOWN for s in states):
+            state = JobState.RUNNING if running else JobState.UNKNOWN
+        return state, f"{running} running, {sum(s == JobState.PENDING for s in states)} pending" + (
+            f", {len(bad)} failed so far" if bad else "")
+    if bad:
+        words = sorted({r.state.split()[0] for r in bad})
+        cancelled_only = all(r.mapped == JobState.CANCELLED for r in bad)
+        notes = "; ".join(f"{w}: {FAILURE_NOTES.get(w, w.lower())}" for w in words)
+        who = ", ".join(_label(r) for r in bad[:10])
+        return (JobState.CANCELLED if cancelled_only else JobState.FAILED), f"{notes} ({who})"
+    return JobState.SUCCEEDED, "completed"
+
+
+def _label(r: SlurmJobRecord) -> str:
+    return f"{r.job_id}" + (f"[{r.array_task_id}]" if r.array_task_id is not None else "") + (
+        f" exit {r.exit_code}" if r.exit_code not in ("", "0:0") else "")
+
+
+def _check_arg(value: str, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, got {type(value).__name__}")
+    if "\x00" in value:
+        raise ValueError(f"{what} contains a NUL byte")
+    return value
+
+
+def check_job_dir(path: str) -> str:
+    """Slurm expands ``%`` patterns (and ``\\`` turns them off) in ``--output``; a newline breaks its
+    messages. A job folder with any of them is refused rather than silently writing logs elsewhere."""
+    _check_arg(path, "job folder")
+    bad = sorted({c for c in path if c in "%\\\n\r"})
+    if bad:
+        raise ValueError(f"job folder {path!r} contains {bad}, which Slurm would interpret in --output; "
+                         "choose a work_dir (or lake root) without them")
+    return path
+
+
+class SlurmBackend(Backend):
+    """Run job specs as Slurm batch jobs.
+
+    :param partition: ``--partition``.
+    :param account: ``--account``.
+    :param qos: ``--qos``.
+    :param time_limit: ``--time`` (e.g. ``"04:00:00"``).
+    :param cpus_per_task: ``--cpus-per-task``.
+    :param mem: ``--mem`` (e.g. ``"16G"``).
+    :param sbatch_options: more sbatch options, a list of argv elements or one string split like a
+        shell would (``"--gres=gpu:1 --constraint=a100"``); never interpreted by a shell.
+    :param shard_groups: 1 for one allocation, N for an array over N shard groups (capped at MaxArraySize).
+    :param array_parallelism: the ``%K`` of ``--array``: at most K tasks at once (0: no limit).
+    :param work_dir: a folder every node sees (and, over SSH, the same path here and there) for job
+        scripts, specs, results and logs; default the lake's ``_jobs/`` folder when the lake is local.
+    :param python: interpreter on the compute nodes; default this one.
+    :param env: environment for the job (exported in the script, values quoted).
+    :param ssh_host: run the Slurm commands on this host over SSH (``ssh -o BatchMode=yes HOST``).
+    :param command_prefix: argv that runs one shell command line somewhere (overrides ``ssh_host``);
+        the Slurm command is appended as a single, fully quoted string, exactly as ssh passes it.
+    :param max_resubmits: resubmit a failed run automatically (only its unfinished shard groups) this
+        many times when it failed for a reason in ``resubmit_on``.
+    :param resubmit_on: Slurm states worth a resubmission (``GONE``: the job vanished without a result).
+    :param collect_time_limit: ``--time`` of the collect job of an array run.
+    :param command_timeout: seconds a Slurm command may take.
+    """
+
+    name = "slurm"
+
+    def __init__(self, partition: str | None = None, account: str | None = None, qos: str | None = None,
+                 time_limit: str | None = None, cpus_per_task: int | None = None, mem: str | None = None,
+                 sbatch_options: Sequence[str] | str | None = None, shard_groups: int = 1,
+                 array_parallelism: int = 0, work_dir: str | None = None, python: str | None = None,
+                 env: dict[str, str] | None = None, ssh_host: str | None = None,
+                 command_prefix: Sequence[str] | None = None, max_resubmits: int = 0,
+                 resubmit_on: Sequence[str] = DEFAULT_RESUBMIT_ON, collect_time_limit: str | None = None,
+                 command_timeout: float = 60.0) -> None:
+        self.partition, self.account, self.qos = partition, account, qos
+        self.time_limit, self.mem = time_limit, mem
+        self.cpus_per_task = int(cpus_per_task) if cpus_per_task else None
+        if isinstance(sbatch_options, str):
+            sbatch_options = shlex.split(sbatch_options)
+        self.sbatch_options = [_check_arg(o, "sbatch option") for o in (sbatch_options or [])]
+        for opt in self.sbatch_options:
+            if not opt.startswith("-"):
+                raise ValueError(f"sbatch option {opt!r} does not start with '-' (sbatch would take it "
+                                 "for the script)")
+            if opt.split("=", 1)[0] in ("--wrap", "--array", "-a", "--dependency", "-d", "--parsable"):
+                raise ValueError(f"sbatch option {opt!r} is set by the backend itself")
+        for what, value in (("partition", partition), ("account", account), ("qos", qos),
+                            ("time_limit", time_limit), ("mem", mem), ("ssh_host", ssh_host),
+                            ("collect_time_limit", collect_time_limit)):
+            if value is not None:
+                _check_arg(value, what)
+        self.shard_groups = int(shard_groups)
+        self.array_parallelism = int(array_parallelism)
+        if self.shard_groups < 1 or self.array_parallelism < 0:
+            raise ValueError("shard_groups must be >= 1 and array_parallelism >= 0")
+        self.work_dir = work_dir
+        self.python = _check_arg(python or sys.executable, "python")
+        self.env = dict(env or {})
+        for key, value in self.env.items():
+            if not _ENV_NAME.match(str(key)):
+                raise ValueError(f"environment variable name {key!r} is not a valid identifier")
+            _check_arg(value, f"env {key}")
+        self.ssh_host = ssh_host
+        if command_prefix is not None:
+            self.command_prefix = [_check_arg(a, "command_prefix") for a in command_prefix]
+        elif ssh_host:
+            self.command_prefix = ["ssh", "-o", "BatchMode=yes", ssh_host]
+        else:
+            self.command_prefix = []
+        self.max_resubmits = int(max_resubmits)
+        self.resubmit_on = tuple(s.upper() for s in resubmit_on)
+        self.collect_time_limit = collect_time_limit
+        self.command_timeout = command_timeout
+        self._max_array_size: int | None = None
+
+    def options(self) -> dict[str, Any]:
+        return {"partition": self.partition, "account": self.account, "qos": self.qos,
+                "time_limit": self.time_limit, "cpus_per_task": self.cpus_per_task, "mem": self.mem,
+                "sbatch_options": list(self.sbatch_options), "shard_groups": self.shard_groups,
+                "array_parallelism": self.array_parallelism, "work_dir": self.work_dir,
+                "python": self.python, "env": dict(self.env), "ssh_host": self.ssh_host,
+                "command_prefix": list(self.command_prefix), "max_resubmits": self.max_resubmits,
+                "resubmit_on": list(self.resubmit_on), "collect_time_limit": self.collect_time_limit,
+                "command_timeout": self.command_timeout}
+
+    # -- running Slurm commands ------------------------------------------------------------------
+
+    def command_argv(self, argv: Sequence[str]) -> list[str]:
+        """The argv that runs ``argv`` here or, through the prefix, as one quoted remote command line."""
+        argv = [_check_arg(a, "argument") for a in argv]
+        return [*self.command_prefix, shlex.join(argv)] if self.command_prefix else argv
+
+    def _run(self, argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
+        full = self.command_argv(argv)
+        try:
+            proc = subprocess.run(full, capture_output=True, text=True, timeout=self.command_timeout,
+                                  stdin=subprocess.DEVNULL)
+        except FileNotFoundError as e:
+            raise SlurmError(f"cannot run {argv[0]!r}: {e} (is Slurm installed, or set ssh_host?)") from e
+        except subprocess.TimeoutExpired as e:
+            raise SlurmError(f"{shlex.join(argv)} took longer than {self.command_timeout}s") from e
+        if check and proc.returncode != 0:
+            raise SlurmError(f"{shlex.join(argv)} failed ({proc.returncode}): "
+                             f"{(proc.stderr or proc.stdout).strip()}")
+        return proc
+
+    def max_array_size(self) -> int:
+        """The site's MaxArraySize (array indices go up to MaxArraySize - 1)."""
+        if self._max_array_size is None:
+            text = self._run(["scontrol", "show", "config"]).stdout
+            m = re.search(r"^\s*MaxArraySize\s*=\s*(\d+)", text, re.M)
+            self._max_array_size = int(m.group(1)) if m else 1001  # Slurm's default
+        return self._max_array_size
+
+    # -- the job folder and script ---------------------------------------------------------------
+
+    def job_dir_for(self, spec: JobSpec) -> str:
+        key = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        if self.work_dir:
+            work_dir = self.work_dir if self.command_prefix else os.path.abspath(self.work_dir)
+            return os.path.join(work_dir, safe_name(spec.run_id, "run id"), safe_name(spec.stage, "stage"), key)
+        lake = spec.lake_obj
+        if not storage.is_local(lake.root):
+            raise ValueError(f"the lake {lake.root} is not a local folder: give the Slurm backend a "
+                             "work_dir on a filesystem that the compute nodes share")
+        base = lake.jobs_dir(spec.run_id, spec.stage)
+        return os.path.abspath(os.path.join(base[len("file://"):] if base.startswith("file://") else base, key))
+
+    def render_script(self, job_dir: str, args: Sequence[str | tuple]) -> str:
+        """The batch script: exports ``env`` and execs the jobs entrypoint with ``args``.
+
+        Each arg is a literal string, or a tuple of literal strings and :data:`TASK` (the array task
+        index), which is the only thing the shell expands.
+        """
+        lines = ["#!/bin/bash", "# airflow-curation job (generated; every value is shell-quoted)",
+                 "set -eu"]
+        for key in sorted(self.env):
+            lines.append(f"export {key}={shlex.quote(self.env[key])}")
+        lines.append(f"export CURATION_JOB_DIR={shlex.quote(job_dir)}")
+        lines.append(f"cd {shlex.quote(job_dir)}")
+        words = [shlex.quote(_check_arg(self.python, "python")), "-m", "airflow_curation.jobs"]
+        for arg in args:
+            parts = arg if isinstance(arg, tuple) else (arg,)
+            words.append("".join('"${SLURM_ARRAY_TASK_ID}"' if p is TASK else shlex.quote(_check_arg(p, "argument"))
+                                 for p in parts))
+        lines.append("exec " + " ".join(words))
+        return "\n".join(lines) + "\n"
+
+    def sbatch_argv(self, script: str, job_name: str, log_path: str, job_dir: str,
+                    array: str | None = None, dependency: str | None = None,
+                    time_limit: str | None = None, collect: bool = False) -> list[str]:
+        argv = ["sbatch", "--parsable", f"--job-name={job_name}", f"--output={log_path}",
+                "--open-mode=append", f"--chdir={job_dir}"]
+        for flag, value in (("--partition", self.partition), ("--account", self.account),
+                            ("--qos", self.qos), ("--time", time_limit or self.time_limit)):
+            if value:
+                argv.append(f"{flag}={value}")
+        if not collect:
+            if self.cpus_per_task:
+                argv.append(f"--cpus-per-task={self.cpus_per_task}")
+            if self.mem:
+                argv.append(f"--mem={self.mem}")
+            argv += self.sbatch_options
+        if array:
+            argv.append(f"--array={array}")
+        if dependency:
+            argv += [f"--dependency={dependency}", "--kill-on-invalid-dep=no"]
+        argv.append(script)
+        return argv
+
+    def _sbatch(self, argv: list[str]) -> str:
+        out = self._run(argv).stdout.strip()
+        job_id = out.split(";", 1)[0].strip()  # --parsable prints "id" or "id;cluster"
+        if not _JOB_ID.match(job_id):
+            raise SlurmError(f"sbatch printed {out!r}, not a job id")
+        return job_id
+
+    # -- Backend ---------------------------------------------------------------------------------
+
+    def submit(self, spec: JobSpec) -> JobHandle:
+        job_dir = check_job_dir(self.job_dir_for(spec))
+        Path(job_dir).mkdir(parents=True, exist_ok=True)
+        spec_path = os.path.join(job_dir, "spec.json")
+        _write_local(spec_path, spec.to_json().encode())
+        groups = min(self.shard_groups, self.max_array_size()) if self.shard_groups > 1 else 1
+        base = {"backend": self.name, "job_dir": job_dir, "spec": spec_path,
+                "log": os.path.join(job_dir, "job.log"), "manifest_uri": spec.manifest_uri,
+                "stage": spec.stage, "run_id": spec.run_id, "lake": spec.lake, "groups": groups}
+        handle = self._submit_attempt(base, attempt=1, indices=list(range(groups)) if groups > 1 else None)
+        self._write_current(handle)
+        return handle
+
+    def _submit_attempt(self, base: JobHandle, attempt: int, indices: list[int] | None) -> JobHandle:
+        """Submit one attempt: the whole job, or the array tasks ``indices`` plus the collect job."""
+        job_dir, groups = base["job_dir"], base["groups"]
+        name = f"curation-{base['stage']}"
+        result = os.path.join(job_dir, f"result-{attempt}.json")
+        handle = {**base, "attempt": attempt, "result": result, "array_job_id": None, "array": None}
+        if groups == 1:
+            script = self._write_script(job_dir, f"job-{attempt}.sh",
+                                        ["run", base["spec"], "--result", result])
+            handle["job_id"] = self._sbatch(self.sbatch_argv(script, name, base["log"], job_dir))
+            return handle
+        dependency = None
+        if indices:
+            spans = _compress(indices)
+            k = f"%{self.array_parallelism}" if self.array_parallelism else ""
+            handle["array"] = f"{spans}{k}"
+            group_result = (os.path.join(job_dir, f"result-{attempt}-group-"), TASK, ".json")
+            script = self._write_script(job_dir, f"group-{attempt}.sh", [
+                "run", base["spec"], "--result", group_result, "--shard-group", (TASK, f"/{groups}")])
+            handle["array_job_id"] = self._sbatch(self.sbatch_argv(
+                script, name, base["log"], job_dir, array=handle["array"]))
+            dependency = f"afterany:{handle['array_job_id']}"
+        script = self._write_script(job_dir, f"collect-{attempt}.sh",
+                                    ["run", base["spec"], "--result", result, "--collect"])
+        try:
+            handle["job_id"] = self._sbatch(self.sbatch_argv(
+                script, f"{name}-collect", base["log"], job_dir, dependency=dependency,
+                time_limit=self.collect_time_limit, collect=True))
+        except SlurmError:
+            if handle["array_job_id"]:
+                self._run(["scancel", handle["array_job_id"]], check=False)
+            raise
+        return handle
+
+    def _write_script(self, job_dir: str, name: str, args: list[str | tuple]) -> str:
+        path = os.path.join(job_dir, name)
+        _write_local(path, self.render_script(job_dir, args).encode(), mode=0o750)
+        return path
+
+    def _write_current(self, handle: JobHandle) -> None:
+        _write_local(os.path.join(handle["job_dir"], "current.json"),
+                     json.dumps(handle, indent=1, sort_keys=True).encode())
+
+    def current(self, handle: JobHandle) -> JobHandle:
+        """The latest attempt of the job ``handle`` names (resubmissions keep the first handle valid)."""
+        latest = _read_json(os.path.join(handle["job_dir"], "current.json"))
+        if latest is None:
+            return handle
+        return latest if latest.get("attempt", 1) >= handle.get("attempt", 1) else handle
+
+    def job_records(self, handle: JobHandle) -> tuple[list[SlurmJobRecord], str]:
+        """What Slurm says about the attempt's jobs, and where it came from (scontrol, sacct, none)."""
+        ids = [j for j in (handle.get("array_job_id"), handle["job_id"]) if j]
+        records: list[SlurmJobRecord] = []
+        missing = []
+        for job_id in ids:
+            proc = self._run(["scontrol", "show", "job", "-o", job_id], check=False)
+            if proc.returncode == 0:
+                records += parse_scontrol_jobs(proc.stdout)
+            elif "Invalid job id" in (proc.stderr + proc.stdout):
+                missing.append(job_id)  # finished longer ago than MinJobAge
+            else:
+                raise SlurmError(f"scontrol show job {job_id}: {(proc.stderr or proc.stdout).strip()}")
+        if not missing:
+            return records, "scontrol"
+        proc = self._run(["sacct", "-n", "-P", "-X", "-o", "JobID,State,ExitCode,Reason",
+                          "-j", ",".join(missing)], check=False)
+        text = proc.stderr + proc.stdout
+        if proc.returncode != 0 or "accounting storage is disabled" in text:
+            return records, "none"  # no accounting: the files in the job folder decide
+        return records + parse_sacct(proc.stdout), "sacct"
+
+    def status(self, handle: JobHandle) -> JobStatus:
+        handle = self.current(handle)
+        status, retry_reason = self._status(handle)
+        if (status.state == JobState.FAILED and retry_reason in self.resubmit_on
+                and handle["attempt"] <= self.max_resubmits):
+            try:
+                new = self.resubmit(handle)
+            except SlurmError as e:
+                return JobStatus(JobState.FAILED, f"{status.message}; resubmission failed: {e}", status.result)
+            if new is not None:
+                return JobStatus(JobState.PENDING, f"{status.message}; resubmitted as attempt "
+                                                   f"{new['attempt']} (job {new['job_id']})")
+        return status
+
+    def _status(self, handle: JobHandle) -> tuple[JobStatus, str | None]:
+        """The attempt's status and, for a failure, the Slurm state that explains it (or ``GONE``)."""
+        result = _read_json(handle["result"])
+        try:
+            records, source = self.job_records(handle)
+        except SlurmError as e:
+            if result is None:
+                return JobStatus(JobState.UNKNOWN, f"cannot reach Slurm: {e}"), None
+            records, source = [], "unreachable"  # the result file alone decides
+        if result is None:
+            result = _read_json(handle["result"])  # it may have landed while we asked
+        cancelled = os.path.exists(os.path.join(handle["job_dir"], "cancelled"))
+        main = [r for r in records if r.job_id == handle["job_id"] and r.array_task_id is None]
+        if result is not None:
+            if main and main[0].mapped in (JobState.RUNNING, JobState.PENDING):
+                return JobStatus(JobState.RUNNING, f"job {handle['job_id']} is finishing (result written)"), None
+            ok = result.get("status") == "succeeded"
+            if ok:
+                return JobStatus(JobState.SUCCEEDED, "completed", result), None
+            if cancelled:
+                return JobStatus(JobState.CANCELLED, "cancelled", result), None
+            return JobStatus(JobState.FAILED, result.get("error", "failed"), result), self._retry_reason(handle)
+        state, message = summarize(records)
+        if records and not state.finished:
+            # The collect job may be dead already (e.g. cancelled) while array tasks are still listed.
+            if main and main[0].mapped.finished and main[0].mapped != JobState.SUCCEEDED:
+                state, message = summarize(main)
+            else:
+                return JobStatus(state, f"job {handle['job_id']}: {message}"), None
+        if cancelled or state == JobState.CANCELLED:
+            return JobStatus(JobState.CANCELLED, f"job {handle['job_id']} cancelled"), None
+        if records and state == JobState.FAILED:
+            return JobStatus(JobState.FAILED, f"job {handle['job_id']}: {message}; log: {handle['log']}"), \
+                self._failure_word(records)
+        # Finished (or forgotten by Slurm) without a result: the checkpoints say how far it got.
+        done, total = self.progress(handle)
+        where = f"{source} has no record" if not records else f"Slurm says {message}"
+        return JobStatus(JobState.FAILED, f"job {handle['job_id']} ended without a result ({where}); "
+                                          f"{done}/{total} units checkpointed; log: {handle['log']}"), "GONE"
+
+    @staticmethod
+    def _failure_word(records: Sequence[SlurmJobRecord]) -> str | None:
+        words = [r.state.split()[0].upper() for r in records if r.mapped == JobState.FAILED]
+        # The most specific cause wins: an infrastructure failure explains a collect job's FAILED.
+        for word in ("NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE"):
+            if word in words:
+                return word
+        return words[0] if words else None
+
+    def _retry_reason(self, handle: JobHandle) -> str | None:
+        """Why an attempt whose collect step wrote a failed result failed, from its array tasks."""
+        try:
+            records, _ = self.job_records({**handle, "job_id": handle.get("array_job_id") or handle["job_id"],
+                                           "array_job_id": None})
+        except SlurmError:
+            return None
+        return self._failure_word(records)
+
+    def progress(self, handle: JobHandle) -> tuple[int, int]:
+        """(units with a checkpoint, units planned), from the planned manifest and the checkpoint store."""
+        units, done = self._units_and_done(handle)
+        return len(done & set(units)), len(units)
+
+    def _units_and_done(self, handle: JobHandle) -> tuple[list[str], set[str]]:
+        try:
+            manifest = Manifest.read(handle["manifest_uri"])
+        except ManifestError:
+            return [], set()
+        lake = Lake.from_dict(handle["lake"])
+        done, _failed = CheckpointStore(lake.checkpoint_dir(manifest.stage, manifest.fingerprint)).scan()
+        return [u.unit_id for u in manifest.units], done
+
+    def unfinished_groups(self, handle: JobHandle) -> list[int]:
+        """Array task indices with at least one unit lacking a checkpoint (all of them if no plan yet)."""
+        groups = handle["groups"]
+        units, done = self._units_and_done(handle)
+        if not units:
+            return list(range(groups))
+        return sorted({i % groups for i, unit_id in enumerate(units) if unit_id not in done})
+
+    def resubmit(self, handle: JobHandle) -> JobHandle | None:
+        """Submit the next attempt with only the shard groups whose units are not all checkpointed
+        (for a one-allocation job: the whole job, which skips checkpointed units). Returns the new
+        handle, or None when another poller resubmitted first."""
+        handle = self.current(handle)
+        attempt = handle["attempt"] + 1
+        lock = os.path.join(handle["job_dir"], f"attempt-{attempt}.lock")
+        try:
+            os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return None
+        indices = self.unfinished_groups(handle) if handle["groups"] > 1 else None
+        base = {k: handle[k] for k in ("backend", "job_dir", "spec", "log", "manifest_uri", "stage",
+                                       "run_id", "lake", "groups")}
+        new = self._submit_attempt(base, attempt, indices)
+        self._write_current(new)
+        _append_log(handle["log"], f"airflow-curation: attempt {attempt} resubmitted "
+                                   f"{'groups ' + _compress(indices) if indices else 'the job'} "
+                                   f"as job {new['job_id']}\n")
+        return new
+
+    def cancel(self, handle: JobHandle) -> None:
+        handle = self.current(handle)
+        Path(handle["job_dir"], "cancelled").touch()
+        ids = [j for j in (handle["job_id"], handle.get("array_job_id")) if j]
+        self._run(["scancel", *ids], check=False)  # idempotent: finished ids are not an error worth raising
+
+    def logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
+        path = handle["log"]
+        if self.command_prefix and not os.path.exists(path):
+            proc = self._run(["tail", "-c", f"+{offset + 1}", "--", path], check=False)
+            data = proc.stdout.encode() if proc.returncode == 0 else b""
+        else:
+            try:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    data = f.read()
+            except FileNotFoundError:
+                return "", offset
+        return data.decode("utf-8", "replace"), offset + len(data)
+
+
+def _compress(indices: Sequence[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` -> ``"0-2,5,7-8"`` (Slurm's --array syntax)."""
+    spans, start, prev = [], None, None
+    for i in sorted(set(indices)):
+        if start is None:
+            start = prev = i
+        elif i == prev + 1:
+            prev = i
+        else:
+            spans.append((start, prev))
+            start = prev = i
+    if start is not None:
+        spans.append((start, prev))
+    return ",".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
+
+
+def _read_json(path: str) -> dict | None:
+    """A local JSON file, or None while it does not exist (or is not whole yet)."""
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _write_local(path: str, data: bytes, mode: int = 0o640) -> None:
+    """Write a job file atomically with plain file IO (job folders are local or shared POSIX paths)."""
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex[:8]}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _append_log(path: str, text: str) -> None:
+    try:
+        with open(path, "a") as f:
+            f.write(text)
+    except OSError:
+        log.info("%s", text.strip())
+
+
+__all__ = ["SlurmBackend", "SlurmError", "SlurmJobRecord", "map_state", "parse_sacct", "parse_scontrol_jobs",
+           "summarize", "FAILURE_NOTES", "DEFAULT_RESUBMIT_ON", "TASK"]

@@ -1,0 +1,114 @@
+"""SlurmHook: an Airflow connection of type ``slurm`` that builds a :class:`SlurmBackend`.
+
+The connection's standard fields say where the Slurm commands run: empty host = on the Airflow worker
+itself; a host (with login and port) = over SSH (``ssh -o BatchMode=yes [-p PORT] [LOGIN@]HOST``, key
+based: no password is ever put on a command line). Its extra fields, declared as form fields in the
+provider metadata, hold the site defaults: partition, account, QOS, time limit, default sbatch options,
+shard groups, a shared work folder and the Python on the compute nodes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseHook
+
+from airflow_curation.backends.slurm import SlurmBackend
+
+# Connection extra fields -> SlurmBackend options (and how to coerce them from the form's strings).
+EXTRA_FIELDS: dict[str, type] = {
+    "partition": str, "account": str, "qos": str, "time_limit": str, "mem": str, "sbatch_options": str,
+    "work_dir": str, "python": str, "cpus_per_task": int, "shard_groups": int, "array_parallelism": int,
+    "max_resubmits": int,
+}
+
+# What get_provider_info() declares for the form (the hook methods for this are deprecated since 3.2).
+CONN_FIELDS: dict[str, dict[str, Any]] = {
+    "partition": {"label": "Partition", "description": "sbatch --partition", "schema": {"type": ["string", "null"]}},
+    "account": {"label": "Account", "description": "sbatch --account", "schema": {"type": ["string", "null"]}},
+    "qos": {"label": "QOS", "description": "sbatch --qos", "schema": {"type": ["string", "null"]}},
+    "time_limit": {"label": "Time limit", "description": "sbatch --time, e.g. 04:00:00",
+                   "schema": {"type": ["string", "null"]}},
+    "sbatch_options": {"label": "Default sbatch options",
+                       "description": "More sbatch options, split like a shell would (never run by one), "
+                                      "e.g. --gres=gpu:1 --constraint=a100",
+                       "schema": {"type": ["string", "null"]}},
+    "work_dir": {"label": "Shared work folder",
+                 "description": "Folder every node sees for job scripts, specs, results and logs "
+                                "(default: the lake's _jobs/ folder when the lake is local)",
+                 "schema": {"type": ["string", "null"]}},
+    "python": {"label": "Python on the compute nodes",
+               "description": "Interpreter with airflow-curation installed (default: the worker's)",
+               "schema": {"type": ["string", "null"]}},
+    "shard_groups": {"label": "Shard groups", "description": "1: one allocation; N: an array of N tasks",
+                     "schema": {"type": ["integer", "null"], "minimum": 1}},
+    "array_parallelism": {"label": "Array parallelism", "description": "The K of --array=0-N%K (0: no limit)",
+                          "schema": {"type": ["integer", "null"], "minimum": 0}},
+}
+UI_FIELD_BEHAVIOUR: dict[str, Any] = {
+    "hidden-fields": ["schema", "password"],
+    "relabeling": {"host": "SSH host (empty: run Slurm commands locally)", "login": "SSH user",
+                   "port": "SSH port"},
+    "placeholders": {"host": "login.cluster.example.org", "login": "curation", "port": "22"},
+}
+CONNECTION_TYPE: dict[str, Any] = {
+    "connection-type": "slurm", "hook-class-name": "airflow_curation.hooks.slurm.SlurmHook",
+    "hook-name": "Slurm", "conn-fields": CONN_FIELDS, "ui-field-behaviour": UI_FIELD_BEHAVIOUR,
+}
+
+
+class SlurmHook(BaseHook):
+    """Builds the Slurm backend from an Airflow connection.
+
+    :param slurm_conn_id: the ``slurm`` connection; ``None`` for no connection (local Slurm CLI,
+        settings from ``overrides`` only).
+    :param overrides: backend options that win over the connection's (e.g. ``shard_groups`` per task).
+    """
+
+    conn_name_attr = "slurm_conn_id"
+    default_conn_name = "slurm_default"
+    conn_type = "slurm"
+    hook_name = "Slurm"
+
+    def __init__(self, slurm_conn_id: str | None = default_conn_name, **overrides: Any) -> None:
+        super().__init__()
+        self.slurm_conn_id = slurm_conn_id
+        self.overrides = overrides
+
+    def backend_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if self.slurm_conn_id:
+            conn = self.get_connection(self.slurm_conn_id)
+            extra = conn.extra_dejson
+            for key, kind in EXTRA_FIELDS.items():
+                # Forms of older Airflow versions stored fields as extra__<type>__<name>.
+                value = extra.get(key, extra.get(f"extra__slurm__{key}"))
+                if value not in (None, ""):
+                    options[key] = kind(value)
+            for key in ("env", "resubmit_on"):
+                if extra.get(key):
+                    options[key] = extra[key]
+            if conn.host:
+                prefix = ["ssh", "-o", "BatchMode=yes"]
+                if conn.port:
+                    prefix += ["-p", str(int(conn.port))]
+                prefix.append(f"{conn.login}@{conn.host}" if conn.login else conn.host)
+                options["ssh_host"] = conn.host
+                options["command_prefix"] = prefix
+        options.update({k: v for k, v in self.overrides.items() if v is not None})
+        return options
+
+    def get_backend(self) -> SlurmBackend:
+        return SlurmBackend(**self.backend_options())
+
+    def get_conn(self) -> SlurmBackend:
+        return self.get_backend()
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Asks the controller for the partitions (``sinfo``) where the jobs would be submitted."""
+        try:
+            backend = self.get_backend()
+            out = backend._run(["sinfo", "-h", "-o", "%P %a %D"]).stdout.strip()
+            return True, f"Slurm reachable; partitions: {out or '(none)'}; MaxArraySize {backend.max_array_size()}"
+        except Exception as e:  # noqa: BLE001 - reported to the UI
+            return False, str(e)

@@ -1,0 +1,83 @@
+"""A real one-node Slurm (munged, slurmctld, slurmd) for the whole test session.
+
+``scripts/slurm_up.sh`` installs (if needed) and starts it; it is stopped afterwards unless it was
+already running when the session began (a developer's cluster is left alone).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_curation.backends.base import JobState, JobStatus
+from airflow_curation.backends.slurm import SlurmBackend
+from airflow_curation.jobs.spec import JobSpec
+
+REPO = Path(__file__).resolve().parents[2]
+SITE = str(Path(__file__).parent / "site")
+SLURM_DIR = os.environ.get("CURATION_SLURM_DIR", "/tmp/curation-slurm")
+
+
+def _running() -> bool:
+    pid_file = Path(SLURM_DIR, "run", "slurmctld.pid")
+    try:
+        os.kill(int(pid_file.read_text()), 0)
+        return True
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return False
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    was_running = _running()
+    env = {**os.environ, "CURATION_SLURM_DIR": SLURM_DIR, "CURATION_SLURM_MAX_ARRAY_SIZE": "8"}
+    subprocess.run(["bash", str(REPO / "scripts" / "slurm_up.sh")], check=True, env=env, timeout=600)
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(Path(SLURM_DIR, "slurm.conf"))
+    yield os.environ["SLURM_CONF"]
+    if old is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = old
+    if not was_running:
+        subprocess.run(["bash", str(REPO / "scripts" / "slurm_down.sh")], env=env, timeout=120)
+
+
+@pytest.fixture
+def make_backend(slurm_cluster, tmp_path):
+    def make(**options) -> SlurmBackend:
+        env = {"PYTHONPATH": SITE, **options.pop("env", {})}
+        return SlurmBackend(python=sys.executable, env=env, **options)
+    return make
+
+
+@pytest.fixture
+def lake(tmp_path) -> dict:
+    return {"root": str(tmp_path / "lake"), "dataset": "ds", "snapshot": None}
+
+
+def spec_for(lake: dict, run_id: str = "run1", **config) -> JobSpec:
+    return JobSpec(stage="slurmtest", lake=lake, run_id=run_id, config=config)
+
+
+def wait_for(backend: SlurmBackend, handle: dict, timeout: float = 180.0,
+             until=lambda st: st.state.finished) -> JobStatus:
+    """Poll status until ``until`` holds (a guard against hanging, not a timing assertion)."""
+    deadline = time.time() + timeout
+    st = backend.status(handle)
+    while not until(st):
+        if time.time() > deadline:
+            text, _ = backend.logs(handle)
+            raise AssertionError(f"job did not get there in {timeout}s: {st}\nlog:\n{text[-3000:]}")
+        time.sleep(0.5)
+        st = backend.status(handle)
+    return st
+
+
+def finished_ok(st: JobStatus) -> bool:
+    return st.state == JobState.SUCCEEDED

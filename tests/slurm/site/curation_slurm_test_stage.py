@@ -1,0 +1,44 @@
+"""A small stage for the Slurm tests: N units, each sleeps a while and writes one tiny Parquet file.
+
+``fail_units`` fail while the file ``fail_flag`` exists, so that a test can fail some shards, "fix" the
+cause and check that only those are run again.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pyarrow as pa
+
+from airflow_curation.core.accounting import RowAccounting
+from airflow_curation.core.manifest import ShardEntry, UnitEntry
+from airflow_curation.core.shards import write_parquet
+from airflow_curation.stages.base import Stage, UnitResult
+
+
+class SleepyStage(Stage):
+    name = "slurmtest"
+    version = "1"
+    DEFAULTS = {"units": 4, "rows": 5, "sleep_s": 0.0, "fail_units": [], "fail_flag": None}
+    RUNTIME_KEYS = Stage.RUNTIME_KEYS | {"sleep_s", "fail_units", "fail_flag"}
+
+    def plan(self) -> list[UnitEntry]:
+        return [UnitEntry(unit_id=f"u{i:03d}", inputs=[], input_checksum=f"in-{i}")
+                for i in range(int(self.config["units"]))]
+
+    def process_unit(self, unit: UnitEntry) -> UnitResult:
+        flag = self.config["fail_flag"]
+        if unit.unit_id in self.config["fail_units"] and flag and os.path.exists(flag):
+            raise RuntimeError(f"{unit.unit_id} fails while {flag} exists")
+        time.sleep(float(self.config["sleep_s"]))
+        rows = int(self.config["rows"])
+        table = pa.table({"id": [f"{unit.unit_id}-{i}" for i in range(rows)], "n": list(range(rows))})
+        uri = self.lake.attrs_uri(self.name, unit.unit_id)
+        nbytes, checksum = write_parquet(uri, table)
+        acc = RowAccounting()
+        acc.keep(rows)
+        extra = {"echo": os.environ.get("CURATION_TEST_ECHO"), "task": os.environ.get("SLURM_ARRAY_TASK_ID"),
+                 "slurm_job": os.environ.get("SLURM_JOB_ID")}
+        return UnitResult([ShardEntry(shard_id=unit.unit_id, uri=uri, rows=rows, bytes=nbytes,
+                                      checksum=checksum, unit_id=unit.unit_id)], acc, extra)

@@ -1,0 +1,232 @@
+"""The Slurm backend against a real one-node Slurm: submit, status, logs, cancel, arrays, resubmission."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_curation.backends import get_backend
+from airflow_curation.backends.base import JobState
+from airflow_curation.backends.slurm import SlurmBackend
+from airflow_curation.core.checkpoint import CheckpointStore
+from airflow_curation.core.layout import Lake
+from airflow_curation.core.manifest import Manifest
+
+from .conftest import spec_for, wait_for
+
+
+def _records(lake: dict, manifest: Manifest) -> dict[str, dict]:
+    store = CheckpointStore(Lake.from_dict(lake).checkpoint_dir(manifest.stage, manifest.fingerprint))
+    return {u.unit_id: json.loads(Path(store._uri(u.unit_id)).read_text())
+            for u in manifest.units if Path(store._uri(u.unit_id)).exists()}
+
+
+def _scontrol_state(job_id: str) -> str:
+    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
+    return out.split("JobState=", 1)[1].split()[0]
+
+
+def test_registered_and_options_round_trip(slurm_cluster):
+    backend = get_backend("slurm", partition="debug", shard_groups=3, sbatch_options="--nice=5 --comment='a b'")
+    assert isinstance(backend, SlurmBackend)
+    assert backend.sbatch_options == ["--nice=5", "--comment=a b"]
+    again = get_backend("slurm", **json.loads(json.dumps(backend.options())))
+    assert again.options() == backend.options()
+
+
+def test_bad_options_are_refused():
+    with pytest.raises(ValueError, match="does not start with"):
+        SlurmBackend(sbatch_options=["--nice=1", "evil.sh"])
+    with pytest.raises(ValueError, match="set by the backend"):
+        SlurmBackend(sbatch_options=["--wrap=rm -rf /"])
+    with pytest.raises(ValueError, match="not a valid identifier"):
+        SlurmBackend(env={"A;B": "x"})
+    with pytest.raises(ValueError, match="NUL"):
+        SlurmBackend(partition="de\x00bug")
+
+
+def test_single_job_submit_status_logs(make_backend, lake):
+    backend = make_backend(partition="debug")
+    handle = backend.submit(spec_for(lake, units=3, rows=4))
+    assert handle["job_id"].isdigit() and handle["array_job_id"] is None
+    assert Path(handle["job_dir"]).parent == Path(lake["root"], "ds", "_jobs", "run1", "slurmtest")
+    st = wait_for(backend, handle)
+    assert st.state == JobState.SUCCEEDED, st
+    assert st.result["rows"] == 12 and st.result["shards"] == 3
+    assert _scontrol_state(handle["job_id"]) == "COMPLETED"
+    manifest = Manifest.read(handle["manifest_uri"])
+    assert manifest.status == "complete" and [u.status for u in manifest.units] == ["done"] * 3
+    assert {r["extra"]["slurm_job"] for r in _records(lake, manifest).values()} == {handle["job_id"]}
+    text, offset = backend.logs(handle)
+    assert "3 units planned" in text and offset == len(text.encode())
+    more, offset2 = backend.logs(handle, offset)
+    assert more == "" and offset2 == offset
+
+
+def test_array_over_shard_groups_respects_max_array_size(make_backend, lake):
+    backend = make_backend(shard_groups=50, array_parallelism=2)
+    cap = backend.max_array_size()
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
+    assert f"MaxArraySize            = {cap}" in config
+    groups = min(50, cap)
+    handle = backend.submit(spec_for(lake, units=groups + 3, rows=2))
+    assert handle["groups"] == groups and handle["array"] == f"0-{groups - 1}%2"
+    st = wait_for(backend, handle)
+    assert st.state == JobState.SUCCEEDED, st
+    assert st.result["shards"] == groups + 3
+    manifest = Manifest.read(handle["manifest_uri"])
+    records = _records(lake, manifest)
+    # Unit i ran in array task i % groups, and every task wrote its own result.
+    for i, unit in enumerate(manifest.units):
+        assert records[unit.unit_id]["extra"]["task"] == str(i % groups)
+    for g in range(groups):
+        group_result = json.loads(Path(handle["job_dir"], f"result-1-group-{g}.json").read_text())
+        assert group_result["status"] == "succeeded" and group_result["shard_group"] == f"{g}/{groups}"
+        assert group_result["shards"] == len(range(g, groups + 3, groups))
+
+
+def test_failed_shards_then_resubmit_only_their_groups(make_backend, lake, tmp_path):
+    flag = tmp_path / "broken"
+    flag.touch()
+    backend = make_backend(shard_groups=3)
+    spec = spec_for(lake, units=6, fail_units=["u004"], fail_flag=str(flag), max_attempts=1)
+    handle = backend.submit(spec)
+    st = wait_for(backend, handle)
+    assert st.state == JobState.FAILED
+    assert "u004" in st.message and "1 of 6 units failed" in st.message
+    manifest = Manifest.read(handle["manifest_uri"])
+    assert manifest.status == "failed"
+    assert {u.unit_id: u.status for u in manifest.units}["u004"] == "failed"
+    assert backend.unfinished_groups(handle) == [1]  # u004 is unit 4: group 4 % 3
+    before = _records(lake, manifest)
+    assert set(before) == {"u000", "u001", "u002", "u003", "u005"}
+
+    flag.unlink()
+    new = backend.resubmit(handle)
+    assert new["attempt"] == 2 and new["array"] == "1"
+    st = wait_for(backend, handle)  # the first handle follows the latest attempt
+    assert st.state == JobState.SUCCEEDED, st
+    manifest = Manifest.read(handle["manifest_uri"])
+    after = _records(lake, manifest)
+    assert manifest.status == "complete" and len(after) == 6
+    for unit_id, rec in before.items():
+        assert after[unit_id] == rec  # untouched: only group 1 ran again, and it skipped u001
+    assert after["u004"]["extra"]["task"] == "1"
+    assert not Path(handle["job_dir"], "result-2-group-0.json").exists()
+    assert Path(handle["job_dir"], "result-2-group-1.json").exists()
+    assert "attempt 2 resubmitted groups 1" in backend.logs(handle)[0]
+
+
+def test_automatic_resubmission(make_backend, lake, tmp_path):
+    flag = tmp_path / "broken"
+    flag.touch()
+    backend = make_backend(shard_groups=2, max_resubmits=1, resubmit_on=["FAILED"])
+    handle = backend.submit(spec_for(lake, units=4, fail_units=["u001"], fail_flag=str(flag), max_attempts=1))
+    result_1 = Path(handle["result"])
+    deadline = time.time() + 180
+    while not result_1.exists():  # wait for attempt 1 to end, without polling status (which resubmits)
+        assert time.time() < deadline, backend.logs(handle)[0]
+        time.sleep(0.5)
+    flag.unlink()
+    st = backend.status(handle)
+    assert st.state == JobState.PENDING and "resubmitted as attempt 2" in st.message
+    st = wait_for(backend, handle)
+    assert st.state == JobState.SUCCEEDED, st
+    assert backend.current(handle)["attempt"] == 2 and backend.current(handle)["array"] == "1"
+
+
+def test_cancel_a_running_job(make_backend, lake):
+    backend = make_backend()
+    handle = backend.submit(spec_for(lake, units=2, sleep_s=60))
+    wait_for(backend, handle, until=lambda st: st.state == JobState.RUNNING)
+    backend.cancel(handle)
+    st = wait_for(backend, handle)
+    assert st.state == JobState.CANCELLED, st
+    assert _scontrol_state(handle["job_id"]) == "CANCELLED"
+    assert not Path(handle["result"]).exists()
+    backend.cancel(handle)  # idempotent
+
+
+def test_kill_mid_stage_then_rerun_skips_checkpointed_units(make_backend, lake):
+    backend = make_backend()
+    spec = spec_for(lake, units=6, sleep_s=1.5)
+    handle = backend.submit(spec)
+    ckpt_dir = None
+    deadline = time.time() + 180
+    while True:  # kill it once two units are checkpointed and the rest are not
+        st = backend.status(handle)
+        assert not st.state.finished, st
+        if Path(handle["manifest_uri"]).exists():
+            m = Manifest.read(handle["manifest_uri"])
+            ckpt_dir = Lake.from_dict(lake).checkpoint_dir(m.stage, m.fingerprint)
+            if len(CheckpointStore(ckpt_dir).scan()[0]) >= 2:
+                break
+        assert time.time() < deadline
+        time.sleep(0.2)
+    backend.cancel(handle)
+    assert wait_for(backend, handle).state == JobState.CANCELLED
+    done_before, _ = CheckpointStore(ckpt_dir).scan()
+    assert 2 <= len(done_before) < 6
+    records_before = {u: Path(ckpt_dir, f"{u}.json").read_text() for u in done_before}
+
+    rerun = backend.submit(spec)
+    st = wait_for(backend, rerun)
+    assert st.state == JobState.SUCCEEDED, st
+    manifest = Manifest.read(rerun["manifest_uri"])
+    status = {u.unit_id: u.status for u in manifest.units}
+    assert {u for u, s in status.items() if s == "skipped"} == done_before
+    assert all(s == "done" for u, s in status.items() if u not in done_before)
+    for unit_id, text in records_before.items():
+        assert Path(ckpt_dir, f"{unit_id}.json").read_text() == text
+    assert st.result["rows"] == 6 * 5
+
+
+def test_job_forgotten_by_slurm_without_accounting(make_backend, lake):
+    """Past MinJobAge scontrol forgets a job; with no slurmdbd sacct cannot help: the files decide."""
+    backend = make_backend()
+    handle = backend.submit(spec_for(lake, units=3))
+    assert wait_for(backend, handle).state == JobState.SUCCEEDED
+    sacct = subprocess.run(["sacct", "-j", handle["job_id"]], capture_output=True, text=True)
+    assert "accounting storage is disabled" in sacct.stderr + sacct.stdout
+
+    gone = {**handle, "job_id": "987654321", "attempt": 1}  # an id this cluster never had
+    records, source = backend.job_records(gone)
+    assert records == [] and source == "none"
+    # Its result file is the truth...
+    assert backend.status(gone).state == JobState.SUCCEEDED
+    # ...and without one, the checkpoints say how far it got; the run counts as failed, retryable.
+    Path(handle["result"]).rename(Path(handle["job_dir"], "result-moved.json"))
+    status, reason = backend._status({**gone, "job_dir": handle["job_dir"]})
+    assert status.state == JobState.FAILED and reason == "GONE"
+    assert "3/3 units checkpointed" in status.message and "no record" in status.message
+
+
+def test_environment_values_reach_the_job_literally(make_backend, lake, tmp_path):
+    canary = tmp_path / "pwned"
+    evil = f"a'b\"c $(touch {canary}) `touch {canary}` ${{HOME}} \\ ;|&\n<>*?"
+    backend = make_backend(env={"CURATION_TEST_ECHO": evil}, command_prefix=["bash", "-c"])
+    handle = backend.submit(spec_for(lake, units=1))
+    assert wait_for(backend, handle).state == JobState.SUCCEEDED
+    manifest = Manifest.read(handle["manifest_uri"])
+    assert _records(lake, manifest)["u000"]["extra"]["echo"] == evil
+    assert not canary.exists()
+
+
+def test_submission_errors_are_clear(make_backend, lake):
+    with pytest.raises(Exception, match="(?i)partition"):
+        make_backend(partition="no-such-partition").submit(spec_for(lake, units=1))
+
+
+def test_unreachable_controller_is_unknown_not_a_failure(make_backend, lake):
+    backend = make_backend()
+    handle = backend.submit(spec_for(lake, units=1, sleep_s=60))
+    broken = make_backend(command_prefix=["env", "SLURM_CONF=/nonexistent/slurm.conf", "bash", "-c"])
+    st = broken.status(handle)
+    assert st.state == JobState.UNKNOWN and "cannot reach Slurm" in st.message
+    backend.cancel(handle)
+    assert wait_for(backend, handle).state == JobState.CANCELLED
