@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 # Bytes one spilled document costs in phase 2 per band (bucket + node) and for its exact key.
 _BAND_BYTES, _EXACT_BYTES = 16, 24
+_WORKER_BASE = 768 << 20  # a worker process with pyarrow, numba and the kernels loaded
 
 
 class DedupSignaturesStage(Stage):
@@ -138,15 +139,62 @@ class DedupStage(Stage):
                            exact=bool(c["exact"]), near=bool(c["near"]), verify=bool(c["verify"]))
 
     # -- where things run ------------------------------------------------------------------------
-    def mapper(self) -> UnitMapper:
-        if self.config["engine"] == "dask":
-            from airflow_curation.stages.dedup.engine import dask_mapper
+    def default_mapper(self) -> UnitMapper:
+        """``local``: in-process or a process pool of ``workers``. ``dask``: one cluster for every phase
+        (``scheduler_address``, or a LocalCluster sized from the memory budget, started once and closed
+        in :meth:`finalize` or at exit), through the shared Dask mapper."""
+        if self.config["engine"] != "dask":
+            return local_mapper(int(self.config.get("workers", 1)))
+        from airflow_curation.stages.engines.dask import dask_mapper
 
-            return dask_mapper(self.config)
-        return local_mapper(int(self.config.get("workers", 1)))
+        address = self.config.get("scheduler_address")
+        if not address:
+            address = self._local_cluster().scheduler_address
+        return dask_mapper(address)
+
+    def _local_cluster(self):
+        if getattr(self, "_cluster", None) is None:
+            import atexit
+
+            from distributed import LocalCluster
+
+            from airflow_curation.stages.engines.budget import plan_workers
+
+            from airflow_curation.stages.engines.budget import available_memory
+
+            # A worker holds one shard's batch (phases 1, 3) or one partition (phase 2, sized by
+            # memory_budget), plus the interpreter with pyarrow and the compiled kernels.
+            sizes = [e.bytes for e in self._entries()] or [0]
+            per_worker = _WORKER_BASE + max(8 * max(sizes), int(self.config["memory_budget"]))
+            plan = plan_workers(sizes, expansion=8.0, base_bytes=_WORKER_BASE,
+                                max_workers=int(self.config.get("workers") or 0) or None)
+            workers = max(1, min(plan.workers, int(0.8 * available_memory()) // per_worker))
+            log.info("dedup: Dask LocalCluster of %d workers, %d MiB each (%s)", workers, per_worker >> 20,
+                     plan.to_dict())
+            self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                         dashboard_address=None, memory_limit=per_worker)
+            atexit.register(self.close)
+        return self._cluster
+
+    def close(self) -> None:
+        cluster, self._cluster = getattr(self, "_cluster", None), None
+        if cluster is not None:
+            cluster.close()
+
+    def finalize(self, manifest: Manifest) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict:
+        # Units travel to workers with the stage; a cluster handle does not.
+        return {k: v for k, v in self.__dict__.items() if k != "_cluster"}
 
     # -- inputs ----------------------------------------------------------------------------------
     def _entries(self) -> list[ShardEntry]:
+        if getattr(self, "_entry_list", None) is None:
+            self._entry_list = self._read_entries()
+        return self._entry_list
+
+    def _read_entries(self) -> list[ShardEntry]:
         if self.config.get("input_manifest"):
             upstream = Manifest.read(self.config["input_manifest"])
             if upstream.status != "complete":
@@ -203,7 +251,7 @@ class DedupStage(Stage):
                       "shards": shards, "batch_rows": self.config["batch_rows"],
                       "max_attempts": self.config.get("max_attempts", 2), "max_failed_fraction": 0.0}
         sig = DedupSignaturesStage(self.lake, sig_config, self.run_id)
-        StageRunner(sig, self.mapper()).run()
+        StageRunner(sig, self.default_mapper()).run()
 
         run_key = hashlib.sha256((sig.fingerprint + "|" + "|".join(s["input_checksum"] for s in shards)).encode()
                                  ).hexdigest()[:16]
@@ -226,11 +274,11 @@ class DedupStage(Stage):
         shard_uris = [s["uri"] for s in shards]
         edge_uris = [storage.join(gdir, "edges", f"part-{p:05d}.parquet") for p in range(parts)]
         exact_dup_uris = [storage.join(gdir, "exact", f"part-{p:05d}.parquet") for p in range(parts)]
-        stats = list(self.mapper()(phases.bucket_partition, [
+        stats = list(self.default_mapper()(phases.bucket_partition, [
             (p, band_uris, exact_uris, shard_uris, params, parts, out_parts, edge_uris[p], exact_dup_uris[p])
             for p in range(parts)]))
         label_uris = connected_components(edge_uris, storage.join(gdir, "components"), parts, out_parts,
-                                          self.mapper())
+                                          self.default_mapper())
         totals = {k: sum(s[k] for s in stats) for k in ("candidates", "verified", "exact_edges")}
         result = {"labels": label_uris, "exact": exact_dup_uris, "out_partitions": out_parts, "partitions": parts,
                   "bands": params.bands, "rows": params.rows, **totals}
