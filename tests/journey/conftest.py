@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -89,7 +90,11 @@ def _wait_http(url: str, timeout: float, procs: dict[str, subprocess.Popen], hom
 @pytest.fixture(scope="session")
 def airflow_stack(tmp_path_factory):
     base = tmp_path_factory.mktemp("journey")
-    home, lake, pgdata = base / "airflow", base / "lake", base / "pgdata"
+    home, lake = base / "airflow", base / "lake"
+    # PostgreSQL runs as the postgres user, who cannot enter pytest's private temp folders.
+    pg_base = Path(tempfile.mkdtemp(prefix="curation-journey-pg-"))
+    pg_base.chmod(0o755)
+    pgdata = pg_base / "data"
     dags = home / "dags"
     (home / "logs").mkdir(parents=True)
     dags.mkdir(parents=True)
@@ -99,8 +104,11 @@ def airflow_stack(tmp_path_factory):
     (home / "passwords.json").write_text(json.dumps({USER: PASSWORD}))
 
     pg_port, api_port = _free_port(), _free_port()
-    db_url = subprocess.run(["bash", str(REPO / "scripts" / "postgres_up.sh"), str(pgdata), str(pg_port)],
-                            check=True, capture_output=True, text=True, timeout=300).stdout.strip().splitlines()[-1]
+    up = subprocess.run(["bash", str(REPO / "scripts" / "postgres_up.sh"), str(pgdata), str(pg_port)],
+                        capture_output=True, text=True, timeout=300)
+    if up.returncode != 0:
+        raise RuntimeError(f"postgres_up.sh failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
+    db_url = up.stdout.strip().splitlines()[-1]
     url = f"http://127.0.0.1:{api_port}"
     venv_bin = str(Path(sys.executable).parent)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYTEST"))}
@@ -134,7 +142,9 @@ def airflow_stack(tmp_path_factory):
         "CURATION_LOCAL_JOBS_DIR": str(base / "jobs"),
     })
     airflow = [sys.executable, "-m", "airflow"]
-    subprocess.run(airflow + ["db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
+    mig = subprocess.run(airflow + ["db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
+    if mig.returncode != 0:
+        raise RuntimeError(f"airflow db migrate failed ({mig.returncode}):\n{mig.stdout[-3000:]}\n{mig.stderr[-5000:]}")
 
     procs: dict[str, subprocess.Popen] = {}
     try:
@@ -163,3 +173,4 @@ def airflow_stack(tmp_path_factory):
                     pass
                 p.wait(timeout=10)
         subprocess.run(["bash", str(REPO / "scripts" / "postgres_down.sh"), str(pgdata)], timeout=120)
+        shutil.rmtree(pg_base, ignore_errors=True)
