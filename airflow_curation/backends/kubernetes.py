@@ -478,8 +478,10 @@ class KubernetesBackend(Backend):
                 if c.name not in LOG_CONTAINERS:
                     continue
                 try:
-                    text = self._call(self.core.read_namespaced_pod_log, p.metadata.name, handle["namespace"],
-                                      container=c.name)
+                    # Raw bytes: client versions differ in how they decode a text/plain answer.
+                    resp = self._call(self.core.read_namespaced_pod_log, p.metadata.name, handle["namespace"],
+                                      container=c.name, _preload_content=False)
+                    text = resp.data.decode("utf-8", "replace")
                 except ApiException as e:
                     if e.status in (400, 404):  # not started yet, or gone
                         continue

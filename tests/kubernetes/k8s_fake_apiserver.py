@@ -258,7 +258,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if obj is None:
                     return 404, _status_body(404, "NotFound", f'{r["plural"]} "{r["name"]}" not found'), json_t
                 return 200, obj, json_t
-            if method == "GET" and query.get("watch") in ("true", "1"):
+            if method == "GET" and str(query.get("watch", "")).lower() in ("true", "1"):
                 pass  # streamed below, outside the lock
             elif method == "GET":
                 items = [o for (gv, p, n, _), o in sorted(st.objects.items())
