@@ -4,4 +4,44 @@ __version__ = "0.1.0"
 
 
 def get_provider_info() -> dict:
-    return {"package-name": "airflow-curation", "name": "Curation", "description": "x", "versions": [__version__]}
+    """Provider metadata read by Airflow's ProvidersManager (entry point ``apache_airflow_provider``).
+
+    Plain data, no imports: Airflow calls this at start-up in every component.
+    """
+    return {
+        # Must equal the distribution name or Airflow refuses the provider.
+        "package-name": "airflow-curation",
+        "name": "Curation",
+        "description": "Curate LLM training data at scale: ingest, preprocess, dedup, enrich and validate "
+                       "shards of a data lake, as durable, resumable backend jobs (local, Slurm, Kubernetes).",
+        "versions": [__version__],
+        "integrations": [{
+            "integration-name": "Curation",
+            "external-doc-url": "https://github.com/airflow-curation/airflow-curation",
+            "tags": ["software"],
+        }],
+        "operators": [{"integration-name": "Curation", "python-modules": [
+            "airflow_curation.operators.base", "airflow_curation.operators.ingest"]}],
+        "sensors": [{"integration-name": "Curation", "python-modules": [
+            "airflow_curation.sensors.shard_checkpoint"]}],
+        "triggers": [{"integration-name": "Curation", "python-modules": [
+            "airflow_curation.triggers.stage_job", "airflow_curation.triggers.shard_checkpoint"]}],
+        "hooks": [{"integration-name": "Curation", "python-modules": ["airflow_curation.hooks.curation"]}],
+        "connection-types": [{
+            "connection-type": "curation",
+            "hook-class-name": "airflow_curation.hooks.curation.CurationHook",
+            "hook-name": "Curation",
+            "conn-fields": {
+                "backend": {"label": "Backend", "schema": {"type": ["string", "null"]},
+                            "description": "Where stage jobs run: local, slurm or kubernetes"},
+            },
+            "ui-field-behaviour": {
+                "hidden-fields": ["schema", "port"],
+                "relabeling": {"host": "Lake URL", "login": "Storage key", "password": "Storage secret"},
+                "placeholders": {"host": "s3://bucket/lake",
+                                 "extra": '{"backend_options": {}, "storage_options": {"s3": {}}}'},
+            },
+        }],
+        "extra-links": ["airflow_curation.links.curation.CurationManifestLink",
+                        "airflow_curation.links.curation.CurationJobLogLink"],
+    }

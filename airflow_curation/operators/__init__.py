@@ -1,0 +1,1 @@
+"""Stage operators: each launches one stage as a backend job (``base.CurationStageOperator``)."""

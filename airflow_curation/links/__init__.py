@@ -1,0 +1,1 @@
+"""Extra links shown on curation tasks."""

@@ -1,0 +1,219 @@
+"""The base stage operator: build a job spec, submit it through a backend, follow it durably.
+
+Durability comes from Airflow 3.3's :class:`~airflow.sdk.ResumableJobMixin`: the job handle is written
+to the task state store right after submission, so a retry after a worker crash reconnects to the
+running job (or takes the result of a finished one) instead of submitting a second job. How the
+operator then waits is its own choice, made in :meth:`poll_until_complete`: deferred to a
+:class:`StageJobTrigger` (default), polling in the worker, or not at all (``wait=False``: a
+:class:`~airflow_curation.sensors.shard_checkpoint.ShardCheckpointSensor` gates downstream instead).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator, ResumableJobMixin
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_curation.backends import Backend, JobState, get_backend
+from airflow_curation.core import storage
+from airflow_curation.core.layout import Lake, sanitize_run_id
+from airflow_curation.jobs.spec import JobSpec
+from airflow_curation.links.curation import CurationJobLogLink, CurationManifestLink
+from airflow_curation.triggers.stage_job import StageJobTrigger
+
+SUMMARY_KEYS = ("manifest_uri", "shards", "rows", "bytes")
+
+
+def summary_of(result: dict[str, Any] | None) -> dict[str, Any]:
+    """Only the pointer and the counts go to XCom, whatever else the job reported."""
+    result = result or {}
+    return {k: result.get(k) for k in SUMMARY_KEYS}
+
+
+class CurationStageOperator(ResumableJobMixin, BaseOperator):
+    """Run one curation stage as a backend job.
+
+    :param stage: the stage name (subclasses set it).
+    :param lake: root URL of the lake (a folder or ``s3://...``); default the connection's.
+    :param dataset: dataset name inside the lake.
+    :param snapshot: snapshot partition (``"{{ ds }}"`` gives one partition per logical date).
+    :param config: the stage's settings (see the stage's ``DEFAULTS``).
+    :param backend: where the job runs: ``local`` (default), ``slurm``, ``kubernetes``...
+    :param backend_options: the backend's constructor options.
+    :param curation_conn_id: optional ``curation`` connection with lake, backend and storage options.
+    :param run_id: names the manifest; default the Airflow run id made path-safe.
+    :param wait: ``True``: finish when the job finishes and return ``{manifest_uri, shards, rows,
+        bytes}``; ``False``: return ``{manifest_uri, job}`` once the job is launched.
+    :param deferrable: wait in the triggerer instead of holding a worker slot (default).
+    :param durable: keep the job handle in the task state store so a retry reconnects.
+    :param poll_interval: seconds between status polls.
+    """
+
+    stage: str = ""
+    external_id_key = "curation_job"
+    template_fields: Sequence[str] = ("lake", "dataset", "snapshot", "config", "backend", "backend_options",
+                                      "run_id")
+    template_fields_renderers = {"config": "json", "backend_options": "json"}
+    operator_extra_links = (CurationManifestLink(), CurationJobLogLink())
+    ui_color = "#e8f4e8"
+
+    def __init__(self, *, dataset: str, lake: str | None = None, snapshot: str | None = None,
+                 config: dict[str, Any] | None = None, stage: str | None = None, backend: str | None = None,
+                 backend_options: dict[str, Any] | None = None, curation_conn_id: str | None = None,
+                 run_id: str | None = None, wait: bool = True, deferrable: bool = True, durable: bool = True,
+                 poll_interval: float = 5.0, **kwargs: Any) -> None:
+        # Each key of the returned dict is also its own XCom, so that ``op.output["manifest_uri"]`` works.
+        kwargs.setdefault("multiple_outputs", True)
+        super().__init__(durable=durable, **kwargs)
+        if stage:
+            self.stage = stage
+        if not self.stage:
+            raise ValueError(f"{type(self).__name__}: no stage given")
+        self.lake = lake
+        self.dataset = dataset
+        self.snapshot = snapshot
+        self.config = dict(config or {})
+        self.backend = backend
+        self.backend_options = dict(backend_options or {})
+        self.curation_conn_id = curation_conn_id
+        self.run_id = run_id
+        self.wait = wait
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+        self._handle: dict[str, Any] | None = None
+        self._backend: Backend | None = None
+
+    # -- what a subclass may change ----------------------------------------------------------------
+    def build_config(self, context: Any) -> dict[str, Any]:
+        """The stage's settings for this run (after templating)."""
+        return dict(self.config)
+
+    # -- building the job ----------------------------------------------------------------------------
+    def _settings(self) -> dict[str, Any]:
+        if not self.curation_conn_id:
+            return {"lake": None, "backend": None, "backend_options": {}, "storage_options": {}}
+        from airflow_curation.hooks.curation import CurationHook
+
+        hook = CurationHook(self.curation_conn_id)
+        settings = hook.get_conn()
+        hook.apply_storage_options()
+        return settings
+
+    def build_spec(self, context: Any) -> JobSpec:
+        settings = self._settings()
+        root = self.lake or settings["lake"]
+        if not root:
+            raise ValueError(f"{self.task_id}: no lake given (argument or connection {self.curation_conn_id!r})")
+        lake = Lake(root=str(root), dataset=self.dataset, snapshot=self.snapshot or None)
+        run_id = sanitize_run_id(self.run_id or context["run_id"])
+        return JobSpec(stage=self.stage, lake=lake.to_dict(), run_id=run_id, config=self.build_config(context))
+
+    def get_backend(self, spec: JobSpec | None = None) -> Backend:
+        if self._backend is not None:
+            return self._backend
+        settings = self._settings()
+        name = self.backend or settings["backend"] or "local"
+        options = {**settings["backend_options"], **self.backend_options}
+        if settings["storage_options"]:
+            from airflow_curation.hooks.curation import CurationHook
+
+            options["env"] = {**CurationHook.job_env(settings["storage_options"]), **options.get("env", {})}
+        if name == "local" and "work_dir" not in options and spec is not None \
+                and storage.is_local(spec.lake["root"]):
+            # Job folders (spec, log, result) next to the data they produced, under the lake's _jobs/.
+            options["work_dir"] = spec.lake_obj.jobs_dir(spec.run_id, spec.stage)
+        self._backend = get_backend(name, **options)
+        self.backend = name
+        return self._backend
+
+    # -- ResumableJobMixin ---------------------------------------------------------------------------
+    def execute(self, context: Any) -> dict[str, Any]:
+        self._context = context
+        return self.execute_resumable(context)
+
+    def submit_job(self, context: Any) -> dict[str, Any]:
+        spec = self.build_spec(context)
+        backend = self.get_backend(spec)
+        handle = backend.submit(spec)
+        # What reconnecting needs besides the handle: which backend, with which options.
+        # The job's environment may hold storage secrets: it is not needed to poll, log or cancel.
+        options = {k: v for k, v in backend.options().items() if k != "env"}
+        handle = {**handle, "backend": backend.name, "backend_options": options,
+                  "manifest_uri": handle.get("manifest_uri", spec.manifest_uri), "submitted_at": time.time()}
+        self.log.info("Submitted %s job %s to %s backend; manifest %s", self.stage,
+                      handle.get("job_id"), backend.name, handle["manifest_uri"])
+        self._remember(handle, context)
+        return handle
+
+    def _remember(self, handle: dict[str, Any], context: Any) -> None:
+        self._handle = handle
+        if self._backend is None:
+            self._backend = get_backend(handle["backend"], **handle.get("backend_options", {}))
+        CurationManifestLink.persist(context, handle.get("manifest_uri"))
+        CurationJobLogLink.persist(context, handle.get("log"))
+
+    def get_job_status(self, external_id: dict[str, Any], context: Any) -> str:
+        self._remember(external_id, context)
+        status = self._backend.status(external_id)
+        self.log.info("Job %s is %s %s", external_id.get("job_id"), status.state.value, status.message)
+        return status.state.value
+
+    def is_job_active(self, status: str) -> bool:
+        # "unknown" counts as active: submitting a second job is worse than waiting on one we lost sight of.
+        return status in (JobState.PENDING.value, JobState.RUNNING.value, JobState.UNKNOWN.value)
+
+    def is_job_succeeded(self, status: str) -> bool:
+        return status == JobState.SUCCEEDED.value
+
+    def poll_until_complete(self, external_id: dict[str, Any], context: Any) -> Any:
+        self._remember(external_id, context)
+        if not self.wait:
+            return self.get_job_result(external_id, context)
+        if self.deferrable:
+            self.defer(trigger=StageJobTrigger(backend=external_id["backend"],
+                                               backend_options=external_id.get("backend_options", {}),
+                                               handle=external_id, poll_interval=self.poll_interval),
+                       method_name="execute_complete")
+        offset = 0
+        while True:
+            status = self._backend.status(external_id)
+            text, offset = self._backend.logs(external_id, offset)
+            for line in text.splitlines():
+                self.log.info("[job %s] %s", external_id.get("job_id"), line)
+            if status.state.finished:
+                break
+            time.sleep(self.poll_interval)
+        return self.get_job_result(external_id, context)
+
+    def get_job_result(self, external_id: dict[str, Any], context: Any) -> dict[str, Any]:
+        if not self.wait:
+            return {"manifest_uri": external_id["manifest_uri"], "job": external_id}
+        status = self._backend.status(external_id)
+        return self._finish(status.state.value, status.message, status.result, external_id)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        """Resumed from the trigger: the job has ended."""
+        self._remember(event["handle"], context)
+        return self._finish(event["status"], event.get("message", ""), event.get("result"), event["handle"])
+
+    def _finish(self, state: str, message: str, result: dict[str, Any] | None,
+                handle: dict[str, Any]) -> dict[str, Any]:
+        if state != JobState.SUCCEEDED.value:
+            tail = ""
+            try:
+                text, _ = self._backend.logs(handle, 0)
+                tail = "\n".join(text.splitlines()[-20:])
+            except Exception:  # noqa: BLE001 - the log is a courtesy; the state is what matters
+                pass
+            raise AirflowException(f"{self.stage} job {handle.get('job_id')} {state}: {message}\n{tail}".rstrip())
+        summary = summary_of(result)
+        self.log.info("%s done: %s", self.stage, summary)
+        return summary
+
+    def on_kill(self) -> None:
+        if self._handle is not None and self._backend is not None:
+            self.log.info("Cancelling %s job %s", self.stage, self._handle.get("job_id"))
+            self._backend.cancel(self._handle)

@@ -1,0 +1,90 @@
+"""Enrich a lake's kept documents with a model: classify, score, generate or embed (``stages/enrich``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperatorLink
+from airflow.sdk.bases.xcom import BaseXCom
+
+from airflow_curation.operators.base import CurationStageOperator
+
+
+class RayDashboardLink(BaseOperatorLink):
+    """The Ray dashboard of the cluster the enrich job runs on (its job page when submitted to one)."""
+
+    name = "Ray dashboard"
+
+    def get_link(self, operator, *, ti_key) -> str:
+        return BaseXCom.get_value(key=f"_link_{type(self).__name__}", ti_key=ti_key) or ""
+
+    @classmethod
+    def persist(cls, context: Any, url: str | None) -> None:
+        if url:
+            context["ti"].xcom_push(key=f"_link_{cls.__name__}", value=url)
+
+
+class EnrichOperator(CurationStageOperator):
+    """Run a model over every kept document; outputs go to ``attrs/enrich-<name>/`` keyed by ``id``.
+
+    Deferrable and durable like every stage operator (the job handle survives a worker restart). The job
+    starts a local Ray by default; ``ray_address`` points it at an existing cluster instead (the job's
+    driver connects to it), and the ``ray`` backend submits the whole job through the Ray Job Submission
+    API of that cluster.
+
+    :param input_manifest: the upstream manifest URI (usually the dedup gate's ``manifest_uri``).
+    :param task: ``embed``, ``classify``, ``score`` or ``generate``.
+    :param model: model folder (Hugging Face layout) visible to the job.
+    :param name: output name, ``attrs/enrich-<name>/`` (default: the task).
+    :param engine: ``vllm`` (default) or ``transformers``.
+    :param ray_address: an existing Ray cluster for the job's engines (default: a local Ray).
+    :param ray_dashboard_url: the cluster's dashboard, shown as an extra link.
+    :param batch_size: rows per engine call. :param replicas: engine replicas (data parallel).
+    :param gpus_per_replica: GPUs per replica. :param tensor_parallel_size: GPUs one engine spans.
+    :param max_failed_fraction: failure budget, a fraction of the shards.
+    :param config: any other enrich setting (``prompt_template``, ``max_tokens``, ``labels``...).
+    """
+
+    stage = "enrich"
+    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, "input_manifest", "task", "model",
+                                      "name", "engine", "ray_address", "ray_dashboard_url", "max_failed_fraction")
+    operator_extra_links = (*CurationStageOperator.operator_extra_links, RayDashboardLink())
+    ui_color = "#f3e8f8"
+
+    def __init__(self, *, input_manifest: str, task: str, model: str, name: str | None = None,
+                 engine: str = "vllm", ray_address: str | None = None, ray_dashboard_url: str | None = None,
+                 batch_size: int | None = None, replicas: int | None = None, gpus_per_replica: float | None = None,
+                 tensor_parallel_size: int | None = None, max_failed_fraction: float | str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.input_manifest = input_manifest
+        self.task = task
+        self.model = model
+        self.name = name
+        self.engine = engine
+        self.ray_address = ray_address
+        self.ray_dashboard_url = ray_dashboard_url
+        self.batch_size = batch_size
+        self.replicas = replicas
+        self.gpus_per_replica = gpus_per_replica
+        self.tensor_parallel_size = tensor_parallel_size
+        self.max_failed_fraction = max_failed_fraction
+
+    def build_config(self, context: Any) -> dict[str, Any]:
+        if not self.input_manifest:
+            raise ValueError(f"{self.task_id}: no input_manifest given")
+        config = {**self.config, "input_manifest": self.input_manifest, "task": self.task, "model": self.model,
+                  "engine": self.engine}
+        optional = {"name": self.name, "ray_address": self.ray_address, "batch_size": self.batch_size,
+                    "replicas": self.replicas, "gpus_per_replica": self.gpus_per_replica,
+                    "tensor_parallel_size": self.tensor_parallel_size}
+        config.update({k: v for k, v in optional.items() if v not in (None, "")})
+        if self.max_failed_fraction not in (None, ""):
+            config["max_failed_fraction"] = float(self.max_failed_fraction)  # templated params are strings
+        return config
+
+    def submit_job(self, context: Any) -> dict[str, Any]:
+        handle = super().submit_job(context)
+        RayDashboardLink.persist(context, handle.get("dashboard_url") or self.ray_dashboard_url)
+        return handle

@@ -1,0 +1,46 @@
+"""Ingest raw JSONL / Parquet / text files into shards of a lake."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_curation.operators.base import CurationStageOperator
+
+
+class IngestOperator(CurationStageOperator):
+    """Turn input files into zstd Parquet shards (``stages/ingest``).
+
+    :param inputs: files, folders or glob patterns (local paths or fsspec URLs); one string or a list.
+        A string with commas is split, so that a templated DAG param can carry several inputs.
+    :param lake: root URL of the lake.
+    :param dataset: dataset name inside the lake.
+    :param snapshot: snapshot partition, usually ``"{{ ds }}"``.
+    :param text_field: field or column that holds the document text.
+    :param max_failed_fraction: failure budget, a fraction of the units (input file groups).
+    :param config: any other ingest setting (``target_shard_bytes``, ``format``, ``text_mode``...).
+    """
+
+    stage = "ingest"
+    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, "inputs", "text_field",
+                                      "max_failed_fraction")
+
+    def __init__(self, *, inputs: str | list[str], dataset: str, lake: str | None = None,
+                 snapshot: str | None = None, text_field: str = "text",
+                 max_failed_fraction: float | str | None = None, **kwargs: Any) -> None:
+        super().__init__(dataset=dataset, lake=lake, snapshot=snapshot, **kwargs)
+        self.inputs = inputs
+        self.text_field = text_field
+        self.max_failed_fraction = max_failed_fraction
+
+    def build_config(self, context: Any) -> dict[str, Any]:
+        inputs = self.inputs
+        if isinstance(inputs, str):
+            inputs = [p.strip() for p in inputs.split(",") if p.strip()]
+        if not inputs:
+            raise ValueError(f"{self.task_id}: no inputs given")
+        config = {**self.config, "inputs": list(inputs), "text_field": self.text_field}
+        if self.max_failed_fraction not in (None, ""):
+            # Templated params arrive as strings.
+            config["max_failed_fraction"] = float(self.max_failed_fraction)
+        return config

@@ -1,0 +1,113 @@
+"""Gate a downstream task on a stage run's per-shard checkpoints."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import timedelta
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_curation.triggers.shard_checkpoint import CheckpointWatcher, ShardCheckpointTrigger, decide
+
+
+class ShardCheckpointSensor(BaseSensorOperator):
+    """Wait until every unit of a manifest has a checkpoint record; fail fast when it cannot happen.
+
+    Returns (XCom) ``{manifest_uri, shards, rows, bytes}`` counted from the checkpoint records.
+
+    :param manifest_uri: the stage run's manifest, usually ``launch.output["manifest_uri"]``.
+    :param job: optional job handle (``launch.output["job"]``): if the job ends before every unit is
+        checkpointed, the sensor fails at once instead of waiting for its timeout.
+    :param max_failed_fraction: failure budget as a fraction of units; default the manifest's own.
+    :param curation_conn_id: optional ``curation`` connection for storage credentials.
+    :param deferrable: wait in the triggerer (default).
+    :param poll_interval: seconds between looks (``poke_interval`` when not deferred).
+    """
+
+    template_fields: Sequence[str] = ("manifest_uri", "job", "max_failed_fraction")
+    ui_color = "#f4f0e8"
+
+    def __init__(self, *, manifest_uri: str, job: dict[str, Any] | str | None = None,
+                 max_failed_fraction: float | str | None = None, curation_conn_id: str | None = None,
+                 deferrable: bool = True, poll_interval: float = 10.0, **kwargs: Any) -> None:
+        kwargs.setdefault("poke_interval", poll_interval)
+        # Each key of the summary is also its own XCom: ``gate.output["manifest_uri"]`` feeds the next stage.
+        kwargs.setdefault("multiple_outputs", True)
+        super().__init__(**kwargs)
+        self.manifest_uri = manifest_uri
+        self.job = job
+        self.max_failed_fraction = max_failed_fraction
+        self.curation_conn_id = curation_conn_id
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+        self._watcher: CheckpointWatcher | None = None
+
+    # Rendered values may be JSON text (Jinja) rather than objects (XComArg); accept both.
+    def _job(self) -> dict[str, Any] | None:
+        if isinstance(self.job, str):
+            return json.loads(self.job) if self.job.strip() else None
+        return self.job or None
+
+    def _budget(self) -> float | None:
+        if self.max_failed_fraction in (None, ""):
+            return None
+        budget = float(self.max_failed_fraction)
+        if not 0 <= budget <= 1 or math.isnan(budget):
+            raise ValueError(f"max_failed_fraction must be within [0, 1], not {budget}")
+        return budget
+
+    def _prepare(self) -> None:
+        if self.curation_conn_id:
+            from airflow_curation.hooks.curation import CurationHook
+
+            CurationHook(self.curation_conn_id).apply_storage_options()
+
+    def execute(self, context: Any) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        self._prepare()
+        # One look first: an already finished stage needs no trip to the triggerer.
+        verdict = self._look()
+        if verdict is not None:
+            return self.execute_complete(context, verdict)
+        job = self._job()
+        self.defer(
+            trigger=ShardCheckpointTrigger(
+                manifest_uri=self.manifest_uri, max_failed_fraction=self._budget(),
+                backend=job.get("backend") if job else None,
+                backend_options=job.get("backend_options") if job else None, job=job,
+                not_before=job.get("submitted_at") if job else None,
+                curation_conn_id=self.curation_conn_id, poll_interval=self.poll_interval),
+            method_name="execute_complete", timeout=timedelta(seconds=float(self.timeout)))
+
+    def _look(self) -> dict[str, Any] | None:
+        job = self._job()
+        if self._watcher is None:
+            self._watcher = CheckpointWatcher(self.manifest_uri, self._budget(),
+                                              not_before=job.get("submitted_at") if job else None)
+        job_status = None
+        if job:
+            from airflow_curation.backends import get_backend
+
+            job_status = get_backend(job.get("backend", "local"), **job.get("backend_options", {})).status(job)
+        progress = self._watcher.look()
+        self.log.info("%s", progress.line())
+        return decide(progress, job_status)
+
+    def poke(self, context: Any) -> bool | PokeReturnValue:
+        self._prepare()
+        verdict = self._look()
+        if verdict is None:
+            return False
+        return PokeReturnValue(is_done=True, xcom_value=self.execute_complete(context, verdict))
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") != "done":
+            raise AirflowException(f"{self.manifest_uri}: {event.get('reason', event)}")
+        self.log.info("All %d units checkpointed (%d failed within budget): %s", event.get("total", 0),
+                      event.get("failed", 0), event["summary"])
+        return event["summary"]

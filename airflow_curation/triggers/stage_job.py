@@ -1,0 +1,57 @@
+"""Trigger that follows one backend job until it ends, streaming its log into the task log.
+
+It runs in the triggerer, so it holds nothing but JSON: the backend's name and options and the job
+handle; every poll rebuilds the backend and asks it about the handle (blocking calls go to a thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_curation.backends import get_backend
+
+
+class StageJobTrigger(BaseTrigger):
+    """Fires once when the job has finished, with ``{"status", "message", "result", "handle"}``.
+
+    :param backend: backend name (``local``, ``slurm``...).
+    :param backend_options: the backend's constructor options (``Backend.options()``).
+    :param handle: the job handle returned by ``Backend.submit``.
+    :param poll_interval: seconds between status polls.
+    :param log_offset: where log streaming starts (a reconnect does not repeat what was shown).
+    """
+
+    def __init__(self, backend: str, backend_options: dict[str, Any], handle: dict[str, Any],
+                 poll_interval: float = 5.0, log_offset: int = 0) -> None:
+        super().__init__()
+        self.backend = backend
+        self.backend_options = backend_options
+        self.handle = handle
+        self.poll_interval = poll_interval
+        self.log_offset = log_offset
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}",
+                {"backend": self.backend, "backend_options": self.backend_options, "handle": self.handle,
+                 "poll_interval": self.poll_interval, "log_offset": self.log_offset})
+
+    def _stream_logs(self, backend) -> None:
+        text, self.log_offset = backend.logs(self.handle, self.log_offset)
+        for line in text.splitlines():
+            self.log.info("[job %s] %s", self.handle.get("job_id", "?"), line)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        backend = get_backend(self.backend, **self.backend_options)
+        while True:
+            status = await asyncio.to_thread(backend.status, self.handle)
+            await asyncio.to_thread(self._stream_logs, backend)
+            if status.state.finished:
+                yield TriggerEvent({"status": status.state.value, "message": status.message,
+                                    "result": status.result, "handle": self.handle,
+                                    "log_offset": self.log_offset})
+                return
+            await asyncio.sleep(self.poll_interval)

@@ -1,0 +1,56 @@
+"""Helpers for the Airflow layer's tests (a unique module name: tests/airflow is not a package)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+
+
+def write_jsonl(path: Path, n: int, start: int = 0) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for i in range(start, start + n):
+            f.write(json.dumps({"text": f"document number {i} about curation and data quality " * 3,
+                                "lang": "en"}) + "\n")
+    return path
+
+
+class Gate:
+    """A job that waits for the test to open its gate before it starts working.
+
+    The local backend runs ``python -m airflow_curation.jobs ...``; this wrapper stands in for the
+    interpreter, blocks until the gate file exists and then ``exec``s the real one (same pid), so a test
+    can inspect a job that is certainly still running, without any timing assumption.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.file = folder / "gate-open"
+        self.python = folder / "gated-python"
+        self.python.write_text(
+            "#!/bin/sh\n"
+            f'while [ ! -e "{self.file}" ]; do sleep 0.05; done\n'
+            f'exec "{sys.executable}" "$@"\n')
+        self.python.chmod(self.python.stat().st_mode | stat.S_IXUSR)
+
+    def open(self) -> None:
+        self.file.touch()
+
+    def backend_options(self, work_dir: Path) -> dict:
+        return {"work_dir": str(work_dir), "python": str(self.python)}
+
+
+def job_dirs(work_dir: Path) -> list[Path]:
+    return sorted(p for p in Path(work_dir).iterdir() if p.is_dir()) if Path(work_dir).exists() else []
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -1,0 +1,204 @@
+"""The stage operator with real jobs on the local backend: deferral, durable reconnect, cancel, XCom.
+
+``execute()`` is called the way the task runner calls it, with a context that holds a task state
+store. The store here is a plain in-memory one with the task state store's ``get``/``set`` API, shared
+between two operator instances to play a worker that died and a retry that starts on a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, TaskDeferred
+from curation_airflow_helpers import job_dirs, pid_alive
+
+from airflow_curation.backends import JobState, get_backend
+from airflow_curation.core import storage
+from airflow_curation.core.manifest import Manifest
+from airflow_curation.operators.ingest import IngestOperator
+from airflow_curation.triggers.stage_job import StageJobTrigger
+
+pytestmark = pytest.mark.airflow
+
+RUN_ID = "scheduled__2026-11-30T00:00:00+00:00"
+
+
+class MemoryTaskStateStore:
+    """The task state store's API over a dict (what survives a worker restart lives here)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+    def set(self, key: str, value: Any, *, retention=None) -> None:
+        if value is None:
+            raise ValueError("Cannot set value as None")
+        self.data[key] = value
+
+    def delete(self, key: str) -> None:
+        self.data.pop(key, None)
+
+
+class RecordingTI:
+    """Collects what the operator pushes to XCom (extra links)."""
+
+    stats_tags: dict[str, str] = {}
+
+    def __init__(self) -> None:
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+def _context(store: MemoryTaskStateStore) -> dict[str, Any]:
+    return {"run_id": RUN_ID, "task_state_store": store, "ti": RecordingTI()}
+
+
+def _operator(lake: Path, inputs: Path, backend_options: dict, **kwargs) -> IngestOperator:
+    return IngestOperator(task_id="ingest", inputs=str(inputs), lake=str(lake), dataset="web",
+                          snapshot="2026-11-30", backend_options=backend_options, poll_interval=0.05,
+                          config={"target_shard_bytes": 4096, "row_group_rows": 16}, **kwargs)
+
+
+def _run_trigger(trigger: StageJobTrigger) -> dict:
+    async def first_event():
+        async for event in trigger.run():
+            return event.payload
+
+    return asyncio.run(first_event())
+
+
+def test_defers_then_returns_only_the_summary(tmp_path, small_input):
+    work = tmp_path / "jobs"
+    op = _operator(tmp_path / "lake", small_input, {"work_dir": str(work)})
+    ctx = _context(MemoryTaskStateStore())
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, StageJobTrigger)
+    assert deferred.value.method_name == "execute_complete"
+    # The trigger is rebuilt in the triggerer from its serialized form: it must hold only JSON.
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "airflow_curation.triggers.stage_job.StageJobTrigger"
+    event = _run_trigger(StageJobTrigger(**kwargs))
+    assert event["status"] == "succeeded", event
+
+    summary = op.execute_complete(ctx, event)
+    assert set(summary) == {"manifest_uri", "shards", "rows", "bytes"}
+    manifest = Manifest.read(summary["manifest_uri"])
+    assert manifest.status == "complete"
+    assert summary["rows"] == manifest.rows == 60
+    assert summary["shards"] == len(manifest.shards) > 1
+    assert all(storage.exists(s.uri) for s in manifest.shards)
+    # The run id is the Airflow run id made path-safe, under the snapshot partition.
+    assert summary["manifest_uri"] == str(
+        tmp_path / "lake" / "web" / "snapshot=2026-11-30" / "_manifests" / RUN_ID / "ingest.json")
+    assert ctx["ti"].pushed["_link_CurationManifestLink"] == f"file://{summary['manifest_uri']}"
+
+
+def test_restarted_worker_reconnects_instead_of_submitting_again(tmp_path, small_input, gate):
+    work = tmp_path / "jobs"
+    store = MemoryTaskStateStore()
+    first = _operator(tmp_path / "lake", small_input, gate.backend_options(work))
+    with pytest.raises(TaskDeferred) as d1:
+        first.execute(_context(store))
+    handle = store.get("curation_job")
+    assert handle is not None and pid_alive(handle["pid"])
+    assert [p.name for p in job_dirs(work)] == [handle["job_id"]]
+
+    # The worker dies; a retry runs on a fresh operator instance with the same task state store.
+    second = _operator(tmp_path / "lake", small_input, gate.backend_options(work))
+    with pytest.raises(TaskDeferred) as d2:
+        second.execute(_context(store))
+    assert d2.value.trigger.handle["job_id"] == handle["job_id"]
+    assert d2.value.trigger.handle["pid"] == handle["pid"]
+    assert len(job_dirs(work)) == 1, "a second job was submitted"
+
+    gate.open()
+    event = _run_trigger(d2.value.trigger)
+    assert event["status"] == "succeeded", event
+    summary = second.execute_complete(_context(store), event)
+    assert summary["rows"] == 60
+
+    # A later retry finds the job succeeded: it returns the result without submitting or deferring.
+    third = _operator(tmp_path / "lake", small_input, gate.backend_options(work))
+    assert third.execute(_context(store)) == summary
+    assert len(job_dirs(work)) == 1
+
+
+def test_failed_job_is_resubmitted_on_retry_and_reported(tmp_path):
+    work = tmp_path / "jobs"
+    store = MemoryTaskStateStore()
+    missing = tmp_path / "does-not-exist"
+    op = _operator(tmp_path / "lake", missing, {"work_dir": str(work)}, deferrable=False)
+    with pytest.raises(AirflowException, match="ingest job .* failed"):
+        op.execute(_context(store))
+    # A retry sees a job in a terminal failed state and submits a fresh one (which fails again).
+    op2 = _operator(tmp_path / "lake", missing, {"work_dir": str(work)}, deferrable=False)
+    with pytest.raises(AirflowException):
+        op2.execute(_context(store))
+    assert len(job_dirs(work)) == 2
+
+
+def test_wait_false_launches_and_returns_the_handle(tmp_path, small_input, gate):
+    work = tmp_path / "jobs"
+    op = _operator(tmp_path / "lake", small_input, gate.backend_options(work), wait=False)
+    store = MemoryTaskStateStore()
+    out = op.execute(_context(store))
+    assert set(out) == {"manifest_uri", "job"}
+    assert out["job"]["job_id"] == store.get("curation_job")["job_id"]
+    backend = get_backend(out["job"]["backend"], **out["job"]["backend_options"])
+    assert backend.status(out["job"]).state == JobState.RUNNING
+    # A retry of the launch task does not launch twice either.
+    again = _operator(tmp_path / "lake", small_input, gate.backend_options(work), wait=False).execute(
+        _context(store))
+    assert again["job"]["job_id"] == out["job"]["job_id"] and len(job_dirs(work)) == 1
+    backend.cancel(out["job"])
+
+
+def test_on_kill_cancels_the_job(tmp_path, small_input, gate):
+    work = tmp_path / "jobs"
+    op = _operator(tmp_path / "lake", small_input, gate.backend_options(work))
+    with pytest.raises(TaskDeferred):
+        op.execute(_context(MemoryTaskStateStore()))
+    handle = op._handle
+    assert pid_alive(handle["pid"])
+    op.on_kill()
+    backend = get_backend("local", **handle["backend_options"])
+    assert backend.status(handle).state == JobState.CANCELLED
+    assert not pid_alive(handle["pid"]) or _is_zombie(handle["pid"])
+    assert not os.path.exists(handle["result"])
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_synchronous_wait_without_a_triggerer(tmp_path, small_input):
+    op = _operator(tmp_path / "lake", small_input, {"work_dir": str(tmp_path / "jobs")}, deferrable=False)
+    summary = op.execute(_context(MemoryTaskStateStore()))
+    assert set(summary) == {"manifest_uri", "shards", "rows", "bytes"} and summary["rows"] == 60
+
+
+def test_templated_fields_and_run_id(tmp_path):
+    op = IngestOperator(task_id="ingest", inputs="a.jsonl, b.jsonl", lake=str(tmp_path), dataset="web",
+                        max_failed_fraction="0.25")
+    for name in ("inputs", "lake", "dataset", "snapshot", "config", "backend"):
+        assert name in op.template_fields
+    spec = op.build_spec({"run_id": "manual__2026-11-30T10:00:00+00:00"})
+    assert spec.run_id == "manual__2026-11-30T10:00:00+00:00"
+    assert spec.config["inputs"] == ["a.jsonl", "b.jsonl"]
+    assert spec.config["max_failed_fraction"] == 0.25
+    with pytest.raises(ValueError, match="invalid dataset"):
+        IngestOperator(task_id="x", inputs="a", lake=str(tmp_path), dataset="../escape").build_spec(
+            {"run_id": "r"})

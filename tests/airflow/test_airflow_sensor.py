@@ -1,0 +1,202 @@
+"""ShardCheckpointTrigger and ShardCheckpointSensor against real manifests and checkpoint records.
+
+The trigger's ``run()`` async generator is driven directly, as the triggerer would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import structlog
+from airflow.sdk.exceptions import AirflowException, TaskDeferred
+
+from airflow_curation.backends import get_backend
+from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore
+from airflow_curation.core.layout import Lake
+from airflow_curation.core.manifest import Manifest, UnitEntry
+from airflow_curation.jobs.spec import JobSpec
+from airflow_curation.sensors.shard_checkpoint import ShardCheckpointSensor
+from airflow_curation.triggers.shard_checkpoint import ShardCheckpointTrigger
+
+pytestmark = pytest.mark.airflow
+
+FP = "fp0123456789abcd"
+
+
+class Run:
+    """A planned stage run: a manifest with ``n`` units, and its checkpoint store."""
+
+    def __init__(self, root, n: int, budget: float = 0.0, stage: str = "preprocess") -> None:
+        self.lake = Lake(str(root), "web", "2026-11-30")
+        self.units = [UnitEntry(unit_id=f"part-{i:05d}", inputs=[f"in-{i}"], input_checksum=f"c{i}")
+                      for i in range(n)]
+        self.manifest = Manifest(dataset="web", stage=stage, run_id="r1", fingerprint=FP,
+                                 lake=self.lake.to_dict(), units=self.units,
+                                 config={"max_failed_fraction": budget})
+        self.uri = self.manifest.write(self.lake.manifest_uri("r1", stage))
+        self.store = CheckpointStore(self.lake.checkpoint_dir(stage, FP))
+
+    def commit(self, i: int, rows: int = 10, checksum: str | None = None) -> None:
+        unit = self.units[i]
+        out = {"shard_id": unit.unit_id, "uri": f"/x/{unit.unit_id}.parquet", "rows": rows, "bytes": rows * 100,
+               "checksum": "s", "unit_id": unit.unit_id}
+        self.store.commit(CheckpointRecord(unit_id=unit.unit_id, stage=self.manifest.stage, fingerprint=FP,
+                                           input_checksum=checksum or unit.input_checksum, outputs=[out]))
+
+    def fail(self, i: int) -> None:
+        self.store.mark_failed(self.units[i].unit_id, "ValueError: boom", 2)
+
+
+def _trigger(run: Run, **kwargs) -> ShardCheckpointTrigger:
+    trigger = ShardCheckpointTrigger(manifest_uri=run.uri, poll_interval=0.01, **kwargs)
+    classpath, kw = trigger.serialize()  # what the triggerer gets
+    assert classpath == "airflow_curation.triggers.shard_checkpoint.ShardCheckpointTrigger"
+    return ShardCheckpointTrigger(**kw)
+
+
+def _first_event(trigger: ShardCheckpointTrigger) -> dict:
+    async def go():
+        async for event in trigger.run():
+            return event.payload
+
+    return asyncio.run(go())
+
+
+def test_done_when_every_unit_is_checkpointed(tmp_path):
+    run = Run(tmp_path, 3)
+    for i in range(3):
+        run.commit(i, rows=10 + i)
+    event = _first_event(_trigger(run))
+    assert event["status"] == "done"
+    assert event["summary"] == {"manifest_uri": run.uri, "shards": 3, "rows": 33, "bytes": 3300}
+
+
+def test_progress_is_logged_and_done_fires_only_after_the_last_unit(tmp_path):
+    run = Run(tmp_path, 3)
+    run.commit(0)
+    trigger = _trigger(run)
+
+    async def go(captured: list[dict]):
+        gen = trigger.run()
+        pending = asyncio.ensure_future(gen.__anext__())
+
+        async def until_logged(text: str) -> None:
+            while not any(text in str(e.get("event")) for e in captured):
+                assert not pending.done(), f"fired early: {pending.result().payload}"
+                await asyncio.sleep(0.005)
+
+        await until_logged("1/3 units checkpointed")
+        run.commit(1)
+        await until_logged("2/3 units checkpointed")
+        assert not pending.done()
+        run.commit(2)
+        event = await pending
+        await gen.aclose()
+        return event.payload
+
+    # The trigger logs through structlog (the triggerer routes it to the task's log).
+    with structlog.testing.capture_logs() as captured:
+        event = asyncio.run(go(captured))
+    assert event["status"] == "done" and event["done"] == 3
+    assert any("3/3 units checkpointed" in str(e.get("event")) for e in captured)
+
+
+def test_a_record_for_other_input_does_not_count(tmp_path):
+    run = Run(tmp_path, 2)
+    run.commit(0)
+    run.commit(1, checksum="stale")  # same config, different input: not this run's output
+    trigger = _trigger(run)
+
+    async def go():
+        gen = trigger.run()
+        pending = asyncio.ensure_future(gen.__anext__())
+        for _ in range(20):  # let it look many times
+            await asyncio.sleep(0.01)
+        assert not pending.done()
+        run.commit(1)
+        return (await pending).payload
+
+    assert asyncio.run(go())["status"] == "done"
+
+
+def test_fails_as_soon_as_failures_exceed_the_budget(tmp_path):
+    run = Run(tmp_path, 8, budget=0.25)  # 2 of 8 allowed
+    run.commit(0)
+    run.fail(1)
+    run.fail(2)
+    run.fail(3)  # 3 failed, 4 units still running: fail now, not when they finish
+    event = _first_event(_trigger(run))
+    assert event["status"] == "failed"
+    assert "3 of 8 units failed, budget allows 2" in event["reason"]
+
+
+def test_failures_within_budget_still_complete(tmp_path):
+    run = Run(tmp_path, 4, budget=0.25)
+    for i in (0, 1, 2):
+        run.commit(i)
+    run.fail(3)
+    event = _first_event(_trigger(run))
+    assert event["status"] == "done" and event["failed"] == 1
+    assert event["summary"]["shards"] == 3
+    # The sensor's own budget overrides the manifest's.
+    assert _first_event(_trigger(run, max_failed_fraction=0.0))["status"] == "failed"
+
+
+def test_stale_failure_markers_from_an_earlier_run_are_ignored(tmp_path):
+    run = Run(tmp_path, 2)
+    run.fail(1)
+    # The job is rerun: a new plan, later than the marker. The marker no longer counts.
+    time.sleep(0.01)
+    run.manifest.created_at = time.time()
+    run.manifest.write(run.uri)
+    run.commit(0)
+    trigger = _trigger(run)
+
+    async def go():
+        gen = trigger.run()
+        pending = asyncio.ensure_future(gen.__anext__())
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        assert not pending.done()
+        run.commit(1)
+        return (await pending).payload
+
+    assert asyncio.run(go())["status"] == "done"
+
+
+def test_fails_when_the_job_died_before_checkpointing_everything(tmp_path):
+    lake = Lake(str(tmp_path / "lake"), "web")
+    backend = get_backend("local", work_dir=str(tmp_path / "jobs"))
+    # A real job that fails at once: its input does not exist.
+    handle = backend.submit(JobSpec(stage="ingest", lake=lake.to_dict(), run_id="r1",
+                                    config={"inputs": [str(tmp_path / "missing")]}))
+    trigger = ShardCheckpointTrigger(manifest_uri=handle["manifest_uri"], backend="local",
+                                     backend_options=backend.options(), job=handle, poll_interval=0.05)
+    event = _first_event(trigger)
+    assert event["status"] == "failed"
+    assert "failed before writing its manifest" in event["reason"]
+
+
+def test_sensor_returns_at_once_when_already_done_and_defers_otherwise(tmp_path):
+    run = Run(tmp_path, 2)
+    sensor = ShardCheckpointSensor(task_id="gate", manifest_uri=run.uri, poll_interval=0.01)
+    with pytest.raises(TaskDeferred) as d:
+        sensor.execute({})
+    assert isinstance(d.value.trigger, ShardCheckpointTrigger)
+    run.commit(0)
+    run.commit(1)
+    assert sensor.execute({}) == {"manifest_uri": run.uri, "shards": 2, "rows": 20, "bytes": 2000}
+    with pytest.raises(AirflowException, match="budget"):
+        sensor.execute_complete({}, {"status": "failed", "reason": "3 of 8 units failed, budget allows 2"})
+
+
+def test_sensor_poke_mode(tmp_path):
+    run = Run(tmp_path, 2, budget=0.5)
+    sensor = ShardCheckpointSensor(task_id="gate", manifest_uri=run.uri, deferrable=False, poll_interval=0.01)
+    assert sensor.poke({}) is False
+    run.commit(0)
+    run.fail(1)
+    result = sensor.poke({})
+    assert result.is_done and result.xcom_value["shards"] == 1
