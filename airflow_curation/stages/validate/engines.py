@@ -169,21 +169,31 @@ class DuckDBEngine:
                 stats = {"count": int(n), "min": lo, "max": hi, "mean": mean}
                 for q, val in zip(QUANTILES, quant or [None] * len(QUANTILES)):
                     stats[f"p{int(round(q * 100)):02d}"] = val
-                stats["hist"] = self._hist(tbl, src, lo, hi) if n else {"edges": [], "counts": []}
                 out[dst] = stats
+            self._hists(tbl, [(src, out[dst]) for src, dst in pairs])
         return out
 
-    def _hist(self, tbl: str, col: str, lo: float, hi: float) -> dict[str, list]:
-        edges = _bins(lo, hi)
-        nb = len(edges) - 1
-        width = (edges[-1] - edges[0]) / nb
-        rows = self.con.execute(
-            f"SELECT least(greatest(floor(({_q(col)}::DOUBLE - {lo!r}) / {width!r}), 0), {nb - 1})::INTEGER AS b, "
-            f"count(*) FROM {tbl} WHERE {_q(col)} IS NOT NULL GROUP BY b").fetchall()
-        counts = [0] * nb
-        for b, n in rows:
-            counts[int(b)] = int(n)
-        return {"edges": edges, "counts": counts}
+    def _hists(self, tbl: str, cols: list[tuple[str, dict]]) -> None:
+        """Equal-width histograms of every column of ``tbl`` in one scan (one ``histogram()`` each)."""
+        exprs, plan = [], []
+        for src, stats in cols:
+            if not stats["count"]:
+                stats["hist"] = {"edges": [], "counts": []}
+                continue
+            edges = _bins(stats["min"], stats["max"])
+            nb = len(edges) - 1
+            width = (edges[-1] - edges[0]) / nb
+            exprs.append(f"histogram(least(greatest(floor(({_q(src)}::DOUBLE - {edges[0]!r}) / {width!r}), 0), "
+                         f"{nb - 1})::INTEGER)")
+            plan.append((stats, edges))
+        if not exprs:
+            return
+        row = self.con.execute(f"SELECT {', '.join(exprs)} FROM {tbl}").fetchone()
+        for (stats, edges), hist in zip(plan, row):
+            counts = [0] * (len(edges) - 1)
+            for b, n in (hist or {}).items():
+                counts[int(b)] = int(n)
+            stats["hist"] = {"edges": edges, "counts": counts}
 
     def _clusters(self) -> dict | None:
         for a in self.view.attrs:
