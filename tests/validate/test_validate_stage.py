@@ -171,3 +171,25 @@ def test_missing_input_manifest_is_a_clear_error(tmp_path):
     stage = ValidateStage(Lake(str(tmp_path), "demo"), {"input_manifest": str(tmp_path / "nope.json")}, "r")
     with pytest.raises(Exception, match="manifest not found"):
         StageRunner(stage).run()
+
+
+def test_daft_on_ray_in_a_job_process(full_run, tmp_path):
+    """The distributed path: a job process (as every backend runs it) with Daft's Ray runner on a local Ray."""
+    import subprocess
+    import sys
+
+    root, uris = full_run
+    spec = JobSpec(stage="validate", lake={"root": root, "dataset": "demo", "snapshot": None}, run_id="ray",
+                   config={"input_manifest": uris["dedup"], "engine": "daft", "daft_runner": "ray"})
+    spec_path, result_path = tmp_path / "spec.json", tmp_path / "result.json"
+    spec_path.write_text(spec.to_json())
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "CURATION_RAY_NUM_CPUS": "2"}
+    proc = subprocess.run([sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path), "--result",
+                           str(result_path)], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ray_report, _ = _report(root, "ray")
+    assert ray_report["metrics"]["engine"] == "daft-ray" and ray_report["status"] == "passed"
+    _validate(root, uris["dedup"], run_id="duck-for-ray")
+    duck, _ = _report(root, "duck-for-ray")
+    for key in ("rows", "text_bytes", "distinct_ids", "funnel", "duplicates", "clusters", "drop_reasons"):
+        assert ray_report["metrics"][key] == duck["metrics"][key], key

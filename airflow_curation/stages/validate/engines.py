@@ -384,6 +384,10 @@ def _set_ray_runner(daft, address: str | None) -> None:
         kwargs: dict[str, Any] = {"include_dashboard": False, "ignore_reinit_error": True}
         if address:
             kwargs["address"] = address
+        else:  # a local Ray for this job: its CPUs, not every core of a shared machine
+            import os
+
+            kwargs["num_cpus"] = int(os.environ.get("CURATION_RAY_NUM_CPUS", min(4, os.cpu_count() or 1)))
         ray.init(**kwargs)
     try:
         daft.set_runner_ray(address=address)
