@@ -1,13 +1,14 @@
 """Exact-content keys and MinHash signatures, computed over a whole batch of documents at once.
 
-Why it is fast: normalisation runs in Arrow's C++ kernels over the batch; tokenising, shingle
+Why it is fast: ASCII documents (their own NFKC form) skip Unicode normalisation; tokenising, shingle
 hashing and the permutations run in one compiled (numba) pass over the batch's UTF-8 buffer, with no
 Python object per token or shingle. The permutations are the multiply-add-shift family
 ``h_k(x) = (a_k * x + b_k) >> 32`` over 64-bit shingle hashes (2-universal, like datasketch's
 ``(a x + b) mod p``), which vectorises to a few SIMD instructions per 8 or 16 permutations.
 
 Definitions (all configurable through :class:`MinHashParams`):
-- normalisation: Unicode NFKC then lowercase (Arrow's ``utf8_normalize`` and ``utf8_lower``);
+- normalisation: Unicode NFKC then lowercase, as Python's ``unicodedata`` and ``str.lower`` do them
+  (ASCII documents, already NFKC, are lowercased by Arrow or inside the kernel);
 - tokens: ``word`` = runs of ``\\w`` characters exactly as Python's ``re`` defines ``\\w``;
   ``space`` = runs of non-whitespace; ``char`` = every non-whitespace character;
 - shingles: ``ngram`` consecutive tokens; a document with fewer tokens than ``ngram`` (but at least one)
@@ -21,6 +22,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import unicodedata
 from dataclasses import asdict, dataclass
 
 import numba
@@ -114,11 +116,14 @@ def normalize(texts, normalization: str | None = "NFKC", lowercase: bool = True,
     out = pc.ascii_lower(arr) if lowercase and lower_ascii else arr
     if n_ascii == len(arr):
         return out
-    other = pc.filter(arr, pc.invert(ascii_mask))
+    # Python's unicodedata, not Arrow's utf8_normalize: Arrow 25's NFKC leaves some canonical pairs
+    # decomposed (Arabic alef + hamza), which would split words that Python's NFKC keeps whole.
+    other_py = pc.filter(arr, pc.invert(ascii_mask)).to_pylist()
     if normalization:
-        other = pc.utf8_normalize(other, form=normalization)
+        other_py = [unicodedata.normalize(normalization, t) for t in other_py]
     if lowercase:
-        other = pc.utf8_lower(other)
+        other_py = [t.lower() for t in other_py]
+    other = pa.array(other_py, pa.large_string())
     if n_ascii == 0:
         return other
     return pc.replace_with_mask(out.cast(other.type), pc.invert(ascii_mask), other)

@@ -1,0 +1,120 @@
+"""MinHash signatures, exact keys and LSH parameters against independent references on real text."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from airflow_curation.core.minhash import (EMPTY, MinHasher, MinHashParams, band_hashes, exact_keys, jaccard,
+                                           lsh_params, normalize)
+from .corpus import handbook_docs, shingle_set
+
+
+@pytest.fixture(scope="module")
+def hasher() -> MinHasher:
+    return MinHasher()
+
+
+def test_shingles_match_python_re_on_every_script(hasher):
+    """Our tokens are exactly ``re``'s ``\\w+`` after NFKC + lowercase, in all 26 locales (Latin, Greek,
+    Cyrillic, Arabic, Persian, CJK, Vietnamese...)."""
+    docs = handbook_docs(["apt.html", "sect.syslog.html"])
+    locales = {i.split("/")[0] for i, _ in docs}
+    assert len(locales) >= 20
+    for doc_id, text in docs:
+        assert len(hasher.shingles(text)) == len(shingle_set(text)), doc_id
+
+
+def test_estimates_within_three_sigma_of_exact_jaccard(nd_corpus, hasher):
+    ids, texts, jac = nd_corpus
+    sig, counts = hasher.signatures(texts)
+    i, j = np.triu_indices(len(texts), 1)
+    sel = jac[i, j] > 0.05
+    i, j, true = i[sel], j[sel], jac[i[sel], j[sel]]
+    assert len(true) > 1000
+    est = (sig[i] == sig[j]).mean(axis=1)
+    sigma = np.sqrt(true * (1 - true) / hasher.params.num_perm)
+    within = np.abs(est - true) <= 3 * sigma + 1e-9
+    assert within.mean() >= 0.99, f"only {within.mean():.4f} of {len(true)} pairs within 3 sigma"
+    assert abs(float(np.mean(est - true))) < 0.01  # unbiased
+
+
+def test_exact_jaccard_of_our_shingles_equals_python(nd_corpus, hasher):
+    ids, texts, jac = nd_corpus
+    rng = np.random.default_rng(0)
+    i, j = np.nonzero(np.triu(jac > 0.3))
+    for k in rng.choice(len(i), 50, replace=False):
+        a, b = texts[i[k]], texts[j[k]]
+        assert jaccard(hasher.shingles(a), hasher.shingles(b)) == pytest.approx(jac[i[k], j[k]], abs=1e-9)
+
+
+def test_exact_keys_equal_exactly_when_normalised_texts_are():
+    docs = [t for _, t in handbook_docs(["sect.syslog.html"])]
+    variants = []
+    for t in docs[:5]:
+        variants += [t, t.upper(), "  " + t.replace(" ", " \u00a0\t ") + "\n\n", unicodedata.normalize("NFKD", t)]
+    keys = exact_keys(docs + variants)
+    ref = [" ".join(unicodedata.normalize("NFKC", t).lower().split()) for t in docs + variants]
+    for a in range(len(ref)):
+        for b in range(a + 1, len(ref)):
+            assert (tuple(keys[a]) == tuple(keys[b])) == (ref[a] == ref[b])
+
+
+def test_bad_input_empty_one_token_null_and_huge(hasher):
+    sig, counts = hasher.signatures(["", "   \n", "!!! ...", None, "word", "two words"])
+    assert counts.tolist() == [0, 0, 0, 0, 1, 1]
+    assert (sig[:4] == EMPTY).all() and (sig[4:] != EMPTY).all()
+    assert exact_keys(["", "   ", None]).tolist()[0] == exact_keys(["\t"]).tolist()[0]
+    # a 50 MB document: one real page repeated; its shingles are the page's plus the seams
+    page = handbook_docs(["apt.html"])[0][1]
+    huge = (page + "\n") * (50_000_000 // len(page) + 1)
+    assert len(huge) >= 50_000_000
+    big_sig, big_counts = hasher.signatures(pa.array([huge, page], pa.large_string()))
+    assert big_counts[0] > 50 * big_counts[1]
+    assert (big_sig[0] == big_sig[1]).mean() >= 0.9
+    assert exact_keys([huge]).shape == (1, 2)
+
+
+@pytest.mark.parametrize("tokenizer", ["space", "char"])
+def test_other_tokenizers(tokenizer):
+    h = MinHasher(MinHashParams(tokenizer=tokenizer, ngram=3))
+    text = "Ab,c  d-e  ÉF"
+    tokens = text.lower().split() if tokenizer == "space" else [c for c in text.lower() if not c.isspace()]
+    expected = {tuple(tokens[i:i + 3]) for i in range(len(tokens) - 2)}
+    assert len(h.shingles(text)) == len(expected)
+
+
+def test_normalize_only_touches_non_ascii_rows_correctly():
+    out = normalize(["ABC", "ＡＢＣ Déjà", None, "ǅ"]).to_pylist()
+    assert out == ["abc", "abc déjà", "", unicodedata.normalize("NFKC", "ǅ").lower()]
+
+
+@pytest.mark.parametrize("threshold,num_perm", [(0.8, 128), (0.5, 128), (0.9, 256), (0.7, 64), (0.85, 128)])
+def test_lsh_params_match_datasketch(threshold, num_perm):
+    from datasketch.lsh import _optimal_param
+
+    assert lsh_params(threshold, num_perm) == tuple(_optimal_param(threshold, num_perm, 0.5, 0.5))
+
+
+def test_band_hashes_collide_exactly_on_equal_bands():
+    sig = np.array([[1, 2, 3, 4], [1, 2, 9, 9], [9, 9, 3, 4]], np.uint32)
+    b = band_hashes(sig, 2, 2)
+    assert b[0, 0] == b[1, 0] and b[0, 1] == b[2, 1]
+    assert b[0, 0] != b[2, 0] and b[0, 1] != b[1, 1]
+    # equal values in different bands never share a bucket
+    assert band_hashes(np.array([[5, 5, 5, 5]], np.uint32), 2, 2)[0, 0] != band_hashes(
+        np.array([[5, 5, 5, 5]], np.uint32), 2, 2)[0, 1]
+    with pytest.raises(ValueError):
+        band_hashes(sig, 3, 2)
+
+
+def test_params_are_validated():
+    with pytest.raises(ValueError):
+        MinHashParams(tokenizer="bpe")
+    with pytest.raises(ValueError):
+        MinHashParams(num_perm=0)
+    with pytest.raises(ValueError):
+        lsh_params(1.0, 128)
