@@ -17,6 +17,7 @@ SUBCOMMANDS = [
     "airflow_curation.cli.validate",
     "airflow_curation.cli.run",
     "airflow_curation.cli.ingest",
+    "airflow_curation.cli.preprocess",
 ]
 
 

@@ -4,6 +4,7 @@ STAGES = {
     "dedup": "airflow_curation.stages.dedup.stage:DedupStage",
     "validate": "airflow_curation.stages.validate.stage:ValidateStage",
     "ingest": "airflow_curation.stages.ingest.stage:IngestStage",
+    "preprocess": "airflow_curation.stages.preprocess.stage:PreprocessStage",
     "enrich": "airflow_curation.stages.enrich.stage:EnrichStage",
 }
 

@@ -1,0 +1,179 @@
+"""Keep/drop rules as configuration over signal columns; never a rewrite of the shard.
+
+A rule names a signal and bounds: a document fails it when the value is below ``min`` or above
+``max`` (the published thresholds read "fewer than 50 words" -> ``min=50``, "more than 10%" ->
+``max=0.1``). Rules run in their listed order; ``drop_reason`` is the name of the first failing rule,
+so a decision never depends on set or dict iteration order.
+
+Presets (thresholds as published; see docs/preprocess.md for how each maps to its source):
+
+- ``gopher``: Rae et al. 2021 (MassiveText) quality + repetition filters.
+- ``c4``: Raffel et al. 2020, the document-level parts (curly bracket, "lorem ipsum", too few
+  sentences). C4's line removal is a rewrite and stays out.
+- ``fineweb``: Penedo et al. 2024 FineWeb's own filters (terminal-punctuation lines, duplicated line
+  characters, short lines) plus its newline-per-word rule.
+- ``code``: the StarCoder / RedPajama code heuristics (line lengths, alphanumeric fraction, comments)
+  and "parses" for languages with a parser.
+
+Every preset starts with ``empty`` (no non-space character), so empty text is a counted drop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class Rule:
+    """:param name: the ``drop_reason`` written when this rule fails.
+    :param signal: the column it reads.
+    :param min: fail when the value is below this.
+    :param max: fail when the value is above this.
+    """
+
+    name: str
+    signal: str
+    min: float | None = None
+    max: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.min is None and self.max is None:
+            raise ValueError(f"rule {self.name!r}: give min, max or both")
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError(f"rule needs a name, got {self.name!r}")
+
+    def fails(self, values: np.ndarray) -> np.ndarray:
+        v = values.astype(np.float64)
+        bad = np.zeros(len(v), dtype=bool)
+        if self.min is not None:
+            bad |= v < self.min
+        if self.max is not None:
+            bad |= v > self.max
+        return bad
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Rule":
+        unknown = set(d) - {"name", "signal", "min", "max"}
+        if unknown:
+            raise ValueError(f"rule {d.get('name')!r}: unknown keys {sorted(unknown)}")
+        return cls(**d)
+
+
+EMPTY = Rule("empty", "n_words", min=1)
+
+PRESETS: dict[str, tuple[Rule, ...]] = {
+    "gopher": (
+        EMPTY,
+        # quality
+        Rule("gopher_word_count", "n_words", min=50, max=100_000),
+        Rule("gopher_mean_word_len", "mean_word_len", min=3, max=10),
+        Rule("gopher_hash_ratio", "hash_word_ratio", max=0.1),
+        Rule("gopher_ellipsis_ratio", "ellipsis_word_ratio", max=0.1),
+        Rule("gopher_bullet_lines", "bullet_line_frac", max=0.9),
+        Rule("gopher_ellipsis_lines", "ellipsis_line_frac", max=0.3),
+        Rule("gopher_alpha_words", "alpha_word_frac", min=0.8),
+        Rule("gopher_stop_words", "n_stop_words", min=2),
+        # repetition
+        Rule("gopher_dup_para_frac", "dup_para_frac", max=0.3),
+        Rule("gopher_dup_para_chars", "dup_para_char_frac", max=0.2),
+        Rule("gopher_dup_line_frac", "dup_line_frac", max=0.3),
+        Rule("gopher_dup_line_chars", "dup_line_char_frac", max=0.2),
+        Rule("gopher_top_2gram", "top_2gram_char_frac", max=0.20),
+        Rule("gopher_top_3gram", "top_3gram_char_frac", max=0.18),
+        Rule("gopher_top_4gram", "top_4gram_char_frac", max=0.16),
+        Rule("gopher_dup_5gram", "dup_5gram_char_frac", max=0.15),
+        Rule("gopher_dup_6gram", "dup_6gram_char_frac", max=0.14),
+        Rule("gopher_dup_7gram", "dup_7gram_char_frac", max=0.13),
+        Rule("gopher_dup_8gram", "dup_8gram_char_frac", max=0.12),
+        Rule("gopher_dup_9gram", "dup_9gram_char_frac", max=0.11),
+        Rule("gopher_dup_10gram", "dup_10gram_char_frac", max=0.10),
+    ),
+    "c4": (
+        EMPTY,
+        Rule("c4_curly_bracket", "has_curly_bracket", max=0),
+        Rule("c4_lorem_ipsum", "has_lorem_ipsum", max=0),
+        Rule("c4_too_few_sentences", "n_sentences", min=5),
+    ),
+    "fineweb": (
+        EMPTY,
+        Rule("fineweb_line_punct", "terminal_punct_line_frac", min=0.12),
+        Rule("fineweb_char_dup", "dup_line_char_frac", max=0.01),
+        Rule("fineweb_short_lines", "short_line_frac", max=0.67),
+        Rule("fineweb_newline_ratio", "newline_word_ratio", max=0.3),
+    ),
+    "code": (
+        EMPTY,
+        Rule("code_max_line_len", "max_line_len", max=1000),
+        Rule("code_mean_line_len", "mean_line_len", max=100),
+        Rule("code_alnum_frac", "alnum_frac", min=0.25),
+        Rule("code_comment_frac", "comment_line_frac", max=0.8),
+        Rule("code_syntax_error", "syntax_ok", min=1),
+    ),
+}
+
+
+def resolve_rules(preset: str | Sequence[str] | None = "gopher", rules: Iterable[dict | Rule] = ()) -> list[Rule]:
+    """Rules of one or more presets (``"gopher,c4"`` or a list), then the custom ones, without repeats.
+
+    :param preset: preset name(s); ``None`` or ``"none"`` for custom rules only.
+    :param rules: extra rules, as :class:`Rule` or dicts ``{name, signal, min, max}``.
+    """
+    names: list[str] = []
+    if isinstance(preset, str):
+        names = [p.strip() for p in preset.split(",") if p.strip() and p.strip() != "none"]
+    elif preset:
+        names = list(preset)
+    out: list[Rule] = []
+    seen: set[str] = set()
+    for name in names:
+        if name not in PRESETS:
+            raise ValueError(f"unknown filter preset {name!r}; known: {sorted(PRESETS)}")
+        for r in PRESETS[name]:
+            if r.name not in seen:
+                out.append(r)
+                seen.add(r.name)
+    for r in rules:
+        r = r if isinstance(r, Rule) else Rule.from_dict(r)
+        if r.name in seen:
+            raise ValueError(f"rule name {r.name!r} used twice")
+        out.append(r)
+        seen.add(r.name)
+    return out
+
+
+def needed_signals(rules: Iterable[Rule]) -> set[str]:
+    return {r.signal for r in rules}
+
+
+def apply_rules(signals: pa.Table, rules: Sequence[Rule]) -> pa.Table:
+    """``keep`` (bool) and ``drop_reason`` (null when kept) for each row of ``signals``."""
+    n = signals.num_rows
+    reason = np.full(n, -1, dtype=np.int32)
+    for k, rule in enumerate(rules):
+        if rule.signal not in signals.column_names:
+            raise ValueError(f"rule {rule.name!r} reads signal {rule.signal!r}, which was not computed "
+                             f"(have {signals.column_names})")
+        col = signals.column(rule.signal)
+        values = col.to_numpy(zero_copy_only=False)
+        if values.dtype == object:  # nulls in an optional signal (e.g. syntax_ok for prose): never fail
+            mask = np.array([v is not None for v in values])
+            failed = np.zeros(n, dtype=bool)
+            failed[mask] = rule.fails(values[mask].astype(np.float64))
+        else:
+            failed = rule.fails(values)
+            if col.null_count:
+                failed &= ~np.asarray(col.is_null().to_numpy(zero_copy_only=False))
+        reason = np.where((reason < 0) & failed, k, reason)
+    keep = reason < 0
+    names = pa.array([r.name for r in rules], type=pa.string())
+    indices = pa.array(reason, mask=keep, type=pa.int32())
+    drop_reason = names.take(indices) if len(rules) else pa.nulls(n, pa.string())
+    return pa.table({"keep": pa.array(keep), "drop_reason": drop_reason})
+
+
+def rules_to_config(rules: Iterable[Rule]) -> list[dict]:
+    return [asdict(r) for r in rules]

@@ -1,0 +1,1 @@
+"""Preprocess stage: quality signals and keep/drop decisions as additive columns, on Dask."""

@@ -1,0 +1,64 @@
+"""Runs the oracles in their own venv (see scripts/setup_oracles.sh): reads a JSON list of documents,
+prints a JSON list of results. Not imported by the tests: executed by the oracle venv's Python.
+
+usage: python oracle_runner.py datatrove|pygount|dolma DOCS.json
+"""
+
+import json
+import sys
+
+
+def datatrove(docs):
+    from datatrove.data import Document
+    from datatrove.pipeline.filters import FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
+
+    filters = {"gopher_quality": GopherQualityFilter(),
+               # without the alpha-word rule, whose value depends on the word tokenizer (spaCy here)
+               "gopher_quality_no_alpha": GopherQualityFilter(max_non_alpha_words_ratio=None),
+               "gopher_repetition": GopherRepetitionFilter(), "fineweb": FineWebQualityFilter()}
+    out = []
+    for i, d in enumerate(docs):
+        row = {}
+        for name, f in filters.items():
+            r = f.filter(Document(text=d["text"], id=str(i)))
+            keep, reason = (r, None) if isinstance(r, bool) else (r[0], r[1])
+            row[name] = {"keep": bool(keep), "reason": reason}
+        out.append(row)
+    return out
+
+
+def pygount(docs):
+    import os
+    import tempfile
+
+    from pygount import SourceAnalysis
+
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, d in enumerate(docs):
+            path = os.path.join(tmp, f"doc{i}{d.get('ext', '.py')}")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(d["text"])
+            a = SourceAnalysis.from_file(path, "oracle", encoding="utf-8")
+            out.append({"code": a.code_count, "documentation": a.documentation_count, "empty": a.empty_count,
+                        "string": a.string_count, "state": str(a.state)})
+    return out
+
+
+def dolma(docs):
+    from dolma.core.data_types import Document
+    from dolma.taggers.code.code_taggers import CodeRedPajamaTaggers
+
+    tagger = CodeRedPajamaTaggers()
+    out = []
+    for i, d in enumerate(docs):
+        result = tagger.predict(Document(source="oracle", version="0", id=str(i), text=d["text"]))
+        out.append({s.type: s.score for s in result.spans})
+    return out
+
+
+if __name__ == "__main__":
+    which, path = sys.argv[1], sys.argv[2]
+    with open(path, encoding="utf-8") as f:
+        documents = json.load(f)
+    json.dump({"datatrove": datatrove, "pygount": pygount, "dolma": dolma}[which](documents), sys.stdout)

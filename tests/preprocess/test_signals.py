@@ -1,0 +1,126 @@
+"""Signals: the compiled kernel against its pure-Python statement, edge cases, and the code signals."""
+
+from __future__ import annotations
+
+import math
+
+import pyarrow as pa
+import pytest
+
+from airflow_curation.core.code_signals import compute_code_signals
+from airflow_curation.core.signals import SIGNALS, compute_signals, reference_signals
+
+from . import corpus
+
+EDGE = [
+    "", " ", "\n", "\n\n\n", "a", "word", "Hello world.", "\t \u3000 \u00a0",
+    "the cat and the dog ...\n\nthe cat and the dog ...\n", "a\n\nb\n\na\n", "abc \n", "a\n \nb",
+    "  lead\n\n\n  lead\n", "a. . .\nb...\nc…", "{ Lorem IPSUM }", "The the THE, of. to! and? with that have be",
+    "• item one\n• item two\n- three...\n* four", "x" * 5000, "a_b c_d __ _", "wait!!! really?? yes.",
+    "\r\nwindows\r\nlines\r\n", "# a\n## b\n### c", "😀 emoji 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 text", "Ünïcödé Wörds ÄÖÜ ß",
+    "مرحبا بالعالم. هذا نص عربي.", "Привет мир. Это русский текст!", "一 二 三 一 二 三 一 二 三 一 二 三",
+]
+
+
+def _assert_same(a: pa.Table, b: pa.Table, texts: list[str]) -> None:
+    assert a.column_names == b.column_names == list(SIGNALS)
+    for name in SIGNALS:
+        x, y = a.column(name).to_pylist(), b.column(name).to_pylist()
+        for i, (u, v) in enumerate(zip(x, y)):
+            ok = math.isclose(u, v, rel_tol=1e-12, abs_tol=1e-12) if isinstance(u, float) else u == v
+            assert ok, f"{name} differs on doc {i} {texts[i][:60]!r}: kernel {u!r}, reference {v!r}"
+
+
+def test_kernel_equals_reference_on_edge_cases(warm_signals):
+    _assert_same(compute_signals(EDGE), reference_signals(EDGE), EDGE)
+
+
+def test_kernel_equals_reference_on_real_text(warm_signals, prose, code):
+    texts = prose[:80] + [t for _, t in code[:20]] + corpus.cjk_docs()
+    _assert_same(compute_signals(texts), reference_signals(texts), texts)
+
+
+def test_empty_text_gives_zeros_not_errors(warm_signals):
+    row = compute_signals(["", None]).to_pylist()
+    for r in row:
+        assert r["n_chars"] == r["n_words"] == r["n_lines"] == 0
+        assert all(v in (0, 0.0, False) for v in r.values())
+
+
+def test_known_values(warm_signals):
+    r = compute_signals(["The cat sat.\nThe cat sat.\n\nA dog #1 ran...\n- a bullet"]).to_pylist()[0]
+    assert r["n_words"] == 13
+    assert r["n_lines"] == 5 and r["max_line_len"] == 15
+    assert r["dup_line_frac"] == pytest.approx(1 / 4)             # 4 non-blank lines, one repeat
+    assert r["dup_line_char_frac"] == pytest.approx(12 / r["n_chars"])
+    assert r["n_stop_words"] == 2                                   # "The", "The" (Gopher's list)
+    assert r["hash_word_ratio"] == pytest.approx(1 / 13)
+    assert r["ellipsis_line_frac"] == pytest.approx(1 / 4)
+    assert r["bullet_line_frac"] == pytest.approx(1 / 4)
+    assert r["terminal_punct_line_frac"] == pytest.approx(3 / 4)   # "sat." twice and "ran..."
+    assert r["n_sentences"] == 3
+    rep = compute_signals(["one two three four five " * 4]).to_pylist()[0]
+    # three repeats of the 5-gram cover 15 of 20 words; 5-grams start repeating at the 6th word
+    assert rep["dup_5gram_char_frac"] == pytest.approx((3 + 3 + 5 + 4 + 4) * 3 / rep["n_chars"])
+    # four 2-grams occur 4 times; the tie goes to the longest, "three four"
+    assert rep["top_2gram_char_frac"] == pytest.approx(4 * len("threefour") / rep["n_chars"])
+
+
+def test_non_latin_scripts_count_letters(warm_signals):
+    rows = compute_signals(corpus.cjk_docs()).to_pylist()
+    assert rows and all(r["alpha_frac"] > 0.3 for r in rows)
+    ru = compute_signals(["Привет мир. Это русский текст!"]).to_pylist()[0]
+    assert ru["n_words"] == 5 and ru["alpha_frac"] == pytest.approx(24 / 30)
+
+
+def test_one_token_and_huge_document(warm_signals):
+    one = compute_signals(["token"]).to_pylist()[0]
+    assert one["n_words"] == 1 and one["top_2gram_char_frac"] == 0.0 and one["dup_5gram_char_frac"] == 0.0
+    para = "The quick brown fox jumps over the lazy dog near the river bank.\n"
+    huge = para * (50 * 1024 * 1024 // len(para))            # a 50 MB document of one repeated line
+    r = compute_signals([huge, "small doc"]).to_pylist()
+    assert r[0]["n_chars"] == len(huge) and r[0]["n_lines"] == huge.count("\n")
+    assert r[0]["dup_line_frac"] == pytest.approx(1 - 1 / r[0]["n_lines"])
+    assert r[0]["dup_10gram_char_frac"] > 0.75   # all words but the first line's; spaces are the rest
+    assert r[1]["n_words"] == 2
+
+
+def test_batches_are_independent_of_slicing(warm_signals, prose):
+    arr = pa.array(prose[:40])
+    whole = compute_signals(arr)
+    parts = pa.concat_tables([compute_signals(arr.slice(0, 17)), compute_signals(arr.slice(17))])
+    assert whole.equals(parts)
+    assert compute_signals(pa.chunked_array([arr.slice(0, 5), arr.slice(5)])).equals(whole)
+
+
+def test_stop_words_are_configurable(warm_signals):
+    r = compute_signals(["Der Hund und die Katze"], {"stop_words": ["der", "die", "und"]}).to_pylist()[0]
+    assert r["n_stop_words"] == 3
+    with pytest.raises(ValueError, match="unknown signal settings"):
+        compute_signals(["x"], {"stopwords": ["x"]})
+
+
+def test_python_code_signals(code):
+    texts = [t for _, t in code[:30]]
+    table = compute_code_signals(texts + ["def broken(:\n    pass\n"], "python").to_pylist()
+    assert all(r["syntax_ok"] for r in table[:-1])
+    assert table[-1]["syntax_ok"] is False and table[-1]["syntax_nodes"] is None
+    assert all(r["syntax_nodes"] > 10 and r["syntax_depth"] >= 3 for r in table[:-1])
+    r = compute_code_signals(["# one\nx = 1  # not a comment line\ns = '# in a string'\n"], "python").to_pylist()[0]
+    assert r["comment_line_frac"] == pytest.approx(1 / 3) and r["comment_code_ratio"] == pytest.approx(1 / 2)
+
+
+@pytest.mark.parametrize("language,good,bad", [
+    ("c", "int main(void) {\n  // entry\n  return 0;\n}\n", "int main( {\n"),
+    ("javascript", "function f(x) {\n  /* twice */\n  return 2 * x;\n}\n", "function (\n"),
+    ("rust", "fn main() {\n    // hi\n    let x = 1;\n}\n", "fn main( {\n"),
+])
+def test_tree_sitter_code_signals(language, good, bad):
+    ok, broken = compute_code_signals([good, bad], language).to_pylist()
+    assert ok["syntax_ok"] is True and ok["syntax_nodes"] > 5 and ok["comment_line_frac"] == pytest.approx(1 / 4)
+    assert broken["syntax_ok"] is False
+
+
+def test_unknown_language_gives_null_syntax_signals():
+    r = compute_code_signals(["x := 1\n-- c\n"], "cobol").to_pylist()[0]
+    assert r["syntax_ok"] is None and r["syntax_nodes"] is None
