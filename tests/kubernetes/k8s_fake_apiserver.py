@@ -321,14 +321,14 @@ class _Handler(BaseHTTPRequestHandler):
                     if _selects(obj, query.get("labelSelector"), query.get("fieldSelector")):
                         chunk({"type": etype, "object": obj})
         except (BrokenPipeError, ConnectionResetError):
-            pass
+            self.close_connection = True  # the client went away mid-stream
         finally:
             try:
+                # End of the chunked body: the connection stays usable, as with a real API server.
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
             except OSError:
-                pass
-            self.close_connection = True
+                self.close_connection = True
 
     def do_GET(self) -> None:
         self._handle("GET")
