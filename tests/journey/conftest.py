@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -31,9 +32,36 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class StatsdListener:
+    """A StatsD server on loopback UDP: every datagram Airflow's Stats sends, kept for assertions."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.5)
+        self.port = self.sock.getsockname()[1]
+        self.lines: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self.sock.recv(65536)
+            except (socket.timeout, OSError):
+                continue
+            self.lines.extend(data.decode(errors="replace").splitlines())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sock.close()
+
+
 class AirflowStack:
-    def __init__(self, home: Path, url: str, lake: Path, env: dict[str, str]) -> None:
-        self.home, self.url, self.lake, self.env = home, url, lake, env
+    def __init__(self, home: Path, url: str, lake: Path, env: dict[str, str], statsd: StatsdListener) -> None:
+        self.home, self.url, self.lake, self.env, self.statsd = home, url, lake, env, statsd
         self._token: str | None = None
 
     def token(self) -> str:
@@ -110,6 +138,7 @@ def airflow_stack(tmp_path_factory):
         raise RuntimeError(f"postgres_up.sh failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
     db_url = up.stdout.strip().splitlines()[-1]
     url = f"http://127.0.0.1:{api_port}"
+    statsd = StatsdListener()
     venv_bin = str(Path(sys.executable).parent)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYTEST"))}
     env.update({
@@ -138,6 +167,10 @@ def airflow_stack(tmp_path_factory):
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
         "AIRFLOW__TRIGGERER__DEFAULT_CAPACITY": "50",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "AIRFLOW__METRICS__STATSD_ON": "True",
+        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+        "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
+        "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
         "CURATION_JOURNEY_LAKE": str(lake),
         "CURATION_LOCAL_JOBS_DIR": str(base / "jobs"),
     })
@@ -155,7 +188,7 @@ def airflow_stack(tmp_path_factory):
             procs[name] = subprocess.Popen(airflow + args, env=env, stdout=log, stderr=subprocess.STDOUT,
                                            stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(home))
         _wait_http(f"{url}/api/v2/monitor/health", 240, procs, home)
-        yield AirflowStack(home, url, lake, env)
+        yield AirflowStack(home, url, lake, env, statsd)
     finally:
         for p in procs.values():
             if p.poll() is None:
@@ -174,3 +207,4 @@ def airflow_stack(tmp_path_factory):
                 p.wait(timeout=10)
         subprocess.run(["bash", str(REPO / "scripts" / "postgres_down.sh"), str(pgdata)], timeout=120)
         shutil.rmtree(pg_base, ignore_errors=True)
+        statsd.close()

@@ -95,6 +95,12 @@ def test_run_and_three_date_backfill_succeed_with_a_partition_and_report_each(jo
         link = s.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(run['dag_run_id'])}"
                                 f"/taskInstances/validate/links")
         assert "/curation/report/" in json.dumps(link), link
+    # Metrics went through Airflow's Stats to the StatsD listener: rows kept/dropped, shards, stage seconds.
+    names = {line.split(":", 1)[0] for line in s.statsd.lines}
+    for name in ("airflow.curation.preprocess.rows_kept", "airflow.curation.preprocess.rows_dropped",
+                 "airflow.curation.dedup.shards_done", "airflow.curation.ingest.shards_failed",
+                 "airflow.curation.ingest.stage_seconds", "airflow.curation.validate.checks_failed"):
+        assert name in names, (name, sorted(n for n in names if "curation" in n))
     # The curated Asset got one event per successful run.
     events = s.request("GET", "/api/v2/assets/events?limit=100")["asset_events"]
     assert len([e for e in events if e["source_dag_id"] == DAG_ID]) >= 4
