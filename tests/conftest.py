@@ -8,6 +8,7 @@ Airflow do not pay for it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -26,6 +27,13 @@ os.environ.update({
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_AIRFLOW_HOME}/airflow.db",
+    # The product's dags/ plus a bundle of test-only DAGs (dag.test() needs a DAG to be in a bundle).
+    "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps([
+        {"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+         "kwargs": {}},
+        {"name": "curation-test-dags", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+         "kwargs": {"path": str(REPO / "tests" / "airflow" / "dags")}},
+    ]),
     # Local backend jobs of tests that do not choose a folder land here, not in ~/.airflow-curation.
     "CURATION_LOCAL_JOBS_DIR": str(_AIRFLOW_HOME / "jobs"),
 })

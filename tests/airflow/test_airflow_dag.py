@@ -91,3 +91,34 @@ def test_pipeline_dag_ingests_one_snapshot(pipeline, tmp_path):
     # Local job folders live under the lake's _jobs/ for this run.
     assert Path(launch["job"]["job_dir"]).parent == Path(lake.jobs_dir(sanitize_run_id(dag_run.run_id),
                                                                       "ingest"))
+
+
+def test_a_retry_after_a_worker_crash_reconnects_through_the_real_task_state_store(airflow_db, tmp_path):
+    spec = importlib.util.spec_from_file_location("curation_durable_retry_under_test",
+                                                  REPO / "tests" / "airflow" / "dags" / "curation_durable_retry.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    write_jsonl(tmp_path / "in" / "a.jsonl", 25)
+    lake_root = tmp_path / "lake"
+
+    dag_run = module.dag.test(logical_date=datetime(2026, 11, 28, tzinfo=timezone.utc),
+                              run_conf={"input": str(tmp_path / "in"), "lake": str(lake_root)})
+    assert dag_run.state == "success", dag_run.state
+
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.taskinstancehistory import TaskInstanceHistory
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        ti = session.scalars(select(TaskInstance).where(TaskInstance.run_id == dag_run.run_id,
+                                                        TaskInstance.task_id == "ingest")).one()
+        earlier = session.scalars(select(TaskInstanceHistory).where(
+            TaskInstanceHistory.run_id == dag_run.run_id, TaskInstanceHistory.task_id == "ingest")).all()
+    assert ti.try_number == 2 and len(earlier) == 1  # the first try really failed and was retried
+
+    run_id = sanitize_run_id(dag_run.run_id)
+    jobs = Path(Lake(str(lake_root), "web", "2026-11-28").jobs_dir(run_id, "ingest"))
+    assert len([p for p in jobs.iterdir() if p.is_dir()]) == 1, "the retry submitted a second job"
+    assert _task_state(dag_run)[("ingest", "curation_job")]["job_dir"].startswith(str(jobs))
+    assert _xcoms(dag_run)[("ingest_checkpoints", "return_value")]["rows"] == 25
