@@ -74,6 +74,18 @@ class _Task:
 TASK = _Task()  # stands for $SLURM_ARRAY_TASK_ID in a rendered script argument
 
 
+class _Attempt:
+    def __repr__(self) -> str:
+        return "ATTEMPT"
+
+
+# Stands for the script's first argument, the attempt number: a resubmission reuses the scripts of
+# the first submission (their environment included), so a poller that lacks the job's secrets can
+# still resubmit it.
+ATTEMPT = _Attempt()
+_EXPANSIONS = {TASK: '"${SLURM_ARRAY_TASK_ID}"', ATTEMPT: '"$1"'}
+
+
 class SlurmError(RuntimeError):
     """A Slurm command failed (submission refused, controller unreachable...)."""
 
@@ -315,8 +327,8 @@ class SlurmBackend(Backend):
     def render_script(self, job_dir: str, args: Sequence[str | tuple]) -> str:
         """The batch script: exports ``env`` and execs the jobs entrypoint with ``args``.
 
-        Each arg is a literal string, or a tuple of literal strings and :data:`TASK` (the array task
-        index), which is the only thing the shell expands.
+        Each arg is a literal string, or a tuple of literal strings, :data:`TASK` (the array task
+        index) and :data:`ATTEMPT` (the script's first argument): those two are all the shell expands.
         """
         lines = ["#!/bin/bash", "# airflow-curation job (generated; every value is shell-quoted)",
                  "set -eu"]
@@ -327,14 +339,15 @@ class SlurmBackend(Backend):
         words = [shlex.quote(_check_arg(self.python, "python")), "-m", "airflow_curation.jobs"]
         for arg in args:
             parts = arg if isinstance(arg, tuple) else (arg,)
-            words.append("".join('"${SLURM_ARRAY_TASK_ID}"' if p is TASK else shlex.quote(_check_arg(p, "argument"))
-                                 for p in parts))
+            words.append("".join(_EXPANSIONS[p] if isinstance(p, (_Task, _Attempt))
+                                 else shlex.quote(_check_arg(p, "argument")) for p in parts))
         lines.append("exec " + " ".join(words))
         return "\n".join(lines) + "\n"
 
     def sbatch_argv(self, script: str, job_name: str, log_path: str, job_dir: str,
                     array: str | None = None, dependency: str | None = None,
-                    time_limit: str | None = None, collect: bool = False) -> list[str]:
+                    time_limit: str | None = None, collect: bool = False,
+                    script_args: Sequence[str] = ()) -> list[str]:
         argv = ["sbatch", "--parsable", f"--job-name={job_name}", f"--output={log_path}",
                 "--open-mode=append", f"--chdir={job_dir}"]
         for flag, value in (("--partition", self.partition), ("--account", self.account),
@@ -352,6 +365,7 @@ class SlurmBackend(Backend):
         if dependency:
             argv += [f"--dependency={dependency}", "--kill-on-invalid-dep=no"]
         argv.append(script)
+        argv += [_check_arg(a, "script argument") for a in script_args]
         return argv
 
     def _sbatch(self, argv: list[str]) -> str:
@@ -372,6 +386,14 @@ class SlurmBackend(Backend):
         base = {"backend": self.name, "job_dir": job_dir, "spec": spec_path,
                 "log": os.path.join(job_dir, "job.log"), "manifest_uri": spec.manifest_uri,
                 "stage": spec.stage, "run_id": spec.run_id, "lake": spec.lake, "groups": groups}
+        result = (os.path.join(job_dir, "result-"), ATTEMPT, ".json")
+        if groups == 1:
+            self._write_script(job_dir, "job.sh", ["run", spec_path, "--result", result])
+        else:
+            self._write_script(job_dir, "group.sh", [
+                "run", spec_path, "--result", (os.path.join(job_dir, "result-"), ATTEMPT, "-group-", TASK, ".json"),
+                "--shard-group", (TASK, f"/{groups}")])
+            self._write_script(job_dir, "collect.sh", ["run", spec_path, "--result", result, "--collect"])
         handle = self._submit_attempt(base, attempt=1, indices=list(range(groups)) if groups > 1 else None)
         self._write_current(handle)
         return handle
@@ -382,28 +404,25 @@ class SlurmBackend(Backend):
         name = f"curation-{base['stage']}"
         result = os.path.join(job_dir, f"result-{attempt}.json")
         handle = {**base, "attempt": attempt, "result": result, "array_job_id": None, "array": None}
+        attempt_arg = [str(int(attempt))]
         if groups == 1:
-            script = self._write_script(job_dir, f"job-{attempt}.sh",
-                                        ["run", base["spec"], "--result", result])
-            handle["job_id"] = self._sbatch(self.sbatch_argv(script, name, base["log"], job_dir))
+            handle["job_id"] = self._sbatch(self.sbatch_argv(
+                os.path.join(job_dir, "job.sh"), name, base["log"], job_dir, script_args=attempt_arg))
             return handle
         dependency = None
         if indices:
             spans = _compress(indices)
             k = f"%{self.array_parallelism}" if self.array_parallelism else ""
             handle["array"] = f"{spans}{k}"
-            group_result = (os.path.join(job_dir, f"result-{attempt}-group-"), TASK, ".json")
-            script = self._write_script(job_dir, f"group-{attempt}.sh", [
-                "run", base["spec"], "--result", group_result, "--shard-group", (TASK, f"/{groups}")])
             handle["array_job_id"] = self._sbatch(self.sbatch_argv(
-                script, name, base["log"], job_dir, array=handle["array"]))
+                os.path.join(job_dir, "group.sh"), name, base["log"], job_dir, array=handle["array"],
+                script_args=attempt_arg))
             dependency = f"afterany:{handle['array_job_id']}"
-        script = self._write_script(job_dir, f"collect-{attempt}.sh",
-                                    ["run", base["spec"], "--result", result, "--collect"])
         try:
             handle["job_id"] = self._sbatch(self.sbatch_argv(
-                script, f"{name}-collect", base["log"], job_dir, dependency=dependency,
-                time_limit=self.collect_time_limit, collect=True))
+                os.path.join(job_dir, "collect.sh"), f"{name}-collect", base["log"], job_dir,
+                dependency=dependency, time_limit=self.collect_time_limit, collect=True,
+                script_args=attempt_arg))
         except SlurmError:
             if handle["array_job_id"]:
                 self._run(["scancel", handle["array_job_id"]], check=False)
@@ -411,7 +430,7 @@ class SlurmBackend(Backend):
         return handle
 
     def _write_script(self, job_dir: str, name: str, args: list[str | tuple]) -> str:
-        path = os.path.join(job_dir, name)
+        path = check_job_dir(os.path.join(job_dir, name))
         _write_local(path, self.render_script(job_dir, args).encode(), mode=0o750)
         return path
 
@@ -632,4 +651,4 @@ def _append_log(path: str, text: str) -> None:
 
 
 __all__ = ["SlurmBackend", "SlurmError", "SlurmJobRecord", "map_state", "parse_sacct", "parse_scontrol_jobs",
-           "summarize", "FAILURE_NOTES", "DEFAULT_RESUBMIT_ON", "TASK"]
+           "summarize", "FAILURE_NOTES", "DEFAULT_RESUBMIT_ON", "TASK", "ATTEMPT"]

@@ -117,7 +117,7 @@ def test_failed_shards_then_resubmit_only_their_groups(make_backend, lake, tmp_p
     for unit_id, rec in before.items():
         assert after[unit_id] == rec  # untouched: only group 1 ran again, and it skipped u001
     assert after["u004"]["extra"]["task"] == "1"
-    assert not Path(handle["job_dir"], "result-2-group-0.json").exists()
+    assert not Path(handle["job_dir"], "result-2-group-0.json").exists()  # the group scripts are reused
     assert Path(handle["job_dir"], "result-2-group-1.json").exists()
     assert "attempt 2 resubmitted groups 1" in backend.logs(handle)[0]
 
@@ -133,7 +133,7 @@ def test_automatic_resubmission(make_backend, lake, tmp_path):
         assert time.time() < deadline, backend.logs(handle)[0]
         time.sleep(0.5)
     flag.unlink()
-    st = backend.status(handle)
+    st = wait_for(backend, handle, until=lambda st: st.state != JobState.RUNNING)  # the collect job exits
     assert st.state == JobState.PENDING and "resubmitted as attempt 2" in st.message
     st = wait_for(backend, handle)
     assert st.state == JobState.SUCCEEDED, st
@@ -225,7 +225,9 @@ def test_submission_errors_are_clear(make_backend, lake):
 def test_unreachable_controller_is_unknown_not_a_failure(make_backend, lake):
     backend = make_backend()
     handle = backend.submit(spec_for(lake, units=1, sleep_s=60))
-    broken = make_backend(command_prefix=["env", "SLURM_CONF=/nonexistent/slurm.conf", "bash", "-c"])
+    # scontrol keeps retrying without a configuration: the command time-out is what ends it.
+    broken = make_backend(command_prefix=["env", "SLURM_CONF=/nonexistent/slurm.conf", "bash", "-c"],
+                          command_timeout=3)
     st = broken.status(handle)
     assert st.state == JobState.UNKNOWN and "cannot reach Slurm" in st.message
     backend.cancel(handle)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_curation.backends.slurm import TASK, SlurmBackend, check_job_dir
+from airflow_curation.backends.slurm import ATTEMPT, TASK, SlurmBackend, check_job_dir
 
 # Any text but NUL (argv cannot carry it; the backend refuses it) and lone surrogates (not encodable).
 TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=24)
@@ -44,26 +44,27 @@ def _make_recorder(base: Path, dirname: str) -> str:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(python_dir=NAME, job_name=NAME, spec_name=NAME, echo=VALUE, task=st.integers(0, 999))
-def test_job_script_keeps_every_value_literal(python_dir, job_name, spec_name, echo, task):
+@given(python_dir=NAME, job_name=NAME, spec_name=NAME, echo=VALUE, task=st.integers(0, 999),
+       attempt=st.integers(1, 99))
+def test_job_script_keeps_every_value_literal(python_dir, job_name, spec_name, echo, task, attempt):
     base = Path(tempfile.mkdtemp(prefix="d1fuzz-"))
     try:
         backend = SlurmBackend(python=_make_recorder(base, python_dir), env={"CURATION_TEST_ECHO": echo})
         job_dir = base / "jobs" / job_name
         job_dir.mkdir(parents=True)
         spec = str(job_dir / spec_name)
-        args = ["run", spec, "--result", (str(job_dir / "result-"), TASK, ".json"),
+        args = ["run", spec, "--result", (str(job_dir / "result-"), ATTEMPT, "-", TASK, ".json"),
                 "--shard-group", (TASK, "/1000")]
         script = job_dir / "job.sh"
         script.write_text(backend.render_script(str(job_dir), args))
         assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
         out = base / "argv"
-        proc = subprocess.run(["bash", str(script)], capture_output=True, cwd=base,
+        proc = subprocess.run(["bash", str(script), str(attempt)], capture_output=True, cwd=base,
                               env={"PATH": os.environ["PATH"], "REC_OUT": str(out),
                                    "SLURM_ARRAY_TASK_ID": str(task)})
         assert proc.returncode == 0, proc.stderr
         assert _recorded(out) == ["-m", "airflow_curation.jobs", "run", spec, "--result",
-                                  f"{job_dir}/result-{task}.json", "--shard-group", f"{task}/1000"]
+                                  f"{job_dir}/result-{attempt}-{task}.json", "--shard-group", f"{task}/1000"]
         assert Path(f"{out}.env").read_bytes().decode() == echo
         assert Path(f"{out}.pwd").read_bytes().decode() == str(job_dir)
         assert not list(base.rglob("PWNED")) and not Path("PWNED").exists()
@@ -89,7 +90,8 @@ def test_remote_command_line_keeps_every_value_literal(partition, account, qos, 
         except ValueError:
             assert any(c in job_dir for c in "%\\\n\r")
         argv = backend.sbatch_argv(f"{job_dir}/job.sh", "curation-x", f"{job_dir}/job.log", job_dir,
-                                   array="0-3%2", dependency="afterany:12")
+                                   array="0-3%2", dependency="afterany:12", script_args=["3"])
+        assert argv[-2:] == [f"{job_dir}/job.sh", "3"]
         full = backend.command_argv([rec, *argv[1:]])
         assert full[:2] == ["bash", "-c"] and len(full) == 3
         out = base / "argv"
