@@ -26,7 +26,8 @@ def get_provider_info() -> dict:
             "airflow_curation.sensors.shard_checkpoint"]}],
         "triggers": [{"integration-name": "Curation", "python-modules": [
             "airflow_curation.triggers.stage_job", "airflow_curation.triggers.shard_checkpoint"]}],
-        "hooks": [{"integration-name": "Curation", "python-modules": ["airflow_curation.hooks.curation"]}],
+        "hooks": [{"integration-name": "Curation", "python-modules": ["airflow_curation.hooks.curation",
+                                                                     "airflow_curation.hooks.slurm"]}],
         "connection-types": [{
             "connection-type": "curation",
             "hook-class-name": "airflow_curation.hooks.curation.CurationHook",
@@ -41,7 +42,14 @@ def get_provider_info() -> dict:
                 "placeholders": {"host": "s3://bucket/lake",
                                  "extra": '{"backend_options": {}, "storage_options": {"s3": {}}}'},
             },
-        }],
+        }, _slurm_connection_type()],
         "extra-links": ["airflow_curation.links.curation.CurationManifestLink",
                         "airflow_curation.links.curation.CurationJobLogLink"],
     }
+
+
+def _slurm_connection_type() -> dict:
+    # The slurm connection form (partition, account, QOS, sbatch options, SSH host); a plain-data module.
+    from airflow_curation.hooks.slurm_conn import CONNECTION_TYPE
+
+    return CONNECTION_TYPE

@@ -8,10 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 setup() {
   local venv=$1; shift
-  [ -f "$venv/.stamp-v1" ] && return 0
+  [ -f "$venv/.stamp-v2" ] && return 0
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --disable-pip-version-check "$@"
-  touch "$venv/.stamp-v1"
+  touch "$venv/.stamp-v2"
 }
 setup .venv-oracles "datatrove==0.10.1" spacy "pygount==3.2.0"
-setup .venv-dolma "dolma==1.2.1" "boto3==1.26.161"
+setup .venv-dolma "dolma[code]==1.2.1" "boto3==1.26.161"

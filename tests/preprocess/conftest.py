@@ -16,7 +16,7 @@ RUNNER = os.path.join(os.path.dirname(__file__), "oracle_runner.py")
 def _oracle_python(venv: str) -> str:
     """The oracle venv's Python, created by scripts/setup_oracles.sh (idempotent, instant when present)."""
     python = os.path.join(REPO, venv, "bin", "python")
-    if not os.path.exists(os.path.join(REPO, venv, ".stamp-v1")):
+    if not os.path.exists(os.path.join(REPO, venv, ".stamp-v2")):
         subprocess.run(["bash", os.path.join(REPO, "scripts", "setup_oracles.sh")], check=True)
     return python
 

@@ -16,14 +16,15 @@ from dataclasses import asdict, dataclass
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
-DEFAULT_BASE_BYTES = 300 * MiB      # one idle worker process with pyarrow + numba loaded
+DEFAULT_BASE_BYTES = 640 * MiB      # a worker process with distributed, pyarrow and the numba kernels
+                                    # loaded measured ~390 MiB peak; the rest is headroom
 DEFAULT_FILES_PER_WORKER = 64       # a worker's sockets, Parquet readers/writers, shared libs
 
 
 @dataclass(frozen=True)
 class WorkerPlan:
     workers: int
-    memory_limit: int            # bytes per worker (what a Dask worker may use before it pauses/spills)
+    memory_limit: int            # bytes per worker: the usable memory shared out, at least one unit's need
     unit_bytes: int              # the largest unit's input bytes
     unit_memory: int             # its estimated peak memory
     available_memory: int
@@ -103,11 +104,14 @@ def plan_workers(unit_bytes: list[int], expansion: float, *, base_bytes: int = D
     if max_workers:
         limits["max_workers"] = max(1, int(max_workers))
     bound_by = min(limits, key=lambda k: (limits[k], k))
-    plan = WorkerPlan(workers=limits[bound_by], memory_limit=per_worker, unit_bytes=biggest,
+    workers = limits[bound_by]
+    # Share the usable memory out: a worker may use more than the estimate, never less.
+    memory_limit = max(per_worker, int(memory * (1 - reserve_fraction)) // workers)
+    plan = WorkerPlan(workers=workers, memory_limit=memory_limit, unit_bytes=biggest,
                       unit_memory=unit_memory, available_memory=memory, open_files_limit=open_files,
                       cpus=cpus, bound_by=bound_by)
     log.info("worker plan: %d workers (bound by %s; limits %s); largest unit %.1f MiB x expansion %.1f "
-             "= %.1f MiB + base %.0f MiB per worker; %.1f GiB available, open-file limit %d, %d cpus",
-             plan.workers, bound_by, limits, biggest / MiB, expansion, unit_memory / MiB, base_bytes / MiB,
-             memory / 1024**3, open_files, cpus)
+             "= %.1f MiB + base %.0f MiB per worker, memory limit %.0f MiB each; %.1f GiB available, "
+             "open-file limit %d, %d cpus", plan.workers, bound_by, limits, biggest / MiB, expansion,
+             unit_memory / MiB, base_bytes / MiB, memory_limit / MiB, memory / 1024**3, open_files, cpus)
     return plan

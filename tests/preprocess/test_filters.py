@@ -1,0 +1,67 @@
+"""Filter rules: order, reasons, presets, configuration errors."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from airflow_curation.core.filters import PRESETS, Rule, apply_rules, resolve_rules
+from airflow_curation.core.signals import compute_signals
+
+
+def test_first_failing_rule_names_the_drop():
+    signals = pa.table({"a": [1.0, 5.0, 50.0, 0.5], "b": [0.0, 0.0, 9.0, 9.0]})
+    rules = [Rule("too_big", "a", max=10), Rule("b_high", "b", max=1), Rule("a_small", "a", min=1)]
+    out = apply_rules(signals, rules).to_pylist()
+    assert out == [{"keep": True, "drop_reason": None}, {"keep": True, "drop_reason": None},
+                   {"keep": False, "drop_reason": "too_big"}, {"keep": False, "drop_reason": "b_high"}]
+
+
+def test_null_signal_never_fails_a_rule():
+    signals = pa.table({"syntax_ok": pa.array([True, False, None])})
+    out = apply_rules(signals, [Rule("syntax", "syntax_ok", min=1)]).column("drop_reason").to_pylist()
+    assert out == [None, "syntax", None]
+
+
+def test_presets_and_custom_rules_resolve_in_order():
+    rules = resolve_rules("gopher,c4", [{"name": "mine", "signal": "n_words", "max": 10}])
+    names = [r.name for r in rules]
+    assert names[0] == "empty" and names.count("empty") == 1
+    assert names.index("gopher_word_count") < names.index("c4_curly_bracket") < names.index("mine")
+    wc = next(r for r in rules if r.name == "gopher_word_count")
+    assert (wc.min, wc.max) == (50, 100_000)
+    assert next(r for r in PRESETS["fineweb"] if r.name == "fineweb_line_punct").min == 0.12
+    assert resolve_rules("none") == []
+
+
+@pytest.mark.parametrize("bad,match", [
+    (("nope", []), "unknown filter preset"),
+    (("gopher", [{"name": "empty", "signal": "n_words", "min": 1}]), "used twice"),
+    (("none", [{"name": "x", "signal": "n_words"}]), "give min, max or both"),
+    (("none", [{"name": "x", "signal": "n_words", "max": 1, "mx": 2}]), "unknown keys"),
+])
+def test_bad_configuration_is_a_clear_error(bad, match):
+    with pytest.raises(ValueError, match=match):
+        resolve_rules(*bad)
+
+
+def test_rule_on_missing_signal_is_a_clear_error():
+    with pytest.raises(ValueError, match="was not computed"):
+        apply_rules(pa.table({"a": [1]}), [Rule("r", "comment_line_frac", max=0.5)])
+
+
+def test_empty_and_tiny_documents_are_counted_drops(warm_signals):
+    sig = compute_signals(["", "   \n", "word", "lorem ipsum dolor { sit"])
+    out = apply_rules(sig, resolve_rules("gopher")).column("drop_reason").to_pylist()
+    assert out == ["empty", "empty", "gopher_word_count", "gopher_word_count"]
+    c4 = apply_rules(sig, resolve_rules("c4")).column("drop_reason").to_pylist()
+    assert c4 == ["empty", "empty", "c4_too_few_sentences", "c4_curly_bracket"]
+
+
+def test_decisions_are_deterministic(warm_signals, prose):
+    sig = compute_signals(prose)
+    rules = resolve_rules("gopher,fineweb,c4")
+    first = apply_rules(sig, rules)
+    assert all(apply_rules(compute_signals(prose), rules).equals(first) for _ in range(3))
+    kept = first.column("keep").to_pylist()
+    assert 0 < sum(kept) < len(kept)

@@ -1,0 +1,171 @@
+"""The preprocess stage on a real Dask LocalCluster, reruns, the job spec path and the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_curation.core.filters import apply_rules, resolve_rules
+from airflow_curation.core.layout import Lake
+from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
+from airflow_curation.core.schema import SHARD_SCHEMA
+from airflow_curation.core.shards import read_shard, write_parquet
+from airflow_curation.core.signals import compute_signals
+from airflow_curation.stages.base import StageRunner
+from airflow_curation.stages.engines.budget import plan_workers
+from airflow_curation.stages.preprocess.stage import PreprocessStage
+
+from .conftest import REPO
+
+
+def _make_lake(root, prose, code) -> tuple[Lake, str]:
+    """Three small shards of real text and a complete ingest manifest over them."""
+    lake = Lake(str(root), "docs")
+    docs = [(f"prose/{i}", t, "prose.txt") for i, t in enumerate(prose[:90])]
+    docs += [(f"code/{name}", t, name) for name, t in code[:30]]
+    docs += [("edge/empty", "", "e.txt"), ("edge/ru", "Привет мир. Это русский текст!", "ru.txt")]
+    shards, units = [], []
+    for k in range(3):
+        part = docs[k::3]
+        table = pa.table({"id": [d[0] for d in part], "text": [d[1] for d in part],
+                          "source": [d[2] for d in part], "meta": [None] * len(part)}, schema=SHARD_SCHEMA)
+        sid = f"part-{k:05d}-000"
+        uri = lake.shard_uri(sid)
+        nbytes, checksum = write_parquet(uri, table, row_group_rows=16)
+        shards.append(ShardEntry(shard_id=sid, uri=uri, rows=len(part), bytes=nbytes, checksum=checksum))
+        units.append(UnitEntry(unit_id=f"u{k}", inputs=[], input_checksum="x", status="done"))
+    m = Manifest(dataset="docs", stage="ingest", run_id="ingest-1", fingerprint="f", lake=lake.to_dict(),
+                 units=units, shards=shards, status="complete")
+    uri = lake.manifest_uri("ingest-1", "ingest")
+    m.write(uri)
+    return lake, uri
+
+
+@pytest.fixture
+def lake(tmp_path, prose, code):
+    return _make_lake(tmp_path / "lake", prose, code)
+
+
+def _expected(shard_uri: str, preset: str) -> pa.Table:
+    shard = read_shard(shard_uri)
+    return apply_rules(compute_signals(shard.column("text")), resolve_rules(preset))
+
+
+def test_stage_on_a_dask_local_cluster(lake, warm_signals):
+    lake, ingest_uri = lake
+    stage = PreprocessStage(lake, {"input_manifest": ingest_uri, "preset": "gopher", "workers": 2}, "pre-1")
+    manifest = StageRunner(stage).run()
+    assert manifest.status == "complete" and len(manifest.shards) == 3
+    acc = manifest.accounting
+    assert acc["read"] == 122 == acc["kept"] + sum(acc["dropped"].values())
+    assert acc["dropped"]["empty"] == 1 and acc["kept"] > 0
+    for entry in manifest.shards:
+        attrs = pq.read_table(entry.attrs["preprocess"])
+        shard = read_shard(entry.uri, columns=["id"])
+        assert attrs.column("id").to_pylist() == shard.column("id").to_pylist()   # same rows, same order
+        expected = _expected(entry.uri, "gopher")
+        assert attrs.column("keep").equals(expected.column("keep"))
+        assert attrs.column("drop_reason").equals(expected.column("drop_reason"))
+        assert {"n_words", "dup_5gram_char_frac", "char_token_ratio"} <= set(attrs.column_names)
+    records = [stage.checkpoints.load(u.unit_id) for u in manifest.units]
+    assert all(r is not None and r.extra["attrs_checksum"] for r in records)
+
+
+def test_rerun_skips_done_shards_and_a_new_config_recomputes(lake, warm_signals):
+    lake, ingest_uri = lake
+    cfg = {"input_manifest": ingest_uri, "engine": "local"}
+    first = StageRunner(PreprocessStage(lake, cfg, "pre-1")).run()
+    mtimes = {s.shard_id: os.stat(s.attrs["preprocess"]).st_mtime_ns for s in first.shards}
+    again = StageRunner(PreprocessStage(lake, cfg, "pre-2")).run()
+    assert [u.status for u in again.units] == ["skipped"] * 3
+    assert again.accounting == first.accounting
+    assert {s.shard_id: os.stat(s.attrs["preprocess"]).st_mtime_ns for s in again.shards} == mtimes
+    # one lost checkpoint: only that shard runs again
+    stage = PreprocessStage(lake, cfg, "pre-3")
+    os.remove(os.path.join(stage.checkpoints.directory, "part-00001-000.json"))
+    third = StageRunner(stage).run()
+    assert [u.status for u in third.units] == ["skipped", "done", "skipped"]
+    # another preset is another fingerprint: everything recomputes, with other decisions
+    c4 = StageRunner(PreprocessStage(lake, {**cfg, "preset": "c4"}, "pre-4")).run()
+    assert [u.status for u in c4.units] == ["done"] * 3
+    assert c4.fingerprint != first.fingerprint and c4.accounting != first.accounting
+
+
+def test_code_preset_reads_languages_from_source(lake, warm_signals):
+    lake, ingest_uri = lake
+    m = StageRunner(PreprocessStage(lake, {"input_manifest": ingest_uri, "engine": "local", "preset": "code"},
+                                    "pre-code")).run()
+    rows = pa.concat_tables([pq.read_table(s.attrs["preprocess"]) for s in m.shards]).to_pylist()
+    code_rows = [r for r in rows if r["id"].startswith("code/")]
+    prose_rows = [r for r in rows if r["id"].startswith("prose/")]
+    assert code_rows and all(r["syntax_ok"] is True for r in code_rows)
+    assert all(r["syntax_ok"] is None for r in prose_rows)          # no parser for .txt: null, not a guess
+    assert sum(r["keep"] for r in code_rows) > len(code_rows) // 2
+
+
+def test_bad_configuration_fails_before_any_work(lake):
+    lake, ingest_uri = lake
+    with pytest.raises(ValueError, match="unknown filter preset"):
+        PreprocessStage(lake, {"input_manifest": ingest_uri, "preset": "gopherr"}, "x")
+    with pytest.raises(ValueError, match="input_manifest"):
+        PreprocessStage(lake, {}, "x")
+
+
+def test_worker_plan_is_bound_by_memory_and_open_files():
+    gib = 1024 ** 3
+    by_mem = plan_workers([512 * 1024 ** 2] * 100, 8.0, memory=10 * gib, open_files=65536, cpus=64)
+    need = int(512 * 1024 ** 2 * 8.0) + 640 * 1024 ** 2
+    assert by_mem.bound_by == "memory" and by_mem.workers == int(10 * gib * 0.8) // need
+    assert by_mem.memory_limit >= need
+    by_fd = plan_workers([1024] * 100, 8.0, memory=512 * gib, open_files=1024, cpus=64)
+    assert by_fd.bound_by == "open_files" and by_fd.workers == (1024 - 256) // 64
+    by_cpu = plan_workers([1024] * 100, 8.0, memory=512 * gib, open_files=65536, cpus=3)
+    assert (by_cpu.bound_by, by_cpu.workers) == ("cpus", 3)
+    assert plan_workers([1024], 8.0, memory=512 * gib, open_files=65536, cpus=8).workers == 1
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": REPO}
+    code = "import sys; from airflow_curation.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                          timeout=600, cwd=REPO)
+
+
+def test_cli_on_plain_parquet(tmp_path, prose):
+    src = tmp_path / "mine.parquet"
+    texts = prose[:20] + ["", "Привет мир. Это русский текст!"]
+    pq.write_table(pa.table({"id": [f"d{i}" for i in range(len(texts))], "text": texts,
+                             "other": list(range(len(texts)))}), src)
+    out = tmp_path / "out"
+    proc = _cli("preprocess", str(src), "--output", str(out), "--preset", "gopher,c4")
+    assert proc.returncode == 0, proc.stderr
+    result = pq.read_table(out / "mine.parquet")
+    assert result.column("id").to_pylist() == [f"d{i}" for i in range(len(texts))]
+    assert {"keep", "drop_reason", "n_words", "stop_word_ratio"} <= set(result.column_names)
+    assert "text" not in result.column_names and "other" not in result.column_names
+    assert result.column("drop_reason").to_pylist()[-2] == "empty"
+    expected = apply_rules(compute_signals(texts), resolve_rules("gopher,c4"))
+    assert result.column("keep").equals(expected.column("keep"))
+
+
+def test_cli_rejects_parquet_without_text(tmp_path):
+    src = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"id": ["a"], "body": ["x"]}), src)
+    proc = _cli("preprocess", str(src), "--output", str(tmp_path / "out"))
+    assert proc.returncode == 1 and "missing column 'text'" in proc.stderr
+    assert not (tmp_path / "out" / "bad.parquet").exists()
+
+
+def test_cli_on_a_lake_finds_the_ingest_manifest(lake):
+    lake, _ = lake
+    proc = _cli("preprocess", "--lake", lake.root, "--dataset", lake.dataset, "--engine", "local",
+                "--run-id", "cli-pre", "--preset", "fineweb")
+    assert proc.returncode == 0, proc.stderr
+    m = Manifest.read(lake.manifest_uri("cli-pre", "preprocess"))
+    assert m.status == "complete" and m.rows == 122
+    assert all("preprocess" in s.attrs for s in m.shards)
