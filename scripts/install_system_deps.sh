@@ -14,6 +14,7 @@ PACKAGES=(
     postgresql        # tests/journey: Airflow's metadata DB for the real scheduler/api-server run
     chromium          # tests/journey: headless browser for the Airflow UI screenshots
     chromium-driver   # tests/journey: selenium drives chromium through it
+    docker-compose    # tests/deploy: `docker-compose config` validates docker-compose.yaml (no Docker engine needed)
 )
 
 if ! command -v dpkg >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
