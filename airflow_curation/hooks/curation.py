@@ -43,7 +43,7 @@ class CurationHook(BaseHook):
         lake = extra.get("lake") or conn.host or None
         storage_options: dict[str, dict[str, Any]] = {
             k: dict(v) for k, v in (extra.get("storage_options") or {}).items()}
-        if lake and (conn.login or conn.password):
+        if lake and not storage.is_local(lake) and (conn.login or conn.password):
             opts = storage_options.setdefault(storage.protocol_of(lake), {})
             if conn.login:
                 opts.setdefault("key", conn.login)

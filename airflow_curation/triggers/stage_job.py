@@ -55,3 +55,13 @@ class StageJobTrigger(BaseTrigger):
                                     "log_offset": self.log_offset})
                 return
             await asyncio.sleep(self.poll_interval)
+
+    async def on_kill(self) -> None:
+        """The user killed the deferred task (mark failed/success, clear): cancel the job too.
+
+        Not called when the triggerer restarts or hands the trigger to another one, so a rolling deploy
+        never cancels running jobs.
+        """
+        backend = get_backend(self.backend, **self.backend_options)
+        self.log.info("Task killed while deferred: cancelling job %s", self.handle.get("job_id"))
+        await asyncio.to_thread(backend.cancel, self.handle)

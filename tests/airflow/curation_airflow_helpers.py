@@ -7,6 +7,9 @@ import os
 import stat
 import sys
 from pathlib import Path
+from typing import Any
+
+RUN_ID = "scheduled__2026-11-30T00:00:00+00:00"
 
 
 
@@ -54,3 +57,38 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+class MemoryTaskStateStore:
+    """The task state store's API over a dict (what survives a worker restart lives here)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+    def set(self, key: str, value: Any, *, retention=None) -> None:
+        if value is None:
+            raise ValueError("Cannot set value as None")
+        self.data[key] = value
+
+    def delete(self, key: str) -> None:
+        self.data.pop(key, None)
+
+
+class RecordingTI:
+    """Collects what the operator pushes to XCom (extra links)."""
+
+    stats_tags: dict[str, str] = {}
+
+    def __init__(self) -> None:
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+def task_context(store: MemoryTaskStateStore, run_id: str = RUN_ID) -> dict[str, Any]:
+    """What the task runner hands ``execute()``, as far as the stage operator uses it."""
+    return {"run_id": run_id, "task_state_store": store, "ti": RecordingTI()}

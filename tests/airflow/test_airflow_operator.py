@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
-from curation_airflow_helpers import job_dirs, pid_alive
+from curation_airflow_helpers import RUN_ID, MemoryTaskStateStore, job_dirs, pid_alive
+from curation_airflow_helpers import task_context as _context
 
 from airflow_curation.backends import JobState, get_backend
 from airflow_curation.core import storage
@@ -24,41 +24,6 @@ from airflow_curation.triggers.stage_job import StageJobTrigger
 
 pytestmark = pytest.mark.airflow
 
-RUN_ID = "scheduled__2026-11-30T00:00:00+00:00"
-
-
-class MemoryTaskStateStore:
-    """The task state store's API over a dict (what survives a worker restart lives here)."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, Any] = {}
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.data.get(key, default)
-
-    def set(self, key: str, value: Any, *, retention=None) -> None:
-        if value is None:
-            raise ValueError("Cannot set value as None")
-        self.data[key] = value
-
-    def delete(self, key: str) -> None:
-        self.data.pop(key, None)
-
-
-class RecordingTI:
-    """Collects what the operator pushes to XCom (extra links)."""
-
-    stats_tags: dict[str, str] = {}
-
-    def __init__(self) -> None:
-        self.pushed: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushed[key] = value
-
-
-def _context(store: MemoryTaskStateStore) -> dict[str, Any]:
-    return {"run_id": RUN_ID, "task_state_store": store, "ti": RecordingTI()}
 
 
 def _operator(lake: Path, inputs: Path, backend_options: dict, **kwargs) -> IngestOperator:
@@ -111,6 +76,7 @@ def test_restarted_worker_reconnects_instead_of_submitting_again(tmp_path, small
         first.execute(_context(store))
     handle = store.get("curation_job")
     assert handle is not None and pid_alive(handle["pid"])
+    assert d1.value.trigger.handle["job_id"] == handle["job_id"]
     assert [p.name for p in job_dirs(work)] == [handle["job_id"]]
 
     # The worker dies; a retry runs on a fresh operator instance with the same task state store.
@@ -175,6 +141,18 @@ def test_on_kill_cancels_the_job(tmp_path, small_input, gate):
     assert backend.status(handle).state == JobState.CANCELLED
     assert not pid_alive(handle["pid"]) or _is_zombie(handle["pid"])
     assert not os.path.exists(handle["result"])
+
+
+def test_killing_the_deferred_task_cancels_the_job_from_the_trigger(tmp_path, small_input, gate):
+    op = _operator(tmp_path / "lake", small_input, gate.backend_options(tmp_path / "jobs"))
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(_context(MemoryTaskStateStore()))
+    trigger = StageJobTrigger(**deferred.value.trigger.serialize()[1])  # as rebuilt in the triggerer
+    handle = trigger.handle
+    backend = get_backend("local", **handle["backend_options"])
+    assert backend.status(handle).state == JobState.RUNNING
+    asyncio.run(trigger.on_kill())
+    assert backend.status(handle).state == JobState.CANCELLED
 
 
 def _is_zombie(pid: int) -> bool:

@@ -1,0 +1,42 @@
+"""The ``curation`` connection: lake, backend and storage credentials, kept out of specs and XCom."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from curation_airflow_helpers import MemoryTaskStateStore, task_context as _context
+
+from airflow_curation.hooks.curation import CurationHook
+from airflow_curation.operators.ingest import IngestOperator
+
+pytestmark = pytest.mark.airflow
+
+
+def test_connection_settings_and_secrets(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_CURATION_S3", json.dumps({
+        "conn_type": "curation", "host": "s3://bucket/lake", "login": "AKIA", "password": "s3cret",
+        "extra": {"backend": "slurm", "storage_options": {"s3": {"endpoint_url": "http://127.0.0.1:9"}}}}))
+    settings = CurationHook("curation_s3").get_conn()
+    assert settings["lake"] == "s3://bucket/lake" and settings["backend"] == "slurm"
+    assert settings["storage_options"] == {"s3": {"endpoint_url": "http://127.0.0.1:9", "key": "AKIA",
+                                                  "secret": "s3cret"}}
+    env = CurationHook.job_env(settings["storage_options"])
+    assert json.loads(env["CURATION_STORAGE_OPTIONS_S3"])["secret"] == "s3cret"
+
+
+def test_operator_takes_lake_and_backend_from_the_connection(monkeypatch, tmp_path, small_input):
+    work = tmp_path / "jobs"
+    monkeypatch.setenv("AIRFLOW_CONN_CURATION_LOCAL", json.dumps({
+        "conn_type": "curation", "host": str(tmp_path / "lake"),
+        "extra": {"backend": "local", "backend_options": {"work_dir": str(work)},
+                  "storage_options": {"memory": {"marker": "not-a-real-secret"}}}}))
+    op = IngestOperator(task_id="ingest", inputs=str(small_input), dataset="web", curation_conn_id="curation_local",
+                        deferrable=False, poll_interval=0.05)
+    summary = op.execute(_context(store := MemoryTaskStateStore()))
+    assert summary["rows"] == 60 and summary["manifest_uri"].startswith(str(tmp_path / "lake"))
+    handle = store.get("curation_job")
+    assert handle["job_dir"].startswith(str(work))
+    # Storage options reach the job's environment, never the handle that goes to the state store / XCom.
+    assert "not-a-real-secret" not in json.dumps(handle)
+    assert "not-a-real-secret" not in (work / handle["job_id"] / "spec.json").read_text()
