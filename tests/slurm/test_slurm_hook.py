@@ -1,0 +1,79 @@
+"""SlurmHook: a real Airflow connection (from the environment) becomes the backend's options, and the
+connection form is declared in the provider metadata."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_curation import get_provider_info
+from airflow_curation.backends.slurm import SlurmBackend
+
+from .conftest import SITE, spec_for, wait_for
+
+pytestmark = pytest.mark.airflow
+
+
+def _set_conn(monkeypatch, conn_id: str, **conn) -> None:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "slurm", **conn}))
+
+
+def test_provider_declares_the_slurm_connection_form():
+    from airflow_curation.hooks.slurm import EXTRA_FIELDS, SlurmHook
+
+    info = get_provider_info()
+    (conn_type,) = [c for c in info["connection-types"] if c["connection-type"] == "slurm"]
+    assert conn_type["hook-class-name"] == f"{SlurmHook.__module__}.{SlurmHook.__name__}"
+    fields = conn_type["conn-fields"]
+    for name in ("partition", "account", "qos", "sbatch_options", "work_dir"):
+        assert name in fields and fields[name]["label"]
+    assert set(fields) <= set(EXTRA_FIELDS)  # every form field reaches the backend
+    assert "host" in conn_type["ui-field-behaviour"]["relabeling"]
+    assert "airflow_curation.hooks.slurm" in info["hooks"][0]["python-modules"]
+
+
+def test_provider_metadata_validates_against_airflow_schema():
+    import jsonschema
+    from airflow.providers_manager import ProvidersManager
+
+    import airflow
+
+    schema_path = airflow.__path__[0] + "/provider_info.schema.json"
+    with open(schema_path) as f:
+        jsonschema.validate(get_provider_info(), json.load(f))
+    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+
+    assert "slurm" in ProvidersManagerTaskRuntime().hooks  # discovered through the entry point
+    widgets = ProvidersManager().connection_form_widgets  # the form, read from the metadata
+    assert "extra__slurm__partition" in widgets and "extra__slurm__qos" in widgets
+
+
+def test_hook_builds_the_backend_from_the_connection(monkeypatch):
+    from airflow_curation.hooks.slurm import SlurmHook
+
+    _set_conn(monkeypatch, "slurm_site", host="login1.example.org", login="curation", port=2222,
+              extra={"partition": "gpu", "account": "llm", "qos": "high", "time_limit": "02:00:00",
+                     "sbatch_options": "--gres=gpu:1 --comment='curation run'", "shard_groups": "16",
+                     "extra__slurm__array_parallelism": "4", "work_dir": "/shared/jobs"})
+    backend = SlurmHook("slurm_site", shard_groups=4).get_backend()
+    assert isinstance(backend, SlurmBackend)
+    assert (backend.partition, backend.account, backend.qos, backend.time_limit) == ("gpu", "llm", "high",
+                                                                                      "02:00:00")
+    assert backend.sbatch_options == ["--gres=gpu:1", "--comment=curation run"]
+    assert backend.shard_groups == 4 and backend.array_parallelism == 4  # the override wins
+    assert backend.command_prefix == ["ssh", "-o", "BatchMode=yes", "-p", "2222", "curation@login1.example.org"]
+    assert backend.command_argv(["squeue", "-j", "1; rm -rf /"])[-1] == "squeue -j '1; rm -rf /'"
+
+
+def test_hook_without_host_submits_locally(monkeypatch, make_backend, lake):
+    from airflow_curation.hooks.slurm import SlurmHook
+
+    _set_conn(monkeypatch, "slurm_local", extra={"partition": "debug"})
+    hook = SlurmHook("slurm_local", env={"PYTHONPATH": SITE})
+    ok, message = hook.test_connection()
+    assert ok and "debug" in message
+    backend = hook.get_backend()
+    assert backend.command_prefix == []
+    handle = backend.submit(spec_for(lake, units=2))
+    assert wait_for(backend, handle).result["shards"] == 2
