@@ -16,6 +16,9 @@ def datatrove(docs):
                # without the alpha-word rule, whose value depends on the word tokenizer (spaCy here)
                "gopher_quality_no_alpha": GopherQualityFilter(max_non_alpha_words_ratio=None),
                "gopher_repetition": GopherRepetitionFilter(), "fineweb": FineWebQualityFilter()}
+    from datatrove.utils.word_tokenizers import load_word_tokenizer
+
+    tokenizer = load_word_tokenizer("eng")
     out = []
     for i, d in enumerate(docs):
         row = {}
@@ -23,6 +26,8 @@ def datatrove(docs):
             r = f.filter(Document(text=d["text"], id=str(i)))
             keep, reason = (r, None) if isinstance(r, bool) else (r[0], r[1])
             row[name] = {"keep": bool(keep), "reason": reason}
+        # datatrove's own English word tokens (spaCy), so the tests can separate tokenizer from definition
+        row["words"] = tokenizer.word_tokenize(d["text"])
         out.append(row)
     return out
 
