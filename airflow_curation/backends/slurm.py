@@ -561,6 +561,29 @@ class SlurmBackend(Backend):
             return list(range(groups))
         return sorted({i % groups for i, unit_id in enumerate(units) if unit_id not in done})
 
+    def reopen_manifest(self, handle: JobHandle) -> dict[str, str]:
+        """Before a resubmission: mark the run's manifest planned again and clear the failure markers
+        of its unfinished units, so that checkpoint gates wait for the new attempt instead of failing
+        on the old one. Returns {unit id: previous error} for the units that will run again."""
+        try:
+            manifest = Manifest.read(handle["manifest_uri"])
+        except ManifestError:
+            return {}
+        lake = Lake.from_dict(handle["lake"])
+        store = CheckpointStore(lake.checkpoint_dir(manifest.stage, manifest.fingerprint))
+        done, failed = store.scan()
+        reopened = {}
+        for unit in manifest.units:
+            if unit.unit_id in done:
+                continue
+            reopened[unit.unit_id] = unit.error or "not finished"
+            unit.status, unit.error = "pending", None
+            if unit.unit_id in failed:
+                storage.remove(storage.join(store.directory, f"{unit.unit_id}.failed.json"))
+        manifest.status, manifest.shards, manifest.accounting = "planned", [], {}
+        manifest.write(handle["manifest_uri"])
+        return reopened
+
     def resubmit(self, handle: JobHandle) -> JobHandle | None:
         """Submit the next attempt with only the shard groups whose units are not all checkpointed
         (for a one-allocation job: the whole job, which skips checkpointed units). Returns the new
@@ -575,6 +598,10 @@ class SlurmBackend(Backend):
         indices = self.unfinished_groups(handle) if handle["groups"] > 1 else None
         base = {k: handle[k] for k in ("backend", "job_dir", "spec", "log", "manifest_uri", "stage",
                                        "run_id", "lake", "groups")}
+        reopened = self.reopen_manifest(handle)
+        if reopened:
+            _append_log(handle["log"], f"airflow-curation: attempt {attempt} runs again: " + "; ".join(
+                f"{u}: {e}" for u, e in sorted(reopened.items())[:20]) + "\n")
         new = self._submit_attempt(base, attempt, indices)
         self._write_current(new)
         _append_log(handle["log"], f"airflow-curation: attempt {attempt} resubmitted "

@@ -106,6 +106,15 @@ def test_failed_shards_then_resubmit_only_their_groups(make_backend, lake, tmp_p
     before = _records(lake, manifest)
     assert set(before) == {"u000", "u001", "u002", "u003", "u005"}
 
+    # A resubmission first reopens the run, so that checkpoint gates wait for it instead of failing.
+    failure_marker = Path(CheckpointStore(Lake.from_dict(lake).checkpoint_dir(
+        manifest.stage, manifest.fingerprint)).directory, "u004.failed.json")
+    assert failure_marker.exists()
+    assert backend.reopen_manifest(handle) == {"u004": manifest.units[4].error}
+    reopened = Manifest.read(handle["manifest_uri"])
+    assert reopened.status == "planned" and reopened.units[4].status == "pending" and not reopened.shards
+    assert not failure_marker.exists()
+
     flag.unlink()
     new = backend.resubmit(handle)
     assert new["attempt"] == 2 and new["array"] == "1"
