@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
+from fsspec.spec import AbstractBufferedFile
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -79,6 +80,9 @@ def decompress(raw: IO[bytes], compression: str | None) -> IO[bytes]:
 
         reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
         return io.BufferedReader(reader, buffer_size=1 << 20)
+    if isinstance(raw, AbstractBufferedFile):
+        # fsspec's object-store files (s3, gcs...) take no size in readline(): buffer them like a disk file.
+        return io.BufferedReader(raw, buffer_size=1 << 20)
     return raw
 
 
