@@ -47,6 +47,8 @@ class Progress:
             and not self.over_budget
 
     def line(self) -> str:
+        if self.manifest_status == "missing":
+            return f"waiting for the manifest {self.manifest_uri} (the job has not planned its units yet)"
         return (f"{self.stage or '?'}: {self.done}/{self.total} units checkpointed, {self.failed} failed "
                 f"(budget {self.allowed_failures}), {self.rows} rows in {self.shards} shards")
 
