@@ -302,6 +302,16 @@ class SlurmBackend(Backend):
                              f"{(proc.stderr or proc.stdout).strip()}")
         return proc
 
+    def read_remote(self, path: str, offset: int = 0) -> bytes:
+        """Bytes of a file where the Slurm commands run, from ``offset`` (empty if it does not exist)."""
+        full = self.command_argv(["tail", "-c", f"+{int(offset) + 1}", "--", path])
+        try:
+            proc = subprocess.run(full, capture_output=True, timeout=self.command_timeout,
+                                  stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise SlurmError(f"cannot read {path}: {e}") from e
+        return proc.stdout if proc.returncode == 0 else b""
+
     def max_array_size(self) -> int:
         """The site's MaxArraySize (array indices go up to MaxArraySize - 1)."""
         if self._max_array_size is None:
@@ -618,8 +628,7 @@ class SlurmBackend(Backend):
     def logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
         path = handle["log"]
         if self.command_prefix and not os.path.exists(path):
-            proc = self._run(["tail", "-c", f"+{offset + 1}", "--", path], check=False)
-            data = proc.stdout.encode() if proc.returncode == 0 else b""
+            data = self.read_remote(path, offset)  # the work folder is not mounted here
         else:
             try:
                 with open(path, "rb") as f:

@@ -7,6 +7,7 @@ already running when the session began (a developer's cluster is left alone).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -81,3 +82,51 @@ def wait_for(backend: SlurmBackend, handle: dict, timeout: float = 180.0,
 
 def finished_ok(st: JobStatus) -> bool:
     return st.state == JobState.SUCCEEDED
+
+
+@pytest.fixture(scope="session")
+def ssh_login(slurm_cluster, tmp_path_factory):
+    """A real sshd on 127.0.0.1 (key auth only) whose sessions see the test cluster: the "login node"
+    that the backend reaches over SSH. Returns the ssh argv prefix; the daemon stops after the session."""
+    import socket
+
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    if not os.path.exists(sshd):
+        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "openssh-server"],
+                       check=True, capture_output=True, timeout=600)
+    d = tmp_path_factory.mktemp("sshd")
+    for key in ("host", "client"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / key)], check=True)
+    (d / "authorized_keys").write_text((d / "client.pub").read_text())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation directory
+    (d / "sshd_config").write_text(f"""Port {port}
+ListenAddress 127.0.0.1
+HostKey {d}/host
+AuthorizedKeysFile {d}/authorized_keys
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UsePAM no
+StrictModes no
+PidFile {d}/sshd.pid
+SetEnv SLURM_CONF={slurm_cluster}
+""")
+    proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(d / "sshd_config")], stdout=subprocess.DEVNULL,
+                            stderr=open(d / "sshd.log", "wb"))
+    prefix = ["ssh", "-i", str(d / "client"), "-p", str(port), "-o", "BatchMode=yes",
+              "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+              f"{os.environ.get('USER', 'root')}@127.0.0.1"]
+    try:
+        for _ in range(100):
+            if subprocess.run([*prefix, "true"], capture_output=True, timeout=30).returncode == 0:
+                break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError(f"sshd did not come up: {(d / 'sshd.log').read_text()[-2000:]}")
+        yield prefix
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
