@@ -153,7 +153,8 @@ class CurationStageOperator(ResumableJobMixin, BaseOperator):
         if self._backend is None:
             self._backend = get_backend(handle["backend"], **handle.get("backend_options", {}))
         CurationManifestLink.persist(context, handle.get("manifest_uri"))
-        CurationJobLogLink.persist(context, handle.get("log"))
+        # A backend may give a web URL for its job (a dashboard); else the log file.
+        CurationJobLogLink.persist(context, handle.get("url") or handle.get("log"))
 
     def get_job_status(self, external_id: dict[str, Any], context: Any) -> str:
         self._remember(external_id, context)

@@ -23,16 +23,19 @@ class ShardCheckpointSensor(BaseSensorOperator):
     :param job: optional job handle (``launch.output["job"]``): if the job ends before every unit is
         checkpointed, the sensor fails at once instead of waiting for its timeout.
     :param max_failed_fraction: failure budget as a fraction of units; default the manifest's own.
+    :param quorum: fraction of units whose checkpoints open the gate (default 1.0: all). With less, the
+        summary counts the units done so far, and the next stage must itself wait for the rest.
     :param curation_conn_id: optional ``curation`` connection for storage credentials.
     :param deferrable: wait in the triggerer (default).
     :param poll_interval: seconds between looks (``poke_interval`` when not deferred).
     """
 
-    template_fields: Sequence[str] = ("manifest_uri", "job", "max_failed_fraction")
+    template_fields: Sequence[str] = ("manifest_uri", "job", "max_failed_fraction", "quorum")
     ui_color = "#f4f0e8"
 
     def __init__(self, *, manifest_uri: str, job: dict[str, Any] | str | None = None,
-                 max_failed_fraction: float | str | None = None, curation_conn_id: str | None = None,
+                 max_failed_fraction: float | str | None = None, quorum: float | str = 1.0,
+                 curation_conn_id: str | None = None,
                  deferrable: bool = True, poll_interval: float = 10.0, **kwargs: Any) -> None:
         kwargs.setdefault("poke_interval", poll_interval)
         # Each key of the summary is also its own XCom: ``gate.output["manifest_uri"]`` feeds the next stage.
@@ -41,6 +44,7 @@ class ShardCheckpointSensor(BaseSensorOperator):
         self.manifest_uri = manifest_uri
         self.job = job
         self.max_failed_fraction = max_failed_fraction
+        self.quorum = quorum
         self.curation_conn_id = curation_conn_id
         self.deferrable = deferrable
         self.poll_interval = poll_interval
@@ -59,6 +63,12 @@ class ShardCheckpointSensor(BaseSensorOperator):
         if not 0 <= budget <= 1 or math.isnan(budget):
             raise ValueError(f"max_failed_fraction must be within [0, 1], not {budget}")
         return budget
+
+    def _quorum(self) -> float:
+        quorum = float(self.quorum)
+        if not 0 < quorum <= 1:
+            raise ValueError(f"quorum must be within (0, 1], not {quorum}")
+        return quorum
 
     def _prepare(self) -> None:
         if self.curation_conn_id:
@@ -81,7 +91,8 @@ class ShardCheckpointSensor(BaseSensorOperator):
                 backend=job.get("backend") if job else None,
                 backend_options=job.get("backend_options") if job else None, job=job,
                 not_before=job.get("submitted_at") if job else None,
-                curation_conn_id=self.curation_conn_id, poll_interval=self.poll_interval),
+                curation_conn_id=self.curation_conn_id, quorum=self._quorum(),
+                poll_interval=self.poll_interval),
             method_name="execute_complete", timeout=timedelta(seconds=float(self.timeout)))
 
     def _look(self) -> dict[str, Any] | None:
@@ -96,7 +107,7 @@ class ShardCheckpointSensor(BaseSensorOperator):
             job_status = get_backend(job.get("backend", "local"), **job.get("backend_options", {})).status(job)
         progress = self._watcher.look()
         self.log.info("%s", progress.line())
-        return decide(progress, job_status)
+        return decide(progress, job_status, self._quorum())
 
     def poke(self, context: Any) -> bool | PokeReturnValue:
         self._prepare()
@@ -108,6 +119,10 @@ class ShardCheckpointSensor(BaseSensorOperator):
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") != "done":
             raise AirflowException(f"{self.manifest_uri}: {event.get('reason', event)}")
-        self.log.info("All %d units checkpointed (%d failed within budget): %s", event.get("total", 0),
-                      event.get("failed", 0), event["summary"])
+        if event.get("partial"):
+            self.log.info("Quorum reached: %d of %d units checkpointed: %s", event.get("done", 0),
+                          event.get("total", 0), event["summary"])
+        else:
+            self.log.info("All %d units checkpointed (%d failed within budget): %s", event.get("total", 0),
+                          event.get("failed", 0), event["summary"])
         return event["summary"]

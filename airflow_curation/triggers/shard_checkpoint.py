@@ -144,14 +144,17 @@ class ShardCheckpointTrigger(BaseTrigger):
     :param backend: backend name, with ``backend_options`` and ``job``: the job to watch for death.
     :param not_before: see :class:`CheckpointWatcher`.
     :param curation_conn_id: optional ``curation`` connection for storage credentials.
+    :param quorum: fraction of units that opens the gate (default 1.0: all); see :func:`decide`.
     :param poll_interval: seconds between looks.
     """
 
     def __init__(self, manifest_uri: str, max_failed_fraction: float | None = None,
                  backend: str | None = None, backend_options: dict[str, Any] | None = None,
                  job: dict[str, Any] | None = None, not_before: float | None = None,
-                 curation_conn_id: str | None = None, poll_interval: float = 10.0) -> None:
+                 curation_conn_id: str | None = None, quorum: float = 1.0,
+                 poll_interval: float = 10.0) -> None:
         super().__init__()
+        self.quorum = quorum
         self.not_before = not_before
         self.curation_conn_id = curation_conn_id
         self.manifest_uri = manifest_uri
@@ -166,6 +169,7 @@ class ShardCheckpointTrigger(BaseTrigger):
                 {"manifest_uri": self.manifest_uri, "max_failed_fraction": self.max_failed_fraction,
                  "backend": self.backend, "backend_options": self.backend_options, "job": self.job,
                  "not_before": self.not_before, "curation_conn_id": self.curation_conn_id,
+                 "quorum": self.quorum,
                  "poll_interval": self.poll_interval})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -192,15 +196,19 @@ class ShardCheckpointTrigger(BaseTrigger):
             if progress.line() != last_line:
                 last_line = progress.line()
                 self.log.info(last_line)
-            event = decide(progress, job_status)
+            event = decide(progress, job_status, self.quorum)
             if event is not None:
                 yield TriggerEvent(event)
                 return
             await asyncio.sleep(self.poll_interval)
 
 
-def decide(progress: Progress, job_status=None) -> dict[str, Any] | None:
-    """The gate's verdict for one look, or None to keep waiting. Shared by the trigger and ``poke``."""
+def decide(progress: Progress, job_status=None, quorum: float = 1.0) -> dict[str, Any] | None:
+    """The gate's verdict for one look, or None to keep waiting. Shared by the trigger and ``poke``.
+
+    :param quorum: fraction of units whose checkpoints open the gate (1.0: all of them). Below 1, a
+        downstream stage that polls the upstream checkpoints itself can start while the rest finish.
+    """
     base = {"manifest_uri": progress.manifest_uri, "done": progress.done, "total": progress.total,
             "failed": progress.failed, "allowed_failures": progress.allowed_failures}
     if progress.over_budget:
@@ -210,7 +218,10 @@ def decide(progress: Progress, job_status=None) -> dict[str, Any] | None:
     if progress.manifest_status == "failed":
         return {**base, "status": "failed", "reason": f"the {progress.stage} run's manifest says it failed"}
     if progress.complete:
-        return {**base, "status": "done", "summary": progress.summary()}
+        return {**base, "status": "done", "partial": False, "summary": progress.summary()}
+    if quorum < 1.0 and progress.manifest_status != "missing" and progress.total \
+            and progress.done >= math.ceil(quorum * progress.total):
+        return {**base, "status": "done", "partial": True, "summary": progress.summary()}
     if job_status is not None and job_status.state.finished:
         missing = progress.total - progress.done - progress.failed
         what = "before writing its manifest" if progress.manifest_status == "missing" \

@@ -200,3 +200,18 @@ def test_sensor_poke_mode(tmp_path):
     run.fail(1)
     result = sensor.poke({})
     assert result.is_done and result.xcom_value["shards"] == 1
+
+
+def test_a_quorum_opens_the_gate_before_the_last_units(tmp_path):
+    run = Run(tmp_path, 4)
+    run.commit(0)
+    run.commit(1)
+    run.commit(2)
+    event = _first_event(_trigger(run, quorum=0.75))
+    assert event["status"] == "done" and event["partial"] is True
+    assert event["summary"]["shards"] == 3
+    # Without a quorum the same state keeps the gate shut; the sensor refuses a quorum of 0.
+    sensor = ShardCheckpointSensor(task_id="gate", manifest_uri=run.uri, deferrable=False)
+    assert sensor.poke({}) is False
+    with pytest.raises(ValueError, match="quorum"):
+        ShardCheckpointSensor(task_id="g", manifest_uri=run.uri, quorum=0, deferrable=False).poke({})
