@@ -17,5 +17,8 @@ def small_input(tmp_path) -> Path:
 
 
 @pytest.fixture
-def gate(tmp_path) -> Gate:
-    return Gate(tmp_path / "gate")
+def gate(tmp_path):
+    g = Gate(tmp_path / "gate")
+    yield g
+    # A test that failed half-way must not leave a job waiting forever: let it run out (tiny inputs).
+    g.open()
