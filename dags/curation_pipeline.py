@@ -29,6 +29,7 @@ from airflow.sdk import DAG, Asset, Param
 
 from airflow_curation.operators.base import CurationStageOperator
 from airflow_curation.operators.ingest import IngestOperator
+from airflow_curation.operators.preprocess import PreprocessOperator
 from airflow_curation.sensors.shard_checkpoint import ShardCheckpointSensor
 
 REPO = Path(__file__).resolve().parent.parent
@@ -80,6 +81,8 @@ with DAG(
         "backend": Param("local", enum=["local", "slurm", "kubernetes"]),
         "max_failed_fraction": Param(0.0, type="number", minimum=0, maximum=1,
                                      description="failure budget: fraction of shards a stage may lose"),
+        "preset": Param("gopher", type="string",
+                        description="preprocess filter preset(s): gopher, c4, fineweb, code, comma-separated"),
     },
     tags=["curation"],
 ) as dag:
@@ -91,11 +94,21 @@ with DAG(
         poll_interval=POLL,
         **COMMON,
     )
-    ingested = launch_and_gate(ingest, outlets=[CURATED])
+    ingested = launch_and_gate(ingest)
+
+    preprocess = PreprocessOperator(
+        task_id="preprocess",
+        input_manifest=ingested.output["manifest_uri"],
+        preset="{{ params.preset }}",
+        max_failed_fraction="{{ params.max_failed_fraction }}",
+        wait=False,
+        poll_interval=POLL,
+        **COMMON,
+    )
+    preprocessed = launch_and_gate(preprocess, outlets=[CURATED])
 
     # Later stages slot in here, each reading the previous gate's manifest, e.g.:
-    #   preprocess = PreprocessOperator(task_id="preprocess", input_manifest=ingested.output["manifest_uri"],
-    #                                   wait=False, **COMMON)
-    #   ingested >> preprocess
-    #   preprocessed = launch_and_gate(preprocess)
+    #   dedup = DedupOperator(task_id="dedup", input_manifest=preprocessed.output["manifest_uri"],
+    #                         wait=False, **COMMON)
+    #   deduped = launch_and_gate(dedup)
     # and the Asset outlet moves to the last gate.
