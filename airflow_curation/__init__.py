@@ -21,7 +21,8 @@ def get_provider_info() -> dict:
             "tags": ["software"],
         }],
         "operators": [{"integration-name": "Curation", "python-modules": [
-            "airflow_curation.operators.base", "airflow_curation.operators.ingest"]}],
+            "airflow_curation.operators.base", "airflow_curation.operators.ingest",
+            "airflow_curation.operators.preprocess"]}],
         "sensors": [{"integration-name": "Curation", "python-modules": [
             "airflow_curation.sensors.shard_checkpoint"]}],
         "triggers": [{"integration-name": "Curation", "python-modules": [
