@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,7 +17,7 @@ from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest
 
-from .conftest import spec_for, wait_for
+from .conftest import SITE, spec_for, wait_for
 
 
 def _records(lake: dict, manifest: Manifest) -> dict[str, dict]:
@@ -29,6 +29,25 @@ def _records(lake: dict, manifest: Manifest) -> dict[str, dict]:
 def _scontrol_state(job_id: str) -> str:
     out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
     return out.split("JobState=", 1)[1].split()[0]
+
+
+@pytest.fixture(scope="module")
+def timeout_run(slurm_cluster, tmp_path_factory):
+    """A job that hits a real TIMEOUT. Slurm's smallest limit is a minute (enforced within ~30 s more),
+    so it is submitted by the first test of this module and checked by the last: the wait overlaps."""
+    base = tmp_path_factory.mktemp("timeout")
+    slow = base / "slow"
+    slow.touch()
+    lake = {"root": str(base / "lake"), "dataset": "ds", "snapshot": None}
+    backend = SlurmBackend(python=sys.executable, env={"PYTHONPATH": SITE}, time_limit="1",
+                           max_resubmits=1)  # TIMEOUT is in resubmit_on by default
+    handle = backend.submit(spec_for(lake, units=2, sleep_s=45, slow_flag=str(slow)))
+    return backend, handle, lake, slow
+
+
+def test_a_job_with_a_one_minute_limit_starts(timeout_run):
+    backend, handle, _, _ = timeout_run
+    assert handle["job_id"].isdigit()
 
 
 def test_registered_and_options_round_trip(slurm_cluster):
@@ -241,3 +260,20 @@ def test_unreachable_controller_is_unknown_not_a_failure(make_backend, lake):
     assert st.state == JobState.UNKNOWN and "cannot reach Slurm" in st.message
     backend.cancel(handle)
     assert wait_for(backend, handle).state == JobState.CANCELLED
+
+
+def test_real_timeout_is_resubmitted_and_resumes_from_checkpoints(timeout_run):
+    backend, handle, lake, slow = timeout_run
+    deadline = time.time() + 300
+    while _scontrol_state(handle["job_id"]) != "TIMEOUT":  # watch Slurm itself: status() would resubmit
+        assert time.time() < deadline
+        time.sleep(1)
+    manifest = Manifest.read(handle["manifest_uri"])
+    assert set(_records(lake, manifest)) == {"u000"}  # the first unit finished before the limit
+    slow.unlink()
+    st = backend.status(handle)
+    assert st.state == JobState.PENDING and "TIMEOUT" in st.message and "attempt 2" in st.message
+    st = wait_for(backend, handle)
+    assert st.state == JobState.SUCCEEDED, st
+    manifest = Manifest.read(handle["manifest_uri"])
+    assert [u.status for u in manifest.units] == ["skipped", "done"]

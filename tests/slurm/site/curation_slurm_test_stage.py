@@ -1,7 +1,8 @@
 """A small stage for the Slurm tests: N units, each sleeps a while and writes one tiny Parquet file.
 
 ``fail_units`` fail while the file ``fail_flag`` exists, so that a test can fail some shards, "fix" the
-cause and check that only those are run again.
+cause and check that only those are run again; with ``slow_flag``, units sleep only while that file
+exists (a job that times out, then a resubmission that does not).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from airflow_curation.stages.base import Stage, UnitResult
 class SleepyStage(Stage):
     name = "slurmtest"
     version = "1"
-    DEFAULTS = {"units": 4, "rows": 5, "sleep_s": 0.0, "fail_units": [], "fail_flag": None}
-    RUNTIME_KEYS = Stage.RUNTIME_KEYS | {"sleep_s", "fail_units", "fail_flag"}
+    DEFAULTS = {"units": 4, "rows": 5, "sleep_s": 0.0, "fail_units": [], "fail_flag": None, "slow_flag": None}
+    RUNTIME_KEYS = Stage.RUNTIME_KEYS | {"sleep_s", "fail_units", "fail_flag", "slow_flag"}
 
     def plan(self) -> list[UnitEntry]:
         return [UnitEntry(unit_id=f"u{i:03d}", inputs=[], input_checksum=f"in-{i}")
@@ -31,7 +32,9 @@ class SleepyStage(Stage):
         flag = self.config["fail_flag"]
         if unit.unit_id in self.config["fail_units"] and flag and os.path.exists(flag):
             raise RuntimeError(f"{unit.unit_id} fails while {flag} exists")
-        time.sleep(float(self.config["sleep_s"]))
+        slow = self.config["slow_flag"]
+        if not slow or os.path.exists(slow):  # with a slow_flag, units are slow only while it exists
+            time.sleep(float(self.config["sleep_s"]))
         rows = int(self.config["rows"])
         table = pa.table({"id": [f"{unit.unit_id}-{i}" for i in range(rows)], "n": list(range(rows))})
         uri = self.lake.attrs_uri(self.name, unit.unit_id)
