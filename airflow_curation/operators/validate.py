@@ -183,26 +183,43 @@ class ValidateOperator(CurationStageOperator):
 
     # -- OpenLineage (used only when apache-airflow-providers-openlineage is installed) ------------
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        from airflow.providers.common.compat.openlineage.facet import (
-            Assertion,
-            DataQualityAssertionsDatasetFacet,
-            Dataset,
-        )
+        """Input: the curated view (the lake partition) with the checks as data-quality assertions and
+        the row, byte and null counts as data-quality metrics; output: the report."""
+        from airflow.providers.common.compat.openlineage.facet import InputDataset, OutputDataset
         from airflow.providers.openlineage.extractors import OperatorLineage
+        from openlineage.client.facet_v2 import data_quality_assertions_dataset as dqa
+        from openlineage.client.facet_v2 import data_quality_metrics_input_dataset as dqm
 
         value = task_instance.xcom_pull(task_ids=task_instance.task_id, key=REPORT_XCOM_KEY) or {}
-        lake = Lake(str(self.lake), self.dataset, self.snapshot or None)
-        namespace = lake.root.split("://", 1)[0] + "://" if "://" in lake.root else "file"
-        assertions = []
         try:
             report = storage.read_json(value["json"])
-            assertions = [Assertion(assertion=c["name"], success=c["status"] != "fail") for c in report["checks"]]
-        except (KeyError, FileNotFoundError, ValueError):
-            pass
-        dataset = Dataset(namespace=namespace, name=lake.base,
-                          facets={"dataQualityAssertions": DataQualityAssertionsDatasetFacet(assertions=assertions)})
-        outputs = [Dataset(namespace=namespace, name=value["html"])] if value.get("html") else []
-        return OperatorLineage(inputs=[dataset], outputs=outputs)
+        except (KeyError, FileNotFoundError, ValueError, TypeError):
+            return OperatorLineage()
+        lake = Lake.from_dict(report["lake"])
+        namespace, name = _ol_name(lake.base)
+        metrics = report["metrics"]
+        facets = {
+            "dataQualityAssertions": dqa.DataQualityAssertionsDatasetFacet(assertions=[
+                dqa.Assertion(assertion=c["type"], name=c["name"], success=c["status"] != "fail",
+                          severity=c["severity"], expected=str(c["expected"]), actual=str(c["observed"]))
+                for c in report["checks"]]),
+        }
+        input_facets = {"dataQualityMetrics": dqm.DataQualityMetricsInputDatasetFacet(
+            rowCount=metrics["rows"], bytes=metrics["text_bytes"],
+            columnMetrics={col: dqm.ColumnMetrics(nullCount=n) for col, n in metrics["null_counts"].items()})}
+        out_ns, out_name = _ol_name(value["html"])
+        return OperatorLineage(inputs=[InputDataset(namespace=namespace, name=name, facets=facets,
+                                                    inputFacets=input_facets)],
+                               outputs=[OutputDataset(namespace=out_ns, name=out_name)])
+
+
+def _ol_name(uri: str) -> tuple[str, str]:
+    """OpenLineage naming: ``file`` + path for local files, ``s3://bucket`` + key for objects."""
+    if "://" not in uri or uri.startswith("file://"):
+        return "file", uri.removeprefix("file://")
+    scheme, rest = uri.split("://", 1)
+    bucket, _, key = rest.partition("/")
+    return f"{scheme}://{bucket}", key
 
 
 def curated_asset(lake: str, dataset: str):

@@ -116,8 +116,9 @@ def _wait_http(url: str, timeout: float, procs: dict[str, subprocess.Popen], hom
 
 
 @pytest.fixture(scope="session")
-def airflow_stack(tmp_path_factory):
-    base = tmp_path_factory.mktemp("journey")
+def airflow_stack():
+    # Our own folder, not pytest's numbered ones: other pytest sessions on the machine prune those.
+    base = Path(tempfile.mkdtemp(prefix="curation-journey-"))
     home, lake = base / "airflow", base / "lake"
     # PostgreSQL runs as the postgres user, who cannot enter pytest's private temp folders.
     pg_base = Path(tempfile.mkdtemp(prefix="curation-journey-pg-"))
@@ -171,6 +172,10 @@ def airflow_stack(tmp_path_factory):
         "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
         "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
         "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+        # OpenLineage events (the provider is in the dev extra) go to one JSON-lines file.
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(home / "openlineage.jsonl"),
+                                                       "append": True}),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "journey",
         "CURATION_JOURNEY_LAKE": str(lake),
         "CURATION_LOCAL_JOBS_DIR": str(base / "jobs"),
     })
@@ -207,4 +212,6 @@ def airflow_stack(tmp_path_factory):
                 p.wait(timeout=10)
         subprocess.run(["bash", str(REPO / "scripts" / "postgres_down.sh"), str(pgdata)], timeout=120)
         shutil.rmtree(pg_base, ignore_errors=True)
+        if os.environ.get("CURATION_KEEP_JOURNEY") != "1":
+            shutil.rmtree(base, ignore_errors=True)
         statsd.close()

@@ -71,6 +71,18 @@ def _get_dag(s):
         return None
 
 
+def _why(s, run: dict) -> str:
+    """The failed tasks' logs of a run, for a readable assertion message."""
+    rid = quote(run["dag_run_id"])
+    out = []
+    for ti in s.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{rid}/taskInstances")["task_instances"]:
+        if ti["state"] != "success":
+            _, text = s.get_text(f"/api/v2/dags/{DAG_ID}/dagRuns/{rid}/taskInstances/{ti['task_id']}/logs/"
+                                 f"{max(ti['try_number'], 1)}?full_content=true")
+            out.append(f"--- {ti['task_id']} {ti['state']}\n{text[-4000:]}")
+    return "\n".join(out)
+
+
 def _report(s, run: dict) -> dict:
     date = run["logical_date"][:10]
     base = s.lake / "journey" / f"snapshot={date}" / "_manifests" / sanitize_run_id(run["dag_run_id"])
@@ -84,7 +96,7 @@ def test_run_and_three_date_backfill_succeed_with_a_partition_and_report_each(jo
     assert backfilled == BACKFILL_DATES
     for date in BACKFILL_DATES + [MANUAL_DATE]:
         run = runs[date]
-        assert run["state"] == "success", (date, s.logs())
+        assert run["state"] == "success", (date, _why(s, run))
         report, page = _report(s, run)
         assert report["status"] == "passed" and report["snapshot"] == date
         assert [f["label"] for f in report["metrics"]["funnel"]] == ["ingested", "quality", "dedup"]
@@ -101,6 +113,15 @@ def test_run_and_three_date_backfill_succeed_with_a_partition_and_report_each(jo
                  "airflow.curation.dedup.shards_done", "airflow.curation.ingest.shards_failed",
                  "airflow.curation.ingest.stage_seconds", "airflow.curation.validate.checks_failed"):
         assert name in names, (name, sorted(n for n in names if "curation" in n))
+    # OpenLineage: the validate task's COMPLETE events carry the checks and the view's metrics as facets.
+    events = [json.loads(line) for line in (s.home / "openlineage.jsonl").read_text().splitlines() if line.strip()]
+    done = [e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".validate")]
+    assert len(done) >= 4, [e["job"]["name"] for e in events][:20]
+    inp = done[0]["inputs"][0]
+    assert inp["name"].split("/")[-2:][0] == "journey" and "snapshot=" in inp["name"]
+    assert {a["assertion"] for a in inp["facets"]["dataQualityAssertions"]["assertions"]} >= {"accounting", "min_rows"}
+    assert inp["inputFacets"]["dataQualityMetrics"]["rowCount"] == 120
+    assert done[0]["outputs"][0]["name"].endswith("report.html")
     # The curated Asset got one event per successful run.
     events = s.request("GET", "/api/v2/assets/events?limit=100")["asset_events"]
     assert len([e for e in events if e["source_dag_id"] == DAG_ID]) >= 4
