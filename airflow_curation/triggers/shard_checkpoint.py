@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_curation.core import storage
 from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest, ManifestError
@@ -78,10 +79,16 @@ class CheckpointWatcher:
         self.not_before = not_before
         self._verified: dict[str, dict[str, Any]] = {}  # unit id -> record outputs summary
         self._manifest: Manifest | None = None
+        self._manifest_version: tuple | None = None
 
     def _load_manifest(self) -> Manifest | None:
         # The planned manifest never changes its units; only re-read while it may still be missing.
         if self._manifest is None or self._manifest.status == "planned":
+            # Parsing a 10,000-unit manifest every poll costs more than the rest of a look: only when
+            # the file changed (the job rewrites it once, at the end).
+            version = _version(self.manifest_uri)
+            if version is not None and version == self._manifest_version:
+                return self._manifest
             try:
                 manifest = Manifest.read(self.manifest_uri)
             except ManifestError as e:
@@ -91,6 +98,7 @@ class CheckpointWatcher:
             if self.not_before is not None and manifest.created_at < self.not_before - self.CLOCK_SLACK_S:
                 return None
             self._manifest = manifest
+            self._manifest_version = version
         return self._manifest
 
     def look(self) -> Progress:
@@ -128,6 +136,18 @@ class CheckpointWatcher:
             rows=sum(v["rows"] for v in verified), bytes=sum(v["bytes"] for v in verified),
             shards=sum(v["shards"] for v in verified), manifest_status=manifest.status,
             failed_units=failed)
+
+
+def _version(uri: str) -> tuple | None:
+    """What changes when a file is rewritten (size, time, ETag), or None when it cannot be told."""
+    try:
+        fs, path = storage.filesystem(uri)
+        info = fs.info(path)
+    except (FileNotFoundError, OSError):
+        return None
+    version = (info.get("size"), info.get("mtime") or info.get("LastModified") or info.get("updated"),
+               info.get("ETag") or info.get("etag"), info.get("ino"))
+    return version if any(v is not None for v in version[1:]) else None
 
 
 class ShardCheckpointTrigger(BaseTrigger):
