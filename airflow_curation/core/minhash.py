@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 import unicodedata
 from dataclasses import asdict, dataclass
@@ -44,17 +45,76 @@ _S33 = np.uint64(33)
 _S32 = np.uint64(32)
 
 
-@functools.lru_cache(maxsize=1)
-def char_classes() -> np.ndarray:
-    """Class bits of every code point (word character, whitespace), taken from Python's ``re`` so
-    that our ``\\w`` and ``\\s`` are exactly Python's."""
-    table = np.zeros(0x110000, np.uint8)
+_UNSAFE_NFKC, _UNSAFE_LOWER, _UNSAFE_WORD = np.uint8(4), np.uint8(8), np.uint8(16)
+
+
+def _build_tables() -> tuple[np.ndarray, np.ndarray]:
+    classes = np.zeros(0x110000, np.uint8)
     everything = "".join(map(chr, range(0x110000)))
     for m in re.finditer(r"\w+", everything):
-        table[m.start():m.end()] |= _WORD
+        classes[m.start():m.end()] |= _WORD
     for m in re.finditer(r"\s+", everything):
-        table[m.start():m.end()] |= _SPACE
-    return table
+        classes[m.start():m.end()] |= _SPACE
+    lower = np.arange(0x110000, dtype=np.int32)
+    nfkc, combining, decomposition = unicodedata.normalize, unicodedata.combining, unicodedata.decomposition
+    composes = np.zeros(0x110000, bool)  # may merge with the character before it
+    changed: dict[int, str] = {}
+    for cp in range(0x80, 0x110000):
+        c = everything[cp]
+        n = nfkc("NFKC", c)
+        if (n != c and not (c.isspace() and n.isspace())) or combining(c):
+            classes[cp] |= _UNSAFE_NFKC
+            changed[cp] = n
+        low = c.lower()
+        if len(low) != 1:
+            classes[cp] |= _UNSAFE_LOWER | _UNSAFE_NFKC | _UNSAFE_WORD
+        else:
+            lower[cp] = ord(low)
+        d = decomposition(c)
+        if d and not d.startswith("<"):
+            parts = d.split()
+            if len(parts) == 2:
+                composes[int(parts[1], 16)] = True
+    composes[0x1161:0x1176] = composes[0x11A8:0x11C3] = True  # Hangul vowel/final jamo compose algorithmically
+    classes[composes] |= _UNSAFE_NFKC | _UNSAFE_WORD
+    # For \w+ tokens, a separator that NFKC turns into other separators (an ellipsis, an Arabic
+    # vowel mark, a trademark sign's spacing...) changes nothing; anything else may.
+    for cp, n in changed.items():
+        if classes[cp] & _WORD or composes[cp] or any(classes[ord(x)] & _WORD or composes[ord(x)] for x in n):
+            classes[cp] |= _UNSAFE_WORD
+    classes[0xD800:0xE000] |= _UNSAFE_NFKC | _UNSAFE_LOWER | _UNSAFE_WORD
+    classes[0x03A3] |= _UNSAFE_NFKC | _UNSAFE_LOWER | _UNSAFE_WORD  # str.lower's final-sigma rule needs context
+    for ch in "ABCDEFGHIJKLMNOPQRSTUVWXYZ":
+        lower[ord(ch)] = ord(ch.lower())
+    return classes, lower
+
+
+@functools.lru_cache(maxsize=1)
+def unicode_tables() -> tuple[np.ndarray, np.ndarray]:
+    """Per code point: class bits (``\\w`` and ``\\s`` exactly as Python's ``re``; whether NFKC or
+    ``str.lower`` may change it in context) and its lowercase code point. Built from Python's
+    ``unicodedata`` (about a second) and cached on disk per Unicode version."""
+    cache_dir = os.environ.get("CURATION_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                                     "airflow-curation")
+    path = os.path.join(cache_dir, f"unicode-tables-v4-{unicodedata.unidata_version}.npz")
+    try:
+        with np.load(path) as z:
+            return z["classes"], z["lower"]
+    except (OSError, KeyError, ValueError):
+        pass
+    classes, lower = _build_tables()
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp.npz"
+        np.savez(tmp, classes=classes, lower=lower)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home only costs the rebuild
+    return classes, lower
+
+
+def char_classes() -> np.ndarray:
+    return unicode_tables()[0]
 
 
 @dataclass(frozen=True)
@@ -167,6 +227,46 @@ def _decode(data, i, end):
     return b0, 1
 
 
+@numba.njit(cache=True, nogil=True)
+def _needs_python_kernel(data, offsets, classes, bits, out):
+    """Which documents hold a code point with one of ``bits`` (so Python must normalise them)."""
+    for d in range(offsets.size - 1):
+        i, end = offsets[d], offsets[d + 1]
+        found = False
+        while i < end:
+            if data[i] < 0x80:
+                i += 1
+                continue
+            cp, w = _decode(data, i, end)
+            if cp >= classes.size or (classes[cp] & bits) != 0:
+                found = True
+                break
+            i += w
+        out[d] = found
+
+
+@numba.njit(inline="always")
+def _utf8_len(cp):
+    if cp < 0x80:
+        return 1
+    if cp < 0x800:
+        return 2
+    if cp < 0x10000:
+        return 3
+    return 4
+
+
+@numba.njit(inline="always")
+def _utf8_byte(cp, n, j):
+    """Byte ``j`` of the ``n``-byte UTF-8 encoding of ``cp``."""
+    if n == 1:
+        return cp
+    if j == 0:
+        lead = 0xC0 if n == 2 else (0xE0 if n == 3 else 0xF0)
+        return lead | (cp >> (6 * (n - 1)))
+    return 0x80 | ((cp >> (6 * (n - 1 - j))) & 0x3F)
+
+
 @numba.njit(inline="always")
 def _shingle(ring, n, ngram, mul):
     """Hash of the last ``n`` tokens (``ring[ngram - n:]``, oldest first; order matters): a
@@ -204,10 +304,11 @@ def _emit(ring, ntok, ngram, mul, a, b, sig, out, nsh, collect):
 
 
 @numba.njit(cache=True, nogil=True)
-def _tokens_to_shingles(data, start, end, table, mode, lower, ngram, mul, a, b, sig, out, collect):
+def _tokens_to_shingles(data, start, end, table, lowtab, mode, lower, ngram, mul, a, b, sig, out, collect):
     """One document: tokenize, shingle, and either fold into ``sig`` (MinHash) or, when ``collect``,
-    write the shingle hashes to ``out``. ASCII letters are lowercased here when ``lower`` (the rest
-    of the text was lowercased by Arrow). Returns the number of shingles.
+    write the shingle hashes to ``out``. When ``lower``, every character is lowercased here through
+    ``lowtab`` (documents whose lowercasing needs context went through Python first; lowercasing is
+    idempotent). Returns the number of shingles.
 
     A token's bytes are packed 8 at a time into a word (a shift and an or per byte) and each word is
     mixed in with one multiply: a per-byte multiply chain (FNV) was the bottleneck."""
@@ -239,15 +340,24 @@ def _tokens_to_shingles(data, start, end, table, mode, lower, ngram, mul, a, b, 
             word = np.uint64(0)
             nb = 0
         if is_tok:
-            for j in range(w):
-                c = data[i + j]
-                if lower and 65 <= c <= 90:
-                    c += 32
-                word = (word << np.uint64(8)) | np.uint64(c)
+            if w == 1:
+                c = np.uint64(b0)
+                if lower:
+                    c |= np.uint64((c - np.uint64(65)) < np.uint64(26)) << np.uint64(5)
+                word = (word << np.uint64(8)) | c
                 nb += 1
                 if (nb & 7) == 0:
                     th = (th ^ word) * _FNV_PRIME
                     word = np.uint64(0)
+            else:
+                lc = np.int64(lowtab[cp]) if lower else cp
+                n = _utf8_len(lc)
+                for j in range(n):
+                    word = (word << np.uint64(8)) | np.uint64(_utf8_byte(lc, n, j))
+                    nb += 1
+                    if (nb & 7) == 0:
+                        th = (th ^ word) * _FNV_PRIME
+                        word = np.uint64(0)
         i += w
     if nb > 0:
         _push(ring, ngram, _fmix((th ^ word) * _FNV_PRIME + np.uint64(nb)))
@@ -264,25 +374,26 @@ def _tokens_to_shingles(data, start, end, table, mode, lower, ngram, mul, a, b, 
 
 
 @numba.njit(cache=True, nogil=True)
-def _signatures_kernel(data, starts, ends, rows, table, mode, lower, ngram, mul, a, b, sig, counts):
+def _signatures_kernel(data, starts, ends, rows, table, lowtab, mode, lower, ngram, mul, a, b, sig, counts):
     dummy = np.empty(0, np.uint64)
     for d in range(starts.size):
         row = sig[rows[d]]
         for k in range(row.size):
             row[k] = np.uint32(0xFFFFFFFF)
-        counts[rows[d]] = _tokens_to_shingles(data, starts[d], ends[d], table, mode, lower, ngram, mul, a, b,
-                                              row, dummy, False)
+        counts[rows[d]] = _tokens_to_shingles(data, starts[d], ends[d], table, lowtab, mode, lower, ngram, mul,
+                                              a, b, row, dummy, False)
 
 
 @numba.njit(cache=True, nogil=True)
-def _shingles_kernel(data, start, end, table, mode, lower, ngram, mul, out):
+def _shingles_kernel(data, start, end, table, lowtab, mode, lower, ngram, mul, out):
     a = np.empty(0, np.uint64)
     sig = np.empty(0, np.uint32)
-    return _tokens_to_shingles(data, start, end, table, mode, lower, ngram, mul, a, a, sig, out, True)
+    return _tokens_to_shingles(data, start, end, table, lowtab, mode, lower, ngram, mul, a, a, sig, out, True)
 
 
 @numba.njit(cache=True, nogil=True)
-def _fold_whitespace_kernel(data, offsets, table, out, out_offsets):
+def _fold_whitespace_kernel(data, offsets, table, lowtab, lower, out, out_offsets):
+    """Whitespace runs become one space, ends stripped; every character lowercased when ``lower``."""
     pos = 0
     for d in range(offsets.size - 1):
         out_offsets[d] = pos
@@ -298,9 +409,11 @@ def _fold_whitespace_kernel(data, offsets, table, out, out_offsets):
                     out[pos] = 32
                     pos += 1
                     pending = False
-                for j in range(w):
-                    out[pos + j] = data[i + j]
-                pos += w
+                lc = np.int64(lowtab[cp]) if lower and cp < lowtab.size else cp
+                n = _utf8_len(lc)
+                for j in range(n):
+                    out[pos + j] = _utf8_byte(lc, n, j)
+                pos += n
                 wrote = True
             i += w
     out_offsets[offsets.size - 1] = pos
@@ -319,21 +432,52 @@ def _band_kernel(sig, bands, rows, out):
 # ----------------------------------------------------------------------------------------------
 # Public API.
 
-def fold_whitespace(texts) -> pa.Array:
-    """Runs of whitespace become one space; leading and trailing whitespace goes."""
+def _prepare(texts, normalization: str | None, lowercase: bool, word_tokens: bool = False) -> pa.Array:
+    """The batch as the kernels want it. Documents whose NFKC form or lowercase may differ from a
+    per-character mapping (a code point that NFKC changes or that may compose with its neighbour, or
+    whose lowercase is several characters) go through Python's ``unicodedata.normalize`` and
+    ``str.lower``; all others stay as they are, and the kernels lowercase them character by character
+    through the table. Both give the same text: NFKC leaves such documents alone (whitespace that NFKC
+    maps to a space is whitespace either way)."""
+    arr = _as_array(texts)
+    if arr.null_count:
+        arr = pc.fill_null(arr, "")
+    if not normalization and not lowercase:
+        return arr
+    if normalization in ("NFKC", None):
+        data, offsets = _buffers(arr)
+        need = np.empty(len(arr), np.bool_)
+        bits = (_UNSAFE_WORD if word_tokens else _UNSAFE_NFKC) if normalization else _UNSAFE_LOWER
+        _needs_python_kernel(data, offsets, char_classes(), bits, need)
+    else:
+        need = ~pc.string_is_ascii(arr).to_numpy(zero_copy_only=False)
+    if not need.any():
+        return arr
+    other = pc.filter(arr, pa.array(need)).to_pylist()
+    if normalization:
+        other = [unicodedata.normalize(normalization, t) for t in other]
+    if lowercase:
+        other = [t.lower() for t in other]
+    return pc.replace_with_mask(arr.cast(pa.large_string()), pa.array(need), pa.array(other, pa.large_string()))
+
+
+def fold_whitespace(texts, lower: bool = False) -> pa.Array:
+    """Runs of whitespace become one space; leading and trailing whitespace goes; with ``lower``,
+    characters are lowercased one by one (see :func:`_prepare` for when that equals ``str.lower``)."""
     arr = _as_array(texts)
     if arr.null_count:
         arr = pc.fill_null(arr, "")
     data, offsets = _buffers(arr)
-    out = np.empty(max(1, int(offsets[-1] - offsets[0])), np.uint8)
+    # lowercasing may turn a 2-byte character into a 3-byte one
+    out = np.empty(int(offsets[-1] - offsets[0]) * 3 // 2 + 8, np.uint8)
     out_offsets = np.empty(len(offsets), np.int64)
-    _fold_whitespace_kernel(data, offsets - 0, char_classes(), out, out_offsets)
+    _fold_whitespace_kernel(data, offsets, char_classes(), unicode_tables()[1], lower, out, out_offsets)
     return pa.LargeStringArray.from_buffers(len(arr), pa.py_buffer(out_offsets), pa.py_buffer(out))
 
 
 def exact_keys(texts, normalization: str | None = "NFKC", lowercase: bool = True) -> np.ndarray:
     """128-bit content keys, shape (n, 2) uint64: equal exactly when the normalised texts are equal."""
-    folded = fold_whitespace(normalize(texts, normalization, lowercase))
+    folded = fold_whitespace(_prepare(texts, normalization, lowercase), lower=lowercase)
     data, offsets = _buffers(folded)
     mv = memoryview(data)
     keys = np.empty((len(folded), 2), np.uint64)
@@ -361,14 +505,14 @@ class MinHasher:
         self.mul = rng.integers(1, 2**63, size=self.params.ngram, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
 
     def _prepared(self, texts) -> tuple[np.ndarray, np.ndarray, int]:
-        # the kernel lowercases ASCII letters itself
-        arr = normalize(texts, self.params.normalization, self.params.lowercase, lower_ascii=False)
+        arr = _prepare(texts, self.params.normalization, self.params.lowercase, self.params.tokenizer == "word")
         data, offsets = _buffers(arr)
         return data, offsets, len(arr)
 
     def _args(self) -> tuple:
         p = self.params
-        return char_classes(), TOKENIZERS[p.tokenizer], p.lowercase, p.ngram, self.mul
+        classes, lower = unicode_tables()
+        return classes, lower, TOKENIZERS[p.tokenizer], p.lowercase, p.ngram, self.mul
 
     def signatures(self, texts) -> tuple[np.ndarray, np.ndarray]:
         """``(signatures (n, num_perm) uint32, shingle counts (n,) int64)``. A document without tokens
@@ -376,8 +520,8 @@ class MinHasher:
         data, offsets, n = self._prepared(texts)
         sig = np.empty((n, self.params.num_perm), np.uint32)
         counts = np.empty(n, np.int64)
-        _signatures_kernel(data, offsets[:-1], offsets[1:], np.arange(n, dtype=np.int64), *self._args()[:4],
-                           self.mul, self.a, self.b, sig, counts)
+        _signatures_kernel(data, offsets[:-1], offsets[1:], np.arange(n, dtype=np.int64), *self._args(),
+                           self.a, self.b, sig, counts)
         return sig, counts
 
     def shingles(self, text: str) -> np.ndarray:

@@ -118,3 +118,22 @@ def test_params_are_validated():
         MinHashParams(num_perm=0)
     with pytest.raises(ValueError):
         lsh_params(1.0, 128)
+
+
+TRICKY = ["cafe\u0301 au lait", "\u01c4 digraph", "\u0130stanbul \u0130", "wait\u2026 what\u2026 ok", "Brand\u2122 name",
+          "\ufb01ne \ufb02ow", "\u216b and \u2460 and x\u00b2", "\u1100\u1161\u11a8 \ud55c\uad6d\uc5b4",
+          "\u0643\u064e\u062a\u064e\u0628\u064e \u0627\u0654 \u0644\u0625", "\uff21\uff22\uff23 \u212a\u212b",
+          "STRASSE Stra\u00dfe", "\u039f\u0394\u039f\u03a3 \u03a3\u039f\u03a6\u0399\u0391\u03a3", "tab\tand\u00a0nbsp\u3000ideographic",
+          "\u1e9b\u0323 \u0041\u030a\u0301"]
+
+
+@pytest.mark.parametrize("tokenizer", ["word", "space", "char"])
+def test_fast_path_equals_python_normalisation(tokenizer):
+    """Documents that skip Python's NFKC/lower (per-character lowercasing in the kernel) hash exactly
+    as their Python-normalised text does."""
+    fast = MinHasher(MinHashParams(tokenizer=tokenizer, ngram=2))
+    plain = MinHasher(MinHashParams(tokenizer=tokenizer, ngram=2, normalization=None, lowercase=False))
+    for text in TRICKY + [t for _, t in handbook_docs(["sect.syslog.html"])]:
+        ref = unicodedata.normalize("NFKC", text).lower()
+        assert np.array_equal(fast.shingles(text), plain.shingles(ref)), text[:40]
+        assert tuple(exact_keys([text])[0]) == tuple(exact_keys([ref], normalization=None, lowercase=False)[0])
