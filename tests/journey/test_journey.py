@@ -151,6 +151,9 @@ def test_plugin_serves_the_report_only_to_authorised_users(journey):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(s.url + path, timeout=30)
     assert e.value.code in (401, 403)
+    status, text = s.get_text("/curation/")  # the Browse menu's list of reports
+    assert status == 200 and all(quote(runs[d]["dag_run_id"], safe="") in text or runs[d]["dag_run_id"] in text
+                                 for d in BACKFILL_DATES)
     status, text = s.get_text(f"/curation/report/{DAG_ID}/no-such-run")
     assert status == 404 and "no curation report" in text.lower()
 
