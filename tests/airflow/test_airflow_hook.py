@@ -7,6 +7,7 @@ import json
 import pytest
 from curation_airflow_helpers import MemoryTaskStateStore, task_context as _context
 
+from airflow_curation.core import storage
 from airflow_curation.hooks.curation import CurationHook
 from airflow_curation.operators.ingest import IngestOperator
 
@@ -26,6 +27,7 @@ def test_connection_settings_and_secrets(monkeypatch):
 
 
 def test_operator_takes_lake_and_backend_from_the_connection(monkeypatch, tmp_path, small_input):
+    monkeypatch.setattr(storage, "_STORAGE_OPTIONS", {})  # the hook registers options process-wide
     work = tmp_path / "jobs"
     monkeypatch.setenv("AIRFLOW_CONN_CURATION_LOCAL", json.dumps({
         "conn_type": "curation", "host": str(tmp_path / "lake"),
@@ -40,3 +42,13 @@ def test_operator_takes_lake_and_backend_from_the_connection(monkeypatch, tmp_pa
     # Storage options reach the job's environment, never the handle that goes to the state store / XCom.
     assert "not-a-real-secret" not in json.dumps(handle)
     assert "not-a-real-secret" not in (work / handle["job_id"] / "spec.json").read_text()
+
+
+def test_test_connection_lists_the_lake(monkeypatch, tmp_path):
+    monkeypatch.setenv("AIRFLOW_CONN_CURATION_OK", json.dumps({"conn_type": "curation", "host": str(tmp_path)}))
+    monkeypatch.setenv("AIRFLOW_CONN_CURATION_BAD", json.dumps({"conn_type": "curation",
+                                                               "host": "nosuchfs://bucket/lake"}))
+    ok, message = CurationHook("curation_ok").test_connection()
+    assert ok and str(tmp_path) in message
+    ok, message = CurationHook("curation_bad").test_connection()
+    assert not ok and "cannot list nosuchfs://bucket/lake" in message

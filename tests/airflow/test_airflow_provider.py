@@ -53,7 +53,11 @@ def test_providers_manager_knows_the_connection_type_and_links(airflow_db):
     hooks = ProvidersManagerTaskRuntime().hooks
     assert "curation" in hooks
     assert hooks["curation"].hook_class_name == "airflow_curation.hooks.curation.CurationHook"
-    assert "airflow_curation.links.curation.CurationManifestLink" in ProvidersManager().extra_links_class_names
+    pm = ProvidersManager()
+    assert "airflow_curation.links.curation.CurationManifestLink" in pm.extra_links_class_names
+    # The connection form comes from provider info (conn-fields / ui-field-behaviour), not hook methods.
+    assert "extra__curation__backend" in pm.connection_form_widgets
+    assert pm.field_behaviours["curation"]["relabeling"]["host"] == "Lake URL"
 
 
 def test_the_dag_folder_imports_cleanly(airflow_db):
