@@ -67,6 +67,20 @@ def _forget_earlier_run(dag_id: str, logical: datetime) -> None:
         session.execute(delete(DagRun).where(DagRun.dag_id == dag_id, DagRun.logical_date == logical))
 
 
+def _wait_for_final_manifests(paths: list[Path], timeout: float = 60.0) -> None:
+    """A gate opens when every shard is checkpointed; the job writes its final manifest a moment later."""
+    from airflow_curation.core.manifest import Manifest
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if all(Manifest.read(str(p)).status != "planned" for p in paths):
+                return
+        except Exception:  # noqa: BLE001 - a non-manifest file beside them; report() says so
+            return
+        time.sleep(0.5)
+
+
 def _report(lake_root: Path, dataset: str, snapshot: str, run_id: str) -> None:
     from airflow_curation.core.layout import Lake, sanitize_run_id
     from airflow_curation.core.manifest import Manifest
@@ -81,6 +95,7 @@ def _report(lake_root: Path, dataset: str, snapshot: str, run_id: str) -> None:
         print(f"no manifests under {manifests_dir}: the run did not get far; see the task logs above")
         return
     print(f"manifests:             {manifests_dir}/")
+    _wait_for_final_manifests(manifests)
     for m_path in manifests:
         try:
             m = Manifest.read(str(m_path))

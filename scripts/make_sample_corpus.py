@@ -32,7 +32,7 @@ import sysconfig
 from pathlib import Path
 
 SEED = 20261130
-MIN_CHARS = 200          # real documents are at least this long; shorter pieces are skipped
+MIN_CHARS = 400          # real documents are at least this long (~60 words); shorter pieces are skipped
 MAX_CHARS = 12_000       # keep single documents readable and the corpus small
 MAX_DOCS_PER_MODULE = 12
 
