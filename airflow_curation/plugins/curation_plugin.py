@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import logging
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import HTMLResponse, JSONResponse
@@ -84,8 +85,8 @@ def report_json(dag_id: str, run_id: str) -> JSONResponse:
 @app.get("/", response_class=HTMLResponse, dependencies=[_can_read_run])
 def index(dag_id: str | None = None) -> HTMLResponse:
     rows = "".join(
-        f"<tr><td>{html.escape(r['dag_id'])}</td><td><a href='report/{html.escape(r['dag_id'])}/"
-        f"{html.escape(r['run_id'])}'>{html.escape(r['run_id'])}</a></td><td>{html.escape(str(r.get('snapshot')))}"
+        f"<tr><td>{html.escape(r['dag_id'])}</td><td><a href='report/{quote(r['dag_id'], safe='')}/"
+        f"{quote(r['run_id'], safe='')}'>{html.escape(r['run_id'])}</a></td><td>{html.escape(str(r.get('snapshot')))}"
         f"</td><td>{html.escape(str(r.get('status')))}</td></tr>" for r in _reports(dag_id))
     return _page("Curation reports", "<table border=1 cellpadding=4><tr><th>DAG</th><th>run</th><th>snapshot</th>"
                  f"<th>checks</th></tr>{rows}</table>" if rows else "<p>No reports yet.</p>")
