@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import itertools
 import os
 import re
 import sys
@@ -46,8 +47,8 @@ def corpus(megabytes: float) -> list[str]:
     if not streams:
         raise SystemExit("no text: apt-get install debian-handbook python3.11-doc")
     docs, size, limit = [], 0, int(megabytes * 1e6)
-    for group in zip(*streams):
-        for f in group:
+    for group in itertools.zip_longest(*streams):
+        for f in filter(None, group):
             raw = f.read_text(encoding="utf-8", errors="replace")
             text = html.unescape(_TAG.sub(" ", _DROP.sub(" ", raw)))
             docs.append(text)
