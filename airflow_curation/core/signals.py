@@ -171,7 +171,10 @@ class SignalConfig:
         return cfg
 
     def stop_hashes(self) -> np.ndarray:
-        return np.array(sorted({fnv1a(stop_word_key(w)) for w in self.stop_words}), dtype=np.uint64)
+        """Sorted key hashes, then the longest key's length in bytes (the kernel skips longer words)."""
+        keys = {stop_word_key(w) for w in self.stop_words}
+        hashes = sorted({fnv1a(k) for k in keys if k})
+        return np.array(hashes + [max((len(k) for k in keys), default=0)], dtype=np.uint64)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -227,9 +230,10 @@ if HAVE_NUMBA:
     def _ngram_signals(whash, wlen, cum, nw, total, g, slot, keys, counts, dup_prev, covered, row, col):
         """top_{2,3,4}gram and dup_{5..10}gram char fractions into row[col:col+9].
 
-        ``g[i]`` holds the hash of the n-gram starting at word i and is extended by one word per n,
-        so each n costs one mix per position. Candidates for n+1 are the starts whose n-grams at i
-        and i+1 both repeat; once no n-gram repeats, no longer one can.
+        ``g[i]`` holds the hash of the n-gram starting at word i, extended by one word per n (one mix
+        per position). For n >= 3 only candidates are counted: starts whose (n-1)-grams at i and i+1
+        both repeat, since any repeated n-gram is one; every other n-gram occurs once. So the most
+        frequent n-gram is the best repeated one, or, when none repeats, the longest of all.
         """
         for k in range(9):
             row[col + k] = 0.0
@@ -242,71 +246,71 @@ if HAVE_NUMBA:
             m = nw - n + 1
             if m <= 0:
                 return
-            size = _table_size(m)
+            for i in range(m):
+                g[i] = _mix(g[i], whash[i + n - 1])
+            top = n <= 4
+            if not any_prev:
+                if not top:
+                    return
+                best = 0
+                for i in range(m):
+                    ln = cum[i + n] - cum[i]
+                    if ln > best:
+                        best = ln
+                row[col + n - 2] = best / total
+                continue
+            n_cand = m
+            if n >= 3:
+                n_cand = 0
+                for i in range(m):
+                    if dup_prev[i] and dup_prev[i + 1]:
+                        n_cand += 1
+            size = _table_size(n_cand)
             mask = size - 1
             keys[:size] = 0
             counts[:size] = 0
-            for i in range(m):
-                g[i] = _mix(g[i], whash[i + n - 1])
-            if n <= 4:
-                if not any_prev:
-                    # no (n-1)-gram repeats, so no n-gram does: the top one occurs once, take the longest
-                    best = 0
-                    for i in range(m):
-                        ln = cum[i + n] - cum[i]
-                        if ln > best:
-                            best = ln
-                    row[col + n - 2] = best / total
-                    continue
-                best_c = 0
-                best_l = 0
-                any_dup = False
-                for i in range(m):
-                    h = g[i]
-                    s = _probe(keys, mask, h)
-                    keys[s] = h
-                    counts[s] += 1
-                    c = counts[s]
-                    ln = cum[i + n] - cum[i]
-                    if c > 1:
-                        any_dup = True
-                    if c > best_c or (c == best_c and ln > best_l):
-                        best_c = c
-                        best_l = ln
-                row[col + n - 2] = best_c * best_l / total
-                any_prev = any_dup
-                if n == 4 and any_prev:
-                    # dup_prev for n=5's candidates: which 4-gram starts repeat
-                    for i in range(m):
-                        s = _probe(keys, mask, g[i])
-                        dup_prev[i] = 1 if counts[s] > 1 else 0
-                    dup_prev[m] = 0
-                continue
-            if not any_prev:
-                return
-            covered[:nw] = 0
+            if not top:
+                covered[:nw] = 0
             for i in range(m):
                 slot[i] = -1
-                if dup_prev[i] and dup_prev[i + 1]:
+                if n == 2 or (dup_prev[i] and dup_prev[i + 1]):
                     h = g[i]
                     s = _probe(keys, mask, h)
                     keys[s] = h
-                    if counts[s] > 0:
+                    if not top and counts[s] > 0:
                         # a repeat (not the first occurrence): its words count as duplicated
                         for k in range(i, i + n):
                             covered[k] = 1
                     counts[s] += 1
                     slot[i] = s
             any_dup = False
+            best_c = 0
+            best_l = 0
             for i in range(m):
                 s = slot[i]
                 if s >= 0 and counts[s] > 1:
                     dup_prev[i] = 1
                     any_dup = True
+                    if top:
+                        c = counts[s]
+                        ln = cum[i + n] - cum[i]
+                        if c > best_c or (c == best_c and ln > best_l):
+                            best_c = c
+                            best_l = ln
                 else:
                     dup_prev[i] = 0
             dup_prev[m] = 0
-            if any_dup:
+            if top:
+                if any_dup:
+                    row[col + n - 2] = best_c * best_l / total
+                else:
+                    best = 0
+                    for i in range(m):
+                        ln = cum[i + n] - cum[i]
+                        if ln > best:
+                            best = ln
+                    row[col + n - 2] = best / total
+            elif any_dup:
                 chars = 0
                 for i in range(nw):
                     if covered[i]:
@@ -345,7 +349,8 @@ if HAVE_NUMBA:
         dup_prev = np.zeros(cap + 1, dtype=np.uint8)
         covered = np.zeros(cap, dtype=np.uint8)
         ccount = np.zeros(64, dtype=np.int64)
-        n_stop_hashes = stop_hashes.shape[0]
+        n_stop_hashes = stop_hashes.shape[0] - 1
+        max_stop_len = numba.int64(stop_hashes[n_stop_hashes])  # the last entry is the longest key's byte length
         FNV0 = numba.uint64(0xCBF29CE484222325)
         FNVP = numba.uint64(0x100000001B3)
         ONE = numba.uint64(1)
@@ -368,7 +373,10 @@ if HAVE_NUMBA:
             w_alpha = False
             n_alpha_words = 0
             n_stop = 0
-            wstart = 0
+            krun = FNV0
+            kcore = FNV0
+            krun_len = 0
+            kcore_len = 0
             prev_wordchar = False
             nl = 0
             nl_text = 0
@@ -432,22 +440,8 @@ if HAVE_NUMBA:
                         wlen[nw] = wl
                         if w_alpha:
                             n_alpha_words += 1
-                        if n_stop_hashes > 0 and wl <= 32:
-                            # stop-word key: edge ASCII punctuation stripped, ASCII lowercased
-                            a = wstart
-                            z = i
-                            while a < z and data[a] < 128 and (table[data[a]] & 2) == 0:
-                                a += 1
-                            while z > a and data[z - 1] < 128 and (table[data[z - 1]] & 2) == 0:
-                                z -= 1
-                            kh = FNV0
-                            for q in range(a, z):
-                                bq = data[q]
-                                if 65 <= bq <= 90:
-                                    bq += 32
-                                kh = (kh ^ numba.uint64(bq)) * FNVP
-                            if kh == 0:
-                                kh = ONE
+                        if n_stop_hashes > 0 and wl <= 32 and 0 < kcore_len <= max_stop_len:
+                            kh = kcore if kcore != 0 else ONE
                             lo = 0
                             hi = n_stop_hashes
                             while lo < hi:
@@ -533,9 +527,25 @@ if HAVE_NUMBA:
                         wh = FNV0
                         wl = 0
                         w_alpha = False
-                        wstart = i
+                        krun = FNV0
+                        kcore = FNV0
+                        krun_len = 0
+                        kcore_len = 0
                     wh = (wh ^ numba.uint64(b0)) * FNVP
                     line_hash = (line_hash ^ numba.uint64(b0)) * FNVP
+                    # stop-word key: edge ASCII punctuation stripped, ASCII lowercased. krun runs from the
+                    # first kept byte; kcore is its value at the last byte that may end the key.
+                    edge = nbytes == 1 and (cls & 2) == 0
+                    if not edge or krun_len > 0:
+                        lb = b0 + 32 if 65 <= b0 <= 90 else b0
+                        krun = (krun ^ numba.uint64(lb)) * FNVP
+                        krun_len += 1
+                        for q in range(i + 1, i + nbytes):
+                            krun = (krun ^ numba.uint64(data[q])) * FNVP
+                            krun_len += 1
+                        if not edge:
+                            kcore = krun
+                            kcore_len = krun_len
                     for q in range(i + 1, i + nbytes):
                         bq = numba.uint64(data[q])
                         wh = (wh ^ bq) * FNVP
