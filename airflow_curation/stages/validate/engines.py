@@ -311,8 +311,6 @@ class DaftEngine:
         return out
 
     def _signals(self, only: list[str] | None, frame=None) -> dict[str, dict]:
-        import numpy as np
-
         col = self.daft.col
         wanted = list(only) if only is not None else self.view.numeric_columns()
         out = {}
@@ -328,25 +326,38 @@ class DaftEngine:
                          c.mean().alias(f"{n}__mean"),
                          c.approx_percentiles(list(QUANTILES)).alias(f"{n}__q")]
             g = {k: v[0] for k, v in df.agg(*aggs).to_pydict().items()}
+            plan = []
             for n in names:
                 lo, hi, cnt = g[f"{n}__min"], g[f"{n}__max"], int(g[f"{n}__n"] or 0)
                 stats = {"count": cnt, "min": lo, "max": hi, "mean": g[f"{n}__mean"]}
                 for q, val in zip(QUANTILES, g[f"{n}__q"] or [None] * len(QUANTILES)):
                     stats[f"p{int(round(q * 100)):02d}"] = val
-                hist = {"edges": [], "counts": []}
-                if cnt:
-                    edges = _bins(lo, hi)
-                    nb, width = len(edges) - 1, (edges[-1] - edges[0]) / (len(edges) - 1)
-                    b = ((col(n).cast(self.daft.DataType.float64()) - edges[0]) / width).floor()
-                    binned = (df.where(col(n).not_null()).select(b.alias("b")).groupby("b")
-                              .agg(col("b").count().alias("n")).to_pydict())
-                    counts = np.zeros(nb, dtype=np.int64)
-                    for bi, k in zip(binned["b"], binned["n"]):
-                        counts[min(max(int(bi), 0), nb - 1)] += int(k)
-                    hist = {"edges": edges, "counts": counts.tolist()}
-                stats["hist"] = hist
+                stats["hist"] = {"edges": [], "counts": []}
                 out[n] = stats
+                if cnt:
+                    plan.append((n, _bins(lo, hi)))
+            self._hists(df, plan, out)
         return out
+
+    def _hists(self, df, plan: list[tuple[str, list[float]]], out: dict[str, dict]) -> None:
+        """Every column's bins in one scan: bin indexes unpivoted to (column, bin), then one group-by."""
+        if not plan:
+            return
+        col, i64 = self.daft.col, self.daft.DataType.int64()
+        bins = []
+        for n, edges in plan:
+            width = (edges[-1] - edges[0]) / (len(edges) - 1)
+            bins.append(((col(n).cast(self.daft.DataType.float64()) - edges[0]) / width).floor().cast(i64)
+                        .alias(n))
+        long = df.select(*bins).with_column("__one", self.daft.lit(1)).unpivot(
+            ids="__one", values=[n for n, _ in plan], variable_name="c", value_name="b")
+        g = long.where(col("b").not_null()).groupby("c", "b").agg(col("b").count().alias("k")).to_pydict()
+        counts = {n: [0] * (len(edges) - 1) for n, edges in plan}
+        for c, b, k in zip(g["c"], g["b"], g["k"]):
+            arr = counts[c]
+            arr[min(max(int(b), 0), len(arr) - 1)] += int(k)
+        for n, edges in plan:
+            out[n]["hist"] = {"edges": edges, "counts": counts[n]}
 
     def _clusters(self) -> dict | None:
         col = self.daft.col
