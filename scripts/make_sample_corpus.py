@@ -210,6 +210,7 @@ def build(out: Path, modules: int) -> dict:
         "seed": SEED, "python": sys.version.split()[0], "modules": modules,
         "documents": len(docs), "original_documents": n, "files": files,
         "bytes": sum(p.stat().st_size for p in data.iterdir()), "planted": planted,
+        "text_files": {d["file"]: d["id"] for d in text_docs},
     }
     (out / "planted.json").write_text(json.dumps(summary, indent=1) + "\n")
     (out / "README.md").write_text(_readme(summary))
