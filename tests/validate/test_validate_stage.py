@@ -137,6 +137,7 @@ def test_lost_attrs_rows_and_null_text_break_the_books(tmp_path):
         _validate(root, uris["preprocess"])
     msg = str(e.value)
     assert "preprocess: 5 rows have no attrs" in msg
+    assert "preprocess: its attrs files hold 95 rows for 100 shard rows" in msg
     assert "too many nulls in text (6.0000%)" in msg
 
 
@@ -148,8 +149,8 @@ def test_daft_engine_agrees_with_duckdb(full_run):
     daft, _ = _report(root, "daft")
     a, b = duck["metrics"], daft["metrics"]
     assert b["engine"] == "daft-native"
-    for key in ("rows", "text_bytes", "distinct_ids", "null_counts", "missing_attrs", "funnel", "duplicates",
-                "clusters", "drop_reasons"):
+    for key in ("rows", "text_bytes", "distinct_ids", "null_counts", "missing_attrs", "attrs_rows", "funnel",
+                "duplicates", "clusters", "drop_reasons"):
         assert a[key] == b[key], key
     for col in ("word_count", "alpha_ratio"):
         for stat in ("count", "min", "max"):

@@ -303,6 +303,9 @@ def _check_accounting(c, ctx):
     rows, manifest_rows = ctx.metrics["rows"], ctx.input_manifest.rows
     if rows != manifest_rows:
         problems.append(f"the view has {rows} rows but the manifest's shards claim {manifest_rows}")
+    for stage, n in ctx.metrics.get("attrs_rows", {}).items():
+        if n != rows:
+            problems.append(f"{stage}: its attrs files hold {n} rows for {rows} shard rows")
     for stage, missing in ctx.metrics.get("missing_attrs", {}).items():
         if missing:
             problems.append(f"{stage}: {missing} rows have no attrs (a shard not processed, or ids that do not join)")

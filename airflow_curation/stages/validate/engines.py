@@ -135,6 +135,8 @@ class DuckDBEngine:
             assessed, dups = int(row[0]), int(row[1])
             out["duplicates"] = {"column": dup, "assessed": assessed, "duplicates": dups,
                                  "rate": dups / assessed if assessed else 0.0}
+        out["attrs_rows"] = {a.stage: int(self.con.execute(f"SELECT count(*) FROM {_q('attrs_' + a.stage)}").fetchone()[0])
+                             for a in v.attrs}
         out["signals"] = self._signals()
         if curated_signals:
             out["curated_signals"] = self._signals(curated_signals, table="curated")
@@ -303,6 +305,7 @@ class DaftEngine:
             assessed, dups = int(g["__dup_assessed"] or 0), int(g["__dup_n"] or 0)
             out["duplicates"] = {"column": dup, "assessed": assessed, "duplicates": dups,
                                  "rate": dups / assessed if assessed else 0.0}
+        out["attrs_rows"] = {a.stage: int(self._read(a.files).count_rows()) for a in v.attrs}
         out["signals"] = self._signals(None)
         if curated_signals:
             out["curated_signals"] = self._signals(curated_signals, docs.where(self._all(v.curated_conditions())))

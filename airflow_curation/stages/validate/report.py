@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from airflow_curation.core import storage
@@ -24,8 +25,11 @@ def stage_timings(lake: Lake, manifest: Manifest, limit: int = 5000) -> dict[str
     """Per-unit timings and failures of one stage run, from its checkpoint records."""
     store = CheckpointStore(lake.checkpoint_dir(manifest.stage, manifest.fingerprint))
     units = []
-    for u in manifest.units[:limit]:
-        rec = store.load(u.unit_id)
+    wanted = manifest.units[:limit]
+    # Many small reads (object stores: one request each): overlap them.
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        records = list(pool.map(lambda u: store.load(u.unit_id), wanted))
+    for u, rec in zip(wanted, records):
         row: dict[str, Any] = {"unit_id": u.unit_id, "status": u.status, "error": u.error}
         if rec is not None and rec.fingerprint == manifest.fingerprint:
             row.update(seconds=round(rec.seconds, 4), attempt=rec.attempt, host=rec.host,
