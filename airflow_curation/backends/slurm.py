@@ -218,6 +218,12 @@ class SlurmBackend(Backend):
     :param resubmit_on: Slurm states worth a resubmission (``GONE``: the job vanished without a result).
     :param collect_time_limit: ``--time`` of the collect job of an array run.
     :param command_timeout: seconds a Slurm command may take.
+    :param nodes: ``--nodes`` of a one-allocation job.
+    :param ntasks: ``--ntasks`` of a one-allocation job (with ``engine="dask"``: one Dask worker process
+        group per task, ``cpus_per_task`` worker processes each).
+    :param engine: ``"dask"``: the one-allocation job first starts a Dask scheduler on its batch node and
+        Dask workers on every task of the allocation (``srun``), then runs the stage on that cluster
+        (``--scheduler-address``); stages with a Dask engine (preprocess, dedup) spread over all nodes.
     """
 
     name = "slurm"
@@ -229,7 +235,8 @@ class SlurmBackend(Backend):
                  env: dict[str, str] | None = None, ssh_host: str | None = None,
                  command_prefix: Sequence[str] | None = None, max_resubmits: int = 0,
                  resubmit_on: Sequence[str] = DEFAULT_RESUBMIT_ON, collect_time_limit: str | None = None,
-                 command_timeout: float = 60.0) -> None:
+                 command_timeout: float = 60.0, nodes: int | None = None, ntasks: int | None = None,
+                 engine: str | None = None) -> None:
         self.partition, self.account, self.qos = partition, account, qos
         self.time_limit, self.mem = time_limit, mem
         self.cpus_per_task = int(cpus_per_task) if cpus_per_task else None
@@ -269,6 +276,11 @@ class SlurmBackend(Backend):
         self.resubmit_on = tuple(s.upper() for s in resubmit_on)
         self.collect_time_limit = collect_time_limit
         self.command_timeout = command_timeout
+        self.nodes = int(nodes) if nodes else None
+        self.ntasks = int(ntasks) if ntasks else None
+        if engine not in (None, "dask"):
+            raise ValueError(f"engine {engine!r}: only 'dask' (a Dask cluster across the allocation) is supported")
+        self.engine = engine
         self._max_array_size: int | None = None
 
     def options(self) -> dict[str, Any]:
@@ -279,7 +291,8 @@ class SlurmBackend(Backend):
                 "python": self.python, "env": dict(self.env), "ssh_host": self.ssh_host,
                 "command_prefix": list(self.command_prefix), "max_resubmits": self.max_resubmits,
                 "resubmit_on": list(self.resubmit_on), "collect_time_limit": self.collect_time_limit,
-                "command_timeout": self.command_timeout}
+                "command_timeout": self.command_timeout, "nodes": self.nodes, "ntasks": self.ntasks,
+                "engine": self.engine}
 
     # -- running Slurm commands ------------------------------------------------------------------
 
@@ -334,7 +347,7 @@ class SlurmBackend(Backend):
         base = lake.jobs_dir(spec.run_id, spec.stage)
         return os.path.abspath(os.path.join(base[len("file://"):] if base.startswith("file://") else base, key))
 
-    def render_script(self, job_dir: str, args: Sequence[str | tuple]) -> str:
+    def render_script(self, job_dir: str, args: Sequence[str | tuple], dask_cluster: bool = False) -> str:
         """The batch script: exports ``env`` and execs the jobs entrypoint with ``args``.
 
         Each arg is a literal string, or a tuple of literal strings, :data:`TASK` (the array task
@@ -346,12 +359,40 @@ class SlurmBackend(Backend):
             lines.append(f"export {key}={shlex.quote(self.env[key])}")
         lines.append(f"export CURATION_JOB_DIR={shlex.quote(job_dir)}")
         lines.append(f"cd {shlex.quote(job_dir)}")
-        words = [shlex.quote(_check_arg(self.python, "python")), "-m", "airflow_curation.jobs"]
+        py = shlex.quote(_check_arg(self.python, "python"))
+        words = [py, "-m", "airflow_curation.jobs"]
         for arg in args:
             parts = arg if isinstance(arg, tuple) else (arg,)
             words.append("".join(_EXPANSIONS[p] if isinstance(p, (_Task, _Attempt))
                                  else shlex.quote(_check_arg(p, "argument")) for p in parts))
-        lines.append("exec " + " ".join(words))
+        if not dask_cluster:
+            lines.append("exec " + " ".join(words))
+            return "\n".join(lines) + "\n"
+        # A Dask cluster across the allocation: scheduler here, workers on every task (srun), then the
+        # stage on it; the trap stops the cluster however the stage ends.
+        sched_file = shlex.quote(os.path.join(job_dir, "dask-scheduler-")) + '"$1".json'
+        lines += [
+            f"sched_file={sched_file}",
+            'rm -f "$sched_file"',
+            f'{py} -m distributed.cli.dask_scheduler --scheduler-file "$sched_file" --port 0 --no-dashboard &',
+            "sched=$!",
+            f'srun --overlap --kill-on-bad-exit=0 {py} -m distributed.cli.dask_worker --scheduler-file '
+            '"$sched_file" --nthreads 1 --nworkers "${SLURM_CPUS_PER_TASK:-1}" --no-dashboard &',
+            "workers=$!",
+            # Workers first (srun passes the TERM on to its tasks), then the scheduler they report to.
+            "trap 'kill \"$workers\" 2>/dev/null || true; wait \"$workers\" 2>/dev/null || true; "
+            "kill \"$sched\" 2>/dev/null || true; wait \"$sched\" 2>/dev/null || true' EXIT",
+            "tries=0",
+            f"until address=\"$({py} -c 'import json, sys; print(json.load(open(sys.argv[1]))[\"address\"])' "
+            '"$sched_file" 2>/dev/null)"; do',
+            '  kill -0 "$sched" 2>/dev/null || { echo "airflow-curation: the Dask scheduler exited" >&2; exit 1; }',
+            "  tries=$((tries + 1))",
+            '  [ "$tries" -lt 1200 ] || { echo "airflow-curation: no Dask scheduler after 120 s" >&2; exit 1; }',
+            "  sleep 0.1",
+            "done",
+            'echo "airflow-curation: Dask cluster at $address"',
+            " ".join(words) + ' --scheduler-address "$address"',
+        ]
         return "\n".join(lines) + "\n"
 
     def sbatch_argv(self, script: str, job_name: str, log_path: str, job_dir: str,
@@ -365,6 +406,10 @@ class SlurmBackend(Backend):
             if value:
                 argv.append(f"{flag}={value}")
         if not collect:
+            if self.nodes and not array:
+                argv.append(f"--nodes={self.nodes}")
+            if self.ntasks and not array:
+                argv.append(f"--ntasks={self.ntasks}")
             if self.cpus_per_task:
                 argv.append(f"--cpus-per-task={self.cpus_per_task}")
             if self.mem:
@@ -398,7 +443,8 @@ class SlurmBackend(Backend):
                 "stage": spec.stage, "run_id": spec.run_id, "lake": spec.lake, "groups": groups}
         result = (os.path.join(job_dir, "result-"), ATTEMPT, ".json")
         if groups == 1:
-            self._write_script(job_dir, "job.sh", ["run", spec_path, "--result", result])
+            self._write_script(job_dir, "job.sh", ["run", spec_path, "--result", result],
+                               dask_cluster=self.engine == "dask")
         else:
             self._write_script(job_dir, "group.sh", [
                 "run", spec_path, "--result", (os.path.join(job_dir, "result-"), ATTEMPT, "-group-", TASK, ".json"),
@@ -439,9 +485,9 @@ class SlurmBackend(Backend):
             raise
         return handle
 
-    def _write_script(self, job_dir: str, name: str, args: list[str | tuple]) -> str:
+    def _write_script(self, job_dir: str, name: str, args: list[str | tuple], dask_cluster: bool = False) -> str:
         path = check_job_dir(os.path.join(job_dir, name))
-        _write_local(path, self.render_script(job_dir, args).encode(), mode=0o750)
+        _write_local(path, self.render_script(job_dir, args, dask_cluster).encode(), mode=0o750)
         return path
 
     def _write_current(self, handle: JobHandle) -> None:

@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="run only units I::N of the plan (one task of an array job)")
     p_run.add_argument("--collect", action="store_true",
                        help="run no unit: gather the shard groups' checkpoints and write the manifest")
+    p_run.add_argument("--scheduler-address", metavar="ADDRESS",
+                       help="run on this Dask cluster (sets the runtime setting scheduler_address; e.g. the "
+                            "cluster a Slurm allocation started)")
     args = parser.parse_args(argv)
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -60,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     try:
         spec = JobSpec.read(args.spec)
+        if args.scheduler_address:
+            spec.config = {**spec.config, "scheduler_address": args.scheduler_address}
     except Exception as e:  # noqa: BLE001
         print(f"error: cannot read job spec {args.spec}: {e}", file=sys.stderr)
         _write_result(args.result, {"status": "failed", "error": f"bad spec: {e}", "returncode": EXIT_BAD_SPEC})

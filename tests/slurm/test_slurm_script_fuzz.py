@@ -58,6 +58,9 @@ def test_job_script_keeps_every_value_literal(python_dir, job_name, spec_name, e
         script = job_dir / "job.sh"
         script.write_text(backend.render_script(str(job_dir), args))
         assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+        dask_script = job_dir / "dask.sh"  # the variant that starts a Dask cluster in the allocation
+        dask_script.write_text(backend.render_script(str(job_dir), args, dask_cluster=True))
+        assert subprocess.run(["bash", "-n", str(dask_script)], capture_output=True).returncode == 0
         out = base / "argv"
         proc = subprocess.run(["bash", str(script), str(attempt)], capture_output=True, cwd=base,
                               env={"PATH": os.environ["PATH"], "REC_OUT": str(out),

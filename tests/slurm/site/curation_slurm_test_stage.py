@@ -24,6 +24,13 @@ class SleepyStage(Stage):
     DEFAULTS = {"units": 4, "rows": 5, "sleep_s": 0.0, "fail_units": [], "fail_flag": None, "slow_flag": None}
     RUNTIME_KEYS = Stage.RUNTIME_KEYS | {"sleep_s", "fail_units", "fail_flag", "slow_flag"}
 
+    def default_mapper(self):
+        if self.config.get("scheduler_address"):  # a Dask cluster, e.g. the one a Slurm allocation started
+            from airflow_curation.stages.engines.dask import dask_mapper
+
+            return dask_mapper(self.config["scheduler_address"])
+        return super().default_mapper()
+
     def plan(self) -> list[UnitEntry]:
         return [UnitEntry(unit_id=f"u{i:03d}", inputs=[], input_checksum=f"in-{i}")
                 for i in range(int(self.config["units"]))]
@@ -42,6 +49,7 @@ class SleepyStage(Stage):
         acc = RowAccounting()
         acc.keep(rows)
         extra = {"echo": os.environ.get("CURATION_TEST_ECHO"), "task": os.environ.get("SLURM_ARRAY_TASK_ID"),
-                 "slurm_job": os.environ.get("SLURM_JOB_ID")}
+                 "slurm_job": os.environ.get("SLURM_JOB_ID"), "slurm_step": os.environ.get("SLURM_STEP_ID"),
+                 "pid": os.getpid()}
         return UnitResult([ShardEntry(shard_id=unit.unit_id, uri=uri, rows=rows, bytes=nbytes,
                                       checksum=checksum, unit_id=unit.unit_id)], acc, extra)
