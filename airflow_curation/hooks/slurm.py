@@ -20,7 +20,7 @@ from airflow_curation.hooks.slurm_conn import CONNECTION_TYPE  # noqa: F401 - re
 EXTRA_FIELDS: dict[str, type] = {
     "partition": str, "account": str, "qos": str, "time_limit": str, "mem": str, "sbatch_options": str,
     "work_dir": str, "python": str, "cpus_per_task": int, "shard_groups": int, "array_parallelism": int,
-    "max_resubmits": int,
+    "max_resubmits": int, "nodes": int, "ntasks": int, "engine": str, "collect_time_limit": str,
 }
 
 class SlurmHook(BaseHook):
