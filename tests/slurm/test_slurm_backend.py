@@ -19,6 +19,8 @@ from airflow_curation.core.manifest import Manifest
 
 from .conftest import SITE, spec_for, wait_for
 
+pytestmark = pytest.mark.slurm
+
 
 def _records(lake: dict, manifest: Manifest) -> dict[str, dict]:
     store = CheckpointStore(Lake.from_dict(lake).checkpoint_dir(manifest.stage, manifest.fingerprint))

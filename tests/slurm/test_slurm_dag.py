@@ -15,7 +15,7 @@ from airflow_curation.core import storage
 from airflow_curation.core.layout import Lake, sanitize_run_id
 from airflow_curation.core.manifest import Manifest
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.slurm]
 REPO = Path(__file__).resolve().parents[2]
 
 

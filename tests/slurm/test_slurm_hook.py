@@ -12,7 +12,7 @@ from airflow_curation.backends.slurm import SlurmBackend
 
 from .conftest import SITE, spec_for, wait_for
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.slurm]
 
 
 def _set_conn(monkeypatch, conn_id: str, **conn) -> None:

@@ -6,10 +6,14 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from airflow_curation.backends.base import JobState
 from airflow_curation.core.manifest import Manifest
 
 from .conftest import spec_for, wait_for
+
+pytestmark = pytest.mark.slurm
 
 
 def test_submit_status_logs_over_ssh(make_backend, lake, ssh_login, tmp_path):
