@@ -227,96 +227,117 @@ if HAVE_NUMBA:
         return dup_items, dup_len
 
     @njit(cache=True)
-    def _ngram_signals(whash, wlen, cum, nw, total, g, slot, keys, counts, dup_prev, covered, row, col):
+    def _longest(cum, m, n):
+        best = 0
+        for i in range(m):
+            ln = cum[i + n] - cum[i]
+            if ln > best:
+                best = ln
+        return best
+
+    @njit(cache=True)
+    def _ngram_signals(whash, wlen, cum, nw, total, g, cand, keys, counts, dup, covered, row, col):
         """top_{2,3,4}gram and dup_{5..10}gram char fractions into row[col:col+9].
 
-        ``g[i]`` holds the hash of the n-gram starting at word i, extended by one word per n (one mix
-        per position). For n >= 3 only candidates are counted: starts whose (n-1)-grams at i and i+1
-        both repeat, since any repeated n-gram is one; every other n-gram occurs once. So the most
-        frequent n-gram is the best repeated one, or, when none repeats, the longest of all.
+        Every 2-gram is counted. For n >= 3 only candidates are: starts whose (n-1)-grams at i and i+1
+        both repeat, since every repeated n-gram is one and every other n-gram occurs once. Candidates
+        shrink as n grows, so n = 3..10 cost what repeats there are, not the document's length.
+        ``g[i]`` is the hash of the n-gram at a candidate i, extended by one word per n. The most
+        frequent n-gram is the best repeated one or, when none repeats, the longest of all.
+        ``covered`` holds, per word, the last n that marked it, so it never needs clearing.
         """
         for k in range(9):
             row[col + k] = 0.0
         if total == 0 or nw < 2:
             return
-        for i in range(nw):
-            g[i] = whash[i]
-        any_prev = True
-        for n in range(2, 11):
+        # n = 2: every position
+        m = nw - 1
+        size = _table_size(m)
+        mask = size - 1
+        keys[:size] = 0
+        counts[:size] = 0
+        for i in range(m):
+            h = _mix(whash[i], whash[i + 1])
+            g[i] = h
+            s = _probe(keys, mask, h)
+            keys[s] = h
+            counts[s] += 1
+        best_c = 0
+        best_l = 0
+        nc = 0
+        for i in range(m):
+            s = _probe(keys, mask, g[i])
+            c = counts[s]
+            if c > 1:
+                dup[i] = 2
+                ln = cum[i + 2] - cum[i]
+                if c > best_c or (c == best_c and ln > best_l):
+                    best_c = c
+                    best_l = ln
+            else:
+                dup[i] = 0
+        dup[m] = 0
+        row[col] = (best_c * best_l if best_c else _longest(cum, m, 2)) / total
+        # candidates for n = 3
+        for i in range(m - 1):
+            if dup[i] == 2 and dup[i + 1] == 2:
+                cand[nc] = i
+                nc += 1
+        for n in range(3, 11):
             m = nw - n + 1
+            top = n <= 4
             if m <= 0:
                 return
-            for i in range(m):
-                g[i] = _mix(g[i], whash[i + n - 1])
-            top = n <= 4
-            if not any_prev:
-                if not top:
-                    return
-                best = 0
-                for i in range(m):
-                    ln = cum[i + n] - cum[i]
-                    if ln > best:
-                        best = ln
-                row[col + n - 2] = best / total
-                continue
-            n_cand = m
-            if n >= 3:
-                n_cand = 0
-                for i in range(m):
-                    if dup_prev[i] and dup_prev[i + 1]:
-                        n_cand += 1
-            size = _table_size(n_cand)
+            if nc == 0:
+                if top:
+                    row[col + n - 2] = _longest(cum, m, n) / total
+                    continue
+                return
+            size = _table_size(nc)
             mask = size - 1
             keys[:size] = 0
             counts[:size] = 0
-            if not top:
-                covered[:nw] = 0
-            for i in range(m):
-                slot[i] = -1
-                if n == 2 or (dup_prev[i] and dup_prev[i + 1]):
-                    h = g[i]
-                    s = _probe(keys, mask, h)
-                    keys[s] = h
-                    if not top and counts[s] > 0:
-                        # a repeat (not the first occurrence): its words count as duplicated
-                        for k in range(i, i + n):
-                            covered[k] = 1
-                    counts[s] += 1
-                    slot[i] = s
-            any_dup = False
+            chars = 0
+            for j in range(nc):
+                i = cand[j]
+                h = _mix(g[i], whash[i + n - 1])
+                g[i] = h
+                s = _probe(keys, mask, h)
+                keys[s] = h
+                if not top and counts[s] > 0:
+                    # a repeat (not the first occurrence): its words count as duplicated, once each
+                    for k in range(i, i + n):
+                        if covered[k] != n:
+                            covered[k] = n
+                            chars += wlen[k]
+                counts[s] += 1
             best_c = 0
             best_l = 0
-            for i in range(m):
-                s = slot[i]
-                if s >= 0 and counts[s] > 1:
-                    dup_prev[i] = 1
+            any_dup = False
+            for j in range(nc):
+                i = cand[j]
+                s = _probe(keys, mask, g[i])
+                c = counts[s]
+                if c > 1:
+                    dup[i] = n  # "the n-gram at i repeats", stamped with n: stale stamps never match
                     any_dup = True
                     if top:
-                        c = counts[s]
                         ln = cum[i + n] - cum[i]
                         if c > best_c or (c == best_c and ln > best_l):
                             best_c = c
                             best_l = ln
-                else:
-                    dup_prev[i] = 0
-            dup_prev[m] = 0
             if top:
-                if any_dup:
-                    row[col + n - 2] = best_c * best_l / total
-                else:
-                    best = 0
-                    for i in range(m):
-                        ln = cum[i + n] - cum[i]
-                        if ln > best:
-                            best = ln
-                    row[col + n - 2] = best / total
-            elif any_dup:
-                chars = 0
-                for i in range(nw):
-                    if covered[i]:
-                        chars += wlen[i]
+                row[col + n - 2] = (best_c * best_l if any_dup else _longest(cum, m, n)) / total
+            else:
                 row[col + n - 2] = chars / total
-            any_prev = any_dup
+            # next candidates: i whose n-grams at i and i + 1 both repeat
+            k2 = 0
+            for j in range(nc):
+                i = cand[j]
+                if dup[i] == n and i + 1 < m and dup[i + 1] == n:
+                    cand[k2] = i
+                    k2 += 1
+            nc = k2
 
     @njit(cache=True)
     def _signals_kernel(data, offsets, table, stop_hashes, short_line, out):  # noqa: C901 - one pass by design
@@ -342,12 +363,12 @@ if HAVE_NUMBA:
         phash = np.empty(cap, dtype=np.uint64)
         plen = np.empty(cap, dtype=np.int64)
         g = np.empty(cap, dtype=np.uint64)
-        slot = np.empty(cap, dtype=np.int32)
+        cand = np.empty(cap, dtype=np.int64)
         tsize = _table_size(cap)
         keys = np.zeros(tsize, dtype=np.uint64)
         counts = np.zeros(tsize, dtype=np.int32)
         dup_prev = np.zeros(cap + 1, dtype=np.uint8)
-        covered = np.zeros(cap, dtype=np.uint8)
+        covered = np.zeros(cap, dtype=np.int8)
         ccount = np.zeros(64, dtype=np.int64)
         n_stop_hashes = stop_hashes.shape[0] - 1
         max_stop_len = numba.int64(stop_hashes[n_stop_hashes])  # the last entry is the longest key's byte length
@@ -643,7 +664,8 @@ if HAVE_NUMBA:
             dp, dpc = _dup_counts(phash, plen, npara, keys)
             row[24] = dp / npara if npara else 0.0
             row[25] = dpc / n_chars if n_chars else 0.0
-            _ngram_signals(whash, wlen, cum, nw, n_chars, g, slot, keys, counts, dup_prev, covered, row, 26)
+            covered[:nw] = 0
+            _ngram_signals(whash, wlen, cum, nw, n_chars, g, cand, keys, counts, dup_prev, covered, row, 26)
             row[35] = n_sent
             row[36] = has_curly
 
