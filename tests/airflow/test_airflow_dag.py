@@ -1,7 +1,9 @@
 """A real ``dag.test()`` of the curation pipeline on a small generated JSONL input.
 
 dag.test() runs every task in this process against the session's SQLite DB, triggers included (the
-sensor really defers), and the ingest job really runs as a local-backend subprocess.
+sensor really defers), and the ingest job really runs as a local-backend subprocess. The stages after
+ingest are marked successful instead of run (``mark_success_pattern``): each stage's own tests run
+it, and this test stays about the Airflow layer, and fast.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from airflow_curation.core.manifest import Manifest
 
 pytestmark = pytest.mark.airflow
 REPO = Path(__file__).resolve().parents[2]
+NOT_INGEST = r"(?!ingest).*"  # fullmatch: every task id not starting with "ingest"
 
 
 @pytest.fixture
@@ -61,7 +64,7 @@ def test_pipeline_dag_ingests_one_snapshot(pipeline, tmp_path):
     lake_root = tmp_path / "lake"
     logical = datetime(2026, 11, 29, tzinfo=timezone.utc)
 
-    dag_run = pipeline.test(logical_date=logical, run_conf={
+    dag_run = pipeline.test(logical_date=logical, mark_success_pattern=NOT_INGEST, run_conf={
         "input": str(inputs), "lake": str(lake_root), "dataset": "web", "max_failed_fraction": 0.0})
     assert dag_run.state == "success", dag_run.state
 
@@ -91,6 +94,16 @@ def test_pipeline_dag_ingests_one_snapshot(pipeline, tmp_path):
     # Local job folders live under the lake's _jobs/ for this run.
     assert Path(launch["job"]["job_dir"]).parent == Path(lake.jobs_dir(sanitize_run_id(dag_run.run_id),
                                                                       "ingest"))
+
+    # The next logical date (a backfill or the next schedule) is its own snapshot partition.
+    next_run = pipeline.test(logical_date=datetime(2026, 11, 30, tzinfo=timezone.utc),
+                             mark_success_pattern=NOT_INGEST, run_conf={
+        "input": str(inputs / "part-b.jsonl"), "lake": str(lake_root), "dataset": "web"})
+    assert next_run.state == "success"
+    next_lake = Lake(str(lake_root), "web", "2026-11-30")
+    assert Manifest.read(next_lake.manifest_uri(sanitize_run_id(next_run.run_id), "ingest")).rows == 30
+    assert Manifest.read(manifest_uri).rows == 81  # the earlier partition is untouched
+    assert sorted(p.name for p in (lake_root / "web").iterdir()) == ["snapshot=2026-11-29", "snapshot=2026-11-30"]
 
 
 def test_a_retry_after_a_worker_crash_reconnects_through_the_real_task_state_store(airflow_db, tmp_path):
