@@ -18,6 +18,7 @@ SUBCOMMANDS = [
     "airflow_curation.cli.run",
     "airflow_curation.cli.ingest",
     "airflow_curation.cli.preprocess",
+    "airflow_curation.cli.enrich",
 ]
 
 

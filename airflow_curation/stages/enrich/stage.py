@@ -17,6 +17,7 @@ import logging
 import os
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -60,6 +61,7 @@ class EnrichStage(Stage):
     :param max_tokens: generation length cap. :param temperature: :param top_p: :param seed: sampling.
     :param prompt_template: generate: the prompt, with ``{text}`` where the document goes.
     :param structured_output: generate: constrain decoding to the instruction/response JSON schema (vLLM).
+    :param max_field_chars: generate with ``structured_output``: longest instruction or response allowed.
     :param labels: classify/score: label names (default: the model's ``id2label``).
     :param score_label: score with a classifier: the label whose probability is the score (default: last).
     :param only_kept: enrich only rows that upstream ``keep`` / ``is_duplicate`` attrs keep (when present).
@@ -96,6 +98,7 @@ class EnrichStage(Stage):
         "seed": 0,
         "prompt_template": None,
         "structured_output": False,
+        "max_field_chars": None,
         "labels": None,
         "score_label": None,
         "only_kept": True,
@@ -202,12 +205,16 @@ class EnrichStage(Stage):
         n = table.num_rows
         reasons: list[str | None] = [None] * n
         ids = table.column(ID_COLUMN)
+        tables = []
         for uri in self._filter_attrs(entry):
             attrs = read_shard(uri)
             if attrs.num_rows != n or not attrs.column(ID_COLUMN).equals(ids):
                 raise ValueError(f"enrich: attrs {uri} do not match shard {entry.shard_id} row for row "
                                  f"(attrs must have the shard's ids in the shard's order)")
-            for col, drop_when, reason in ((KEEP_COLUMN, False, "not_kept"), (DUPLICATE_COLUMN, True, "duplicate")):
+            tables.append(attrs)
+        # Pipeline order: a row preprocess dropped is "not_kept" even if dedup also saw it as a duplicate.
+        for col, drop_when, reason in ((KEEP_COLUMN, False, "not_kept"), (DUPLICATE_COLUMN, True, "duplicate")):
+            for attrs in tables:
                 if col in attrs.column_names:
                     for i, v in enumerate(attrs.column(col).to_pylist()):
                         if reasons[i] is None and v is not None and bool(v) == drop_when:
@@ -249,9 +256,17 @@ class EnrichStage(Stage):
             if len(dims) > 1:
                 raise ValueError(f"enrich: embeddings of different sizes {sorted(dims)}")
             if dims:
-                idx = merged.column_names.index("embedding")
-                col = merged.column("embedding").cast(pa.list_(pa.float32(), dims.pop()))
-                merged = merged.set_column(idx, "embedding", col)
+                # A row not enriched holds ``dim`` null values rather than a null vector: pyarrow (25) cannot
+                # read a null entry of a fixed-size list back from Parquet.
+                dim = dims.pop()
+                vectors = merged.column("embedding").to_pylist()
+                flat = np.zeros((len(vectors), dim), dtype=np.float32)
+                for i, v in enumerate(vectors):
+                    if v is not None:
+                        flat[i] = v
+                missing = np.repeat(np.array([v is None for v in vectors], dtype=bool), dim)
+                col = pa.FixedSizeListArray.from_arrays(pa.array(flat.ravel(), mask=missing), dim)
+                merged = merged.set_column(merged.column_names.index("embedding"), "embedding", col)
         return merged
 
     def _meta(self, unit: UnitEntry) -> dict[str, str]:

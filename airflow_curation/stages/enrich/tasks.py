@@ -21,14 +21,15 @@ DEFAULT_PROMPT = (
     'Reply with JSON only, exactly {"instruction": "...", "response": "..."}.\n\n'
     "Document:\n{text}\n\nJSON:"
 )
-# Structured output: vLLM constrains decoding to this schema when ``structured_output`` is on.
-PAIR_SCHEMA = {
-    "type": "object",
-    "properties": {"instruction": {"type": "string", "minLength": 1},
-                   "response": {"type": "string", "minLength": 1}},
-    "required": ["instruction", "response"],
-    "additionalProperties": False,
-}
+# Structured output: vLLM constrains decoding to this shape (a regular expression rather than a JSON schema:
+# a schema lets a weak model pad with whitespace until max_tokens; this allows none and no control chars).
+_JSON_CHAR = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt])'
+
+
+def pair_regex(max_chars: int | None = None) -> str:
+    rep = f"{{1,{int(max_chars)}}}" if max_chars else "+"
+    return (r'\{"instruction":"' + _JSON_CHAR + rep + r'","response":"' + _JSON_CHAR + rep + r'"\}')
+
 
 COMMON_FIELDS = [pa.field("input_tokens", pa.int32()), pa.field("truncated", pa.bool_())]
 
@@ -50,10 +51,8 @@ class Task:
         raise NotImplementedError
 
     def _token_ids(self, engine: Engine, texts: list[str]) -> tuple[list[list[int]], dict[str, list]]:
-        ids = engine.encode(texts)
-        lengths = [len(x) for x in ids]
-        cut = [engine.truncate_ids(x, self.max_input_tokens) for x in ids]
-        return cut, {"input_tokens": lengths, "truncated": [n > self.max_input_tokens for n in lengths]}
+        ids, lengths = engine.encode(texts, self.max_input_tokens)
+        return ids, {"input_tokens": lengths, "truncated": [n > self.max_input_tokens for n in lengths]}
 
 
 class EmbedTask(Task):
@@ -159,8 +158,8 @@ class GenerateTask(Task):
             prompts.append(self.template.replace("{text}", body))
             lengths.append(n)
             cut.append(was_cut)
-        schema = PAIR_SCHEMA if self.config.get("structured_output") else None
-        gens = engine.generate(prompts, self.sampling(), json_schema=schema)
+        regex = pair_regex(self.config.get("max_field_chars")) if self.config.get("structured_output") else None
+        gens = engine.generate(prompts, self.sampling(), regex=regex)
         cols: dict[str, list] = {k: [] for k in ("instruction", "response", "valid", "error", "raw", "output_tokens")}
         for g in gens:
             pair, error = parse_pair(g.text)
@@ -183,7 +182,7 @@ def parse_pair(text: str) -> tuple[dict[str, str] | None, str | None]:
     if start < 0:
         return None, "no_json"
     try:
-        obj, _ = json.JSONDecoder().raw_decode(text[start:])
+        obj, _ = json.JSONDecoder(strict=False).raw_decode(text[start:])  # control chars: tolerated
     except ValueError:
         return None, "invalid_json"
     if not isinstance(obj, dict):

@@ -1,0 +1,199 @@
+"""embed with real vLLM on CPU (all-MiniLM-L6-v2): columns, filters, truncation, batching, resume after kill.
+
+One vLLM engine for the whole module (the in-process engine cache); the kill test starts one more in a
+real subprocess, which is the point of that test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import make_docs, write_lake
+from helpers import read_attrs, record, run_enrich
+
+from airflow_curation.core.checkpoint import CheckpointStore
+from airflow_curation.jobs.spec import JobSpec
+from airflow_curation.stages.enrich.stage import EnrichStage
+
+pytestmark = pytest.mark.usefixtures("release_engines_after")
+
+MAX_TOKENS = 48
+
+
+def embed_config(minilm, **over):
+    return {"task": "embed", "model": minilm, "engine": "vllm", "dtype": "float32",
+            "max_input_tokens": MAX_TOKENS, "batch_size": 8, "checkpoint_rows": 16, **over}
+
+
+@pytest.fixture(scope="module")
+def lake_with_edge_cases(tmp_path_factory):
+    docs = make_docs(40)
+    docs[3]["text"] = ""
+    docs[4]["text"] = "   \n\t "
+    docs[5]["text"] = " ".join(f"word{i}" for i in range(400))  # far over MAX_TOKENS
+    root = str(tmp_path_factory.mktemp("lake"))
+    lake, uri = write_lake(root, {"part-0": docs}, keep={"part-0": {"d00010", "d00011"}},
+                           duplicates={"part-0": {"d00012", "d00010"}})
+    return lake, uri, docs
+
+
+@pytest.fixture(scope="module")
+def embedded(lake_with_edge_cases, minilm):
+    lake, uri, docs = lake_with_edge_cases
+    stage, manifest = run_enrich(lake, uri, **embed_config(minilm))
+    return stage, manifest, docs
+
+
+def test_embed_writes_fixed_size_vectors_for_every_row_in_shard_order(embedded):
+    stage, manifest, docs = embedded
+    assert manifest.status == "complete"
+    entry = manifest.shards[0]
+    assert set(entry.attrs) == {"preprocess", "dedup", "enrich-embed"}
+    attrs = read_attrs(entry.attrs["enrich-embed"])
+    assert attrs.column("id").to_pylist() == [d["id"] for d in docs]
+    emb_type = attrs.schema.field("embedding").type
+    assert pa.types.is_fixed_size_list(emb_type) and emb_type.list_size == 384
+    assert emb_type.value_type == pa.float32()
+    vectors = attrs.column("embedding").to_pylist()
+    enriched = attrs.column("enriched").to_pylist()
+    for v, e in zip(vectors, enriched):
+        if e:
+            assert abs(np.linalg.norm(v) - 1.0) < 1e-4  # MiniLM's Normalize module
+        else:
+            assert v == [None] * 384  # not enriched: a vector of nulls
+
+
+def test_filtered_empty_and_long_rows_are_flagged_and_accounted(embedded):
+    stage, manifest, docs = embedded
+    attrs = read_attrs(manifest.shards[0].attrs["enrich-embed"]).to_pydict()
+    reason = dict(zip(attrs["id"], attrs["skip_reason"]))
+    assert reason["d00003"] == "empty" and reason["d00004"] == "empty"
+    assert reason["d00010"] == "not_kept"  # preprocess dropped it first
+    assert reason["d00011"] == "not_kept" and reason["d00012"] == "duplicate"
+    assert sum(r is not None for r in attrs["skip_reason"]) == 5
+    truncated = dict(zip(attrs["id"], attrs["truncated"]))
+    tokens = dict(zip(attrs["id"], attrs["input_tokens"]))
+    assert truncated["d00005"] is True and tokens["d00005"] > MAX_TOKENS
+    assert not any(t for i, t in truncated.items() if i != "d00005" and t is not None)
+    assert manifest.accounting == {"read": 40, "kept": 35, "dropped": {"duplicate": 1, "empty": 2, "not_kept": 2},
+                                   "quarantined": {}}
+
+
+def test_vllm_embeddings_match_sentence_transformers(embedded, minilm):
+    from sentence_transformers import SentenceTransformer
+
+    stage, manifest, docs = embedded
+    attrs = read_attrs(manifest.shards[0].attrs["enrich-embed"]).to_pydict()
+    st = SentenceTransformer(minilm, device="cpu")
+    st.max_seq_length = MAX_TOKENS  # same truncation, in tokens, as the stage
+    rows = [0, 1, 5, 20]  # includes the truncated one
+    ref = st.encode([docs[i]["text"] for i in rows], normalize_embeddings=True)
+    got = np.asarray([attrs["embedding"][i] for i in rows])
+    cos = (ref * got).sum(axis=1)
+    assert np.all(cos > 0.999), cos
+
+
+def test_batch_size_does_not_change_results_and_rerun_does_no_work(embedded, lake_with_edge_cases, minilm):
+    stage, manifest, docs = embedded
+    lake, uri, _ = lake_with_edge_cases
+    first = read_attrs(manifest.shards[0].attrs["enrich-embed"])
+    # Another name: a separate output; batch size 3 and checkpoint every 7 rows.
+    stage2, manifest2 = run_enrich(lake, uri, run_id="e2", **embed_config(minilm, name="b3", batch_size=3,
+                                                                           checkpoint_rows=7))
+    second = read_attrs(manifest2.shards[0].attrs["enrich-b3"])
+    a = np.asarray([v for v, e in zip(first.column("embedding").to_pylist(), first.column("enriched").to_pylist()) if e])
+    b = np.asarray([v for v, e in zip(second.column("embedding").to_pylist(), second.column("enriched").to_pylist())
+                    if e])
+    assert np.allclose(a, b, atol=1e-5)
+    # Same settings again: the checkpoint matches, nothing is recomputed.
+    stage3, manifest3 = run_enrich(lake, uri, run_id="e3", **embed_config(minilm))
+    assert [u.status for u in manifest3.units] == ["skipped"]
+    assert manifest3.accounting == manifest.accounting
+
+
+def test_resume_after_kill_mid_shard_recomputes_nothing(tmp_path, minilm):
+    docs = make_docs(600)
+    lake, uri = write_lake(str(tmp_path), {"big": docs})
+    config = embed_config(minilm, input_manifest=uri, executor="local", checkpoint_rows=25, batch_size=25)
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(JobSpec(stage="enrich", lake=lake.to_dict(), run_id="k1", config=config).to_json())
+    stage = EnrichStage(lake, config, "k1")
+    unit = stage.plan()[0]
+    parts_dir = stage.parts_dir(unit)
+
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen([sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path)],
+                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "job.log", "wb"), env=env,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if os.path.isdir(parts_dir) and any(f.endswith(".parquet") and not f.startswith(".")
+                                                for f in os.listdir(parts_dir)):
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, (tmp_path / "job.log").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the job and the vLLM engine process it spawned
+        proc.wait()
+
+    out_uri = stage.output_uri("big")
+    assert not os.path.exists(out_uri)
+    assert CheckpointStore(lake.checkpoint_dir("enrich", stage.fingerprint)).load("big") is None
+    parts_before = sorted(f for f in os.listdir(parts_dir) if f.endswith(".parquet") and not f.startswith("."))
+    assert parts_before
+    covered = int(parts_before[-1].split("-")[1].split(".")[0])
+    assert 0 < covered < 600
+    saved = pa.concat_tables([pq.read_table(os.path.join(parts_dir, p)) for p in parts_before])
+
+    stage2, manifest = run_enrich(lake, uri, run_id="k1", **{k: v for k, v in config.items() if k != "input_manifest"})
+    rec = record(stage2, "big")
+    assert rec.extra["rows_resumed"] == covered
+    assert rec.extra["rows_computed"] == 600 - covered
+    out = pq.read_table(out_uri)
+    ids = out.column("id").to_pylist()
+    assert ids == [d["id"] for d in docs] and len(set(ids)) == 600
+    # Checkpointed rows come from the parts, untouched; the parts are gone once merged.
+    assert out.slice(0, covered).column("embedding").to_pylist() == saved.column("embedding").to_pylist()
+    assert not os.path.exists(parts_dir)
+    assert manifest.accounting["kept"] == 600
+
+
+def test_cli_plain_parquet_files(tmp_path, minilm):
+    from airflow_curation.cli import main
+
+    docs = make_docs(12)
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": [d["id"] for d in docs], "text": [d["text"] for d in docs],
+                             "lang": ["en"] * 12}), src)
+    out = tmp_path / "out"
+    rc = main(["enrich", str(src), "--task", "embed", "--model", minilm, "--output", str(out),
+               "--executor", "local", "--dtype", "float32", "--max-input-tokens", str(MAX_TOKENS),
+               "--batch-size", "8", "--checkpoint-rows", "16"])
+    assert rc == 0
+    table = pq.read_table(out / "in.parquet")
+    assert table.column("id").to_pylist() == [d["id"] for d in docs]
+    assert table.schema.field("embedding").type.list_size == 384
+    assert all(table.column("enriched").to_pylist())
+    meta = json.loads(table.schema.metadata[b"airflow_curation.enrich"])
+    assert meta["task"] == "embed" and meta["engine"] == "vllm"
+
+
+def test_cli_rejects_parquet_without_text_column(tmp_path, minilm):
+    from airflow_curation.cli import main
+
+    src = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"id": ["a"], "body": ["x"]}), src)
+    with pytest.raises(ValueError, match="missing column 'text'"):
+        main(["enrich", str(src), "--task", "embed", "--model", minilm, "--output", str(tmp_path / "o"),
+              "--executor", "local"])

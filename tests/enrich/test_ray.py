@@ -1,0 +1,32 @@
+"""The Ray Data path: vLLM engine actors behind map_batches, on a real local Ray, two shards."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import make_docs, write_lake
+from helpers import read_attrs, record, run_enrich
+
+pytestmark = pytest.mark.usefixtures("release_engines_after")
+
+
+def test_ray_data_vllm_actors_enrich_shards_in_order(tmp_path, llama_classify):
+    shards = {"a": make_docs(13, "a"), "b": make_docs(9, "b")}
+    lake, uri = write_lake(str(tmp_path), shards, keep={"b": {"b00004"}})
+    common = {"task": "classify", "model": llama_classify, "dtype": "float32", "max_input_tokens": 40,
+              "max_model_len": 256, "checkpoint_rows": 5}
+    stage, manifest = run_enrich(lake, uri, run_id="ray", executor="ray", ray_num_cpus=2, replicas=1,
+                                 cpus_per_replica=1, batch_size=4, engine="vllm", **common)
+    stage.close()
+    _, ref = run_enrich(lake, uri, run_id="ref", engine="transformers", name="ref", batch_size=8, **common)
+    assert manifest.accounting == {"read": 22, "kept": 21, "dropped": {"not_kept": 1}, "quarantined": {}}
+    for got, want in zip(manifest.shards, ref.shards):
+        g = read_attrs(got.attrs["enrich-classify"]).to_pydict()
+        w = read_attrs(want.attrs["enrich-ref"]).to_pydict()
+        assert g["id"] == [d["id"] for d in shards[got.shard_id]]
+        assert g["enriched"] == w["enriched"]
+        for pg, pw in zip(g["probs"], w["probs"]):
+            assert (pg is None) == (pw is None)
+            if pg is not None:
+                assert np.allclose(pg, pw, atol=2e-3)
+        assert record(stage, got.shard_id).extra["rows_computed"] == sum(g["enriched"])
