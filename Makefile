@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: test demo bench install system-deps corpus clean distclean help
+.PHONY: test demo bench install system-deps corpus clean distclean help constraints
 
 help:
 	@echo "make demo   run the curation DAG on the sample corpus (embedded Airflow, local backend)"
@@ -26,10 +26,15 @@ system-deps:
 $(VPY): | system-deps
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(VPY)
+$(STAMP): pyproject.toml constraints.txt | $(VPY)
 	$(VPY) -m pip install --upgrade pip
-	$(VPY) -m pip install -e ".[dev]"
+	$(VPY) -m pip install -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
+
+# Pin what resolves today so that a fresh install does not backtrack for minutes.
+constraints:
+	{ sed -n 1,2p constraints.txt; $(VPY) -m pip freeze --exclude-editable | grep -v " @ "; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 # Python stacks that need more than `pip install` (e.g. vLLM's CPU build must lose the CUDA-linked
 # torchvision): idempotent scripts taking the venv path, fast when already installed.
