@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -99,17 +100,19 @@ class DedupStage(Stage):
     :param partitions: force the partition count instead.
     :param engine: ``local`` (in-process / process pool of ``workers``) or ``dask``.
     :param output_dir: plain-file mode: where ``<file stem>.parquet`` results go.
+    :param upstream_wait_s: how long to wait for a ``planned`` upstream manifest to complete.
     """
 
     name = "dedup"
     version = "1"
     RUNTIME_KEYS = Stage.RUNTIME_KEYS | {"memory_budget", "partitions", "engine", "batch_rows", "output_dir",
-                                         "dask_workers"}
+                                         "upstream_wait_s"}
     DEFAULTS: dict[str, Any] = {
         "threshold": 0.8, "num_perm": 128, "ngram": 5, "tokenizer": "word", "normalization": "NFKC",
         "lowercase": True, "seed": 1, "bands": None, "rows": None, "exact": True, "near": True,
         "verify": False, "only_kept": True, "keep_column": "keep", "memory_budget": 1 << 30,
         "partitions": None, "engine": "local", "batch_rows": 8192, "output_dir": None,
+        "upstream_wait_s": 600,
     }
 
     def __init__(self, lake, config, run_id) -> None:
@@ -196,10 +199,15 @@ class DedupStage(Stage):
 
     def _read_entries(self) -> list[ShardEntry]:
         if self.config.get("input_manifest"):
-            upstream = Manifest.read(self.config["input_manifest"])
+            uri = self.config["input_manifest"]
+            # The upstream gate opens on its shards' checkpoints; its job writes the final manifest
+            # just after. Dedup is a barrier over every shard, so it waits for that manifest.
+            deadline = time.monotonic() + float(self.config["upstream_wait_s"])
+            while (upstream := Manifest.read(uri)).status == "planned" and time.monotonic() < deadline:
+                time.sleep(1.0)
             if upstream.status != "complete":
-                raise ValueError(f"dedup: upstream manifest {self.config['input_manifest']} is {upstream.status}, "
-                                 "not complete")
+                raise ValueError(f"dedup: upstream manifest {uri} is {upstream.status}, not complete "
+                                 f"(waited {self.config['upstream_wait_s']} s)")
             return list(upstream.shards)
         entries, seen = [], set()
         for f in self.config["inputs"]:
