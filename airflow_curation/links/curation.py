@@ -24,8 +24,9 @@ class _PushedLink(BaseOperatorLink):
 
     @classmethod
     def persist(cls, context: Any, uri: str | None) -> None:
-        if uri:
-            context["ti"].xcom_push(key=f"_link_{cls.__name__}", value=_as_url(uri))
+        ti = context.get("ti") if hasattr(context, "get") else None
+        if uri and ti is not None:
+            ti.xcom_push(key=f"_link_{cls.__name__}", value=_as_url(uri))
 
 
 class CurationManifestLink(_PushedLink):

@@ -53,7 +53,8 @@ class ShardCheckpointSensor(BaseSensorOperator):
     # Rendered values may be JSON text (Jinja) rather than objects (XComArg); accept both.
     def _job(self) -> dict[str, Any] | None:
         if isinstance(self.job, str):
-            return json.loads(self.job) if self.job.strip() else None
+            text = self.job.strip()
+            return None if text in ("", "None", "null") else json.loads(text)
         return self.job or None
 
     def _budget(self) -> float | None:

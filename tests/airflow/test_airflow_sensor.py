@@ -6,6 +6,7 @@ The trigger's ``run()`` async generator is driven directly, as the triggerer wou
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -215,3 +216,19 @@ def test_a_quorum_opens_the_gate_before_the_last_units(tmp_path):
     assert sensor.poke({}) is False
     with pytest.raises(ValueError, match="quorum"):
         ShardCheckpointSensor(task_id="g", manifest_uri=run.uri, quorum=0, deferrable=False).poke({})
+
+
+def test_sensor_takes_the_job_as_rendered_text(tmp_path):
+    run = Run(tmp_path, 1)
+    assert ShardCheckpointSensor(task_id="g", manifest_uri=run.uri, job="None", deferrable=False).poke({}) is False
+    backend = get_backend("local", work_dir=str(tmp_path / "jobs"))
+    lake = Lake(str(tmp_path / "lake2"), "web")
+    handle = backend.submit(JobSpec(stage="ingest", lake=lake.to_dict(), run_id="r1",
+                                    config={"inputs": [str(tmp_path / "missing")]}))
+    handle = {**handle, "backend": "local", "backend_options": backend.options()}
+    sensor = ShardCheckpointSensor(task_id="g", manifest_uri=handle["manifest_uri"], job=json.dumps(handle),
+                                   deferrable=False)
+    while backend.status(handle).state.value == "running":  # a Jinja-rendered handle is JSON text
+        time.sleep(0.05)
+    with pytest.raises(AirflowException, match="before writing its manifest"):
+        sensor.poke({})
