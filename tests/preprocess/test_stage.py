@@ -169,3 +169,18 @@ def test_cli_on_a_lake_finds_the_ingest_manifest(lake):
     m = Manifest.read(lake.manifest_uri("cli-pre", "preprocess"))
     assert m.status == "complete" and m.rows == 122
     assert all("preprocess" in s.attrs for s in m.shards)
+
+
+def test_stage_on_an_existing_dask_cluster(lake, warm_signals):
+    from distributed import Client, LocalCluster
+
+    lake, ingest_uri = lake
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        cfg = {"input_manifest": ingest_uri, "preset": "fineweb", "scheduler_address": cluster.scheduler_address}
+        manifest = StageRunner(PreprocessStage(lake, cfg, "pre-ext")).run()
+        with Client(cluster) as client:
+            worker_pids = set(client.run(os.getpid).values())
+    assert manifest.status == "complete" and manifest.rows == 122
+    pids = {stage_rec.pid for stage_rec in
+            (PreprocessStage(lake, cfg, "x").checkpoints.load(u.unit_id) for u in manifest.units)}
+    assert pids == worker_pids              # the units ran in the existing cluster's worker process
