@@ -475,9 +475,19 @@ def fold_whitespace(texts, lower: bool = False) -> pa.Array:
     return pa.LargeStringArray.from_buffers(len(arr), pa.py_buffer(out_offsets), pa.py_buffer(out))
 
 
-def exact_keys(texts, normalization: str | None = "NFKC", lowercase: bool = True) -> np.ndarray:
-    """128-bit content keys, shape (n, 2) uint64: equal exactly when the normalised texts are equal."""
-    folded = fold_whitespace(_prepare(texts, normalization, lowercase), lower=lowercase)
+def prepare(texts, normalization: str | None = "NFKC", lowercase: bool = True) -> pa.Array:
+    """The batch ready for both :func:`exact_keys` and :meth:`MinHasher.signatures` with
+    ``prepared=True``: one normalisation pass shared by the two."""
+    return _prepare(texts, normalization, lowercase)
+
+
+def exact_keys(texts, normalization: str | None = "NFKC", lowercase: bool = True,
+               prepared: bool = False) -> np.ndarray:
+    """128-bit content keys, shape (n, 2) uint64: equal exactly when the normalised texts are equal.
+    ``prepared``: ``texts`` came from :func:`prepare` with the same settings."""
+    if not prepared:
+        texts = _prepare(texts, normalization, lowercase)
+    folded = fold_whitespace(_as_array(texts), lower=lowercase)
     data, offsets = _buffers(folded)
     mv = memoryview(data)
     keys = np.empty((len(folded), 2), np.uint64)
@@ -504,8 +514,9 @@ class MinHasher:
         # position weights of the tokens inside a shingle (odd, so every position counts)
         self.mul = rng.integers(1, 2**63, size=self.params.ngram, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
 
-    def _prepared(self, texts) -> tuple[np.ndarray, np.ndarray, int]:
-        arr = _prepare(texts, self.params.normalization, self.params.lowercase, self.params.tokenizer == "word")
+    def _prepared(self, texts, prepared: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
+        p = self.params
+        arr = _as_array(texts) if prepared else _prepare(texts, p.normalization, p.lowercase, p.tokenizer == "word")
         data, offsets = _buffers(arr)
         return data, offsets, len(arr)
 
@@ -514,10 +525,11 @@ class MinHasher:
         classes, lower = unicode_tables()
         return classes, lower, TOKENIZERS[p.tokenizer], p.lowercase, p.ngram, self.mul
 
-    def signatures(self, texts) -> tuple[np.ndarray, np.ndarray]:
+    def signatures(self, texts, prepared: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """``(signatures (n, num_perm) uint32, shingle counts (n,) int64)``. A document without tokens
-        has count 0 and every signature value :data:`EMPTY`."""
-        data, offsets, n = self._prepared(texts)
+        has count 0 and every signature value :data:`EMPTY`. ``prepared``: ``texts`` came from
+        :func:`prepare` with this hasher's normalisation settings."""
+        data, offsets, n = self._prepared(texts, prepared)
         sig = np.empty((n, self.params.num_perm), np.uint32)
         counts = np.empty(n, np.int64)
         _signatures_kernel(data, offsets[:-1], offsets[1:], np.arange(n, dtype=np.int64), *self._args(),

@@ -159,3 +159,13 @@ def test_permutation_family_is_unbiased_on_random_sets():
     assert abs(est.mean() - j) < 4 * est.std() / np.sqrt(trials)
     band = agree[:, :117].reshape(trials, 9, 13).all(axis=2).ravel()
     assert abs(band.mean() - j ** 13) < 4 * np.sqrt(j ** 13 * (1 - j ** 13) / band.size)
+
+
+def test_one_prepare_pass_serves_both_kernels():
+    from airflow_curation.core.minhash import prepare
+
+    texts = TRICKY + [t for _, t in handbook_docs(["sect.syslog.html"])]
+    h = MinHasher()
+    p = prepare(texts)
+    assert np.array_equal(h.signatures(p, prepared=True)[0], h.signatures(texts)[0])
+    assert np.array_equal(exact_keys(p, prepared=True), exact_keys(texts))

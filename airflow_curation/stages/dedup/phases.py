@@ -19,7 +19,7 @@ from airflow_curation.core import storage
 from airflow_curation.core.components import write_edges
 from airflow_curation.core.lsh import (node_keys, partition_of, read_partition, row_of, shard_of, star_edges,
                                        unique_edges, write_partitioned)
-from airflow_curation.core.minhash import MinHasher, MinHashParams, band_hashes, exact_keys, jaccard
+from airflow_curation.core.minhash import MinHasher, MinHashParams, band_hashes, exact_keys, jaccard, prepare
 from airflow_curation.core.schema import ID_COLUMN, TEXT_COLUMN, check_id_text
 
 BAND_COLUMNS = {"bucket": np.uint64, "node": np.uint64}
@@ -72,13 +72,15 @@ def sign_shard(shard_uri: str, shard_index: int, keep_uri: str | None, keep_colu
             n_considered += len(nodes)
             if not len(nodes):
                 continue
+            # one normalisation pass for both (the strict one exact keys need is valid for MinHash)
+            texts = prepare(texts, params.minhash.normalization, params.minhash.lowercase)
             if params.exact:
-                keys = exact_keys(texts, params.minhash.normalization, params.minhash.lowercase)
+                keys = exact_keys(texts, params.minhash.normalization, params.minhash.lowercase, prepared=True)
                 his.append(keys[:, 0])
                 los.append(keys[:, 1])
                 enodes.append(nodes)
             if params.near:
-                sig, counts = hasher.signatures(texts)
+                sig, counts = hasher.signatures(texts, prepared=True)
                 has = counts > 0  # a document without tokens has no shingles: nothing to compare
                 n_tokenless += int((~has).sum())
                 bh = band_hashes(sig[has], params.bands, params.rows)
