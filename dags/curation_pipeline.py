@@ -28,6 +28,7 @@ from pathlib import Path
 from airflow.sdk import DAG, Asset, Param
 
 from airflow_curation.operators.base import CurationStageOperator
+from airflow_curation.operators.dedup import DedupOperator
 from airflow_curation.operators.ingest import IngestOperator
 from airflow_curation.operators.preprocess import PreprocessOperator
 from airflow_curation.sensors.shard_checkpoint import ShardCheckpointSensor
@@ -81,6 +82,8 @@ with DAG(
         "backend": Param("local", enum=["local", "slurm", "kubernetes"]),
         "max_failed_fraction": Param(0.0, type="number", minimum=0, maximum=1,
                                      description="failure budget: fraction of shards a stage may lose"),
+        "dedup_threshold": Param(0.8, type="number", exclusiveMinimum=0, exclusiveMaximum=1,
+                                 description="Jaccard similarity at which documents are near duplicates"),
         "preset": Param("gopher", type="string",
                         description="preprocess filter preset(s): gopher, c4, fineweb, code, comma-separated"),
     },
@@ -105,10 +108,21 @@ with DAG(
         poll_interval=POLL,
         **COMMON,
     )
-    preprocessed = launch_and_gate(preprocess, outlets=[CURATED])
+    preprocessed = launch_and_gate(preprocess)
+
+    # Global exact + near dedup: a barrier over every preprocessed shard (rows preprocess dropped are
+    # not considered), then per-shard attrs/dedup/ that the gate counts as they land.
+    dedup = DedupOperator(
+        task_id="dedup",
+        input_manifest=preprocessed.output["manifest_uri"],
+        threshold="{{ params.dedup_threshold }}",
+        max_failed_fraction="{{ params.max_failed_fraction }}",
+        wait=False,
+        poll_interval=POLL,
+        **COMMON,
+    )
+    deduped = launch_and_gate(dedup, outlets=[CURATED])
 
     # Later stages slot in here, each reading the previous gate's manifest, e.g.:
-    #   dedup = DedupOperator(task_id="dedup", input_manifest=preprocessed.output["manifest_uri"],
-    #                         wait=False, **COMMON)
-    #   deduped = launch_and_gate(dedup)
+    #   enrich = EnrichOperator(task_id="enrich", input_manifest=deduped.output["manifest_uri"], ...)
     # and the Asset outlet moves to the last gate.
