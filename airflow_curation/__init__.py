@@ -22,6 +22,7 @@ def get_provider_info() -> dict:
         }],
         "operators": [{"integration-name": "Curation", "python-modules": [
             "airflow_curation.operators.base", "airflow_curation.operators.ingest",
+            "airflow_curation.operators.dedup",
             "airflow_curation.operators.preprocess"]}],
         "sensors": [{"integration-name": "Curation", "python-modules": [
             "airflow_curation.sensors.shard_checkpoint"]}],
