@@ -33,7 +33,6 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus
@@ -221,6 +220,8 @@ class SlurmBackend(Backend):
     :param nodes: ``--nodes`` of a one-allocation job.
     :param ntasks: ``--ntasks`` of a one-allocation job (with ``engine="dask"``: one Dask worker process
         group per task, ``cpus_per_task`` worker processes each).
+    :param remote_work_dir: the work folder exists only where the Slurm commands run (the SSH login
+        node and the cluster), not on the Airflow worker: job files are written and read over SSH.
     :param engine: ``"dask"``: the one-allocation job first starts a Dask scheduler on its batch node and
         Dask workers on every task of the allocation (``srun``), then runs the stage on that cluster
         (``--scheduler-address``); stages with a Dask engine (preprocess, dedup) spread over all nodes.
@@ -236,7 +237,7 @@ class SlurmBackend(Backend):
                  command_prefix: Sequence[str] | None = None, max_resubmits: int = 0,
                  resubmit_on: Sequence[str] = DEFAULT_RESUBMIT_ON, collect_time_limit: str | None = None,
                  command_timeout: float = 60.0, nodes: int | None = None, ntasks: int | None = None,
-                 engine: str | None = None) -> None:
+                 engine: str | None = None, remote_work_dir: bool = False) -> None:
         self.partition, self.account, self.qos = partition, account, qos
         self.time_limit, self.mem = time_limit, mem
         self.cpus_per_task = int(cpus_per_task) if cpus_per_task else None
@@ -281,6 +282,10 @@ class SlurmBackend(Backend):
         if engine not in (None, "dask"):
             raise ValueError(f"engine {engine!r}: only 'dask' (a Dask cluster across the allocation) is supported")
         self.engine = engine
+        self.remote_work_dir = bool(remote_work_dir)
+        if self.remote_work_dir and not (self.command_prefix and work_dir):
+            raise ValueError("remote_work_dir needs ssh_host (or command_prefix) and a work_dir on that side")
+        self.files: _LocalFiles | _RemoteFiles = _RemoteFiles(self) if self.remote_work_dir else _LocalFiles()
         self._max_array_size: int | None = None
 
     def options(self) -> dict[str, Any]:
@@ -292,7 +297,7 @@ class SlurmBackend(Backend):
                 "command_prefix": list(self.command_prefix), "max_resubmits": self.max_resubmits,
                 "resubmit_on": list(self.resubmit_on), "collect_time_limit": self.collect_time_limit,
                 "command_timeout": self.command_timeout, "nodes": self.nodes, "ntasks": self.ntasks,
-                "engine": self.engine}
+                "engine": self.engine, "remote_work_dir": self.remote_work_dir}
 
     # -- running Slurm commands ------------------------------------------------------------------
 
@@ -314,6 +319,15 @@ class SlurmBackend(Backend):
             raise SlurmError(f"{shlex.join(argv)} failed ({proc.returncode}): "
                              f"{(proc.stderr or proc.stdout).strip()}")
         return proc
+
+    def run_raw(self, argv: Sequence[str], data: bytes | None = None) -> subprocess.CompletedProcess:
+        """Run ``argv`` where the Slurm commands run, with bytes in and out (no check)."""
+        full = self.command_argv(argv)
+        try:
+            return subprocess.run(full, capture_output=True, timeout=self.command_timeout,
+                                  input=data if data is not None else b"")
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise SlurmError(f"{shlex.join(argv)}: {e}") from e
 
     def read_remote(self, path: str, offset: int = 0) -> bytes:
         """Bytes of a file where the Slurm commands run, from ``offset`` (empty if it does not exist)."""
@@ -434,9 +448,9 @@ class SlurmBackend(Backend):
 
     def submit(self, spec: JobSpec) -> JobHandle:
         job_dir = check_job_dir(self.job_dir_for(spec))
-        Path(job_dir).mkdir(parents=True, exist_ok=True)
+        self.files.makedirs(job_dir)
         spec_path = os.path.join(job_dir, "spec.json")
-        _write_local(spec_path, spec.to_json().encode())
+        self.files.write(spec_path, spec.to_json().encode())
         groups = min(self.shard_groups, self.max_array_size()) if self.shard_groups > 1 else 1
         base = {"backend": self.name, "job_dir": job_dir, "spec": spec_path,
                 "log": os.path.join(job_dir, "job.log"), "manifest_uri": spec.manifest_uri,
@@ -487,16 +501,16 @@ class SlurmBackend(Backend):
 
     def _write_script(self, job_dir: str, name: str, args: list[str | tuple], dask_cluster: bool = False) -> str:
         path = check_job_dir(os.path.join(job_dir, name))
-        _write_local(path, self.render_script(job_dir, args, dask_cluster).encode(), mode=0o750)
+        self.files.write(path, self.render_script(job_dir, args, dask_cluster).encode(), mode=0o750)
         return path
 
     def _write_current(self, handle: JobHandle) -> None:
-        _write_local(os.path.join(handle["job_dir"], "current.json"),
-                     json.dumps(handle, indent=1, sort_keys=True).encode())
+        self.files.write(os.path.join(handle["job_dir"], "current.json"),
+                         json.dumps(handle, indent=1, sort_keys=True).encode())
 
     def current(self, handle: JobHandle) -> JobHandle:
         """The latest attempt of the job ``handle`` names (resubmissions keep the first handle valid)."""
-        latest = _read_json(os.path.join(handle["job_dir"], "current.json"))
+        latest = self.files.read_json(os.path.join(handle["job_dir"], "current.json"))
         if latest is None:
             return handle
         return latest if latest.get("attempt", 1) >= handle.get("attempt", 1) else handle
@@ -539,7 +553,7 @@ class SlurmBackend(Backend):
 
     def _status(self, handle: JobHandle) -> tuple[JobStatus, str | None]:
         """The attempt's status and, for a failure, the Slurm state that explains it (or ``GONE``)."""
-        result = _read_json(handle["result"])
+        result = self.files.read_json(handle["result"])
         try:
             records, source = self.job_records(handle)
         except SlurmError as e:
@@ -547,8 +561,8 @@ class SlurmBackend(Backend):
                 return JobStatus(JobState.UNKNOWN, f"cannot reach Slurm: {e}"), None
             records, source = [], "unreachable"  # the result file alone decides
         if result is None:
-            result = _read_json(handle["result"])  # it may have landed while we asked
-        cancelled = os.path.exists(os.path.join(handle["job_dir"], "cancelled"))
+            result = self.files.read_json(handle["result"])  # it may have landed while we asked
+        cancelled = self.files.exists(os.path.join(handle["job_dir"], "cancelled"))
         main = [r for r in records if r.job_id == handle["job_id"] and r.array_task_id is None]
         if result is not None:
             if main and main[0].mapped in (JobState.RUNNING, JobState.PENDING):
@@ -645,35 +659,37 @@ class SlurmBackend(Backend):
         (for a one-allocation job: the whole job, which skips checkpointed units). Returns the new
         handle, or None when another poller resubmitted first."""
         handle = self.current(handle)
+        state = self._status(handle)[0].state
+        if not state.finished:  # two attempts on the same units would only race each other
+            raise SlurmError(f"attempt {handle['attempt']} (job {handle['job_id']}) is still {state.value}; "
+                             "cancel it before resubmitting")
         attempt = handle["attempt"] + 1
         lock = os.path.join(handle["job_dir"], f"attempt-{attempt}.lock")
-        try:
-            os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
+        if not self.files.create_exclusive(lock):
             return None
         indices = self.unfinished_groups(handle) if handle["groups"] > 1 else None
         base = {k: handle[k] for k in ("backend", "job_dir", "spec", "log", "manifest_uri", "stage",
                                        "run_id", "lake", "groups")}
         reopened = self.reopen_manifest(handle)
         if reopened:
-            _append_log(handle["log"], f"airflow-curation: attempt {attempt} runs again: " + "; ".join(
+            self.files.append(handle["log"], f"airflow-curation: attempt {attempt} runs again: " + "; ".join(
                 f"{u}: {e}" for u, e in sorted(reopened.items())[:20]) + "\n")
         new = self._submit_attempt(base, attempt, indices)
         self._write_current(new)
-        _append_log(handle["log"], f"airflow-curation: attempt {attempt} resubmitted "
+        self.files.append(handle["log"], f"airflow-curation: attempt {attempt} resubmitted "
                                    f"{'groups ' + _compress(indices) if indices else 'the job'} "
                                    f"as job {new['job_id']}\n")
         return new
 
     def cancel(self, handle: JobHandle) -> None:
         handle = self.current(handle)
-        Path(handle["job_dir"], "cancelled").touch()
+        self.files.write(os.path.join(handle["job_dir"], "cancelled"), b"")
         ids = [j for j in (handle["job_id"], handle.get("array_job_id")) if j]
         self._run(["scancel", *ids], check=False)  # idempotent: finished ids are not an error worth raising
 
     def logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
         path = handle["log"]
-        if self.command_prefix and not os.path.exists(path):
+        if self.remote_work_dir or (self.command_prefix and not os.path.exists(path)):
             data = self.read_remote(path, offset)  # the work folder is not mounted here
         else:
             try:
@@ -724,12 +740,74 @@ def _write_local(path: str, data: bytes, mode: int = 0o640) -> None:
         raise
 
 
-def _append_log(path: str, text: str) -> None:
-    try:
-        with open(path, "a") as f:
-            f.write(text)
-    except OSError:
-        log.info("%s", text.strip())
+class _LocalFiles:
+    """Job files on a filesystem mounted here (local, or shared with the cluster)."""
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def write(self, path: str, data: bytes, mode: int = 0o640) -> None:
+        _write_local(path, data, mode)
+
+    def read_json(self, path: str) -> dict | None:
+        return _read_json(path)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def create_exclusive(self, path: str) -> bool:
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True
+
+    def append(self, path: str, text: str) -> None:
+        try:
+            with open(path, "a") as f:
+                f.write(text)
+        except OSError:
+            log.info("%s", text.strip())
+
+
+class _RemoteFiles:
+    """Job files where the Slurm commands run, reached through the backend's command prefix (SSH).
+    Paths are positional parameters of fixed ``sh -c`` scripts: never part of the script text."""
+
+    def __init__(self, backend: SlurmBackend) -> None:
+        self.backend = backend
+
+    def _sh(self, script: str, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess:
+        return self.backend.run_raw(["sh", "-c", script, "sh", *args], data)
+
+    def makedirs(self, path: str) -> None:
+        proc = self._sh('mkdir -p -- "$1"', path)
+        if proc.returncode != 0:
+            raise SlurmError(f"cannot create {path}: {proc.stderr.decode(errors='replace').strip()}")
+
+    def write(self, path: str, data: bytes, mode: int = 0o640) -> None:
+        proc = self._sh('tmp="$1.tmp.$$" && cat > "$tmp" && chmod "$2" "$tmp" && mv -f -- "$tmp" "$1"',
+                        path, format(mode, "o"), data=data)
+        if proc.returncode != 0:
+            raise SlurmError(f"cannot write {path}: {proc.stderr.decode(errors='replace').strip()}")
+
+    def read_json(self, path: str) -> dict | None:
+        proc = self._sh('cat -- "$1"', path)
+        if proc.returncode != 0:
+            return None
+        try:
+            return json.loads(proc.stdout)
+        except ValueError:
+            return None
+
+    def exists(self, path: str) -> bool:
+        return self._sh('test -e "$1"', path).returncode == 0
+
+    def create_exclusive(self, path: str) -> bool:
+        return self._sh('set -C; : > "$1"', path).returncode == 0  # noclobber: O_EXCL
+
+    def append(self, path: str, text: str) -> None:
+        self._sh('cat >> "$1"', path, data=text.encode())
 
 
 __all__ = ["SlurmBackend", "SlurmError", "SlurmJobRecord", "map_state", "parse_sacct", "parse_scontrol_jobs",

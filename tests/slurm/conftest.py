@@ -116,8 +116,10 @@ SetEnv SLURM_CONF={slurm_cluster}
 """)
     proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(d / "sshd_config")], stdout=subprocess.DEVNULL,
                             stderr=open(d / "sshd.log", "wb"))
+    # One multiplexed connection (what a site would put in ~/.ssh/config) keeps each command cheap.
     prefix = ["ssh", "-i", str(d / "client"), "-p", str(port), "-o", "BatchMode=yes",
               "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+              "-o", "ControlMaster=auto", "-o", f"ControlPath={d}/mux", "-o", "ControlPersist=120",
               f"{os.environ.get('USER', 'root')}@127.0.0.1"]
     try:
         for _ in range(100):
@@ -128,5 +130,6 @@ SetEnv SLURM_CONF={slurm_cluster}
             raise RuntimeError(f"sshd did not come up: {(d / 'sshd.log').read_text()[-2000:]}")
         yield prefix
     finally:
+        subprocess.run([*prefix[:-1], "-O", "exit", prefix[-1]], capture_output=True, timeout=30)
         proc.terminate()
         proc.wait(timeout=30)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from airflow_curation.backends.base import JobState
+from airflow_curation.backends.slurm import SlurmError
 from airflow_curation.core.manifest import Manifest
 
 from .conftest import spec_for, wait_for
@@ -44,3 +45,28 @@ def test_cancel_over_ssh(make_backend, lake, ssh_login):
     wait_for(backend, handle, until=lambda st: st.state == JobState.RUNNING)
     backend.cancel(handle)
     assert wait_for(backend, handle).state == JobState.CANCELLED
+
+
+def test_work_folder_only_on_the_login_side(make_backend, lake, ssh_login, tmp_path):
+    """remote_work_dir: every job file (spec, scripts, results, log, markers) is written and read over
+    SSH; a failed shard is resubmitted through it too."""
+    flag = tmp_path / "broken"
+    flag.touch()
+    work = tmp_path / "remote jobs $(x)"
+    backend = make_backend(command_prefix=ssh_login, work_dir=str(work), remote_work_dir=True, shard_groups=2)
+    handle = backend.submit(spec_for(lake, units=4, fail_units=["u001"], fail_flag=str(flag), max_attempts=1))
+    assert handle["job_dir"].startswith(str(work)) and (Path(handle["job_dir"]) / "group.sh").exists()
+    st = wait_for(backend, handle)
+    assert st.state == JobState.FAILED and "u001" in st.message
+    assert backend.unfinished_groups(handle) == [1]
+    flag.unlink()
+    new = backend.resubmit(handle)
+    assert new["array"] == "1"
+    with pytest.raises(SlurmError, match="still"):  # never two attempts at once
+        backend.resubmit(handle)
+    st = wait_for(backend, handle)
+    assert st.state == JobState.SUCCEEDED, st
+    text, offset = backend.logs(handle)
+    assert "attempt 2 resubmitted groups 1" in text and offset == len(Path(handle["log"]).read_bytes())
+    backend.cancel(handle)
+    assert (Path(handle["job_dir"]) / "cancelled").exists()
