@@ -266,6 +266,8 @@ class SlurmBackend(Backend):
             if not _ENV_NAME.match(str(key)):
                 raise ValueError(f"environment variable name {key!r} is not a valid identifier")
             _check_arg(value, f"env {key}")
+        if ssh_host is not None and (not ssh_host or ssh_host.startswith("-") or any(c.isspace() for c in ssh_host)):
+            raise ValueError(f"ssh_host {ssh_host!r} is not a host name (ssh would read it as an option)")
         self.ssh_host = ssh_host
         if command_prefix is not None:
             self.command_prefix = [_check_arg(a, "command_prefix") for a in command_prefix]
@@ -309,8 +311,8 @@ class SlurmBackend(Backend):
     def _run(self, argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
         full = self.command_argv(argv)
         try:
-            proc = subprocess.run(full, capture_output=True, text=True, timeout=self.command_timeout,
-                                  stdin=subprocess.DEVNULL)
+            proc = subprocess.run(full, capture_output=True, encoding="utf-8", errors="replace",
+                                  timeout=self.command_timeout, stdin=subprocess.DEVNULL)
         except FileNotFoundError as e:
             raise SlurmError(f"cannot run {argv[0]!r}: {e} (is Slurm installed, or set ssh_host?)") from e
         except subprocess.TimeoutExpired as e:

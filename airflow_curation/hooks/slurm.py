@@ -55,6 +55,9 @@ class SlurmHook(BaseHook):
                 if extra.get(key):
                     options[key] = extra[key]
             if conn.host:
+                for what, value in (("host", conn.host), ("login", conn.login or "x")):
+                    if value.startswith("-") or any(c.isspace() or c == "@" for c in value):
+                        raise ValueError(f"connection {self.slurm_conn_id}: SSH {what} {value!r} is not valid")
                 prefix = ["ssh", "-o", "BatchMode=yes"]
                 if conn.port:
                     prefix += ["-p", str(int(conn.port))]

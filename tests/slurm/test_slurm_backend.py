@@ -69,6 +69,8 @@ def test_bad_options_are_refused():
         SlurmBackend(env={"A;B": "x"})
     with pytest.raises(ValueError, match="NUL"):
         SlurmBackend(partition="de\x00bug")
+    with pytest.raises(ValueError, match="not a host name"):
+        SlurmBackend(ssh_host="-oProxyCommand=touch /tmp/x")
 
 
 def test_single_job_submit_status_logs(make_backend, lake):

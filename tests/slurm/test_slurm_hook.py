@@ -66,6 +66,14 @@ def test_hook_builds_the_backend_from_the_connection(monkeypatch):
     assert backend.command_argv(["squeue", "-j", "1; rm -rf /"])[-1] == "squeue -j '1; rm -rf /'"
 
 
+def test_hook_refuses_ssh_fields_that_ssh_would_read_as_options(monkeypatch):
+    from airflow_curation.hooks.slurm import SlurmHook
+
+    _set_conn(monkeypatch, "slurm_evil", host="login1", login="-oProxyCommand=touch /tmp/pwned")
+    with pytest.raises(ValueError, match="SSH login"):
+        SlurmHook("slurm_evil").get_backend()
+
+
 def test_hook_without_host_submits_locally(monkeypatch, make_backend, lake):
     from airflow_curation.hooks.slurm import SlurmHook
 
