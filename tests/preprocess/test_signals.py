@@ -124,3 +124,20 @@ def test_tree_sitter_code_signals(language, good, bad):
 def test_unknown_language_gives_null_syntax_signals():
     r = compute_code_signals(["x := 1\n-- c\n"], "cobol").to_pylist()[0]
     assert r["syntax_ok"] is None and r["syntax_nodes"] is None
+
+
+def test_a_hugging_face_tokenizer_file_counts_tokens(tmp_path, warm_signals):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "the": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    texts = ["the cat sat on the mat", "", "one"]
+    r = compute_signals(texts, {"tokenizer": f"hf:{path}"}).to_pylist()
+    assert [x["n_tokens"] for x in r] == [6, 0, 1]
+    assert r[0]["char_token_ratio"] == pytest.approx(22 / 6) and r[1]["char_token_ratio"] == 0.0
+    default = compute_signals(texts).to_pylist()
+    assert [x["n_words"] for x in r] == [x["n_words"] for x in default]   # only the token count changes
+    with pytest.raises(ValueError, match="tokenizer must be"):
+        compute_signals(texts, {"tokenizer": "gpt2"})
