@@ -72,7 +72,9 @@ class DedupSignaturesStage(Stage):
                           input_checksum=s["input_checksum"]) for s in self.config["shards"]]
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
-        s = next(s for s in self.config["shards"] if s["shard_id"] == unit.unit_id)
+        if getattr(self, "_by_id", None) is None:
+            self._by_id = {s["shard_id"]: s for s in self.config["shards"]}
+        s = self._by_id[unit.unit_id]
         bands_uri, exact_uri = self.spill_uris(unit.unit_id)
         stats = phases.sign_shard(s["uri"], s["index"], s["keep_uri"], self.config["keep_column"], self.params,
                                   bands_uri, exact_uri, int(self.config["batch_rows"]))
