@@ -115,6 +115,18 @@ def _wait_http(url: str, timeout: float, procs: dict[str, subprocess.Popen], hom
     raise TimeoutError(f"{url} not up after {timeout} s")
 
 
+def _write_input(path: Path) -> None:
+    """Documents for the real stages: prose, exact duplicates, and junk the quality filters drop."""
+    import random
+
+    rng = random.Random(11)
+    words = ("curation keeps the documents that teach a model something and drops the noise the web is "
+             "full of while it counts every row it reads writes or sets aside").split()
+    docs = [" ".join(rng.choice(words) for _ in range(rng.randint(80, 200))) + "." for _ in range(40)]
+    docs += docs[:8] + ["buy now", "", "$$$$ !!!! ####"]
+    path.write_text("".join(json.dumps({"text": t, "n": i}) + "\n" for i, t in enumerate(docs)))
+
+
 @pytest.fixture(scope="session")
 def airflow_stack():
     # Our own folder, not pytest's numbered ones: other pytest sessions on the machine prune those.
@@ -128,6 +140,8 @@ def airflow_stack():
     (home / "logs").mkdir(parents=True)
     dags.mkdir(parents=True)
     shutil.copy(HERE / "dags" / "curation_journey.py", dags)
+    shutil.copy(HERE / "dags" / "curation_journey_stages.py", dags)
+    _write_input(base / "input.jsonl")
     shutil.copy(REPO / "tests" / "validate" / "synth.py", dags / "journey_synth.py")
     (dags / ".airflowignore").write_text("journey_synth\n")
     (home / "passwords.json").write_text(json.dumps({USER: PASSWORD}))
@@ -177,6 +191,7 @@ def airflow_stack():
                                                        "append": True}),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "journey",
         "CURATION_JOURNEY_LAKE": str(lake),
+        "CURATION_JOURNEY_INPUT": str(base / "input.jsonl"),
         "CURATION_LOCAL_JOBS_DIR": str(base / "jobs"),
     })
     airflow = [sys.executable, "-m", "airflow"]

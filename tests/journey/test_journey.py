@@ -15,6 +15,7 @@ from airflow_curation.core.layout import sanitize_run_id
 from .conftest import ARTIFACTS, PASSWORD, USER
 
 DAG_ID = "curation_journey"
+STAGES_DAG = "curation_journey_stages"
 BACKFILL_DATES = ["2026-11-10", "2026-11-11", "2026-11-12"]
 MANUAL_DATE, FAILING_DATE = "2026-11-20", "2026-11-21"
 
@@ -52,6 +53,10 @@ def journey(airflow_stack):
         "dag_id": DAG_ID, "from_date": f"{BACKFILL_DATES[0]}T00:00:00Z",
         "to_date": f"{BACKFILL_DATES[-1]}T00:00:00Z", "run_backwards": False, "dag_run_conf": {},
         "reprocess_behavior": "none", "max_active_runs": 3})
+    _wait(lambda: _get_dag(s, STAGES_DAG), 120, "the stages DAG to be parsed", s)
+    s.request("PATCH", f"/api/v2/dags/{STAGES_DAG}", {"is_paused": False})
+    stages_run = s.request("POST", f"/api/v2/dags/{STAGES_DAG}/dagRuns",
+                           {"logical_date": f"{MANUAL_DATE}T00:00:00Z", "conf": {}})
     wanted = BACKFILL_DATES + [MANUAL_DATE, FAILING_DATE]
 
     def finished():
@@ -61,23 +66,26 @@ def journey(airflow_stack):
             else None
 
     runs = _wait(finished, 420, "the runs to finish", s)
-    return s, runs, backfill
+    rid = quote(stages_run["dag_run_id"], safe="")
+    stages_run = _wait(lambda: (lambda r: r if r["state"] in ("success", "failed") else None)(
+        s.request("GET", f"/api/v2/dags/{STAGES_DAG}/dagRuns/{rid}")), 300, "the stages run to finish", s)
+    return s, runs, backfill, stages_run
 
 
-def _get_dag(s):
+def _get_dag(s, dag_id=DAG_ID):
     try:
-        return s.request("GET", f"/api/v2/dags/{DAG_ID}")
+        return s.request("GET", f"/api/v2/dags/{dag_id}")
     except AssertionError:
         return None
 
 
-def _why(s, run: dict) -> str:
+def _why(s, run: dict, dag_id: str = DAG_ID) -> str:
     """The failed tasks' logs of a run, for a readable assertion message."""
     rid = quote(run["dag_run_id"])
     out = []
-    for ti in s.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{rid}/taskInstances")["task_instances"]:
+    for ti in s.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{rid}/taskInstances")["task_instances"]:
         if ti["state"] != "success":
-            _, text = s.get_text(f"/api/v2/dags/{DAG_ID}/dagRuns/{rid}/taskInstances/{ti['task_id']}/logs/"
+            _, text = s.get_text(f"/api/v2/dags/{dag_id}/dagRuns/{rid}/taskInstances/{ti['task_id']}/logs/"
                                  f"{max(ti['try_number'], 1)}?full_content=true")
             out.append(f"--- {ti['task_id']} {ti['state']}\n{text[-4000:]}")
     return "\n".join(out)
@@ -90,7 +98,7 @@ def _report(s, run: dict) -> dict:
 
 
 def test_run_and_three_date_backfill_succeed_with_a_partition_and_report_each(journey):
-    s, runs, backfill = journey
+    s, runs, backfill, _ = journey
     assert backfill["dag_id"] == DAG_ID
     backfilled = [d for d in BACKFILL_DATES if runs[d]["run_type"] == "backfill"]
     assert backfilled == BACKFILL_DATES
@@ -128,7 +136,7 @@ def test_run_and_three_date_backfill_succeed_with_a_partition_and_report_each(jo
 
 
 def test_stricter_param_fails_the_run_with_a_readable_message(journey):
-    s, runs, _ = journey
+    s, runs, _, _ = journey
     run = runs[FAILING_DATE]
     assert run["state"] == "failed"
     report, page = _report(s, run)
@@ -140,7 +148,7 @@ def test_stricter_param_fails_the_run_with_a_readable_message(journey):
 
 
 def test_plugin_serves_the_report_only_to_authorised_users(journey):
-    s, runs, _ = journey
+    s, runs, _, _ = journey
     run = runs[BACKFILL_DATES[0]]
     path = f"/curation/report/{DAG_ID}/{quote(run['dag_run_id'], safe='')}"
     status, text = s.get_text(path)
@@ -177,7 +185,7 @@ def test_ui_in_chromium_grid_and_report(journey):
     from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import WebDriverWait
 
-    s, runs, _ = journey
+    s, runs, _, _ = journey
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     d = _browser()
     try:
@@ -221,3 +229,20 @@ def test_ui_in_chromium_grid_and_report(journey):
         assert len(d.find_elements(By.TAG_NAME, "svg")) >= 4
     finally:
         d.quit()
+
+
+def test_real_stages_ingest_preprocess_dedup_validate(journey):
+    """The same operators the pipeline DAG uses, on real text: the report's funnel is the stages' own books."""
+    s, _, _, run = journey
+    assert run["state"] == "success", _why(s, run, STAGES_DAG)
+    base = s.lake / "stages" / f"snapshot={MANUAL_DATE}" / "_manifests" / sanitize_run_id(run["dag_run_id"])
+    report = json.loads((base / "report.json").read_text())
+    assert report["status"] == "passed", report["summary"]
+    funnel = {f["label"]: f["rows"] for f in report["metrics"]["funnel"]}
+    ingest = json.loads((base / "ingest.json").read_text())
+    pre = json.loads((base / "preprocess.json").read_text())
+    assert ingest["accounting"]["read"] == 51  # every input line is accounted for, the empty one too
+    assert funnel["ingested"] == ingest["accounting"]["kept"] == sum(sh["rows"] for sh in ingest["shards"])
+    assert funnel["quality"] == pre["accounting"]["kept"] < funnel["ingested"]
+    assert report["metrics"]["duplicates"]["duplicates"] >= 8 and funnel["dedup"] < funnel["quality"]
+    assert set(report["stages"]) >= {"ingest", "preprocess", "dedup"}
