@@ -475,7 +475,8 @@ class SlurmBackend(Backend):
         job_dir, groups = base["job_dir"], base["groups"]
         name = f"curation-{base['stage']}"
         result = os.path.join(job_dir, f"result-{attempt}.json")
-        handle = {**base, "attempt": attempt, "result": result, "array_job_id": None, "array": None}
+        handle = {**base, "attempt": attempt, "result": result, "array_job_id": None, "array": None,
+                  "submitted": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 3600))}
         attempt_arg = [str(int(attempt))]
         if groups == 1:
             handle["job_id"] = self._sbatch(self.sbatch_argv(
@@ -532,7 +533,9 @@ class SlurmBackend(Backend):
                 raise SlurmError(f"scontrol show job {job_id}: {(proc.stderr or proc.stdout).strip()}")
         if not missing:
             return records, "scontrol"
-        proc = self._run(["sacct", "-n", "-P", "-X", "-o", "JobID,State,ExitCode,Reason",
+        # sacct looks at today only unless told where to start.
+        since = handle.get("submitted") or time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 7 * 86400))
+        proc = self._run(["sacct", "-n", "-P", "-X", "-o", "JobID,State,ExitCode,Reason", "-S", since,
                           "-j", ",".join(missing)], check=False)
         text = proc.stderr + proc.stdout
         if proc.returncode != 0 or "accounting storage is disabled" in text:
@@ -540,17 +543,21 @@ class SlurmBackend(Backend):
         return records + parse_sacct(proc.stdout), "sacct"
 
     def status(self, handle: JobHandle) -> JobStatus:
-        handle = self.current(handle)
-        status, retry_reason = self._status(handle)
+        try:
+            handle = self.current(handle)
+            status, retry_reason = self._status(handle)
+        except SlurmError as e:  # SSH or the controller is down: not a verdict on the job
+            return JobStatus(JobState.UNKNOWN, f"cannot reach Slurm: {e}")
         if (status.state == JobState.FAILED and retry_reason in self.resubmit_on
                 and handle["attempt"] <= self.max_resubmits):
             try:
                 new = self.resubmit(handle)
             except SlurmError as e:
                 return JobStatus(JobState.FAILED, f"{status.message}; resubmission failed: {e}", status.result)
-            if new is not None:
-                return JobStatus(JobState.PENDING, f"{status.message}; resubmitted as attempt "
-                                                   f"{new['attempt']} (job {new['job_id']})")
+            if new is None:  # another poller resubmitted first: report its attempt
+                return JobStatus(JobState.PENDING, f"{status.message}; resubmitted by another poller")
+            return JobStatus(JobState.PENDING, f"{status.message}; resubmitted as attempt "
+                                               f"{new['attempt']} (job {new['job_id']})")
         return status
 
     def _status(self, handle: JobHandle) -> tuple[JobStatus, str | None]:
