@@ -28,7 +28,7 @@ mkdir -p "$DIR"/{state,spool,run,log}
 if ! alive "$DIR/run/slurmctld.pid" || [ ! -s "$CONF" ]; then
 cat > "$CONF.tmp" <<CONF
 ClusterName=curationtest
-SlurmctldHost=$HOST
+SlurmctldHost=$HOST(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -56,7 +56,10 @@ JobCompLoc=$DIR/log/jobcomp.txt
 MaxArraySize=${CURATION_SLURM_MAX_ARRAY_SIZE:-1001}
 MinJobAge=300
 KillWait=5
-NodeName=$HOST CPUs=${CURATION_SLURM_CPUS:-2} State=UNKNOWN
+# Use the configured CPUs even on a smaller machine (the tests need 2 slots), and loopback addresses
+# so that the host name need not resolve.
+SlurmdParameters=config_overrides
+NodeName=$HOST NodeAddr=127.0.0.1 CPUs=${CURATION_SLURM_CPUS:-2} State=UNKNOWN
 PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
 CONF
 mv "$CONF.tmp" "$CONF"
