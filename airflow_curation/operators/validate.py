@@ -136,7 +136,8 @@ class ValidateOperator(CurationStageOperator):
                 "dataset": report["dataset"], "snapshot": report.get("snapshot")})
             CurationReportLink.persist(context)
             self._emit_metrics(report)
-        if state != JobState.SUCCEEDED.value and report is not None and report["status"] == "failed":
+        checks_failed = "ValidationFailed" in (message or "") or "ValidationFailed" in str((result or {}).get("error"))
+        if state != JobState.SUCCEEDED.value and checks_failed and report is not None and report["status"] == "failed":
             # The data failed its checks: retrying cannot help, so fail without retries.
             raise AirflowFailException(f"curation checks failed for {report['dataset']}"
                                        f"{'/snapshot=' + report['snapshot'] if report.get('snapshot') else ''}"

@@ -144,9 +144,10 @@ class ValidateStage(Stage):
         rec = self.checkpoints.load(UNIT_ID)
         extra = rec.extra if rec else {}
         json_uri, html_uri = report_uris(self.lake, self.run_id)
-        # A rerun that found the checkpoint (same data, same checks) still gets its own report.
+        # A rerun that found the checkpoint (same data, same checks) still gets its own report, and
+        # replaces any older one in this run's folder.
         for src, dst in ((extra.get("report_json"), json_uri), (extra.get("report_html"), html_uri)):
-            if src and src != dst and storage.exists(src) and not storage.exists(dst):
+            if src and src != dst and storage.exists(src):
                 storage.write_bytes(dst, storage.read_bytes(src))
         manifest.config = {**manifest.config, "report_json": json_uri, "report_html": html_uri,
                            "validation": extra.get("status")}
