@@ -421,15 +421,17 @@ class SlurmBackend(Backend):
                             ("--qos", self.qos), ("--time", time_limit or self.time_limit)):
             if value:
                 argv.append(f"{flag}={value}")
+        # The collect job runs the stage's finalize (e.g. dedup's global phase): it keeps the CPUs and
+        # memory, but not the extra options (GPUs, constraints) that the shard work asked for.
+        if self.cpus_per_task:
+            argv.append(f"--cpus-per-task={self.cpus_per_task}")
+        if self.mem:
+            argv.append(f"--mem={self.mem}")
         if not collect:
             if self.nodes and not array:
                 argv.append(f"--nodes={self.nodes}")
             if self.ntasks and not array:
                 argv.append(f"--ntasks={self.ntasks}")
-            if self.cpus_per_task:
-                argv.append(f"--cpus-per-task={self.cpus_per_task}")
-            if self.mem:
-                argv.append(f"--mem={self.mem}")
             argv += self.sbatch_options
         if array:
             argv.append(f"--array={array}")
