@@ -1,0 +1,65 @@
+"""Real stages on the real cluster: ingest in-process, then preprocess on Slurm as an array over shard
+groups, and again as one allocation running a Dask cluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from airflow_curation.backends.base import JobState
+from airflow_curation.core import storage
+from airflow_curation.core.manifest import Manifest
+from airflow_curation.jobs import run_spec
+from airflow_curation.jobs.spec import JobSpec
+
+from .conftest import wait_for
+
+pytestmark = pytest.mark.slurm
+
+WORDS = "the quick brown fox jumps over the lazy dog while curators read every line of the corpus".split()
+
+
+@pytest.fixture
+def ingested(tmp_path) -> tuple[dict, str]:
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for f in range(4):
+        with open(inputs / f"part-{f}.jsonl", "w") as out:
+            for i in range(30):
+                text = " ".join(WORDS[(i + j) % len(WORDS)] for j in range(60 + i)) + "."
+                out.write(json.dumps({"text": text}) + "\n")
+    lake = {"root": str(tmp_path / "lake"), "dataset": "web", "snapshot": None}
+    result = run_spec(JobSpec("ingest", lake, "r1", {"inputs": [str(inputs)], "target_shard_bytes": 12000}))
+    assert result["rows"] == 120
+    return lake, result["manifest_uri"]
+
+
+def test_preprocess_as_an_array_then_on_a_dask_allocation(make_backend, ingested):
+    lake, ingest_manifest = ingested
+    shards = len(Manifest.read(ingest_manifest).shards)
+    assert shards >= 2
+
+    array = make_backend(shard_groups=2)
+    handle = array.submit(JobSpec("preprocess", lake, "r1", {"input_manifest": ingest_manifest,
+                                                            "engine": "local"}))
+    st = wait_for(array, handle, timeout=600)
+    assert st.state == JobState.SUCCEEDED, (st, array.logs(handle)[0][-3000:])
+    manifest = Manifest.read(handle["manifest_uri"])
+    assert manifest.status == "complete" and len(manifest.shards) == shards
+    assert manifest.accounting["read"] == 120
+    assert all(storage.exists(s.attrs["preprocess"]) for s in manifest.shards)
+    groups = [json.loads(Path(handle["job_dir"], f"result-1-group-{g}.json").read_text()) for g in (0, 1)]
+    assert sum(g["shards"] for g in groups) == shards
+
+    dask = make_backend(engine="dask", ntasks=2, cpus_per_task=1)
+    handle = dask.submit(JobSpec("preprocess", lake, "r2", {"input_manifest": ingest_manifest,
+                                                           "preset": "c4"}))  # new fingerprint: recomputed
+    st = wait_for(dask, handle, timeout=600)
+    assert st.state == JobState.SUCCEEDED, (st, dask.logs(handle)[0][-3000:])
+    text = dask.logs(handle)[0]
+    assert f"dask: {shards} units on the cluster at tcp://" in text
+    manifest = Manifest.read(handle["manifest_uri"])
+    assert manifest.status == "complete" and manifest.accounting["read"] == 120
+    assert all(u.status == "done" for u in manifest.units)
