@@ -26,7 +26,6 @@ import time
 import unicodedata
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -146,7 +145,7 @@ def main() -> None:
     results["python: shingles only (NFKC, lower, re, join)"] = mb / timed(lambda: [shingles_py(t) for t in docs])
 
     ours = results["ours: MinHash signatures"]
-    print(f"\n| method | MB/s per core | ours MinHash / it |\n| --- | ---: | ---: |")
+    print("\n| method | MB/s per core | ours MinHash / it |\n| --- | ---: | ---: |")
     for name, speed in results.items():
         print(f"| {name} | {speed:.1f} | {ours / speed:.2f}x |")
     ex = results["ours: exact keys (NFKC, lower, fold ws, xxh3-128)"]

@@ -228,21 +228,34 @@ def _decode(data, i, end):
 
 
 @numba.njit(cache=True, nogil=True)
-def _needs_python_kernel(data, offsets, classes, bits, out):
-    """Which documents hold a code point with one of ``bits`` (so Python must normalise them)."""
+def _unsafe_lines_kernel(data, offsets, classes, bits, docs, starts, ends):
+    """Byte spans of the lines (between line feeds) that hold a code point with one of ``bits``."""
+    n = 0
     for d in range(offsets.size - 1):
         i, end = offsets[d], offsets[d + 1]
-        found = False
+        line_start = i
+        flagged = False
         while i < end:
-            if data[i] < 0x80:
+            b0 = data[i]
+            if b0 == 10:
+                if flagged:
+                    docs[n], starts[n], ends[n] = d, line_start, i
+                    n += 1
+                    flagged = False
+                i += 1
+                line_start = i
+                continue
+            if b0 < 0x80 or flagged:
                 i += 1
                 continue
             cp, w = _decode(data, i, end)
             if cp >= classes.size or (classes[cp] & bits) != 0:
-                found = True
-                break
+                flagged = True
             i += w
-        out[d] = found
+        if flagged:
+            docs[n], starts[n], ends[n] = d, line_start, end
+            n += 1
+    return n
 
 
 @numba.njit(inline="always")
@@ -445,12 +458,9 @@ def _prepare(texts, normalization: str | None, lowercase: bool, word_tokens: boo
     if not normalization and not lowercase:
         return arr
     if normalization in ("NFKC", None):
-        data, offsets = _buffers(arr)
-        need = np.empty(len(arr), np.bool_)
         bits = (_UNSAFE_WORD if word_tokens else _UNSAFE_NFKC) if normalization else _UNSAFE_LOWER
-        _needs_python_kernel(data, offsets, char_classes(), bits, need)
-    else:
-        need = ~pc.string_is_ascii(arr).to_numpy(zero_copy_only=False)
+        return _normalize_lines(arr, bits, normalization, lowercase)
+    need = ~pc.string_is_ascii(arr).to_numpy(zero_copy_only=False)
     if not need.any():
         return arr
     other = pc.filter(arr, pa.array(need)).to_pylist()
@@ -459,6 +469,42 @@ def _prepare(texts, normalization: str | None, lowercase: bool, word_tokens: boo
     if lowercase:
         other = [t.lower() for t in other]
     return pc.replace_with_mask(arr.cast(pa.large_string()), pa.array(need), pa.array(other, pa.large_string()))
+
+
+def _normalize_lines(arr: pa.Array, bits, normalization: str | None, lowercase: bool) -> pa.Array:
+    """Python's NFKC + lower on just the lines that hold a character with ``bits``: NFKC and
+    ``str.lower`` never look across a line feed (a starter that composes with nothing and is not
+    case-ignorable), and the kernels lowercase every other line character by character."""
+    data, offsets = _buffers(arr)
+    cap = len(arr) + int(np.count_nonzero(data == 10))
+    docs, starts, ends = (np.empty(cap, np.int64) for _ in range(3))
+    n = _unsafe_lines_kernel(data, offsets, char_classes(), np.uint8(bits), docs, starts, ends)
+    if n == 0:
+        return arr
+    docs, starts, ends = docs[:n], starts[:n], ends[:n]
+    raw = memoryview(data)
+    changed = np.unique(docs)
+    out = []
+    k = 0
+    for d in changed.tolist():
+        pieces, pos = [], int(offsets[d])
+        while k < n and docs[k] == d:
+            s, e = int(starts[k]), int(ends[k])
+            line = bytes(raw[s:e]).decode("utf-8", "replace")
+            if normalization:
+                line = unicodedata.normalize(normalization, line)
+            if lowercase:
+                line = line.lower()
+            pieces.append(raw[pos:s])
+            pieces.append(line.encode())
+            pos = e
+            k += 1
+        pieces.append(raw[pos:int(offsets[d + 1])])
+        out.append(b"".join(pieces))
+    mask = np.zeros(len(arr), np.bool_)
+    mask[changed] = True
+    fixed = pa.array(out, pa.large_binary()).cast(pa.large_string())
+    return pc.replace_with_mask(arr.cast(pa.large_string()), pa.array(mask), fixed)
 
 
 def fold_whitespace(texts, lower: bool = False) -> pa.Array:

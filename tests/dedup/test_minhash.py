@@ -133,7 +133,8 @@ def test_fast_path_equals_python_normalisation(tokenizer):
     as their Python-normalised text does."""
     fast = MinHasher(MinHashParams(tokenizer=tokenizer, ngram=2))
     plain = MinHasher(MinHashParams(tokenizer=tokenizer, ngram=2, normalization=None, lowercase=False))
-    for text in TRICKY + [t for _, t in handbook_docs(["sect.syslog.html"])]:
+    multi_line = ["\n".join(TRICKY), "ΟΔΟΣ\nΣΟΦΙΑ\nplain line\nΑΣ\n", "e\n\u0301x\n", "\n\n\u2026\n"]
+    for text in TRICKY + multi_line + [t for _, t in handbook_docs(["sect.syslog.html"])]:
         ref = unicodedata.normalize("NFKC", text).lower()
         assert np.array_equal(fast.shingles(text), plain.shingles(ref)), text[:40]
         assert tuple(exact_keys([text])[0]) == tuple(exact_keys([ref], normalization=None, lowercase=False)[0])

@@ -21,7 +21,7 @@ from airflow_curation.core.manifest import Manifest, ShardEntry
 from airflow_curation.core.shards import write_parquet
 from airflow_curation.jobs import run_spec
 from airflow_curation.jobs.spec import JobSpec
-from airflow_curation.stages.base import StageFailed, StageRunner
+from airflow_curation.stages.base import StageRunner
 from airflow_curation.stages.dedup.stage import DedupStage
 
 
