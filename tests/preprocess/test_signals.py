@@ -6,6 +6,8 @@ import math
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from airflow_curation.core.code_signals import compute_code_signals
 from airflow_curation.core.signals import SIGNALS, compute_signals, reference_signals
@@ -141,3 +143,16 @@ def test_a_hugging_face_tokenizer_file_counts_tokens(tmp_path, warm_signals):
     assert [x["n_words"] for x in r] == [x["n_words"] for x in default]   # only the token count changes
     with pytest.raises(ValueError, match="tokenizer must be"):
         compute_signals(texts, {"tokenizer": "gpt2"})
+
+
+_PIECES = ["the", "The", "of", "and", "cat", "cat.", "...", "…", "•", "-", "#", "{", "_", "a_b", "ß", "日本",
+           "мир", "😀", "1984", "lorem ipsum", "?", "!", "'", "\"", "”"]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(st.sampled_from(_PIECES), st.sampled_from([" ", "  ", "\n", "\n\n", "\t", "\r\n", "\u3000"]),
+                          st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=8)),
+                max_size=60).map("".join))
+def test_kernel_equals_reference_on_generated_text(warm_signals, text):
+    _assert_same(compute_signals([text]), reference_signals([text]), [text])
