@@ -184,3 +184,18 @@ def test_stage_on_an_existing_dask_cluster(lake, warm_signals):
     pids = {stage_rec.pid for stage_rec in
             (PreprocessStage(lake, cfg, "x").checkpoints.load(u.unit_id) for u in manifest.units)}
     assert pids == worker_pids              # the units ran in the existing cluster's worker process
+
+
+def test_memory_expansion_is_measured_from_checkpoints(lake, warm_signals):
+    lake, ingest_uri = lake
+    cfg = {"input_manifest": ingest_uri, "engine": "local"}
+    stage = PreprocessStage(lake, cfg, "pre-m1")
+    assert stage.memory_expansion() == 8.0                      # nothing measured yet
+    assert PreprocessStage(lake, {**cfg, "memory_expansion": 3}, "x").memory_expansion() == 3.0
+    StageRunner(stage).run()
+    records = [stage.checkpoints.load(u.unit_id) for u in stage.plan()]
+    assert all(r.extra["peak_rss_mib"] > 0 for r in records)
+    measured = PreprocessStage(lake, cfg, "pre-m2").memory_expansion()
+    # tiny shards under a process of a few hundred MiB: the measured factor is large, and capped
+    expected = max((r.extra["peak_rss_mib"] * 1024 ** 2 - 640 * 1024 ** 2) / r.outputs[0]["bytes"] for r in records)
+    assert measured == min(64.0, max(1.0, expected))

@@ -31,6 +31,9 @@ from airflow_curation.core.schema import check_id_text
 from airflow_curation.core.shards import _CountingSink
 from airflow_curation.core.signals import SignalComputer
 from airflow_curation.stages.base import Stage, UnitMapper, UnitResult, local_mapper
+from airflow_curation.stages.engines.budget import DEFAULT_BASE_BYTES, MiB
+
+DEFAULT_EXPANSION = 8.0
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +153,8 @@ class PreprocessStage(Stage):
     :param engine: ``dask`` (default) or ``local`` (in-process / a process pool of ``workers``).
     :param scheduler_address: run on this Dask cluster instead of a LocalCluster.
     :param workers: at most this many local workers (the memory plan may choose fewer).
-    :param memory_expansion: a unit's peak memory per byte of its shard, for the worker plan.
+    :param memory_expansion: a unit's peak memory per byte of its shard, for the worker plan; default:
+        measured from this config's earlier checkpoints, else 8.
     """
 
     name = "preprocess"
@@ -158,7 +162,7 @@ class PreprocessStage(Stage):
     RUNTIME_KEYS = Stage.RUNTIME_KEYS | {"engine", "memory_expansion", "batch_rows"}
     DEFAULTS: dict[str, Any] = {
         "preset": "gopher", "rules": [], "signals": {}, "code": "auto", "code_language": "auto",
-        "batch_rows": 4096, "engine": "dask", "memory_expansion": 8.0,
+        "batch_rows": 4096, "engine": "dask", "memory_expansion": None,
     }
 
     def __init__(self, lake, config, run_id) -> None:
@@ -182,7 +186,31 @@ class PreprocessStage(Stage):
 
         return dask_mapper(self.config.get("scheduler_address"), workers=self.config.get("workers"),
                            unit_bytes=lambda args: self._unit_bytes.get(args[1].unit_id, 0),
-                           expansion=float(self.config["memory_expansion"]))
+                           expansion=self.memory_expansion())
+
+    def memory_expansion(self, sample: int = 64) -> float:
+        """Peak memory per shard byte: the setting if given, else measured from this config's
+        checkpoints (each records its process's peak RSS), else 8. A worker's peak RSS over its life
+        overestimates one unit's need, which errs on the safe side."""
+        if self.config.get("memory_expansion"):
+            return float(self.config["memory_expansion"])
+        measured = []
+        for uri in storage.listdir(self.checkpoints.directory)[:sample]:
+            if not uri.endswith(".json") or uri.endswith(".failed.json"):
+                continue
+            try:
+                rec = storage.read_json(uri)
+                peak = float(rec["extra"]["peak_rss_mib"]) * MiB
+                shard_bytes = int(rec["outputs"][0]["bytes"])
+            except (KeyError, IndexError, TypeError, ValueError, OSError):
+                continue
+            if shard_bytes > 0:
+                measured.append(max(0.0, peak - DEFAULT_BASE_BYTES) / shard_bytes)
+        if not measured:
+            return DEFAULT_EXPANSION
+        expansion = min(64.0, max(1.0, max(measured)))
+        log.info("preprocess: memory expansion %.1f measured from %d checkpoints", expansion, len(measured))
+        return expansion
 
     def __getstate__(self) -> dict:
         # Workers need no sizes; 10,000 shards' worth must not travel with every unit.
