@@ -44,7 +44,7 @@ install: system-deps $(STAMP)
 	@set -e; for s in $(PY_INSTALLERS); do bash $$s $(VENV); done
 
 test: install
-	$(VENV)/bin/pytest -ra $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -ra --durations=20 $(PYTEST_ARGS)
 
 corpus: install
 	@if [ ! -f sample_corpus/README.md ]; then $(VPY) scripts/make_sample_corpus.py --out sample_corpus; \
