@@ -23,7 +23,7 @@ def get_provider_info() -> dict:
         "operators": [{"integration-name": "Curation", "python-modules": [
             "airflow_curation.operators.base", "airflow_curation.operators.ingest",
             "airflow_curation.operators.dedup",
-            "airflow_curation.operators.preprocess"]}],
+            "airflow_curation.operators.preprocess", "airflow_curation.operators.validate"]}],
         "sensors": [{"integration-name": "Curation", "python-modules": [
             "airflow_curation.sensors.shard_checkpoint"]}],
         "triggers": [{"integration-name": "Curation", "python-modules": [
@@ -46,7 +46,8 @@ def get_provider_info() -> dict:
             },
         }, _slurm_connection_type()],
         "extra-links": ["airflow_curation.links.curation.CurationManifestLink",
-                        "airflow_curation.links.curation.CurationJobLogLink"],
+                        "airflow_curation.links.curation.CurationJobLogLink",
+                        "airflow_curation.operators.validate.CurationReportLink"],
     }
 
 
