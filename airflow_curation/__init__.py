@@ -22,7 +22,7 @@ def get_provider_info() -> dict:
         }],
         "operators": [{"integration-name": "Curation", "python-modules": [
             "airflow_curation.operators.base", "airflow_curation.operators.ingest",
-            "airflow_curation.operators.dedup",
+            "airflow_curation.operators.dedup", "airflow_curation.operators.enrich",
             "airflow_curation.operators.preprocess", "airflow_curation.operators.validate"]}],
         "sensors": [{"integration-name": "Curation", "python-modules": [
             "airflow_curation.sensors.shard_checkpoint"]}],
@@ -47,7 +47,8 @@ def get_provider_info() -> dict:
         }, _slurm_connection_type()],
         "extra-links": ["airflow_curation.links.curation.CurationManifestLink",
                         "airflow_curation.links.curation.CurationJobLogLink",
-                        "airflow_curation.operators.validate.CurationReportLink"],
+                        "airflow_curation.operators.validate.CurationReportLink",
+                        "airflow_curation.operators.enrich.RayDashboardLink"],
     }
 
 

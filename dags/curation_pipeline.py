@@ -29,6 +29,7 @@ from airflow.sdk import DAG, Asset, Param
 
 from airflow_curation.operators.base import CurationStageOperator
 from airflow_curation.operators.dedup import DedupOperator
+from airflow_curation.operators.enrich import EnrichOperator
 from airflow_curation.operators.ingest import IngestOperator
 from airflow_curation.operators.preprocess import PreprocessOperator
 from airflow_curation.sensors.shard_checkpoint import ShardCheckpointSensor
@@ -86,6 +87,12 @@ with DAG(
                                  description="Jaccard similarity at which documents are near duplicates"),
         "preset": Param("gopher", type="string",
                         description="preprocess filter preset(s): gopher, c4, fineweb, code, comma-separated"),
+        "enrich_model": Param(os.environ.get("CURATION_ENRICH_MODEL", ""), type="string",
+                              description="model folder for enrich; empty: the enrich step is skipped"),
+        "enrich_task": Param("embed", enum=["embed", "classify", "score", "generate"]),
+        "enrich_engine": Param("vllm", enum=["vllm", "transformers"]),
+        "enrich_executor": Param("ray", enum=["ray", "local"],
+                                 description="ray: Ray Data engine actors; local: the engine in the job process"),
     },
     tags=["curation"],
 ) as dag:
@@ -123,6 +130,22 @@ with DAG(
     )
     deduped = launch_and_gate(dedup, outlets=[CURATED])
 
+    # Model outputs (embeddings, labels, scores, instruction pairs) for the rows dedup kept; skipped when no
+    # model is configured, so the pipeline runs on machines without one.
+    enrich = EnrichOperator(
+        task_id="enrich",
+        input_manifest=deduped.output["manifest_uri"],
+        task="{{ params.enrich_task }}",
+        model="{{ params.enrich_model }}",
+        engine="{{ params.enrich_engine }}",
+        engine_executor="{{ params.enrich_executor }}",
+        skip_without_model=True,
+        max_failed_fraction="{{ params.max_failed_fraction }}",
+        wait=False,
+        poll_interval=POLL,
+        **COMMON,
+    )
+    enriched = launch_and_gate(enrich)
+
     # Later stages slot in here, each reading the previous gate's manifest, e.g.:
-    #   enrich = EnrichOperator(task_id="enrich", input_manifest=deduped.output["manifest_uri"], ...)
-    # and the Asset outlet moves to the last gate.
+    #   validate = ValidateOperator(task_id="validate", input_manifest=deduped.output["manifest_uri"], ...)

@@ -102,6 +102,11 @@ class Engine:
     def labels(self) -> list[str] | None:
         return None
 
+    @property
+    def max_len(self) -> int | None:
+        """The longest input (in tokens, special tokens included) the loaded model accepts."""
+        return None
+
     def embed(self, token_ids: list[list[int]]) -> np.ndarray:
         raise NotImplementedError(f"{self.spec.engine} engine: model {self.spec.model} cannot embed")
 
@@ -186,6 +191,11 @@ class VllmEngine(Engine):
                                  f"(runner={spec.runner}): {type(e).__name__}: {e}") from e
         self.tokenizer = _load_tokenizer(spec)  # the HF tokenizer itself (vLLM's wrapper lacks some calls)
         self._labels = _model_labels(spec.model)
+        self._max_len = int(self.llm.llm_engine.model_config.max_model_len)
+
+    @property
+    def max_len(self) -> int | None:
+        return self._max_len
 
     @property
     def labels(self) -> list[str] | None:
@@ -270,7 +280,13 @@ class TransformersEngine(Engine):
         if getattr(self.model.config, "pad_token_id", None) is None:
             self.model.config.pad_token_id = self.tokenizer.pad_token_id
         self._labels = _model_labels(spec.model)
-        self._pooling, self._normalize = _sentence_transformers_pooling(spec.model)
+        self._pooling, self._normalize, st_max = _sentence_transformers_pooling(spec.model)
+        limits = [st_max, getattr(self.model.config, "max_position_embeddings", None), spec.max_model_len]
+        self._max_len = min((int(x) for x in limits if x), default=None)
+
+    @property
+    def max_len(self) -> int | None:
+        return self._max_len
 
     @property
     def labels(self) -> list[str] | None:
@@ -351,10 +367,16 @@ class TransformersEngine(Engine):
             self.torch.cuda.empty_cache()
 
 
-def _sentence_transformers_pooling(model: str) -> tuple[str, bool]:
-    """Pooling mode and normalisation from a sentence-transformers folder; mean + normalise otherwise."""
+def _sentence_transformers_pooling(model: str) -> tuple[str, bool, int | None]:
+    """Pooling mode, normalisation and max sequence length of a sentence-transformers folder
+    (mean + normalise and no limit otherwise)."""
     root = os.path.expanduser(model)
-    mode, normalize = "mean", True
+    mode, normalize, max_len = "mean", True, None
+    try:
+        with open(os.path.join(root, "sentence_bert_config.json")) as f:
+            max_len = json.load(f).get("max_seq_length")
+    except (OSError, ValueError):
+        pass
     try:
         with open(os.path.join(root, "modules.json")) as f:
             modules = json.load(f)
@@ -367,7 +389,7 @@ def _sentence_transformers_pooling(model: str) -> tuple[str, bool]:
                     mode = "cls"
     except (OSError, ValueError):
         pass
-    return mode, normalize
+    return mode, normalize, max_len
 
 
 ENGINES = {"vllm": VllmEngine, "transformers": TransformersEngine}

@@ -50,9 +50,14 @@ class Task:
     def run(self, engine: Engine, texts: list[str]) -> dict[str, list]:
         raise NotImplementedError
 
+    def limit(self, engine: Engine) -> int:
+        """``max_input_tokens``, lowered to what the model accepts."""
+        return min(self.max_input_tokens, engine.max_len or self.max_input_tokens)
+
     def _token_ids(self, engine: Engine, texts: list[str]) -> tuple[list[list[int]], dict[str, list]]:
-        ids, lengths = engine.encode(texts, self.max_input_tokens)
-        return ids, {"input_tokens": lengths, "truncated": [n > self.max_input_tokens for n in lengths]}
+        limit = self.limit(engine)
+        ids, lengths = engine.encode(texts, limit)
+        return ids, {"input_tokens": lengths, "truncated": [n > limit for n in lengths]}
 
 
 class EmbedTask(Task):
@@ -152,8 +157,13 @@ class GenerateTask(Task):
 
     def run(self, engine, texts):
         prompts, lengths, cut = [], [], []
+        limit = self.max_input_tokens
+        if engine.max_len:  # the prompt around the document and the output must fit in the context too
+            overhead = len(engine.tokenizer(self.template.replace("{text}", ""))["input_ids"]) + 1
+            room = engine.max_len - overhead - min(int(self.config["max_tokens"]), engine.max_len // 2)
+            limit = max(1, min(limit, room))
         for t in texts:
-            body, n, was_cut = engine.truncate_text(t, self.max_input_tokens)
+            body, n, was_cut = engine.truncate_text(t, limit)
             # str.replace, not str.format: documents and JSON examples are full of braces.
             prompts.append(self.template.replace("{text}", body))
             lengths.append(n)
