@@ -7,7 +7,7 @@ from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStat
 BACKENDS = {
     "local": "airflow_curation.backends.local:LocalBackend",
     "slurm": "airflow_curation.backends.slurm:SlurmBackend",
-    "kubernetes": "airflow_curation.backends.kubernetes:KubernetesBackend",
+    "kubernetes": "airflow_curation.backends.kubernetes:from_options",
 }
 
 

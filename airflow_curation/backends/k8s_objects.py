@@ -8,8 +8,9 @@ travels in a ConfigMap mounted at :data:`SPEC_DIR`; the lake's credentials come 
 How a stage runs, by ``engine``:
 
 - ``indexed``: a sweep, an Indexed Job whose pod *i* runs shard group *i* of *N*
-  (``--shard-group i/N``), then a one-pod *gather* Job that reruns the spec whole: every unit the
-  sweep checkpointed is skipped, units whose pod died are retried there, and the manifest is written.
+  (``--shard-group i/N``), and, created with it, a one-pod *gather* Job that waits for every group's
+  result file, then runs the spec whole: every unit the sweep checkpointed is skipped, units whose
+  pod died are redone there, and the manifest is written.
 - ``job``: one pod runs the whole stage (small stages, ingest).
 - ``dask``: a ``DaskJob`` (dask-kubernetes operator): a Dask cluster plus a runner pod that gets
   ``DASK_SCHEDULER_ADDRESS`` from the operator.
@@ -278,10 +279,17 @@ def sweep_job(name: str, namespace: str, stage: str, spec_json: str, settings: P
 
 def gather_job(name: str, namespace: str, stage: str, spec_json: str, settings: PodSettings, *,
                result_uri: str, backoff_limit: int = 1, ttl_seconds: int = 86400,
-               base_name: str | None = None) -> dict:
-    """One pod that runs the whole spec: after a sweep it only redoes what the sweep did not finish,
-    writes the manifest and runs the stage's ``finalize``; alone (engine ``job``) it is the stage."""
-    return _job(name, namespace, stage, "gather", settings, job_command(result_uri),
+               base_name: str | None = None, wait_for: tuple[str, int, float] | None = None) -> dict:
+    """One pod that runs the whole spec. Alone (engine ``job``) it is the stage. After a sweep
+    (``wait_for=(result_dir, groups, timeout_s)``) it first waits for every group's result file,
+    then only redoes what the sweep left unfinished, writes the manifest and runs ``finalize``."""
+    if wait_for is None:
+        command = job_command(result_uri)
+    else:
+        result_dir, groups, timeout = wait_for
+        command = ["python", "-m", "airflow_curation.backends.k8s_gather", SPEC_PATH, "--result", result_uri,
+                   "--wait-dir", result_dir, "--groups", str(groups), "--timeout", str(int(timeout))]
+    return _job(name, namespace, stage, "gather", settings, command,
                 spec_hash=spec_sha256(spec_json), backoff_limit=backoff_limit, ttl_seconds=ttl_seconds,
                 base_name=base_name)
 

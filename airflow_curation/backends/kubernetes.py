@@ -15,16 +15,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import time
 from typing import Any, Callable
 
 from airflow_curation.backends import k8s_objects as objs
 from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus
+from airflow_curation.backends.k8s_gather import missing_groups, sweep_result_uri
 from airflow_curation.core import storage
 from airflow_curation.jobs.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
+ENV_OPTIONS = "CURATION_KUBERNETES_OPTIONS"
 DEFAULT_ENGINES = {"ingest": "job", "preprocess": "dask", "dedup": "dask", "enrich": "ray",
                    "validate": "job"}
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -47,6 +50,8 @@ class KubernetesBackend(Backend):
     :param propagation_policy: how ``cancel`` deletes: ``Background`` (default) or ``Foreground``.
     :param retries: / :param retry_backoff: retries of 429/5xx/connection errors and the first delay (s).
     :param validate: check every object against its schema before creating it.
+    :param gather_wait_seconds: longest wait of a sweep's gather pod for the groups' results
+        (default: ``active_deadline_seconds``, else 7 days).
     :param env: environment for the job that may hold secrets (the Airflow layer passes the lake's
         storage options here): it goes into a per-job Secret read through ``envFrom``, never into the
         pod spec.
@@ -64,7 +69,8 @@ class KubernetesBackend(Backend):
                  kubernetes_conn_id: str | None = None, propagation_policy: str = "Background",
                  retries: int = 5, retry_backoff: float = 1.0, ttl_seconds: int = 86400,
                  active_deadline_seconds: int | None = None, backoff_limit: int = 2,
-                 validate: bool = True, env: dict[str, str] | None = None, api_client: Any = None) -> None:
+                 validate: bool = True, env: dict[str, str] | None = None,
+                 gather_wait_seconds: float | None = None, api_client: Any = None) -> None:
         self.namespace = namespace
         self.pod = objs.PodSettings.from_dict(pod)
         self.engines = {**DEFAULT_ENGINES, **(engines or {})}
@@ -87,6 +93,8 @@ class KubernetesBackend(Backend):
         self.backoff_limit = backoff_limit
         self.validate = validate
         self.env = dict(env or {})
+        # How long a sweep's gather pod waits for the groups' results before redoing the rest itself.
+        self.gather_wait_seconds = gather_wait_seconds or active_deadline_seconds or 7 * 86400
         self._api_client = api_client
 
     def options(self) -> dict[str, Any]:
@@ -101,7 +109,7 @@ class KubernetesBackend(Backend):
                 "kubernetes_conn_id": self.kubernetes_conn_id, "propagation_policy": self.propagation_policy,
                 "retries": self.retries, "retry_backoff": self.retry_backoff, "ttl_seconds": self.ttl_seconds,
                 "active_deadline_seconds": self.active_deadline_seconds, "backoff_limit": self.backoff_limit,
-                "validate": self.validate, "env": self.env}
+                "validate": self.validate, "env": self.env, "gather_wait_seconds": self.gather_wait_seconds}
 
     # -- client -------------------------------------------------------------------------------
     @property
@@ -228,16 +236,21 @@ class KubernetesBackend(Backend):
                                 gpus_per_worker=self.ray_gpus_per_worker, ray_version=self.ray_version,
                                 active_deadline=self.active_deadline_seconds, ttl_seconds=self.ttl_seconds)
         handle["kind"] = main["kind"]
-        return handle, [cm, *([env_secret] if env_secret else []), main]
+        extras = [self._gather_object(handle, spec_json, pod)] if engine == "indexed" else []
+        return handle, [cm, *([env_secret] if env_secret else []), main, *extras]
 
-    def _gather_object(self, handle: JobHandle) -> dict[str, Any]:
-        spec_json = self._spec_json(handle)
-        pod = self.pod
-        if handle.get("env_secret"):
-            pod = dataclasses.replace(pod, extra_secrets=[*pod.extra_secrets, handle["env_secret"]])
+    def _gather_object(self, handle: JobHandle, spec_json: str | None = None,
+                       pod: objs.PodSettings | None = None) -> dict[str, Any]:
+        if spec_json is None:
+            spec_json = self._spec_json(handle)
+        if pod is None:
+            pod = self.pod
+            if handle.get("env_secret"):
+                pod = dataclasses.replace(pod, extra_secrets=[*pod.extra_secrets, handle["env_secret"]])
         return objs.gather_job(f"{handle['name']}-gather", handle["namespace"], json.loads(spec_json)["stage"],
                                spec_json, pod, result_uri=handle["result"], backoff_limit=self.backoff_limit,
-                               ttl_seconds=self.ttl_seconds, base_name=handle["name"])
+                               ttl_seconds=self.ttl_seconds, base_name=handle["name"],
+                               wait_for=(handle["result_dir"], handle["shard_groups"], self.gather_wait_seconds))
 
     def _spec_json(self, handle: JobHandle) -> str:
         cm = self._call(self.core.read_namespaced_config_map, f"{handle['name']}-spec", handle["namespace"])
@@ -299,7 +312,8 @@ class KubernetesBackend(Backend):
 
         for attempt in range(MAX_ATTEMPT_NAMES):
             handle, objects = self.build(spec, attempt)
-            *parts, main = objects
+            first = next(i for i, o in enumerate(objects) if o["kind"] not in ("ConfigMap", "Secret"))
+            parts, main, extras = objects[:first], objects[first], objects[first + 1:]
             if self.validate:
                 from airflow_curation.backends.schemas import validate_object
 
@@ -312,6 +326,8 @@ class KubernetesBackend(Backend):
                     if e.status != 409:
                         raise
                     # Same name, same spec (the name is its hash): an earlier submit got this far.
+            if self._get(main["kind"], handle["name"], handle["namespace"]) is None:
+                self._clear_results(handle)  # left by a deleted job of the same name: not this one's
             try:
                 created = self._create(main)
             except ApiException as e:
@@ -328,10 +344,25 @@ class KubernetesBackend(Backend):
                 log.info("%s %s already exists (%s): reconnecting to it", main["kind"], handle["name"], state.value)
                 created = existing
             self._own_parts(handle, created, parts)
+            for obj in extras:  # the sweep's gather job: it starts waiting for the groups' results
+                try:
+                    self._create(obj)
+                except ApiException as e:
+                    if e.status != 409:
+                        raise
             log.info("submitted %s %s/%s (engine %s)", main["kind"], handle["namespace"], handle["name"],
                      handle["engine"])
             return handle
         raise RuntimeError(f"{MAX_ATTEMPT_NAMES} earlier jobs of this spec failed; delete them or change the spec")
+
+    def _clear_results(self, handle: JobHandle) -> None:
+        uris = [handle["result"], storage.join(handle["result_dir"], "cancelled.json")]
+        uris += [sweep_result_uri(handle["result_dir"], i) for i in range(handle.get("shard_groups", 0))]
+        for uri in uris:
+            try:
+                storage.remove(uri)
+            except Exception as e:  # noqa: BLE001 - best effort; a stale file only makes a gather start early
+                log.warning("cannot remove stale %s: %s", uri, e)
 
     def _own_parts(self, handle: JobHandle, owner: dict[str, Any], parts: list[dict[str, Any]]) -> None:
         # Deleting the job (cancel, or its TTL) then garbage-collects its ConfigMap and Secret too.
@@ -350,16 +381,22 @@ class KubernetesBackend(Backend):
         if obj["metadata"].get("deletionTimestamp"):
             return JobStatus(JobState.CANCELLED, f"{handle['kind']} {handle['name']} is being deleted")
         state, message = self._object_state(obj)
-        if handle["engine"] == "indexed" and state.finished:
-            if state == JobState.CANCELLED or _condition(obj, "Failed", reason={"PodFailurePolicy", "DeadlineExceeded"}):
-                return JobStatus(JobState.FAILED if state != JobState.CANCELLED else state, f"sweep: {message}")
-            # The sweep is over (all groups done, or some failed): the gather pass redoes only what
-            # has no checkpoint and writes the manifest.
+        if handle["engine"] == "indexed":
+            sweep_message = f"sweep: {message}"
+            fatal = _condition(obj, "Failed", reason={"PodFailurePolicy", "DeadlineExceeded"})
+            if fatal:
+                # A bad spec or the deadline: redoing the rest in one gather pod cannot help.
+                self._delete("Job", f"{handle['name']}-gather", handle["namespace"])
+                return JobStatus(JobState.FAILED, sweep_message, self._read_result(handle))
+            if state == JobState.FAILED:
+                self._release_gather(handle)
             gather = self._ensure_gather(handle)
             if gather.get("metadata", {}).get("deletionTimestamp"):
                 return JobStatus(JobState.CANCELLED, "gather job is being deleted")
             state, message = self._object_state(gather)
-            message = f"gather: {message}"
+            if state == JobState.PENDING and _job_state(obj)[0] == JobState.RUNNING:
+                state = JobState.RUNNING  # the groups run while the gather pod is still scheduling
+            message = f"{sweep_message}; gather: {message}"
         if state == JobState.SUCCEEDED:
             return self._from_result(handle, message)
         if state == JobState.FAILED:
@@ -368,6 +405,14 @@ class KubernetesBackend(Backend):
                 message = f"{message}: {result['error']}"
             return JobStatus(JobState.FAILED, message, result)
         return JobStatus(state, message)
+
+    def _release_gather(self, handle: JobHandle) -> None:
+        """The sweep has failed: groups whose pods were all killed never wrote their result, so write
+        it for them, and the gather pod stops waiting and redoes their units."""
+        for i in missing_groups(handle["result_dir"], handle["shard_groups"]):
+            storage.write_json(sweep_result_uri(handle["result_dir"], i),
+                               {"status": "failed", "error": "the group's pods ended without a result (killed?)",
+                                "written_by": "KubernetesBackend.status"})
 
     def _ensure_gather(self, handle: JobHandle) -> dict[str, Any]:
         from kubernetes.client.exceptions import ApiException
@@ -548,6 +593,20 @@ class KubernetesBackend(Backend):
                 time.sleep(self.retry_backoff)
             finally:
                 w.stop()
+
+
+def from_options(**options: Any) -> KubernetesBackend:
+    """The registry's constructor: deployment defaults from ``$CURATION_KUBERNETES_OPTIONS`` (JSON; the
+    helm chart sets it for the Airflow components), under the options given (``pod`` merged key by key)."""
+    raw = os.environ.get(ENV_OPTIONS)
+    if raw:
+        try:
+            defaults = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"${ENV_OPTIONS} is not valid JSON: {e}") from None
+        pod = {**(defaults.get("pod") or {}), **(options.get("pod") or {})}
+        options = {**defaults, **options, **({"pod": pod} if pod else {})}
+    return KubernetesBackend(**options)
 
 
 def _crd(kind: str) -> tuple[str, str, str]:

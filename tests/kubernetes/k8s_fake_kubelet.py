@@ -92,3 +92,40 @@ class FakeKubelet:
         else:
             status["conditions"] = [{"type": "Complete", "status": "True"}]
         return status
+
+
+class AutoKubelet(FakeKubelet):
+    """Runs every Job as soon as it is created, in a background thread (a cluster that just works)."""
+
+    def __enter__(self) -> "AutoKubelet":
+        import threading
+
+        self._stop = threading.Event()
+        self._seen: set[str] = set()
+        self.errors: list[BaseException] = []
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            # No Dask or KubeRay operator here: fail those at once rather than let a DAG wait forever.
+            for plural, status in (("daskjobs", {"jobStatus": "Failed"}),
+                                   ("rayjobs", {"jobDeploymentStatus": "Failed", "message": "no KubeRay here"})):
+                for name in self.fake.names(plural, self.namespace):
+                    if name not in self._seen:
+                        self._seen.add(name)
+                        self.errors.append(RuntimeError(f"{plural} {name} cannot run in this test"))
+                        self.fake.set_status(plural, name, status, ns=self.namespace)
+            for name in self.fake.names("jobs", self.namespace):
+                if name not in self._seen:
+                    self._seen.add(name)
+                    try:
+                        self.run_job(name)
+                    except BaseException as e:  # noqa: BLE001 - surfaced by the test
+                        self.errors.append(e)
+            self._stop.wait(0.05)

@@ -42,24 +42,35 @@ def test_indexed_sweep_then_gather_through_every_state(fake_k8s, make_backend, m
     assert cm["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
     assert json.loads(cm["data"]["spec.json"])["stage"] == "preprocess"
 
+    # The gather job is created with the sweep: it waits for every group's result file, then runs
+    # the spec whole, so the stage finishes in the cluster even if nobody polls.
+    gather = fake_k8s.get("jobs", f"{name}-gather")
+    assert gather["metadata"]["labels"][LABEL_JOB] == name
+    argv = gather["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert argv[:3] == ["python", "-m", "airflow_curation.backends.k8s_gather"] and "--shard-group" not in argv
+    assert argv[argv.index("--result") + 1] == handle["result"]
+    assert argv[argv.index("--wait-dir") + 1] == handle["result_dir"] and argv[argv.index("--groups") + 1] == "3"
+    assert gather["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"] == f"{name}-spec"
+    assert "ownerReferences" not in gather["metadata"]  # the sweep's TTL must not take the gather with it
+
     assert backend.status(handle).state == JobState.PENDING
     fake_k8s.set_status("jobs", name, {"active": 2, "ready": 0})
     assert backend.status(handle).state == JobState.PENDING
     fake_k8s.set_status("jobs", name, {"active": 2, "ready": 2, "succeeded": 1})
     st = backend.status(handle)
     assert st.state == JobState.RUNNING and "succeeded 1" in st.message
-    assert fake_k8s.get("jobs", f"{name}-gather") is None
 
-    # One group failed for good: the sweep fails, and the gather pass still runs to redo its units.
-    fake_k8s.set_status("jobs", name, {"succeeded": 2, "failed": 1, "failedIndexes": "1", "conditions": [
+    # Group 1's pods were all OOM-killed: no result file. Once the sweep has failed, status writes it
+    # for them, so the waiting gather pod goes on and redoes their units.
+    for i in (0, 2):
+        _write_result({"result": f"{handle['result_dir']}/sweep-{i}.json"}, {"status": "succeeded"})
+    fake_k8s.set_status("jobs", name, {"succeeded": 2, "failed": 3, "failedIndexes": "1", "conditions": [
         {"type": "Failed", "status": "True", "reason": "FailedIndexes", "message": "Job has failed indexes"}]})
     st = backend.status(handle)
-    assert st.state == JobState.PENDING and st.message.startswith("gather:")
-    gather = fake_k8s.get("jobs", f"{name}-gather")
-    assert gather["metadata"]["labels"][LABEL_JOB] == name
-    argv = gather["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert "--shard-group" not in argv and argv[argv.index("--result") + 1] == handle["result"]
-    assert gather["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"] == f"{name}-spec"
+    assert st.state == JobState.PENDING and "gather:" in st.message and "failed indexes 1" in st.message
+    marker = storage.read_json(f"{handle['result_dir']}/sweep-1.json")
+    assert marker["status"] == "failed" and "killed" in marker["error"]
+    assert storage.read_json(f"{handle['result_dir']}/sweep-0.json") == {"status": "succeeded"}  # untouched
     backend.status(handle)
     assert fake_k8s.names("jobs") == sorted([name, f"{name}-gather"])  # created once
 
@@ -82,7 +93,7 @@ def test_bad_spec_fails_the_sweep_without_a_gather(fake_k8s, make_backend, make_
          "message": "Container stage for pod default/x-0 failed with exit code 2"}]})
     st = backend.status(handle)
     assert st.state == JobState.FAILED and "exit code 2" in st.message
-    assert fake_k8s.get("jobs", f"{handle['name']}-gather") is None
+    assert fake_k8s.get("jobs", f"{handle['name']}-gather") is None  # deleted: it could not help
 
 
 def test_failed_job_reports_the_stage_error(fake_k8s, make_backend, make_spec):

@@ -32,8 +32,7 @@ def test_indexed_sweep_and_gather_ingest_for_real(fake_k8s, make_backend, corpus
     kubelet = FakeKubelet(fake_k8s, tmp_path / "kubelet")
 
     assert kubelet.run_job(handle["name"]) == [0, 0]  # both shard groups ran their units
-    st = backend.status(handle)  # sweep complete: the gather job is created
-    assert st.state == JobState.PENDING and st.message.startswith("gather:")
+    # Nobody polls: the gather pod finds both groups' results and finishes the stage by itself.
     assert kubelet.run_job(f"{handle['name']}-gather") == [0]
     st = backend.status(handle)
     assert st.state == JobState.SUCCEEDED, st.message
@@ -55,7 +54,7 @@ def test_bad_spec_fails_fast_through_the_pod_failure_policy(fake_k8s, make_backe
     assert FakeKubelet(fake_k8s, tmp_path / "kubelet").run_job(handle["name"]) == [2, 2]
     st = backend.status(handle)
     assert st.state == JobState.FAILED and "exit code 2" in st.message
-    assert fake_k8s.get("jobs", f"{handle['name']}-gather") is None
+    assert fake_k8s.get("jobs", f"{handle['name']}-gather") is None  # deleted with the verdict
 
 
 def test_a_failed_group_is_redone_by_the_gather(fake_k8s, make_backend, corpus, lake, tmp_path):
@@ -65,10 +64,35 @@ def test_a_failed_group_is_redone_by_the_gather(fake_k8s, make_backend, corpus, 
     handle = backend.submit(spec)
     kubelet = FakeKubelet(fake_k8s, tmp_path / "kubelet")
     assert kubelet.run_job(handle["name"], kill=frozenset({1})) == [0, 137]  # group 1's pod was OOM-killed
-    st = backend.status(handle)
-    assert st.state == JobState.PENDING and st.message.startswith("gather:")
+    st = backend.status(handle)  # the sweep failed: status releases the waiting gather
+    assert st.state == JobState.PENDING and "gather:" in st.message
     assert kubelet.run_job(f"{handle['name']}-gather") == [0]
     st = backend.status(handle)
     assert st.state == JobState.SUCCEEDED and st.result["rows"] == 20
     text, _ = backend.logs(handle)
     assert "2 units already done (checkpoint matches), 2 to run" in text  # only group 1's units redone
+
+
+def test_gather_waits_for_every_group_then_gives_up_at_its_timeout(corpus, lake, tmp_path):
+    import subprocess
+    import sys
+
+    spec = JobSpec("ingest", {"root": str(lake), "dataset": "d", "snapshot": None}, "r1",
+                   {"inputs": [str(corpus)], "unit_bytes": 1})
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(spec.to_json())
+    wait_dir = tmp_path / "results"
+    wait_dir.mkdir()
+    (wait_dir / "sweep-0.json").write_text("{}")
+    argv = [sys.executable, "-m", "airflow_curation.backends.k8s_gather", str(spec_path), "--result",
+            str(tmp_path / "result.json"), "--wait-dir", str(wait_dir), "--groups", "2", "--poll", "0.05"]
+    # Group 1 has not reported: the gather waits (and is stopped here by the test's own timeout)...
+    with pytest.raises(subprocess.TimeoutExpired):
+        subprocess.run(argv + ["--timeout", "600"], capture_output=True, text=True, timeout=3)
+    assert not (tmp_path / "result.json").exists()
+    # ...and with a bound on the wait it gives up, then redoes every unit itself.
+    proc = subprocess.run(argv + ["--timeout", "0"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "gave up waiting for shard groups [1]" in proc.stderr
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["status"] == "succeeded" and result["rows"] == 20
