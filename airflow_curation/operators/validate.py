@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_curation.backends import JobState
 from airflow_curation.core import storage
@@ -130,31 +130,31 @@ class ValidateOperator(CurationStageOperator):
                 handle: dict[str, Any]) -> dict[str, Any]:
         report, json_uri, html_uri = self._report(handle)
         context = getattr(self, "_context", None)
-        if report is not None and context is not None:
+        checks_failed = any("ValidationFailed" in str(m) for m in (message, (result or {}).get("error")))
+        # Only a report this job wrote counts: a job that crashed may have left an older one behind.
+        fresh = report is not None and (state == JobState.SUCCEEDED.value or checks_failed)
+        if fresh and context is not None:
             context["ti"].xcom_push(key=REPORT_XCOM_KEY, value={
                 "json": json_uri, "html": html_uri, "status": report["status"], "summary": report["summary"],
                 "dataset": report["dataset"], "snapshot": report.get("snapshot")})
             CurationReportLink.persist(context)
             self._emit_metrics(report)
-        checks_failed = "ValidationFailed" in (message or "") or "ValidationFailed" in str((result or {}).get("error"))
-        if state != JobState.SUCCEEDED.value and checks_failed and report is not None and report["status"] == "failed":
+        if fresh and checks_failed and report["status"] == "failed":
             # The data failed its checks: retrying cannot help, so fail without retries.
             raise AirflowFailException(f"curation checks failed for {report['dataset']}"
                                        f"{'/snapshot=' + report['snapshot'] if report.get('snapshot') else ''}"
                                        f"\n{report['summary']}\nreport: {html_uri}")
-        try:
-            summary = super()._finish(state, message, result, handle)
-        except AirflowException:
-            raise
+        summary = super()._finish(state, message, result, handle)  # raises on any other failure
         summary = {**summary_of(result), **summary, "report_json": json_uri, "report_html": html_uri,
-                   "validation": report["status"] if report else None}
-        if report is not None and context is not None:
+                   "validation": report["status"] if fresh else None}
+        if fresh and context is not None:
             self._mark_outlets(context, report)
         return summary
 
     def _emit_metrics(self, report: dict[str, Any]) -> None:
         """Rows kept and dropped, shards done and failed and stage seconds, per stage, through Stats."""
         from airflow.sdk.observability.stats import Stats
+
         tags = {"dataset": report["dataset"]}
         for stage, s in report.get("stages", {}).items():
             acc = s.get("accounting") or {}
@@ -178,7 +178,7 @@ class ValidateOperator(CurationStageOperator):
             try:
                 events[outlet].extra = {"dataset": report["dataset"], "snapshot": report.get("snapshot"),
                                         "curated_rows": funnel[-1]["rows"], "curated_bytes": funnel[-1]["bytes"],
-                                        "report": report.get("lake", {}).get("root", "")}
+                                        "lake": report.get("lake", {}).get("root", "")}
             except (KeyError, TypeError, AttributeError):
                 continue
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 

@@ -134,7 +134,7 @@ def curated_signal_columns(checks: list[dict[str, Any]], view: CuratedView) -> l
 
 def run_checks(checks: list[dict[str, Any]], ctx: Context) -> list[CheckResult]:
     results = []
-    for i, c in enumerate(checks):
+    for c in checks:
         t = c.get("type", c.get("check"))
         name = c.get("name") or _default_name(t, c)
         sev = c.get("severity", "error")

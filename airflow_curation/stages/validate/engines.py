@@ -166,7 +166,7 @@ class DuckDBEngine:
                 c = f"{_q(src)}::DOUBLE"
                 exprs += [f"count({c})", f"min({c})", f"max({c})", f"avg({c})", f"quantile_cont({c}, {qs})"]
             row = self.con.execute(f"SELECT {', '.join(exprs)} FROM {tbl}").fetchone()
-            for k, (src, dst) in enumerate(pairs):
+            for k, (_, dst) in enumerate(pairs):
                 n, lo, hi, mean, quant = row[5 * k: 5 * k + 5]
                 stats = {"count": int(n), "min": lo, "max": hi, "mean": mean}
                 for q, val in zip(QUANTILES, quant or [None] * len(QUANTILES)):
@@ -250,7 +250,7 @@ class DaftEngine:
                          self.daft.col("id").alias(f"__id_{a.stage}"))
 
     def docs(self):
-        col, lit = self.daft.col, self.daft.lit
+        col = self.daft.col
         df = self._read(self.view.shard_files)
         for a in self.view.attrs:
             df = df.join(self._attrs(a), left_on="id", right_on=f"__id_{a.stage}", how="left")
