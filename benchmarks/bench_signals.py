@@ -219,8 +219,8 @@ the ratios in one run are the comparison.**
 {table}
 
 Target: the whole preprocess pass >= 100 MB/s per core. **Missed on this machine**: the whole pass
-(read a zstd Parquet shard, 38 signals, 3 presets, write the attrs file) measures 70-75 MB/s of CPU
-time per core under the shared load, about 25% short. Where the time goes (kernel ablations on the
+(read a zstd Parquet shard, 38 signals, 3 presets, write the attrs file) measured 60-75 MB/s of CPU
+time per core across runs under the shared load (table above: one run), 25-40% short. Where the time goes (kernel ablations on the
 same 11 MB of text, CPU time, same load): the one-pass character/word/line scan ~7.7 ms/MB (130 MB/s
 alone), the n-gram repetition signals ~3.5 ms/MB, the stop-word lookup ~1 ms/MB, Parquet decode and
 zstd write ~1.5-2 ms/MB. CPU time on a 2-core machine at load 10+ includes hyperthread and cache
