@@ -109,16 +109,16 @@ def test_identical_for_any_worker_and_partition_count_and_rerun(nd_files, baseli
         assert tables2[name].equals(expected[name])
 
 
-def test_only_rows_kept_by_preprocess_in_a_lake(nd_corpus, tmp_path):
-    ids, texts, _ = nd_corpus
-    lake = Lake(str(tmp_path / "lake"), "ds")
+def _preprocessed_lake(root, ids, texts) -> Lake:
+    """A lake with two shards, preprocess attrs that drop the English originals (not their mutated
+    copies), and a complete preprocess manifest for run r1."""
+    lake = Lake(str(root), "ds")
     entries = []
     for k in range(2):
         sid = f"part-{k:05d}"
         t = pa.table({"id": ids[k::2], "text": texts[k::2], "source": ["x"] * len(ids[k::2]),
                       "meta": [None] * len(ids[k::2])})
         n, ck = write_parquet(lake.shard_uri(sid), t, row_group_rows=64)
-        # preprocess dropped the English originals (not their mutated copies)
         keep = [not (i.startswith("en-US/") and "~" not in i) for i in ids[k::2]]
         write_parquet(lake.attrs_uri("preprocess", sid), pa.table({"id": ids[k::2], "keep": keep}))
         entries.append(ShardEntry(shard_id=sid, uri=lake.shard_uri(sid), rows=t.num_rows, bytes=n, checksum=ck,
@@ -126,6 +126,12 @@ def test_only_rows_kept_by_preprocess_in_a_lake(nd_corpus, tmp_path):
     upstream = Manifest(dataset="ds", stage="preprocess", run_id="r1", fingerprint="f", lake=lake.to_dict(),
                         shards=entries, status="complete")
     upstream.write(lake.manifest_uri("r1", "preprocess"))
+    return lake
+
+
+def test_only_rows_kept_by_preprocess_in_a_lake(nd_corpus, tmp_path):
+    ids, texts, _ = nd_corpus
+    lake = _preprocessed_lake(tmp_path / "lake", ids, texts)
     result = run_spec(JobSpec(stage="dedup", lake=lake.to_dict(), run_id="r1",
                               config={"input_manifest": lake.manifest_uri("r1", "preprocess")}))
     manifest = Manifest.read(result["manifest_uri"])
@@ -195,3 +201,21 @@ def test_on_a_real_dask_local_cluster(nd_files, baseline, tmp_path):
     manifest, tables = _run(tmp_path, nd_files, "dask", engine="dask", workers=2)
     for name in expected:
         assert tables[name].equals(expected[name]), name
+
+
+def test_cli_on_a_lake(nd_corpus, tmp_path, capsys):
+    from airflow_curation.cli import main
+
+    ids, texts, _ = nd_corpus
+    lake = _preprocessed_lake(tmp_path / "lake", ids, texts)
+    assert main(["dedup", "--lake", lake.root, "--dataset", "ds", "--run-id", "r1", "--input-manifest",
+                 lake.manifest_uri("r1", "preprocess"), "--no-near", "--all-rows"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    manifest = Manifest.read(summary["manifest_uri"])
+    assert summary["manifest_uri"] == lake.manifest_uri("r1", "dedup") and manifest.status == "complete"
+    assert manifest.config["near"] is False and manifest.config["only_kept"] is False
+    assert manifest.accounting["read"] == len(ids)
+    for s in manifest.shards:
+        attrs = pq.read_table(s.attrs["dedup"])
+        assert attrs.num_rows == s.rows and not any(attrs.column("near_duplicate").to_pylist())
+        assert attrs.column("cluster_id").null_count == 0  # --all-rows: every row considered
