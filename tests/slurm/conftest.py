@@ -80,6 +80,22 @@ def wait_for(backend: SlurmBackend, handle: dict, timeout: float = 180.0,
     return st
 
 
+def checkpoint_records(lake: dict, manifest) -> dict[str, dict]:
+    """The checkpoint records of a manifest's units that have one, by unit id."""
+    import json
+
+    from airflow_curation.core.checkpoint import CheckpointStore
+    from airflow_curation.core.layout import Lake
+
+    store = CheckpointStore(Lake.from_dict(lake).checkpoint_dir(manifest.stage, manifest.fingerprint))
+    out = {}
+    for unit in manifest.units:
+        path = Path(store.directory, f"{unit.unit_id}.json")
+        if path.exists():
+            out[unit.unit_id] = json.loads(path.read_text())
+    return out
+
+
 def finished_ok(st: JobStatus) -> bool:
     return st.state == JobState.SUCCEEDED
 

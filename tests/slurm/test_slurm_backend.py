@@ -17,15 +17,9 @@ from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest
 
-from .conftest import SITE, spec_for, wait_for
+from .conftest import SITE, checkpoint_records as _records, spec_for, wait_for
 
 pytestmark = pytest.mark.slurm
-
-
-def _records(lake: dict, manifest: Manifest) -> dict[str, dict]:
-    store = CheckpointStore(Lake.from_dict(lake).checkpoint_dir(manifest.stage, manifest.fingerprint))
-    return {u.unit_id: json.loads(Path(store._uri(u.unit_id)).read_text())
-            for u in manifest.units if Path(store._uri(u.unit_id)).exists()}
 
 
 def _scontrol_state(job_id: str) -> str:
@@ -89,22 +83,6 @@ def test_single_job_submit_status_logs(make_backend, lake):
     assert "3 units planned" in text and offset == len(text.encode())
     more, offset2 = backend.logs(handle, offset)
     assert more == "" and offset2 == offset
-
-
-def test_one_allocation_running_a_dask_cluster(make_backend, lake):
-    backend = make_backend(engine="dask", ntasks=2, cpus_per_task=1)
-    handle = backend.submit(spec_for(lake, units=4, sleep_s=0.5))
-    st = wait_for(backend, handle)
-    assert st.state == JobState.SUCCEEDED, (st, backend.logs(handle)[0][-3000:])
-    text = backend.logs(handle)[0]
-    assert "airflow-curation: Dask cluster at tcp://" in text and "dask: 4 units on the cluster at" in text
-    records = _records(lake, Manifest.read(handle["manifest_uri"]))
-    # The units ran in the Dask workers of the srun step (step 0), not in the batch script's process.
-    assert {r["extra"]["slurm_step"] for r in records.values()} == {"0"}
-    assert {r["extra"]["slurm_job"] for r in records.values()} == {handle["job_id"]}
-    assert not list(Path(handle["job_dir"]).glob("core*"))
-    out = subprocess.run(["scontrol", "show", "job", "-o", handle["job_id"]], capture_output=True, text=True)
-    assert "NumTasks=2" in out.stdout
 
 
 def test_array_over_shard_groups_respects_max_array_size(make_backend, lake):

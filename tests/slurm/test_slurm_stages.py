@@ -4,6 +4,7 @@ groups, and again as one allocation running a Dask cluster."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from airflow_curation.core.manifest import Manifest
 from airflow_curation.jobs import run_spec
 from airflow_curation.jobs.spec import JobSpec
 
-from .conftest import wait_for
+from .conftest import checkpoint_records as _records, spec_for, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -34,6 +35,24 @@ def ingested(tmp_path) -> tuple[dict, str]:
     result = run_spec(JobSpec("ingest", lake, "r1", {"inputs": [str(inputs)], "target_shard_bytes": 12000}))
     assert result["rows"] == 120
     return lake, result["manifest_uri"]
+
+
+def test_one_allocation_running_a_dask_cluster(make_backend, lake):
+    # (Here rather than in test_slurm_backend.py: it needs both CPU slots, which that module's
+    # one-minute-limit job holds for a while.)
+    backend = make_backend(engine="dask", ntasks=2, cpus_per_task=1)
+    handle = backend.submit(spec_for(lake, units=4, sleep_s=0.5))
+    st = wait_for(backend, handle)
+    assert st.state == JobState.SUCCEEDED, (st, backend.logs(handle)[0][-3000:])
+    text = backend.logs(handle)[0]
+    assert "airflow-curation: Dask cluster at tcp://" in text and "dask: 4 units on the cluster at" in text
+    records = _records(lake, Manifest.read(handle["manifest_uri"]))
+    # The units ran in the Dask workers of the srun step (step 0), not in the batch script's process.
+    assert {r["extra"]["slurm_step"] for r in records.values()} == {"0"}
+    assert {r["extra"]["slurm_job"] for r in records.values()} == {handle["job_id"]}
+    assert not list(Path(handle["job_dir"]).glob("core*"))
+    out = subprocess.run(["scontrol", "show", "job", "-o", handle["job_id"]], capture_output=True, text=True)
+    assert "NumTasks=2" in out.stdout
 
 
 def test_preprocess_as_an_array_then_on_a_dask_allocation(make_backend, ingested):
