@@ -16,11 +16,16 @@ from airflow.sdk import BaseHook
 from airflow_curation.backends.slurm import SlurmBackend
 from airflow_curation.hooks.slurm_conn import CONNECTION_TYPE  # noqa: F401 - re-exported
 
+def _flag(value: Any) -> bool:
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
 # Connection extra fields -> SlurmBackend options (and how to coerce them from the form's strings).
-EXTRA_FIELDS: dict[str, type] = {
+EXTRA_FIELDS: dict[str, Any] = {
     "partition": str, "account": str, "qos": str, "time_limit": str, "mem": str, "sbatch_options": str,
     "work_dir": str, "python": str, "cpus_per_task": int, "shard_groups": int, "array_parallelism": int,
     "max_resubmits": int, "nodes": int, "ntasks": int, "engine": str, "collect_time_limit": str,
+    "remote_work_dir": _flag,
 }
 
 class SlurmHook(BaseHook):

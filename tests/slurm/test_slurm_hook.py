@@ -55,13 +55,15 @@ def test_hook_builds_the_backend_from_the_connection(monkeypatch):
     _set_conn(monkeypatch, "slurm_site", host="login1.example.org", login="curation", port=2222,
               extra={"partition": "gpu", "account": "llm", "qos": "high", "time_limit": "02:00:00",
                      "sbatch_options": "--gres=gpu:1 --comment='curation run'", "shard_groups": "16",
-                     "extra__slurm__array_parallelism": "4", "work_dir": "/shared/jobs"})
+                     "extra__slurm__array_parallelism": "4", "work_dir": "/shared/jobs",
+                     "remote_work_dir": "true"})
     backend = SlurmHook("slurm_site", shard_groups=4).get_backend()
     assert isinstance(backend, SlurmBackend)
     assert (backend.partition, backend.account, backend.qos, backend.time_limit) == ("gpu", "llm", "high",
                                                                                       "02:00:00")
     assert backend.sbatch_options == ["--gres=gpu:1", "--comment=curation run"]
     assert backend.shard_groups == 4 and backend.array_parallelism == 4  # the override wins
+    assert backend.remote_work_dir is True and backend.work_dir == "/shared/jobs"
     assert backend.command_prefix == ["ssh", "-o", "BatchMode=yes", "-p", "2222", "curation@login1.example.org"]
     assert backend.command_argv(["squeue", "-j", "1; rm -rf /"])[-1] == "squeue -j '1; rm -rf /'"
 
