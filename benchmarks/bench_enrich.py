@@ -68,10 +68,11 @@ def run_stage(inp: str, out: str, name: str, **config) -> tuple[float, dict]:
 
     stage = EnrichStage(Lake(out, "_curation"), {"inputs": [inp], "output_dir": out, "name": name,
                                                  "checkpoint_rows": 100_000, **config}, name)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     manifest = StageRunner(stage).run()
-    seconds = time.perf_counter() - t
+    seconds, cpu = time.perf_counter() - t, time.process_time() - c
     stage.close()
+    manifest.accounting["cpu_s"] = cpu
     return seconds, manifest.accounting
 
 
@@ -79,19 +80,24 @@ class Table:
     def __init__(self, title: str, unit: str) -> None:
         self.title, self.unit, self.rows = title, unit, []
 
-    def add(self, what: str, batch, replicas, seconds: float, docs: int, tokens: int, peer: float | None = None):
-        row = (what, batch, replicas, seconds, docs / seconds, tokens / seconds, peer)
+    def add(self, what: str, batch, replicas, seconds: float, docs: int, tokens: int, cpu: float | None = None):
+        """``cpu``: CPU seconds of this process (None when the work ran in other processes, e.g. Ray actors)."""
+        row = (what, batch, replicas, seconds, docs / seconds, tokens / seconds, docs / cpu if cpu else None)
         self.rows.append(row)
         print(f"  {what:<44} batch {batch!s:>4} replicas {replicas!s:>2}: {seconds:7.2f} s  {docs / seconds:8.1f} docs/s  "
-              f"{tokens / seconds:9.0f} {self.unit}", flush=True)
+              f"{tokens / seconds:9.0f} {self.unit}  {row[6] or 0:8.1f} docs/CPU-s", flush=True)
 
     def markdown(self, peer_name: str) -> str:
         best_peer = max((r[4] for r in self.rows if r[0].startswith(peer_name)), default=None)
-        lines = [f"| {self.title} | batch | replicas | s | docs/s | {self.unit} | vs best {peer_name} |",
-                 "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-        for what, batch, rep, s, dps, tps, _ in self.rows:
+        best_cpu = max((r[6] or 0 for r in self.rows if r[0].startswith(peer_name)), default=None)
+        lines = [f"| {self.title} | batch | replicas | wall s | docs/s | {self.unit} | vs best {peer_name} (wall) "
+                 f"| docs per CPU-s | vs best {peer_name} (CPU) |",
+                 "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for what, batch, rep, s, dps, tps, dpc in self.rows:
             ratio = f"{dps / best_peer:.2f}x" if best_peer else ""
-            lines.append(f"| {what} | {batch} | {rep} | {s:.2f} | {dps:.1f} | {tps:.0f} | {ratio} |")
+            cratio = f"{dpc / best_cpu:.2f}x" if dpc and best_cpu else "n/a (actors)"
+            lines.append(f"| {what} | {batch} | {rep} | {s:.2f} | {dps:.1f} | {tps:.0f} | {ratio} | "
+                         f"{(f'{dpc:.1f}' if dpc else 'n/a')} | {cratio} |")
         return "\n".join(lines)
 
 
@@ -112,9 +118,10 @@ def bench_embed(docs: list[str], work: str, batches: list[int], replicas: list[i
     tokens = sum(min(len(x), max_tokens) for x in st.tokenizer(docs, add_special_tokens=True)["input_ids"])
     st.encode(docs[:16])
     for b in batches:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         st.encode(docs, batch_size=b)
-        table.add("sentence-transformers encode", b, 1, time.perf_counter() - t, len(docs), tokens)
+        table.add("sentence-transformers encode", b, 1, time.perf_counter() - t, len(docs), tokens,
+                  time.process_time() - c)
 
     common = {"task": "embed", "model": model, "dtype": "float32", "max_input_tokens": max_tokens}
     for engine in ("vllm", "transformers"):
@@ -125,7 +132,7 @@ def bench_embed(docs: list[str], work: str, batches: list[int], replicas: list[i
             s, acc = run_stage(inp, os.path.join(work, f"e-{engine}-{b}"), f"e-{engine}-{b}", engine=engine,
                                executor="local", batch_size=b, **common)
             assert acc["kept"] == len(docs), acc
-            table.add(f"enrich stage, {engine} engine, in-process", b, 1, s, len(docs), tokens)
+            table.add(f"enrich stage, {engine} engine, in-process", b, 1, s, len(docs), tokens, acc["cpu_s"])
     for r in replicas:
         s, acc = run_stage(inp, os.path.join(work, f"ray-{r}"), f"ray-{r}", engine="vllm", executor="ray",
                            ray_num_cpus=2, replicas=r, cpus_per_replica=1, batch_size=128, **common)
@@ -155,7 +162,7 @@ def bench_generate(docs: list[str], work: str, batches: list[int], max_new: int 
     hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
     tok.padding_side = "left"
     for b in batches:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         new = 0
         for i in range(0, len(prompts), b):
             enc = tok(prompts[i:i + b], return_tensors="pt", padding=True)
@@ -163,7 +170,7 @@ def bench_generate(docs: list[str], work: str, batches: list[int], max_new: int 
                 out = hf.generate(**enc, max_new_tokens=max_new, min_new_tokens=max_new, do_sample=False,
                                   pad_token_id=tok.pad_token_id)
             new += (out.shape[1] - enc["input_ids"].shape[1]) * out.shape[0]
-        table.add("HF transformers generate", b, 1, time.perf_counter() - t, len(docs), new)
+        table.add("HF transformers generate", b, 1, time.perf_counter() - t, len(docs), new, time.process_time() - c)
 
     template = "{text}"
     common = {"task": "generate", "model": model, "dtype": "float32", "max_input_tokens": max_in,
@@ -180,7 +187,7 @@ def bench_generate(docs: list[str], work: str, batches: list[int], max_new: int 
             import pyarrow.parquet as pq
 
             new = sum(pq.read_table(os.path.join(out, "docs.parquet")).column("output_tokens").to_pylist())
-            table.add(f"enrich stage, {engine} engine, in-process", b, 1, s, len(docs), new)
+            table.add(f"enrich stage, {engine} engine, in-process", b, 1, s, len(docs), new, acc["cpu_s"])
     return table, notes
 
 

@@ -8,6 +8,7 @@ BACKENDS = {
     "local": "airflow_curation.backends.local:LocalBackend",
     "slurm": "airflow_curation.backends.slurm:SlurmBackend",
     "kubernetes": "airflow_curation.backends.kubernetes:from_options",
+    "ray": "airflow_curation.backends.ray:RayJobBackend",
 }
 
 

@@ -1,5 +1,6 @@
 """The pipeline DAG in ``dag.test()``: ingest -> preprocess -> dedup -> enrich, every job a real local-backend
-subprocess, enrich embedding the rows that preprocess and dedup kept with vLLM on CPU."""
+subprocess, enrich embedding the rows that preprocess and dedup kept (transformers engine: the vLLM engine
+has its own tests, and its import would add half a minute to this one)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def test_pipeline_runs_through_enrich(pipeline, tmp_path, minilm):
     lake_root = tmp_path / "lake"
     dag_run = pipeline.test(logical_date=datetime(2026, 11, 29, tzinfo=timezone.utc), run_conf={
         "input": str(inputs), "lake": str(lake_root), "dataset": "web", "max_failed_fraction": 0.0,
-        "enrich_model": minilm, "enrich_task": "embed", "enrich_engine": "vllm", "enrich_executor": "local"})
+        "enrich_model": minilm, "enrich_task": "embed", "enrich_engine": "transformers", "enrich_executor": "local"})
     assert dag_run.state == "success", dag_run.state
 
     lake = Lake(str(lake_root), "web", "2026-11-29")

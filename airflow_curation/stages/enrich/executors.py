@@ -89,10 +89,12 @@ def ray_init(address: str | None, num_cpus: int | None, num_gpus: int | None = N
 
     if ray.is_initialized():
         return False
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
+    kwargs: dict[str, Any] = {"log_to_driver": True}
+    address = address or os.environ.get("RAY_ADDRESS")  # set when this job runs on a cluster (Ray Jobs)
     if address:
         ray.init(address=address, **kwargs)
         return False
+    kwargs["include_dashboard"] = False
     if num_cpus:
         kwargs["num_cpus"] = int(num_cpus)
     if num_gpus is not None:

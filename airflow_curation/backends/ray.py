@@ -1,0 +1,97 @@
+"""Ray backend: the job runs on an existing Ray cluster, submitted through the Ray Job Submission API.
+
+The job is the same command as everywhere (``python -m airflow_curation.jobs run SPEC --result R``); its
+driver runs on the cluster's head and joins the cluster, so an enrich job's engine actors are scheduled
+on the cluster's GPUs. The spec and the result live in the lake's ``_jobs/`` folder (the cluster must
+reach the lake anyway). A handle is the submission id plus the dashboard address, so a restarted worker
+or the triggerer reconnects with nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+import uuid
+from typing import Any
+
+from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus
+from airflow_curation.core import storage
+from airflow_curation.jobs.spec import JobSpec
+
+_STATES = {"PENDING": JobState.PENDING, "RUNNING": JobState.RUNNING, "SUCCEEDED": JobState.SUCCEEDED,
+           "FAILED": JobState.FAILED, "STOPPED": JobState.CANCELLED}
+
+
+class RayJobBackend(Backend):
+    """:param address: the cluster's dashboard / job server, e.g. ``http://head:8265`` (default
+        ``$RAY_API_SERVER_ADDRESS`` or ``$RAY_ADDRESS`` or ``http://127.0.0.1:8265``).
+    :param python: interpreter on the cluster that has airflow-curation installed (default ``python``).
+    :param env: extra environment variables of the job.
+    :param runtime_env: a Ray runtime environment (``pip``, ``working_dir``...), merged with ``env``.
+    """
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, python: str = "python", env: dict[str, str] | None = None,
+                 runtime_env: dict[str, Any] | None = None) -> None:
+        self.address = (address or os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS")
+                        or "http://127.0.0.1:8265")
+        self.python = python
+        self.env = env or {}
+        self.runtime_env = runtime_env or {}
+
+    def options(self) -> dict[str, Any]:
+        return {"address": self.address, "python": self.python, "env": self.env, "runtime_env": self.runtime_env}
+
+    def _client(self):
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        from ray.job_submission import JobSubmissionClient
+
+        return JobSubmissionClient(self.address)
+
+    def dashboard_url(self, job_id: str) -> str:
+        return f"{self.address.rstrip('/')}/#/jobs/{job_id}"
+
+    def submit(self, spec: JobSpec) -> JobHandle:
+        job_id = f"curation-{spec.stage}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        folder = storage.join(spec.lake_obj.jobs_dir(spec.run_id, spec.stage), job_id)
+        spec_uri, result_uri = storage.join(folder, "spec.json"), storage.join(folder, "result.json")
+        storage.write_bytes(spec_uri, spec.to_json().encode())
+        entrypoint = " ".join(shlex.quote(x) for x in (self.python, "-m", "airflow_curation.jobs", "run", spec_uri,
+                                                       "--result", result_uri))
+        runtime_env = dict(self.runtime_env)
+        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **self.env}
+        self._client().submit_job(entrypoint=entrypoint, submission_id=job_id, runtime_env=runtime_env,
+                                  metadata={"stage": spec.stage, "run_id": spec.run_id})
+        return {"backend": self.name, "job_id": job_id, "address": self.address, "result": result_uri,
+                "manifest_uri": spec.manifest_uri, "dashboard_url": self.dashboard_url(job_id),
+                "log": self.dashboard_url(job_id)}
+
+    def status(self, handle: JobHandle) -> JobStatus:
+        try:
+            info = self._client().get_job_info(handle["job_id"])
+        except Exception as e:  # noqa: BLE001 - an unreachable cluster is "unknown", not "failed"
+            return JobStatus(JobState.UNKNOWN, f"cannot reach Ray at {self.address}: {e}")
+        state = _STATES.get(str(getattr(info.status, "value", info.status)), JobState.UNKNOWN)
+        message = info.message or ""
+        result = None
+        if state.finished and storage.exists(handle["result"]):
+            result = storage.read_json(handle["result"])
+            if state == JobState.SUCCEEDED and result.get("status") != "succeeded":
+                state = JobState.FAILED
+            message = result.get("error", message) or message
+        return JobStatus(state, message, result)
+
+    def cancel(self, handle: JobHandle) -> None:
+        try:
+            self._client().stop_job(handle["job_id"])
+        except Exception:  # noqa: BLE001 - already gone: cancelling is idempotent
+            pass
+
+    def logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
+        try:
+            text = self._client().get_job_logs(handle["job_id"])
+        except Exception:  # noqa: BLE001
+            return "", offset
+        return text[offset:], len(text)

@@ -1,0 +1,100 @@
+"""The ``ray`` backend against a real Ray cluster (head with dashboard and job server, on loopback).
+
+An enrich job is submitted through the Ray Job Submission API; its driver joins the cluster, and the
+stage's engine actor (transformers engine) runs there. The cluster is a head started by a helper process
+of this test and stopped by it (never ``ray stop``, which would stop other users' Ray too).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import make_docs, write_lake
+
+from airflow_curation.backends import JobState, get_backend
+from airflow_curation.jobs.spec import JobSpec
+
+HEAD = r"""
+import os, sys, ray
+ray.init(num_cpus=2, include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=int(sys.argv[1]),
+         _temp_dir=sys.argv[2])
+print("READY", flush=True)
+sys.stdin.read()  # until the test closes our stdin
+ray.shutdown()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    port = _free_port()
+    temp = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: Ray's socket paths have a length limit
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    proc = subprocess.Popen([sys.executable, "-c", HEAD, str(port), temp], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                            start_new_session=True)
+    address = f"http://127.0.0.1:{port}"
+    try:
+        assert proc.stdout.readline().strip() == "READY"
+        from ray.job_submission import JobSubmissionClient
+
+        deadline = time.monotonic() + 180
+        while True:  # the job server comes up with the dashboard, a little after ray.init returns
+            try:
+                JobSubmissionClient(address).list_jobs()
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+        yield address
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of this head's processes is left
+        except ProcessLookupError:
+            pass
+
+
+def test_enrich_job_runs_on_an_existing_ray_cluster(ray_cluster, tmp_path, llama_score):
+    docs = make_docs(12)
+    lake, uri = write_lake(str(tmp_path), {"s0": docs})
+    spec = JobSpec(stage="enrich", lake=lake.to_dict(), run_id="rayjob", config={
+        "input_manifest": uri, "task": "score", "model": llama_score, "engine": "transformers", "executor": "ray",
+        "dtype": "float32", "batch_size": 4, "checkpoint_rows": 5})
+    backend = get_backend("ray", address=ray_cluster, python=sys.executable,
+                          env={"RAY_AUTH_MODE": "disabled", "PYTHONPATH": os.getcwd()})
+    handle = backend.submit(spec)
+    assert handle["dashboard_url"] == f"{ray_cluster}/#/jobs/{handle['job_id']}"
+    # A restarted worker rebuilds the backend from the handle's options alone.
+    again = get_backend("ray", **backend.options())
+    deadline = time.monotonic() + 400
+    while not (status := again.status(handle)).state.finished:
+        assert time.monotonic() < deadline, again.logs(handle)[0][-3000:]
+        time.sleep(1)
+    logs, offset = again.logs(handle)
+    assert status.state == JobState.SUCCEEDED, (status.message, logs[-3000:])
+    assert status.result["manifest_uri"] == spec.manifest_uri and status.result["rows"] == 12
+    assert "enrich" in logs and again.logs(handle, offset)[0] == ""
+    out = pq.read_table(lake.attrs_uri("enrich-score", "s0"))
+    assert out.column("id").to_pylist() == [d["id"] for d in docs]
+    assert all(out.column("enriched").to_pylist()) and None not in out.column("score").to_pylist()
+    again.cancel(handle)  # idempotent on a finished job
+    assert again.status(handle).state == JobState.SUCCEEDED
