@@ -80,7 +80,7 @@ with DAG(
         "input": Param(DEFAULT_INPUT, type="string", description="input files/folders/globs, comma-separated"),
         "lake": Param(DEFAULT_LAKE, type="string", description="lake root: a folder or s3://bucket/prefix"),
         "dataset": Param(DEFAULT_DATASET, type="string", pattern=r"^[A-Za-z0-9_.=:+@-]+$"),
-        "backend": Param("local", enum=["local", "slurm", "kubernetes"]),
+        "backend": Param("local", enum=["local", "slurm", "kubernetes", "ray"]),
         "max_failed_fraction": Param(0.0, type="number", minimum=0, maximum=1,
                                      description="failure budget: fraction of shards a stage may lose"),
         "dedup_threshold": Param(0.8, type="number", exclusiveMinimum=0, exclusiveMaximum=1,
