@@ -177,7 +177,7 @@ class DedupStage(Stage):
             log.info("dedup: Dask LocalCluster of %d workers, %d MiB each (%s)", workers, per_worker >> 20,
                      plan.to_dict())
             self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                         dashboard_address=None, memory_limit=per_worker)
+                                         dashboard_address=":0", memory_limit=per_worker)
             atexit.register(self.close)
         return self._cluster
 
