@@ -86,7 +86,7 @@ def _run_files(args: argparse.Namespace) -> int:
     names = set()
     for uri in args.files:
         stem = posixpath.basename(uri.rstrip("/"))
-        stem = stem[:-len(".parquet")] if stem.endswith(".parquet") else stem
+        stem = stem.removesuffix(".parquet")
         if stem in names:
             print(f"error: two inputs named {stem!r}: their outputs would collide", file=sys.stderr)
             return 2

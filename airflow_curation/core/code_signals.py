@@ -20,7 +20,7 @@ import io
 import posixpath
 import tokenize
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
+from functools import cache
 
 import pyarrow as pa
 
@@ -51,7 +51,7 @@ def language_of(source: str | None, default: str | None = None) -> str | None:
     return default
 
 
-@lru_cache(maxsize=None)
+@cache
 def _ts_parser(language: str):
     """A tree-sitter parser for ``language``, or None when tree-sitter or its grammar wheel is absent."""
     try:

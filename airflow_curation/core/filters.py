@@ -56,7 +56,7 @@ class Rule:
         return bad
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Rule":
+    def from_dict(cls, d: dict) -> Rule:
         unknown = set(d) - {"name", "signal", "min", "max"}
         if unknown:
             raise ValueError(f"rule {d.get('name')!r}: unknown keys {sorted(unknown)}")

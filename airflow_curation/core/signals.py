@@ -37,9 +37,8 @@ Code signals (``code=True``) live in :mod:`airflow_curation.core.code_signals`.
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -155,10 +154,9 @@ class SignalConfig:
 
     stop_words: tuple[str, ...] = GOPHER_STOP_WORDS
     tokenizer: str = "default"
-    extra: dict = field(default_factory=dict)
 
     @classmethod
-    def from_dict(cls, d: dict | None) -> "SignalConfig":
+    def from_dict(cls, d: dict | None) -> SignalConfig:
         d = dict(d or {})
         unknown = set(d) - {"stop_words", "tokenizer"}
         if unknown:
@@ -231,8 +229,7 @@ if HAVE_NUMBA:
         best = 0
         for i in range(m):
             ln = cum[i + n] - cum[i]
-            if ln > best:
-                best = ln
+            best = max(best, ln)
         return best
 
     @njit(cache=True)
@@ -340,7 +337,7 @@ if HAVE_NUMBA:
             nc = k2
 
     @njit(cache=True)
-    def _signals_kernel(data, offsets, table, stop_hashes, short_line, out):  # noqa: C901 - one pass by design
+    def _signals_kernel(data, offsets, table, stop_hashes, short_line, out):
         n_docs = offsets.shape[0] - 1
         # Scratch capacity: words, lines and paragraphs are each at most (separators + 1), and every
         # separator is an ASCII control/space byte or starts a multi-byte character. Counting those is
@@ -352,8 +349,7 @@ if HAVE_NUMBA:
                 b = data[i]
                 if b <= 32 or b >= 0xC0:
                     sep += 1
-            if sep > max_sep:
-                max_sep = sep
+            max_sep = max(max_sep, sep)
         cap = max_sep + 2
         whash = np.empty(cap, dtype=np.uint64)
         wlen = np.empty(cap, dtype=np.int64)
@@ -485,8 +481,7 @@ if HAVE_NUMBA:
                         if real or line_chars > 0:  # a final newline opens no line
                             nl += 1
                             sum_line += line_chars
-                            if line_chars > max_line:
-                                max_line = line_chars
+                            max_line = max(max_line, line_chars)
                             if not line_blank:
                                 lh = line_hash if line_hash != 0 else ONE
                                 lhash[nl_text] = lh
@@ -705,7 +700,8 @@ class SignalComputer:
         self._stop_hashes = self.config.stop_hashes()
         self._hf = None
         if self.config.tokenizer.startswith("hf:"):
-            from tokenizers import Tokenizer  # optional dependency, only for this setting
+            # an optional dependency, needed only for this setting
+            from tokenizers import Tokenizer
 
             self._hf = Tokenizer.from_file(self.config.tokenizer[3:])
 
@@ -873,6 +869,3 @@ def reference_signals(texts: Iterable[str], config: SignalConfig | dict | None =
     return pa.table({name: pa.array([r[name] for r in rows], type=signal_type(name)) for name in SIGNALS},
                     schema=signals_schema())
 
-
-if sys.version_info < (3, 11):  # pragma: no cover
-    raise ImportError("airflow_curation.core.signals needs Python 3.11+")

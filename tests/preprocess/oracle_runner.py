@@ -10,7 +10,11 @@ import sys
 
 def datatrove(docs):
     from datatrove.data import Document
-    from datatrove.pipeline.filters import FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
+    from datatrove.pipeline.filters import (
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+    )
 
     filters = {"gopher_quality": GopherQualityFilter(),
                # without the alpha-word rule, whose value depends on the word tokenizer (spaCy here)

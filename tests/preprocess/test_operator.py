@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -30,10 +30,9 @@ def test_pipeline_runs_ingest_then_preprocess(airflow_db, tmp_path, monkeypatch)
     inputs.mkdir()
     docs = corpus.prose_docs(limit=40)
     with open(inputs / "docs.jsonl", "w") as f:
-        for t in docs + [""]:
-            f.write(json.dumps({"text": t}) + "\n")
+        f.writelines(json.dumps({"text": t}) + "\n" for t in docs + [""])
 
-    dag_run = module.dag.test(logical_date=datetime(2026, 11, 26, tzinfo=timezone.utc), run_conf={
+    dag_run = module.dag.test(logical_date=datetime(2026, 11, 26, tzinfo=UTC), run_conf={
         "input": str(inputs), "lake": str(tmp_path / "lake"), "dataset": "web", "preset": "gopher,c4"})
     assert dag_run.state == "success", dag_run.state
 

@@ -133,7 +133,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": REPO}
     code = "import sys; from airflow_curation.cli import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
-                          timeout=600, cwd=REPO)
+                          timeout=600, cwd=REPO, check=False)
 
 
 def test_cli_on_plain_parquet(tmp_path, prose):

@@ -24,7 +24,11 @@ import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
-from airflow_curation.core.code_signals import CODE_SIGNALS, compute_code_signals, language_of
+from airflow_curation.core.code_signals import (
+    CODE_SIGNALS,
+    compute_code_signals,
+    language_of,
+)
 from airflow_curation.core.filters import Rule, apply_rules, resolve_rules
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.schema import check_id_text
@@ -202,7 +206,8 @@ class PreprocessStage(Stage):
                 rec = storage.read_json(uri)
                 peak = float(rec["extra"]["peak_rss_mib"]) * MiB
                 shard_bytes = int(rec["outputs"][0]["bytes"])
-            except (KeyError, IndexError, TypeError, ValueError, OSError):
+            except (KeyError, IndexError, TypeError, ValueError, OSError) as e:
+                log.debug("preprocess: checkpoint %s has no memory figure: %s", uri, e)
                 continue
             if shard_bytes > 0:
                 measured.append(max(0.0, peak - DEFAULT_BASE_BYTES) / shard_bytes)
