@@ -29,7 +29,8 @@ def get_provider_info() -> dict:
         "triggers": [{"integration-name": "Curation", "python-modules": [
             "airflow_curation.triggers.stage_job", "airflow_curation.triggers.shard_checkpoint"]}],
         "hooks": [{"integration-name": "Curation", "python-modules": ["airflow_curation.hooks.curation",
-                                                                     "airflow_curation.hooks.slurm"]}],
+                                                                     "airflow_curation.hooks.slurm",
+                                                                     "airflow_curation.hooks.kubernetes"]}],
         "connection-types": [{
             "connection-type": "curation",
             "hook-class-name": "airflow_curation.hooks.curation.CurationHook",

@@ -119,7 +119,7 @@ def test_airflow_gets_every_variable_the_dag_and_the_lake_need(config):
         env = _env(services[name])
         if name in AIRFLOW_SERVICES:
             missing = dag_vars - set(env)
-            assert not missing, f"{name} lacks {sorted(missing)}"
+            assert not missing, f"{name} lacks {sorted(missing)}: the DAG reads them; declare them in docker-compose.yaml"
         lake = env["CURATION_LAKE"]
         protocol = lake.split("://", 1)[0]
         options = json.loads(env[f"CURATION_STORAGE_OPTIONS_{protocol.upper()}"])
