@@ -235,35 +235,36 @@ def test_logs_stream_from_offsets_across_pods(fake_k8s, make_backend, make_spec)
     assert backend.logs(handle, off2) == ("", off2)
 
 
-def _later(seconds: float, fn) -> threading.Thread:
-    def run():
-        time.sleep(seconds)
-        fn()
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
-
-
 def test_wait_survives_watch_timeouts_and_410_gone(fake_k8s, make_backend, make_spec):
     backend = make_backend()
     handle = backend.submit(make_spec("enrich"))
     _write_result(handle)
 
-    def compact_then_finish():
-        # History is compacted while the client watches: its next watch gets 410 and must re-list.
+    def requests(kind: str) -> list[str]:
+        return [p for m, p, _ in fake_k8s.requests if m == "GET" and "rayjobs?" in p
+                and (("watch=" in p) == (kind == "watch"))]
+
+    def until(cond) -> None:
+        deadline = time.monotonic() + 120
+        while not cond():
+            assert time.monotonic() < deadline, "the client never got there"
+            time.sleep(0.02)
+
+    def controller():
+        until(lambda: requests("watch"))  # the client lists, then watches from that version
+        # History is compacted while it watches: once the server ends that watch (timeoutSeconds),
+        # resuming from its version gets 410 Gone and the client must list again.
         fake_k8s.add_pod("unrelated", {}, {}, ns="elsewhere")
         fake_k8s.compact()
-        time.sleep(1.5)
+        until(lambda: len(requests("list")) >= 2)
         fake_k8s.set_status("rayjobs", handle["name"], {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"})
 
-    t = _later(0.3, compact_then_finish)
-    st = backend.wait(handle, timeout=60, watch_timeout=1)
+    t = threading.Thread(target=controller, daemon=True)
+    t.start()
+    st = backend.wait(handle, timeout=300, watch_timeout=1)
     t.join()
     assert st.state == JobState.SUCCEEDED
-    watches = [p for m, p, _ in fake_k8s.requests if m == "GET" and "watch=" in p]
-    lists = [p for m, p, _ in fake_k8s.requests if m == "GET" and "rayjobs?" in p and "watch=" not in p]
-    assert len(watches) >= 2 and len(lists) >= 2  # timed-out watch resumed; 410 answered by a re-list
+    assert len(requests("watch")) >= 2 and len(requests("list")) >= 2
 
 
 def test_wait_returns_unfinished_at_its_timeout(fake_k8s, make_backend, make_spec):
