@@ -33,11 +33,30 @@ def _running() -> bool:
         return False
 
 
+def _other_users(users: Path) -> list[int]:
+    """Pids of other live test sessions that use the cluster (stale entries are removed)."""
+    alive = []
+    for entry in users.glob("*"):
+        try:
+            pid = int(entry.name)
+            os.kill(pid, 0)
+        except (ValueError, ProcessLookupError):
+            entry.unlink(missing_ok=True)
+            continue
+        if pid != os.getpid():
+            alive.append(pid)
+    return alive
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    was_running = _running()
+    users = Path(SLURM_DIR, "users")
+    was_running = _running() and not _other_users(users) if users.exists() else _running()
     env = {**os.environ, "CURATION_SLURM_DIR": SLURM_DIR, "CURATION_SLURM_MAX_ARRAY_SIZE": "8"}
     subprocess.run(["bash", str(REPO / "scripts" / "slurm_up.sh")], check=True, env=env, timeout=600)
+    users.mkdir(parents=True, exist_ok=True)
+    me = users / str(os.getpid())
+    me.touch()  # another session running at the same time must not stop the cluster under us
     old = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = str(Path(SLURM_DIR, "slurm.conf"))
     yield os.environ["SLURM_CONF"]
@@ -45,7 +64,8 @@ def slurm_cluster():
         os.environ.pop("SLURM_CONF", None)
     else:
         os.environ["SLURM_CONF"] = old
-    if not was_running:
+    me.unlink(missing_ok=True)
+    if not was_running and not _other_users(users):
         subprocess.run(["bash", str(REPO / "scripts" / "slurm_down.sh")], env=env, timeout=120)
 
 
