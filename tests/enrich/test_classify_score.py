@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -103,3 +104,18 @@ def test_broken_model_folder_fails_with_a_clear_error_and_no_checkpoint(lake, tm
     assert any(s.model == str(broken) for s in engines._FAILED)
     with pytest.raises(ModelLoadError):
         engines.get_engine(stage.engine_spec)
+
+
+def test_cli_on_a_lake(lake, llama_score, capsys):
+    from airflow_curation.cli import main
+
+    l, uri, docs = lake
+    rc = main(["enrich", "--lake", l.root, "--dataset", l.dataset, "--input-manifest", uri, "--run-id", "cli",
+               "--task", "score", "--model", llama_score, "--engine", "transformers", "--executor", "local",
+               "--name", "quality", "--dtype", "float32", "--batch-size", "5"])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["rows"] == len(docs) and summary["manifest_uri"] == l.manifest_uri("cli", "enrich")
+    out = read_attrs(l.attrs_uri("enrich-quality", "s0"))
+    assert out.column("skip_reason").to_pylist()[2] == "duplicate"
+    assert sum(out.column("enriched").to_pylist()) == len(docs) - 1

@@ -10,9 +10,11 @@ module costs nothing, and a machine without vLLM can still run the ``transformer
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import sys
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -121,6 +123,33 @@ class Engine:
         """Release the model (engine processes, GPU memory)."""
 
 
+@contextlib.contextmanager
+def _hide_hostile_modules():
+    """Take modules out of ``sys.modules`` while vLLM starts if their globals raise on ``hasattr``.
+
+    vLLM's CPU platform scans every module's globals (``hasattr(value, "__dict__")``) to patch Triton
+    kernels; Flask's context proxies (``flask.g``, ``current_app``: loaded wherever Airflow's API server
+    code was imported) raise RuntimeError there, which killed engine start in any process that had run
+    Airflow first. The modules are put back as they were right after.
+    """
+    hidden = {}
+    for name, module in list(sys.modules.items()):
+        namespace = getattr(module, "__dict__", None) or {}
+        for value in list(namespace.values()):
+            try:
+                hasattr(value, "__dict__")
+            except Exception:  # noqa: BLE001 - exactly what vLLM's scan would trip on
+                hidden[name] = module
+                break
+    for name in hidden:
+        sys.modules.pop(name, None)
+    try:
+        yield
+    finally:
+        for name, module in hidden.items():
+            sys.modules.setdefault(name, module)
+
+
 def _has_cuda() -> bool:
     try:
         import torch
@@ -185,7 +214,8 @@ class VllmEngine(Engine):
             kwargs["max_model_len"] = spec.max_model_len
         kwargs.update(spec.kwargs())
         try:
-            self.llm = LLM(**kwargs)
+            with _hide_hostile_modules():
+                self.llm = LLM(**kwargs)
         except Exception as e:  # noqa: BLE001 - vLLM raises many types; the user needs one clear message
             raise ModelLoadError(f"cannot load model {spec.model!r} with the vllm engine "
                                  f"(runner={spec.runner}): {type(e).__name__}: {e}") from e

@@ -1,0 +1,25 @@
+"""A process that imported Flask (any that ran Airflow's API code) can still start a vLLM engine.
+
+vLLM's CPU platform scans every module's globals at engine start; Flask's context proxies raise there.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_curation.stages.enrich.engines import EngineSpec, get_engine
+
+pytestmark = pytest.mark.usefixtures("release_engines_after")
+
+
+def test_vllm_engine_starts_with_flask_proxies_loaded(llama_score):
+    import flask  # noqa: F401 - its module globals hold the LocalProxy objects that broke engine start
+
+    assert flask.g is not None
+    engine = get_engine(EngineSpec(engine="vllm", model=llama_score, runner="pooling", dtype="float32",
+                                   max_model_len=128, device="cpu"))
+    ids, _ = engine.encode(["a document", "another one"], 64)
+    assert engine.classify(ids).shape == (2, 1)
+    import sys
+
+    assert "flask" in sys.modules  # put back after the engine started
