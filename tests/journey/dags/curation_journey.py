@@ -50,11 +50,12 @@ with DAG(
         min_rows="{{ params.min_rows }}",
         max_duplicate_rate="{{ params.max_duplicate_rate }}",
         outlets=[curated_asset(LAKE, DATASET)],
-        # Not faster: Airflow 3.3.2 can mark a task failed when it resumes from deferral before the
-        # scheduler has processed the executor's event for the deferring attempt (a race seen under
-        # load); one retry covers it, and failed checks fail at once anyway (AirflowFailException).
-        poll_interval=3.0,
-        retries=1,
+        # Not faster: Airflow 3.3.2 can mark a task failed (or up for retry) when it resumes from
+        # deferral before the scheduler has processed the executor's event for the deferring attempt
+        # (a race seen under heavy load). A slower poll makes it rare, retries cover it, and failed
+        # checks still fail at once (AirflowFailException skips retries).
+        poll_interval=10.0,
+        retries=2,
         retry_delay=timedelta(seconds=2),
     )
     shards >> validate

@@ -16,7 +16,7 @@ from airflow_curation.operators.validate import ValidateOperator
 LAKE = os.environ.get("CURATION_JOURNEY_LAKE", "/tmp/curation-journey-lake")
 INPUT = os.environ.get("CURATION_JOURNEY_INPUT", "/tmp/curation-journey-input.jsonl")
 # poll_interval and a retry: see curation_journey.py (a deferral race in Airflow 3.3.2 under load).
-COMMON = dict(lake=LAKE, dataset="stages", snapshot="{{ ds }}", poll_interval=3.0, retries=1,
+COMMON = dict(lake=LAKE, dataset="stages", snapshot="{{ ds }}", poll_interval=5.0, retries=2,
               retry_delay=timedelta(seconds=2))
 
 with DAG(dag_id="curation_journey_stages", schedule=None, start_date=datetime(2026, 11, 1), catchup=False,
