@@ -81,6 +81,13 @@ def _wait_for_final_manifests(paths: list[Path], timeout: float = 60.0) -> None:
         time.sleep(0.5)
 
 
+def _created_at(path: Path) -> float:
+    try:
+        return float(json.loads(path.read_text()).get("created_at", 0.0))
+    except (ValueError, OSError, AttributeError):
+        return float("inf")
+
+
 def _report(lake_root: Path, dataset: str, snapshot: str, run_id: str) -> None:
     from airflow_curation.core.layout import Lake, sanitize_run_id
     from airflow_curation.core.manifest import Manifest
@@ -96,6 +103,7 @@ def _report(lake_root: Path, dataset: str, snapshot: str, run_id: str) -> None:
         return
     print(f"manifests:             {manifests_dir}/")
     _wait_for_final_manifests(manifests)
+    manifests.sort(key=_created_at)  # pipeline order: ingest, preprocess, dedup...
     for m_path in manifests:
         try:
             m = Manifest.read(str(m_path))
@@ -104,7 +112,7 @@ def _report(lake_root: Path, dataset: str, snapshot: str, run_id: str) -> None:
             continue
         acc = m.accounting or {}
         skipped = sum(1 for u in m.units if u.status == "skipped")
-        print(f"  {m_path.name:<18} {m.status:<9} units {len(m.units)} ({skipped} skipped by checkpoint), "
+        print(f"  {m_path.name:<22} {m.status:<9} units {len(m.units)} ({skipped} skipped by checkpoint), "
               f"shards {len(m.shards)}, rows {m.rows}, {m.bytes / 1e6:.2f} MB")
         if acc:
             print(f"  {'':<18} read {acc.get('read')} = kept {acc.get('kept')} + dropped "
