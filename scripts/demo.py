@@ -115,7 +115,7 @@ def _report(lake_root: Path, dataset: str, snapshot: str, run_id: str) -> None:
         print(f"  {m_path.name:<22} {m.status:<9} units {len(m.units)} ({skipped} skipped by checkpoint), "
               f"shards {len(m.shards)}, rows {m.rows}, {m.bytes / 1e6:.2f} MB")
         if acc:
-            print(f"  {'':<18} read {acc.get('read')} = kept {acc.get('kept')} + dropped "
+            print(f"  {'':<22} read {acc.get('read')} = kept {acc.get('kept')} + dropped "
                   f"{json.dumps(acc.get('dropped', {}))} + quarantined {json.dumps(acc.get('quarantined', {}))}")
     quarantine = sorted(glob.glob(lake.path("_quarantine", "*", "*.parquet")))
     if quarantine:
