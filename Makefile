@@ -57,8 +57,8 @@ bench: install
 	@set -e; for b in benchmarks/bench_*.py; do echo "== $$b"; $(VPY) $$b; done
 
 clean:
-	rm -rf .demo sample_corpus benchmarks/data benchmarks/out tests/artifacts .pytest_cache
-	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -print -exec rm -rf {} +
+	rm -rf .demo sample_corpus benchmarks/data benchmarks/out tests/artifacts .pytest_cache .hypothesis
+	find . \( -name '.venv*' -o -name .git \) -prune -o -name __pycache__ -type d -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV) *.egg-info
+	rm -rf $(VENV) .venv-* *.egg-info
