@@ -148,3 +148,14 @@ def test_shard_writer_abort_leaves_nothing_on_s3(s3_bucket, s3_client):
         w.write({"id": str(i), "text": "x" * 50, "source": "s", "meta": None})
     w.abort()
     assert _keys(s3_client, s3_bucket) == []
+
+
+def test_missing_manifest_and_checkpoint_on_s3(s3_bucket):
+    from airflow_curation.core.manifest import ManifestError
+
+    with pytest.raises(ManifestError, match="not found"):
+        Manifest.read(f"s3://{s3_bucket}/lake/_manifests/r/ingest.json")
+    store = CheckpointStore(f"s3://{s3_bucket}/lake/_checkpoints/ingest/fp")
+    assert store.load("u1") is None and store.failure("u1") is None
+    storage.write_bytes(f"{store.directory}/u1.json", b'{"unit_id": "u1", "sta')  # torn by a foreign writer
+    assert store.load("u1") is None
