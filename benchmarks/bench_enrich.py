@@ -24,6 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
+# One intra-op thread for every contender: vLLM's CPU engine drops torch to one thread for serving (it keeps a
+# core for its front end), and a 2-thread OpenMP pool on a loaded 2-core machine loses most of its time to
+# stragglers; without this the peers ran 2 threads before vLLM loaded and 1 after, which decided the ratios.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -102,7 +106,7 @@ class Table:
 
 
 def bench_embed(docs: list[str], work: str, batches: list[int], replicas: list[int]) -> tuple[Table, dict]:
-    from models import minilm_path
+    from enrich_models import minilm_path
     from sentence_transformers import SentenceTransformer
 
     from airflow_curation.stages.enrich.engines import EngineSpec, get_engine
@@ -146,7 +150,7 @@ def bench_embed(docs: list[str], work: str, batches: list[int], replicas: list[i
 
 def bench_generate(docs: list[str], work: str, batches: list[int], max_new: int = 32) -> tuple[Table, dict]:
     import torch
-    from models import build_llama
+    from enrich_models import build_llama
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from airflow_curation.stages.enrich.engines import EngineSpec, get_engine
@@ -201,6 +205,7 @@ def main() -> int:
     ap.add_argument("--gen-docs", type=int, default=128)
     ap.add_argument("--batches", default="32,128,512", help="embed batch sizes (the sweep)")
     ap.add_argument("--gen-batches", default="32,128", help="generate batch sizes")
+    ap.add_argument("--gen-tokens", type=int, default=32, help="generate: new tokens per document")
     ap.add_argument("--replicas", default="1,2", help="Ray engine replicas (the concurrency sweep)")
     ap.add_argument("--only", choices=["embed", "generate"])
     ap.add_argument("--out", help="write the markdown tables here")
@@ -215,7 +220,8 @@ def main() -> int:
             sections.append(t.markdown("sentence-transformers"))
             notes.update(n)
         if args.only in (None, "generate"):
-            t, n = bench_generate(docs[: args.gen_docs], work, _ints(args.gen_batches))
+            gen_docs = (docs * (args.gen_docs // max(1, len(docs)) + 1))[: args.gen_docs]
+            t, n = bench_generate(gen_docs, work, _ints(args.gen_batches), args.gen_tokens)
             sections.append(t.markdown("HF transformers"))
             notes.update(n)
     text = "\n\n".join(sections) + "\n\n" + "\n".join(f"- {k}: {v:.1f} s" for k, v in notes.items()) + "\n"

@@ -119,10 +119,23 @@ def stdlib_docs(n: int) -> list[str]:
 
 def build_models(root: Path, corpus: list[str], small: bool = False) -> dict[str, str]:
     import torch
-    from tokenizers import ByteLevelBPETokenizer, Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import (
+        ByteLevelBPETokenizer,
+        Tokenizer,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
     from tokenizers.processors import TemplateProcessing
-    from transformers import (BertConfig, BertModel, LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification,
-                              PreTrainedTokenizerFast)
+    from transformers import (
+        BertConfig,
+        BertModel,
+        LlamaConfig,
+        LlamaForCausalLM,
+        LlamaForSequenceClassification,
+        PreTrainedTokenizerFast,
+    )
 
     torch.manual_seed(0)
     paths = {}

@@ -58,7 +58,8 @@ class EnrichOperator(CurationStageOperator):
     ui_color = "#f3e8f8"
 
     def __init__(self, *, input_manifest: str, task: str, model: str, name: str | None = None,
-                 engine: str = "vllm", engine_executor: str | None = None, ray_address: str | None = None, ray_dashboard_url: str | None = None,
+                 engine: str = "vllm", engine_executor: str | None = None, ray_address: str | None = None,
+                 ray_dashboard_url: str | None = None,
                  batch_size: int | None = None, replicas: int | None = None, gpus_per_replica: float | None = None,
                  tensor_parallel_size: int | None = None, max_failed_fraction: float | str | None = None,
                  skip_without_model: bool = False, **kwargs: Any) -> None:
@@ -88,7 +89,8 @@ class EnrichOperator(CurationStageOperator):
             raise ValueError(f"{self.task_id}: no input_manifest given")
         config = {**self.config, "input_manifest": self.input_manifest, "task": self.task, "model": self.model,
                   "engine": self.engine}
-        optional = {"name": self.name, "executor": self.engine_executor, "ray_address": self.ray_address, "batch_size": self.batch_size,
+        optional = {"name": self.name, "executor": self.engine_executor, "ray_address": self.ray_address,
+                    "batch_size": self.batch_size,
                     "replicas": self.replicas, "gpus_per_replica": self.gpus_per_replica,
                     "tensor_parallel_size": self.tensor_parallel_size}
         config.update({k: v for k, v in optional.items() if v not in (None, "")})

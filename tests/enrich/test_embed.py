@@ -17,8 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import make_docs, write_lake
-from helpers import read_attrs, record, run_enrich
+from enrich_helpers import make_docs, read_attrs, record, run_enrich, write_lake
 
 from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.jobs.spec import JobSpec

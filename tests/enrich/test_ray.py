@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import make_docs, write_lake
-from helpers import read_attrs, record, run_enrich
+from enrich_helpers import make_docs, read_attrs, record, run_enrich, write_lake
 
 pytestmark = pytest.mark.usefixtures("release_engines_after")
 

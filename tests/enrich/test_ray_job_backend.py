@@ -17,7 +17,7 @@ import time
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import make_docs, write_lake
+from enrich_helpers import make_docs, write_lake
 
 from airflow_curation.backends import JobState, get_backend
 from airflow_curation.jobs.spec import JobSpec

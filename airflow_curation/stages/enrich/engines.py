@@ -388,7 +388,8 @@ class TransformersEngine(Engine):
                 n -= 1
             text = self.tokenizer.decode(row[:n], skip_special_tokens=True)
             # Like vLLM's detokenizer, drop the replacement chars of a UTF-8 sequence cut by the last token.
-            res.append(Generation(text.rstrip("\ufffd"), n, finish))
+            # Tokens generated, the end-of-sequence token included, as vLLM counts them.
+            res.append(Generation(text.rstrip("\ufffd"), n + 1 if finish == "stop" else n, finish))
         return res
 
     def close(self) -> None:
