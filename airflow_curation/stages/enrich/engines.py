@@ -290,7 +290,9 @@ class TransformersEngine(Engine):
             raise ModelLoadError(f"transformers engine: unknown dtype {spec.dtype!r}")
         if dtype is None:
             dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
-        kwargs = {"dtype": dtype, **spec.kwargs()}
+        # transformers < 4.56 calls it torch_dtype (a GPU machine may carry an older one).
+        major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+        kwargs = {"dtype" if (major, minor) >= (4, 56) else "torch_dtype": dtype, **spec.kwargs()}
         self.runner = spec.runner
         try:
             self.tokenizer = _load_tokenizer(spec)

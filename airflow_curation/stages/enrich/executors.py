@@ -44,7 +44,18 @@ def _concat(parts: list[dict[str, list]]) -> dict[str, list]:
 
 
 def run_batches(task, engine, texts: list[str], batch_size: int) -> dict[str, list]:
-    return _concat([task.run(engine, texts[i:i + batch_size]) for i in range(0, len(texts), batch_size)])
+    """Batches of similar lengths (less padding for engines that pad, as sentence-transformers does), with
+    the results put back in the input order."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    ordered = [texts[i] for i in order]
+    out = _concat([task.run(engine, ordered[i:i + batch_size]) for i in range(0, len(ordered), batch_size)])
+    restored: dict[str, list] = {}
+    for key, values in out.items():
+        col: list = [None] * len(texts)
+        for pos, v in zip(order, values):
+            col[pos] = v
+        restored[key] = col
+    return restored
 
 
 class LocalExecutor:
