@@ -43,8 +43,10 @@ class Progress:
 
     @property
     def complete(self) -> bool:
-        """Every unit is accounted for (checkpointed, or failed within the budget)."""
-        return self.manifest_status != "missing" and self.done + self.failed >= self.total \
+        """Every unit is accounted for (checkpointed, or failed within the budget) and the run has
+        written its final manifest: a stage's global step (dedup's components, ingest's clean-up) and
+        the gather of a Slurm array or Kubernetes sweep run after the last unit."""
+        return self.manifest_status == "complete" and self.done + self.failed >= self.total \
             and not self.over_budget
 
     def line(self) -> str:
@@ -244,8 +246,12 @@ def decide(progress: Progress, job_status=None, quorum: float = 1.0) -> dict[str
         return {**base, "status": "done", "partial": True, "summary": progress.summary()}
     if job_status is not None and job_status.state.finished:
         missing = progress.total - progress.done - progress.failed
-        what = "before writing its manifest" if progress.manifest_status == "missing" \
-            else f"with {missing} of {progress.total} units not checkpointed"
+        if progress.manifest_status == "missing":
+            what = "before writing its manifest"
+        elif missing > 0:
+            what = f"with {missing} of {progress.total} units not checkpointed"
+        else:
+            what = "before completing its manifest (every unit is checkpointed: a rerun only finishes it)"
         return {**base, "status": "failed",
                 "reason": f"job {job_status.state.value} {what}: {job_status.message}".rstrip(": ")}
     return None

@@ -45,9 +45,23 @@ class Run:
                "checksum": "s", "unit_id": unit.unit_id}
         self.store.commit(CheckpointRecord(unit_id=unit.unit_id, stage=self.manifest.stage, fingerprint=FP,
                                            input_checksum=checksum or unit.input_checksum, outputs=[out]))
+        self._finish_when_all_accounted()
 
     def fail(self, i: int) -> None:
         self.store.mark_failed(self.units[i].unit_id, "ValueError: boom", 2)
+        self._finish_when_all_accounted()
+
+    def _finish_when_all_accounted(self) -> None:
+        """What the job does after its last unit: the final manifest, complete or failed by budget."""
+        if not self.auto_finish:
+            return
+        done, failed = self.store.scan()
+        if len(done) + len(failed) == len(self.units):
+            allowed = int(self.manifest.config["max_failed_fraction"] * len(self.units))
+            self.manifest.status = "failed" if len(failed) > allowed else "complete"
+            self.manifest.write(self.uri)
+
+    auto_finish = True
 
 
 def _trigger(run: Run, **kwargs) -> ShardCheckpointTrigger:
@@ -72,6 +86,30 @@ def test_done_when_every_unit_is_checkpointed(tmp_path):
     event = _first_event(_trigger(run))
     assert event["status"] == "done"
     assert event["summary"] == {"manifest_uri": run.uri, "shards": 3, "rows": 33, "bytes": 3300}
+
+
+def test_not_done_until_the_run_writes_its_final_manifest(tmp_path):
+    """Every unit checkpointed is not enough: a global step (dedup's components) or the gather of an
+    array/sweep runs after the last unit, and downstream stages need the complete manifest."""
+    run = Run(tmp_path, 2)
+    run.auto_finish = False
+    run.commit(0)
+    run.commit(1)
+    trigger = _trigger(run)
+
+    async def first_event_within(seconds: float):
+        async def go():
+            async for event in trigger.run():
+                return event.payload
+        try:
+            return await asyncio.wait_for(go(), seconds)
+        except asyncio.TimeoutError:
+            return None
+
+    assert asyncio.run(first_event_within(0.5)) is None
+    run.manifest.status = "complete"
+    run.manifest.write(run.uri)
+    assert asyncio.run(first_event_within(10))["status"] == "done"
 
 
 def test_progress_is_logged_and_done_fires_only_after_the_last_unit(tmp_path):
@@ -150,7 +188,9 @@ def test_stale_failure_markers_from_an_earlier_run_are_ignored(tmp_path):
     run.fail(1)
     # The job is rerun: a new plan, later than the marker. The marker no longer counts.
     time.sleep(0.01)
+    run.auto_finish = False  # the rerun finishes its manifest itself, below
     run.manifest.created_at = time.time()
+    run.manifest.status = "planned"
     run.manifest.write(run.uri)
     run.commit(0)
     trigger = _trigger(run)
@@ -162,6 +202,8 @@ def test_stale_failure_markers_from_an_earlier_run_are_ignored(tmp_path):
             await asyncio.sleep(0.01)
         assert not pending.done()
         run.commit(1)
+        run.manifest.status = "complete"
+        run.manifest.write(run.uri)
         return (await pending).payload
 
     assert asyncio.run(go())["status"] == "done"
