@@ -32,6 +32,7 @@ from airflow_curation.operators.dedup import DedupOperator
 from airflow_curation.operators.enrich import EnrichOperator
 from airflow_curation.operators.ingest import IngestOperator
 from airflow_curation.operators.preprocess import PreprocessOperator
+from airflow_curation.operators.validate import ValidateOperator
 from airflow_curation.sensors.shard_checkpoint import ShardCheckpointSensor
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,6 +88,9 @@ with DAG(
                                  description="Jaccard similarity at which documents are near duplicates"),
         "preset": Param("gopher", type="string",
                         description="preprocess filter preset(s): gopher, c4, fineweb, code, comma-separated"),
+        "min_rows": Param(1, type="integer", minimum=0, description="validate: fewest curated rows a run may have"),
+        "max_duplicate_rate": Param(0.5, type="number", minimum=0, maximum=1,
+                                    description="validate: highest fraction of rows dedup may mark duplicate"),
         "enrich_model": Param(os.environ.get("CURATION_ENRICH_MODEL", ""), type="string",
                               description="model folder for enrich; empty: the enrich step is skipped"),
         "enrich_task": Param("embed", enum=["embed", "classify", "score", "generate"]),
@@ -128,7 +132,7 @@ with DAG(
         poll_interval=POLL,
         **COMMON,
     )
-    deduped = launch_and_gate(dedup, outlets=[CURATED])
+    deduped = launch_and_gate(dedup)
 
     # Model outputs (embeddings, labels, scores, instruction pairs) for the rows dedup kept; skipped when no
     # model is configured, so the pipeline runs on machines without one.
@@ -147,5 +151,17 @@ with DAG(
     )
     enriched = launch_and_gate(enrich)
 
-    # Later stages slot in here, each reading the previous gate's manifest, e.g.:
-    #   validate = ValidateOperator(task_id="validate", input_manifest=deduped.output["manifest_uri"], ...)
+    # Declared checks gate the run and write the report (JSON + HTML, shown in the run's "Curation report"
+    # tab). It reads enrich's manifest when enrich ran, else dedup's; the curated Asset is its outlet.
+    validate = ValidateOperator(
+        task_id="validate",
+        input_manifest="{{ ti.xcom_pull(task_ids='enrich_checkpoints', key='manifest_uri') "
+                       "or ti.xcom_pull(task_ids='dedup_checkpoints', key='manifest_uri') }}",
+        min_rows="{{ params.min_rows }}",
+        max_duplicate_rate="{{ params.max_duplicate_rate }}",
+        trigger_rule="none_failed",
+        poll_interval=POLL,
+        outlets=[CURATED],
+        **COMMON,
+    )
+    [deduped, enriched] >> validate
