@@ -97,7 +97,7 @@ def _report(lake_root: Path, dataset: str, snapshot: str, run_id: str) -> None:
     print("\n=== curation demo: where everything is ===")
     print(f"lake (this snapshot):  {lake.base}")
     print(f"shards:                {lake.path('shards')}/")
-    manifests = sorted(manifests_dir.glob("*.json"))
+    manifests = sorted(p for p in manifests_dir.glob("*.json") if not p.name.startswith("report"))
     if not manifests:
         print(f"no manifests under {manifests_dir}: the run did not get far; see the task logs above")
         return
