@@ -29,20 +29,24 @@ class RayJobBackend(Backend):
     :param python: interpreter on the cluster that has airflow-curation installed (default ``python``).
     :param env: extra environment variables of the job.
     :param runtime_env: a Ray runtime environment (``pip``, ``working_dir``...), merged with ``env``.
+    :param agent_wait_s: how long to retry a submission that the cluster refuses because its job agent is
+        not up yet (a freshly started head).
     """
 
     name = "ray"
 
     def __init__(self, address: str | None = None, python: str = "python", env: dict[str, str] | None = None,
-                 runtime_env: dict[str, Any] | None = None) -> None:
+                 runtime_env: dict[str, Any] | None = None, agent_wait_s: float = 120.0) -> None:
         self.address = (address or os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS")
                         or "http://127.0.0.1:8265")
         self.python = python
         self.env = env or {}
         self.runtime_env = runtime_env or {}
+        self.agent_wait_s = agent_wait_s
 
     def options(self) -> dict[str, Any]:
-        return {"address": self.address, "python": self.python, "env": self.env, "runtime_env": self.runtime_env}
+        return {"address": self.address, "python": self.python, "env": self.env, "runtime_env": self.runtime_env,
+                "agent_wait_s": self.agent_wait_s}
 
     def _client(self):
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -62,8 +66,19 @@ class RayJobBackend(Backend):
                                                        "--result", result_uri))
         runtime_env = dict(self.runtime_env)
         runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **self.env}
-        self._client().submit_job(entrypoint=entrypoint, submission_id=job_id, runtime_env=runtime_env,
+        client = self._client()
+        deadline = time.monotonic() + self.agent_wait_s
+        while True:
+            try:
+                client.submit_job(entrypoint=entrypoint, submission_id=job_id, runtime_env=runtime_env,
                                   metadata={"stage": spec.stage, "run_id": spec.run_id})
+                break
+            except RuntimeError as e:
+                # A fresh cluster answers before its job agent is up; the same submission id makes the retry
+                # safe (a second submit of an accepted id is refused, not duplicated).
+                if "No available agent" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(2)
         return {"backend": self.name, "job_id": job_id, "address": self.address, "result": result_uri,
                 "manifest_uri": spec.manifest_uri, "dashboard_url": self.dashboard_url(job_id),
                 "log": self.dashboard_url(job_id)}
