@@ -8,6 +8,7 @@ of this test and stopped by it (never ``ray stop``, which would stop other users
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -71,6 +72,7 @@ def ray_cluster():
             os.killpg(proc.pid, signal.SIGKILL)  # whatever of this head's processes is left
         except ProcessLookupError:
             pass
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_enrich_job_runs_on_an_existing_ray_cluster(ray_cluster, tmp_path, llama_score):
