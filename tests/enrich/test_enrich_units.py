@@ -88,3 +88,21 @@ def test_runtime_settings_do_not_change_the_fingerprint(tmp_path):
                            "checkpoint_rows": 10}, "r1").fingerprint
     c = EnrichStage(lake, {**base, "max_input_tokens": 64}, "r1").fingerprint
     assert a == b != c
+
+
+def test_enrich_operator_config_and_skip_without_model():
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from airflow_curation.operators.enrich import EnrichOperator, RayDashboardLink
+
+    op = EnrichOperator(task_id="enrich", dataset="ds", lake="/lake", input_manifest="/lake/ds/m.json",
+                        task="score", model="/models/q", engine="transformers", engine_executor="local",
+                        replicas=2, max_failed_fraction="0.1", config={"max_input_tokens": 128})
+    assert op.build_config({}) == {"max_input_tokens": 128, "input_manifest": "/lake/ds/m.json", "task": "score",
+                                   "model": "/models/q", "engine": "transformers", "executor": "local",
+                                   "replicas": 2, "max_failed_fraction": 0.1}
+    assert any(isinstance(link, RayDashboardLink) for link in op.operator_extra_links)
+    skipping = EnrichOperator(task_id="e2", dataset="ds", lake="/lake", input_manifest="m", task="embed",
+                              model="  ", skip_without_model=True)
+    with pytest.raises(AirflowSkipException, match="no enrich model"):
+        skipping.execute({})
