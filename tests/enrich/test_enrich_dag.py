@@ -1,4 +1,4 @@
-"""The pipeline DAG in ``dag.test()``: ingest -> preprocess -> dedup -> enrich, every job a real local-backend
+"""The whole pipeline DAG in ``dag.test()``: ingest -> preprocess -> dedup -> enrich -> validate, every job a real local-backend
 subprocess, enrich embedding the rows that preprocess and dedup kept (transformers engine: the vLLM engine
 has its own tests, and its import would add half a minute to this one)."""
 
@@ -50,11 +50,9 @@ def test_pipeline_runs_through_enrich(pipeline, tmp_path, minilm):
         for d in docs + docs[:4]:  # four exact duplicates for dedup to find
             f.write(json.dumps({"text": d}) + "\n")
     lake_root = tmp_path / "lake"
-    # validate (after enrich) has its own tests; this one is about the stages up to enrich.
     conf = {"input": str(inputs), "lake": str(lake_root), "dataset": "web", "max_failed_fraction": 0.0,
             "enrich_model": minilm, "enrich_task": "embed", "enrich_engine": "transformers", "enrich_executor": "local"}
-    dag_run = pipeline.test(logical_date=datetime(2026, 11, 29, tzinfo=timezone.utc),
-                            mark_success_pattern="validate.*", run_conf=conf)
+    dag_run = pipeline.test(logical_date=datetime(2026, 11, 29, tzinfo=timezone.utc), run_conf=conf)
     assert dag_run.state == "success", dag_run.state
 
     lake = Lake(str(lake_root), "web", "2026-11-29")
@@ -73,3 +71,8 @@ def test_pipeline_runs_through_enrich(pipeline, tmp_path, minilm):
     assert sum(dup for s in manifest.shards
                for dup in pq.read_table(s.attrs["dedup"]).column("is_duplicate").to_pylist()) >= 4
     assert manifest.accounting["kept"] == enriched_total > 0
+    # validate ran last, on enrich's manifest (so its view joins every stage's columns), and passed.
+    report = json.loads(Path(lake.manifest_uri(sanitize_run_id(dag_run.run_id), "report")).read_text())
+    assert report["status"] == "passed"
+    assert {"ingest", "preprocess", "dedup", "enrich"} <= set(report["stages"])
+    assert {"preprocess", "dedup", "enrich-embed"} <= set(report["columns"])

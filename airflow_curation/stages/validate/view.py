@@ -8,6 +8,8 @@ that lands adds its columns and, when it has a ``keep`` or ``is_duplicate`` colu
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -56,7 +58,8 @@ class AttrsSource:
 
     @property
     def alias(self) -> str:
-        return f"a_{self.stage}"
+        # Stage keys such as "enrich-embed" are not SQL identifiers; the alias must be one, unquoted.
+        return "a_" + re.sub(r"\W", "_", self.stage)
 
     @property
     def has_flag(self) -> str:
