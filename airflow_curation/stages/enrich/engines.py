@@ -125,19 +125,22 @@ class Engine:
 
 @contextlib.contextmanager
 def _hide_hostile_modules():
-    """Take modules out of ``sys.modules`` while vLLM starts if their globals raise on ``hasattr``.
+    """Take modules out of ``sys.modules`` while vLLM starts if their globals break vLLM's scan.
 
-    vLLM's CPU platform scans every module's globals (``hasattr(value, "__dict__")``) to patch Triton
-    kernels; Flask's context proxies (``flask.g``, ``current_app``: loaded wherever Airflow's API server
-    code was imported) raise RuntimeError there, which killed engine start in any process that had run
-    Airflow first. The modules are put back as they were right after.
+    vLLM's CPU platform scans every module's globals (``hasattr(value, "__dict__")`` then
+    ``vars(value).get("kernel")``) to patch Triton kernels. Flask's context proxies (``flask.g``: loaded
+    wherever Airflow's API server code was imported) raise RuntimeError on the first, llvmlite's
+    ``_lib_fn_wrapper`` (loaded with numba, which our signal and MinHash kernels use) has a ``__dict__``
+    without ``.get``; either killed engine start. The scan is replayed here and the modules it would trip
+    on are put back as they were right after.
     """
     hidden = {}
     for name, module in list(sys.modules.items()):
         namespace = getattr(module, "__dict__", None) or {}
         for value in list(namespace.values()):
             try:
-                hasattr(value, "__dict__")
+                if hasattr(value, "__dict__"):
+                    vars(value).get("kernel")
             except Exception:  # noqa: BLE001 - exactly what vLLM's scan would trip on
                 hidden[name] = module
                 break
