@@ -41,3 +41,28 @@ def run_id_from_args(args: argparse.Namespace) -> str:
 
 def print_summary(summary: dict) -> None:
     print(json.dumps(summary, indent=1, sort_keys=True))
+
+
+def files_or_lake(args: argparse.Namespace, command: str, upstream: list[str]) -> tuple[Lake, dict]:
+    """Where a stage subcommand reads: plain Parquet FILEs (results in ``--output``), or a lake, from
+    ``--input-manifest`` or else the newest complete manifest of the ``upstream`` stages.
+
+    :returns: the lake the run writes to and the settings that name its input.
+    """
+    from airflow_curation.core.manifest import latest_manifest
+
+    if args.files:
+        if args.lake or args.input_manifest:
+            raise SystemExit(f"curation {command}: give FILEs or --lake/--input-manifest, not both")
+        if not args.output:
+            raise SystemExit(f"curation {command}: plain files need --output DIR")
+        # Checkpoints, spills and the manifest of a plain-file run live beside the results.
+        return Lake(root=args.output, dataset="_curation"), {"inputs": args.files, "output_dir": args.output}
+    if not (args.lake and args.dataset):
+        raise SystemExit(f"curation {command}: give FILEs --output DIR, or --lake --dataset [--input-manifest]")
+    lake = lake_from_args(args)
+    manifest = args.input_manifest or latest_manifest(lake, upstream)
+    if not manifest:
+        raise SystemExit(f"curation {command}: no complete {' or '.join(upstream)} manifest under "
+                         f"{lake.path('_manifests')}; run that stage first or give --input-manifest")
+    return lake, {"input_manifest": manifest}

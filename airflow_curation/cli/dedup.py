@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from airflow_curation.cli.common import lake_from_args, parse_size, print_summary, run_id_from_args
+from airflow_curation.cli.common import files_or_lake, parse_size, print_summary, run_id_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lake", help="lake root (instead of FILEs)")
     p.add_argument("--dataset", help="dataset name inside the lake")
     p.add_argument("--snapshot", help="snapshot partition")
-    p.add_argument("--input-manifest", help="lake: the upstream stage's manifest URI")
+    p.add_argument("--input-manifest", help="lake: the upstream stage's manifest URI (default: the newest complete preprocess or ingest manifest)")
     p.add_argument("--run-id", help="names the manifest; default: cli-<timestamp>")
     p.add_argument("--workers", type=int, default=1, help="parallel worker processes (default 1)")
     p.add_argument("--engine", choices=["local", "dask"], default="local")
@@ -49,7 +49,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from airflow_curation.core.layout import Lake
     from airflow_curation.jobs import run_spec
     from airflow_curation.jobs.spec import JobSpec
 
@@ -59,19 +58,8 @@ def _run(args: argparse.Namespace) -> int:
         "near": not args.no_near, "only_kept": not args.all_rows, "memory_budget": args.memory_budget,
         "engine": args.engine, "workers": args.workers,
     }
-    if args.files:
-        if args.lake or args.input_manifest:
-            raise SystemExit("curation dedup: give FILEs or --lake/--input-manifest, not both")
-        if not args.output:
-            raise SystemExit("curation dedup: plain files need --output DIR")
-        config.update(inputs=args.files, output_dir=args.output)
-        # Checkpoints, spills and the manifest of a plain-file run live beside the results.
-        lake = Lake(root=args.output, dataset="_curation")
-    else:
-        if not (args.lake and args.dataset and args.input_manifest):
-            raise SystemExit("curation dedup: give FILEs --output DIR, or --lake --dataset --input-manifest")
-        config["input_manifest"] = args.input_manifest
-        lake = lake_from_args(args)
+    lake, source = files_or_lake(args, "dedup", ["preprocess", "ingest"])
+    config.update(source)
     spec = JobSpec(stage="dedup", lake=lake.to_dict(), run_id=run_id_from_args(args), config=config)
     print_summary(run_spec(spec))
     return 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from airflow_curation.cli.common import lake_from_args, print_summary, run_id_from_args
+from airflow_curation.cli.common import files_or_lake, print_summary, run_id_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lake", help="lake root (instead of FILEs)")
     p.add_argument("--dataset", help="dataset name inside the lake")
     p.add_argument("--snapshot", help="snapshot partition")
-    p.add_argument("--input-manifest", help="lake: the upstream stage's manifest URI")
+    p.add_argument("--input-manifest", help="lake: the upstream stage's manifest URI (default: the newest complete dedup or preprocess or ingest manifest)")
     p.add_argument("--run-id", help="names the manifest; default: cli-<timestamp>")
     p.add_argument("--task", required=True, choices=["embed", "classify", "score", "generate"])
     p.add_argument("--model", required=True, help="model folder (Hugging Face layout)")
@@ -59,7 +59,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from airflow_curation.core.layout import Lake
     from airflow_curation.jobs import run_spec
     from airflow_curation.jobs.spec import JobSpec
 
@@ -78,19 +77,8 @@ def _run(args: argparse.Namespace) -> int:
         "max_model_len": args.max_model_len, "engine_kwargs": json.loads(args.engine_kwargs),
         "checkpoint_rows": args.checkpoint_rows, "only_kept": not args.all_rows,
     }
-    if args.files:
-        if args.lake or args.input_manifest:
-            raise SystemExit("curation enrich: give FILEs or --lake/--input-manifest, not both")
-        if not args.output:
-            raise SystemExit("curation enrich: plain files need --output DIR")
-        config.update(inputs=args.files, output_dir=args.output)
-        # Checkpoints and the manifest of a plain-file run live beside the results.
-        lake = Lake(root=args.output, dataset="_curation")
-    else:
-        if not (args.lake and args.dataset and args.input_manifest):
-            raise SystemExit("curation enrich: give FILEs --output DIR, or --lake --dataset --input-manifest")
-        config["input_manifest"] = args.input_manifest
-        lake = lake_from_args(args)
+    lake, source = files_or_lake(args, "enrich", ["dedup", "preprocess", "ingest"])
+    config.update(source)
     spec = JobSpec(stage="enrich", lake=lake.to_dict(), run_id=run_id_from_args(args), config=config)
     print_summary(run_spec(spec))
     return 0

@@ -108,10 +108,10 @@ def _run_lake(args: argparse.Namespace) -> int:
     from airflow_curation.core.layout import Lake
     from airflow_curation.jobs import run_spec
     from airflow_curation.jobs.spec import JobSpec
-    from airflow_curation.stages.preprocess.stage import iter_latest_manifest
+    from airflow_curation.core.manifest import latest_manifest
 
     lake = Lake(root=args.lake, dataset=args.dataset, snapshot=args.snapshot)
-    manifest = args.input_manifest or next(iter_latest_manifest(lake, "ingest"), None)
+    manifest = args.input_manifest or latest_manifest(lake, ["ingest"])
     if not manifest:
         print(f"error: no complete ingest manifest under {lake.path('_manifests')}; run curation ingest "
               f"first or give --input-manifest", file=sys.stderr)

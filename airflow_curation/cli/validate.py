@@ -11,8 +11,9 @@ from airflow_curation.cli.common import add_lake_args, lake_from_args, print_sum
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("validate", help="check a run's curated view and write its report (JSON + HTML)")
     add_lake_args(p)
-    p.add_argument("--input-manifest", required=True,
-                   help="manifest of the last stage to validate (e.g. <lake>/<dataset>/_manifests/<run>/dedup.json)")
+    p.add_argument("--input-manifest",
+                   help="manifest of the last stage to validate (default: the newest complete enrich, dedup, "
+                        "preprocess or ingest manifest)")
     p.add_argument("--checks", help="YAML or JSON file of declared checks (see docs/validate.md)")
     p.add_argument("--engine", choices=["duckdb", "daft"], default="duckdb")
     p.add_argument("--daft-runner", choices=["native", "ray"], default="native")
@@ -32,7 +33,15 @@ def _run(args: argparse.Namespace) -> int:
     from airflow_curation.stages.validate import ValidateStage, ValidationFailed
     from airflow_curation.stages.validate.report import report_uris
 
-    config = {"input_manifest": args.input_manifest, "engine": args.engine, "daft_runner": args.daft_runner,
+    from airflow_curation.core.manifest import latest_manifest
+
+    lake, run_id = lake_from_args(args), run_id_from_args(args)
+    manifest = args.input_manifest or latest_manifest(lake, ["enrich", "dedup", "preprocess", "ingest"])
+    if not manifest:
+        print(f"curation validate: no complete manifest under {lake.path('_manifests')}; run a stage first "
+              f"or give --input-manifest", file=sys.stderr)
+        return 2
+    config = {"input_manifest": manifest, "engine": args.engine, "daft_runner": args.daft_runner,
               "min_rows": args.min_rows, "max_null_rate": args.max_null_rate,
               "max_duplicate_rate": args.max_duplicate_rate, "min_kept_fraction": args.min_kept_fraction,
               "fail_on_error": not args.warn_only}
@@ -41,7 +50,6 @@ def _run(args: argparse.Namespace) -> int:
     for key in ("threads", "memory_limit", "ray_address"):
         if getattr(args, key):
             config[key] = getattr(args, key)
-    lake, run_id = lake_from_args(args), run_id_from_args(args)
     stage = ValidateStage(lake, config, run_id)
     json_uri, html_uri = report_uris(lake, run_id)
     try:

@@ -142,3 +142,20 @@ def _validate(d: Any, where: str) -> None:
         if s["shard_id"] in shard_ids:
             fail(f"duplicate shard id {s['shard_id']!r}")
         shard_ids.add(s["shard_id"])
+
+
+def latest_manifest(lake, stages: tuple[str, ...] | list[str]) -> str | None:
+    """URI of the newest complete manifest (by ``created_at``) of any of ``stages`` in ``lake``, or None.
+
+    What a command-line run reads when no ``--input-manifest`` is given: the last stage that finished.
+    """
+    found = []
+    for stage in stages:
+        for uri in storage.glob(lake.path("_manifests", "*", f"{stage}.json")):
+            try:
+                m = Manifest.read(uri)
+            except ManifestError:
+                continue  # a foreign or torn file is not a candidate
+            if m.status == "complete":
+                found.append((m.created_at, uri))
+    return max(found)[1] if found else None

@@ -14,7 +14,6 @@ import logging
 import resource
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import asdict
 from functools import lru_cache
 from typing import Any
@@ -243,17 +242,3 @@ class PreprocessStage(Stage):
                              f"{upstream.rows}")
         out = ShardEntry(**{**asdict(upstream), "attrs": {**upstream.attrs, self.name: attrs_uri}})
         return UnitResult(outputs=[out], accounting=accounting, extra={"attrs_uri": attrs_uri, **info})
-
-
-def iter_latest_manifest(lake, stage: str = "ingest") -> Iterator[str]:
-    """Manifests of ``stage`` in the lake, newest first (by their ``created_at``)."""
-    found = []
-    for uri in storage.glob(lake.path("_manifests", "*", f"{stage}.json")):
-        try:
-            m = Manifest.read(uri)
-        except Exception:  # noqa: BLE001 - a foreign or torn file is not a candidate
-            continue
-        if m.status == "complete":
-            found.append((m.created_at, uri))
-    for _, uri in sorted(found, reverse=True):
-        yield uri
