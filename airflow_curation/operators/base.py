@@ -42,7 +42,8 @@ class CurationStageOperator(ResumableJobMixin, BaseOperator):
     :param snapshot: snapshot partition (``"{{ ds }}"`` gives one partition per logical date).
     :param config: the stage's settings (see the stage's ``DEFAULTS``).
     :param backend: where the job runs: ``local`` (default), ``slurm``, ``kubernetes``...
-    :param backend_options: the backend's constructor options.
+    :param backend_options: the backend's constructor options; ``{"slurm_conn_id": ...}`` or
+        ``{"kubernetes_conn_id": ...}`` take them from an Airflow connection of that type.
     :param curation_conn_id: optional ``curation`` connection with lake, backend and storage options.
     :param run_id: names the manifest; default the Airflow run id made path-safe.
     :param wait: ``True``: finish when the job finishes and return ``{manifest_uri, shards, rows,
@@ -117,6 +118,12 @@ class CurationStageOperator(ResumableJobMixin, BaseOperator):
         settings = self._settings()
         name = self.backend or settings["backend"] or "local"
         options = {**settings["backend_options"], **self.backend_options}
+        if name == "slurm" and options.get("slurm_conn_id"):
+            # A `slurm` connection (partition, account, QOS, SSH login node...) under the explicit options,
+            # as `kubernetes_conn_id` is for the Kubernetes backend.
+            from airflow_curation.hooks.slurm import SlurmHook
+
+            options = {**SlurmHook(options.pop("slurm_conn_id")).backend_options(), **options}
         if settings["storage_options"]:
             from airflow_curation.hooks.curation import CurationHook
 

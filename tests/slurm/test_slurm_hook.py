@@ -68,6 +68,18 @@ def test_hook_builds_the_backend_from_the_connection(monkeypatch):
     assert backend.command_argv(["squeue", "-j", "1; rm -rf /"])[-1] == "squeue -j '1; rm -rf /'"
 
 
+def test_stage_operator_takes_the_backend_from_a_slurm_connection(monkeypatch):
+    from airflow_curation.operators.ingest import IngestOperator
+
+    _set_conn(monkeypatch, "slurm_site", extra={"partition": "cpu", "account": "llm", "qos": "low"})
+    op = IngestOperator(task_id="ingest", inputs="/data/raw", lake="/lake", dataset="web", backend="slurm",
+                        backend_options={"slurm_conn_id": "slurm_site", "qos": "high"})
+    backend = op.get_backend()
+    assert isinstance(backend, SlurmBackend)
+    assert (backend.partition, backend.account, backend.qos) == ("cpu", "llm", "high")  # explicit wins
+    assert "slurm_conn_id" not in backend.options()  # what the handle keeps is resolved, no connection id
+
+
 def test_hook_refuses_ssh_fields_that_ssh_would_read_as_options(monkeypatch):
     from airflow_curation.hooks.slurm import SlurmHook
 
