@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 HANDBOOK = Path("/usr/share/doc/debian-handbook/html")
-INSTALL_HINT = "run scripts/install_dedup_testdata.sh (apt-get install debian-handbook)"
+INSTALL_HINT = "run scripts/install_system_deps.sh (it installs debian-handbook and python3.11-doc)"
 PAGES = ["apt.html", "packaging-system.html", "basic-configuration.html", "unix-services.html",
          "network-infrastructure.html", "sect.apt-get.html", "sect.package-meta-information.html",
          "sect.manipulating-packages-with-dpkg.html", "sect.config-misc.html", "sect.syslog.html"]
