@@ -45,17 +45,6 @@ def _scores(pred: set, truth: set) -> tuple[float, float, float]:
     return p, r, 2 * p * r / max(1e-12, p + r)
 
 
-def _bucket_pairs(bands: np.ndarray) -> set[tuple[int, int]]:
-    pairs = set()
-    for b in range(bands.shape[1]):
-        groups: dict[int, list[int]] = {}
-        for doc, h in enumerate(bands[:, b].tolist()):
-            groups.setdefault(h, []).append(doc)
-        for members in groups.values():
-            pairs.update((x, y) for k, x in enumerate(members) for y in members[k + 1:])
-    return pairs
-
-
 def run_stage(files: list[str], work: str, **config) -> tuple[float, dict[str, list[dict]]]:
     from airflow_curation.core.layout import Lake
     from airflow_curation.stages.base import StageRunner
@@ -73,6 +62,7 @@ def run_stage(files: list[str], work: str, **config) -> tuple[float, dict[str, l
 def quality() -> None:
     from datasketch import MinHash, MinHashLSH
 
+    from airflow_curation.core.lsh import bucket_pairs
     from airflow_curation.core.minhash import MinHasher, MinHashParams, band_hashes, lsh_params
     from tests.dedup.corpus import exact_jaccard_matrix, near_duplicate_corpus, shingle_set
 
@@ -88,7 +78,7 @@ def quality() -> None:
     ours, theirs = [], []
     for seed in (1, 2, 3, 4, 5):
         sig, _ = MinHasher(MinHashParams(seed=seed)).signatures(texts)
-        ours.append(_scores(_bucket_pairs(band_hashes(sig, bands, rows)), truth_pairs))
+        ours.append(_scores(bucket_pairs(band_hashes(sig, bands, rows)), truth_pairs))
         lsh = MinHashLSH(threshold=THRESHOLD, num_perm=128)
         sketches = []
         for k, t in enumerate(texts):

@@ -27,6 +27,22 @@ _M2 = np.uint64(0xC4CEB9FE1A85EC53)
 ROW_BITS = 32
 
 
+def bucket_pairs(bands: np.ndarray) -> set[tuple[int, int]]:
+    """Every pair of rows of ``bands`` (documents x band hashes) that share a bucket in any band.
+
+    The in-memory, all-pairs statement of LSH candidates: small inputs only (tests and benchmarks measure
+    precision and recall with it); the stage uses the spilled star edges below.
+    """
+    pairs = set()
+    for b in range(bands.shape[1]):
+        groups: dict[int, list[int]] = {}
+        for doc, h in enumerate(bands[:, b].tolist()):
+            groups.setdefault(h, []).append(doc)
+        for members in groups.values():
+            pairs.update((x, y) for k, x in enumerate(members) for y in members[k + 1:])
+    return pairs
+
+
 def node_keys(shard_index: int, rows: np.ndarray | int) -> np.ndarray:
     """Node keys of ``rows`` (positions inside shard number ``shard_index``)."""
     rows = np.arange(rows, dtype=np.uint64) if np.isscalar(rows) else np.asarray(rows, np.uint64)

@@ -7,23 +7,11 @@ import numpy as np
 import pytest
 
 from airflow_curation.core.components import connected_components, write_edges
-from airflow_curation.core.lsh import (node_keys, partitions_for, read_partition, row_of, shard_of, star_edges,
-                                       write_partitioned)
+from airflow_curation.core.lsh import (bucket_pairs, node_keys, partitions_for, read_partition, row_of, shard_of,
+                                       star_edges, write_partitioned)
 from airflow_curation.core.minhash import MinHasher, MinHashParams, band_hashes, jaccard, lsh_params
 
 THRESHOLD = 0.8
-
-
-def _bucket_pairs(bands: np.ndarray) -> set[tuple[int, int]]:
-    """Every pair of documents that share a bucket in any band (all pairs, not stars)."""
-    pairs = set()
-    for b in range(bands.shape[1]):
-        groups: dict[int, list[int]] = {}
-        for doc, h in enumerate(bands[:, b].tolist()):
-            groups.setdefault(h, []).append(doc)
-        for members in groups.values():
-            pairs.update((x, y) for k, x in enumerate(members) for y in members[k + 1:])
-    return pairs
 
 
 def _scores(pred: set[tuple[int, int]], jac: np.ndarray) -> tuple[float, float, float]:
@@ -47,7 +35,7 @@ def test_precision_recall_follow_theory_and_match_datasketch(nd_corpus):
     ours = []
     for seed in range(1, 5):
         sig, _ = MinHasher(MinHashParams(seed=seed)).signatures(texts)
-        ours.append(_scores(_bucket_pairs(band_hashes(sig, bands, rows)), jac))
+        ours.append(_scores(bucket_pairs(band_hashes(sig, bands, rows)), jac))
     theirs = []
     encoded = [[" ".join(s).encode() for s in shingle_set(t)] for t in texts]
     for seed in range(1, 3):
@@ -80,7 +68,7 @@ def ours(nd_corpus):
     hasher = MinHasher()
     sig, _ = hasher.signatures(texts)
     bands, rows = lsh_params(THRESHOLD, 128)
-    return hasher, _bucket_pairs(band_hashes(sig, bands, rows))
+    return hasher, bucket_pairs(band_hashes(sig, bands, rows))
 
 
 def test_verification_removes_false_positives(nd_corpus, ours):
