@@ -100,14 +100,18 @@ class Engine:
             return text, len(ids), False
         return self.tokenizer.decode(ids[:max_tokens]), len(ids), True
 
+    # Set by a subclass once its model is loaded.
+    _labels: list[str] | None = None
+    _max_len: int | None = None
+
     @property
     def labels(self) -> list[str] | None:
-        return None
+        return self._labels
 
     @property
     def max_len(self) -> int | None:
         """The longest input (in tokens, special tokens included) the loaded model accepts."""
-        return None
+        return self._max_len
 
     def embed(self, token_ids: list[list[int]]) -> np.ndarray:
         raise NotImplementedError(f"{self.spec.engine} engine: model {self.spec.model} cannot embed")
@@ -226,14 +230,6 @@ class VllmEngine(Engine):
         self._labels = _model_labels(spec.model)
         self._max_len = int(self.llm.llm_engine.model_config.max_model_len)
 
-    @property
-    def max_len(self) -> int | None:
-        return self._max_len
-
-    @property
-    def labels(self) -> list[str] | None:
-        return self._labels
-
     @staticmethod
     def _prompts(token_ids: list[list[int]]):
         from vllm.inputs import TokensPrompt
@@ -318,14 +314,6 @@ class TransformersEngine(Engine):
         self._pooling, self._normalize, st_max = _sentence_transformers_pooling(spec.model)
         limits = [st_max, getattr(self.model.config, "max_position_embeddings", None), spec.max_model_len]
         self._max_len = min((int(x) for x in limits if x), default=None)
-
-    @property
-    def max_len(self) -> int | None:
-        return self._max_len
-
-    @property
-    def labels(self) -> list[str] | None:
-        return self._labels
 
     def _batch(self, token_ids: list[list[int]], left: bool = False):
         torch = self.torch
