@@ -31,6 +31,18 @@ class CheckpointRecord:
     host: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
     extra: dict[str, Any] = field(default_factory=dict)
+    files: list[dict[str, Any]] = field(default_factory=list)  # what the unit wrote: {uri, bytes, checksum}
+
+    def files_intact(self) -> bool:
+        """Every file the unit wrote is still there with its size (a stat each; the content is verified
+        against its checksum by whichever stage reads it)."""
+        for f in self.files:
+            try:
+                if storage.size(f["uri"]) != int(f["bytes"]):
+                    return False
+            except (FileNotFoundError, KeyError, TypeError, ValueError):
+                return False
+        return True
 
     @property
     def seconds(self) -> float:
@@ -57,8 +69,10 @@ class CheckpointStore:
             return None
 
     def is_done(self, unit_id: str, input_checksum: str, fingerprint: str) -> CheckpointRecord | None:
+        """The unit's record when it matches input and config and its outputs are still in place, else None
+        (a deleted or truncated output makes the unit run again instead of breaking the next stage)."""
         rec = self.load(unit_id)
-        if rec and rec.input_checksum == input_checksum and rec.fingerprint == fingerprint:
+        if rec and rec.input_checksum == input_checksum and rec.fingerprint == fingerprint and rec.files_intact():
             return rec
         return None
 

@@ -3,7 +3,7 @@
 ```
 <lake>/<dataset>[/snapshot=<date>]/
     shards/<shard>.parquet                      source shards (never rewritten)
-    attrs/<stage>/<shard>.parquet               additive columns keyed by id
+    attrs/<stage>/<fingerprint>/<shard>.parquet additive columns keyed by id, per configuration
     _checkpoints/<stage>/<fingerprint>/<unit>.json
     _manifests/<run_id>/<stage>.json
     _quarantine/<stage>/<unit>.parquet
@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -35,6 +36,11 @@ class Lake:
     snapshot: str | None = None
 
     def __post_init__(self) -> None:
+        if storage.is_local(self.root):
+            # Manifests store this root: a relative one would point elsewhere for every other reader
+            # (a worker, the api-server, a rerun from another folder).
+            root = self.root.split("://", 1)[-1]
+            object.__setattr__(self, "root", os.path.abspath(os.path.expanduser(root)))
         safe_name(self.dataset, "dataset name")
         if self.snapshot is not None:
             safe_name(self.snapshot, "snapshot")
@@ -50,7 +56,12 @@ class Lake:
     def shard_uri(self, shard_id: str) -> str:
         return self.path("shards", f"{shard_id}.parquet")
 
-    def attrs_uri(self, stage: str, shard_id: str) -> str:
+    def attrs_uri(self, stage: str, shard_id: str, fingerprint: str | None = None) -> str:
+        """A stage's additive columns for one shard. Stages pass their config fingerprint, so that
+        outputs of different configurations never share a path (a rerun with another preset cannot
+        find, and trust, the files of the previous one)."""
+        if fingerprint:
+            return self.path("attrs", stage, safe_name(fingerprint, "fingerprint"), f"{shard_id}.parquet")
         return self.path("attrs", stage, f"{shard_id}.parquet")
 
     def checkpoint_dir(self, stage: str, fingerprint: str) -> str:

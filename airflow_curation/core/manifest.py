@@ -33,6 +33,12 @@ class ShardEntry:
     checksum: str
     unit_id: str = ""
     attrs: dict[str, str] = field(default_factory=dict)  # stage -> URI of that stage's additive columns
+    attrs_checksums: dict[str, str] = field(default_factory=dict)  # stage -> checksum of that attrs file
+
+    def with_attrs(self, stage: str, uri: str, checksum: str) -> "ShardEntry":
+        """This shard with one more stage's additive columns (what an attrs stage hands on)."""
+        return ShardEntry(**{**asdict(self), "attrs": {**self.attrs, stage: uri},
+                             "attrs_checksums": {**self.attrs_checksums, stage: checksum}})
 
 
 @dataclass
@@ -42,6 +48,7 @@ class UnitEntry:
     input_checksum: str
     status: str = "pending"
     error: str | None = None
+    rows: int | None = None  # rows the unit must read, from the upstream manifest (None: unknown, e.g. ingest)
 
 
 @dataclass

@@ -12,6 +12,8 @@ import io
 import json
 import os
 import posixpath
+import socket
+import time
 import uuid
 from collections.abc import Iterator
 from typing import IO, Any
@@ -107,6 +109,65 @@ def read_json(url: str) -> Any:
     return json.loads(read_bytes(url))
 
 
+_TMP_MARK = ".tmp-"
+
+
+def _temp_name(path: str) -> str:
+    # Host and pid name the writer, so that a later run can tell a dead writer's leftovers from a live one's.
+    host = socket.gethostname().replace("-", "_") or "host"
+    return os.path.join(os.path.dirname(path),
+                        f".{os.path.basename(path)}{_TMP_MARK}{host}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+
+
+def _writer_of(name: str) -> tuple[str, int] | None:
+    """(host, pid) of a temp file written by :func:`atomic_open`, or None for any other name."""
+    if not name.startswith(".") or _TMP_MARK not in name:
+        return None
+    parts = name.rsplit(_TMP_MARK, 1)[1].split("-")
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temps(url: str, max_age_s: float = 24 * 3600.0) -> list[str]:
+    """Remove the temp files that :func:`atomic_open` left under the local folder ``url`` (recursively)
+    when their writer died: written on this host by a pid that is gone, or older than ``max_age_s``
+    (a writer on another host). A live writer's temp file is never touched. Returns what was removed.
+    Object stores have no temp files (an aborted upload publishes nothing)."""
+    if not is_local(url):
+        return []
+    _, root = filesystem(url)
+    host = socket.gethostname().replace("-", "_") or "host"
+    removed = []
+    now = time.time()
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            writer = _writer_of(name)
+            if writer is None:
+                continue
+            path = os.path.join(folder, name)
+            try:
+                age = now - os.stat(path).st_mtime
+            except FileNotFoundError:
+                continue  # its writer renamed it meanwhile
+            dead = writer[0] == host and not _pid_alive(writer[1])
+            if dead or age > max_age_s:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                    removed.append(path)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_open(url: str, mode: str = "wb") -> Iterator[IO]:
     """Open ``url`` for writing so that readers see either nothing or the whole file."""
@@ -114,7 +175,7 @@ def atomic_open(url: str, mode: str = "wb") -> Iterator[IO]:
     if is_local(url):
         parent = os.path.dirname(path)
         os.makedirs(parent, exist_ok=True)
-        tmp = os.path.join(parent, f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex[:12]}")
+        tmp = _temp_name(path)
         try:
             with open(tmp, mode) as f:
                 yield f

@@ -16,10 +16,13 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_curation.core.accounting import RowAccounting
+from airflow_curation.core import storage
+from airflow_curation.core.accounting import AccountingError, RowAccounting
 from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore
 from airflow_curation.core.fingerprint import config_fingerprint
+from airflow_curation.core.integrity import IntegrityError, chain_problem
 from airflow_curation.core.layout import Lake
+from airflow_curation.core.lease import Lease
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,23 @@ class UnitResult:
     outputs: list[ShardEntry]
     accounting: RowAccounting
     extra: dict[str, Any] = field(default_factory=dict)
+    # Every file the unit wrote ({uri, bytes, checksum}): a rerun trusts the checkpoint only while they exist.
+    files: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def attrs(cls, stage: str, entry: ShardEntry, uri: str, nbytes: int, checksum: str,
+              accounting: RowAccounting, extra: dict[str, Any] | None = None) -> "UnitResult":
+        """The result of an attrs stage: ``entry`` handed on with ``stage``'s additive-columns file."""
+        return cls(outputs=[entry.with_attrs(stage, uri, checksum)], accounting=accounting,
+                   extra={"attrs_uri": uri, **(extra or {})}, files=[file_record(uri, nbytes, checksum)])
+
+
+def file_record(uri: str, nbytes: int, checksum: str) -> dict[str, Any]:
+    return {"uri": uri, "bytes": int(nbytes), "checksum": checksum}
+
+
+# Failures that a second attempt cannot fix: the unit fails at once, with the message as it is.
+NOT_RETRIED = (IntegrityError, AccountingError)
 
 
 class Stage:
@@ -48,7 +68,7 @@ class Stage:
     version: str = "1"
     # Settings that change how a run executes but not what it produces: kept out of the fingerprint.
     RUNTIME_KEYS: frozenset[str] = frozenset({"workers", "max_attempts", "max_failed_fraction", "inputs",
-                                              "input_manifest", "scheduler_address"})
+                                              "input_manifest", "scheduler_address", "lease_wait_s"})
     DEFAULTS: dict[str, Any] = {}
 
     def __init__(self, lake: Lake, config: dict[str, Any], run_id: str) -> None:
@@ -81,6 +101,16 @@ class Stage:
     def finalize(self, manifest: Manifest) -> None:
         """Runs once after every unit is checkpointed (global steps, clean-up)."""
 
+    def upstream_manifest(self) -> Manifest | None:
+        """The complete manifest this run reads (its ``input_manifest``), for the cross-stage row check."""
+        uri = self.config.get("input_manifest")
+        return Manifest.read(uri) if uri else None
+
+    def work_dirs(self) -> list[str]:
+        """Folders swept at the start of a run for temp files that killed writers left (a live writer's,
+        of any stage, are kept): the dataset snapshot, and the output folder of plain-file runs."""
+        return [self.lake.base, *([self.config["output_dir"]] if self.config.get("output_dir") else [])]
+
     def default_mapper(self) -> "UnitMapper":
         """Where units run when the caller names no mapper: in-process, or a process pool of
         ``workers``. Engine stages (Dask, Ray) override this."""
@@ -95,12 +125,17 @@ def _attempt_unit(stage: Stage, unit: UnitEntry, max_attempts: int) -> tuple[str
         started = time.time()
         try:
             result = stage.process_unit(unit)
-            result.accounting.check(f"{stage.name} unit {unit.unit_id}")
+            where = f"{stage.name} unit {unit.unit_id}"
+            result.accounting.check(where)
+            if unit.rows is not None and result.accounting.read != unit.rows:
+                # "read" must be what the upstream manifest handed on, not what the outputs happen to hold.
+                raise AccountingError(f"row accounting in {where}: read {result.accounting.read} rows but the "
+                                      f"upstream manifest lists {unit.rows}")
             record = CheckpointRecord(
                 unit_id=unit.unit_id, stage=stage.name, fingerprint=stage.fingerprint,
                 input_checksum=unit.input_checksum, outputs=[asdict(o) for o in result.outputs],
                 accounting=result.accounting.to_dict(), attempt=attempt, started_at=started,
-                finished_at=time.time(), extra=result.extra)
+                finished_at=time.time(), extra=result.extra, files=result.files)
             store.commit(record)
             return "done", asdict(record)
         except Exception as e:  # noqa: BLE001 - a unit's failure is recorded, not fatal to the run
@@ -108,7 +143,9 @@ def _attempt_unit(stage: Stage, unit: UnitEntry, max_attempts: int) -> tuple[str
             log.warning("%s unit %s attempt %d/%d failed: %s", stage.name, unit.unit_id, attempt,
                         max_attempts, error)
             log.debug("%s", traceback.format_exc())
-    store.mark_failed(unit.unit_id, error, max_attempts)
+            if isinstance(e, NOT_RETRIED):
+                break
+    store.mark_failed(unit.unit_id, error, attempt)
     return "failed", {"error": error}
 
 
@@ -144,13 +181,28 @@ class StageRunner:
         self.mapper = mapper or stage.default_mapper()
 
     def run(self, shard_group: tuple[int, int] | None = None, collect: bool = False) -> Manifest:
-        """:param shard_group: ``(i, n)``: process only group ``i`` of ``n`` (units ``i::n`` of the plan,
+        """Runs under the stage's lease (one run per stage and snapshot; ``lease_wait_s`` to wait for another).
+
+        :param shard_group: ``(i, n)``: process only group ``i`` of ``n`` (units ``i::n`` of the plan,
             e.g. one task of a Slurm array); the manifest is not written and any failed unit raises.
         :param collect: process nothing: gather the checkpoints that shard groups left, count the rest
             as failed, then finish the run as usual (manifest, failure budget, ``finalize``).
         """
+        if shard_group is not None and not collect:
+            # Array tasks of one run run side by side: the run's launcher, not each task, holds the lease.
+            return self._run(shard_group, collect)
+        lease = Lease(self.stage.lake.path("_locks", f"{self.stage.name}.lease"),
+                      f"{self.stage.name} on {self.stage.lake.base}",
+                      wait_s=float(self.stage.config.get("lease_wait_s") or 0))
+        with lease:
+            return self._run(shard_group, collect)
+
+    def _run(self, shard_group: tuple[int, int] | None, collect: bool) -> Manifest:
         stage = self.stage
         fp = stage.fingerprint
+        for folder in stage.work_dirs():
+            for path in storage.remove_stale_temps(folder):
+                log.info("%s: removed %s (a temp file its killed writer left)", stage.name, path)
         units = stage.plan()
         manifest = Manifest(dataset=stage.lake.dataset, stage=stage.name, run_id=stage.run_id,
                             fingerprint=fp, lake=stage.lake.to_dict(), units=units,
@@ -205,6 +257,8 @@ class StageRunner:
         for unit in scope:
             rec = records.get(unit.unit_id)
             if rec is None:
+                if unit.rows:  # a failed unit's rows are known from upstream: counted, not lost
+                    accounting.quarantine("failed_unit", unit.rows)
                 continue
             accounting.merge(RowAccounting.from_dict(rec["accounting"]))
             manifest.shards.extend(ShardEntry(**o) for o in rec["outputs"])
@@ -221,6 +275,12 @@ class StageRunner:
         budget = float(stage.config.get("max_failed_fraction", 0.0))
         allowed = math.floor(budget * len(units))
         manifest.status = "failed" if len(failed) > allowed else "complete"
+        upstream = stage.upstream_manifest() if manifest.status == "complete" else None
+        broken = chain_problem(manifest, upstream) if upstream is not None else None
+        if broken:
+            manifest.status = "failed"
+            manifest.write(stage.manifest_uri)
+            raise StageFailed(f"{stage.name}: {broken}")
         if manifest.status == "complete":
             stage.finalize(manifest)
         manifest.write(stage.manifest_uri)

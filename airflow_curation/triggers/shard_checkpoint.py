@@ -17,6 +17,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_curation.core import storage
 from airflow_curation.core.checkpoint import CheckpointStore
+from airflow_curation.core.integrity import chain_problem
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest, ManifestError
 
@@ -36,6 +37,7 @@ class Progress:
     shards: int = 0
     manifest_status: str = "missing"
     failed_units: list[str] = field(default_factory=list)
+    books: str | None = None  # why the run's rows disagree with its upstream manifest's, if they do
 
     @property
     def over_budget(self) -> bool:
@@ -82,6 +84,20 @@ class CheckpointWatcher:
         self._verified: dict[str, dict[str, Any]] = {}  # unit id -> record outputs summary
         self._manifest: Manifest | None = None
         self._manifest_version: tuple | None = None
+        self._books: str | None = None
+        self._books_checked = False
+
+    def _check_books(self, manifest: Manifest) -> str | None:
+        """Once, for a complete manifest: does it read every row its upstream manifest hands on?"""
+        if not self._books_checked:
+            upstream_uri = manifest.config.get("input_manifest")
+            if upstream_uri:
+                try:
+                    self._books = chain_problem(manifest, Manifest.read(upstream_uri))
+                except ManifestError as e:
+                    self._books = f"cannot check its rows against the upstream manifest: {e}"
+            self._books_checked = True
+        return self._books
 
     def _load_manifest(self) -> Manifest | None:
         # The planned manifest never changes its units; only re-read while it may still be missing.
@@ -137,7 +153,7 @@ class CheckpointWatcher:
             failed=len(failed), allowed_failures=math.floor(budget * len(units)),
             rows=sum(v["rows"] for v in verified), bytes=sum(v["bytes"] for v in verified),
             shards=sum(v["shards"] for v in verified), manifest_status=manifest.status,
-            failed_units=failed)
+            failed_units=failed, books=self._check_books(manifest) if manifest.status == "complete" else None)
 
 
 def _version(uri: str) -> tuple | None:
@@ -239,6 +255,8 @@ def decide(progress: Progress, job_status=None, quorum: float = 1.0) -> dict[str
                           f"{progress.allowed_failures}: {progress.failed_units[:5]}"}
     if progress.manifest_status == "failed":
         return {**base, "status": "failed", "reason": f"the {progress.stage} run's manifest says it failed"}
+    if progress.books:
+        return {**base, "status": "failed", "reason": f"row accounting: {progress.books}"}
     if progress.complete:
         return {**base, "status": "done", "partial": False, "summary": progress.summary()}
     if quorum < 1.0 and progress.manifest_status != "missing" and progress.total \

@@ -10,6 +10,7 @@ import pytest
 from enrich_helpers import make_docs, read_attrs, run_enrich, write_lake
 
 from airflow_curation.core.checkpoint import CheckpointStore
+from airflow_curation.core.manifest import Manifest
 from airflow_curation.stages.base import StageFailed
 from airflow_curation.stages.enrich.engines import ModelLoadError, release_engines
 
@@ -115,6 +116,6 @@ def test_cli_on_a_lake(lake, llama_score, capsys):
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["rows"] == len(docs) and summary["manifest_uri"] == l.manifest_uri("cli", "enrich")
-    out = read_attrs(l.attrs_uri("enrich-quality", "s0"))
+    out = read_attrs(Manifest.read(summary["manifest_uri"]).shards[0].attrs["enrich-quality"])
     assert out.column("skip_reason").to_pylist()[2] == "duplicate"
     assert sum(out.column("enriched").to_pylist()) == len(docs) - 1

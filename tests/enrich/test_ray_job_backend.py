@@ -21,6 +21,7 @@ import pytest
 from enrich_helpers import make_docs, write_lake
 
 from airflow_curation.backends import JobState, get_backend
+from airflow_curation.core.manifest import Manifest
 from airflow_curation.jobs.spec import JobSpec
 
 HEAD = r"""
@@ -95,7 +96,7 @@ def test_enrich_job_runs_on_an_existing_ray_cluster(ray_cluster, tmp_path, llama
     assert status.state == JobState.SUCCEEDED, (status.message, logs[-3000:])
     assert status.result["manifest_uri"] == spec.manifest_uri and status.result["rows"] == 12
     assert "enrich" in logs and again.logs(handle, offset)[0] == ""
-    out = pq.read_table(lake.attrs_uri("enrich-score", "s0"))
+    out = pq.read_table(Manifest.read(spec.manifest_uri).shards[0].attrs["enrich-score"])
     assert out.column("id").to_pylist() == [d["id"] for d in docs]
     assert all(out.column("enriched").to_pylist()) and None not in out.column("score").to_pylist()
     again.cancel(handle)  # idempotent on a finished job

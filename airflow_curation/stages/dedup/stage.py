@@ -32,6 +32,7 @@ from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.components import connected_components
 from airflow_curation.core.fingerprint import checksum_url
+from airflow_curation.core.integrity import verify_file
 from airflow_curation.core.layout import safe_name
 from airflow_curation.core.lsh import partitions_for
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
@@ -75,6 +76,9 @@ class DedupSignaturesStage(Stage):
         if getattr(self, "_by_id", None) is None:
             self._by_id = {s["shard_id"]: s for s in self.config["shards"]}
         s = self._by_id[unit.unit_id]
+        verify_file(s["uri"], s.get("checksum"), f"shard {unit.unit_id}")
+        if s["keep_uri"]:
+            verify_file(s["keep_uri"], s.get("keep_checksum"), f"preprocess attrs of shard {unit.unit_id}")
         bands_uri, exact_uri = self.spill_uris(unit.unit_id)
         stats = phases.sign_shard(s["uri"], s["index"], s["keep_uri"], self.config["keep_column"], self.params,
                                   bands_uri, exact_uri, int(self.config["batch_rows"]))
@@ -239,7 +243,7 @@ class DedupStage(Stage):
     def output_uri(self, shard_id: str) -> str:
         if self.config.get("output_dir"):
             return storage.join(self.config["output_dir"], f"{shard_id}.parquet")
-        return self.lake.attrs_uri(self.name, shard_id)
+        return self.lake.attrs_uri(self.name, shard_id, self.fingerprint)
 
     # -- phases 1 and 2 happen while planning phase 3 ----------------------------------------------
     def plan(self) -> list[UnitEntry]:
@@ -247,8 +251,10 @@ class DedupStage(Stage):
         shards = []
         for index, e in enumerate(entries):
             keep_uri = self._keep_uri(e)
-            checksum = f"{e.checksum}+{checksum_url(keep_uri) if keep_uri else '-'}@{index}"
+            keep_checksum = (e.attrs_checksums.get("preprocess") or checksum_url(keep_uri)) if keep_uri else None
+            checksum = f"{e.checksum}+{keep_checksum or '-'}@{index}"
             shards.append({"shard_id": e.shard_id, "uri": e.uri, "index": index, "keep_uri": keep_uri,
+                           "checksum": e.checksum, "keep_checksum": keep_checksum, "rows": e.rows,
                            "input_checksum": checksum})
         rows = sum(e.rows for e in entries)
         spill_bytes = rows * (_BAND_BYTES * self.params.bands * self.params.near + _EXACT_BYTES * self.params.exact)
@@ -268,8 +274,8 @@ class DedupStage(Stage):
         self._global = self._phase2(sig, params, shards, run_key, out_parts)
         self._shards = {s["shard_id"]: s for s in shards}
         self._entry = {e.shard_id: e for e in entries}
-        return [UnitEntry(unit_id=s["shard_id"], inputs=[s["uri"]], input_checksum=f"{s['input_checksum']}#{run_key}")
-                for s in shards]
+        return [UnitEntry(unit_id=s["shard_id"], inputs=[s["uri"]], input_checksum=f"{s['input_checksum']}#{run_key}",
+                          rows=s["rows"]) for s in shards]
 
     def _phase2(self, sig: DedupSignaturesStage, params: DedupParams, shards: list[dict], run_key: str,
                 out_parts: int) -> dict:
@@ -303,7 +309,7 @@ class DedupStage(Stage):
         table = phases.shard_result(s["uri"], s["index"], s["keep_uri"], self.config["keep_column"], g["labels"],
                                     g["exact"], int(g["out_partitions"]))
         uri = self.output_uri(unit.unit_id)
-        write_parquet(uri, table)
+        nbytes, checksum = write_parquet(uri, table)
         considered = table.column("cluster_id").is_valid()
         n = table.num_rows
         n_considered = int(considered.to_numpy(zero_copy_only=False).sum())
@@ -315,6 +321,5 @@ class DedupStage(Stage):
                               ("not_kept_upstream", n - n_considered)):
             if count:
                 acc.drop(reason, count)
-        entry = self._entry[unit.unit_id]
-        out = ShardEntry(**{**asdict(entry), "attrs": {**entry.attrs, self.name: uri}})
-        return UnitResult(outputs=[out], accounting=acc, extra={"exact_duplicates": exact, "near_duplicates": near})
+        return UnitResult.attrs(self.name, self._entry[unit.unit_id], uri, nbytes, checksum, acc,
+                                {"exact_duplicates": exact, "near_duplicates": near})

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.fingerprint import checksum_url
+from airflow_curation.core.integrity import verify_file
 from airflow_curation.core.layout import safe_name
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.schema import ID_COLUMN, TEXT_COLUMN, check_id_text
@@ -181,19 +182,25 @@ class EnrichStage(Stage):
                 found.append(uri)
         return found
 
+    @staticmethod
+    def _recorded_checksum(entry: ShardEntry, uri: str) -> str | None:
+        """The checksum the manifest recorded for one of ``entry``'s attrs files (None in older manifests)."""
+        return next((entry.attrs_checksums.get(st) for st, u in entry.attrs.items() if u == uri), None)
+
     def plan(self) -> list[UnitEntry]:
         units = []
         for shard_id, entry in self._entries().items():
             filters = self._filter_attrs(entry)
-            checksum = entry.checksum + "".join(f"+{checksum_url(u)}" for u in filters)
-            units.append(UnitEntry(unit_id=shard_id, inputs=[entry.uri, *filters], input_checksum=checksum))
+            checksum = entry.checksum + "".join(f"+{self._recorded_checksum(entry, u) or checksum_url(u)}" for u in filters)
+            units.append(UnitEntry(unit_id=shard_id, inputs=[entry.uri, *filters], input_checksum=checksum,
+                                   rows=entry.rows))
         return units
 
     # -- one shard ---------------------------------------------------------------------------------
     def output_uri(self, shard_id: str) -> str:
         if self.config.get("output_dir"):
             return storage.join(self.config["output_dir"], f"{shard_id}.parquet")
-        return self.lake.attrs_uri(self.output_name, shard_id)
+        return self.lake.attrs_uri(self.output_name, shard_id, self.fingerprint)
 
     def parts_dir(self, unit: UnitEntry) -> str:
         tag = f"{self.fingerprint}-{unit.input_checksum.split(':', 1)[-1][:16]}"
@@ -207,6 +214,7 @@ class EnrichStage(Stage):
         ids = table.column(ID_COLUMN)
         tables = []
         for uri in self._filter_attrs(entry):
+            verify_file(uri, self._recorded_checksum(entry, uri), f"attrs of shard {entry.shard_id}")
             attrs = read_shard(uri)
             if attrs.num_rows != n or not attrs.column(ID_COLUMN).equals(ids):
                 raise ValueError(f"enrich: attrs {uri} do not match shard {entry.shard_id} row for row "
@@ -292,6 +300,7 @@ class EnrichStage(Stage):
         resumed_rows = computed = 0
         merged = self._finished_output(unit, out_uri)
         if merged is None:
+            verify_file(entry.uri, entry.checksum, f"shard {unit.unit_id}")
             table = read_shard(entry.uri, columns=[ID_COLUMN, TEXT_COLUMN])
             n = table.num_rows
             reasons = self._selection(entry, table)
@@ -315,7 +324,9 @@ class EnrichStage(Stage):
                                    f"({merged.num_rows} rows for {n})")
             merged = self._finish_table(merged)
             merged = merged.replace_schema_metadata({META_KEY: json.dumps(self._meta(unit)).encode()})
-            write_parquet(out_uri, merged, row_group_rows=4096)
+            nbytes, checksum = write_parquet(out_uri, merged, row_group_rows=4096)
+        else:
+            nbytes, checksum = storage.size(out_uri), checksum_url(out_uri)
         parts.clear()
 
         acc = RowAccounting()
@@ -330,12 +341,8 @@ class EnrichStage(Stage):
             else:
                 acc.keep()
         truncated = sum(1 for v in merged.column("truncated").to_pylist() if v)
-        key = self.output_name
-        output = ShardEntry(shard_id=entry.shard_id, uri=entry.uri, rows=entry.rows, bytes=entry.bytes,
-                            checksum=entry.checksum, unit_id=unit.unit_id, attrs={**entry.attrs, key: out_uri})
-        return UnitResult(outputs=[output], accounting=acc,
-                          extra={"rows_resumed": resumed_rows, "rows_computed": computed, "truncated": truncated,
-                                 "attrs_uri": out_uri})
+        return UnitResult.attrs(self.output_name, entry, out_uri, nbytes, checksum, acc,
+                                {"rows_resumed": resumed_rows, "rows_computed": computed, "truncated": truncated})
 
     def finalize(self, manifest: Manifest) -> None:
         self.close()

@@ -22,7 +22,7 @@ from airflow_curation.core.manifest import Manifest, UnitEntry
 from airflow_curation.core.quarantine import QuarantineWriter
 from airflow_curation.core.schema import SHARD_SCHEMA
 from airflow_curation.core.shards import ShardWriter
-from airflow_curation.stages.base import Stage, UnitResult
+from airflow_curation.stages.base import Stage, UnitResult, file_record
 from airflow_curation.stages.ingest.readers import Bad, Doc, decompress, detect, read_jsonl, read_parquet, read_text
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,8 @@ class IngestStage(Stage):
             o.unit_id = unit.unit_id
         qpath = quarantine.write()
         return UnitResult(outputs=outputs, accounting=acc,
-                          extra={"quarantine": qpath, "quarantine_entries": len(quarantine)})
+                          extra={"quarantine": qpath, "quarantine_entries": len(quarantine)},
+                          files=[file_record(o.uri, o.bytes, o.checksum) for o in outputs])
 
     def _doc_id(self, item: Doc, source_key: str):
         if self.config["id_field"]:

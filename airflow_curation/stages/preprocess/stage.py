@@ -14,7 +14,6 @@ import logging
 import resource
 import time
 from collections import Counter
-from dataclasses import asdict
 from functools import lru_cache
 from typing import Any
 
@@ -29,6 +28,7 @@ from airflow_curation.core.code_signals import (
     language_of,
 )
 from airflow_curation.core.filters import Rule, apply_rules, resolve_rules
+from airflow_curation.core.integrity import verify_file
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.schema import check_id_text
 from airflow_curation.core.shards import _CountingSink
@@ -227,7 +227,7 @@ class PreprocessStage(Stage):
         for shard_id in sorted(shards):
             s = shards[shard_id]
             self._unit_bytes[shard_id] = s.bytes
-            units.append(UnitEntry(unit_id=shard_id, inputs=[s.uri], input_checksum=s.checksum))
+            units.append(UnitEntry(unit_id=shard_id, inputs=[s.uri], input_checksum=s.checksum, rows=s.rows))
         return units
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
@@ -235,10 +235,8 @@ class PreprocessStage(Stage):
         if upstream is None or upstream.checksum != unit.input_checksum:  # a long-lived worker's stale cache
             _upstream.cache_clear()
             upstream = _upstream(self.config["input_manifest"])[unit.unit_id]
-        attrs_uri = self.lake.attrs_uri(self.name, unit.unit_id)
+        verify_file(upstream.uri, upstream.checksum, f"shard {unit.unit_id}")
+        attrs_uri = self.lake.attrs_uri(self.name, unit.unit_id, self.fingerprint)
         accounting, info = self.preprocessor().run_file(upstream.uri, attrs_uri, int(self.config["batch_rows"]))
-        if accounting.read != upstream.rows:
-            raise ValueError(f"preprocess: shard {unit.unit_id} has {accounting.read} rows, its manifest says "
-                             f"{upstream.rows}")
-        out = ShardEntry(**{**asdict(upstream), "attrs": {**upstream.attrs, self.name: attrs_uri}})
-        return UnitResult(outputs=[out], accounting=accounting, extra={"attrs_uri": attrs_uri, **info})
+        return UnitResult.attrs(self.name, upstream, attrs_uri, info["attrs_bytes"], info["attrs_checksum"],
+                                accounting, info)

@@ -35,7 +35,8 @@ from typing import Any
 
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
-from airflow_curation.core.manifest import Manifest
+from airflow_curation.core.integrity import chain_problem
+from airflow_curation.core.manifest import Manifest, ManifestError
 from airflow_curation.stages.validate.view import CuratedView
 
 SEVERITIES = ("error", "warn")
@@ -287,6 +288,16 @@ def _check_unique_ids(c, ctx):
     return rows == distinct, rows - distinct, "0", f"{rows - distinct} repeated ids among {rows} rows", {}
 
 
+def _upstream_of(m: Manifest) -> Manifest | None:
+    uri = m.config.get("input_manifest")
+    if not uri or m.status != "complete":
+        return None
+    try:
+        return Manifest.read(uri)
+    except ManifestError:
+        return None  # its own problem is reported by the stage that reads it
+
+
 def _check_accounting(c, ctx):
     problems = []
     per_stage = {}
@@ -300,6 +311,9 @@ def _check_accounting(c, ctx):
                             f"+ quarantined {sum(acc.quarantined.values())}")
         if stage == "ingest" and m.status == "complete" and acc.kept != m.rows:
             problems.append(f"ingest: kept {acc.kept} rows but its shards hold {m.rows}")
+        upstream = _upstream_of(m)
+        if upstream is not None and (broken := chain_problem(m, upstream)):
+            problems.append(broken)
     rows, manifest_rows = ctx.metrics["rows"], ctx.input_manifest.rows
     if rows != manifest_rows:
         problems.append(f"the view has {rows} rows but the manifest's shards claim {manifest_rows}")

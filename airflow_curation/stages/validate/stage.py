@@ -101,7 +101,8 @@ class ValidateStage(Stage):
         m = self.input_manifest()
         checks = self.declared_checks()  # fail early on a malformed check, before any work
         others = {st: (mm.fingerprint, mm.status, mm.accounting) for st, (_, mm) in self.stage_manifests().items()}
-        payload = canonical_json({"shards": [(s.shard_id, s.checksum, sorted(s.attrs.items())) for s in m.shards],
+        payload = canonical_json({"shards": [(s.shard_id, s.checksum, s.rows, sorted(s.attrs.items()),
+                                              sorted(s.attrs_checksums.items())) for s in m.shards],
                                   "manifests": others, "checks": checks})
         import xxhash
 

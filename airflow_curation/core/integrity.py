@@ -1,0 +1,58 @@
+"""Re-verifying what upstream stages wrote, and the row books across stages.
+
+A shard or attrs file is checked against the checksum its manifest recorded when a stage reads it, so a
+flipped byte fails the unit that reads it (clearly, without retries) instead of flowing into the curated
+data. Row counts are checked across stages: every stage reads exactly the rows its upstream manifest
+hands on.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from airflow_curation.core.fingerprint import checksum_url
+
+if TYPE_CHECKING:
+    from airflow_curation.core.manifest import Manifest
+
+
+class IntegrityError(ValueError):
+    """A file differs from what its manifest recorded: corrupted or replaced after it was written."""
+
+
+def verify_file(uri: str, expected: str | None, what: str = "file") -> None:
+    """Raise :class:`IntegrityError` when ``uri``'s checksum is not ``expected``.
+
+    One streaming xxh64 pass (several GB/s, so cheap beside any stage's work). ``expected`` None or
+    empty means the writer recorded none (older manifests): nothing to compare.
+    """
+    if not expected:
+        return
+    try:
+        actual = checksum_url(uri)
+    except FileNotFoundError:
+        raise IntegrityError(f"{what} {uri} is missing; its manifest lists it with checksum {expected}") from None
+    if actual != expected:
+        raise IntegrityError(f"{what} {uri} has checksum {actual} but its manifest recorded {expected}: it was "
+                             f"corrupted or replaced after it was written; delete it and rerun the stage that "
+                             f"wrote it")
+
+
+def handed_rows(manifest: "Manifest") -> int:
+    """Rows a complete manifest hands to the next stage: the rows of the shards it lists."""
+    return sum(s.rows for s in manifest.shards)
+
+
+def chain_problem(manifest: "Manifest", upstream: "Manifest") -> str | None:
+    """Why ``manifest``'s books disagree with its upstream's, or None.
+
+    A stage that reads an upstream manifest reads every row of every shard it lists: its ``read`` must be
+    exactly those rows (rows of units that failed within the budget are counted as quarantined
+    ``failed_unit``, so they are not lost either).
+    """
+    read = int(manifest.accounting.get("read", -1)) if manifest.accounting else -1
+    expected = handed_rows(upstream)
+    if read != expected:
+        return (f"{manifest.stage} read {read} rows but its upstream {upstream.stage} manifest hands on "
+                f"{expected}: rows were lost or invented between the stages")
+    return None

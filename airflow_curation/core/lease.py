@@ -1,0 +1,125 @@
+"""One run of a stage per dataset snapshot at a time: a lease file in the lake.
+
+Two runs of one stage on one snapshot would write the same checkpoints, attrs and working folders
+(dedup's components) under each other. The first run takes ``_locks/<stage>.lease``; a second one waits
+up to ``wait_s`` for it and then refuses with a message naming the holder. A lease whose holder died is
+taken over: on the same host when its pid is gone, anywhere when its heartbeat (the file's content,
+rewritten every ``ttl_s / 4`` seconds) is older than ``ttl_s``.
+
+On a local filesystem the lease is created with ``O_EXCL``; on object stores, which have no exclusive
+create here, it is written and read back (the last writer wins and the loser sees the other owner),
+which serialises runs that do not start within the same second. Slurm array tasks and Kubernetes
+sweep pods of one run share the run's lease: only whole runs and collect steps take it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+from airflow_curation.core import storage
+
+
+class LeaseBusy(RuntimeError):
+    """Another live run holds the lease."""
+
+
+class Lease:
+    """:param uri: the lease file. :param what: names the protected work in messages.
+    :param wait_s: how long to wait for a live holder. :param ttl_s: a holder silent this long is dead."""
+
+    def __init__(self, uri: str, what: str, wait_s: float = 0.0, ttl_s: float = 600.0) -> None:
+        self.uri = uri
+        self.what = what
+        self.wait_s = wait_s
+        self.ttl_s = ttl_s
+        self.token = uuid.uuid4().hex
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    def _record(self) -> dict[str, Any]:
+        return {"token": self.token, "host": socket.gethostname(), "pid": os.getpid(), "what": self.what,
+                "heartbeat": time.time()}
+
+    def _holder(self) -> dict[str, Any] | None:
+        try:
+            return json.loads(storage.read_bytes(self.uri))
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            return {}  # torn while being written: treat as held until its ttl passes
+
+    def _dead(self, holder: dict[str, Any]) -> bool:
+        if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
+            try:
+                os.kill(holder["pid"], 0)
+            except ProcessLookupError:
+                return True
+            except PermissionError:
+                pass
+        beat = holder.get("heartbeat")
+        if not isinstance(beat, (int, float)):
+            with contextlib.suppress(OSError, ValueError):
+                beat = storage.filesystem(self.uri)[0].modified(storage.filesystem(self.uri)[1]).timestamp()
+        return not isinstance(beat, (int, float)) or time.time() - beat > self.ttl_s
+
+    def _try_create(self) -> bool:
+        data = json.dumps(self._record()).encode()
+        if storage.is_local(self.uri):
+            path = storage.filesystem(self.uri)[1]
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            return True
+        if self._holder() is not None:
+            return False
+        storage.write_bytes(self.uri, data)
+        time.sleep(0.5)  # let a concurrent writer land, then see who won
+        return (self._holder() or {}).get("token") == self.token
+
+    def acquire(self) -> "Lease":
+        deadline = time.monotonic() + self.wait_s
+        while not self._try_create():
+            holder = self._holder()
+            if holder is not None and self._dead(holder):
+                storage.remove(self.uri)  # its holder died: take over
+                continue
+            if time.monotonic() >= deadline:
+                who = (f"host {holder.get('host')} pid {holder.get('pid')}, heartbeat "
+                       f"{time.time() - holder.get('heartbeat', time.time()):.0f} s ago") if holder else "unknown"
+                raise LeaseBusy(f"{self.what} is already running ({who}); wait for it to finish, or remove "
+                                f"{self.uri} if that run is dead")
+            time.sleep(min(2.0, max(0.1, self.wait_s / 20)))
+        self._beat = threading.Thread(target=self._heartbeat, name="curation-lease", daemon=True)
+        self._beat.start()
+        return self
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.ttl_s / 4):
+            if (self._holder() or {}).get("token") != self.token:
+                return  # taken over (we were presumed dead): never overwrite the new holder
+            with contextlib.suppress(OSError):
+                storage.write_bytes(self.uri, json.dumps(self._record()).encode())
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join(timeout=5)
+        if (self._holder() or {}).get("token") == self.token:
+            storage.remove(self.uri)
+
+    def __enter__(self) -> "Lease":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
