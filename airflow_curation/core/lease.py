@@ -6,15 +6,18 @@ up to ``wait_s`` for it and then refuses with a message naming the holder. A lea
 taken over: on the same host when its pid is gone, anywhere when its heartbeat (the file's content,
 rewritten every ``ttl_s / 4`` seconds) is older than ``ttl_s``.
 
-On a local filesystem the lease is created with ``O_EXCL``; on object stores, which have no exclusive
-create here, it is written and read back (the last writer wins and the loser sees the other owner),
-which serialises runs that do not start within the same second. Slurm array tasks and Kubernetes
+On a local (or NFS) filesystem the lease is an ``flock`` on the file, which the kernel releases when
+its holder dies, however it dies; the file's content only names the holder for messages. On object
+stores, which have no exclusive create here, it is written and read back (the last writer wins and the
+loser sees the other owner), which serialises runs that do not start within the same second, and a
+holder is presumed dead once its heartbeat is older than ``ttl_s``. Slurm array tasks and Kubernetes
 sweep pods of one run share the run's lease: only whole runs and collect steps take it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import socket
@@ -42,6 +45,7 @@ class Lease:
         self.token = uuid.uuid4().hex
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
+        self._fd: int | None = None  # local: the open, flocked lease file
 
     def _record(self) -> dict[str, Any]:
         return {"token": self.token, "host": socket.gethostname(), "pid": os.getpid(), "what": self.what,
@@ -53,7 +57,7 @@ class Lease:
         except FileNotFoundError:
             return None
         except ValueError:
-            return {}  # torn while being written: treat as held until its ttl passes
+            return {}  # being rewritten by its holder this very moment
 
     def _dead(self, holder: dict[str, Any]) -> bool:
         if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
@@ -64,23 +68,26 @@ class Lease:
             except PermissionError:
                 pass
         beat = holder.get("heartbeat")
-        if not isinstance(beat, (int, float)):
-            with contextlib.suppress(OSError, ValueError):
-                beat = storage.filesystem(self.uri)[0].modified(storage.filesystem(self.uri)[1]).timestamp()
         return not isinstance(beat, (int, float)) or time.time() - beat > self.ttl_s
 
+    def _try_lock(self) -> bool:
+        path = storage.filesystem(self.uri)[1]
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(self._record()).encode(), 0)
+        self._fd = fd
+        return True
+
     def _try_create(self) -> bool:
-        data = json.dumps(self._record()).encode()
         if storage.is_local(self.uri):
-            path = storage.filesystem(self.uri)[1]
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                return False
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            return True
+            return self._try_lock()
+        data = json.dumps(self._record()).encode()
         if self._holder() is not None:
             return False
         storage.write_bytes(self.uri, data)
@@ -91,7 +98,7 @@ class Lease:
         deadline = time.monotonic() + self.wait_s
         while not self._try_create():
             holder = self._holder()
-            if holder is not None and self._dead(holder):
+            if holder is not None and not storage.is_local(self.uri) and self._dead(holder):
                 storage.remove(self.uri)  # its holder died: take over
                 continue
             if time.monotonic() >= deadline:
@@ -100,8 +107,9 @@ class Lease:
                 raise LeaseBusy(f"{self.what} is already running ({who}); wait for it to finish, or remove "
                                 f"{self.uri} if that run is dead")
             time.sleep(min(2.0, max(0.1, self.wait_s / 20)))
-        self._beat = threading.Thread(target=self._heartbeat, name="curation-lease", daemon=True)
-        self._beat.start()
+        if self._fd is None:  # object stores: the heartbeat keeps the lease alive
+            self._beat = threading.Thread(target=self._heartbeat, name="curation-lease", daemon=True)
+            self._beat.start()
         return self
 
     def _heartbeat(self) -> None:
@@ -112,6 +120,12 @@ class Lease:
                 storage.write_bytes(self.uri, json.dumps(self._record()).encode())
 
     def release(self) -> None:
+        if self._fd is not None:
+            # The file stays (removing it would let a waiter lock an inode a newcomer no longer sees).
+            os.ftruncate(self._fd, 0)
+            os.close(self._fd)
+            self._fd = None
+            return
         self._stop.set()
         if self._beat is not None:
             self._beat.join(timeout=5)

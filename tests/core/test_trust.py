@@ -219,7 +219,21 @@ def test_a_dead_holders_lease_is_taken_over(tmp_path):
                                      "heartbeat": 1e12}))
     with Lease(uri, "x"):
         assert json.load(open(uri))["pid"] == os.getpid()
-    assert not os.path.exists(uri)
+    assert open(uri).read() == ""  # released: no holder named
+
+
+def test_a_killed_holder_releases_the_lease_at_once(tmp_path):
+    uri = str(tmp_path / "x.lease")
+    script = ("import sys, time; from airflow_curation.core.lease import Lease; Lease(sys.argv[1], 'x').acquire(); "
+              "print('held', flush=True); time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", script, uri], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(LeaseBusy, match=f"pid {holder.pid}"):
+        Lease(uri, "x").acquire()
+    holder.kill()
+    holder.wait()
+    with Lease(uri, "x"):
+        pass
 
 
 def test_a_waiting_run_gets_the_lease_when_the_holder_releases(tmp_path):
