@@ -9,7 +9,7 @@ import sys
 import time
 import traceback
 
-from airflow_curation.core import storage
+from airflow_curation.core import redact, storage
 from airflow_curation.jobs.spec import JobSpec
 
 EXIT_OK, EXIT_STAGE_FAILED, EXIT_BAD_SPEC = 0, 1, 2
@@ -72,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = run_spec(spec, shard_group=args.shard_group, collect=args.collect)
     except Exception as e:  # noqa: BLE001
-        traceback.print_exc()
-        _write_result(args.result, {"status": "failed", "error": f"{type(e).__name__}: {e}",
+        # The job log and the result file are read by others: secrets masked, bounded.
+        print(redact.scrub(traceback.format_exc(), limit=redact.TRACEBACK_LIMIT), file=sys.stderr)
+        _write_result(args.result, {"status": "failed",
+                                    "error": redact.scrub(f"{type(e).__name__}: {e}", limit=redact.TRACEBACK_LIMIT),
                                     "manifest_uri": spec.manifest_uri, "returncode": EXIT_STAGE_FAILED,
                                     "seconds": time.time() - started})
         return EXIT_STAGE_FAILED

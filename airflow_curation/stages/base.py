@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_curation.core import storage
+from airflow_curation.core import redact, storage
 from airflow_curation.core.accounting import AccountingError, RowAccounting
 from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore
 from airflow_curation.core.fingerprint import config_fingerprint
@@ -139,10 +139,11 @@ def _attempt_unit(stage: Stage, unit: UnitEntry, max_attempts: int) -> tuple[str
             store.commit(record)
             return "done", asdict(record)
         except Exception as e:  # noqa: BLE001 - a unit's failure is recorded, not fatal to the run
-            error = f"{type(e).__name__}: {e}"
+            # The error reaches the failure record, the manifest and the logs: bounded, secrets masked.
+            error = redact.scrub(f"{type(e).__name__}: {e}")
             log.warning("%s unit %s attempt %d/%d failed: %s", stage.name, unit.unit_id, attempt,
                         max_attempts, error)
-            log.debug("%s", traceback.format_exc())
+            log.debug("%s", redact.scrub(traceback.format_exc(), limit=redact.TRACEBACK_LIMIT))
             if isinstance(e, NOT_RETRIED):
                 break
     store.mark_failed(unit.unit_id, error, attempt)

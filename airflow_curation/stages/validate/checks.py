@@ -17,7 +17,7 @@ checks:
     min: 0.2
   - type: schema
     columns: {id: string, text: string, word_count: int}
-  - type: sql                 # DuckDB only; over docs, curated, shards, attrs_<stage>
+  - type: sql                 # one read query over docs, curated, shards, attrs_<stage> (sandbox.py)
     query: SELECT count(*) FROM curated WHERE length(text) < 10
     max: 0
   - type: accounting          # every manifest's books close; attrs cover every row
@@ -33,10 +33,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_curation.core import storage
+from airflow_curation.core import redact, storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.integrity import chain_problem
 from airflow_curation.core.manifest import Manifest, ManifestError
+from airflow_curation.stages.validate import sandbox
 from airflow_curation.stages.validate.view import CuratedView
 
 SEVERITIES = ("error", "warn")
@@ -102,6 +103,18 @@ def load_checks(source: Any) -> list[dict[str, Any]]:
         if c.get("severity", "error") not in SEVERITIES:
             raise CheckSpecError(f"check #{i}: severity must be one of {SEVERITIES}")
     return [dict(c) for c in source]
+
+
+def refuse_unsafe_sql(checks: list[dict[str, Any]], engine: str) -> None:
+    """Refuse, before any work, a sql check that the engine's sandbox would refuse to run."""
+    gate = sandbox.duckdb_statement if engine == "duckdb" else sandbox.daft_query
+    for i, c in enumerate(checks):
+        if c.get("type", c.get("check")) == "sql" and "query" in c:
+            try:
+                gate(str(c["query"]))
+            except sandbox.SqlRefused as e:
+                raise CheckSpecError(redact.scrub(f"check #{i} ({c.get('name', 'sql')}): query refused: {e}")) \
+                    from None
 
 
 def default_checks(config: dict[str, Any]) -> list[dict[str, Any]]:
@@ -276,11 +289,24 @@ def _check_sql(c, ctx):
     if "query" not in c:
         raise CheckSpecError("sql check needs 'query'")
     lo, hi, text = _range(c)
-    rows = ctx.engine.sql(c["query"])
-    if not rows or rows[0][0] is None:
+    try:
+        row = ctx.engine.sql(str(c["query"]))
+    except sandbox.SqlRefused as e:
+        return False, None, text, redact.scrub(f"query refused: {e}"), {}
+    except sandbox.SqlFailed as e:
+        return False, None, text, redact.scrub(f"query failed: {e}"), {}
+    if not row or row[0] is None:
         return False, None, text, "query returned no value", {}
-    x = float(rows[0][0])
+    x = _number(row[0])
+    if x is None:  # the value itself is not shown: it could be any text the query read
+        return False, None, text, f"query must return a number, not {type(row[0]).__name__}", {}
     return _within(x, lo, hi), x, text, f"query returned {_fmt(x)}", {}
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, (str, bytes)) or not hasattr(v, "__float__"):
+        return None
+    return float(v)
 
 
 def _check_unique_ids(c, ctx):

@@ -13,7 +13,8 @@ import logging
 import math
 from typing import Any
 
-from airflow_curation.core import storage
+from airflow_curation.core import redact, storage
+from airflow_curation.stages.validate import sandbox
 from airflow_curation.stages.validate.view import CuratedView
 
 log = logging.getLogger(__name__)
@@ -56,12 +57,14 @@ class DuckDBEngine:
             self.con.execute(f"SET memory_limit = {_sql_str(memory_limit)}")
         self._register_filesystems()
         self._create_views()
+        # From here on, user SQL (sql checks) runs on this connection: lock it to the view's files.
+        sandbox.lock_duckdb(self.con, [_path(f) for f in view.files()])
 
     def _register_filesystems(self) -> None:
         # Remote lakes go through fsspec (credentials and endpoints from storage options): no DuckDB
         # extension download, which an air-gapped cluster could not do anyway.
         seen = set()
-        for uri in self.view.shard_files + [f for a in self.view.attrs for f in a.files]:
+        for uri in self.view.files():
             proto = storage.protocol_of(uri)
             if proto in ("file", "local") or proto in seen:
                 continue
@@ -100,9 +103,16 @@ class DuckDBEngine:
     def _where(self, conds: list[tuple[str, str]]) -> str:
         return " AND ".join(self._cond(c) for c in conds)
 
-    def sql(self, query: str) -> list[tuple]:
-        """Run a user's query against the views ``docs``, ``curated``, ``shards``, ``attrs_<stage>``."""
-        return self.con.execute(query).fetchall()
+    def sql(self, query: str) -> tuple | None:
+        """The first row of a user's read query over ``docs``, ``curated``, ``shards``,
+        ``attrs_<stage>``; :class:`~.sandbox.SqlRefused` for anything else."""
+        import duckdb
+
+        statement = sandbox.duckdb_statement(query)
+        try:
+            return self.con.execute(statement).fetchone()
+        except duckdb.Error as e:
+            raise sandbox.SqlFailed(redact.scrub(e)) from None  # not chained: the raw text stays out of logs
 
     def metrics(self, curated_signals: list[str] | None = None) -> dict[str, Any]:
         v = self.view
@@ -384,8 +394,26 @@ class DaftEngine:
                                                                     key=lambda t: -t[1])}
         return out
 
-    def sql(self, query: str) -> list[tuple]:
-        raise ValueError("sql checks need engine 'duckdb'")
+    def tables(self) -> dict[str, Any]:
+        """The frames a sql check can name, as in the DuckDB engine."""
+        docs = self.docs().exclude("__bytes")
+        tables = {"shards": self._read(self.view.shard_files), "docs": docs,
+                  "curated": docs.where(self._all(self.view.curated_conditions()))}
+        tables.update({f"attrs_{a.stage}": self._read(a.files) for a in self.view.attrs})
+        return tables
+
+    def sql(self, query: str) -> tuple | None:
+        """The first row of a user's read query (see :func:`~.sandbox.daft_query` for what passes)."""
+        q = sandbox.daft_query(query)
+        try:
+            # register_globals=False: only these frames, never whatever DataFrame is in scope.
+            out = self.daft.sql(q, register_globals=False, **self.tables()).limit(1).to_pydict()
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # noqa: BLE001 - Daft's Rust panics are BaseExceptions
+            raise sandbox.SqlFailed(redact.scrub(e)) from None
+        cols = list(out.values())
+        return tuple(c[0] for c in cols) if cols and cols[0] else None
 
     def close(self) -> None:
         pass

@@ -41,7 +41,7 @@ class ValidateStage(Stage):
     """
 
     name = "validate"
-    version = "1"
+    version = "2"  # 2: sql checks run in the sandbox; a verdict reached without it is not reused
     RUNTIME_KEYS = Stage.RUNTIME_KEYS | {"threads", "memory_limit", "ray_address"}
     DEFAULTS: dict[str, Any] = {
         "engine": "duckdb",
@@ -100,6 +100,7 @@ class ValidateStage(Stage):
     def plan(self) -> list[UnitEntry]:
         m = self.input_manifest()
         checks = self.declared_checks()  # fail early on a malformed check, before any work
+        checks_mod.refuse_unsafe_sql(checks, self.config.get("engine", "duckdb"))
         others = {st: (mm.fingerprint, mm.status, mm.accounting) for st, (_, mm) in self.stage_manifests().items()}
         payload = canonical_json({"shards": [(s.shard_id, s.checksum, s.rows, sorted(s.attrs.items()),
                                               sorted(s.attrs_checksums.items())) for s in m.shards],

@@ -126,6 +126,10 @@ class CuratedView:
         return cls(shard_files=shard_files, shard_schema=shard_schema, attrs=attrs,
                    shard_rows=manifest.rows, shard_bytes=manifest.bytes)
 
+    def files(self) -> list[str]:
+        """Every file the view reads: the shards and each stage's attrs."""
+        return self.shard_files + [f for a in self.attrs for f in a.files]
+
     def schema(self) -> pa.Schema:
         """The view's columns (shard columns, then each stage's, then the ``_has_<stage>`` flags)."""
         fields = list(self.shard_schema)

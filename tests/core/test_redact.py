@@ -1,0 +1,46 @@
+"""Error text is bounded and scrubbed before it reaches manifests, failure records, reports and logs."""
+
+from __future__ import annotations
+
+import json
+
+from airflow_curation.core import storage
+from airflow_curation.core.redact import LIMIT, scrub
+
+
+def test_an_environment_block_is_masked():
+    environ = "PATH=/usr/bin\0HOME=/root\0AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG\0LANG=C.UTF-8"
+    out = scrub(f"Could not convert string '{environ}' to INT32")
+    assert "wJalrXUtnFEMI" not in out and "/root" not in out and "\0" not in out
+    assert out.startswith("Could not convert string 'PATH=*** HOME=***")
+
+
+def test_secret_named_values_and_aws_key_ids_are_masked():
+    out = scrub("options {'key': 'AKIAIOSFODNN7EXAMPLE', 'secret': 'hunter2hunter2', 'endpoint_url': "
+                "'http://127.0.0.1:9000'} token=abc.def password: pw1234567")
+    for secret in ("AKIAIOSFODNN7EXAMPLE", "hunter2hunter2", "abc.def", "pw1234567"):
+        assert secret not in out
+    assert "http://127.0.0.1:9000" in out
+
+
+def test_values_of_secret_env_vars_and_storage_options_are_masked(monkeypatch):
+    monkeypatch.setenv("MY_API_TOKEN", "plain-looking-value")
+    monkeypatch.setenv("CURATION_STORAGE_OPTIONS_S3", json.dumps({"key": "id-in-options", "secret": "s3cret-in-options",
+                                                                 "client_kwargs": {"region_name": "us-east-1"}}))
+    monkeypatch.setitem(storage._STORAGE_OPTIONS, "gcs", {"token": "set-in-process-token"})
+    out = scrub("saw plain-looking-value, id-in-options, s3cret-in-options and set-in-process-token in us-east-1")
+    assert out == "saw ***, ***, *** and *** in us-east-1"
+
+
+def test_long_opaque_tokens_go_paths_and_names_stay():
+    fp = "3fa85f6457174562b3fc2c963f66afa63fa85f6457174562b3fc2c963f66afa6"
+    path = "/tmp/pytest-of-root/pytest-23/test_a_failed_unit_fails_its_group_0/flag"
+    out = scrub(f"fingerprint {fp} in {path} of manual__2026-11-21T00:00:00+00:00")
+    assert fp not in out and path in out and "manual__2026-11-21T00:00:00+00:00" in out
+
+
+def test_text_is_bounded():
+    out = scrub("x" * 10_000)
+    assert len(out) < LIMIT + 60 and out.endswith("[9500 more characters cut]")
+    assert scrub("x" * 10_000, limit=None) == "x" * 10_000
+    assert scrub("ValueError: short") == "ValueError: short"
