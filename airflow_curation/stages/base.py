@@ -222,7 +222,12 @@ class StageRunner:
         allowed = math.floor(budget * len(units))
         manifest.status = "failed" if len(failed) > allowed else "complete"
         if manifest.status == "complete":
-            stage.finalize(manifest)
+            try:
+                stage.finalize(manifest)
+            except StageFailed:  # a check across all units failed: the manifest says so before the run does
+                manifest.status = "failed"
+                manifest.write(stage.manifest_uri)
+                raise
         manifest.write(stage.manifest_uri)
         if manifest.status == "failed":
             details = "; ".join(f"{u.unit_id}: {u.error}" for u in failed[:5])
