@@ -11,7 +11,6 @@ import json
 import os
 import socket
 import stat
-import zlib
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,9 +20,8 @@ import zstandard
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest
 from airflow_curation.core.quarantine import read_quarantine
-from airflow_curation.stages.base import StageFailed
+from airflow_curation.stages.base import StageFailed, StageRunner
 from airflow_curation.stages.ingest.stage import IngestStage
-from airflow_curation.stages.base import StageRunner
 
 
 def _ingest(tmp_path, inputs, **config) -> tuple[Lake, Manifest]:
