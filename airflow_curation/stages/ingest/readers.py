@@ -252,7 +252,7 @@ def read_jsonl(f: IO[bytes], text_field: str, id_field: str | None, max_record_b
             if not line.strip():
                 continue  # blank lines are separators, not records
             record, problem = _parse(line)
-            if problem and not line.endswith(b"\n"):
+            if problem and problem[0] != "unsupported_value" and not line.endswith(b"\n"):
                 # An unparsable last line with no newline is the head of a record the file was cut in
                 # (a partial copy, a stream cut at a frame or member boundary): not a record of its own.
                 yield Bad(line_no, loc, "truncated_input", f"the input ends inside a record ({problem[1]})",
@@ -355,11 +355,14 @@ def _schema_problem(schema: pa.Schema, text_field: str, id_field: str | None) ->
 
 def _batch_records(batch: pa.RecordBatch, row: int, text_field: str, id_field: str | None) -> Iterator[Doc | Bad]:
     """One batch's rows; a value that cannot be converted (invalid UTF-8...) spoils its own row only."""
-    columns = {name: _values(batch.column(name)) for name in batch.schema.names}
+    columns: dict[str, list] = {}
+    spoiled: list[tuple[str, list]] = []   # columns holding a value that did not convert, in schema order
+    for name in batch.schema.names:
+        columns[name], failed = _values(batch.column(name))
+        if failed:
+            spoiled.append((name, columns[name]))
     texts = columns.pop(text_field)
     ids = columns.pop(id_field) if id_field and id_field in columns else None
-    named = [(text_field, texts), *([(id_field, ids)] if ids else []), *columns.items()]
-    spoiled = [(n, v) for n, v in named if any(isinstance(x, _Unconvertible) for x in v)]
     for i in range(batch.num_rows):
         pos = row + i
         bad = next(((n, v[i]) for n, v in spoiled if isinstance(v[i], _Unconvertible)), None)
@@ -378,16 +381,17 @@ class _Unconvertible:
         self.reason, self.detail, self.raw = reason, detail, raw
 
 
-def _values(column: pa.Array) -> list:
-    """Python values of a column; a value that fails to convert becomes an :class:`_Unconvertible`."""
+def _values(column: pa.Array) -> tuple[list, bool]:
+    """(Python values of a column, whether any failed): a value that fails to convert becomes an
+    :class:`_Unconvertible`. The whole column converts at once unless one value cannot."""
     try:
-        return column.to_pylist()
+        return column.to_pylist(), False
     except (ValueError, pa.ArrowException):  # UnicodeDecodeError is a ValueError
         pass
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        return [_decode_or_bad(v) for v in column.cast(pa.binary() if pa.types.is_string(column.type)
-                                                       else pa.large_binary()).to_pylist()]
-    return [_value_or_bad(column, i) for i in range(len(column))]
+        raw = column.cast(pa.binary() if pa.types.is_string(column.type) else pa.large_binary())
+        return [_decode_or_bad(v) for v in raw.to_pylist()], True
+    return [_value_or_bad(column, i) for i in range(len(column))], True
 
 
 def _value_or_bad(column: pa.Array, i: int):

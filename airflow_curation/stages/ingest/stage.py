@@ -302,10 +302,12 @@ def _repeated_ids(shards: list[ShardEntry]) -> list[tuple[str, tuple[str, int, s
         return []
     values, counts = np.unique(np.concatenate(hashes), return_counts=True)
     suspects = values[counts > 1]
+    if not len(suspects):
+        return []
     first: dict[str, tuple[str, int, str]] = {}
     found = []
     for shard, h in zip(shards, hashes):
-        rows = np.flatnonzero(np.isin(h, suspects)) if len(suspects) else []
+        rows = np.flatnonzero(np.isin(h, suspects))
         if not len(rows):
             continue
         cols = _read_columns(shard, ["id", "source"])
