@@ -1,4 +1,8 @@
-"""Row accounting: every row read is kept, dropped with a reason, or quarantined."""
+"""Row accounting: every row read is kept, dropped with a reason, or quarantined.
+
+Notes count events that stand for no row (an empty or special input file, a stream cut short): they are
+reported beside the books, not in them.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ class RowAccounting:
     kept: int = 0
     dropped: Counter = field(default_factory=Counter)
     quarantined: Counter = field(default_factory=Counter)
+    notes: Counter = field(default_factory=Counter)
 
     def keep(self, n: int = 1) -> None:
         self.read += n
@@ -29,11 +34,15 @@ class RowAccounting:
         self.read += n
         self.quarantined[reason] += n
 
+    def note(self, reason: str, n: int = 1) -> None:
+        self.notes[reason] += n
+
     def merge(self, other: "RowAccounting") -> "RowAccounting":
         self.read += other.read
         self.kept += other.kept
         self.dropped.update(other.dropped)
         self.quarantined.update(other.quarantined)
+        self.notes.update(other.notes)
         return self
 
     @property
@@ -45,14 +54,17 @@ class RowAccounting:
             raise AccountingError(f"row accounting does not close{' in ' + where if where else ''}: {self.to_dict()}")
 
     def to_dict(self) -> dict:
-        return {
+        d = {
             "read": self.read,
             "kept": self.kept,
             "dropped": dict(sorted(self.dropped.items())),
             "quarantined": dict(sorted(self.quarantined.items())),
         }
+        if self.notes:  # only where there are any: the stages that never note keep their old records
+            d["notes"] = dict(sorted(self.notes.items()))
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "RowAccounting":
         return cls(read=d["read"], kept=d["kept"], dropped=Counter(d.get("dropped", {})),
-                   quarantined=Counter(d.get("quarantined", {})))
+                   quarantined=Counter(d.get("quarantined", {})), notes=Counter(d.get("notes", {})))

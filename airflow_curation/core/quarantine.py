@@ -43,8 +43,8 @@ class QuarantineWriter:
         self.entries: list[QuarantineEntry] = []
 
     def add(self, source: str, location: str, reason: str, detail: str, raw: bytes = b"", rows: int = 1) -> None:
-        self.entries.append(QuarantineEntry(source, location, reason, detail[:2000], rows,
-                                            raw[:MAX_RAW_BYTES], len(raw)))
+        self.entries.append(QuarantineEntry(utf8_safe(source), utf8_safe(location), reason,
+                                            utf8_safe(detail[:2000]), rows, raw[:MAX_RAW_BYTES], len(raw)))
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -59,6 +59,21 @@ class QuarantineWriter:
         pq.write_table(table, buf, compression="zstd")
         storage.write_bytes(self.uri, buf.getvalue())
         return self.uri
+
+
+def utf8_safe(text: str) -> str:
+    """``text`` storable as UTF-8: the bytes of a file name that is not UTF-8 (which the OS hands over
+    surrogate-escaped) and unpaired surrogates (a ``\\ud800`` escape) are spelled out as backslash
+    escapes, so that one odd character cannot make a whole file of rows unwritable."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def read_quarantine(uri: str) -> pa.Table:

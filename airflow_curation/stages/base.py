@@ -283,7 +283,12 @@ class StageRunner:
             manifest.write(stage.manifest_uri)
             raise StageFailed(f"{stage.name}: {broken}")
         if manifest.status == "complete":
-            stage.finalize(manifest)
+            try:
+                stage.finalize(manifest)
+            except StageFailed:  # a check across all units failed: the manifest says so before the run does
+                manifest.status = "failed"
+                manifest.write(stage.manifest_uri)
+                raise
         manifest.write(stage.manifest_uri)
         if manifest.status == "failed":
             details = "; ".join(f"{u.unit_id}: {u.error}" for u in failed[:5])

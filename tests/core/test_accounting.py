@@ -42,3 +42,16 @@ def test_dict_reasons_are_sorted_for_stable_json():
     a = RowAccounting()
     a.drop("z"); a.drop("a"); a.drop("m")
     assert list(a.to_dict()["dropped"]) == ["a", "m", "z"]
+
+
+def test_notes_stand_beside_the_books():
+    a, b = RowAccounting(), RowAccounting()
+    a.keep(2)
+    a.note("empty_file")
+    b.note("empty_file"); b.note("not_a_regular_file")
+    assert a.merge(b).closes and a.read == 2
+    d = a.to_dict()
+    assert d["notes"] == {"empty_file": 2, "not_a_regular_file": 1}
+    assert RowAccounting.from_dict(d).to_dict() == d
+    # Records of stages that never note look as they always did.
+    assert "notes" not in RowAccounting(read=1, kept=1).to_dict()

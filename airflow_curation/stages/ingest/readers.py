@@ -2,7 +2,8 @@
 
 Each reader yields :class:`Doc` for a readable record and :class:`Bad` for anything it cannot use, with
 where it was and why, so that the stage can quarantine and count it. Memory stays bounded by one record
-(itself bounded by ``max_record_bytes``) plus one Parquet batch.
+(itself bounded by ``max_record_bytes``) plus one Parquet batch. A reader raises only for I/O failure of
+the file itself; anything wrong with one record is a :class:`Bad` for that record.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class Doc:
     meta: dict | None
     raw_size: int = 0
     doc_id: Any = None
+    raw: bytes = b""        # the input line, for the quarantine should the stage reject the record
 
 
 @dataclass
@@ -76,10 +78,7 @@ def decompress(raw: IO[bytes], compression: str | None) -> IO[bytes]:
         # when a truncated stream raises EOFError part-way through.
         return gzip.GzipFile(fileobj=raw, mode="rb")
     if compression == "zstd":
-        import zstandard
-
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-        return io.BufferedReader(reader, buffer_size=1 << 20)
+        return io.BufferedReader(_ZstdStream(raw), buffer_size=1 << 20)
     if isinstance(raw, AbstractBufferedFile):
         # fsspec's object-store files (s3, gcs...) take no size in readline(): buffer them like a disk file.
         return io.BufferedReader(raw, buffer_size=1 << 20)
@@ -100,9 +99,109 @@ def _stream_errors() -> tuple[type[BaseException], ...]:
 
 STREAM_ERRORS = _stream_errors()
 
+_ZSTD_MAGIC = 0xFD2FB528
+_SKIPPABLE = range(0x184D2A50, 0x184D2A60)
+
+
+class _ZstdFrames:
+    """Follows zstd frame boundaries (RFC 8878) in the compressed bytes as the decompressor reads them.
+
+    zstandard's stream reader returns what it has when its input ends inside a frame, without an error,
+    so a cut file would read as a shorter complete one. This tells the two apart without decompressing
+    twice: it parses only frame and block headers and counts the rest.
+    """
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        self._state = "magic"   # what the next header is: magic, descriptor, block, skippable size
+        self._need = 4          # bytes of that header
+        self._head = b""
+        self._skip = 0          # payload bytes to pass before it
+        self._checksum = False
+        self.lost = False       # not zstd framing: the decompressor will say what is wrong
+
+    @property
+    def inside_frame(self) -> bool:
+        return not self.lost and (self._state != "magic" or bool(self._head) or self._skip > 0)
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._raw.read(n)
+        self._feed(data)
+        return data
+
+    def _feed(self, data: bytes) -> None:
+        pos = 0
+        while pos < len(data) and not self.lost:
+            if self._skip:
+                k = min(self._skip, len(data) - pos)
+                self._skip -= k
+                pos += k
+                continue
+            take = min(self._need - len(self._head), len(data) - pos)
+            self._head += data[pos:pos + take]
+            pos += take
+            if len(self._head) == self._need:
+                head, self._head = self._head, b""
+                self._on_header(head)
+
+    def _expect(self, state: str, need: int, skip: int = 0) -> None:
+        self._state, self._need, self._skip = state, need, skip
+
+    def _on_header(self, head: bytes) -> None:
+        value = int.from_bytes(head, "little")
+        if self._state == "magic":
+            if value == _ZSTD_MAGIC:
+                self._expect("descriptor", 1)
+            elif value in _SKIPPABLE:
+                self._expect("skippable size", 4)
+            else:
+                self.lost = True
+        elif self._state == "skippable size":
+            self._expect("magic", 4, skip=value)
+        elif self._state == "descriptor":
+            fcs_flag, single, dict_flag = value >> 6, (value >> 5) & 1, value & 3
+            self._checksum = bool((value >> 2) & 1)
+            rest = (0 if single else 1) + (0, 1, 2, 4)[dict_flag] + ((1 if single else 0), 2, 4, 8)[fcs_flag]
+            self._expect("block", 3, skip=rest)
+        else:  # block header: last-block bit, type (raw, RLE, compressed, reserved), size
+            last, kind, size = value & 1, (value >> 1) & 3, value >> 3
+            if kind == 3:
+                self.lost = True
+                return
+            payload = 1 if kind == 1 else size
+            if last:
+                self._expect("magic", 4, skip=payload + (4 if self._checksum else 0))
+            else:
+                self._expect("block", 3, skip=payload)
+
+
+class _ZstdStream(io.RawIOBase):
+    """Decompressed zstd (every frame), raising EOFError when the input ends inside a frame, as gzip does."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        import zstandard
+
+        self._frames = _ZstdFrames(raw)
+        self._reader = zstandard.ZstdDecompressor().stream_reader(self._frames, read_across_frames=True)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self._reader.readinto(buffer)
+        if n == 0 and self._frames.inside_frame:
+            raise EOFError("the zstd stream ends inside a frame")
+        return n
+
+
+_BOM = b"\xef\xbb\xbf"
+
 
 def _lines(f: IO[bytes], max_record_bytes: int) -> Iterator[tuple[int, bytes, int]]:
-    """(line number, line bytes or head of an over-long line, full length); over-long lines are not held."""
+    """(line number, line bytes or head of an over-long line, full length); over-long lines are not held.
+
+    A UTF-8 byte order mark at the start of the file is not part of line 1 (editors on Windows add it).
+    """
     line_no = 0
     while True:
         line = f.readline(max_record_bytes + 1)
@@ -110,6 +209,8 @@ def _lines(f: IO[bytes], max_record_bytes: int) -> Iterator[tuple[int, bytes, in
             return
         line_no += 1
         total = len(line)
+        if line_no == 1 and line.startswith(_BOM):
+            line = line[len(_BOM):]
         if total > max_record_bytes and not line.endswith(b"\n"):
             head = line[:RAW_HEAD]
             while True:  # skip the rest of the line without keeping it
@@ -120,6 +221,23 @@ def _lines(f: IO[bytes], max_record_bytes: int) -> Iterator[tuple[int, bytes, in
             yield line_no, head, total
             continue
         yield line_no, line, total
+
+
+def _parse(line: bytes) -> tuple[Any, tuple[str, str] | None]:
+    """(JSON value, None) or (None, (reason, detail))."""
+    try:
+        decoded = line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return None, ("invalid_utf8", f"invalid UTF-8 at byte {e.start} of the line: {e.reason}")
+    try:
+        # Parse the str, not the bytes: json.loads would guess UTF-16/32 from leading NUL bytes.
+        return _loads(decoded), None
+    except _JSONError as e:
+        return None, ("invalid_json", f"invalid JSON: {e}")
+    except RecursionError:
+        return None, ("unsupported_value", "JSON nested deeper than the parser allows")
+    except ValueError as e:  # e.g. an integer beyond Python's str-digits limit
+        return None, ("unsupported_value", f"JSON value the parser cannot represent: {e}")
 
 
 def read_jsonl(f: IO[bytes], text_field: str, id_field: str | None, max_record_bytes: int) -> Iterator[Doc | Bad]:
@@ -133,15 +251,15 @@ def read_jsonl(f: IO[bytes], text_field: str, id_field: str | None, max_record_b
                 continue
             if not line.strip():
                 continue  # blank lines are separators, not records
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError as e:
-                yield Bad(line_no, loc, "invalid_utf8", f"invalid UTF-8 at byte {e.start} of the line: {e.reason}", line)
+            record, problem = _parse(line)
+            if problem and problem[0] != "unsupported_value" and not line.endswith(b"\n"):
+                # An unparsable last line with no newline is the head of a record the file was cut in
+                # (a partial copy, a stream cut at a frame or member boundary): not a record of its own.
+                yield Bad(line_no, loc, "truncated_input", f"the input ends inside a record ({problem[1]})",
+                          line, rows=0)
                 continue
-            try:
-                record = _loads(line)
-            except _JSONError as e:
-                yield Bad(line_no, loc, "invalid_json", f"invalid JSON: {e}", line)
+            if problem:
+                yield Bad(line_no, loc, *problem, line)
                 continue
             if not isinstance(record, dict):
                 yield Bad(line_no, loc, "not_an_object", f"JSON {type(record).__name__}, expected an object", line)
@@ -151,7 +269,7 @@ def read_jsonl(f: IO[bytes], text_field: str, id_field: str | None, max_record_b
                 continue
             text = record.pop(text_field)
             doc_id = record.pop(id_field, None) if id_field else None
-            yield Doc(line_no, loc, text, record or None, total, doc_id)
+            yield Doc(line_no, loc, text, record or None, total, doc_id, line)
     except STREAM_ERRORS as e:
         yield Bad(line_no, f"after line {line_no}", "truncated_input",
                   f"the compressed stream ends early or is corrupt after line {line_no}: {e}", rows=0)
@@ -164,7 +282,8 @@ def read_text(f: IO[bytes], mode: str, max_record_bytes: int) -> Iterator[Doc | 
             for line_no, line, total in _lines(f, max_record_bytes):
                 loc = f"line {line_no}"
                 if total > max_record_bytes:
-                    yield Bad(line_no, loc, "record_too_large", f"line of {total} bytes exceeds {max_record_bytes}", line)
+                    yield Bad(line_no, loc, "record_too_large", f"line of {total} bytes exceeds {max_record_bytes}",
+                              line)
                     continue
                 if not line.strip():
                     continue
@@ -192,7 +311,7 @@ def read_text(f: IO[bytes], mode: str, max_record_bytes: int) -> Iterator[Doc | 
         yield Bad(0, "file", "empty_file", "the file is empty", rows=0)
         return
     try:
-        yield Doc(0, "file", data.decode("utf-8"), None, total)
+        yield Doc(0, "file", data.removeprefix(_BOM).decode("utf-8"), None, total)
     except UnicodeDecodeError as e:
         yield Bad(0, "file", "invalid_utf8", f"invalid UTF-8 at byte {e.start}: {e.reason}", data)
 
@@ -200,47 +319,88 @@ def read_text(f: IO[bytes], mode: str, max_record_bytes: int) -> Iterator[Doc | 
 def read_parquet(f: IO[bytes], text_field: str, id_field: str | None, batch_rows: int = 4096) -> Iterator[Doc | Bad]:
     try:
         pf = pq.ParquetFile(f)
-    except (pa.ArrowInvalid, OSError) as e:
+    except (pa.ArrowException, OSError) as e:
         yield Bad(0, "file", "corrupt_input", f"not a readable Parquet file: {e}", rows=0)
         return
     total_rows = pf.metadata.num_rows
     schema = pf.schema_arrow
-    if text_field not in schema.names:
-        yield Bad(0, "file", "missing_text", f"no column {text_field!r} (columns: {schema.names}); all "
-                  f"{total_rows} rows quarantined", rows=total_rows)
-        return
-    typ = schema.field(text_field).type
-    if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
-        yield Bad(0, "file", "non_string_text", f"column {text_field!r} has type {typ}, expected string; all "
-                  f"{total_rows} rows quarantined", rows=total_rows)
+    problem = _schema_problem(schema, text_field, id_field)
+    if problem:
+        reason, detail = problem
+        yield Bad(0, "file", reason, f"{detail}; all {total_rows} rows quarantined", rows=total_rows)
         return
     row = 0
     try:
         for batch in pf.iter_batches(batch_size=batch_rows):
-            texts = batch.column(text_field)
-            ids = batch.column(id_field).to_pylist() if id_field and id_field in batch.schema.names else None
-            rest = batch.drop_columns([c for c in (text_field, id_field) if c and c in batch.schema.names])
-            metas = rest.to_pylist() if rest.num_columns else [None] * batch.num_rows
-            try:
-                texts.validate(full=True)
-                values = texts.to_pylist()
-            except pa.ArrowInvalid:
-                values = [_decode_or_bad(v) for v in texts.cast(pa.binary()).to_pylist()]
-            for i, text in enumerate(values):
-                pos = row + i
-                if isinstance(text, _InvalidUtf8):
-                    yield Bad(pos, f"row {pos}", "invalid_utf8", text.detail, text.raw)
-                    continue
-                yield Doc(pos, f"row {pos}", text, metas[i] or None, 0, ids[i] if ids else None)
+            yield from _batch_records(batch, row, text_field, id_field)
             row += batch.num_rows
-    except (pa.ArrowInvalid, OSError) as e:
+    except (pa.ArrowException, OSError) as e:
         left = total_rows - row
         yield Bad(row, f"row {row}", "corrupt_input", f"cannot read rows {row}..{total_rows - 1}: {e}", rows=left)
 
 
-class _InvalidUtf8:
-    def __init__(self, raw: bytes, detail: str) -> None:
-        self.raw, self.detail = raw, detail
+def _schema_problem(schema: pa.Schema, text_field: str, id_field: str | None) -> tuple[str, str] | None:
+    names = schema.names
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        # Which of two same-named columns is the text (or the id, or a meta field) is anyone's guess.
+        return "duplicate_column", f"column names {repeated} appear more than once (columns: {names})"
+    if text_field not in names:
+        return "missing_text", f"no column {text_field!r} (columns: {names})"
+    typ = schema.field(text_field).type
+    if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+        return "non_string_text", f"column {text_field!r} has type {typ}, expected string"
+    return None
+
+
+def _batch_records(batch: pa.RecordBatch, row: int, text_field: str, id_field: str | None) -> Iterator[Doc | Bad]:
+    """One batch's rows; a value that cannot be converted (invalid UTF-8...) spoils its own row only."""
+    columns: dict[str, list] = {}
+    spoiled: list[tuple[str, list]] = []   # columns holding a value that did not convert, in schema order
+    for name in batch.schema.names:
+        columns[name], failed = _values(batch.column(name))
+        if failed:
+            spoiled.append((name, columns[name]))
+    texts = columns.pop(text_field)
+    ids = columns.pop(id_field) if id_field and id_field in columns else None
+    for i in range(batch.num_rows):
+        pos = row + i
+        bad = next(((n, v[i]) for n, v in spoiled if isinstance(v[i], _Unconvertible)), None)
+        if bad:
+            name, value = bad
+            yield Bad(pos, f"row {pos}", value.reason, f"column {name!r}: {value.detail}", value.raw)
+            continue
+        meta = {n: v[i] for n, v in columns.items()}
+        yield Doc(pos, f"row {pos}", texts[i], meta or None, 0, ids[i] if ids else None)
+
+
+class _Unconvertible:
+    """A Parquet value that has no Python form: stands in for it so that only its row is quarantined."""
+
+    def __init__(self, reason: str, detail: str, raw: bytes = b"") -> None:
+        self.reason, self.detail, self.raw = reason, detail, raw
+
+
+def _values(column: pa.Array) -> tuple[list, bool]:
+    """(Python values of a column, whether any failed): a value that fails to convert becomes an
+    :class:`_Unconvertible`. The whole column converts at once unless one value cannot."""
+    try:
+        return column.to_pylist(), False
+    except (ValueError, pa.ArrowException):  # UnicodeDecodeError is a ValueError
+        pass
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        raw = column.cast(pa.binary() if pa.types.is_string(column.type) else pa.large_binary())
+        return [_decode_or_bad(v) for v in raw.to_pylist()], True
+    return [_value_or_bad(column, i) for i in range(len(column))], True
+
+
+def _value_or_bad(column: pa.Array, i: int):
+    try:
+        return column[i].as_py()
+    except UnicodeDecodeError as e:  # invalid UTF-8 nested in a list or struct
+        return _Unconvertible("invalid_utf8", f"invalid UTF-8 in a nested value: {e.reason}")
+    except (ValueError, pa.ArrowException) as e:
+        return _Unconvertible("unsupported_value", f"cannot convert the value: {e}")
 
 
 def _decode_or_bad(value: bytes | None):
@@ -249,4 +409,4 @@ def _decode_or_bad(value: bytes | None):
     try:
         return value.decode("utf-8")
     except UnicodeDecodeError as e:
-        return _InvalidUtf8(value, f"invalid UTF-8 at byte {e.start}: {e.reason}")
+        return _Unconvertible("invalid_utf8", f"invalid UTF-8 at byte {e.start}: {e.reason}", value)

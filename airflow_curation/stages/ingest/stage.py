@@ -13,16 +13,19 @@ import logging
 import os
 import re
 
+import numpy as np
+import pyarrow.parquet as pq
 import xxhash
 
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.fingerprint import canonical_json
-from airflow_curation.core.manifest import Manifest, UnitEntry
-from airflow_curation.core.quarantine import QuarantineWriter
+from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
+from airflow_curation.core.quarantine import QuarantineWriter, utf8_safe
 from airflow_curation.core.schema import SHARD_SCHEMA
 from airflow_curation.core.shards import ShardWriter
-from airflow_curation.stages.base import Stage, UnitResult, file_record
+from airflow_curation.stages.base import Stage, StageFailed, UnitResult, file_record
+from airflow_curation.stages.ingest.inputs import list_local, open_local
 from airflow_curation.stages.ingest.readers import Bad, Doc, decompress, detect, read_jsonl, read_parquet, read_text
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,8 @@ class IngestStage(Stage):
     :param format: ``auto`` (by extension), ``jsonl``, ``parquet`` or ``text``.
     :param text_field: the field or column holding the document text.
     :param id_field: a field holding the caller's own unique ids; default: ids from source and position.
+        A repeated id is quarantined as ``duplicate_id`` (the first one in input order is kept) within a
+        unit; one repeated across units fails the run once every unit is done (see ``finalize``).
     :param text_mode: for text files, ``file`` (one document per file) or ``line``.
     :param max_text_bytes: documents larger than this (UTF-8) are quarantined as ``text_too_large``.
         Default 32 MiB: larger "documents" are nearly always dumps, logs or binary, and one of them would
@@ -74,12 +79,15 @@ class IngestStage(Stage):
 
     # -- planning ----------------------------------------------------------------------------------
     def _list_inputs(self) -> list[tuple[str, dict]]:
-        """Every input file with its fsspec info, sorted by URL, hidden files left out."""
+        """Every input file with its fsspec info, sorted by URL, hidden files left out. Local entries that
+        are not regular files are listed too: reading them reports why they were skipped."""
         found: dict[str, dict] = {}
         for spec in self.config["inputs"]:
             fs, path = storage.filesystem(spec)
-            remote = not storage.is_local(spec)
-            prefix = f"{storage.protocol_of(spec)}://" if remote else ""
+            if storage.is_local(spec):
+                found.update(list_local(path))
+                continue
+            prefix = f"{storage.protocol_of(spec)}://"
             if any(ch in path for ch in "*?["):
                 infos = fs.glob(path, detail=True)
             elif fs.isdir(path):
@@ -141,32 +149,30 @@ class IngestStage(Stage):
         max_text = int(cfg["max_text_bytes"])
         # JSON escapes can make a record several times its text; allow for it before calling it too large.
         max_record = 4 * max_text + 1024 * 1024
+        # Caller ids seen in this unit -> where first: a repeat is quarantined, the first one kept.
+        seen: dict[str, tuple[str, str]] = {}
         try:
             for url in unit.inputs:
-                source = _relpath(url, root)
-                source_key = xxhash.xxh64(source.encode()).hexdigest()
+                rel = _relpath(url, root)
+                # A file name that is not UTF-8 (surrogate-escaped by the OS) must not fail every row.
+                source = utf8_safe(rel)
+                source_key = xxhash.xxh64(rel.encode("utf-8", "surrogateescape")).hexdigest()
                 for item in self._read(url, max_record):
                     if isinstance(item, Bad):
                         quarantine.add(url, item.location, item.reason, item.detail, item.raw, item.rows)
                         if item.rows:
                             acc.quarantine(item.reason, item.rows)
+                        else:
+                            acc.note(item.reason)
                         continue
-                    problem = _check_text(item.text, max_text)
+                    row, problem = self._row(item, source, source_key, max_text)
+                    if problem is None and cfg["id_field"]:
+                        problem = _repeat(seen, row["id"], source, item.location)
                     if problem:
-                        reason, detail = problem
-                        raw = item.text.encode("utf-8", "replace") if isinstance(item.text, str) else \
-                            json.dumps(item.text, default=str).encode()
-                        quarantine.add(url, item.location, reason, detail, raw)
-                        acc.quarantine(reason)
+                        quarantine.add(url, item.location, *problem, _raw_of(item))
+                        acc.quarantine(problem[0])
                         continue
-                    doc_id = self._doc_id(item, source_key)
-                    if isinstance(doc_id, Bad):
-                        quarantine.add(url, item.location, doc_id.reason, doc_id.detail)
-                        acc.quarantine(doc_id.reason)
-                        continue
-                    meta = json.dumps(item.meta, ensure_ascii=False, default=str) if item.meta else None
-                    writer.write({"id": doc_id, "text": item.text, "source": source, "meta": meta},
-                                 nbytes=len(item.text))
+                    writer.write(row, nbytes=len(item.text))
                     acc.keep()
             outputs = writer.close()
         except BaseException:
@@ -179,29 +185,50 @@ class IngestStage(Stage):
                           extra={"quarantine": qpath, "quarantine_entries": len(quarantine)},
                           files=[file_record(o.uri, o.bytes, o.checksum) for o in outputs])
 
-    def _doc_id(self, item: Doc, source_key: str):
-        if self.config["id_field"]:
-            if isinstance(item.doc_id, (str, int)) and not isinstance(item.doc_id, bool) and str(item.doc_id):
-                return str(item.doc_id)
-            return Bad(item.position, item.location, "missing_id",
-                       f"no usable id in field {self.config['id_field']!r}: {item.doc_id!r}")
-        return f"{source_key}-{item.position}"
+    def _row(self, item: Doc, source: str, source_key: str, max_text: int) -> tuple[dict, tuple[str, str] | None]:
+        """The shard row for a record, or why it cannot be one. Everything that could fail while the row
+        group is written (a lone surrogate, a value json cannot encode) is found here, for this row only."""
+        problem = _check_text(item.text, max_text)
+        if problem:
+            return {}, problem
+        doc_id = self._doc_id(item, source_key)
+        if isinstance(doc_id, tuple):
+            return {}, doc_id
+        meta = _meta_json(item.meta)
+        if isinstance(meta, tuple):
+            return {}, meta
+        return {"id": doc_id, "text": item.text, "source": source, "meta": meta}, None
+
+    def _doc_id(self, item: Doc, source_key: str) -> str | tuple[str, str]:
+        field = self.config["id_field"]
+        if not field:
+            return f"{source_key}-{item.position}"
+        if not isinstance(item.doc_id, (str, int)) or isinstance(item.doc_id, bool) or item.doc_id == "":
+            return "missing_id", f"no usable id in field {field!r}: {_short_repr(item.doc_id)}"
+        try:
+            doc_id = str(item.doc_id)
+            doc_id.encode("utf-8")
+        except UnicodeEncodeError as e:
+            return "invalid_utf8", f"id in field {field!r} holds an unpaired surrogate at character {e.start}"
+        except ValueError as e:  # an int beyond the str-digits limit
+            return "unsupported_value", f"id in field {field!r} cannot be written as text: {e}"
+        return doc_id
 
     def _read(self, url: str, max_record: int):
-        fmt, compression = detect(url, self.config["format"])
-        if fmt is None:
-            yield Bad(0, "file", "unsupported_format",
-                      "unknown file type (use .jsonl/.json/.ndjson, .parquet, .txt, optionally .gz/.zst, "
-                      "or set format)", rows=0)
+        opened = self._open(url)  # first: a FIFO or a dangling link is that, whatever its name
+        if isinstance(opened, Bad):
+            yield opened
             return
+        raw, size = opened
         cfg = self.config
-        try:
-            raw = storage.open_read(url)
-        except OSError as e:
-            yield Bad(0, "file", "unreadable_input", f"cannot open: {e}", rows=0)
-            return
+        fmt, compression = detect(url, cfg["format"])
         with raw:
-            if storage.size(url) == 0:
+            if fmt is None:
+                yield Bad(0, "file", "unsupported_format",
+                          "unknown file type (use .jsonl/.json/.ndjson, .parquet, .txt, optionally .gz/.zst, "
+                          "or set format)", rows=0)
+                return
+            if size == 0:
                 yield Bad(0, "file", "empty_file", "the file is empty", rows=0)
                 return
             if fmt == "parquet":
@@ -213,14 +240,141 @@ class IngestStage(Stage):
             else:
                 yield from read_text(stream, cfg["text_mode"], max_record)
 
+    @staticmethod
+    def _open(url: str):
+        if storage.is_local(url):
+            return open_local(storage.filesystem(url)[1])
+        try:
+            size = storage.size(url)
+            return storage.open_read(url), size
+        except OSError as e:
+            return Bad(0, "file", "unreadable_input", f"cannot open: {e}", rows=0)
+
     def finalize(self, manifest: Manifest) -> None:
-        """Remove shards a previous run of this dataset left that this run's manifest does not name."""
+        """Check that caller ids are unique across units, then remove shards a previous run of this dataset
+        left that this run's manifest does not name."""
+        if self.config["id_field"]:
+            self._check_ids_across_units(manifest)
         keep = {s.uri.rsplit("/", 1)[-1] for s in manifest.shards}
         for url in storage.listdir(self.lake.path("shards")):
             name = url.rsplit("/", 1)[-1]
             if _SHARD_NAME.match(name) and name not in keep:
                 log.info("ingest: removing stale shard %s (not produced by this run's units)", url)
                 storage.remove(url)
+
+    def _check_ids_across_units(self, manifest: Manifest) -> None:
+        """Units run in parallel, so a unit cannot see another's ids: repeats across units are found here,
+        after all of them. Their rows are in committed shards (which are never rewritten, and later
+        stages may be reading them already), so they cannot be quarantined now: each is listed in
+        ``_quarantine/ingest/duplicate_ids.parquet`` and the run fails. Fixing the inputs redoes only the
+        units whose files changed."""
+        quarantine = QuarantineWriter(self.lake.quarantine_uri(self.name, "duplicate_ids"))
+        for doc_id, first, later in _repeated_ids(manifest.shards):
+            quarantine.add(later[2], f"{later[0]} row {later[1]}", "duplicate_id",
+                           f"id {_short_repr(doc_id)} of field {self.config['id_field']!r} is also kept from "
+                           f"{first[2]} ({first[0]} row {first[1]}), an earlier unit", rows=0)
+        uri = quarantine.write()
+        if not uri:
+            return
+        n = len(quarantine)
+        acc = RowAccounting.from_dict(manifest.accounting)
+        acc.note("duplicate_id", n)
+        manifest.accounting = acc.to_dict()
+        raise StageFailed(f"ingest: {n} id{'s' if n > 1 else ''} of field {self.config['id_field']!r} repeated "
+                          f"across units (ids must be unique in a dataset); each is listed in {uri}")
+
+
+def _repeat(seen: dict[str, tuple[str, str]], doc_id: str, source: str, location: str) -> tuple[str, str] | None:
+    first = seen.setdefault(doc_id, (source, location))
+    if first == (source, location):
+        return None
+    return "duplicate_id", f"id {_short_repr(doc_id)} was first used by {first[0]} {first[1]}, which is kept"
+
+
+def _repeated_ids(shards: list[ShardEntry]) -> list[tuple[str, tuple[str, int, str], tuple[str, int, str]]]:
+    """(id, first place, later place) for each id kept more than once; a place is (shard, row, source).
+
+    Two passes keep memory at 8 bytes a row: a hash of every id, then the exact ids of the rows whose
+    hash repeats. Shards come in unit order, so "first" is the earlier unit.
+    """
+    hashes = [np.fromiter((xxhash.xxh64_intdigest(i.encode()) for i in _read_columns(s, ["id"])["id"]), np.uint64)
+              for s in shards]
+    if not hashes:
+        return []
+    values, counts = np.unique(np.concatenate(hashes), return_counts=True)
+    suspects = values[counts > 1]
+    if not len(suspects):
+        return []
+    first: dict[str, tuple[str, int, str]] = {}
+    found = []
+    for shard, h in zip(shards, hashes):
+        rows = np.flatnonzero(np.isin(h, suspects))
+        if not len(rows):
+            continue
+        cols = _read_columns(shard, ["id", "source"])
+        for row in rows.tolist():
+            place = (shard.shard_id, row, cols["source"][row])
+            doc_id = cols["id"][row]
+            if doc_id in first:
+                found.append((doc_id, first[doc_id], place))
+            else:
+                first[doc_id] = place
+    return found
+
+
+def _read_columns(shard: ShardEntry, columns: list[str]) -> dict[str, list]:
+    with storage.open_read(shard.uri) as f:
+        return pq.read_table(f, columns=columns).to_pydict()
+
+
+def _meta_json(meta: dict | None) -> str | None | tuple[str, str]:
+    """The meta column's JSON, or why a field cannot be stored (found now, not when the row group is
+    written, where it would fail every row of the unit)."""
+    if not meta:
+        return None
+    try:
+        text = json.dumps(meta, ensure_ascii=False, default=str)
+    except (RecursionError, ValueError, TypeError) as e:
+        return "unsupported_value", f"a field cannot be stored as JSON: {type(e).__name__}: {e}"
+    if not _utf8_ok(text):
+        field = ascii(_surrogate_field(meta))
+        return "invalid_utf8", f"field {field} holds an unpaired surrogate (e.g. a \\ud800 escape)"
+    return text
+
+
+def _surrogate_field(meta: dict) -> str:
+    for key, value in meta.items():
+        if not _utf8_ok(key) or not _utf8_ok(json.dumps(value, ensure_ascii=False, default=str)):
+            return key
+    return "?"
+
+
+def _utf8_ok(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _raw_of(item: Doc) -> bytes:
+    """What the quarantine keeps of a rejected record: its input line, else its text."""
+    if item.raw:
+        return item.raw
+    if isinstance(item.text, str):
+        return item.text.encode("utf-8", "replace")
+    try:
+        return json.dumps(item.text, default=str).encode()
+    except (RecursionError, ValueError, TypeError):
+        return _short_repr(item.text).encode()
+
+
+def _short_repr(value, limit: int = 200) -> str:
+    try:
+        text = ascii(value)
+    except (RecursionError, ValueError):
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _check_text(text, max_text: int) -> tuple[str, str] | None:
