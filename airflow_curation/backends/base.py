@@ -14,6 +14,14 @@ from typing import Any
 from airflow_curation.jobs.spec import JobSpec
 
 JobHandle = dict[str, Any]
+# The environment variables through which the Airflow layer hands a job the lake's storage options,
+# credentials included (``CURATION_STORAGE_OPTIONS_<PROTOCOL>``, JSON): secrets by construction.
+STORAGE_OPTIONS_ENV_PREFIX = "CURATION_STORAGE_OPTIONS_"
+
+
+def is_storage_options_env(name: str) -> bool:
+    """Whether environment variable ``name`` carries storage options (and so, credentials)."""
+    return name.upper().startswith(STORAGE_OPTIONS_ENV_PREFIX)
 
 
 class JobState(str, enum.Enum):

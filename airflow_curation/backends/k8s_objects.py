@@ -27,6 +27,8 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from airflow_curation.backends.base import is_storage_options_env
+
 SPEC_DIR = "/etc/curation"
 SPEC_PATH = f"{SPEC_DIR}/spec.json"
 ENGINES = ("indexed", "job", "dask", "ray")
@@ -52,7 +54,8 @@ class PodSettings:
     :param service_account: the pods' service account (the chart creates ``airflow-curation-job``).
     :param storage_secret: Secret whose keys become environment variables of every pod (e.g.
         ``AWS_ACCESS_KEY_ID``, ``CURATION_STORAGE_OPTIONS_S3``); empty for a lake that needs none.
-    :param env: extra plain (non-secret) environment variables.
+    :param env: extra plain (non-secret) environment variables, literal in the pod spec; storage
+        options (``CURATION_STORAGE_OPTIONS_*``) are refused here.
     :param requests: / :param limits: CPU and memory of a worker pod (quantity strings).
     :param gpu_resource: / :param gpus: extended resource and count requested by GPU (Ray) workers.
     :param node_selector: / :param tolerations: / :param gpu_node_selector: / :param gpu_tolerations:
@@ -89,6 +92,13 @@ class PodSettings:
                     raise ValueError(f"{what}[{k!r}] must be a quantity string such as '2' or '4Gi', got {v!r}")
         if self.gpus < 0:
             raise ValueError("gpus must be >= 0")
+        # pod.env values are literal in every pod spec (readable by anyone who may read Jobs): the
+        # lake's credentials belong in a Secret.
+        literal = sorted(k for k in self.env if is_storage_options_env(k))
+        if literal:
+            raise ValueError(f"pod.env {literal}: storage options are secrets and pod.env values are written "
+                             "into the pod spec; put them in the Secret named by pod.storage_secret (or pass "
+                             "them as the backend's env, which goes into a per-job Secret)")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "PodSettings":

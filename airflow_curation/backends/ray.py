@@ -5,19 +5,29 @@ driver runs on the cluster's head and joins the cluster, so an enrich job's engi
 on the cluster's GPUs. The spec and the result live in the lake's ``_jobs/`` folder (the cluster must
 reach the lake anyway). A handle is the submission id plus the dashboard address, so a restarted worker
 or the triggerer reconnects with nothing else.
+
+Secrets: a job's ``runtime_env`` (entrypoint, ``env_vars``) is shown to anyone who reaches the
+dashboard or the job API, and Ray has no secret store to refer to instead. So the lake's storage
+options (``CURATION_STORAGE_OPTIONS_*``, which the Airflow layer adds to ``env``) are never sent: the
+cluster reads the lake with credentials of its own (in its nodes' environment, as the chart's
+RayCluster and the docker-compose Ray head have them). Whatever else is in ``env`` or ``runtime_env``
+is sent as given, so it must not be secret.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import time
 import uuid
 from typing import Any
 
-from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus
+from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, is_storage_options_env
 from airflow_curation.core import storage
 from airflow_curation.jobs.spec import JobSpec
+
+log = logging.getLogger(__name__)
 
 _STATES = {"PENDING": JobState.PENDING, "RUNNING": JobState.RUNNING, "SUCCEEDED": JobState.SUCCEEDED,
            "FAILED": JobState.FAILED, "STOPPED": JobState.CANCELLED}
@@ -27,8 +37,10 @@ class RayJobBackend(Backend):
     """:param address: the cluster's dashboard / job server, e.g. ``http://head:8265`` (default
         ``$RAY_API_SERVER_ADDRESS`` or ``$RAY_ADDRESS`` or ``http://127.0.0.1:8265``).
     :param python: interpreter on the cluster that has airflow-curation installed (default ``python``).
-    :param env: extra environment variables of the job.
-    :param runtime_env: a Ray runtime environment (``pip``, ``working_dir``...), merged with ``env``.
+    :param env: extra environment variables of the job, sent in its runtime environment (visible in the
+        dashboard): not secrets. Storage options (``CURATION_STORAGE_OPTIONS_*``) are left out.
+    :param runtime_env: a Ray runtime environment (``pip``, ``working_dir``...), merged with ``env``; the
+        same goes for its ``env_vars``.
     :param agent_wait_s: how long to retry a submission that the cluster refuses because its job agent is
         not up yet (a freshly started head).
     """
@@ -64,8 +76,7 @@ class RayJobBackend(Backend):
         storage.write_bytes(spec_uri, spec.to_json().encode())
         entrypoint = " ".join(shlex.quote(x) for x in (self.python, "-m", "airflow_curation.jobs", "run", spec_uri,
                                                        "--result", result_uri))
-        runtime_env = dict(self.runtime_env)
-        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **self.env}
+        runtime_env = self.job_runtime_env()
         client = self._client()
         deadline = time.monotonic() + self.agent_wait_s
         while True:
@@ -82,6 +93,18 @@ class RayJobBackend(Backend):
         return {"backend": self.name, "job_id": job_id, "address": self.address, "result": result_uri,
                 "manifest_uri": spec.manifest_uri, "dashboard_url": self.dashboard_url(job_id),
                 "log": self.dashboard_url(job_id)}
+
+    def job_runtime_env(self) -> dict[str, Any]:
+        """The runtime environment a job is submitted with: ``runtime_env`` plus ``env``, without the
+        storage options (see the module's docstring)."""
+        runtime_env = dict(self.runtime_env)
+        env_vars = {**runtime_env.get("env_vars", {}), **self.env}
+        withheld = sorted(k for k in env_vars if is_storage_options_env(k))
+        if withheld:
+            log.warning("not sending %s to Ray (a runtime_env is readable in its dashboard); the cluster "
+                        "reads the lake with its own credentials", ", ".join(withheld))
+        runtime_env["env_vars"] = {k: v for k, v in env_vars.items() if k not in withheld}
+        return runtime_env
 
     def status(self, handle: JobHandle) -> JobStatus:
         try:

@@ -18,6 +18,12 @@ only the array tasks whose units lack a checkpoint (:meth:`SlurmBackend.resubmit
 No parameter ever reaches a shell unquoted: sbatch options are argv elements (never ``#SBATCH``
 lines), the job script quotes every value with :func:`shlex.quote`, and over SSH the whole remote
 command line is one :func:`shlex.join` string, which is what the remote shell parses.
+
+No secret is written into a script, the spec, a result or a log: the job's ``env`` (which holds the
+lake's storage options) goes into a ``0600`` file, :data:`ENV_FILE`, in the job folder (over SSH
+streamed through stdin, never on a command line) that the scripts source. The last consumer of an
+attempt (the job, or the collect job of an array) deletes it unless the poller may still resubmit the
+run; :meth:`SlurmBackend.status` deletes it once it reports the run finished, and ``cancel`` at once.
 """
 
 from __future__ import annotations
@@ -78,10 +84,12 @@ class _Attempt:
         return "ATTEMPT"
 
 
-# Stands for the script's first argument, the attempt number: a resubmission reuses the scripts of
-# the first submission (their environment included), so a poller that lacks the job's secrets can
-# still resubmit it.
+# Stands for the script's first argument, the attempt number: a resubmission reuses the scripts (and
+# the environment file) of the first submission, so a poller that lacks the job's secrets can still
+# resubmit it.
 ATTEMPT = _Attempt()
+# The job's environment (secrets included), 0600, in the job folder, while the run may still use it.
+ENV_FILE = "secrets.env"
 _EXPANSIONS = {TASK: '"${SLURM_ARRAY_TASK_ID}"', ATTEMPT: '"$1"'}
 
 
@@ -208,7 +216,9 @@ class SlurmBackend(Backend):
     :param work_dir: a folder every node sees (and, over SSH, the same path here and there) for job
         scripts, specs, results and logs; default the lake's ``_jobs/`` folder when the lake is local.
     :param python: interpreter on the compute nodes; default this one.
-    :param env: environment for the job (exported in the script, values quoted).
+    :param env: environment for the job, secrets included (e.g. ``CURATION_STORAGE_OPTIONS_S3``):
+        written to a ``0600`` file that the job sources and that is deleted after the run, never
+        into the script.
     :param ssh_host: run the Slurm commands on this host over SSH (``ssh -o BatchMode=yes HOST``).
     :param command_prefix: argv that runs one shell command line somewhere (overrides ``ssh_host``);
         the Slurm command is appended as a single, fully quoted string, exactly as ssh passes it.
@@ -363,16 +373,28 @@ class SlurmBackend(Backend):
         base = lake.jobs_dir(spec.run_id, spec.stage)
         return os.path.abspath(os.path.join(base[len("file://"):] if base.startswith("file://") else base, key))
 
-    def render_script(self, job_dir: str, args: Sequence[str | tuple], dask_cluster: bool = False) -> str:
-        """The batch script: exports ``env`` and execs the jobs entrypoint with ``args``.
+    def render_script(self, job_dir: str, args: Sequence[str | tuple], dask_cluster: bool = False,
+                      last_consumer: bool = True) -> str:
+        """The batch script: sources the job's environment file and runs the jobs entrypoint with ``args``.
 
         Each arg is a literal string, or a tuple of literal strings, :data:`TASK` (the array task
         index) and :data:`ATTEMPT` (the script's first argument): those two are all the shell expands.
+
+        :param job_dir: the job folder (the script's working directory, where :data:`ENV_FILE` is).
+        :param args: the entrypoint's arguments.
+        :param dask_cluster: start a Dask cluster across the allocation first.
+        :param last_consumer: this script is the last one of an attempt to need the environment file
+            (a single job, or the collect job of an array): it deletes the file when it is done.
         """
         lines = ["#!/bin/bash", "# airflow-curation job (generated; every value is shell-quoted)",
                  "set -eu"]
-        for key in sorted(self.env):
-            lines.append(f"export {key}={shlex.quote(self.env[key])}")
+        if self.env:
+            lines += [f"env_file={shlex.quote(os.path.join(job_dir, ENV_FILE))}",
+                      # Gone means the run was cancelled or finished: running without it would only
+                      # fail later, on a missing credential.
+                      '[ -r "$env_file" ] || { echo "airflow-curation: $env_file is gone (run cancelled or '
+                      'finished)" >&2; exit 1; }',
+                      '. "$env_file"']
         lines.append(f"export CURATION_JOB_DIR={shlex.quote(job_dir)}")
         lines.append(f"cd {shlex.quote(job_dir)}")
         py = shlex.quote(_check_arg(self.python, "python"))
@@ -381,9 +403,12 @@ class SlurmBackend(Backend):
             parts = arg if isinstance(arg, tuple) else (arg,)
             words.append("".join(_EXPANSIONS[p] if isinstance(p, (_Task, _Attempt))
                                  else shlex.quote(_check_arg(p, "argument")) for p in parts))
-        if not dask_cluster:
+        drop_env = bool(self.env) and last_consumer
+        if not dask_cluster and not drop_env:
             lines.append("exec " + " ".join(words))
             return "\n".join(lines) + "\n"
+        if not dask_cluster:
+            return "\n".join(lines + self._run_then_drop_env(" ".join(words))) + "\n"
         # A Dask cluster across the allocation: scheduler here, workers on every task (srun), then the
         # stage on it; the trap stops the cluster however the stage ends.
         sched_file = shlex.quote(os.path.join(job_dir, "dask-scheduler-")) + '"$1".json'
@@ -407,9 +432,22 @@ class SlurmBackend(Backend):
             "  sleep 0.1",
             "done",
             'echo "airflow-curation: Dask cluster at $address"',
-            " ".join(words) + ' --scheduler-address "$address"',
         ]
+        command = " ".join(words) + ' --scheduler-address "$address"'
+        lines += self._run_then_drop_env(command) if drop_env else [command]
         return "\n".join(lines) + "\n"
+
+    def _run_then_drop_env(self, command: str) -> list[str]:
+        """Script lines that run ``command`` and then delete the environment file, unless the attempt
+        failed and the poller may still resubmit it (the resubmission reuses the file)."""
+        return ["rc=0",
+                f"{command} || rc=$?",
+                f'if [ "$rc" -eq 0 ] || [ "$1" -gt {int(self.max_resubmits)} ]; then rm -f -- "$env_file"; fi',
+                'exit "$rc"']
+
+    def render_env(self) -> bytes:
+        """The environment file's text: one ``export NAME=value`` line per variable, values quoted."""
+        return "".join(f"export {key}={shlex.quote(self.env[key])}\n" for key in sorted(self.env)).encode()
 
     def sbatch_argv(self, script: str, job_name: str, log_path: str, job_dir: str,
                     array: str | None = None, dependency: str | None = None,
@@ -459,6 +497,9 @@ class SlurmBackend(Backend):
         base = {"backend": self.name, "job_dir": job_dir, "spec": spec_path,
                 "log": os.path.join(job_dir, "job.log"), "manifest_uri": spec.manifest_uri,
                 "stage": spec.stage, "run_id": spec.run_id, "lake": spec.lake, "groups": groups}
+        if self.env:
+            base["env_file"] = os.path.join(job_dir, ENV_FILE)
+            self._write_env(base["env_file"])
         result = (os.path.join(job_dir, "result-"), ATTEMPT, ".json")
         if groups == 1:
             self._write_script(job_dir, "job.sh", ["run", spec_path, "--result", result],
@@ -466,7 +507,7 @@ class SlurmBackend(Backend):
         else:
             self._write_script(job_dir, "group.sh", [
                 "run", spec_path, "--result", (os.path.join(job_dir, "result-"), ATTEMPT, "-group-", TASK, ".json"),
-                "--shard-group", (TASK, f"/{groups}")])
+                "--shard-group", (TASK, f"/{groups}")], last_consumer=False)
             self._write_script(job_dir, "collect.sh", ["run", spec_path, "--result", result, "--collect"])
         handle = self._submit_attempt(base, attempt=1, indices=list(range(groups)) if groups > 1 else None)
         self._write_current(handle)
@@ -504,10 +545,32 @@ class SlurmBackend(Backend):
             raise
         return handle
 
-    def _write_script(self, job_dir: str, name: str, args: list[str | tuple], dask_cluster: bool = False) -> str:
+    def _write_script(self, job_dir: str, name: str, args: list[str | tuple], dask_cluster: bool = False,
+                      last_consumer: bool = True) -> str:
         path = check_job_dir(os.path.join(job_dir, name))
-        self.files.write(path, self.render_script(job_dir, args, dask_cluster).encode(), mode=0o750)
+        self.files.write(path, self.render_script(job_dir, args, dask_cluster, last_consumer).encode(),
+                         mode=0o750)
         return path
+
+    def _write_env(self, path: str) -> None:
+        """Write the job's environment file, readable by its owner only (over SSH: through stdin)."""
+        self.files.write(path, self.render_env(), mode=0o600)
+
+    def _drop_env(self, handle: JobHandle) -> None:
+        """Delete the job's environment file (idempotent): nothing of this run will read it again."""
+        if handle.get("env_file"):
+            self.files.remove(handle["env_file"])
+
+    def _env_for_resubmit(self, handle: JobHandle) -> None:
+        """Before another attempt: this backend's environment (fresh credentials, say) replaces the
+        file; without one, the file the run kept must still be there."""
+        if not handle.get("env_file"):
+            return
+        if self.env:
+            self._write_env(handle["env_file"])
+        elif not self.files.exists(handle["env_file"]):
+            raise SlurmError(f"the job's environment file {handle['env_file']} was deleted when the run "
+                             "finished; resubmit with a backend that has the job's env (its storage options)")
 
     def _write_current(self, handle: JobHandle) -> None:
         self.files.write(os.path.join(handle["job_dir"], "current.json"),
@@ -554,13 +617,25 @@ class SlurmBackend(Backend):
                 and handle["attempt"] <= self.max_resubmits):
             try:
                 new = self.resubmit(handle)
-            except SlurmError as e:
-                return JobStatus(JobState.FAILED, f"{status.message}; resubmission failed: {e}", status.result)
-            if new is None:  # another poller resubmitted first: report its attempt
-                return JobStatus(JobState.PENDING, f"{status.message}; resubmitted by another poller")
-            return JobStatus(JobState.PENDING, f"{status.message}; resubmitted as attempt "
-                                               f"{new['attempt']} (job {new['job_id']})")
+            except SlurmError as e:  # reported as the run's end, like any other failure
+                status = JobStatus(JobState.FAILED, f"{status.message}; resubmission failed: {e}", status.result)
+            else:
+                if new is None:  # another poller resubmitted first: report its attempt
+                    return JobStatus(JobState.PENDING, f"{status.message}; resubmitted by another poller")
+                return JobStatus(JobState.PENDING, f"{status.message}; resubmitted as attempt "
+                                                   f"{new['attempt']} (job {new['job_id']})")
+        if status.state.finished:
+            self._drop_env_quietly(handle)
         return status
+
+    def _drop_env_quietly(self, handle: JobHandle) -> None:
+        # The run is over (a resubmission by hand writes the file again): the secrets go now, also
+        # when the job could not delete them itself (killed at its time limit, a failed attempt that
+        # might have been resubmitted).
+        try:
+            self._drop_env(handle)
+        except SlurmError as e:
+            log.warning("cannot delete %s: %s", handle["env_file"], e)
 
     def _status(self, handle: JobHandle) -> tuple[JobStatus, str | None]:
         """The attempt's status and, for a failure, the Slurm state that explains it (or ``GONE``)."""
@@ -674,13 +749,14 @@ class SlurmBackend(Backend):
         if not state.finished:  # two attempts on the same units would only race each other
             raise SlurmError(f"attempt {handle['attempt']} (job {handle['job_id']}) is still {state.value}; "
                              "cancel it before resubmitting")
+        self._env_for_resubmit(handle)  # before the lock: a refusal must not block a later resubmission
         attempt = handle["attempt"] + 1
         lock = os.path.join(handle["job_dir"], f"attempt-{attempt}.lock")
         if not self.files.create_exclusive(lock):
             return None
         indices = self.unfinished_groups(handle) if handle["groups"] > 1 else None
         base = {k: handle[k] for k in ("backend", "job_dir", "spec", "log", "manifest_uri", "stage",
-                                       "run_id", "lake", "groups")}
+                                       "run_id", "lake", "groups", "env_file") if k in handle}
         reopened = self.reopen_manifest(handle)
         if reopened:
             self.files.append(handle["log"], f"airflow-curation: attempt {attempt} runs again: " + "; ".join(
@@ -697,6 +773,7 @@ class SlurmBackend(Backend):
         self.files.write(os.path.join(handle["job_dir"], "cancelled"), b"")
         ids = [j for j in (handle["job_id"], handle.get("array_job_id")) if j]
         self._run(["scancel", *ids], check=False)  # idempotent: finished ids are not an error worth raising
+        self._drop_env_quietly(handle)  # running tasks have read it; tasks not started yet must not start
 
     def logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
         path = handle["log"]
@@ -780,6 +857,12 @@ class _LocalFiles:
         except OSError:
             log.info("%s", text.strip())
 
+    def remove(self, path: str) -> None:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+
 
 class _RemoteFiles:
     """Job files where the Slurm commands run, reached through the backend's command prefix (SSH).
@@ -797,7 +880,8 @@ class _RemoteFiles:
             raise SlurmError(f"cannot create {path}: {proc.stderr.decode(errors='replace').strip()}")
 
     def write(self, path: str, data: bytes, mode: int = 0o640) -> None:
-        proc = self._sh('tmp="$1.tmp.$$" && cat > "$tmp" && chmod "$2" "$tmp" && mv -f -- "$tmp" "$1"',
+        # umask 077: the file is never readable by others, not even before its chmod (secrets.env).
+        proc = self._sh('umask 077 && tmp="$1.tmp.$$" && cat > "$tmp" && chmod "$2" "$tmp" && mv -f -- "$tmp" "$1"',
                         path, format(mode, "o"), data=data)
         if proc.returncode != 0:
             raise SlurmError(f"cannot write {path}: {proc.stderr.decode(errors='replace').strip()}")
@@ -820,6 +904,11 @@ class _RemoteFiles:
     def append(self, path: str, text: str) -> None:
         self._sh('cat >> "$1"', path, data=text.encode())
 
+    def remove(self, path: str) -> None:
+        proc = self._sh('rm -f -- "$1"', path)
+        if proc.returncode != 0:
+            raise SlurmError(f"cannot remove {path}: {proc.stderr.decode(errors='replace').strip()}")
+
 
 __all__ = ["SlurmBackend", "SlurmError", "SlurmJobRecord", "map_state", "parse_sacct", "parse_scontrol_jobs",
-           "summarize", "FAILURE_NOTES", "DEFAULT_RESUBMIT_ON", "TASK", "ATTEMPT"]
+           "summarize", "FAILURE_NOTES", "DEFAULT_RESUBMIT_ON", "TASK", "ATTEMPT", "ENV_FILE"]

@@ -7,6 +7,7 @@ of this test and stopped by it (never ``ray stop``, which would stop other users
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -82,10 +83,18 @@ def test_enrich_job_runs_on_an_existing_ray_cluster(ray_cluster, tmp_path, llama
     spec = JobSpec(stage="enrich", lake=lake.to_dict(), run_id="rayjob", config={
         "input_manifest": uri, "task": "score", "model": llama_score, "engine": "transformers", "executor": "ray",
         "dtype": "float32", "batch_size": 4, "checkpoint_rows": 5})
+    # Storage options as a curation connection would add them: the cluster must never be sent them.
+    secret = "s3cr3t-not-for-the-dashboard"
     backend = get_backend("ray", address=ray_cluster, python=sys.executable,
-                          env={"RAY_AUTH_MODE": "disabled", "PYTHONPATH": os.getcwd()})
+                          env={"RAY_AUTH_MODE": "disabled", "PYTHONPATH": os.getcwd(),
+                               "CURATION_STORAGE_OPTIONS_S3": json.dumps({"key": "AKIA-FAKE", "secret": secret})})
     handle = backend.submit(spec)
     assert handle["dashboard_url"] == f"{ray_cluster}/#/jobs/{handle['job_id']}"
+    from ray.job_submission import JobSubmissionClient
+
+    info = JobSubmissionClient(ray_cluster).get_job_info(handle["job_id"])  # what the dashboard shows
+    assert info.runtime_env["env_vars"]["PYTHONPATH"] == os.getcwd()
+    assert secret not in json.dumps(info.runtime_env) and secret not in (info.entrypoint or "")
     # A restarted worker rebuilds the backend from the handle's options alone.
     again = get_backend("ray", **backend.options())
     deadline = time.monotonic() + 400

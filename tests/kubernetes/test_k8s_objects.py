@@ -217,3 +217,34 @@ def test_spec_travels_in_a_config_map_without_secrets():
     assert JobSpec.from_dict(json.loads(cm["data"]["spec.json"])) == spec
     secret = o.storage_secret("lake-creds", "ns", {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"})
     validate_object(secret)
+
+
+@pytest.mark.parametrize("engine", o.ENGINES)
+def test_secret_env_reaches_every_container_by_reference_only(engine):
+    """The storage options the Airflow layer hands the backend (``env``) are in the job's Secret and
+    nowhere else; every container reads them (and the lake Secret) through a Secret reference."""
+    secret = "s3cr3t-value-8c1f"
+    env = {"CURATION_STORAGE_OPTIONS_S3": json.dumps({"key": "AKIA-FAKE", "secret": secret})}
+    stage = "enrich" if engine == "ray" else "preprocess"
+    backend = KubernetesBackend(host="http://127.0.0.1:1", namespace="curation", pod={"storage_secret": "lake-creds"},
+                                engines={stage: engine}, shard_groups=3, env=env)
+    handle, objects = backend.build(_spec(stage))
+    for obj in objects:
+        validate_object(obj)
+    [job_secret] = [x for x in objects if x["kind"] == "Secret"]
+    assert job_secret["metadata"]["name"] == handle["env_secret"]
+    assert job_secret["stringData"] == env
+    assert all(secret not in json.dumps(x) for x in objects if x["kind"] != "Secret")
+    assert secret not in json.dumps(handle)
+    containers = [c for x in objects for c in _containers(x)]
+    assert len(containers) >= (2 if engine == "indexed" else 1)  # the gather job's pod too
+    for c in containers:
+        assert c["envFrom"] == [{"secretRef": {"name": "lake-creds"}}, {"secretRef": {"name": handle["env_secret"]}}]
+        assert not [e for e in c["env"] if e["name"].startswith("CURATION_STORAGE_OPTIONS_")]
+
+
+def test_storage_options_are_refused_as_literal_pod_env():
+    with pytest.raises(ValueError, match="storage options are secrets"):
+        o.PodSettings(env={"CURATION_STORAGE_OPTIONS_S3": '{"secret": "x"}'})
+    with pytest.raises(ValueError, match="storage options are secrets"):
+        KubernetesBackend(host="http://127.0.0.1:1", pod={"env": {"curation_storage_options_gcs": "{}"}})

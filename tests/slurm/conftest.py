@@ -21,6 +21,9 @@ from airflow_curation.jobs.spec import JobSpec
 
 REPO = Path(__file__).resolve().parents[2]
 SITE = str(Path(__file__).parent / "site")
+# The jobs' PYTHONPATH: the test stage, then the code under test (not whatever checkout the venv's
+# editable install points at).
+JOB_PYTHONPATH = os.pathsep.join([SITE, str(REPO)])
 SLURM_DIR = os.environ.get("CURATION_SLURM_DIR", "/tmp/curation-slurm")
 
 
@@ -72,7 +75,7 @@ def slurm_cluster():
 @pytest.fixture
 def make_backend(slurm_cluster, tmp_path):
     def make(**options) -> SlurmBackend:
-        env = {"PYTHONPATH": SITE, **options.pop("env", {})}
+        env = {"PYTHONPATH": JOB_PYTHONPATH, **options.pop("env", {})}
         return SlurmBackend(python=sys.executable, env=env, **options)
     return make
 

@@ -17,7 +17,7 @@ from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest
 
-from .conftest import SITE, checkpoint_records as _records, spec_for, wait_for
+from .conftest import JOB_PYTHONPATH, checkpoint_records as _records, spec_for, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -35,7 +35,7 @@ def timeout_run(slurm_cluster, tmp_path_factory):
     slow = base / "slow"
     slow.touch()
     lake = {"root": str(base / "lake"), "dataset": "ds", "snapshot": None}
-    backend = SlurmBackend(python=sys.executable, env={"PYTHONPATH": SITE}, time_limit="1",
+    backend = SlurmBackend(python=sys.executable, env={"PYTHONPATH": JOB_PYTHONPATH}, time_limit="1",
                            max_resubmits=1)  # TIMEOUT is in resubmit_on by default
     handle = backend.submit(spec_for(lake, units=2, sleep_s=45, slow_flag=str(slow)))
     return backend, handle, lake, slow

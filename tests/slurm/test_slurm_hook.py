@@ -10,7 +10,7 @@ import pytest
 from airflow_curation import get_provider_info
 from airflow_curation.backends.slurm import SlurmBackend
 
-from .conftest import SITE, spec_for, wait_for
+from .conftest import JOB_PYTHONPATH, spec_for, wait_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slurm]
 
@@ -92,7 +92,7 @@ def test_hook_without_host_submits_locally(monkeypatch, make_backend, lake):
     from airflow_curation.hooks.slurm import SlurmHook
 
     _set_conn(monkeypatch, "slurm_local", extra={"partition": "debug"})
-    hook = SlurmHook("slurm_local", env={"PYTHONPATH": SITE})
+    hook = SlurmHook("slurm_local", env={"PYTHONPATH": JOB_PYTHONPATH})
     ok, message = hook.test_connection()
     assert ok and "debug" in message
     backend = hook.get_backend()

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_curation.backends.slurm import ATTEMPT, TASK, SlurmBackend, check_job_dir
+from airflow_curation.backends.slurm import ATTEMPT, ENV_FILE, TASK, SlurmBackend, check_job_dir
 
 # Any text but NUL (argv cannot carry it; the backend refuses it) and lone surrogates (not encodable).
 TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=24)
@@ -61,6 +61,9 @@ def test_job_script_keeps_every_value_literal(python_dir, job_name, spec_name, e
         dask_script = job_dir / "dask.sh"  # the variant that starts a Dask cluster in the allocation
         dask_script.write_text(backend.render_script(str(job_dir), args, dask_cluster=True))
         assert subprocess.run(["bash", "-n", str(dask_script)], capture_output=True).returncode == 0
+        assert "CURATION_TEST_ECHO" not in script.read_text()  # the environment is in its own file
+        env_file = job_dir / ENV_FILE
+        env_file.write_bytes(backend.render_env())
         out = base / "argv"
         proc = subprocess.run(["bash", str(script), str(attempt)], capture_output=True, cwd=base,
                               env={"PATH": os.environ["PATH"], "REC_OUT": str(out),
@@ -69,6 +72,7 @@ def test_job_script_keeps_every_value_literal(python_dir, job_name, spec_name, e
         assert _recorded(out) == ["-m", "airflow_curation.jobs", "run", spec, "--result",
                                   f"{job_dir}/result-{attempt}-{task}.json", "--shard-group", f"{task}/1000"]
         assert Path(f"{out}.env").read_bytes().decode() == echo
+        assert not env_file.exists()  # the last consumer of the attempt deleted it
         assert Path(f"{out}.pwd").read_bytes().decode() == str(job_dir)
         assert not list(base.rglob("PWNED")) and not Path("PWNED").exists()
     finally:

@@ -7,6 +7,7 @@ exists (a job that times out, then a resubmission that does not).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 
@@ -48,7 +49,10 @@ class SleepyStage(Stage):
         nbytes, checksum = write_parquet(uri, table)
         acc = RowAccounting()
         acc.keep(rows)
+        # A digest, never the value: the secrets tests check that the job got them and wrote them nowhere.
+        secret = os.environ.get("CURATION_STORAGE_OPTIONS_S3")
         extra = {"echo": os.environ.get("CURATION_TEST_ECHO"), "task": os.environ.get("SLURM_ARRAY_TASK_ID"),
+                 "storage_options_sha256": hashlib.sha256(secret.encode()).hexdigest() if secret else None,
                  "slurm_job": os.environ.get("SLURM_JOB_ID"), "slurm_step": os.environ.get("SLURM_STEP_ID"),
                  "pid": os.getpid()}
         return UnitResult([ShardEntry(shard_id=unit.unit_id, uri=uri, rows=rows, bytes=nbytes,

@@ -1,0 +1,154 @@
+"""Secrets on disk: the job's environment (the lake's storage options) reaches every job of a real
+Slurm run, yet no script, spec, result, log, checkpoint or manifest holds it, nor any command line over
+SSH; the only copy is a ``0600`` file that is gone once the run is over (or cancelled)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from airflow_curation.backends import get_backend
+from airflow_curation.backends.base import JobState
+from airflow_curation.backends.slurm import ENV_FILE, SlurmError
+from airflow_curation.core.manifest import Manifest
+
+from .conftest import checkpoint_records, spec_for, wait_for
+
+pytestmark = pytest.mark.slurm
+
+
+def _secret_env() -> tuple[str, dict[str, str]]:
+    """A fake secret in storage options, as the Airflow layer hands them to a backend."""
+    from airflow_curation.hooks.curation import CurationHook
+
+    secret = f"s3cr3t-{uuid.uuid4().hex}"
+    return secret, CurationHook.job_env({"s3": {"key": "AKIA-FAKE", "secret": secret}})
+
+
+def _files_holding(root: Path, needle: str) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and needle.encode() in p.read_bytes())
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def _received(lake: dict, handle: dict, env: dict[str, str]) -> set[str | None]:
+    """The digests of the storage options that the units' jobs saw (the test stage records them)."""
+    records = checkpoint_records(lake, Manifest.read(handle["manifest_uri"]))
+    assert records
+    want = hashlib.sha256(env["CURATION_STORAGE_OPTIONS_S3"].encode()).hexdigest()
+    return {r["extra"]["storage_options_sha256"] == want for r in records.values()}
+
+
+def test_single_job_secret_only_in_a_0600_file_while_it_runs(make_backend, lake, tmp_path):
+    secret, env = _secret_env()
+    backend = make_backend(env=env)
+    handle = backend.submit(spec_for(lake, units=2, sleep_s=2))
+    env_file = Path(handle["job_dir"], ENV_FILE)
+    assert _files_holding(tmp_path, secret) == [env_file]  # not job.sh, not spec.json
+    assert _mode(env_file) == 0o600
+    wait_for(backend, handle, until=lambda st: st.state != JobState.PENDING)
+    if env_file.exists():  # still running: still the only copy, still private
+        assert _files_holding(tmp_path, secret) in ([env_file], [])
+        assert _mode(env_file) == 0o600
+    st = wait_for(backend, handle)
+    assert st.state == JobState.SUCCEEDED, st
+    assert _received(lake, handle, env) == {True}
+    assert not env_file.exists()
+    assert _files_holding(tmp_path, secret) == []  # job folder, log, results, lake
+    assert secret not in backend.logs(handle)[0] and secret not in json.dumps(handle)
+
+
+def test_array_tasks_and_collect_share_the_file_and_the_collect_job_deletes_it(make_backend, lake, tmp_path):
+    secret, env = _secret_env()
+    backend = make_backend(env=env, shard_groups=2)
+    handle = backend.submit(spec_for(lake, units=4))
+    env_file = Path(handle["job_dir"], ENV_FILE)
+    assert _files_holding(tmp_path, secret) == [env_file] and _mode(env_file) == 0o600
+    result = Path(handle["result"])
+    deadline = time.time() + 180
+    while not result.exists():  # the collect job's result, without polling status (which also deletes)
+        assert time.time() < deadline, backend.logs(handle)[0]
+        time.sleep(0.5)
+    st = wait_for(backend, handle)
+    assert st.state == JobState.SUCCEEDED, st  # the collect job found the stage: it had the environment
+    assert _received(lake, handle, env) == {True}
+    assert not env_file.exists()
+    assert _files_holding(tmp_path, secret) == []
+
+
+def test_cancel_deletes_the_file_at_once(make_backend, lake, tmp_path):
+    secret, env = _secret_env()
+    backend = make_backend(env=env, shard_groups=2, array_parallelism=1)
+    handle = backend.submit(spec_for(lake, units=4, sleep_s=30))
+    wait_for(backend, handle, until=lambda st: st.state == JobState.RUNNING)
+    backend.cancel(handle)
+    assert not Path(handle["job_dir"], ENV_FILE).exists()
+    assert wait_for(backend, handle).state == JobState.CANCELLED
+    assert _files_holding(tmp_path, secret) == []
+
+
+def test_resubmissions_reuse_the_file_until_the_run_is_over(make_backend, lake, tmp_path):
+    """A poller without the job's secrets (the triggerer) resubmits with the file the run kept; after
+    the last attempt the file is gone, and a resubmission by hand needs the environment again."""
+    secret, env = _secret_env()
+    flag = tmp_path / "broken"
+    flag.touch()
+    backend = make_backend(env=env, shard_groups=2, max_resubmits=1, resubmit_on=["FAILED"])
+    poller = get_backend("slurm", **{k: v for k, v in backend.options().items() if k != "env"})
+    handle = backend.submit(spec_for(lake, units=4, fail_units=["u001"], fail_flag=str(flag), max_attempts=1))
+    env_file = Path(handle["job_dir"], ENV_FILE)
+    result_1 = Path(handle["result"])
+    deadline = time.time() + 180
+    while not result_1.exists():
+        assert time.time() < deadline, backend.logs(handle)[0]
+        time.sleep(0.5)
+    st = wait_for(poller, handle, until=lambda st: st.state != JobState.RUNNING)
+    assert st.state == JobState.PENDING and "resubmitted as attempt 2" in st.message
+    assert env_file.exists() and _mode(env_file) == 0o600  # attempt 1 failed: kept for attempt 2
+    st = wait_for(poller, handle)
+    assert st.state == JobState.FAILED, st  # still broken; no resubmission left
+    assert not env_file.exists()
+
+    flag.unlink()
+    with pytest.raises(SlurmError, match="env"):
+        poller.resubmit(handle)
+    new = backend.resubmit(handle)  # the Airflow side has the environment: it writes the file again
+    assert new["attempt"] == 3 and _mode(env_file) == 0o600
+    st = wait_for(backend, handle)
+    assert st.state == JobState.SUCCEEDED, st
+    assert _received(lake, handle, env) == {True}
+    assert not env_file.exists()
+    assert _files_holding(tmp_path, secret) == []
+
+
+def test_over_ssh_the_secret_is_on_no_command_line(make_backend, lake, ssh_login, tmp_path):
+    """The work folder only on the login side: the file is streamed through stdin; every argv that
+    ran locally (what ``ps`` shows here and, as the remote command string, on the login node) is
+    recorded and free of the secret."""
+    secret, env = _secret_env()
+    argv_log = tmp_path / "argv.log"
+    recorder = tmp_path / "record-argv"
+    recorder.write_text(f'#!/bin/sh\nprintf "%s\\0" "$@" >> {argv_log}\nexec "$@"\n')
+    recorder.chmod(0o755)
+    work = tmp_path / "remote-jobs"
+    backend = make_backend(env=env, command_prefix=[str(recorder), *ssh_login], work_dir=str(work),
+                           remote_work_dir=True, shard_groups=2)
+    handle = backend.submit(spec_for(lake, units=2))
+    env_file = Path(handle["job_dir"], ENV_FILE)
+    assert _mode(env_file) == 0o600 and _files_holding(tmp_path, secret) == [env_file]
+    st = wait_for(backend, handle)
+    assert st.state == JobState.SUCCEEDED, st
+    assert _received(lake, handle, env) == {True}
+    assert not env_file.exists()
+    assert argv_log.exists() and secret.encode() not in argv_log.read_bytes()
+    assert _files_holding(tmp_path, secret) == []
+    assert os.listdir(work)  # the job folder was there, written over SSH
