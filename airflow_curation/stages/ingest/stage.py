@@ -100,6 +100,9 @@ class IngestStage(Stage):
                 if info.get("type") != "file" or os.path.basename(name).startswith("."):
                     continue
                 found[prefix + name] = info
+        # An input folder that holds the lake must not feed the lake (its shards, leases...) back into it.
+        own = self.lake.base.rstrip("/") + "/"
+        found = {url: info for url, info in found.items() if not url.startswith(own)}
         if not found:
             raise FileNotFoundError(f"ingest: no input files under {self.config['inputs']}")
         return sorted(found.items())
