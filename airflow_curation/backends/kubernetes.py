@@ -45,8 +45,10 @@ class KubernetesBackend(Backend):
     :param dask_workers: / :param ray_workers: cluster sizes; ``ray_gpus_per_worker`` overrides ``pod.gpus``.
     :param result_root: where job results go; default the lake's ``_jobs`` folder.
     :param host: API server URL (with ``token``/``verify_ssl``); else ``in_cluster`` or a kubeconfig
-        (``config_file``, ``context``). :param kubernetes_conn_id: resolve the client through the Airflow
-        connection instead (needs Airflow, which then provides the client).
+        (``config_file``, ``context``).
+    :param api_client: a ready ``kubernetes.client.ApiClient`` to use instead (the Airflow layer builds
+        it from a ``kubernetes`` connection); not part of :meth:`options`, so whoever rebuilds the
+        backend supplies it again.
     :param propagation_policy: how ``cancel`` deletes: ``Background`` (default) or ``Foreground``.
     :param retries: / :param retry_backoff: retries of 429/5xx/connection errors and the first delay (s).
     :param validate: check every object against its schema before creating it.
@@ -66,7 +68,7 @@ class KubernetesBackend(Backend):
                  ray_version: str = "2.60.0", result_root: str | None = None, host: str | None = None,
                  token: str | None = None, verify_ssl: bool = True, in_cluster: bool = False,
                  config_file: str | None = None, context: str | None = None,
-                 kubernetes_conn_id: str | None = None, propagation_policy: str = "Background",
+                 propagation_policy: str = "Background",
                  retries: int = 5, retry_backoff: float = 1.0, ttl_seconds: int = 86400,
                  active_deadline_seconds: int | None = None, backoff_limit: int = 2,
                  validate: bool = True, env: dict[str, str] | None = None,
@@ -86,7 +88,6 @@ class KubernetesBackend(Backend):
         self.result_root = result_root
         self.host, self.token, self.verify_ssl = host, token, verify_ssl
         self.in_cluster, self.config_file, self.context = in_cluster, config_file, context
-        self.kubernetes_conn_id = kubernetes_conn_id
         self.propagation_policy = propagation_policy
         self.retries, self.retry_backoff = retries, retry_backoff
         self.ttl_seconds, self.active_deadline_seconds = ttl_seconds, active_deadline_seconds
@@ -98,7 +99,7 @@ class KubernetesBackend(Backend):
         self._api_client = api_client
 
     def options(self) -> dict[str, Any]:
-        # JSON-able, no secrets: the token stays out (a trigger rebuilds from the connection instead).
+        # JSON-able, no secrets: the token and a given api_client stay out (a trigger gets them again).
         return {"namespace": self.namespace, "pod": self.pod.to_dict(), "engines": self.engines,
                 "default_engine": self.default_engine, "shard_groups": self.shard_groups,
                 "max_shard_groups": self.max_shard_groups, "parallelism": self.parallelism,
@@ -106,7 +107,7 @@ class KubernetesBackend(Backend):
                 "ray_gpus_per_worker": self.ray_gpus_per_worker, "ray_version": self.ray_version,
                 "result_root": self.result_root, "host": self.host, "verify_ssl": self.verify_ssl,
                 "in_cluster": self.in_cluster, "config_file": self.config_file, "context": self.context,
-                "kubernetes_conn_id": self.kubernetes_conn_id, "propagation_policy": self.propagation_policy,
+                "propagation_policy": self.propagation_policy,
                 "retries": self.retries, "retry_backoff": self.retry_backoff, "ttl_seconds": self.ttl_seconds,
                 "active_deadline_seconds": self.active_deadline_seconds, "backoff_limit": self.backoff_limit,
                 "validate": self.validate, "env": self.env, "gather_wait_seconds": self.gather_wait_seconds}
@@ -119,11 +120,6 @@ class KubernetesBackend(Backend):
         return self._api_client
 
     def _make_client(self):
-        if self.kubernetes_conn_id:
-            # The Airflow layer owns connections; import it only when asked to use one.
-            from airflow_curation.hooks.kubernetes import CurationKubernetesHook
-
-            return CurationKubernetesHook(conn_id=self.kubernetes_conn_id).api_client
         from kubernetes import client, config
 
         cfg = client.Configuration()

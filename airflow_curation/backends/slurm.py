@@ -222,6 +222,11 @@ class SlurmBackend(Backend):
     :param ssh_host: run the Slurm commands on this host over SSH (``ssh -o BatchMode=yes HOST``).
     :param command_prefix: argv that runs one shell command line somewhere (overrides ``ssh_host``);
         the Slurm command is appended as a single, fully quoted string, exactly as ssh passes it.
+    :param transport: runs the Slurm commands instead of a local process (overrides ``command_prefix``
+        and ``ssh_host``): an object with ``run(argv, data, timeout) -> CompletedProcess`` (bytes out;
+        raises ``OSError`` or ``subprocess.TimeoutExpired`` when it cannot run it), e.g. the Airflow
+        layer's SSH transport for a login node. Not part of :meth:`options`: whoever rebuilds the
+        backend supplies it again.
     :param max_resubmits: resubmit a failed run automatically (only its unfinished shard groups) this
         many times when it failed for a reason in ``resubmit_on``.
     :param resubmit_on: Slurm states worth a resubmission (``GONE``: the job vanished without a result).
@@ -247,7 +252,7 @@ class SlurmBackend(Backend):
                  command_prefix: Sequence[str] | None = None, max_resubmits: int = 0,
                  resubmit_on: Sequence[str] = DEFAULT_RESUBMIT_ON, collect_time_limit: str | None = None,
                  command_timeout: float = 60.0, nodes: int | None = None, ntasks: int | None = None,
-                 engine: str | None = None, remote_work_dir: bool = False) -> None:
+                 engine: str | None = None, remote_work_dir: bool = False, transport: Any = None) -> None:
         self.partition, self.account, self.qos = partition, account, qos
         self.time_limit, self.mem = time_limit, mem
         self.cpus_per_task = int(cpus_per_task) if cpus_per_task else None
@@ -285,6 +290,9 @@ class SlurmBackend(Backend):
             self.command_prefix = ["ssh", "-o", "BatchMode=yes", ssh_host]
         else:
             self.command_prefix = []
+        self.transport = transport
+        # Whether the Slurm commands (and so the paths they name) are on another host.
+        self.remote = bool(self.command_prefix) or (transport is not None and getattr(transport, "remote", True))
         self.max_resubmits = int(max_resubmits)
         self.resubmit_on = tuple(s.upper() for s in resubmit_on)
         self.collect_time_limit = collect_time_limit
@@ -295,8 +303,9 @@ class SlurmBackend(Backend):
             raise ValueError(f"engine {engine!r}: only 'dask' (a Dask cluster across the allocation) is supported")
         self.engine = engine
         self.remote_work_dir = bool(remote_work_dir)
-        if self.remote_work_dir and not (self.command_prefix and work_dir):
-            raise ValueError("remote_work_dir needs ssh_host (or command_prefix) and a work_dir on that side")
+        if self.remote_work_dir and not (self.remote and work_dir):
+            raise ValueError("remote_work_dir needs ssh_host (or command_prefix, or a transport) and a work_dir "
+                             "on that side")
         self.files: _LocalFiles | _RemoteFiles = _RemoteFiles(self) if self.remote_work_dir else _LocalFiles()
         self._max_array_size: int | None = None
 
@@ -318,15 +327,24 @@ class SlurmBackend(Backend):
         argv = [_check_arg(a, "argument") for a in argv]
         return [*self.command_prefix, shlex.join(argv)] if self.command_prefix else argv
 
+    def _exec(self, argv: Sequence[str], data: bytes | None = None) -> subprocess.CompletedProcess:
+        """Run ``argv`` where the Slurm commands run (the transport, the prefix, or here), bytes in and
+        out; raises ``OSError`` or ``subprocess.TimeoutExpired`` when it cannot."""
+        if self.transport is not None:
+            return self.transport.run([_check_arg(a, "argument") for a in argv], data, self.command_timeout)
+        stdin = {"input": data} if data is not None else {"stdin": subprocess.DEVNULL}
+        return subprocess.run(self.command_argv(argv), capture_output=True, timeout=self.command_timeout, **stdin)
+
     def _run(self, argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
-        full = self.command_argv(argv)
         try:
-            proc = subprocess.run(full, capture_output=True, encoding="utf-8", errors="replace",
-                                  timeout=self.command_timeout, stdin=subprocess.DEVNULL)
-        except FileNotFoundError as e:
-            raise SlurmError(f"cannot run {argv[0]!r}: {e} (is Slurm installed, or set ssh_host?)") from e
+            raw = self._exec(argv)
+        except OSError as e:
+            hint = " (is Slurm installed, or set ssh_host?)" if isinstance(e, FileNotFoundError) else ""
+            raise SlurmError(f"cannot run {argv[0]!r}: {e}{hint}") from e
         except subprocess.TimeoutExpired as e:
             raise SlurmError(f"{shlex.join(argv)} took longer than {self.command_timeout}s") from e
+        proc = subprocess.CompletedProcess(raw.args, raw.returncode, raw.stdout.decode("utf-8", "replace"),
+                                           raw.stderr.decode("utf-8", "replace"))
         if check and proc.returncode != 0:
             raise SlurmError(f"{shlex.join(argv)} failed ({proc.returncode}): "
                              f"{(proc.stderr or proc.stdout).strip()}")
@@ -334,19 +352,15 @@ class SlurmBackend(Backend):
 
     def run_raw(self, argv: Sequence[str], data: bytes | None = None) -> subprocess.CompletedProcess:
         """Run ``argv`` where the Slurm commands run, with bytes in and out (no check)."""
-        full = self.command_argv(argv)
         try:
-            return subprocess.run(full, capture_output=True, timeout=self.command_timeout,
-                                  input=data if data is not None else b"")
+            return self._exec(argv, data if data is not None else b"")
         except (OSError, subprocess.TimeoutExpired) as e:
             raise SlurmError(f"{shlex.join(argv)}: {e}") from e
 
     def read_remote(self, path: str, offset: int = 0) -> bytes:
         """Bytes of a file where the Slurm commands run, from ``offset`` (empty if it does not exist)."""
-        full = self.command_argv(["tail", "-c", f"+{int(offset) + 1}", "--", path])
         try:
-            proc = subprocess.run(full, capture_output=True, timeout=self.command_timeout,
-                                  stdin=subprocess.DEVNULL)
+            proc = self._exec(["tail", "-c", f"+{int(offset) + 1}", "--", path])
         except (OSError, subprocess.TimeoutExpired) as e:
             raise SlurmError(f"cannot read {path}: {e}") from e
         return proc.stdout if proc.returncode == 0 else b""
@@ -364,7 +378,7 @@ class SlurmBackend(Backend):
     def job_dir_for(self, spec: JobSpec) -> str:
         key = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         if self.work_dir:
-            work_dir = self.work_dir if self.command_prefix else os.path.abspath(self.work_dir)
+            work_dir = self.work_dir if self.remote else os.path.abspath(self.work_dir)
             return os.path.join(work_dir, safe_name(spec.run_id, "run id"), safe_name(spec.stage, "stage"), key)
         lake = spec.lake_obj
         if not storage.is_local(lake.root):
@@ -777,7 +791,7 @@ class SlurmBackend(Backend):
 
     def logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
         path = handle["log"]
-        if self.remote_work_dir or (self.command_prefix and not os.path.exists(path)):
+        if self.remote_work_dir or (self.remote and not os.path.exists(path)):
             data = self.read_remote(path, offset)  # the work folder is not mounted here
         else:
             try:

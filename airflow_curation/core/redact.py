@@ -50,19 +50,20 @@ def scrub(text: Any, limit: int | None = LIMIT) -> str:
 
 def known_secrets(min_len: int = 8) -> set[str]:
     """Values this process holds that must never be published: secret-named environment variables
-    and every secret-named storage option (from ``CURATION_STORAGE_OPTIONS_*`` or set in process)."""
+    and every secret-named storage option (from ``CURATION_STORAGE_OPTIONS_*`` or registered in process
+    for a lake, :func:`airflow_curation.core.storage.register_options`)."""
     from airflow_curation.core import storage
 
     found: set[str] = set()
     for name, value in os.environ.items():
-        if name.startswith("CURATION_STORAGE_OPTIONS_"):
+        if name.startswith(storage.ENV_PREFIX):
             try:
                 found.update(_secret_values(json.loads(value)))
             except ValueError:
                 found.add(value)
         elif _SECRET_NAME.search(name):
             found.add(value)
-    for options in storage._STORAGE_OPTIONS.values():
+    for options in storage.registered_options().values():
         found.update(_secret_values(options))
     return {v for v in found if len(v) >= min_len}
 

@@ -13,36 +13,100 @@ import json
 import os
 import posixpath
 import socket
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
 import fsspec
 from fsspec.core import url_to_fs
 
-_STORAGE_OPTIONS: dict[str, dict[str, Any]] = {}
+# fsspec options (credentials, endpoint) registered for the URLs under a prefix: a lake root, a bucket.
+# Keyed by prefix, not by protocol: one process (the Airflow triggerer) serves many connections at
+# once, and two lakes on two S3 endpoints must not overwrite each other's options. Job processes get
+# theirs from the environment instead (``CURATION_STORAGE_OPTIONS_<PROTOCOL>``).
+_SCOPED: dict[str, dict[str, Any]] = {}
+_SCOPED_LOCK = threading.Lock()
+ENV_PREFIX = "CURATION_STORAGE_OPTIONS_"
 
 
-def set_storage_options(protocol: str, **options: Any) -> None:
-    """Register fsspec options (credentials, endpoint) used for every URL of ``protocol``."""
-    _STORAGE_OPTIONS[protocol] = options
+def _norm_prefix(prefix: str) -> str:
+    stripped = prefix.rstrip("/")
+    return prefix if not stripped or stripped.endswith(":") else stripped
 
 
-def _env_storage_options(protocol: str) -> dict[str, Any]:
-    # Job processes get their options through the environment so that no secret lands in a job spec.
-    raw = os.environ.get(f"CURATION_STORAGE_OPTIONS_{protocol.upper()}")
+def _under(url: str, prefix: str) -> bool:
+    return url == prefix or url.startswith(prefix if prefix.endswith("/") else prefix + "/")
+
+
+def register_options(prefix: str, options: Mapping[str, Any]) -> None:
+    """Use ``options`` for every URL under ``prefix`` in this process (the longest registered prefix
+    of a URL wins). Registering a prefix again replaces its options (a rotated credential).
+
+    :param prefix: a lake root or any folder URL (``s3://bucket/lake``); matched at ``/`` boundaries.
+    :param options: fsspec options, e.g. ``{"key": ..., "secret": ..., "endpoint_url": ...}``.
+    """
+    with _SCOPED_LOCK:
+        _SCOPED[_norm_prefix(prefix)] = dict(options)
+
+
+def unregister_options(prefix: str) -> None:
+    """Forget the options registered for exactly ``prefix`` (no error when there are none)."""
+    with _SCOPED_LOCK:
+        _SCOPED.pop(_norm_prefix(prefix), None)
+
+
+@contextlib.contextmanager
+def scoped_options(prefix: str, options: Mapping[str, Any]) -> Iterator[None]:
+    """:func:`register_options` for the duration of a block; what was registered before comes back."""
+    key = _norm_prefix(prefix)
+    with _SCOPED_LOCK:
+        before = _SCOPED.get(key)
+        _SCOPED[key] = dict(options)
+    try:
+        yield
+    finally:
+        with _SCOPED_LOCK:
+            if before is None:
+                _SCOPED.pop(key, None)
+            else:
+                _SCOPED[key] = before
+
+
+def registered_options() -> dict[str, dict[str, Any]]:
+    """A copy of every registered prefix and its options (for scrubbing secrets out of error text)."""
+    with _SCOPED_LOCK:
+        return {k: dict(v) for k, v in _SCOPED.items()}
+
+
+def env_options(protocol: str) -> dict[str, Any]:
+    """The options a job process gets for ``protocol`` from ``$CURATION_STORAGE_OPTIONS_<PROTOCOL>`` (JSON):
+    the environment, so that no secret lands in a job spec."""
+    raw = os.environ.get(f"{ENV_PREFIX}{protocol.upper()}")
     return json.loads(raw) if raw else {}
+
+
+def options_for(url: str) -> dict[str, Any]:
+    """The fsspec options :func:`filesystem` uses for ``url``: the environment's for its protocol, under
+    those registered for the longest prefix of ``url``."""
+    with _SCOPED_LOCK:
+        prefixes = [p for p in _SCOPED if _under(url, p)]
+        scoped = dict(_SCOPED[max(prefixes, key=len)]) if prefixes else {}
+    return {**env_options(protocol_of(url)), **scoped}
 
 
 def protocol_of(url: str) -> str:
     return url.split("://", 1)[0] if "://" in url else "file"
 
 
-def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The filesystem for ``url`` and the path inside it."""
-    protocol = protocol_of(url)
-    options = {**_env_storage_options(protocol), **_STORAGE_OPTIONS.get(protocol, {})}
+def filesystem(url: str, options: Mapping[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The filesystem for ``url`` and the path inside it.
+
+    :param url: a local path or an fsspec URL.
+    :param options: fsspec options for this call, used as given; ``None``: :func:`options_for` ``(url)``.
+    """
+    options = dict(options_for(url) if options is None else options)
     if not is_local(url):
         # Other processes (jobs, sensors) write the lake: a cached listing would hide their checkpoints.
         options.setdefault("use_listings_cache", False)

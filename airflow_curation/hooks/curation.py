@@ -9,7 +9,8 @@ Extra (JSON)::
      "storage_options": {"s3": {"endpoint_url": "http://127.0.0.1:9000"}}}
 
 ``login``/``password`` become the ``key``/``secret`` of the lake's storage protocol, so secrets stay in
-the connection's encrypted fields.
+the connection's encrypted fields. The hook only reads the connection; :mod:`airflow_curation.hooks.factory`
+scopes its storage options to the lake a task uses and hands them to jobs through their environment.
 """
 
 from __future__ import annotations
@@ -54,25 +55,24 @@ class CurationHook(BaseHook):
                 "backend_options": dict(extra.get("backend_options") or {}),
                 "storage_options": storage_options}
 
-    def apply_storage_options(self) -> dict[str, dict[str, Any]]:
-        """Register the connection's storage options in this process; return them."""
-        options = self.get_conn()["storage_options"]
-        for protocol, opts in options.items():
-            storage.set_storage_options(protocol, **opts)
-        return options
-
     @staticmethod
     def job_env(storage_options: dict[str, dict[str, Any]]) -> dict[str, str]:
         """Environment that gives a job process the same storage options (never put in a job spec)."""
-        return {f"CURATION_STORAGE_OPTIONS_{p.upper()}": json.dumps(o) for p, o in storage_options.items()}
+        return {f"{storage.ENV_PREFIX}{p.upper()}": json.dumps(o) for p, o in storage_options.items()}
 
     def test_connection(self) -> tuple[bool, str]:
         settings = self.get_conn()
-        if not settings["lake"]:
+        lake = settings["lake"]
+        if not lake:
             return True, "connection read; no lake set (operators must pass one)"
-        self.apply_storage_options()
+        # Explicit options for this one call: testing a connection registers nothing in the process.
+        protocol = storage.protocol_of(lake)
+        options = {**storage.env_options(protocol), **settings["storage_options"].get(protocol, {})}
         try:
-            storage.listdir(settings["lake"])
+            fs, path = storage.filesystem(lake, options)
+            fs.ls(path)
+        except FileNotFoundError:
+            pass  # an empty lake: reachable all the same
         except Exception as e:  # noqa: BLE001 - reported to the UI, not raised
-            return False, f"cannot list {settings['lake']}: {e}"
-        return True, f"lake {settings['lake']} is reachable"
+            return False, f"cannot list {lake}: {e}"
+        return True, f"lake {lake} is reachable"

@@ -7,6 +7,10 @@ from typing import Any
 
 # What get_provider_info() declares for the form (the hook methods for this are deprecated since 3.2).
 CONN_FIELDS: dict[str, dict[str, Any]] = {
+    "ssh_conn_id": {"label": "SSH connection of the login node",
+                    "description": "An ssh connection (host, user, key, host key): the Slurm commands run "
+                                   "there; empty: on the Airflow worker itself",
+                    "schema": {"type": ["string", "null"]}},
     "partition": {"label": "Partition", "description": "sbatch --partition", "schema": {"type": ["string", "null"]}},
     "account": {"label": "Account", "description": "sbatch --account", "schema": {"type": ["string", "null"]}},
     "qos": {"label": "QOS", "description": "sbatch --qos", "schema": {"type": ["string", "null"]}},
@@ -29,10 +33,10 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
                           "schema": {"type": ["integer", "null"], "minimum": 0}},
 }
 UI_FIELD_BEHAVIOUR: dict[str, Any] = {
-    "hidden-fields": ["schema", "password"],
-    "relabeling": {"host": "SSH host (empty: run Slurm commands locally)", "login": "SSH user",
-                   "port": "SSH port"},
-    "placeholders": {"host": "login.cluster.example.org", "login": "curation", "port": "22"},
+    # The login node is an ssh connection of its own (Airflow's SSH provider): no SSH fields here.
+    "hidden-fields": ["schema", "password", "host", "login", "port"],
+    "relabeling": {},
+    "placeholders": {"ssh_conn_id": "slurm_login"},
 }
 CONNECTION_TYPE: dict[str, Any] = {
     "connection-type": "slurm", "hook-class-name": "airflow_curation.hooks.slurm.SlurmHook",

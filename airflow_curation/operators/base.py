@@ -17,9 +17,16 @@ from typing import Any
 from airflow.sdk import BaseOperator, ResumableJobMixin
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_curation.backends import Backend, JobState, get_backend
+from airflow_curation.backends import Backend, JobState
 from airflow_curation.core import storage
 from airflow_curation.core.layout import Lake, sanitize_run_id
+from airflow_curation.hooks.factory import (
+    CurationSettings,
+    backend_for,
+    curation_settings,
+    handle_options,
+    scope_storage,
+)
 from airflow_curation.jobs.spec import JobSpec
 from airflow_curation.links.curation import CurationJobLogLink, CurationManifestLink
 from airflow_curation.triggers.stage_job import StageJobTrigger
@@ -43,7 +50,8 @@ class CurationStageOperator(ResumableJobMixin, BaseOperator):
     :param config: the stage's settings (see the stage's ``DEFAULTS``).
     :param backend: where the job runs: ``local`` (default), ``slurm``, ``kubernetes``...
     :param backend_options: the backend's constructor options; ``{"slurm_conn_id": ...}`` or
-        ``{"kubernetes_conn_id": ...}`` take them from an Airflow connection of that type.
+        ``{"kubernetes_conn_id": ...}`` take them (and the client) from an Airflow connection of that
+        type, resolved wherever the job is submitted or followed (:mod:`airflow_curation.hooks.factory`).
     :param curation_conn_id: optional ``curation`` connection with lake, backend and storage options.
     :param run_id: names the manifest; default the Airflow run id made path-safe.
     :param wait: ``True``: finish when the job finishes and return ``{manifest_uri, shards, rows,
@@ -86,6 +94,8 @@ class CurationStageOperator(ResumableJobMixin, BaseOperator):
         self.poll_interval = poll_interval
         self._handle: dict[str, Any] | None = None
         self._backend: Backend | None = None
+        self._backend_options: dict[str, Any] = {}
+        self._curation: CurationSettings | None = None
 
     # -- what a subclass may change ----------------------------------------------------------------
     def build_config(self, context: Any) -> dict[str, Any]:
@@ -93,22 +103,19 @@ class CurationStageOperator(ResumableJobMixin, BaseOperator):
         return dict(self.config)
 
     # -- building the job ----------------------------------------------------------------------------
-    def _settings(self) -> dict[str, Any]:
-        if not self.curation_conn_id:
-            return {"lake": None, "backend": None, "backend_options": {}, "storage_options": {}}
-        from airflow_curation.hooks.curation import CurationHook
-
-        hook = CurationHook(self.curation_conn_id)
-        settings = hook.get_conn()
-        hook.apply_storage_options()
-        return settings
+    def _settings(self) -> CurationSettings:
+        if self._curation is None:
+            self._curation = curation_settings(self.curation_conn_id)
+        return self._curation
 
     def build_spec(self, context: Any) -> JobSpec:
         settings = self._settings()
-        root = self.lake or settings["lake"]
+        root = self.lake or settings.lake
         if not root:
             raise ValueError(f"{self.task_id}: no lake given (argument or connection {self.curation_conn_id!r})")
         lake = Lake(root=str(root), dataset=self.dataset, snapshot=self.snapshot or None)
+        # This process reads the lake too (results, input manifests): with the connection's options.
+        scope_storage(settings, lake.root)
         run_id = sanitize_run_id(self.run_id or context["run_id"])
         return JobSpec(stage=self.stage, lake=lake.to_dict(), run_id=run_id, config=self.build_config(context))
 
@@ -116,23 +123,14 @@ class CurationStageOperator(ResumableJobMixin, BaseOperator):
         if self._backend is not None:
             return self._backend
         settings = self._settings()
-        name = self.backend or settings["backend"] or "local"
-        options = {**settings["backend_options"], **self.backend_options}
-        if name == "slurm" and options.get("slurm_conn_id"):
-            # A `slurm` connection (partition, account, QOS, SSH login node...) under the explicit options,
-            # as `kubernetes_conn_id` is for the Kubernetes backend.
-            from airflow_curation.hooks.slurm import SlurmHook
-
-            options = {**SlurmHook(options.pop("slurm_conn_id")).backend_options(), **options}
-        if settings["storage_options"]:
-            from airflow_curation.hooks.curation import CurationHook
-
-            options["env"] = {**CurationHook.job_env(settings["storage_options"]), **options.get("env", {})}
+        name = self.backend or settings.backend or "local"
+        options = {**settings.backend_options, **self.backend_options}
         if name == "local" and "work_dir" not in options and spec is not None \
                 and storage.is_local(spec.lake["root"]):
             # Job folders (spec, log, result) next to the data they produced, under the lake's _jobs/.
             options["work_dir"] = spec.lake_obj.jobs_dir(spec.run_id, spec.stage)
-        self._backend = get_backend(name, **options)
+        self._backend = backend_for(name, options, storage_options=settings.storage_options)
+        self._backend_options = options
         self.backend = name
         return self._backend
 
@@ -145,10 +143,12 @@ class CurationStageOperator(ResumableJobMixin, BaseOperator):
         spec = self.build_spec(context)
         backend = self.get_backend(spec)
         handle = backend.submit(spec)
-        # What reconnecting needs besides the handle: which backend, with which options.
-        # The job's environment may hold storage secrets: it is not needed to poll, log or cancel.
-        options = {k: v for k, v in backend.options().items() if k != "env"}
-        handle = {**handle, "backend": backend.name, "backend_options": options,
+        # What reconnecting needs besides the handle: which backend, with which options and connection
+        # ids (resolved again where the job is followed). The job's environment may hold storage
+        # secrets: it is not needed to poll, log or cancel.
+        handle = {**handle, "backend": backend.name,
+                  "backend_options": handle_options(backend, self._backend_options),
+                  "curation_conn_id": self.curation_conn_id, "lake_root": spec.lake["root"],
                   "manifest_uri": handle.get("manifest_uri", spec.manifest_uri), "submitted_at": time.time()}
         self.log.info("Submitted %s job %s to %s backend; manifest %s", self.stage,
                       handle.get("job_id"), backend.name, handle["manifest_uri"])
@@ -158,7 +158,9 @@ class CurationStageOperator(ResumableJobMixin, BaseOperator):
     def _remember(self, handle: dict[str, Any], context: Any) -> None:
         self._handle = handle
         if self._backend is None:
-            self._backend = get_backend(handle["backend"], **handle.get("backend_options", {}))
+            # A retry reconnecting: the connections are resolved again here, storage scoped to the lake.
+            scope_storage(self._settings(), handle.get("lake_root"))
+            self._backend = backend_for(handle["backend"], handle.get("backend_options", {}))
         CurationManifestLink.persist(context, handle.get("manifest_uri"))
         # A backend may give a web URL for its job (a dashboard); else the log file.
         CurationJobLogLink.persist(context, handle.get("url") or handle.get("log"))
@@ -183,7 +185,8 @@ class CurationStageOperator(ResumableJobMixin, BaseOperator):
         if self.deferrable:
             self.defer(trigger=StageJobTrigger(backend=external_id["backend"],
                                                backend_options=external_id.get("backend_options", {}),
-                                               handle=external_id, poll_interval=self.poll_interval),
+                                               handle=external_id, poll_interval=self.poll_interval,
+                                               curation_conn_id=external_id.get("curation_conn_id")),
                        method_name="execute_complete")
         offset = 0
         while True:

@@ -72,10 +72,12 @@ class ShardCheckpointSensor(BaseSensorOperator):
         return quorum
 
     def _prepare(self) -> None:
-        if self.curation_conn_id:
-            from airflow_curation.hooks.curation import CurationHook
+        # Connections resolved as in the trigger: storage options for this gate's lake, in this process.
+        from airflow_curation.hooks.factory import curation_settings, lake_root_for, scope_storage
 
-            CurationHook(self.curation_conn_id).apply_storage_options()
+        job = self._job()
+        settings = curation_settings(self.curation_conn_id or (job or {}).get("curation_conn_id"))
+        scope_storage(settings, lake_root_for(self.manifest_uri, job, settings))
 
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
@@ -103,9 +105,9 @@ class ShardCheckpointSensor(BaseSensorOperator):
                                               not_before=job.get("submitted_at") if job else None)
         job_status = None
         if job:
-            from airflow_curation.backends import get_backend
+            from airflow_curation.hooks.factory import backend_for
 
-            job_status = get_backend(job.get("backend", "local"), **job.get("backend_options", {})).status(job)
+            job_status = backend_for(job.get("backend", "local"), job.get("backend_options", {})).status(job)
         progress = self._watcher.look()
         self.log.info("%s", progress.line())
         return decide(progress, job_status, self._quorum())

@@ -181,7 +181,8 @@ class ShardCheckpointTrigger(BaseTrigger):
     :param max_failed_fraction: failure budget; ``None`` means the manifest's own.
     :param backend: backend name, with ``backend_options`` and ``job``: the job to watch for death.
     :param not_before: see :class:`CheckpointWatcher`.
-    :param curation_conn_id: optional ``curation`` connection for storage credentials.
+    :param curation_conn_id: optional ``curation`` connection for storage credentials, resolved in the
+        triggerer and used for this gate's lake only (see :func:`~airflow_curation.hooks.factory.lake_root_for`).
     :param quorum: fraction of units that opens the gate (default 1.0: all); see :func:`decide`.
     :param poll_interval: seconds between looks.
     """
@@ -210,17 +211,21 @@ class ShardCheckpointTrigger(BaseTrigger):
                  "quorum": self.quorum,
                  "poll_interval": self.poll_interval})
 
+    def _connect(self):
+        """Resolve the connections here, in the triggerer (blocking: call it in a thread): storage options
+        for the gate's lake, and the backend of the job to watch (None without one)."""
+        from airflow_curation.hooks.factory import backend_for, curation_settings, lake_root_for, scope_storage
+
+        conn_id = self.curation_conn_id or (self.job or {}).get("curation_conn_id")
+        settings = curation_settings(conn_id)
+        scope_storage(settings, lake_root_for(self.manifest_uri, self.job, settings))
+        if self.job is None:
+            return None
+        return backend_for(self.backend or self.job.get("backend", "local"), self.backend_options)
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        if self.curation_conn_id:
-            from airflow_curation.hooks.curation import CurationHook
-
-            await asyncio.to_thread(CurationHook(self.curation_conn_id).apply_storage_options)
+        backend = await asyncio.to_thread(self._connect)
         watcher = CheckpointWatcher(self.manifest_uri, self.max_failed_fraction, self.not_before)
-        backend = None
-        if self.job is not None:
-            from airflow_curation.backends import get_backend
-
-            backend = get_backend(self.backend or self.job.get("backend", "local"), **self.backend_options)
         last_line = None
         while True:
             # The job's state is read BEFORE the checkpoints: a job that ended before this look has

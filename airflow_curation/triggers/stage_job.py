@@ -1,7 +1,9 @@
 """Trigger that follows one backend job until it ends, streaming its log into the task log.
 
-It runs in the triggerer, so it holds nothing but JSON: the backend's name and options and the job
-handle; every poll rebuilds the backend and asks it about the handle (blocking calls go to a thread).
+It runs in the triggerer, so it holds nothing but JSON: the backend's name and options (with the ids
+of the connections they name) and the job handle. The triggerer resolves those connections itself,
+through :func:`airflow_curation.hooks.factory.backend_for`, so no secret travels in the trigger's
+kwargs; blocking calls go to a thread.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_curation.backends import get_backend
+from airflow_curation.hooks.factory import backend_for, curation_settings, scope_storage
 
 
 class StageJobTrigger(BaseTrigger):
@@ -23,29 +25,38 @@ class StageJobTrigger(BaseTrigger):
     :param handle: the job handle returned by ``Backend.submit``.
     :param poll_interval: seconds between status polls.
     :param log_offset: where log streaming starts (a reconnect does not repeat what was shown).
+    :param curation_conn_id: optional ``curation`` connection: storage options for the job's lake
+        (a backend may read its result there), resolved in the triggerer.
     """
 
     def __init__(self, backend: str, backend_options: dict[str, Any], handle: dict[str, Any],
-                 poll_interval: float = 5.0, log_offset: int = 0) -> None:
+                 poll_interval: float = 5.0, log_offset: int = 0, curation_conn_id: str | None = None) -> None:
         super().__init__()
         self.backend = backend
         self.backend_options = backend_options
         self.handle = handle
         self.poll_interval = poll_interval
         self.log_offset = log_offset
+        self.curation_conn_id = curation_conn_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
                 {"backend": self.backend, "backend_options": self.backend_options, "handle": self.handle,
-                 "poll_interval": self.poll_interval, "log_offset": self.log_offset})
+                 "poll_interval": self.poll_interval, "log_offset": self.log_offset,
+                 "curation_conn_id": self.curation_conn_id})
 
     def _stream_logs(self, backend) -> None:
         text, self.log_offset = backend.logs(self.handle, self.log_offset)
         for line in text.splitlines():
             self.log.info("[job %s] %s", self.handle.get("job_id", "?"), line)
 
+    def _backend(self):
+        """The backend, its connections resolved here (blocking: call it in a thread)."""
+        scope_storage(curation_settings(self.curation_conn_id), self.handle.get("lake_root"))
+        return backend_for(self.backend, self.backend_options)
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        backend = get_backend(self.backend, **self.backend_options)
+        backend = await asyncio.to_thread(self._backend)
         while True:
             status = await asyncio.to_thread(backend.status, self.handle)
             await asyncio.to_thread(self._stream_logs, backend)
@@ -62,6 +73,6 @@ class StageJobTrigger(BaseTrigger):
         Not called when the triggerer restarts or hands the trigger to another one, so a rolling deploy
         never cancels running jobs.
         """
-        backend = get_backend(self.backend, **self.backend_options)
+        backend = await asyncio.to_thread(self._backend)
         self.log.info("Task killed while deferred: cancelling job %s", self.handle.get("job_id"))
         await asyncio.to_thread(backend.cancel, self.handle)

@@ -27,7 +27,7 @@ def test_connection_settings_and_secrets(monkeypatch):
 
 
 def test_operator_takes_lake_and_backend_from_the_connection(monkeypatch, tmp_path, small_input):
-    monkeypatch.setattr(storage, "_STORAGE_OPTIONS", {})  # the hook registers options process-wide
+    monkeypatch.setattr(storage, "_SCOPED", {})
     work = tmp_path / "jobs"
     monkeypatch.setenv("AIRFLOW_CONN_CURATION_LOCAL", json.dumps({
         "conn_type": "curation", "host": str(tmp_path / "lake"),
@@ -42,6 +42,8 @@ def test_operator_takes_lake_and_backend_from_the_connection(monkeypatch, tmp_pa
     # Storage options reach the job's environment, never the handle that goes to the state store / XCom.
     assert "not-a-real-secret" not in json.dumps(handle)
     assert "not-a-real-secret" not in (work / handle["job_id"] / "spec.json").read_text()
+    assert handle["curation_conn_id"] == "curation_local"  # the id, resolved again where the job is followed
+    assert storage.registered_options() == {}  # a local lake: nothing registered for it in this process
 
 
 def test_test_connection_lists_the_lake(monkeypatch, tmp_path):

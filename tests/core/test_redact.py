@@ -27,7 +27,7 @@ def test_values_of_secret_env_vars_and_storage_options_are_masked(monkeypatch):
     monkeypatch.setenv("MY_API_TOKEN", "plain-looking-value")
     monkeypatch.setenv("CURATION_STORAGE_OPTIONS_S3", json.dumps({"key": "id-in-options", "secret": "s3cret-in-options",
                                                                  "client_kwargs": {"region_name": "us-east-1"}}))
-    monkeypatch.setitem(storage._STORAGE_OPTIONS, "gcs", {"token": "set-in-process-token"})
+    monkeypatch.setattr(storage, "_SCOPED", {"gs://bucket/lake": {"token": "set-in-process-token"}})
     out = scrub("saw plain-looking-value, id-in-options, s3cret-in-options and set-in-process-token in us-east-1")
     assert out == "saw ***, ***, *** and *** in us-east-1"
 

@@ -1,4 +1,4 @@
-"""Local storage: atomic writes, listings, JSON helpers and per-protocol options."""
+"""Local storage: atomic writes, listings, JSON helpers and options scoped by URL prefix."""
 
 import json
 import os
@@ -77,3 +77,43 @@ def test_memory_filesystem_round_trip():
     assert storage.exists(uri) and storage.read_json(uri) == {"ok": True}
     storage.remove(uri)
     assert not storage.exists(uri)
+
+
+def test_options_are_scoped_by_prefix_longest_wins(monkeypatch):
+    monkeypatch.setattr(storage, "_SCOPED", {})
+    monkeypatch.setenv("CURATION_STORAGE_OPTIONS_S3", json.dumps({"key": "env-key", "region": "env"}))
+    storage.register_options("s3://bucket/lake-a/", {"key": "a"})
+    storage.register_options("s3://bucket/lake-a/web", {"key": "a-web"})
+    storage.register_options("s3://bucket/lake-b", {"key": "b"})
+    assert storage.options_for("s3://bucket/lake-a/web/_manifests/r/ingest.json") == {"key": "a-web", "region": "env"}
+    assert storage.options_for("s3://bucket/lake-a/other/x") == {"key": "a", "region": "env"}
+    assert storage.options_for("s3://bucket/lake-a") == {"key": "a", "region": "env"}
+    assert storage.options_for("s3://bucket/lake-b/x") == {"key": "b", "region": "env"}
+    # Prefixes match whole path segments: lake-bb is not under lake-b.
+    assert storage.options_for("s3://bucket/lake-bb/x") == {"key": "env-key", "region": "env"}
+    assert storage.options_for("gs://bucket/lake-a/x") == {}
+    storage.register_options("s3://bucket/lake-b", {"key": "b2"})  # a rotated credential replaces the old
+    assert storage.options_for("s3://bucket/lake-b/x")["key"] == "b2"
+    storage.unregister_options("s3://bucket/lake-b/")
+    assert storage.options_for("s3://bucket/lake-b/x")["key"] == "env-key"
+
+
+def test_scoped_options_restore_what_was_there(monkeypatch):
+    monkeypatch.setattr(storage, "_SCOPED", {})
+    storage.register_options("memory://scoped", {"marker": 1})
+    with storage.scoped_options("memory://scoped", {"marker": 2}):
+        assert storage.options_for("memory://scoped/x") == {"marker": 2}
+        with storage.scoped_options("memory://other", {"marker": 3}):
+            assert storage.registered_options() == {"memory://scoped": {"marker": 2}, "memory://other": {"marker": 3}}
+    assert storage.registered_options() == {"memory://scoped": {"marker": 1}}
+
+
+def test_explicit_options_are_used_as_given(monkeypatch):
+    monkeypatch.setattr(storage, "_SCOPED", {})
+    monkeypatch.setenv("CURATION_STORAGE_OPTIONS_S3", json.dumps({"key": "env-key"}))
+    storage.register_options("s3://bucket/lake", {"key": "scoped"})
+    seen = []
+    monkeypatch.setattr(storage, "url_to_fs", lambda url, **kw: seen.append(kw) or (None, url))
+    storage.filesystem("s3://bucket/lake/x", {"key": "explicit"})
+    storage.filesystem("s3://bucket/lake/x")
+    assert seen == [{"key": "explicit", "use_listings_cache": False}, {"key": "scoped", "use_listings_cache": False}]

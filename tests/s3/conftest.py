@@ -1,7 +1,8 @@
 """A real S3 API on loopback for the whole session: ``moto_server`` on a free 127.0.0.1 port.
 
 Tests get a fresh bucket each (``s3_bucket``) with the storage layer pointed at the server, both in
-this process (``set_storage_options``) and in job subprocesses (``CURATION_STORAGE_OPTIONS_S3``).
+this process (registered for the bucket, ``storage.register_options``) and in job subprocesses
+(``CURATION_STORAGE_OPTIONS_S3``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def _moto_command(port: int) -> list[str]:
     return [str(exe), "-H", "127.0.0.1", "-p", str(port)]
 
 
-def _start(log_path: Path) -> tuple[subprocess.Popen, str]:
+def start_moto(log_path: Path) -> tuple[subprocess.Popen, str]:
+    """A moto S3 server on a free loopback port: (process, endpoint URL)."""
     last = ""
     for _ in range(3):  # the free port can be taken between probing and binding: try another
         port = _free_port()
@@ -62,7 +64,7 @@ def _start(log_path: Path) -> tuple[subprocess.Popen, str]:
 @pytest.fixture(scope="session")
 def s3_endpoint(tmp_path_factory):
     """``{"endpoint_url", "key", "secret", "region"}`` of a moto S3 server that lives for the session."""
-    proc, url = _start(tmp_path_factory.mktemp("moto") / "moto_server.log")
+    proc, url = start_moto(tmp_path_factory.mktemp("moto") / "moto_server.log")
     try:
         yield {"endpoint_url": url, "key": KEY, "secret": SECRET, "region": REGION}
     finally:
@@ -92,14 +94,14 @@ def s3_bucket(s3_endpoint, monkeypatch):
     boto3.client("s3", endpoint_url=s3_endpoint["endpoint_url"], aws_access_key_id=KEY,
                  aws_secret_access_key=SECRET, region_name=REGION).create_bucket(Bucket=name)
     opts = storage_options(s3_endpoint)
-    storage.set_storage_options("s3", **opts)
+    storage.register_options(f"s3://{name}", opts)
     monkeypatch.setenv("CURATION_STORAGE_OPTIONS_S3", json.dumps(opts))
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(var, raising=False)  # only the options above may be used
     try:
         yield name
     finally:
-        storage._STORAGE_OPTIONS.pop("s3", None)
+        storage.unregister_options(f"s3://{name}")
 
 
 @pytest.fixture

@@ -74,7 +74,7 @@ def test_ingest_s3_to_s3_lake_then_rerun_skips(s3_bucket, tmp_path):
     done, failed = CheckpointStore(lake.checkpoint_dir("ingest", stage.fingerprint)).scan()
     assert done == {u.unit_id for u in m.units} and not failed
 
-    # Rerun here (options from set_storage_options): same inputs, same config: nothing is redone.
+    # Rerun here (options registered for the bucket): same inputs, same config: nothing is redone.
     again = StageRunner(stage).run()
     assert {u.status for u in again.units} == {"skipped"}
     assert again.rows == 120 and [s.checksum for s in again.shards] == [s.checksum for s in m.shards]

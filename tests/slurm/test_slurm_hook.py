@@ -28,8 +28,9 @@ def test_provider_declares_the_slurm_connection_form():
     fields = conn_type["conn-fields"]
     for name in ("partition", "account", "qos", "sbatch_options", "work_dir"):
         assert name in fields and fields[name]["label"]
-    assert set(fields) <= set(EXTRA_FIELDS)  # every form field reaches the backend
-    assert "host" in conn_type["ui-field-behaviour"]["relabeling"]
+    assert set(fields) <= {*EXTRA_FIELDS, "ssh_conn_id"}  # every form field reaches the backend
+    # The login node is an ssh connection of its own: no SSH fields on this form.
+    assert {"host", "login", "port", "password"} <= set(conn_type["ui-field-behaviour"]["hidden-fields"])
     assert "airflow_curation.hooks.slurm" in info["hooks"][0]["python-modules"]
 
 
@@ -52,8 +53,10 @@ def test_provider_metadata_validates_against_airflow_schema():
 def test_hook_builds_the_backend_from_the_connection(monkeypatch):
     from airflow_curation.hooks.slurm import SlurmHook
 
-    _set_conn(monkeypatch, "slurm_site", host="login1.example.org", login="curation", port=2222,
-              extra={"partition": "gpu", "account": "llm", "qos": "high", "time_limit": "02:00:00",
+    monkeypatch.setenv("AIRFLOW_CONN_LOGIN1", json.dumps({"conn_type": "ssh", "host": "login1.example.org",
+                                                          "login": "curation", "port": 2222}))
+    _set_conn(monkeypatch, "slurm_site",
+              extra={"ssh_conn_id": "login1", "partition": "gpu", "account": "llm", "qos": "high", "time_limit": "02:00:00",
                      "sbatch_options": "--gres=gpu:1 --comment='curation run'", "shard_groups": "16",
                      "extra__slurm__array_parallelism": "4", "work_dir": "/shared/jobs",
                      "remote_work_dir": "true"})
@@ -64,8 +67,12 @@ def test_hook_builds_the_backend_from_the_connection(monkeypatch):
     assert backend.sbatch_options == ["--gres=gpu:1", "--comment=curation run"]
     assert backend.shard_groups == 4 and backend.array_parallelism == 4  # the override wins
     assert backend.remote_work_dir is True and backend.work_dir == "/shared/jobs"
-    assert backend.command_prefix == ["ssh", "-o", "BatchMode=yes", "-p", "2222", "curation@login1.example.org"]
-    assert backend.command_argv(["squeue", "-j", "1; rm -rf /"])[-1] == "squeue -j '1; rm -rf /'"
+    # Commands go through Airflow's SSH provider on the ssh connection (nothing connects until used).
+    hook = backend.transport.hook
+    assert (hook.ssh_conn_id, hook.remote_host, hook.username, hook.port) == ("login1", "login1.example.org",
+                                                                              "curation", 2222)
+    assert backend.command_prefix == [] and backend.remote
+    assert "transport" not in backend.options()
 
 
 def test_stage_operator_takes_the_backend_from_a_slurm_connection(monkeypatch):
@@ -77,15 +84,23 @@ def test_stage_operator_takes_the_backend_from_a_slurm_connection(monkeypatch):
     backend = op.get_backend()
     assert isinstance(backend, SlurmBackend)
     assert (backend.partition, backend.account, backend.qos) == ("cpu", "llm", "high")  # explicit wins
-    assert "slurm_conn_id" not in backend.options()  # what the handle keeps is resolved, no connection id
+    assert "slurm_conn_id" not in backend.options()  # the backend knows no connection
+    from airflow_curation.hooks.factory import handle_options
+
+    kept = handle_options(backend, op._backend_options)  # the handle: resolved options + the connection id
+    assert kept["slurm_conn_id"] == "slurm_site" and kept["qos"] == "high" and kept["partition"] == "cpu"
 
 
-def test_hook_refuses_ssh_fields_that_ssh_would_read_as_options(monkeypatch):
+def test_legacy_ssh_fields_go_through_the_ssh_provider(monkeypatch):
+    """Host/login/port on a slurm connection (before ``ssh_conn_id``) still work, through SSHHook: no
+    command line is built from them, so a login that ssh would read as an option is just a name."""
     from airflow_curation.hooks.slurm import SlurmHook
 
-    _set_conn(monkeypatch, "slurm_evil", host="login1", login="-oProxyCommand=touch /tmp/pwned")
-    with pytest.raises(ValueError, match="SSH login"):
-        SlurmHook("slurm_evil").get_backend()
+    _set_conn(monkeypatch, "slurm_old", host="login1", login="-oProxyCommand=touch /tmp/pwned", port=2222)
+    backend = SlurmHook("slurm_old").get_backend()
+    hook = backend.transport.hook
+    assert (hook.remote_host, hook.username, hook.port) == ("login1", "-oProxyCommand=touch /tmp/pwned", 2222)
+    assert backend.command_prefix == []
 
 
 def test_hook_without_host_submits_locally(monkeypatch, make_backend, lake):
@@ -96,6 +111,6 @@ def test_hook_without_host_submits_locally(monkeypatch, make_backend, lake):
     ok, message = hook.test_connection()
     assert ok and "debug" in message
     backend = hook.get_backend()
-    assert backend.command_prefix == []
+    assert backend.command_prefix == [] and backend.transport is None and not backend.remote
     handle = backend.submit(spec_for(lake, units=2))
     assert wait_for(backend, handle).result["shards"] == 2

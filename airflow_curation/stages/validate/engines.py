@@ -443,7 +443,7 @@ def _daft_io_config(daft, uri: str):
     proto = storage.protocol_of(uri)
     if proto != "s3":
         return None
-    opts = {**storage._env_storage_options("s3"), **storage._STORAGE_OPTIONS.get("s3", {})}
+    opts = storage.options_for(uri)
     client = opts.get("client_kwargs", {})
     s3 = daft.io.S3Config(key_id=opts.get("key"), access_key=opts.get("secret"),
                           endpoint_url=opts.get("endpoint_url") or client.get("endpoint_url"),
