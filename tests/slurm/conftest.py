@@ -172,3 +172,19 @@ SetEnv SLURM_CONF={slurm_cluster}
         subprocess.run([*prefix[:-1], "-O", "exit", prefix[-1]], capture_output=True, timeout=30)
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.fixture
+def ssh_conn_id(ssh_login, monkeypatch) -> str:
+    """An Airflow ``ssh`` connection (the SSH provider's own type) to the loopback login node: key
+    auth, and the daemon's host key pinned in the connection (strict host key checking)."""
+    import json
+
+    key = ssh_login[ssh_login.index("-i") + 1]
+    port = int(ssh_login[ssh_login.index("-p") + 1])
+    user, host = ssh_login[-1].split("@")
+    host_key = " ".join(Path(key).with_name("host.pub").read_text().split()[:2])
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_LOGIN", json.dumps({
+        "conn_type": "ssh", "host": host, "port": port, "login": user,
+        "extra": {"key_file": key, "host_key": host_key, "look_for_keys": "false"}}))
+    return "slurm_login"

@@ -70,3 +70,87 @@ def test_work_folder_only_on_the_login_side(make_backend, lake, ssh_login, tmp_p
     assert "attempt 2 resubmitted groups 1" in text and offset == len(Path(handle["log"]).read_bytes())
     backend.cancel(handle)
     assert (Path(handle["job_dir"]) / "cancelled").exists()
+
+
+@pytest.mark.airflow
+def test_the_airflow_ssh_connection_runs_the_slurm_commands(slurm_cluster, ssh_conn_id, lake, tmp_path,
+                                                             monkeypatch):
+    """``slurm_conn_id`` naming an ``ssh`` connection: the factory gives the backend a transport over
+    Airflow's SSHHook (paramiko; no ssh binary). Job files are written through stdin over it (remote
+    work folder), hostile values stay literal, and a backend rebuilt from the handle's options (as in
+    the triggerer) resolves the connection again and follows and cancels the job."""
+    import json
+    import sys
+
+    from airflow_curation.hooks.factory import backend_for, handle_options
+    from airflow_curation.hooks.ssh_transport import SSHTransport
+
+    from .conftest import JOB_PYTHONPATH
+
+    monkeypatch.setenv("PATH", "/nonexistent")  # nothing may run here: not ssh, not sbatch
+    canary = tmp_path / "pwned"
+    evil = f"x' \"$(touch {canary})\" `touch {canary}`; touch {canary} #"
+    work = tmp_path / "remote jobs $(x)"
+    options = {"slurm_conn_id": ssh_conn_id, "python": sys.executable, "work_dir": str(work),
+               "remote_work_dir": True, "sbatch_options": [f"--comment={evil}"],
+               "env": {"PYTHONPATH": JOB_PYTHONPATH, "CURATION_TEST_ECHO": evil}}
+    backend = backend_for("slurm", options)
+    assert isinstance(backend.transport, SSHTransport) and backend.command_prefix == []
+    handle = backend.submit(spec_for(lake, units=2))
+    assert (Path(handle["job_dir"]) / "spec.json").exists()  # written over the SSH channel's stdin
+    st = wait_for(backend, handle)
+    assert st.state == JobState.SUCCEEDED, st
+    assert Manifest.read(handle["manifest_uri"]).status == "complete"
+    assert not canary.exists()
+    _, offset = backend.logs(handle)
+    assert offset == len(Path(handle["log"]).read_bytes()) > 0
+
+    kept = handle_options(backend, options)
+    assert kept["slurm_conn_id"] == ssh_conn_id and "env" not in kept and "transport" not in kept
+    again = backend_for("slurm", json.loads(json.dumps(kept)))  # what a trigger rebuilds
+    assert again.transport is not backend.transport and again.status(handle).state == JobState.SUCCEEDED
+    running = backend.submit(spec_for(lake, run_id="run2", units=1, sleep_s=60))
+    wait_for(again, running, until=lambda s: s.state == JobState.RUNNING)
+    again.cancel(running)
+    assert wait_for(again, running).state == JobState.CANCELLED
+
+
+@pytest.mark.airflow
+def test_a_slurm_connection_names_its_login_node(slurm_cluster, ssh_conn_id, lake, monkeypatch):
+    """A ``slurm`` connection holds the site defaults and names the ``ssh`` connection of the login node."""
+    import json
+    import sys
+
+    from airflow_curation.hooks.slurm import SlurmHook
+
+    from .conftest import JOB_PYTHONPATH
+
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_SITE", json.dumps({
+        "conn_type": "slurm", "extra": {"ssh_conn_id": ssh_conn_id, "partition": "debug",
+                                        "python": sys.executable}}))
+    hook = SlurmHook("slurm_site", env={"PYTHONPATH": JOB_PYTHONPATH})
+    ok, message = hook.test_connection()
+    assert ok and "debug" in message, message
+    backend = hook.get_backend()
+    assert backend.partition == "debug" and backend.transport.host == "127.0.0.1"
+    assert wait_for(backend, backend.submit(spec_for(lake, units=1))).state == JobState.SUCCEEDED
+
+
+def test_an_unreachable_login_node_is_not_a_verdict(slurm_cluster, monkeypatch):
+    """SSH that cannot connect: status says unknown (as with an unreachable controller), never failed."""
+    import socket
+
+    from airflow.providers.ssh.hooks.ssh import SSHHook
+
+    from airflow_curation.backends.slurm import SlurmBackend
+    from airflow_curation.hooks.ssh_transport import SSHTransport
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there
+    hook = SSHHook(remote_host="127.0.0.1", port=port, username="nobody", conn_timeout=2, conn_retry_attempts=1)
+    backend = SlurmBackend(transport=SSHTransport(hook))
+    handle = {"job_id": "1", "job_dir": "/nonexistent", "result": "/nonexistent/result-1.json", "attempt": 1,
+              "log": "/nonexistent/job.log"}
+    st = backend.status(handle)
+    assert st.state == JobState.UNKNOWN and "ssh 127.0.0.1" in st.message, st
