@@ -54,7 +54,7 @@ def get_provider_info() -> dict:
 
 
 def _slurm_connection_type() -> dict:
-    # The slurm connection form (partition, account, QOS, sbatch options, SSH host); a plain-data module.
+    # The slurm connection form (partition, account, QOS, sbatch options, the login node's ssh connection).
     from airflow_curation.hooks.slurm_conn import CONNECTION_TYPE
 
     return CONNECTION_TYPE
