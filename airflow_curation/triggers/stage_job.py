@@ -52,7 +52,8 @@ class StageJobTrigger(BaseTrigger):
 
     def _backend(self):
         """The backend, its connections resolved here (blocking: call it in a thread)."""
-        scope_storage(curation_settings(self.curation_conn_id), self.handle.get("lake_root"))
+        conn_id = self.curation_conn_id or self.handle.get("curation_conn_id")
+        scope_storage(curation_settings(conn_id), self.handle.get("lake_root"))
         return backend_for(self.backend, self.backend_options)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
