@@ -19,6 +19,8 @@ from typing import IO, Any
 import fsspec
 from fsspec.core import url_to_fs
 
+from airflow_curation.core.faults import fault_point
+
 _STORAGE_OPTIONS: dict[str, dict[str, Any]] = {}
 
 
@@ -120,6 +122,7 @@ def atomic_open(url: str, mode: str = "wb") -> Iterator[IO]:
                 yield f
                 f.flush()
                 os.fsync(f.fileno())
+            fault_point("storage.before_rename")
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):

@@ -28,6 +28,7 @@ from airflow_curation.core.code_signals import (
     compute_code_signals,
     language_of,
 )
+from airflow_curation.core.faults import fault_point
 from airflow_curation.core.filters import Rule, apply_rules, resolve_rules
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.schema import check_id_text
@@ -237,6 +238,7 @@ class PreprocessStage(Stage):
             upstream = _upstream(self.config["input_manifest"])[unit.unit_id]
         attrs_uri = self.lake.attrs_uri(self.name, unit.unit_id)
         accounting, info = self.preprocessor().run_file(upstream.uri, attrs_uri, int(self.config["batch_rows"]))
+        fault_point("preprocess.after_attrs_write")
         if accounting.read != upstream.rows:
             raise ValueError(f"preprocess: shard {unit.unit_id} has {accounting.read} rows, its manifest says "
                              f"{upstream.rows}")
