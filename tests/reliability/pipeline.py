@@ -80,7 +80,9 @@ class Pipeline:
         spec_path = self.work / f"{stage}.spec.json"
         spec_path.write_text(spec.to_json())
         env = {k: v for k, v in os.environ.items() if k != "CURATION_FAULT"}
-        env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        # One compute thread per job: less CPU on a shared 2-core machine, and the same arithmetic every run.
+        env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+                   OMP_NUM_THREADS="1")
         if fault:
             env["CURATION_FAULT"] = fault
         log = self.work / f"{stage}{tag}.log"

@@ -18,6 +18,8 @@ computed once and shared by the two tests that read it.
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -92,7 +94,7 @@ SCENARIOS = [
     Scenario("dedup.mid_components@2", "dedup", "connected components half way"),
     Scenario("dedup.before_unit", "dedup", "the global phase done, no shard's attrs yet"),
     Scenario("dedup.before_attrs@2", "dedup", "one shard's attrs committed, the next not written"),
-    Scenario("enrich.after_part@6", "enrich", "a shard between two within-shard parts",
+    Scenario("enrich.after_part@9", "enrich", "a shard committed, the next between two within-shard parts",
              _enrich_resumed_mid_shard),
     Scenario("enrich.before_commit", "enrich", "a shard's merged attrs written, no checkpoint",
              _enrich_took_the_finished_output),
@@ -123,6 +125,7 @@ class Outcome:
     files: list[str] = field(default_factory=list)
     temps: list[str] = field(default_factory=list)          # after the rerun
     killed_temps: list[str] = field(default_factory=list)   # right after the kill
+    committed: int = 0                                # units the killed job had committed
     redone: list[str] = field(default_factory=list)   # units committed before the kill, then redone
     records: dict = field(default_factory=dict)
 
@@ -165,7 +168,7 @@ def _run_scenario(pipeline: Pipeline, ref: Reference, sc: Scenario) -> Outcome:
     killed = pipeline.run(sc.stage, fault=sc.fault, tag="-killed")
     out = Outcome(returncode=killed.returncode, killed_log=log_tail(killed), rerun_failures=[])
     committed = {k: r["finished_at"] for k, r in checkpoint_records(lake).items() if k not in before}
-    out.killed_temps = stale_temps(pipeline.root)
+    out.killed_temps, out.committed = stale_temps(pipeline.root), len(committed)
     for stage in STAGES[STAGES.index(sc.stage):]:
         proc = pipeline.run(stage, tag="-rerun")
         if proc.returncode != 0:
@@ -182,17 +185,29 @@ def _run_scenario(pipeline: Pipeline, ref: Reference, sc: Scenario) -> Outcome:
     return out
 
 
+def _figures(sc: Scenario, out: Outcome, ref: Reference) -> dict:
+    """One row of docs/reliability.md's figures table."""
+    lost = sum(1 for k in ref.view if out.view.get(k) != ref.view[k]) + len(set(out.view) - set(ref.view))
+    return {"fault": sc.fault, "stage": sc.stage, "exit": out.returncode, "committed_before_kill": out.committed,
+            "redone": len(out.redone), "rows": len(out.view), "rows_lost_or_changed": lost,
+            "temps_after_kill": len(out.killed_temps), "temps_after_rerun": len(out.temps)}
+
+
 @pytest.fixture(scope="module")
-def outcomes(pipeline: Pipeline, reference: Reference) -> Callable[[Scenario], Outcome]:
-    """Each scenario runs once; both tests below read its outcome."""
-    done: dict[str, Outcome] = {}
+def outcomes(pipeline: Pipeline, reference: Reference):
+    """Each scenario runs once; both tests below read its outcome. With ``CURATION_RELIABILITY_FIGURES``
+    set to a file, the scenarios' figures go there as JSON (for docs/reliability.md)."""
+    done: dict[str, tuple[Scenario, Outcome]] = {}
 
     def get(sc: Scenario) -> Outcome:
         if sc.fault not in done:
-            done[sc.fault] = _run_scenario(pipeline, reference, sc)
-        return done[sc.fault]
+            done[sc.fault] = (sc, _run_scenario(pipeline, reference, sc))
+        return done[sc.fault][1]
 
-    return get
+    yield get
+    if os.environ.get("CURATION_RELIABILITY_FIGURES"):
+        Path(os.environ["CURATION_RELIABILITY_FIGURES"]).write_text(json.dumps(
+            [_figures(sc, out, reference) for sc, out in done.values()], indent=1))
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=str)
