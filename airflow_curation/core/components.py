@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from airflow_curation.core import storage
+from airflow_curation.core.faults import fault_point
 from airflow_curation.core.lsh import mix64, partition_of, read_partition, unique_edges, write_partitioned
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,7 @@ def connected_components(edge_uris: list[str], work_dir: str, num_partitions: in
                 for uri in current:
                     storage.remove(uri)  # the previous step's files: no longer needed
             current = outs
+            fault_point("dedup.mid_components")
             log.info("components: round %d %s-star, %d directed edges", rnd, kind,
                      sum(n for n, _ in results))
         if round_digest == previous_digest:

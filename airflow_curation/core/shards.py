@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
+from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import StreamChecksum
 from airflow_curation.core.manifest import ShardEntry
 
@@ -104,6 +105,7 @@ class ShardWriter:
             self._open()
         table = pa.table(self._buffer, schema=self.schema)
         self._writer.write_table(table, row_group_size=self._buffer_rows)
+        fault_point("ingest.mid_shard")  # a row group is out, the shard is still a temporary file
         self._rows_in_shard += self._buffer_rows
         self._buffer = {n: [] for n in self.schema.names}
         self._buffer_rows = 0

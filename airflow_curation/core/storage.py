@@ -22,6 +22,8 @@ from typing import IO, Any
 import fsspec
 from fsspec.core import url_to_fs
 
+from airflow_curation.core.faults import fault_point
+
 # fsspec options (credentials, endpoint) registered for the URLs under a prefix: a lake root, a bucket.
 # Keyed by prefix, not by protocol: one process (the Airflow triggerer) serves many connections at
 # once, and two lakes on two S3 endpoints must not overwrite each other's options. Job processes get
@@ -245,6 +247,7 @@ def atomic_open(url: str, mode: str = "wb") -> Iterator[IO]:
                 yield f
                 f.flush()
                 os.fsync(f.fileno())
+            fault_point("storage.before_rename")
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):

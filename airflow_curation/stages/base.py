@@ -19,6 +19,7 @@ from typing import Any
 from airflow_curation.core import redact, storage
 from airflow_curation.core.accounting import AccountingError, RowAccounting
 from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore
+from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import config_fingerprint
 from airflow_curation.core.integrity import IntegrityError, chain_problem
 from airflow_curation.core.layout import Lake
@@ -124,6 +125,7 @@ def _attempt_unit(stage: Stage, unit: UnitEntry, max_attempts: int) -> tuple[str
     for attempt in range(1, max_attempts + 1):
         started = time.time()
         try:
+            fault_point(f"{stage.name}.before_unit")
             result = stage.process_unit(unit)
             where = f"{stage.name} unit {unit.unit_id}"
             result.accounting.check(where)
@@ -136,7 +138,9 @@ def _attempt_unit(stage: Stage, unit: UnitEntry, max_attempts: int) -> tuple[str
                 input_checksum=unit.input_checksum, outputs=[asdict(o) for o in result.outputs],
                 accounting=result.accounting.to_dict(), attempt=attempt, started_at=started,
                 finished_at=time.time(), extra=result.extra, files=result.files)
+            fault_point(f"{stage.name}.before_commit")
             store.commit(record)
+            fault_point(f"{stage.name}.after_commit")
             return "done", asdict(record)
         except Exception as e:  # noqa: BLE001 - a unit's failure is recorded, not fatal to the run
             # The error reaches the failure record, the manifest and the logs: bounded, secrets masked.
@@ -289,6 +293,7 @@ class StageRunner:
                 manifest.status = "failed"
                 manifest.write(stage.manifest_uri)
                 raise
+        fault_point(f"{stage.name}.before_manifest")
         manifest.write(stage.manifest_uri)
         if manifest.status == "failed":
             details = "; ".join(f"{u.unit_id}: {u.error}" for u in failed[:5])

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.components import connected_components
+from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.integrity import verify_file
 from airflow_curation.core.layout import safe_name
@@ -268,6 +269,7 @@ class DedupStage(Stage):
                       "max_attempts": self.config.get("max_attempts", 2), "max_failed_fraction": 0.0}
         sig = DedupSignaturesStage(self.lake, sig_config, self.run_id)
         StageRunner(sig, self.default_mapper()).run()
+        fault_point("dedup.after_signatures")
 
         run_key = hashlib.sha256((sig.fingerprint + "|" + "|".join(s["input_checksum"] for s in shards)).encode()
                                  ).hexdigest()[:16]
@@ -309,6 +311,7 @@ class DedupStage(Stage):
         table = phases.shard_result(s["uri"], s["index"], s["keep_uri"], self.config["keep_column"], g["labels"],
                                     g["exact"], int(g["out_partitions"]))
         uri = self.output_uri(unit.unit_id)
+        fault_point("dedup.before_attrs")
         nbytes, checksum = write_parquet(uri, table)
         considered = table.column("cluster_id").is_valid()
         n = table.num_rows

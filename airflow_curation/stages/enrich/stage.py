@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
+from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.integrity import verify_file
 from airflow_curation.core.layout import safe_name
@@ -317,6 +318,7 @@ class EnrichStage(Stage):
             executor = self._executor_for_run()
             for chunk, cols in executor.run_chunks(chunks):
                 parts.write(chunk.start, chunk.end, self._part_table(ids, reasons, chunk, cols))
+                fault_point("enrich.after_part")
                 computed += len(chunk.positions)
             merged = parts.read_all() if n else self._part_table([], [], Chunk(0, 0, [], []), {})
             if merged.num_rows != n or merged.column(ID_COLUMN).to_pylist() != ids:

@@ -27,6 +27,7 @@ from airflow_curation.core.code_signals import (
     compute_code_signals,
     language_of,
 )
+from airflow_curation.core.faults import fault_point
 from airflow_curation.core.filters import Rule, apply_rules, resolve_rules
 from airflow_curation.core.integrity import verify_file
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
@@ -238,5 +239,6 @@ class PreprocessStage(Stage):
         verify_file(upstream.uri, upstream.checksum, f"shard {unit.unit_id}")
         attrs_uri = self.lake.attrs_uri(self.name, unit.unit_id, self.fingerprint)
         accounting, info = self.preprocessor().run_file(upstream.uri, attrs_uri, int(self.config["batch_rows"]))
+        fault_point("preprocess.after_attrs_write")
         return UnitResult.attrs(self.name, upstream, attrs_uri, info["attrs_bytes"], info["attrs_checksum"],
                                 accounting, info)

@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
+from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import canonical_json
 from airflow_curation.core.manifest import Manifest, ManifestError, ShardEntry, UnitEntry
 from airflow_curation.stages.base import Stage, UnitResult
@@ -119,6 +120,7 @@ class ValidateStage(Stage):
         engine = make_engine(view, self.config)
         try:
             metrics = engine.metrics(curated_signals=checks_mod.curated_signal_columns(declared, view))
+            fault_point("validate.during_query")  # the engine is open, the checks' queries still to run
             ctx = checks_mod.Context(view=view, metrics=metrics, manifests={k: v[1] for k, v in manifests.items()},
                                      input_manifest=m, engine=engine)
             results = checks_mod.run_checks(declared, ctx)
@@ -130,6 +132,7 @@ class ValidateStage(Stage):
                               manifests=manifests, metrics=_json_safe(metrics),
                               checks=_json_safe([r.to_dict() for r in results]), summary=summary,
                               columns=view.columns_by_stage(), seconds=time.time() - started)
+        fault_point("validate.before_report")
         json_uri, html_uri = write_report(report, self.lake, self.run_id)
         log.info("validate: report %s", html_uri)
         acc = RowAccounting()
