@@ -15,13 +15,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, ResumableJobMixin
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 
 from airflow_curation.backends import Backend, JobState, get_backend
 from airflow_curation.core import storage
 from airflow_curation.core.layout import Lake, sanitize_run_id
 from airflow_curation.jobs.spec import JobSpec
 from airflow_curation.links.curation import CurationJobLogLink, CurationManifestLink
+from airflow_curation.operators.lineage import StageLineageMixin
 from airflow_curation.triggers.stage_job import StageJobTrigger
 
 SUMMARY_KEYS = ("manifest_uri", "shards", "rows", "bytes")
@@ -33,7 +34,7 @@ def summary_of(result: dict[str, Any] | None) -> dict[str, Any]:
     return {k: result.get(k) for k in SUMMARY_KEYS}
 
 
-class CurationStageOperator(ResumableJobMixin, BaseOperator):
+class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
     """Run one curation stage as a backend job.
 
     :param stage: the stage name (subclasses set it).
@@ -99,7 +100,14 @@ class CurationStageOperator(ResumableJobMixin, BaseOperator):
         from airflow_curation.hooks.curation import CurationHook
 
         hook = CurationHook(self.curation_conn_id)
-        settings = hook.get_conn()
+        try:
+            settings = hook.get_conn()
+        except AirflowNotFoundException:
+            # A connection named by a copied DAG may not exist in this deployment: arguments must then
+            # say everything (build_spec says what is missing).
+            self.log.info("No connection %r: lake and backend come from the task's arguments",
+                          self.curation_conn_id)
+            return {"lake": None, "backend": None, "backend_options": {}, "storage_options": {}}
         hook.apply_storage_options()
         return settings
 
@@ -107,7 +115,8 @@ class CurationStageOperator(ResumableJobMixin, BaseOperator):
         settings = self._settings()
         root = self.lake or settings["lake"]
         if not root:
-            raise ValueError(f"{self.task_id}: no lake given (argument or connection {self.curation_conn_id!r})")
+            raise AirflowFailException(f"{self.task_id}: no lake given (the task's `lake`, or the lake of the "
+                                       f"connection {self.curation_conn_id!r})")
         lake = Lake(root=str(root), dataset=self.dataset, snapshot=self.snapshot or None)
         run_id = sanitize_run_id(self.run_id or context["run_id"])
         return JobSpec(stage=self.stage, lake=lake.to_dict(), run_id=run_id, config=self.build_config(context))
