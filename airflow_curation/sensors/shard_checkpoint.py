@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_curation.metrics import emit_gate_metrics
 from airflow_curation.triggers.shard_checkpoint import CheckpointWatcher, ShardCheckpointTrigger, decide
 
 
@@ -118,7 +119,14 @@ class ShardCheckpointSensor(BaseSensorOperator):
         return PokeReturnValue(is_done=True, xcom_value=self.execute_complete(context, verdict))
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        stage = event.get("stage") or self.task_id.removesuffix("_checkpoints")
+        if "total" in event:  # a verdict of decide(), not a read error
+            emit_gate_metrics({**event, "stage": stage})
         if event.get("status") != "done":
+            if "total" in event:
+                # Over budget, a failed run, or its job ended short: running the gate again cannot change
+                # that (rerun the launch task), so no retries.
+                raise AirflowFailException(f"{stage} gate: {event.get('reason', event)}")
             raise AirflowException(f"{self.manifest_uri}: {event.get('reason', event)}")
         if event.get("partial"):
             self.log.info("Quorum reached: %d of %d units checkpointed: %s", event.get("done", 0),

@@ -13,6 +13,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_curation.backends import get_backend
+from airflow_curation.triggers.job_log import JobLogRelay
 
 
 class StageJobTrigger(BaseTrigger):
@@ -39,16 +40,18 @@ class StageJobTrigger(BaseTrigger):
                 {"backend": self.backend, "backend_options": self.backend_options, "handle": self.handle,
                  "poll_interval": self.poll_interval, "log_offset": self.log_offset})
 
-    def _stream_logs(self, backend) -> None:
+    def _stream_logs(self, backend, relay: JobLogRelay, finished: bool = False) -> None:
         text, self.log_offset = backend.logs(self.handle, self.log_offset)
-        for line in text.splitlines():
-            self.log.info("[job %s] %s", self.handle.get("job_id", "?"), line)
+        relay.feed(text)
+        if finished:
+            relay.flush()
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         backend = get_backend(self.backend, **self.backend_options)
+        relay = JobLogRelay(self.log, str(self.handle.get("job_id", "?")))
         while True:
             status = await asyncio.to_thread(backend.status, self.handle)
-            await asyncio.to_thread(self._stream_logs, backend)
+            await asyncio.to_thread(self._stream_logs, backend, relay, status.state.finished)
             if status.state.finished:
                 yield TriggerEvent({"status": status.state.value, "message": status.message,
                                     "result": status.result, "handle": self.handle,
