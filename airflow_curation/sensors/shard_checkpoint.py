@@ -12,6 +12,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_curation.metrics import emit_gate_metrics
+from airflow_curation.triggers.job_log import JobLogRelay, unit_line
 from airflow_curation.triggers.shard_checkpoint import CheckpointWatcher, ShardCheckpointTrigger, decide
 
 
@@ -50,6 +51,8 @@ class ShardCheckpointSensor(BaseSensorOperator):
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         self._watcher: CheckpointWatcher | None = None
+        self._relay: JobLogRelay | None = None
+        self._log_offset = 0
 
     # Rendered values may be JSON text (Jinja) rather than objects (XComArg); accept both.
     def _job(self) -> dict[str, Any] | None:
@@ -94,7 +97,7 @@ class ShardCheckpointSensor(BaseSensorOperator):
                 backend_options=job.get("backend_options") if job else None, job=job,
                 not_before=job.get("submitted_at") if job else None,
                 curation_conn_id=self.curation_conn_id, quorum=self._quorum(),
-                poll_interval=self.poll_interval),
+                poll_interval=self.poll_interval, log_offset=self._log_offset),
             method_name="execute_complete", timeout=timedelta(seconds=float(self.timeout)))
 
     def _look(self) -> dict[str, Any] | None:
@@ -106,10 +109,27 @@ class ShardCheckpointSensor(BaseSensorOperator):
         if job:
             from airflow_curation.backends import get_backend
 
-            job_status = get_backend(job.get("backend", "local"), **job.get("backend_options", {})).status(job)
+            backend = get_backend(job.get("backend", "local"), **job.get("backend_options", {}))
+            job_status = backend.status(job)
+            self._relay_job_log(backend, job, job_status)
         progress = self._watcher.look()
+        for unit_id, info in sorted(self._watcher.new_units.items()):
+            self.log.info("%s", unit_line(progress.stage, unit_id, info))
         self.log.info("%s", progress.line())
         return decide(progress, job_status, self._quorum())
+
+    def _relay_job_log(self, backend: Any, job: dict[str, Any], job_status: Any) -> None:
+        """The job's log since the last look into this task's log (the trigger goes on from there)."""
+        if self._relay is None:
+            self._relay = JobLogRelay(self.log, str(job.get("job_id", "?")))
+        try:
+            text, self._log_offset = backend.logs(job, self._log_offset)
+        except Exception as e:  # noqa: BLE001 - the log is a courtesy
+            self.log.debug("cannot read the job's log: %s", e)
+            return
+        self._relay.feed(text)
+        if job_status.state.finished:
+            self._relay.flush()
 
     def poke(self, context: Any) -> bool | PokeReturnValue:
         self._prepare()
