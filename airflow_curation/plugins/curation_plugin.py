@@ -80,8 +80,9 @@ def report_html(dag_id: str, run_id: str, task_id: str | None = None) -> HTMLRes
     except FileNotFoundError:
         raise HTTPException(404, f"the report file {report['html']} is gone from the lake") from None
     # In the run's "Curation report" tab the page is an iframe: offer it whole, in a tab of its own.
-    opener = ('<p style="float:right;margin:0"><a href="" target="_blank" rel="noopener" id="open-new-tab">'
-              "Open in a new tab &#8599;</a></p>")
+    self_url = quote(run_id, safe="") + (f"?task_id={quote(task_id, safe='')}" if task_id else "")
+    opener = (f'<p style="float:right;margin:0"><a href="./{html.escape(self_url)}" target="_blank" rel="noopener" '
+              'id="open-new-tab">Open in a new tab &#8599;</a></p>')
     return HTMLResponse(page.replace("<body>", "<body>" + opener, 1))
 
 
