@@ -48,7 +48,7 @@ def get_provider_info() -> dict:
         }, _slurm_connection_type()],
         "extra-links": ["airflow_curation.links.curation.CurationManifestLink",
                         "airflow_curation.links.curation.CurationJobLogLink",
-                        "airflow_curation.operators.validate.CurationReportLink",
+                        "airflow_curation.links.curation.CurationReportLink",
                         "airflow_curation.operators.enrich.RayDashboardLink"],
     }
 

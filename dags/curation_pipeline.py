@@ -5,58 +5,99 @@ Every stage is two tasks: a launch (submits the stage's job, durable, returns at
 checkpoint). A later stage is a few lines: an operator that reads the previous gate's
 ``manifest_uri``, passed through :func:`launch_and_gate`.
 
-Because the snapshot is ``{{ ds }}``, a backfill from the UI (or ``POST /api/v2/backfills``) writes
-each date to its own ``<lake>/<dataset>/snapshot=<date>/`` partition, and rerunning a date skips every
-shard whose checkpoint already matches.
-
-Params (also settable per run from the UI's "Trigger Dag w/ config"):
-
-* ``input``: files, folders or globs, comma-separated (default ``$CURATION_SAMPLE_INPUT`` or the bundled
-  ``sample_corpus/data``);
-* ``lake``: the lake root, a folder or ``s3://...`` (default ``$CURATION_LAKE`` or ``<repo>/.demo/lake``);
-* ``dataset``: the dataset's name in the lake;
-* ``backend``: ``local``, ``slurm`` or ``kubernetes``;
-* ``max_failed_fraction``: failure budget of every stage, a fraction of its shards.
+Nothing here depends on where this file lies: the defaults come from the deployment, at run time,
+so the file can be copied into any dags folder. The lake (and backend, and the lake's storage
+credentials) come from the ``curation_default`` connection; the input, dataset and enrich model from
+the Airflow Variables ``curation_input``, ``curation_dataset`` and ``curation_enrich_model``. A param
+given in the trigger form wins over both. The full guide is ``DOC_MD`` below (the DAG's Docs tab).
 """
 
 from __future__ import annotations
 
 import os
 from datetime import datetime, timedelta
-from pathlib import Path
 
-from airflow.sdk import DAG, Asset, Param
+from airflow.sdk import DAG, AssetAlias, Param
 
 from airflow_curation.operators.base import CurationStageOperator
 from airflow_curation.operators.dedup import DedupOperator
 from airflow_curation.operators.enrich import EnrichOperator
 from airflow_curation.operators.ingest import IngestOperator
 from airflow_curation.operators.preprocess import PreprocessOperator
+from airflow_curation.operators.retry import CONFIG_ERRORS_FAIL
 from airflow_curation.operators.validate import ValidateOperator
 from airflow_curation.sensors.shard_checkpoint import ShardCheckpointSensor
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_INPUT = os.environ.get("CURATION_SAMPLE_INPUT", str(REPO / "sample_corpus" / "data"))
-DEFAULT_LAKE = os.environ.get("CURATION_LAKE", str(REPO / ".demo" / "lake"))
-DEFAULT_DATASET = os.environ.get("CURATION_DATASET", "sample")
+CONN_ID = "curation_default"
 POLL = float(os.environ.get("CURATION_POLL_INTERVAL", "5"))
 
-# The curated dataset, for Asset-scheduled consumers (a training-data export, an eval DAG...).
-CURATED = Asset(name="curated_dataset", uri=f"file://{DEFAULT_LAKE}/{DEFAULT_DATASET}"
-                if "://" not in DEFAULT_LAKE else f"{DEFAULT_LAKE}/{DEFAULT_DATASET}",
-                group="curation")
+# Validate adds one asset event per run to the Asset of the lake and dataset that run wrote
+# (``<lake>/<dataset>``, URI resolved at run time); downstream DAGs schedule on this alias.
+CURATED = AssetAlias("curated_dataset")
+
+DOC_MD = """
+# Curation pipeline
+
+One **logical date = one snapshot partition**: every stage writes `<lake>/<dataset>/snapshot=<ds>/`.
+Stages: `ingest` → `preprocess` → `dedup` → `enrich` (only with a model) → `validate`. Each stage is a
+*launch* task (submits a job to the backend and returns) and a `<stage>_checkpoints` gate (deferred,
+done when every shard of the run has a checkpoint; it streams the job's log and per-shard progress
+into its own log).
+
+## Where the defaults come from
+
+Leave a param empty to use the deployment's setting, resolved when the run starts:
+
+| param | when empty |
+| --- | --- |
+| `input` | Airflow Variable `curation_input` |
+| `lake` | the `curation_default` connection's lake (its host, or `lake` in its extra) |
+| `dataset` | Airflow Variable `curation_dataset`, else `sample` |
+| `backend` (`connection`) | the connection's `backend`, else `local` |
+| `enrich_model` | Airflow Variable `curation_enrich_model`; none: enrich is skipped |
+
+A missing input or lake fails the `ingest` task at once, with a one-line message, without retries.
+
+## Backfill
+
+*Trigger* → *Backfill*: pick the date range; each date becomes its own run and partition
+(`snapshot=<date>`), and re-running a date skips every shard whose checkpoint matches. Airflow 3.3
+applies the params typed in the dialog **only** when *Override parameters on existing runs* is
+ticked; otherwise backfilled runs use the defaults above, which is why they come from the
+deployment. The REST equivalent is `POST /api/v2/backfills`.
+
+## Where the results are
+
+* The run's **Curation report** tab (checks, funnel, quarantined rows, signals, dedup clusters,
+  per-stage timings); the `validate` task links to it.
+* Each launch task links its **Curation manifest** and **Curation job log** (served by Airflow).
+* The asset alias `curated_dataset` gets one event per validated run, on the Asset `<lake>/<dataset>`,
+  with the snapshot and curated row count in its extra.
+
+## Backends
+
+`local` (a process on the worker), `slurm`, `kubernetes`, or `ray` (the whole job submitted to a
+Ray cluster through the Ray Job Submission API; `RAY_ADDRESS` or the connection's
+`backend_options`). `enrich_executor=ray` runs the model on Ray Data actors inside the job.
+"""
 
 # Every stage task shares these; templated, so they follow the run's params and logical date.
 COMMON = dict(
-    lake="{{ params.lake }}",
-    dataset="{{ params.dataset }}",
+    lake="{{ params.lake or '' }}",
+    dataset="{{ params.dataset or var.value.get('curation_dataset', 'sample') }}",
     snapshot="{{ ds }}",
-    backend="{{ params.backend }}",
+    backend="{{ '' if params.backend in (None, 'connection') else params.backend }}",
+    curation_conn_id=CONN_ID,
+    retry_policy=CONFIG_ERRORS_FAIL,
 )
 
 
 def launch_and_gate(launch: CurationStageOperator, **sensor_kwargs) -> ShardCheckpointSensor:
-    """Gate on the launched stage's checkpoints; the gate's XCom is the next stage's input."""
+    """Gate on the launched stage's checkpoints; the gate's XCom is the next stage's input.
+
+    :param launch: the stage's launch task (``wait=False``).
+    :param sensor_kwargs: more :class:`ShardCheckpointSensor` arguments.
+    """
     gate = ShardCheckpointSensor(
         task_id=f"{launch.task_id}_checkpoints",
         manifest_uri=launch.output["manifest_uri"],
@@ -69,40 +110,59 @@ def launch_and_gate(launch: CurationStageOperator, **sensor_kwargs) -> ShardChec
     return gate
 
 
+def _optional(description: str, **kwargs) -> Param:
+    # Nullable: the trigger form accepts an empty field (a "string" param would be a required field).
+    return Param(None, type=["null", "string"], description=description, **kwargs)
+
+
 with DAG(
     dag_id="curation_pipeline",
-    description="Curate LLM training data: ingest (then preprocess, dedup, enrich, validate) per snapshot",
+    description="Curate LLM training data per snapshot: ingest, preprocess, dedup, enrich, validate",
+    doc_md=DOC_MD,
     schedule="@daily",
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=2,
     default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
     params={
-        "input": Param(DEFAULT_INPUT, type="string", description="input files/folders/globs, comma-separated"),
-        "lake": Param(DEFAULT_LAKE, type="string", description="lake root: a folder or s3://bucket/prefix"),
-        "dataset": Param(DEFAULT_DATASET, type="string", pattern=r"^[A-Za-z0-9_.=:+@-]+$"),
-        "backend": Param("local", enum=["local", "slurm", "kubernetes", "ray"]),
+        "input": _optional("Input files, folders or globs, comma-separated. Empty: the Airflow Variable "
+                           "curation_input."),
+        "lake": _optional("Lake root, a folder or s3://bucket/prefix. Empty: the curation_default "
+                          "connection's lake."),
+        "dataset": _optional("Dataset name in the lake. Empty: the Airflow Variable curation_dataset, else "
+                             "'sample'.", pattern=r"^[A-Za-z0-9_.=:+@-]+$"),
+        "backend": Param("connection", enum=["connection", "local", "slurm", "kubernetes", "ray"],
+                         description="Where stage jobs run. connection: the curation_default connection's "
+                                     "backend (local when it names none); ray: the whole job is submitted "
+                                     "to a Ray cluster (Ray Job Submission API)."),
         "max_failed_fraction": Param(0.0, type="number", minimum=0, maximum=1,
-                                     description="failure budget: fraction of shards a stage may lose"),
-        "dedup_threshold": Param(0.8, type="number", exclusiveMinimum=0, exclusiveMaximum=1,
-                                 description="Jaccard similarity at which documents are near duplicates"),
+                                     description="Failure budget of every stage: the fraction of its shards "
+                                                 "that may fail without failing the run."),
         "preset": Param("gopher", type="string",
-                        description="preprocess filter preset(s): gopher, c4, fineweb, code, comma-separated"),
-        "min_rows": Param(1, type="integer", minimum=0, description="validate: fewest curated rows a run may have"),
-        "max_duplicate_rate": Param(0.5, type="number", minimum=0, maximum=1,
-                                    description="validate: highest fraction of rows dedup may mark duplicate"),
-        "enrich_model": Param(os.environ.get("CURATION_ENRICH_MODEL", ""), type="string",
-                              description="model folder for enrich; empty: the enrich step is skipped"),
-        "enrich_task": Param("embed", enum=["embed", "classify", "score", "generate"]),
-        "enrich_engine": Param("vllm", enum=["vllm", "transformers"]),
+                        description="Preprocess quality filter preset(s): gopher, c4, fineweb, code, "
+                                    "comma-separated."),
+        "dedup_threshold": Param(0.8, type="number", exclusiveMinimum=0, exclusiveMaximum=1,
+                                 description="Jaccard similarity at which dedup treats documents as near "
+                                             "duplicates."),
+        "enrich_model": _optional("Model folder (Hugging Face layout) for enrich. Empty: the Airflow "
+                                  "Variable curation_enrich_model; none: enrich is skipped."),
+        "enrich_task": Param("embed", enum=["embed", "classify", "score", "generate"],
+                             description="What enrich computes per kept document."),
+        "enrich_engine": Param("vllm", enum=["vllm", "transformers"],
+                               description="Inference engine for enrich."),
         "enrich_executor": Param("ray", enum=["ray", "local"],
-                                 description="ray: Ray Data engine actors; local: the engine in the job process"),
+                                 description="ray: Ray Data engine actors; local: the engine in the job "
+                                             "process."),
+        "min_rows": Param(1, type="integer", minimum=0,
+                          description="Validate: fewest curated rows a run may have."),
+        "max_duplicate_rate": Param(0.5, type="number", minimum=0, maximum=1,
+                                    description="Validate: highest fraction of rows dedup may mark duplicate."),
     },
     tags=["curation"],
 ) as dag:
     ingest = IngestOperator(
         task_id="ingest",
-        inputs="{{ params.input }}",
+        inputs="{{ params.input or var.value.get('curation_input', '') }}",
         max_failed_fraction="{{ params.max_failed_fraction }}",
         wait=False,
         poll_interval=POLL,
@@ -140,7 +200,7 @@ with DAG(
         task_id="enrich",
         input_manifest=deduped.output["manifest_uri"],
         task="{{ params.enrich_task }}",
-        model="{{ params.enrich_model }}",
+        model="{{ params.enrich_model or var.value.get('curation_enrich_model', '') }}",
         engine="{{ params.enrich_engine }}",
         engine_executor="{{ params.enrich_executor }}",
         skip_without_model=True,
@@ -152,11 +212,10 @@ with DAG(
     enriched = launch_and_gate(enrich)
 
     # Declared checks gate the run and write the report (JSON + HTML, shown in the run's "Curation report"
-    # tab). It reads enrich's manifest when enrich ran, else dedup's; the curated Asset is its outlet.
+    # tab). It reads enrich's manifest when enrich ran, else dedup's; the curated asset alias is its outlet.
     validate = ValidateOperator(
         task_id="validate",
-        input_manifest="{{ ti.xcom_pull(task_ids='enrich_checkpoints', key='manifest_uri') "
-                       "or ti.xcom_pull(task_ids='dedup_checkpoints', key='manifest_uri') }}",
+        input_task_id=["enrich_checkpoints", "dedup_checkpoints"],  # the first that succeeded
         min_rows="{{ params.min_rows }}",
         max_duplicate_rate="{{ params.max_duplicate_rate }}",
         trigger_rule="none_failed",

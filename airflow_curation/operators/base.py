@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, ResumableJobMixin
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 
 from airflow_curation.backends import Backend, JobState
 from airflow_curation.core import storage
@@ -29,6 +29,7 @@ from airflow_curation.hooks.factory import (
 )
 from airflow_curation.jobs.spec import JobSpec
 from airflow_curation.links.curation import CurationJobLogLink, CurationManifestLink
+from airflow_curation.operators.lineage import StageLineageMixin
 from airflow_curation.triggers.stage_job import StageJobTrigger
 
 SUMMARY_KEYS = ("manifest_uri", "shards", "rows", "bytes")
@@ -40,7 +41,7 @@ def summary_of(result: dict[str, Any] | None) -> dict[str, Any]:
     return {k: result.get(k) for k in SUMMARY_KEYS}
 
 
-class CurationStageOperator(ResumableJobMixin, BaseOperator):
+class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
     """Run one curation stage as a backend job.
 
     :param stage: the stage name (subclasses set it).
@@ -105,14 +106,22 @@ class CurationStageOperator(ResumableJobMixin, BaseOperator):
     # -- building the job ----------------------------------------------------------------------------
     def _settings(self) -> CurationSettings:
         if self._curation is None:
-            self._curation = curation_settings(self.curation_conn_id)
+            try:
+                self._curation = curation_settings(self.curation_conn_id)
+            except AirflowNotFoundException:
+                # A connection named by a copied DAG may not exist in this deployment: arguments must then
+                # say everything (build_spec says what is missing).
+                self.log.info("No connection %r: lake and backend come from the task's arguments",
+                              self.curation_conn_id)
+                self._curation = CurationSettings()
         return self._curation
 
     def build_spec(self, context: Any) -> JobSpec:
         settings = self._settings()
         root = self.lake or settings.lake
         if not root:
-            raise ValueError(f"{self.task_id}: no lake given (argument or connection {self.curation_conn_id!r})")
+            raise AirflowFailException(f"{self.task_id}: no lake given (the task's `lake`, or the lake of the "
+                                       f"connection {self.curation_conn_id!r})")
         lake = Lake(root=str(root), dataset=self.dataset, snapshot=self.snapshot or None)
         # This process reads the lake too (results, input manifests): with the connection's options.
         scope_storage(settings, lake.root)

@@ -5,25 +5,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperatorLink
-from airflow.sdk.bases.xcom import BaseXCom
 from airflow.sdk.exceptions import AirflowSkipException
 
+from airflow_curation.links.curation import CurationPluginLink
 from airflow_curation.operators.base import CurationStageOperator
 
 
-class RayDashboardLink(BaseOperatorLink):
+class RayDashboardLink(CurationPluginLink):
     """The Ray dashboard of the cluster the enrich job runs on (its job page when submitted to one)."""
 
     name = "Ray dashboard"
+    target = "ray_dashboard"
 
-    def get_link(self, operator, *, ti_key) -> str:
-        return BaseXCom.get_value(key=f"_link_{type(self).__name__}", ti_key=ti_key) or ""
-
-    @classmethod
-    def persist(cls, context: Any, url: str | None) -> None:
-        if url:
-            context["ti"].xcom_push(key=f"_link_{cls.__name__}", value=url)
+    def url(self, ti_key, uri: str) -> str:
+        return uri
 
 
 class EnrichOperator(CurationStageOperator):

@@ -5,7 +5,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_curation.core import storage
 from airflow_curation.operators.base import CurationStageOperator
+
+
+def missing_inputs(inputs: list[str]) -> list[str]:
+    """The inputs that name nothing: a path that does not exist, a glob that matches nothing.
+
+    :param inputs: files, folders or glob patterns (local paths or fsspec URLs).
+    """
+    missing = []
+    for spec in inputs:
+        try:
+            found = storage.glob(spec) if any(ch in spec for ch in "*?[") else storage.exists(spec)
+        except (FileNotFoundError, OSError):
+            found = False
+        if not found:
+            missing.append(spec)
+    return missing
 
 
 class IngestOperator(CurationStageOperator):
@@ -19,6 +38,9 @@ class IngestOperator(CurationStageOperator):
     :param text_field: field or column that holds the document text.
     :param max_failed_fraction: failure budget, a fraction of the units (input file groups).
     :param config: any other ingest setting (``target_shard_bytes``, ``format``, ``text_mode``...).
+
+    No input, or an input that does not exist, fails the task before any job is submitted, with a
+    one-line message and without retries (``AirflowFailException``).
     """
 
     stage = "ingest"
@@ -33,12 +55,22 @@ class IngestOperator(CurationStageOperator):
         self.text_field = text_field
         self.max_failed_fraction = max_failed_fraction
 
+    def submit_job(self, context: Any) -> dict[str, Any]:
+        """Check that every input exists (with the connection's storage options), then submit."""
+        inputs = self.build_config(context)["inputs"]
+        self._settings()
+        missing = missing_inputs(inputs)
+        if missing:
+            raise AirflowFailException(f"{self.task_id}: input not found: {', '.join(missing)}")
+        return super().submit_job(context)
+
     def build_config(self, context: Any) -> dict[str, Any]:
         inputs = self.inputs
         if isinstance(inputs, str):
             inputs = [p.strip() for p in inputs.split(",") if p.strip()]
         if not inputs:
-            raise ValueError(f"{self.task_id}: no inputs given")
+            raise AirflowFailException(f"{self.task_id}: no input given (in curation_pipeline: the run's `input` "
+                                       "param or the Airflow Variable `curation_input`)")
         config = {**self.config, "inputs": list(inputs), "text_field": self.text_field}
         if self.max_failed_fraction not in (None, ""):
             # Templated params arrive as strings.

@@ -11,31 +11,11 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_curation.backends import JobState
 from airflow_curation.core import storage
 from airflow_curation.core.layout import Lake
-from airflow_curation.links.curation import _PushedLink
+from airflow_curation.links.curation import CurationReportLink
 from airflow_curation.operators.base import CurationStageOperator, summary_of
+from airflow_curation.operators.lineage import ol_name as _ol_name
 
 REPORT_XCOM_KEY = "curation_report"
-PLUGIN_PREFIX = "/curation"
-
-
-class CurationReportLink(_PushedLink):
-    """The run's curation report, served by the ``curation`` UI plugin."""
-
-    name = "Curation report"
-
-    @classmethod
-    def persist(cls, context: Any, uri: str | None = None) -> None:
-        from urllib.parse import quote
-
-        try:
-            from airflow.configuration import conf
-
-            base = (conf.get("api", "base_url", fallback="") or "").rstrip("/")
-        except Exception:  # noqa: BLE001 - a relative link still works from the UI
-            base = ""
-        ti = context["ti"]
-        url = f"{base}{PLUGIN_PREFIX}/report/{quote(ti.dag_id, safe='')}/{quote(ti.run_id, safe='')}"
-        ti.xcom_push(key=f"_link_{cls.__name__}", value=url)
 
 
 def _num(value: Any, cast=float) -> Any:
@@ -54,7 +34,9 @@ class ValidateOperator(CurationStageOperator):
 
     :param input_manifest: manifest of the last stage to validate; default: the ``manifest_uri`` that
         ``input_task_id`` returned.
-    :param input_task_id: the upstream stage task whose manifest to validate.
+    :param input_task_id: the upstream stage task whose manifest to validate; a list: the first of these
+        tasks that succeeded in the run (``["enrich_checkpoints", "dedup_checkpoints"]``: enrich's output
+        when enrich ran), so that a skipped task is never pulled from.
     :param checks: check dicts (or YAML text); see ``docs/validate.md``.
     :param checks_file: URL of a YAML/JSON file of checks.
     :param engine: ``duckdb`` (in process) or ``daft`` (``daft_runner="ray"`` for a Ray cluster).
@@ -72,7 +54,7 @@ class ValidateOperator(CurationStageOperator):
     operator_extra_links = (*CurationStageOperator.operator_extra_links, CurationReportLink())
     ui_color = "#fdf1d6"
 
-    def __init__(self, *, input_manifest: str | None = None, input_task_id: str | None = None,
+    def __init__(self, *, input_manifest: str | None = None, input_task_id: str | list[str] | None = None,
                  checks: list[dict[str, Any]] | str | None = None, checks_file: str | None = None,
                  engine: str = "duckdb", min_rows: int | str = 1, max_null_rate: float | str = 0.0,
                  max_duplicate_rate: float | str | None = None, min_kept_fraction: float | str | None = None,
@@ -92,10 +74,10 @@ class ValidateOperator(CurationStageOperator):
     def build_config(self, context: Any) -> dict[str, Any]:
         manifest = self.input_manifest
         if not manifest and self.input_task_id:
-            pulled = context["ti"].xcom_pull(task_ids=self.input_task_id)
-            manifest = (pulled or {}).get("manifest_uri") if isinstance(pulled, dict) else None
+            manifest = _upstream_manifest(context["ti"], self.input_task_id)
         if not manifest:
-            raise ValueError(f"{self.task_id}: give input_manifest or input_task_id (an upstream stage task)")
+            raise AirflowFailException(f"{self.task_id}: no manifest to validate (input_manifest empty, and no "
+                                       f"upstream task of {self.input_task_id!r} succeeded with one)")
         config = {**self.config, "input_manifest": manifest, "engine": self.engine,
                   "min_rows": _num(self.min_rows, int) or 0, "max_null_rate": _num(self.max_null_rate) or 0.0,
                   "max_duplicate_rate": _num(self.max_duplicate_rate),
@@ -137,7 +119,7 @@ class ValidateOperator(CurationStageOperator):
             context["ti"].xcom_push(key=REPORT_XCOM_KEY, value={
                 "json": json_uri, "html": html_uri, "status": report["status"], "summary": report["summary"],
                 "dataset": report["dataset"], "snapshot": report.get("snapshot")})
-            CurationReportLink.persist(context)
+            CurationReportLink.persist(context, html_uri)
             self._emit_metrics(report)
         if fresh and checks_failed and report["status"] == "failed":
             # The data failed its checks: retrying cannot help, so fail without retries.
@@ -169,16 +151,24 @@ class ValidateOperator(CurationStageOperator):
         Stats.gauge("curation.validate.curated_rows", report["metrics"]["funnel"][-1]["rows"], tags=tags)
 
     def _mark_outlets(self, context: Any, report: dict[str, Any]) -> None:
-        # Downstream DAGs scheduled on the curated dataset see which snapshot and how much it holds.
+        """One asset event per run, with the snapshot and what it holds. An :class:`AssetAlias` outlet gets
+        the event on the Asset of the lake and dataset this run wrote (:func:`curated_asset`), resolved
+        now, not when the DAG was parsed; a plain Asset outlet gets the extra."""
+        from airflow.sdk import AssetAlias
+
         events = context.get("outlet_events")
         if events is None:
             return
         funnel = report["metrics"]["funnel"]
+        lake = report.get("lake", {}).get("root", "")
+        extra = {"dataset": report["dataset"], "snapshot": report.get("snapshot"),
+                 "curated_rows": funnel[-1]["rows"], "curated_bytes": funnel[-1]["bytes"], "lake": lake}
         for outlet in self.outlets or []:
             try:
-                events[outlet].extra = {"dataset": report["dataset"], "snapshot": report.get("snapshot"),
-                                        "curated_rows": funnel[-1]["rows"], "curated_bytes": funnel[-1]["bytes"],
-                                        "lake": report.get("lake", {}).get("root", "")}
+                if isinstance(outlet, AssetAlias):
+                    events[outlet].add(curated_asset(lake, report["dataset"]), extra=extra)
+                else:
+                    events[outlet].extra = extra
             except (KeyError, TypeError, AttributeError):
                 continue
 
@@ -214,20 +204,31 @@ class ValidateOperator(CurationStageOperator):
                                outputs=[OutputDataset(namespace=out_ns, name=out_name)])
 
 
-def _ol_name(uri: str) -> tuple[str, str]:
-    """OpenLineage naming: ``file`` + path for local files, ``s3://bucket`` + key for objects."""
-    if "://" not in uri or uri.startswith("file://"):
-        return "file", uri.removeprefix("file://")
-    scheme, rest = uri.split("://", 1)
-    bucket, _, key = rest.partition("/")
-    return f"{scheme}://{bucket}", key
-
-
 def curated_asset(lake: str, dataset: str):
-    """The Asset a curation DAG updates, so downstream DAGs can schedule on the curated dataset."""
+    """The Asset a curation DAG updates, so downstream DAGs can schedule on the curated dataset.
+
+    :param lake: the lake root (a folder or ``s3://...``).
+    :param dataset: the dataset's name in the lake.
+    :return: an Asset named and addressed by ``<lake>/<dataset>`` (``file://`` for a folder).
+    """
     from airflow.sdk import Asset
 
     uri = storage.join(lake, dataset)
     if "://" not in uri:
         uri = f"file://{uri}"
-    return Asset(name=f"curated/{dataset}", uri=uri)
+    return Asset(name=uri, uri=uri, group="curation")
+
+
+def _upstream_manifest(ti: Any, task_ids: str | list[str]) -> str | None:
+    """The ``manifest_uri`` of the upstream task (or of the first of several that succeeded)."""
+    if isinstance(task_ids, str):
+        candidates = [task_ids]
+    else:
+        states = ti.get_task_states(dag_id=ti.dag_id, task_ids=list(task_ids), run_ids=[ti.run_id])
+        run_states = states.get(ti.run_id, {})
+        candidates = [t for t in task_ids if run_states.get(t) == "success"][:1]
+    for task_id in candidates:
+        pulled = ti.xcom_pull(task_ids=task_id)
+        if isinstance(pulled, dict) and pulled.get("manifest_uri"):
+            return pulled["manifest_uri"]
+    return None

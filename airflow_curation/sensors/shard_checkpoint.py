@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_curation.metrics import emit_gate_metrics
+from airflow_curation.triggers.job_log import JobLogRelay, unit_line
 from airflow_curation.triggers.shard_checkpoint import CheckpointWatcher, ShardCheckpointTrigger, decide
 
 
@@ -49,6 +51,8 @@ class ShardCheckpointSensor(BaseSensorOperator):
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         self._watcher: CheckpointWatcher | None = None
+        self._relay: JobLogRelay | None = None
+        self._log_offset = 0
 
     # Rendered values may be JSON text (Jinja) rather than objects (XComArg); accept both.
     def _job(self) -> dict[str, Any] | None:
@@ -95,7 +99,7 @@ class ShardCheckpointSensor(BaseSensorOperator):
                 backend_options=job.get("backend_options") if job else None, job=job,
                 not_before=job.get("submitted_at") if job else None,
                 curation_conn_id=self.curation_conn_id, quorum=self._quorum(),
-                poll_interval=self.poll_interval),
+                poll_interval=self.poll_interval, log_offset=self._log_offset),
             method_name="execute_complete", timeout=timedelta(seconds=float(self.timeout)))
 
     def _look(self) -> dict[str, Any] | None:
@@ -107,10 +111,27 @@ class ShardCheckpointSensor(BaseSensorOperator):
         if job:
             from airflow_curation.hooks.factory import backend_for
 
-            job_status = backend_for(job.get("backend", "local"), job.get("backend_options", {})).status(job)
+            backend = backend_for(job.get("backend", "local"), job.get("backend_options", {}))
+            job_status = backend.status(job)
+            self._relay_job_log(backend, job, job_status)
         progress = self._watcher.look()
+        for unit_id, info in sorted(self._watcher.new_units.items()):
+            self.log.info("%s", unit_line(progress.stage, unit_id, info))
         self.log.info("%s", progress.line())
         return decide(progress, job_status, self._quorum())
+
+    def _relay_job_log(self, backend: Any, job: dict[str, Any], job_status: Any) -> None:
+        """The job's log since the last look into this task's log (the trigger goes on from there)."""
+        if self._relay is None:
+            self._relay = JobLogRelay(self.log, str(job.get("job_id", "?")))
+        try:
+            text, self._log_offset = backend.logs(job, self._log_offset)
+        except Exception as e:  # noqa: BLE001 - the log is a courtesy
+            self.log.debug("cannot read the job's log: %s", e)
+            return
+        self._relay.feed(text)
+        if job_status.state.finished:
+            self._relay.flush()
 
     def poke(self, context: Any) -> bool | PokeReturnValue:
         self._prepare()
@@ -120,7 +141,14 @@ class ShardCheckpointSensor(BaseSensorOperator):
         return PokeReturnValue(is_done=True, xcom_value=self.execute_complete(context, verdict))
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        stage = event.get("stage") or self.task_id.removesuffix("_checkpoints")
+        if "total" in event:  # a verdict of decide(), not a read error
+            emit_gate_metrics({**event, "stage": stage})
         if event.get("status") != "done":
+            if "total" in event:
+                # Over budget, a failed run, or its job ended short: running the gate again cannot change
+                # that (rerun the launch task), so no retries.
+                raise AirflowFailException(f"{stage} gate: {event.get('reason', event)}")
             raise AirflowException(f"{self.manifest_uri}: {event.get('reason', event)}")
         if event.get("partial"):
             self.log.info("Quorum reached: %d of %d units checkpointed: %s", event.get("done", 0),

@@ -20,6 +20,7 @@ from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.core.integrity import chain_problem
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest, ManifestError
+from airflow_curation.triggers.job_log import JobLogRelay, unit_line
 
 
 @dataclass
@@ -86,6 +87,8 @@ class CheckpointWatcher:
         self._manifest_version: tuple | None = None
         self._books: str | None = None
         self._books_checked = False
+        #: Units verified by the latest :meth:`look` and not before, with their counts (for progress lines).
+        self.new_units: dict[str, dict[str, Any]] = {}
 
     def _check_books(self, manifest: Manifest) -> str | None:
         """Once, for a complete manifest: does it read every row its upstream manifest hands on?"""
@@ -130,6 +133,7 @@ class CheckpointWatcher:
         store = CheckpointStore(Lake.from_dict(manifest.lake).checkpoint_dir(manifest.stage,
                                                                               manifest.fingerprint))
         done_ids, failed_ids = store.scan()
+        self.new_units = {}
         for unit_id in done_ids - set(self._verified):
             unit = units.get(unit_id)
             if unit is None:
@@ -139,6 +143,7 @@ class CheckpointWatcher:
                 self._verified[unit_id] = {"rows": sum(o.get("rows", 0) for o in rec.outputs),
                                            "bytes": sum(o.get("bytes", 0) for o in rec.outputs),
                                            "shards": len(rec.outputs)}
+                self.new_units[unit_id] = {**self._verified[unit_id], "accounting": rec.accounting}
         failed = []
         for unit_id in sorted(failed_ids & set(units)):
             if unit_id in self._verified:
@@ -185,14 +190,17 @@ class ShardCheckpointTrigger(BaseTrigger):
         triggerer and used for this gate's lake only (see :func:`~airflow_curation.hooks.factory.lake_root_for`).
     :param quorum: fraction of units that opens the gate (default 1.0: all); see :func:`decide`.
     :param poll_interval: seconds between looks.
+    :param log_offset: where streaming the job's log starts (with ``job``): its lines go to the task
+        log at their own level, a traceback once at ERROR, and each unit's counts when it is checkpointed.
     """
 
     def __init__(self, manifest_uri: str, max_failed_fraction: float | None = None,
                  backend: str | None = None, backend_options: dict[str, Any] | None = None,
                  job: dict[str, Any] | None = None, not_before: float | None = None,
                  curation_conn_id: str | None = None, quorum: float = 1.0,
-                 poll_interval: float = 10.0) -> None:
+                 poll_interval: float = 10.0, log_offset: int = 0) -> None:
         super().__init__()
+        self.log_offset = log_offset
         self.quorum = quorum
         self.not_before = not_before
         self.curation_conn_id = curation_conn_id
@@ -209,7 +217,7 @@ class ShardCheckpointTrigger(BaseTrigger):
                  "backend": self.backend, "backend_options": self.backend_options, "job": self.job,
                  "not_before": self.not_before, "curation_conn_id": self.curation_conn_id,
                  "quorum": self.quorum,
-                 "poll_interval": self.poll_interval})
+                 "poll_interval": self.poll_interval, "log_offset": self.log_offset})
 
     def _connect(self):
         """Resolve the connections here, in the triggerer (blocking: call it in a thread): storage options
@@ -227,15 +235,20 @@ class ShardCheckpointTrigger(BaseTrigger):
         backend = await asyncio.to_thread(self._connect)
         watcher = CheckpointWatcher(self.manifest_uri, self.max_failed_fraction, self.not_before)
         last_line = None
+        relay = JobLogRelay(self.log, str((self.job or {}).get("job_id", "?")))
         while True:
             # The job's state is read BEFORE the checkpoints: a job that ended before this look has
             # written everything it ever will, so "ended and still incomplete" is final.
             job_status = await asyncio.to_thread(backend.status, self.job) if backend else None
+            if backend is not None:
+                await asyncio.to_thread(self._stream_log, backend, relay, job_status)
             try:
                 progress = await asyncio.to_thread(watcher.look)
             except ManifestError as e:
                 yield TriggerEvent({"status": "failed", "reason": str(e), "manifest_uri": self.manifest_uri})
                 return
+            for unit_id, info in sorted(watcher.new_units.items()):
+                self.log.info(unit_line(progress.stage, unit_id, info))
             if progress.line() != last_line:
                 last_line = progress.line()
                 self.log.info(last_line)
@@ -245,6 +258,17 @@ class ShardCheckpointTrigger(BaseTrigger):
                 return
             await asyncio.sleep(self.poll_interval)
 
+    def _stream_log(self, backend: Any, relay: JobLogRelay, job_status: Any) -> None:
+        """The job's new log text into the task log; never fails the gate (the log is a courtesy)."""
+        try:
+            text, self.log_offset = backend.logs(self.job, self.log_offset)
+        except Exception as e:  # noqa: BLE001
+            self.log.debug("cannot read the job's log: %s", e)
+            return
+        relay.feed(text)
+        if job_status is not None and job_status.state.finished:
+            relay.flush()
+
 
 def decide(progress: Progress, job_status=None, quorum: float = 1.0) -> dict[str, Any] | None:
     """The gate's verdict for one look, or None to keep waiting. Shared by the trigger and ``poke``.
@@ -252,7 +276,8 @@ def decide(progress: Progress, job_status=None, quorum: float = 1.0) -> dict[str
     :param quorum: fraction of units whose checkpoints open the gate (1.0: all of them). Below 1, a
         downstream stage that polls the upstream checkpoints itself can start while the rest finish.
     """
-    base = {"manifest_uri": progress.manifest_uri, "done": progress.done, "total": progress.total,
+    base = {"manifest_uri": progress.manifest_uri, "stage": progress.stage, "done": progress.done,
+            "total": progress.total,
             "failed": progress.failed, "allowed_failures": progress.allowed_failures}
     if progress.over_budget:
         return {**base, "status": "failed",

@@ -15,6 +15,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_curation.hooks.factory import backend_for, curation_settings, scope_storage
+from airflow_curation.triggers.job_log import JobLogRelay
 
 
 class StageJobTrigger(BaseTrigger):
@@ -45,10 +46,11 @@ class StageJobTrigger(BaseTrigger):
                  "poll_interval": self.poll_interval, "log_offset": self.log_offset,
                  "curation_conn_id": self.curation_conn_id})
 
-    def _stream_logs(self, backend) -> None:
+    def _stream_logs(self, backend, relay: JobLogRelay, finished: bool = False) -> None:
         text, self.log_offset = backend.logs(self.handle, self.log_offset)
-        for line in text.splitlines():
-            self.log.info("[job %s] %s", self.handle.get("job_id", "?"), line)
+        relay.feed(text)
+        if finished:
+            relay.flush()
 
     def _backend(self):
         """The backend, its connections resolved here (blocking: call it in a thread)."""
@@ -58,9 +60,10 @@ class StageJobTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         backend = await asyncio.to_thread(self._backend)
+        relay = JobLogRelay(self.log, str(self.handle.get("job_id", "?")))
         while True:
             status = await asyncio.to_thread(backend.status, self.handle)
-            await asyncio.to_thread(self._stream_logs, backend)
+            await asyncio.to_thread(self._stream_logs, backend, relay, status.state.finished)
             if status.state.finished:
                 yield TriggerEvent({"status": status.state.value, "message": status.message,
                                     "result": status.result, "handle": self.handle,

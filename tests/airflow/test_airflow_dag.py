@@ -12,6 +12,7 @@ import importlib.util
 import json
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from curation_airflow_helpers import write_jsonl
@@ -85,8 +86,13 @@ def test_pipeline_dag_ingests_one_snapshot(pipeline, tmp_path):
     launch = xcoms[("ingest", "return_value")]
     assert set(launch) == {"manifest_uri", "job"} and launch["manifest_uri"] == manifest_uri
     assert len(json.dumps(summary)) < 1000
-    # Extra link pushed at run time.
-    assert xcoms[("ingest", "_link_CurationManifestLink")] == f"file://{manifest_uri}"
+    # Extra links point at the curation plugin, which serves what the task recorded (no file:// URL).
+    link = xcoms[("ingest", "_link_CurationManifestLink")]
+    assert link.endswith(f"/curation/manifest/curation_pipeline/{quote(dag_run.run_id, safe='')}/ingest"), link
+    assert xcoms[("ingest", "curation_links")]["manifest"] == manifest_uri
+    assert xcoms[("ingest", "curation_links")]["job_log"] == launch["job"]["log"]
+    # A task with nothing to link pushes an empty link (not shown), and reads no XCom for it.
+    assert not xcoms.get(("ingest_checkpoints", "_link_CurationManifestLink"))
 
     # The launch's job handle went to Airflow's real task state store.
     state = _task_state(dag_run)
@@ -135,3 +141,41 @@ def test_a_retry_after_a_worker_crash_reconnects_through_the_real_task_state_sto
     assert len([p for p in jobs.iterdir() if p.is_dir()]) == 1, "the retry submitted a second job"
     assert _task_state(dag_run)[("ingest", "curation_job")]["job_dir"].startswith(str(jobs))
     assert _xcoms(dag_run)[("ingest_checkpoints", "return_value")]["rows"] == 25
+
+
+def test_defaults_come_from_the_connection_and_variables_not_the_dags_folder(pipeline, tmp_path, monkeypatch):
+    """A copied DAG file with an empty trigger form: the lake is the `curation_default` connection's,
+    the input and dataset are Airflow Variables."""
+    write_jsonl(tmp_path / "raw" / "a.jsonl", 12)
+    lake_root = tmp_path / "conn-lake"
+    monkeypatch.setenv("AIRFLOW_CONN_CURATION_DEFAULT", json.dumps(
+        {"conn_type": "curation", "extra": {"lake": str(lake_root), "backend": "local"}}))
+    monkeypatch.setenv("AIRFLOW_VAR_CURATION_INPUT", str(tmp_path / "raw"))
+    monkeypatch.setenv("AIRFLOW_VAR_CURATION_DATASET", "fromvar")
+    assert all(pipeline.params[p] is None for p in ("input", "lake", "dataset", "enrich_model"))
+    assert all(p.description for p in pipeline.params.values())  # every param says what it does
+
+    dag_run = pipeline.test(logical_date=datetime(2026, 11, 27, tzinfo=timezone.utc),
+                            mark_success_pattern=NOT_INGEST)
+    assert dag_run.state == "success", dag_run.state
+    lake = Lake(str(lake_root), "fromvar", "2026-11-27")
+    assert Manifest.read(lake.manifest_uri(sanitize_run_id(dag_run.run_id), "ingest")).rows == 12
+
+
+def test_a_missing_input_fails_ingest_once_with_one_line(pipeline, tmp_path, monkeypatch):
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    monkeypatch.delenv("AIRFLOW_CONN_CURATION_DEFAULT", raising=False)
+    missing = tmp_path / "nowhere"
+    dag_run = pipeline.test(logical_date=datetime(2026, 11, 26, tzinfo=timezone.utc),
+                            mark_success_pattern=NOT_INGEST,
+                            run_conf={"input": str(missing), "lake": str(tmp_path / "lake")})
+    assert dag_run.state == "failed"
+    with create_session() as session:
+        tis = {ti.task_id: ti for ti in session.scalars(select(TaskInstance).where(
+            TaskInstance.run_id == dag_run.run_id))}
+    assert tis["ingest"].state == "failed" and tis["ingest"].try_number == 1  # not retried
+    assert tis["ingest_checkpoints"].state == "upstream_failed"
+    assert not (tmp_path / "lake").exists()  # nothing was submitted

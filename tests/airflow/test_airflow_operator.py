@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from airflow.sdk.exceptions import AirflowException, TaskDeferred
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 from curation_airflow_helpers import RUN_ID, MemoryTaskStateStore, job_dirs, pid_alive
 from curation_airflow_helpers import task_context as _context
 
@@ -43,7 +43,7 @@ def _run_trigger(trigger: StageJobTrigger) -> dict:
 def test_defers_then_returns_only_the_summary(tmp_path, small_input):
     work = tmp_path / "jobs"
     op = _operator(tmp_path / "lake", small_input, {"work_dir": str(work)})
-    ctx = _context(MemoryTaskStateStore())
+    ctx = {**_context(MemoryTaskStateStore()), "task": op}
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
     trigger = deferred.value.trigger
@@ -65,7 +65,8 @@ def test_defers_then_returns_only_the_summary(tmp_path, small_input):
     # The run id is the Airflow run id made path-safe, under the snapshot partition.
     assert summary["manifest_uri"] == str(
         tmp_path / "lake" / "web" / "snapshot=2026-11-30" / "_manifests" / RUN_ID / "ingest.json")
-    assert ctx["ti"].pushed["_link_CurationManifestLink"] == f"file://{summary['manifest_uri']}"
+    # What the manifest link serves (through the curation plugin), recorded at run time.
+    assert ctx["ti"].pushed["curation_links"]["manifest"] == summary["manifest_uri"]
 
 
 def test_restarted_worker_reconnects_instead_of_submitting_again(tmp_path, small_input, gate):
@@ -99,18 +100,41 @@ def test_restarted_worker_reconnects_instead_of_submitting_again(tmp_path, small
     assert len(job_dirs(work)) == 1
 
 
-def test_failed_job_is_resubmitted_on_retry_and_reported(tmp_path):
+def test_failed_job_is_resubmitted_on_retry_and_reported(tmp_path, small_input):
     work = tmp_path / "jobs"
     store = MemoryTaskStateStore()
-    missing = tmp_path / "does-not-exist"
-    op = _operator(tmp_path / "lake", missing, {"work_dir": str(work)}, deferrable=False)
+    # A setting only the job checks: the job fails.
+    op = _operator(tmp_path / "lake", small_input, {"work_dir": str(work)}, deferrable=False)
+    op.config["format"] = "bogus"
     with pytest.raises(AirflowException, match="ingest job .* failed"):
         op.execute(_context(store))
     # A retry sees a job in a terminal failed state and submits a fresh one (which fails again).
-    op2 = _operator(tmp_path / "lake", missing, {"work_dir": str(work)}, deferrable=False)
+    op2 = _operator(tmp_path / "lake", small_input, {"work_dir": str(work)}, deferrable=False)
+    op2.config["format"] = "bogus"
     with pytest.raises(AirflowException):
         op2.execute(_context(store))
     assert len(job_dirs(work)) == 2
+
+
+def test_a_missing_input_fails_the_launch_before_any_job_without_retries(tmp_path, small_input):
+    work = tmp_path / "jobs"
+    missing = tmp_path / "does-not-exist"
+    for inputs, message in ((missing, f"ingest: input not found: {missing}"),
+                            (f"{small_input},{tmp_path}/nothing-*.jsonl", "input not found: .*nothing-"),
+                            ("", "ingest: no input given")):
+        op = _operator(tmp_path / "lake", inputs, {"work_dir": str(work)}, wait=False)
+        with pytest.raises(AirflowFailException, match=message) as e:
+            op.execute(_context(MemoryTaskStateStore()))
+        assert "\n" not in str(e.value)
+    assert not work.exists() or not job_dirs(work)
+
+
+def test_no_lake_anywhere_fails_at_once(tmp_path, small_input, monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_CURATION_DEFAULT", raising=False)
+    op = IngestOperator(task_id="ingest", inputs=str(small_input), lake="", dataset="web",
+                        curation_conn_id="curation_default", wait=False)
+    with pytest.raises(AirflowFailException, match="no lake given"):
+        op.execute(_context(MemoryTaskStateStore()))
 
 
 def test_wait_false_launches_and_returns_the_handle(tmp_path, small_input, gate):

@@ -11,7 +11,7 @@ import time
 
 import pytest
 import structlog
-from airflow.sdk.exceptions import AirflowException, TaskDeferred
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from airflow_curation.backends import get_backend
 from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore
@@ -217,9 +217,57 @@ def test_fails_when_the_job_died_before_checkpointing_everything(tmp_path):
                                     config={"inputs": [str(tmp_path / "missing")]}))
     trigger = ShardCheckpointTrigger(manifest_uri=handle["manifest_uri"], backend="local",
                                      backend_options=backend.options(), job=handle, poll_interval=0.05)
-    event = _first_event(trigger)
+    with structlog.testing.capture_logs() as captured:
+        event = _first_event(trigger)
     assert event["status"] == "failed"
     assert "failed before writing its manifest" in event["reason"]
+    # The job's log reached the gate's log: its traceback once, at ERROR, as one record.
+    tracebacks = [e for e in captured if "Traceback" in str(e.get("event"))]
+    assert len(tracebacks) == 1 and tracebacks[0]["log_level"] == "error", captured
+    assert "does not exist" in str(tracebacks[0]["event"]).splitlines()[-1]
+    # A failed gate cannot be fixed by running the gate again: no retries.
+    sensor = ShardCheckpointSensor(task_id="ingest_checkpoints", manifest_uri=handle["manifest_uri"])
+    with pytest.raises(AirflowFailException, match="ingest gate: job failed before writing its manifest"):
+        sensor.execute_complete({}, event)
+
+
+def test_the_gate_logs_each_units_counts_when_it_is_checkpointed(tmp_path):
+    run = Run(tmp_path, 2)
+    rec_acc = {"read": 12, "kept": 9, "dropped": {"too_short": 1}, "quarantined": {"bad_json": 2}}
+    for i in range(2):
+        unit = run.units[i]
+        out = {"shard_id": unit.unit_id, "uri": f"/x/{unit.unit_id}.parquet", "rows": 9, "bytes": 900,
+               "checksum": "s", "unit_id": unit.unit_id}
+        run.store.commit(CheckpointRecord(unit_id=unit.unit_id, stage="preprocess", fingerprint=FP,
+                                          input_checksum=unit.input_checksum, outputs=[out], accounting=rec_acc))
+    run.manifest.status = "complete"
+    run.manifest.write(run.uri)
+    with structlog.testing.capture_logs() as captured:
+        event = _first_event(_trigger(run))
+    assert event["status"] == "done" and event["stage"] == "preprocess"
+    lines = [str(e["event"]) for e in captured if "checkpointed:" in str(e.get("event"))]
+    assert lines == [f"preprocess: unit part-0000{i} checkpointed: 9 rows in 1 shards; read 12, kept 9; "
+                     "dropped 1 (too_short=1); quarantined 2 (bad_json=2)" for i in range(2)]
+
+
+def test_job_log_relay_keeps_levels_and_joins_a_traceback_split_across_reads():
+    from airflow_curation.triggers.job_log import JobLogRelay
+
+    records: list[tuple[str, str]] = []
+
+    class Log:
+        def __getattr__(self, level):
+            return lambda fmt, *args: records.append((level, fmt % args))
+
+    relay = JobLogRelay(Log(), "j1")
+    relay.feed("2026-11-30 10:00:00,000 INFO stage: unit 1 done\n2026-11-30 10:00:01,000 WARNING stage: un")
+    relay.feed("it 2 attempt 1/2 failed\nTraceback (most recent call last):\n  File \"x.py\", line 1\n")
+    relay.feed("    boom()\nValueError: boom\n{\"status\": \"failed\"}")
+    relay.flush()
+    assert [level for level, _ in records] == ["info", "warning", "error", "info"]
+    assert records[1][1].endswith("unit 2 attempt 1/2 failed")
+    assert records[2][1].startswith("[job j1] Traceback") and records[2][1].endswith("ValueError: boom")
+    assert records[3][1] == '[job j1] {"status": "failed"}'
 
 
 def test_sensor_returns_at_once_when_already_done_and_defers_otherwise(tmp_path):

@@ -110,10 +110,14 @@ def _env(svc: dict) -> dict[str, str]:
 
 
 def test_airflow_gets_every_variable_the_dag_and_the_lake_need(config):
-    dag_vars = set()
+    dag_vars, airflow_vars = set(), set()
     for dag in (REPO / "dags").glob("*.py"):
-        dag_vars |= set(re.findall(r"os\.environ\.get\(\s*[\"'](CURATION_[A-Z0-9_]+)", dag.read_text()))
-    assert {"CURATION_LAKE", "CURATION_SAMPLE_INPUT"} <= dag_vars
+        text = dag.read_text()
+        dag_vars |= set(re.findall(r"os\.environ\.get\(\s*[\"'](CURATION_[A-Z0-9_]+)", text))
+        # The DAG's defaults are Airflow Variables and the curation_default connection.
+        airflow_vars |= {f"AIRFLOW_VAR_{v.upper()}" for v in re.findall(r"var\.value\.get\(\s*'(curation_\w+)'", text)}
+    assert {"AIRFLOW_VAR_CURATION_INPUT", "AIRFLOW_VAR_CURATION_DATASET"} <= airflow_vars
+    dag_vars |= airflow_vars | {"AIRFLOW_CONN_CURATION_DEFAULT"}
     services = config["services"]
     for name in [*AIRFLOW_SERVICES, "ray-head", "ray-worker", "dask-scheduler", "dask-worker"]:
         env = _env(services[name])

@@ -106,6 +106,10 @@ def test_backend_options_build_a_working_backend(rendered, tmp_path):
     docs, _ = rendered["full"]
     config = next(d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-config"))["data"]
     assert config["CURATION_LAKE"] == "s3://lake-bucket/prod" and config["CURATION_BACKEND"] == "kubernetes"
+    # The pipeline DAG's defaults, and metrics and lineage on out of the box.
+    assert config["AIRFLOW_VAR_CURATION_DATASET"]
+    assert config["AIRFLOW__METRICS__STATSD_ON"] == "True" and config["AIRFLOW__METRICS__STATSD_PORT"] == "9125"
+    assert json.loads(config["AIRFLOW__OPENLINEAGE__TRANSPORT"])["type"] == "console"
     options = json.loads(config["CURATION_KUBERNETES_OPTIONS"])
     assert options["namespace"] == "curation-jobs" and options["in_cluster"] is True
     backend = KubernetesBackend(**{**options, "in_cluster": False, "host": "http://127.0.0.1:1"})

@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 ARTIFACTS = REPO / "tests" / "artifacts"
 USER, PASSWORD = "admin", "journey-admin"
+PIPELINE_DATASET = "pipeline"
 
 
 def _free_port() -> int:
@@ -140,7 +141,8 @@ def airflow_stack():
     (home / "logs").mkdir(parents=True)
     dags.mkdir(parents=True)
     shutil.copy(HERE / "dags" / "curation_journey.py", dags)
-    shutil.copy(HERE / "dags" / "curation_journey_stages.py", dags)
+    # The shipped pipeline DAG, copied as a user would: its defaults come from the deployment below.
+    shutil.copy(REPO / "dags" / "curation_pipeline.py", dags)
     _write_input(base / "input.jsonl")
     shutil.copy(REPO / "tests" / "validate" / "synth.py", dags / "journey_synth.py")
     (dags / ".airflowignore").write_text("journey_synth\n")
@@ -190,6 +192,13 @@ def airflow_stack():
         "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(home / "openlineage.jsonl"),
                                                        "append": True}),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "journey",
+        # The pipeline's defaults: the lake from the curation_default connection, input and dataset from
+        # Variables (an empty trigger form, and a backfill without overridden params, use them).
+        "AIRFLOW_CONN_CURATION_DEFAULT": json.dumps({"conn_type": "curation",
+                                                     "extra": {"lake": str(lake), "backend": "local"}}),
+        "AIRFLOW_VAR_CURATION_INPUT": str(base / "input.jsonl"),
+        "AIRFLOW_VAR_CURATION_DATASET": PIPELINE_DATASET,
+        "CURATION_POLL_INTERVAL": "3",
         "CURATION_JOURNEY_LAKE": str(lake),
         "CURATION_JOURNEY_INPUT": str(base / "input.jsonl"),
         "CURATION_LOCAL_JOBS_DIR": str(base / "jobs"),

@@ -175,6 +175,15 @@ def _table(headers: list[str], rows: list[list[str]], num_cols: set[int] = froze
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _quarantined_cell(acc: dict[str, Any]) -> str:
+    """Rows a stage set aside (unparseable, no text...), their total then each reason's count."""
+    reasons = acc.get("quarantined") or {}
+    if not reasons:
+        return _num(0) if "quarantined" in acc else "–"
+    detail = ", ".join(f"{k}={v}" for k, v in reasons.items())
+    return f"{_num(sum(reasons.values()))} <span class=meta>({_e(detail)})</span>"
+
+
 def render_html(r: dict[str, Any]) -> str:
     m = r["metrics"]
     title = f"Curation report: {r['dataset']}" + (f" / snapshot={r['snapshot']}" if r.get("snapshot") else "")
@@ -200,6 +209,11 @@ def render_html(r: dict[str, Any]) -> str:
         if reasons:
             out.append(f"<h3>Drop reasons ({_e(stage)})</h3>")
             out.append(_table(["reason", "rows"], [[_e(k), _num(v)] for k, v in reasons.items()], {1}))
+    for st, s in r.get("stages", {}).items():
+        quarantined = (s.get("accounting") or {}).get("quarantined") or {}
+        if quarantined:
+            out.append(f"<h3>Quarantined rows ({_e(st)})</h3>")
+            out.append(_table(["reason", "rows"], [[_e(k), _num(v)] for k, v in quarantined.items()], {1}))
 
     out.append("<h2>Signals</h2>")
     sig = m.get("signals") or {}
@@ -230,9 +244,9 @@ def render_html(r: dict[str, Any]) -> str:
                      f'{_e(s["status"])}</span>', _num(s["units"]["done"]), _num(s["units"]["failed"]),
                      _num(s["rows"]), _e(_bytes(s["bytes"])), _num(acc.get("read")), _num(acc.get("kept")),
                      _e(", ".join(f"{k}={v}" for k, v in (acc.get("dropped") or {}).items()) or "–"),
-                     _num(s["seconds"]["total"]), _num(s["seconds"]["max"])])
+                     _quarantined_cell(acc), _num(s["seconds"]["total"]), _num(s["seconds"]["max"])])
     out.append(_table(["stage", "status", "units done", "failed", "rows", "bytes", "read", "kept", "dropped",
-                       "unit seconds (sum)", "slowest unit s"], rows, {2, 3, 4, 5, 6, 7, 9, 10}))
+                       "quarantined", "unit seconds (sum)", "slowest unit s"], rows, {2, 3, 4, 5, 6, 7, 10, 11}))
     for st, s in r.get("stages", {}).items():
         t = [u for u in s["timings"] if u.get("seconds") is not None]
         if len(t) > 1:
