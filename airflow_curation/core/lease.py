@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import socket
 import threading
@@ -27,6 +28,8 @@ import uuid
 from typing import Any
 
 from airflow_curation.core import storage
+
+log = logging.getLogger(__name__)
 
 
 class LeaseBusy(RuntimeError):
@@ -96,8 +99,13 @@ class Lease:
 
     def acquire(self) -> "Lease":
         deadline = time.monotonic() + self.wait_s
+        waiting = False
         while not self._try_create():
             holder = self._holder()
+            if not waiting and self.wait_s > 0:
+                log.info("%s is held by host %s pid %s: waiting up to %.0f s", self.what,
+                         (holder or {}).get("host"), (holder or {}).get("pid"), self.wait_s)
+                waiting = True
             if holder is not None and not storage.is_local(self.uri) and self._dead(holder):
                 storage.remove(self.uri)  # its holder died: take over
                 continue

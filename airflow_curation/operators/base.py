@@ -60,6 +60,8 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
     :param deferrable: wait in the triggerer instead of holding a worker slot (default).
     :param durable: keep the job handle in the task state store so a retry reconnects.
     :param poll_interval: seconds between status polls.
+    :param lease_wait_s: how long the job waits for another run of this stage on the same snapshot to
+        finish before it refuses (one run per stage and snapshot holds the lake's lease).
     """
 
     stage: str = ""
@@ -74,7 +76,7 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
                  config: dict[str, Any] | None = None, stage: str | None = None, backend: str | None = None,
                  backend_options: dict[str, Any] | None = None, curation_conn_id: str | None = None,
                  run_id: str | None = None, wait: bool = True, deferrable: bool = True, durable: bool = True,
-                 poll_interval: float = 5.0, **kwargs: Any) -> None:
+                 poll_interval: float = 5.0, lease_wait_s: float = 6 * 3600.0, **kwargs: Any) -> None:
         # Each key of the returned dict is also its own XCom, so that ``op.output["manifest_uri"]`` works.
         kwargs.setdefault("multiple_outputs", True)
         super().__init__(durable=durable, **kwargs)
@@ -93,6 +95,7 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         self.wait = wait
         self.deferrable = deferrable
         self.poll_interval = poll_interval
+        self.lease_wait_s = lease_wait_s
         self._handle: dict[str, Any] | None = None
         self._backend: Backend | None = None
         self._backend_options: dict[str, Any] = {}
@@ -126,7 +129,10 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         # This process reads the lake too (results, input manifests): with the connection's options.
         scope_storage(settings, lake.root)
         run_id = sanitize_run_id(self.run_id or context["run_id"])
-        return JobSpec(stage=self.stage, lake=lake.to_dict(), run_id=run_id, config=self.build_config(context))
+        config = self.build_config(context)
+        # Another run of this stage on this snapshot (a manual run beside the scheduled one): wait for it.
+        config.setdefault("lease_wait_s", self.lease_wait_s)
+        return JobSpec(stage=self.stage, lake=lake.to_dict(), run_id=run_id, config=config)
 
     def get_backend(self, spec: JobSpec | None = None) -> Backend:
         if self._backend is not None:
