@@ -17,6 +17,8 @@ Backends get clients and plain options only; they import nothing from here.
 
 from __future__ import annotations
 
+import logging
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +29,8 @@ from airflow_curation.core import storage
 # Backend options that name an Airflow connection: resolved here, kept (as ids) in job handles.
 CONN_ID_OPTIONS = ("slurm_conn_id", "kubernetes_conn_id")
 MANIFESTS_DIR = "/_manifests/"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,9 +53,17 @@ def curation_settings(curation_conn_id: str | None) -> CurationSettings:
     """Read a ``curation`` connection (``None``: no connection, empty settings)."""
     if not curation_conn_id:
         return CurationSettings()
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
     from airflow_curation.hooks.curation import CurationHook
 
-    conf = CurationHook(curation_conn_id).get_conn()
+    try:
+        conf = CurationHook(curation_conn_id).get_conn()
+    except AirflowNotFoundException:
+        # A connection named by a copied DAG may not exist in this deployment: the task's own arguments
+        # must then say everything (the operator says what is missing).
+        log.info("No connection %r: lake, backend and storage come from the task's arguments", curation_conn_id)
+        return CurationSettings()
     return CurationSettings(lake=conf["lake"], backend=conf["backend"], backend_options=conf["backend_options"],
                             storage_options=conf["storage_options"])
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, ResumableJobMixin
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_curation.backends import Backend, JobState
 from airflow_curation.core import storage
@@ -109,14 +109,7 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
     # -- building the job ----------------------------------------------------------------------------
     def _settings(self) -> CurationSettings:
         if self._curation is None:
-            try:
-                self._curation = curation_settings(self.curation_conn_id)
-            except AirflowNotFoundException:
-                # A connection named by a copied DAG may not exist in this deployment: arguments must then
-                # say everything (build_spec says what is missing).
-                self.log.info("No connection %r: lake and backend come from the task's arguments",
-                              self.curation_conn_id)
-                self._curation = CurationSettings()
+            self._curation = curation_settings(self.curation_conn_id)  # a missing connection: empty settings
         return self._curation
 
     def build_spec(self, context: Any) -> JobSpec:
