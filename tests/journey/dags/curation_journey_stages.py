@@ -23,8 +23,8 @@ with DAG(dag_id="curation_journey_stages", schedule=None, start_date=datetime(20
          tags=["curation", "journey"]) as dag:
     ingest = IngestOperator(task_id="ingest", inputs=INPUT, config={"target_shard_bytes": 8192}, **COMMON)
     preprocess = PreprocessOperator(task_id="preprocess", input_manifest=ingest.output["manifest_uri"],
-                                    engine="local", **COMMON)
-    dedup = DedupOperator(task_id="dedup", input_manifest=preprocess.output["manifest_uri"], engine="local",
+                                    mapper="local", **COMMON)
+    dedup = DedupOperator(task_id="dedup", input_manifest=preprocess.output["manifest_uri"], mapper="local",
                           **COMMON)
     validate = ValidateOperator(task_id="validate", input_manifest=dedup.output["manifest_uri"],
                                 max_duplicate_rate=0.5, **COMMON)
