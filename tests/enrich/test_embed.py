@@ -188,11 +188,11 @@ def test_cli_plain_parquet_files(tmp_path, minilm):
     assert meta["task"] == "embed" and meta["model_runtime"] == "vllm"
 
 
-def test_cli_rejects_parquet_without_text_column(tmp_path, minilm):
+def test_cli_rejects_parquet_without_text_column(tmp_path, minilm, capsys):
     from airflow_curation.cli import main
 
     src = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"id": ["a"], "body": ["x"]}), src)
-    with pytest.raises(ValueError, match="missing column 'text'"):
-        main(["enrich", str(src), "--task", "embed", "--model", minilm, "--output", str(tmp_path / "o"),
-              "--mapper", "local"])
+    assert main(["enrich", str(src), "--task", "embed", "--model", minilm, "--output", str(tmp_path / "o"),
+                 "--mapper", "local"]) == 1
+    assert "ValueError" in (err := capsys.readouterr().err) and "missing column 'text'" in err
