@@ -133,12 +133,12 @@ def bench_embed(docs: list[str], work: str, batches: list[int], replicas: list[i
         get_engine(EngineSpec(engine=engine, model=model, runner="pooling", dtype="float32", device="cpu"))
         notes[f"{engine} engine load (embed)"] = time.perf_counter() - t
         for b in batches:
-            s, acc = run_stage(inp, os.path.join(work, f"e-{engine}-{b}"), f"e-{engine}-{b}", engine=engine,
-                               executor="local", batch_size=b, **common)
+            s, acc = run_stage(inp, os.path.join(work, f"e-{engine}-{b}"), f"e-{engine}-{b}", model_runtime=engine,
+                               mapper="local", batch_size=b, **common)
             assert acc["kept"] == len(docs), acc
             table.add(f"enrich stage, {engine} engine, in-process", b, 1, s, len(docs), tokens, acc["cpu_s"])
     for r in replicas:
-        s, acc = run_stage(inp, os.path.join(work, f"ray-{r}"), f"ray-{r}", engine="vllm", executor="ray",
+        s, acc = run_stage(inp, os.path.join(work, f"ray-{r}"), f"ray-{r}", model_runtime="vllm", mapper="ray",
                            ray_num_cpus=2, replicas=r, cpus_per_replica=1, batch_size=128, **common)
         assert acc["kept"] == len(docs), acc
         table.add("enrich stage, vllm engine, Ray Data actors (incl. start)", 128, r, s, len(docs), tokens)
@@ -179,7 +179,7 @@ def bench_generate(docs: list[str], work: str, batches: list[int], max_new: int 
     template = "{text}"
     common = {"task": "generate", "model": model, "dtype": "float32", "max_input_tokens": max_in,
               "max_tokens": max_new, "prompt_template": template, "max_model_len": 256,
-              "engine_kwargs": {}}
+              "model_runtime_kwargs": {}}
     for engine in ("vllm", "transformers"):
         t = time.perf_counter()
         get_engine(EngineSpec(engine=engine, model=model, runner="generate", dtype="float32", max_model_len=256,
@@ -187,7 +187,8 @@ def bench_generate(docs: list[str], work: str, batches: list[int], max_new: int 
         notes[f"{engine} engine load (generate)"] = time.perf_counter() - t
         for b in batches:
             out = os.path.join(work, f"g-{engine}-{b}")
-            s, acc = run_stage(inp, out, f"g-{engine}-{b}", engine=engine, executor="local", batch_size=b, **common)
+            s, acc = run_stage(inp, out, f"g-{engine}-{b}", model_runtime=engine, mapper="local", batch_size=b,
+                               **common)
             import pyarrow.parquet as pq
 
             new = sum(pq.read_table(os.path.join(out, "docs.parquet")).column("output_tokens").to_pylist())

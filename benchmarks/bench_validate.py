@@ -180,7 +180,7 @@ def stage_run(uri: str, workdir: str, engine: str, run_id: str) -> float:
     lake = Lake(workdir, "bench")
     # Measure the work, not a checkpoint hit from an earlier run with the same data and checks.
     shutil.rmtree(lake.path("_checkpoints", "validate"), ignore_errors=True)
-    stage = ValidateStage(lake, {"input_manifest": uri, "engine": engine, "max_duplicate_rate": 0.5}, run_id)
+    stage = ValidateStage(lake, {"input_manifest": uri, "query_engine": engine, "max_duplicate_rate": 0.5}, run_id)
     t = time.perf_counter()
     StageRunner(stage).run()
     return time.perf_counter() - t

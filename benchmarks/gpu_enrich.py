@@ -4,7 +4,7 @@ Made for a machine that has PyTorch and transformers and nothing else that can b
 no network, maybe no Ray, no model files. So it builds random-weight models of real shapes (compute
 cost does not depend on the weights): a MiniLM-L6-shaped BERT for ``embed``, a ~0.2B Llama with a
 one-output head for ``score`` and the same body as a causal LM for ``generate``, with a BPE tokenizer
-trained on the spot, and runs the enrich stage (plain-Parquet mode, ``executor=local`` unless Ray is
+trained on the spot, and runs the enrich stage (plain-Parquet mode, ``mapper=local`` unless Ray is
 importable and ``--ray`` is given) on docstrings of the Python standard library.
 
 GPU busy time is sampled from ``nvidia-smi`` (utilization.gpu every 100 ms): busy seconds =
@@ -193,8 +193,8 @@ def run_phase(name: str, model: str, docs: list[str], work: Path, sampler: GpuSa
                    row_group_size=4096)
     out = work / f"out-{name}"
     stage = EnrichStage(Lake(str(out), "_curation"), {
-        "inputs": [str(inp)], "output_dir": str(out), "task": name, "model": model, "engine": "transformers",
-        "executor": "ray" if use_ray else "local", "gpus_per_replica": 1 if _cuda() else 0, "replicas": 1, "dtype": "bfloat16" if _cuda() else "float32",
+        "inputs": [str(inp)], "output_dir": str(out), "task": name, "model": model, "model_runtime": "transformers",
+        "mapper": "ray" if use_ray else "local", "gpus_per_replica": 1 if _cuda() else 0, "replicas": 1, "dtype": "bfloat16" if _cuda() else "float32",
         "checkpoint_rows": 4096, **({"ray_num_gpus": 1} if use_ray and _cuda() else {}), **config}, f"gpu-{name}")
     from airflow_curation.stages.enrich.engines import get_engine
 
@@ -253,9 +253,10 @@ def main() -> int:
         results.append(run_phase("generate", models["generate"], corpus[: int(2_048 * scale)], work, sampler,
                                  use_ray, batch_size=256, max_input_tokens=256, max_tokens=128,
                                  prompt_template="Rewrite as an instruction and a response:\n{text}\nJSON:"))
-    summary = {"gpu": gpu, "torch": torch.__version__, "engine": "transformers", "executor": "ray" if use_ray else "local",
+    summary = {"gpu": gpu, "torch": torch.__version__, "model_runtime": "transformers",
+               "mapper": "ray" if use_ray else "local",
                "total_s": round(time.time() - started, 1), "phases": results}
-    lines = [f"GPU: {gpu}, torch {torch.__version__}, transformers engine, executor {summary['executor']}",
+    lines = [f"GPU: {gpu}, torch {torch.__version__}, transformers model runtime, mapper {summary['mapper']}",
              "| task | rows | batch | load s | run s | rows/s | tokens/s | GPU busy s | busy fraction | peak MiB |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in results:

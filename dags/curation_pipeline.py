@@ -78,7 +78,7 @@ deployment. The REST equivalent is `POST /api/v2/backfills`.
 
 `local` (a process on the worker), `slurm`, `kubernetes`, or `ray` (the whole job submitted to a
 Ray cluster through the Ray Job Submission API; `RAY_ADDRESS` or the connection's
-`backend_options`). `enrich_executor=ray` runs the model on Ray Data actors inside the job.
+`backend_options`). `enrich_mapper=ray` runs the model on Ray Data actors inside the job.
 """
 
 # Every stage task shares these; templated, so they follow the run's params and logical date.
@@ -148,11 +148,12 @@ with DAG(
                                   "Variable curation_enrich_model; none: enrich is skipped."),
         "enrich_task": Param("embed", enum=["embed", "classify", "score", "generate"],
                              description="What enrich computes per kept document."),
-        "enrich_engine": Param("vllm", enum=["vllm", "transformers"],
-                               description="Inference engine for enrich."),
-        "enrich_executor": Param("ray", enum=["ray", "local"],
-                                 description="ray: Ray Data engine actors; local: the engine in the job "
-                                             "process."),
+        "enrich_model_runtime": Param("vllm", enum=["vllm", "transformers"],
+                                      description="What runs the enrich model: vLLM, or Hugging Face "
+                                                  "transformers."),
+        "enrich_mapper": Param("ray", enum=["ray", "local"],
+                               description="Where the enrich model runs: ray (Ray Data actors) or local "
+                                           "(the job process)."),
         "min_rows": Param(1, type="integer", minimum=0,
                           description="Validate: fewest curated rows a run may have."),
         "max_duplicate_rate": Param(0.5, type="number", minimum=0, maximum=1,
@@ -201,8 +202,8 @@ with DAG(
         input_manifest=deduped.output["manifest_uri"],
         task="{{ params.enrich_task }}",
         model="{{ params.enrich_model or var.value.get('curation_enrich_model', '') }}",
-        engine="{{ params.enrich_engine }}",
-        engine_executor="{{ params.enrich_executor }}",
+        model_runtime="{{ params.enrich_model_runtime }}",
+        mapper="{{ params.enrich_mapper }}",
         skip_without_model=True,
         max_failed_fraction="{{ params.max_failed_fraction }}",
         wait=False,

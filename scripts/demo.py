@@ -169,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         "input": args.input, "lake": args.lake, "dataset": args.dataset, "backend": "local",
         "max_failed_fraction": args.max_failed_fraction,
         # enrich: embed the curated rows with vLLM on CPU, in the job process (no Ray start for a demo)
-        "enrich_model": args.enrich_model, "enrich_task": "embed", "enrich_engine": "vllm",
-        "enrich_executor": "local"})
+        "enrich_model": args.enrich_model, "enrich_task": "embed",
+        "enrich_model_runtime": "vllm", "enrich_mapper": "local"})
     state = str(getattr(dag_run.state, "value", dag_run.state))
     print(f"\ndemo: DAG run {dag_run.run_id} finished: {state} in {time.time() - started:.0f} s")
     _report(Path(args.lake), args.dataset, args.date, dag_run.run_id)

@@ -1,34 +1,29 @@
 """``curation``: run any stage without Airflow, on a lake or on plain Parquet files.
 
-Each subcommand lives in its own module here and exposes ``register(subparsers)``, which adds a parser
-whose ``func(args) -> int`` runs it.
+``curation <stage> ...`` exists for every registered stage (built-in, installed through the
+``airflow_curation.stages`` entry points, or registered in this process); its flags come from the stage's
+settings (:mod:`airflow_curation.cli.stage`). ``curation run SPEC.json`` runs a job spec as the backends do.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
 
-# One module per subcommand; each adds itself in register().
-SUBCOMMANDS = [
-    "airflow_curation.cli.dedup",
-    "airflow_curation.cli.validate",
-    "airflow_curation.cli.run",
-    "airflow_curation.cli.ingest",
-    "airflow_curation.cli.preprocess",
-    "airflow_curation.cli.enrich",
-]
+from airflow_curation.cli import run as run_command
+from airflow_curation.cli.stage import add_stage_command
+from airflow_curation.stages import stage_names
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="curation", description="Curate LLM training data: run any stage without Airflow.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging, tracebacks on failure")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in SUBCOMMANDS:
-        importlib.import_module(name).register(sub)
+    for name in stage_names():
+        add_stage_command(sub, name)
+    run_command.register(sub)
     return parser
 
 

@@ -4,31 +4,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
 import uuid
 
 from airflow_curation.core.layout import Lake
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.I)
-_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 1024, "m": 1e6, "mb": 1e6, "mib": 1024**2,
-          "g": 1e9, "gb": 1e9, "gib": 1024**3, "t": 1e12, "tb": 1e12, "tib": 1024**4}
+from airflow_curation.stages import settings as settings_mod
 
 
 def parse_size(text: str) -> int:
-    """``512MB``, ``64KiB``, ``1e6``-free plain integers -> bytes."""
-    m = _SIZE.match(str(text))
-    if not m or (m.group(2) or "").lower() not in _UNITS:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 512MB, 64KiB, 1000000)")
-    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+    """``512MB``, ``64KiB``, ``1e6``-free plain integers -> bytes (an argparse type)."""
+    try:
+        return settings_mod.parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def add_lake_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lake", required=True, help="lake root: a folder or an fsspec URL such as s3://bucket/lake")
-    p.add_argument("--dataset", required=True, help="dataset name inside the lake")
+def add_lake_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    p.add_argument("--lake", required=required, help="lake root: a folder or an fsspec URL such as s3://bucket/lake")
+    p.add_argument("--dataset", required=required, help="dataset name inside the lake")
     p.add_argument("--snapshot", help="snapshot partition, e.g. 2026-11-30")
     p.add_argument("--run-id", help="names the manifest; default: cli-<timestamp>")
-    p.add_argument("--workers", type=int, default=1, help="parallel workers (default 1)")
 
 
 def lake_from_args(args: argparse.Namespace) -> Lake:
@@ -43,14 +38,23 @@ def print_summary(summary: dict) -> None:
     print(json.dumps(summary, indent=1, sort_keys=True))
 
 
+def manifest_from_args(args: argparse.Namespace, command: str, lake: Lake, upstream: list[str]) -> str:
+    """``--input-manifest``, or else the newest complete manifest of the ``upstream`` stages."""
+    from airflow_curation.core.manifest import latest_manifest
+
+    manifest = args.input_manifest or latest_manifest(lake, upstream)
+    if not manifest:
+        raise SystemExit(f"curation {command}: no complete {' or '.join(upstream)} manifest under "
+                         f"{lake.path('_manifests')}; run that stage first or give --input-manifest")
+    return manifest
+
+
 def files_or_lake(args: argparse.Namespace, command: str, upstream: list[str]) -> tuple[Lake, dict]:
     """Where a stage subcommand reads: plain Parquet FILEs (results in ``--output``), or a lake, from
     ``--input-manifest`` or else the newest complete manifest of the ``upstream`` stages.
 
     :returns: the lake the run writes to and the settings that name its input.
     """
-    from airflow_curation.core.manifest import latest_manifest
-
     if args.files:
         if args.lake or args.input_manifest:
             raise SystemExit(f"curation {command}: give FILEs or --lake/--input-manifest, not both")
@@ -61,8 +65,4 @@ def files_or_lake(args: argparse.Namespace, command: str, upstream: list[str]) -
     if not (args.lake and args.dataset):
         raise SystemExit(f"curation {command}: give FILEs --output DIR, or --lake --dataset [--input-manifest]")
     lake = lake_from_args(args)
-    manifest = args.input_manifest or latest_manifest(lake, upstream)
-    if not manifest:
-        raise SystemExit(f"curation {command}: no complete {' or '.join(upstream)} manifest under "
-                         f"{lake.path('_manifests')}; run that stage first or give --input-manifest")
-    return lake, {"input_manifest": manifest}
+    return lake, {"input_manifest": manifest_from_args(args, command, lake, upstream)}

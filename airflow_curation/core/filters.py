@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pyarrow as pa
 
+from airflow_curation.core.schema import DROP_REASON, KEEP
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -172,7 +174,7 @@ def apply_rules(signals: pa.Table, rules: Sequence[Rule]) -> pa.Table:
     names = pa.array([r.name for r in rules], type=pa.string())
     indices = pa.array(reason, mask=keep, type=pa.int32())
     drop_reason = names.take(indices) if len(rules) else pa.nulls(n, pa.string())
-    return pa.table({"keep": pa.array(keep), "drop_reason": drop_reason})
+    return pa.table({KEEP: pa.array(keep), DROP_REASON: drop_reason})
 
 
 def rules_to_config(rules: Iterable[Rule]) -> list[dict]:

@@ -44,11 +44,15 @@ def summary_of(result: dict[str, Any] | None) -> dict[str, Any]:
 class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
     """Run one curation stage as a backend job.
 
+    A subclass is small: its ``stage``, its arguments that are stage settings (``settings_params``, also in
+    ``template_fields``) and anything Airflow-specific. The stage's settings check and type the config
+    (:meth:`build_config`), so a setting is declared once, in the stage.
+
     :param stage: the stage name (subclasses set it).
     :param lake: root URL of the lake (a folder or ``s3://...``); default the connection's.
     :param dataset: dataset name inside the lake.
     :param snapshot: snapshot partition (``"{{ ds }}"`` gives one partition per logical date).
-    :param config: the stage's settings (see the stage's ``DEFAULTS``).
+    :param config: the stage's settings (see the stage's ``SETTINGS``); templated values are coerced.
     :param backend: where the job runs: ``local`` (default), ``slurm``, ``kubernetes``...
     :param backend_options: the backend's constructor options; ``{"slurm_conn_id": ...}`` or
         ``{"kubernetes_conn_id": ...}`` take them (and the client) from an Airflow connection of that
@@ -65,6 +69,11 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
     """
 
     stage: str = ""
+    # Arguments of the subclass that are stage settings: rendered "nothing" ("", "None") leaves the stage's
+    # default; any other value is checked and typed by the stage's settings.
+    settings_params: tuple[str, ...] = ()
+    # Arguments renamed with the stage settings (old -> new): refused with the new name.
+    renamed_params: dict[str, str] = {}
     external_id_key = "curation_job"
     template_fields: Sequence[str] = ("lake", "dataset", "snapshot", "config", "backend", "backend_options",
                                       "run_id")
@@ -77,6 +86,10 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
                  backend_options: dict[str, Any] | None = None, curation_conn_id: str | None = None,
                  run_id: str | None = None, wait: bool = True, deferrable: bool = True, durable: bool = True,
                  poll_interval: float = 5.0, lease_wait_s: float = 6 * 3600.0, **kwargs: Any) -> None:
+        renamed = sorted(set(kwargs) & set(self.renamed_params))
+        if renamed:
+            raise TypeError(f"{type(self).__name__}: " + "; ".join(
+                f"argument {k!r} was renamed to {self.renamed_params[k]!r}" for k in renamed))
         # Each key of the returned dict is also its own XCom, so that ``op.output["manifest_uri"]`` works.
         kwargs.setdefault("multiple_outputs", True)
         super().__init__(durable=durable, **kwargs)
@@ -103,8 +116,18 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
 
     # -- what a subclass may change ----------------------------------------------------------------
     def build_config(self, context: Any) -> dict[str, Any]:
-        """The stage's settings for this run (after templating)."""
-        return dict(self.config)
+        """The stage's settings for this run (after templating): ``config``, then the ``settings_params``,
+        checked and typed by the stage's settings (a templated ``"0.7"`` becomes ``0.7``, once, here), so an
+        unknown or renamed setting fails the task before any job is submitted."""
+        if "input_manifest" in self.settings_params and not getattr(self, "input_manifest", None):
+            raise ValueError(f"{self.task_id}: no input_manifest given")
+        from airflow_curation.stages import stage_class
+
+        settings = stage_class(self.stage).SETTINGS
+        where = f"{self.task_id} ({self.stage})"
+        config = settings.coerce(self.config, where, drop_empty=True)
+        config.update(settings.coerce({k: getattr(self, k) for k in self.settings_params}, where, drop_empty=True))
+        return config
 
     # -- building the job ----------------------------------------------------------------------------
     def _settings(self) -> CurationSettings:

@@ -33,12 +33,13 @@ class EnrichOperator(CurationStageOperator):
     :param task: ``embed``, ``classify``, ``score`` or ``generate``.
     :param model: model folder (Hugging Face layout) visible to the job.
     :param name: output name, ``attrs/enrich-<name>/`` (default: the task).
-    :param engine: ``vllm`` (default) or ``transformers``.
-    :param engine_executor: ``ray`` (default: Ray Data engine actors) or ``local`` (the engine in the job process).
-    :param ray_address: an existing Ray cluster for the job's engines (default: a local Ray).
+    :param model_runtime: what runs the model: ``vllm`` (default) or ``transformers``.
+    :param mapper: where the model runs: ``ray`` (default: Ray Data model actors) or ``local`` (in the job
+        process).
+    :param ray_address: an existing Ray cluster for the job's model actors (default: a local Ray).
     :param ray_dashboard_url: the cluster's dashboard, shown as an extra link.
-    :param batch_size: rows per engine call. :param replicas: engine replicas (data parallel).
-    :param gpus_per_replica: GPUs per replica. :param tensor_parallel_size: GPUs one engine spans.
+    :param batch_size: rows per model call. :param replicas: model replicas (data parallel).
+    :param gpus_per_replica: GPUs per replica. :param tensor_parallel_size: GPUs one model instance spans.
     :param max_failed_fraction: failure budget, a fraction of the shards.
     :param skip_without_model: skip the task (not fail) when ``model`` renders empty, so that a pipeline
         can carry an enrich step that runs only when a model is configured.
@@ -46,25 +47,26 @@ class EnrichOperator(CurationStageOperator):
     """
 
     stage = "enrich"
-    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, "input_manifest", "task", "model",
-                                      "name", "engine", "engine_executor", "ray_address", "ray_dashboard_url",
-                                      "max_failed_fraction")
+    settings_params = ("input_manifest", "task", "model", "name", "model_runtime", "mapper", "ray_address",
+                       "batch_size", "replicas", "gpus_per_replica", "tensor_parallel_size", "max_failed_fraction")
+    renamed_params = {"engine": "model_runtime", "engine_executor": "mapper"}
+    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, *settings_params, "ray_dashboard_url")
     operator_extra_links = (*CurationStageOperator.operator_extra_links, RayDashboardLink())
     ui_color = "#f3e8f8"
 
     def __init__(self, *, input_manifest: str, task: str, model: str, name: str | None = None,
-                 engine: str = "vllm", engine_executor: str | None = None, ray_address: str | None = None,
-                 ray_dashboard_url: str | None = None,
-                 batch_size: int | None = None, replicas: int | None = None, gpus_per_replica: float | None = None,
-                 tensor_parallel_size: int | None = None, max_failed_fraction: float | str | None = None,
+                 model_runtime: str | None = None, mapper: str | None = None, ray_address: str | None = None,
+                 ray_dashboard_url: str | None = None, batch_size: int | str | None = None,
+                 replicas: int | str | None = None, gpus_per_replica: float | str | None = None,
+                 tensor_parallel_size: int | str | None = None, max_failed_fraction: float | str | None = None,
                  skip_without_model: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.input_manifest = input_manifest
         self.task = task
         self.model = model
         self.name = name
-        self.engine = engine
-        self.engine_executor = engine_executor
+        self.model_runtime = model_runtime
+        self.mapper = mapper
         self.ray_address = ray_address
         self.ray_dashboard_url = ray_dashboard_url
         self.batch_size = batch_size
@@ -78,20 +80,6 @@ class EnrichOperator(CurationStageOperator):
         if self.skip_without_model and not (self.model or "").strip():
             raise AirflowSkipException("no enrich model configured: enrich skipped")
         return super().execute(context)
-
-    def build_config(self, context: Any) -> dict[str, Any]:
-        if not self.input_manifest:
-            raise ValueError(f"{self.task_id}: no input_manifest given")
-        config = {**self.config, "input_manifest": self.input_manifest, "task": self.task, "model": self.model,
-                  "engine": self.engine}
-        optional = {"name": self.name, "executor": self.engine_executor, "ray_address": self.ray_address,
-                    "batch_size": self.batch_size,
-                    "replicas": self.replicas, "gpus_per_replica": self.gpus_per_replica,
-                    "tensor_parallel_size": self.tensor_parallel_size}
-        config.update({k: v for k, v in optional.items() if v not in (None, "")})
-        if self.max_failed_fraction not in (None, ""):
-            config["max_failed_fraction"] = float(self.max_failed_fraction)  # templated params are strings
-        return config
 
     def submit_job(self, context: Any) -> dict[str, Any]:
         handle = super().submit_job(context)

@@ -35,7 +35,7 @@ class IngestOperator(CurationStageOperator):
     :param lake: root URL of the lake.
     :param dataset: dataset name inside the lake.
     :param snapshot: snapshot partition, usually ``"{{ ds }}"``.
-    :param text_field: field or column that holds the document text.
+    :param text_field: field or column that holds the document text (default ``text``).
     :param max_failed_fraction: failure budget, a fraction of the units (input file groups).
     :param config: any other ingest setting (``target_shard_bytes``, ``format``, ``text_mode``...).
 
@@ -44,11 +44,11 @@ class IngestOperator(CurationStageOperator):
     """
 
     stage = "ingest"
-    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, "inputs", "text_field",
-                                      "max_failed_fraction")
+    settings_params = ("inputs", "text_field", "max_failed_fraction")
+    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, *settings_params)
 
     def __init__(self, *, inputs: str | list[str], dataset: str, lake: str | None = None,
-                 snapshot: str | None = None, text_field: str = "text",
+                 snapshot: str | None = None, text_field: str | None = None,
                  max_failed_fraction: float | str | None = None, **kwargs: Any) -> None:
         super().__init__(dataset=dataset, lake=lake, snapshot=snapshot, **kwargs)
         self.inputs = inputs
@@ -65,14 +65,8 @@ class IngestOperator(CurationStageOperator):
         return super().submit_job(context)
 
     def build_config(self, context: Any) -> dict[str, Any]:
-        inputs = self.inputs
-        if isinstance(inputs, str):
-            inputs = [p.strip() for p in inputs.split(",") if p.strip()]
-        if not inputs:
+        config = super().build_config(context)
+        if not config.get("inputs"):
             raise AirflowFailException(f"{self.task_id}: no input given (in curation_pipeline: the run's `input` "
                                        "param or the Airflow Variable `curation_input`)")
-        config = {**self.config, "inputs": list(inputs), "text_field": self.text_field}
-        if self.max_failed_fraction not in (None, ""):
-            # Templated params arrive as strings.
-            config["max_failed_fraction"] = float(self.max_failed_fraction)
         return config

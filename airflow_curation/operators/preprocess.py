@@ -14,9 +14,10 @@ class PreprocessOperator(CurationStageOperator):
     Dask LocalCluster sized from the memory budget, or on the cluster at ``scheduler_address``.
 
     :param input_manifest: the upstream manifest URI (usually the ingest gate's ``manifest_uri``).
-    :param preset: filter preset(s): ``gopher``, ``c4``, ``fineweb``, ``code``, comma-separated, or ``none``.
+    :param preset: filter preset(s): ``gopher`` (default), ``c4``, ``fineweb``, ``code``, comma-separated, or
+        ``none``.
     :param rules: extra rules ``{name, signal, min, max}``, applied after the preset's.
-    :param engine: ``dask`` (default) or ``local``.
+    :param mapper: where shards run: ``dask`` (default) or ``local``.
     :param scheduler_address: an existing Dask scheduler (``tcp://host:8786``).
     :param workers: at most this many local Dask workers (the memory plan may choose fewer).
     :param max_failed_fraction: failure budget, a fraction of the shards.
@@ -24,34 +25,20 @@ class PreprocessOperator(CurationStageOperator):
     """
 
     stage = "preprocess"
-    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, "input_manifest", "preset",
-                                      "engine", "scheduler_address", "max_failed_fraction")
+    settings_params = ("input_manifest", "preset", "rules", "mapper", "scheduler_address", "workers",
+                       "max_failed_fraction")
+    renamed_params = {"engine": "mapper"}
+    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, *settings_params)
     ui_color = "#e8eef8"
 
-    def __init__(self, *, input_manifest: str, preset: str = "gopher", rules: list[dict] | None = None,
-                 engine: str = "dask", scheduler_address: str | None = None, workers: int | None = None,
+    def __init__(self, *, input_manifest: str, preset: str | None = None, rules: list[dict] | None = None,
+                 mapper: str | None = None, scheduler_address: str | None = None, workers: int | str | None = None,
                  max_failed_fraction: float | str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.input_manifest = input_manifest
         self.preset = preset
-        self.rules = list(rules or [])
-        self.engine = engine
+        self.rules = rules
+        self.mapper = mapper
         self.scheduler_address = scheduler_address
         self.workers = workers
         self.max_failed_fraction = max_failed_fraction
-
-    def build_config(self, context: Any) -> dict[str, Any]:
-        if not self.input_manifest:
-            raise ValueError(f"{self.task_id}: no input_manifest given")
-        config = {**self.config, "input_manifest": self.input_manifest, "preset": self.preset,
-                  "engine": self.engine}
-        if self.rules:
-            config["rules"] = self.rules
-        if self.scheduler_address:
-            config["scheduler_address"] = self.scheduler_address
-        if self.workers:
-            config["workers"] = int(self.workers)
-        if self.max_failed_fraction not in (None, ""):
-            # Templated params arrive as strings.
-            config["max_failed_fraction"] = float(self.max_failed_fraction)
-        return config

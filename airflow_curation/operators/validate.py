@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,13 +15,6 @@ from airflow_curation.operators.base import CurationStageOperator, summary_of
 from airflow_curation.operators.lineage import ol_name as _ol_name
 
 REPORT_XCOM_KEY = "curation_report"
-
-
-def _num(value: Any, cast=float) -> Any:
-    # Templated params arrive as strings; "" and "None" mean "no threshold".
-    if value is None or (isinstance(value, str) and value.strip() in ("", "None", "null")):
-        return None
-    return cast(value)
 
 
 class ValidateOperator(CurationStageOperator):
@@ -39,32 +31,35 @@ class ValidateOperator(CurationStageOperator):
         when enrich ran), so that a skipped task is never pulled from.
     :param checks: check dicts (or YAML text); see ``docs/validate.md``.
     :param checks_file: URL of a YAML/JSON file of checks.
-    :param engine: ``duckdb`` (in process) or ``daft`` (``daft_runner="ray"`` for a Ray cluster).
-    :param min_rows: fewest curated rows allowed.
-    :param max_null_rate: highest null rate of ``id`` and ``text``.
+    :param query_engine: ``duckdb`` (in process, default) or ``daft`` (``config={"daft_runner": "ray"}`` for a
+        Ray cluster).
+    :param min_rows: fewest curated rows allowed (default 1).
+    :param max_null_rate: highest null rate of ``id`` and ``text`` (default 0).
     :param max_duplicate_rate: highest duplicate rate (None: not checked).
     :param min_kept_fraction: smallest share of rows that survive curation (None: not checked).
     :param signal_bounds: ``{column: {"stat": "mean", "min": .., "max": ..}}``.
     """
 
     stage = "validate"
-    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, "input_manifest", "checks",
-                                      "checks_file", "engine", "min_rows", "max_null_rate", "max_duplicate_rate",
-                                      "min_kept_fraction", "signal_bounds")
+    settings_params = ("checks", "checks_file", "query_engine", "min_rows", "max_null_rate", "max_duplicate_rate",
+                       "min_kept_fraction", "signal_bounds")
+    renamed_params = {"engine": "query_engine"}
+    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, "input_manifest", *settings_params)
     operator_extra_links = (*CurationStageOperator.operator_extra_links, CurationReportLink())
     ui_color = "#fdf1d6"
 
     def __init__(self, *, input_manifest: str | None = None, input_task_id: str | list[str] | None = None,
                  checks: list[dict[str, Any]] | str | None = None, checks_file: str | None = None,
-                 engine: str = "duckdb", min_rows: int | str = 1, max_null_rate: float | str = 0.0,
-                 max_duplicate_rate: float | str | None = None, min_kept_fraction: float | str | None = None,
-                 signal_bounds: dict[str, dict[str, Any]] | None = None, **kwargs: Any) -> None:
+                 query_engine: str | None = None, min_rows: int | str | None = None,
+                 max_null_rate: float | str | None = None, max_duplicate_rate: float | str | None = None,
+                 min_kept_fraction: float | str | None = None,
+                 signal_bounds: dict[str, dict[str, Any]] | str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.input_manifest = input_manifest
         self.input_task_id = input_task_id
         self.checks = checks
         self.checks_file = checks_file
-        self.engine = engine
+        self.query_engine = query_engine
         self.min_rows = min_rows
         self.max_null_rate = max_null_rate
         self.max_duplicate_rate = max_duplicate_rate
@@ -78,18 +73,7 @@ class ValidateOperator(CurationStageOperator):
         if not manifest:
             raise AirflowFailException(f"{self.task_id}: no manifest to validate (input_manifest empty, and no "
                                        f"upstream task of {self.input_task_id!r} succeeded with one)")
-        config = {**self.config, "input_manifest": manifest, "engine": self.engine,
-                  "min_rows": _num(self.min_rows, int) or 0, "max_null_rate": _num(self.max_null_rate) or 0.0,
-                  "max_duplicate_rate": _num(self.max_duplicate_rate),
-                  "min_kept_fraction": _num(self.min_kept_fraction)}
-        if self.checks:
-            config["checks"] = self.checks
-        if self.checks_file:
-            config["checks_file"] = self.checks_file
-        if self.signal_bounds:
-            config["signal_bounds"] = (json.loads(self.signal_bounds) if isinstance(self.signal_bounds, str)
-                                       else self.signal_bounds)
-        return config
+        return {**super().build_config(context), "input_manifest": manifest}
 
     def execute(self, context: Any) -> dict[str, Any]:
         self._context = context

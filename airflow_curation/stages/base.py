@@ -2,7 +2,9 @@
 retries, commit a checkpoint per unit, write the manifest, enforce the failure budget.
 
 A stage is a small class with two methods, :meth:`Stage.plan` and :meth:`Stage.process_unit`; the
-engine (in-process, a process pool, Dask, Ray) only decides where ``process_unit`` runs.
+mapper (in-process, a process pool, Dask, Ray) only decides where ``process_unit`` runs. Stages that add
+columns to every shard derive from :class:`airflow_curation.stages.attrs.AttrsStage` instead, which does
+the unit plumbing and leaves one method, ``compute``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from airflow_curation.core import redact, storage
@@ -25,6 +27,7 @@ from airflow_curation.core.integrity import IntegrityError, chain_problem
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.lease import Lease
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
+from airflow_curation.stages.settings import Setting, Settings, anything
 
 log = logging.getLogger(__name__)
 
@@ -57,33 +60,78 @@ def file_record(uri: str, nbytes: int, checksum: str) -> dict[str, Any]:
 NOT_RETRIED = (IntegrityError, AccountingError)
 
 
+def _legacy_settings(base: Settings, defaults: dict[str, Any], runtime_keys: Any) -> Settings:
+    """Settings of a stage declared the older way (a ``DEFAULTS`` dict and ``RUNTIME_KEYS``): untyped."""
+    runtime = set(runtime_keys)
+    added = []
+    for key, value in defaults.items():
+        if key in base:
+            added.append(replace(base[key], default=value, runtime=base[key].runtime or key in runtime))
+        else:
+            added.append(Setting(key, anything, value, runtime=key in runtime, cli=False))
+    added += [Setting(key, anything, None, runtime=True, cli=False) for key in sorted(runtime)
+              if key not in base and key not in defaults]
+    return base.extend(*added)
+
+
 class Stage:
     """Base class of a stage.
 
+    A stage declares its settings once, in ``SETTINGS`` (:mod:`airflow_curation.stages.settings`): its
+    defaults, which settings stay out of the fingerprint, the ``curation <stage>`` flags and the
+    operators' config check all come from there.
+
     :param lake: where the dataset lives.
-    :param config: the stage's settings; all of them enter the fingerprint except ``RUNTIME_KEYS``.
+    :param config: the stage's settings; all of them enter the fingerprint except the ``runtime`` ones.
     :param run_id: names the run's manifest.
     """
 
     name: str = "stage"
     version: str = "1"
-    # Settings that change how a run executes but not what it produces: kept out of the fingerprint.
-    RUNTIME_KEYS: frozenset[str] = frozenset({"workers", "max_attempts", "max_failed_fraction", "inputs",
-                                              "input_manifest", "scheduler_address", "lease_wait_s"})
-    DEFAULTS: dict[str, Any] = {}
+    # What a run reads, for ``curation <stage>``: "raw" (input files: ingest), "manifest" (an upstream
+    # manifest: validate) or "manifest_or_files" (an upstream manifest, or plain Parquet files).
+    INPUTS: str = "manifest"
+    # Stages whose newest complete manifest ``curation <stage> --lake`` reads when none is named
+    # (None: any stage but this one).
+    UPSTREAM: tuple[str, ...] | None = None
+    # What validate's funnel calls the rows this stage keeps (None: the stage's attrs name).
+    FUNNEL_LABEL: str | None = None
+    SETTINGS: Settings = Settings(
+        Setting("workers", int, 1, "parallel workers", runtime=True),
+        Setting("max_attempts", int, 2, "attempts per unit before it counts as failed", runtime=True),
+        Setting("max_failed_fraction", float, 0.0, "failure budget: the fraction of units that may fail",
+                runtime=True),
+        Setting("lease_wait_s", float, 0.0, "seconds to wait while another run holds this stage on the snapshot",
+                runtime=True),
+        Setting("inputs", list, None, "input files", runtime=True, cli=False),
+        Setting("input_manifest", str, None, "URI of the upstream manifest", runtime=True, cli=False),
+        Setting("scheduler_address", str, None, "run units on this Dask scheduler", runtime=True, cli=False),
+    )
+    # Derived from SETTINGS (read-only views, for code that reads them).
+    DEFAULTS: dict[str, Any] = SETTINGS.defaults
+    RUNTIME_KEYS: frozenset[str] = SETTINGS.runtime_keys
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__
+        if "SETTINGS" not in own and ("DEFAULTS" in own or "RUNTIME_KEYS" in own):
+            cls.SETTINGS = _legacy_settings(cls.SETTINGS, own.get("DEFAULTS", {}), own.get("RUNTIME_KEYS", ()))
+        cls.DEFAULTS = cls.SETTINGS.defaults
+        cls.RUNTIME_KEYS = cls.SETTINGS.runtime_keys
+        if "finalize" in own:  # a hook that would silently never run
+            raise TypeError(f"{cls.__name__}: Stage.finalize was renamed to Stage.collect")
 
     def __init__(self, lake: Lake, config: dict[str, Any], run_id: str) -> None:
-        unknown = set(config) - set(self.DEFAULTS) - self.RUNTIME_KEYS
-        if unknown:
-            raise ValueError(f"{self.name}: unknown settings {sorted(unknown)}; known: {sorted(self.DEFAULTS)}")
         self.lake = lake
-        self.config = {**self.DEFAULTS, **config}
+        self.config = {**self.SETTINGS.defaults, **self.SETTINGS.coerce(config, self.name)}
         self.run_id = run_id
+        missing = [s.name for s in self.SETTINGS if s.required and self.config.get(s.name) in (None, "")]
+        if missing:
+            raise ValueError(f"{self.name}: no {', '.join(missing)} given")
 
     @property
     def fingerprint(self) -> str:
-        fp_config = {k: v for k, v in self.config.items() if k not in self.RUNTIME_KEYS}
-        return config_fingerprint(self.name, fp_config, self.version)
+        return config_fingerprint(self.name, self.SETTINGS.fingerprint_config(self.config), self.version)
 
     @property
     def checkpoints(self) -> CheckpointStore:
@@ -99,8 +147,9 @@ class Stage:
     def process_unit(self, unit: UnitEntry) -> UnitResult:
         raise NotImplementedError
 
-    def finalize(self, manifest: Manifest) -> None:
-        """Runs once after every unit is checkpointed (global steps, clean-up)."""
+    def collect(self, manifest: Manifest) -> None:
+        """The collect step: runs once after every unit is checkpointed (checks across units, clean-up),
+        before the final manifest is written; :class:`StageFailed` fails the run."""
 
     def upstream_manifest(self) -> Manifest | None:
         """The complete manifest this run reads (its ``input_manifest``), for the cross-stage row check."""
@@ -114,7 +163,7 @@ class Stage:
 
     def default_mapper(self) -> "UnitMapper":
         """Where units run when the caller names no mapper: in-process, or a process pool of
-        ``workers``. Engine stages (Dask, Ray) override this."""
+        ``workers``. Stages with a ``mapper`` setting (``dask``) override this."""
         return local_mapper(int(self.config.get("workers", 1)))
 
 
@@ -191,7 +240,7 @@ class StageRunner:
         :param shard_group: ``(i, n)``: process only group ``i`` of ``n`` (units ``i::n`` of the plan,
             e.g. one task of a Slurm array); the manifest is not written and any failed unit raises.
         :param collect: process nothing: gather the checkpoints that shard groups left, count the rest
-            as failed, then finish the run as usual (manifest, failure budget, ``finalize``).
+            as failed, then finish the run as usual (manifest, failure budget, :meth:`Stage.collect`).
         """
         if shard_group is not None and not collect:
             # Array tasks of one run run side by side: the run's launcher, not each task, holds the lease.
@@ -288,7 +337,7 @@ class StageRunner:
             raise StageFailed(f"{stage.name}: {broken}")
         if manifest.status == "complete":
             try:
-                stage.finalize(manifest)
+                stage.collect(manifest)
             except StageFailed:  # a check across all units failed: the manifest says so before the run does
                 manifest.status = "failed"
                 manifest.write(stage.manifest_uri)

@@ -55,7 +55,7 @@ def ingested(tmp_path) -> tuple[Lake, str]:
 
 
 def _preprocess(lake: Lake, ingest_uri: str, run_id: str, **cfg) -> tuple[PreprocessStage, Manifest]:
-    stage = PreprocessStage(lake, {"input_manifest": ingest_uri, "engine": "local", **cfg}, run_id)
+    stage = PreprocessStage(lake, {"input_manifest": ingest_uri, "mapper": "local", **cfg}, run_id)
     return stage, StageRunner(stage).run()
 
 
@@ -102,7 +102,7 @@ def test_a_flipped_byte_in_a_shard_fails_its_preprocess_unit_clearly_without_ret
     lake, ingest_uri = ingested
     bad = Manifest.read(ingest_uri).shards[0]
     _flip_byte(bad.uri)
-    stage = PreprocessStage(lake, {"input_manifest": ingest_uri, "engine": "local", "max_attempts": 3,
+    stage = PreprocessStage(lake, {"input_manifest": ingest_uri, "mapper": "local", "max_attempts": 3,
                                    "max_failed_fraction": 0.5}, "p1")
     manifest = StageRunner(stage).run()  # one of three units may fail
     failed = [u for u in manifest.units if u.status == "failed"]
@@ -142,7 +142,7 @@ def test_a_unit_that_reads_fewer_rows_than_upstream_lists_fails(ingested):
     data = json.loads(open(ingest_uri).read())
     data["shards"][0]["rows"] += 1  # the upstream says one row more than the shard holds: a lost row
     open(ingest_uri, "w").write(json.dumps(data))
-    stage = PreprocessStage(lake, {"input_manifest": ingest_uri, "engine": "local"}, "p1")
+    stage = PreprocessStage(lake, {"input_manifest": ingest_uri, "mapper": "local"}, "p1")
     with pytest.raises(StageFailed, match="upstream manifest lists"):
         StageRunner(stage).run()
 

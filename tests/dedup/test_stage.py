@@ -198,7 +198,7 @@ def test_cli_on_plain_parquet(nd_files, baseline, tmp_path):
 
 def test_on_a_real_dask_local_cluster(nd_files, baseline, tmp_path):
     _, _, expected = baseline
-    manifest, tables = _run(tmp_path, nd_files, "dask", engine="dask", workers=2)
+    manifest, tables = _run(tmp_path, nd_files, "dask", mapper="dask", workers=2)
     for name in expected:
         assert tables[name].equals(expected[name]), name
 

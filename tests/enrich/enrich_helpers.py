@@ -15,7 +15,7 @@ from airflow_curation.stages.enrich.stage import EnrichStage
 
 
 def run_enrich(lake, manifest_uri: str, run_id: str = "e1", **config):
-    stage = EnrichStage(lake, {"input_manifest": manifest_uri, "executor": "local", **config}, run_id)
+    stage = EnrichStage(lake, {"input_manifest": manifest_uri, "mapper": "local", **config}, run_id)
     manifest = StageRunner(stage).run()
     return stage, manifest
 

@@ -34,7 +34,8 @@ def _probs_by_engine(lake_fixture, model, task, **extra):
     out = {}
     for engine in ("vllm", "transformers"):
         _, m = run_enrich(lake, uri, run_id=f"{task}-{engine}",
-                          **{**COMMON, "task": task, "model": model, "engine": engine, "name": f"{task}-{engine}",
+                          **{**COMMON, "task": task, "model": model, "model_runtime": engine,
+                             "name": f"{task}-{engine}",
                              **extra})
         out[engine] = read_attrs(m.shards[0].attrs[f"enrich-{task}-{engine}"]).to_pydict()
         if engine == "vllm":
@@ -71,7 +72,7 @@ def test_labels_setting_must_match_the_model(lake, llama_classify):
     l, uri, _ = lake
     with pytest.raises(StageFailed, match="2 labels configured"):
         run_enrich(l, uri, run_id="badlabels", **{**COMMON, "task": "classify", "model": llama_classify,
-                                                   "engine": "transformers", "labels": ["a", "b"],
+                                                   "model_runtime": "transformers", "labels": ["a", "b"],
                                                    "name": "badlabels", "max_attempts": 1})
 
 
@@ -90,7 +91,7 @@ def test_broken_model_folder_fails_with_a_clear_error_and_no_checkpoint(lake, tm
     from airflow_curation.stages.base import StageRunner
     from airflow_curation.stages.enrich.stage import EnrichStage
 
-    stage = EnrichStage(l, {**COMMON, "input_manifest": uri, "executor": "local", "task": "score",
+    stage = EnrichStage(l, {**COMMON, "input_manifest": uri, "mapper": "local", "task": "score",
                             "model": str(broken), "max_attempts": 2}, "broken")
     with pytest.raises(StageFailed) as err:
         StageRunner(stage).run()
@@ -111,7 +112,7 @@ def test_cli_on_a_lake(lake, llama_score, capsys):
 
     l, uri, docs = lake
     rc = main(["enrich", "--lake", l.root, "--dataset", l.dataset, "--input-manifest", uri, "--run-id", "cli",
-               "--task", "score", "--model", llama_score, "--engine", "transformers", "--executor", "local",
+               "--task", "score", "--model", llama_score, "--model-runtime", "transformers", "--mapper", "local",
                "--name", "quality", "--dtype", "float32", "--batch-size", "5"])
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)

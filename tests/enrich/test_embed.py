@@ -29,7 +29,7 @@ MAX_TOKENS = 48
 
 
 def embed_config(minilm, **over):
-    return {"task": "embed", "model": minilm, "engine": "vllm", "dtype": "float32",
+    return {"task": "embed", "model": minilm, "model_runtime": "vllm", "dtype": "float32",
             "max_input_tokens": MAX_TOKENS, "batch_size": 8, "checkpoint_rows": 16, **over}
 
 
@@ -122,7 +122,7 @@ def test_batch_size_does_not_change_results_and_rerun_does_no_work(embedded, lak
 def test_resume_after_kill_mid_shard_recomputes_nothing(tmp_path, minilm):
     docs = make_docs(600)
     lake, uri = write_lake(str(tmp_path), {"big": docs})
-    config = embed_config(minilm, input_manifest=uri, executor="local", checkpoint_rows=25, batch_size=25)
+    config = embed_config(minilm, input_manifest=uri, mapper="local", checkpoint_rows=25, batch_size=25)
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(JobSpec(stage="enrich", lake=lake.to_dict(), run_id="k1", config=config).to_json())
     stage = EnrichStage(lake, config, "k1")
@@ -177,7 +177,7 @@ def test_cli_plain_parquet_files(tmp_path, minilm):
                              "lang": ["en"] * 12}), src)
     out = tmp_path / "out"
     rc = main(["enrich", str(src), "--task", "embed", "--model", minilm, "--output", str(out),
-               "--executor", "local", "--dtype", "float32", "--max-input-tokens", str(MAX_TOKENS),
+               "--mapper", "local", "--dtype", "float32", "--max-input-tokens", str(MAX_TOKENS),
                "--batch-size", "8", "--checkpoint-rows", "16"])
     assert rc == 0
     table = pq.read_table(out / "in.parquet")
@@ -185,14 +185,14 @@ def test_cli_plain_parquet_files(tmp_path, minilm):
     assert table.schema.field("embedding").type.list_size == 384
     assert all(table.column("enriched").to_pylist())
     meta = json.loads(table.schema.metadata[b"airflow_curation.enrich"])
-    assert meta["task"] == "embed" and meta["engine"] == "vllm"
+    assert meta["task"] == "embed" and meta["model_runtime"] == "vllm"
 
 
-def test_cli_rejects_parquet_without_text_column(tmp_path, minilm):
+def test_cli_rejects_parquet_without_text_column(tmp_path, minilm, capsys):
     from airflow_curation.cli import main
 
     src = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"id": ["a"], "body": ["x"]}), src)
-    with pytest.raises(ValueError, match="missing column 'text'"):
-        main(["enrich", str(src), "--task", "embed", "--model", minilm, "--output", str(tmp_path / "o"),
-              "--executor", "local"])
+    assert main(["enrich", str(src), "--task", "embed", "--model", minilm, "--output", str(tmp_path / "o"),
+                 "--mapper", "local"]) == 1
+    assert "ValueError" in (err := capsys.readouterr().err) and "missing column 'text'" in err

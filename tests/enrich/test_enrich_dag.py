@@ -51,7 +51,8 @@ def test_pipeline_runs_through_enrich(pipeline, tmp_path, minilm):
             f.write(json.dumps({"text": d}) + "\n")
     lake_root = tmp_path / "lake"
     conf = {"input": str(inputs), "lake": str(lake_root), "dataset": "web", "max_failed_fraction": 0.0,
-            "enrich_model": minilm, "enrich_task": "embed", "enrich_engine": "transformers", "enrich_executor": "local"}
+            "enrich_model": minilm, "enrich_task": "embed", "enrich_model_runtime": "transformers",
+            "enrich_mapper": "local"}
     dag_run = pipeline.test(logical_date=datetime(2026, 11, 29, tzinfo=timezone.utc), run_conf=conf)
     assert dag_run.state == "success", dag_run.state
 

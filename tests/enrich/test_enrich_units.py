@@ -67,7 +67,7 @@ def test_part_row_count_is_checked(tmp_path):
     ({"task": "embed", "model": "/m", "inputs": ["a.parquet"]}, "need output_dir"),
     ({"task": "embed", "model": "/m", "input_manifest": "x", "batch_size": 0}, "batch_size must be at least 1"),
     ({"task": "generate", "model": "/m", "input_manifest": "x", "prompt_template": "no slot"}, "must contain"),
-    ({"task": "embed", "model": "/m", "input_manifest": "x", "executor": "dask"}, "executor must be"),
+    ({"task": "embed", "model": "/m", "input_manifest": "x", "mapper": "dask"}, "mapper must be"),
     ({"task": "embed", "model": "/m", "input_manifest": "x", "name": "a/b"}, "invalid enrich name"),
     ({"task": "embed", "model": "/m", "input_manifest": "x", "beam_width": 4}, "unknown settings"),
 ])
@@ -84,7 +84,7 @@ def test_runtime_settings_do_not_change_the_fingerprint(tmp_path):
     lake = Lake(str(tmp_path), "ds")
     base = {"task": "embed", "model": "/m", "input_manifest": "x"}
     a = EnrichStage(lake, base, "r1").fingerprint
-    b = EnrichStage(lake, {**base, "batch_size": 7, "replicas": 3, "executor": "local",
+    b = EnrichStage(lake, {**base, "batch_size": 7, "replicas": 3, "mapper": "local",
                            "checkpoint_rows": 10}, "r1").fingerprint
     c = EnrichStage(lake, {**base, "max_input_tokens": 64}, "r1").fingerprint
     assert a == b != c
@@ -96,10 +96,10 @@ def test_enrich_operator_config_and_skip_without_model():
     from airflow_curation.operators.enrich import EnrichOperator, RayDashboardLink
 
     op = EnrichOperator(task_id="enrich", dataset="ds", lake="/lake", input_manifest="/lake/ds/m.json",
-                        task="score", model="/models/q", engine="transformers", engine_executor="local",
+                        task="score", model="/models/q", model_runtime="transformers", mapper="local",
                         replicas=2, max_failed_fraction="0.1", config={"max_input_tokens": 128})
     assert op.build_config({}) == {"max_input_tokens": 128, "input_manifest": "/lake/ds/m.json", "task": "score",
-                                   "model": "/models/q", "engine": "transformers", "executor": "local",
+                                   "model": "/models/q", "model_runtime": "transformers", "mapper": "local",
                                    "replicas": 2, "max_failed_fraction": 0.1}
     assert any(isinstance(link, RayDashboardLink) for link in op.operator_extra_links)
     skipping = EnrichOperator(task_id="e2", dataset="ds", lake="/lake", input_manifest="m", task="embed",

@@ -9,7 +9,7 @@ from enrich_helpers import make_docs, read_attrs, record, run_enrich, write_lake
 
 pytestmark = pytest.mark.usefixtures("release_engines_after")
 
-COMMON = {"task": "generate", "engine": "vllm", "dtype": "float32", "max_input_tokens": 32, "max_tokens": 24,
+COMMON = {"task": "generate", "model_runtime": "vllm", "dtype": "float32", "max_input_tokens": 32, "max_tokens": 24,
           "batch_size": 5, "checkpoint_rows": 8, "max_model_len": 256, "temperature": 0.0}
 
 
@@ -67,7 +67,8 @@ def test_structured_output_gives_valid_pairs(lake, llama_causal):
 def test_transformers_engine_generates_the_same_greedy_text(lake, llama_causal):
     l, uri, docs = lake
     _, v = run_enrich(l, uri, run_id="g4", model=llama_causal, **{**COMMON, "name": "hf-ref"})
-    _, t = run_enrich(l, uri, run_id="g5", model=llama_causal, **{**COMMON, "name": "hf", "engine": "transformers"})
+    _, t = run_enrich(l, uri, run_id="g5", model=llama_causal,
+                      **{**COMMON, "name": "hf", "model_runtime": "transformers"})
     rv = read_attrs(v.shards[0].attrs["enrich-hf-ref"]).to_pydict()
     rt = read_attrs(t.shards[0].attrs["enrich-hf"]).to_pydict()
     assert rv["raw"] == rt["raw"]  # both decode greedily in float32

@@ -81,7 +81,7 @@ def test_enrich_job_runs_on_an_existing_ray_cluster(ray_cluster, tmp_path, llama
     docs = make_docs(12)
     lake, uri = write_lake(str(tmp_path), {"s0": docs})
     spec = JobSpec(stage="enrich", lake=lake.to_dict(), run_id="rayjob", config={
-        "input_manifest": uri, "task": "score", "model": llama_score, "engine": "transformers", "executor": "ray",
+        "input_manifest": uri, "task": "score", "model": llama_score, "model_runtime": "transformers", "mapper": "ray",
         "dtype": "float32", "batch_size": 4, "checkpoint_rows": 5})
     # Storage options as a curation connection would add them: the cluster must never be sent them.
     secret = "s3cr3t-not-for-the-dashboard"

@@ -52,7 +52,7 @@ def test_cli_stages_chain_on_a_lake_without_naming_manifests(tmp_path):
         return json.loads(out.stdout)
 
     ingested = run("ingest", str(src))
-    pre = run("preprocess", "--engine", "local")
+    pre = run("preprocess", "--mapper", "local")
     assert Manifest.read(pre["manifest_uri"]).config["input_manifest"] == ingested["manifest_uri"]
     dedup = run("dedup")
     assert Manifest.read(dedup["manifest_uri"]).config["input_manifest"] == pre["manifest_uri"]

@@ -215,7 +215,8 @@ def test_parquet_with_two_text_columns_is_quarantined_whole(tmp_path):
     t = pa.Table.from_arrays([pa.array(["a", "b"]), pa.array(["c", "d"])], names=["text", "text"])
     pq.write_table(t, tmp_path / "dup.parquet")
     pq.write_table(pa.table({"text": ["fine"]}), tmp_path / "ok.parquet")
-    lake, m = _ingest(tmp_path, [tmp_path])
+    # The two files, not their folder: the lake (and the run's lease file) lives in that folder too.
+    lake, m = _ingest(tmp_path, [tmp_path / "dup.parquet", tmp_path / "ok.parquet"])
     assert _texts(m) == ["fine"]
     q = _quarantine(lake)
     assert [(e["reason"], e["rows"]) for e in q] == [("duplicate_column", 2)]

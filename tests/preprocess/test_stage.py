@@ -78,7 +78,7 @@ def test_stage_on_a_dask_local_cluster(lake, warm_signals):
 
 def test_rerun_skips_done_shards_and_a_new_config_recomputes(lake, warm_signals):
     lake, ingest_uri = lake
-    cfg = {"input_manifest": ingest_uri, "engine": "local"}
+    cfg = {"input_manifest": ingest_uri, "mapper": "local"}
     first = StageRunner(PreprocessStage(lake, cfg, "pre-1")).run()
     mtimes = {s.shard_id: os.stat(s.attrs["preprocess"]).st_mtime_ns for s in first.shards}
     again = StageRunner(PreprocessStage(lake, cfg, "pre-2")).run()
@@ -98,7 +98,7 @@ def test_rerun_skips_done_shards_and_a_new_config_recomputes(lake, warm_signals)
 
 def test_code_preset_reads_languages_from_source(lake, warm_signals):
     lake, ingest_uri = lake
-    m = StageRunner(PreprocessStage(lake, {"input_manifest": ingest_uri, "engine": "local", "preset": "code"},
+    m = StageRunner(PreprocessStage(lake, {"input_manifest": ingest_uri, "mapper": "local", "preset": "code"},
                                     "pre-code")).run()
     rows = pa.concat_tables([pq.read_table(s.attrs["preprocess"]) for s in m.shards]).to_pylist()
     code_rows = [r for r in rows if r["id"].startswith("code/")]
@@ -163,7 +163,7 @@ def test_cli_rejects_parquet_without_text(tmp_path):
 
 def test_cli_on_a_lake_finds_the_ingest_manifest(lake):
     lake, _ = lake
-    proc = _cli("preprocess", "--lake", lake.root, "--dataset", lake.dataset, "--engine", "local",
+    proc = _cli("preprocess", "--lake", lake.root, "--dataset", lake.dataset, "--mapper", "local",
                 "--run-id", "cli-pre", "--preset", "fineweb")
     assert proc.returncode == 0, proc.stderr
     m = Manifest.read(lake.manifest_uri("cli-pre", "preprocess"))
@@ -188,7 +188,7 @@ def test_stage_on_an_existing_dask_cluster(lake, warm_signals):
 
 def test_memory_expansion_is_measured_from_checkpoints(lake, warm_signals):
     lake, ingest_uri = lake
-    cfg = {"input_manifest": ingest_uri, "engine": "local"}
+    cfg = {"input_manifest": ingest_uri, "mapper": "local"}
     stage = PreprocessStage(lake, cfg, "pre-m1")
     assert stage.memory_expansion() == 8.0                      # nothing measured yet
     assert PreprocessStage(lake, {**cfg, "memory_expansion": 3}, "x").memory_expansion() == 3.0

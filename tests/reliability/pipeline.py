@@ -63,14 +63,14 @@ class Pipeline:
         return {
             "ingest": {"inputs": [str(self.corpus)], "unit_bytes": 100_000, "target_shard_bytes": 40_000,
                        "row_group_rows": 16},
-            "preprocess": {**common, "engine": "local", "batch_rows": 32},
-            "dedup": {**common, "engine": "local", "partitions": 2},
+            "preprocess": {**common, "mapper": "local", "batch_rows": 32},
+            "dedup": {**common, "mapper": "local", "partitions": 2},
             # transformers in the job process: the cheapest real model run; parts of 10 rows so that
             # a shard is killed between two within-shard checkpoints.
-            "enrich": {**common, "task": "score", "model": self.model, "engine": "transformers",
-                       "executor": "local", "checkpoint_rows": 10, "batch_size": 8, "max_input_tokens": 64},
+            "enrich": {**common, "task": "score", "model": self.model, "model_runtime": "transformers",
+                       "mapper": "local", "checkpoint_rows": 10, "batch_size": 8, "max_input_tokens": 64},
             # One DuckDB thread: parallel float sums differ in the last bits from run to run (report means).
-            "validate": {**common, "engine": "duckdb", "threads": 1, "max_duplicate_rate": 1.0},
+            "validate": {**common, "query_engine": "duckdb", "threads": 1, "max_duplicate_rate": 1.0},
         }[stage]
 
     def run(self, stage: str, fault: str | None = None, tag: str = "") -> subprocess.CompletedProcess:

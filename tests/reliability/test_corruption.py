@@ -34,7 +34,7 @@ def _pipeline(lake: Lake, raw: str) -> dict[str, Manifest]:
     out = {}
     ingest = IngestStage(lake, {"inputs": [raw], "unit_bytes": 60_000}, "r")
     out["ingest"] = StageRunner(ingest).run()
-    pre = PreprocessStage(lake, {"input_manifest": ingest.manifest_uri, "engine": "local"}, "r")
+    pre = PreprocessStage(lake, {"input_manifest": ingest.manifest_uri, "mapper": "local"}, "r")
     out["preprocess"] = StageRunner(pre).run()
     out["dedup"] = StageRunner(DedupStage(lake, {"input_manifest": pre.manifest_uri}, "r")).run()
     return out
@@ -96,7 +96,7 @@ def test_a_corrupted_shard_fails_the_stage_that_reads_it_and_a_reingest_restores
     shard = Manifest.read(lake.manifest_uri("r", "ingest")).shards[1]
     _flip(shard.uri)
     # Another preset reads the shards again (the default one's checkpoints would skip them).
-    pre = PreprocessStage(lake, {"input_manifest": lake.manifest_uri("r", "ingest"), "engine": "local",
+    pre = PreprocessStage(lake, {"input_manifest": lake.manifest_uri("r", "ingest"), "mapper": "local",
                                  "preset": "c4"}, "r2")
     with pytest.raises(StageFailed, match=f"IntegrityError: shard {shard.shard_id} {shard.uri} has checksum"):
         StageRunner(pre).run()
@@ -121,7 +121,7 @@ def test_corrupted_attrs_fail_the_next_stage_and_the_producing_stage_redoes_them
 
 def test_a_torn_checkpoint_record_redoes_only_its_unit(lake, reference):
     lake, raw = lake
-    stage = PreprocessStage(lake, {"input_manifest": lake.manifest_uri("r", "ingest"), "engine": "local"}, "r")
+    stage = PreprocessStage(lake, {"input_manifest": lake.manifest_uri("r", "ingest"), "mapper": "local"}, "r")
     torn = Manifest.read(stage.manifest_uri).units[2].unit_id
     record = os.path.join(stage.checkpoints.directory, f"{torn}.json")
     with open(record, "r+b") as f:  # torn: what a disk that lost the last write leaves

@@ -29,7 +29,7 @@ def test_validate_reads_an_s3_lake_in_place(s3_bucket, tmp_path, engine):
         checks.append({"type": "sql", "name": "elsewhere", "severity": "warn", "max": 0,
                        "query": f"SELECT count(*) FROM read_csv('s3://{s3_bucket}/elsewhere.csv')"})
     spec = JobSpec(stage="validate", lake={"root": root, "dataset": "demo", "snapshot": None}, run_id=engine,
-                   config={"input_manifest": uris["dedup"], "engine": engine, "max_duplicate_rate": 0.9,
+                   config={"input_manifest": uris["dedup"], "query_engine": engine, "max_duplicate_rate": 0.9,
                            "checks": checks})
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(spec.to_json())

@@ -62,7 +62,7 @@ def test_preprocess_as_an_array_then_on_a_dask_allocation(make_backend, ingested
 
     array = make_backend(shard_groups=2)
     handle = array.submit(JobSpec("preprocess", lake, "r1", {"input_manifest": ingest_manifest,
-                                                            "engine": "local"}))
+                                                            "mapper": "local"}))
     st = wait_for(array, handle, timeout=600)
     assert st.state == JobState.SUCCEEDED, (st, array.logs(handle)[0][-3000:])
     manifest = Manifest.read(handle["manifest_uri"])

@@ -31,8 +31,8 @@ def pipeline(tmp_path_factory):
     src.write_text("".join(json.dumps({"text": t, "n": i}) + "\n" for i, t in enumerate(docs)))
     lake = Lake(str(base / "lake"), "pipe")
     ingest = _run(lake, "ingest", {"inputs": [str(src)], "target_shard_bytes": 4096, "row_group_rows": 16})
-    pre = _run(lake, "preprocess", {"input_manifest": lake.manifest_uri("pipe", "ingest"), "engine": "local"})
-    dedup = _run(lake, "dedup", {"input_manifest": lake.manifest_uri("pipe", "preprocess"), "engine": "local"})
+    pre = _run(lake, "preprocess", {"input_manifest": lake.manifest_uri("pipe", "ingest"), "mapper": "local"})
+    dedup = _run(lake, "dedup", {"input_manifest": lake.manifest_uri("pipe", "preprocess"), "mapper": "local"})
     return lake, ingest, pre, dedup
 
 

@@ -56,7 +56,7 @@ def bait(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module", params=ENGINES)
 def engine(request, lake):
     root, uris = lake
-    eng = make_engine(CuratedView.from_manifest(Manifest.read(uris["dedup"])), {"engine": request.param})
+    eng = make_engine(CuratedView.from_manifest(Manifest.read(uris["dedup"])), {"query_engine": request.param})
     eng.name = request.param
     eng.curated_rows = eng.sql("SELECT count(*) FROM curated")[0]
     yield eng
@@ -203,7 +203,7 @@ def test_read_queries_run_on_both_engines_and_agree(lake):
     view = CuratedView.from_manifest(Manifest.read(uris["dedup"]))
     results = {}
     for name in ENGINES:
-        eng = make_engine(view, {"engine": name})
+        eng = make_engine(view, {"query_engine": name})
         try:
             results[name] = {q: eng.sql(sql)[0] for q, sql in READ_QUERIES.items()}
         finally:
@@ -217,7 +217,7 @@ def test_read_queries_run_on_both_engines_and_agree(lake):
 def test_the_view_still_reads_its_files_after_lockdown(lake, engine_name):
     """The metrics (every view, every attrs file) are computed on the locked connection."""
     root, uris = lake
-    stage, manifest = _validate(root, uris["dedup"], f"locked-{engine_name}", engine=engine_name,
+    stage, manifest = _validate(root, uris["dedup"], f"locked-{engine_name}", query_engine=engine_name,
                                 checks=[{"type": "sql", "name": "curated rows", "query": "SELECT count(*) FROM curated",
                                          "min": 1}])
     report = json.loads(Path(root, "demo", "_manifests", f"locked-{engine_name}", "report.json").read_text())
@@ -235,7 +235,7 @@ def test_a_declared_statement_is_refused_before_any_work(lake, bait, engine_name
     root, uris = lake
     checks = [{"type": "sql", "name": "exfil", "query": f"COPY (SELECT 1) TO '{bait}/out/plan.csv'", "max": 1}]
     with pytest.raises(CheckSpecError, match=r"check #\d+ \(exfil\): query refused"):
-        _validate(root, uris["dedup"], f"plan-{engine_name}", engine=engine_name, checks=checks)
+        _validate(root, uris["dedup"], f"plan-{engine_name}", query_engine=engine_name, checks=checks)
     assert not list((bait / "out").iterdir())
     assert not Path(root, "demo", "_manifests", f"plan-{engine_name}").exists()
 
@@ -270,7 +270,7 @@ def test_environ_secrets_reach_no_manifest_report_record_or_log(lake, tmp_path, 
     checks = [{"type": "sql", "name": f"environ {i}", "query": q, "max": 0}
               for i, q in enumerate(ENVIRON_QUERIES[engine_name])]
     spec = JobSpec(stage="validate", lake={"root": root, "dataset": "demo", "snapshot": None}, run_id=run_id,
-                   config={"input_manifest": uris["dedup"], "engine": engine_name, "checks": checks,
+                   config={"input_manifest": uris["dedup"], "query_engine": engine_name, "checks": checks,
                            "max_attempts": 1})
     spec_path, result_path = tmp_path / "spec.json", tmp_path / "result.json"
     spec_path.write_text(spec.to_json())

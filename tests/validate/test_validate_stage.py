@@ -143,11 +143,11 @@ def test_lost_attrs_rows_and_null_text_break_the_books(tmp_path):
 def test_daft_engine_agrees_with_duckdb(full_run):
     root, uris = full_run
     _validate(root, uris["dedup"], run_id="duck")
-    _validate(root, uris["dedup"], run_id="daft", engine="daft")
+    _validate(root, uris["dedup"], run_id="daft", query_engine="daft")
     duck, _ = _report(root, "duck")
     daft, _ = _report(root, "daft")
     a, b = duck["metrics"], daft["metrics"]
-    assert b["engine"] == "daft-native"
+    assert b["query_engine"] == "daft-native"
     for key in ("rows", "text_bytes", "distinct_ids", "null_counts", "missing_attrs", "attrs_rows", "funnel",
                 "duplicates", "clusters", "drop_reasons"):
         assert a[key] == b[key], key
@@ -180,7 +180,7 @@ def test_daft_on_ray_in_a_job_process(full_run, tmp_path):
 
     root, uris = full_run
     spec = JobSpec(stage="validate", lake={"root": root, "dataset": "demo", "snapshot": None}, run_id="ray",
-                   config={"input_manifest": uris["dedup"], "engine": "daft", "daft_runner": "ray"})
+                   config={"input_manifest": uris["dedup"], "query_engine": "daft", "daft_runner": "ray"})
     spec_path, result_path = tmp_path / "spec.json", tmp_path / "result.json"
     spec_path.write_text(spec.to_json())
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "CURATION_RAY_NUM_CPUS": "2"}
@@ -188,7 +188,7 @@ def test_daft_on_ray_in_a_job_process(full_run, tmp_path):
                            str(result_path)], capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ray_report, _ = _report(root, "ray")
-    assert ray_report["metrics"]["engine"] == "daft-ray" and ray_report["status"] == "passed"
+    assert ray_report["metrics"]["query_engine"] == "daft-ray" and ray_report["status"] == "passed"
     _validate(root, uris["dedup"], run_id="duck-for-ray")
     duck, _ = _report(root, "duck-for-ray")
     for key in ("rows", "text_bytes", "distinct_ids", "funnel", "duplicates", "clusters", "drop_reasons"):

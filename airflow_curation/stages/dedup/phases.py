@@ -20,7 +20,8 @@ from airflow_curation.core.components import write_edges
 from airflow_curation.core.lsh import (node_keys, partition_of, read_partition, row_of, shard_of, star_edges,
                                        unique_edges, write_partitioned)
 from airflow_curation.core.minhash import MinHasher, MinHashParams, band_hashes, exact_keys, jaccard, prepare
-from airflow_curation.core.schema import ID_COLUMN, TEXT_COLUMN, check_id_text
+from airflow_curation.core.schema import (CLUSTER_ID, EXACT_DUPLICATE, ID, IS_DUPLICATE, NEAR_DUPLICATE, TEXT,
+                                          check_id_text)
 
 BAND_COLUMNS = {"bucket": np.uint64, "node": np.uint64}
 EXACT_COLUMNS = {"hi": np.uint64, "lo": np.uint64, "node": np.uint64}
@@ -63,7 +64,7 @@ def sign_shard(shard_uri: str, shard_index: int, keep_uri: str | None, keep_colu
         check_id_text(pf.schema_arrow, shard_uri)
         total = pf.metadata.num_rows
         keep = read_keep(keep_uri, keep_column, total)
-        for batch in pf.iter_batches(batch_size=batch_rows, columns=[TEXT_COLUMN]):
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=[TEXT]):
             n = batch.num_rows
             mask = keep[n_rows:n_rows + n]
             nodes = node_keys(shard_index, np.arange(n_rows, n_rows + n, dtype=np.uint64))[mask]
@@ -108,7 +109,7 @@ def _verify(a: np.ndarray, b: np.ndarray, shard_uris: list[str], params: DedupPa
     for s in np.unique(shards):
         rows = row_of(needed[shards == s])
         with storage.open_read(shard_uris[int(s)]) as f:
-            texts = pq.read_table(f, columns=[TEXT_COLUMN]).column(0).take(pa.array(rows))
+            texts = pq.read_table(f, columns=[TEXT]).column(0).take(pa.array(rows))
         for node, text in zip(needed[shards == s].tolist(), texts.to_pylist()):
             shingles[node] = hasher.shingles(text or "")
     return np.array([jaccard(shingles[x], shingles[y]) >= params.threshold
@@ -154,7 +155,7 @@ def shard_result(shard_uri: str, shard_index: int, keep_uri: str | None, keep_co
     considered), ``is_duplicate``, ``exact_duplicate``, ``near_duplicate``, same rows and order as
     the shard."""
     with storage.open_read(shard_uri) as f:
-        ids = pq.read_table(f, columns=[ID_COLUMN]).column(0)
+        ids = pq.read_table(f, columns=[ID]).column(0)
     n = len(ids)
     keep = read_keep(keep_uri, keep_column, n)
     q = shard_index % out_partitions
@@ -169,9 +170,9 @@ def shard_result(shard_uri: str, shard_index: int, keep_uri: str | None, keep_co
     ex = read_partition(exact_dup_uris, q, NODE_COLUMNS)["node"]
     exact[row_of(ex[shard_of(ex) == shard_index])] = True
     return pa.table({
-        ID_COLUMN: ids,
-        "cluster_id": pa.array(cluster, pa.int64(), mask=~keep),
-        "is_duplicate": pa.array(dup & keep),
-        "exact_duplicate": pa.array(exact & keep),
-        "near_duplicate": pa.array(dup & ~exact & keep),
+        ID: ids,
+        CLUSTER_ID: pa.array(cluster, pa.int64(), mask=~keep),
+        IS_DUPLICATE: pa.array(dup & keep),
+        EXACT_DUPLICATE: pa.array(exact & keep),
+        NEAR_DUPLICATE: pa.array(dup & ~exact & keep),
     })

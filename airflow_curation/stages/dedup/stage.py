@@ -21,10 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import time
 from dataclasses import asdict
-from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -32,17 +29,17 @@ from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.components import connected_components
 from airflow_curation.core.faults import fault_point
-from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.integrity import verify_file
-from airflow_curation.core.layout import safe_name
 from airflow_curation.core.lsh import partitions_for
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.minhash import MinHashParams, lsh_params
-from airflow_curation.core.schema import check_id_text
+from airflow_curation.core.schema import CLUSTER_ID, EXACT_DUPLICATE, KEEP, NEAR_DUPLICATE
 from airflow_curation.core.shards import write_parquet
+from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches
 from airflow_curation.stages.base import Stage, StageRunner, UnitMapper, UnitResult, local_mapper
 from airflow_curation.stages.dedup import phases
 from airflow_curation.stages.dedup.phases import DedupParams
+from airflow_curation.stages.settings import Setting, size
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +54,12 @@ class DedupSignaturesStage(Stage):
 
     name = "dedup_signatures"
     version = "1"
-    RUNTIME_KEYS = Stage.RUNTIME_KEYS | {"shards", "batch_rows"}
-    DEFAULTS: dict[str, Any] = {"params": {}, "keep_column": "keep", "shards": [], "batch_rows": 8192}
+    SETTINGS = Stage.SETTINGS.extend(
+        Setting("params", dict, {}, "DedupParams, as a dict", cli=False),
+        Setting("keep_column", str, KEEP, "the column of upstream attrs that says which rows to consider", cli=False),
+        Setting("shards", list, [], "the shards to sign (DedupStage's plan)", runtime=True, cli=False),
+        Setting("batch_rows", int, 8192, "rows per batch", runtime=True, cli=False),
+    )
 
     @property
     def params(self) -> DedupParams:
@@ -90,49 +91,50 @@ class DedupSignaturesStage(Stage):
         return UnitResult(outputs=[], accounting=acc, extra=stats)
 
 
-class DedupStage(Stage):
-    """Settings (``config``):
+class DedupStage(AttrsStage):
+    """Global exact and MinHash-LSH near dedup: cluster_id and is_duplicate for every row.
 
-    :param threshold: Jaccard similarity at which two documents are near duplicates (default 0.8).
-    :param num_perm: MinHash permutations (128). :param ngram: tokens per shingle (5).
-    :param tokenizer: ``word`` (``\\w+``), ``space`` or ``char``. :param normalization: ``NFKC`` or None.
-    :param lowercase: lowercase before hashing. :param seed: permutation seed.
-    :param bands: :param rows: LSH layout; default: derived from ``threshold`` and ``num_perm``
-        (minimum weighted false-positive + false-negative area).
-    :param exact: find exact duplicates (normalised-content hash). :param near: find near duplicates.
-    :param verify: keep only candidate pairs whose exact Jaccard reaches ``threshold``.
-    :param only_kept: consider only rows that preprocess kept (its ``keep`` column), when present.
-    :param keep_column: the column of upstream attrs that says so.
-    :param memory_budget: bytes one partition of phase 2 may take; sets the partition count.
-    :param partitions: force the partition count instead.
-    :param engine: ``local`` (in-process / process pool of ``workers``) or ``dask``.
-    :param output_dir: plain-file mode: where ``<file stem>.parquet`` results go.
-    :param upstream_wait_s: how long to wait for a ``planned`` upstream manifest to complete.
+    Finds exact (normalised content) and near (Jaccard >= threshold) duplicates across all inputs and writes
+    id, cluster_id, is_duplicate, exact_duplicate and near_duplicate: attrs/dedup/ in a lake, or
+    DIR/<file>.parquet for plain Parquet files. The LSH layout (bands x rows) defaults to the one with the
+    least weighted false-positive + false-negative area for threshold and num_perm. See docs/dedup.md.
     """
 
     name = "dedup"
     version = "1"
-    RUNTIME_KEYS = Stage.RUNTIME_KEYS | {"memory_budget", "partitions", "engine", "batch_rows", "output_dir",
-                                         "upstream_wait_s"}
-    DEFAULTS: dict[str, Any] = {
-        "threshold": 0.8, "num_perm": 128, "ngram": 5, "tokenizer": "word", "normalization": "NFKC",
-        "lowercase": True, "seed": 1, "bands": None, "rows": None, "exact": True, "near": True,
-        "verify": False, "only_kept": True, "keep_column": "keep", "memory_budget": 1 << 30,
-        "partitions": None, "engine": "local", "batch_rows": 8192, "output_dir": None,
-        "upstream_wait_s": 600,
-    }
+    UPSTREAM = ("preprocess", "ingest")
+    SETTINGS = AttrsStage.SETTINGS.extend(
+        Setting("threshold", float, 0.8, "Jaccard similarity at which two documents are near duplicates"),
+        Setting("num_perm", int, 128, "MinHash permutations"),
+        Setting("ngram", int, 5, "tokens per shingle"),
+        Setting("tokenizer", str, "word", "word (\\w+), space or char", choices=("word", "space", "char")),
+        Setting("normalization", str, "NFKC", "Unicode normalization before hashing"),
+        Setting("lowercase", bool, True, "lowercase before hashing"),
+        Setting("seed", int, 1, "permutation seed"),
+        Setting("bands", int, None, "LSH bands (default: derived from threshold and num_perm)"),
+        Setting("rows", int, None, "LSH rows per band (with bands)"),
+        Setting("exact", bool, True, "find exact duplicates (normalised-content hash)"),
+        Setting("near", bool, True, "find near duplicates (MinHash-LSH)"),
+        Setting("verify", bool, False, "keep only candidate pairs whose exact Jaccard reaches threshold"),
+        Setting("only_kept", bool, True, "consider only the rows preprocess kept (its keep column), when present",
+                off_flag="--all-rows"),
+        Setting("keep_column", str, KEEP, "the column of upstream attrs that says so"),
+        Setting("memory_budget", size, 1 << 30, "memory for one partition of the global phase, e.g. 512MB; sets "
+                "the partition count", runtime=True),
+        Setting("partitions", int, None, "force the partition count", runtime=True),
+        Setting("mapper", str, "local", "where work runs: local (in-process / a process pool of workers) or dask "
+                "(one cluster for every phase: scheduler_address, or a LocalCluster)", choices=("local", "dask"),
+                runtime=True),
+        Setting("scheduler_address", str, None, "run on this Dask cluster instead of a LocalCluster", runtime=True),
+        Setting("batch_rows", int, 8192, "rows per batch when signing", runtime=True),
+        renamed={"engine": "mapper"},
+    )
 
     def __init__(self, lake, config, run_id) -> None:
         super().__init__(lake, config, run_id)
         c = self.config
-        if bool(c.get("input_manifest")) == bool(c.get("inputs")):
-            raise ValueError("dedup: give either input_manifest (a lake) or inputs (plain Parquet files)")
-        if c.get("inputs") and not c["output_dir"]:
-            raise ValueError("dedup: plain-file inputs need output_dir")
         if not (c["exact"] or c["near"]):
             raise ValueError("dedup: nothing to do with exact=False and near=False")
-        if c["engine"] not in ("local", "dask"):
-            raise ValueError(f"dedup: engine must be local or dask, not {c['engine']!r}")
         self.params = self._params()
 
     def _params(self) -> DedupParams:
@@ -152,8 +154,8 @@ class DedupStage(Stage):
     def default_mapper(self) -> UnitMapper:
         """``local``: in-process or a process pool of ``workers``. ``dask``: one cluster for every phase
         (``scheduler_address``, or a LocalCluster sized from the memory budget, started once and closed
-        in :meth:`finalize` or at exit), through the shared Dask mapper."""
-        if self.config["engine"] != "dask":
+        in :meth:`collect` or at exit), through the shared Dask mapper."""
+        if self.config["mapper"] != "dask":
             return local_mapper(int(self.config.get("workers", 1)))
         from airflow_curation.stages.engines.dask import dask_mapper
 
@@ -172,9 +174,10 @@ class DedupStage(Stage):
 
             from airflow_curation.stages.engines.budget import available_memory
 
+            self._wait_for_upstream()  # the runner asks for its mapper before it plans
             # A worker holds one shard's batch (phases 1, 3) or one partition (phase 2, sized by
             # memory_budget), plus the interpreter with pyarrow and the compiled kernels.
-            sizes = [e.bytes for e in self._entries()] or [0]
+            sizes = [e.bytes for e in self.entries().values()] or [0]
             per_worker = _WORKER_BASE + max(8 * max(sizes), int(self.config["memory_budget"]))
             plan = plan_workers(sizes, expansion=8.0, base_bytes=_WORKER_BASE,
                                 max_workers=int(self.config.get("workers") or 0) or None)
@@ -191,7 +194,7 @@ class DedupStage(Stage):
         if cluster is not None:
             cluster.close()
 
-    def finalize(self, manifest: Manifest) -> None:
+    def collect(self, manifest: Manifest) -> None:
         self.close()
 
     def __getstate__(self) -> dict:
@@ -199,60 +202,26 @@ class DedupStage(Stage):
         return {k: v for k, v in self.__dict__.items() if k != "_cluster"}
 
     # -- inputs ----------------------------------------------------------------------------------
-    def _entries(self) -> list[ShardEntry]:
-        if getattr(self, "_entry_list", None) is None:
-            self._entry_list = self._read_entries()
-        return self._entry_list
-
-    def _read_entries(self) -> list[ShardEntry]:
-        if self.config.get("input_manifest"):
-            uri = self.config["input_manifest"]
-            # The upstream gate opens on its shards' checkpoints; its job writes the final manifest
-            # just after. Dedup is a barrier over every shard, so it waits for that manifest.
-            deadline = time.monotonic() + float(self.config["upstream_wait_s"])
-            while (upstream := Manifest.read(uri)).status == "planned" and time.monotonic() < deadline:
-                time.sleep(1.0)
-            if upstream.status != "complete":
-                raise ValueError(f"dedup: upstream manifest {uri} is {upstream.status}, not complete "
-                                 f"(waited {self.config['upstream_wait_s']} s)")
-            return list(upstream.shards)
-        entries, seen = [], set()
-        for f in self.config["inputs"]:
-            stem = os.path.basename(f.rstrip("/")).rsplit(".parquet", 1)[0]
-            safe_name(stem, "input file name")
-            if stem in seen:
-                raise ValueError(f"dedup: two inputs are named {stem}.parquet; outputs would collide")
-            seen.add(stem)
-            with storage.open_read(f) as fh:
-                pf = pq.ParquetFile(fh)
-                check_id_text(pf.schema_arrow, f)
-                rows = pf.metadata.num_rows
-            entries.append(ShardEntry(shard_id=stem, uri=f, rows=rows, bytes=storage.size(f),
-                                      checksum=checksum_url(f)))
-        return entries
-
-    def _keep_uri(self, entry: ShardEntry) -> str | None:
-        if not self.config["only_kept"]:
-            return None
-        uri = entry.attrs.get("preprocess")
+    def reads_attrs(self, entry: ShardEntry) -> list[str]:
+        """Preprocess's attrs, when ``only_kept`` and they have the ``keep_column``."""
+        uri = entry.attrs.get("preprocess") if self.config["only_kept"] else None
         if not uri:
-            return None
+            return []
         with storage.open_read(uri) as f:
             names = pq.ParquetFile(f).schema_arrow.names
-        return uri if self.config["keep_column"] in names else None
-
-    def output_uri(self, shard_id: str) -> str:
-        if self.config.get("output_dir"):
-            return storage.join(self.config["output_dir"], f"{shard_id}.parquet")
-        return self.lake.attrs_uri(self.name, shard_id, self.fingerprint)
+        return ["preprocess"] if self.config["keep_column"] in names else []
 
     # -- phases 1 and 2 happen while planning phase 3 ----------------------------------------------
     def plan(self) -> list[UnitEntry]:
-        entries = self._entries()
+        clear_caches()  # a rerun in this process must see the inputs as they are now
+        self._wait_for_upstream()
+        # Manifest order (shard, then row) decides each cluster's keeper: the order is kept as listed.
+        entries = list(self.entries().values())
         shards = []
         for index, e in enumerate(entries):
-            keep_uri = self._keep_uri(e)
-            keep_checksum = (e.attrs_checksums.get("preprocess") or checksum_url(keep_uri)) if keep_uri else None
+            keep = self.reads_attrs(e)
+            keep_uri = e.attrs[keep[0]] if keep else None
+            keep_checksum = self.attrs_checksum(e, keep[0]) if keep else None
             checksum = f"{e.checksum}+{keep_checksum or '-'}@{index}"
             shards.append({"shard_id": e.shard_id, "uri": e.uri, "index": index, "keep_uri": keep_uri,
                            "checksum": e.checksum, "keep_checksum": keep_checksum, "rows": e.rows,
@@ -275,9 +244,8 @@ class DedupStage(Stage):
                                  ).hexdigest()[:16]
         self._global = self._phase2(sig, params, shards, run_key, out_parts)
         self._shards = {s["shard_id"]: s for s in shards}
-        self._entry = {e.shard_id: e for e in entries}
-        return [UnitEntry(unit_id=s["shard_id"], inputs=[s["uri"]], input_checksum=f"{s['input_checksum']}#{run_key}",
-                          rows=s["rows"]) for s in shards]
+        return [UnitEntry(unit_id=s["shard_id"], inputs=[s["uri"]] + ([s["keep_uri"]] if s["keep_uri"] else []),
+                          input_checksum=f"{s['input_checksum']}#{run_key}", rows=s["rows"]) for s in shards]
 
     def _phase2(self, sig: DedupSignaturesStage, params: DedupParams, shards: list[dict], run_key: str,
                 out_parts: int) -> dict:
@@ -305,24 +273,21 @@ class DedupStage(Stage):
         return result
 
     # -- phase 3 -----------------------------------------------------------------------------------
-    def process_unit(self, unit: UnitEntry) -> UnitResult:
+    def write_unit(self, unit: UnitEntry, entry: ShardEntry, uri: str) -> AttrsFile:
         s = self._shards[unit.unit_id]
         g = self._global
         table = phases.shard_result(s["uri"], s["index"], s["keep_uri"], self.config["keep_column"], g["labels"],
                                     g["exact"], int(g["out_partitions"]))
-        uri = self.output_uri(unit.unit_id)
         fault_point("dedup.before_attrs")
         nbytes, checksum = write_parquet(uri, table)
-        considered = table.column("cluster_id").is_valid()
         n = table.num_rows
-        n_considered = int(considered.to_numpy(zero_copy_only=False).sum())
-        exact = int(table.column("exact_duplicate").to_numpy(zero_copy_only=False).sum())
-        near = int(table.column("near_duplicate").to_numpy(zero_copy_only=False).sum())
+        n_considered = int(table.column(CLUSTER_ID).is_valid().to_numpy(zero_copy_only=False).sum())
+        exact = int(table.column(EXACT_DUPLICATE).to_numpy(zero_copy_only=False).sum())
+        near = int(table.column(NEAR_DUPLICATE).to_numpy(zero_copy_only=False).sum())
         acc = RowAccounting()
         acc.keep(n_considered - exact - near)
         for reason, count in (("exact_duplicate", exact), ("near_duplicate", near),
                               ("not_kept_upstream", n - n_considered)):
             if count:
                 acc.drop(reason, count)
-        return UnitResult.attrs(self.name, self._entry[unit.unit_id], uri, nbytes, checksum, acc,
-                                {"exact_duplicates": exact, "near_duplicates": near})
+        return AttrsFile(nbytes, checksum, acc, {"exact_duplicates": exact, "near_duplicates": near})

@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_curation.core.schema import TEXT
 from airflow_curation.stages.enrich.engines import EngineSpec, get_engine
 from airflow_curation.stages.enrich.tasks import make_task
 
@@ -89,7 +90,7 @@ class _EngineActor:
         self.engine = get_engine(EngineSpec(**spec))
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        cols = self.task.run(self.engine, batch.column("text").to_pylist())
+        cols = self.task.run(self.engine, batch.column(TEXT).to_pylist())
         return pa.table({"_pos": batch.column("_pos"), **cols})
 
 
@@ -138,7 +139,7 @@ class RayExecutor:
         ctx = ray.data.DataContext.get_current()
         ctx.execution_options.preserve_order = True  # rows come back in shard order: parts stream out
         ctx.enable_progress_bars = False
-        ds = ray.data.from_arrow(pa.table({"_pos": pa.array(positions, pa.int64()), "text": texts}))
+        ds = ray.data.from_arrow(pa.table({"_pos": pa.array(positions, pa.int64()), TEXT: texts}))
         gpus = float(c["gpus_per_replica"] or 0)
         ds = ds.map_batches(
             _EngineActor,

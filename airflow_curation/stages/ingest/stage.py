@@ -22,11 +22,12 @@ from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.fingerprint import canonical_json
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.quarantine import QuarantineWriter, utf8_safe
-from airflow_curation.core.schema import SHARD_SCHEMA
+from airflow_curation.core.schema import ID, META, SHARD_SCHEMA, SOURCE, TEXT
 from airflow_curation.core.shards import ShardWriter
 from airflow_curation.stages.base import Stage, StageFailed, UnitResult, file_record
 from airflow_curation.stages.ingest.inputs import list_local, open_local
 from airflow_curation.stages.ingest.readers import Bad, Doc, decompress, detect, read_jsonl, read_parquet, read_text
+from airflow_curation.stages.settings import Setting, size
 
 log = logging.getLogger(__name__)
 
@@ -35,47 +36,41 @@ _SHARD_NAME = re.compile(r"^part-\d{5}-\d{3}\.parquet$")
 
 
 class IngestStage(Stage):
-    """Settings (``config``):
+    """Turn raw JSONL (.gz/.zst), Parquet or text files into zstd Parquet shards.
 
-    :param inputs: files, folders (read recursively) or glob patterns; local paths or fsspec URLs.
-    :param input_root: ``source`` (and so ``id``) is the path relative to this; default: the deepest folder
-        holding every input.
-    :param format: ``auto`` (by extension), ``jsonl``, ``parquet`` or ``text``.
-    :param text_field: the field or column holding the document text.
-    :param id_field: a field holding the caller's own unique ids; default: ids from source and position.
-        A repeated id is quarantined as ``duplicate_id`` (the first one in input order is kept) within a
-        unit; one repeated across units fails the run once every unit is done (see ``finalize``).
-    :param text_mode: for text files, ``file`` (one document per file) or ``line``.
-    :param max_text_bytes: documents larger than this (UTF-8) are quarantined as ``text_too_large``.
-        Default 32 MiB: larger "documents" are nearly always dumps, logs or binary, and one of them would
-        blow up every later stage's row group.
-    :param target_shard_bytes: a shard rolls over once its compressed size reaches this (default 512 MiB).
-    :param row_group_rows: rows per Parquet row group (default 4096).
-    :param unit_bytes: consecutive input files are grouped into units of about this many bytes.
+    Inputs are files, folders (read recursively) or glob patterns, local paths or fsspec URLs. What cannot
+    be read is quarantined with where and why; a rerun with the same inputs and settings does no work.
+
+    A caller id (``id_field``) repeated within a unit is quarantined as ``duplicate_id`` (the first one in
+    input order is kept); one repeated across units fails the run once every unit is done (``collect``).
+    ``max_text_bytes`` defaults to 32 MiB: larger "documents" are nearly always dumps, logs or binary, and
+    one of them would blow up every later stage's row group.
     """
 
     name = "ingest"
     version = "1"
-    DEFAULTS = {
-        "input_root": None,
-        "format": "auto",
-        "text_field": "text",
-        "id_field": None,
-        "text_mode": "file",
-        "max_text_bytes": 32 * MiB,
-        "target_shard_bytes": 512 * MiB,
-        "row_group_rows": 4096,
-        "unit_bytes": None,
-    }
+    INPUTS = "raw"
+    SETTINGS = Stage.SETTINGS.extend(
+        Setting("input_root", str, None, "source (and so id) is the path relative to this; default: the deepest "
+                "folder holding every input"),
+        Setting("format", str, "auto", "auto (by extension), jsonl, parquet or text",
+                choices=("auto", "jsonl", "parquet", "text")),
+        Setting("text_field", str, "text", "the field or column holding the document text"),
+        Setting("id_field", str, None, "a field holding your own unique ids (default: ids from source and position)"),
+        Setting("text_mode", str, "file", "text files: one document per file, or per line", choices=("file", "line")),
+        Setting("max_text_bytes", size, 32 * MiB, "larger documents (UTF-8) are quarantined as text_too_large",
+                flag="--max-text-size"),
+        Setting("target_shard_bytes", size, 512 * MiB, "a shard rolls over once its compressed size reaches this",
+                flag="--target-shard-size"),
+        Setting("row_group_rows", int, 4096, "rows per Parquet row group"),
+        Setting("unit_bytes", size, None, "consecutive input files are grouped into units of about this many bytes "
+                "(default: target_shard_bytes)"),
+    )
 
     def __init__(self, lake, config, run_id) -> None:
         super().__init__(lake, config, run_id)
         if not self.config.get("inputs"):
             raise ValueError("ingest: no inputs given")
-        if self.config["text_mode"] not in ("file", "line"):
-            raise ValueError(f"ingest: text_mode must be 'file' or 'line', not {self.config['text_mode']!r}")
-        if self.config["format"] not in ("auto", "jsonl", "parquet", "text"):
-            raise ValueError(f"ingest: unknown format {self.config['format']!r}")
 
     # -- planning ----------------------------------------------------------------------------------
     def _list_inputs(self) -> list[tuple[str, dict]]:
@@ -170,7 +165,7 @@ class IngestStage(Stage):
                         continue
                     row, problem = self._row(item, source, source_key, max_text)
                     if problem is None and cfg["id_field"]:
-                        problem = _repeat(seen, row["id"], source, item.location)
+                        problem = _repeat(seen, row[ID], source, item.location)
                     if problem:
                         quarantine.add(url, item.location, *problem, _raw_of(item))
                         acc.quarantine(problem[0])
@@ -200,7 +195,7 @@ class IngestStage(Stage):
         meta = _meta_json(item.meta)
         if isinstance(meta, tuple):
             return {}, meta
-        return {"id": doc_id, "text": item.text, "source": source, "meta": meta}, None
+        return {ID: doc_id, TEXT: item.text, SOURCE: source, META: meta}, None
 
     def _doc_id(self, item: Doc, source_key: str) -> str | tuple[str, str]:
         field = self.config["id_field"]
@@ -253,7 +248,7 @@ class IngestStage(Stage):
         except OSError as e:
             return Bad(0, "file", "unreadable_input", f"cannot open: {e}", rows=0)
 
-    def finalize(self, manifest: Manifest) -> None:
+    def collect(self, manifest: Manifest) -> None:
         """Check that caller ids are unique across units, then remove shards a previous run of this dataset
         left that this run's manifest does not name."""
         if self.config["id_field"]:
@@ -300,7 +295,7 @@ def _repeated_ids(shards: list[ShardEntry]) -> list[tuple[str, tuple[str, int, s
     Two passes keep memory at 8 bytes a row: a hash of every id, then the exact ids of the rows whose
     hash repeats. Shards come in unit order, so "first" is the earlier unit.
     """
-    hashes = [np.fromiter((xxhash.xxh64_intdigest(i.encode()) for i in _read_columns(s, ["id"])["id"]), np.uint64)
+    hashes = [np.fromiter((xxhash.xxh64_intdigest(i.encode()) for i in _read_columns(s, [ID])[ID]), np.uint64)
               for s in shards]
     if not hashes:
         return []
@@ -314,10 +309,10 @@ def _repeated_ids(shards: list[ShardEntry]) -> list[tuple[str, tuple[str, int, s
         rows = np.flatnonzero(np.isin(h, suspects))
         if not len(rows):
             continue
-        cols = _read_columns(shard, ["id", "source"])
+        cols = _read_columns(shard, [ID, SOURCE])
         for row in rows.tolist():
-            place = (shard.shard_id, row, cols["source"][row])
-            doc_id = cols["id"][row]
+            place = (shard.shard_id, row, cols[SOURCE][row])
+            doc_id = cols[ID][row]
             if doc_id in first:
                 found.append((doc_id, first[doc_id], place))
             else:

@@ -1,24 +1,19 @@
 """Preprocess: per-shard quality signals and keep/drop decisions as additive columns.
 
-One unit per upstream shard. A unit streams its shard in batches, computes the signals
-(:mod:`airflow_curation.core.signals`, plus code signals when a rule needs them), applies the filter
-rules (:mod:`airflow_curation.core.filters`) and writes ``attrs/preprocess/<shard>.parquet`` with
-``id``, the signals, ``keep`` and ``drop_reason``: the same rows in the same order as the shard, which
-is never rewritten. Units run on Dask by default (a LocalCluster sized from the memory budget, or the
-cluster at ``scheduler_address``).
+One unit per upstream shard (:class:`~airflow_curation.stages.attrs.AttrsStage`). A unit streams its shard
+in batches, computes the signals (:mod:`airflow_curation.core.signals`, plus code signals when a rule
+needs them), applies the filter rules (:mod:`airflow_curation.core.filters`) and writes
+``attrs/preprocess/<fingerprint>/<shard>.parquet`` with ``id``, the signals, ``keep`` and ``drop_reason``:
+the same rows in the same order as the shard, which is never rewritten. Units run on Dask by default (a
+LocalCluster sized from the memory budget, or the cluster at ``scheduler_address``).
 """
 
 from __future__ import annotations
 
 import logging
-import resource
-import time
-from collections import Counter
-from functools import lru_cache
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
@@ -27,28 +22,17 @@ from airflow_curation.core.code_signals import (
     compute_code_signals,
     language_of,
 )
-from airflow_curation.core.faults import fault_point
 from airflow_curation.core.filters import Rule, apply_rules, resolve_rules
-from airflow_curation.core.integrity import verify_file
-from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
-from airflow_curation.core.schema import check_id_text
-from airflow_curation.core.shards import _CountingSink
+from airflow_curation.core.schema import ID, SOURCE, TEXT
 from airflow_curation.core.signals import SignalComputer
-from airflow_curation.stages.base import Stage, UnitMapper, UnitResult, local_mapper
+from airflow_curation.stages.attrs import AttrsStage, keep_accounting, write_attrs
+from airflow_curation.stages.base import UnitMapper, local_mapper
 from airflow_curation.stages.engines.budget import DEFAULT_BASE_BYTES, MiB
+from airflow_curation.stages.settings import Setting, auto_or_bool, str_or_list
 
 DEFAULT_EXPANSION = 8.0
 
 log = logging.getLogger(__name__)
-
-
-@lru_cache(maxsize=8)
-def _upstream(manifest_uri: str) -> dict[str, ShardEntry]:
-    """The upstream manifest's shards by id, read once per process (Dask workers included)."""
-    manifest = Manifest.read(manifest_uri)
-    if manifest.status != "complete":
-        raise ValueError(f"preprocess: upstream manifest {manifest_uri} is {manifest.status!r}, not complete")
-    return {s.shard_id: s for s in manifest.shards}
 
 
 class Preprocessor:
@@ -72,18 +56,18 @@ class Preprocessor:
 
     @property
     def input_columns(self) -> list[str]:
-        cols = ["id", "text"]
+        cols = [ID, TEXT]
         if self.code and self.code_language == "auto":
-            cols.append("source")
+            cols.append(SOURCE)
         return cols
 
     def process(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
         table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
-        texts = table.column("text")
+        texts = table.column(TEXT)
         signals = self.computer.compute(texts)
         if self.code:
             if self.code_language == "auto":
-                sources = table.column("source").to_pylist() if "source" in table.column_names else [None] * len(table)
+                sources = table.column(SOURCE).to_pylist() if SOURCE in table.column_names else [None] * len(table)
                 langs = [language_of(s) for s in sources]
             else:
                 langs = self.code_language
@@ -91,91 +75,54 @@ class Preprocessor:
             for name in code.column_names:
                 signals = signals.append_column(name, code.column(name))
         decisions = apply_rules(signals, self.rules)
-        ids = table.column("id")
+        ids = table.column(ID)
         if not pa.types.is_string(ids.type):
             ids = ids.cast(pa.string())
-        out = pa.Table.from_arrays([ids] + signals.columns + decisions.columns,
-                                   names=["id"] + signals.column_names + decisions.column_names)
-        return out
+        return pa.Table.from_arrays([ids] + signals.columns + decisions.columns,
+                                    names=[ID] + signals.column_names + decisions.column_names)
 
     def run_file(self, in_uri: str, out_uri: str, batch_rows: int = 4096) -> tuple[RowAccounting, dict[str, Any]]:
         """Stream one Parquet file with ``id`` and ``text`` into ``out_uri`` (written atomically)."""
-        accounting = RowAccounting()
-        started = time.time()
-        text_bytes = 0
-        with storage.open_read(in_uri) as f:
-            pf = pq.ParquetFile(f)
-            check_id_text(pf.schema_arrow, in_uri)
-            cols = [c for c in self.input_columns if c in pf.schema_arrow.names]
-            with storage.atomic_open(out_uri) as out:
-                sink = _CountingSink(out)
-                writer = None
-                try:
-                    for batch in pf.iter_batches(batch_size=batch_rows, columns=cols):
-                        text_bytes += _text_bytes(batch.column(batch.schema.get_field_index("text")))
-                        result = self.process(batch)
-                        _account(accounting, result)
-                        if writer is None:
-                            writer = pq.ParquetWriter(sink, result.schema, compression="zstd", write_statistics=True)
-                        writer.write_table(result, row_group_size=max(1, batch_rows))
-                    if writer is None:  # an empty file still gets its (empty) attrs file
-                        empty = self.process(pa.table({"id": pa.array([], pa.string()),
-                                                       "text": pa.array([], pa.string())}))
-                        writer = pq.ParquetWriter(sink, empty.schema, compression="zstd")
-                        writer.write_table(empty)
-                finally:
-                    if writer is not None:
-                        writer.close()
-        info = {"attrs_bytes": sink.tell(), "attrs_checksum": sink.checksum.hexdigest(), "text_bytes": text_bytes,
-                "seconds": round(time.time() - started, 3),
-                "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
-        return accounting, info
+        out = write_attrs(in_uri, out_uri, self.process, keep_accounting, self.input_columns, batch_rows)
+        return out.accounting, out.extra
 
 
-def _text_bytes(col: pa.Array) -> int:
-    buffers = col.buffers()
-    return buffers[2].size if len(buffers) > 2 and buffers[2] is not None else 0
+class PreprocessStage(AttrsStage):
+    """Quality signals and keep/drop columns for every shard (gopher, c4, fineweb, code presets).
 
-
-def _account(accounting: RowAccounting, result: pa.Table) -> None:
-    kept = result.column("keep").to_numpy(zero_copy_only=False)
-    accounting.keep(int(kept.sum()))
-    for reason, n in Counter(r for r in result.column("drop_reason").to_pylist() if r is not None).items():
-        accounting.drop(reason, n)
-
-
-class PreprocessStage(Stage):
-    """Settings (``config``):
-
-    :param input_manifest: URI of the upstream (ingest) manifest; one unit per shard.
-    :param preset: filter preset(s): ``gopher``, ``c4``, ``fineweb``, ``code``, comma-separated, or ``none``.
-    :param rules: extra rules ``{name, signal, min, max}`` applied after the preset's.
-    :param signals: signal settings: ``stop_words`` (list), ``tokenizer`` (``default`` or ``hf:<tokenizer.json>``).
-    :param code: code signals: ``auto`` (when a rule reads one), ``true`` or ``false``.
-    :param code_language: ``auto`` (by each row's ``source`` extension) or one language for all rows.
-    :param batch_rows: rows per batch and per output row group.
-    :param engine: ``dask`` (default) or ``local`` (in-process / a process pool of ``workers``).
-    :param scheduler_address: run on this Dask cluster instead of a LocalCluster.
-    :param workers: at most this many local workers (the memory plan may choose fewer).
-    :param memory_expansion: a unit's peak memory per byte of its shard, for the worker plan; default:
-        measured from this config's earlier checkpoints, else 8.
+    Writes attrs/preprocess/ per shard (checkpointed; reruns skip done shards), or DIR/<file>.parquet for
+    plain Parquet files with id and text columns: id, every signal, keep and drop_reason. See
+    docs/preprocess.md.
     """
 
     name = "preprocess"
     version = "1"
-    RUNTIME_KEYS = Stage.RUNTIME_KEYS | {"engine", "memory_expansion", "batch_rows"}
-    DEFAULTS: dict[str, Any] = {
-        "preset": "gopher", "rules": [], "signals": {}, "code": "auto", "code_language": "auto",
-        "batch_rows": 4096, "engine": "dask", "memory_expansion": None,
-    }
+    UPSTREAM = ("ingest",)
+    FUNNEL_LABEL = "quality"
+    SETTINGS = AttrsStage.SETTINGS.extend(
+        Setting("preset", str_or_list, "gopher",
+                "filter preset(s), comma-separated: gopher, c4, fineweb, code, or none"),
+        Setting("rules", list, [], "extra rules, a JSON list of {name, signal, min, max}, applied after the preset's"),
+        Setting("signals", dict, {}, "signal settings: stop_words (list), tokenizer (default or hf:<tokenizer.json>)",
+                cli=False),
+        Setting("code", auto_or_bool, "auto", "code signals: auto (when a rule reads one), true or false",
+                choices=("auto", True, False)),
+        Setting("code_language", str, "auto", "auto (by each row's source extension) or one language for all rows"),
+        Setting("batch_rows", int, 4096, "rows per batch and per output row group", runtime=True),
+        Setting("mapper", str, "dask", "where shards run: dask (a LocalCluster sized from the memory budget, or "
+                "scheduler_address) or local (in-process / a process pool of workers)", choices=("dask", "local"),
+                runtime=True),
+        Setting("scheduler_address", str, None, "run on this Dask cluster instead of a LocalCluster", runtime=True),
+        Setting("workers", int, None, "at most this many local workers (the memory plan may choose fewer)",
+                runtime=True),
+        Setting("memory_expansion", float, None, "a unit's peak memory per byte of its shard, for the worker plan; "
+                "default: measured from this config's earlier checkpoints, else 8", runtime=True),
+        renamed={"engine": "mapper"},
+    )
 
     def __init__(self, lake, config, run_id) -> None:
         super().__init__(lake, config, run_id)
-        if not self.config.get("input_manifest"):
-            raise ValueError("preprocess: config needs input_manifest (the upstream manifest URI)")
-        if self.config["engine"] not in ("dask", "local"):
-            raise ValueError(f"preprocess: engine must be 'dask' or 'local', not {self.config['engine']!r}")
-        self.preprocessor()  # validate preset, rules and signal settings before any work starts
+        self._pre: Preprocessor | None = self.preprocessor()  # preset, rules, signals checked before any work
         self._unit_bytes: dict[str, int] = {}
 
     def preprocessor(self) -> Preprocessor:
@@ -184,7 +131,7 @@ class PreprocessStage(Stage):
                             code_language=c["code_language"])
 
     def default_mapper(self) -> UnitMapper:
-        if self.config["engine"] == "local":
+        if self.config["mapper"] == "local":
             return local_mapper(int(self.config.get("workers") or 1))
         from airflow_curation.stages.engines.dask import dask_mapper
 
@@ -218,27 +165,24 @@ class PreprocessStage(Stage):
         return expansion
 
     def __getstate__(self) -> dict:
-        # Workers need no sizes; 10,000 shards' worth must not travel with every unit.
-        return {**self.__dict__, "_unit_bytes": {}}
+        # Workers need no sizes (10,000 shards' worth must not travel with every unit); they build their
+        # own preprocessor.
+        return {**self.__dict__, "_unit_bytes": {}, "_pre": None}
 
-    def plan(self) -> list[UnitEntry]:
-        _upstream.cache_clear()  # a rerun in this process must see the manifest as it is now
-        shards = _upstream(self.config["input_manifest"])
-        units = []
-        for shard_id in sorted(shards):
-            s = shards[shard_id]
-            self._unit_bytes[shard_id] = s.bytes
-            units.append(UnitEntry(unit_id=shard_id, inputs=[s.uri], input_checksum=s.checksum, rows=s.rows))
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(self._preprocessor().input_columns)
+
+    def _preprocessor(self) -> Preprocessor:
+        if self._pre is None:
+            self._pre = self.preprocessor()
+        return self._pre
+
+    def plan(self):
+        units = super().plan()
+        entries = self.entries()
+        self._unit_bytes = {u.unit_id: entries[u.unit_id].bytes for u in units}
         return units
 
-    def process_unit(self, unit: UnitEntry) -> UnitResult:
-        upstream = _upstream(self.config["input_manifest"]).get(unit.unit_id)
-        if upstream is None or upstream.checksum != unit.input_checksum:  # a long-lived worker's stale cache
-            _upstream.cache_clear()
-            upstream = _upstream(self.config["input_manifest"])[unit.unit_id]
-        verify_file(upstream.uri, upstream.checksum, f"shard {unit.unit_id}")
-        attrs_uri = self.lake.attrs_uri(self.name, unit.unit_id, self.fingerprint)
-        accounting, info = self.preprocessor().run_file(upstream.uri, attrs_uri, int(self.config["batch_rows"]))
-        fault_point("preprocess.after_attrs_write")
-        return UnitResult.attrs(self.name, upstream, attrs_uri, info["attrs_bytes"], info["attrs_checksum"],
-                                accounting, info)
+    def compute(self, table: pa.Table) -> pa.Table:
+        return self._preprocessor().process(table)

@@ -37,6 +37,7 @@ from airflow_curation.core import redact, storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.integrity import chain_problem
 from airflow_curation.core.manifest import Manifest, ManifestError
+from airflow_curation.core.schema import ID, SOURCE, TEXT
 from airflow_curation.stages.validate import sandbox
 from airflow_curation.stages.validate.view import CuratedView
 
@@ -105,9 +106,9 @@ def load_checks(source: Any) -> list[dict[str, Any]]:
     return [dict(c) for c in source]
 
 
-def refuse_unsafe_sql(checks: list[dict[str, Any]], engine: str) -> None:
-    """Refuse, before any work, a sql check that the engine's sandbox would refuse to run."""
-    gate = sandbox.duckdb_statement if engine == "duckdb" else sandbox.daft_query
+def refuse_unsafe_sql(checks: list[dict[str, Any]], query_engine: str) -> None:
+    """Refuse, before any work, a sql check that the query engine's sandbox would refuse to run."""
+    gate = sandbox.duckdb_statement if query_engine == "duckdb" else sandbox.daft_query
     for i, c in enumerate(checks):
         if c.get("type", c.get("check")) == "sql" and "query" in c:
             try:
@@ -121,9 +122,9 @@ def default_checks(config: dict[str, Any]) -> list[dict[str, Any]]:
     """The checks every run gets, their thresholds from the stage config (so from DAG params)."""
     checks: list[dict[str, Any]] = [
         {"type": "accounting"},
-        {"type": "schema", "columns": {"id": "string", "text": "string", "source": "string"}},
+        {"type": "schema", "columns": {ID: "string", TEXT: "string", SOURCE: "string"}},
         {"type": "unique_ids"},
-        {"type": "null_rate", "columns": ["id", "text"], "max": float(config.get("max_null_rate") or 0.0)},
+        {"type": "null_rate", "columns": [ID, TEXT], "max": float(config.get("max_null_rate") or 0.0)},
         {"type": "min_rows", "min": int(config.get("min_rows") or 0), "scope": "curated"},
     ]
     if config.get("max_duplicate_rate") is not None:

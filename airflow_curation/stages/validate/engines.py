@@ -1,4 +1,4 @@
-"""Engines that compute the validation metrics over a :class:`CuratedView`.
+"""Query engines that compute the validation metrics over a :class:`CuratedView` (``query_engine``).
 
 Both return the same ``metrics`` dict, so checks and the report never know which one ran:
 
@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from airflow_curation.core import redact, storage
+from airflow_curation.core.schema import CLUSTER_ID, DROP_REASON, ID, TEXT
 from airflow_curation.stages.validate import sandbox
 from airflow_curation.stages.validate.view import CuratedView
 
@@ -85,8 +86,8 @@ class DuckDBEngine:
             self.con.execute(f"CREATE VIEW {_q('attrs_' + a.stage)} AS SELECT * FROM read_parquet("
                              f"{self._files(a.files)}, union_by_name = true)")
             select += [f"{a.alias}.{_q(src)} AS {_q(dst)}" for src, dst in a.columns.items()]
-            select.append(f"({a.alias}.id IS NOT NULL) AS {_q(a.has_flag)}")
-            joins.append(f"LEFT JOIN {_q('attrs_' + a.stage)} AS {a.alias} ON {a.alias}.id = s.id")
+            select.append(f"({a.alias}.{_q(ID)} IS NOT NULL) AS {_q(a.has_flag)}")
+            joins.append(f"LEFT JOIN {_q('attrs_' + a.stage)} AS {a.alias} ON {a.alias}.{_q(ID)} = s.{_q(ID)}")
         self.con.execute(f"CREATE VIEW docs AS SELECT {', '.join(select)} FROM shards AS s {' '.join(joins)}")
         where = self._where(v.curated_conditions())
         self.con.execute(f"CREATE VIEW curated AS SELECT * FROM docs{' WHERE ' + where if where else ''}")
@@ -117,18 +118,18 @@ class DuckDBEngine:
     def metrics(self, curated_signals: list[str] | None = None) -> dict[str, Any]:
         v = self.view
         cols = [n for n in v.schema().names if not n.startswith("_has_")]
-        exprs = ["count(*)", "coalesce(sum(strlen(text)), 0)", "count(DISTINCT id)"]
+        exprs = ["count(*)", f"coalesce(sum(strlen({_q(TEXT)})), 0)", f"count(DISTINCT {_q(ID)})"]
         exprs += [f"count(*) - count({_q(c)})" for c in cols]
         exprs += [f"count(*) FILTER (WHERE NOT {_q(a.has_flag)})" for a in v.attrs]
         steps = v.funnel_steps()
         for _, _, conds in steps:
             w = self._where(conds)
-            exprs += [f"count(*) FILTER (WHERE {w})", f"coalesce(sum(strlen(text)) FILTER (WHERE {w}), 0)"]
+            exprs += [f"count(*) FILTER (WHERE {w})", f"coalesce(sum(strlen({_q(TEXT)})) FILTER (WHERE {w}), 0)"]
         dup = next((a.duplicate_column for a in v.attrs if a.duplicate_column), None)
         if dup:
             exprs += [f"count({_q(dup)})", f"count(*) FILTER (WHERE {_q(dup)})"]
         row = list(self.con.execute(f"SELECT {', '.join(exprs)} FROM docs").fetchone())
-        out: dict[str, Any] = {"engine": "duckdb"}
+        out: dict[str, Any] = {"query_engine": "duckdb"}
         out["rows"], out["text_bytes"], out["distinct_ids"] = int(row[0]), int(row[1]), int(row[2])
         row = row[3:]
         out["null_counts"] = {c: int(n) for c, n in zip(cols, row)}
@@ -209,10 +210,10 @@ class DuckDBEngine:
 
     def _clusters(self) -> dict | None:
         for a in self.view.attrs:
-            if "cluster_id" in a.columns:
+            if CLUSTER_ID in a.columns:
                 rows = self.con.execute(
                     f"SELECT n, count(*) FROM (SELECT count(*) AS n FROM {_q('attrs_' + a.stage)} "
-                    "WHERE cluster_id IS NOT NULL GROUP BY cluster_id) GROUP BY n ORDER BY n").fetchall()
+                    f"WHERE {CLUSTER_ID} IS NOT NULL GROUP BY {CLUSTER_ID}) GROUP BY n ORDER BY n").fetchall()
                 sizes = {int(n): int(k) for n, k in rows}
                 return {"clusters": sum(sizes.values()), "sizes": sizes,
                         "largest": max(sizes) if sizes else 0}
@@ -221,10 +222,10 @@ class DuckDBEngine:
     def _drop_reasons(self) -> dict[str, dict[str, int]]:
         out = {}
         for a in self.view.attrs:
-            if "drop_reason" in a.columns:
+            if DROP_REASON in a.columns:
                 rows = self.con.execute(
-                    f"SELECT drop_reason, count(*) FROM {_q('attrs_' + a.stage)} WHERE drop_reason IS NOT NULL "
-                    "AND drop_reason <> '' GROUP BY 1 ORDER BY 2 DESC").fetchall()
+                    f"SELECT {DROP_REASON}, count(*) FROM {_q('attrs_' + a.stage)} WHERE {DROP_REASON} IS NOT NULL "
+                    f"AND {DROP_REASON} <> '' GROUP BY 1 ORDER BY 2 DESC").fetchall()
                 out[a.stage] = {str(r): int(n) for r, n in rows}
         return out
 
@@ -257,15 +258,15 @@ class DaftEngine:
     def _attrs(self, a):
         df = self._read(a.files)
         return df.select(*[self.daft.col(src).alias(dst) for src, dst in a.columns.items()],
-                         self.daft.col("id").alias(f"__id_{a.stage}"))
+                         self.daft.col(ID).alias(f"__id_{a.stage}"))
 
     def docs(self):
         col = self.daft.col
         df = self._read(self.view.shard_files)
         for a in self.view.attrs:
-            df = df.join(self._attrs(a), left_on="id", right_on=f"__id_{a.stage}", how="left")
+            df = df.join(self._attrs(a), left_on=ID, right_on=f"__id_{a.stage}", how="left")
             df = df.with_column(a.has_flag, col(f"__id_{a.stage}").not_null()).exclude(f"__id_{a.stage}")
-        return df.with_column("__bytes", col("text").length_bytes())
+        return df.with_column("__bytes", col(TEXT).length_bytes())
 
     def _cond(self, c):
         col, lit = self.daft.col, self.daft.lit
@@ -302,8 +303,8 @@ class DaftEngine:
                      col(dup).fill_null(lit(False)).cast(self.daft.DataType.int64()).sum().alias("__dup_n")]
         r = docs.agg(*aggs).to_pydict()
         g = {k: (vals[0] if vals else None) for k, vals in r.items()}
-        distinct = docs.select("id").distinct().count_rows()
-        out: dict[str, Any] = {"engine": f"daft-{self.runner}", "rows": int(g["__rows"] or 0),
+        distinct = docs.select(ID).distinct().count_rows()
+        out: dict[str, Any] = {"query_engine": f"daft-{self.runner}", "rows": int(g["__rows"] or 0),
                                "text_bytes": int(g["__text_bytes"] or 0), "distinct_ids": int(distinct)}
         out["null_counts"] = {c: int(g[f"__null_{c}"] or 0) for c in cols}
         out["missing_attrs"] = {a.stage: int(g[f"__miss_{a.stage}"] or 0) for a in v.attrs}
@@ -375,9 +376,9 @@ class DaftEngine:
     def _clusters(self) -> dict | None:
         col = self.daft.col
         for a in self.view.attrs:
-            if "cluster_id" in a.columns:
-                df = self._read(a.files).where(col("cluster_id").not_null())
-                per = df.groupby("cluster_id").agg(col("cluster_id").count().alias("n"))
+            if CLUSTER_ID in a.columns:
+                df = self._read(a.files).where(col(CLUSTER_ID).not_null())
+                per = df.groupby(CLUSTER_ID).agg(col(CLUSTER_ID).count().alias("n"))
                 sizes_df = per.groupby("n").agg(col("n").count().alias("k")).to_pydict()
                 sizes = {int(n): int(k) for n, k in sorted(zip(sizes_df["n"], sizes_df["k"]))}
                 return {"clusters": sum(sizes.values()), "sizes": sizes, "largest": max(sizes) if sizes else 0}
@@ -387,10 +388,10 @@ class DaftEngine:
         col = self.daft.col
         out = {}
         for a in self.view.attrs:
-            if "drop_reason" in a.columns:
-                df = self._read(a.files).where(col("drop_reason").not_null() & (col("drop_reason") != ""))
-                g = df.groupby("drop_reason").agg(col("drop_reason").count().alias("n")).to_pydict()
-                out[a.stage] = {str(r): int(n) for r, n in sorted(zip(g["drop_reason"], g["n"]),
+            if DROP_REASON in a.columns:
+                df = self._read(a.files).where(col(DROP_REASON).not_null() & (col(DROP_REASON) != ""))
+                g = df.groupby(DROP_REASON).agg(col(DROP_REASON).count().alias("n")).to_pydict()
+                out[a.stage] = {str(r): int(n) for r, n in sorted(zip(g[DROP_REASON], g["n"]),
                                                                     key=lambda t: -t[1])}
         return out
 
@@ -452,12 +453,12 @@ def _daft_io_config(daft, uri: str):
 
 
 def make_engine(view: CuratedView, config: dict[str, Any]):
-    engine = config.get("engine", "duckdb")
+    engine = config.get("query_engine", "duckdb")
     if engine == "duckdb":
         return DuckDBEngine(view, threads=config.get("threads"), memory_limit=config.get("memory_limit"))
     if engine == "daft":
         return DaftEngine(view, runner=config.get("daft_runner", "native"), ray_address=config.get("ray_address"))
-    raise ValueError(f"unknown validate engine {engine!r}; use 'duckdb' or 'daft'")
+    raise ValueError(f"unknown query_engine {engine!r}; use 'duckdb' or 'daft'")
 
 
 def finite(x: Any) -> Any:

@@ -190,7 +190,7 @@ def render_html(r: dict[str, Any]) -> str:
     out = [f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{_e(title)}</title>"
            f"<style>{_CSS}</style></head><body>",
            f'<h1>{_e(title)} <span class="badge {_e(r["status"])}" id="status">{_e(r["status"].upper())}</span></h1>',
-           f'<div class="meta">run <code>{_e(r["run_id"])}</code> · engine {_e(m.get("engine"))} · '
+           f'<div class="meta">run <code>{_e(r["run_id"])}</code> · query engine {_e(m.get("query_engine"))} · '
            f'{_e(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(r["created_at"])))} · '
            f'{r["seconds"]:.2f} s · input <code>{_e(r["input_manifest"])}</code></div>']
 

@@ -2,7 +2,7 @@
 curation report beside the run's manifests.
 
 It reads the upstream manifest, builds the curated view (shards joined with every attrs folder by
-``id``, read in place), computes the metrics with DuckDB or Daft, runs the checks, writes
+``id``, read in place), computes the metrics with its query engine (DuckDB or Daft), runs the checks, writes
 ``_manifests/<run_id>/report.{json,html}`` and fails with a readable summary when a check of severity
 ``error`` fails. Its manifest passes the upstream shards through, so a publish step can read it.
 """
@@ -19,6 +19,7 @@ from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import canonical_json
 from airflow_curation.core.manifest import Manifest, ManifestError, ShardEntry, UnitEntry
 from airflow_curation.stages.base import Stage, UnitResult
+from airflow_curation.stages.settings import Setting, anything
 from airflow_curation.stages.validate import checks as checks_mod
 from airflow_curation.stages.validate.engines import finite, make_engine
 from airflow_curation.stages.validate.report import build_report, report_uris, write_report
@@ -30,32 +31,32 @@ UNIT_ID = "validate"
 
 
 class ValidateStage(Stage):
-    """Declared checks over the curated view, and the run's report.
+    """Check a run's curated view and write its report (JSON + HTML).
 
-    Settings (every threshold can come from a DAG param):
-
-    - ``engine``: ``duckdb`` (in process) or ``daft`` (``daft_runner``: ``native`` or ``ray``).
-    - ``checks``: a list of check dicts, or YAML text; ``checks_file``: URL of a YAML/JSON file.
-    - ``min_rows``, ``max_null_rate``, ``max_duplicate_rate``, ``min_kept_fraction``,
-      ``signal_bounds`` (``{column: {stat, min, max}}``): thresholds of the default checks.
-    - ``fail_on_error``: raise when a check of severity ``error`` fails (default True).
+    Runs the declared checks (and the default ones, whose thresholds are settings, so DAG params) over the
+    shards joined with every stage's attrs, and fails when a check of severity error fails. See
+    docs/validate.md.
     """
 
     name = "validate"
     version = "2"  # 2: sql checks run in the sandbox; a verdict reached without it is not reused
-    RUNTIME_KEYS = Stage.RUNTIME_KEYS | {"threads", "memory_limit", "ray_address"}
-    DEFAULTS: dict[str, Any] = {
-        "engine": "duckdb",
-        "daft_runner": "native",
-        "checks": [],
-        "checks_file": None,
-        "min_rows": 1,
-        "max_null_rate": 0.0,
-        "max_duplicate_rate": None,
-        "min_kept_fraction": None,
-        "signal_bounds": {},
-        "fail_on_error": True,
-    }
+    SETTINGS = Stage.SETTINGS.extend(
+        Setting("query_engine", str, "duckdb", "what computes the metrics: duckdb (in process) or daft",
+                choices=("duckdb", "daft")),
+        Setting("daft_runner", str, "native", "daft: native (this machine) or ray", choices=("native", "ray")),
+        Setting("checks", anything, [], "a list of check dicts, or YAML text (see docs/validate.md)", cli=False),
+        Setting("checks_file", str, None, "YAML or JSON file of declared checks", flag="--checks"),
+        Setting("min_rows", int, 1, "fewest curated rows allowed"),
+        Setting("max_null_rate", float, 0.0, "highest null rate of id and text"),
+        Setting("max_duplicate_rate", float, None, "highest duplicate rate allowed (default: not checked)"),
+        Setting("min_kept_fraction", float, None, "smallest curated/all ratio allowed (default: not checked)"),
+        Setting("signal_bounds", dict, {}, "JSON {column: {stat, min, max}}: bounds of signal statistics"),
+        Setting("fail_on_error", bool, True, "fail when a check of severity error fails", off_flag="--warn-only"),
+        Setting("threads", int, None, "DuckDB threads", runtime=True),
+        Setting("memory_limit", str, None, "DuckDB memory limit, e.g. 4GB (it spills beyond)", runtime=True),
+        Setting("ray_address", str, None, "Ray cluster for daft_runner ray (default: a local Ray)", runtime=True),
+        renamed={"engine": "query_engine"},
+    )
 
     # --- inputs -----------------------------------------------------------------------------------
 
@@ -101,7 +102,7 @@ class ValidateStage(Stage):
     def plan(self) -> list[UnitEntry]:
         m = self.input_manifest()
         checks = self.declared_checks()  # fail early on a malformed check, before any work
-        checks_mod.refuse_unsafe_sql(checks, self.config.get("engine", "duckdb"))
+        checks_mod.refuse_unsafe_sql(checks, self.config["query_engine"])
         others = {st: (mm.fingerprint, mm.status, mm.accounting) for st, (_, mm) in self.stage_manifests().items()}
         payload = canonical_json({"shards": [(s.shard_id, s.checksum, s.rows, sorted(s.attrs.items()),
                                               sorted(s.attrs_checksums.items())) for s in m.shards],
@@ -114,9 +115,9 @@ class ValidateStage(Stage):
     def process_unit(self, unit: UnitEntry) -> UnitResult:
         started = time.time()
         m = self.input_manifest()
-        view = CuratedView.from_manifest(m)
-        declared = self.declared_checks()
         manifests = self.stage_manifests()
+        view = CuratedView.from_manifest(m, related=[mm for _, mm in manifests.values()])
+        declared = self.declared_checks()
         engine = make_engine(view, self.config)
         try:
             metrics = engine.metrics(curated_signals=checks_mod.curated_signal_columns(declared, view))
@@ -143,9 +144,9 @@ class ValidateStage(Stage):
             accounting=acc,
             extra={"status": report["status"], "summary": summary, "failed_checks": failed,
                    "report_json": json_uri, "report_html": html_uri,
-                   "funnel": metrics["funnel"], "engine": metrics["engine"]})
+                   "funnel": metrics["funnel"], "query_engine": metrics["query_engine"]})
 
-    def finalize(self, manifest: Manifest) -> None:
+    def collect(self, manifest: Manifest) -> None:
         rec = self.checkpoints.load(UNIT_ID)
         extra = rec.extra if rec else {}
         json_uri, html_uri = report_uris(self.lake, self.run_id)

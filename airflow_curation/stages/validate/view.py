@@ -1,28 +1,31 @@
-"""The curated view, described once and queried by any engine (DuckDB in process, Daft on Ray).
+"""The curated view, described once and queried by any query engine (DuckDB in process, Daft on Ray).
 
 The view joins the shards with every attrs folder the manifest names, by ``id``, without copying
-anything: engines read the Parquet files in place, so projection and filter pushdown reach the scan.
-What exists decides what the view holds: a run with only ingest has the shard columns; each stage
+anything: query engines read the Parquet files in place, so projection and filter pushdown reach the
+scan. What exists decides what the view holds: a run with only ingest has the shard columns; each stage
 that lands adds its columns and, when it has a ``keep`` or ``is_duplicate`` column, a funnel step.
+
+The funnel's order is the pipeline's, read from the manifests (no list of stages here): each attrs key
+comes where the earliest manifest that carries it stands (by ``created_at``), among the manifests of the
+chain of ``input_manifest`` links and of the run's folder. A stage added tomorrow takes its place.
 """
 
 from __future__ import annotations
 
+import logging
 import re
-
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
-from airflow_curation.core.manifest import Manifest
+from airflow_curation.core.layout import Lake
+from airflow_curation.core.manifest import Manifest, ManifestError
+from airflow_curation.core.schema import CLUSTER_ID, ID, IS_DUPLICATE, KEEP
 
-# What the funnel calls each stage's survivors (stages not listed keep their own name).
-FUNNEL_LABELS = {"ingest": "raw", "preprocess": "quality", "dedup": "dedup", "enrich": "enriched"}
-# Manifests store attrs as a JSON object with sorted keys, so pipeline order is restated here;
-# stages not listed follow, by name.
-PIPELINE_ORDER = ("preprocess", "dedup", "enrich")
+log = logging.getLogger(__name__)
 
 
 def type_family(t: pa.DataType) -> str:
@@ -50,11 +53,12 @@ def is_numeric(t: pa.DataType) -> bool:
 class AttrsSource:
     """One stage's additive columns: files, and how its columns are named in the view."""
 
-    stage: str
+    stage: str               # the attrs key: the stage's name, or its output's (enrich-<name>)
     files: list[str]
     schema: pa.Schema
     columns: dict[str, str]  # column in the attrs files -> name in the view
     shards_covered: int
+    label: str = ""          # the funnel's name for its survivors (default: the key)
 
     @property
     def alias(self) -> str:
@@ -70,13 +74,13 @@ class AttrsSource:
 
     @property
     def keep_column(self) -> str | None:
-        f = self.schema.field("keep") if "keep" in self.schema.names else None
-        return self.columns["keep"] if f is not None and pa.types.is_boolean(f.type) else None
+        f = self.schema.field(KEEP) if KEEP in self.schema.names else None
+        return self.columns[KEEP] if f is not None and pa.types.is_boolean(f.type) else None
 
     @property
     def duplicate_column(self) -> str | None:
-        f = self.schema.field("is_duplicate") if "is_duplicate" in self.schema.names else None
-        return self.columns["is_duplicate"] if f is not None and pa.types.is_boolean(f.type) else None
+        f = self.schema.field(IS_DUPLICATE) if IS_DUPLICATE in self.schema.names else None
+        return self.columns[IS_DUPLICATE] if f is not None and pa.types.is_boolean(f.type) else None
 
 
 @dataclass
@@ -95,34 +99,30 @@ class CuratedView:
     shard_bytes: int = 0
 
     @classmethod
-    def from_manifest(cls, manifest: Manifest) -> "CuratedView":
+    def from_manifest(cls, manifest: Manifest, related: Iterable[Manifest] | None = None) -> "CuratedView":
+        """:param related: the run's other manifests, which place each stage in the funnel (default: those
+            in ``manifest``'s run folder); the chain of ``input_manifest`` links is always followed."""
         if not manifest.shards:
             raise ValueError(f"manifest of stage {manifest.stage!r} (run {manifest.run_id}) lists no shards: "
                              "nothing to validate")
         shard_files = [s.uri for s in manifest.shards]
         shard_schema = _read_schema(shard_files[0])
         taken = set(shard_schema.names)
-        stages: list[str] = []
-        for s in manifest.shards:
-            for st in s.attrs:
-                if st not in stages:
-                    stages.append(st)
-        stages.sort(key=lambda st: (PIPELINE_ORDER.index(st) if st in PIPELINE_ORDER else len(PIPELINE_ORDER), st))
         attrs = []
-        for st in stages:
+        for st, label in attrs_order(manifest, related):
             files = [s.attrs[st] for s in manifest.shards if st in s.attrs]
             schema = _unify([_read_schema(files[0]), _read_schema(files[-1])])
-            if "id" not in schema.names:
+            if ID not in schema.names:
                 raise ValueError(f"attrs of stage {st!r} ({files[0]}) have no 'id' column: cannot join them")
             columns = {}
             for name in schema.names:
-                if name == "id":
+                if name == ID:
                     continue
                 view_name = name if name not in taken else f"{st}_{name}"
                 taken.add(view_name)
                 columns[name] = view_name
             attrs.append(AttrsSource(stage=st, files=files, schema=schema, columns=columns,
-                                     shards_covered=len(files)))
+                                     shards_covered=len(files), label=label))
         return cls(shard_files=shard_files, shard_schema=shard_schema, attrs=attrs,
                    shard_rows=manifest.rows, shard_bytes=manifest.bytes)
 
@@ -143,7 +143,7 @@ class CuratedView:
         out = []
         for a in self.attrs:
             for src, view in a.columns.items():
-                if is_numeric(a.schema.field(src).type) and not src.endswith("_id") and src != "cluster_id":
+                if is_numeric(a.schema.field(src).type) and not src.endswith("_id") and src != CLUSTER_ID:
                     out.append(view)
         return out
 
@@ -173,7 +173,7 @@ class CuratedView:
             if not added:
                 added.append(("has", a.has_flag))
             conds = conds + added
-            steps.append((FUNNEL_LABELS.get(a.stage, a.stage), a.stage, list(conds)))
+            steps.append((a.label or a.stage, a.stage, list(conds)))
         return steps
 
     def curated_conditions(self) -> list[tuple[str, str]]:
@@ -185,6 +185,71 @@ class CuratedView:
         for a in self.attrs:
             out[a.stage] = list(a.columns.values())
         return out
+
+
+def attrs_order(manifest: Manifest, related: Iterable[Manifest] | None = None) -> list[tuple[str, str]]:
+    """``manifest``'s attrs keys in pipeline order, each with its funnel label.
+
+    A key's place is the ``created_at`` of the earliest manifest that carries it (its writer's), among
+    ``manifest``, its chain of ``input_manifest`` links and ``related`` (default: the manifests of its run
+    folder); ties (nothing but ``manifest`` knows the key) go by name. The label is the writing stage's
+    ``FUNNEL_LABEL`` where the key is that stage's name, else the key.
+    """
+    known = [manifest, *_chain(manifest), *(related if related is not None else _siblings(manifest))]
+    keys = list(dict.fromkeys(k for s in manifest.shards for k in s.attrs))
+    first: dict[str, tuple[float, str]] = {}
+    for m in known:
+        carried = {k for s in m.shards for k in s.attrs}
+        for k in keys:
+            if k in carried and (k not in first or m.created_at < first[k][0]):
+                first[k] = (m.created_at, m.stage)
+    keys.sort(key=lambda k: (first[k][0], k))
+    return [(k, _label(k, first[k][1])) for k in keys]
+
+
+def _label(key: str, writer: str) -> str:
+    if key != writer:
+        return key
+    from airflow_curation.stages import stage_class
+
+    try:
+        return getattr(stage_class(writer), "FUNNEL_LABEL", None) or key
+    except Exception:  # noqa: BLE001 - a stage this process cannot import still gets its step, by name
+        return key
+
+
+def _chain(manifest: Manifest, limit: int = 64) -> list[Manifest]:
+    """The manifests upstream of ``manifest``, following ``config["input_manifest"]``."""
+    out: list[Manifest] = []
+    seen: set[str] = set()
+    m = manifest
+    while (uri := m.config.get("input_manifest")) and uri not in seen and len(out) < limit:
+        seen.add(uri)
+        try:
+            m = Manifest.read(uri)
+        except ManifestError as e:
+            log.debug("funnel order: %s", e)
+            break
+        out.append(m)
+    return out
+
+
+def _siblings(manifest: Manifest) -> list[Manifest]:
+    """The other manifests in ``manifest``'s run folder."""
+    try:
+        folder = Lake.from_dict(manifest.lake).path("_manifests", manifest.run_id)
+        uris = storage.listdir(folder)
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    out = []
+    for uri in uris:
+        name = uri.rsplit("/", 1)[-1]
+        if name.endswith(".json") and not name.startswith("report."):
+            try:
+                out.append(Manifest.read(uri))
+            except ManifestError:
+                continue
+    return out
 
 
 def _read_schema(uri: str) -> pa.Schema:

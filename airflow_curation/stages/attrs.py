@@ -1,0 +1,286 @@
+"""Attrs stages: additive columns for every shard, one unit per shard.
+
+:class:`AttrsStage` does what every such stage needs and none should write again:
+
+- inputs: the complete upstream manifest (``input_manifest``), or plain Parquet files with ``id`` and
+  ``text`` (``inputs`` + ``output_dir``: what ``curation <stage> FILE... --output DIR`` uses);
+- the plan: one unit per shard with the rows it must read and an input checksum of the shard and of
+  every upstream attrs file it reads (so that a changed input redoes that unit only);
+- verification of those files against the checksums their manifest recorded;
+- the output, ``attrs/<name>/<fingerprint>/<shard>.parquet`` (or ``output_dir/<shard>.parquet``), written
+  atomically with its checksum, and the shard handed on with it (:meth:`ShardEntry.with_attrs`).
+
+A subclass implements :meth:`AttrsStage.compute`, ``table -> new columns`` for a batch of the shard's rows;
+the base streams the shard through it in batches of ``batch_rows`` (the whole shard when unset). Stages
+with more to do (a global phase, checkpoints inside a shard) override :meth:`AttrsStage.write_unit`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_curation.core import storage
+from airflow_curation.core.accounting import RowAccounting
+from airflow_curation.core.fingerprint import checksum_url
+from airflow_curation.core.faults import fault_point
+from airflow_curation.core.integrity import verify_file
+from airflow_curation.core.layout import safe_name
+from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
+from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text
+from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink
+from airflow_curation.stages.base import Stage, UnitResult
+from airflow_curation.stages.settings import Setting
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AttrsFile:
+    """What writing one shard's attrs file gave: its size and checksum, the unit's books, and details
+    for the checkpoint record (``extra``)."""
+
+    nbytes: int
+    checksum: str
+    accounting: RowAccounting
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# Upstream shards, read once per process: workers (Dask, a process pool) get the stage without them, so
+# that 10,000 shard entries do not travel with every unit.
+@lru_cache(maxsize=8)
+def _manifest_entries(uri: str) -> dict[str, ShardEntry]:
+    manifest = Manifest.read(uri)
+    if manifest.status != "complete":
+        raise ValueError(f"upstream manifest {uri} is {manifest.status!r}, not complete")
+    return {s.shard_id: s for s in manifest.shards}
+
+
+@lru_cache(maxsize=8)
+def _file_entries(files: tuple[str, ...]) -> dict[str, ShardEntry]:
+    entries: dict[str, ShardEntry] = {}
+    for f in files:
+        stem = os.path.basename(f.rstrip("/")).removesuffix(".parquet")
+        safe_name(stem, "input file name")
+        if stem in entries:
+            raise ValueError(f"two inputs are named {stem}.parquet; outputs would collide")
+        with storage.open_read(f) as fh:
+            pf = pq.ParquetFile(fh)
+            check_id_text(pf.schema_arrow, f)
+            rows = pf.metadata.num_rows
+        entries[stem] = ShardEntry(shard_id=stem, uri=f, rows=rows, bytes=storage.size(f), checksum=checksum_url(f))
+    return entries
+
+
+def clear_caches() -> None:
+    _manifest_entries.cache_clear()
+    _file_entries.cache_clear()
+
+
+class AttrsStage(Stage):
+    """Base class of the stages that add columns to every shard.
+
+    Settings every attrs stage has, besides the base ones: ``input_manifest`` or ``inputs`` +
+    ``output_dir``, and ``upstream_wait_s`` (how long to wait for a ``planned`` upstream manifest to
+    complete: the upstream gate opens on its shards' checkpoints, its job writes the final manifest just
+    after).
+    """
+
+    INPUTS = "manifest_or_files"
+    SETTINGS = Stage.SETTINGS.extend(
+        Setting("output_dir", str, None, "plain-file mode: where <file stem>.parquet results go", runtime=True,
+                cli=False),
+        Setting("upstream_wait_s", float, 600, "seconds to wait for a planned upstream manifest to complete",
+                runtime=True),
+    )
+    # The shard columns compute() is given (those the shard has).
+    columns: tuple[str, ...] = (ID, TEXT)
+
+    def __init__(self, lake, config, run_id) -> None:
+        super().__init__(lake, config, run_id)
+        c = self.config
+        if bool(c.get("input_manifest")) == bool(c.get("inputs")):
+            raise ValueError(f"{self.name}: give either input_manifest (a lake) or inputs (plain Parquet files)")
+        if c.get("inputs") and not c.get("output_dir"):
+            raise ValueError(f"{self.name}: plain-file inputs need output_dir")
+
+    # -- what a subclass writes ----------------------------------------------------------------------
+    @property
+    def attrs_name(self) -> str:
+        """Names the output (``attrs/<attrs_name>/``) and the shards' ``attrs`` key: the stage name."""
+        return self.name
+
+    def compute(self, table: pa.Table) -> pa.Table:
+        """The new columns for the rows of ``table`` (the shard's ``columns``, one batch of rows): the same
+        rows in the same order. ``id`` is added in front when the result has none."""
+        raise NotImplementedError
+
+    def account(self, result: pa.Table) -> RowAccounting:
+        """The books of one computed batch (default: :func:`keep_accounting`)."""
+        return keep_accounting(result, self.name)
+
+    def reads_attrs(self, entry: ShardEntry) -> list[str]:
+        """The upstream attrs (keys of ``entry.attrs``) a unit reads besides the shard: they enter its
+        input checksum and are verified before it runs. Default: none."""
+        return []
+
+    # -- inputs --------------------------------------------------------------------------------------
+    def entries(self) -> dict[str, ShardEntry]:
+        """The shards to process, by id: the upstream manifest's, or one per plain input file."""
+        if self.config.get("inputs"):
+            return _file_entries(tuple(self.config["inputs"]))
+        return _manifest_entries(self.config["input_manifest"])
+
+    def _wait_for_upstream(self) -> None:
+        uri = self.config.get("input_manifest")
+        if not uri:
+            return
+        wait = float(self.config.get("upstream_wait_s") or 0)
+        deadline = time.monotonic() + wait
+        while (status := Manifest.read(uri).status) == "planned" and time.monotonic() < deadline:
+            time.sleep(1.0)
+        if status != "complete":
+            raise ValueError(f"{self.name}: upstream manifest {uri} is {status}, not complete (waited {wait:g} s)")
+
+    def entry(self, unit: UnitEntry) -> ShardEntry:
+        """The shard of ``unit``; re-read when a long-lived worker's cache is older than the plan."""
+        entry = self.entries().get(unit.unit_id)
+        if entry is None or entry.uri != unit.inputs[0] or not unit.input_checksum.startswith(entry.checksum):
+            clear_caches()
+            entry = self.entries()[unit.unit_id]
+        return entry
+
+    def attrs_checksum(self, entry: ShardEntry, key: str) -> str:
+        """The checksum the manifest recorded for one of ``entry``'s attrs files (hashed when it has none)."""
+        return entry.attrs_checksums.get(key) or checksum_url(entry.attrs[key])
+
+    def input_checksum(self, entry: ShardEntry, attrs: list[str]) -> str:
+        return entry.checksum + "".join(f"+{self.attrs_checksum(entry, key)}" for key in attrs)
+
+    def plan(self) -> list[UnitEntry]:
+        clear_caches()  # a rerun in this process must see the inputs as they are now
+        self._wait_for_upstream()
+        units = []
+        for shard_id, entry in self.entries().items():  # manifest order: the next manifest keeps it
+            attrs = self.reads_attrs(entry)
+            units.append(UnitEntry(unit_id=shard_id, inputs=[entry.uri, *(entry.attrs[k] for k in attrs)],
+                                   input_checksum=self.input_checksum(entry, attrs), rows=entry.rows))
+        return units
+
+    @staticmethod
+    def unit_attrs(unit: UnitEntry, entry: ShardEntry) -> dict[str, str]:
+        """The upstream attrs ``unit`` reads, key -> URI, as planned."""
+        return {key: uri for uri in unit.inputs[1:] for key, u in entry.attrs.items() if u == uri}
+
+    # -- one shard -----------------------------------------------------------------------------------
+    def output_uri(self, shard_id: str) -> str:
+        if self.config.get("output_dir"):
+            return storage.join(self.config["output_dir"], f"{shard_id}.parquet")
+        return self.lake.attrs_uri(self.attrs_name, shard_id, self.fingerprint)
+
+    def process_unit(self, unit: UnitEntry) -> UnitResult:
+        entry = self.entry(unit)
+        verify_file(entry.uri, entry.checksum, f"shard {unit.unit_id}")
+        for key, uri in self.unit_attrs(unit, entry).items():
+            verify_file(uri, entry.attrs_checksums.get(key), f"{key} attrs of shard {unit.unit_id}")
+        uri = self.output_uri(unit.unit_id)
+        out = self.write_unit(unit, entry, uri)
+        fault_point(f"{self.name}.after_attrs_write")
+        return UnitResult.attrs(self.attrs_name, entry, uri, out.nbytes, out.checksum, out.accounting, out.extra)
+
+    def write_unit(self, unit: UnitEntry, entry: ShardEntry, uri: str) -> AttrsFile:
+        """Stream the shard through :meth:`compute` in batches of ``batch_rows`` (default: the whole shard)
+        into ``uri``."""
+        return write_attrs(entry.uri, uri, self._computed, self.account, self.columns,
+                           int(self.config.get("batch_rows") or 0) or None)
+
+    def _computed(self, table: pa.Table) -> pa.Table:
+        result = self.compute(table)
+        if result.num_rows != table.num_rows:
+            raise ValueError(f"{self.name}: compute() returned {result.num_rows} rows for {table.num_rows}: "
+                             f"attrs must have the shard's rows in the shard's order")
+        if ID not in result.column_names:
+            ids = table.column(ID)
+            result = result.add_column(0, ID, ids if pa.types.is_string(ids.type) else ids.cast(pa.string()))
+        return result
+
+
+def keep_accounting(result: pa.Table, default_reason: str = "dropped") -> RowAccounting:
+    """With a ``keep`` column, rows not kept are dropped by their ``drop_reason`` (``default_reason`` where it
+    is null or absent); without one, every row is kept."""
+    acc = RowAccounting()
+    if KEEP not in result.column_names:
+        acc.keep(result.num_rows)
+        return acc
+    keep = pc.fill_null(result.column(KEEP), False)
+    acc.keep(int(pc.sum(keep).as_py() or 0))
+    dropped = result.num_rows - acc.kept
+    reasons = (result.column(DROP_REASON).filter(pc.invert(keep)).to_pylist()
+               if DROP_REASON in result.column_names else [None] * dropped)
+    for reason, n in Counter(r or default_reason for r in reasons).items():
+        acc.drop(reason, n)
+    return acc
+
+
+def write_attrs(shard_uri: str, out_uri: str, compute: Callable[[pa.Table], pa.Table],
+                account: Callable[[pa.Table], RowAccounting], columns: Sequence[str],
+                batch_rows: int | None = None) -> AttrsFile:
+    """Stream a shard (or any Parquet file with ``id`` and ``text``) through ``compute`` and write the results
+    to ``out_uri`` as they come, atomically and hashed on the way out: one batch in memory at a time.
+
+    :param columns: the columns ``compute`` reads (those the file has).
+    :param batch_rows: rows per ``compute`` call and per row group; None: the whole file at once.
+    """
+    started = time.time()
+    accounting = RowAccounting()
+    text_bytes = 0
+    with storage.open_read(shard_uri) as f:
+        pf = pq.ParquetFile(f)
+        check_id_text(pf.schema_arrow, shard_uri)
+        columns = [c for c in columns if c in pf.schema_arrow.names]
+        tables = ((pa.Table.from_batches([b]) for b in pf.iter_batches(batch_size=batch_rows, columns=columns))
+                  if batch_rows else [pf.read(columns=columns)])
+        with storage.atomic_open(out_uri) as out:
+            sink = _CountingSink(out)
+            writer = None
+            try:
+                for table in tables:
+                    if TEXT in table.column_names:
+                        text_bytes += _text_bytes(table.column(TEXT))
+                    result = compute(table)
+                    accounting.merge(account(result))
+                    if writer is None:
+                        writer = pq.ParquetWriter(sink, result.schema, compression="zstd", write_statistics=True)
+                    writer.write_table(result, row_group_size=batch_rows or DEFAULT_ROW_GROUP_ROWS)
+                if writer is None:  # an empty shard still gets its (empty) attrs file
+                    empty = compute(pf.schema_arrow.empty_table().select(columns))
+                    writer = pq.ParquetWriter(sink, empty.schema, compression="zstd")
+                    writer.write_table(empty)
+            finally:
+                if writer is not None:
+                    writer.close()
+    extra = {"attrs_bytes": sink.tell(), "attrs_checksum": sink.checksum.hexdigest(), "text_bytes": text_bytes,
+             "seconds": round(time.time() - started, 3),
+             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    return AttrsFile(sink.tell(), sink.checksum.hexdigest(), accounting, extra)
+
+
+def _text_bytes(col: pa.ChunkedArray | pa.Array) -> int:
+    """Bytes of text in a string column, from its data buffers (no pass over the values)."""
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    total = 0
+    for chunk in chunks:
+        buffers = chunk.buffers()
+        total += buffers[2].size if len(buffers) > 2 and buffers[2] is not None else 0
+    return total

@@ -1,0 +1,153 @@
+"""Typed stage settings (one declaration per setting), renamed keys, the stage registry, stable fingerprints."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from airflow_curation.core.layout import Lake
+from airflow_curation.stages import BUILTIN, ENTRY_POINT_GROUP, stage_class
+from airflow_curation.stages.base import Stage
+from airflow_curation.stages.settings import Setting, Settings, auto_or_bool, size
+
+REPO = Path(__file__).resolve().parents[2]
+LAKE = Lake("/tmp/settings-test-lake", "ds")
+
+
+@pytest.mark.parametrize("kind, given, expected", [
+    (bool, "true", True), (bool, " False ", False), (bool, "1", True), (bool, 0, False), (bool, True, True),
+    (int, "4", 4), (int, 4.0, 4), (int, 7, 7),
+    (float, "0.7", 0.7), (float, 1, 1.0),
+    (str, "x", "x"), (str, Path("/m"), "/m"),
+    (list, "a.jsonl, b.jsonl", ["a.jsonl", "b.jsonl"]), (list, '[{"name": "r"}]', [{"name": "r"}]),
+    (list, ("a",), ["a"]),
+    (dict, '{"a": 1}', {"a": 1}), (dict, {"a": 1}, {"a": 1}),
+    (size, "512MiB", 512 << 20), (size, "1000000", 1000000), (size, 64, 64),
+    (auto_or_bool, "auto", "auto"), (auto_or_bool, "true", True),
+])
+def test_coercion(kind, given, expected):
+    assert Setting("x", kind).coerce(given, "here") == expected
+    assert Setting("x", kind).coerce(None, "here") is None  # None: "not set", for the stage to read
+
+
+@pytest.mark.parametrize("kind, given, message", [
+    (bool, "maybe", "expected a boolean"), (int, "4.5", "expected an integer"), (int, True, "expected an integer"),
+    (float, "fast", "expected a number"), (dict, "[1]", "expected a mapping"), (dict, "{", "not JSON"),
+    (size, "lots", "not a size"), (str, 3, "expected a string"),
+])
+def test_coercion_errors_name_the_setting(kind, given, message):
+    with pytest.raises(ValueError, match=f"here: setting 'x': {message}"):
+        Setting("x", kind).coerce(given, "here")
+
+
+def test_schema_refuses_unknown_and_renamed_keys_and_drops_rendered_nothing():
+    s = Settings(Setting("mapper", str, "local", choices=("local", "dask")), Setting("n", int, 1),
+                 renamed={"engine": "mapper"})
+    assert s.defaults == {"mapper": "local", "n": 1}
+    with pytest.raises(ValueError, match="st: setting 'engine' was renamed to 'mapper'"):
+        s.coerce({"engine": "dask"}, "st")
+    with pytest.raises(ValueError, match=r"st: unknown settings \['m'\]"):
+        s.coerce({"m": 1}, "st")
+    with pytest.raises(ValueError, match="st: mapper must be one of local, dask, not 'ray'"):
+        s.coerce({"mapper": "ray"}, "st")
+    assert s.coerce({"mapper": "", "n": "None"}, "st", drop_empty=True) == {}
+    assert s.coerce({"mapper": "dask", "n": "3"}, "st", drop_empty=True) == {"mapper": "dask", "n": 3}
+    assert s.replace("n", default=5).defaults["n"] == 5 and s.extend(Setting("n", int, 9)).defaults["n"] == 9
+
+
+@pytest.mark.parametrize("stage, old, new, extra", [
+    ("preprocess", "engine", "mapper", {"input_manifest": "/m"}),
+    ("dedup", "engine", "mapper", {"input_manifest": "/m"}),
+    ("enrich", "engine", "model_runtime", {"input_manifest": "/m", "task": "embed", "model": "/x"}),
+    ("enrich", "executor", "mapper", {"input_manifest": "/m", "task": "embed", "model": "/x"}),
+    ("enrich", "engine_kwargs", "model_runtime_kwargs", {"input_manifest": "/m", "task": "embed", "model": "/x"}),
+    ("validate", "engine", "query_engine", {"input_manifest": "/m"}),
+])
+def test_old_setting_names_are_refused_with_the_new_one(stage, old, new, extra):
+    with pytest.raises(ValueError, match=f"{stage}: setting '{old}' was renamed to '{new}'"):
+        stage_class(stage)(LAKE, {**extra, old: "local"}, "r1")
+
+
+def test_stage_defaults_and_runtime_keys_come_from_the_settings():
+    cls = stage_class("dedup")
+    assert cls.DEFAULTS["threshold"] == 0.8 and cls.DEFAULTS["mapper"] == "local"
+    assert {"mapper", "memory_budget", "workers", "input_manifest", "output_dir"} <= cls.RUNTIME_KEYS
+    assert "threshold" not in cls.RUNTIME_KEYS
+    a = cls(LAKE, {"input_manifest": "/m"}, "r1")
+    b = cls(LAKE, {"input_manifest": "/m", "mapper": "dask", "workers": "8", "memory_budget": "2GiB"}, "r1")
+    assert a.fingerprint == b.fingerprint and b.config["memory_budget"] == 2 << 30 and b.config["workers"] == 8
+    assert cls(LAKE, {"input_manifest": "/m", "threshold": "0.7"}, "r1").fingerprint != a.fingerprint
+
+
+def test_fingerprints_did_not_change_with_the_settings_schema():
+    """Checkpoints of earlier runs stay valid: the same settings give the same fingerprints as before."""
+    from airflow_curation.stages.dedup.stage import DedupSignaturesStage
+
+    cases = {
+        "ingest": ({"inputs": ["/x"]}, "5c78db5a3afe1618"),
+        "preprocess": ({"input_manifest": "/m.json"}, "2f7b6b1cb18e3ed9"),
+        "dedup": ({"input_manifest": "/m.json"}, "20c04ef953e4bce0"),
+    }
+    for name, (config, fp) in cases.items():
+        assert stage_class(name)(LAKE, config, "r").fingerprint == fp, name
+    pre = {"input_manifest": "/m.json", "preset": "gopher,c4", "code": True,
+           "rules": [{"name": "r", "signal": "n_words", "min": 3}]}
+    assert stage_class("preprocess")(LAKE, pre, "r").fingerprint == "421aad69d96ba9d2"
+    dedup = {"input_manifest": "/m.json", "threshold": 0.7, "num_perm": 64, "verify": True, "only_kept": False}
+    assert stage_class("dedup")(LAKE, dedup, "r").fingerprint == "dc33d8f594660a1c"
+    assert DedupSignaturesStage(LAKE, {"params": {"a": 1}, "shards": []}, "r").fingerprint == "c20170946e63172b"
+
+
+def test_stages_declared_the_older_way_still_work():
+    class Legacy(Stage):
+        name = "legacy"
+        DEFAULTS = {"units": 4, "sleep_s": 0.0, "workers": 3}
+        RUNTIME_KEYS = Stage.RUNTIME_KEYS | {"sleep_s"}
+
+    s = Legacy(LAKE, {"units": 5}, "r1")
+    assert s.config["units"] == 5 and s.config["sleep_s"] == 0.0 and s.config["workers"] == 3
+    assert "sleep_s" in Legacy.RUNTIME_KEYS and "units" not in Legacy.RUNTIME_KEYS
+    assert Legacy(LAKE, {"units": 5, "sleep_s": 9}, "r1").fingerprint == s.fingerprint
+    with pytest.raises(ValueError, match="unknown settings"):
+        Legacy(LAKE, {"unit": 5}, "r1")
+
+
+def test_entry_points_in_pyproject_are_the_builtins():
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"][ENTRY_POINT_GROUP]
+    assert declared == BUILTIN
+    for name in BUILTIN:
+        assert stage_class(name).name == name
+
+
+def test_operator_refuses_renamed_arguments():
+    from airflow_curation.operators.enrich import EnrichOperator
+    from airflow_curation.operators.preprocess import PreprocessOperator
+
+    with pytest.raises(TypeError, match="argument 'engine' was renamed to 'mapper'"):
+        PreprocessOperator(task_id="p", dataset="ds", lake="/l", input_manifest="/m", engine="local")
+    with pytest.raises(TypeError, match="'engine_executor' was renamed to 'mapper'"):
+        EnrichOperator(task_id="e", dataset="ds", lake="/l", input_manifest="/m", task="embed", model="/x",
+                       engine_executor="local")
+    op = PreprocessOperator(task_id="p2", dataset="ds", lake="/l", input_manifest="/m", config={"engine": "dask"})
+    with pytest.raises(ValueError, match="setting 'engine' was renamed to 'mapper'"):
+        op.build_config({})
+
+
+def test_cli_flags_come_from_the_settings_and_old_flags_still_parse():
+    from airflow_curation.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["dedup", "--lake", "/l", "--dataset", "d", "--no-near", "--all-rows",
+                              "--memory-budget", "512MiB", "--engine", "dask"])
+    assert (args.near, args.only_kept, args.memory_budget, args.mapper) == (False, False, 512 << 20, "dask")
+    assert not hasattr(args, "threshold")  # not given: the stage's default applies
+    args = parser.parse_args(["validate", "--lake", "/l", "--dataset", "d", "--warn-only", "--checks", "c.yaml",
+                              "--query-engine", "daft"])
+    assert (args.fail_on_error, args.checks_file, args.query_engine) == (False, "c.yaml", "daft")
+    args = parser.parse_args(["enrich", "f.parquet", "--output", "o", "--task", "embed", "--model", "/m",
+                              "--labels", "a,b", "--model-runtime-kwargs", '{"x": 1}'])
+    assert args.labels == ["a", "b"] and args.model_runtime_kwargs == {"x": 1}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["dedup", "--lake", "/l", "--dataset", "d", "--mapper", "ray"])
