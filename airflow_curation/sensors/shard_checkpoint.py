@@ -11,7 +11,9 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_curation.triggers.shard_checkpoint import CheckpointWatcher, ShardCheckpointTrigger, decide
+from airflow_curation.backends.base import JobState, JobStatus
+from airflow_curation.jobs.progress import CheckpointWatcher
+from airflow_curation.triggers.shard_checkpoint import ShardCheckpointTrigger, decide
 
 
 class ShardCheckpointSensor(BaseSensorOperator):
@@ -103,21 +105,47 @@ class ShardCheckpointSensor(BaseSensorOperator):
                                               not_before=job.get("submitted_at") if job else None)
         job_status = None
         if job:
-            from airflow_curation.backends import get_backend
-
-            job_status = get_backend(job.get("backend", "local"), **job.get("backend_options", {})).status(job)
+            backend = self._job_backend(job)
+            job_status = backend.status(job)
+            if job_status.state == JobState.FAILED and backend.can_relaunch(job, job_status):
+                return {"status": "relaunch", "reason": job_status.message, "job": job}
         progress = self._watcher.look()
         self.log.info("%s", progress.line())
         return decide(progress, job_status, self._quorum())
 
+    @staticmethod
+    def _job_backend(job: dict[str, Any]):
+        from airflow_curation.backends import get_backend
+
+        return get_backend(job.get("backend", "local"), **job.get("backend_options", {}))
+
+    def _relaunch(self, event: dict[str, Any]) -> bool:
+        """The job failed in a retryable way: relaunch its unfinished groups (the same decision as the
+        stage operator's); True when a new attempt now runs and the gate goes on waiting."""
+        job = event["job"]
+        new = self._job_backend(job).settle(job, JobStatus(JobState.FAILED, event.get("reason", ""), retryable=True))
+        if new is None:
+            return False
+        self.job = {**new, "backend": job.get("backend"), "backend_options": job.get("backend_options", {}),
+                    "submitted_at": job.get("submitted_at")}
+        self.log.info("Job %s failed (%s); relaunched as attempt %s", job.get("job_id"), event.get("reason"),
+                      new.get("attempt"))
+        return True
+
     def poke(self, context: Any) -> bool | PokeReturnValue:
         self._prepare()
         verdict = self._look()
+        if verdict is not None and verdict["status"] == "relaunch" and self._relaunch(verdict):
+            return False
         if verdict is None:
             return False
         return PokeReturnValue(is_done=True, xcom_value=self.execute_complete(context, verdict))
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") == "relaunch":
+            if self._relaunch(event):
+                return self.execute(context)  # gate the new attempt (defers again)
+            event = {**event, "status": "failed"}
         if event.get("status") != "done":
             raise AirflowException(f"{self.manifest_uri}: {event.get('reason', event)}")
         if event.get("partial"):

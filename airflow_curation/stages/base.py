@@ -8,7 +8,6 @@ engine (in-process, a process pool, Dask, Ray) only decides where ``process_unit
 from __future__ import annotations
 
 import logging
-import math
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
@@ -24,6 +23,7 @@ from airflow_curation.core.integrity import IntegrityError, chain_problem
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.lease import Lease
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
+from airflow_curation.jobs.progress import allowed_failures
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +274,7 @@ class StageRunner:
                                   f"{len(failed)} of {len(scope)} units failed. First: {details}")
             return manifest
         budget = float(stage.config.get("max_failed_fraction", 0.0))
-        allowed = math.floor(budget * len(units))
+        allowed = allowed_failures(budget, len(units))
         manifest.status = "failed" if len(failed) > allowed else "complete"
         upstream = stage.upstream_manifest() if manifest.status == "complete" else None
         broken = chain_problem(manifest, upstream) if upstream is not None else None

@@ -1,7 +1,8 @@
 """Trigger that follows one backend job until it ends, streaming its log into the task log.
 
 It runs in the triggerer, so it holds nothing but JSON: the backend's name and options and the job
-handle; every poll rebuilds the backend and asks it about the handle (blocking calls go to a thread).
+handle; every poll asks the backend's read-only ``status`` (blocking calls go to a thread). It only
+watches: a retryable failure is reported in the event, and the operator decides on a relaunch.
 """
 
 from __future__ import annotations
@@ -50,9 +51,10 @@ class StageJobTrigger(BaseTrigger):
             status = await asyncio.to_thread(backend.status, self.handle)
             await asyncio.to_thread(self._stream_logs, backend)
             if status.state.finished:
+                # Whether to relaunch is the operator's call (in the worker), not the triggerer's.
                 yield TriggerEvent({"status": status.state.value, "message": status.message,
-                                    "result": status.result, "handle": self.handle,
-                                    "log_offset": self.log_offset})
+                                    "result": status.result, "retryable": status.retryable,
+                                    "handle": self.handle, "log_offset": self.log_offset})
                 return
             await asyncio.sleep(self.poll_interval)
 

@@ -30,7 +30,7 @@ def k8s_conn(fake_k8s, tmp_path, monkeypatch):
 def test_hook_backend_submits_through_the_connection(fake_k8s, k8s_conn, make_spec):
     from airflow_curation.hooks.kubernetes import CurationKubernetesHook
 
-    backend = CurationKubernetesHook(conn_id=k8s_conn).get_backend(retry_backoff=0.01)
+    backend = CurationKubernetesHook(conn_id=k8s_conn).get_backend(retry_backoff=0.01, launch_kinds={"enrich": "ray"})
     assert backend.namespace == "curation" and backend.options()["kubernetes_conn_id"] == k8s_conn
     handle = backend.submit(make_spec("enrich"))
     assert fake_k8s.names("rayjobs", ns="curation") == [handle["name"]]
@@ -50,7 +50,7 @@ def test_hook_backend_submits_through_the_connection(fake_k8s, k8s_conn, make_sp
 def test_async_hook_reads_state_without_blocking(fake_k8s, k8s_conn, make_spec):
     from airflow_curation.hooks.kubernetes import AsyncCurationKubernetesHook, CurationKubernetesHook
 
-    backend = CurationKubernetesHook(conn_id=k8s_conn).get_backend(engines={"preprocess": "indexed"})
+    backend = CurationKubernetesHook(conn_id=k8s_conn).get_backend(launch_kinds={"preprocess": "indexed"})
     handle = backend.submit(make_spec())
     hook = AsyncCurationKubernetesHook(conn_id=k8s_conn)
     assert asyncio.run(hook.job_state(handle)).state == JobState.PENDING
