@@ -1,20 +1,16 @@
 """The backend interface: launchers with a read-only ``status``.
 
-``launch(spec, groups) -> handle`` starts a job (all of a stage, or some of its groups followed by the
-collect step); ``status(handle)`` only reads (polling a thousand times changes nothing anywhere);
-``cancel(handle)`` stops it (idempotent); ``logs(handle, offset)`` streams its log by byte offsets.
-Whether a failed job runs again is not the backend's call: :meth:`Backend.settle`, called by the
-operator or the checkpoint sensor in the Airflow worker, relaunches the unfinished groups of a failure
-the backend reports as ``retryable`` (a Slurm TIMEOUT, a lost node, a killed pod), at most
-``max_resubmits`` times.
-
-A handle is a plain JSON-able dict so that Airflow can keep it in the task state store and a restarted
-worker (or the triggerer) can rebuild the backend and reconnect to the same job.
+``launch(spec, groups) -> handle`` starts a job; ``status(handle)`` only reads; ``cancel(handle)`` is
+idempotent; ``logs(handle, offset)`` streams by byte offsets. Whether a failed job runs again is decided
+by the follower (operator or checkpoint sensor) through :meth:`Backend.settle`, never by polling. A
+handle is a JSON-able dict: Airflow keeps it in the task state store, and a restarted worker or the
+triggerer rebuilds the backend from ``options()`` and reconnects.
 """
 
 from __future__ import annotations
 
 import enum
+import inspect
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -54,9 +50,8 @@ class JobState(str, enum.Enum):
 @dataclass
 class JobStatus:
     """:param result: the job's :class:`JobResult` as a dict once it has finished.
-    :param retryable: a failure that running the unfinished units again may well cure (infrastructure:
-        time limit, lost node, preemption, a killed pod), as opposed to the stage's own error.
-    """
+    :param retryable: a failure that running the unfinished units again may cure (time limit, lost node,
+        preemption, killed pods), not the stage's own error."""
 
     state: JobState
     message: str = ""
@@ -85,10 +80,8 @@ def read_log(path: str, offset: int = 0) -> tuple[str, int]:
 
 
 def slice_log(data: bytes, offset: int) -> tuple[str, int]:
-    """For logs read whole (APIs without offsets): the text from byte ``offset`` and the next offset. A
-    log that shrank (a pod went away) restarts from 0 rather than losing text."""
-    if offset > len(data):
-        offset = 0
+    """For logs read whole: the text from byte ``offset``; a log that shrank (a pod went away) restarts."""
+    offset = offset if offset <= len(data) else 0
     return data[offset:].decode("utf-8", "replace"), len(data)
 
 
@@ -105,12 +98,8 @@ class Backend(ABC):
     @abstractmethod
     def launch(self, spec: JobSpec, groups: Sequence[int] | None = None, *,
                previous: JobHandle | None = None) -> JobHandle:
-        """Start a job and return a handle that identifies it across processes.
-
-        :param groups: the groups to run (a relaunch); None: all of them. The collect step follows
-            the groups (``jobs collect``); a one-group job is a plain ``jobs run``.
-        :param previous: the handle of the attempt this one follows (a relaunch).
-        """
+        """Start the groups (None: all; a list: a relaunch of those) and the collect step after them;
+        return a handle. :param previous: the handle of the attempt this one follows."""
 
     @abstractmethod
     def status(self, handle: JobHandle) -> JobStatus:
@@ -128,24 +117,31 @@ class Backend(ABC):
     def spec_of(self, handle: JobHandle) -> JobSpec:
         """The job spec the handle's job runs (what a relaunch launches again)."""
 
+    _unshared_options: tuple[str, ...] = ()  # constructor arguments never handed on (tokens, clients)
+
     def options(self) -> dict[str, Any]:
-        """Constructor options, so that a trigger can rebuild the backend in the triggerer."""
-        return {}
+        """Constructor options (each argument's attribute, JSON-able), so the triggerer rebuilds the backend."""
+        out = {}
+        for name in list(inspect.signature(type(self).__init__).parameters)[1:]:
+            if name not in self._unshared_options:
+                value = getattr(self, name)
+                out[name] = value.to_dict() if hasattr(value, "to_dict") else (
+                    list(value) if isinstance(value, tuple) else value)
+        return out
 
     def current(self, handle: JobHandle) -> JobHandle:
-        """The latest attempt of the job ``handle`` names (a backend that records relaunches follows them)."""
+        """The latest attempt of the job ``handle`` names."""
         return handle
 
     def release(self, handle: JobHandle) -> None:
-        """The run is over and will not be relaunched: drop what was kept for a relaunch."""
+        """The run is over: drop what was kept for a relaunch."""
 
     def can_relaunch(self, handle: JobHandle, status: JobStatus) -> bool:
         return (status.state == JobState.FAILED and status.retryable
                 and int(self.current(handle).get("attempt", 1)) <= self.max_resubmits)
 
     def relaunch(self, handle: JobHandle) -> JobHandle:
-        """Launch the next attempt of a finished run: reopen its manifest (``jobs reopen``), then run only
-        the groups with a unit that lacks a checkpoint (every group's finished units are skipped anyway)."""
+        """The next attempt of a finished run: ``jobs reopen``, then only the groups with unfinished units."""
         handle = self.current(handle)
         state = self.status(handle).state
         if not state.finished:  # two attempts on the same units would only race each other
@@ -154,9 +150,7 @@ class Backend(ABC):
         groups = int(handle.get("groups", 1))
         todo = progress.unfinished_groups(handle["manifest_uri"], groups) if groups > 1 else None
         reopened = progress.reopen(handle["manifest_uri"])
-        if reopened:
-            log.info("attempt %d runs again: %s", int(handle.get("attempt", 1)) + 1,
-                     "; ".join(f"{u}: {e}" for u, e in sorted(reopened.items())[:20]))
+        log.info("relaunching %s: %s", handle.get("job_id"), "; ".join(f"{u}: {e}" for u, e in sorted(reopened.items())[:20]))
         return self.launch(self.spec_of(handle), todo, previous=handle)
 
     def settle(self, handle: JobHandle, status: JobStatus) -> JobHandle | None:
@@ -166,7 +160,6 @@ class Backend(ABC):
             try:
                 return self.relaunch(handle)
             except Exception as e:  # noqa: BLE001 - reported as the run's end, like any other failure
-                log.warning("relaunch of job %s failed: %s", handle.get("job_id"), e)
                 status.message = f"{status.message}; relaunch failed: {e}"
         self.release(handle)
         return None

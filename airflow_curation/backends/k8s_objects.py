@@ -5,16 +5,8 @@ Each function returns one manifest that the tests validate against the real sche
 travels in a ConfigMap mounted at :data:`SPEC_DIR`; the lake's credentials come from a Secret through
 ``envFrom``, never from the spec or these objects.
 
-How a stage runs, by ``launch_kind``:
-
-- ``indexed``: an Indexed Job whose pod *i* runs group *i* of *N* (``jobs run --group i/N``), and,
-  created with it, a one-pod *collect* Job (``jobs collect --wait-groups N``) that waits for every
-  group's result file, then writes the manifest and applies the failure budget.
-- ``job``: one pod runs the whole stage (small stages, ingest).
-- ``dask``: a ``DaskJob`` (dask-kubernetes operator): a Dask cluster plus a runner pod that gets
-  ``DASK_SCHEDULER_ADDRESS`` from the operator.
-- ``ray``: a ``RayJob`` (KubeRay): a Ray cluster whose workers may request GPUs; the entrypoint is
-  the same ``python -m airflow_curation.jobs run`` command.
+Launch kinds (``LAUNCH_KINDS``): ``indexed`` (an Indexed Job of groups plus a collect Job that waits
+for their results), ``job`` (one pod), ``dask`` (a ``DaskJob``), ``ray`` (a ``RayJob``).
 """
 
 from __future__ import annotations
@@ -26,7 +18,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_curation.backends import groups as grp
+from airflow_curation.jobs import groups as grp
 from airflow_curation.backends.base import is_storage_options_env
 
 SPEC_DIR = "/etc/curation"

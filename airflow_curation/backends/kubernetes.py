@@ -1,15 +1,11 @@
 """Kubernetes backend: a job spec becomes an Indexed Job (groups + a collect Job), a plain Job, a
 ``DaskJob`` (dask-kubernetes operator) or a ``RayJob`` (KubeRay), built by :mod:`k8s_objects`.
 
-The lake must be object storage that the pods reach; its credentials reach the pods from a Secret
-(``pod.storage_secret``), never through the spec. The job's result JSON is written into the lake
-(``<lake>/_jobs/<run>/<stage>/<name>/result.json``), where :meth:`status` reads it once the job ends.
-:meth:`status` only reads (GETs and the result file); the collect Job is created at launch, and a
-relaunch of groups whose pods were all killed is the follower's decision (:meth:`Backend.settle`).
-
-Every call goes through :meth:`KubernetesBackend._call`, which retries 429/5xx answers and dropped
-connections with backoff. Names are deterministic per spec (and attempt), so a launch retried after a
-lost answer gets 409 AlreadyExists and reconnects to the job it had created instead of starting a second.
+The lake must be object storage that the pods reach (credentials from a Secret, never the spec); the
+job's result JSON is written into the lake, where :meth:`status` reads it. :meth:`status` only reads;
+the collect Job is created at launch. API calls go through :meth:`KubernetesBackend._call` (429/5xx and
+dropped connections retried with backoff); names are deterministic per spec and attempt, so a launch
+retried after a lost answer gets 409 AlreadyExists and reconnects instead of starting a second job.
 """
 
 from __future__ import annotations
@@ -50,20 +46,19 @@ class KubernetesBackend(Backend):
     :param dask_workers: / :param ray_workers: cluster sizes; ``ray_gpus_per_worker`` overrides ``pod.gpus``.
     :param result_root: where job results go; default the lake's ``_jobs`` folder.
     :param host: API server URL (with ``token``/``verify_ssl``); else ``in_cluster`` or a kubeconfig
-        (``config_file``, ``context``). :param kubernetes_conn_id: resolve the client through the Airflow
-        connection instead (needs Airflow, which then provides the client).
+        (``config_file``, ``context``), or the Airflow connection ``kubernetes_conn_id``.
     :param propagation_policy: how ``cancel`` deletes: ``Background`` (default) or ``Foreground``.
     :param retries: / :param retry_backoff: retries of 429/5xx/connection errors and the first delay (s).
     :param validate: check every object against its schema before creating it.
     :param collect_wait_seconds: longest wait of a sweep's collect pod for the groups' results
         (default: ``active_deadline_seconds``, else 7 days).
     :param max_resubmits: relaunches of groups whose pods were all killed (see :meth:`Backend.settle`).
-    :param env: environment for the job that may hold secrets (the Airflow layer passes the lake's
-        storage options here): it goes into a per-job Secret read through ``envFrom``, never into the
-        pod spec.
+    :param env: the job's environment, secrets included (the lake's storage options): a per-job Secret
+        read through ``envFrom``, never the pod spec.
     """
 
     name = "kubernetes"
+    _unshared_options = ("token", "api_client")  # a trigger rebuilds the client from the connection
 
     def __init__(self, namespace: str = "default", pod: dict[str, Any] | None = None,
                  launch_kinds: dict[str, str] | None = None, default_launch_kind: str = "indexed",
@@ -104,23 +99,6 @@ class KubernetesBackend(Backend):
         self.max_resubmits = int(max_resubmits)
         self._api_client = api_client
 
-    def options(self) -> dict[str, Any]:
-        # JSON-able, no secrets: the token stays out (a trigger rebuilds from the connection instead).
-        return {"namespace": self.namespace, "pod": self.pod.to_dict(), "launch_kinds": self.launch_kinds,
-                "default_launch_kind": self.default_launch_kind, "shard_groups": self.shard_groups,
-                "max_shard_groups": self.max_shard_groups, "parallelism": self.parallelism,
-                "dask_workers": self.dask_workers, "ray_workers": self.ray_workers,
-                "ray_gpus_per_worker": self.ray_gpus_per_worker, "ray_version": self.ray_version,
-                "result_root": self.result_root, "host": self.host, "verify_ssl": self.verify_ssl,
-                "in_cluster": self.in_cluster, "config_file": self.config_file, "context": self.context,
-                "kubernetes_conn_id": self.kubernetes_conn_id, "propagation_policy": self.propagation_policy,
-                "retries": self.retries, "retry_backoff": self.retry_backoff, "ttl_seconds": self.ttl_seconds,
-                "active_deadline_seconds": self.active_deadline_seconds, "backoff_limit": self.backoff_limit,
-                "validate": self.validate, "env": self.env, "collect_wait_seconds": self.collect_wait_seconds,
-                "max_resubmits": self.max_resubmits}
-
-    # -- client -------------------------------------------------------------------------------
-    @property
     def api_client(self):
         if self._api_client is None:
             self._api_client = self._make_client()
@@ -437,7 +415,7 @@ class KubernetesBackend(Backend):
             groups_message = f"groups: {message}"
             if state == JobState.FAILED and _condition(obj, "Failed", reason=FATAL_REASONS):
                 # A bad spec or the deadline: running the groups again cannot help.
-                return JobStatus(JobState.FAILED, groups_message, self._read_result(handle))
+                return JobStatus(JobState.FAILED, groups_message)
             if state == JobState.FAILED:
                 silent = [i for i in range(handle["groups"])
                           if not storage.exists(group_result_uri(handle["result_dir"], i))]
@@ -453,13 +431,11 @@ class KubernetesBackend(Backend):
         if state == JobState.SUCCEEDED:
             return self._from_result(handle, message)
         if state == JobState.FAILED:
-            result = self._read_result(handle)
-            if result and result.get("error"):
-                message = f"{message}: {result['error']}"
+            if (result := self._result(handle)) is not None:
+                return JobStatus(JobState.FAILED, f"{message}: {result.error}", result.to_dict())
             # A one-pod Job whose pods died without a word (OOM, lost node) may well succeed again.
-            retryable = (result is None and handle["launch_kind"] == "job"
-                         and not _condition(obj, "Failed", reason=FATAL_REASONS))
-            return JobStatus(JobState.FAILED, message, result, retryable=retryable)
+            return JobStatus(JobState.FAILED, message, retryable=handle["launch_kind"] == "job"
+                             and not _condition(obj, "Failed", reason=FATAL_REASONS))
         return JobStatus(state, message)
 
     def release(self, handle: JobHandle) -> None:
@@ -471,8 +447,7 @@ class KubernetesBackend(Backend):
 
     def _gone(self, handle: JobHandle) -> JobStatus:
         # The object is gone: TTL after finishing, a cancel, or someone deleted it.
-        st = status_from_result(self._result(handle))
-        if st is not None:
+        if (st := status_from_result(self._result(handle))) is not None:
             return st
         if self._cancelled(handle):
             return JobStatus(JobState.CANCELLED, "cancelled")
@@ -486,16 +461,10 @@ class KubernetesBackend(Backend):
             log.warning("cannot read job result %s: %s", handle["result"], e)
             return None
 
-    def _read_result(self, handle: JobHandle) -> dict[str, Any] | None:
-        result = self._result(handle)
-        return result.to_dict() if result is not None else None
-
     def _from_result(self, handle: JobHandle, message: str) -> JobStatus:
-        st = status_from_result(self._result(handle), message)
-        if st is None:
-            return JobStatus(JobState.FAILED, f"{message}; but the job wrote no result at {handle['result']} "
-                                              "(is the lake shared object storage?)")
-        return st
+        return status_from_result(self._result(handle), message) or JobStatus(
+            JobState.FAILED, f"{message}; but the job wrote no result at {handle['result']} (is the lake shared "
+                             "object storage?)")
 
     def _cancelled(self, handle: JobHandle) -> bool:
         try:
@@ -644,8 +613,6 @@ def from_options(**options: Any) -> KubernetesBackend:
             raise ValueError(f"${ENV_OPTIONS} is not valid JSON: {e}") from None
         pod = {**(defaults.get("pod") or {}), **(options.get("pod") or {})}
         options = {**defaults, **options, **({"pod": pod} if pod else {})}
-    if "engines" in options:  # the option's name before it became launch_kinds (older charts)
-        options = {"launch_kinds": options.pop("engines"), **options}
     return KubernetesBackend(**options)
 
 

@@ -15,7 +15,6 @@ import time
 import uuid
 from pathlib import Path
 from collections.abc import Sequence
-from typing import Any
 
 from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, read_log, status_from_result
 from airflow_curation.core import storage
@@ -58,9 +57,6 @@ class LocalBackend(Backend):
             Path.home() / ".airflow-curation" / "jobs")
         self.python = python or sys.executable
         self.env = env or {}
-
-    def options(self) -> dict[str, Any]:
-        return {"work_dir": self.work_dir, "python": self.python, "env": self.env}
 
     def launch(self, spec: JobSpec, groups: Sequence[int] | None = None, *,
                previous: JobHandle | None = None) -> JobHandle:

@@ -59,10 +59,6 @@ class RayJobBackend(Backend):
         self.runtime_env = runtime_env or {}
         self.agent_wait_s = agent_wait_s
 
-    def options(self) -> dict[str, Any]:
-        return {"address": self.address, "python": self.python, "env": self.env, "runtime_env": self.runtime_env,
-                "agent_wait_s": self.agent_wait_s}
-
     def _client(self):
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         from ray.job_submission import JobSubmissionClient

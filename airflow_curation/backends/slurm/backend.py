@@ -1,25 +1,16 @@
 """Slurm backend: a job spec becomes ``sbatch`` submissions, on this machine or over SSH.
 
-Two shapes:
+``shard_groups=1`` (default): one allocation runs ``jobs run SPEC``. ``shard_groups=N``: an array
+``--array=0-(N-1)%K`` whose task ``i`` runs ``jobs run --group i/N``, then a *collect* job
+(``--dependency=afterany``) runs ``jobs collect``; N is capped at the site's ``MaxArraySize``.
 
-* ``shard_groups=1`` (default): one allocation runs ``python -m airflow_curation.jobs run SPEC``; the
-  stage's engine (process pool, Dask, Ray) uses what the allocation gives it.
-* ``shard_groups=N``: an array ``--array=0-(N-1)%K`` whose task ``i`` runs units ``i::N`` of the plan
-  (``run --group i/N``), then a small *collect* job (``--dependency=afterany``) runs ``jobs collect``:
-  the manifest and the failure budget. N is capped at the site's ``MaxArraySize``.
+:meth:`SlurmBackend.status` only reads: the result file, ``scontrol`` (then ``sacct``), the checkpoints.
+A failure in ``resubmit_on`` is ``retryable``; the follower relaunches it as a new attempt in the same job
+folder (``current.json`` names the latest, so every handle of the run follows it).
 
-State comes from ``scontrol show job`` while Slurm remembers the job (``MinJobAge``), then ``sacct``
-where accounting exists, and in the end from the files the job leaves in its folder: the result JSON
-and, per unit, the checkpoint records, which are the final truth. :meth:`SlurmBackend.status` only
-reads; a failure in ``resubmit_on`` is reported ``retryable``, and the follower (operator or sensor)
-relaunches the array tasks whose units lack a checkpoint (:meth:`Backend.settle`). A relaunch is a new
-attempt in the same job folder; ``current.json`` names the latest, so every handle of the run follows it.
-
-No secret is written into a script, the spec, a result or a log: the job's ``env`` (which holds the
-lake's storage options) goes into a ``0600`` file, :data:`ENV_FILE`, in the job folder (over SSH
-streamed through stdin, never on a command line) that the scripts source. The last consumer of an
-attempt (the job, or the collect job of an array) deletes it unless the run may still be relaunched;
-:meth:`SlurmBackend.release` (the follower, once the run is over) and ``cancel`` delete it too.
+Secrets: the job's ``env`` goes into a ``0600`` file, :data:`ENV_FILE` (over SSH through stdin), that the
+scripts source; the last consumer of an attempt deletes it unless the run may be relaunched, and
+:meth:`SlurmBackend.release` (the run is over) and ``cancel`` delete it too.
 """
 
 from __future__ import annotations
@@ -32,9 +23,8 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
-from airflow_curation.backends import groups as grp
+from airflow_curation.jobs import groups as grp
 from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, read_log, status_from_result
 from airflow_curation.backends.slurm.script import ATTEMPT, ENV_FILE, TASK, ScriptMixin, _check_arg, check_job_dir
 from airflow_curation.backends.slurm.states import (DEFAULT_RESUBMIT_ON, SlurmJobRecord, compress, failure_word,
@@ -148,17 +138,6 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
             raise ValueError("remote_work_dir needs ssh_host (or command_prefix) and a work_dir on that side")
         self.files: _LocalFiles | _RemoteFiles = _RemoteFiles(self) if self.remote_work_dir else _LocalFiles()
         self._max_array_size: int | None = None
-    def options(self) -> dict[str, Any]:
-        return {"partition": self.partition, "account": self.account, "qos": self.qos,
-                "time_limit": self.time_limit, "cpus_per_task": self.cpus_per_task, "mem": self.mem,
-                "sbatch_options": list(self.sbatch_options), "shard_groups": self.shard_groups,
-                "array_parallelism": self.array_parallelism, "work_dir": self.work_dir,
-                "python": self.python, "env": dict(self.env), "ssh_host": self.ssh_host,
-                "command_prefix": list(self.command_prefix), "max_resubmits": self.max_resubmits,
-                "resubmit_on": list(self.resubmit_on), "collect_time_limit": self.collect_time_limit,
-                "command_timeout": self.command_timeout, "nodes": self.nodes, "ntasks": self.ntasks,
-                "engine": self.engine, "remote_work_dir": self.remote_work_dir}
-
     def job_dir_for(self, spec: JobSpec) -> str:
         key = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         if self.work_dir:
@@ -371,7 +350,10 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
             return JobStatus(JobState.FAILED, f"job {handle['job_id']}: {message}; log: {handle['log']}",
                              retryable=self._retryable(failure_word(records)))
         # Finished (or forgotten by Slurm) without a result: the checkpoints say how far it got.
-        done, total = self.progress(handle)
+        try:
+            done, total = progress.checkpointed(handle["manifest_uri"])
+        except Exception:  # noqa: BLE001 - a detail of the message, not the verdict
+            done, total = 0, 0
         where = f"{source} has no record" if not records else f"Slurm says {message}"
         return JobStatus(JobState.FAILED, f"job {handle['job_id']} ended without a result ({where}); "
                                           f"{done}/{total} units checkpointed; log: {handle['log']}",
@@ -389,17 +371,6 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         except SlurmError:
             return None
         return failure_word(records)
-
-    def progress(self, handle: JobHandle) -> tuple[int, int]:
-        """(units with a checkpoint, units planned)."""
-        try:
-            return progress.checkpointed(handle["manifest_uri"])
-        except Exception:  # noqa: BLE001 - a message detail, not a verdict
-            return 0, 0
-
-    def unfinished_groups(self, handle: JobHandle) -> list[int]:
-        """Array task indices with at least one unit lacking a checkpoint (all of them if no plan yet)."""
-        return progress.unfinished_groups(handle["manifest_uri"], handle["groups"])
 
     def cancel(self, handle: JobHandle) -> None:
         handle = self.current(handle)

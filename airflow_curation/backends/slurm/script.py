@@ -8,23 +8,14 @@ import os
 import shlex
 from collections.abc import Sequence
 
-class _Task:
-    def __repr__(self) -> str:
-        return "TASK"
+class _Placeholder(str):
+    """A script argument part that the shell expands (never a literal to quote)."""
 
 
-TASK = _Task()  # stands for $SLURM_ARRAY_TASK_ID in a rendered script argument
-
-
-class _Attempt:
-    def __repr__(self) -> str:
-        return "ATTEMPT"
-
-
-# Stands for the script's first argument, the attempt number: a resubmission reuses the scripts (and
-# the environment file) of the first submission, so a poller that lacks the job's secrets can still
-# resubmit it.
-ATTEMPT = _Attempt()
+TASK = _Placeholder("TASK")  # $SLURM_ARRAY_TASK_ID
+# The script's first argument, the attempt number: a relaunch reuses the scripts (and the environment
+# file) of the first launch, so a follower that lacks the job's secrets can still relaunch it.
+ATTEMPT = _Placeholder("ATTEMPT")
 # The job's environment (secrets included), 0600, in the job folder, while the run may still use it.
 ENV_FILE = "secrets.env"
 _EXPANSIONS = {TASK: '"${SLURM_ARRAY_TASK_ID}"', ATTEMPT: '"$1"'}
@@ -81,7 +72,7 @@ class ScriptMixin:
         words = [py, "-m", "airflow_curation.jobs"]
         for arg in args:
             parts = arg if isinstance(arg, tuple) else (arg,)
-            words.append("".join(_EXPANSIONS[p] if isinstance(p, (_Task, _Attempt))
+            words.append("".join(_EXPANSIONS[p] if isinstance(p, _Placeholder)
                                  else shlex.quote(_check_arg(p, "argument")) for p in parts))
         drop_env = bool(self.env) and last_consumer
         if not dask_cluster and not drop_env:
@@ -119,7 +110,7 @@ class ScriptMixin:
 
     def _run_then_drop_env(self, command: str) -> list[str]:
         """Script lines that run ``command`` and then delete the environment file, unless the attempt
-        failed and the poller may still resubmit it (the resubmission reuses the file)."""
+        failed and the follower may still relaunch it (the relaunch reuses the file)."""
         return ["rc=0",
                 f"{command} || rc=$?",
                 f'if [ "$rc" -eq 0 ] || [ "$1" -gt {int(self.max_resubmits)} ]; then rm -f -- "$env_file"; fi',

@@ -83,15 +83,6 @@ class TransportMixin:
     # -- Backend ---------------------------------------------------------------------------------
 
 
-def _read_json(path: str) -> dict | None:
-    """A local JSON file, or None while it does not exist (or is not whole yet)."""
-    try:
-        with open(path, "rb") as f:
-            return json.loads(f.read())
-    except (FileNotFoundError, ValueError):
-        return None
-
-
 def _write_local(path: str, data: bytes, mode: int = 0o640) -> None:
     """Write a job file atomically with plain file IO (job folders are local or shared POSIX paths)."""
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex[:8]}")
@@ -116,7 +107,12 @@ class _LocalFiles:
         _write_local(path, data, mode)
 
     def read_json(self, path: str) -> dict | None:
-        return _read_json(path)
+        """A JSON file, or None while it does not exist (or is not whole yet)."""
+        try:
+            with open(path, "rb") as f:
+                return json.loads(f.read())
+        except (FileNotFoundError, ValueError):
+            return None
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
