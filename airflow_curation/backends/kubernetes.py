@@ -99,6 +99,8 @@ class KubernetesBackend(Backend):
         self.max_resubmits = int(max_resubmits)
         self._api_client = api_client
 
+    # -- client -------------------------------------------------------------------------------
+    @property
     def api_client(self):
         if self._api_client is None:
             self._api_client = self._make_client()

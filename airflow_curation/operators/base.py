@@ -222,6 +222,7 @@ class CurationStageOperator(ResumableJobMixin, BaseOperator):
     def get_job_result(self, external_id: dict[str, Any], context: Any) -> dict[str, Any]:
         if not self.wait:
             return {"manifest_uri": external_id["manifest_uri"], "job": external_id}
+        external_id = self._handle or external_id  # the latest attempt, when this task relaunched the job
         status = self._backend.status(external_id)
         return self._finish(status.state.value, status.message, status.result, external_id)
 
