@@ -1,17 +1,27 @@
-"""The backend interface: ``submit(spec) -> handle``, ``status(handle)``, ``cancel(handle)``, ``logs(handle)``.
+"""The backend interface: launchers with a read-only ``status``.
 
-A handle is a plain JSON-able dict so that Airflow can keep it in the task state store and a restarted
-worker (or the triggerer) can rebuild the backend and reconnect to the same job.
+``launch(spec, groups) -> handle`` starts a job; ``status(handle)`` only reads; ``cancel(handle)`` is
+idempotent; ``logs(handle, offset)`` streams by byte offsets. Whether a failed job runs again is decided
+by the follower (operator or checkpoint sensor) through :meth:`Backend.settle`, never by polling. A
+handle is a JSON-able dict: Airflow keeps it in the task state store, and a restarted worker or the
+triggerer rebuilds the backend from ``options()`` and reconnects.
 """
 
 from __future__ import annotations
 
 import enum
+import inspect
+import logging
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_curation.jobs import progress
+from airflow_curation.jobs.result import JobResult
 from airflow_curation.jobs.spec import JobSpec
+
+log = logging.getLogger(__name__)
 
 JobHandle = dict[str, Any]
 # The environment variables through which the Airflow layer hands a job the lake's storage options,
@@ -39,21 +49,61 @@ class JobState(str, enum.Enum):
 
 @dataclass
 class JobStatus:
+    """:param result: the job's :class:`JobResult` as a dict once it has finished.
+    :param retryable: a failure that running the unfinished units again may cure (time limit, lost node,
+        preemption, killed pods), not the stage's own error."""
+
     state: JobState
     message: str = ""
-    result: dict[str, Any] | None = None  # the job's result JSON once it has finished
+    result: dict[str, Any] | None = None
+    retryable: bool = False
+
+
+def status_from_result(result: JobResult | None, message: str = "") -> JobStatus | None:
+    """The finished status a job's result file gives, or None without one."""
+    if result is None:
+        return None
+    if result.succeeded:
+        return JobStatus(JobState.SUCCEEDED, message or "completed", result.to_dict())
+    return JobStatus(JobState.FAILED, result.error or message or "failed", result.to_dict())
+
+
+def read_log(path: str, offset: int = 0) -> tuple[str, int]:
+    """A local log file's text from byte ``offset`` and the next offset."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return "", offset
+    return data.decode("utf-8", "replace"), offset + len(data)
+
+
+def slice_log(data: bytes, offset: int) -> tuple[str, int]:
+    """For logs read whole: the text from byte ``offset``; a log that shrank (a pod went away) restarts."""
+    offset = offset if offset <= len(data) else 0
+    return data[offset:].decode("utf-8", "replace"), len(data)
 
 
 class Backend(ABC):
+    """:param max_resubmits: how many times :meth:`settle` relaunches a ``retryable`` failure."""
+
     name: str = "base"
+    max_resubmits: int = 0
+
+    def submit(self, spec: JobSpec) -> JobHandle:
+        """Launch the whole stage (every group, then collect): attempt 1."""
+        return self.launch(spec)
 
     @abstractmethod
-    def submit(self, spec: JobSpec) -> JobHandle:
-        """Start the job; return a handle that identifies it across processes."""
+    def launch(self, spec: JobSpec, groups: Sequence[int] | None = None, *,
+               previous: JobHandle | None = None) -> JobHandle:
+        """Start the groups (None: all; a list: a relaunch of those) and the collect step after them;
+        return a handle. :param previous: the handle of the attempt this one follows."""
 
     @abstractmethod
     def status(self, handle: JobHandle) -> JobStatus:
-        """Current state of the job."""
+        """Current state of the job. Reads only: no file, object or queue entry changes."""
 
     @abstractmethod
     def cancel(self, handle: JobHandle) -> None:
@@ -61,8 +111,55 @@ class Backend(ABC):
 
     @abstractmethod
     def logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
-        """Log text from byte ``offset`` and the next offset, for streaming into the task log."""
+        """Log text from byte ``offset`` and the next byte offset, for streaming into the task log."""
+
+    @abstractmethod
+    def spec_of(self, handle: JobHandle) -> JobSpec:
+        """The job spec the handle's job runs (what a relaunch launches again)."""
+
+    _unshared_options: tuple[str, ...] = ()  # constructor arguments never handed on (tokens, clients)
 
     def options(self) -> dict[str, Any]:
-        """Constructor options, so that a trigger can rebuild the backend in the triggerer."""
-        return {}
+        """Constructor options (each argument's attribute, JSON-able), so the triggerer rebuilds the backend."""
+        out = {}
+        for name in list(inspect.signature(type(self).__init__).parameters)[1:]:
+            if name not in self._unshared_options:
+                value = getattr(self, name)
+                out[name] = value.to_dict() if hasattr(value, "to_dict") else (
+                    list(value) if isinstance(value, tuple) else value)
+        return out
+
+    def current(self, handle: JobHandle) -> JobHandle:
+        """The latest attempt of the job ``handle`` names."""
+        return handle
+
+    def release(self, handle: JobHandle) -> None:
+        """The run is over: drop what was kept for a relaunch."""
+
+    def can_relaunch(self, handle: JobHandle, status: JobStatus) -> bool:
+        return (status.state == JobState.FAILED and status.retryable
+                and int(self.current(handle).get("attempt", 1)) <= self.max_resubmits)
+
+    def relaunch(self, handle: JobHandle) -> JobHandle:
+        """The next attempt of a finished run: ``jobs reopen``, then only the groups with unfinished units."""
+        handle = self.current(handle)
+        state = self.status(handle).state
+        if not state.finished:  # two attempts on the same units would only race each other
+            raise RuntimeError(f"attempt {handle.get('attempt', 1)} of job {handle.get('job_id')} is still "
+                               f"{state.value}; cancel it before relaunching")
+        groups = int(handle.get("groups", 1))
+        todo = progress.unfinished_groups(handle["manifest_uri"], groups) if groups > 1 else None
+        reopened = progress.reopen(handle["manifest_uri"])
+        log.info("relaunching %s: %s", handle.get("job_id"), "; ".join(f"{u}: {e}" for u, e in sorted(reopened.items())[:20]))
+        return self.launch(self.spec_of(handle), todo, previous=handle)
+
+    def settle(self, handle: JobHandle, status: JobStatus) -> JobHandle | None:
+        """The follower's decision once ``status`` is finished: the next attempt's handle when the
+        failure is retryable and attempts remain, else None (after :meth:`release`)."""
+        if self.can_relaunch(handle, status):
+            try:
+                return self.relaunch(handle)
+            except Exception as e:  # noqa: BLE001 - reported as the run's end, like any other failure
+                status.message = f"{status.message}; relaunch failed: {e}"
+        self.release(handle)
+        return None

@@ -5,17 +5,8 @@ Each function returns one manifest that the tests validate against the real sche
 travels in a ConfigMap mounted at :data:`SPEC_DIR`; the lake's credentials come from a Secret through
 ``envFrom``, never from the spec or these objects.
 
-How a stage runs, by ``engine``:
-
-- ``indexed``: a sweep, an Indexed Job whose pod *i* runs shard group *i* of *N*
-  (``--shard-group i/N``), and, created with it, a one-pod *gather* Job that waits for every group's
-  result file, then runs the spec whole: every unit the sweep checkpointed is skipped, units whose
-  pod died are redone there, and the manifest is written.
-- ``job``: one pod runs the whole stage (small stages, ingest).
-- ``dask``: a ``DaskJob`` (dask-kubernetes operator): a Dask cluster plus a runner pod that gets
-  ``DASK_SCHEDULER_ADDRESS`` from the operator.
-- ``ray``: a ``RayJob`` (KubeRay): a Ray cluster whose workers may request GPUs; the entrypoint is
-  the same ``python -m airflow_curation.jobs run`` command.
+Launch kinds (``LAUNCH_KINDS``): ``indexed`` (an Indexed Job of groups plus a collect Job that waits
+for their results), ``job`` (one pod), ``dask`` (a ``DaskJob``), ``ray`` (a ``RayJob``).
 """
 
 from __future__ import annotations
@@ -27,11 +18,13 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from airflow_curation.jobs import groups as grp
 from airflow_curation.backends.base import is_storage_options_env
 
 SPEC_DIR = "/etc/curation"
 SPEC_PATH = f"{SPEC_DIR}/spec.json"
-ENGINES = ("indexed", "job", "dask", "ray")
+LAUNCH_KINDS = ("indexed", "job", "dask", "ray")
+INDEX = "$(JOB_COMPLETION_INDEX)"  # Kubernetes expands it from the variable the Job controller sets
 # Labels every object carries, so that RBAC-scoped listing and clean-up can find them.
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 LABEL_JOB = "curation.airflow.apache.org/job"
@@ -151,14 +144,9 @@ def _meta(name: str, namespace: str, stage: str, role: str, settings: PodSetting
     return meta
 
 
-def job_command(result_uri: str | None, shard_group: tuple[str, int] | None = None) -> list[str]:
-    """argv of the one command every backend runs. ``shard_group`` is (index expression, count)."""
-    argv = ["python", "-m", "airflow_curation.jobs", "run", SPEC_PATH]
-    if result_uri:
-        argv += ["--result", result_uri]
-    if shard_group is not None:
-        argv += ["--shard-group", f"{shard_group[0]}/{shard_group[1]}"]
-    return argv
+def jobs_command(args: list[grp.Arg]) -> list[str]:
+    """argv of the one command every backend runs, ``python -m airflow_curation.jobs ARGS``."""
+    return ["python", "-m", "airflow_curation.jobs", *grp.render(args, {})]
 
 
 def _container(name: str, settings: PodSettings, command: list[str] | None, *, gpus: int = 0,
@@ -260,8 +248,8 @@ def _job(name: str, namespace: str, stage: str, role: str, settings: PodSettings
     if indexed:
         spec["completionMode"] = "Indexed"
         spec["backoffLimitPerIndex"] = backoff_limit
-        # Exit 1 means the stage ran and its units failed after their in-process retries: give up on
-        # that index (the gather job retries its units) rather than rerun the whole group.
+        # Exit 1 means the stage ran and its units failed after their in-process retries (its result
+        # says so): give up on that index rather than rerun the whole group; the collect step counts them.
         spec["podFailurePolicy"]["rules"].insert(
             1, {"action": "FailIndex", "onExitCodes": {"containerName": "stage", "operator": "In", "values": [1]}})
     else:
@@ -274,34 +262,34 @@ def _job(name: str, namespace: str, stage: str, role: str, settings: PodSettings
 
 
 def sweep_job(name: str, namespace: str, stage: str, spec_json: str, settings: PodSettings, *,
-              shard_groups: int, parallelism: int, result_dir: str, backoff_limit: int = 2,
-              ttl_seconds: int = 86400, active_deadline: int | None = None) -> dict:
-    """Indexed Job: pod *i* runs shard group *i* of ``shard_groups``. Kubernetes expands
-    ``$(JOB_COMPLETION_INDEX)`` in the argv from the variable the Job controller sets in each pod."""
-    if shard_groups < 1 or parallelism < 1:
-        raise ValueError("shard_groups and parallelism must be >= 1")
-    index = "$(JOB_COMPLETION_INDEX)"
-    command = job_command(f"{result_dir.rstrip('/')}/sweep-{index}.json", (index, shard_groups))
-    return _job(name, namespace, stage, "sweep", settings, command, spec_hash=spec_sha256(spec_json),
-                completions=shard_groups, parallelism=min(parallelism, shard_groups), indexed=True,
-                backoff_limit=backoff_limit, ttl_seconds=ttl_seconds, active_deadline=active_deadline)
-
-
-def gather_job(name: str, namespace: str, stage: str, spec_json: str, settings: PodSettings, *,
-               result_uri: str, backoff_limit: int = 1, ttl_seconds: int = 86400,
-               base_name: str | None = None, wait_for: tuple[str, int, float] | None = None) -> dict:
-    """One pod that runs the whole spec. Alone (engine ``job``) it is the stage. After a sweep
-    (``wait_for=(result_dir, groups, timeout_s)``) it first waits for every group's result file,
-    then only redoes what the sweep left unfinished, writes the manifest and runs ``finalize``."""
-    if wait_for is None:
-        command = job_command(result_uri)
-    else:
-        result_dir, groups, timeout = wait_for
-        command = ["python", "-m", "airflow_curation.backends.k8s_gather", SPEC_PATH, "--result", result_uri,
-                   "--wait-dir", result_dir, "--groups", str(groups), "--timeout", str(int(timeout))]
-    return _job(name, namespace, stage, "gather", settings, command,
-                spec_hash=spec_sha256(spec_json), backoff_limit=backoff_limit, ttl_seconds=ttl_seconds,
+              groups: int, parallelism: int, result_dir: str, pick: list[int] | None = None,
+              backoff_limit: int = 2, ttl_seconds: int = 86400, active_deadline: int | None = None,
+              base_name: str | None = None) -> dict:
+    """Indexed Job: pod *i* runs group *i* of ``groups`` (or group ``pick[i]``: a relaunch of some
+    groups) and writes ``<result_dir>/group-<g>.json``, which the collect Job waits for."""
+    completions = len(pick) if pick is not None else groups
+    if completions < 1 or parallelism < 1:
+        raise ValueError("groups and parallelism must be >= 1")
+    result = f"{result_dir.rstrip('/')}/group-{grp.GROUP}.json"
+    command = jobs_command(grp.group_args(SPEC_PATH, result, INDEX, groups, pick))
+    return _job(name, namespace, stage, "group", settings, command, spec_hash=spec_sha256(spec_json),
+                completions=completions, parallelism=min(parallelism, completions), indexed=True,
+                backoff_limit=backoff_limit, ttl_seconds=ttl_seconds, active_deadline=active_deadline,
                 base_name=base_name)
+
+
+def stage_job(name: str, namespace: str, stage: str, spec_json: str, settings: PodSettings, *,
+              result_uri: str, backoff_limit: int = 1, ttl_seconds: int = 86400,
+              base_name: str | None = None, collect: tuple[str, int, float] | None = None) -> dict:
+    """One pod. Alone (``launch_kind`` ``job``) it runs the whole stage; with ``collect=(result_dir,
+    groups, timeout_s)`` it is the collect step of a sweep: it waits for every group's result, then
+    writes the manifest, applies the failure budget and runs ``finalize``."""
+    if collect is None:
+        role, command = "job", jobs_command(grp.run_args(SPEC_PATH, result_uri))
+    else:
+        role, command = "collect", jobs_command(grp.collect_args(SPEC_PATH, result_uri, wait=collect))
+    return _job(name, namespace, stage, role, settings, command, spec_hash=spec_sha256(spec_json),
+                backoff_limit=backoff_limit, ttl_seconds=ttl_seconds, base_name=base_name)
 
 
 def dask_job(name: str, namespace: str, stage: str, spec_json: str, settings: PodSettings, *,
@@ -329,7 +317,7 @@ def dask_job(name: str, namespace: str, stage: str, spec_json: str, settings: Po
                {"name": "http-dashboard", "containerPort": 8787, "protocol": "TCP"}])
     scheduler["readinessProbe"] = {"httpGet": {"port": "http-dashboard", "path": "/health"},
                                    "initialDelaySeconds": 5, "periodSeconds": 10}
-    runner = _container("job", settings, job_command(result_uri))
+    runner = _container("job", settings, jobs_command(grp.run_args(SPEC_PATH, result_uri)))
     return {
         "apiVersion": f"{DASK_GROUP}/{DASK_VERSION}", "kind": "DaskJob",
         "metadata": _meta(name, namespace, stage, "dask", settings, spec_sha256(spec_json)),
@@ -384,7 +372,7 @@ def ray_job(name: str, namespace: str, stage: str, spec_json: str, settings: Pod
                         extra_env={"RAY_USAGE_STATS_ENABLED": "0"})
     worker["lifecycle"] = {"preStop": {"exec": {"command": ["ray", "stop"]}}}
     spec: dict[str, Any] = {
-        "entrypoint": shlex.join(job_command(result_uri)),
+        "entrypoint": shlex.join(jobs_command(grp.run_args(SPEC_PATH, result_uri))),
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": min(ttl_seconds, 3600),
         "submissionMode": "K8sJobMode",

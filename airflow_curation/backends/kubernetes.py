@@ -1,13 +1,11 @@
-"""Kubernetes backend: a job spec becomes an Indexed Job (shard sweep + gather), a plain Job, a
+"""Kubernetes backend: a job spec becomes an Indexed Job (groups + a collect Job), a plain Job, a
 ``DaskJob`` (dask-kubernetes operator) or a ``RayJob`` (KubeRay), built by :mod:`k8s_objects`.
 
-The lake must be object storage that the pods reach; its credentials reach the pods from a Secret
-(``pod.storage_secret``), never through the spec. The job's result JSON is written into the lake
-(``<lake>/_jobs/<run>/<stage>/<name>/result.json``), where :meth:`status` reads it once the job ends.
-
-Every call goes through :meth:`KubernetesBackend._call`, which retries 429/5xx answers and dropped
-connections with backoff. Names are deterministic per spec, so a submit retried after a lost
-answer gets 409 AlreadyExists and reconnects to the job it had created instead of starting a second.
+The lake must be object storage that the pods reach (credentials from a Secret, never the spec); the
+job's result JSON is written into the lake, where :meth:`status` reads it. :meth:`status` only reads;
+the collect Job is created at launch. API calls go through :meth:`KubernetesBackend._call` (429/5xx and
+dropped connections retried with backoff); names are deterministic per spec and attempt, so a launch
+retried after a lost answer gets 409 AlreadyExists and reconnects instead of starting a second job.
 """
 
 from __future__ import annotations
@@ -17,30 +15,33 @@ import json
 import logging
 import os
 import time
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from airflow_curation.backends import k8s_objects as objs
-from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus
-from airflow_curation.backends.k8s_gather import missing_groups, sweep_result_uri
+from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, slice_log, status_from_result
 from airflow_curation.core import storage
+from airflow_curation.jobs import group_result_uri
+from airflow_curation.jobs.result import JobResult
 from airflow_curation.jobs.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
 ENV_OPTIONS = "CURATION_KUBERNETES_OPTIONS"
-DEFAULT_ENGINES = {"ingest": "job", "preprocess": "dask", "dedup": "dask", "enrich": "ray",
-                   "validate": "job"}
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 LOG_CONTAINERS = ("stage", "job", "ray-job-submitter")
-MAX_ATTEMPT_NAMES = 20
+MAX_REVISIONS = 20
+# Sweep failures that running the groups again cannot cure: a bad spec, the deadline.
+FATAL_REASONS = {"PodFailurePolicy", "DeadlineExceeded"}
 
 
 class KubernetesBackend(Backend):
     """:param namespace: where the jobs run.
     :param pod: pod settings (:class:`k8s_objects.PodSettings` as a dict): image, service account,
         storage secret, requests/limits, GPUs, node selectors, tolerations...
-    :param engines: stage name -> ``indexed`` | ``job`` | ``dask`` | ``ray``; ``default_engine`` for others.
-    :param shard_groups: pods of an Indexed sweep; 0 sizes it from the input manifest, capped by
+    :param launch_kinds: stage name -> ``indexed`` | ``job`` | ``dask`` | ``ray`` (deployment
+        configuration, e.g. the helm chart's ``jobs.launchKinds``); ``default_launch_kind`` for others.
+    :param shard_groups: pods of an Indexed Job; 0 sizes it from the input manifest, capped by
         ``max_shard_groups``. :param parallelism: pods of a sweep running at once.
     :param dask_workers: / :param ray_workers: cluster sizes; ``ray_gpus_per_worker`` overrides ``pod.gpus``.
     :param result_root: where job results go; default the lake's ``_jobs`` folder.
@@ -52,17 +53,18 @@ class KubernetesBackend(Backend):
     :param propagation_policy: how ``cancel`` deletes: ``Background`` (default) or ``Foreground``.
     :param retries: / :param retry_backoff: retries of 429/5xx/connection errors and the first delay (s).
     :param validate: check every object against its schema before creating it.
-    :param gather_wait_seconds: longest wait of a sweep's gather pod for the groups' results
+    :param collect_wait_seconds: longest wait of a sweep's collect pod for the groups' results
         (default: ``active_deadline_seconds``, else 7 days).
-    :param env: environment for the job that may hold secrets (the Airflow layer passes the lake's
-        storage options here): it goes into a per-job Secret read through ``envFrom``, never into the
-        pod spec.
+    :param max_resubmits: relaunches of groups whose pods were all killed (see :meth:`Backend.settle`).
+    :param env: the job's environment, secrets included (the lake's storage options): a per-job Secret
+        read through ``envFrom``, never the pod spec.
     """
 
     name = "kubernetes"
+    _unshared_options = ("token", "api_client")  # a trigger rebuilds the client from the connection
 
     def __init__(self, namespace: str = "default", pod: dict[str, Any] | None = None,
-                 engines: dict[str, str] | None = None, default_engine: str = "indexed",
+                 launch_kinds: dict[str, str] | None = None, default_launch_kind: str = "indexed",
                  shard_groups: int = 0, max_shard_groups: int = 64, parallelism: int = 4,
                  dask_workers: int = 2, ray_workers: int = 1, ray_gpus_per_worker: int | None = None,
                  ray_version: str = "2.60.0", result_root: str | None = None, host: str | None = None,
@@ -72,16 +74,16 @@ class KubernetesBackend(Backend):
                  retries: int = 5, retry_backoff: float = 1.0, ttl_seconds: int = 86400,
                  active_deadline_seconds: int | None = None, backoff_limit: int = 2,
                  validate: bool = True, env: dict[str, str] | None = None,
-                 gather_wait_seconds: float | None = None, api_client: Any = None) -> None:
+                 collect_wait_seconds: float | None = None, max_resubmits: int = 0, api_client: Any = None) -> None:
         self.namespace = namespace
         self.pod = objs.PodSettings.from_dict(pod)
-        self.engines = {**DEFAULT_ENGINES, **(engines or {})}
-        for stage, engine in {**self.engines, "*": default_engine}.items():
-            if engine not in objs.ENGINES:
-                raise ValueError(f"engine {engine!r} for {stage} unknown; known: {objs.ENGINES}")
+        self.launch_kinds = dict(launch_kinds or {})
+        for stage, kind in {**self.launch_kinds, "*": default_launch_kind}.items():
+            if kind not in objs.LAUNCH_KINDS:
+                raise ValueError(f"launch kind {kind!r} for {stage} unknown; known: {objs.LAUNCH_KINDS}")
         if propagation_policy not in ("Background", "Foreground"):
             raise ValueError("propagation_policy must be Background or Foreground")
-        self.default_engine = default_engine
+        self.default_launch_kind = default_launch_kind
         self.shard_groups, self.max_shard_groups, self.parallelism = shard_groups, max_shard_groups, parallelism
         self.dask_workers, self.ray_workers, self.ray_gpus_per_worker = dask_workers, ray_workers, ray_gpus_per_worker
         self.ray_version = ray_version
@@ -94,23 +96,10 @@ class KubernetesBackend(Backend):
         self.backoff_limit = backoff_limit
         self.validate = validate
         self.env = dict(env or {})
-        # How long a sweep's gather pod waits for the groups' results before redoing the rest itself.
-        self.gather_wait_seconds = gather_wait_seconds or active_deadline_seconds or 7 * 86400
+        # How long a sweep's collect pod waits for the groups' results before collecting what there is.
+        self.collect_wait_seconds = collect_wait_seconds or active_deadline_seconds or 7 * 86400
+        self.max_resubmits = int(max_resubmits)
         self._api_client = api_client
-
-    def options(self) -> dict[str, Any]:
-        # JSON-able, no secrets: the token and a given api_client stay out (a trigger gets them again).
-        return {"namespace": self.namespace, "pod": self.pod.to_dict(), "engines": self.engines,
-                "default_engine": self.default_engine, "shard_groups": self.shard_groups,
-                "max_shard_groups": self.max_shard_groups, "parallelism": self.parallelism,
-                "dask_workers": self.dask_workers, "ray_workers": self.ray_workers,
-                "ray_gpus_per_worker": self.ray_gpus_per_worker, "ray_version": self.ray_version,
-                "result_root": self.result_root, "host": self.host, "verify_ssl": self.verify_ssl,
-                "in_cluster": self.in_cluster, "config_file": self.config_file, "context": self.context,
-                "propagation_policy": self.propagation_policy,
-                "retries": self.retries, "retry_backoff": self.retry_backoff, "ttl_seconds": self.ttl_seconds,
-                "active_deadline_seconds": self.active_deadline_seconds, "backoff_limit": self.backoff_limit,
-                "validate": self.validate, "env": self.env, "gather_wait_seconds": self.gather_wait_seconds}
 
     # -- client -------------------------------------------------------------------------------
     @property
@@ -178,8 +167,8 @@ class KubernetesBackend(Backend):
         raise AssertionError("unreachable")
 
     # -- objects ------------------------------------------------------------------------------
-    def engine_for(self, stage: str) -> str:
-        return self.engines.get(stage, self.default_engine)
+    def launch_kind_for(self, stage: str) -> str:
+        return self.launch_kinds.get(stage, self.default_launch_kind)
 
     def _result_dir(self, spec: JobSpec, name: str) -> str:
         root = self.result_root or spec.lake_obj.jobs_dir(spec.run_id, spec.stage)
@@ -197,60 +186,64 @@ class KubernetesBackend(Backend):
                 log.warning("cannot size the sweep from %s (%s); using parallelism", uri, e)
         return max(1, min(shards or self.parallelism, self.max_shard_groups))
 
-    def build(self, spec: JobSpec, attempt: int = 0) -> tuple[JobHandle, list[dict[str, Any]]]:
-        """The handle and the objects (spec ConfigMap first) that :meth:`submit` would create."""
+    def build(self, spec: JobSpec, revision: int = 0) -> tuple[JobHandle, list[dict[str, Any]]]:
+        """The handle and the objects (spec ConfigMap first) that :meth:`launch` would create."""
         spec_json = spec.to_json()
-        name = objs.object_name(spec.stage, spec_json, attempt)
-        engine = self.engine_for(spec.stage)
+        name = objs.object_name(spec.stage, spec_json, revision)
+        kind = self.launch_kind_for(spec.stage)
         result_dir = self._result_dir(spec, name)
         result_uri = storage.join(result_dir, "result.json")
-        ns, stage, pod = self.namespace, spec.stage, self.pod
+        ns, stage = self.namespace, spec.stage
+        handle: JobHandle = {"backend": self.name, "job_id": name, "name": name, "namespace": ns,
+                             "launch_kind": kind, "revision": revision, "attempt": 1, "main": name,
+                             "result": result_uri, "result_dir": result_dir, "manifest_uri": spec.manifest_uri}
         env_secret = None
         if self.env:
-            pod = dataclasses.replace(pod, extra_secrets=[*pod.extra_secrets, f"{name}-env"])
             env_secret = objs.storage_secret(f"{name}-env", ns, self.env, {objs.LABEL_JOB: name})
-        handle: JobHandle = {"backend": self.name, "job_id": name, "name": name, "namespace": ns,
-                             "engine": engine, "attempt": attempt, "result": result_uri,
-                             "result_dir": result_dir, "manifest_uri": spec.manifest_uri}
-        if env_secret:
             handle["env_secret"] = env_secret["metadata"]["name"]
+        pod = self._pod_for(handle)
         cm = objs.spec_config_map(name, ns, stage, spec_json, pod)
-        if engine == "indexed":
-            groups = self._groups_for(spec)
-            handle["shard_groups"] = groups
-            main = objs.sweep_job(name, ns, stage, spec_json, pod, shard_groups=groups,
-                                  parallelism=self.parallelism, result_dir=result_dir,
-                                  backoff_limit=self.backoff_limit, ttl_seconds=self.ttl_seconds,
-                                  active_deadline=self.active_deadline_seconds)
-        elif engine == "job":
-            main = objs.gather_job(name, ns, stage, spec_json, pod, result_uri=result_uri,
-                                   backoff_limit=self.backoff_limit, ttl_seconds=self.ttl_seconds)
-        elif engine == "dask":
+        extras = []
+        if kind == "indexed":
+            handle["groups"] = self._groups_for(spec)
+            main = self._group_job(handle, spec_json, stage, name, None)
+            handle["collect"] = f"{name}-collect"
+            extras.append(self._collect_job(handle, spec_json, stage, handle["collect"]))
+        elif kind == "job":
+            main = objs.stage_job(name, ns, stage, spec_json, pod, result_uri=result_uri,
+                                  backoff_limit=self.backoff_limit, ttl_seconds=self.ttl_seconds)
+        elif kind == "dask":
             main = objs.dask_job(name, ns, stage, spec_json, pod, workers=self.dask_workers, result_uri=result_uri)
         else:
             main = objs.ray_job(name, ns, stage, spec_json, pod, workers=self.ray_workers, result_uri=result_uri,
                                 gpus_per_worker=self.ray_gpus_per_worker, ray_version=self.ray_version,
                                 active_deadline=self.active_deadline_seconds, ttl_seconds=self.ttl_seconds)
         handle["kind"] = main["kind"]
-        extras = [self._gather_object(handle, spec_json, pod)] if engine == "indexed" else []
         return handle, [cm, *([env_secret] if env_secret else []), main, *extras]
 
-    def _gather_object(self, handle: JobHandle, spec_json: str | None = None,
-                       pod: objs.PodSettings | None = None) -> dict[str, Any]:
-        if spec_json is None:
-            spec_json = self._spec_json(handle)
-        if pod is None:
-            pod = self.pod
-            if handle.get("env_secret"):
-                pod = dataclasses.replace(pod, extra_secrets=[*pod.extra_secrets, handle["env_secret"]])
-        return objs.gather_job(f"{handle['name']}-gather", handle["namespace"], json.loads(spec_json)["stage"],
-                               spec_json, pod, result_uri=handle["result"], backoff_limit=self.backoff_limit,
-                               ttl_seconds=self.ttl_seconds, base_name=handle["name"],
-                               wait_for=(handle["result_dir"], handle["shard_groups"], self.gather_wait_seconds))
+    def _pod_for(self, handle: JobHandle) -> objs.PodSettings:
+        if not handle.get("env_secret"):
+            return self.pod
+        return dataclasses.replace(self.pod, extra_secrets=[*self.pod.extra_secrets, handle["env_secret"]])
 
-    def _spec_json(self, handle: JobHandle) -> str:
+    def _group_job(self, handle: JobHandle, spec_json: str, stage: str, name: str,
+                   pick: list[int] | None) -> dict[str, Any]:
+        return objs.sweep_job(name, handle["namespace"], stage, spec_json, self._pod_for(handle),
+                              groups=handle["groups"], parallelism=self.parallelism, pick=pick,
+                              result_dir=handle["result_dir"], backoff_limit=self.backoff_limit,
+                              ttl_seconds=self.ttl_seconds, active_deadline=self.active_deadline_seconds,
+                              base_name=handle["name"])
+
+    def _collect_job(self, handle: JobHandle, spec_json: str, stage: str, name: str) -> dict[str, Any]:
+        # Not owned by the group Job: the group Job's TTL must not take the waiting collect with it.
+        return objs.stage_job(name, handle["namespace"], stage, spec_json, self._pod_for(handle),
+                              result_uri=handle["result"], backoff_limit=self.backoff_limit,
+                              ttl_seconds=self.ttl_seconds, base_name=handle["name"],
+                              collect=(handle["result_dir"], handle["groups"], self.collect_wait_seconds))
+
+    def spec_of(self, handle: JobHandle) -> JobSpec:
         cm = self._call(self.core.read_namespaced_config_map, f"{handle['name']}-spec", handle["namespace"])
-        return cm.data["spec.json"]
+        return JobSpec.from_dict(json.loads(cm.data["spec.json"]))
 
     def _create(self, obj: dict[str, Any]) -> dict[str, Any]:
         ns = obj["metadata"]["namespace"]
@@ -303,11 +296,14 @@ class KubernetesBackend(Backend):
                 raise
 
     # -- Backend ------------------------------------------------------------------------------
-    def submit(self, spec: JobSpec) -> JobHandle:
+    def launch(self, spec: JobSpec, groups: Sequence[int] | None = None, *,
+               previous: JobHandle | None = None) -> JobHandle:
+        if previous is not None:
+            return self._relaunch(spec, previous, groups)
         from kubernetes.client.exceptions import ApiException
 
-        for attempt in range(MAX_ATTEMPT_NAMES):
-            handle, objects = self.build(spec, attempt)
+        for revision in range(MAX_REVISIONS):
+            handle, objects = self.build(spec, revision)
             first = next(i for i, o in enumerate(objects) if o["kind"] not in ("ConfigMap", "Secret"))
             parts, main, extras = objects[:first], objects[first], objects[first + 1:]
             if self.validate:
@@ -334,30 +330,64 @@ class KubernetesBackend(Backend):
                     raise  # deleted between our create and get: let the caller's retry decide
                 state = self._object_state(existing)[0]
                 if state in (JobState.FAILED, JobState.CANCELLED) or existing["metadata"].get("deletionTimestamp"):
-                    log.info("%s %s exists and has ended (%s); submitting as attempt %d", main["kind"],
-                             handle["name"], state.value, attempt + 1)
+                    log.info("%s %s exists and has ended (%s); launching revision %d", main["kind"],
+                             handle["name"], state.value, revision + 1)
                     continue
                 log.info("%s %s already exists (%s): reconnecting to it", main["kind"], handle["name"], state.value)
                 created = existing
             self._own_parts(handle, created, parts)
-            for obj in extras:  # the sweep's gather job: it starts waiting for the groups' results
-                try:
-                    self._create(obj)
-                except ApiException as e:
-                    if e.status != 409:
-                        raise
-            log.info("submitted %s %s/%s (engine %s)", main["kind"], handle["namespace"], handle["name"],
-                     handle["engine"])
+            for obj in extras:  # the sweep's collect job: it starts waiting for the groups' results
+                self._create_or_reconnect(obj)
+            log.info("launched %s %s/%s (%s)", main["kind"], handle["namespace"], handle["name"],
+                     handle["launch_kind"])
             return handle
-        raise RuntimeError(f"{MAX_ATTEMPT_NAMES} earlier jobs of this spec failed; delete them or change the spec")
+        raise RuntimeError(f"{MAX_REVISIONS} earlier jobs of this spec failed; delete them or change the spec")
 
-    def _clear_results(self, handle: JobHandle) -> None:
+    def _create_or_reconnect(self, obj: dict[str, Any]) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._create(obj)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+
+    def _relaunch(self, spec: JobSpec, previous: JobHandle, groups: Sequence[int] | None) -> JobHandle:
+        """Attempt n+1 of an ``indexed`` or ``job`` launch: a new group Job (only ``groups``) or Job under
+        the same spec ConfigMap and env Secret. Its name is deterministic, so two followers relaunching at
+        once create one Job."""
+        handle = {**previous, "attempt": int(previous.get("attempt", 1)) + 1}
+        handle["main"] = f"{handle['name']}-a{handle['attempt']}"
+        spec_json, stage = spec.to_json(), spec.stage
+        if handle["launch_kind"] == "indexed":
+            pick = sorted(groups) if groups is not None else list(range(handle["groups"]))
+            collect = self._get("Job", handle["collect"], handle["namespace"])
+            if collect is None or self._object_state(collect)[0].finished:
+                # The collect step has given up or ended: a fresh one waits for the relaunched groups.
+                self._clear_results(handle, groups=False)
+                handle["collect"] = f"{handle['name']}-collect-a{handle['attempt']}"
+                self._create_or_reconnect(self._collect_job(handle, spec_json, stage, handle["collect"]))
+            if pick:
+                self._create_or_reconnect(self._group_job(handle, spec_json, stage, handle["main"], pick))
+        elif handle["launch_kind"] == "job":
+            self._clear_results(handle, groups=False)
+            self._create_or_reconnect(objs.stage_job(
+                handle["main"], handle["namespace"], stage, spec_json, self._pod_for(handle),
+                result_uri=handle["result"], backoff_limit=self.backoff_limit, ttl_seconds=self.ttl_seconds,
+                base_name=handle["name"]))
+        else:
+            raise ValueError(f"a {handle['launch_kind']} job is not relaunched (its operator retries it)")
+        log.info("relaunched %s as attempt %d (%s)", handle["name"], handle["attempt"], handle["main"])
+        return handle
+
+    def _clear_results(self, handle: JobHandle, groups: bool = True) -> None:
         uris = [handle["result"], storage.join(handle["result_dir"], "cancelled.json")]
-        uris += [sweep_result_uri(handle["result_dir"], i) for i in range(handle.get("shard_groups", 0))]
+        if groups:
+            uris += [group_result_uri(handle["result_dir"], i) for i in range(handle.get("groups", 0))]
         for uri in uris:
             try:
                 storage.remove(uri)
-            except Exception as e:  # noqa: BLE001 - best effort; a stale file only makes a gather start early
+            except Exception as e:  # noqa: BLE001 - best effort; a stale file only makes a collect start early
                 log.warning("cannot remove stale %s: %s", uri, e)
 
     def _own_parts(self, handle: JobHandle, owner: dict[str, Any], parts: list[dict[str, Any]]) -> None:
@@ -370,88 +400,70 @@ class KubernetesBackend(Backend):
             self._call(fn, obj["metadata"]["name"], handle["namespace"], patch)
 
     def status(self, handle: JobHandle) -> JobStatus:
-        """One or two GETs (plus a result read once finished): cheap enough to poll from a trigger."""
-        obj = self._get(handle["kind"], handle["name"], handle["namespace"])
-        if obj is None:
+        """One or two GETs (plus a result read once finished), nothing written: cheap to poll from a trigger."""
+        main_name = handle.get("main", handle["name"])
+        obj = self._get(handle["kind"], main_name, handle["namespace"])
+        collect = self._get("Job", handle["collect"], handle["namespace"]) if handle.get("collect") else None
+        if obj is None and collect is None:
             return self._gone(handle)
-        if obj["metadata"].get("deletionTimestamp"):
-            return JobStatus(JobState.CANCELLED, f"{handle['kind']} {handle['name']} is being deleted")
-        state, message = self._object_state(obj)
-        if handle["engine"] == "indexed":
-            sweep_message = f"sweep: {message}"
-            fatal = _condition(obj, "Failed", reason={"PodFailurePolicy", "DeadlineExceeded"})
-            if fatal:
-                # A bad spec or the deadline: redoing the rest in one gather pod cannot help.
-                self._delete("Job", f"{handle['name']}-gather", handle["namespace"])
-                return JobStatus(JobState.FAILED, sweep_message, self._read_result(handle))
+        for o in (obj, collect):
+            if o is not None and o["metadata"].get("deletionTimestamp"):
+                return JobStatus(JobState.CANCELLED, f"{o['kind']} {o['metadata']['name']} is being deleted")
+        state, message = self._object_state(obj) if obj is not None else (JobState.SUCCEEDED, f"{main_name} gone")
+        if handle.get("collect"):
+            groups_message = f"groups: {message}"
+            if state == JobState.FAILED and _condition(obj, "Failed", reason=FATAL_REASONS):
+                # A bad spec or the deadline: running the groups again cannot help.
+                return JobStatus(JobState.FAILED, groups_message)
             if state == JobState.FAILED:
-                self._release_gather(handle)
-            gather = self._ensure_gather(handle)
-            if gather.get("metadata", {}).get("deletionTimestamp"):
-                return JobStatus(JobState.CANCELLED, "gather job is being deleted")
-            state, message = self._object_state(gather)
-            if state == JobState.PENDING and _job_state(obj)[0] == JobState.RUNNING:
-                state = JobState.RUNNING  # the groups run while the gather pod is still scheduling
-            message = f"{sweep_message}; gather: {message}"
+                silent = [i for i in range(handle["groups"])
+                          if not storage.exists(group_result_uri(handle["result_dir"], i))]
+                if silent:  # every pod of these groups was killed: the collect step waits for them
+                    return JobStatus(JobState.FAILED, f"{groups_message}; groups {silent} ended without a "
+                                                      "result (pods killed?)", retryable=True)
+            if collect is None:
+                return self._gone(handle)
+            cstate, cmessage = self._object_state(collect)
+            if cstate == JobState.PENDING and state == JobState.RUNNING:
+                cstate = JobState.RUNNING  # the groups run while the collect pod waits to be scheduled
+            state, message = cstate, f"{groups_message}; collect: {cmessage}"
         if state == JobState.SUCCEEDED:
             return self._from_result(handle, message)
         if state == JobState.FAILED:
-            result = self._read_result(handle)
-            if result and result.get("error"):
-                message = f"{message}: {result['error']}"
-            return JobStatus(JobState.FAILED, message, result)
+            if (result := self._result(handle)) is not None:
+                return JobStatus(JobState.FAILED, f"{message}: {result.error}", result.to_dict())
+            # A one-pod Job whose pods died without a word (OOM, lost node) may well succeed again.
+            return JobStatus(JobState.FAILED, message, retryable=handle["launch_kind"] == "job"
+                             and not _condition(obj, "Failed", reason=FATAL_REASONS))
         return JobStatus(state, message)
 
-    def _release_gather(self, handle: JobHandle) -> None:
-        """The sweep has failed: groups whose pods were all killed never wrote their result, so write
-        it for them, and the gather pod stops waiting and redoes their units."""
-        for i in missing_groups(handle["result_dir"], handle["shard_groups"]):
-            storage.write_json(sweep_result_uri(handle["result_dir"], i),
-                               {"status": "failed", "error": "the group's pods ended without a result (killed?)",
-                                "written_by": "KubernetesBackend.status"})
-
-    def _ensure_gather(self, handle: JobHandle) -> dict[str, Any]:
-        from kubernetes.client.exceptions import ApiException
-
-        name = f"{handle['name']}-gather"
-        existing = self._get("Job", name, handle["namespace"])
-        if existing is not None:
-            return existing
-        obj = self._gather_object(handle)
-        try:
-            return self._create(obj)
-        except ApiException as e:
-            if e.status != 409:
-                raise
-            return self._get("Job", name, handle["namespace"]) or obj
+    def release(self, handle: JobHandle) -> None:
+        """No relaunch follows: a collect pod still waiting for groups that will not come goes now."""
+        if handle.get("collect"):
+            collect = self._get("Job", handle["collect"], handle["namespace"])
+            if collect is not None and not self._object_state(collect)[0].finished:
+                self._delete("Job", handle["collect"], handle["namespace"])
 
     def _gone(self, handle: JobHandle) -> JobStatus:
         # The object is gone: TTL after finishing, a cancel, or someone deleted it.
-        result = self._read_result(handle)
-        if result is not None:
-            ok = result.get("status") == "succeeded"
-            return JobStatus(JobState.SUCCEEDED if ok else JobState.FAILED, result.get("error", ""), result)
+        if (st := status_from_result(self._result(handle))) is not None:
+            return st
         if self._cancelled(handle):
             return JobStatus(JobState.CANCELLED, "cancelled")
         return JobStatus(JobState.FAILED, f"{handle['kind']} {handle['namespace']}/{handle['name']} not found "
                                           "and no result was written (deleted?)")
 
-    def _read_result(self, handle: JobHandle) -> dict[str, Any] | None:
+    def _result(self, handle: JobHandle) -> JobResult | None:
         try:
-            return storage.read_json(handle["result"])
-        except FileNotFoundError:
-            return None
+            return JobResult.read(handle["result"])
         except Exception as e:  # noqa: BLE001 - an unreadable result is reported, not raised
             log.warning("cannot read job result %s: %s", handle["result"], e)
             return None
 
     def _from_result(self, handle: JobHandle, message: str) -> JobStatus:
-        result = self._read_result(handle)
-        if result is None:
-            return JobStatus(JobState.FAILED, f"{message}; but the job wrote no result at {handle['result']} "
-                                              "(is the lake shared object storage?)")
-        ok = result.get("status") == "succeeded"
-        return JobStatus(JobState.SUCCEEDED if ok else JobState.FAILED, result.get("error", message), result)
+        return status_from_result(self._result(handle), message) or JobStatus(
+            JobState.FAILED, f"{message}; but the job wrote no result at {handle['result']} (is the lake shared "
+                             "object storage?)")
 
     def _cancelled(self, handle: JobHandle) -> bool:
         try:
@@ -498,9 +510,10 @@ class KubernetesBackend(Backend):
         except Exception as e:  # noqa: BLE001 - the marker only refines status(); deletion matters
             log.warning("cannot write the cancel marker: %s", e)
         ns = handle["namespace"]
-        if handle["engine"] == "indexed":
-            self._delete("Job", f"{handle['name']}-gather", ns)
-        self._delete(handle["kind"], handle["name"], ns)
+        if handle.get("collect"):
+            self._delete("Job", handle["collect"], ns)
+        for name in dict.fromkeys([handle.get("main", handle["name"]), handle["name"]]):
+            self._delete(handle["kind"], name, ns)
         self._delete("ConfigMap", f"{handle['name']}-spec", ns)
         if handle.get("env_secret"):
             self._delete("Secret", handle["env_secret"], ns)
@@ -530,10 +543,7 @@ class KubernetesBackend(Backend):
                 parts.append(f"==> pod {p.metadata.name} ({c.name}) <==\n{text}")
                 if text and not text.endswith("\n"):
                     parts.append("\n")
-        data = "".join(parts).encode()
-        if offset > len(data):
-            offset = 0  # a pod's log went away (TTL, retried pod): start over rather than lose text
-        return data[offset:].decode("utf-8", "replace"), len(data)
+        return slice_log("".join(parts).encode(), offset)
 
     def wait(self, handle: JobHandle, timeout: float = 3600.0, watch_timeout: int = 60,
              poll: Callable[[JobStatus], None] | None = None) -> JobStatus:

@@ -14,10 +14,11 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
 
-from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus
+from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, read_log, status_from_result
 from airflow_curation.core import storage
+from airflow_curation.jobs.result import JobResult
 from airflow_curation.jobs.spec import JobSpec
 
 
@@ -57,10 +58,10 @@ class LocalBackend(Backend):
         self.python = python or sys.executable
         self.env = env or {}
 
-    def options(self) -> dict[str, Any]:
-        return {"work_dir": self.work_dir, "python": self.python, "env": self.env}
-
-    def submit(self, spec: JobSpec) -> JobHandle:
+    def launch(self, spec: JobSpec, groups: Sequence[int] | None = None, *,
+               previous: JobHandle | None = None) -> JobHandle:
+        """One process runs the whole stage (its mapper spreads the units over this machine's cores), so
+        there are no groups to pick: a relaunch runs it whole again and skips the checkpointed units."""
         job_id = f"{spec.stage}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         job_dir = Path(self.work_dir) / job_id
         job_dir.mkdir(parents=True, exist_ok=True)
@@ -73,7 +74,11 @@ class LocalBackend(Backend):
                 env={**os.environ, **self.env}, cwd=str(job_dir))
         return {"backend": self.name, "job_id": job_id, "pid": proc.pid,
                 "start_time": _proc_start_time(proc.pid), "job_dir": str(job_dir),
-                "log": str(log_path), "result": str(result_path), "manifest_uri": spec.manifest_uri}
+                "log": str(log_path), "result": str(result_path), "spec": str(spec_path),
+                "manifest_uri": spec.manifest_uri, "attempt": int((previous or {}).get("attempt", 0)) + 1}
+
+    def spec_of(self, handle: JobHandle) -> JobSpec:
+        return JobSpec.read(handle.get("spec") or str(Path(handle["job_dir"], "spec.json")))
 
     def _alive(self, handle: JobHandle) -> bool:
         _reap(handle["pid"])
@@ -84,10 +89,9 @@ class LocalBackend(Backend):
         result_path = handle["result"]
         if self._alive(handle):
             return JobStatus(JobState.RUNNING, f"pid {handle['pid']} running")
-        if os.path.exists(result_path):
-            result = storage.read_json(result_path)
-            state = JobState.SUCCEEDED if result.get("status") == "succeeded" else JobState.FAILED
-            return JobStatus(state, result.get("error", ""), result)
+        done = status_from_result(JobResult.read(result_path))
+        if done is not None:
+            return done
         if os.path.exists(Path(handle["job_dir"]) / "cancelled"):
             return JobStatus(JobState.CANCELLED, "cancelled")
         return JobStatus(JobState.FAILED, f"job process {handle['pid']} ended without a result "
@@ -112,10 +116,4 @@ class LocalBackend(Backend):
                 pass
 
     def logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
-        try:
-            with open(handle["log"], "rb") as f:
-                f.seek(offset)
-                data = f.read()
-        except FileNotFoundError:
-            return "", offset
-        return data.decode("utf-8", "replace"), offset + len(data)
+        return read_log(handle["log"], offset)

@@ -21,10 +21,13 @@ import os
 import shlex
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
-from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, is_storage_options_env
+from airflow_curation.backends.base import (Backend, JobHandle, JobState, JobStatus, is_storage_options_env,
+                                            slice_log, status_from_result)
 from airflow_curation.core import storage
+from airflow_curation.jobs.result import JobResult
 from airflow_curation.jobs.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -56,10 +59,6 @@ class RayJobBackend(Backend):
         self.runtime_env = runtime_env or {}
         self.agent_wait_s = agent_wait_s
 
-    def options(self) -> dict[str, Any]:
-        return {"address": self.address, "python": self.python, "env": self.env, "runtime_env": self.runtime_env,
-                "agent_wait_s": self.agent_wait_s}
-
     def _client(self):
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         from ray.job_submission import JobSubmissionClient
@@ -69,7 +68,9 @@ class RayJobBackend(Backend):
     def dashboard_url(self, job_id: str) -> str:
         return f"{self.address.rstrip('/')}/#/jobs/{job_id}"
 
-    def submit(self, spec: JobSpec) -> JobHandle:
+    def launch(self, spec: JobSpec, groups: Sequence[int] | None = None, *,
+               previous: JobHandle | None = None) -> JobHandle:
+        """One Ray job runs the whole stage (its engine spreads over the cluster): no groups to pick."""
         job_id = f"curation-{spec.stage}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         folder = storage.join(spec.lake_obj.jobs_dir(spec.run_id, spec.stage), job_id)
         spec_uri, result_uri = storage.join(folder, "spec.json"), storage.join(folder, "result.json")
@@ -91,7 +92,8 @@ class RayJobBackend(Backend):
                     raise
                 time.sleep(2)
         return {"backend": self.name, "job_id": job_id, "address": self.address, "result": result_uri,
-                "manifest_uri": spec.manifest_uri, "dashboard_url": self.dashboard_url(job_id),
+                "spec": spec_uri, "manifest_uri": spec.manifest_uri,
+                "attempt": int((previous or {}).get("attempt", 0)) + 1, "dashboard_url": self.dashboard_url(job_id),
                 "log": self.dashboard_url(job_id)}
 
     def job_runtime_env(self) -> dict[str, Any]:
@@ -113,13 +115,17 @@ class RayJobBackend(Backend):
             return JobStatus(JobState.UNKNOWN, f"cannot reach Ray at {self.address}: {e}")
         state = _STATES.get(str(getattr(info.status, "value", info.status)), JobState.UNKNOWN)
         message = info.message or ""
-        result = None
-        if state.finished and storage.exists(handle["result"]):
-            result = storage.read_json(handle["result"])
-            if state == JobState.SUCCEEDED and result.get("status") != "succeeded":
-                state = JobState.FAILED
-            message = result.get("error", message) or message
-        return JobStatus(state, message, result)
+        if state.finished and state != JobState.CANCELLED:
+            done = status_from_result(JobResult.read(handle["result"]), message)
+            if done is not None:
+                return done
+            if state == JobState.SUCCEEDED:
+                return JobStatus(JobState.FAILED, f"Ray job {handle['job_id']} ended without a result at "
+                                                  f"{handle['result']}")
+        return JobStatus(state, message)
+
+    def spec_of(self, handle: JobHandle) -> JobSpec:
+        return JobSpec.read(handle["spec"])
 
     def cancel(self, handle: JobHandle) -> None:
         try:
@@ -132,4 +138,5 @@ class RayJobBackend(Backend):
             text = self._client().get_job_logs(handle["job_id"])
         except Exception:  # noqa: BLE001
             return "", offset
-        return text[offset:], len(text)
+        # Ray returns the log whole, as text: offsets count its UTF-8 bytes, as for every backend.
+        return slice_log(text.encode("utf-8", "surrogateescape"), offset)

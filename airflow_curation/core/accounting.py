@@ -6,8 +6,15 @@ reported beside the books, not in them.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
+
+
+def allowed_failures(max_failed_fraction: float, units: int) -> int:
+    """How many units may fail before a run fails: ``floor(fraction * units)`` (the one place it is computed:
+    the stage runner, the gates and the backends all ask here)."""
+    return math.floor(float(max_failed_fraction or 0.0) * units)
 
 
 class AccountingError(AssertionError):

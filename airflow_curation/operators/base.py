@@ -17,7 +17,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, ResumableJobMixin
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_curation.backends import Backend, JobState
+from airflow_curation.backends import Backend, JobState, JobStatus
 from airflow_curation.core import storage
 from airflow_curation.core.layout import Lake, sanitize_run_id
 from airflow_curation.hooks.factory import (
@@ -214,11 +214,7 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         if not self.wait:
             return self.get_job_result(external_id, context)
         if self.deferrable:
-            self.defer(trigger=StageJobTrigger(backend=external_id["backend"],
-                                               backend_options=external_id.get("backend_options", {}),
-                                               handle=external_id, poll_interval=self.poll_interval,
-                                               curation_conn_id=external_id.get("curation_conn_id")),
-                       method_name="execute_complete")
+            self._defer(external_id)
         offset = 0
         while True:
             status = self._backend.status(external_id)
@@ -226,20 +222,53 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
             for line in text.splitlines():
                 self.log.info("[job %s] %s", external_id.get("job_id"), line)
             if status.state.finished:
-                break
+                relaunched = self._settle(external_id, status, context)
+                if relaunched is None:
+                    return self._finish(status.state.value, status.message, status.result, external_id)
+                external_id = relaunched
             time.sleep(self.poll_interval)
-        return self.get_job_result(external_id, context)
+
+    def _defer(self, handle: dict[str, Any], log_offset: int = 0) -> None:
+        self.defer(trigger=StageJobTrigger(backend=handle["backend"], backend_options=handle.get("backend_options", {}),
+                                           handle=handle, poll_interval=self.poll_interval, log_offset=log_offset,
+                                           curation_conn_id=handle.get("curation_conn_id")),
+                   method_name="execute_complete")
+
+    def _settle(self, handle: dict[str, Any], status: JobStatus, context: Any) -> dict[str, Any] | None:
+        """The job has ended: relaunch its unfinished groups when the backend calls the failure retryable
+        and attempts remain (the decision is the operator's, never a side effect of polling); returns
+        the new attempt's handle, already in the task state store, or None when the run is over."""
+        if status.state != JobState.FAILED:
+            return None
+        new = self._backend.settle(handle, status)
+        if new is None:
+            return None
+        new = {**new, "backend": handle["backend"], "backend_options": handle.get("backend_options", {}),
+               "submitted_at": handle.get("submitted_at")}
+        self.log.info("Job %s failed (%s); relaunched as attempt %s", handle.get("job_id"), status.message,
+                      new.get("attempt"))
+        store = context.get("task_state_store") if hasattr(context, "get") else None
+        if store is not None and self.durable:
+            store.set(self.external_id_key, new)  # a retry reconnects to the new attempt
+        self._remember(new, context)
+        return new
 
     def get_job_result(self, external_id: dict[str, Any], context: Any) -> dict[str, Any]:
         if not self.wait:
             return {"manifest_uri": external_id["manifest_uri"], "job": external_id}
+        external_id = self._handle or external_id  # the latest attempt, when this task relaunched the job
         status = self._backend.status(external_id)
         return self._finish(status.state.value, status.message, status.result, external_id)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        """Resumed from the trigger: the job has ended."""
+        """Resumed from the trigger: the job has ended; relaunch it (and defer again) or finish."""
         self._remember(event["handle"], context)
-        return self._finish(event["status"], event.get("message", ""), event.get("result"), event["handle"])
+        status = JobStatus(JobState(event["status"]), event.get("message", ""), event.get("result"),
+                           retryable=bool(event.get("retryable")))
+        relaunched = self._settle(event["handle"], status, context)
+        if relaunched is not None:
+            self._defer(relaunched, log_offset=int(event.get("log_offset") or 0))
+        return self._finish(status.state.value, status.message, status.result, event["handle"])
 
     def _finish(self, state: str, message: str, result: dict[str, Any] | None,
                 handle: dict[str, Any]) -> dict[str, Any]:

@@ -11,9 +11,11 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_curation.backends.base import JobState, JobStatus
+from airflow_curation.jobs.progress import CheckpointWatcher
 from airflow_curation.metrics import emit_gate_metrics
 from airflow_curation.triggers.job_log import JobLogRelay, unit_line
-from airflow_curation.triggers.shard_checkpoint import CheckpointWatcher, ShardCheckpointTrigger, decide
+from airflow_curation.triggers.shard_checkpoint import ShardCheckpointTrigger, decide
 
 
 class ShardCheckpointSensor(BaseSensorOperator):
@@ -109,11 +111,11 @@ class ShardCheckpointSensor(BaseSensorOperator):
                                               not_before=job.get("submitted_at") if job else None)
         job_status = None
         if job:
-            from airflow_curation.hooks.factory import backend_for
-
-            backend = backend_for(job.get("backend", "local"), job.get("backend_options", {}))
+            backend = self._job_backend(job)
             job_status = backend.status(job)
             self._relay_job_log(backend, job, job_status)
+            if job_status.state == JobState.FAILED and backend.can_relaunch(job, job_status):
+                return {"status": "relaunch", "reason": job_status.message, "job": job}
         progress = self._watcher.look()
         for unit_id, info in sorted(self._watcher.new_units.items()):
             self.log.info("%s", unit_line(progress.stage, unit_id, info))
@@ -133,14 +135,39 @@ class ShardCheckpointSensor(BaseSensorOperator):
         if job_status.state.finished:
             self._relay.flush()
 
+    @staticmethod
+    def _job_backend(job: dict[str, Any]):
+        from airflow_curation.hooks.factory import backend_for
+
+        return backend_for(job.get("backend", "local"), job.get("backend_options", {}))
+
+    def _relaunch(self, event: dict[str, Any]) -> bool:
+        """The job failed in a retryable way: relaunch its unfinished groups (the same decision as the
+        stage operator's); True when a new attempt now runs and the gate goes on waiting."""
+        job = event["job"]
+        new = self._job_backend(job).settle(job, JobStatus(JobState.FAILED, event.get("reason", ""), retryable=True))
+        if new is None:
+            return False
+        self.job = {**new, "backend": job.get("backend"), "backend_options": job.get("backend_options", {}),
+                    "submitted_at": job.get("submitted_at")}
+        self.log.info("Job %s failed (%s); relaunched as attempt %s", job.get("job_id"), event.get("reason"),
+                      new.get("attempt"))
+        return True
+
     def poke(self, context: Any) -> bool | PokeReturnValue:
         self._prepare()
         verdict = self._look()
+        if verdict is not None and verdict["status"] == "relaunch" and self._relaunch(verdict):
+            return False
         if verdict is None:
             return False
         return PokeReturnValue(is_done=True, xcom_value=self.execute_complete(context, verdict))
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") == "relaunch":
+            if self._relaunch(event):
+                return self.execute(context)  # gate the new attempt (defers again)
+            event = {**event, "status": "failed"}
         stage = event.get("stage") or self.task_id.removesuffix("_checkpoints")
         if "total" in event:  # a verdict of decide(), not a read error
             emit_gate_metrics({**event, "stage": stage})

@@ -10,7 +10,6 @@ the unit plumbing and leaves one method, ``compute``.
 from __future__ import annotations
 
 import logging
-import math
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
@@ -19,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from airflow_curation.core import redact, storage
-from airflow_curation.core.accounting import AccountingError, RowAccounting
+from airflow_curation.core.accounting import AccountingError, RowAccounting, allowed_failures
 from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import config_fingerprint
@@ -327,7 +326,7 @@ class StageRunner:
                                   f"{len(failed)} of {len(scope)} units failed. First: {details}")
             return manifest
         budget = float(stage.config.get("max_failed_fraction", 0.0))
-        allowed = math.floor(budget * len(units))
+        allowed = allowed_failures(budget, len(units))
         manifest.status = "failed" if len(failed) > allowed else "complete"
         upstream = stage.upstream_manifest() if manifest.status == "complete" else None
         broken = chain_problem(manifest, upstream) if upstream is not None else None

@@ -3,7 +3,8 @@
 It runs in the triggerer, so it holds nothing but JSON: the backend's name and options (with the ids
 of the connections they name) and the job handle. The triggerer resolves those connections itself,
 through :func:`airflow_curation.hooks.factory.backend_for`, so no secret travels in the trigger's
-kwargs; blocking calls go to a thread.
+kwargs; every poll asks the backend's read-only ``status`` (blocking calls go to a thread). It only
+watches: a retryable failure is reported in the event, and the operator decides on a relaunch.
 """
 
 from __future__ import annotations
@@ -65,9 +66,10 @@ class StageJobTrigger(BaseTrigger):
             status = await asyncio.to_thread(backend.status, self.handle)
             await asyncio.to_thread(self._stream_logs, backend, relay, status.state.finished)
             if status.state.finished:
+                # Whether to relaunch is the operator's call (in the worker), not the triggerer's.
                 yield TriggerEvent({"status": status.state.value, "message": status.message,
-                                    "result": status.result, "handle": self.handle,
-                                    "log_offset": self.log_offset})
+                                    "result": status.result, "retryable": status.retryable,
+                                    "handle": self.handle, "log_offset": self.log_offset})
                 return
             await asyncio.sleep(self.poll_interval)
 

@@ -24,7 +24,7 @@ FULL = {
     "lake": {"uri": "s3://lake-bucket/prod", "dataset": "web", "storageOptions": {"endpoint_url": "http://minio:9000"},
              "credentials": {"accessKeyId": "AKIA-CHART", "secretAccessKey": "chart-secret"}},
     "airflow": {"namespace": "airflow", "serviceAccounts": ["airflow-worker", "airflow-triggerer", "airflow-scheduler"]},
-    "jobs": {"namespace": "curation-jobs", "parallelism": 8, "engines": {"preprocess": "indexed"},
+    "jobs": {"namespace": "curation-jobs", "parallelism": 8, "launchKinds": {"preprocess": "indexed"},
              "nodeSelector": {"pool": "cpu"},
              "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "curation", "effect": "NoSchedule"}],
              "gpu": {"resource": "nvidia.com/gpu", "count": 2, "nodeSelector": {"gpu": "h100"},
@@ -179,7 +179,7 @@ def test_ray_cluster_gpus_and_placement(rendered):
     ({"lake": {"uri": "not-a-url"}}, "/lake/uri"),
     ({"jobs": {"runAsUser": 0}}, "/jobs/runAsUser"),
     ({"jobs": {"paralelism": 3}}, "paralelism"),
-    ({"jobs": {"engines": {"enrich": "spark"}}}, "/jobs/engines/enrich"),
+    ({"jobs": {"launchKinds": {"enrich": "spark"}}}, "/jobs/launchKinds/enrich"),
     ({"jobs": {"resources": {"limits": {"cpu": 2}}}}, "/jobs/resources/limits/cpu"),
     ({"dags": {"mode": "nfs"}}, "/dags/mode"),
 ])

@@ -23,10 +23,15 @@ def lake(tmp_path: Path) -> Path:
     return tmp_path / "lake"
 
 
+# Which launch kind runs which stage is deployment configuration (the helm chart's jobs.launchKinds).
+CHART_LAUNCH_KINDS = {"ingest": "job", "preprocess": "dask", "dedup": "dask", "enrich": "ray", "validate": "job"}
+
+
 @pytest.fixture
 def make_backend(fake_k8s, lake):
     def make(**kw) -> KubernetesBackend:
         kw.setdefault("pod", {"storage_secret": "lake-creds"})
+        kw["launch_kinds"] = {**CHART_LAUNCH_KINDS, **kw.get("launch_kinds", {})}
         return KubernetesBackend(host=fake_k8s.url, namespace="default", retry_backoff=0.01, **kw)
 
     return make

@@ -1,6 +1,6 @@
 """The product's pipeline DAG with ``backend=kubernetes`` in a real ``dag.test()``: the operator
 submits through the Kubernetes backend to the loopback API server, defers on its status, and a
-kubelet stand-in runs the generated pods (sweeps + gathers) on the real ingest, preprocess and dedup
+kubelet stand-in runs the generated pods (groups + collect jobs) on the real ingest, preprocess and dedup
 stages. Only Jobs can run here (no Dask or KubeRay operator), so every stage is configured as one."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def test_pipeline_dag_on_kubernetes(airflow_db, fake_k8s, tmp_path, monkeypatch)
     monkeypatch.setenv("CURATION_KUBERNETES_OPTIONS", json.dumps({
         "host": fake_k8s.url, "namespace": "default", "shard_groups": 2,
         # Only Jobs can run here (no Dask or KubeRay operator): sweeps, and one pod for global dedup.
-        "engines": {"ingest": "indexed", "preprocess": "indexed", "dedup": "job", "enrich": "job", "validate": "job"},
+        "launch_kinds": {"ingest": "indexed", "preprocess": "indexed", "dedup": "job", "enrich": "job", "validate": "job"},
         "retry_backoff": 0.01, "pod": {"service_account": "airflow-curation-job"}}))
     spec = importlib.util.spec_from_file_location("curation_pipeline_k8s_under_test",
                                                   REPO / "dags" / "curation_pipeline.py")
@@ -49,12 +49,12 @@ def test_pipeline_dag_on_kubernetes(airflow_db, fake_k8s, tmp_path, monkeypatch)
     assert dag_run.state == "success", dag_run.state
 
     jobs = fake_k8s.names("jobs")
-    sweeps = [fake_k8s.get("jobs", n) for n in jobs if not n.endswith("-gather")]
+    sweeps = [fake_k8s.get("jobs", n) for n in jobs if "-collect" not in n]
     stages = sorted(j["metadata"]["labels"]["curation.airflow.apache.org/stage"] for j in sweeps)
     assert stages == sorted(set(stages)) and {"ingest", "preprocess", "dedup", "validate"} <= set(stages)  # each once
     ingest = next(j for j in sweeps if j["metadata"]["labels"]["curation.airflow.apache.org/stage"] == "ingest")
     assert ingest["spec"]["completionMode"] == "Indexed" and ingest["spec"]["completions"] == 2
-    assert f"{ingest['metadata']['name']}-gather" in jobs
+    assert f"{ingest['metadata']['name']}-collect" in jobs
     lake = Lake(str(lake_root), "web", "2026-11-27")
     manifest = Manifest.read(lake.manifest_uri(sanitize_run_id(dag_run.run_id), "ingest"))
     assert manifest.status == "complete" and manifest.rows == 30

@@ -16,7 +16,9 @@ from airflow_curation.backends.k8s_objects import LABEL_JOB
 from airflow_curation.backends.schemas import ManifestInvalid
 from airflow_curation.core import storage
 
-OK_RESULT = {"status": "succeeded", "manifest_uri": "x", "shards": 3, "rows": 30, "bytes": 300}
+OK_RESULT = {"result_version": 1, "kind": "collect", "status": "succeeded", "returncode": 0, "manifest_uri": "x",
+             "shards": 3, "rows": 30, "bytes": 300}
+GROUP_OK = {"result_version": 1, "kind": "group", "status": "succeeded", "returncode": 0}
 
 
 def _write_result(handle, result=OK_RESULT):
@@ -30,28 +32,32 @@ def test_registered_and_rebuildable_from_options(fake_k8s):
     json.dumps(backend.options())  # a trigger carries them serialised
 
 
-def test_indexed_sweep_then_gather_through_every_state(fake_k8s, make_backend, make_spec):
-    backend = make_backend(engines={"preprocess": "indexed"}, parallelism=2)
+def test_indexed_groups_then_collect_through_every_state(fake_k8s, make_backend, make_spec):
+    backend = make_backend(launch_kinds={"preprocess": "indexed"}, parallelism=2)
     handle = backend.submit(make_spec("preprocess", shards=3))
     name = handle["name"]
-    assert handle["shard_groups"] == 3  # sized from the input manifest's shard count
+    assert handle["groups"] == 3 and handle["attempt"] == 1  # sized from the input manifest's shard count
     job = fake_k8s.get("jobs", name)
     cm = fake_k8s.get("configmaps", f"{name}-spec")
     assert job["spec"]["completions"] == 3 and job["spec"]["parallelism"] == 2
+    argv = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert argv[3:] == ["run", "/etc/curation/spec.json", "--result", f"{handle['result_dir']}/group-{{group}}.json",
+                        "--group", "$(JOB_COMPLETION_INDEX)/3"]
     # The spec ConfigMap is owned by the job, so deleting the job garbage-collects it.
     assert cm["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
     assert json.loads(cm["data"]["spec.json"])["stage"] == "preprocess"
 
-    # The gather job is created with the sweep: it waits for every group's result file, then runs
-    # the spec whole, so the stage finishes in the cluster even if nobody polls.
-    gather = fake_k8s.get("jobs", f"{name}-gather")
-    assert gather["metadata"]["labels"][LABEL_JOB] == name
-    argv = gather["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert argv[:3] == ["python", "-m", "airflow_curation.backends.k8s_gather"] and "--shard-group" not in argv
+    # The collect job is created with the groups (never by status): it waits for every group's result
+    # file, then writes the manifest, so the stage finishes in the cluster even if nobody polls.
+    collect = fake_k8s.get("jobs", handle["collect"])
+    assert collect["metadata"]["labels"][LABEL_JOB] == name and handle["collect"] == f"{name}-collect"
+    argv = collect["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert argv[:4] == ["python", "-m", "airflow_curation.jobs", "collect"] and "--group" not in argv
     assert argv[argv.index("--result") + 1] == handle["result"]
-    assert argv[argv.index("--wait-dir") + 1] == handle["result_dir"] and argv[argv.index("--groups") + 1] == "3"
-    assert gather["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"] == f"{name}-spec"
-    assert "ownerReferences" not in gather["metadata"]  # the sweep's TTL must not take the gather with it
+    assert argv[argv.index("--group-results") + 1] == handle["result_dir"]
+    assert argv[argv.index("--wait-groups") + 1] == "3"
+    assert collect["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"] == f"{name}-spec"
+    assert "ownerReferences" not in collect["metadata"]  # the groups' TTL must not take the collect with it
 
     assert backend.status(handle).state == JobState.PENDING
     fake_k8s.set_status("jobs", name, {"active": 2, "ready": 0})
@@ -60,47 +66,59 @@ def test_indexed_sweep_then_gather_through_every_state(fake_k8s, make_backend, m
     st = backend.status(handle)
     assert st.state == JobState.RUNNING and "succeeded 1" in st.message
 
-    # Group 1's pods were all OOM-killed: no result file. Once the sweep has failed, status writes it
-    # for them, so the waiting gather pod goes on and redoes their units.
+    # Group 1's pods were all OOM-killed: no result file. status says so (retryable) and writes nothing.
     for i in (0, 2):
-        _write_result({"result": f"{handle['result_dir']}/sweep-{i}.json"}, {"status": "succeeded"})
+        storage.write_json(f"{handle['result_dir']}/group-{i}.json", GROUP_OK)
     fake_k8s.set_status("jobs", name, {"succeeded": 2, "failed": 3, "failedIndexes": "1", "conditions": [
         {"type": "Failed", "status": "True", "reason": "FailedIndexes", "message": "Job has failed indexes"}]})
     st = backend.status(handle)
-    assert st.state == JobState.PENDING and "gather:" in st.message and "failed indexes 1" in st.message
-    marker = storage.read_json(f"{handle['result_dir']}/sweep-1.json")
-    assert marker["status"] == "failed" and "killed" in marker["error"]
-    assert storage.read_json(f"{handle['result_dir']}/sweep-0.json") == {"status": "succeeded"}  # untouched
-    backend.status(handle)
-    assert fake_k8s.names("jobs") == sorted([name, f"{name}-gather"])  # created once
+    assert st.state == JobState.FAILED and st.retryable and "groups [1]" in st.message
+    assert not storage.exists(f"{handle['result_dir']}/group-1.json")
+    assert fake_k8s.names("jobs") == sorted([name, handle["collect"]])  # nothing created by polling
 
-    fake_k8s.set_status("jobs", f"{name}-gather", {"active": 1, "ready": 1})
-    assert backend.status(handle).state == JobState.RUNNING
-    fake_k8s.set_status("jobs", f"{name}-gather", {"succeeded": 1, "conditions": [
+    # The follower relaunches (here no manifest exists, so every group), under the same spec; the waiting
+    # collect job stays.
+    backend.max_resubmits = 1
+    new = backend.settle(handle, st)
+    assert new["attempt"] == 2 and new["main"] == f"{name}-a2" and new["collect"] == handle["collect"]
+    again = fake_k8s.get("jobs", new["main"])
+    argv = again["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert again["spec"]["completions"] == 3 and argv[-4:] == ["--group", "$(JOB_COMPLETION_INDEX)/3",
+                                                               "--pick", "0,1,2"]
+    assert backend.settle(handle, st)["main"] == new["main"]  # a second follower reconnects (409)
+    assert backend.status(new).state == JobState.PENDING
+    storage.write_json(f"{handle['result_dir']}/group-1.json", GROUP_OK)
+    fake_k8s.set_status("jobs", new["main"], {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})
+    fake_k8s.set_status("jobs", handle["collect"], {"active": 1, "ready": 1})
+    assert backend.status(new).state == JobState.RUNNING
+    fake_k8s.set_status("jobs", handle["collect"], {"succeeded": 1, "conditions": [
         {"type": "Complete", "status": "True"}]})
-    st = backend.status(handle)
+    st = backend.status(new)
     assert st.state == JobState.FAILED and "wrote no result" in st.message
     _write_result(handle)
-    st = backend.status(handle)
+    st = backend.status(new)
     assert st.state == JobState.SUCCEEDED and st.result["rows"] == 30
 
 
-def test_bad_spec_fails_the_sweep_without_a_gather(fake_k8s, make_backend, make_spec):
-    backend = make_backend(engines={"preprocess": "indexed"})
+def test_bad_spec_fails_the_groups_and_release_drops_the_collect(fake_k8s, make_backend, make_spec):
+    backend = make_backend(launch_kinds={"preprocess": "indexed"}, max_resubmits=3)
     handle = backend.submit(make_spec())
     fake_k8s.set_status("jobs", handle["name"], {"failed": 1, "conditions": [
         {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
          "message": "Container stage for pod default/x-0 failed with exit code 2"}]})
     st = backend.status(handle)
-    assert st.state == JobState.FAILED and "exit code 2" in st.message
-    assert fake_k8s.get("jobs", f"{handle['name']}-gather") is None  # deleted: it could not help
+    assert st.state == JobState.FAILED and "exit code 2" in st.message and not st.retryable
+    assert fake_k8s.get("jobs", handle["collect"]) is not None  # status deletes nothing
+    assert backend.settle(handle, st) is None  # not retryable: the run is over
+    assert fake_k8s.get("jobs", handle["collect"]) is None  # the waiting collect could not help
 
 
 def test_failed_job_reports_the_stage_error(fake_k8s, make_backend, make_spec):
-    backend = make_backend(engines={"ingest": "job"})
+    backend = make_backend(launch_kinds={"ingest": "job"})
     handle = backend.submit(make_spec("ingest"))
-    assert handle["kind"] == "Job" and "shard_groups" not in handle
-    _write_result(handle, {"status": "failed", "error": "StageFailed: 2 of 3 units failed"})
+    assert handle["kind"] == "Job" and "groups" not in handle
+    _write_result(handle, {"result_version": 1, "kind": "run", "status": "failed", "returncode": 1,
+                           "error": "StageFailed: 2 of 3 units failed"})
     fake_k8s.set_status("jobs", handle["name"], {"failed": 3, "conditions": [
         {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]})
     st = backend.status(handle)
@@ -119,7 +137,7 @@ def test_submit_twice_reconnects_on_409_and_a_failed_job_gets_a_fresh_name(fake_
 
     fake_k8s.set_status("daskjobs", first["name"], {"jobStatus": "Failed"})
     third = backend.submit(spec)
-    assert third["name"] == f"{first['name']}-r1" and third["attempt"] == 1
+    assert third["name"] == f"{first['name']}-r1" and third["revision"] == 1
     assert fake_k8s.names("daskjobs") == sorted([first["name"], third["name"]])
 
 
@@ -198,10 +216,9 @@ def test_object_gone_uses_the_result_or_reports_it(fake_k8s, make_backend, make_
 
 @pytest.mark.parametrize("policy", ["Background", "Foreground"])
 def test_cancel_deletes_everything_with_the_propagation_policy(fake_k8s, make_backend, make_spec, policy):
-    backend = make_backend(propagation_policy=policy, engines={"preprocess": "indexed"})
+    backend = make_backend(propagation_policy=policy, launch_kinds={"preprocess": "indexed"})
     handle = backend.submit(make_spec())
     fake_k8s.set_status("jobs", handle["name"], {"succeeded": 3, "conditions": [{"type": "Complete", "status": "True"}]})
-    backend.status(handle)  # starts the gather job
     backend.cancel(handle)
     assert fake_k8s.names("jobs") == [] and fake_k8s.names("configmaps") == []
     assert {(p, pol) for p, _, pol in fake_k8s.deletes} == {("jobs", policy), ("configmaps", policy)}
@@ -220,7 +237,7 @@ def test_cancel_ray_job(fake_k8s, make_backend, make_spec):
 
 
 def test_logs_stream_from_offsets_across_pods(fake_k8s, make_backend, make_spec):
-    backend = make_backend(engines={"preprocess": "indexed"})
+    backend = make_backend(launch_kinds={"preprocess": "indexed"})
     handle = backend.submit(make_spec())
     assert backend.logs(handle, 0) == ("", 0)
     labels = {LABEL_JOB: handle["name"]}
@@ -277,7 +294,7 @@ def test_wait_returns_unfinished_at_its_timeout(fake_k8s, make_backend, make_spe
 
 def test_secret_env_goes_into_a_job_secret_never_into_the_pod_spec(fake_k8s, make_backend, make_spec):
     creds = '{"key": "AKIA-TEST", "secret": "s3cr3t-value", "client_kwargs": {"endpoint_url": "http://s3:9000"}}'
-    backend = make_backend(env={"CURATION_STORAGE_OPTIONS_S3": creds}, engines={"preprocess": "indexed"})
+    backend = make_backend(env={"CURATION_STORAGE_OPTIONS_S3": creds}, launch_kinds={"preprocess": "indexed"})
     handle = backend.submit(make_spec())
     secret = fake_k8s.get("secrets", handle["env_secret"])
     assert secret["stringData"]["CURATION_STORAGE_OPTIONS_S3"] == creds
@@ -286,9 +303,7 @@ def test_secret_env_goes_into_a_job_secret_never_into_the_pod_spec(fake_k8s, mak
     assert "s3cr3t-value" not in json.dumps(job)
     env_from = job["spec"]["template"]["spec"]["containers"][0]["envFrom"]
     assert env_from == [{"secretRef": {"name": "lake-creds"}}, {"secretRef": {"name": handle["env_secret"]}}]
-    fake_k8s.set_status("jobs", handle["name"], {"succeeded": 3, "conditions": [{"type": "Complete", "status": "True"}]})
-    backend.status(handle)
-    gather = fake_k8s.get("jobs", f"{handle['name']}-gather")
-    assert gather["spec"]["template"]["spec"]["containers"][0]["envFrom"] == env_from
+    collect = fake_k8s.get("jobs", handle["collect"])
+    assert collect["spec"]["template"]["spec"]["containers"][0]["envFrom"] == env_from
     backend.cancel(handle)
     assert fake_k8s.names("secrets") == []

@@ -23,29 +23,29 @@ def corpus(tmp_path):
     return src
 
 
-def test_indexed_sweep_and_gather_ingest_for_real(fake_k8s, make_backend, corpus, lake, tmp_path):
-    backend = make_backend(engines={"ingest": "indexed"}, shard_groups=2, pod={},
+def test_indexed_groups_and_collect_ingest_for_real(fake_k8s, make_backend, corpus, lake, tmp_path):
+    backend = make_backend(launch_kinds={"ingest": "indexed"}, shard_groups=2, pod={},
                            env={"CURATION_TEST_MARKER": "from-secret"})
     spec = JobSpec("ingest", {"root": str(lake), "dataset": "d", "snapshot": None}, "r1",
                    {"inputs": [str(corpus)], "unit_bytes": 1})
     handle = backend.submit(spec)
     kubelet = FakeKubelet(fake_k8s, tmp_path / "kubelet")
 
-    assert kubelet.run_job(handle["name"]) == [0, 0]  # both shard groups ran their units
-    # Nobody polls: the gather pod finds both groups' results and finishes the stage by itself.
-    assert kubelet.run_job(f"{handle['name']}-gather") == [0]
+    assert kubelet.run_job(handle["name"]) == [0, 0]  # both groups ran their units
+    # Nobody polls: the collect pod finds both groups' results and finishes the stage by itself.
+    assert kubelet.run_job(handle["collect"]) == [0]
     st = backend.status(handle)
     assert st.state == JobState.SUCCEEDED, st.message
     assert st.result["rows"] == 20 and st.result["manifest_uri"] == spec.manifest_uri
     manifest = Manifest.read(spec.manifest_uri)
     assert manifest.status == "complete" and manifest.rows == 20
-    # The gather pass skipped every unit the sweep had checkpointed.
+    # The collect step ran no unit: every one was checkpointed by its group.
     text, _ = backend.logs(handle)
-    assert "0 to run" in text and "shard_group" in text
+    assert "0 to run" in text and "all 2 groups reported" in text
 
 
 def test_bad_spec_fails_fast_through_the_pod_failure_policy(fake_k8s, make_backend, corpus, lake, tmp_path):
-    backend = make_backend(engines={"ingest": "indexed"}, shard_groups=2, pod={})
+    backend = make_backend(launch_kinds={"ingest": "indexed"}, shard_groups=2, pod={})
     spec = JobSpec("ingest", {"root": str(lake), "dataset": "d", "snapshot": None}, "r1",
                    {"inputs": [str(corpus)], "unit_bytes": 1})
     handle = backend.submit(spec)
@@ -53,27 +53,31 @@ def test_bad_spec_fails_fast_through_the_pod_failure_policy(fake_k8s, make_backe
     fake_k8s.objects[key]["data"]["spec.json"] = json.dumps({"spec_version": 99})  # corrupt it
     assert FakeKubelet(fake_k8s, tmp_path / "kubelet").run_job(handle["name"]) == [2, 2]
     st = backend.status(handle)
-    assert st.state == JobState.FAILED and "exit code 2" in st.message
-    assert fake_k8s.get("jobs", f"{handle['name']}-gather") is None  # deleted with the verdict
+    assert st.state == JobState.FAILED and "exit code 2" in st.message and not st.retryable
 
 
-def test_a_failed_group_is_redone_by_the_gather(fake_k8s, make_backend, corpus, lake, tmp_path):
-    backend = make_backend(engines={"ingest": "indexed"}, shard_groups=2, pod={})
+def test_a_killed_group_is_relaunched_by_the_follower(fake_k8s, make_backend, corpus, lake, tmp_path):
+    backend = make_backend(launch_kinds={"ingest": "indexed"}, shard_groups=2, pod={}, max_resubmits=1)
     spec = JobSpec("ingest", {"root": str(lake), "dataset": "d", "snapshot": None}, "r1",
                    {"inputs": [str(corpus)], "unit_bytes": 1})
     handle = backend.submit(spec)
     kubelet = FakeKubelet(fake_k8s, tmp_path / "kubelet")
     assert kubelet.run_job(handle["name"], kill=frozenset({1})) == [0, 137]  # group 1's pod was OOM-killed
-    st = backend.status(handle)  # the sweep failed: status releases the waiting gather
-    assert st.state == JobState.PENDING and "gather:" in st.message
-    assert kubelet.run_job(f"{handle['name']}-gather") == [0]
     st = backend.status(handle)
+    assert st.state == JobState.FAILED and st.retryable
+    new = backend.settle(handle, st)  # what the operator (or the checkpoint sensor) does with it
+    assert new is not None and new["attempt"] == 2
+    assert kubelet.run_job(new["main"]) == [0]
+    assert kubelet.run_job(new["collect"]) == [0]
+    st = backend.status(new)
     assert st.state == JobState.SUCCEEDED and st.result["rows"] == 20
-    text, _ = backend.logs(handle)
-    assert "2 units already done (checkpoint matches), 2 to run" in text  # only group 1's units redone
+    text, _ = backend.logs(new)
+    assert "1 units already done (checkpoint matches), 1 to run" in text or "0 units already done" in text
+    manifest = Manifest.read(spec.manifest_uri)
+    assert manifest.status == "complete" and manifest.rows == 20
 
 
-def test_gather_waits_for_every_group_then_gives_up_at_its_timeout(corpus, lake, tmp_path):
+def test_collect_waits_for_every_group_then_gives_up_at_its_timeout(corpus, lake, tmp_path):
     import subprocess
     import sys
 
@@ -83,16 +87,17 @@ def test_gather_waits_for_every_group_then_gives_up_at_its_timeout(corpus, lake,
     spec_path.write_text(spec.to_json())
     wait_dir = tmp_path / "results"
     wait_dir.mkdir()
-    (wait_dir / "sweep-0.json").write_text("{}")
-    argv = [sys.executable, "-m", "airflow_curation.backends.k8s_gather", str(spec_path), "--result",
-            str(tmp_path / "result.json"), "--wait-dir", str(wait_dir), "--groups", "2", "--poll", "0.05"]
-    # Group 1 has not reported: the gather waits (and is stopped here by the test's own timeout)...
+    subprocess.run([sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path), "--group", "0/2",
+                    "--result", str(wait_dir / "group-{group}.json")], check=True, capture_output=True, timeout=300)
+    argv = [sys.executable, "-m", "airflow_curation.jobs", "collect", str(spec_path), "--result",
+            str(tmp_path / "result.json"), "--group-results", str(wait_dir), "--wait-groups", "2", "--poll", "0.05"]
+    # Group 1 has not reported: the collect step waits (and is stopped here by the test's own timeout)...
     with pytest.raises(subprocess.TimeoutExpired):
         subprocess.run(argv + ["--timeout", "600"], capture_output=True, text=True, timeout=3)
     assert not (tmp_path / "result.json").exists()
-    # ...and with a bound on the wait it gives up, then redoes every unit itself.
+    # ...and with a bound on the wait it gives up and collects: group 1's units count as failed.
     proc = subprocess.run(argv + ["--timeout", "0"], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert "gave up waiting for shard groups [1]" in proc.stderr
+    assert proc.returncode == 1, proc.stderr
+    assert "gave up waiting for groups [1]" in proc.stderr
     result = json.loads((tmp_path / "result.json").read_text())
-    assert result["status"] == "succeeded" and result["rows"] == 20
+    assert result["status"] == "failed" and result["kind"] == "collect" and "2 of 4 units failed" in result["error"]

@@ -30,7 +30,7 @@ def k8s_conn(fake_k8s, tmp_path, monkeypatch):
 def test_hook_backend_submits_through_the_connection(fake_k8s, k8s_conn, make_spec):
     from airflow_curation.hooks.factory import backend_for, handle_options
 
-    options = {"kubernetes_conn_id": k8s_conn, "retry_backoff": 0.01}
+    options = {"kubernetes_conn_id": k8s_conn, "retry_backoff": 0.01, "launch_kinds": {"enrich": "ray"}}
     backend = backend_for("kubernetes", options)
     assert backend.namespace == "curation" and "kubernetes_conn_id" not in backend.options()
     handle = backend.submit(make_spec("enrich"))
@@ -72,7 +72,7 @@ def test_backends_do_not_import_the_airflow_layer():
 def test_async_hook_reads_state_without_blocking(fake_k8s, k8s_conn, make_spec):
     from airflow_curation.hooks.kubernetes import AsyncCurationKubernetesHook, CurationKubernetesHook
 
-    backend = CurationKubernetesHook(conn_id=k8s_conn).get_backend(engines={"preprocess": "indexed"},
+    backend = CurationKubernetesHook(conn_id=k8s_conn).get_backend(launch_kinds={"preprocess": "indexed"},
                                                                    retry_backoff=0.01)
     handle = backend.submit(make_spec())
     hook = AsyncCurationKubernetesHook(conn_id=k8s_conn)

@@ -67,11 +67,11 @@ def _pod_specs(obj: dict) -> list[dict]:
 
 
 @pytest.mark.parametrize("pod", POD_SETTINGS, ids=["defaults", "full"])
-@pytest.mark.parametrize("engine", o.ENGINES)
+@pytest.mark.parametrize("engine", o.LAUNCH_KINDS)
 def test_every_engine_builds_valid_non_root_objects(engine, pod):
     stage = "enrich" if engine == "ray" else "preprocess"
     backend = KubernetesBackend(host="http://127.0.0.1:1", namespace="curation", pod=pod,
-                                engines={stage: engine}, shard_groups=6, parallelism=4)
+                                launch_kinds={stage: engine}, shard_groups=6, parallelism=4)
     handle, objects = backend.build(_spec(stage))
     assert [x["kind"] for x in objects][0] == "ConfigMap"
     for obj in objects:
@@ -113,19 +113,22 @@ def test_gpus_only_on_ray_workers_with_gpu_placement():
     assert "nvidia.com/gpu" not in head["containers"][0]["resources"]["limits"]
     assert "nvidia.com/gpu.present" not in head.get("nodeSelector", {})
     # The entrypoint is the one job command, quoted for the shell that `ray job submit` uses.
-    assert shlex.split(obj["spec"]["entrypoint"]) == o.job_command("s3://b/r.json")
+    assert shlex.split(obj["spec"]["entrypoint"]) == RUN_ARGV
     assert obj["spec"]["shutdownAfterJobFinishes"] is True
 
 
+RUN_ARGV = ["python", "-m", "airflow_curation.jobs", "run", o.SPEC_PATH, "--result", "s3://b/r.json"]
+
+
 def test_sweep_is_indexed_with_per_index_retries_and_failure_policy():
-    job = o.sweep_job("cur-preprocess-x", "ns", "preprocess", "{}", o.PodSettings(), shard_groups=10,
+    job = o.sweep_job("cur-preprocess-x", "ns", "preprocess", "{}", o.PodSettings(), groups=10,
                       parallelism=4, result_dir="s3://b/jobs/x")
     validate_object(job)
     spec = job["spec"]
     assert spec["completionMode"] == "Indexed" and spec["completions"] == 10 and spec["parallelism"] == 4
     assert spec["backoffLimitPerIndex"] == 2 and "backoffLimit" not in spec
     argv = spec["template"]["spec"]["containers"][0]["command"]
-    assert argv[argv.index("--shard-group") + 1] == "$(JOB_COMPLETION_INDEX)/10"
+    assert argv[argv.index("--group") + 1] == "$(JOB_COMPLETION_INDEX)/10"
     actions = {r["action"] for r in spec["podFailurePolicy"]["rules"]}
     assert actions == {"FailJob", "FailIndex", "Ignore"}
     assert spec["template"]["spec"]["restartPolicy"] == "Never"
@@ -139,7 +142,7 @@ def test_dask_job_matches_operator_conventions():
     assert cluster["worker"]["replicas"] == 5
     worker_cmd = cluster["worker"]["spec"]["containers"][0]["command"]
     assert worker_cmd[worker_cmd.index("--memory-limit") + 1] == "8GiB"
-    assert obj["spec"]["job"]["spec"]["containers"][0]["command"] == o.job_command("s3://b/r.json")
+    assert obj["spec"]["job"]["spec"]["containers"][0]["command"] == RUN_ARGV
 
 
 def test_names_are_deterministic_per_spec_and_dns_safe():
@@ -183,7 +186,7 @@ def test_validator_rejects_unknown_fields_wrong_types_and_missing_required():
     with pytest.raises(ManifestInvalid, match="groupName"):
         validate_object(bad)
 
-    job = o.gather_job("cur-x", "ns", "x", "{}", o.PodSettings(), result_uri="r")
+    job = o.stage_job("cur-x", "ns", "x", "{}", o.PodSettings(), result_uri="r")
     validate_object(job)
     bad = copy.deepcopy(job)
     bad["spec"]["template"]["spec"]["containers"][0]["resource"] = {}
@@ -219,7 +222,7 @@ def test_spec_travels_in_a_config_map_without_secrets():
     validate_object(secret)
 
 
-@pytest.mark.parametrize("engine", o.ENGINES)
+@pytest.mark.parametrize("engine", o.LAUNCH_KINDS)
 def test_secret_env_reaches_every_container_by_reference_only(engine):
     """The storage options the Airflow layer hands the backend (``env``) are in the job's Secret and
     nowhere else; every container reads them (and the lake Secret) through a Secret reference."""
@@ -227,7 +230,7 @@ def test_secret_env_reaches_every_container_by_reference_only(engine):
     env = {"CURATION_STORAGE_OPTIONS_S3": json.dumps({"key": "AKIA-FAKE", "secret": secret})}
     stage = "enrich" if engine == "ray" else "preprocess"
     backend = KubernetesBackend(host="http://127.0.0.1:1", namespace="curation", pod={"storage_secret": "lake-creds"},
-                                engines={stage: engine}, shard_groups=3, env=env)
+                                launch_kinds={stage: engine}, shard_groups=3, env=env)
     handle, objects = backend.build(_spec(stage))
     for obj in objects:
         validate_object(obj)
@@ -237,7 +240,7 @@ def test_secret_env_reaches_every_container_by_reference_only(engine):
     assert all(secret not in json.dumps(x) for x in objects if x["kind"] != "Secret")
     assert secret not in json.dumps(handle)
     containers = [c for x in objects for c in _containers(x)]
-    assert len(containers) >= (2 if engine == "indexed" else 1)  # the gather job's pod too
+    assert len(containers) >= (2 if engine == "indexed" else 1)  # the collect job's pod too
     for c in containers:
         assert c["envFrom"] == [{"secretRef": {"name": "lake-creds"}}, {"secretRef": {"name": handle["env_secret"]}}]
         assert not [e for e in c["env"] if e["name"].startswith("CURATION_STORAGE_OPTIONS_")]

@@ -1,5 +1,5 @@
 """The chart's Role allows every API call the backend really makes (recorded by the loopback API
-server over a full submit / poll / gather / logs / watch / cancel flow of every engine), and no more
+server over a full submit / poll / collect / logs / watch / cancel flow of every engine), and no more
 verbs on kinds it never touches."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _allowed(role: dict, group: str, resource: str, verb: str) -> bool:
 
 
 def test_role_covers_every_call_of_every_engine(fake_k8s, make_backend, make_spec):
-    backend = make_backend(engines={"preprocess": "indexed", "ingest": "job"},
+    backend = make_backend(launch_kinds={"preprocess": "indexed", "ingest": "job"},
                            env={"CURATION_STORAGE_OPTIONS_S3": "{}"})
     for stage, plural, done in [
         ("preprocess", "jobs", {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}),
@@ -51,10 +51,11 @@ def test_role_covers_every_call_of_every_engine(fake_k8s, make_backend, make_spe
         backend.logs(handle)
         backend.wait(handle, timeout=1, watch_timeout=1)
         fake_k8s.set_status(plural, handle["name"], done)
-        backend.status(handle)  # the sweep's gather job is created here
-        if handle["engine"] == "indexed":
-            fake_k8s.set_status("jobs", f"{handle['name']}-gather", done)
-        storage.write_json(handle["result"], {"status": "succeeded"})
+        backend.status(handle)
+        if handle["launch_kind"] == "indexed":
+            fake_k8s.set_status("jobs", handle["collect"], done)
+        storage.write_json(handle["result"], {"result_version": 1, "kind": "run", "status": "succeeded",
+                                              "returncode": 0})
         backend.status(handle)
         backend.cancel(handle)
 

@@ -103,6 +103,18 @@ def wait_for(backend: SlurmBackend, handle: dict, timeout: float = 180.0,
     return st
 
 
+def follow(backend: SlurmBackend, handle: dict, timeout: float = 240.0) -> tuple[JobStatus, dict]:
+    """What the operator does: poll the read-only status and, once the job has ended, let the backend
+    settle it (a relaunch of a retryable failure, or the end). Returns the last status and handle."""
+    deadline = time.time() + timeout
+    while True:
+        st = wait_for(backend, handle, timeout=max(1.0, deadline - time.time()))
+        new = backend.settle(handle, st)
+        if new is None:
+            return st, handle
+        handle = new
+
+
 def checkpoint_records(lake: dict, manifest) -> dict[str, dict]:
     """The checkpoint records of a manifest's units that have one, by unit id."""
     import json

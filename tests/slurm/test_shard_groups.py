@@ -72,7 +72,7 @@ def test_cli_options(tmp_path, monkeypatch):
     spec_path.write_text(spec_for({"root": str(tmp_path / "lake"), "dataset": "ds"}, units=5).to_json())
     assert jobs_main(["run", str(spec_path), "--result", str(tmp_path / "g1.json"), "--shard-group", "1/2"]) == 0
     g1 = json.loads((tmp_path / "g1.json").read_text())
-    assert g1["shard_group"] == "1/2" and g1["shards"] == 2
+    assert g1["group"] == "1/2" and g1["kind"] == "group" and g1["shards"] == 2
     for bad in ("2/2", "x/2", "1"):
         proc = subprocess.run([sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path),
                                "--shard-group", bad], capture_output=True, text=True)

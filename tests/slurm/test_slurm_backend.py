@@ -17,7 +17,9 @@ from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest
 
-from .conftest import JOB_PYTHONPATH, checkpoint_records as _records, spec_for, wait_for
+from airflow_curation.jobs import progress
+
+from .conftest import JOB_PYTHONPATH, checkpoint_records as _records, follow, spec_for, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -27,23 +29,80 @@ def _scontrol_state(job_id: str) -> str:
     return out.split("JobState=", 1)[1].split()[0]
 
 
+class _StateStore:
+    """The task state store's API over a dict (what a retried task would read back)."""
+
+    def __init__(self) -> None:
+        self.data: dict = {}
+
+    def get(self, key, default=None):
+        return self.data.get(key, default)
+
+    def set(self, key, value, *, retention=None) -> None:
+        self.data[key] = value
+
+
+def _drive(op, context: dict) -> dict:
+    """Run a deferrable operator as the task runner and triggerer would: execute, then each trigger's
+    first event into the method it names, until the task returns."""
+    import asyncio
+
+    from airflow.sdk.exceptions import TaskDeferred
+
+    async def first_event(trigger):
+        async for event in trigger.run():
+            return event.payload
+
+    try:
+        return op.execute(context)
+    except TaskDeferred as deferred:
+        while True:
+            event = asyncio.run(first_event(deferred.trigger))
+            try:
+                return getattr(op, deferred.method_name)(context, event)
+            except TaskDeferred as again:
+                deferred = again
+
+
 @pytest.fixture(scope="module")
 def timeout_run(slurm_cluster, tmp_path_factory):
-    """A job that hits a real TIMEOUT. Slurm's smallest limit is a minute (enforced within ~30 s more),
-    so it is submitted by the first test of this module and checked by the last: the wait overlaps."""
+    """A job that hits a real TIMEOUT, followed end to end by the stage operator (deferred to its
+    trigger, which only polls the read-only status): the operator relaunches it. Slurm's smallest limit
+    is a minute (enforced within ~30 s more), so it starts with the module and is checked by its last
+    test, in a thread: the wait overlaps the other tests."""
+    import threading
+
+    from airflow_curation.operators.base import CurationStageOperator
+
     base = tmp_path_factory.mktemp("timeout")
-    slow = base / "slow"
-    slow.touch()
     lake = {"root": str(base / "lake"), "dataset": "ds", "snapshot": None}
-    backend = SlurmBackend(python=sys.executable, env={"PYTHONPATH": JOB_PYTHONPATH}, time_limit="1",
-                           max_resubmits=1)  # TIMEOUT is in resubmit_on by default
-    handle = backend.submit(spec_for(lake, units=2, sleep_s=45, slow_flag=str(slow)))
-    return backend, handle, lake, slow
+    op = CurationStageOperator(
+        task_id="slow", stage="slurmtest", lake=lake["root"], dataset="ds", run_id="timeout", backend="slurm",
+        backend_options={"python": sys.executable, "env": {"PYTHONPATH": JOB_PYTHONPATH}, "time_limit": "1",
+                         "max_resubmits": 1},  # TIMEOUT is in resubmit_on by default
+        # 2 x 45 s: attempt 1 hits the limit after u000; attempt 2 runs u001 alone, within it.
+        config={"units": 2, "sleep_s": 45}, poll_interval=1)
+    store = _StateStore()
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = _drive(op, {"run_id": "timeout", "task_state_store": store, "ti": None})
+        except BaseException as e:  # noqa: BLE001 - surfaced by the test
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.time() + 60
+    while "curation_job" not in store.data:
+        assert time.time() < deadline and "error" not in outcome, outcome
+        time.sleep(0.2)
+    return store, thread, outcome, lake, dict(store.data["curation_job"])
 
 
 def test_a_job_with_a_one_minute_limit_starts(timeout_run):
-    backend, handle, _, _ = timeout_run
-    assert handle["job_id"].isdigit()
+    store, _, _, _, _ = timeout_run
+    assert store.data["curation_job"]["job_id"].isdigit() and store.data["curation_job"]["attempt"] == 1
 
 
 def test_registered_and_options_round_trip(slurm_cluster):
@@ -103,7 +162,7 @@ def test_array_over_shard_groups_respects_max_array_size(make_backend, lake):
         assert records[unit.unit_id]["extra"]["task"] == str(i % groups)
     for g in range(groups):
         group_result = json.loads(Path(handle["job_dir"], f"result-1-group-{g}.json").read_text())
-        assert group_result["status"] == "succeeded" and group_result["shard_group"] == f"{g}/{groups}"
+        assert group_result["status"] == "succeeded" and group_result["group"] == f"{g}/{groups}"
         assert group_result["shards"] == len(range(g, groups + 3, groups))
 
 
@@ -119,7 +178,7 @@ def test_failed_shards_then_resubmit_only_their_groups(make_backend, lake, tmp_p
     manifest = Manifest.read(handle["manifest_uri"])
     assert manifest.status == "failed"
     assert {u.unit_id: u.status for u in manifest.units}["u004"] == "failed"
-    assert backend.unfinished_groups(handle) == [1]  # u004 is unit 4: group 4 % 3
+    assert progress.unfinished_groups(handle["manifest_uri"], handle["groups"]) == [1]  # u004 is unit 4: group 4 % 3
     before = _records(lake, manifest)
     assert set(before) == {"u000", "u001", "u002", "u003", "u005"}
 
@@ -127,13 +186,13 @@ def test_failed_shards_then_resubmit_only_their_groups(make_backend, lake, tmp_p
     failure_marker = Path(CheckpointStore(Lake.from_dict(lake).checkpoint_dir(
         manifest.stage, manifest.fingerprint)).directory, "u004.failed.json")
     assert failure_marker.exists()
-    assert backend.reopen_manifest(handle) == {"u004": manifest.units[4].error}
+    assert progress.reopen(handle["manifest_uri"]) == {"u004": manifest.units[4].error}
     reopened = Manifest.read(handle["manifest_uri"])
     assert reopened.status == "planned" and reopened.units[4].status == "pending" and not reopened.shards
     assert not failure_marker.exists()
 
     flag.unlink()
-    new = backend.resubmit(handle)
+    new = backend.relaunch(handle)
     assert new["attempt"] == 2 and new["array"] == "1"
     st = wait_for(backend, handle)  # the first handle follows the latest attempt
     assert st.state == JobState.SUCCEEDED, st
@@ -153,17 +212,16 @@ def test_automatic_resubmission(make_backend, lake, tmp_path):
     flag.touch()
     backend = make_backend(shard_groups=2, max_resubmits=1, resubmit_on=["FAILED"])
     handle = backend.submit(spec_for(lake, units=4, fail_units=["u001"], fail_flag=str(flag), max_attempts=1))
-    result_1 = Path(handle["result"])
-    deadline = time.time() + 180
-    while not result_1.exists():  # wait for attempt 1 to end, without polling status (which resubmits)
-        assert time.time() < deadline, backend.logs(handle)[0]
-        time.sleep(0.5)
-    flag.unlink()
-    st = wait_for(backend, handle, until=lambda st: st.state != JobState.RUNNING)  # the collect job exits
-    assert st.state == JobState.PENDING and "resubmitted as attempt 2" in st.message
     st = wait_for(backend, handle)
+    assert st.state == JobState.FAILED and st.retryable
+    for _ in range(20):  # polling is read-only: nothing is resubmitted however often one asks
+        assert backend.status(handle).state == JobState.FAILED
+    assert backend.current(handle)["attempt"] == 1
+    flag.unlink()
+    st, last = follow(backend, handle)  # the follower (operator, sensor) relaunches the failed group
     assert st.state == JobState.SUCCEEDED, st
     assert backend.current(handle)["attempt"] == 2 and backend.current(handle)["array"] == "1"
+    assert last == backend.current(handle)
 
 
 def test_cancel_a_running_job(make_backend, lake):
@@ -227,8 +285,8 @@ def test_job_forgotten_by_slurm_without_accounting(make_backend, lake):
     assert backend.status(gone).state == JobState.SUCCEEDED
     # ...and without one, the checkpoints say how far it got; the run counts as failed, retryable.
     Path(handle["result"]).rename(Path(handle["job_dir"], "result-moved.json"))
-    status, reason = backend._status({**gone, "job_dir": handle["job_dir"]})
-    assert status.state == JobState.FAILED and reason == "GONE"
+    status = backend._status({**gone, "job_dir": handle["job_dir"]})
+    assert status.state == JobState.FAILED and status.retryable  # GONE is in resubmit_on by default
     assert "3/3 units checkpointed" in status.message and "no record" in status.message
 
 
@@ -260,18 +318,19 @@ def test_unreachable_controller_is_unknown_not_a_failure(make_backend, lake):
     assert wait_for(backend, handle).state == JobState.CANCELLED
 
 
-def test_real_timeout_is_resubmitted_and_resumes_from_checkpoints(timeout_run):
-    backend, handle, lake, slow = timeout_run
-    deadline = time.time() + 300
-    while _scontrol_state(handle["job_id"]) != "TIMEOUT":  # watch Slurm itself: status() would resubmit
-        assert time.time() < deadline
-        time.sleep(1)
-    manifest = Manifest.read(handle["manifest_uri"])
-    assert set(_records(lake, manifest)) == {"u000"}  # the first unit finished before the limit
-    slow.unlink()
-    st = backend.status(handle)
-    assert st.state == JobState.PENDING and "TIMEOUT" in st.message and "attempt 2" in st.message
-    st = wait_for(backend, handle)
-    assert st.state == JobState.SUCCEEDED, st
-    manifest = Manifest.read(handle["manifest_uri"])
+def test_real_timeout_is_relaunched_by_the_operator_and_resumes_from_checkpoints(timeout_run):
+    store, thread, outcome, lake, first = timeout_run
+    thread.join(timeout=400)
+    assert not thread.is_alive() and "error" not in outcome, outcome
+    assert outcome["result"]["rows"] == 10
+    # The operator relaunched the run and kept the new attempt's handle, for a retry to reconnect to.
+    latest = store.data["curation_job"]
+    assert latest["attempt"] == 2
+    log_text = Path(latest["log"]).read_text()
+    assert "DUE TO TIME LIMIT" in log_text and "attempt 2 resubmitted the job" in log_text
+    manifest = Manifest.read(latest["manifest_uri"])
     assert [u.status for u in manifest.units] == ["skipped", "done"]
+    # u000 was checkpointed by attempt 1 before its time limit; attempt 2 ran only u001.
+    jobs = {u: r["extra"]["slurm_job"] for u, r in _records(lake, manifest).items()}
+    assert jobs["u001"] == latest["job_id"] and jobs["u000"] != latest["job_id"]
+    assert jobs["u000"] == first["job_id"] and first["attempt"] == 1

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from airflow_curation.backends.base import JobState
-from airflow_curation.backends.slurm import SlurmError
 from airflow_curation.core.manifest import Manifest
+from airflow_curation.jobs import progress
 
 from .conftest import spec_for, wait_for
 
@@ -58,12 +58,12 @@ def test_work_folder_only_on_the_login_side(make_backend, lake, ssh_login, tmp_p
     assert handle["job_dir"].startswith(str(work)) and (Path(handle["job_dir"]) / "group.sh").exists()
     st = wait_for(backend, handle)
     assert st.state == JobState.FAILED and "u001" in st.message
-    assert backend.unfinished_groups(handle) == [1]
+    assert progress.unfinished_groups(handle["manifest_uri"], handle["groups"]) == [1]
     flag.unlink()
-    new = backend.resubmit(handle)
+    new = backend.relaunch(handle)
     assert new["array"] == "1"
-    with pytest.raises(SlurmError, match="still"):  # never two attempts at once
-        backend.resubmit(handle)
+    with pytest.raises(RuntimeError, match="still"):  # never two attempts at once
+        backend.relaunch(handle)
     st = wait_for(backend, handle)
     assert st.state == JobState.SUCCEEDED, st
     text, offset = backend.logs(handle)

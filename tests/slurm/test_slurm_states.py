@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_curation.backends.base import JobState
-from airflow_curation.backends.slurm import (FAILURE_NOTES, SlurmBackend, _compress, map_state, parse_sacct,
+from airflow_curation.backends.slurm import (FAILURE_NOTES, compress, failure_word, map_state, parse_sacct,
                                              parse_scontrol_jobs, summarize)
 
 # A line as `scontrol show job -o` prints it (Slurm 22.05), with the state substituted.
@@ -58,7 +58,7 @@ def test_array_tasks_mixed_states():
     assert state == JobState.RUNNING and "1 failed so far" in message
     state, message = summarize(records[1:])
     assert state == JobState.FAILED and "OUT_OF_MEMORY" in message and "12[1]" in message
-    assert SlurmBackend._failure_word(records) == "OUT_OF_MEMORY"
+    assert failure_word(records) == "OUT_OF_MEMORY"
 
 
 def test_pending_array_is_one_record():
@@ -72,7 +72,7 @@ def test_parse_sacct_when_accounting_exists():
     records = parse_sacct(text)
     assert [(r.job_id, r.array_task_id, r.mapped) for r in records] == [
         ("55", "0", JobState.SUCCEEDED), ("55", "1", JobState.FAILED), ("56", None, JobState.CANCELLED)]
-    assert SlurmBackend._failure_word(records) == "NODE_FAIL"
+    assert failure_word(records) == "NODE_FAIL"
     assert summarize(records)[0] == JobState.FAILED
 
 
@@ -82,6 +82,6 @@ def test_every_failure_state_has_a_note():
 
 
 def test_compress_array_indices():
-    assert _compress([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
-    assert _compress([3]) == "3"
-    assert _compress([]) == ""
+    assert compress([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert compress([3]) == "3"
+    assert compress([]) == ""

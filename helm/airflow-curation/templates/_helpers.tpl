@@ -78,7 +78,7 @@ capabilities:
       "image_pull_secrets" (list) -}}
 {{- range .Values.imagePullSecrets }}{{- $_ := set $pod "image_pull_secrets" (append $pod.image_pull_secrets .name) }}{{- end }}
 {{- $opts := dict "namespace" (include "curation.jobsNamespace" .) "in_cluster" true "pod" $pod
-      "engines" .Values.jobs.engines "parallelism" (int .Values.jobs.parallelism)
+      "launch_kinds" .Values.jobs.launchKinds "parallelism" (int .Values.jobs.parallelism)
       "max_shard_groups" (int .Values.jobs.maxShardGroups) "dask_workers" (int .Values.jobs.daskWorkers)
       "ray_workers" (int .Values.jobs.rayWorkers) "ray_version" .Values.ray.rayVersion
       "ttl_seconds" (int .Values.jobs.ttlSecondsAfterFinished) -}}

@@ -1,0 +1,151 @@
+"""The Slurm job scripts and sbatch command lines. No parameter ever reaches a shell unquoted: sbatch
+options are argv elements (never ``#SBATCH`` lines) and the script quotes every value with
+:func:`shlex.quote`; the only expansions are the array task id and the attempt (the script's ``$1``)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Sequence
+
+class _Placeholder(str):
+    """A script argument part that the shell expands (never a literal to quote)."""
+
+
+TASK = _Placeholder("TASK")  # $SLURM_ARRAY_TASK_ID
+# The script's first argument, the attempt number: a relaunch reuses the scripts (and the environment
+# file) of the first launch, so a follower that lacks the job's secrets can still relaunch it.
+ATTEMPT = _Placeholder("ATTEMPT")
+# The job's environment (secrets included), 0600, in the job folder, while the run may still use it.
+ENV_FILE = "secrets.env"
+_EXPANSIONS = {TASK: '"${SLURM_ARRAY_TASK_ID}"', ATTEMPT: '"$1"'}
+
+
+def _check_arg(value: str, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, got {type(value).__name__}")
+    if "\x00" in value:
+        raise ValueError(f"{what} contains a NUL byte")
+    return value
+
+
+def check_job_dir(path: str) -> str:
+    """Slurm expands ``%`` patterns (and ``\\`` turns them off) in ``--output``; a newline breaks its
+    messages. A job folder with any of them is refused rather than silently writing logs elsewhere."""
+    _check_arg(path, "job folder")
+    bad = sorted({c for c in path if c in "%\\\n\r"})
+    if bad:
+        raise ValueError(f"job folder {path!r} contains {bad}, which Slurm would interpret in --output; "
+                         "choose a work_dir (or lake root) without them")
+    return path
+
+
+
+class ScriptMixin:
+    """Rendering of scripts, environment file and sbatch argv (mixed into :class:`SlurmBackend`)."""
+
+    def render_script(self, job_dir: str, args: Sequence[str | tuple], dask_cluster: bool = False,
+                      last_consumer: bool = True) -> str:
+        """The batch script: sources the job's environment file and runs the jobs entrypoint with ``args``.
+
+        Each arg is a literal string, or a tuple of literal strings, :data:`TASK` (the array task
+        index) and :data:`ATTEMPT` (the script's first argument): those two are all the shell expands.
+
+        :param job_dir: the job folder (the script's working directory, where :data:`ENV_FILE` is).
+        :param args: the entrypoint's arguments.
+        :param dask_cluster: start a Dask cluster across the allocation first.
+        :param last_consumer: this script is the last one of an attempt to need the environment file
+            (a single job, or the collect job of an array): it deletes the file when it is done.
+        """
+        lines = ["#!/bin/bash", "# airflow-curation job (generated; every value is shell-quoted)",
+                 "set -eu"]
+        if self.env:
+            lines += [f"env_file={shlex.quote(os.path.join(job_dir, ENV_FILE))}",
+                      # Gone means the run was cancelled or finished: running without it would only
+                      # fail later, on a missing credential.
+                      '[ -r "$env_file" ] || { echo "airflow-curation: $env_file is gone (run cancelled or '
+                      'finished)" >&2; exit 1; }',
+                      '. "$env_file"']
+        lines.append(f"export CURATION_JOB_DIR={shlex.quote(job_dir)}")
+        lines.append(f"cd {shlex.quote(job_dir)}")
+        py = shlex.quote(_check_arg(self.python, "python"))
+        words = [py, "-m", "airflow_curation.jobs"]
+        for arg in args:
+            parts = arg if isinstance(arg, tuple) else (arg,)
+            words.append("".join(_EXPANSIONS[p] if isinstance(p, _Placeholder)
+                                 else shlex.quote(_check_arg(p, "argument")) for p in parts))
+        drop_env = bool(self.env) and last_consumer
+        if not dask_cluster and not drop_env:
+            lines.append("exec " + " ".join(words))
+            return "\n".join(lines) + "\n"
+        if not dask_cluster:
+            return "\n".join(lines + self._run_then_drop_env(" ".join(words))) + "\n"
+        # A Dask cluster across the allocation: scheduler here, workers on every task (srun), then the
+        # stage on it; the trap stops the cluster however the stage ends.
+        sched_file = shlex.quote(os.path.join(job_dir, "dask-scheduler-")) + '"$1".json'
+        lines += [
+            f"sched_file={sched_file}",
+            'rm -f "$sched_file"',
+            f'{py} -m distributed.cli.dask_scheduler --scheduler-file "$sched_file" --port 0 --no-dashboard &',
+            "sched=$!",
+            f'srun --overlap --kill-on-bad-exit=0 {py} -m distributed.cli.dask_worker --scheduler-file '
+            '"$sched_file" --nthreads 1 --nworkers "${SLURM_CPUS_PER_TASK:-1}" --no-dashboard &',
+            "workers=$!",
+            # Workers first (srun passes the TERM on to its tasks), then the scheduler they report to.
+            "trap 'kill \"$workers\" 2>/dev/null || true; wait \"$workers\" 2>/dev/null || true; "
+            "kill \"$sched\" 2>/dev/null || true; wait \"$sched\" 2>/dev/null || true' EXIT",
+            "tries=0",
+            f"until address=\"$({py} -c 'import json, sys; print(json.load(open(sys.argv[1]))[\"address\"])' "
+            '"$sched_file" 2>/dev/null)"; do',
+            '  kill -0 "$sched" 2>/dev/null || { echo "airflow-curation: the Dask scheduler exited" >&2; exit 1; }',
+            "  tries=$((tries + 1))",
+            '  [ "$tries" -lt 1200 ] || { echo "airflow-curation: no Dask scheduler after 120 s" >&2; exit 1; }',
+            "  sleep 0.1",
+            "done",
+            'echo "airflow-curation: Dask cluster at $address"',
+        ]
+        command = " ".join(words) + ' --scheduler-address "$address"'
+        lines += self._run_then_drop_env(command) if drop_env else [command]
+        return "\n".join(lines) + "\n"
+
+    def _run_then_drop_env(self, command: str) -> list[str]:
+        """Script lines that run ``command`` and then delete the environment file, unless the attempt
+        failed and the follower may still relaunch it (the relaunch reuses the file)."""
+        return ["rc=0",
+                f"{command} || rc=$?",
+                f'if [ "$rc" -eq 0 ] || [ "$1" -gt {int(self.max_resubmits)} ]; then rm -f -- "$env_file"; fi',
+                'exit "$rc"']
+
+    def render_env(self) -> bytes:
+        """The environment file's text: one ``export NAME=value`` line per variable, values quoted."""
+        return "".join(f"export {key}={shlex.quote(self.env[key])}\n" for key in sorted(self.env)).encode()
+
+    def sbatch_argv(self, script: str, job_name: str, log_path: str, job_dir: str,
+                    array: str | None = None, dependency: str | None = None,
+                    time_limit: str | None = None, collect: bool = False,
+                    script_args: Sequence[str] = ()) -> list[str]:
+        argv = ["sbatch", "--parsable", f"--job-name={job_name}", f"--output={log_path}",
+                "--open-mode=append", f"--chdir={job_dir}"]
+        for flag, value in (("--partition", self.partition), ("--account", self.account),
+                            ("--qos", self.qos), ("--time", time_limit or self.time_limit)):
+            if value:
+                argv.append(f"{flag}={value}")
+        # The collect job runs the stage's finalize (e.g. dedup's global phase): it keeps the CPUs and
+        # memory, but not the extra options (GPUs, constraints) that the shard work asked for.
+        if self.cpus_per_task:
+            argv.append(f"--cpus-per-task={self.cpus_per_task}")
+        if self.mem:
+            argv.append(f"--mem={self.mem}")
+        if not collect:
+            if self.nodes and not array:
+                argv.append(f"--nodes={self.nodes}")
+            if self.ntasks and not array:
+                argv.append(f"--ntasks={self.ntasks}")
+            argv += self.sbatch_options
+        if array:
+            argv.append(f"--array={array}")
+        if dependency:
+            argv += [f"--dependency={dependency}", "--kill-on-invalid-dep=no"]
+        argv.append(script)
+        argv += [_check_arg(a, "script argument") for a in script_args]
+        return argv

@@ -1,0 +1,189 @@
+"""How the Slurm backend reaches Slurm and the job folder: commands here or through a prefix (SSH), and
+job files on a mounted filesystem or, with ``remote_work_dir``, over that same prefix."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shlex
+import subprocess
+import uuid
+from collections.abc import Sequence
+
+from airflow_curation.backends.slurm.script import _check_arg
+
+log = logging.getLogger(__name__)
+_JOB_ID = re.compile(r"^\d+$")
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed (submission refused, controller unreachable...)."""
+
+
+class TransportMixin:
+    """Running Slurm commands (mixed into :class:`SlurmBackend`)."""
+
+    def command_argv(self, argv: Sequence[str]) -> list[str]:
+        """The argv that runs ``argv`` here or, through the prefix, as one quoted remote command line."""
+        argv = [_check_arg(a, "argument") for a in argv]
+        return [*self.command_prefix, shlex.join(argv)] if self.command_prefix else argv
+
+    def _exec(self, argv: Sequence[str], data: bytes | None = None) -> subprocess.CompletedProcess:
+        """Run ``argv`` where the Slurm commands run (the transport, the prefix, or here), bytes in and
+        out; raises ``OSError`` or ``subprocess.TimeoutExpired`` when it cannot."""
+        if self.transport is not None:
+            return self.transport.run([_check_arg(a, "argument") for a in argv], data, self.command_timeout)
+        stdin = {"input": data} if data is not None else {"stdin": subprocess.DEVNULL}
+        return subprocess.run(self.command_argv(argv), capture_output=True, timeout=self.command_timeout, **stdin)
+
+    def _run(self, argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
+        try:
+            raw = self._exec(argv)
+        except OSError as e:
+            hint = " (is Slurm installed, or set ssh_host?)" if isinstance(e, FileNotFoundError) else ""
+            raise SlurmError(f"cannot run {argv[0]!r}: {e}{hint}") from e
+        except subprocess.TimeoutExpired as e:
+            raise SlurmError(f"{shlex.join(argv)} took longer than {self.command_timeout}s") from e
+        proc = subprocess.CompletedProcess(raw.args, raw.returncode, raw.stdout.decode("utf-8", "replace"),
+                                           raw.stderr.decode("utf-8", "replace"))
+        if check and proc.returncode != 0:
+            raise SlurmError(f"{shlex.join(argv)} failed ({proc.returncode}): "
+                             f"{(proc.stderr or proc.stdout).strip()}")
+        return proc
+
+    def run_raw(self, argv: Sequence[str], data: bytes | None = None) -> subprocess.CompletedProcess:
+        """Run ``argv`` where the Slurm commands run, with bytes in and out (no check)."""
+        try:
+            return self._exec(argv, data if data is not None else b"")
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise SlurmError(f"{shlex.join(argv)}: {e}") from e
+
+    def read_remote(self, path: str, offset: int = 0) -> bytes:
+        """Bytes of a file where the Slurm commands run, from ``offset`` (empty if it does not exist)."""
+        try:
+            proc = self._exec(["tail", "-c", f"+{int(offset) + 1}", "--", path])
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise SlurmError(f"cannot read {path}: {e}") from e
+        return proc.stdout if proc.returncode == 0 else b""
+
+    def max_array_size(self) -> int:
+        """The site's MaxArraySize (array indices go up to MaxArraySize - 1)."""
+        if self._max_array_size is None:
+            text = self._run(["scontrol", "show", "config"]).stdout
+            m = re.search(r"^\s*MaxArraySize\s*=\s*(\d+)", text, re.M)
+            self._max_array_size = int(m.group(1)) if m else 1001  # Slurm's default
+        return self._max_array_size
+
+    # -- the job folder and script ---------------------------------------------------------------
+    def _sbatch(self, argv: list[str]) -> str:
+        out = self._run(argv).stdout.strip()
+        job_id = out.split(";", 1)[0].strip()  # --parsable prints "id" or "id;cluster"
+        if not _JOB_ID.match(job_id):
+            raise SlurmError(f"sbatch printed {out!r}, not a job id")
+        return job_id
+
+    # -- Backend ---------------------------------------------------------------------------------
+
+
+def _write_local(path: str, data: bytes, mode: int = 0o640) -> None:
+    """Write a job file atomically with plain file IO (job folders are local or shared POSIX paths)."""
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp-{uuid.uuid4().hex[:8]}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class _LocalFiles:
+    """Job files on a filesystem mounted here (local, or shared with the cluster)."""
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def write(self, path: str, data: bytes, mode: int = 0o640) -> None:
+        _write_local(path, data, mode)
+
+    def read_json(self, path: str) -> dict | None:
+        """A JSON file, or None while it does not exist (or is not whole yet)."""
+        try:
+            with open(path, "rb") as f:
+                return json.loads(f.read())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def create_exclusive(self, path: str) -> bool:
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True
+
+    def append(self, path: str, text: str) -> None:
+        try:
+            with open(path, "a") as f:
+                f.write(text)
+        except OSError:
+            log.info("%s", text.strip())
+
+    def remove(self, path: str) -> None:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+
+
+class _RemoteFiles:
+    """Job files where the Slurm commands run, reached through the backend's command prefix (SSH).
+    Paths are positional parameters of fixed ``sh -c`` scripts: never part of the script text."""
+
+    def __init__(self, backend: TransportMixin) -> None:
+        self.backend = backend
+
+    def _sh(self, script: str, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess:
+        return self.backend.run_raw(["sh", "-c", script, "sh", *args], data)
+
+    def makedirs(self, path: str) -> None:
+        proc = self._sh('mkdir -p -- "$1"', path)
+        if proc.returncode != 0:
+            raise SlurmError(f"cannot create {path}: {proc.stderr.decode(errors='replace').strip()}")
+
+    def write(self, path: str, data: bytes, mode: int = 0o640) -> None:
+        # umask 077: the file is never readable by others, not even before its chmod (secrets.env).
+        proc = self._sh('umask 077 && tmp="$1.tmp.$$" && cat > "$tmp" && chmod "$2" "$tmp" && mv -f -- "$tmp" "$1"',
+                        path, format(mode, "o"), data=data)
+        if proc.returncode != 0:
+            raise SlurmError(f"cannot write {path}: {proc.stderr.decode(errors='replace').strip()}")
+
+    def read_json(self, path: str) -> dict | None:
+        proc = self._sh('cat -- "$1"', path)
+        if proc.returncode != 0:
+            return None
+        try:
+            return json.loads(proc.stdout)
+        except ValueError:
+            return None
+
+    def exists(self, path: str) -> bool:
+        return self._sh('test -e "$1"', path).returncode == 0
+
+    def create_exclusive(self, path: str) -> bool:
+        return self._sh('set -C; : > "$1"', path).returncode == 0  # noclobber: O_EXCL
+
+    def append(self, path: str, text: str) -> None:
+        self._sh('cat >> "$1"', path, data=text.encode())
+
+    def remove(self, path: str) -> None:
+        proc = self._sh('rm -f -- "$1"', path)
+        if proc.returncode != 0:
+            raise SlurmError(f"cannot remove {path}: {proc.stderr.decode(errors='replace').strip()}")
+

@@ -1,0 +1,47 @@
+"""One shape for a stage spread over groups, whatever runs them (Slurm array tasks, Kubernetes Indexed
+Job pods): the ``python -m airflow_curation.jobs`` arguments of a whole run, of one group, and of the
+collect step after the groups. An argument is a literal, or a tuple of literals and the launcher's own
+placeholders (the array or completion index, the attempt), which each launcher renders its way."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+Arg = str | tuple[Any, ...]
+GROUP = "{group}"  # in a group's --result: the CLI puts the group's index there
+
+
+def group_count(requested: int, cap: int | None = None) -> int:
+    """Groups a launch spreads over: ``requested``, at most ``cap`` (e.g. Slurm's MaxArraySize)."""
+    return max(1, min(requested, cap) if cap else requested)
+
+
+def run_args(spec: str, result: Arg) -> list[Arg]:
+    """The whole stage in one process (one group: plan, units, manifest, budget, finalize)."""
+    return ["run", spec, "--result", result]
+
+
+def group_args(spec: str, result: Arg, index: Any, groups: int, pick: Sequence[int] | None = None) -> list[Arg]:
+    """Group ``index`` of ``groups`` (units ``index::groups``). ``result`` should contain :data:`GROUP`.
+    With ``pick``, ``index`` counts through those groups only (a relaunch of some groups)."""
+    args = ["run", spec, "--result", result, "--group", (index, f"/{groups}")]
+    if pick is not None:
+        args += ["--pick", ",".join(str(int(g)) for g in pick)]
+    return args
+
+
+def collect_args(spec: str, result: Arg, wait: tuple[str, int, float] | None = None) -> list[Arg]:
+    """The step after every group; ``wait=(folder, groups, timeout_s)``: first wait for the groups'
+    results (a collect started together with its groups, not after them)."""
+    args = ["collect", spec, "--result", result]
+    if wait is not None:
+        folder, groups, timeout = wait
+        args += ["--wait-groups", str(int(groups)), "--group-results", folder, "--timeout", str(int(timeout))]
+    return args
+
+
+def render(args: Sequence[Arg], placeholders: dict[Any, str]) -> list[str]:
+    """Arguments as plain strings, each placeholder replaced by its text."""
+    return ["".join(placeholders.get(p, p) if not isinstance(p, str) else p for p in
+                    (a if isinstance(a, tuple) else (a,))) for a in args]

@@ -1,0 +1,223 @@
+"""How far a stage run has got, from its manifest and checkpoint records: the one reading of progress
+used by the stage runner (the failure budget), the checkpoint sensor and trigger, the jobs CLI
+(``reopen``) and every backend (unfinished groups, "k/N units checkpointed").
+
+The checkpoint records are the truth: a record with the manifest's fingerprint and the unit's input
+checksum means that unit's outputs are complete, whatever the job's exit code says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_curation.core import storage
+from airflow_curation.core.checkpoint import CheckpointStore
+from airflow_curation.core.integrity import chain_problem
+from airflow_curation.core.layout import Lake
+from airflow_curation.core.accounting import allowed_failures  # noqa: F401 - re-exported for the gates
+from airflow_curation.core.manifest import Manifest, ManifestError
+
+
+def group_of(position: int, groups: int) -> int:
+    """The group that runs the unit at ``position`` of the plan: units ``i::N`` belong to group ``i``."""
+    return position % groups
+
+
+def _store(manifest: Manifest) -> CheckpointStore:
+    return CheckpointStore(Lake.from_dict(manifest.lake).checkpoint_dir(manifest.stage, manifest.fingerprint))
+
+
+def _read(manifest_uri: str) -> Manifest | None:
+    try:
+        return Manifest.read(manifest_uri)
+    except ManifestError as e:
+        if "not found" not in str(e):
+            raise
+        return None
+
+
+def checkpointed(manifest_uri: str) -> tuple[int, int]:
+    """(units with a checkpoint record, units planned); (0, 0) before the run has planned."""
+    manifest = _read(manifest_uri)
+    if manifest is None:
+        return 0, 0
+    done, _ = _store(manifest).scan()
+    return len(done & {u.unit_id for u in manifest.units}), len(manifest.units)
+
+
+def unfinished_groups(manifest_uri: str, groups: int) -> list[int]:
+    """Groups (of ``groups``) with a unit that lacks a checkpoint; all of them before the run has planned."""
+    manifest = _read(manifest_uri)
+    if manifest is None:
+        return list(range(groups))
+    done, _ = _store(manifest).scan()
+    return sorted({group_of(i, groups) for i, u in enumerate(manifest.units) if u.unit_id not in done})
+
+
+def reopen(manifest_uri: str) -> dict[str, str]:
+    """Before a relaunch: mark the manifest planned again and clear the failure markers of the units
+    without a checkpoint, so that checkpoint gates wait for the new attempt instead of failing on the
+    old one. Returns {unit id: previous error} for the units that will run again."""
+    manifest = _read(manifest_uri)
+    if manifest is None:
+        return {}
+    store = _store(manifest)
+    done, failed = store.scan()
+    reopened = {}
+    for unit in manifest.units:
+        if unit.unit_id in done:
+            continue
+        reopened[unit.unit_id] = unit.error or "not finished"
+        unit.status, unit.error = "pending", None
+        if unit.unit_id in failed:
+            storage.remove(storage.join(store.directory, f"{unit.unit_id}.failed.json"))
+    manifest.status, manifest.shards, manifest.accounting = "planned", [], {}
+    manifest.write(manifest_uri)
+    return reopened
+
+
+@dataclass
+class Progress:
+    """One look at a manifest's checkpoints."""
+
+    manifest_uri: str
+    stage: str = ""
+    total: int = 0
+    done: int = 0
+    failed: int = 0
+    allowed_failures: int = 0
+    rows: int = 0
+    bytes: int = 0
+    shards: int = 0
+    manifest_status: str = "missing"
+    failed_units: list[str] = field(default_factory=list)
+    books: str | None = None  # why the run's rows disagree with its upstream manifest's, if they do
+
+    @property
+    def over_budget(self) -> bool:
+        return self.failed > self.allowed_failures
+
+    @property
+    def complete(self) -> bool:
+        """Every unit is accounted for (checkpointed, or failed within the budget) and the run has
+        written its final manifest: a stage's global step (dedup's components, ingest's clean-up) and
+        the collect step of a Slurm array or Kubernetes sweep run after the last unit."""
+        return self.manifest_status == "complete" and self.done + self.failed >= self.total \
+            and not self.over_budget
+
+    def line(self) -> str:
+        if self.manifest_status == "missing":
+            return f"waiting for the manifest {self.manifest_uri} (the job has not planned its units yet)"
+        return (f"{self.stage or '?'}: {self.done}/{self.total} units checkpointed, {self.failed} failed "
+                f"(budget {self.allowed_failures}), {self.rows} rows in {self.shards} shards")
+
+    def summary(self) -> dict[str, Any]:
+        """What XCom carries: a pointer and counts."""
+        return {"manifest_uri": self.manifest_uri, "shards": self.shards, "rows": self.rows,
+                "bytes": self.bytes}
+
+
+class CheckpointWatcher:
+    """Reads a manifest and its stage's checkpoint folder; remembers verified records between looks.
+
+    :param manifest_uri: the stage run's manifest (written by the job when it plans its units).
+    :param max_failed_fraction: failure budget as a fraction of units; ``None``: the one in the
+        manifest's config (what the job itself enforces), else 0.
+    :param not_before: epoch seconds; a manifest planned before this (an earlier attempt's, about to be
+        rewritten by the job just submitted) counts as not written yet.
+    """
+
+    # Clocks of the Airflow worker and of the job's machine may differ a little.
+    CLOCK_SLACK_S = 5.0
+
+    def __init__(self, manifest_uri: str, max_failed_fraction: float | None = None,
+                 not_before: float | None = None) -> None:
+        self.manifest_uri = manifest_uri
+        self.max_failed_fraction = max_failed_fraction
+        self.not_before = not_before
+        self._verified: dict[str, dict[str, Any]] = {}  # unit id -> record outputs summary
+        self._manifest: Manifest | None = None
+        self._manifest_version: tuple | None = None
+        self._books: str | None = None
+        self._books_checked = False
+        #: Units verified by the latest :meth:`look` and not before, with their counts (for progress lines).
+        self.new_units: dict[str, dict[str, Any]] = {}
+
+    def _check_books(self, manifest: Manifest) -> str | None:
+        """Once, for a complete manifest: does it read every row its upstream manifest hands on?"""
+        if not self._books_checked:
+            upstream_uri = manifest.config.get("input_manifest")
+            if upstream_uri:
+                try:
+                    self._books = chain_problem(manifest, Manifest.read(upstream_uri))
+                except ManifestError as e:
+                    self._books = f"cannot check its rows against the upstream manifest: {e}"
+            self._books_checked = True
+        return self._books
+
+    def _load_manifest(self) -> Manifest | None:
+        # The planned manifest never changes its units; only re-read while it may still change.
+        if self._manifest is None or self._manifest.status == "planned":
+            # Parsing a 10,000-unit manifest every poll costs more than the rest of a look: only when
+            # the file changed (the job rewrites it once, at the end).
+            version = _version(self.manifest_uri)
+            if version is not None and version == self._manifest_version:
+                return self._manifest
+            manifest = _read(self.manifest_uri)
+            if manifest is None:
+                return None
+            if self.not_before is not None and manifest.created_at < self.not_before - self.CLOCK_SLACK_S:
+                return None
+            self._manifest = manifest
+            self._manifest_version = version
+        return self._manifest
+
+    def look(self) -> Progress:
+        manifest = self._load_manifest()
+        if manifest is None:
+            return Progress(self.manifest_uri)
+        units = {u.unit_id: u for u in manifest.units}
+        budget = self.max_failed_fraction
+        if budget is None:
+            budget = float(manifest.config.get("max_failed_fraction", 0.0) or 0.0)
+        store = _store(manifest)
+        done_ids, failed_ids = store.scan()
+        self.new_units = {}
+        for unit_id in done_ids - set(self._verified):
+            unit = units.get(unit_id)
+            if unit is None:
+                continue  # a unit of another run with the same config
+            rec = store.is_done(unit_id, unit.input_checksum, manifest.fingerprint)
+            if rec is not None:
+                self._verified[unit_id] = {"rows": sum(o.get("rows", 0) for o in rec.outputs),
+                                           "bytes": sum(o.get("bytes", 0) for o in rec.outputs),
+                                           "shards": len(rec.outputs)}
+                self.new_units[unit_id] = {**self._verified[unit_id], "accounting": rec.accounting}
+        failed = []
+        for unit_id in sorted(failed_ids & set(units)):
+            if unit_id in self._verified:
+                continue
+            info = store.failure(unit_id)
+            # A marker older than this run's plan is from an earlier run, which this run retries.
+            if info is not None and float(info.get("at", 0)) >= manifest.created_at:
+                failed.append(unit_id)
+        verified = [v for k, v in self._verified.items() if k in units]
+        return Progress(
+            manifest_uri=self.manifest_uri, stage=manifest.stage, total=len(units), done=len(verified),
+            failed=len(failed), allowed_failures=allowed_failures(budget, len(units)),
+            rows=sum(v["rows"] for v in verified), bytes=sum(v["bytes"] for v in verified),
+            shards=sum(v["shards"] for v in verified), manifest_status=manifest.status,
+            failed_units=failed, books=self._check_books(manifest) if manifest.status == "complete" else None)
+
+
+def _version(uri: str) -> tuple | None:
+    """What changes when a file is rewritten (size, time, ETag), or None when it cannot be told."""
+    try:
+        fs, path = storage.filesystem(uri)
+        info = fs.info(path)
+    except (FileNotFoundError, OSError):
+        return None
+    version = (info.get("size"), info.get("mtime") or info.get("LastModified") or info.get("updated"),
+               info.get("ETag") or info.get("etag"), info.get("ino"))
+    return version if any(v is not None for v in version[1:]) else None
