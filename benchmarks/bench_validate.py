@@ -172,10 +172,10 @@ def _result(row, reasons) -> dict:
 
 
 def stage_run(uri: str, workdir: str, engine: str, run_id: str) -> float:
+    import shutil
+
     from airflow_curation.stages.base import StageRunner
     from airflow_curation.stages.validate import ValidateStage
-
-    import shutil
 
     lake = Lake(workdir, "bench")
     # Measure the work, not a checkpoint hit from an earlier run with the same data and checks.

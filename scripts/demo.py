@@ -58,10 +58,9 @@ def _load_dag():
 def _forget_earlier_run(dag_id: str, logical: datetime) -> None:
     """Delete an earlier demo run of the same date from the metadata DB, so that ``dag.test`` can run it
     again; the lake keeps its checkpoints, so the rerun skips every finished shard."""
-    from sqlalchemy import delete
-
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
+    from sqlalchemy import delete
 
     with create_session() as session:
         session.execute(delete(DagRun).where(DagRun.dag_id == dag_id, DagRun.logical_date == logical))

@@ -18,8 +18,8 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_curation.jobs import groups as grp
 from airflow_curation.backends.base import is_storage_options_env
+from airflow_curation.jobs import groups as grp
 
 SPEC_DIR = "/etc/curation"
 SPEC_PATH = f"{SPEC_DIR}/spec.json"

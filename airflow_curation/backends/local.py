@@ -13,8 +13,8 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 
 from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, read_log, status_from_result
 from airflow_curation.core import storage

@@ -24,8 +24,15 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_curation.backends.base import (Backend, JobHandle, JobState, JobStatus, is_storage_options_env,
-                                            slice_log, status_from_result)
+from airflow_curation.backends.base import (
+    Backend,
+    JobHandle,
+    JobState,
+    JobStatus,
+    is_storage_options_env,
+    slice_log,
+    status_from_result,
+)
 from airflow_curation.core import storage
 from airflow_curation.jobs.result import JobResult
 from airflow_curation.jobs.spec import JobSpec

@@ -18,7 +18,6 @@ Backends get clients and plain options only; they import nothing from here.
 from __future__ import annotations
 
 import logging
-
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_curation.core import storage
+from airflow_curation.core.accounting import allowed_failures  # noqa: F401 - re-exported for the gates
 from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.core.integrity import chain_problem
 from airflow_curation.core.layout import Lake
-from airflow_curation.core.accounting import allowed_failures  # noqa: F401 - re-exported for the gates
 from airflow_curation.core.manifest import Manifest, ManifestError
 
 

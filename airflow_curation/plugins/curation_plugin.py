@@ -17,12 +17,11 @@ import logging
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import Depends, FastAPI, HTTPException
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
-
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.core_api.security import requires_access_dag
 from airflow.plugins_manager import AirflowPlugin
+from fastapi import Depends, FastAPI, HTTPException
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 
 from airflow_curation.core import storage
 from airflow_curation.links.curation import LINK_TARGETS_KEY
@@ -41,10 +40,9 @@ MAX_LOG_BYTES = 2 << 20
 
 def _reports(dag_id: str | None = None, run_id: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
     """``curation_report`` XComs, newest first, with the task that pushed them."""
-    from sqlalchemy import select
-
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     query = select(XComModel).where(XComModel.key == REPORT_XCOM_KEY)
     if dag_id is not None:
@@ -96,10 +94,9 @@ def report_json(dag_id: str, run_id: str) -> JSONResponse:
 
 def _link_target(dag_id: str, run_id: str, task_id: str, map_index: int, target: str) -> str:
     """The URI a task recorded for one of its links (``curation_links`` XCom), or 404."""
-    from sqlalchemy import select
-
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     with create_session() as session:
         row = session.scalars(select(XComModel).where(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import timedelta
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue

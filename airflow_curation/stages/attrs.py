@@ -33,8 +33,8 @@ import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
-from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.faults import fault_point
+from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.integrity import verify_file
 from airflow_curation.core.layout import safe_name
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry

@@ -46,10 +46,9 @@ def _xcoms(dag_run) -> dict[tuple[str, str], object]:
 
 
 def _task_state(dag_run) -> dict[tuple[str, str], object]:
-    from sqlalchemy import select
-
     from airflow.models.task_state_store import TaskStateStoreModel
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     with create_session() as session:
         rows = session.scalars(select(TaskStateStoreModel).where(

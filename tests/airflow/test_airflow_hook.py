@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from curation_airflow_helpers import MemoryTaskStateStore, task_context as _context
+from curation_airflow_helpers import MemoryTaskStateStore
+from curation_airflow_helpers import task_context as _context
 
 from airflow_curation.core import storage
 from airflow_curation.hooks.curation import CurationHook

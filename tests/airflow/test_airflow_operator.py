@@ -103,14 +103,15 @@ def test_restarted_worker_reconnects_instead_of_submitting_again(tmp_path, small
 def test_failed_job_is_resubmitted_on_retry_and_reported(tmp_path, small_input):
     work = tmp_path / "jobs"
     store = MemoryTaskStateStore()
-    # A setting only the job checks: the job fails.
-    op = _operator(tmp_path / "lake", small_input, {"work_dir": str(work)}, deferrable=False)
-    op.config["format"] = "bogus"
+    # What only the job finds out (the operator checks settings and that inputs exist): an input
+    # folder with no file in it. The job fails.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    op = _operator(tmp_path / "lake", empty, {"work_dir": str(work)}, deferrable=False)
     with pytest.raises(AirflowException, match="ingest job .* failed"):
         op.execute(_context(store))
     # A retry sees a job in a terminal failed state and submits a fresh one (which fails again).
-    op2 = _operator(tmp_path / "lake", small_input, {"work_dir": str(work)}, deferrable=False)
-    op2.config["format"] = "bogus"
+    op2 = _operator(tmp_path / "lake", empty, {"work_dir": str(work)}, deferrable=False)
     with pytest.raises(AirflowException):
         op2.execute(_context(store))
     assert len(job_dirs(work)) == 2

@@ -7,8 +7,8 @@ import pyarrow.parquet as pq
 import pytest
 import xxhash
 
-from airflow_curation.core.shards import ShardWriter, read_shard, write_parquet
 from airflow_curation.core.schema import SHARD_SCHEMA, check_id_text
+from airflow_curation.core.shards import ShardWriter, read_shard, write_parquet
 
 
 def _row(i: int, width: int = 200) -> dict:

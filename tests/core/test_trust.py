@@ -15,6 +15,7 @@ import threading
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_curation.core import storage
 from airflow_curation.core.filters import apply_rules, resolve_rules
 from airflow_curation.core.integrity import IntegrityError, chain_problem, verify_file
 from airflow_curation.core.layout import Lake
@@ -22,7 +23,6 @@ from airflow_curation.core.lease import Lease, LeaseBusy
 from airflow_curation.core.manifest import Manifest
 from airflow_curation.core.shards import read_shard
 from airflow_curation.core.signals import compute_signals
-from airflow_curation.core import storage
 from airflow_curation.stages.base import StageFailed, StageRunner
 from airflow_curation.stages.dedup.stage import DedupStage
 from airflow_curation.stages.ingest.stage import IngestStage

@@ -7,8 +7,16 @@ import numpy as np
 import pytest
 
 from airflow_curation.core.components import connected_components, write_edges
-from airflow_curation.core.lsh import (bucket_pairs, node_keys, partitions_for, read_partition, row_of, shard_of,
-                                       star_edges, write_partitioned)
+from airflow_curation.core.lsh import (
+    bucket_pairs,
+    node_keys,
+    partitions_for,
+    read_partition,
+    row_of,
+    shard_of,
+    star_edges,
+    write_partitioned,
+)
 from airflow_curation.core.minhash import MinHasher, MinHashParams, band_hashes, jaccard, lsh_params
 
 THRESHOLD = 0.8

@@ -8,8 +8,17 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from airflow_curation.core.minhash import (EMPTY, MinHasher, MinHashParams, band_hashes, exact_keys, jaccard,
-                                           lsh_params, normalize)
+from airflow_curation.core.minhash import (
+    EMPTY,
+    MinHasher,
+    MinHashParams,
+    band_hashes,
+    exact_keys,
+    jaccard,
+    lsh_params,
+    normalize,
+)
+
 from .corpus import handbook_docs, shingle_set
 
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import helm_python  # noqa: E402
 import pytest
 import yaml
-
-import helm_python  # noqa: E402
 
 from airflow_curation.backends.kubernetes import KubernetesBackend  # noqa: E402
 from airflow_curation.backends.schemas import validate_object  # noqa: E402

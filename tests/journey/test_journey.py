@@ -18,6 +18,7 @@ from urllib.parse import quote, unquote
 import pytest
 
 from airflow_curation.core.layout import sanitize_run_id
+
 from .conftest import ARTIFACTS, PASSWORD, PIPELINE_DATASET, USER
 
 PIPELINE = "curation_pipeline"

@@ -8,11 +8,10 @@ import subprocess
 import sys
 
 import pytest
+from validate.synth import build_run  # tests/ is on sys.path (rootdir-relative packages)
 
 from airflow_curation.core import storage
 from airflow_curation.jobs.spec import JobSpec
-
-from validate.synth import build_run  # tests/ is on sys.path (rootdir-relative packages)
 
 pytestmark = pytest.mark.s3
 
@@ -42,7 +41,9 @@ def test_validate_reads_an_s3_lake_in_place(s3_bucket, tmp_path, engine):
     assert by_name["curated rows"]["status"] == by_name["dedup attrs"]["status"] == "pass"
     if engine == "duckdb":
         elsewhere = by_name["elsewhere"]
-        assert elsewhere["status"] == "warn" and "disabled by configuration" in elsewhere["message"]
+        # Refused by the locked connection; DuckDB words it either way, and long messages are cut.
+        assert elsewhere["status"] == "warn" and ("disabled by configuration" in elsewhere["message"]
+                                                  or "Permission Error" in elsewhere["message"])
     assert report["metrics"]["rows"] == 80 and [f["label"] for f in report["metrics"]["funnel"]] == [
         "ingested", "quality", "dedup"]
     assert b"<svg" in storage.read_bytes(f"{root}/demo/_manifests/{engine}/report.html")

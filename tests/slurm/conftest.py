@@ -27,6 +27,25 @@ JOB_PYTHONPATH = os.pathsep.join([SITE, str(REPO)])
 SLURM_DIR = os.environ.get("CURATION_SLURM_DIR", "/tmp/curation-slurm")
 
 
+def _register_test_stage() -> None:
+    """The test-only ``slurmtest`` stage, known in this process too (operators check a stage's settings
+    before they launch it); job processes get it from ``site/sitecustomize.py``."""
+    import importlib.util
+
+    from airflow_curation.stages import register_stage
+
+    name = "curation_slurm_test_stage"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(SITE) / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    register_stage("slurmtest", sys.modules[name].SleepyStage)
+
+
+_register_test_stage()
+
+
 def _running() -> bool:
     pid_file = Path(SLURM_DIR, "run", "slurmctld.pid")
     try:

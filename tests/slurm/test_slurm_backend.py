@@ -16,10 +16,10 @@ from airflow_curation.backends.slurm import SlurmBackend
 from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest
-
 from airflow_curation.jobs import progress
 
-from .conftest import JOB_PYTHONPATH, checkpoint_records as _records, follow, spec_for, wait_for
+from .conftest import JOB_PYTHONPATH, follow, spec_for, wait_for
+from .conftest import checkpoint_records as _records
 
 pytestmark = pytest.mark.slurm
 

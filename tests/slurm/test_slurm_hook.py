@@ -35,10 +35,9 @@ def test_provider_declares_the_slurm_connection_form():
 
 
 def test_provider_metadata_validates_against_airflow_schema():
+    import airflow
     import jsonschema
     from airflow.providers_manager import ProvidersManager
-
-    import airflow
 
     schema_path = airflow.__path__[0] + "/provider_info.schema.json"
     with open(schema_path) as f:

@@ -15,7 +15,8 @@ from airflow_curation.core.manifest import Manifest
 from airflow_curation.jobs import run_spec
 from airflow_curation.jobs.spec import JobSpec
 
-from .conftest import checkpoint_records as _records, spec_for, wait_for
+from .conftest import checkpoint_records as _records
+from .conftest import spec_for, wait_for
 
 pytestmark = pytest.mark.slurm
 

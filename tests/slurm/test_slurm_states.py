@@ -5,8 +5,15 @@ from __future__ import annotations
 import pytest
 
 from airflow_curation.backends.base import JobState
-from airflow_curation.backends.slurm import (FAILURE_NOTES, compress, failure_word, map_state, parse_sacct,
-                                             parse_scontrol_jobs, summarize)
+from airflow_curation.backends.slurm import (
+    FAILURE_NOTES,
+    compress,
+    failure_word,
+    map_state,
+    parse_sacct,
+    parse_scontrol_jobs,
+    summarize,
+)
 
 # A line as `scontrol show job -o` prints it (Slurm 22.05), with the state substituted.
 LINE = ("JobId={id} {array}JobName=curation-dedup UserId=root(0) GroupId=root(0) MCS_label=N/A "

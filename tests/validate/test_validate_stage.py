@@ -16,6 +16,7 @@ from airflow_curation.jobs.spec import JobSpec
 from airflow_curation.stages.base import StageRunner
 from airflow_curation.stages.validate import ValidateStage, ValidationFailed
 from airflow_curation.stages.validate.checks import CheckSpecError
+
 from .synth import build_run
 
 

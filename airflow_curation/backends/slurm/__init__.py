@@ -2,9 +2,17 @@
 
 from airflow_curation.backends.slurm.backend import SlurmBackend
 from airflow_curation.backends.slurm.script import ATTEMPT, ENV_FILE, TASK, check_job_dir
-from airflow_curation.backends.slurm.states import (DEFAULT_RESUBMIT_ON, FAILURE_NOTES, SlurmJobRecord, compress,
-                                                    failure_word, map_state, parse_sacct, parse_scontrol_jobs,
-                                                    summarize)
+from airflow_curation.backends.slurm.states import (
+    DEFAULT_RESUBMIT_ON,
+    FAILURE_NOTES,
+    SlurmJobRecord,
+    compress,
+    failure_word,
+    map_state,
+    parse_sacct,
+    parse_scontrol_jobs,
+    summarize,
+)
 from airflow_curation.backends.slurm.transport import SlurmError
 
 __all__ = ["ATTEMPT", "DEFAULT_RESUBMIT_ON", "ENV_FILE", "FAILURE_NOTES", "SlurmBackend", "SlurmError",

@@ -15,8 +15,6 @@ scripts source; the last consumer of an attempt deletes it unless the run may be
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import os
 import re
@@ -25,15 +23,23 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
-from airflow_curation.jobs import groups as grp
 from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, read_log, status_from_result
 from airflow_curation.backends.slurm.script import ATTEMPT, ENV_FILE, TASK, ScriptMixin, _check_arg, check_job_dir
-from airflow_curation.backends.slurm.states import (DEFAULT_RESUBMIT_ON, SlurmJobRecord, compress, failure_word,
-                                                    parse_sacct, parse_scontrol_jobs, summarize)
+from airflow_curation.backends.slurm.states import (
+    DEFAULT_RESUBMIT_ON,
+    SlurmJobRecord,
+    compress,
+    failure_word,
+    parse_sacct,
+    parse_scontrol_jobs,
+    summarize,
+)
 from airflow_curation.backends.slurm.transport import SlurmError, TransportMixin, _LocalFiles, _RemoteFiles, log
 from airflow_curation.core import storage
 from airflow_curation.core.layout import safe_name
+from airflow_curation.jobs import groups as grp
 from airflow_curation.jobs import progress
 from airflow_curation.jobs.result import JobResult
 from airflow_curation.jobs.spec import JobSpec

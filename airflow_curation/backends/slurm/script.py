@@ -8,6 +8,7 @@ import os
 import shlex
 from collections.abc import Sequence
 
+
 class _Placeholder(str):
     """A script argument part that the shell expands (never a literal to quote)."""
 

@@ -17,11 +17,26 @@ import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
 from airflow_curation.core.components import write_edges
-from airflow_curation.core.lsh import (node_keys, partition_of, read_partition, row_of, shard_of, star_edges,
-                                       unique_edges, write_partitioned)
+from airflow_curation.core.lsh import (
+    node_keys,
+    partition_of,
+    read_partition,
+    row_of,
+    shard_of,
+    star_edges,
+    unique_edges,
+    write_partitioned,
+)
 from airflow_curation.core.minhash import MinHasher, MinHashParams, band_hashes, exact_keys, jaccard, prepare
-from airflow_curation.core.schema import (CLUSTER_ID, EXACT_DUPLICATE, ID, IS_DUPLICATE, NEAR_DUPLICATE, TEXT,
-                                          check_id_text)
+from airflow_curation.core.schema import (
+    CLUSTER_ID,
+    EXACT_DUPLICATE,
+    ID,
+    IS_DUPLICATE,
+    NEAR_DUPLICATE,
+    TEXT,
+    check_id_text,
+)
 
 BAND_COLUMNS = {"bucket": np.uint64, "node": np.uint64}
 EXACT_COLUMNS = {"hi": np.uint64, "lo": np.uint64, "node": np.uint64}

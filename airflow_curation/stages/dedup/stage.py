@@ -170,9 +170,7 @@ class DedupStage(AttrsStage):
 
             from distributed import LocalCluster
 
-            from airflow_curation.stages.engines.budget import plan_workers
-
-            from airflow_curation.stages.engines.budget import available_memory
+            from airflow_curation.stages.engines.budget import available_memory, plan_workers
 
             self._wait_for_upstream()  # the runner asks for its mapper before it plans
             # A worker holds one shard's batch (phases 1, 3) or one partition (phase 2, sized by

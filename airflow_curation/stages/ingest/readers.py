@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from fsspec.spec import AbstractBufferedFile
 import pyarrow as pa
 import pyarrow.parquet as pq
+from fsspec.spec import AbstractBufferedFile
 
 try:  # orjson is several times faster and is already an Airflow dependency; json is the fallback.
     import orjson
