@@ -56,3 +56,17 @@ def airflow_db() -> Path:
 
 def pytest_sessionfinish(session, exitstatus) -> None:
     shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
+
+
+@pytest.fixture
+def flip_byte():
+    """Corrupt a file in place, as a bad disk or a stray write would: one byte in its middle, same size."""
+
+    def flip(path: str) -> None:
+        with open(path, "r+b") as f:
+            f.seek(os.path.getsize(path) // 2)
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0xFF]))
+
+    return flip

@@ -59,14 +59,6 @@ def _preprocess(lake: Lake, ingest_uri: str, run_id: str, **cfg) -> tuple[Prepro
     return stage, StageRunner(stage).run()
 
 
-def _flip_byte(path: str) -> None:
-    with open(path, "r+b") as f:
-        f.seek(os.path.getsize(path) // 2)
-        b = f.read(1)
-        f.seek(-1, os.SEEK_CUR)
-        f.write(bytes([b[0] ^ 0xFF]))
-
-
 # --- item 3: outputs keyed by configuration; a missing output is redone ---------------------------------
 
 
@@ -98,10 +90,10 @@ def test_a_deleted_attrs_file_makes_the_rerun_redo_that_unit_and_dedup_works(ing
 # --- item 5: upstream outputs are re-verified ----------------------------------------------------------
 
 
-def test_a_flipped_byte_in_a_shard_fails_its_preprocess_unit_clearly_without_retries(ingested):
+def test_a_flipped_byte_in_a_shard_fails_its_preprocess_unit_clearly_without_retries(ingested, flip_byte):
     lake, ingest_uri = ingested
     bad = Manifest.read(ingest_uri).shards[0]
-    _flip_byte(bad.uri)
+    flip_byte(bad.uri)
     stage = PreprocessStage(lake, {"input_manifest": ingest_uri, "mapper": "local", "max_attempts": 3,
                                    "max_failed_fraction": 0.5}, "p1")
     manifest = StageRunner(stage).run()  # one of three units may fail
@@ -114,10 +106,10 @@ def test_a_flipped_byte_in_a_shard_fails_its_preprocess_unit_clearly_without_ret
     assert chain_problem(manifest, Manifest.read(ingest_uri)) is None
 
 
-def test_a_flipped_byte_in_preprocess_attrs_fails_dedup(ingested):
+def test_a_flipped_byte_in_preprocess_attrs_fails_dedup(ingested, flip_byte):
     lake, ingest_uri = ingested
     stage, pre = _preprocess(lake, ingest_uri, "p1")
-    _flip_byte(pre.shards[2].attrs["preprocess"])
+    flip_byte(pre.shards[2].attrs["preprocess"])
     with pytest.raises(StageFailed, match="IntegrityError"):
         StageRunner(DedupStage(lake, {"input_manifest": stage.manifest_uri}, "d1")).run()
 

@@ -54,14 +54,6 @@ def _curated(manifest: Manifest) -> pa.Table:
     return pa.concat_tables(tables)
 
 
-def _flip(path: str) -> None:
-    with open(path, "r+b") as f:
-        f.seek(os.path.getsize(path) // 2)
-        byte = f.read(1)
-        f.seek(-1, os.SEEK_CUR)
-        f.write(bytes([byte[0] ^ 0x5A]))
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     root = tmp_path_factory.mktemp("ref")
@@ -91,10 +83,10 @@ def _rerun_matches(lake: Lake, raw: str, reference) -> dict[str, Manifest]:
     return manifests
 
 
-def test_a_corrupted_shard_fails_the_stage_that_reads_it_and_a_reingest_restores_it(lake, reference):
+def test_a_corrupted_shard_fails_the_stage_that_reads_it_and_a_reingest_restores_it(lake, reference, flip_byte):
     lake, raw = lake
     shard = Manifest.read(lake.manifest_uri("r", "ingest")).shards[1]
-    _flip(shard.uri)
+    flip_byte(shard.uri)
     # Another preset reads the shards again (the default one's checkpoints would skip them).
     pre = PreprocessStage(lake, {"input_manifest": lake.manifest_uri("r", "ingest"), "mapper": "local",
                                  "preset": "c4"}, "r2")
@@ -106,10 +98,10 @@ def test_a_corrupted_shard_fails_the_stage_that_reads_it_and_a_reingest_restores
     assert statuses.count("done") == 1 and set(statuses) == {"done", "skipped"}
 
 
-def test_corrupted_attrs_fail_the_next_stage_and_the_producing_stage_redoes_them(lake, reference):
+def test_corrupted_attrs_fail_the_next_stage_and_the_producing_stage_redoes_them(lake, reference, flip_byte):
     lake, raw = lake
     attrs = Manifest.read(lake.manifest_uri("r", "preprocess")).shards[0].attrs["preprocess"]
-    _flip(attrs)
+    flip_byte(attrs)
     with pytest.raises(StageFailed, match=f"preprocess attrs of shard .* {attrs} has checksum"):
         StageRunner(DedupStage(lake, {"input_manifest": lake.manifest_uri("r", "preprocess"), "threshold": 0.7},
                                "r2")).run()
