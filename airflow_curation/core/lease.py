@@ -63,13 +63,9 @@ class Lease:
             return {}  # being rewritten by its holder this very moment
 
     def _dead(self, holder: dict[str, Any]) -> bool:
-        if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
-            try:
-                os.kill(holder["pid"], 0)
-            except ProcessLookupError:
-                return True
-            except PermissionError:
-                pass
+        if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int) \
+                and not storage.pid_alive(holder["pid"]):
+            return True
         beat = holder.get("heartbeat")
         return not isinstance(beat, (int, float)) or time.time() - beat > self.ttl_s
 

@@ -178,9 +178,14 @@ def read_json(url: str) -> Any:
 _TMP_MARK = ".tmp-"
 
 
+def _host() -> str:
+    """This host as temp-file names carry it ("-" separates the name's fields)."""
+    return socket.gethostname().replace("-", "_") or "host"
+
+
 def _temp_name(path: str) -> str:
     # Host and pid name the writer, so that a later run can tell a dead writer's leftovers from a live one's.
-    host = socket.gethostname().replace("-", "_") or "host"
+    host = _host()
     return os.path.join(os.path.dirname(path),
                         f".{os.path.basename(path)}{_TMP_MARK}{host}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
 
@@ -195,7 +200,8 @@ def _writer_of(name: str) -> tuple[str, int] | None:
     return parts[0], int(parts[1])
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this host has ``pid`` (one we may not signal counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -213,7 +219,7 @@ def remove_stale_temps(url: str, max_age_s: float = 24 * 3600.0) -> list[str]:
     if not is_local(url):
         return []
     _, root = filesystem(url)
-    host = socket.gethostname().replace("-", "_") or "host"
+    host = _host()
     removed = []
     now = time.time()
     for folder, _dirs, files in os.walk(root):
@@ -226,7 +232,7 @@ def remove_stale_temps(url: str, max_age_s: float = 24 * 3600.0) -> list[str]:
                 age = now - os.stat(path).st_mtime
             except FileNotFoundError:
                 continue  # its writer renamed it meanwhile
-            dead = writer[0] == host and not _pid_alive(writer[1])
+            dead = writer[0] == host and not pid_alive(writer[1])
             if dead or age > max_age_s:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)

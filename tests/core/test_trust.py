@@ -173,7 +173,7 @@ def test_a_rerun_removes_temps_of_dead_writers_and_keeps_live_ones(ingested):
     stage, _ = _preprocess(lake, ingest_uri, "p1")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    host = storage.socket.gethostname().replace("-", "_")
+    host = storage._host()
     attrs_dir = os.path.dirname(Manifest.read(stage.manifest_uri).shards[0].attrs["preprocess"])
     stale = [os.path.join(lake.path("shards"), f".part-x.parquet.tmp-{host}-{dead.pid}-abcdef012345"),
              os.path.join(attrs_dir, f".part-y.parquet.tmp-{host}-{dead.pid}-abcdef012345")]
@@ -188,7 +188,7 @@ def test_a_rerun_removes_temps_of_dead_writers_and_keeps_live_ones(ingested):
 def test_temp_names_carry_their_writer():
     with storage.atomic_open("/tmp/unused-by-test") as f:
         name = os.path.basename(f.name)
-    assert storage._writer_of(name) == (storage.socket.gethostname().replace("-", "_"), os.getpid())
+    assert storage._writer_of(name) == (storage._host(), os.getpid())
     os.remove("/tmp/unused-by-test")
 
 
