@@ -46,6 +46,7 @@ install: system-deps $(STAMP)
 # Lint (ruff) and the layers contract (import-linter: Airflow layer -> backends -> jobs -> stages -> core).
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
 test: lint

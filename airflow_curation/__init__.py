@@ -13,43 +13,74 @@ def get_provider_info() -> dict:
         "package-name": "airflow-curation",
         "name": "Curation",
         "description": "Curate LLM training data at scale: ingest, preprocess, dedup, enrich and validate "
-                       "shards of a data lake, as durable, resumable backend jobs (local, Slurm, Kubernetes).",
+        "shards of a data lake, as durable, resumable backend jobs (local, Slurm, Kubernetes).",
         "versions": [__version__],
-        "integrations": [{
-            "integration-name": "Curation",
-            "external-doc-url": "https://github.com/airflow-curation/airflow-curation",
-            "tags": ["software"],
-        }],
-        "operators": [{"integration-name": "Curation", "python-modules": [
-            "airflow_curation.operators.base", "airflow_curation.operators.ingest",
-            "airflow_curation.operators.dedup", "airflow_curation.operators.enrich",
-            "airflow_curation.operators.preprocess", "airflow_curation.operators.validate"]}],
-        "sensors": [{"integration-name": "Curation", "python-modules": [
-            "airflow_curation.sensors.shard_checkpoint"]}],
-        "triggers": [{"integration-name": "Curation", "python-modules": [
-            "airflow_curation.triggers.stage_job", "airflow_curation.triggers.shard_checkpoint"]}],
-        "hooks": [{"integration-name": "Curation", "python-modules": ["airflow_curation.hooks.curation",
-                                                                     "airflow_curation.hooks.slurm",
-                                                                     "airflow_curation.hooks.kubernetes"]}],
-        "connection-types": [{
-            "connection-type": "curation",
-            "hook-class-name": "airflow_curation.hooks.curation.CurationHook",
-            "hook-name": "Curation",
-            "conn-fields": {
-                "backend": {"label": "Backend", "schema": {"type": ["string", "null"]},
-                            "description": "Where stage jobs run: local, slurm or kubernetes"},
+        "integrations": [
+            {
+                "integration-name": "Curation",
+                "external-doc-url": "https://github.com/airflow-curation/airflow-curation",
+                "tags": ["software"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "Curation",
+                "python-modules": [
+                    "airflow_curation.operators.base",
+                    "airflow_curation.operators.ingest",
+                    "airflow_curation.operators.dedup",
+                    "airflow_curation.operators.enrich",
+                    "airflow_curation.operators.preprocess",
+                    "airflow_curation.operators.validate",
+                ],
+            }
+        ],
+        "sensors": [{"integration-name": "Curation", "python-modules": ["airflow_curation.sensors.shard_checkpoint"]}],
+        "triggers": [
+            {
+                "integration-name": "Curation",
+                "python-modules": ["airflow_curation.triggers.stage_job", "airflow_curation.triggers.shard_checkpoint"],
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": "Curation",
+                "python-modules": [
+                    "airflow_curation.hooks.curation",
+                    "airflow_curation.hooks.slurm",
+                    "airflow_curation.hooks.kubernetes",
+                ],
+            }
+        ],
+        "connection-types": [
+            {
+                "connection-type": "curation",
+                "hook-class-name": "airflow_curation.hooks.curation.CurationHook",
+                "hook-name": "Curation",
+                "conn-fields": {
+                    "backend": {
+                        "label": "Backend",
+                        "schema": {"type": ["string", "null"]},
+                        "description": "Where stage jobs run: local, slurm or kubernetes",
+                    }
+                },
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema", "port"],
+                    "relabeling": {"host": "Lake URL", "login": "Storage key", "password": "Storage secret"},
+                    "placeholders": {
+                        "host": "s3://bucket/lake",
+                        "extra": '{"backend_options": {}, "storage_options": {"s3": {}}}',
+                    },
+                },
             },
-            "ui-field-behaviour": {
-                "hidden-fields": ["schema", "port"],
-                "relabeling": {"host": "Lake URL", "login": "Storage key", "password": "Storage secret"},
-                "placeholders": {"host": "s3://bucket/lake",
-                                 "extra": '{"backend_options": {}, "storage_options": {"s3": {}}}'},
-            },
-        }, _slurm_connection_type()],
-        "extra-links": ["airflow_curation.links.curation.CurationManifestLink",
-                        "airflow_curation.links.curation.CurationJobLogLink",
-                        "airflow_curation.links.curation.CurationReportLink",
-                        "airflow_curation.operators.enrich.RayDashboardLink"],
+            _slurm_connection_type(),
+        ],
+        "extra-links": [
+            "airflow_curation.links.curation.CurationManifestLink",
+            "airflow_curation.links.curation.CurationJobLogLink",
+            "airflow_curation.links.curation.CurationReportLink",
+            "airflow_curation.operators.enrich.RayDashboardLink",
+        ],
     }
 
 

@@ -29,10 +29,13 @@ RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 def build(root: Path, units: int) -> tuple[Manifest, str, CheckpointStore]:
     lake = Lake(str(root), "web", "2026-11-30")
-    unit_entries = [UnitEntry(unit_id=f"part-{i:05d}", inputs=[f"s3://raw/in-{i}.jsonl.zst"],
-                              input_checksum=f"{i:016x}") for i in range(units)]
-    manifest = Manifest(dataset="web", stage="preprocess", run_id="r1", fingerprint=FP, lake=lake.to_dict(),
-                        units=unit_entries)
+    unit_entries = [
+        UnitEntry(unit_id=f"part-{i:05d}", inputs=[f"s3://raw/in-{i}.jsonl.zst"], input_checksum=f"{i:016x}")
+        for i in range(units)
+    ]
+    manifest = Manifest(
+        dataset="web", stage="preprocess", run_id="r1", fingerprint=FP, lake=lake.to_dict(), units=unit_entries
+    )
     uri = manifest.write(lake.manifest_uri("r1", "preprocess"))
     store = CheckpointStore(lake.checkpoint_dir("preprocess", FP))
     return manifest, uri, store
@@ -41,10 +44,23 @@ def build(root: Path, units: int) -> tuple[Manifest, str, CheckpointStore]:
 def commit(store: CheckpointStore, manifest: Manifest, ids: range) -> None:
     for i in ids:
         u = manifest.units[i]
-        out = ShardEntry(shard_id=u.unit_id, uri=f"/lake/web/shards/{u.unit_id}.parquet", rows=25_000,
-                         bytes=512 << 20, checksum="x" * 16, unit_id=u.unit_id)
-        store.commit(CheckpointRecord(unit_id=u.unit_id, stage="preprocess", fingerprint=FP,
-                                      input_checksum=u.input_checksum, outputs=[out.__dict__]))
+        out = ShardEntry(
+            shard_id=u.unit_id,
+            uri=f"/lake/web/shards/{u.unit_id}.parquet",
+            rows=25_000,
+            bytes=512 << 20,
+            checksum="x" * 16,
+            unit_id=u.unit_id,
+        )
+        store.commit(
+            CheckpointRecord(
+                unit_id=u.unit_id,
+                stage="preprocess",
+                fingerprint=FP,
+                input_checksum=u.input_checksum,
+                outputs=[out.__dict__],
+            )
+        )
 
 
 def naive_look(manifest: Manifest, store: CheckpointStore) -> int:
@@ -83,8 +99,9 @@ def main() -> None:
         peer_last = timed(lambda: naive_look(manifest, store), 1)
         rows.append(("all done (first look after)", ours_last, peer_last))
         summary = json.dumps(progress.summary())
-        manifest.shards = [ShardEntry(**json.loads(Path(store._uri(u.unit_id)).read_text())["outputs"][0])
-                           for u in manifest.units]
+        manifest.shards = [
+            ShardEntry(**json.loads(Path(store._uri(u.unit_id)).read_text())["outputs"][0]) for u in manifest.units
+        ]
         manifest_bytes = len(json.dumps(manifest.to_dict()))
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -102,20 +119,22 @@ def main() -> None:
     ]
     print("\n".join(lines))
     if args.write_results:
-        section = "\n".join([
-            "<!-- bench_checkpoint_gate:start -->",
-            "## Checkpoint gate: cost of one poll on a large run (`benchmarks/bench_checkpoint_gate.py`)",
-            "",
-            f"Command: `.venv/bin/python benchmarks/bench_checkpoint_gate.py --units {args.units} "
-            f"--polls {args.polls} --write-results` (run {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC).",
-            "Ours: `CheckpointWatcher.look()`, what `ShardCheckpointTrigger` runs each poll (one listing, each "
-            "record read once). Peer in the same run: a gate that checks every unit's record each poll. "
-            "**Machine: 2 cores shared with up to 7 other engineers running test suites at the same time; "
-            "absolute figures are noisy, compare the ratios.**",
-            "",
-            *lines,
-            "<!-- bench_checkpoint_gate:end -->",
-        ])
+        section = "\n".join(
+            [
+                "<!-- bench_checkpoint_gate:start -->",
+                "## Checkpoint gate: cost of one poll on a large run (`benchmarks/bench_checkpoint_gate.py`)",
+                "",
+                f"Command: `.venv/bin/python benchmarks/bench_checkpoint_gate.py --units {args.units} "
+                f"--polls {args.polls} --write-results` (run {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC).",
+                "Ours: `CheckpointWatcher.look()`, what `ShardCheckpointTrigger` runs each poll (one listing, each "
+                "record read once). Peer in the same run: a gate that checks every unit's record each poll. "
+                "**Machine: 2 cores shared with up to 7 other engineers running test suites at the same time; "
+                "absolute figures are noisy, compare the ratios.**",
+                "",
+                *lines,
+                "<!-- bench_checkpoint_gate:end -->",
+            ]
+        )
         text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
         pattern = re.compile(r"<!-- bench_checkpoint_gate:start -->.*?<!-- bench_checkpoint_gate:end -->", re.S)
         text = pattern.sub(section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section + "\n"

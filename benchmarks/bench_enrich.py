@@ -70,8 +70,11 @@ def run_stage(inp: str, out: str, name: str, **config) -> tuple[float, dict]:
     from airflow_curation.stages.base import StageRunner
     from airflow_curation.stages.enrich.stage import EnrichStage
 
-    stage = EnrichStage(Lake(out, "_curation"), {"inputs": [inp], "output_dir": out, "name": name,
-                                                 "checkpoint_rows": 100_000, **config}, name)
+    stage = EnrichStage(
+        Lake(out, "_curation"),
+        {"inputs": [inp], "output_dir": out, "name": name, "checkpoint_rows": 100_000, **config},
+        name,
+    )
     t, c = time.perf_counter(), time.process_time()
     manifest = StageRunner(stage).run()
     seconds, cpu = time.perf_counter() - t, time.process_time() - c
@@ -88,20 +91,27 @@ class Table:
         """``cpu``: CPU seconds of this process (None when the work ran in other processes, e.g. Ray actors)."""
         row = (what, batch, replicas, seconds, docs / seconds, tokens / seconds, docs / cpu if cpu else None)
         self.rows.append(row)
-        print(f"  {what:<44} batch {batch!s:>4} replicas {replicas!s:>2}: {seconds:7.2f} s  {docs / seconds:8.1f} docs/s  "
-              f"{tokens / seconds:9.0f} {self.unit}  {row[6] or 0:8.1f} docs/CPU-s", flush=True)
+        print(
+            f"  {what:<44} batch {batch!s:>4} replicas {replicas!s:>2}: {seconds:7.2f} s  {docs / seconds:8.1f} docs/s  "
+            f"{tokens / seconds:9.0f} {self.unit}  {row[6] or 0:8.1f} docs/CPU-s",
+            flush=True,
+        )
 
     def markdown(self, peer_name: str) -> str:
         best_peer = max((r[4] for r in self.rows if r[0].startswith(peer_name)), default=None)
         best_cpu = max((r[6] or 0 for r in self.rows if r[0].startswith(peer_name)), default=None)
-        lines = [f"| {self.title} | batch | replicas | wall s | docs/s | {self.unit} | vs best {peer_name} (wall) "
-                 f"| docs per CPU-s | vs best {peer_name} (CPU) |",
-                 "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        lines = [
+            f"| {self.title} | batch | replicas | wall s | docs/s | {self.unit} | vs best {peer_name} (wall) "
+            f"| docs per CPU-s | vs best {peer_name} (CPU) |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
         for what, batch, rep, s, dps, tps, dpc in self.rows:
             ratio = f"{dps / best_peer:.2f}x" if best_peer else ""
             cratio = f"{dpc / best_cpu:.2f}x" if dpc and best_cpu else "n/a (actors)"
-            lines.append(f"| {what} | {batch} | {rep} | {s:.2f} | {dps:.1f} | {tps:.0f} | {ratio} | "
-                         f"{(f'{dpc:.1f}' if dpc else 'n/a')} | {cratio} |")
+            lines.append(
+                f"| {what} | {batch} | {rep} | {s:.2f} | {dps:.1f} | {tps:.0f} | {ratio} | "
+                f"{(f'{dpc:.1f}' if dpc else 'n/a')} | {cratio} |"
+            )
         return "\n".join(lines)
 
 
@@ -124,8 +134,9 @@ def bench_embed(docs: list[str], work: str, batches: list[int], replicas: list[i
     for b in batches:
         t, c = time.perf_counter(), time.process_time()
         st.encode(docs, batch_size=b)
-        table.add("sentence-transformers encode", b, 1, time.perf_counter() - t, len(docs), tokens,
-                  time.process_time() - c)
+        table.add(
+            "sentence-transformers encode", b, 1, time.perf_counter() - t, len(docs), tokens, time.process_time() - c
+        )
 
     common = {"task": "embed", "model": model, "dtype": "float32", "max_input_tokens": max_tokens}
     for engine in ("vllm", "transformers"):
@@ -133,13 +144,30 @@ def bench_embed(docs: list[str], work: str, batches: list[int], replicas: list[i
         get_engine(EngineSpec(engine=engine, model=model, runner="pooling", dtype="float32", device="cpu"))
         notes[f"{engine} engine load (embed)"] = time.perf_counter() - t
         for b in batches:
-            s, acc = run_stage(inp, os.path.join(work, f"e-{engine}-{b}"), f"e-{engine}-{b}", model_runtime=engine,
-                               mapper="local", batch_size=b, **common)
+            s, acc = run_stage(
+                inp,
+                os.path.join(work, f"e-{engine}-{b}"),
+                f"e-{engine}-{b}",
+                model_runtime=engine,
+                mapper="local",
+                batch_size=b,
+                **common,
+            )
             assert acc["kept"] == len(docs), acc
             table.add(f"enrich stage, {engine} engine, in-process", b, 1, s, len(docs), tokens, acc["cpu_s"])
     for r in replicas:
-        s, acc = run_stage(inp, os.path.join(work, f"ray-{r}"), f"ray-{r}", model_runtime="vllm", mapper="ray",
-                           ray_num_cpus=2, replicas=r, cpus_per_replica=1, batch_size=128, **common)
+        s, acc = run_stage(
+            inp,
+            os.path.join(work, f"ray-{r}"),
+            f"ray-{r}",
+            model_runtime="vllm",
+            mapper="ray",
+            ray_num_cpus=2,
+            replicas=r,
+            cpus_per_replica=1,
+            batch_size=128,
+            **common,
+        )
         assert acc["kept"] == len(docs), acc
         table.add("enrich stage, vllm engine, Ray Data actors (incl. start)", 128, r, s, len(docs), tokens)
     import ray
@@ -169,26 +197,40 @@ def bench_generate(docs: list[str], work: str, batches: list[int], max_new: int 
         t, c = time.perf_counter(), time.process_time()
         new = 0
         for i in range(0, len(prompts), b):
-            enc = tok(prompts[i:i + b], return_tensors="pt", padding=True)
+            enc = tok(prompts[i : i + b], return_tensors="pt", padding=True)
             with torch.inference_mode():
-                out = hf.generate(**enc, max_new_tokens=max_new, min_new_tokens=max_new, do_sample=False,
-                                  pad_token_id=tok.pad_token_id)
+                out = hf.generate(
+                    **enc,
+                    max_new_tokens=max_new,
+                    min_new_tokens=max_new,
+                    do_sample=False,
+                    pad_token_id=tok.pad_token_id,
+                )
             new += (out.shape[1] - enc["input_ids"].shape[1]) * out.shape[0]
         table.add("HF transformers generate", b, 1, time.perf_counter() - t, len(docs), new, time.process_time() - c)
 
     template = "{text}"
-    common = {"task": "generate", "model": model, "dtype": "float32", "max_input_tokens": max_in,
-              "max_tokens": max_new, "prompt_template": template, "max_model_len": 256,
-              "model_runtime_kwargs": {}}
+    common = {
+        "task": "generate",
+        "model": model,
+        "dtype": "float32",
+        "max_input_tokens": max_in,
+        "max_tokens": max_new,
+        "prompt_template": template,
+        "max_model_len": 256,
+        "model_runtime_kwargs": {},
+    }
     for engine in ("vllm", "transformers"):
         t = time.perf_counter()
-        get_engine(EngineSpec(engine=engine, model=model, runner="generate", dtype="float32", max_model_len=256,
-                              device="cpu"))
+        get_engine(
+            EngineSpec(engine=engine, model=model, runner="generate", dtype="float32", max_model_len=256, device="cpu")
+        )
         notes[f"{engine} engine load (generate)"] = time.perf_counter() - t
         for b in batches:
             out = os.path.join(work, f"g-{engine}-{b}")
-            s, acc = run_stage(inp, out, f"g-{engine}-{b}", model_runtime=engine, mapper="local", batch_size=b,
-                               **common)
+            s, acc = run_stage(
+                inp, out, f"g-{engine}-{b}", model_runtime=engine, mapper="local", batch_size=b, **common
+            )
             import pyarrow.parquet as pq
 
             new = sum(pq.read_table(os.path.join(out, "docs.parquet")).column("output_tokens").to_pylist())
@@ -212,8 +254,11 @@ def main() -> int:
     ap.add_argument("--out", help="write the markdown tables here")
     args = ap.parse_args()
     docs = stdlib_docs(args.docs)
-    print(f"{len(docs)} docs, {sum(map(len, docs)) / 1e6:.2f} MB of text; {os.cpu_count()} CPUs "
-          f"(shared with other jobs: see load average {os.getloadavg()[0]:.1f})", flush=True)
+    print(
+        f"{len(docs)} docs, {sum(map(len, docs)) / 1e6:.2f} MB of text; {os.cpu_count()} CPUs "
+        f"(shared with other jobs: see load average {os.getloadavg()[0]:.1f})",
+        flush=True,
+    )
     sections, notes = [], {}
     with tempfile.TemporaryDirectory(prefix="bench-enrich-") as work:
         if args.only in (None, "embed"):

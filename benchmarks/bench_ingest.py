@@ -74,8 +74,7 @@ def generate(workdir: Path, n_files: int) -> list[Path]:
     if not todo:
         return files
     paras = _paragraphs()
-    print(f"generating {len(todo)} x {FILE_BYTES / 1e6:.0f} MB of JSONL from {len(paras)} paragraphs...",
-          flush=True)
+    print(f"generating {len(todo)} x {FILE_BYTES / 1e6:.0f} MB of JSONL from {len(paras)} paragraphs...", flush=True)
     for f in todo:
         k = int(f.stem.split("-")[1])
         rng = random.Random(SEED * 1000 + k)
@@ -90,8 +89,18 @@ def generate(workdir: Path, n_files: int) -> list[Path]:
                     parts.append(p)
                     n += len(p) + 2
                 text = "\n\n".join(parts)[:want]
-                line = json.dumps({"text": text, "url": f"https://example.org/{k}/{i}", "lang": "en",
-                                   "timestamp": 1_700_000_000 + i}, ensure_ascii=False) + "\n"
+                line = (
+                    json.dumps(
+                        {
+                            "text": text,
+                            "url": f"https://example.org/{k}/{i}",
+                            "lang": "en",
+                            "timestamp": 1_700_000_000 + i,
+                        },
+                        ensure_ascii=False,
+                    )
+                    + "\n"
+                )
                 out.write(line)
                 written += len(line.encode("utf-8")) if not line.isascii() else len(line)
                 i += 1
@@ -154,16 +163,36 @@ def _measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int
 def run_ours(files: list[Path], out: Path, workers: int = 1) -> tuple[float, float, int, int]:
     lake = out / "lake"
     shutil.rmtree(lake, ignore_errors=True)
-    cmd = [*CURATION, "ingest", *map(str, files), "--lake", str(lake),
-           "--dataset", "bench", "--run-id", "bench", "--workers", str(workers)]
+    cmd = [
+        *CURATION,
+        "ingest",
+        *map(str, files),
+        "--lake",
+        str(lake),
+        "--dataset",
+        "bench",
+        "--run-id",
+        "bench",
+        "--workers",
+        str(workers),
+    ]
     seconds, cpu, rss, stdout = _measure(cmd)
-    summary = json.loads(stdout[stdout.index("{"):])
+    summary = json.loads(stdout[stdout.index("{") :])
     return seconds, cpu, rss, int(summary["rows"])
 
 
 def run_rerun(files: list[Path], out: Path) -> float:
-    cmd = [*CURATION, "ingest", *map(str, files), "--lake", str(out / "lake"),
-           "--dataset", "bench", "--run-id", "bench-rerun"]
+    cmd = [
+        *CURATION,
+        "ingest",
+        *map(str, files),
+        "--lake",
+        str(out / "lake"),
+        "--dataset",
+        "bench",
+        "--run-id",
+        "bench-rerun",
+    ]
     return _measure(cmd)[0]
 
 
@@ -181,7 +210,7 @@ def write_results(text: str) -> None:
     old = path.read_text() if path.exists() else "# Benchmark results\n"
     block = f"{start}\n{text.rstrip()}\n{end}\n"
     if start in old and end in old:
-        new = old[: old.index(start)] + block + old[old.index(end) + len(end) + 1:]
+        new = old[: old.index(start)] + block + old[old.index(end) + len(end) + 1 :]
     else:
         new = old.rstrip() + "\n\n" + block
     tmp = path.with_suffix(".md.tmp")
@@ -194,8 +223,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="0.5,1,2", help="GB of input per run, comma-separated")
     ap.add_argument("--workdir", default=str(REPO / "benchmarks" / "data" / "ingest"))
     ap.add_argument("--peers", default="pandas,pyarrow", help="peers to run (pandas, pyarrow; empty: none)")
-    ap.add_argument("--pandas-max-gb", type=float, default=1.0,
-                    help="run the pandas peer only up to this input size (it takes ~5x longer, ~3.5 GB RSS)")
+    ap.add_argument(
+        "--pandas-max-gb",
+        type=float,
+        default=1.0,
+        help="run the pandas peer only up to this input size (it takes ~5x longer, ~3.5 GB RSS)",
+    )
     ap.add_argument("--repeat", type=int, default=1, help="runs per tool and size; the lowest CPU time is kept")
     ap.add_argument("--no-results", action="store_true", help="do not write benchmarks/RESULTS.md")
     args = ap.parse_args(argv)
@@ -206,8 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     n_files = {s: max(1, round(s * 1e9 / FILE_BYTES)) for s in sizes}
     files = generate(workdir / "input", max(n_files.values()))
     rows_out = []
-    header = (f"{'input':>8} {'tool':<18} {'wall s':>7} {'MB/s':>6} {'CPU s':>7} {'MB/CPU-s':>8} "
-              f"{'peak RSS MB':>11} {'rows':>9} {'CPU vs ours':>11}")
+    header = (
+        f"{'input':>8} {'tool':<18} {'wall s':>7} {'MB/s':>6} {'CPU s':>7} {'MB/CPU-s':>8} "
+        f"{'peak RSS MB':>11} {'rows':>9} {'CPU vs ours':>11}"
+    )
     print(header, flush=True)
     for s in sizes:
         use = files[: n_files[s]]
@@ -226,11 +261,23 @@ def main(argv: list[str] | None = None) -> int:
                     results[tool] = r
         ours_cpu = results["curation ingest"][1]
         for tool, (sec, cpu, rss, rows) in results.items():
-            line = dict(gb=nbytes / 1e9, tool=tool, seconds=sec, mbps=nbytes / 1e6 / sec, cpu=cpu,
-                        cpu_mbps=nbytes / 1e6 / cpu, rss_mb=rss / 1e6, rows=rows, ratio=cpu / ours_cpu)
+            line = dict(
+                gb=nbytes / 1e9,
+                tool=tool,
+                seconds=sec,
+                mbps=nbytes / 1e6 / sec,
+                cpu=cpu,
+                cpu_mbps=nbytes / 1e6 / cpu,
+                rss_mb=rss / 1e6,
+                rows=rows,
+                ratio=cpu / ours_cpu,
+            )
             rows_out.append(line)
-            print(f"{line['gb']:>7.2f}G {tool:<18} {sec:>7.1f} {line['mbps']:>6.1f} {cpu:>7.1f} "
-                  f"{line['cpu_mbps']:>8.1f} {line['rss_mb']:>11.0f} {rows:>9} {line['ratio']:>10.2f}x", flush=True)
+            print(
+                f"{line['gb']:>7.2f}G {tool:<18} {sec:>7.1f} {line['mbps']:>6.1f} {cpu:>7.1f} "
+                f"{line['cpu_mbps']:>8.1f} {line['rss_mb']:>11.0f} {rows:>9} {line['ratio']:>10.2f}x",
+                flush=True,
+            )
         counts = {r[3] for r in results.values()}
         if len(counts) != 1:
             raise SystemExit(f"tools disagree on row counts at {s} GB: {results}")
@@ -239,16 +286,20 @@ def main(argv: list[str] | None = None) -> int:
 
     ours = [r for r in rows_out if r["tool"] == "curation ingest"]
     flat = max(r["rss_mb"] for r in ours) / min(r["rss_mb"] for r in ours)
-    print(f"curation ingest peak RSS, largest / smallest input: {flat:.2f}x for "
-          f"{ours[-1]['gb'] / ours[0]['gb']:.1f}x the input")
+    print(
+        f"curation ingest peak RSS, largest / smallest input: {flat:.2f}x for "
+        f"{ours[-1]['gb'] / ours[0]['gb']:.1f}x the input"
+    )
     if args.no_results:
         return 0
     table = "\n".join(
         f"| {r['gb']:.2f} GB | {r['tool']} | {r['seconds']:.1f} | {r['mbps']:.1f} | {r['cpu']:.1f} | "
-        f"{r['cpu_mbps']:.1f} | {r['rss_mb']:.0f} | {r['rows']} | {r['ratio']:.2f} |" for r in rows_out)
+        f"{r['cpu_mbps']:.1f} | {r['rss_mb']:.0f} | {r['rows']} | {r['ratio']:.2f} |"
+        for r in rows_out
+    )
     write_results(f"""## Ingest: MB/s and peak RSS as the input grows (`benchmarks/bench_ingest.py`)
 
-Command: `.venv/bin/python benchmarks/bench_ingest.py --sizes {args.sizes} --repeat {args.repeat}` (run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}).
+Command: `.venv/bin/python benchmarks/bench_ingest.py --sizes {args.sizes} --repeat {args.repeat}` (run {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}).
 Input: generated JSONL, 256 MB files of real stdlib docstring/code paragraphs, log-normal document
 lengths (median ~1.5 KB). One process per run, one core each; peak RSS is the child's `ru_maxrss`.
 Peers on the same files in the same run: pandas `read_json(lines=True)` + `to_parquet(zstd)` per file
@@ -265,7 +316,7 @@ its threads) are the steadier comparison.**
 {table}
 
 Rerun of the {max(sizes)} GB input with the same config: {rerun:.1f} s (every unit skipped by checkpoint).
-curation ingest peak RSS, largest / smallest input: {flat:.2f}x for {ours[-1]['gb'] / ours[0]['gb']:.1f}x the input.
+curation ingest peak RSS, largest / smallest input: {flat:.2f}x for {ours[-1]["gb"] / ours[0]["gb"]:.1f}x the input.
 """)
     print("wrote benchmarks/RESULTS.md")
     return 0

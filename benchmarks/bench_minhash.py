@@ -62,7 +62,7 @@ def shingles_py(text: str, n: int = 5) -> list[bytes]:
     tokens = _WORD.findall(unicodedata.normalize("NFKC", text).lower())
     if len(tokens) < n:
         return [" ".join(tokens).encode()] if tokens else []
-    return [" ".join(tokens[i:i + n]).encode() for i in range(len(tokens) - n + 1)]
+    return [" ".join(tokens[i : i + n]).encode() for i in range(len(tokens) - n + 1)]
 
 
 def timed(fn, repeat: int = 1) -> float:
@@ -86,8 +86,10 @@ def main() -> None:
     arr = pa.array(docs, pa.large_string())
     mb = sum(len(d.encode()) for d in docs) / 1e6
     ascii_share = sum(d.isascii() for d in docs) / len(docs)
-    print(f"corpus: {len(docs)} documents, {mb:.1f} MB UTF-8 ({ascii_share:.0%} ASCII-only), pinned to CPU {args.cpu}, "
-          f"load average {os.getloadavg()[0]:.1f} (other engineers share this machine)")
+    print(
+        f"corpus: {len(docs)} documents, {mb:.1f} MB UTF-8 ({ascii_share:.0%} ASCII-only), pinned to CPU {args.cpu}, "
+        f"load average {os.getloadavg()[0]:.1f} (other engineers share this machine)"
+    )
     results: dict[str, float] = {}
 
     hasher = MinHasher(MinHashParams(num_perm=128, ngram=5))
@@ -99,8 +101,9 @@ def main() -> None:
     def py_exact():
         import xxhash
 
-        return [xxhash.xxh3_128_intdigest(" ".join(unicodedata.normalize("NFKC", t).lower().split()).encode())
-                for t in docs]
+        return [
+            xxhash.xxh3_128_intdigest(" ".join(unicodedata.normalize("NFKC", t).lower().split()).encode()) for t in docs
+        ]
 
     results["python: exact keys (same normalisation)"] = mb / timed(py_exact)
 
@@ -113,11 +116,12 @@ def main() -> None:
         df = daft.from_pydict({"text": docs})
         norm = normalize(col("text"), lowercase=True, nfd_unicode=True, white_space=True)
         results["daft: normalize + minhash"] = mb / timed(
-            lambda: df.select(minhash(norm, num_hashes=128, ngram_size=5)).collect(), repeat=2)
+            lambda: df.select(minhash(norm, num_hashes=128, ngram_size=5)).collect(), repeat=2
+        )
         results["daft: minhash (raw text)"] = mb / timed(
-            lambda: df.select(minhash(col("text"), num_hashes=128, ngram_size=5)).collect(), repeat=2)
-        results["daft: normalize + hash (exact keys)"] = mb / timed(
-            lambda: df.select(dhash(norm)).collect(), repeat=2)
+            lambda: df.select(minhash(col("text"), num_hashes=128, ngram_size=5)).collect(), repeat=2
+        )
+        results["daft: normalize + hash (exact keys)"] = mb / timed(lambda: df.select(dhash(norm)).collect(), repeat=2)
     except ImportError as e:
         print(f"daft unavailable: {e}")
 

@@ -51,8 +51,11 @@ def run_stage(files: list[str], work: str, **config) -> tuple[float, dict[str, l
     from airflow_curation.stages.dedup.stage import DedupStage
 
     t = time.perf_counter()
-    stage = DedupStage(Lake(os.path.join(work, "lake"), "bench"),
-                       {"inputs": files, "output_dir": os.path.join(work, "out"), **config}, "bench")
+    stage = DedupStage(
+        Lake(os.path.join(work, "lake"), "bench"),
+        {"inputs": files, "output_dir": os.path.join(work, "out"), **config},
+        "bench",
+    )
     StageRunner(stage).run()
     seconds = time.perf_counter() - t
     out = {f: pq.read_table(os.path.join(work, "out", os.path.basename(f))).to_pylist() for f in files}
@@ -91,7 +94,7 @@ def quality() -> None:
     p, r, f = np.mean(ours, axis=0)
     dp, dr, df = np.mean(theirs, axis=0)
     v = jac[np.triu_indices(len(texts), 1)]
-    hit = 1 - (1 - v ** rows) ** bands
+    hit = 1 - (1 - v**rows) ** bands
     exp_r = hit[v >= THRESHOLD].sum() / (v >= THRESHOLD).sum()
     exp_p = hit[v >= THRESHOLD].sum() / hit.sum()
     print("\ncandidate pairs (mean of seeds 1-5, 9 bands x 13 rows on both sides)")
@@ -99,8 +102,10 @@ def quality() -> None:
     print(f"| ours (LSH buckets) | {p:.3f} | {r:.3f} | {f:.3f} |")
     print(f"| datasketch MinHashLSH | {dp:.3f} | {dr:.3f} | {df:.3f} |")
     print(f"| S-curve expectation | {exp_p:.3f} | {exp_r:.3f} | {2 * exp_p * exp_r / (exp_p + exp_r):.3f} |")
-    print(f"seed-to-seed spread (sd of F1): ours {np.std([x[2] for x in ours]):.3f}, "
-          f"datasketch {np.std([x[2] for x in theirs]):.3f}")
+    print(
+        f"seed-to-seed spread (sd of F1): ours {np.std([x[2] for x in ours]):.3f}, "
+        f"datasketch {np.std([x[2] for x in theirs]):.3f}"
+    )
 
     # Document level, in document order: a document is a duplicate when an earlier one is similar.
     truth_dup = {int(y) for x, y in truth_pairs}
@@ -127,9 +132,11 @@ def quality() -> None:
     ds_seconds = time.perf_counter() - t
     print("\ndocuments flagged duplicate (one seed), wall time end to end on one core")
     print("| system | precision | recall | F1 | seconds | ours faster by |\n| --- | ---: | ---: | ---: | ---: | ---: |")
-    for name, flagged, seconds in (("ours: dedup stage", ours_rows[False], timings[False]),
-                                   ("ours: dedup stage --verify", ours_rows[True], timings[True]),
-                                   ("datasketch MinHash + MinHashLSH", ds_dup, ds_seconds)):
+    for name, flagged, seconds in (
+        ("ours: dedup stage", ours_rows[False], timings[False]),
+        ("ours: dedup stage --verify", ours_rows[True], timings[True]),
+        ("datasketch MinHash + MinHashLSH", ds_dup, ds_seconds),
+    ):
         pp, rr, ff = _scores(flagged, truth_dup)
         print(f"| {name} | {pp:.3f} | {rr:.3f} | {ff:.3f} | {seconds:.2f} | {ds_seconds / seconds:.1f}x |")
 
@@ -143,8 +150,7 @@ def scale_worker(mb: float, work: str) -> None:
     for k in range(4):
         f = os.path.join(work, f"part-{k}.parquet")
         part = docs[k::4]
-        pq.write_table(pa.table({"id": [f"{k}-{n}" for n in range(len(part))], "text": part}), f,
-                       row_group_size=256)
+        pq.write_table(pa.table({"id": [f"{k}-{n}" for n in range(len(part))], "text": part}), f, row_group_size=256)
         files.append(f)
     before = resource.getrusage(resource.RUSAGE_SELF)
     seconds, out = run_stage(files, work)
@@ -152,24 +158,42 @@ def scale_worker(mb: float, work: str) -> None:
     cpu = usage.ru_utime + usage.ru_stime - before.ru_utime - before.ru_stime
     dups = sum(r["is_duplicate"] for rows in out.values() for r in rows)
     rss = usage.ru_maxrss * 1024
-    print(json.dumps({"mb": sum(len(d.encode()) for d in docs) / 1e6, "docs": len(docs), "seconds": seconds,
-                      "cpu_seconds": cpu, "peak_rss": rss, "duplicates": dups}))
+    print(
+        json.dumps(
+            {
+                "mb": sum(len(d.encode()) for d in docs) / 1e6,
+                "docs": len(docs),
+                "seconds": seconds,
+                "cpu_seconds": cpu,
+                "peak_rss": rss,
+                "duplicates": dups,
+            }
+        )
+    )
 
 
 def scaling(scales: list[int], unit_mb: float, cpu: int) -> None:
     print(f"\nscaling: the dedup stage, one worker, unit {unit_mb} MB of real text")
-    print("| size | MB | documents | wall s | CPU s | CPU time ratio to 1x | MB per CPU s | peak RSS MiB | duplicates |")
+    print(
+        "| size | MB | documents | wall s | CPU s | CPU time ratio to 1x | MB per CPU s | peak RSS MiB | duplicates |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     base = None
     for s in scales:
         with tempfile.TemporaryDirectory() as work:
-            proc = subprocess.run([sys.executable, __file__, "--scale-worker", str(s * unit_mb), "--work", work,
-                                   "--cpu", str(cpu)], capture_output=True, text=True, check=True)
+            proc = subprocess.run(
+                [sys.executable, __file__, "--scale-worker", str(s * unit_mb), "--work", work, "--cpu", str(cpu)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         base = base or r
-        print(f"| {s}x | {r['mb']:.1f} | {r['docs']} | {r['seconds']:.2f} | {r['cpu_seconds']:.2f} "
-              f"| {r['cpu_seconds'] / base['cpu_seconds']:.2f} | {r['mb'] / r['cpu_seconds']:.1f} "
-              f"| {r['peak_rss'] / 2**20:.0f} | {r['duplicates']} |")
+        print(
+            f"| {s}x | {r['mb']:.1f} | {r['docs']} | {r['seconds']:.2f} | {r['cpu_seconds']:.2f} "
+            f"| {r['cpu_seconds'] / base['cpu_seconds']:.2f} | {r['mb'] / r['cpu_seconds']:.1f} "
+            f"| {r['peak_rss'] / 2**20:.0f} | {r['duplicates']} |"
+        )
 
 
 def main() -> None:

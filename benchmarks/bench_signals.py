@@ -133,8 +133,14 @@ def pyarrow_peer(texts: list[str]) -> tuple[float, float]:
 
 def ours_whole_pass(texts: list[str], tmp: str) -> tuple[float, float]:
     shard = os.path.join(tmp, "shard.parquet")
-    table = pa.table({"id": [f"d{i}" for i in range(len(texts))], "text": texts,
-                      "source": ["bench"] * len(texts), "meta": [None] * len(texts)})
+    table = pa.table(
+        {
+            "id": [f"d{i}" for i in range(len(texts))],
+            "text": texts,
+            "source": ["bench"] * len(texts),
+            "meta": [None] * len(texts),
+        }
+    )
     write_parquet(shard, table, row_group_rows=512)
     pre = Preprocessor(preset=PRESET)
     return timed(lambda: pre.run_file(shard, os.path.join(tmp, "attrs.parquet"), batch_rows=512))
@@ -184,13 +190,15 @@ def main() -> int:
         add("datatrove Gopher+Repetition+FineWeb+C4 (peer subset)", small, datatrove(small, tmp))
 
     ours_small = rows[3][4]
-    lines = ["| contender | text MB | CPU s | wall s | MB/s per core (CPU) | ours is x faster |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| contender | text MB | CPU s | wall s | MB/s per core (CPU) | ours is x faster |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for name, size, cpu, wall, rate in rows:
         if rate is None:
             lines.append(f"| {name} | {size:.1f} | failed | | | |")
             continue
-        base = ours_small if "subset" in name else rows[0][4]   # same data: subset vs subset, full vs full
+        base = ours_small if "subset" in name else rows[0][4]  # same data: subset vs subset, full vs full
         ratio = f"{base / rate:.1f}" if not name.startswith("ours") or "subset" in name else ""
         lines.append(f"| {name} | {size:.1f} | {cpu:.2f} | {wall:.2f} | {rate:.1f} | {ratio} |")
     table = "\n".join(lines)
@@ -206,7 +214,7 @@ def write_results(table: str, what: str, full_mb: float, small_mb: float, args: 
     section = f"""<!-- bench_signals:start -->
 ## Quality signals: MB/s per core against datatrove and pure Python (`benchmarks/bench_signals.py`)
 
-Command: `{cmd}` (run {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC).
+Command: `{cmd}` (run {time.strftime("%Y-%m-%d %H:%M", time.gmtime())} UTC).
 Text: {what}; ours over {full_mb:.1f} MB, every contender over the same {small_mb:.1f} MB subset (every
 k-th document) in the same run. One process, one core each; MB/s from CPU time. "ours is x faster"
 compares each row with ours on the same data (the subset rows with ours on the subset, the
@@ -237,7 +245,7 @@ precomputed word table instead of the per-byte state machine, and SIMD-friendly 
             text = f.read()
     start, end = "<!-- bench_signals:start -->", "<!-- bench_signals:end -->"
     if start in text and end in text:
-        text = text[:text.index(start)] + section + text[text.index(end) + len(end):]
+        text = text[: text.index(start)] + section + text[text.index(end) + len(end) :]
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     with open(path, "w", encoding="utf-8") as f:

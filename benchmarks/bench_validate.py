@@ -40,8 +40,9 @@ def generate(workdir: str, gb: float, seed: int = 0) -> tuple[str, int]:
     if os.path.exists(marker):
         return uri, int(open(marker).read())
     rng = np.random.default_rng(seed)
-    vocab = np.array(["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), rng.integers(2, 10)))
-                      for _ in range(20_000)])
+    vocab = np.array(
+        ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), rng.integers(2, 10))) for _ in range(20_000)]
+    )
     pool = " ".join(vocab[rng.integers(0, len(vocab), 4_000_000)])  # ~24 MB of words to cut documents from
     total_rows = int(gb * 1e9 / DOC_BYTES)
     shards, text_bytes, k = [], 0, 0
@@ -50,15 +51,22 @@ def generate(workdir: str, gb: float, seed: int = 0) -> tuple[str, int]:
         sid = f"part-{k:05d}"
         lengths = rng.integers(DOC_BYTES // 4, DOC_BYTES * 7 // 4, n)
         starts = rng.integers(0, len(pool) - DOC_BYTES * 2, n)
-        texts = [pool[s:s + ln] for s, ln in zip(starts, lengths)]
+        texts = [pool[s : s + ln] for s, ln in zip(starts, lengths)]
         ids = [f"{sid}-{i}" for i in range(n)]
         text_bytes += int(lengths.sum())
         table = pa.table({"id": ids, "text": texts, "source": ["gen"] * n, "meta": ["{}"] * n}, schema=SHARD_SCHEMA)
         nbytes, checksum = write_parquet(lake.shard_uri(sid), table, row_group_rows=4096)
         wc = (lengths // 6).astype(np.int64)
         keep = wc >= 150
-        pre = pa.table({"id": ids, "word_count": wc, "alpha_ratio": rng.uniform(0.5, 0.95, n), "keep": keep,
-                        "drop_reason": pa.array(np.where(keep, None, "too_short").tolist(), pa.string())})
+        pre = pa.table(
+            {
+                "id": ids,
+                "word_count": wc,
+                "alpha_ratio": rng.uniform(0.5, 0.95, n),
+                "keep": keep,
+                "drop_reason": pa.array(np.where(keep, None, "too_short").tolist(), pa.string()),
+            }
+        )
         write_parquet(lake.attrs_uri("preprocess", sid), pre, row_group_rows=4096)
         cluster = rng.integers(0, int(n * 0.8), n)
         _, first = np.unique(cluster, return_index=True)
@@ -66,13 +74,28 @@ def generate(workdir: str, gb: float, seed: int = 0) -> tuple[str, int]:
         dup[first] = False
         dd = pa.table({"id": ids, "cluster_id": [f"{sid}-c{c}" for c in cluster], "is_duplicate": dup})
         write_parquet(lake.attrs_uri("dedup", sid), dd, row_group_rows=4096)
-        shards.append(ShardEntry(shard_id=sid, uri=lake.shard_uri(sid), rows=n, bytes=nbytes, checksum=checksum,
-                                 unit_id=sid, attrs={"preprocess": lake.attrs_uri("preprocess", sid),
-                                                     "dedup": lake.attrs_uri("dedup", sid)}))
+        shards.append(
+            ShardEntry(
+                shard_id=sid,
+                uri=lake.shard_uri(sid),
+                rows=n,
+                bytes=nbytes,
+                checksum=checksum,
+                unit_id=sid,
+                attrs={"preprocess": lake.attrs_uri("preprocess", sid), "dedup": lake.attrs_uri("dedup", sid)},
+            )
+        )
         k += 1
-    m = Manifest(dataset="bench", stage="dedup", run_id="bench", fingerprint="bench", lake=lake.to_dict(),
-                 units=[UnitEntry(unit_id=s.shard_id, inputs=[s.uri], input_checksum=s.checksum, status="done")
-                        for s in shards], shards=shards, status="complete")
+    m = Manifest(
+        dataset="bench",
+        stage="dedup",
+        run_id="bench",
+        fingerprint="bench",
+        lake=lake.to_dict(),
+        units=[UnitEntry(unit_id=s.shard_id, inputs=[s.uri], input_checksum=s.checksum, status="done") for s in shards],
+        shards=shards,
+        status="complete",
+    )
     m.write(uri)
     with open(marker, "w") as f:
         f.write(str(text_bytes))
@@ -80,8 +103,11 @@ def generate(workdir: str, gb: float, seed: int = 0) -> tuple[str, int]:
 
 
 def files(manifest: Manifest) -> tuple[list[str], list[str], list[str]]:
-    return ([s.uri for s in manifest.shards], [s.attrs["preprocess"] for s in manifest.shards],
-            [s.attrs["dedup"] for s in manifest.shards])
+    return (
+        [s.uri for s in manifest.shards],
+        [s.attrs["preprocess"] for s in manifest.shards],
+        [s.attrs["dedup"] for s in manifest.shards],
+    )
 
 
 def q_duckdb(shards, pre, dd, threads: int) -> dict:
@@ -98,7 +124,9 @@ def q_duckdb(shards, pre, dd, threads: int) -> dict:
         sum(strlen(text)) FILTER (WHERE keep AND NOT is_duplicate),
         min(word_count) FILTER (WHERE keep AND NOT is_duplicate), max(word_count) FILTER (WHERE keep AND NOT is_duplicate),
         avg(word_count) FILTER (WHERE keep AND NOT is_duplicate) FROM docs""").fetchone()
-    reasons = dict(con.execute("SELECT drop_reason, count(*) FROM docs WHERE drop_reason IS NOT NULL GROUP BY 1").fetchall())
+    reasons = dict(
+        con.execute("SELECT drop_reason, count(*) FROM docs WHERE drop_reason IS NOT NULL GROUP BY 1").fetchall()
+    )
     return _result(row, reasons)
 
 
@@ -111,20 +139,35 @@ def q_daft(shards, pre, dd) -> dict:
     d = daft.read_parquet(dd).select(col("id").alias("did"), "is_duplicate")
     df = s.join(p, left_on="id", right_on="pid", how="left").join(d, left_on="id", right_on="did", how="left")
     df = df.with_column("nbytes", col("text").length_bytes()).with_column(
-        "cur", col("keep").fill_null(False) & ~col("is_duplicate").fill_null(False))
+        "cur", col("keep").fill_null(False) & ~col("is_duplicate").fill_null(False)
+    )
     i64 = daft.DataType.int64()
     curated = df.where(col("cur"))
-    agg = df.agg(col("nbytes").count().alias("rows"), col("nbytes").sum().alias("bytes"),
-                 col("text").is_null().cast(i64).sum().alias("nulls"),
-                 col("keep").fill_null(False).cast(i64).sum().alias("kept"),
-                 col("cur").cast(i64).sum().alias("cur"),
-                 (col("cur").cast(i64) * col("nbytes")).sum().alias("cur_bytes")).to_pydict()
+    agg = df.agg(
+        col("nbytes").count().alias("rows"),
+        col("nbytes").sum().alias("bytes"),
+        col("text").is_null().cast(i64).sum().alias("nulls"),
+        col("keep").fill_null(False).cast(i64).sum().alias("kept"),
+        col("cur").cast(i64).sum().alias("cur"),
+        (col("cur").cast(i64) * col("nbytes")).sum().alias("cur_bytes"),
+    ).to_pydict()
     distinct = df.select("id").distinct().count_rows()
-    wc = curated.agg(col("word_count").min().alias("lo"), col("word_count").max().alias("hi"),
-                     col("word_count").mean().alias("mean")).to_pydict()
+    wc = curated.agg(
+        col("word_count").min().alias("lo"), col("word_count").max().alias("hi"), col("word_count").mean().alias("mean")
+    ).to_pydict()
     g = df.where(col("drop_reason").not_null()).groupby("drop_reason").agg(col("id").count().alias("n")).to_pydict()
-    row = (agg["rows"][0], agg["bytes"][0], agg["nulls"][0], distinct, agg["kept"][0], agg["cur"][0],
-           agg["cur_bytes"][0], wc["lo"][0], wc["hi"][0], wc["mean"][0])
+    row = (
+        agg["rows"][0],
+        agg["bytes"][0],
+        agg["nulls"][0],
+        distinct,
+        agg["kept"][0],
+        agg["cur"][0],
+        agg["cur_bytes"][0],
+        wc["lo"][0],
+        wc["hi"][0],
+        wc["mean"][0],
+    )
     return _result(row, dict(zip(g["drop_reason"], g["n"])))
 
 
@@ -132,15 +175,26 @@ def q_pandas(shards, pre, dd) -> dict:
     import pandas as pd
 
     s = pd.concat([pd.read_parquet(f, columns=["id", "text"]) for f in shards], ignore_index=True)
-    p = pd.concat([pd.read_parquet(f, columns=["id", "word_count", "keep", "drop_reason"]) for f in pre],
-                  ignore_index=True)
+    p = pd.concat(
+        [pd.read_parquet(f, columns=["id", "word_count", "keep", "drop_reason"]) for f in pre], ignore_index=True
+    )
     d = pd.concat([pd.read_parquet(f, columns=["id", "is_duplicate"]) for f in dd], ignore_index=True)
     df = s.merge(p, on="id", how="left").merge(d, on="id", how="left")
     nbytes = df["text"].str.encode("utf-8").str.len()
     cur = df["keep"].fillna(False).astype(bool) & ~df["is_duplicate"].fillna(False).astype(bool)
     wc = df.loc[cur, "word_count"]
-    row = (len(df), int(nbytes.sum()), int(df["text"].isna().sum()), int(df["id"].nunique()),
-           int(df["keep"].fillna(False).sum()), int(cur.sum()), int(nbytes[cur].sum()), wc.min(), wc.max(), wc.mean())
+    row = (
+        len(df),
+        int(nbytes.sum()),
+        int(df["text"].isna().sum()),
+        int(df["id"].nunique()),
+        int(df["keep"].fillna(False).sum()),
+        int(cur.sum()),
+        int(nbytes[cur].sum()),
+        wc.min(),
+        wc.max(),
+        wc.mean(),
+    )
     return _result(row, df["drop_reason"].dropna().value_counts().to_dict())
 
 
@@ -212,15 +266,31 @@ def main() -> None:
         # Daft's runner is chosen once per process: Daft on Ray runs in a child (Ray start-up not timed).
         import subprocess
 
-        proc = subprocess.run([sys.executable, __file__, "--daft-ray-only", "--gb", str(args.gb), "--workdir",
-                               args.workdir, "--runs", str(args.runs)], capture_output=True, text=True,
-                              env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+        proc = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--daft-ray-only",
+                "--gb",
+                str(args.gb),
+                "--workdir",
+                args.workdir,
+                "--runs",
+                str(args.runs),
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"daft-ray child failed:\n{proc.stderr[-3000:]}")
         child = json.loads(proc.stdout.strip().splitlines()[-1])
         results["daft-ray"], times["daft-ray"] = child["result"], child["seconds"]
-        print(f"{'daft-ray':8s} {times['daft-ray']:7.2f} s  {text_bytes / 1e9 / times['daft-ray']:6.3f} GB/s "
-              f"(Ray start-up {child['startup']:.1f} s, not counted)", flush=True)
+        print(
+            f"{'daft-ray':8s} {times['daft-ray']:7.2f} s  {text_bytes / 1e9 / times['daft-ray']:6.3f} GB/s "
+            f"(Ray start-up {child['startup']:.1f} s, not counted)",
+            flush=True,
+        )
     for name, fn in engines.items():
         best = float("inf")
         for _ in range(args.runs if name != "pandas" else 1):
@@ -244,8 +314,11 @@ def main() -> None:
     stage_times = {}
     for engine in ("duckdb", "daft"):
         secs = stage_times[engine] = stage_run(uri, args.workdir, engine, f"stage-{engine}-{int(time.time())}")
-        print(f"validate stage ({engine}, all metrics + histograms + checks + report): {secs:.2f} s "
-              f"{text_bytes / 1e9 / secs:.3f} GB/s", flush=True)
+        print(
+            f"validate stage ({engine}, all metrics + histograms + checks + report): {secs:.2f} s "
+            f"{text_bytes / 1e9 / secs:.3f} GB/s",
+            flush=True,
+        )
     if args.results:
         write_results(args, text_bytes, ref, times, stage_times)
 
@@ -273,9 +346,14 @@ def write_results(args, text_bytes: int, ref: dict, times: dict, stage_times: di
     ]
     for name, t in times.items():
         lines.append(f"| {name} | {t:.2f} | {gb / t:.3f} | {t / times['duckdb']:.2f} |")
-    lines += ["", "The whole validate stage (all metrics, one-scan histograms of the signals, cluster sizes, checks, "
-              "JSON + HTML report) on the same view:", "",
-              "| engine | seconds | GB/s of text |", "| --- | --- | --- |"]
+    lines += [
+        "",
+        "The whole validate stage (all metrics, one-scan histograms of the signals, cluster sizes, checks, "
+        "JSON + HTML report) on the same view:",
+        "",
+        "| engine | seconds | GB/s of text |",
+        "| --- | --- | --- |",
+    ]
     for name, t in stage_times.items():
         lines.append(f"| validate stage, {name} | {t:.2f} | {gb / t:.3f} |")
     lines.append("<!-- bench_validate:end -->")
@@ -284,7 +362,7 @@ def write_results(args, text_bytes: int, ref: dict, times: dict, stage_times: di
     text = open(path).read() if os.path.exists(path) else "# Benchmark results\n"
     start, end = "<!-- bench_validate:start -->", "<!-- bench_validate:end -->"
     if start in text and end in text:
-        text = text[:text.index(start)] + section + text[text.index(end) + len(end) + 1:]
+        text = text[: text.index(start)] + section + text[text.index(end) + len(end) + 1 :]
     else:
         text = text.rstrip("\n") + "\n\n" + section
     tmp = path + ".tmp"

@@ -52,8 +52,10 @@ def ensure_core(wheels: str | None) -> None:
     rc = subprocess.run(cmd).returncode
     still = [m for m in missing if importlib.util.find_spec(m) is None]
     if rc or still:
-        sys.exit(f"gpu_enrich: missing {still or missing} and pip could not install them; carry wheels "
-                 f"(pip download {' '.join(missing)} -d wheels) and pass --wheels wheels")
+        sys.exit(
+            f"gpu_enrich: missing {still or missing} and pip could not install them; carry wheels "
+            f"(pip download {' '.join(missing)} -d wheels) and pass --wheels wheels"
+        )
 
 
 class GpuSampler:
@@ -67,8 +69,18 @@ class GpuSampler:
     def __enter__(self):
         try:
             self._proc = subprocess.Popen(
-                ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits",
-                 "-lms", "100", "-i", "0"], stdout=subprocess.PIPE, text=True)
+                [
+                    "nvidia-smi",
+                    "--query-gpu=utilization.gpu,memory.used",
+                    "--format=csv,noheader,nounits",
+                    "-lms",
+                    "100",
+                    "-i",
+                    "0",
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
         except FileNotFoundError:
             self._proc = None
             return self
@@ -119,14 +131,7 @@ def stdlib_docs(n: int) -> list[str]:
 
 def build_models(root: Path, corpus: list[str], small: bool = False) -> dict[str, str]:
     import torch
-    from tokenizers import (
-        ByteLevelBPETokenizer,
-        Tokenizer,
-        models,
-        normalizers,
-        pre_tokenizers,
-        trainers,
-    )
+    from tokenizers import ByteLevelBPETokenizer, Tokenizer, models, normalizers, pre_tokenizers, trainers
     from tokenizers.processors import TemplateProcessing
     from transformers import (
         BertConfig,
@@ -143,29 +148,63 @@ def build_models(root: Path, corpus: list[str], small: bool = False) -> dict[str
     wp = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     wp.normalizer = normalizers.BertNormalizer(lowercase=True)
     wp.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    wp.train_from_iterator(corpus[:5000], trainers.WordPieceTrainer(
-        vocab_size=30522, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
+    wp.train_from_iterator(
+        corpus[:5000],
+        trainers.WordPieceTrainer(vocab_size=30522, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]),
+    )
     cls, sep = wp.token_to_id("[CLS]"), wp.token_to_id("[SEP]")
     wp.post_processor = TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    bert_tok = PreTrainedTokenizerFast(tokenizer_object=wp, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                       sep_token="[SEP]", mask_token="[MASK]", model_max_length=256)
+    bert_tok = PreTrainedTokenizerFast(
+        tokenizer_object=wp,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=256,
+    )
     p = root / "minilm-shaped"
     bert_tok.save_pretrained(p)
-    BertModel(BertConfig(vocab_size=len(bert_tok), hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
-                         intermediate_size=1536, max_position_embeddings=512,
-                         pad_token_id=bert_tok.pad_token_id)).save_pretrained(p)
+    BertModel(
+        BertConfig(
+            vocab_size=len(bert_tok),
+            hidden_size=384,
+            num_hidden_layers=6,
+            num_attention_heads=12,
+            intermediate_size=1536,
+            max_position_embeddings=512,
+            pad_token_id=bert_tok.pad_token_id,
+        )
+    ).save_pretrained(p)
     paths["embed"] = str(p)
 
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(corpus[:5000], vocab_size=32000, special_tokens=["<s>", "</s>", "<pad>", "<unk>"])
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>",
-                                  pad_token="<pad>", unk_token="<unk>", model_max_length=2048)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        model_max_length=2048,
+    )
     h, layers = (128, 2) if small else (1024, 12)
-    cfg = dict(vocab_size=len(tok), hidden_size=h, intermediate_size=h * 11 // 4, num_hidden_layers=layers,
-               num_attention_heads=h // 64, num_key_value_heads=h // 64, max_position_embeddings=2048,
-               bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    for name, model in (("score", LlamaForSequenceClassification(LlamaConfig(**cfg, num_labels=1))),
-                        ("generate", LlamaForCausalLM(LlamaConfig(**cfg)))):
+    cfg = dict(
+        vocab_size=len(tok),
+        hidden_size=h,
+        intermediate_size=h * 11 // 4,
+        num_hidden_layers=layers,
+        num_attention_heads=h // 64,
+        num_key_value_heads=h // 64,
+        max_position_embeddings=2048,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    for name, model in (
+        ("score", LlamaForSequenceClassification(LlamaConfig(**cfg, num_labels=1))),
+        ("generate", LlamaForCausalLM(LlamaConfig(**cfg))),
+    ):
         p = root / f"llama-{name}"
         tok.save_pretrained(p)
         model.save_pretrained(p)
@@ -179,8 +218,7 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def run_phase(name: str, model: str, docs: list[str], work: Path, sampler: GpuSampler, use_ray: bool,
-              **config) -> dict:
+def run_phase(name: str, model: str, docs: list[str], work: Path, sampler: GpuSampler, use_ray: bool, **config) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -189,13 +227,28 @@ def run_phase(name: str, model: str, docs: list[str], work: Path, sampler: GpuSa
     from airflow_curation.stages.enrich.stage import EnrichStage
 
     inp = work / f"{name}.parquet"
-    pq.write_table(pa.table({"id": [f"{name}{i:07d}" for i in range(len(docs))], "text": docs}), inp,
-                   row_group_size=4096)
+    pq.write_table(
+        pa.table({"id": [f"{name}{i:07d}" for i in range(len(docs))], "text": docs}), inp, row_group_size=4096
+    )
     out = work / f"out-{name}"
-    stage = EnrichStage(Lake(str(out), "_curation"), {
-        "inputs": [str(inp)], "output_dir": str(out), "task": name, "model": model, "model_runtime": "transformers",
-        "mapper": "ray" if use_ray else "local", "gpus_per_replica": 1 if _cuda() else 0, "replicas": 1, "dtype": "bfloat16" if _cuda() else "float32",
-        "checkpoint_rows": 4096, **({"ray_num_gpus": 1} if use_ray and _cuda() else {}), **config}, f"gpu-{name}")
+    stage = EnrichStage(
+        Lake(str(out), "_curation"),
+        {
+            "inputs": [str(inp)],
+            "output_dir": str(out),
+            "task": name,
+            "model": model,
+            "model_runtime": "transformers",
+            "mapper": "ray" if use_ray else "local",
+            "gpus_per_replica": 1 if _cuda() else 0,
+            "replicas": 1,
+            "dtype": "bfloat16" if _cuda() else "float32",
+            "checkpoint_rows": 4096,
+            **({"ray_num_gpus": 1} if use_ray and _cuda() else {}),
+            **config,
+        },
+        f"gpu-{name}",
+    )
     from airflow_curation.stages.enrich.engines import get_engine
 
     t0 = time.time()
@@ -207,12 +260,19 @@ def run_phase(name: str, model: str, docs: list[str], work: Path, sampler: GpuSa
     stage.close()
     table = pq.read_table(out / f"{name}.parquet")
     busy, util, mem = sampler.busy_seconds(t1, t2)
-    res = {"task": name, "rows": len(docs), "kept": manifest.accounting["kept"], "load_s": round(t1 - t0, 2),
-           "run_s": round(t2 - t1, 2), "rows_per_s": round(len(docs) / (t2 - t1), 1),
-           "gpu_busy_s": None if busy is None else round(busy, 2),
-           "gpu_busy_fraction": None if busy is None else round(busy / (t2 - t1), 3),
-           "mean_util_pct": None if util is None else round(util, 1), "peak_mem_mib": mem, **{
-               k: config[k] for k in ("batch_size", "max_input_tokens", "max_tokens") if k in config}}
+    res = {
+        "task": name,
+        "rows": len(docs),
+        "kept": manifest.accounting["kept"],
+        "load_s": round(t1 - t0, 2),
+        "run_s": round(t2 - t1, 2),
+        "rows_per_s": round(len(docs) / (t2 - t1), 1),
+        "gpu_busy_s": None if busy is None else round(busy, 2),
+        "gpu_busy_fraction": None if busy is None else round(busy / (t2 - t1), 3),
+        "mean_util_pct": None if util is None else round(util, 1),
+        "peak_mem_mib": mem,
+        **{k: config[k] for k in ("batch_size", "max_input_tokens", "max_tokens") if k in config},
+    }
     if "output_tokens" in table.column_names:
         new = sum(x or 0 for x in table.column("output_tokens").to_pylist())
         res["new_tokens_per_s"] = round(new / (t2 - t1), 1)
@@ -246,23 +306,54 @@ def main() -> int:
         t = time.time()
         models = build_models(work / "models", corpus, small=args.smoke_cpu)
         print(f"models built in {time.time() - t:.1f} s on {gpu}; {len(corpus)} docs", flush=True)
-        results.append(run_phase("embed", models["embed"], corpus, work, sampler, use_ray,
-                                 batch_size=512, max_input_tokens=256))
-        results.append(run_phase("score", models["score"], corpus[: int(20_000 * scale)], work, sampler, use_ray,
-                                 batch_size=128, max_input_tokens=512))
-        results.append(run_phase("generate", models["generate"], corpus[: int(2_048 * scale)], work, sampler,
-                                 use_ray, batch_size=256, max_input_tokens=256, max_tokens=128,
-                                 prompt_template="Rewrite as an instruction and a response:\n{text}\nJSON:"))
-    summary = {"gpu": gpu, "torch": torch.__version__, "model_runtime": "transformers",
-               "mapper": "ray" if use_ray else "local",
-               "total_s": round(time.time() - started, 1), "phases": results}
-    lines = [f"GPU: {gpu}, torch {torch.__version__}, transformers model runtime, mapper {summary['mapper']}",
-             "| task | rows | batch | load s | run s | rows/s | tokens/s | GPU busy s | busy fraction | peak MiB |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        results.append(
+            run_phase("embed", models["embed"], corpus, work, sampler, use_ray, batch_size=512, max_input_tokens=256)
+        )
+        results.append(
+            run_phase(
+                "score",
+                models["score"],
+                corpus[: int(20_000 * scale)],
+                work,
+                sampler,
+                use_ray,
+                batch_size=128,
+                max_input_tokens=512,
+            )
+        )
+        results.append(
+            run_phase(
+                "generate",
+                models["generate"],
+                corpus[: int(2_048 * scale)],
+                work,
+                sampler,
+                use_ray,
+                batch_size=256,
+                max_input_tokens=256,
+                max_tokens=128,
+                prompt_template="Rewrite as an instruction and a response:\n{text}\nJSON:",
+            )
+        )
+    summary = {
+        "gpu": gpu,
+        "torch": torch.__version__,
+        "model_runtime": "transformers",
+        "mapper": "ray" if use_ray else "local",
+        "total_s": round(time.time() - started, 1),
+        "phases": results,
+    }
+    lines = [
+        f"GPU: {gpu}, torch {torch.__version__}, transformers model runtime, mapper {summary['mapper']}",
+        "| task | rows | batch | load s | run s | rows/s | tokens/s | GPU busy s | busy fraction | peak MiB |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in results:
         toks = r.get("new_tokens_per_s") or r.get("input_tokens_per_s")
-        lines.append(f"| {r['task']} | {r['rows']} | {r.get('batch_size')} | {r['load_s']} | {r['run_s']} | "
-                     f"{r['rows_per_s']} | {toks} | {r['gpu_busy_s']} | {r['gpu_busy_fraction']} | {r['peak_mem_mib']} |")
+        lines.append(
+            f"| {r['task']} | {r['rows']} | {r.get('batch_size')} | {r['load_s']} | {r['run_s']} | "
+            f"{r['rows_per_s']} | {toks} | {r['gpu_busy_s']} | {r['gpu_busy_fraction']} | {r['peak_mem_mib']} |"
+        )
     md = "\n".join(lines)
     print(md)
     print(json.dumps(summary, indent=1))

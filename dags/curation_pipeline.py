@@ -125,39 +125,68 @@ with DAG(
     max_active_runs=2,
     default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
     params={
-        "input": _optional("Input files, folders or globs, comma-separated. Empty: the Airflow Variable "
-                           "curation_input."),
-        "lake": _optional("Lake root, a folder or s3://bucket/prefix. Empty: the curation_default "
-                          "connection's lake."),
-        "dataset": _optional("Dataset name in the lake. Empty: the Airflow Variable curation_dataset, else "
-                             "'sample'.", pattern=r"^[A-Za-z0-9_.=:+@-]+$"),
-        "backend": Param("connection", enum=["connection", "local", "slurm", "kubernetes", "ray"],
-                         description="Where stage jobs run. connection: the curation_default connection's "
-                                     "backend (local when it names none); ray: the whole job is submitted "
-                                     "to a Ray cluster (Ray Job Submission API)."),
-        "max_failed_fraction": Param(0.0, type="number", minimum=0, maximum=1,
-                                     description="Failure budget of every stage: the fraction of its shards "
-                                                 "that may fail without failing the run."),
-        "preset": Param("gopher", type="string",
-                        description="Preprocess quality filter preset(s): gopher, c4, fineweb, code, "
-                                    "comma-separated."),
-        "dedup_threshold": Param(0.8, type="number", exclusiveMinimum=0, exclusiveMaximum=1,
-                                 description="Jaccard similarity at which dedup treats documents as near "
-                                             "duplicates."),
-        "enrich_model": _optional("Model folder (Hugging Face layout) for enrich. Empty: the Airflow "
-                                  "Variable curation_enrich_model; none: enrich is skipped."),
-        "enrich_task": Param("embed", enum=["embed", "classify", "score", "generate"],
-                             description="What enrich computes per kept document."),
-        "enrich_model_runtime": Param("vllm", enum=["vllm", "transformers"],
-                                      description="What runs the enrich model: vLLM, or Hugging Face "
-                                                  "transformers."),
-        "enrich_mapper": Param("ray", enum=["ray", "local"],
-                               description="Where the enrich model runs: ray (Ray Data actors) or local "
-                                           "(the job process)."),
-        "min_rows": Param(1, type="integer", minimum=0,
-                          description="Validate: fewest curated rows a run may have."),
-        "max_duplicate_rate": Param(0.5, type="number", minimum=0, maximum=1,
-                                    description="Validate: highest fraction of rows dedup may mark duplicate."),
+        "input": _optional(
+            "Input files, folders or globs, comma-separated. Empty: the Airflow Variable curation_input."
+        ),
+        "lake": _optional("Lake root, a folder or s3://bucket/prefix. Empty: the curation_default connection's lake."),
+        "dataset": _optional(
+            "Dataset name in the lake. Empty: the Airflow Variable curation_dataset, else 'sample'.",
+            pattern=r"^[A-Za-z0-9_.=:+@-]+$",
+        ),
+        "backend": Param(
+            "connection",
+            enum=["connection", "local", "slurm", "kubernetes", "ray"],
+            description="Where stage jobs run. connection: the curation_default connection's "
+            "backend (local when it names none); ray: the whole job is submitted "
+            "to a Ray cluster (Ray Job Submission API).",
+        ),
+        "max_failed_fraction": Param(
+            0.0,
+            type="number",
+            minimum=0,
+            maximum=1,
+            description="Failure budget of every stage: the fraction of its shards "
+            "that may fail without failing the run.",
+        ),
+        "preset": Param(
+            "gopher",
+            type="string",
+            description="Preprocess quality filter preset(s): gopher, c4, fineweb, code, comma-separated.",
+        ),
+        "dedup_threshold": Param(
+            0.8,
+            type="number",
+            exclusiveMinimum=0,
+            exclusiveMaximum=1,
+            description="Jaccard similarity at which dedup treats documents as near duplicates.",
+        ),
+        "enrich_model": _optional(
+            "Model folder (Hugging Face layout) for enrich. Empty: the Airflow "
+            "Variable curation_enrich_model; none: enrich is skipped."
+        ),
+        "enrich_task": Param(
+            "embed",
+            enum=["embed", "classify", "score", "generate"],
+            description="What enrich computes per kept document.",
+        ),
+        "enrich_model_runtime": Param(
+            "vllm",
+            enum=["vllm", "transformers"],
+            description="What runs the enrich model: vLLM, or Hugging Face transformers.",
+        ),
+        "enrich_mapper": Param(
+            "ray",
+            enum=["ray", "local"],
+            description="Where the enrich model runs: ray (Ray Data actors) or local (the job process).",
+        ),
+        "min_rows": Param(1, type="integer", minimum=0, description="Validate: fewest curated rows a run may have."),
+        "max_duplicate_rate": Param(
+            0.5,
+            type="number",
+            minimum=0,
+            maximum=1,
+            description="Validate: highest fraction of rows dedup may mark duplicate.",
+        ),
     },
     tags=["curation"],
 ) as dag:

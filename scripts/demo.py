@@ -30,15 +30,17 @@ DEMO = REPO / ".demo"
 def _configure_airflow(home: Path) -> None:
     # Airflow reads its configuration on first import: everything is set before that.
     home.mkdir(parents=True, exist_ok=True)
-    os.environ.update({
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
-        "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO"),
-        "CURATION_POLL_INTERVAL": os.environ.get("CURATION_POLL_INTERVAL", "1"),
-        "CURATION_LOCAL_JOBS_DIR": str(DEMO / "jobs"),
-    })
+    os.environ.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": os.environ.get("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO"),
+            "CURATION_POLL_INTERVAL": os.environ.get("CURATION_POLL_INTERVAL", "1"),
+            "CURATION_LOCAL_JOBS_DIR": str(DEMO / "jobs"),
+        }
+    )
     airflow = Path(sys.executable).with_name("airflow")
     cmd = [str(airflow) if airflow.exists() else "airflow", "db", "migrate"]
     started = time.time()
@@ -111,15 +113,21 @@ def _report(lake_root: Path, dataset: str, snapshot: str, run_id: str) -> None:
             continue
         acc = m.accounting or {}
         skipped = sum(1 for u in m.units if u.status == "skipped")
-        print(f"  {m_path.name:<22} {m.status:<9} units {len(m.units)} ({skipped} skipped by checkpoint), "
-              f"shards {len(m.shards)}, rows {m.rows}, {m.bytes / 1e6:.2f} MB")
+        print(
+            f"  {m_path.name:<22} {m.status:<9} units {len(m.units)} ({skipped} skipped by checkpoint), "
+            f"shards {len(m.shards)}, rows {m.rows}, {m.bytes / 1e6:.2f} MB"
+        )
         if acc:
-            print(f"  {'':<22} read {acc.get('read')} = kept {acc.get('kept')} + dropped "
-                  f"{json.dumps(acc.get('dropped', {}))} + quarantined {json.dumps(acc.get('quarantined', {}))}")
+            print(
+                f"  {'':<22} read {acc.get('read')} = kept {acc.get('kept')} + dropped "
+                f"{json.dumps(acc.get('dropped', {}))} + quarantined {json.dumps(acc.get('quarantined', {}))}"
+            )
     quarantine = sorted(glob.glob(lake.path("_quarantine", "*", "*.parquet")))
     if quarantine:
-        print(f"quarantine:            {lake.path('_quarantine')}/ ({len(quarantine)} files; "
-              "read with pyarrow.parquet.read_table)")
+        print(
+            f"quarantine:            {lake.path('_quarantine')}/ ({len(quarantine)} files; "
+            "read with pyarrow.parquet.read_table)"
+        )
     attrs = sorted(Path(lake.path("attrs")).glob("*")) if Path(lake.path("attrs")).exists() else []
     if attrs:
         print(f"additive columns:      {', '.join(str(a) for a in attrs)}")
@@ -128,8 +136,10 @@ def _report(lake_root: Path, dataset: str, snapshot: str, run_id: str) -> None:
         print("report:                " + "\n                       ".join(reports))
     else:
         print("report:                the stage summaries above (a validate stage adds an HTML report)")
-    print(f"Airflow home:          {os.environ['AIRFLOW_HOME']} (UI: AIRFLOW_HOME={os.environ['AIRFLOW_HOME']} "
-          f"{Path(sys.executable).with_name('airflow')} standalone)")
+    print(
+        f"Airflow home:          {os.environ['AIRFLOW_HOME']} (UI: AIRFLOW_HOME={os.environ['AIRFLOW_HOME']} "
+        f"{Path(sys.executable).with_name('airflow')} standalone)"
+    )
 
 
 def _bundled_embedding_model() -> str:
@@ -148,12 +158,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--input", default=str(REPO / "sample_corpus" / "data"), help="input files or folder")
     ap.add_argument("--lake", default=str(DEMO / "lake"), help="lake root (a folder or s3://...)")
     ap.add_argument("--dataset", default="sample")
-    ap.add_argument("--date", default=datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-                    help="logical date = snapshot partition (default: today, UTC)")
+    ap.add_argument(
+        "--date",
+        default=datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        help="logical date = snapshot partition (default: today, UTC)",
+    )
     ap.add_argument("--max-failed-fraction", type=float, default=0.0)
-    ap.add_argument("--enrich-model", default=os.environ.get("CURATION_ENRICH_MODEL") or _bundled_embedding_model(),
-                    help="embedding model folder for the enrich step (default: the bundled all-MiniLM-L6-v2; "
-                         "'' skips enrich)")
+    ap.add_argument(
+        "--enrich-model",
+        default=os.environ.get("CURATION_ENRICH_MODEL") or _bundled_embedding_model(),
+        help="embedding model folder for the enrich step (default: the bundled all-MiniLM-L6-v2; '' skips enrich)",
+    )
     args = ap.parse_args(argv)
 
     if not Path(args.input).exists():
@@ -164,12 +179,21 @@ def main(argv: list[str] | None = None) -> int:
     _forget_earlier_run(dag.dag_id, logical)
     print(f"demo: running DAG {dag.dag_id} for {args.date} on {args.input} -> {args.lake}")
     started = time.time()
-    dag_run = dag.test(logical_date=logical, run_conf={
-        "input": args.input, "lake": args.lake, "dataset": args.dataset, "backend": "local",
-        "max_failed_fraction": args.max_failed_fraction,
-        # enrich: embed the curated rows with vLLM on CPU, in the job process (no Ray start for a demo)
-        "enrich_model": args.enrich_model, "enrich_task": "embed",
-        "enrich_model_runtime": "vllm", "enrich_mapper": "local"})
+    dag_run = dag.test(
+        logical_date=logical,
+        run_conf={
+            "input": args.input,
+            "lake": args.lake,
+            "dataset": args.dataset,
+            "backend": "local",
+            "max_failed_fraction": args.max_failed_fraction,
+            # enrich: embed the curated rows with vLLM on CPU, in the job process (no Ray start for a demo)
+            "enrich_model": args.enrich_model,
+            "enrich_task": "embed",
+            "enrich_model_runtime": "vllm",
+            "enrich_mapper": "local",
+        },
+    )
     state = str(getattr(dag_run.state, "value", dag_run.state))
     print(f"\ndemo: DAG run {dag_run.run_id} finished: {state} in {time.time() - started:.0f} s")
     _report(Path(args.lake), args.dataset, args.date, dag_run.run_id)

@@ -32,8 +32,8 @@ import sysconfig
 from pathlib import Path
 
 SEED = 20261130
-MIN_CHARS = 400          # real documents are at least this long (~60 words); shorter pieces are skipped
-MAX_CHARS = 12_000       # keep single documents readable and the corpus small
+MIN_CHARS = 400  # real documents are at least this long (~60 words); shorter pieces are skipped
+MAX_CHARS = 12_000  # keep single documents readable and the corpus small
 MAX_DOCS_PER_MODULE = 12
 
 BOILERPLATE = (
@@ -43,16 +43,31 @@ BOILERPLATE = (
 )
 
 
-SKIP_DIRS = {"test", "tests", "idlelib", "lib2to3", "site-packages", "dist-packages", "ensurepip",
-             "turtledemo", "__pycache__", "config-3.11-x86_64-linux-gnu"}
+SKIP_DIRS = {
+    "test",
+    "tests",
+    "idlelib",
+    "lib2to3",
+    "site-packages",
+    "dist-packages",
+    "ensurepip",
+    "turtledemo",
+    "__pycache__",
+    "config-3.11-x86_64-linux-gnu",
+}
 
 
 def stdlib_modules(limit: int) -> list[Path]:
     """Pure-Python stdlib modules (packages included, tests excluded), sorted by path, ``limit`` of them."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted((p for p in root.rglob("*.py")
-                    if not p.name.startswith(("_", "test")) and not SKIP_DIRS & set(p.relative_to(root).parts)),
-                   key=lambda p: p.relative_to(root).as_posix())
+    files = sorted(
+        (
+            p
+            for p in root.rglob("*.py")
+            if not p.name.startswith(("_", "test")) and not SKIP_DIRS & set(p.relative_to(root).parts)
+        ),
+        key=lambda p: p.relative_to(root).as_posix(),
+    )
     if len(files) < 20:
         raise SystemExit(f"found only {len(files)} modules under {root}: is this a full Python install?")
     return files[:limit]
@@ -70,20 +85,26 @@ def module_documents(path: Path) -> list[dict]:
     docs: list[dict] = []
     module_doc = ast.get_docstring(tree)
     if module_doc and len(module_doc) >= MIN_CHARS:
-        docs.append({"kind": "docstring", "module": name, "text": module_doc[:MAX_CHARS],
-                     "url": f"python-stdlib://{name}"})
+        docs.append(
+            {"kind": "docstring", "module": name, "text": module_doc[:MAX_CHARS], "url": f"python-stdlib://{name}"}
+        )
     for node in tree.body:
         if len(docs) >= MAX_DOCS_PER_MODULE:
             break
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             seg = ast.get_source_segment(source, node)
             if seg and MIN_CHARS <= len(seg) <= MAX_CHARS:
-                docs.append({"kind": "code", "module": name, "text": seg,
-                             "url": f"python-stdlib://{name}#{node.name}"})
+                docs.append({"kind": "code", "module": name, "text": seg, "url": f"python-stdlib://{name}#{node.name}"})
             doc = ast.get_docstring(node)
             if doc and len(doc) >= MIN_CHARS:
-                docs.append({"kind": "docstring", "module": name, "text": doc[:MAX_CHARS],
-                             "url": f"python-stdlib://{name}#{node.name}.__doc__"})
+                docs.append(
+                    {
+                        "kind": "docstring",
+                        "module": name,
+                        "text": doc[:MAX_CHARS],
+                        "url": f"python-stdlib://{name}#{node.name}.__doc__",
+                    }
+                )
     return docs
 
 
@@ -139,8 +160,11 @@ def build(out: Path, modules: int) -> dict:
         planted["near_duplicates"].append({"id": dup["id"], "near_duplicate_of": src["id"], "edit": how})
     # Junk documents: valid records that quality filters should drop.
     junk_texts = [
-        ("very_short", "ok"), ("very_short", "See above."), ("very_short", "TODO"),
-        ("boilerplate", BOILERPLATE), ("boilerplate", BOILERPLATE.upper()),
+        ("very_short", "ok"),
+        ("very_short", "See above."),
+        ("very_short", "TODO"),
+        ("boilerplate", BOILERPLATE),
+        ("boilerplate", BOILERPLATE.upper()),
         ("repeated_lines", "\n".join(["Click here to download the file."] * 60)),
         ("repeated_lines", "\n".join(["import os", "import sys"] * 40)),
         ("symbols", "#### $$$$ %%%% &&&& **** ++++ ==== #### $$$$ %%%% &&&& **** ++++ ==== " * 5),
@@ -196,8 +220,14 @@ def build(out: Path, modules: int) -> dict:
 
     where = {}
     for k, part in enumerate(parts[:6]):
-        fname = ["stdlib-000.jsonl", "stdlib-001.jsonl", "stdlib-002.jsonl", "stdlib-003.jsonl",
-                 "stdlib-004.jsonl.gz", "stdlib-005.parquet"][k]
+        fname = [
+            "stdlib-000.jsonl",
+            "stdlib-001.jsonl",
+            "stdlib-002.jsonl",
+            "stdlib-003.jsonl",
+            "stdlib-004.jsonl.gz",
+            "stdlib-005.parquet",
+        ][k]
         for d in part:
             where[d["id"]] = fname
     for d in text_docs:
@@ -207,9 +237,14 @@ def build(out: Path, modules: int) -> dict:
             item["file"] = where[item["id"]]
 
     summary = {
-        "seed": SEED, "python": sys.version.split()[0], "modules": modules,
-        "documents": len(docs), "original_documents": n, "files": files,
-        "bytes": sum(p.stat().st_size for p in data.iterdir()), "planted": planted,
+        "seed": SEED,
+        "python": sys.version.split()[0],
+        "modules": modules,
+        "documents": len(docs),
+        "original_documents": n,
+        "files": files,
+        "bytes": sum(p.stat().st_size for p in data.iterdir()),
+        "planted": planted,
         "text_files": {d["file"]: d["id"] for d in text_docs},
     }
     (out / "planted.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -240,16 +275,17 @@ def _readme(s: dict) -> str:
     p = s["planted"]
     rows = "\n".join(f"| `{f}` | {k} |" for f, k in s["files"].items())
     ex = "\n".join(f"| `{d['id']}` | `{d['duplicate_of']}` | `{d['file']}` |" for d in p["exact_duplicates"])
-    near = "\n".join(f"| `{d['id']}` | `{d['near_duplicate_of']}` | {d['edit']} | `{d['file']}` |"
-                     for d in p["near_duplicates"])
+    near = "\n".join(
+        f"| `{d['id']}` | `{d['near_duplicate_of']}` | {d['edit']} | `{d['file']}` |" for d in p["near_duplicates"]
+    )
     junk = "\n".join(f"| `{d['id']}` | {d['junk']} | `{d['file']}` |" for d in p["junk"])
     bad = "\n".join(f"| `{d['file']}` | {d['line']} | {d['reason']} |" for d in p["bad_records"])
     return f"""# Sample corpus (generated: do not edit, do not commit)
 
-Built by `scripts/make_sample_corpus.py` from the standard library of Python {s['python']}
-({s["modules"]} modules at most, sorted by path; seed {s['seed']}). Module docstrings and top-level
-functions and classes become documents. {s['documents']} documents ({s['original_documents']} original),
-{s['bytes'] / 1e6:.1f} MB in `data/`. The same facts are in `planted.json`.
+Built by `scripts/make_sample_corpus.py` from the standard library of Python {s["python"]}
+({s["modules"]} modules at most, sorted by path; seed {s["seed"]}). Module docstrings and top-level
+functions and classes become documents. {s["documents"]} documents ({s["original_documents"]} original),
+{s["bytes"] / 1e6:.1f} MB in `data/`. The same facts are in `planted.json`.
 
 Each JSONL record has `id`, `text`, `url`, `kind` (`docstring`, `code` or `junk`) and `module`.
 
@@ -290,8 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = build(tmp, args.modules)
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)  # a half-built corpus never looks finished
-    print(f"sample corpus: {out}/data ({summary['documents']} documents, {summary['bytes'] / 1e6:.1f} MB); "
-          f"planted: see {out}/README.md")
+    print(
+        f"sample corpus: {out}/data ({summary['documents']} documents, {summary['bytes'] / 1e6:.1f} MB); "
+        f"planted: see {out}/README.md"
+    )
     return 0
 
 

@@ -21,22 +21,32 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="curation-airflow-home-"))
-os.environ.update({
-    "AIRFLOW_HOME": str(_AIRFLOW_HOME),
-    "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-    "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
-    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_AIRFLOW_HOME}/airflow.db",
-    # The product's dags/ plus a bundle of test-only DAGs (dag.test() needs a DAG to be in a bundle).
-    "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps([
-        {"name": "dags-folder", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
-         "kwargs": {}},
-        {"name": "curation-test-dags", "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
-         "kwargs": {"path": str(REPO / "tests" / "airflow" / "dags")}},
-    ]),
-    # Local backend jobs of tests that do not choose a folder land here, not in ~/.airflow-curation.
-    "CURATION_LOCAL_JOBS_DIR": str(_AIRFLOW_HOME / "jobs"),
-})
+os.environ.update(
+    {
+        "AIRFLOW_HOME": str(_AIRFLOW_HOME),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_AIRFLOW_HOME}/airflow.db",
+        # The product's dags/ plus a bundle of test-only DAGs (dag.test() needs a DAG to be in a bundle).
+        "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(
+            [
+                {
+                    "name": "dags-folder",
+                    "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+                    "kwargs": {},
+                },
+                {
+                    "name": "curation-test-dags",
+                    "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+                    "kwargs": {"path": str(REPO / "tests" / "airflow" / "dags")},
+                },
+            ]
+        ),
+        # Local backend jobs of tests that do not choose a folder land here, not in ~/.airflow-curation.
+        "CURATION_LOCAL_JOBS_DIR": str(_AIRFLOW_HOME / "jobs"),
+    }
+)
 
 
 def _venv_bin(name: str) -> str:
@@ -47,8 +57,9 @@ def _venv_bin(name: str) -> str:
 @pytest.fixture(scope="session")
 def airflow_db() -> Path:
     """The session's Airflow home with a migrated SQLite DB (``airflow db migrate`` runs once)."""
-    proc = subprocess.run([_venv_bin("airflow"), "db", "migrate"], capture_output=True, text=True,
-                          env=os.environ.copy(), timeout=600)
+    proc = subprocess.run(
+        [_venv_bin("airflow"), "db", "migrate"], capture_output=True, text=True, env=os.environ.copy(), timeout=600
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"airflow db migrate failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return _AIRFLOW_HOME

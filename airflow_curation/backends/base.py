@@ -96,8 +96,9 @@ class Backend(ABC):
         return self.launch(spec)
 
     @abstractmethod
-    def launch(self, spec: JobSpec, groups: Sequence[int] | None = None, *,
-               previous: JobHandle | None = None) -> JobHandle:
+    def launch(
+        self, spec: JobSpec, groups: Sequence[int] | None = None, *, previous: JobHandle | None = None
+    ) -> JobHandle:
         """Start the groups (None: all; a list: a relaunch of those) and the collect step after them;
         return a handle. :param previous: the handle of the attempt this one follows."""
 
@@ -125,8 +126,11 @@ class Backend(ABC):
         for name in list(inspect.signature(type(self).__init__).parameters)[1:]:
             if name not in self._unshared_options:
                 value = getattr(self, name)
-                out[name] = value.to_dict() if hasattr(value, "to_dict") else (
-                    list(value) if isinstance(value, tuple) else value)
+                out[name] = (
+                    value.to_dict()
+                    if hasattr(value, "to_dict")
+                    else (list(value) if isinstance(value, tuple) else value)
+                )
         return out
 
     def current(self, handle: JobHandle) -> JobHandle:
@@ -137,20 +141,27 @@ class Backend(ABC):
         """The run is over: drop what was kept for a relaunch."""
 
     def can_relaunch(self, handle: JobHandle, status: JobStatus) -> bool:
-        return (status.state == JobState.FAILED and status.retryable
-                and int(self.current(handle).get("attempt", 1)) <= self.max_resubmits)
+        return (
+            status.state == JobState.FAILED
+            and status.retryable
+            and int(self.current(handle).get("attempt", 1)) <= self.max_resubmits
+        )
 
     def relaunch(self, handle: JobHandle) -> JobHandle:
         """The next attempt of a finished run: ``jobs reopen``, then only the groups with unfinished units."""
         handle = self.current(handle)
         state = self.status(handle).state
         if not state.finished:  # two attempts on the same units would only race each other
-            raise RuntimeError(f"attempt {handle.get('attempt', 1)} of job {handle.get('job_id')} is still "
-                               f"{state.value}; cancel it before relaunching")
+            raise RuntimeError(
+                f"attempt {handle.get('attempt', 1)} of job {handle.get('job_id')} is still "
+                f"{state.value}; cancel it before relaunching"
+            )
         groups = int(handle.get("groups", 1))
         todo = progress.unfinished_groups(handle["manifest_uri"], groups) if groups > 1 else None
         reopened = progress.reopen(handle["manifest_uri"])
-        log.info("relaunching %s: %s", handle.get("job_id"), "; ".join(f"{u}: {e}" for u, e in sorted(reopened.items())[:20]))
+        log.info(
+            "relaunching %s: %s", handle.get("job_id"), "; ".join(f"{u}: {e}" for u, e in sorted(reopened.items())[:20])
+        )
         return self.launch(self.spec_of(handle), todo, previous=handle)
 
     def settle(self, handle: JobHandle, status: JobStatus) -> JobHandle | None:

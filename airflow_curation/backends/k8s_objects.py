@@ -89,9 +89,11 @@ class PodSettings:
         # lake's credentials belong in a Secret.
         literal = sorted(k for k in self.env if is_storage_options_env(k))
         if literal:
-            raise ValueError(f"pod.env {literal}: storage options are secrets and pod.env values are written "
-                             "into the pod spec; put them in the Secret named by pod.storage_secret (or pass "
-                             "them as the backend's env, which goes into a per-job Secret)")
+            raise ValueError(
+                f"pod.env {literal}: storage options are secrets and pod.env values are written "
+                "into the pod spec; put them in the Secret named by pod.storage_secret (or pass "
+                "them as the backend's env, which goes into a per-job Secret)"
+            )
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "PodSettings":
@@ -123,8 +125,13 @@ def object_name(stage: str, spec_json: str, attempt: int = 0) -> str:
 
 
 def _labels(name: str, stage: str, role: str, settings: PodSettings) -> dict[str, str]:
-    return {**settings.labels, LABEL_MANAGED: MANAGER, LABEL_JOB: name, LABEL_STAGE: _label_value(stage),
-            LABEL_ROLE: role}
+    return {
+        **settings.labels,
+        LABEL_MANAGED: MANAGER,
+        LABEL_JOB: name,
+        LABEL_STAGE: _label_value(stage),
+        LABEL_ROLE: role,
+    }
 
 
 def _label_value(value: str) -> str:
@@ -132,13 +139,13 @@ def _label_value(value: str) -> str:
     return value or "x"
 
 
-def _meta(name: str, namespace: str, stage: str, role: str, settings: PodSettings,
-          spec_hash: str | None = None) -> dict[str, Any]:
+def _meta(
+    name: str, namespace: str, stage: str, role: str, settings: PodSettings, spec_hash: str | None = None
+) -> dict[str, Any]:
     annotations = dict(settings.annotations)
     if spec_hash:
         annotations[ANNOTATION_SPEC_HASH] = spec_hash
-    meta: dict[str, Any] = {"name": name, "namespace": namespace,
-                            "labels": _labels(name, stage, role, settings)}
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": _labels(name, stage, role, settings)}
     if annotations:
         meta["annotations"] = annotations
     return meta
@@ -149,9 +156,17 @@ def jobs_command(args: list[grp.Arg]) -> list[str]:
     return ["python", "-m", "airflow_curation.jobs", *grp.render(args, {})]
 
 
-def _container(name: str, settings: PodSettings, command: list[str] | None, *, gpus: int = 0,
-               requests: dict[str, str] | None = None, limits: dict[str, str] | None = None,
-               ports: list[dict[str, Any]] | None = None, extra_env: dict[str, str] | None = None) -> dict:
+def _container(
+    name: str,
+    settings: PodSettings,
+    command: list[str] | None,
+    *,
+    gpus: int = 0,
+    requests: dict[str, str] | None = None,
+    limits: dict[str, str] | None = None,
+    ports: list[dict[str, Any]] | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> dict:
     requests = dict(requests if requests is not None else settings.requests)
     limits = dict(limits if limits is not None else settings.limits)
     if gpus:
@@ -166,12 +181,17 @@ def _container(name: str, settings: PodSettings, command: list[str] | None, *, g
         "env": [{"name": k, "value": str(v)} for k, v in sorted(env.items())],
         "resources": {"requests": requests, "limits": limits},
         "securityContext": {
-            "runAsNonRoot": True, "runAsUser": settings.run_as_user, "runAsGroup": settings.run_as_user,
-            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "runAsUser": settings.run_as_user,
+            "runAsGroup": settings.run_as_user,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},
         },
-        "volumeMounts": [{"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},
-                         {"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": [
+            {"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
     }
     if command is not None:
         c["command"] = command
@@ -184,19 +204,23 @@ def _container(name: str, settings: PodSettings, command: list[str] | None, *, g
     return c
 
 
-def _pod_spec(name: str, settings: PodSettings, containers: list[dict], *, restart_policy: str | None,
-              gpu: bool = False) -> dict[str, Any]:
+def _pod_spec(
+    name: str, settings: PodSettings, containers: list[dict], *, restart_policy: str | None, gpu: bool = False
+) -> dict[str, Any]:
     node_selector = {**settings.node_selector, **(settings.gpu_node_selector if gpu else {})}
     tolerations = list(settings.tolerations) + (list(settings.gpu_tolerations) if gpu else [])
     spec: dict[str, Any] = {
         "serviceAccountName": settings.service_account,
         "automountServiceAccountToken": False,  # stage code never talks to the Kubernetes API
-        "securityContext": {"runAsNonRoot": True, "runAsUser": settings.run_as_user,
-                            "runAsGroup": settings.run_as_user, "fsGroup": settings.run_as_user,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": settings.run_as_user,
+            "runAsGroup": settings.run_as_user,
+            "fsGroup": settings.run_as_user,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "containers": containers,
-        "volumes": [{"name": "spec", "configMap": {"name": f"{name}-spec"}},
-                    {"name": "tmp", "emptyDir": {}}],
+        "volumes": [{"name": "spec", "configMap": {"name": f"{name}-spec"}}, {"name": "tmp", "emptyDir": {}}],
     }
     if restart_policy:
         spec["restartPolicy"] = restart_policy
@@ -213,22 +237,42 @@ def _pod_spec(name: str, settings: PodSettings, containers: list[dict], *, resta
 
 def spec_config_map(name: str, namespace: str, stage: str, spec_json: str, settings: PodSettings) -> dict:
     """The ConfigMap that carries the job spec (no secrets in it: the spec holds none)."""
-    return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": _meta(f"{name}-spec", namespace, stage, "spec", settings, spec_sha256(spec_json)),
-            "data": {"spec.json": spec_json}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(f"{name}-spec", namespace, stage, "spec", settings, spec_sha256(spec_json)),
+        "data": {"spec.json": spec_json},
+    }
 
 
 def storage_secret(name: str, namespace: str, env: dict[str, str], labels: dict[str, str] | None = None) -> dict:
     """A Secret of environment variables (the lake's credentials), read by pods through ``envFrom``."""
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": name, "namespace": namespace, "labels": {LABEL_MANAGED: MANAGER, **(labels or {})}},
-            "stringData": {k: str(v) for k, v in env.items()}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": name, "namespace": namespace, "labels": {LABEL_MANAGED: MANAGER, **(labels or {})}},
+        "stringData": {k: str(v) for k, v in env.items()},
+    }
 
 
-def _job(name: str, namespace: str, stage: str, role: str, settings: PodSettings, command: list[str], *,
-         spec_hash: str, completions: int = 1, parallelism: int = 1, indexed: bool = False,
-         backoff_limit: int = 2, ttl_seconds: int = 86400, active_deadline: int | None = None,
-         base_name: str | None = None) -> dict:
+def _job(
+    name: str,
+    namespace: str,
+    stage: str,
+    role: str,
+    settings: PodSettings,
+    command: list[str],
+    *,
+    spec_hash: str,
+    completions: int = 1,
+    parallelism: int = 1,
+    indexed: bool = False,
+    backoff_limit: int = 2,
+    ttl_seconds: int = 86400,
+    active_deadline: int | None = None,
+    base_name: str | None = None,
+) -> dict:
     base = base_name or name  # the job's group name: labels and the spec ConfigMap
     pod_labels = _labels(base, stage, role, settings)
     pod = _pod_spec(base, settings, [_container("stage", settings, command)], restart_policy="Never")
@@ -240,10 +284,12 @@ def _job(name: str, namespace: str, stage: str, role: str, settings: PodSettings
         # Exit 2 is a bad job spec: retrying cannot help. A pod evicted or preempted (DisruptionTarget)
         # is not the stage's fault and does not count against the retries; its units are checkpointed
         # or redone by the next pod.
-        "podFailurePolicy": {"rules": [
-            {"action": "FailJob", "onExitCodes": {"containerName": "stage", "operator": "In", "values": [2]}},
-            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-        ]},
+        "podFailurePolicy": {
+            "rules": [
+                {"action": "FailJob", "onExitCodes": {"containerName": "stage", "operator": "In", "values": [2]}},
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            ]
+        },
     }
     if indexed:
         spec["completionMode"] = "Indexed"
@@ -251,7 +297,8 @@ def _job(name: str, namespace: str, stage: str, role: str, settings: PodSettings
         # Exit 1 means the stage ran and its units failed after their in-process retries (its result
         # says so): give up on that index rather than rerun the whole group; the collect step counts them.
         spec["podFailurePolicy"]["rules"].insert(
-            1, {"action": "FailIndex", "onExitCodes": {"containerName": "stage", "operator": "In", "values": [1]}})
+            1, {"action": "FailIndex", "onExitCodes": {"containerName": "stage", "operator": "In", "values": [1]}}
+        )
     else:
         spec["backoffLimit"] = backoff_limit
     if active_deadline:
@@ -261,10 +308,22 @@ def _job(name: str, namespace: str, stage: str, role: str, settings: PodSettings
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
 
 
-def sweep_job(name: str, namespace: str, stage: str, spec_json: str, settings: PodSettings, *,
-              groups: int, parallelism: int, result_dir: str, pick: list[int] | None = None,
-              backoff_limit: int = 2, ttl_seconds: int = 86400, active_deadline: int | None = None,
-              base_name: str | None = None) -> dict:
+def sweep_job(
+    name: str,
+    namespace: str,
+    stage: str,
+    spec_json: str,
+    settings: PodSettings,
+    *,
+    groups: int,
+    parallelism: int,
+    result_dir: str,
+    pick: list[int] | None = None,
+    backoff_limit: int = 2,
+    ttl_seconds: int = 86400,
+    active_deadline: int | None = None,
+    base_name: str | None = None,
+) -> dict:
     """Indexed Job: pod *i* runs group *i* of ``groups`` (or group ``pick[i]``: a relaunch of some
     groups) and writes ``<result_dir>/group-<g>.json``, which the collect Job waits for."""
     completions = len(pick) if pick is not None else groups
@@ -272,15 +331,37 @@ def sweep_job(name: str, namespace: str, stage: str, spec_json: str, settings: P
         raise ValueError("groups and parallelism must be >= 1")
     result = f"{result_dir.rstrip('/')}/group-{grp.GROUP}.json"
     command = jobs_command(grp.group_args(SPEC_PATH, result, INDEX, groups, pick))
-    return _job(name, namespace, stage, "group", settings, command, spec_hash=spec_sha256(spec_json),
-                completions=completions, parallelism=min(parallelism, completions), indexed=True,
-                backoff_limit=backoff_limit, ttl_seconds=ttl_seconds, active_deadline=active_deadline,
-                base_name=base_name)
+    return _job(
+        name,
+        namespace,
+        stage,
+        "group",
+        settings,
+        command,
+        spec_hash=spec_sha256(spec_json),
+        completions=completions,
+        parallelism=min(parallelism, completions),
+        indexed=True,
+        backoff_limit=backoff_limit,
+        ttl_seconds=ttl_seconds,
+        active_deadline=active_deadline,
+        base_name=base_name,
+    )
 
 
-def stage_job(name: str, namespace: str, stage: str, spec_json: str, settings: PodSettings, *,
-              result_uri: str, backoff_limit: int = 1, ttl_seconds: int = 86400,
-              base_name: str | None = None, collect: tuple[str, int, float] | None = None) -> dict:
+def stage_job(
+    name: str,
+    namespace: str,
+    stage: str,
+    spec_json: str,
+    settings: PodSettings,
+    *,
+    result_uri: str,
+    backoff_limit: int = 1,
+    ttl_seconds: int = 86400,
+    base_name: str | None = None,
+    collect: tuple[str, int, float] | None = None,
+) -> dict:
     """One pod. Alone (``launch_kind`` ``job``) it runs the whole stage; with ``collect=(result_dir,
     groups, timeout_s)`` it is the collect step of a sweep: it waits for every group's result, then
     writes the manifest, applies the failure budget and runs ``finalize``."""
@@ -288,13 +369,32 @@ def stage_job(name: str, namespace: str, stage: str, spec_json: str, settings: P
         role, command = "job", jobs_command(grp.run_args(SPEC_PATH, result_uri))
     else:
         role, command = "collect", jobs_command(grp.collect_args(SPEC_PATH, result_uri, wait=collect))
-    return _job(name, namespace, stage, role, settings, command, spec_hash=spec_sha256(spec_json),
-                backoff_limit=backoff_limit, ttl_seconds=ttl_seconds, base_name=base_name)
+    return _job(
+        name,
+        namespace,
+        stage,
+        role,
+        settings,
+        command,
+        spec_hash=spec_sha256(spec_json),
+        backoff_limit=backoff_limit,
+        ttl_seconds=ttl_seconds,
+        base_name=base_name,
+    )
 
 
-def dask_job(name: str, namespace: str, stage: str, spec_json: str, settings: PodSettings, *,
-             workers: int, result_uri: str, threads_per_worker: int = 1,
-             dask_image: str | None = None) -> dict:
+def dask_job(
+    name: str,
+    namespace: str,
+    stage: str,
+    spec_json: str,
+    settings: PodSettings,
+    *,
+    workers: int,
+    result_uri: str,
+    threads_per_worker: int = 1,
+    dask_image: str | None = None,
+) -> dict:
     """A ``DaskJob``: the operator starts a scheduler and ``workers`` workers, then the runner pod,
     into which it injects ``DASK_SCHEDULER_ADDRESS``; the cluster goes when the runner ends."""
     if workers < 1:
@@ -304,41 +404,77 @@ def dask_job(name: str, namespace: str, stage: str, spec_json: str, settings: Po
     if dask_image:
         worker_settings.image = dask_image
     mem = settings.limits.get("memory", "")
-    worker_cmd = ["dask", "worker", "--name", "$(DASK_WORKER_NAME)", "--dashboard",
-                  "--dashboard-address", "8788", "--nthreads", str(threads_per_worker)]
+    worker_cmd = [
+        "dask",
+        "worker",
+        "--name",
+        "$(DASK_WORKER_NAME)",
+        "--dashboard",
+        "--dashboard-address",
+        "8788",
+        "--nthreads",
+        str(threads_per_worker),
+    ]
     if mem:
         worker_cmd += ["--memory-limit", _dask_memory(mem)]
-    worker = _container("worker", worker_settings, worker_cmd,
-                        ports=[{"name": "http-dashboard", "containerPort": 8788, "protocol": "TCP"}])
+    worker = _container(
+        "worker",
+        worker_settings,
+        worker_cmd,
+        ports=[{"name": "http-dashboard", "containerPort": 8788, "protocol": "TCP"}],
+    )
     scheduler = _container(
-        "scheduler", worker_settings, ["dask", "scheduler"],
-        requests={"cpu": "500m", "memory": "1Gi"}, limits={"cpu": "1", "memory": "2Gi"},
-        ports=[{"name": "tcp-comm", "containerPort": 8786, "protocol": "TCP"},
-               {"name": "http-dashboard", "containerPort": 8787, "protocol": "TCP"}])
-    scheduler["readinessProbe"] = {"httpGet": {"port": "http-dashboard", "path": "/health"},
-                                   "initialDelaySeconds": 5, "periodSeconds": 10}
+        "scheduler",
+        worker_settings,
+        ["dask", "scheduler"],
+        requests={"cpu": "500m", "memory": "1Gi"},
+        limits={"cpu": "1", "memory": "2Gi"},
+        ports=[
+            {"name": "tcp-comm", "containerPort": 8786, "protocol": "TCP"},
+            {"name": "http-dashboard", "containerPort": 8787, "protocol": "TCP"},
+        ],
+    )
+    scheduler["readinessProbe"] = {
+        "httpGet": {"port": "http-dashboard", "path": "/health"},
+        "initialDelaySeconds": 5,
+        "periodSeconds": 10,
+    }
     runner = _container("job", settings, jobs_command(grp.run_args(SPEC_PATH, result_uri)))
     return {
-        "apiVersion": f"{DASK_GROUP}/{DASK_VERSION}", "kind": "DaskJob",
+        "apiVersion": f"{DASK_GROUP}/{DASK_VERSION}",
+        "kind": "DaskJob",
         "metadata": _meta(name, namespace, stage, "dask", settings, spec_sha256(spec_json)),
         "spec": {
-            "job": {"metadata": {"labels": labels},
-                    "spec": _pod_spec(name, settings, [runner], restart_policy="Never")},
-            "cluster": {"spec": {
-                "worker": {"replicas": workers,
-                           "metadata": {"labels": labels},
-                           "spec": _pod_spec(name, worker_settings, [worker], restart_policy=None)},
-                "scheduler": {
-                    "metadata": {"labels": labels},
-                    "spec": _pod_spec(name, worker_settings, [scheduler], restart_policy=None),
-                    "service": {"type": "ClusterIP",
-                                "selector": {"dask.org/cluster-name": name, "dask.org/component": "scheduler"},
-                                "ports": [{"name": "tcp-comm", "protocol": "TCP", "port": 8786,
-                                           "targetPort": "tcp-comm"},
-                                          {"name": "http-dashboard", "protocol": "TCP", "port": 8787,
-                                           "targetPort": "http-dashboard"}]},
-                },
-            }},
+            "job": {
+                "metadata": {"labels": labels},
+                "spec": _pod_spec(name, settings, [runner], restart_policy="Never"),
+            },
+            "cluster": {
+                "spec": {
+                    "worker": {
+                        "replicas": workers,
+                        "metadata": {"labels": labels},
+                        "spec": _pod_spec(name, worker_settings, [worker], restart_policy=None),
+                    },
+                    "scheduler": {
+                        "metadata": {"labels": labels},
+                        "spec": _pod_spec(name, worker_settings, [scheduler], restart_policy=None),
+                        "service": {
+                            "type": "ClusterIP",
+                            "selector": {"dask.org/cluster-name": name, "dask.org/component": "scheduler"},
+                            "ports": [
+                                {"name": "tcp-comm", "protocol": "TCP", "port": 8786, "targetPort": "tcp-comm"},
+                                {
+                                    "name": "http-dashboard",
+                                    "protocol": "TCP",
+                                    "port": 8787,
+                                    "targetPort": "http-dashboard",
+                                },
+                            ],
+                        },
+                    },
+                }
+            },
         },
     }
 
@@ -348,10 +484,21 @@ def _dask_memory(quantity: str) -> str:
     return quantity + "B" if re.fullmatch(r"\d+(Ki|Mi|Gi|Ti)", quantity) else quantity
 
 
-def ray_job(name: str, namespace: str, stage: str, spec_json: str, settings: PodSettings, *,
-            workers: int, result_uri: str, gpus_per_worker: int | None = None, ray_version: str = "2.60.0",
-            ray_image: str | None = None, active_deadline: int | None = None,
-            ttl_seconds: int = 86400) -> dict:
+def ray_job(
+    name: str,
+    namespace: str,
+    stage: str,
+    spec_json: str,
+    settings: PodSettings,
+    *,
+    workers: int,
+    result_uri: str,
+    gpus_per_worker: int | None = None,
+    ray_version: str = "2.60.0",
+    ray_image: str | None = None,
+    active_deadline: int | None = None,
+    ttl_seconds: int = 86400,
+) -> dict:
     """A ``RayJob``: KubeRay starts a Ray cluster (head + ``workers`` GPU workers), submits the
     entrypoint, and deletes the cluster when it finishes. The entrypoint runs on the head as the Ray
     driver; Ray Data then schedules the vLLM replicas on the GPU workers."""
@@ -362,14 +509,20 @@ def ray_job(name: str, namespace: str, stage: str, spec_json: str, settings: Pod
     if ray_image:
         ray_settings.image = ray_image
     labels = _labels(name, stage, "ray", settings)
-    head = _container("ray-head", ray_settings, None,
-                      requests={"cpu": "1", "memory": "4Gi"}, limits={"cpu": "2", "memory": "8Gi"},
-                      ports=[{"name": "gcs", "containerPort": 6379, "protocol": "TCP"},
-                             {"name": "dashboard", "containerPort": 8265, "protocol": "TCP"},
-                             {"name": "client", "containerPort": 10001, "protocol": "TCP"}],
-                      extra_env={"RAY_USAGE_STATS_ENABLED": "0"})
-    worker = _container("ray-worker", ray_settings, None, gpus=gpus,
-                        extra_env={"RAY_USAGE_STATS_ENABLED": "0"})
+    head = _container(
+        "ray-head",
+        ray_settings,
+        None,
+        requests={"cpu": "1", "memory": "4Gi"},
+        limits={"cpu": "2", "memory": "8Gi"},
+        ports=[
+            {"name": "gcs", "containerPort": 6379, "protocol": "TCP"},
+            {"name": "dashboard", "containerPort": 8265, "protocol": "TCP"},
+            {"name": "client", "containerPort": 10001, "protocol": "TCP"},
+        ],
+        extra_env={"RAY_USAGE_STATS_ENABLED": "0"},
+    )
+    worker = _container("ray-worker", ray_settings, None, gpus=gpus, extra_env={"RAY_USAGE_STATS_ENABLED": "0"})
     worker["lifecycle"] = {"preStop": {"exec": {"command": ["ray", "stop"]}}}
     spec: dict[str, Any] = {
         "entrypoint": shlex.join(jobs_command(grp.run_args(SPEC_PATH, result_uri))),
@@ -381,33 +534,62 @@ def ray_job(name: str, namespace: str, stage: str, spec_json: str, settings: Pod
             "rayVersion": ray_version,
             "headGroupSpec": {
                 "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"},
-                "template": {"metadata": {"labels": labels},
-                             "spec": _pod_spec(name, ray_settings, [head], restart_policy=None)},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": _pod_spec(name, ray_settings, [head], restart_policy=None),
+                },
             },
-            "workerGroupSpecs": [{
-                "groupName": "gpu" if gpus else "cpu",
-                "replicas": workers, "minReplicas": workers, "maxReplicas": workers,
-                "rayStartParams": {},
-                "template": {"metadata": {"labels": labels},
-                             "spec": _pod_spec(name, ray_settings, [worker], restart_policy=None,
-                                               gpu=bool(gpus))},
-            }],
+            "workerGroupSpecs": [
+                {
+                    "groupName": "gpu" if gpus else "cpu",
+                    "replicas": workers,
+                    "minReplicas": workers,
+                    "maxReplicas": workers,
+                    "rayStartParams": {},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": _pod_spec(name, ray_settings, [worker], restart_policy=None, gpu=bool(gpus)),
+                    },
+                }
+            ],
         },
         # The submitter pod (K8sJobMode) only runs `ray job submit`; keep it small and non-root too.
-        "submitterPodTemplate": {"metadata": {"labels": labels}, "spec": _pod_spec(
-            name, ray_settings, [_container("ray-job-submitter", ray_settings, None,
-                                            requests={"cpu": "100m", "memory": "256Mi"},
-                                            limits={"cpu": "500m", "memory": "512Mi"})],
-            restart_policy="Never")},
+        "submitterPodTemplate": {
+            "metadata": {"labels": labels},
+            "spec": _pod_spec(
+                name,
+                ray_settings,
+                [
+                    _container(
+                        "ray-job-submitter",
+                        ray_settings,
+                        None,
+                        requests={"cpu": "100m", "memory": "256Mi"},
+                        limits={"cpu": "500m", "memory": "512Mi"},
+                    )
+                ],
+                restart_policy="Never",
+            ),
+        },
     }
     if active_deadline:
         spec["activeDeadlineSeconds"] = active_deadline
-    return {"apiVersion": f"{RAY_GROUP}/{RAY_VERSION}", "kind": "RayJob",
-            "metadata": _meta(name, namespace, stage, "ray", settings, spec_sha256(spec_json)), "spec": spec}
+    return {
+        "apiVersion": f"{RAY_GROUP}/{RAY_VERSION}",
+        "kind": "RayJob",
+        "metadata": _meta(name, namespace, stage, "ray", settings, spec_sha256(spec_json)),
+        "spec": spec,
+    }
 
 
 def owner_reference(obj: dict) -> dict:
     """An ownerReference to ``obj`` (as returned by the API server, with its uid), so that deleting
     the job garbage-collects the spec ConfigMap too."""
-    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],
-            "uid": obj["metadata"]["uid"], "blockOwnerDeletion": False, "controller": False}
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "blockOwnerDeletion": False,
+        "controller": False,
+    }

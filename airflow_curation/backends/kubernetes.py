@@ -63,18 +63,38 @@ class KubernetesBackend(Backend):
     name = "kubernetes"
     _unshared_options = ("token", "api_client")  # a trigger rebuilds the client from the connection
 
-    def __init__(self, namespace: str = "default", pod: dict[str, Any] | None = None,
-                 launch_kinds: dict[str, str] | None = None, default_launch_kind: str = "indexed",
-                 shard_groups: int = 0, max_shard_groups: int = 64, parallelism: int = 4,
-                 dask_workers: int = 2, ray_workers: int = 1, ray_gpus_per_worker: int | None = None,
-                 ray_version: str = "2.60.0", result_root: str | None = None, host: str | None = None,
-                 token: str | None = None, verify_ssl: bool = True, in_cluster: bool = False,
-                 config_file: str | None = None, context: str | None = None,
-                 propagation_policy: str = "Background",
-                 retries: int = 5, retry_backoff: float = 1.0, ttl_seconds: int = 86400,
-                 active_deadline_seconds: int | None = None, backoff_limit: int = 2,
-                 validate: bool = True, env: dict[str, str] | None = None,
-                 collect_wait_seconds: float | None = None, max_resubmits: int = 0, api_client: Any = None) -> None:
+    def __init__(
+        self,
+        namespace: str = "default",
+        pod: dict[str, Any] | None = None,
+        launch_kinds: dict[str, str] | None = None,
+        default_launch_kind: str = "indexed",
+        shard_groups: int = 0,
+        max_shard_groups: int = 64,
+        parallelism: int = 4,
+        dask_workers: int = 2,
+        ray_workers: int = 1,
+        ray_gpus_per_worker: int | None = None,
+        ray_version: str = "2.60.0",
+        result_root: str | None = None,
+        host: str | None = None,
+        token: str | None = None,
+        verify_ssl: bool = True,
+        in_cluster: bool = False,
+        config_file: str | None = None,
+        context: str | None = None,
+        propagation_policy: str = "Background",
+        retries: int = 5,
+        retry_backoff: float = 1.0,
+        ttl_seconds: int = 86400,
+        active_deadline_seconds: int | None = None,
+        backoff_limit: int = 2,
+        validate: bool = True,
+        env: dict[str, str] | None = None,
+        collect_wait_seconds: float | None = None,
+        max_resubmits: int = 0,
+        api_client: Any = None,
+    ) -> None:
         self.namespace = namespace
         self.pod = objs.PodSettings.from_dict(pod)
         self.launch_kinds = dict(launch_kinds or {})
@@ -160,8 +180,14 @@ class KubernetesBackend(Backend):
                 if attempt == self.retries:
                     raise
                 why = f"{type(e).__name__}: {e}"
-            log.warning("kubernetes API %s failed (%s); retry %d/%d in %.1fs", getattr(fn, "__name__", fn),
-                        why, attempt + 1, self.retries, delay)
+            log.warning(
+                "kubernetes API %s failed (%s); retry %d/%d in %.1fs",
+                getattr(fn, "__name__", fn),
+                why,
+                attempt + 1,
+                self.retries,
+                delay,
+            )
             time.sleep(delay)
             delay = min(delay * 2, 30.0)
         raise AssertionError("unreachable")
@@ -194,9 +220,19 @@ class KubernetesBackend(Backend):
         result_dir = self._result_dir(spec, name)
         result_uri = storage.join(result_dir, "result.json")
         ns, stage = self.namespace, spec.stage
-        handle: JobHandle = {"backend": self.name, "job_id": name, "name": name, "namespace": ns,
-                             "launch_kind": kind, "revision": revision, "attempt": 1, "main": name,
-                             "result": result_uri, "result_dir": result_dir, "manifest_uri": spec.manifest_uri}
+        handle: JobHandle = {
+            "backend": self.name,
+            "job_id": name,
+            "name": name,
+            "namespace": ns,
+            "launch_kind": kind,
+            "revision": revision,
+            "attempt": 1,
+            "main": name,
+            "result": result_uri,
+            "result_dir": result_dir,
+            "manifest_uri": spec.manifest_uri,
+        }
         env_secret = None
         if self.env:
             env_secret = objs.storage_secret(f"{name}-env", ns, self.env, {objs.LABEL_JOB: name})
@@ -210,14 +246,32 @@ class KubernetesBackend(Backend):
             handle["collect"] = f"{name}-collect"
             extras.append(self._collect_job(handle, spec_json, stage, handle["collect"]))
         elif kind == "job":
-            main = objs.stage_job(name, ns, stage, spec_json, pod, result_uri=result_uri,
-                                  backoff_limit=self.backoff_limit, ttl_seconds=self.ttl_seconds)
+            main = objs.stage_job(
+                name,
+                ns,
+                stage,
+                spec_json,
+                pod,
+                result_uri=result_uri,
+                backoff_limit=self.backoff_limit,
+                ttl_seconds=self.ttl_seconds,
+            )
         elif kind == "dask":
             main = objs.dask_job(name, ns, stage, spec_json, pod, workers=self.dask_workers, result_uri=result_uri)
         else:
-            main = objs.ray_job(name, ns, stage, spec_json, pod, workers=self.ray_workers, result_uri=result_uri,
-                                gpus_per_worker=self.ray_gpus_per_worker, ray_version=self.ray_version,
-                                active_deadline=self.active_deadline_seconds, ttl_seconds=self.ttl_seconds)
+            main = objs.ray_job(
+                name,
+                ns,
+                stage,
+                spec_json,
+                pod,
+                workers=self.ray_workers,
+                result_uri=result_uri,
+                gpus_per_worker=self.ray_gpus_per_worker,
+                ray_version=self.ray_version,
+                active_deadline=self.active_deadline_seconds,
+                ttl_seconds=self.ttl_seconds,
+            )
         handle["kind"] = main["kind"]
         return handle, [cm, *([env_secret] if env_secret else []), main, *extras]
 
@@ -226,20 +280,39 @@ class KubernetesBackend(Backend):
             return self.pod
         return dataclasses.replace(self.pod, extra_secrets=[*self.pod.extra_secrets, handle["env_secret"]])
 
-    def _group_job(self, handle: JobHandle, spec_json: str, stage: str, name: str,
-                   pick: list[int] | None) -> dict[str, Any]:
-        return objs.sweep_job(name, handle["namespace"], stage, spec_json, self._pod_for(handle),
-                              groups=handle["groups"], parallelism=self.parallelism, pick=pick,
-                              result_dir=handle["result_dir"], backoff_limit=self.backoff_limit,
-                              ttl_seconds=self.ttl_seconds, active_deadline=self.active_deadline_seconds,
-                              base_name=handle["name"])
+    def _group_job(
+        self, handle: JobHandle, spec_json: str, stage: str, name: str, pick: list[int] | None
+    ) -> dict[str, Any]:
+        return objs.sweep_job(
+            name,
+            handle["namespace"],
+            stage,
+            spec_json,
+            self._pod_for(handle),
+            groups=handle["groups"],
+            parallelism=self.parallelism,
+            pick=pick,
+            result_dir=handle["result_dir"],
+            backoff_limit=self.backoff_limit,
+            ttl_seconds=self.ttl_seconds,
+            active_deadline=self.active_deadline_seconds,
+            base_name=handle["name"],
+        )
 
     def _collect_job(self, handle: JobHandle, spec_json: str, stage: str, name: str) -> dict[str, Any]:
         # Not owned by the group Job: the group Job's TTL must not take the waiting collect with it.
-        return objs.stage_job(name, handle["namespace"], stage, spec_json, self._pod_for(handle),
-                              result_uri=handle["result"], backoff_limit=self.backoff_limit,
-                              ttl_seconds=self.ttl_seconds, base_name=handle["name"],
-                              collect=(handle["result_dir"], handle["groups"], self.collect_wait_seconds))
+        return objs.stage_job(
+            name,
+            handle["namespace"],
+            stage,
+            spec_json,
+            self._pod_for(handle),
+            result_uri=handle["result"],
+            backoff_limit=self.backoff_limit,
+            ttl_seconds=self.ttl_seconds,
+            base_name=handle["name"],
+            collect=(handle["result_dir"], handle["groups"], self.collect_wait_seconds),
+        )
 
     def spec_of(self, handle: JobHandle) -> JobSpec:
         cm = self._call(self.core.read_namespaced_config_map, f"{handle['name']}-spec", handle["namespace"])
@@ -250,13 +323,12 @@ class KubernetesBackend(Backend):
         kind = obj["kind"]
         if kind == "ConfigMap":
             return self.api_client.sanitize_for_serialization(
-                self._call(self.core.create_namespaced_config_map, ns, obj))
+                self._call(self.core.create_namespaced_config_map, ns, obj)
+            )
         if kind == "Secret":
-            return self.api_client.sanitize_for_serialization(
-                self._call(self.core.create_namespaced_secret, ns, obj))
+            return self.api_client.sanitize_for_serialization(self._call(self.core.create_namespaced_secret, ns, obj))
         if kind == "Job":
-            return self.api_client.sanitize_for_serialization(
-                self._call(self.batch.create_namespaced_job, ns, obj))
+            return self.api_client.sanitize_for_serialization(self._call(self.batch.create_namespaced_job, ns, obj))
         group, version, plural = _crd(kind)
         return self._call(self.custom.create_namespaced_custom_object, group, version, ns, plural, obj)
 
@@ -267,7 +339,8 @@ class KubernetesBackend(Backend):
         try:
             if kind == "Job":
                 return self.api_client.sanitize_for_serialization(
-                    self._call(self.batch.read_namespaced_job_status, name, namespace))
+                    self._call(self.batch.read_namespaced_job_status, name, namespace)
+                )
             group, version, plural = _crd(kind)
             return self._call(self.custom.get_namespaced_custom_object, group, version, namespace, plural, name)
         except ApiException as e:
@@ -289,15 +362,17 @@ class KubernetesBackend(Backend):
                 self._call(self.core.delete_namespaced_secret, name, namespace, body=body)
             else:
                 group, version, plural = _crd(kind)
-                self._call(self.custom.delete_namespaced_custom_object, group, version, namespace, plural, name,
-                           body=body)
+                self._call(
+                    self.custom.delete_namespaced_custom_object, group, version, namespace, plural, name, body=body
+                )
         except ApiException as e:
             if e.status != 404:
                 raise
 
     # -- Backend ------------------------------------------------------------------------------
-    def launch(self, spec: JobSpec, groups: Sequence[int] | None = None, *,
-               previous: JobHandle | None = None) -> JobHandle:
+    def launch(
+        self, spec: JobSpec, groups: Sequence[int] | None = None, *, previous: JobHandle | None = None
+    ) -> JobHandle:
         if previous is not None:
             return self._relaunch(spec, previous, groups)
         from kubernetes.client.exceptions import ApiException
@@ -305,7 +380,7 @@ class KubernetesBackend(Backend):
         for revision in range(MAX_REVISIONS):
             handle, objects = self.build(spec, revision)
             first = next(i for i, o in enumerate(objects) if o["kind"] not in ("ConfigMap", "Secret"))
-            parts, main, extras = objects[:first], objects[first], objects[first + 1:]
+            parts, main, extras = objects[:first], objects[first], objects[first + 1 :]
             if self.validate:
                 from airflow_curation.backends.schemas import validate_object
 
@@ -330,16 +405,20 @@ class KubernetesBackend(Backend):
                     raise  # deleted between our create and get: let the caller's retry decide
                 state = self._object_state(existing)[0]
                 if state in (JobState.FAILED, JobState.CANCELLED) or existing["metadata"].get("deletionTimestamp"):
-                    log.info("%s %s exists and has ended (%s); launching revision %d", main["kind"],
-                             handle["name"], state.value, revision + 1)
+                    log.info(
+                        "%s %s exists and has ended (%s); launching revision %d",
+                        main["kind"],
+                        handle["name"],
+                        state.value,
+                        revision + 1,
+                    )
                     continue
                 log.info("%s %s already exists (%s): reconnecting to it", main["kind"], handle["name"], state.value)
                 created = existing
             self._own_parts(handle, created, parts)
             for obj in extras:  # the sweep's collect job: it starts waiting for the groups' results
                 self._create_or_reconnect(obj)
-            log.info("launched %s %s/%s (%s)", main["kind"], handle["namespace"], handle["name"],
-                     handle["launch_kind"])
+            log.info("launched %s %s/%s (%s)", main["kind"], handle["namespace"], handle["name"], handle["launch_kind"])
             return handle
         raise RuntimeError(f"{MAX_REVISIONS} earlier jobs of this spec failed; delete them or change the spec")
 
@@ -371,10 +450,19 @@ class KubernetesBackend(Backend):
                 self._create_or_reconnect(self._group_job(handle, spec_json, stage, handle["main"], pick))
         elif handle["launch_kind"] == "job":
             self._clear_results(handle, groups=False)
-            self._create_or_reconnect(objs.stage_job(
-                handle["main"], handle["namespace"], stage, spec_json, self._pod_for(handle),
-                result_uri=handle["result"], backoff_limit=self.backoff_limit, ttl_seconds=self.ttl_seconds,
-                base_name=handle["name"]))
+            self._create_or_reconnect(
+                objs.stage_job(
+                    handle["main"],
+                    handle["namespace"],
+                    stage,
+                    spec_json,
+                    self._pod_for(handle),
+                    result_uri=handle["result"],
+                    backoff_limit=self.backoff_limit,
+                    ttl_seconds=self.ttl_seconds,
+                    base_name=handle["name"],
+                )
+            )
         else:
             raise ValueError(f"a {handle['launch_kind']} job is not relaunched (its operator retries it)")
         log.info("relaunched %s as attempt %d (%s)", handle["name"], handle["attempt"], handle["main"])
@@ -396,7 +484,11 @@ class KubernetesBackend(Backend):
             return
         patch = {"metadata": {"ownerReferences": [objs.owner_reference(owner)]}}
         for obj in parts:
-            fn = self.core.patch_namespaced_config_map if obj["kind"] == "ConfigMap" else self.core.patch_namespaced_secret
+            fn = (
+                self.core.patch_namespaced_config_map
+                if obj["kind"] == "ConfigMap"
+                else self.core.patch_namespaced_secret
+            )
             self._call(fn, obj["metadata"]["name"], handle["namespace"], patch)
 
     def status(self, handle: JobHandle) -> JobStatus:
@@ -416,11 +508,15 @@ class KubernetesBackend(Backend):
                 # A bad spec or the deadline: running the groups again cannot help.
                 return JobStatus(JobState.FAILED, groups_message)
             if state == JobState.FAILED:
-                silent = [i for i in range(handle["groups"])
-                          if not storage.exists(group_result_uri(handle["result_dir"], i))]
+                silent = [
+                    i for i in range(handle["groups"]) if not storage.exists(group_result_uri(handle["result_dir"], i))
+                ]
                 if silent:  # every pod of these groups was killed: the collect step waits for them
-                    return JobStatus(JobState.FAILED, f"{groups_message}; groups {silent} ended without a "
-                                                      "result (pods killed?)", retryable=True)
+                    return JobStatus(
+                        JobState.FAILED,
+                        f"{groups_message}; groups {silent} ended without a result (pods killed?)",
+                        retryable=True,
+                    )
             if collect is None:
                 return self._gone(handle)
             cstate, cmessage = self._object_state(collect)
@@ -433,8 +529,11 @@ class KubernetesBackend(Backend):
             if (result := self._result(handle)) is not None:
                 return JobStatus(JobState.FAILED, f"{message}: {result.error}", result.to_dict())
             # A one-pod Job whose pods died without a word (OOM, lost node) may well succeed again.
-            return JobStatus(JobState.FAILED, message, retryable=handle["launch_kind"] == "job"
-                             and not _condition(obj, "Failed", reason=FATAL_REASONS))
+            return JobStatus(
+                JobState.FAILED,
+                message,
+                retryable=handle["launch_kind"] == "job" and not _condition(obj, "Failed", reason=FATAL_REASONS),
+            )
         return JobStatus(state, message)
 
     def release(self, handle: JobHandle) -> None:
@@ -450,8 +549,10 @@ class KubernetesBackend(Backend):
             return st
         if self._cancelled(handle):
             return JobStatus(JobState.CANCELLED, "cancelled")
-        return JobStatus(JobState.FAILED, f"{handle['kind']} {handle['namespace']}/{handle['name']} not found "
-                                          "and no result was written (deleted?)")
+        return JobStatus(
+            JobState.FAILED,
+            f"{handle['kind']} {handle['namespace']}/{handle['name']} not found and no result was written (deleted?)",
+        )
 
     def _result(self, handle: JobHandle) -> JobResult | None:
         try:
@@ -462,8 +563,9 @@ class KubernetesBackend(Backend):
 
     def _from_result(self, handle: JobHandle, message: str) -> JobStatus:
         return status_from_result(self._result(handle), message) or JobStatus(
-            JobState.FAILED, f"{message}; but the job wrote no result at {handle['result']} (is the lake shared "
-                             "object storage?)")
+            JobState.FAILED,
+            f"{message}; but the job wrote no result at {handle['result']} (is the lake shared object storage?)",
+        )
 
     def _cancelled(self, handle: JobHandle) -> bool:
         try:
@@ -498,9 +600,14 @@ class KubernetesBackend(Backend):
         if kind == "DaskJob":
             job = status.get("jobStatus") or ""
             msg = f"DaskJob {name}: {job or 'new'}"
-            return {"": JobState.PENDING, "JobCreated": JobState.PENDING, "ClusterCreated": JobState.PENDING,
-                    "Running": JobState.RUNNING, "Successful": JobState.SUCCEEDED,
-                    "Failed": JobState.FAILED}.get(job, JobState.UNKNOWN), msg
+            return {
+                "": JobState.PENDING,
+                "JobCreated": JobState.PENDING,
+                "ClusterCreated": JobState.PENDING,
+                "Running": JobState.RUNNING,
+                "Successful": JobState.SUCCEEDED,
+                "Failed": JobState.FAILED,
+            }.get(job, JobState.UNKNOWN), msg
         return JobState.UNKNOWN, f"unknown kind {kind}"
 
     def cancel(self, handle: JobHandle) -> None:
@@ -523,8 +630,9 @@ class KubernetesBackend(Backend):
         The API has no byte offsets, so each call reads the logs whole and slices them."""
         from kubernetes.client.exceptions import ApiException
 
-        pods = self._call(self.core.list_namespaced_pod, handle["namespace"],
-                          label_selector=f"{objs.LABEL_JOB}={handle['name']}")
+        pods = self._call(
+            self.core.list_namespaced_pod, handle["namespace"], label_selector=f"{objs.LABEL_JOB}={handle['name']}"
+        )
         items = sorted(pods.items, key=lambda p: (p.metadata.creation_timestamp or 0, p.metadata.name))
         parts = []
         for p in items:
@@ -533,8 +641,13 @@ class KubernetesBackend(Backend):
                     continue
                 try:
                     # Raw bytes: client versions differ in how they decode a text/plain answer.
-                    resp = self._call(self.core.read_namespaced_pod_log, p.metadata.name, handle["namespace"],
-                                      container=c.name, _preload_content=False)
+                    resp = self._call(
+                        self.core.read_namespaced_pod_log,
+                        p.metadata.name,
+                        handle["namespace"],
+                        container=c.name,
+                        _preload_content=False,
+                    )
                     text = resp.data.decode("utf-8", "replace")
                 except ApiException as e:
                     if e.status in (400, 404):  # not started yet, or gone
@@ -545,8 +658,13 @@ class KubernetesBackend(Backend):
                     parts.append("\n")
         return slice_log("".join(parts).encode(), offset)
 
-    def wait(self, handle: JobHandle, timeout: float = 3600.0, watch_timeout: int = 60,
-             poll: Callable[[JobStatus], None] | None = None) -> JobStatus:
+    def wait(
+        self,
+        handle: JobHandle,
+        timeout: float = 3600.0,
+        watch_timeout: int = 60,
+        poll: Callable[[JobStatus], None] | None = None,
+    ) -> JobStatus:
         """Block until the job finishes, woken by a watch on its objects; a watch that times out on
         the server (or drops) is resumed from the last resourceVersion, one answering 410 Gone is
         restarted from a fresh list. Returns the last status (not finished on timeout)."""
@@ -575,9 +693,14 @@ class KubernetesBackend(Backend):
                 resource_version = meta.get("resourceVersion") or meta.get("resource_version")
             w = watch.Watch()
             try:
-                for event in w.stream(list_fn, *args, label_selector=selector, resource_version=resource_version,
-                                      timeout_seconds=max(1, int(min(watch_timeout, remaining))),
-                                      allow_watch_bookmarks=True):
+                for event in w.stream(
+                    list_fn,
+                    *args,
+                    label_selector=selector,
+                    resource_version=resource_version,
+                    timeout_seconds=max(1, int(min(watch_timeout, remaining))),
+                    allow_watch_bookmarks=True,
+                ):
                     obj = event["object"]
                     meta = obj["metadata"] if isinstance(obj, dict) else obj.metadata.to_dict()
                     resource_version = meta.get("resourceVersion") or meta.get("resource_version") or resource_version
@@ -633,13 +756,18 @@ def _condition(obj: dict[str, Any], ctype: str, reason: set[str] | None = None) 
 def _job_state(obj: dict[str, Any]) -> tuple[JobState, str]:
     status = obj.get("status") or {}
     name = obj["metadata"]["name"]
-    counts = f"active {status.get('active', 0)}, succeeded {status.get('succeeded', 0)}, failed {status.get('failed', 0)}"
+    counts = (
+        f"active {status.get('active', 0)}, succeeded {status.get('succeeded', 0)}, failed {status.get('failed', 0)}"
+    )
     if status.get("failedIndexes"):
         counts += f", failed indexes {status['failedIndexes']}"
     for ctype, state in (("Complete", JobState.SUCCEEDED), ("Failed", JobState.FAILED)):
         c = _condition(obj, ctype)
         if c:
-            return state, f"Job {name} {ctype.lower()}: {c.get('reason', '')} {c.get('message', '')}".strip() + f" ({counts})"
+            return (
+                state,
+                f"Job {name} {ctype.lower()}: {c.get('reason', '')} {c.get('message', '')}".strip() + f" ({counts})",
+            )
     if _condition(obj, "Suspended"):
         return JobState.PENDING, f"Job {name} suspended ({counts})"
     if status.get("ready") or (status.get("active") and status.get("ready") is None):

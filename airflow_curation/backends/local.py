@@ -28,7 +28,7 @@ def _proc_start_time(pid: int) -> str | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     if fields[0] in ("Z", "X"):
         return None
     return fields[19]
@@ -51,15 +51,18 @@ class LocalBackend(Backend):
 
     name = "local"
 
-    def __init__(self, work_dir: str | None = None, python: str | None = None,
-                 env: dict[str, str] | None = None) -> None:
-        self.work_dir = work_dir or os.environ.get("CURATION_LOCAL_JOBS_DIR") or str(
-            Path.home() / ".airflow-curation" / "jobs")
+    def __init__(
+        self, work_dir: str | None = None, python: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        self.work_dir = (
+            work_dir or os.environ.get("CURATION_LOCAL_JOBS_DIR") or str(Path.home() / ".airflow-curation" / "jobs")
+        )
         self.python = python or sys.executable
         self.env = env or {}
 
-    def launch(self, spec: JobSpec, groups: Sequence[int] | None = None, *,
-               previous: JobHandle | None = None) -> JobHandle:
+    def launch(
+        self, spec: JobSpec, groups: Sequence[int] | None = None, *, previous: JobHandle | None = None
+    ) -> JobHandle:
         """One process runs the whole stage (its mapper spreads the units over this machine's cores), so
         there are no groups to pick: a relaunch runs it whole again and skips the checkpointed units."""
         job_id = f"{spec.stage}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
@@ -70,12 +73,25 @@ class LocalBackend(Backend):
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 [self.python, "-m", "airflow_curation.jobs", "run", str(spec_path), "--result", str(result_path)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                env={**os.environ, **self.env}, cwd=str(job_dir))
-        return {"backend": self.name, "job_id": job_id, "pid": proc.pid,
-                "start_time": _proc_start_time(proc.pid), "job_dir": str(job_dir),
-                "log": str(log_path), "result": str(result_path), "spec": str(spec_path),
-                "manifest_uri": spec.manifest_uri, "attempt": int((previous or {}).get("attempt", 0)) + 1}
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, **self.env},
+                cwd=str(job_dir),
+            )
+        return {
+            "backend": self.name,
+            "job_id": job_id,
+            "pid": proc.pid,
+            "start_time": _proc_start_time(proc.pid),
+            "job_dir": str(job_dir),
+            "log": str(log_path),
+            "result": str(result_path),
+            "spec": str(spec_path),
+            "manifest_uri": spec.manifest_uri,
+            "attempt": int((previous or {}).get("attempt", 0)) + 1,
+        }
 
     def spec_of(self, handle: JobHandle) -> JobSpec:
         return JobSpec.read(handle.get("spec") or str(Path(handle["job_dir"], "spec.json")))
@@ -94,8 +110,9 @@ class LocalBackend(Backend):
             return done
         if os.path.exists(Path(handle["job_dir"]) / "cancelled"):
             return JobStatus(JobState.CANCELLED, "cancelled")
-        return JobStatus(JobState.FAILED, f"job process {handle['pid']} ended without a result "
-                                          f"(killed?); see {handle['log']}")
+        return JobStatus(
+            JobState.FAILED, f"job process {handle['pid']} ended without a result (killed?); see {handle['log']}"
+        )
 
     def cancel(self, handle: JobHandle, grace_seconds: float = 10.0) -> None:
         Path(handle["job_dir"], "cancelled").touch()

@@ -39,8 +39,13 @@ from airflow_curation.jobs.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
-_STATES = {"PENDING": JobState.PENDING, "RUNNING": JobState.RUNNING, "SUCCEEDED": JobState.SUCCEEDED,
-           "FAILED": JobState.FAILED, "STOPPED": JobState.CANCELLED}
+_STATES = {
+    "PENDING": JobState.PENDING,
+    "RUNNING": JobState.RUNNING,
+    "SUCCEEDED": JobState.SUCCEEDED,
+    "FAILED": JobState.FAILED,
+    "STOPPED": JobState.CANCELLED,
+}
 
 
 class RayJobBackend(Backend):
@@ -57,10 +62,20 @@ class RayJobBackend(Backend):
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, python: str = "python", env: dict[str, str] | None = None,
-                 runtime_env: dict[str, Any] | None = None, agent_wait_s: float = 120.0) -> None:
-        self.address = (address or os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS")
-                        or "http://127.0.0.1:8265")
+    def __init__(
+        self,
+        address: str | None = None,
+        python: str = "python",
+        env: dict[str, str] | None = None,
+        runtime_env: dict[str, Any] | None = None,
+        agent_wait_s: float = 120.0,
+    ) -> None:
+        self.address = (
+            address
+            or os.environ.get("RAY_API_SERVER_ADDRESS")
+            or os.environ.get("RAY_ADDRESS")
+            or "http://127.0.0.1:8265"
+        )
         self.python = python
         self.env = env or {}
         self.runtime_env = runtime_env or {}
@@ -75,22 +90,29 @@ class RayJobBackend(Backend):
     def dashboard_url(self, job_id: str) -> str:
         return f"{self.address.rstrip('/')}/#/jobs/{job_id}"
 
-    def launch(self, spec: JobSpec, groups: Sequence[int] | None = None, *,
-               previous: JobHandle | None = None) -> JobHandle:
+    def launch(
+        self, spec: JobSpec, groups: Sequence[int] | None = None, *, previous: JobHandle | None = None
+    ) -> JobHandle:
         """One Ray job runs the whole stage (its engine spreads over the cluster): no groups to pick."""
         job_id = f"curation-{spec.stage}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         folder = storage.join(spec.lake_obj.jobs_dir(spec.run_id, spec.stage), job_id)
         spec_uri, result_uri = storage.join(folder, "spec.json"), storage.join(folder, "result.json")
         storage.write_bytes(spec_uri, spec.to_json().encode())
-        entrypoint = " ".join(shlex.quote(x) for x in (self.python, "-m", "airflow_curation.jobs", "run", spec_uri,
-                                                       "--result", result_uri))
+        entrypoint = " ".join(
+            shlex.quote(x)
+            for x in (self.python, "-m", "airflow_curation.jobs", "run", spec_uri, "--result", result_uri)
+        )
         runtime_env = self.job_runtime_env()
         client = self._client()
         deadline = time.monotonic() + self.agent_wait_s
         while True:
             try:
-                client.submit_job(entrypoint=entrypoint, submission_id=job_id, runtime_env=runtime_env,
-                                  metadata={"stage": spec.stage, "run_id": spec.run_id})
+                client.submit_job(
+                    entrypoint=entrypoint,
+                    submission_id=job_id,
+                    runtime_env=runtime_env,
+                    metadata={"stage": spec.stage, "run_id": spec.run_id},
+                )
                 break
             except RuntimeError as e:
                 # A fresh cluster answers before its job agent is up; the same submission id makes the retry
@@ -98,10 +120,17 @@ class RayJobBackend(Backend):
                 if "No available agent" not in str(e) or time.monotonic() > deadline:
                     raise
                 time.sleep(2)
-        return {"backend": self.name, "job_id": job_id, "address": self.address, "result": result_uri,
-                "spec": spec_uri, "manifest_uri": spec.manifest_uri,
-                "attempt": int((previous or {}).get("attempt", 0)) + 1, "dashboard_url": self.dashboard_url(job_id),
-                "log": self.dashboard_url(job_id)}
+        return {
+            "backend": self.name,
+            "job_id": job_id,
+            "address": self.address,
+            "result": result_uri,
+            "spec": spec_uri,
+            "manifest_uri": spec.manifest_uri,
+            "attempt": int((previous or {}).get("attempt", 0)) + 1,
+            "dashboard_url": self.dashboard_url(job_id),
+            "log": self.dashboard_url(job_id),
+        }
 
     def job_runtime_env(self) -> dict[str, Any]:
         """The runtime environment a job is submitted with: ``runtime_env`` plus ``env``, without the
@@ -110,8 +139,11 @@ class RayJobBackend(Backend):
         env_vars = {**runtime_env.get("env_vars", {}), **self.env}
         withheld = sorted(k for k in env_vars if is_storage_options_env(k))
         if withheld:
-            log.warning("not sending %s to Ray (a runtime_env is readable in its dashboard); the cluster "
-                        "reads the lake with its own credentials", ", ".join(withheld))
+            log.warning(
+                "not sending %s to Ray (a runtime_env is readable in its dashboard); the cluster "
+                "reads the lake with its own credentials",
+                ", ".join(withheld),
+            )
         runtime_env["env_vars"] = {k: v for k, v in env_vars.items() if k not in withheld}
         return runtime_env
 
@@ -127,8 +159,9 @@ class RayJobBackend(Backend):
             if done is not None:
                 return done
             if state == JobState.SUCCEEDED:
-                return JobStatus(JobState.FAILED, f"Ray job {handle['job_id']} ended without a result at "
-                                                  f"{handle['result']}")
+                return JobStatus(
+                    JobState.FAILED, f"Ray job {handle['job_id']} ended without a result at {handle['result']}"
+                )
         return JobStatus(state, message)
 
     def spec_of(self, handle: JobHandle) -> JobSpec:

@@ -18,7 +18,8 @@ from airflow_curation.stages import stage_names
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="curation", description="Curate LLM training data: run any stage without Airflow.")
+        prog="curation", description="Curate LLM training data: run any stage without Airflow."
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging, tracebacks on failure")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in stage_names():
@@ -29,8 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     return int(args.func(args) or 0)
 
 

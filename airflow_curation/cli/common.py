@@ -44,8 +44,10 @@ def manifest_from_args(args: argparse.Namespace, command: str, lake: Lake, upstr
 
     manifest = args.input_manifest or latest_manifest(lake, upstream)
     if not manifest:
-        raise SystemExit(f"curation {command}: no complete {' or '.join(upstream)} manifest under "
-                         f"{lake.path('_manifests')}; run that stage first or give --input-manifest")
+        raise SystemExit(
+            f"curation {command}: no complete {' or '.join(upstream)} manifest under "
+            f"{lake.path('_manifests')}; run that stage first or give --input-manifest"
+        )
     return manifest
 
 

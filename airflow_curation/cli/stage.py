@@ -74,8 +74,9 @@ def _add_input_args(p: argparse.ArgumentParser, inputs: str) -> None:
         add_lake_args(p, required=False)
     else:
         add_lake_args(p)
-    p.add_argument("--input-manifest",
-                   help="the upstream stage's manifest URI (default: the newest complete upstream manifest)")
+    p.add_argument(
+        "--input-manifest", help="the upstream stage's manifest URI (default: the newest complete upstream manifest)"
+    )
 
 
 def _metavar(s: Setting) -> str | None:
@@ -99,18 +100,36 @@ def add_setting_args(p: argparse.ArgumentParser, settings: Settings) -> None:
             continue
         text = s.help + (f" (default: {s.default})" if s.default not in (None, "", [], {}) else "")
         if s.type is bool:
-            p.add_argument(s.cli_flag, dest=s.name, action=argparse.BooleanOptionalAction,
-                           default=argparse.SUPPRESS, help=text)
+            p.add_argument(
+                s.cli_flag, dest=s.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=text
+            )
             if s.off_flag:
-                p.add_argument(s.off_flag, dest=s.name, action="store_false", default=argparse.SUPPRESS,
-                               help=f"the same as --no-{s.cli_flag[2:]}")
+                p.add_argument(
+                    s.off_flag,
+                    dest=s.name,
+                    action="store_false",
+                    default=argparse.SUPPRESS,
+                    help=f"the same as --no-{s.cli_flag[2:]}",
+                )
             continue
-        p.add_argument(s.cli_flag, dest=s.name, type=partial(_cli_type, s), default=argparse.SUPPRESS,
-                       metavar=_metavar(s), required=s.required, help=text)
+        p.add_argument(
+            s.cli_flag,
+            dest=s.name,
+            type=partial(_cli_type, s),
+            default=argparse.SUPPRESS,
+            metavar=_metavar(s),
+            required=s.required,
+            help=text,
+        )
     for old, new in settings.renamed.items():
         if new in settings and settings[new].cli and settings[new].type is not bool:
-            p.add_argument("--" + old.replace("_", "-"), dest=new, type=partial(_cli_type, settings[new]),
-                           default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+            p.add_argument(
+                "--" + old.replace("_", "-"),
+                dest=new,
+                type=partial(_cli_type, settings[new]),
+                default=argparse.SUPPRESS,
+                help=argparse.SUPPRESS,
+            )
 
 
 def settings_from_args(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:

@@ -73,5 +73,10 @@ class RowAccounting:
 
     @classmethod
     def from_dict(cls, d: dict) -> "RowAccounting":
-        return cls(read=d["read"], kept=d["kept"], dropped=Counter(d.get("dropped", {})),
-                   quarantined=Counter(d.get("quarantined", {})), notes=Counter(d.get("notes", {})))
+        return cls(
+            read=d["read"],
+            kept=d["kept"],
+            dropped=Counter(d.get("dropped", {})),
+            quarantined=Counter(d.get("quarantined", {})),
+            notes=Counter(d.get("notes", {})),
+        )

@@ -83,8 +83,10 @@ class CheckpointStore:
         return uri
 
     def mark_failed(self, unit_id: str, error: str, attempt: int) -> None:
-        storage.write_json(self._uri(unit_id, ".failed.json"),
-                           {"unit_id": unit_id, "error": error, "attempt": attempt, "at": time.time()})
+        storage.write_json(
+            self._uri(unit_id, ".failed.json"),
+            {"unit_id": unit_id, "error": error, "attempt": attempt, "at": time.time()},
+        )
 
     def failure(self, unit_id: str) -> dict[str, Any] | None:
         try:

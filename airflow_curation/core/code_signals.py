@@ -27,20 +27,48 @@ import pyarrow as pa
 CODE_SIGNALS = ("comment_line_frac", "comment_code_ratio", "syntax_ok", "syntax_nodes", "syntax_depth")
 
 EXTENSIONS = {
-    ".py": "python", ".pyi": "python", ".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".cxx": "cpp",
-    ".hpp": "cpp", ".hh": "cpp", ".java": "java", ".go": "go", ".rs": "rust", ".js": "javascript",
-    ".mjs": "javascript", ".ts": "typescript", ".sh": "bash", ".bash": "bash",
+    ".py": "python",
+    ".pyi": "python",
+    ".c": "c",
+    ".h": "c",
+    ".cc": "cpp",
+    ".cpp": "cpp",
+    ".cxx": "cpp",
+    ".hpp": "cpp",
+    ".hh": "cpp",
+    ".java": "java",
+    ".go": "go",
+    ".rs": "rust",
+    ".js": "javascript",
+    ".mjs": "javascript",
+    ".ts": "typescript",
+    ".sh": "bash",
+    ".bash": "bash",
 }
-_LINE_COMMENT = {"python": ("#",), "bash": ("#",), "c": ("//", "/*", "*"), "cpp": ("//", "/*", "*"),
-                 "java": ("//", "/*", "*"), "go": ("//", "/*", "*"), "rust": ("//", "/*", "*"),
-                 "javascript": ("//", "/*", "*"), "typescript": ("//", "/*", "*")}
+_LINE_COMMENT = {
+    "python": ("#",),
+    "bash": ("#",),
+    "c": ("//", "/*", "*"),
+    "cpp": ("//", "/*", "*"),
+    "java": ("//", "/*", "*"),
+    "go": ("//", "/*", "*"),
+    "rust": ("//", "/*", "*"),
+    "javascript": ("//", "/*", "*"),
+    "typescript": ("//", "/*", "*"),
+}
 _MAX_DEPTH_WALK = 10_000
 
 
 def code_signals_schema() -> pa.Schema:
-    return pa.schema([pa.field("comment_line_frac", pa.float64()), pa.field("comment_code_ratio", pa.float64()),
-                      pa.field("syntax_ok", pa.bool_()), pa.field("syntax_nodes", pa.int64()),
-                      pa.field("syntax_depth", pa.int64())])
+    return pa.schema(
+        [
+            pa.field("comment_line_frac", pa.float64()),
+            pa.field("comment_code_ratio", pa.float64()),
+            pa.field("syntax_ok", pa.bool_()),
+            pa.field("syntax_nodes", pa.int64()),
+            pa.field("syntax_depth", pa.int64()),
+        ]
+    )
 
 
 def language_of(source: str | None, default: str | None = None) -> str | None:
@@ -161,9 +189,13 @@ def code_signals_one(text: str, language: str | None) -> dict:
             byte_cols = True  # tree-sitter columns are byte offsets
     n_comment, n_code = _comment_lines(lines, spans, language, byte_cols)
     total = n_comment + n_code
-    return {"comment_line_frac": n_comment / total if total else 0.0,
-            "comment_code_ratio": n_comment / n_code if n_code else 0.0,
-            "syntax_ok": ok, "syntax_nodes": nodes, "syntax_depth": depth}
+    return {
+        "comment_line_frac": n_comment / total if total else 0.0,
+        "comment_code_ratio": n_comment / n_code if n_code else 0.0,
+        "syntax_ok": ok,
+        "syntax_nodes": nodes,
+        "syntax_depth": depth,
+    }
 
 
 def compute_code_signals(texts: Iterable[str], languages: Sequence[str | None] | str | None) -> pa.Table:

@@ -95,8 +95,14 @@ def _labels(inputs: list[str], p: int, out_uri: str, out_partitions: int) -> int
     return write_partitioned(out_uri, {"node": nodes, "label": labels}, part)
 
 
-def connected_components(edge_uris: list[str], work_dir: str, num_partitions: int, out_partitions: int,
-                         mapper: Mapper | None = None, max_rounds: int = 200) -> list[str]:
+def connected_components(
+    edge_uris: list[str],
+    work_dir: str,
+    num_partitions: int,
+    out_partitions: int,
+    mapper: Mapper | None = None,
+    max_rounds: int = 200,
+) -> list[str]:
     """Label every node of the graph in ``edge_uris`` (written by :func:`write_edges` with
     ``num_partitions``) with its component's lowest node.
 
@@ -109,10 +115,11 @@ def connected_components(edge_uris: list[str], work_dir: str, num_partitions: in
     for rnd in range(max_rounds):
         round_digest = None
         for kind in ("large", "small"):
-            outs = [storage.join(work_dir, f"round-{rnd:03d}-{kind}", f"part-{p:05d}.parquet")
-                    for p in range(num_partitions)]
-            results = list(mapper(_step, [(kind, current, p, num_partitions, outs[p])
-                                          for p in range(num_partitions)]))
+            outs = [
+                storage.join(work_dir, f"round-{rnd:03d}-{kind}", f"part-{p:05d}.parquet")
+                for p in range(num_partitions)
+            ]
+            results = list(mapper(_step, [(kind, current, p, num_partitions, outs[p]) for p in range(num_partitions)]))
             if round_digest is None:
                 round_digest = sum(d for _, d in results) & (2**64 - 1)
             if current is not edge_uris and list(current) != list(edge_uris):
@@ -120,8 +127,7 @@ def connected_components(edge_uris: list[str], work_dir: str, num_partitions: in
                     storage.remove(uri)  # the previous step's files: no longer needed
             current = outs
             fault_point("dedup.mid_components")
-            log.info("components: round %d %s-star, %d directed edges", rnd, kind,
-                     sum(n for n, _ in results))
+            log.info("components: round %d %s-star, %d directed edges", rnd, kind, sum(n for n, _ in results))
         if round_digest == previous_digest:
             break  # the last round changed nothing: every component is a star around its lowest node
         previous_digest = round_digest

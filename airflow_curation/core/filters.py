@@ -157,8 +157,9 @@ def apply_rules(signals: pa.Table, rules: Sequence[Rule]) -> pa.Table:
     reason = np.full(n, -1, dtype=np.int32)
     for k, rule in enumerate(rules):
         if rule.signal not in signals.column_names:
-            raise ValueError(f"rule {rule.name!r} reads signal {rule.signal!r}, which was not computed "
-                             f"(have {signals.column_names})")
+            raise ValueError(
+                f"rule {rule.name!r} reads signal {rule.signal!r}, which was not computed (have {signals.column_names})"
+            )
         col = signals.column(rule.signal)
         values = col.to_numpy(zero_copy_only=False)
         if values.dtype == object:  # nulls in an optional signal (e.g. syntax_ok for prose): never fail

@@ -33,9 +33,11 @@ def verify_file(uri: str, expected: str | None, what: str = "file") -> None:
     except FileNotFoundError:
         raise IntegrityError(f"{what} {uri} is missing; its manifest lists it with checksum {expected}") from None
     if actual != expected:
-        raise IntegrityError(f"{what} {uri} has checksum {actual} but its manifest recorded {expected}: it was "
-                             f"corrupted or replaced after it was written; delete it and rerun the stage that "
-                             f"wrote it")
+        raise IntegrityError(
+            f"{what} {uri} has checksum {actual} but its manifest recorded {expected}: it was "
+            f"corrupted or replaced after it was written; delete it and rerun the stage that "
+            f"wrote it"
+        )
 
 
 def handed_rows(manifest: "Manifest") -> int:
@@ -53,6 +55,8 @@ def chain_problem(manifest: "Manifest", upstream: "Manifest") -> str | None:
     read = int(manifest.accounting.get("read", -1)) if manifest.accounting else -1
     expected = handed_rows(upstream)
     if read != expected:
-        return (f"{manifest.stage} read {read} rows but its upstream {upstream.stage} manifest hands on "
-                f"{expected}: rows were lost or invented between the stages")
+        return (
+            f"{manifest.stage} read {read} rows but its upstream {upstream.stage} manifest hands on "
+            f"{expected}: rows were lost or invented between the stages"
+        )
     return None

@@ -51,8 +51,13 @@ class Lease:
         self._fd: int | None = None  # local: the open, flocked lease file
 
     def _record(self) -> dict[str, Any]:
-        return {"token": self.token, "host": socket.gethostname(), "pid": os.getpid(), "what": self.what,
-                "heartbeat": time.time()}
+        return {
+            "token": self.token,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "what": self.what,
+            "heartbeat": time.time(),
+        }
 
     def _holder(self) -> dict[str, Any] | None:
         try:
@@ -63,8 +68,11 @@ class Lease:
             return {}  # being rewritten by its holder this very moment
 
     def _dead(self, holder: dict[str, Any]) -> bool:
-        if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int) \
-                and not storage.pid_alive(holder["pid"]):
+        if (
+            holder.get("host") == socket.gethostname()
+            and isinstance(holder.get("pid"), int)
+            and not storage.pid_alive(holder["pid"])
+        ):
             return True
         beat = holder.get("heartbeat")
         return not isinstance(beat, (int, float)) or time.time() - beat > self.ttl_s
@@ -99,17 +107,30 @@ class Lease:
         while not self._try_create():
             holder = self._holder()
             if not waiting and self.wait_s > 0:
-                log.info("%s is held by host %s pid %s: waiting up to %.0f s", self.what,
-                         (holder or {}).get("host"), (holder or {}).get("pid"), self.wait_s)
+                log.info(
+                    "%s is held by host %s pid %s: waiting up to %.0f s",
+                    self.what,
+                    (holder or {}).get("host"),
+                    (holder or {}).get("pid"),
+                    self.wait_s,
+                )
                 waiting = True
             if holder is not None and not storage.is_local(self.uri) and self._dead(holder):
                 storage.remove(self.uri)  # its holder died: take over
                 continue
             if time.monotonic() >= deadline:
-                who = (f"host {holder.get('host')} pid {holder.get('pid')}, heartbeat "
-                       f"{time.time() - holder.get('heartbeat', time.time()):.0f} s ago") if holder else "unknown"
-                raise LeaseBusy(f"{self.what} is already running ({who}); wait for it to finish, or remove "
-                                f"{self.uri} if that run is dead")
+                who = (
+                    (
+                        f"host {holder.get('host')} pid {holder.get('pid')}, heartbeat "
+                        f"{time.time() - holder.get('heartbeat', time.time()):.0f} s ago"
+                    )
+                    if holder
+                    else "unknown"
+                )
+                raise LeaseBusy(
+                    f"{self.what} is already running ({who}); wait for it to finish, or remove "
+                    f"{self.uri} if that run is dead"
+                )
             time.sleep(min(2.0, max(0.1, self.wait_s / 20)))
         if self._fd is None:  # object stores: the heartbeat keeps the lease alive
             self._beat = threading.Thread(target=self._heartbeat, name="curation-lease", daemon=True)

@@ -39,7 +39,7 @@ def bucket_pairs(bands: np.ndarray) -> set[tuple[int, int]]:
         for doc, h in enumerate(bands[:, b].tolist()):
             groups.setdefault(h, []).append(doc)
         for members in groups.values():
-            pairs.update((x, y) for k, x in enumerate(members) for y in members[k + 1:])
+            pairs.update((x, y) for k, x in enumerate(members) for y in members[k + 1 :])
     return pairs
 
 
@@ -117,8 +117,10 @@ def read_partition(uris: list[str], p: int, columns: dict[str, np.dtype]) -> dic
             t = pf.read_row_group(rg, columns=list(columns))
         for name in columns:
             parts[name].append(t.column(name).to_numpy())
-    return {name: (np.concatenate(v).astype(columns[name], copy=False) if v else np.empty(0, columns[name]))
-            for name, v in parts.items()}
+    return {
+        name: (np.concatenate(v).astype(columns[name], copy=False) if v else np.empty(0, columns[name]))
+        for name, v in parts.items()
+    }
 
 
 def star_edges(keys: list[np.ndarray], nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

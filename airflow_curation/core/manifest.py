@@ -37,8 +37,13 @@ class ShardEntry:
 
     def with_attrs(self, stage: str, uri: str, checksum: str) -> "ShardEntry":
         """This shard with one more stage's additive columns (what an attrs stage hands on)."""
-        return ShardEntry(**{**asdict(self), "attrs": {**self.attrs, stage: uri},
-                             "attrs_checksums": {**self.attrs_checksums, stage: checksum}})
+        return ShardEntry(
+            **{
+                **asdict(self),
+                "attrs": {**self.attrs, stage: uri},
+                "attrs_checksums": {**self.attrs_checksums, stage: checksum},
+            }
+        )
 
 
 @dataclass
@@ -107,8 +112,16 @@ class Manifest:
 
 
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
-    "format": str, "format_version": int, "dataset": str, "stage": str, "run_id": str,
-    "fingerprint": str, "lake": dict, "units": list, "shards": list, "status": str,
+    "format": str,
+    "format_version": int,
+    "dataset": str,
+    "stage": str,
+    "run_id": str,
+    "fingerprint": str,
+    "lake": dict,
+    "units": list,
+    "shards": list,
+    "status": str,
 }
 _UNIT_FIELDS = {"unit_id": str, "inputs": list, "input_checksum": str, "status": str}
 _SHARD_FIELDS = {"shard_id": str, "uri": str, "rows": int, "bytes": int, "checksum": str}

@@ -52,9 +52,9 @@ def _build_tables() -> tuple[np.ndarray, np.ndarray]:
     classes = np.zeros(0x110000, np.uint8)
     everything = "".join(map(chr, range(0x110000)))
     for m in re.finditer(r"\w+", everything):
-        classes[m.start():m.end()] |= _WORD
+        classes[m.start() : m.end()] |= _WORD
     for m in re.finditer(r"\s+", everything):
-        classes[m.start():m.end()] |= _SPACE
+        classes[m.start() : m.end()] |= _SPACE
     lower = np.arange(0x110000, dtype=np.int32)
     nfkc, combining, decomposition = unicodedata.normalize, unicodedata.combining, unicodedata.decomposition
     composes = np.zeros(0x110000, bool)  # may merge with the character before it
@@ -94,8 +94,9 @@ def unicode_tables() -> tuple[np.ndarray, np.ndarray]:
     """Per code point: class bits (``\\w`` and ``\\s`` exactly as Python's ``re``; whether NFKC or
     ``str.lower`` may change it in context) and its lowercase code point. Built from Python's
     ``unicodedata`` (about a second) and cached on disk per Unicode version."""
-    cache_dir = os.environ.get("CURATION_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                                     "airflow-curation")
+    cache_dir = os.environ.get("CURATION_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "airflow-curation"
+    )
     path = os.path.join(cache_dir, f"unicode-tables-v4-{unicodedata.unidata_version}.npz")
     try:
         with np.load(path) as z:
@@ -149,6 +150,7 @@ class MinHashParams:
 # ----------------------------------------------------------------------------------------------
 # Arrow helpers: a batch of texts as (UTF-8 bytes, int64 offsets) without copying the characters.
 
+
 def _as_array(texts) -> pa.Array:
     if isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
@@ -159,8 +161,7 @@ def _as_array(texts) -> pa.Array:
     return texts
 
 
-def normalize(texts, normalization: str | None = "NFKC", lowercase: bool = True,
-              lower_ascii: bool = True) -> pa.Array:
+def normalize(texts, normalization: str | None = "NFKC", lowercase: bool = True, lower_ascii: bool = True) -> pa.Array:
     """The batch, Unicode-normalised and lowercased (nulls become empty strings).
 
     ASCII documents are their own NFKC form, so only the others go through the Unicode kernels.
@@ -200,6 +201,7 @@ def _buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 # ----------------------------------------------------------------------------------------------
 # Compiled kernels.
 
+
 @numba.njit(inline="always")
 def _fmix(h):
     h ^= h >> _S33
@@ -217,11 +219,14 @@ def _decode(data, i, end):
     if b0 < 0x80:
         return b0, 1
     if b0 >= 0xF0 and i + 3 < end:
-        return (((b0 & 0x07) << 18) | ((np.int64(data[i + 1]) & 0x3F) << 12)
-                | ((np.int64(data[i + 2]) & 0x3F) << 6) | (np.int64(data[i + 3]) & 0x3F)), 4
+        return (
+            ((b0 & 0x07) << 18)
+            | ((np.int64(data[i + 1]) & 0x3F) << 12)
+            | ((np.int64(data[i + 2]) & 0x3F) << 6)
+            | (np.int64(data[i + 3]) & 0x3F)
+        ), 4
     if b0 >= 0xE0 and i + 2 < end:
-        return (((b0 & 0x0F) << 12) | ((np.int64(data[i + 1]) & 0x3F) << 6)
-                | (np.int64(data[i + 2]) & 0x3F)), 3
+        return (((b0 & 0x0F) << 12) | ((np.int64(data[i + 1]) & 0x3F) << 6) | (np.int64(data[i + 2]) & 0x3F)), 3
     if b0 >= 0xC0 and i + 1 < end:
         return ((b0 & 0x1F) << 6) | (np.int64(data[i + 1]) & 0x3F), 2
     return b0, 1
@@ -393,8 +398,9 @@ def _signatures_kernel(data, starts, ends, rows, table, lowtab, mode, lower, ngr
         row = sig[rows[d]]
         for k in range(row.size):
             row[k] = np.uint32(0xFFFFFFFF)
-        counts[rows[d]] = _tokens_to_shingles(data, starts[d], ends[d], table, lowtab, mode, lower, ngram, mul,
-                                              a, b, row, dummy, False)
+        counts[rows[d]] = _tokens_to_shingles(
+            data, starts[d], ends[d], table, lowtab, mode, lower, ngram, mul, a, b, row, dummy, False
+        )
 
 
 @numba.njit(cache=True, nogil=True)
@@ -444,6 +450,7 @@ def _band_kernel(sig, bands, rows, out):
 
 # ----------------------------------------------------------------------------------------------
 # Public API.
+
 
 def _prepare(texts, normalization: str | None, lowercase: bool, word_tokens: bool = False) -> pa.Array:
     """The batch as the kernels want it. Documents whose NFKC form or lowercase may differ from a
@@ -499,7 +506,7 @@ def _normalize_lines(arr: pa.Array, bits, normalization: str | None, lowercase: 
             pieces.append(line.encode())
             pos = e
             k += 1
-        pieces.append(raw[pos:int(offsets[d + 1])])
+        pieces.append(raw[pos : int(offsets[d + 1])])
         out.append(b"".join(pieces))
     mask = np.zeros(len(arr), np.bool_)
     mask[changed] = True
@@ -527,8 +534,7 @@ def prepare(texts, normalization: str | None = "NFKC", lowercase: bool = True) -
     return _prepare(texts, normalization, lowercase)
 
 
-def exact_keys(texts, normalization: str | None = "NFKC", lowercase: bool = True,
-               prepared: bool = False) -> np.ndarray:
+def exact_keys(texts, normalization: str | None = "NFKC", lowercase: bool = True, prepared: bool = False) -> np.ndarray:
     """128-bit content keys, shape (n, 2) uint64: equal exactly when the normalised texts are equal.
     ``prepared``: ``texts`` came from :func:`prepare` with the same settings."""
     if not prepared:
@@ -540,7 +546,7 @@ def exact_keys(texts, normalization: str | None = "NFKC", lowercase: bool = True
     digest = xxhash.xxh3_128_intdigest
     mask = (1 << 64) - 1
     for d in range(len(folded)):
-        h = digest(mv[offsets[d]:offsets[d + 1]])
+        h = digest(mv[offsets[d] : offsets[d + 1]])
         keys[d, 0] = h >> 64
         keys[d, 1] = h & mask
     return keys
@@ -578,8 +584,9 @@ class MinHasher:
         data, offsets, n = self._prepared(texts, prepared)
         sig = np.empty((n, self.params.num_perm), np.uint32)
         counts = np.empty(n, np.int64)
-        _signatures_kernel(data, offsets[:-1], offsets[1:], np.arange(n, dtype=np.int64), *self._args(),
-                           self.a, self.b, sig, counts)
+        _signatures_kernel(
+            data, offsets[:-1], offsets[1:], np.arange(n, dtype=np.int64), *self._args(), self.a, self.b, sig, counts
+        )
         return sig, counts
 
     def shingles(self, text: str) -> np.ndarray:
@@ -617,7 +624,7 @@ _trapezoid = getattr(np, "trapezoid", None) or np.trapz  # numpy < 2 has only tr
 
 
 def _collision(s: np.ndarray, bands: int, rows: int) -> np.ndarray:
-    return 1.0 - (1.0 - s ** rows) ** bands
+    return 1.0 - (1.0 - s**rows) ** bands
 
 
 @functools.lru_cache(maxsize=256)

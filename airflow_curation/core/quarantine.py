@@ -13,15 +13,17 @@ from airflow_curation.core import storage
 # A quarantined record keeps at most this much of its raw bytes: enough to debug, bounded for 50 MB junk.
 MAX_RAW_BYTES = 64 * 1024
 
-QUARANTINE_SCHEMA = pa.schema([
-    ("source", pa.string()),        # input file URL or shard id
-    ("location", pa.string()),      # "line 17", "row 3", "byte 1024", or "file"
-    ("reason", pa.string()),        # machine-readable reason, e.g. invalid_json
-    ("detail", pa.string()),        # human-readable error
-    ("rows", pa.int64()),           # how many input rows this entry stands for (0 for file-level notes)
-    ("raw", pa.binary()),           # the first MAX_RAW_BYTES of the record
-    ("raw_bytes", pa.int64()),      # the record's full size
-])
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("source", pa.string()),  # input file URL or shard id
+        ("location", pa.string()),  # "line 17", "row 3", "byte 1024", or "file"
+        ("reason", pa.string()),  # machine-readable reason, e.g. invalid_json
+        ("detail", pa.string()),  # human-readable error
+        ("rows", pa.int64()),  # how many input rows this entry stands for (0 for file-level notes)
+        ("raw", pa.binary()),  # the first MAX_RAW_BYTES of the record
+        ("raw_bytes", pa.int64()),  # the record's full size
+    ]
+)
 
 
 @dataclass
@@ -43,8 +45,17 @@ class QuarantineWriter:
         self.entries: list[QuarantineEntry] = []
 
     def add(self, source: str, location: str, reason: str, detail: str, raw: bytes = b"", rows: int = 1) -> None:
-        self.entries.append(QuarantineEntry(utf8_safe(source), utf8_safe(location), reason,
-                                            utf8_safe(detail[:2000]), rows, raw[:MAX_RAW_BYTES], len(raw)))
+        self.entries.append(
+            QuarantineEntry(
+                utf8_safe(source),
+                utf8_safe(location),
+                reason,
+                utf8_safe(detail[:2000]),
+                rows,
+                raw[:MAX_RAW_BYTES],
+                len(raw),
+            )
+        )
 
     def __len__(self) -> int:
         return len(self.entries)

@@ -18,8 +18,9 @@ LIMIT = 500  # one error message
 TRACEBACK_LIMIT = 8000  # a traceback, or a summary of many checks
 MASK = "***"
 
-_SECRET_NAME = re.compile(r"secret|passw|token|credential|private|api_?key|access_?key|auth|session|(^|_)key($|_)",
-                          re.I)
+_SECRET_NAME = re.compile(
+    r"secret|passw|token|credential|private|api_?key|access_?key|auth|session|(^|_)key($|_)", re.I
+)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _AWS_KEY_ID = re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA|AROA)[A-Z0-9]{16}\b")
 # An environment block: NAME=value (what /proc/self/environ holds, one after the other).
@@ -27,7 +28,8 @@ _ENV_PAIR = re.compile(r"\b([A-Z][A-Z0-9_]{2,})=[^\s'\"]*")
 # key=value, key: value, 'key': 'value' where the key names a secret.
 _SECRET_PAIR = re.compile(
     r"""(?ix)(['"]?)([\w.-]*(?:secret|passw|token|credential|private|api_?key|access_?key)[\w.-]*)\1
-    (\s*[:=]\s*)(['"]?)[^\s'",}]+\4""")
+    (\s*[:=]\s*)(['"]?)[^\s'",}]+\4"""
+)
 # Long opaque tokens (hex, base64 pieces): 32+ letters and digits, both present, unbroken by the
 # '/', '_', '-' and '.' that separate the words of paths and names (those survive).
 _TOKEN = re.compile(r"(?<![A-Za-z0-9+=])(?=[A-Za-z0-9+=]*\d)(?=[A-Za-z0-9+=]*[A-Za-z])[A-Za-z0-9+=]{32,}")
@@ -40,8 +42,7 @@ def scrub(text: Any, limit: int | None = LIMIT) -> str:
         s = s.replace(value, MASK)
     s = _AWS_KEY_ID.sub(MASK, s)
     s = _ENV_PAIR.sub(lambda m: f"{m.group(1)}={MASK}", s)
-    s = _SECRET_PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{m.group(4)}{MASK}{m.group(4)}",
-                         s)
+    s = _SECRET_PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{m.group(4)}{MASK}{m.group(4)}", s)
     s = _TOKEN.sub(MASK, s)
     if limit is not None and len(s) > limit:
         s = f"{s[:limit]}... [{len(s) - limit} more characters cut]"

@@ -11,31 +11,33 @@ from __future__ import annotations
 import pyarrow as pa
 
 # -- shards ----------------------------------------------------------------------------------------
-ID = "id"          # stable and unique across the dataset; every attrs file joins on it
+ID = "id"  # stable and unique across the dataset; every attrs file joins on it
 TEXT = "text"
 SOURCE = "source"  # input file, relative to the input root
-META = "meta"      # the record's other fields, as JSON (schema-stable)
+META = "meta"  # the record's other fields, as JSON (schema-stable)
 
 # -- attrs with a meaning across stages ---------------------------------------------------------------
-KEEP = "keep"                        # bool: the row survives this stage (a funnel step in validate)
-DROP_REASON = "drop_reason"          # why a row was not kept (null when kept)
-IS_DUPLICATE = "is_duplicate"        # bool: a duplicate of an earlier row (not kept; a funnel step)
-CLUSTER_ID = "cluster_id"            # the keeper's node key, shared by a duplicate cluster
+KEEP = "keep"  # bool: the row survives this stage (a funnel step in validate)
+DROP_REASON = "drop_reason"  # why a row was not kept (null when kept)
+IS_DUPLICATE = "is_duplicate"  # bool: a duplicate of an earlier row (not kept; a funnel step)
+CLUSTER_ID = "cluster_id"  # the keeper's node key, shared by a duplicate cluster
 EXACT_DUPLICATE = "exact_duplicate"  # dedup: same normalised content as an earlier row
-NEAR_DUPLICATE = "near_duplicate"    # dedup: near duplicate, not exact
-ENRICHED = "enriched"                # enrich: the model ran on this row
-SKIP_REASON = "skip_reason"          # enrich: why it did not (not_kept, duplicate, empty)
+NEAR_DUPLICATE = "near_duplicate"  # dedup: near duplicate, not exact
+ENRICHED = "enriched"  # enrich: the model ran on this row
+SKIP_REASON = "skip_reason"  # enrich: why it did not (not_kept, duplicate, empty)
 
 # Older names, kept for imports elsewhere.
 ID_COLUMN = ID
 TEXT_COLUMN = TEXT
 
-SHARD_SCHEMA = pa.schema([
-    pa.field(ID, pa.string(), nullable=False),
-    pa.field(TEXT, pa.string(), nullable=False),
-    pa.field(SOURCE, pa.string(), nullable=False),
-    pa.field(META, pa.string()),
-])
+SHARD_SCHEMA = pa.schema(
+    [
+        pa.field(ID, pa.string(), nullable=False),
+        pa.field(TEXT, pa.string(), nullable=False),
+        pa.field(SOURCE, pa.string(), nullable=False),
+        pa.field(META, pa.string()),
+    ]
+)
 
 
 def check_id_text(schema: pa.Schema, where: str) -> None:

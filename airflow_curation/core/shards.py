@@ -42,8 +42,7 @@ def write_parquet(uri: str, table: pa.Table, row_group_rows: int = DEFAULT_ROW_G
     """Write one table atomically; returns (bytes, checksum)."""
     with storage.atomic_open(uri) as f:
         sink = _CountingSink(f)
-        with pq.ParquetWriter(sink, table.schema, compression="zstd", use_dictionary=True,
-                              write_statistics=True) as w:
+        with pq.ParquetWriter(sink, table.schema, compression="zstd", use_dictionary=True, write_statistics=True) as w:
             w.write_table(table, row_group_size=max(1, row_group_rows))
     return sink.tell(), sink.checksum.hexdigest()
 
@@ -61,9 +60,15 @@ class ShardWriter:
     :param row_group_rows: rows per Parquet row group.
     """
 
-    def __init__(self, directory: str, name_for: Callable[[int], str], schema: pa.Schema,
-                 target_bytes: int = DEFAULT_TARGET_BYTES, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
-                 row_group_bytes: int = 64 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        directory: str,
+        name_for: Callable[[int], str],
+        schema: pa.Schema,
+        target_bytes: int = DEFAULT_TARGET_BYTES,
+        row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+        row_group_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
         self.directory = directory
         self.name_for = name_for
         self.schema = schema
@@ -93,8 +98,9 @@ class ShardWriter:
         uri = storage.join(self.directory, f"{self.name_for(k)}.parquet")
         self._ctx = storage.atomic_open(uri)
         self._sink = _CountingSink(self._ctx.__enter__())
-        self._writer = pq.ParquetWriter(self._sink, self.schema, compression="zstd", use_dictionary=True,
-                                        write_statistics=True)
+        self._writer = pq.ParquetWriter(
+            self._sink, self.schema, compression="zstd", use_dictionary=True, write_statistics=True
+        )
         self._uri = uri
         self._rows_in_shard = 0
 
@@ -119,8 +125,15 @@ class ShardWriter:
         self._writer.close()
         self._ctx.__exit__(None, None, None)
         k = len(self.shards)
-        self.shards.append(ShardEntry(shard_id=self.name_for(k), uri=self._uri, rows=self._rows_in_shard,
-                                      bytes=self._sink.tell(), checksum=self._sink.checksum.hexdigest()))
+        self.shards.append(
+            ShardEntry(
+                shard_id=self.name_for(k),
+                uri=self._uri,
+                rows=self._rows_in_shard,
+                bytes=self._sink.tell(),
+                checksum=self._sink.checksum.hexdigest(),
+            )
+        )
         self._writer = self._sink = self._ctx = None
 
     def close(self) -> list[ShardEntry]:

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 try:  # numba is the fast path; without it the pure-Python reference computes the same values
     import numba
     from numba import njit
+
     HAVE_NUMBA = True
 except ImportError:  # pragma: no cover - exercised only where numba is absent
     HAVE_NUMBA = False
@@ -64,17 +65,36 @@ INT_SIGNALS = ("n_chars", "n_words", "n_tokens", "n_lines", "max_line_len", "n_s
 BOOL_SIGNALS = ("has_curly_bracket", "has_lorem_ipsum")
 # Order of the kernel's output matrix (has_lorem_ipsum is computed by pyarrow.compute afterwards).
 _KERNEL_SIGNALS = (
-    "n_chars", "n_words", "n_tokens", "char_token_ratio",
-    "alpha_frac", "alnum_frac", "digit_frac", "whitespace_frac",
-    "mean_word_len", "alpha_word_frac", "n_stop_words", "stop_word_ratio",
-    "hash_word_ratio", "ellipsis_word_ratio",
-    "n_lines", "mean_line_len", "max_line_len",
-    "bullet_line_frac", "ellipsis_line_frac", "terminal_punct_line_frac", "short_line_frac",
-    "dup_line_frac", "dup_line_char_frac", "newline_word_ratio",
-    "dup_para_frac", "dup_para_char_frac",
+    "n_chars",
+    "n_words",
+    "n_tokens",
+    "char_token_ratio",
+    "alpha_frac",
+    "alnum_frac",
+    "digit_frac",
+    "whitespace_frac",
+    "mean_word_len",
+    "alpha_word_frac",
+    "n_stop_words",
+    "stop_word_ratio",
+    "hash_word_ratio",
+    "ellipsis_word_ratio",
+    "n_lines",
+    "mean_line_len",
+    "max_line_len",
+    "bullet_line_frac",
+    "ellipsis_line_frac",
+    "terminal_punct_line_frac",
+    "short_line_frac",
+    "dup_line_frac",
+    "dup_line_char_frac",
+    "newline_word_ratio",
+    "dup_para_frac",
+    "dup_para_char_frac",
     *(f"top_{n}gram_char_frac" for n in TOP_NGRAMS),
     *(f"dup_{n}gram_char_frac" for n in DUP_NGRAMS),
-    "n_sentences", "has_curly_bracket",
+    "n_sentences",
+    "has_curly_bracket",
 )
 SIGNALS = (*_KERNEL_SIGNALS, "has_lorem_ipsum")
 
@@ -434,12 +454,23 @@ if HAVE_NUMBA:
                         cp = ((b0 & 0x1F) << 6) | (data[i + 1] & 0x3F) if i + 1 < s1 else 0xFFFD
                         nbytes = 2
                     elif b0 < 0xF0:
-                        cp = (((b0 & 0x0F) << 12) | ((data[i + 1] & 0x3F) << 6) | (data[i + 2] & 0x3F)
-                              if i + 2 < s1 else 0xFFFD)
+                        cp = (
+                            ((b0 & 0x0F) << 12) | ((data[i + 1] & 0x3F) << 6) | (data[i + 2] & 0x3F)
+                            if i + 2 < s1
+                            else 0xFFFD
+                        )
                         nbytes = 3
                     else:
-                        cp = (((b0 & 0x07) << 18) | ((data[i + 1] & 0x3F) << 12) | ((data[i + 2] & 0x3F) << 6)
-                              | (data[i + 3] & 0x3F)) if i + 3 < s1 else 0xFFFD
+                        cp = (
+                            (
+                                ((b0 & 0x07) << 18)
+                                | ((data[i + 1] & 0x3F) << 12)
+                                | ((data[i + 2] & 0x3F) << 6)
+                                | (data[i + 3] & 0x3F)
+                            )
+                            if i + 3 < s1
+                            else 0xFFFD
+                        )
                         nbytes = 4
                     if cp >= 0x110000:
                         cp = 0xFFFD
@@ -682,7 +713,7 @@ def _as_string_array(texts) -> pa.Array:
 def _buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """Zero-copy views of a large_string array's offsets (sliced) and UTF-8 data."""
     bufs = arr.buffers()
-    offsets = np.frombuffer(bufs[1], dtype=np.int64)[arr.offset:arr.offset + len(arr) + 1]
+    offsets = np.frombuffer(bufs[1], dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(1, np.uint8)
     if data.size == 0:
         data = np.zeros(1, np.uint8)
@@ -730,13 +761,13 @@ class SignalComputer:
 
     def _with_hf_tokens(self, arr: pa.Array, table: pa.Table) -> pa.Table:
         texts = arr.to_pylist()
-        n_tokens = np.array([len(e.ids) for e in self._hf.encode_batch(texts, add_special_tokens=False)],
-                            dtype=np.int64)
+        n_tokens = np.array(
+            [len(e.ids) for e in self._hf.encode_batch(texts, add_special_tokens=False)], dtype=np.int64
+        )
         n_chars = table.column("n_chars").to_numpy()
         ratio = np.divide(n_chars, n_tokens, out=np.zeros(len(texts)), where=n_tokens > 0)
         table = table.set_column(table.schema.get_field_index("n_tokens"), "n_tokens", pa.array(n_tokens))
-        return table.set_column(table.schema.get_field_index("char_token_ratio"), "char_token_ratio",
-                                pa.array(ratio))
+        return table.set_column(table.schema.get_field_index("char_token_ratio"), "char_token_ratio", pa.array(ratio))
 
 
 def compute_signals(texts, config: SignalConfig | dict | None = None) -> pa.Table:
@@ -752,6 +783,7 @@ def warm_up() -> None:
 # --------------------------------------------------------------------------------------------------
 # Pure-Python reference: the same definitions written plainly, per document. The tests hold the kernel
 # to it, and the benchmark reports it as the "pure Python" peer.
+
 
 def _ref_doc(text: str, stop_keys: set[bytes], word_tokenize: Callable[[str], list[str]] | None) -> dict:
     n = len(text)
@@ -804,7 +836,10 @@ def _ref_doc(text: str, stop_keys: set[bytes], word_tokenize: Callable[[str], li
         if c in ".!?" and (k + 1 == n or text[k + 1].isspace()):
             sentences += 1
     r = {
-        "n_chars": n, "n_words": nw, "n_tokens": tokens, "char_token_ratio": frac(n, tokens),
+        "n_chars": n,
+        "n_words": nw,
+        "n_tokens": tokens,
+        "char_token_ratio": frac(n, tokens),
         "alpha_frac": frac(sum(c.isalpha() for c in text), n),
         "alnum_frac": frac(sum(c.isalnum() for c in text), n),
         "digit_frac": frac(sum(c.isdigit() for c in text), n),
@@ -813,41 +848,49 @@ def _ref_doc(text: str, stop_keys: set[bytes], word_tokenize: Callable[[str], li
         "alpha_word_frac": frac(sum(any(c.isalpha() for c in w) for w in words), nw),
     }
     n_stop = sum(1 for w in words if len(w) <= 32 and stop_word_key(w) in stop_keys)
-    r.update({
-        "n_stop_words": n_stop, "stop_word_ratio": frac(n_stop, nw),
-        "hash_word_ratio": frac(text.count("#"), nw), "ellipsis_word_ratio": frac(ellipsis, nw),
-        "n_lines": len(lines), "mean_line_len": frac(sum(map(len, lines)), len(lines)),
-        "max_line_len": max(map(len, lines), default=0),
-        "bullet_line_frac": frac(sum(ln.lstrip()[0] in BULLETS for ln in text_lines), ntl),
-        "ellipsis_line_frac": frac(sum(ln.rstrip().endswith(("...", "…")) for ln in text_lines), ntl),
-        "terminal_punct_line_frac": frac(sum(ln.rstrip()[-1] in TERMINAL_PUNCT for ln in text_lines), ntl),
-        "short_line_frac": frac(sum(len(ln) <= SHORT_LINE_CHARS for ln in text_lines), ntl),
-        "dup_line_frac": frac(dl, ntl), "dup_line_char_frac": frac(dlc, n),
-        "newline_word_ratio": frac(text.count("\n"), nw),
-        "dup_para_frac": frac(dp, len(paras)), "dup_para_char_frac": frac(dpc, n),
-    })
+    r.update(
+        {
+            "n_stop_words": n_stop,
+            "stop_word_ratio": frac(n_stop, nw),
+            "hash_word_ratio": frac(text.count("#"), nw),
+            "ellipsis_word_ratio": frac(ellipsis, nw),
+            "n_lines": len(lines),
+            "mean_line_len": frac(sum(map(len, lines)), len(lines)),
+            "max_line_len": max(map(len, lines), default=0),
+            "bullet_line_frac": frac(sum(ln.lstrip()[0] in BULLETS for ln in text_lines), ntl),
+            "ellipsis_line_frac": frac(sum(ln.rstrip().endswith(("...", "…")) for ln in text_lines), ntl),
+            "terminal_punct_line_frac": frac(sum(ln.rstrip()[-1] in TERMINAL_PUNCT for ln in text_lines), ntl),
+            "short_line_frac": frac(sum(len(ln) <= SHORT_LINE_CHARS for ln in text_lines), ntl),
+            "dup_line_frac": frac(dl, ntl),
+            "dup_line_char_frac": frac(dlc, n),
+            "newline_word_ratio": frac(text.count("\n"), nw),
+            "dup_para_frac": frac(dp, len(paras)),
+            "dup_para_char_frac": frac(dpc, n),
+        }
+    )
     for k in TOP_NGRAMS:
         grams: dict[tuple, int] = {}
         for i in range(nw - k + 1):
-            g = tuple(words[i:i + k])
+            g = tuple(words[i : i + k])
             grams[g] = grams.get(g, 0) + 1
         best = max(((c, sum(map(len, g))) for g, c in grams.items()), default=(0, 0))
         r[f"top_{k}gram_char_frac"] = frac(best[0] * best[1], n)
     for k in DUP_NGRAMS:
         grams = {}
         for i in range(nw - k + 1):
-            g = tuple(words[i:i + k])
+            g = tuple(words[i : i + k])
             grams[g] = grams.get(g, 0) + 1
         covered = [False] * nw
         seen = set()
         for i in range(nw - k + 1):
-            g = tuple(words[i:i + k])
+            g = tuple(words[i : i + k])
             if g in seen:
-                covered[i:i + k] = [True] * k
+                covered[i : i + k] = [True] * k
             seen.add(g)
         r[f"dup_{k}gram_char_frac"] = frac(sum(len(w) for w, c in zip(words, covered) if c), n)
-    r.update({"n_sentences": sentences, "has_curly_bracket": "{" in text,
-              "has_lorem_ipsum": "lorem ipsum" in text.lower()})
+    r.update(
+        {"n_sentences": sentences, "has_curly_bracket": "{" in text, "has_lorem_ipsum": "lorem ipsum" in text.lower()}
+    )
     return r
 
 
@@ -857,8 +900,11 @@ def _dot_runs(text: str) -> list[str]:
     return re.findall(r"\.{3,}", text)
 
 
-def reference_signals(texts: Iterable[str], config: SignalConfig | dict | None = None,
-                      word_tokenize: Callable[[str], list[str]] | None = None) -> pa.Table:
+def reference_signals(
+    texts: Iterable[str],
+    config: SignalConfig | dict | None = None,
+    word_tokenize: Callable[[str], list[str]] | None = None,
+) -> pa.Table:
     """Pure-Python signals with the same definitions (slow; for tests, benchmarks and other tokenizers).
 
     :param word_tokenize: words for the word-level signals; default ``str.split`` (what the kernel does).
@@ -866,6 +912,6 @@ def reference_signals(texts: Iterable[str], config: SignalConfig | dict | None =
     cfg = config if isinstance(config, SignalConfig) else SignalConfig.from_dict(config)
     stop_keys = {stop_word_key(w) for w in cfg.stop_words}
     rows = [_ref_doc(t or "", stop_keys, word_tokenize) for t in texts]
-    return pa.table({name: pa.array([r[name] for r in rows], type=signal_type(name)) for name in SIGNALS},
-                    schema=signals_schema())
-
+    return pa.table(
+        {name: pa.array([r[name] for r in rows], type=signal_type(name)) for name in SIGNALS}, schema=signals_schema()
+    )

@@ -186,8 +186,9 @@ def _host() -> str:
 def _temp_name(path: str) -> str:
     # Host and pid name the writer, so that a later run can tell a dead writer's leftovers from a live one's.
     host = _host()
-    return os.path.join(os.path.dirname(path),
-                        f".{os.path.basename(path)}{_TMP_MARK}{host}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    return os.path.join(
+        os.path.dirname(path), f".{os.path.basename(path)}{_TMP_MARK}{host}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    )
 
 
 def _writer_of(name: str) -> tuple[str, int] | None:

@@ -43,7 +43,8 @@ class CurationHook(BaseHook):
             extra = json.loads(extra)
         lake = extra.get("lake") or conn.host or None
         storage_options: dict[str, dict[str, Any]] = {
-            k: dict(v) for k, v in (extra.get("storage_options") or {}).items()}
+            k: dict(v) for k, v in (extra.get("storage_options") or {}).items()
+        }
         if lake and not storage.is_local(lake) and (conn.login or conn.password):
             opts = storage_options.setdefault(storage.protocol_of(lake), {})
             if conn.login:
@@ -51,9 +52,12 @@ class CurationHook(BaseHook):
             if conn.password:
                 opts.setdefault("secret", conn.password)
         backend = extra.get("backend") or extra.get("extra__curation__backend") or None
-        return {"lake": lake, "backend": backend,
-                "backend_options": dict(extra.get("backend_options") or {}),
-                "storage_options": storage_options}
+        return {
+            "lake": lake,
+            "backend": backend,
+            "backend_options": dict(extra.get("backend_options") or {}),
+            "storage_options": storage_options,
+        }
 
     @staticmethod
     def job_env(storage_options: dict[str, dict[str, Any]]) -> dict[str, str]:

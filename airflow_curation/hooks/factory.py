@@ -63,8 +63,12 @@ def curation_settings(curation_conn_id: str | None) -> CurationSettings:
         # must then say everything (the operator says what is missing).
         log.info("No connection %r: lake, backend and storage come from the task's arguments", curation_conn_id)
         return CurationSettings()
-    return CurationSettings(lake=conf["lake"], backend=conf["backend"], backend_options=conf["backend_options"],
-                            storage_options=conf["storage_options"])
+    return CurationSettings(
+        lake=conf["lake"],
+        backend=conf["backend"],
+        backend_options=conf["backend_options"],
+        storage_options=conf["storage_options"],
+    )
 
 
 def scope_storage(settings: CurationSettings, lake_root: str | None) -> None:
@@ -84,8 +88,9 @@ def scope_storage(settings: CurationSettings, lake_root: str | None) -> None:
         storage.register_options(root, options)
 
 
-def lake_root_for(manifest_uri: str, job: Mapping[str, Any] | None = None,
-                  settings: CurationSettings | None = None) -> str:
+def lake_root_for(
+    manifest_uri: str, job: Mapping[str, Any] | None = None, settings: CurationSettings | None = None
+) -> str:
     """The storage scope of a gate on ``manifest_uri``: the job's lake, else the connection's lake when
     the manifest is in it, else the manifest's dataset folder (which holds its checkpoints)."""
     if job and job.get("lake_root"):
@@ -102,8 +107,12 @@ def connection_ids(options: Mapping[str, Any]) -> dict[str, str]:
     return {k: options[k] for k in CONN_ID_OPTIONS if options.get(k)}
 
 
-def backend_for(name: str, options: Mapping[str, Any] | None = None, *,
-                storage_options: Mapping[str, Mapping[str, Any]] | None = None) -> Backend:
+def backend_for(
+    name: str,
+    options: Mapping[str, Any] | None = None,
+    *,
+    storage_options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Backend:
     """Build backend ``name`` from plain options, resolving the connections they name.
 
     :param name: ``local``, ``slurm``, ``kubernetes``, ``ray``.

@@ -69,14 +69,16 @@ class AsyncCurationKubernetesHook(AsyncKubernetesHook):
             try:
                 if handle["kind"] == "Job":
                     obj = await async_client.BatchV1Api(api).read_namespaced_job_status(
-                        handle.get("main") or handle["name"], handle["namespace"])
+                        handle.get("main") or handle["name"], handle["namespace"]
+                    )
                     obj = api.sanitize_for_serialization(obj)
                 else:
                     from airflow_curation.backends.kubernetes import _crd
 
                     group, version, plural = _crd(handle["kind"])
                     obj = await async_client.CustomObjectsApi(api).get_namespaced_custom_object(
-                        group, version, handle["namespace"], plural, handle.get("main") or handle["name"])
+                        group, version, handle["namespace"], plural, handle.get("main") or handle["name"]
+                    )
             except ApiException as e:
                 if e.status == 404:
                     return JobStatus(JobState.UNKNOWN, f"{handle['kind']} {handle['name']} not found")

@@ -27,9 +27,22 @@ def _flag(value: Any) -> bool:
 
 # Connection extra fields -> SlurmBackend options (and how to coerce them from the form's strings).
 EXTRA_FIELDS: dict[str, Any] = {
-    "partition": str, "account": str, "qos": str, "time_limit": str, "mem": str, "sbatch_options": str,
-    "work_dir": str, "python": str, "cpus_per_task": int, "shard_groups": int, "array_parallelism": int,
-    "max_resubmits": int, "nodes": int, "ntasks": int, "engine": str, "collect_time_limit": str,
+    "partition": str,
+    "account": str,
+    "qos": str,
+    "time_limit": str,
+    "mem": str,
+    "sbatch_options": str,
+    "work_dir": str,
+    "python": str,
+    "cpus_per_task": int,
+    "shard_groups": int,
+    "array_parallelism": int,
+    "max_resubmits": int,
+    "nodes": int,
+    "ntasks": int,
+    "engine": str,
+    "collect_time_limit": str,
     "remote_work_dir": _flag,
 }
 
@@ -94,8 +107,11 @@ class SlurmHook(BaseHook):
         if conn.host:
             # Connections made before the login node became an ssh connection: same fields, same keys
             # (~/.ssh, the agent), host keys from known_hosts; through the SSH provider all the same.
-            log.warning("connection %s: SSH host/login/port on a slurm connection are deprecated; name an "
-                        "ssh connection in the extra field ssh_conn_id", self.slurm_conn_id)
+            log.warning(
+                "connection %s: SSH host/login/port on a slurm connection are deprecated; name an "
+                "ssh connection in the extra field ssh_conn_id",
+                self.slurm_conn_id,
+            )
             return SSHHook(remote_host=conn.host, username=conn.login or None, port=conn.port or None)
         return None
 

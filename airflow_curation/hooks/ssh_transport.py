@@ -35,8 +35,9 @@ class SSHTransport:
     def host(self) -> str:
         return str(self.hook.remote_host)
 
-    def run(self, argv: Sequence[str], data: bytes | None = None,
-            timeout: float | None = None) -> subprocess.CompletedProcess:
+    def run(
+        self, argv: Sequence[str], data: bytes | None = None, timeout: float | None = None
+    ) -> subprocess.CompletedProcess:
         """Run ``argv`` on the login node.
 
         :param argv: the command and its arguments (each one literal: quoted for the remote shell).
@@ -61,8 +62,9 @@ class SSHTransport:
                 raise ConnectionError(f"ssh {self.host}: {e}") from e
 
     @staticmethod
-    def _exchange(channel: Any, argv: Sequence[str], command: str, data: bytes | None,
-                  timeout: float | None) -> subprocess.CompletedProcess:
+    def _exchange(
+        channel: Any, argv: Sequence[str], command: str, data: bytes | None, timeout: float | None
+    ) -> subprocess.CompletedProcess:
         deadline = None if timeout is None else time.monotonic() + timeout
         channel.exec_command(command)
         channel.settimeout(timeout)

@@ -11,5 +11,13 @@ from airflow_curation.jobs.cli import group_result_uri, main, run_spec
 from airflow_curation.jobs.result import EXIT_BAD_SPEC, EXIT_OK, EXIT_STAGE_FAILED, JobResult
 from airflow_curation.jobs.spec import JobSpec
 
-__all__ = ["EXIT_BAD_SPEC", "EXIT_OK", "EXIT_STAGE_FAILED", "JobResult", "JobSpec", "group_result_uri", "main",
-           "run_spec"]
+__all__ = [
+    "EXIT_BAD_SPEC",
+    "EXIT_OK",
+    "EXIT_STAGE_FAILED",
+    "JobResult",
+    "JobSpec",
+    "group_result_uri",
+    "main",
+    "run_spec",
+]

@@ -40,8 +40,11 @@ def run_spec(spec: JobSpec, shard_group: tuple[int, int] | None = None, collect:
 
     stage = stage_class(spec.stage)(spec.lake_obj, spec.config, spec.run_id)
     manifest = StageRunner(stage).run(shard_group=shard_group, collect=collect)
-    result = {**manifest.summary(stage.manifest_uri), "accounting": manifest.accounting,
-              "fingerprint": manifest.fingerprint}
+    result = {
+        **manifest.summary(stage.manifest_uri),
+        "accounting": manifest.accounting,
+        "fingerprint": manifest.fingerprint,
+    }
     if shard_group is not None:
         result["group"] = f"{shard_group[0]}/{shard_group[1]}"
     return result
@@ -79,12 +82,22 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("spec", help="path or URL of the job spec JSON")
     for sp in (run, collect):
         sp.add_argument("--result", help="write the JobResult JSON here ({group}: the group's index)")
-        sp.add_argument("--scheduler-address", metavar="ADDRESS",
-                        help="run on this Dask cluster (e.g. the one a Slurm allocation started)")
-    run.add_argument("--group", "--shard-group", dest="group", type=_group, metavar="I/N",
-                     help="run only units I::N of the plan (one task of an array or an Indexed Job)")
-    run.add_argument("--pick", type=_pick, metavar="G0,G1,...",
-                     help="I indexes this list of groups (a relaunch of only some groups)")
+        sp.add_argument(
+            "--scheduler-address",
+            metavar="ADDRESS",
+            help="run on this Dask cluster (e.g. the one a Slurm allocation started)",
+        )
+    run.add_argument(
+        "--group",
+        "--shard-group",
+        dest="group",
+        type=_group,
+        metavar="I/N",
+        help="run only units I::N of the plan (one task of an array or an Indexed Job)",
+    )
+    run.add_argument(
+        "--pick", type=_pick, metavar="G0,G1,...", help="I indexes this list of groups (a relaunch of only some groups)"
+    )
     collect.add_argument("--wait-groups", type=int, metavar="N", help="first wait for N group results")
     collect.add_argument("--group-results", metavar="DIR", help="where the groups write group-<i>.json")
     collect.add_argument("--timeout", type=float, default=7 * 86400.0, help="longest wait for the groups (s)")
@@ -104,8 +117,9 @@ def _wait_for_groups(folder: str, groups: int, timeout: float, poll: float) -> N
             log.info("all %d groups reported", groups)
             return
         if time.monotonic() >= deadline:
-            log.warning("gave up waiting for groups %s after %.0fs; their unfinished units count as failed",
-                        missing, timeout)
+            log.warning(
+                "gave up waiting for groups %s after %.0fs; their unfinished units count as failed", missing, timeout
+            )
             return
         if missing != reported:
             log.info("waiting for groups %s of %d", missing, groups)
@@ -115,8 +129,7 @@ def _wait_for_groups(folder: str, groups: int, timeout: float, poll: float) -> N
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     started = time.time()
     kind = "collect" if args.command == "collect" else ("group" if getattr(args, "group", None) else "run")
     result_uri = getattr(args, "result", None)
@@ -151,13 +164,25 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001
         # The job log and the result file are read by others: secrets masked, bounded.
         print(redact.scrub(traceback.format_exc(), limit=redact.TRACEBACK_LIMIT), file=sys.stderr)
-        JobResult(kind, "failed", EXIT_STAGE_FAILED, group=label, manifest_uri=spec.manifest_uri,
-                  error=redact.scrub(f"{type(e).__name__}: {e}", limit=redact.TRACEBACK_LIMIT),
-                  seconds=time.time() - started).write(result_uri)
+        JobResult(
+            kind,
+            "failed",
+            EXIT_STAGE_FAILED,
+            group=label,
+            manifest_uri=spec.manifest_uri,
+            error=redact.scrub(f"{type(e).__name__}: {e}", limit=redact.TRACEBACK_LIMIT),
+            seconds=time.time() - started,
+        ).write(result_uri)
         return EXIT_STAGE_FAILED
     summary.pop("group", None)
-    result = JobResult(kind, "succeeded", EXIT_OK, group=label, seconds=time.time() - started,
-                       **{k: v for k, v in summary.items() if k in JobResult.__dataclass_fields__})
+    result = JobResult(
+        kind,
+        "succeeded",
+        EXIT_OK,
+        group=label,
+        seconds=time.time() - started,
+        **{k: v for k, v in summary.items() if k in JobResult.__dataclass_fields__},
+    )
     result.write(result_uri)
     print(json.dumps(result.to_dict(), sort_keys=True))
     return EXIT_OK

@@ -43,5 +43,7 @@ def collect_args(spec: str, result: Arg, wait: tuple[str, int, float] | None = N
 
 def render(args: Sequence[Arg], placeholders: dict[Any, str]) -> list[str]:
     """Arguments as plain strings, each placeholder replaced by its text."""
-    return ["".join(placeholders.get(p, p) if not isinstance(p, str) else p for p in
-                    (a if isinstance(a, tuple) else (a,))) for a in args]
+    return [
+        "".join(placeholders.get(p, p) if not isinstance(p, str) else p for p in (a if isinstance(a, tuple) else (a,)))
+        for a in args
+    ]

@@ -103,19 +103,19 @@ class Progress:
         """Every unit is accounted for (checkpointed, or failed within the budget) and the run has
         written its final manifest: a stage's global step (dedup's components, ingest's clean-up) and
         the collect step of a Slurm array or Kubernetes sweep run after the last unit."""
-        return self.manifest_status == "complete" and self.done + self.failed >= self.total \
-            and not self.over_budget
+        return self.manifest_status == "complete" and self.done + self.failed >= self.total and not self.over_budget
 
     def line(self) -> str:
         if self.manifest_status == "missing":
             return f"waiting for the manifest {self.manifest_uri} (the job has not planned its units yet)"
-        return (f"{self.stage or '?'}: {self.done}/{self.total} units checkpointed, {self.failed} failed "
-                f"(budget {self.allowed_failures}), {self.rows} rows in {self.shards} shards")
+        return (
+            f"{self.stage or '?'}: {self.done}/{self.total} units checkpointed, {self.failed} failed "
+            f"(budget {self.allowed_failures}), {self.rows} rows in {self.shards} shards"
+        )
 
     def summary(self) -> dict[str, Any]:
         """What XCom carries: a pointer and counts."""
-        return {"manifest_uri": self.manifest_uri, "shards": self.shards, "rows": self.rows,
-                "bytes": self.bytes}
+        return {"manifest_uri": self.manifest_uri, "shards": self.shards, "rows": self.rows, "bytes": self.bytes}
 
 
 class CheckpointWatcher:
@@ -131,8 +131,9 @@ class CheckpointWatcher:
     # Clocks of the Airflow worker and of the job's machine may differ a little.
     CLOCK_SLACK_S = 5.0
 
-    def __init__(self, manifest_uri: str, max_failed_fraction: float | None = None,
-                 not_before: float | None = None) -> None:
+    def __init__(
+        self, manifest_uri: str, max_failed_fraction: float | None = None, not_before: float | None = None
+    ) -> None:
         self.manifest_uri = manifest_uri
         self.max_failed_fraction = max_failed_fraction
         self.not_before = not_before
@@ -190,9 +191,11 @@ class CheckpointWatcher:
                 continue  # a unit of another run with the same config
             rec = store.is_done(unit_id, unit.input_checksum, manifest.fingerprint)
             if rec is not None:
-                self._verified[unit_id] = {"rows": sum(o.get("rows", 0) for o in rec.outputs),
-                                           "bytes": sum(o.get("bytes", 0) for o in rec.outputs),
-                                           "shards": len(rec.outputs)}
+                self._verified[unit_id] = {
+                    "rows": sum(o.get("rows", 0) for o in rec.outputs),
+                    "bytes": sum(o.get("bytes", 0) for o in rec.outputs),
+                    "shards": len(rec.outputs),
+                }
                 self.new_units[unit_id] = {**self._verified[unit_id], "accounting": rec.accounting}
         failed = []
         for unit_id in sorted(failed_ids & set(units)):
@@ -204,11 +207,19 @@ class CheckpointWatcher:
                 failed.append(unit_id)
         verified = [v for k, v in self._verified.items() if k in units]
         return Progress(
-            manifest_uri=self.manifest_uri, stage=manifest.stage, total=len(units), done=len(verified),
-            failed=len(failed), allowed_failures=allowed_failures(budget, len(units)),
-            rows=sum(v["rows"] for v in verified), bytes=sum(v["bytes"] for v in verified),
-            shards=sum(v["shards"] for v in verified), manifest_status=manifest.status,
-            failed_units=failed, books=self._check_books(manifest) if manifest.status == "complete" else None)
+            manifest_uri=self.manifest_uri,
+            stage=manifest.stage,
+            total=len(units),
+            done=len(verified),
+            failed=len(failed),
+            allowed_failures=allowed_failures(budget, len(units)),
+            rows=sum(v["rows"] for v in verified),
+            bytes=sum(v["bytes"] for v in verified),
+            shards=sum(v["shards"] for v in verified),
+            manifest_status=manifest.status,
+            failed_units=failed,
+            books=self._check_books(manifest) if manifest.status == "complete" else None,
+        )
 
 
 def _version(uri: str) -> tuple | None:
@@ -218,6 +229,10 @@ def _version(uri: str) -> tuple | None:
         info = fs.info(path)
     except (FileNotFoundError, OSError):
         return None
-    version = (info.get("size"), info.get("mtime") or info.get("LastModified") or info.get("updated"),
-               info.get("ETag") or info.get("etag"), info.get("ino"))
+    version = (
+        info.get("size"),
+        info.get("mtime") or info.get("LastModified") or info.get("updated"),
+        info.get("ETag") or info.get("etag"),
+        info.get("ino"),
+    )
     return version if any(v is not None for v in version[1:]) else None

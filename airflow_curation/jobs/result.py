@@ -53,8 +53,9 @@ class JobResult:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "JobResult":
         if d.get("result_version") != RESULT_VERSION:
-            raise ValueError(f"job result version {d.get('result_version')!r} not supported "
-                             f"(expected {RESULT_VERSION})")
+            raise ValueError(
+                f"job result version {d.get('result_version')!r} not supported (expected {RESULT_VERSION})"
+            )
         if d.get("kind") not in KINDS or d.get("status") not in ("succeeded", "failed"):
             raise ValueError(f"job result with kind {d.get('kind')!r}, status {d.get('status')!r}")
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})

@@ -75,21 +75,36 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
     # Arguments renamed with the stage settings (old -> new): refused with the new name.
     renamed_params: dict[str, str] = {}
     external_id_key = "curation_job"
-    template_fields: Sequence[str] = ("lake", "dataset", "snapshot", "config", "backend", "backend_options",
-                                      "run_id")
+    template_fields: Sequence[str] = ("lake", "dataset", "snapshot", "config", "backend", "backend_options", "run_id")
     template_fields_renderers = {"config": "json", "backend_options": "json"}
     operator_extra_links = (CurationManifestLink(), CurationJobLogLink())
     ui_color = "#e8f4e8"
 
-    def __init__(self, *, dataset: str, lake: str | None = None, snapshot: str | None = None,
-                 config: dict[str, Any] | None = None, stage: str | None = None, backend: str | None = None,
-                 backend_options: dict[str, Any] | None = None, curation_conn_id: str | None = None,
-                 run_id: str | None = None, wait: bool = True, deferrable: bool = True, durable: bool = True,
-                 poll_interval: float = 5.0, lease_wait_s: float = 6 * 3600.0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        dataset: str,
+        lake: str | None = None,
+        snapshot: str | None = None,
+        config: dict[str, Any] | None = None,
+        stage: str | None = None,
+        backend: str | None = None,
+        backend_options: dict[str, Any] | None = None,
+        curation_conn_id: str | None = None,
+        run_id: str | None = None,
+        wait: bool = True,
+        deferrable: bool = True,
+        durable: bool = True,
+        poll_interval: float = 5.0,
+        lease_wait_s: float = 6 * 3600.0,
+        **kwargs: Any,
+    ) -> None:
         renamed = sorted(set(kwargs) & set(self.renamed_params))
         if renamed:
-            raise TypeError(f"{type(self).__name__}: " + "; ".join(
-                f"argument {k!r} was renamed to {self.renamed_params[k]!r}" for k in renamed))
+            raise TypeError(
+                f"{type(self).__name__}: "
+                + "; ".join(f"argument {k!r} was renamed to {self.renamed_params[k]!r}" for k in renamed)
+            )
         # Each key of the returned dict is also its own XCom, so that ``op.output["manifest_uri"]`` works.
         kwargs.setdefault("multiple_outputs", True)
         super().__init__(durable=durable, **kwargs)
@@ -139,8 +154,10 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         settings = self._settings()
         root = self.lake or settings.lake
         if not root:
-            raise AirflowFailException(f"{self.task_id}: no lake given (the task's `lake`, or the lake of the "
-                                       f"connection {self.curation_conn_id!r})")
+            raise AirflowFailException(
+                f"{self.task_id}: no lake given (the task's `lake`, or the lake of the "
+                f"connection {self.curation_conn_id!r})"
+            )
         lake = Lake(root=str(root), dataset=self.dataset, snapshot=self.snapshot or None)
         # This process reads the lake too (results, input manifests): with the connection's options.
         scope_storage(settings, lake.root)
@@ -156,8 +173,7 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         settings = self._settings()
         name = self.backend or settings.backend or "local"
         options = {**settings.backend_options, **self.backend_options}
-        if name == "local" and "work_dir" not in options and spec is not None \
-                and storage.is_local(spec.lake["root"]):
+        if name == "local" and "work_dir" not in options and spec is not None and storage.is_local(spec.lake["root"]):
             # Job folders (spec, log, result) next to the data they produced, under the lake's _jobs/.
             options["work_dir"] = spec.lake_obj.jobs_dir(spec.run_id, spec.stage)
         self._backend = backend_for(name, options, storage_options=settings.storage_options)
@@ -177,12 +193,22 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         # What reconnecting needs besides the handle: which backend, with which options and connection
         # ids (resolved again where the job is followed). The job's environment may hold storage
         # secrets: it is not needed to poll, log or cancel.
-        handle = {**handle, "backend": backend.name,
-                  "backend_options": handle_options(backend, self._backend_options),
-                  "curation_conn_id": self.curation_conn_id, "lake_root": spec.lake["root"],
-                  "manifest_uri": handle.get("manifest_uri", spec.manifest_uri), "submitted_at": time.time()}
-        self.log.info("Submitted %s job %s to %s backend; manifest %s", self.stage,
-                      handle.get("job_id"), backend.name, handle["manifest_uri"])
+        handle = {
+            **handle,
+            "backend": backend.name,
+            "backend_options": handle_options(backend, self._backend_options),
+            "curation_conn_id": self.curation_conn_id,
+            "lake_root": spec.lake["root"],
+            "manifest_uri": handle.get("manifest_uri", spec.manifest_uri),
+            "submitted_at": time.time(),
+        }
+        self.log.info(
+            "Submitted %s job %s to %s backend; manifest %s",
+            self.stage,
+            handle.get("job_id"),
+            backend.name,
+            handle["manifest_uri"],
+        )
         self._remember(handle, context)
         return handle
 
@@ -229,10 +255,17 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
             time.sleep(self.poll_interval)
 
     def _defer(self, handle: dict[str, Any], log_offset: int = 0) -> None:
-        self.defer(trigger=StageJobTrigger(backend=handle["backend"], backend_options=handle.get("backend_options", {}),
-                                           handle=handle, poll_interval=self.poll_interval, log_offset=log_offset,
-                                           curation_conn_id=handle.get("curation_conn_id")),
-                   method_name="execute_complete")
+        self.defer(
+            trigger=StageJobTrigger(
+                backend=handle["backend"],
+                backend_options=handle.get("backend_options", {}),
+                handle=handle,
+                poll_interval=self.poll_interval,
+                log_offset=log_offset,
+                curation_conn_id=handle.get("curation_conn_id"),
+            ),
+            method_name="execute_complete",
+        )
 
     def _settle(self, handle: dict[str, Any], status: JobStatus, context: Any) -> dict[str, Any] | None:
         """The job has ended: relaunch its unfinished groups when the backend calls the failure retryable
@@ -243,10 +276,15 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         new = self._backend.settle(handle, status)
         if new is None:
             return None
-        new = {**new, "backend": handle["backend"], "backend_options": handle.get("backend_options", {}),
-               "submitted_at": handle.get("submitted_at")}
-        self.log.info("Job %s failed (%s); relaunched as attempt %s", handle.get("job_id"), status.message,
-                      new.get("attempt"))
+        new = {
+            **new,
+            "backend": handle["backend"],
+            "backend_options": handle.get("backend_options", {}),
+            "submitted_at": handle.get("submitted_at"),
+        }
+        self.log.info(
+            "Job %s failed (%s); relaunched as attempt %s", handle.get("job_id"), status.message, new.get("attempt")
+        )
         store = context.get("task_state_store") if hasattr(context, "get") else None
         if store is not None and self.durable:
             store.set(self.external_id_key, new)  # a retry reconnects to the new attempt
@@ -263,15 +301,20 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         """Resumed from the trigger: the job has ended; relaunch it (and defer again) or finish."""
         self._remember(event["handle"], context)
-        status = JobStatus(JobState(event["status"]), event.get("message", ""), event.get("result"),
-                           retryable=bool(event.get("retryable")))
+        status = JobStatus(
+            JobState(event["status"]),
+            event.get("message", ""),
+            event.get("result"),
+            retryable=bool(event.get("retryable")),
+        )
         relaunched = self._settle(event["handle"], status, context)
         if relaunched is not None:
             self._defer(relaunched, log_offset=int(event.get("log_offset") or 0))
         return self._finish(status.state.value, status.message, status.result, event["handle"])
 
-    def _finish(self, state: str, message: str, result: dict[str, Any] | None,
-                handle: dict[str, Any]) -> dict[str, Any]:
+    def _finish(
+        self, state: str, message: str, result: dict[str, Any] | None, handle: dict[str, Any]
+    ) -> dict[str, Any]:
         if state != JobState.SUCCEEDED.value:
             tail = ""
             try:

@@ -26,17 +26,35 @@ class DedupOperator(CurationStageOperator):
     """
 
     stage = "dedup"
-    settings_params = ("input_manifest", "threshold", "num_perm", "ngram", "verify", "mapper", "scheduler_address",
-                       "memory_budget", "max_failed_fraction")
+    settings_params = (
+        "input_manifest",
+        "threshold",
+        "num_perm",
+        "ngram",
+        "verify",
+        "mapper",
+        "scheduler_address",
+        "memory_budget",
+        "max_failed_fraction",
+    )
     renamed_params = {"engine": "mapper"}
     template_fields: Sequence[str] = (*CurationStageOperator.template_fields, *settings_params)
     ui_color = "#e8f0f8"
 
-    def __init__(self, *, input_manifest: str, threshold: float | str | None = None,
-                 num_perm: int | str | None = None, ngram: int | str | None = None,
-                 verify: bool | str | None = None, mapper: str | None = None, scheduler_address: str | None = None,
-                 memory_budget: int | str | None = None, max_failed_fraction: float | str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        input_manifest: str,
+        threshold: float | str | None = None,
+        num_perm: int | str | None = None,
+        ngram: int | str | None = None,
+        verify: bool | str | None = None,
+        mapper: str | None = None,
+        scheduler_address: str | None = None,
+        memory_budget: int | str | None = None,
+        max_failed_fraction: float | str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.input_manifest = input_manifest
         self.threshold = threshold

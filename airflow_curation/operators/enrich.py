@@ -47,19 +47,44 @@ class EnrichOperator(CurationStageOperator):
     """
 
     stage = "enrich"
-    settings_params = ("input_manifest", "task", "model", "name", "model_runtime", "mapper", "ray_address",
-                       "batch_size", "replicas", "gpus_per_replica", "tensor_parallel_size", "max_failed_fraction")
+    settings_params = (
+        "input_manifest",
+        "task",
+        "model",
+        "name",
+        "model_runtime",
+        "mapper",
+        "ray_address",
+        "batch_size",
+        "replicas",
+        "gpus_per_replica",
+        "tensor_parallel_size",
+        "max_failed_fraction",
+    )
     renamed_params = {"engine": "model_runtime", "engine_executor": "mapper"}
     template_fields: Sequence[str] = (*CurationStageOperator.template_fields, *settings_params, "ray_dashboard_url")
     operator_extra_links = (*CurationStageOperator.operator_extra_links, RayDashboardLink())
     ui_color = "#f3e8f8"
 
-    def __init__(self, *, input_manifest: str, task: str, model: str, name: str | None = None,
-                 model_runtime: str | None = None, mapper: str | None = None, ray_address: str | None = None,
-                 ray_dashboard_url: str | None = None, batch_size: int | str | None = None,
-                 replicas: int | str | None = None, gpus_per_replica: float | str | None = None,
-                 tensor_parallel_size: int | str | None = None, max_failed_fraction: float | str | None = None,
-                 skip_without_model: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        input_manifest: str,
+        task: str,
+        model: str,
+        name: str | None = None,
+        model_runtime: str | None = None,
+        mapper: str | None = None,
+        ray_address: str | None = None,
+        ray_dashboard_url: str | None = None,
+        batch_size: int | str | None = None,
+        replicas: int | str | None = None,
+        gpus_per_replica: float | str | None = None,
+        tensor_parallel_size: int | str | None = None,
+        max_failed_fraction: float | str | None = None,
+        skip_without_model: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.input_manifest = input_manifest
         self.task = task

@@ -47,9 +47,17 @@ class IngestOperator(CurationStageOperator):
     settings_params = ("inputs", "text_field", "max_failed_fraction")
     template_fields: Sequence[str] = (*CurationStageOperator.template_fields, *settings_params)
 
-    def __init__(self, *, inputs: str | list[str], dataset: str, lake: str | None = None,
-                 snapshot: str | None = None, text_field: str | None = None,
-                 max_failed_fraction: float | str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        inputs: str | list[str],
+        dataset: str,
+        lake: str | None = None,
+        snapshot: str | None = None,
+        text_field: str | None = None,
+        max_failed_fraction: float | str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(dataset=dataset, lake=lake, snapshot=snapshot, **kwargs)
         self.inputs = inputs
         self.text_field = text_field
@@ -67,6 +75,8 @@ class IngestOperator(CurationStageOperator):
     def build_config(self, context: Any) -> dict[str, Any]:
         config = super().build_config(context)
         if not config.get("inputs"):
-            raise AirflowFailException(f"{self.task_id}: no input given (in curation_pipeline: the run's `input` "
-                                       "param or the Airflow Variable `curation_input`)")
+            raise AirflowFailException(
+                f"{self.task_id}: no input given (in curation_pipeline: the run's `input` "
+                "param or the Airflow Variable `curation_input`)"
+            )
         return config

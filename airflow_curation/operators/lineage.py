@@ -34,8 +34,14 @@ def partition_of(manifest_uri: str) -> str:
     return manifest_uri.rsplit("/_manifests/", 1)[0]
 
 
-def stage_datasets(stage: str, manifest_uri: str, *, inputs: list[str] | None = None,
-                   input_manifest: str | None = None, output_name: str | None = None) -> tuple[list[str], list[str]]:
+def stage_datasets(
+    stage: str,
+    manifest_uri: str,
+    *,
+    inputs: list[str] | None = None,
+    input_manifest: str | None = None,
+    output_name: str | None = None,
+) -> tuple[list[str], list[str]]:
     """The URIs a stage run reads and writes.
 
     :param stage: the stage's name.
@@ -69,9 +75,13 @@ class StageLineageMixin:
         output_name = None
         if self.stage == "enrich":
             output_name = f"enrich-{getattr(self, 'name', None) or getattr(self, 'task', None) or 'enrich'}"
-        return stage_datasets(self.stage, manifest_uri, inputs=inputs or None,
-                              input_manifest=getattr(self, "input_manifest", None) or None,
-                              output_name=output_name)
+        return stage_datasets(
+            self.stage,
+            manifest_uri,
+            inputs=inputs or None,
+            input_manifest=getattr(self, "input_manifest", None) or None,
+            output_name=output_name,
+        )
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Inputs and outputs of the stage run this task launched (none when it launched nothing)."""
@@ -82,5 +92,6 @@ class StageLineageMixin:
         if uris is None:
             return OperatorLineage()
         read, written = uris
-        return OperatorLineage(inputs=[InputDataset(*ol_name(u)) for u in read],
-                               outputs=[OutputDataset(*ol_name(u)) for u in written])
+        return OperatorLineage(
+            inputs=[InputDataset(*ol_name(u)) for u in read], outputs=[OutputDataset(*ol_name(u)) for u in written]
+        )

@@ -25,15 +25,31 @@ class PreprocessOperator(CurationStageOperator):
     """
 
     stage = "preprocess"
-    settings_params = ("input_manifest", "preset", "rules", "mapper", "scheduler_address", "workers",
-                       "max_failed_fraction")
+    settings_params = (
+        "input_manifest",
+        "preset",
+        "rules",
+        "mapper",
+        "scheduler_address",
+        "workers",
+        "max_failed_fraction",
+    )
     renamed_params = {"engine": "mapper"}
     template_fields: Sequence[str] = (*CurationStageOperator.template_fields, *settings_params)
     ui_color = "#e8eef8"
 
-    def __init__(self, *, input_manifest: str, preset: str | None = None, rules: list[dict] | None = None,
-                 mapper: str | None = None, scheduler_address: str | None = None, workers: int | str | None = None,
-                 max_failed_fraction: float | str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        input_manifest: str,
+        preset: str | None = None,
+        rules: list[dict] | None = None,
+        mapper: str | None = None,
+        scheduler_address: str | None = None,
+        workers: int | str | None = None,
+        max_failed_fraction: float | str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.input_manifest = input_manifest
         self.preset = preset

@@ -11,13 +11,14 @@ from __future__ import annotations
 from airflow.sdk import ExceptionRetryPolicy, RetryAction, RetryRule
 
 #: Exceptions that mean "the configuration or the data is wrong": retrying cannot help.
-CONFIG_ERRORS: list[str] = [
-    "builtins.ValueError",
-    "builtins.TypeError",
-    "builtins.FileNotFoundError",
-]
+CONFIG_ERRORS: list[str] = ["builtins.ValueError", "builtins.TypeError", "builtins.FileNotFoundError"]
 
-CONFIG_ERRORS_FAIL = ExceptionRetryPolicy(rules=[
-    RetryRule(exception=CONFIG_ERRORS, action=RetryAction.FAIL,
-              reason="a configuration or input error: retrying cannot fix it"),
-])
+CONFIG_ERRORS_FAIL = ExceptionRetryPolicy(
+    rules=[
+        RetryRule(
+            exception=CONFIG_ERRORS,
+            action=RetryAction.FAIL,
+            reason="a configuration or input error: retrying cannot fix it",
+        )
+    ]
+)

@@ -41,19 +41,36 @@ class ValidateOperator(CurationStageOperator):
     """
 
     stage = "validate"
-    settings_params = ("checks", "checks_file", "query_engine", "min_rows", "max_null_rate", "max_duplicate_rate",
-                       "min_kept_fraction", "signal_bounds")
+    settings_params = (
+        "checks",
+        "checks_file",
+        "query_engine",
+        "min_rows",
+        "max_null_rate",
+        "max_duplicate_rate",
+        "min_kept_fraction",
+        "signal_bounds",
+    )
     renamed_params = {"engine": "query_engine"}
     template_fields: Sequence[str] = (*CurationStageOperator.template_fields, "input_manifest", *settings_params)
     operator_extra_links = (*CurationStageOperator.operator_extra_links, CurationReportLink())
     ui_color = "#fdf1d6"
 
-    def __init__(self, *, input_manifest: str | None = None, input_task_id: str | list[str] | None = None,
-                 checks: list[dict[str, Any]] | str | None = None, checks_file: str | None = None,
-                 query_engine: str | None = None, min_rows: int | str | None = None,
-                 max_null_rate: float | str | None = None, max_duplicate_rate: float | str | None = None,
-                 min_kept_fraction: float | str | None = None,
-                 signal_bounds: dict[str, dict[str, Any]] | str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        input_manifest: str | None = None,
+        input_task_id: str | list[str] | None = None,
+        checks: list[dict[str, Any]] | str | None = None,
+        checks_file: str | None = None,
+        query_engine: str | None = None,
+        min_rows: int | str | None = None,
+        max_null_rate: float | str | None = None,
+        max_duplicate_rate: float | str | None = None,
+        min_kept_fraction: float | str | None = None,
+        signal_bounds: dict[str, dict[str, Any]] | str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.input_manifest = input_manifest
         self.input_task_id = input_task_id
@@ -71,8 +88,10 @@ class ValidateOperator(CurationStageOperator):
         if not manifest and self.input_task_id:
             manifest = _upstream_manifest(context["ti"], self.input_task_id)
         if not manifest:
-            raise AirflowFailException(f"{self.task_id}: no manifest to validate (input_manifest empty, and no "
-                                       f"upstream task of {self.input_task_id!r} succeeded with one)")
+            raise AirflowFailException(
+                f"{self.task_id}: no manifest to validate (input_manifest empty, and no "
+                f"upstream task of {self.input_task_id!r} succeeded with one)"
+            )
         return {**super().build_config(context), "input_manifest": manifest}
 
     def execute(self, context: Any) -> dict[str, Any]:
@@ -92,27 +111,43 @@ class ValidateOperator(CurationStageOperator):
         except (FileNotFoundError, ValueError):
             return None, json_uri, html_uri
 
-    def _finish(self, state: str, message: str, result: dict[str, Any] | None,
-                handle: dict[str, Any]) -> dict[str, Any]:
+    def _finish(
+        self, state: str, message: str, result: dict[str, Any] | None, handle: dict[str, Any]
+    ) -> dict[str, Any]:
         report, json_uri, html_uri = self._report(handle)
         context = getattr(self, "_context", None)
         checks_failed = any("ValidationFailed" in str(m) for m in (message, (result or {}).get("error")))
         # Only a report this job wrote counts: a job that crashed may have left an older one behind.
         fresh = report is not None and (state == JobState.SUCCEEDED.value or checks_failed)
         if fresh and context is not None:
-            context["ti"].xcom_push(key=REPORT_XCOM_KEY, value={
-                "json": json_uri, "html": html_uri, "status": report["status"], "summary": report["summary"],
-                "dataset": report["dataset"], "snapshot": report.get("snapshot")})
+            context["ti"].xcom_push(
+                key=REPORT_XCOM_KEY,
+                value={
+                    "json": json_uri,
+                    "html": html_uri,
+                    "status": report["status"],
+                    "summary": report["summary"],
+                    "dataset": report["dataset"],
+                    "snapshot": report.get("snapshot"),
+                },
+            )
             CurationReportLink.persist(context, html_uri)
             self._emit_metrics(report)
         if fresh and checks_failed and report["status"] == "failed":
             # The data failed its checks: retrying cannot help, so fail without retries.
-            raise AirflowFailException(f"curation checks failed for {report['dataset']}"
-                                       f"{'/snapshot=' + report['snapshot'] if report.get('snapshot') else ''}"
-                                       f"\n{report['summary']}\nreport: {html_uri}")
+            raise AirflowFailException(
+                f"curation checks failed for {report['dataset']}"
+                f"{'/snapshot=' + report['snapshot'] if report.get('snapshot') else ''}"
+                f"\n{report['summary']}\nreport: {html_uri}"
+            )
         summary = super()._finish(state, message, result, handle)  # raises on any other failure
-        summary = {**summary_of(result), **summary, "report_json": json_uri, "report_html": html_uri,
-                   "validation": report["status"] if fresh else None}
+        summary = {
+            **summary_of(result),
+            **summary,
+            "report_json": json_uri,
+            "report_html": html_uri,
+            "validation": report["status"] if fresh else None,
+        }
         if fresh and context is not None:
             self._mark_outlets(context, report)
         return summary
@@ -145,8 +180,13 @@ class ValidateOperator(CurationStageOperator):
             return
         funnel = report["metrics"]["funnel"]
         lake = report.get("lake", {}).get("root", "")
-        extra = {"dataset": report["dataset"], "snapshot": report.get("snapshot"),
-                 "curated_rows": funnel[-1]["rows"], "curated_bytes": funnel[-1]["bytes"], "lake": lake}
+        extra = {
+            "dataset": report["dataset"],
+            "snapshot": report.get("snapshot"),
+            "curated_rows": funnel[-1]["rows"],
+            "curated_bytes": funnel[-1]["bytes"],
+            "lake": lake,
+        }
         for outlet in self.outlets or []:
             try:
                 if isinstance(outlet, AssetAlias):
@@ -174,18 +214,32 @@ class ValidateOperator(CurationStageOperator):
         namespace, name = _ol_name(lake.base)
         metrics = report["metrics"]
         facets = {
-            "dataQualityAssertions": dqa.DataQualityAssertionsDatasetFacet(assertions=[
-                dqa.Assertion(assertion=c["type"], name=c["name"], success=c["status"] != "fail",
-                          severity=c["severity"], expected=str(c["expected"]), actual=str(c["observed"]))
-                for c in report["checks"]]),
+            "dataQualityAssertions": dqa.DataQualityAssertionsDatasetFacet(
+                assertions=[
+                    dqa.Assertion(
+                        assertion=c["type"],
+                        name=c["name"],
+                        success=c["status"] != "fail",
+                        severity=c["severity"],
+                        expected=str(c["expected"]),
+                        actual=str(c["observed"]),
+                    )
+                    for c in report["checks"]
+                ]
+            )
         }
-        input_facets = {"dataQualityMetrics": dqm.DataQualityMetricsInputDatasetFacet(
-            rowCount=metrics["rows"], bytes=metrics["text_bytes"],
-            columnMetrics={col: dqm.ColumnMetrics(nullCount=n) for col, n in metrics["null_counts"].items()})}
+        input_facets = {
+            "dataQualityMetrics": dqm.DataQualityMetricsInputDatasetFacet(
+                rowCount=metrics["rows"],
+                bytes=metrics["text_bytes"],
+                columnMetrics={col: dqm.ColumnMetrics(nullCount=n) for col, n in metrics["null_counts"].items()},
+            )
+        }
         out_ns, out_name = _ol_name(value["html"])
-        return OperatorLineage(inputs=[InputDataset(namespace=namespace, name=name, facets=facets,
-                                                    inputFacets=input_facets)],
-                               outputs=[OutputDataset(namespace=out_ns, name=out_name)])
+        return OperatorLineage(
+            inputs=[InputDataset(namespace=namespace, name=name, facets=facets, inputFacets=input_facets)],
+            outputs=[OutputDataset(namespace=out_ns, name=out_name)],
+        )
 
 
 def curated_asset(lake: str, dataset: str):

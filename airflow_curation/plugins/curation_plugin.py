@@ -60,18 +60,24 @@ def _reports(dag_id: str | None = None, run_id: str | None = None, limit: int = 
 
 
 def _page(title: str, body: str, status: int = 200) -> HTMLResponse:
-    return HTMLResponse(f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
-                        "<style>body{font:14px sans-serif;margin:24px}</style></head>"
-                        f"<body><h1>{html.escape(title)}</h1>{body}</body></html>", status_code=status)
+    return HTMLResponse(
+        f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
+        "<style>body{font:14px sans-serif;margin:24px}</style></head>"
+        f"<body><h1>{html.escape(title)}</h1>{body}</body></html>",
+        status_code=status,
+    )
 
 
 @app.get("/report/{dag_id}/{run_id}", response_class=HTMLResponse, dependencies=[_can_read_run])
 def report_html(dag_id: str, run_id: str, task_id: str | None = None) -> HTMLResponse:
     found = [r for r in _reports(dag_id, run_id) if task_id is None or r["task_id"] == task_id]
     if not found:
-        return _page("No curation report yet",
-                     f"<p>Run <code>{html.escape(run_id)}</code> of <code>{html.escape(dag_id)}</code> has no "
-                     "curation report: its validate task has not run yet (or the DAG has none).</p>", 404)
+        return _page(
+            "No curation report yet",
+            f"<p>Run <code>{html.escape(run_id)}</code> of <code>{html.escape(dag_id)}</code> has no "
+            "curation report: its validate task has not run yet (or the DAG has none).</p>",
+            404,
+        )
     report = found[0]
     try:
         page = storage.read_bytes(report["html"]).decode()
@@ -79,8 +85,10 @@ def report_html(dag_id: str, run_id: str, task_id: str | None = None) -> HTMLRes
         raise HTTPException(404, f"the report file {report['html']} is gone from the lake") from None
     # In the run's "Curation report" tab the page is an iframe: offer it whole, in a tab of its own.
     self_url = quote(run_id, safe="") + (f"?task_id={quote(task_id, safe='')}" if task_id else "")
-    opener = (f'<p style="float:right;margin:0"><a href="./{html.escape(self_url)}" target="_blank" rel="noopener" '
-              'id="open-new-tab">Open in a new tab &#8599;</a></p>')
+    opener = (
+        f'<p style="float:right;margin:0"><a href="./{html.escape(self_url)}" target="_blank" rel="noopener" '
+        'id="open-new-tab">Open in a new tab &#8599;</a></p>'
+    )
     return HTMLResponse(page.replace("<body>", "<body>" + opener, 1))
 
 
@@ -99,9 +107,15 @@ def _link_target(dag_id: str, run_id: str, task_id: str, map_index: int, target:
     from sqlalchemy import select
 
     with create_session() as session:
-        row = session.scalars(select(XComModel).where(
-            XComModel.key == LINK_TARGETS_KEY, XComModel.dag_id == dag_id, XComModel.run_id == run_id,
-            XComModel.task_id == task_id, XComModel.map_index == map_index)).first()
+        row = session.scalars(
+            select(XComModel).where(
+                XComModel.key == LINK_TARGETS_KEY,
+                XComModel.dag_id == dag_id,
+                XComModel.run_id == run_id,
+                XComModel.task_id == task_id,
+                XComModel.map_index == map_index,
+            )
+        ).first()
         value = XComModel.deserialize_value(row) if row is not None else None
     uri = value.get(target) if isinstance(value, dict) else None
     if not uri:
@@ -119,8 +133,7 @@ def manifest(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> JSO
         raise HTTPException(404, f"the manifest {uri} is not written yet (or is gone)") from None
 
 
-@app.get("/joblog/{dag_id}/{run_id}/{task_id}", response_class=PlainTextResponse,
-         dependencies=[_can_read_logs])
+@app.get("/joblog/{dag_id}/{run_id}/{task_id}", response_class=PlainTextResponse, dependencies=[_can_read_logs])
 def job_log(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> PlainTextResponse:
     """The backend job's log that the task recorded (its last ``MAX_LOG_BYTES``), as text."""
     uri = _link_target(dag_id, run_id, task_id, map_index, "job_log")
@@ -142,17 +155,32 @@ def index(dag_id: str | None = None) -> HTMLResponse:
     rows = "".join(
         f"<tr><td>{html.escape(r['dag_id'])}</td><td><a href='report/{quote(r['dag_id'], safe='')}/"
         f"{quote(r['run_id'], safe='')}'>{html.escape(r['run_id'])}</a></td><td>{html.escape(str(r.get('snapshot')))}"
-        f"</td><td>{html.escape(str(r.get('status')))}</td></tr>" for r in _reports(dag_id))
-    return _page("Curation reports", "<table border=1 cellpadding=4><tr><th>DAG</th><th>run</th><th>snapshot</th>"
-                 f"<th>checks</th></tr>{rows}</table>" if rows else "<p>No reports yet.</p>")
+        f"</td><td>{html.escape(str(r.get('status')))}</td></tr>"
+        for r in _reports(dag_id)
+    )
+    return _page(
+        "Curation reports",
+        f"<table border=1 cellpadding=4><tr><th>DAG</th><th>run</th><th>snapshot</th><th>checks</th></tr>{rows}</table>"
+        if rows
+        else "<p>No reports yet.</p>",
+    )
 
 
 class CurationPlugin(AirflowPlugin):
     name = "curation"
     fastapi_apps = [{"app": app, "url_prefix": URL_PREFIX, "name": "Curation reports"}]
     external_views = [
-        {"name": "Curation report", "href": "curation/report/{DAG_ID}/{RUN_ID}", "destination": "dag_run",
-         "url_route": "curation-report"},
-        {"name": "Curation reports", "href": "curation/", "destination": "nav", "category": "browse",
-         "url_route": "curation-reports"},
+        {
+            "name": "Curation report",
+            "href": "curation/report/{DAG_ID}/{RUN_ID}",
+            "destination": "dag_run",
+            "url_route": "curation-report",
+        },
+        {
+            "name": "Curation reports",
+            "href": "curation/",
+            "destination": "nav",
+            "category": "browse",
+            "url_route": "curation-reports",
+        },
     ]

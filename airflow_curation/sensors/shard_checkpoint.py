@@ -37,10 +37,18 @@ class ShardCheckpointSensor(BaseSensorOperator):
     template_fields: Sequence[str] = ("manifest_uri", "job", "max_failed_fraction", "quorum")
     ui_color = "#f4f0e8"
 
-    def __init__(self, *, manifest_uri: str, job: dict[str, Any] | str | None = None,
-                 max_failed_fraction: float | str | None = None, quorum: float | str = 1.0,
-                 curation_conn_id: str | None = None,
-                 deferrable: bool = True, poll_interval: float = 10.0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        manifest_uri: str,
+        job: dict[str, Any] | str | None = None,
+        max_failed_fraction: float | str | None = None,
+        quorum: float | str = 1.0,
+        curation_conn_id: str | None = None,
+        deferrable: bool = True,
+        poll_interval: float = 10.0,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("poke_interval", poll_interval)
         # Each key of the summary is also its own XCom: ``gate.output["manifest_uri"]`` feeds the next stage.
         kwargs.setdefault("multiple_outputs", True)
@@ -96,19 +104,27 @@ class ShardCheckpointSensor(BaseSensorOperator):
         job = self._job()
         self.defer(
             trigger=ShardCheckpointTrigger(
-                manifest_uri=self.manifest_uri, max_failed_fraction=self._budget(),
+                manifest_uri=self.manifest_uri,
+                max_failed_fraction=self._budget(),
                 backend=job.get("backend") if job else None,
-                backend_options=job.get("backend_options") if job else None, job=job,
+                backend_options=job.get("backend_options") if job else None,
+                job=job,
                 not_before=job.get("submitted_at") if job else None,
-                curation_conn_id=self.curation_conn_id, quorum=self._quorum(),
-                poll_interval=self.poll_interval, log_offset=self._log_offset),
-            method_name="execute_complete", timeout=timedelta(seconds=float(self.timeout)))
+                curation_conn_id=self.curation_conn_id,
+                quorum=self._quorum(),
+                poll_interval=self.poll_interval,
+                log_offset=self._log_offset,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=float(self.timeout)),
+        )
 
     def _look(self) -> dict[str, Any] | None:
         job = self._job()
         if self._watcher is None:
-            self._watcher = CheckpointWatcher(self.manifest_uri, self._budget(),
-                                              not_before=job.get("submitted_at") if job else None)
+            self._watcher = CheckpointWatcher(
+                self.manifest_uri, self._budget(), not_before=job.get("submitted_at") if job else None
+            )
         job_status = None
         if job:
             backend = self._job_backend(job)
@@ -148,10 +164,15 @@ class ShardCheckpointSensor(BaseSensorOperator):
         new = self._job_backend(job).settle(job, JobStatus(JobState.FAILED, event.get("reason", ""), retryable=True))
         if new is None:
             return False
-        self.job = {**new, "backend": job.get("backend"), "backend_options": job.get("backend_options", {}),
-                    "submitted_at": job.get("submitted_at")}
-        self.log.info("Job %s failed (%s); relaunched as attempt %s", job.get("job_id"), event.get("reason"),
-                      new.get("attempt"))
+        self.job = {
+            **new,
+            "backend": job.get("backend"),
+            "backend_options": job.get("backend_options", {}),
+            "submitted_at": job.get("submitted_at"),
+        }
+        self.log.info(
+            "Job %s failed (%s); relaunched as attempt %s", job.get("job_id"), event.get("reason"), new.get("attempt")
+        )
         return True
 
     def poke(self, context: Any) -> bool | PokeReturnValue:
@@ -178,9 +199,17 @@ class ShardCheckpointSensor(BaseSensorOperator):
                 raise AirflowFailException(f"{stage} gate: {event.get('reason', event)}")
             raise AirflowException(f"{self.manifest_uri}: {event.get('reason', event)}")
         if event.get("partial"):
-            self.log.info("Quorum reached: %d of %d units checkpointed: %s", event.get("done", 0),
-                          event.get("total", 0), event["summary"])
+            self.log.info(
+                "Quorum reached: %d of %d units checkpointed: %s",
+                event.get("done", 0),
+                event.get("total", 0),
+                event["summary"],
+            )
         else:
-            self.log.info("All %d units checkpointed (%d failed within budget): %s", event.get("total", 0),
-                          event.get("failed", 0), event["summary"])
+            self.log.info(
+                "All %d units checkpointed (%d failed within budget): %s",
+                event.get("total", 0),
+                event.get("failed", 0),
+                event["summary"],
+            )
         return event["summary"]

@@ -99,10 +99,12 @@ class AttrsStage(Stage):
 
     INPUTS = "manifest_or_files"
     SETTINGS = Stage.SETTINGS.extend(
-        Setting("output_dir", str, None, "plain-file mode: where <file stem>.parquet results go", runtime=True,
-                cli=False),
-        Setting("upstream_wait_s", float, 600, "seconds to wait for a planned upstream manifest to complete",
-                runtime=True),
+        Setting(
+            "output_dir", str, None, "plain-file mode: where <file stem>.parquet results go", runtime=True, cli=False
+        ),
+        Setting(
+            "upstream_wait_s", float, 600, "seconds to wait for a planned upstream manifest to complete", runtime=True
+        ),
     )
     # The shard columns compute() is given (those the shard has).
     columns: tuple[str, ...] = (ID, TEXT)
@@ -174,8 +176,14 @@ class AttrsStage(Stage):
         units = []
         for shard_id, entry in self.entries().items():  # manifest order: the next manifest keeps it
             attrs = self.reads_attrs(entry)
-            units.append(UnitEntry(unit_id=shard_id, inputs=[entry.uri, *(entry.attrs[k] for k in attrs)],
-                                   input_checksum=self.input_checksum(entry, attrs), rows=entry.rows))
+            units.append(
+                UnitEntry(
+                    unit_id=shard_id,
+                    inputs=[entry.uri, *(entry.attrs[k] for k in attrs)],
+                    input_checksum=self.input_checksum(entry, attrs),
+                    rows=entry.rows,
+                )
+            )
         return units
 
     @staticmethod
@@ -202,14 +210,17 @@ class AttrsStage(Stage):
     def write_unit(self, unit: UnitEntry, entry: ShardEntry, uri: str) -> AttrsFile:
         """Stream the shard through :meth:`compute` in batches of ``batch_rows`` (default: the whole shard)
         into ``uri``."""
-        return write_attrs(entry.uri, uri, self._computed, self.account, self.columns,
-                           int(self.config.get("batch_rows") or 0) or None)
+        return write_attrs(
+            entry.uri, uri, self._computed, self.account, self.columns, int(self.config.get("batch_rows") or 0) or None
+        )
 
     def _computed(self, table: pa.Table) -> pa.Table:
         result = self.compute(table)
         if result.num_rows != table.num_rows:
-            raise ValueError(f"{self.name}: compute() returned {result.num_rows} rows for {table.num_rows}: "
-                             f"attrs must have the shard's rows in the shard's order")
+            raise ValueError(
+                f"{self.name}: compute() returned {result.num_rows} rows for {table.num_rows}: "
+                f"attrs must have the shard's rows in the shard's order"
+            )
         if ID not in result.column_names:
             ids = table.column(ID)
             result = result.add_column(0, ID, ids if pa.types.is_string(ids.type) else ids.cast(pa.string()))
@@ -226,16 +237,24 @@ def keep_accounting(result: pa.Table, default_reason: str = "dropped") -> RowAcc
     keep = pc.fill_null(result.column(KEEP), False)
     acc.keep(int(pc.sum(keep).as_py() or 0))
     dropped = result.num_rows - acc.kept
-    reasons = (result.column(DROP_REASON).filter(pc.invert(keep)).to_pylist()
-               if DROP_REASON in result.column_names else [None] * dropped)
+    reasons = (
+        result.column(DROP_REASON).filter(pc.invert(keep)).to_pylist()
+        if DROP_REASON in result.column_names
+        else [None] * dropped
+    )
     for reason, n in Counter(r or default_reason for r in reasons).items():
         acc.drop(reason, n)
     return acc
 
 
-def write_attrs(shard_uri: str, out_uri: str, compute: Callable[[pa.Table], pa.Table],
-                account: Callable[[pa.Table], RowAccounting], columns: Sequence[str],
-                batch_rows: int | None = None) -> AttrsFile:
+def write_attrs(
+    shard_uri: str,
+    out_uri: str,
+    compute: Callable[[pa.Table], pa.Table],
+    account: Callable[[pa.Table], RowAccounting],
+    columns: Sequence[str],
+    batch_rows: int | None = None,
+) -> AttrsFile:
     """Stream a shard (or any Parquet file with ``id`` and ``text``) through ``compute`` and write the results
     to ``out_uri`` as they come, atomically and hashed on the way out: one batch in memory at a time.
 
@@ -249,8 +268,11 @@ def write_attrs(shard_uri: str, out_uri: str, compute: Callable[[pa.Table], pa.T
         pf = pq.ParquetFile(f)
         check_id_text(pf.schema_arrow, shard_uri)
         columns = [c for c in columns if c in pf.schema_arrow.names]
-        tables = ((pa.Table.from_batches([b]) for b in pf.iter_batches(batch_size=batch_rows, columns=columns))
-                  if batch_rows else [pf.read(columns=columns)])
+        tables = (
+            (pa.Table.from_batches([b]) for b in pf.iter_batches(batch_size=batch_rows, columns=columns))
+            if batch_rows
+            else [pf.read(columns=columns)]
+        )
         with storage.atomic_open(out_uri) as out:
             sink = _CountingSink(out)
             writer = None
@@ -270,9 +292,13 @@ def write_attrs(shard_uri: str, out_uri: str, compute: Callable[[pa.Table], pa.T
             finally:
                 if writer is not None:
                     writer.close()
-    extra = {"attrs_bytes": sink.tell(), "attrs_checksum": sink.checksum.hexdigest(), "text_bytes": text_bytes,
-             "seconds": round(time.time() - started, 3),
-             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    extra = {
+        "attrs_bytes": sink.tell(),
+        "attrs_checksum": sink.checksum.hexdigest(),
+        "text_bytes": text_bytes,
+        "seconds": round(time.time() - started, 3),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
     return AttrsFile(sink.tell(), sink.checksum.hexdigest(), accounting, extra)
 
 

@@ -44,11 +44,23 @@ class UnitResult:
     files: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
-    def attrs(cls, stage: str, entry: ShardEntry, uri: str, nbytes: int, checksum: str,
-              accounting: RowAccounting, extra: dict[str, Any] | None = None) -> "UnitResult":
+    def attrs(
+        cls,
+        stage: str,
+        entry: ShardEntry,
+        uri: str,
+        nbytes: int,
+        checksum: str,
+        accounting: RowAccounting,
+        extra: dict[str, Any] | None = None,
+    ) -> "UnitResult":
         """The result of an attrs stage: ``entry`` handed on with ``stage``'s additive-columns file."""
-        return cls(outputs=[entry.with_attrs(stage, uri, checksum)], accounting=accounting,
-                   extra={"attrs_uri": uri, **(extra or {})}, files=[file_record(uri, nbytes, checksum)])
+        return cls(
+            outputs=[entry.with_attrs(stage, uri, checksum)],
+            accounting=accounting,
+            extra={"attrs_uri": uri, **(extra or {})},
+            files=[file_record(uri, nbytes, checksum)],
+        )
 
 
 def file_record(uri: str, nbytes: int, checksum: str) -> dict[str, Any]:
@@ -68,8 +80,11 @@ def _legacy_settings(base: Settings, defaults: dict[str, Any], runtime_keys: Any
             added.append(replace(base[key], default=value, runtime=base[key].runtime or key in runtime))
         else:
             added.append(Setting(key, anything, value, runtime=key in runtime, cli=False))
-    added += [Setting(key, anything, None, runtime=True, cli=False) for key in sorted(runtime)
-              if key not in base and key not in defaults]
+    added += [
+        Setting(key, anything, None, runtime=True, cli=False)
+        for key in sorted(runtime)
+        if key not in base and key not in defaults
+    ]
     return base.extend(*added)
 
 
@@ -98,10 +113,14 @@ class Stage:
     SETTINGS: Settings = Settings(
         Setting("workers", int, 1, "parallel workers", runtime=True),
         Setting("max_attempts", int, 2, "attempts per unit before it counts as failed", runtime=True),
-        Setting("max_failed_fraction", float, 0.0, "failure budget: the fraction of units that may fail",
-                runtime=True),
-        Setting("lease_wait_s", float, 0.0, "seconds to wait while another run holds this stage on the snapshot",
-                runtime=True),
+        Setting("max_failed_fraction", float, 0.0, "failure budget: the fraction of units that may fail", runtime=True),
+        Setting(
+            "lease_wait_s",
+            float,
+            0.0,
+            "seconds to wait while another run holds this stage on the snapshot",
+            runtime=True,
+        ),
         Setting("inputs", list, None, "input files", runtime=True, cli=False),
         Setting("input_manifest", str, None, "URI of the upstream manifest", runtime=True, cli=False),
         Setting("scheduler_address", str, None, "run units on this Dask scheduler", runtime=True, cli=False),
@@ -179,13 +198,23 @@ def _attempt_unit(stage: Stage, unit: UnitEntry, max_attempts: int) -> tuple[str
             result.accounting.check(where)
             if unit.rows is not None and result.accounting.read != unit.rows:
                 # "read" must be what the upstream manifest handed on, not what the outputs happen to hold.
-                raise AccountingError(f"row accounting in {where}: read {result.accounting.read} rows but the "
-                                      f"upstream manifest lists {unit.rows}")
+                raise AccountingError(
+                    f"row accounting in {where}: read {result.accounting.read} rows but the "
+                    f"upstream manifest lists {unit.rows}"
+                )
             record = CheckpointRecord(
-                unit_id=unit.unit_id, stage=stage.name, fingerprint=stage.fingerprint,
-                input_checksum=unit.input_checksum, outputs=[asdict(o) for o in result.outputs],
-                accounting=result.accounting.to_dict(), attempt=attempt, started_at=started,
-                finished_at=time.time(), extra=result.extra, files=result.files)
+                unit_id=unit.unit_id,
+                stage=stage.name,
+                fingerprint=stage.fingerprint,
+                input_checksum=unit.input_checksum,
+                outputs=[asdict(o) for o in result.outputs],
+                accounting=result.accounting.to_dict(),
+                attempt=attempt,
+                started_at=started,
+                finished_at=time.time(),
+                extra=result.extra,
+                files=result.files,
+            )
             fault_point(f"{stage.name}.before_commit")
             store.commit(record)
             fault_point(f"{stage.name}.after_commit")
@@ -193,8 +222,7 @@ def _attempt_unit(stage: Stage, unit: UnitEntry, max_attempts: int) -> tuple[str
         except Exception as e:  # noqa: BLE001 - a unit's failure is recorded, not fatal to the run
             # The error reaches the failure record, the manifest and the logs: bounded, secrets masked.
             error = redact.scrub(f"{type(e).__name__}: {e}")
-            log.warning("%s unit %s attempt %d/%d failed: %s", stage.name, unit.unit_id, attempt,
-                        max_attempts, error)
+            log.warning("%s unit %s attempt %d/%d failed: %s", stage.name, unit.unit_id, attempt, max_attempts, error)
             log.debug("%s", redact.scrub(traceback.format_exc(), limit=redact.TRACEBACK_LIMIT))
             if isinstance(e, NOT_RETRIED):
                 break
@@ -244,9 +272,11 @@ class StageRunner:
         if shard_group is not None and not collect:
             # Array tasks of one run run side by side: the run's launcher, not each task, holds the lease.
             return self._run(shard_group, collect)
-        lease = Lease(self.stage.lake.path("_locks", f"{self.stage.name}.lease"),
-                      f"{self.stage.name} on {self.stage.lake.base}",
-                      wait_s=float(self.stage.config.get("lease_wait_s") or 0))
+        lease = Lease(
+            self.stage.lake.path("_locks", f"{self.stage.name}.lease"),
+            f"{self.stage.name} on {self.stage.lake.base}",
+            wait_s=float(self.stage.config.get("lease_wait_s") or 0),
+        )
         with lease:
             return self._run(shard_group, collect)
 
@@ -257,9 +287,15 @@ class StageRunner:
             for path in storage.remove_stale_temps(folder):
                 log.info("%s: removed %s (a temp file its killed writer left)", stage.name, path)
         units = stage.plan()
-        manifest = Manifest(dataset=stage.lake.dataset, stage=stage.name, run_id=stage.run_id,
-                            fingerprint=fp, lake=stage.lake.to_dict(), units=units,
-                            config={k: v for k, v in stage.config.items()})
+        manifest = Manifest(
+            dataset=stage.lake.dataset,
+            stage=stage.name,
+            run_id=stage.run_id,
+            fingerprint=fp,
+            lake=stage.lake.to_dict(),
+            units=units,
+            config={k: v for k, v in stage.config.items()},
+        )
         scope = units
         if shard_group is not None:
             index, count = shard_group
@@ -269,8 +305,7 @@ class StageRunner:
         if shard_group is None or (shard_group[0] == 0 and not collect):
             # Written once at plan time so that sensors can gate on it; one group writes it for all.
             manifest.write(stage.manifest_uri)
-        log.info("%s: %d units planned, fingerprint %s, manifest %s", stage.name, len(units), fp,
-                 stage.manifest_uri)
+        log.info("%s: %d units planned, fingerprint %s, manifest %s", stage.name, len(units), fp, stage.manifest_uri)
 
         store = stage.checkpoints
         records: dict[str, dict] = {}
@@ -282,8 +317,9 @@ class StageRunner:
                 unit.status = "skipped"
             else:
                 todo.append(unit)
-        log.info("%s: %d units already done (checkpoint matches), %d to run", stage.name,
-                 len(scope) - len(todo), len(todo))
+        log.info(
+            "%s: %d units already done (checkpoint matches), %d to run", stage.name, len(scope) - len(todo), len(todo)
+        )
         if collect:
             for unit in todo:
                 failure = store.failure(unit.unit_id) or {}
@@ -295,8 +331,8 @@ class StageRunner:
         by_id = {u.unit_id: u for u in units}
         done = 0
         for unit_id, (status, payload) in zip(
-                [u.unit_id for u in todo],
-                self.mapper(_attempt_unit, ((stage, u, max_attempts) for u in todo))):
+            [u.unit_id for u in todo], self.mapper(_attempt_unit, ((stage, u, max_attempts) for u in todo))
+        ):
             unit = by_id[unit_id]
             done += 1
             if status == "done":
@@ -322,8 +358,10 @@ class StageRunner:
             manifest.units = scope
             if failed:
                 details = "; ".join(f"{u.unit_id}: {u.error}" for u in failed[:5])
-                raise StageFailed(f"{stage.name}: shard group {shard_group[0]}/{shard_group[1]}: "
-                                  f"{len(failed)} of {len(scope)} units failed. First: {details}")
+                raise StageFailed(
+                    f"{stage.name}: shard group {shard_group[0]}/{shard_group[1]}: "
+                    f"{len(failed)} of {len(scope)} units failed. First: {details}"
+                )
             return manifest
         budget = float(stage.config.get("max_failed_fraction", 0.0))
         allowed = allowed_failures(budget, len(units))
@@ -345,6 +383,8 @@ class StageRunner:
         manifest.write(stage.manifest_uri)
         if manifest.status == "failed":
             details = "; ".join(f"{u.unit_id}: {u.error}" for u in failed[:5])
-            raise StageFailed(f"{stage.name}: {len(failed)} of {len(units)} units failed, budget allows "
-                              f"{allowed} (max_failed_fraction={budget}). First: {details}")
+            raise StageFailed(
+                f"{stage.name}: {len(failed)} of {len(units)} units failed, budget allows "
+                f"{allowed} (max_failed_fraction={budget}). First: {details}"
+            )
         return manifest

@@ -22,8 +22,22 @@ from typing import Any
 EMPTY = ("", "none", "null")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.I)
-_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 1024, "m": 1e6, "mb": 1e6, "mib": 1024**2,
-          "g": 1e9, "gb": 1e9, "gib": 1024**3, "t": 1e12, "tb": 1e12, "tib": 1024**4}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1e3,
+    "kb": 1e3,
+    "kib": 1024,
+    "m": 1e6,
+    "mb": 1e6,
+    "mib": 1024**2,
+    "g": 1e9,
+    "gb": 1e9,
+    "gib": 1024**3,
+    "t": 1e12,
+    "tb": 1e12,
+    "tib": 1024**4,
+}
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -127,8 +141,14 @@ def _json(text: str) -> Any:
         raise ValueError(f"not JSON: {e}") from None
 
 
-_COERCERS: dict[Any, Callable[[Any], Any]] = {bool: _bool, int: _int, float: _float, str: _str, list: _list,
-                                              dict: _dict}
+_COERCERS: dict[Any, Callable[[Any], Any]] = {
+    bool: _bool,
+    int: _int,
+    float: _float,
+    str: _str,
+    list: _list,
+    dict: _dict,
+}
 
 
 @dataclass(frozen=True)
@@ -175,8 +195,7 @@ class Setting:
         except (TypeError, ValueError) as e:
             raise ValueError(f"{where}: setting {self.name!r}: {e}") from None
         if self.choices is not None and value not in self.choices:
-            raise ValueError(f"{where}: {self.name} must be one of {', '.join(map(str, self.choices))}, "
-                             f"not {value!r}")
+            raise ValueError(f"{where}: {self.name} must be one of {', '.join(map(str, self.choices))}, not {value!r}")
         return value
 
 
@@ -229,8 +248,9 @@ class Settings:
         """
         renamed = sorted(k for k in config if k in self.renamed and k not in self._by_name)
         if renamed:
-            raise ValueError(f"{where}: " + "; ".join(f"setting {k!r} was renamed to {self.renamed[k]!r}"
-                                                      for k in renamed))
+            raise ValueError(
+                f"{where}: " + "; ".join(f"setting {k!r} was renamed to {self.renamed[k]!r}" for k in renamed)
+            )
         unknown = sorted(set(config) - set(self._by_name))
         if unknown:
             raise ValueError(f"{where}: unknown settings {unknown}; known: {sorted(self._by_name)}")

@@ -51,8 +51,12 @@ class JobLogRelay:
 
     def _line(self, line: str) -> None:
         if self._traceback:
-            if line.startswith((" ", "\t")) or not line.strip() or line.startswith(_CHAINED) \
-                    or line.startswith(_TRACEBACK):
+            if (
+                line.startswith((" ", "\t"))
+                or not line.strip()
+                or line.startswith(_CHAINED)
+                or line.startswith(_TRACEBACK)
+            ):
                 self._traceback.append(line)
                 return
             self._traceback.append(line)  # the exception's own line closes the block
@@ -73,9 +77,12 @@ class JobLogRelay:
             self._traceback = []
 
     def _emit(self, level: int, text: str) -> None:
-        emit: Callable[..., Any] = {logging.DEBUG: self.log.debug, logging.WARNING: self.log.warning,
-                                    logging.ERROR: self.log.error,
-                                    logging.CRITICAL: self.log.error}.get(level, self.log.info)
+        emit: Callable[..., Any] = {
+            logging.DEBUG: self.log.debug,
+            logging.WARNING: self.log.warning,
+            logging.ERROR: self.log.error,
+            logging.CRITICAL: self.log.error,
+        }.get(level, self.log.info)
         emit("%s %s", self.prefix, text)
 
 

@@ -45,11 +45,19 @@ class ShardCheckpointTrigger(BaseTrigger):
         log at their own level, a traceback once at ERROR, and each unit's counts when it is checkpointed.
     """
 
-    def __init__(self, manifest_uri: str, max_failed_fraction: float | None = None,
-                 backend: str | None = None, backend_options: dict[str, Any] | None = None,
-                 job: dict[str, Any] | None = None, not_before: float | None = None,
-                 curation_conn_id: str | None = None, quorum: float = 1.0,
-                 poll_interval: float = 10.0, log_offset: int = 0) -> None:
+    def __init__(
+        self,
+        manifest_uri: str,
+        max_failed_fraction: float | None = None,
+        backend: str | None = None,
+        backend_options: dict[str, Any] | None = None,
+        job: dict[str, Any] | None = None,
+        not_before: float | None = None,
+        curation_conn_id: str | None = None,
+        quorum: float = 1.0,
+        poll_interval: float = 10.0,
+        log_offset: int = 0,
+    ) -> None:
         super().__init__()
         self.log_offset = log_offset
         self.quorum = quorum
@@ -63,12 +71,21 @@ class ShardCheckpointTrigger(BaseTrigger):
         self.poll_interval = poll_interval
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}",
-                {"manifest_uri": self.manifest_uri, "max_failed_fraction": self.max_failed_fraction,
-                 "backend": self.backend, "backend_options": self.backend_options, "job": self.job,
-                 "not_before": self.not_before, "curation_conn_id": self.curation_conn_id,
-                 "quorum": self.quorum,
-                 "poll_interval": self.poll_interval, "log_offset": self.log_offset})
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "manifest_uri": self.manifest_uri,
+                "max_failed_fraction": self.max_failed_fraction,
+                "backend": self.backend,
+                "backend_options": self.backend_options,
+                "job": self.job,
+                "not_before": self.not_before,
+                "curation_conn_id": self.curation_conn_id,
+                "quorum": self.quorum,
+                "poll_interval": self.poll_interval,
+                "log_offset": self.log_offset,
+            },
+        )
 
     def _connect(self):
         """Resolve the connections here, in the triggerer (blocking: call it in a thread): storage options
@@ -103,10 +120,19 @@ class ShardCheckpointTrigger(BaseTrigger):
             if progress.line() != last_line:
                 last_line = progress.line()
                 self.log.info(last_line)
-            if job_status is not None and job_status.state == JobState.FAILED \
-                    and await asyncio.to_thread(backend.can_relaunch, self.job, job_status):
-                yield TriggerEvent({"status": "relaunch", "reason": job_status.message, "job": self.job,
-                                    "manifest_uri": self.manifest_uri})
+            if (
+                job_status is not None
+                and job_status.state == JobState.FAILED
+                and await asyncio.to_thread(backend.can_relaunch, self.job, job_status)
+            ):
+                yield TriggerEvent(
+                    {
+                        "status": "relaunch",
+                        "reason": job_status.message,
+                        "job": self.job,
+                        "manifest_uri": self.manifest_uri,
+                    }
+                )
                 return
             event = decide(progress, job_status, self.quorum)
             if event is not None:
@@ -132,21 +158,33 @@ def decide(progress: Progress, job_status=None, quorum: float = 1.0) -> dict[str
     :param quorum: fraction of units whose checkpoints open the gate (1.0: all of them). Below 1, a
         downstream stage that polls the upstream checkpoints itself can start while the rest finish.
     """
-    base = {"manifest_uri": progress.manifest_uri, "stage": progress.stage, "done": progress.done,
-            "total": progress.total,
-            "failed": progress.failed, "allowed_failures": progress.allowed_failures}
+    base = {
+        "manifest_uri": progress.manifest_uri,
+        "stage": progress.stage,
+        "done": progress.done,
+        "total": progress.total,
+        "failed": progress.failed,
+        "allowed_failures": progress.allowed_failures,
+    }
     if progress.over_budget:
-        return {**base, "status": "failed",
-                "reason": f"{progress.failed} of {progress.total} units failed, budget allows "
-                          f"{progress.allowed_failures}: {progress.failed_units[:5]}"}
+        return {
+            **base,
+            "status": "failed",
+            "reason": f"{progress.failed} of {progress.total} units failed, budget allows "
+            f"{progress.allowed_failures}: {progress.failed_units[:5]}",
+        }
     if progress.manifest_status == "failed":
         return {**base, "status": "failed", "reason": f"the {progress.stage} run's manifest says it failed"}
     if progress.books:
         return {**base, "status": "failed", "reason": f"row accounting: {progress.books}"}
     if progress.complete:
         return {**base, "status": "done", "partial": False, "summary": progress.summary()}
-    if quorum < 1.0 and progress.manifest_status != "missing" and progress.total \
-            and progress.done >= math.ceil(quorum * progress.total):
+    if (
+        quorum < 1.0
+        and progress.manifest_status != "missing"
+        and progress.total
+        and progress.done >= math.ceil(quorum * progress.total)
+    ):
         return {**base, "status": "done", "partial": True, "summary": progress.summary()}
     if job_status is not None and job_status.state.finished:
         missing = progress.total - progress.done - progress.failed
@@ -156,6 +194,9 @@ def decide(progress: Progress, job_status=None, quorum: float = 1.0) -> dict[str
             what = f"with {missing} of {progress.total} units not checkpointed"
         else:
             what = "before completing its manifest (every unit is checkpointed: a rerun only finishes it)"
-        return {**base, "status": "failed",
-                "reason": f"job {job_status.state.value} {what}: {job_status.message}".rstrip(": ")}
+        return {
+            **base,
+            "status": "failed",
+            "reason": f"job {job_status.state.value} {what}: {job_status.message}".rstrip(": "),
+        }
     return None

@@ -31,8 +31,15 @@ class StageJobTrigger(BaseTrigger):
         (a backend may read its result there), resolved in the triggerer.
     """
 
-    def __init__(self, backend: str, backend_options: dict[str, Any], handle: dict[str, Any],
-                 poll_interval: float = 5.0, log_offset: int = 0, curation_conn_id: str | None = None) -> None:
+    def __init__(
+        self,
+        backend: str,
+        backend_options: dict[str, Any],
+        handle: dict[str, Any],
+        poll_interval: float = 5.0,
+        log_offset: int = 0,
+        curation_conn_id: str | None = None,
+    ) -> None:
         super().__init__()
         self.backend = backend
         self.backend_options = backend_options
@@ -42,10 +49,17 @@ class StageJobTrigger(BaseTrigger):
         self.curation_conn_id = curation_conn_id
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}",
-                {"backend": self.backend, "backend_options": self.backend_options, "handle": self.handle,
-                 "poll_interval": self.poll_interval, "log_offset": self.log_offset,
-                 "curation_conn_id": self.curation_conn_id})
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "backend": self.backend,
+                "backend_options": self.backend_options,
+                "handle": self.handle,
+                "poll_interval": self.poll_interval,
+                "log_offset": self.log_offset,
+                "curation_conn_id": self.curation_conn_id,
+            },
+        )
 
     def _stream_logs(self, backend, relay: JobLogRelay, finished: bool = False) -> None:
         text, self.log_offset = backend.logs(self.handle, self.log_offset)
@@ -67,9 +81,16 @@ class StageJobTrigger(BaseTrigger):
             await asyncio.to_thread(self._stream_logs, backend, relay, status.state.finished)
             if status.state.finished:
                 # Whether to relaunch is the operator's call (in the worker), not the triggerer's.
-                yield TriggerEvent({"status": status.state.value, "message": status.message,
-                                    "result": status.result, "retryable": status.retryable,
-                                    "handle": self.handle, "log_offset": self.log_offset})
+                yield TriggerEvent(
+                    {
+                        "status": status.state.value,
+                        "message": status.message,
+                        "result": status.result,
+                        "retryable": status.retryable,
+                        "handle": self.handle,
+                        "log_offset": self.log_offset,
+                    }
+                )
                 return
             await asyncio.sleep(self.poll_interval)
 

@@ -12,13 +12,13 @@ from typing import Any
 RUN_ID = "scheduled__2026-11-30T00:00:00+00:00"
 
 
-
 def write_jsonl(path: Path, n: int, start: int = 0) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
         for i in range(start, start + n):
-            f.write(json.dumps({"text": f"document number {i} about curation and data quality " * 3,
-                                "lang": "en"}) + "\n")
+            f.write(
+                json.dumps({"text": f"document number {i} about curation and data quality " * 3, "lang": "en"}) + "\n"
+            )
     return path
 
 
@@ -35,9 +35,8 @@ class Gate:
         self.file = folder / "gate-open"
         self.python = folder / "gated-python"
         self.python.write_text(
-            "#!/bin/sh\n"
-            f'while [ ! -e "{self.file}" ]; do sleep 0.05; done\n'
-            f'exec "{sys.executable}" "$@"\n')
+            f'#!/bin/sh\nwhile [ ! -e "{self.file}" ]; do sleep 0.05; done\nexec "{sys.executable}" "$@"\n'
+        )
         self.python.chmod(self.python.stat().st_mode | stat.S_IXUSR)
 
     def open(self) -> None:

@@ -29,8 +29,9 @@ NOT_INGEST = r"(?!ingest).*"  # fullmatch: every task id not starting with "inge
 @pytest.fixture
 def pipeline(airflow_db, monkeypatch):
     monkeypatch.setenv("CURATION_POLL_INTERVAL", "0.2")
-    spec = importlib.util.spec_from_file_location("curation_pipeline_under_test",
-                                                  REPO / "dags" / "curation_pipeline.py")
+    spec = importlib.util.spec_from_file_location(
+        "curation_pipeline_under_test", REPO / "dags" / "curation_pipeline.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.dag
@@ -51,8 +52,7 @@ def _task_state(dag_run) -> dict[tuple[str, str], object]:
     from sqlalchemy import select
 
     with create_session() as session:
-        rows = session.scalars(select(TaskStateStoreModel).where(
-            TaskStateStoreModel.run_id == dag_run.run_id)).all()
+        rows = session.scalars(select(TaskStateStoreModel).where(TaskStateStoreModel.run_id == dag_run.run_id)).all()
         return {(r.task_id, r.key): json.loads(r.value) for r in rows}
 
 
@@ -64,8 +64,11 @@ def test_pipeline_dag_ingests_one_snapshot(pipeline, tmp_path):
     lake_root = tmp_path / "lake"
     logical = datetime(2026, 11, 29, tzinfo=timezone.utc)
 
-    dag_run = pipeline.test(logical_date=logical, mark_success_pattern=NOT_INGEST, run_conf={
-        "input": str(inputs), "lake": str(lake_root), "dataset": "web", "max_failed_fraction": 0.0})
+    dag_run = pipeline.test(
+        logical_date=logical,
+        mark_success_pattern=NOT_INGEST,
+        run_conf={"input": str(inputs), "lake": str(lake_root), "dataset": "web", "max_failed_fraction": 0.0},
+    )
     assert dag_run.state == "success", dag_run.state
 
     lake = Lake(str(lake_root), "web", "2026-11-29")  # the logical date is the snapshot partition
@@ -80,8 +83,12 @@ def test_pipeline_dag_ingests_one_snapshot(pipeline, tmp_path):
     xcoms = _xcoms(dag_run)
     # The gate's XCom is the summary only: a pointer and counts.
     summary = xcoms[("ingest_checkpoints", "return_value")]
-    assert summary == {"manifest_uri": manifest_uri, "shards": len(manifest.shards), "rows": 81,
-                       "bytes": manifest.bytes}
+    assert summary == {
+        "manifest_uri": manifest_uri,
+        "shards": len(manifest.shards),
+        "rows": 81,
+        "bytes": manifest.bytes,
+    }
     launch = xcoms[("ingest", "return_value")]
     assert set(launch) == {"manifest_uri", "job"} and launch["manifest_uri"] == manifest_uri
     assert len(json.dumps(summary)) < 1000
@@ -97,13 +104,14 @@ def test_pipeline_dag_ingests_one_snapshot(pipeline, tmp_path):
     state = _task_state(dag_run)
     assert state[("ingest", "curation_job")]["job_id"] == launch["job"]["job_id"]
     # Local job folders live under the lake's _jobs/ for this run.
-    assert Path(launch["job"]["job_dir"]).parent == Path(lake.jobs_dir(sanitize_run_id(dag_run.run_id),
-                                                                      "ingest"))
+    assert Path(launch["job"]["job_dir"]).parent == Path(lake.jobs_dir(sanitize_run_id(dag_run.run_id), "ingest"))
 
     # The next logical date (a backfill or the next schedule) is its own snapshot partition.
-    next_run = pipeline.test(logical_date=datetime(2026, 11, 30, tzinfo=timezone.utc),
-                             mark_success_pattern=NOT_INGEST, run_conf={
-        "input": str(inputs / "part-b.jsonl"), "lake": str(lake_root), "dataset": "web"})
+    next_run = pipeline.test(
+        logical_date=datetime(2026, 11, 30, tzinfo=timezone.utc),
+        mark_success_pattern=NOT_INGEST,
+        run_conf={"input": str(inputs / "part-b.jsonl"), "lake": str(lake_root), "dataset": "web"},
+    )
     assert next_run.state == "success"
     next_lake = Lake(str(lake_root), "web", "2026-11-30")
     assert Manifest.read(next_lake.manifest_uri(sanitize_run_id(next_run.run_id), "ingest")).rows == 30
@@ -112,15 +120,18 @@ def test_pipeline_dag_ingests_one_snapshot(pipeline, tmp_path):
 
 
 def test_a_retry_after_a_worker_crash_reconnects_through_the_real_task_state_store(airflow_db, tmp_path):
-    spec = importlib.util.spec_from_file_location("curation_durable_retry_under_test",
-                                                  REPO / "tests" / "airflow" / "dags" / "curation_durable_retry.py")
+    spec = importlib.util.spec_from_file_location(
+        "curation_durable_retry_under_test", REPO / "tests" / "airflow" / "dags" / "curation_durable_retry.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     write_jsonl(tmp_path / "in" / "a.jsonl", 25)
     lake_root = tmp_path / "lake"
 
-    dag_run = module.dag.test(logical_date=datetime(2026, 11, 28, tzinfo=timezone.utc),
-                              run_conf={"input": str(tmp_path / "in"), "lake": str(lake_root)})
+    dag_run = module.dag.test(
+        logical_date=datetime(2026, 11, 28, tzinfo=timezone.utc),
+        run_conf={"input": str(tmp_path / "in"), "lake": str(lake_root)},
+    )
     assert dag_run.state == "success", dag_run.state
 
     from airflow.models.taskinstance import TaskInstance
@@ -129,10 +140,14 @@ def test_a_retry_after_a_worker_crash_reconnects_through_the_real_task_state_sto
     from sqlalchemy import select
 
     with create_session() as session:
-        ti = session.scalars(select(TaskInstance).where(TaskInstance.run_id == dag_run.run_id,
-                                                        TaskInstance.task_id == "ingest")).one()
-        earlier = session.scalars(select(TaskInstanceHistory).where(
-            TaskInstanceHistory.run_id == dag_run.run_id, TaskInstanceHistory.task_id == "ingest")).all()
+        ti = session.scalars(
+            select(TaskInstance).where(TaskInstance.run_id == dag_run.run_id, TaskInstance.task_id == "ingest")
+        ).one()
+        earlier = session.scalars(
+            select(TaskInstanceHistory).where(
+                TaskInstanceHistory.run_id == dag_run.run_id, TaskInstanceHistory.task_id == "ingest"
+            )
+        ).all()
     assert ti.try_number == 2 and len(earlier) == 1  # the first try really failed and was retried
 
     run_id = sanitize_run_id(dag_run.run_id)
@@ -147,15 +162,16 @@ def test_defaults_come_from_the_connection_and_variables_not_the_dags_folder(pip
     the input and dataset are Airflow Variables."""
     write_jsonl(tmp_path / "raw" / "a.jsonl", 12)
     lake_root = tmp_path / "conn-lake"
-    monkeypatch.setenv("AIRFLOW_CONN_CURATION_DEFAULT", json.dumps(
-        {"conn_type": "curation", "extra": {"lake": str(lake_root), "backend": "local"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CURATION_DEFAULT",
+        json.dumps({"conn_type": "curation", "extra": {"lake": str(lake_root), "backend": "local"}}),
+    )
     monkeypatch.setenv("AIRFLOW_VAR_CURATION_INPUT", str(tmp_path / "raw"))
     monkeypatch.setenv("AIRFLOW_VAR_CURATION_DATASET", "fromvar")
     assert all(pipeline.params[p] is None for p in ("input", "lake", "dataset", "enrich_model"))
     assert all(p.description for p in pipeline.params.values())  # every param says what it does
 
-    dag_run = pipeline.test(logical_date=datetime(2026, 11, 27, tzinfo=timezone.utc),
-                            mark_success_pattern=NOT_INGEST)
+    dag_run = pipeline.test(logical_date=datetime(2026, 11, 27, tzinfo=timezone.utc), mark_success_pattern=NOT_INGEST)
     assert dag_run.state == "success", dag_run.state
     lake = Lake(str(lake_root), "fromvar", "2026-11-27")
     assert Manifest.read(lake.manifest_uri(sanitize_run_id(dag_run.run_id), "ingest")).rows == 12
@@ -168,13 +184,16 @@ def test_a_missing_input_fails_ingest_once_with_one_line(pipeline, tmp_path, mon
 
     monkeypatch.delenv("AIRFLOW_CONN_CURATION_DEFAULT", raising=False)
     missing = tmp_path / "nowhere"
-    dag_run = pipeline.test(logical_date=datetime(2026, 11, 26, tzinfo=timezone.utc),
-                            mark_success_pattern=NOT_INGEST,
-                            run_conf={"input": str(missing), "lake": str(tmp_path / "lake")})
+    dag_run = pipeline.test(
+        logical_date=datetime(2026, 11, 26, tzinfo=timezone.utc),
+        mark_success_pattern=NOT_INGEST,
+        run_conf={"input": str(missing), "lake": str(tmp_path / "lake")},
+    )
     assert dag_run.state == "failed"
     with create_session() as session:
-        tis = {ti.task_id: ti for ti in session.scalars(select(TaskInstance).where(
-            TaskInstance.run_id == dag_run.run_id))}
+        tis = {
+            ti.task_id: ti for ti in session.scalars(select(TaskInstance).where(TaskInstance.run_id == dag_run.run_id))
+        }
     assert tis["ingest"].state == "failed" and tis["ingest"].try_number == 1  # not retried
     assert tis["ingest_checkpoints"].state == "upstream_failed"
     assert not (tmp_path / "lake").exists()  # nothing was submitted

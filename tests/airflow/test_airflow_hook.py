@@ -16,13 +16,23 @@ pytestmark = pytest.mark.airflow
 
 
 def test_connection_settings_and_secrets(monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_CURATION_S3", json.dumps({
-        "conn_type": "curation", "host": "s3://bucket/lake", "login": "AKIA", "password": "s3cret",
-        "extra": {"backend": "slurm", "storage_options": {"s3": {"endpoint_url": "http://127.0.0.1:9"}}}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CURATION_S3",
+        json.dumps(
+            {
+                "conn_type": "curation",
+                "host": "s3://bucket/lake",
+                "login": "AKIA",
+                "password": "s3cret",
+                "extra": {"backend": "slurm", "storage_options": {"s3": {"endpoint_url": "http://127.0.0.1:9"}}},
+            }
+        ),
+    )
     settings = CurationHook("curation_s3").get_conn()
     assert settings["lake"] == "s3://bucket/lake" and settings["backend"] == "slurm"
-    assert settings["storage_options"] == {"s3": {"endpoint_url": "http://127.0.0.1:9", "key": "AKIA",
-                                                  "secret": "s3cret"}}
+    assert settings["storage_options"] == {
+        "s3": {"endpoint_url": "http://127.0.0.1:9", "key": "AKIA", "secret": "s3cret"}
+    }
     env = CurationHook.job_env(settings["storage_options"])
     assert json.loads(env["CURATION_STORAGE_OPTIONS_S3"])["secret"] == "s3cret"
 
@@ -30,12 +40,28 @@ def test_connection_settings_and_secrets(monkeypatch):
 def test_operator_takes_lake_and_backend_from_the_connection(monkeypatch, tmp_path, small_input):
     monkeypatch.setattr(storage, "_SCOPED", {})
     work = tmp_path / "jobs"
-    monkeypatch.setenv("AIRFLOW_CONN_CURATION_LOCAL", json.dumps({
-        "conn_type": "curation", "host": str(tmp_path / "lake"),
-        "extra": {"backend": "local", "backend_options": {"work_dir": str(work)},
-                  "storage_options": {"memory": {"marker": "not-a-real-secret"}}}}))
-    op = IngestOperator(task_id="ingest", inputs=str(small_input), dataset="web", curation_conn_id="curation_local",
-                        deferrable=False, poll_interval=0.05)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CURATION_LOCAL",
+        json.dumps(
+            {
+                "conn_type": "curation",
+                "host": str(tmp_path / "lake"),
+                "extra": {
+                    "backend": "local",
+                    "backend_options": {"work_dir": str(work)},
+                    "storage_options": {"memory": {"marker": "not-a-real-secret"}},
+                },
+            }
+        ),
+    )
+    op = IngestOperator(
+        task_id="ingest",
+        inputs=str(small_input),
+        dataset="web",
+        curation_conn_id="curation_local",
+        deferrable=False,
+        poll_interval=0.05,
+    )
     summary = op.execute(_context(store := MemoryTaskStateStore()))
     assert summary["rows"] == 60 and summary["manifest_uri"].startswith(str(tmp_path / "lake"))
     handle = store.get("curation_job")
@@ -49,8 +75,9 @@ def test_operator_takes_lake_and_backend_from_the_connection(monkeypatch, tmp_pa
 
 def test_test_connection_lists_the_lake(monkeypatch, tmp_path):
     monkeypatch.setenv("AIRFLOW_CONN_CURATION_OK", json.dumps({"conn_type": "curation", "host": str(tmp_path)}))
-    monkeypatch.setenv("AIRFLOW_CONN_CURATION_BAD", json.dumps({"conn_type": "curation",
-                                                               "host": "nosuchfs://bucket/lake"}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CURATION_BAD", json.dumps({"conn_type": "curation", "host": "nosuchfs://bucket/lake"})
+    )
     ok, message = CurationHook("curation_ok").test_connection()
     assert ok and str(tmp_path) in message
     ok, message = CurationHook("curation_bad").test_connection()

@@ -25,11 +25,18 @@ from airflow_curation.triggers.stage_job import StageJobTrigger
 pytestmark = pytest.mark.airflow
 
 
-
 def _operator(lake: Path, inputs: Path, backend_options: dict, **kwargs) -> IngestOperator:
-    return IngestOperator(task_id="ingest", inputs=str(inputs), lake=str(lake), dataset="web",
-                          snapshot="2026-11-30", backend_options=backend_options, poll_interval=0.05,
-                          config={"target_shard_bytes": 4096, "row_group_rows": 16}, **kwargs)
+    return IngestOperator(
+        task_id="ingest",
+        inputs=str(inputs),
+        lake=str(lake),
+        dataset="web",
+        snapshot="2026-11-30",
+        backend_options=backend_options,
+        poll_interval=0.05,
+        config={"target_shard_bytes": 4096, "row_group_rows": 16},
+        **kwargs,
+    )
 
 
 def _run_trigger(trigger: StageJobTrigger) -> dict:
@@ -64,7 +71,8 @@ def test_defers_then_returns_only_the_summary(tmp_path, small_input):
     assert all(storage.exists(s.uri) for s in manifest.shards)
     # The run id is the Airflow run id made path-safe, under the snapshot partition.
     assert summary["manifest_uri"] == str(
-        tmp_path / "lake" / "web" / "snapshot=2026-11-30" / "_manifests" / RUN_ID / "ingest.json")
+        tmp_path / "lake" / "web" / "snapshot=2026-11-30" / "_manifests" / RUN_ID / "ingest.json"
+    )
     # What the manifest link serves (through the curation plugin), recorded at run time.
     assert ctx["ti"].pushed["curation_links"]["manifest"] == summary["manifest_uri"]
 
@@ -120,9 +128,11 @@ def test_failed_job_is_resubmitted_on_retry_and_reported(tmp_path, small_input):
 def test_a_missing_input_fails_the_launch_before_any_job_without_retries(tmp_path, small_input):
     work = tmp_path / "jobs"
     missing = tmp_path / "does-not-exist"
-    for inputs, message in ((missing, f"ingest: input not found: {missing}"),
-                            (f"{small_input},{tmp_path}/nothing-*.jsonl", "input not found: .*nothing-"),
-                            ("", "ingest: no input given")):
+    for inputs, message in (
+        (missing, f"ingest: input not found: {missing}"),
+        (f"{small_input},{tmp_path}/nothing-*.jsonl", "input not found: .*nothing-"),
+        ("", "ingest: no input given"),
+    ):
         op = _operator(tmp_path / "lake", inputs, {"work_dir": str(work)}, wait=False)
         with pytest.raises(AirflowFailException, match=message) as e:
             op.execute(_context(MemoryTaskStateStore()))
@@ -132,8 +142,14 @@ def test_a_missing_input_fails_the_launch_before_any_job_without_retries(tmp_pat
 
 def test_no_lake_anywhere_fails_at_once(tmp_path, small_input, monkeypatch):
     monkeypatch.delenv("AIRFLOW_CONN_CURATION_DEFAULT", raising=False)
-    op = IngestOperator(task_id="ingest", inputs=str(small_input), lake="", dataset="web",
-                        curation_conn_id="curation_default", wait=False)
+    op = IngestOperator(
+        task_id="ingest",
+        inputs=str(small_input),
+        lake="",
+        dataset="web",
+        curation_conn_id="curation_default",
+        wait=False,
+    )
     with pytest.raises(AirflowFailException, match="no lake given"):
         op.execute(_context(MemoryTaskStateStore()))
 
@@ -148,8 +164,7 @@ def test_wait_false_launches_and_returns_the_handle(tmp_path, small_input, gate)
     backend = get_backend(out["job"]["backend"], **out["job"]["backend_options"])
     assert backend.status(out["job"]).state == JobState.RUNNING
     # A retry of the launch task does not launch twice either.
-    again = _operator(tmp_path / "lake", small_input, gate.backend_options(work), wait=False).execute(
-        _context(store))
+    again = _operator(tmp_path / "lake", small_input, gate.backend_options(work), wait=False).execute(_context(store))
     assert again["job"]["job_id"] == out["job"]["job_id"] and len(job_dirs(work)) == 1
     backend.cancel(out["job"])
 
@@ -194,8 +209,9 @@ def test_synchronous_wait_without_a_triggerer(tmp_path, small_input):
 
 
 def test_templated_fields_and_run_id(tmp_path):
-    op = IngestOperator(task_id="ingest", inputs="a.jsonl, b.jsonl", lake=str(tmp_path), dataset="web",
-                        max_failed_fraction="0.25")
+    op = IngestOperator(
+        task_id="ingest", inputs="a.jsonl, b.jsonl", lake=str(tmp_path), dataset="web", max_failed_fraction="0.25"
+    )
     for name in ("inputs", "lake", "dataset", "snapshot", "config", "backend"):
         assert name in op.template_fields
     spec = op.build_spec({"run_id": "manual__2026-11-30T10:00:00+00:00"})
@@ -203,5 +219,4 @@ def test_templated_fields_and_run_id(tmp_path):
     assert spec.config["inputs"] == ["a.jsonl", "b.jsonl"]
     assert spec.config["max_failed_fraction"] == 0.25
     with pytest.raises(ValueError, match="invalid dataset"):
-        IngestOperator(task_id="x", inputs="a", lake=str(tmp_path), dataset="../escape").build_spec(
-            {"run_id": "r"})
+        IngestOperator(task_id="x", inputs="a", lake=str(tmp_path), dataset="../escape").build_spec({"run_id": "r"})

@@ -35,8 +35,13 @@ def test_provider_info_is_importable_data():
 
 
 def test_airflow_providers_list_shows_the_provider(airflow_db):
-    proc = subprocess.run([_airflow(), "providers", "list", "--output", "json"], capture_output=True,
-                          text=True, env=os.environ.copy(), timeout=300)
+    proc = subprocess.run(
+        [_airflow(), "providers", "list", "--output", "json"],
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     # Log lines may precede the JSON document on stdout.
     listing = next(line for line in proc.stdout.splitlines() if line.startswith("[{"))

@@ -26,16 +26,25 @@ class FlakyBackend(Backend):
 
     def launch(self, spec, groups=None, *, previous=None):
         attempt = (previous or {}).get("attempt", 0) + 1
-        handle = {"backend": self.name, "job_id": f"j{attempt}", "attempt": attempt, "groups": 1,
-                  "manifest_uri": spec.manifest_uri, "spec": spec.to_json()}
+        handle = {
+            "backend": self.name,
+            "job_id": f"j{attempt}",
+            "attempt": attempt,
+            "groups": 1,
+            "manifest_uri": spec.manifest_uri,
+            "spec": spec.to_json(),
+        }
         LAUNCHES.append(handle)
         return handle
 
     def status(self, handle):
         if handle["attempt"] == 1:
             return JobStatus(JobState.FAILED, "TIMEOUT: hit its time limit", retryable=True)
-        return JobStatus(JobState.SUCCEEDED, "completed", {"manifest_uri": handle["manifest_uri"], "rows": 7,
-                                                           "shards": 1, "bytes": 10})
+        return JobStatus(
+            JobState.SUCCEEDED,
+            "completed",
+            {"manifest_uri": handle["manifest_uri"], "rows": 7, "shards": 1, "bytes": 10},
+        )
 
     def cancel(self, handle):
         pass
@@ -56,8 +65,9 @@ def flaky(monkeypatch):
 
 
 def _operator(tmp_path, **kw):
-    return CurationStageOperator(task_id="t", stage="ingest", lake=str(tmp_path / "lake"), dataset="d",
-                                 backend="flaky", poll_interval=0.01, **kw)
+    return CurationStageOperator(
+        task_id="t", stage="ingest", lake=str(tmp_path / "lake"), dataset="d", backend="flaky", poll_interval=0.01, **kw
+    )
 
 
 def test_the_operator_relaunches_after_its_triggers_event_and_defers_again(tmp_path):
@@ -68,8 +78,14 @@ def test_the_operator_relaunches_after_its_triggers_event_and_defers_again(tmp_p
         op.execute(ctx)
     handle = first.value.trigger.handle
     st = op._backend.status(handle)  # what the trigger saw: read-only, retryable
-    event = {"status": st.state.value, "message": st.message, "result": None, "retryable": st.retryable,
-             "handle": handle, "log_offset": 0}
+    event = {
+        "status": st.state.value,
+        "message": st.message,
+        "result": None,
+        "retryable": st.retryable,
+        "handle": handle,
+        "log_offset": 0,
+    }
     with pytest.raises(TaskDeferred) as again:
         _operator(tmp_path).execute_complete(ctx, event)
     new = again.value.trigger.handle

@@ -31,20 +31,38 @@ class Run:
 
     def __init__(self, root, n: int, budget: float = 0.0, stage: str = "preprocess") -> None:
         self.lake = Lake(str(root), "web", "2026-11-30")
-        self.units = [UnitEntry(unit_id=f"part-{i:05d}", inputs=[f"in-{i}"], input_checksum=f"c{i}")
-                      for i in range(n)]
-        self.manifest = Manifest(dataset="web", stage=stage, run_id="r1", fingerprint=FP,
-                                 lake=self.lake.to_dict(), units=self.units,
-                                 config={"max_failed_fraction": budget})
+        self.units = [UnitEntry(unit_id=f"part-{i:05d}", inputs=[f"in-{i}"], input_checksum=f"c{i}") for i in range(n)]
+        self.manifest = Manifest(
+            dataset="web",
+            stage=stage,
+            run_id="r1",
+            fingerprint=FP,
+            lake=self.lake.to_dict(),
+            units=self.units,
+            config={"max_failed_fraction": budget},
+        )
         self.uri = self.manifest.write(self.lake.manifest_uri("r1", stage))
         self.store = CheckpointStore(self.lake.checkpoint_dir(stage, FP))
 
     def commit(self, i: int, rows: int = 10, checksum: str | None = None) -> None:
         unit = self.units[i]
-        out = {"shard_id": unit.unit_id, "uri": f"/x/{unit.unit_id}.parquet", "rows": rows, "bytes": rows * 100,
-               "checksum": "s", "unit_id": unit.unit_id}
-        self.store.commit(CheckpointRecord(unit_id=unit.unit_id, stage=self.manifest.stage, fingerprint=FP,
-                                           input_checksum=checksum or unit.input_checksum, outputs=[out]))
+        out = {
+            "shard_id": unit.unit_id,
+            "uri": f"/x/{unit.unit_id}.parquet",
+            "rows": rows,
+            "bytes": rows * 100,
+            "checksum": "s",
+            "unit_id": unit.unit_id,
+        }
+        self.store.commit(
+            CheckpointRecord(
+                unit_id=unit.unit_id,
+                stage=self.manifest.stage,
+                fingerprint=FP,
+                input_checksum=checksum or unit.input_checksum,
+                outputs=[out],
+            )
+        )
         self._finish_when_all_accounted()
 
     def fail(self, i: int) -> None:
@@ -101,6 +119,7 @@ def test_not_done_until_the_run_writes_its_final_manifest(tmp_path):
         async def go():
             async for event in trigger.run():
                 return event.payload
+
         try:
             return await asyncio.wait_for(go(), seconds)
         except asyncio.TimeoutError:
@@ -213,10 +232,16 @@ def test_fails_when_the_job_died_before_checkpointing_everything(tmp_path):
     lake = Lake(str(tmp_path / "lake"), "web")
     backend = get_backend("local", work_dir=str(tmp_path / "jobs"))
     # A real job that fails at once: its input does not exist.
-    handle = backend.submit(JobSpec(stage="ingest", lake=lake.to_dict(), run_id="r1",
-                                    config={"inputs": [str(tmp_path / "missing")]}))
-    trigger = ShardCheckpointTrigger(manifest_uri=handle["manifest_uri"], backend="local",
-                                     backend_options=backend.options(), job=handle, poll_interval=0.05)
+    handle = backend.submit(
+        JobSpec(stage="ingest", lake=lake.to_dict(), run_id="r1", config={"inputs": [str(tmp_path / "missing")]})
+    )
+    trigger = ShardCheckpointTrigger(
+        manifest_uri=handle["manifest_uri"],
+        backend="local",
+        backend_options=backend.options(),
+        job=handle,
+        poll_interval=0.05,
+    )
     with structlog.testing.capture_logs() as captured:
         event = _first_event(trigger)
     assert event["status"] == "failed"
@@ -236,18 +261,35 @@ def test_the_gate_logs_each_units_counts_when_it_is_checkpointed(tmp_path):
     rec_acc = {"read": 12, "kept": 9, "dropped": {"too_short": 1}, "quarantined": {"bad_json": 2}}
     for i in range(2):
         unit = run.units[i]
-        out = {"shard_id": unit.unit_id, "uri": f"/x/{unit.unit_id}.parquet", "rows": 9, "bytes": 900,
-               "checksum": "s", "unit_id": unit.unit_id}
-        run.store.commit(CheckpointRecord(unit_id=unit.unit_id, stage="preprocess", fingerprint=FP,
-                                          input_checksum=unit.input_checksum, outputs=[out], accounting=rec_acc))
+        out = {
+            "shard_id": unit.unit_id,
+            "uri": f"/x/{unit.unit_id}.parquet",
+            "rows": 9,
+            "bytes": 900,
+            "checksum": "s",
+            "unit_id": unit.unit_id,
+        }
+        run.store.commit(
+            CheckpointRecord(
+                unit_id=unit.unit_id,
+                stage="preprocess",
+                fingerprint=FP,
+                input_checksum=unit.input_checksum,
+                outputs=[out],
+                accounting=rec_acc,
+            )
+        )
     run.manifest.status = "complete"
     run.manifest.write(run.uri)
     with structlog.testing.capture_logs() as captured:
         event = _first_event(_trigger(run))
     assert event["status"] == "done" and event["stage"] == "preprocess"
     lines = [str(e["event"]) for e in captured if "checkpointed:" in str(e.get("event"))]
-    assert lines == [f"preprocess: unit part-0000{i} checkpointed: 9 rows in 1 shards; read 12, kept 9; "
-                     "dropped 1 (too_short=1); quarantined 2 (bad_json=2)" for i in range(2)]
+    assert lines == [
+        f"preprocess: unit part-0000{i} checkpointed: 9 rows in 1 shards; read 12, kept 9; "
+        "dropped 1 (too_short=1); quarantined 2 (bad_json=2)"
+        for i in range(2)
+    ]
 
 
 def test_job_log_relay_keeps_levels_and_joins_a_traceback_split_across_reads():
@@ -261,8 +303,8 @@ def test_job_log_relay_keeps_levels_and_joins_a_traceback_split_across_reads():
 
     relay = JobLogRelay(Log(), "j1")
     relay.feed("2026-11-30 10:00:00,000 INFO stage: unit 1 done\n2026-11-30 10:00:01,000 WARNING stage: un")
-    relay.feed("it 2 attempt 1/2 failed\nTraceback (most recent call last):\n  File \"x.py\", line 1\n")
-    relay.feed("    boom()\nValueError: boom\n{\"status\": \"failed\"}")
+    relay.feed('it 2 attempt 1/2 failed\nTraceback (most recent call last):\n  File "x.py", line 1\n')
+    relay.feed('    boom()\nValueError: boom\n{"status": "failed"}')
     relay.flush()
     assert [level for level, _ in records] == ["info", "warning", "error", "info"]
     assert records[1][1].endswith("unit 2 attempt 1/2 failed")
@@ -313,11 +355,13 @@ def test_sensor_takes_the_job_as_rendered_text(tmp_path):
     assert ShardCheckpointSensor(task_id="g", manifest_uri=run.uri, job="None", deferrable=False).poke({}) is False
     backend = get_backend("local", work_dir=str(tmp_path / "jobs"))
     lake = Lake(str(tmp_path / "lake2"), "web")
-    handle = backend.submit(JobSpec(stage="ingest", lake=lake.to_dict(), run_id="r1",
-                                    config={"inputs": [str(tmp_path / "missing")]}))
+    handle = backend.submit(
+        JobSpec(stage="ingest", lake=lake.to_dict(), run_id="r1", config={"inputs": [str(tmp_path / "missing")]})
+    )
     handle = {**handle, "backend": "local", "backend_options": backend.options()}
-    sensor = ShardCheckpointSensor(task_id="g", manifest_uri=handle["manifest_uri"], job=json.dumps(handle),
-                                   deferrable=False)
+    sensor = ShardCheckpointSensor(
+        task_id="g", manifest_uri=handle["manifest_uri"], job=json.dumps(handle), deferrable=False
+    )
     while backend.status(handle).state.value == "running":  # a Jinja-rendered handle is JSON text
         time.sleep(0.05)
     with pytest.raises(AirflowException, match="before writing its manifest"):

@@ -107,8 +107,14 @@ class SlurmHarness(Harness):
         ids = [j for j in (handle["job_id"], handle.get("array_job_id")) if j]
         out = subprocess.run(["scontrol", "show", "job", "-o", *ids], capture_output=True, text=True).stdout
         # Slurm's own record of the attempt's jobs (times that only advance while they run excluded).
-        return sorted(" ".join(w for w in line.split() if w.split("=")[0] in (
-            "JobId", "ArrayTaskId", "JobState", "ExitCode", "Restarts", "Dependency")) for line in out.splitlines())
+        return sorted(
+            " ".join(
+                w
+                for w in line.split()
+                if w.split("=")[0] in ("JobId", "ArrayTaskId", "JobState", "ExitCode", "Restarts", "Dependency")
+            )
+            for line in out.splitlines()
+        )
 
 
 class KubernetesHarness(Harness):
@@ -126,8 +132,16 @@ class KubernetesHarness(Harness):
         super().__init__(root)
 
     def make(self, **options: Any) -> Backend:
-        return get_backend("kubernetes", host=self.fake.url, namespace="default", retry_backoff=0.01,
-                           launch_kinds={"slurmtest": "indexed"}, shard_groups=2, pod={}, **options)
+        return get_backend(
+            "kubernetes",
+            host=self.fake.url,
+            namespace="default",
+            retry_backoff=0.01,
+            launch_kinds={"slurmtest": "indexed"},
+            shard_groups=2,
+            pod={},
+            **options,
+        )
 
     def drive(self) -> None:
         for name in self.fake.names("jobs"):  # group Jobs sort before their collect Job
@@ -155,8 +169,14 @@ class LocalRayClient:
         log = self.root / f"{submission_id}.log"
         self.root.mkdir(parents=True, exist_ok=True)
         with open(log, "wb") as out:
-            proc = subprocess.Popen(entrypoint, shell=True, stdout=out, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **runtime_env.get("env_vars", {})}, start_new_session=True)
+            proc = subprocess.Popen(
+                entrypoint,
+                shell=True,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **runtime_env.get("env_vars", {})},
+                start_new_session=True,
+            )
         self.jobs[submission_id] = {"proc": proc, "log": log, "stopped": False}
         return submission_id
 
@@ -183,8 +203,9 @@ class RayHarness(Harness):
 
     def make(self, **options: Any) -> Backend:
         self.client = getattr(self, "client", None) or LocalRayClient(self.root / "ray")
-        backend = get_backend("ray", address="http://ray-head:8265", python=sys.executable,
-                              env={"PYTHONPATH": JOB_PYTHONPATH}, **options)
+        backend = get_backend(
+            "ray", address="http://ray-head:8265", python=sys.executable, env={"PYTHONPATH": JOB_PYTHONPATH}, **options
+        )
         backend._client = lambda: self.client
         return backend
 
@@ -200,6 +221,7 @@ HARNESSES = {"local": LocalHarness, "slurm": SlurmHarness, "kubernetes": Kuberne
 
 
 # -- the contract --------------------------------------------------------------------------------
+
 
 def check_result_after_success(h: Harness) -> None:
     spec = h.spec(units=3, rows=4)
@@ -259,6 +281,10 @@ def check_failure_message(h: Harness) -> None:
     assert st.result is None or st.result["status"] == "failed"
 
 
-CHECKS = {"result_after_success": check_result_after_success, "status_is_read_only": check_status_is_read_only,
-          "cancel_is_idempotent": check_cancel_is_idempotent, "logs_by_byte_offsets": check_logs_by_byte_offsets,
-          "failure_message": check_failure_message}
+CHECKS = {
+    "result_after_success": check_result_after_success,
+    "status_is_read_only": check_status_is_read_only,
+    "cancel_is_idempotent": check_cancel_is_idempotent,
+    "logs_by_byte_offsets": check_logs_by_byte_offsets,
+    "failure_message": check_failure_message,
+}

@@ -26,8 +26,9 @@ def _input(tmp_path, files=1, docs=50):
     src = tmp_path / "in"
     src.mkdir(exist_ok=True)
     for f in range(files):
-        (src / f"{f:03d}.jsonl").write_text("".join(json.dumps({"text": f"doc {f}-{i} " + "w " * 200}) + "\n"
-                                                    for i in range(docs)))
+        (src / f"{f:03d}.jsonl").write_text(
+            "".join(json.dumps({"text": f"doc {f}-{i} " + "w " * 200}) + "\n" for i in range(docs))
+        )
     return src
 
 
@@ -50,8 +51,9 @@ def test_submit_status_logs_and_result(tmp_path):
 
 def test_failed_job_reports_its_error(tmp_path):
     backend = get_backend("local", work_dir=str(tmp_path / "jobs"))
-    spec = JobSpec("ingest", Lake(str(tmp_path / "lake"), "web").to_dict(), "run-b",
-                   {"inputs": [str(tmp_path / "missing")]})
+    spec = JobSpec(
+        "ingest", Lake(str(tmp_path / "lake"), "web").to_dict(), "run-b", {"inputs": [str(tmp_path / "missing")]}
+    )
     st = _wait(backend, backend.submit(spec))
     assert st.state is JobState.FAILED and "does not exist" in st.message
 
@@ -63,8 +65,9 @@ def test_cancel_kills_the_job_and_its_children(tmp_path):
     python.write_text("#!/bin/sh\nsleep 300 &\nwait\n")
     python.chmod(0o755)
     backend = get_backend("local", work_dir=str(tmp_path / "jobs"), python=str(python))
-    spec = JobSpec("ingest", Lake(str(tmp_path / "lake"), "web").to_dict(), "run-c",
-                   {"inputs": [str(_input(tmp_path))]})
+    spec = JobSpec(
+        "ingest", Lake(str(tmp_path / "lake"), "web").to_dict(), "run-c", {"inputs": [str(_input(tmp_path))]}
+    )
     handle = backend.submit(spec)
     deadline = time.time() + 60
     while len(_live_group_members(handle["pid"])) < 2 and time.time() < deadline:
@@ -87,7 +90,7 @@ def _live_group_members(pgid: int) -> list[int]:
             stat = open(f"/proc/{entry}/stat").read()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
             members.append(int(entry))
     return members
@@ -95,7 +98,14 @@ def _live_group_members(pgid: int) -> list[int]:
 
 def test_dead_process_without_result_is_a_failure(tmp_path):
     backend = get_backend("local", work_dir=str(tmp_path / "jobs"))
-    handle = {"backend": "local", "job_id": "x", "pid": 2**22 - 1, "start_time": "1", "job_dir": str(tmp_path),
-              "log": str(tmp_path / "nope.log"), "result": str(tmp_path / "nope.json")}
+    handle = {
+        "backend": "local",
+        "job_id": "x",
+        "pid": 2**22 - 1,
+        "start_time": "1",
+        "job_dir": str(tmp_path),
+        "log": str(tmp_path / "nope.log"),
+        "result": str(tmp_path / "nope.json"),
+    }
     st = backend.status(handle)
     assert st.state is JobState.FAILED and "ended without a result" in st.message

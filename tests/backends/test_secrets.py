@@ -66,9 +66,12 @@ class _RecordingRayClient:
 
 def test_ray_runtime_env_carries_no_storage_options(tmp_path, monkeypatch, caplog):
     secret, env = _secret_env()
-    backend = get_backend("ray", address="http://ray-head:8265", env={**env, "PLAIN": "1"},
-                          runtime_env={"env_vars": {"CURATION_STORAGE_OPTIONS_GCS": secret, "OTHER": "2"},
-                                       "pip": ["x"]})
+    backend = get_backend(
+        "ray",
+        address="http://ray-head:8265",
+        env={**env, "PLAIN": "1"},
+        runtime_env={"env_vars": {"CURATION_STORAGE_OPTIONS_GCS": secret, "OTHER": "2"}, "pip": ["x"]},
+    )
     client = _RecordingRayClient()
     monkeypatch.setattr(backend, "_client", lambda: client)
     spec = JobSpec("validate", Lake(str(tmp_path / "lake"), "web").to_dict(), "run-r", {})

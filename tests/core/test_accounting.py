@@ -20,8 +20,11 @@ def test_books_close_and_round_trip():
 
 def test_merge_adds_reasons():
     a, b = RowAccounting(), RowAccounting()
-    a.keep(2); a.drop("dup")
-    b.keep(1); b.drop("dup", 4); b.quarantine("invalid_utf8", 2)
+    a.keep(2)
+    a.drop("dup")
+    b.keep(1)
+    b.drop("dup", 4)
+    b.quarantine("invalid_utf8", 2)
     a.merge(b)
     assert a.to_dict() == {"read": 10, "kept": 3, "dropped": {"dup": 5}, "quarantined": {"invalid_utf8": 2}}
     assert a.closes
@@ -40,7 +43,9 @@ def test_books_that_do_not_close_raise():
 
 def test_dict_reasons_are_sorted_for_stable_json():
     a = RowAccounting()
-    a.drop("z"); a.drop("a"); a.drop("m")
+    a.drop("z")
+    a.drop("a")
+    a.drop("m")
     assert list(a.to_dict()["dropped"]) == ["a", "m", "z"]
 
 
@@ -48,7 +53,8 @@ def test_notes_stand_beside_the_books():
     a, b = RowAccounting(), RowAccounting()
     a.keep(2)
     a.note("empty_file")
-    b.note("empty_file"); b.note("not_a_regular_file")
+    b.note("empty_file")
+    b.note("not_a_regular_file")
     assert a.merge(b).closes and a.read == 2
     d = a.to_dict()
     assert d["notes"] == {"empty_file": 2, "not_a_regular_file": 1}

@@ -6,10 +6,15 @@ from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore
 
 
 def _rec(unit="u1", checksum="xxh64:aa", fp="fp1", **kw) -> CheckpointRecord:
-    return CheckpointRecord(unit_id=unit, stage="ingest", fingerprint=fp, input_checksum=checksum,
-                            outputs=[{"shard_id": unit, "uri": f"/x/{unit}.parquet", "rows": 3, "bytes": 9,
-                                      "checksum": "c"}],
-                            accounting={"read": 3, "kept": 3, "dropped": {}, "quarantined": {}}, **kw)
+    return CheckpointRecord(
+        unit_id=unit,
+        stage="ingest",
+        fingerprint=fp,
+        input_checksum=checksum,
+        outputs=[{"shard_id": unit, "uri": f"/x/{unit}.parquet", "rows": 3, "bytes": 9, "checksum": "c"}],
+        accounting={"read": 3, "kept": 3, "dropped": {}, "quarantined": {}},
+        **kw,
+    )
 
 
 def test_is_done_needs_matching_checksum_and_fingerprint(tmp_path):
@@ -18,8 +23,8 @@ def test_is_done_needs_matching_checksum_and_fingerprint(tmp_path):
     store.commit(_rec())
     rec = store.is_done("u1", "xxh64:aa", "fp1")
     assert rec is not None and rec.outputs[0]["rows"] == 3 and rec.accounting["kept"] == 3
-    assert store.is_done("u1", "xxh64:bb", "fp1") is None   # input changed
-    assert store.is_done("u1", "xxh64:aa", "fp2") is None   # config changed
+    assert store.is_done("u1", "xxh64:bb", "fp1") is None  # input changed
+    assert store.is_done("u1", "xxh64:aa", "fp2") is None  # config changed
     assert store.is_done("u2", "xxh64:aa", "fp1") is None
 
 
@@ -37,8 +42,12 @@ def test_failed_marker_and_scan(tmp_path):
     store.commit(_rec("a"))
     store.mark_failed("b", "ValueError: bad", attempt=2)
     store.mark_failed("c", "OSError: gone", attempt=1)
-    assert store.failure("b") == {"unit_id": "b", "error": "ValueError: bad", "attempt": 2,
-                                  "at": store.failure("b")["at"]}
+    assert store.failure("b") == {
+        "unit_id": "b",
+        "error": "ValueError: bad",
+        "attempt": 2,
+        "at": store.failure("b")["at"],
+    }
     assert store.scan() == ({"a"}, {"b", "c"})
     # A later success clears the failure marker.
     store.commit(_rec("b"))

@@ -26,10 +26,13 @@ def test_every_input_changes_it():
 def test_stable_across_processes_and_releases():
     # A changed value here would silently invalidate every checkpoint in every lake: keep it fixed.
     expected = config_fingerprint("ingest", {"target_shard_bytes": 1024, "text_field": "text"})
-    code = ("from airflow_curation.core.fingerprint import config_fingerprint as f;"
-            "print(f('ingest', {'text_field': 'text', 'target_shard_bytes': 1024}))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONHASHSEED": "12345"}).stdout.strip()
+    code = (
+        "from airflow_curation.core.fingerprint import config_fingerprint as f;"
+        "print(f('ingest', {'text_field': 'text', 'target_shard_bytes': 1024}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": "12345"}
+    ).stdout.strip()
     assert out == expected
     assert canonical_json({"b": 1, "a": [1, 2]}) == '{"a":[1,2],"b":1}'
     assert expected == "5cbf7b23427a45b6"
@@ -41,6 +44,6 @@ def test_stream_checksum_matches_a_file_checksum(tmp_path):
     p.write_bytes(data)
     c = StreamChecksum()
     for i in range(0, len(data), 7777):
-        c.update(memoryview(data)[i:i + 7777])
+        c.update(memoryview(data)[i : i + 7777])
     assert c.nbytes == len(data)
     assert c.hexdigest() == checksum_url(str(p)) == f"xxh64:{xxhash.xxh64(data).hexdigest()}"

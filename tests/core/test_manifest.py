@@ -10,15 +10,30 @@ from airflow_curation.core.manifest import FORMAT_VERSION, Manifest, ManifestErr
 
 def _manifest() -> Manifest:
     return Manifest(
-        dataset="web", stage="preprocess", run_id="r1", fingerprint="abcd" * 4,
+        dataset="web",
+        stage="preprocess",
+        run_id="r1",
+        fingerprint="abcd" * 4,
         lake={"root": "/lake", "dataset": "web", "snapshot": None},
-        units=[UnitEntry("part-00000", ["/lake/web/shards/part-00000.parquet"], "xxh64:1"),
-               UnitEntry("part-00001", ["/lake/web/shards/part-00001.parquet"], "xxh64:2", status="failed",
-                         error="boom")],
-        shards=[ShardEntry("part-00000", "/lake/web/shards/part-00000.parquet", rows=10, bytes=1000,
-                           checksum="xxh64:1", unit_id="part-00000",
-                           attrs={"preprocess": "/lake/web/attrs/preprocess/part-00000.parquet"})],
-        status="complete", config={"k": 1}, accounting={"read": 10, "kept": 10})
+        units=[
+            UnitEntry("part-00000", ["/lake/web/shards/part-00000.parquet"], "xxh64:1"),
+            UnitEntry("part-00001", ["/lake/web/shards/part-00001.parquet"], "xxh64:2", status="failed", error="boom"),
+        ],
+        shards=[
+            ShardEntry(
+                "part-00000",
+                "/lake/web/shards/part-00000.parquet",
+                rows=10,
+                bytes=1000,
+                checksum="xxh64:1",
+                unit_id="part-00000",
+                attrs={"preprocess": "/lake/web/attrs/preprocess/part-00000.parquet"},
+            )
+        ],
+        status="complete",
+        config={"k": 1},
+        accounting={"read": 10, "kept": 10},
+    )
 
 
 def test_round_trip(tmp_path):
@@ -40,8 +55,9 @@ def test_summary_carries_counts_not_shards():
 
 def test_summary_of_ten_thousand_shards_stays_small():
     m = _manifest()
-    m.shards = [ShardEntry(f"part-{i:05d}", f"/lake/web/shards/part-{i:05d}.parquet", 1000, 10**6, "c")
-                for i in range(10_000)]
+    m.shards = [
+        ShardEntry(f"part-{i:05d}", f"/lake/web/shards/part-{i:05d}.parquet", 1000, 10**6, "c") for i in range(10_000)
+    ]
     assert len(json.dumps(m.summary("/lake/m.json"))) < 200
 
 
@@ -51,20 +67,23 @@ def _write_raw(tmp_path, d) -> str:
     return uri
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d.update(format_version=FORMAT_VERSION + 1), "format_version"),
-    (lambda d: d.update(format="something/else"), "format is"),
-    (lambda d: d.pop("dataset"), "'dataset'"),
-    (lambda d: d.update(units="not a list"), "'units'"),
-    (lambda d: d.update(status="running"), "status 'running'"),
-    (lambda d: d["units"][0].update(status="weird"), "units[0].status"),
-    (lambda d: d["units"][0].pop("input_checksum"), "units[0].input_checksum"),
-    (lambda d: d["units"].append(dict(d["units"][0])), "duplicate unit id"),
-    (lambda d: d["shards"][0].update(rows="10"), "shards[0].rows"),
-    (lambda d: d["shards"][0].update(rows=True), "shards[0].rows"),
-    (lambda d: d["shards"][0].update(bytes=-1), "negative"),
-    (lambda d: d["shards"].append(dict(d["shards"][0])), "duplicate shard id"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.update(format_version=FORMAT_VERSION + 1), "format_version"),
+        (lambda d: d.update(format="something/else"), "format is"),
+        (lambda d: d.pop("dataset"), "'dataset'"),
+        (lambda d: d.update(units="not a list"), "'units'"),
+        (lambda d: d.update(status="running"), "status 'running'"),
+        (lambda d: d["units"][0].update(status="weird"), "units[0].status"),
+        (lambda d: d["units"][0].pop("input_checksum"), "units[0].input_checksum"),
+        (lambda d: d["units"].append(dict(d["units"][0])), "duplicate unit id"),
+        (lambda d: d["shards"][0].update(rows="10"), "shards[0].rows"),
+        (lambda d: d["shards"][0].update(rows=True), "shards[0].rows"),
+        (lambda d: d["shards"][0].update(bytes=-1), "negative"),
+        (lambda d: d["shards"].append(dict(d["shards"][0])), "duplicate shard id"),
+    ],
+)
 def test_invalid_manifest_is_refused_with_the_reason(tmp_path, mutate, message):
     d = _manifest().to_dict()
     mutate(d)

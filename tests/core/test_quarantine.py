@@ -31,7 +31,7 @@ def test_empty_writer_removes_a_stale_file(tmp_path):
 def test_odd_characters_do_not_make_the_file_unwritable(tmp_path):
     uri = str(tmp_path / "u1.parquet")
     w = QuarantineWriter(uri)
-    name = os.fsdecode(b"in/caf\xe9.jsonl")          # a file name that is not UTF-8, as the OS hands it over
+    name = os.fsdecode(b"in/caf\xe9.jsonl")  # a file name that is not UTF-8, as the OS hands it over
     w.add(name, "line 1", "invalid_utf8", "lone \ud800 surrogate")
     w.write()
     row = read_quarantine(uri).to_pylist()[0]

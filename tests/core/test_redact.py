@@ -16,8 +16,10 @@ def test_an_environment_block_is_masked():
 
 
 def test_secret_named_values_and_aws_key_ids_are_masked():
-    out = scrub("options {'key': 'AKIAIOSFODNN7EXAMPLE', 'secret': 'hunter2hunter2', 'endpoint_url': "
-                "'http://127.0.0.1:9000'} token=abc.def password: pw1234567")
+    out = scrub(
+        "options {'key': 'AKIAIOSFODNN7EXAMPLE', 'secret': 'hunter2hunter2', 'endpoint_url': "
+        "'http://127.0.0.1:9000'} token=abc.def password: pw1234567"
+    )
     for secret in ("AKIAIOSFODNN7EXAMPLE", "hunter2hunter2", "abc.def", "pw1234567"):
         assert secret not in out
     assert "http://127.0.0.1:9000" in out
@@ -25,8 +27,12 @@ def test_secret_named_values_and_aws_key_ids_are_masked():
 
 def test_values_of_secret_env_vars_and_storage_options_are_masked(monkeypatch):
     monkeypatch.setenv("MY_API_TOKEN", "plain-looking-value")
-    monkeypatch.setenv("CURATION_STORAGE_OPTIONS_S3", json.dumps({"key": "id-in-options", "secret": "s3cret-in-options",
-                                                                 "client_kwargs": {"region_name": "us-east-1"}}))
+    monkeypatch.setenv(
+        "CURATION_STORAGE_OPTIONS_S3",
+        json.dumps(
+            {"key": "id-in-options", "secret": "s3cret-in-options", "client_kwargs": {"region_name": "us-east-1"}}
+        ),
+    )
     monkeypatch.setattr(storage, "_SCOPED", {"gs://bucket/lake": {"token": "set-in-process-token"}})
     out = scrub("saw plain-looking-value, id-in-options, s3cret-in-options and set-in-process-token in us-east-1")
     assert out == "saw ***, ***, *** and *** in us-east-1"

@@ -12,14 +12,22 @@ from airflow_curation.core.shards import ShardWriter, read_shard
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(texts=st.lists(st.text(min_size=0, max_size=300), min_size=0, max_size=120),
-       target=st.integers(min_value=1, max_value=20_000),
-       rg_rows=st.integers(min_value=1, max_value=50),
-       rg_bytes=st.integers(min_value=1, max_value=5_000))
+@given(
+    texts=st.lists(st.text(min_size=0, max_size=300), min_size=0, max_size=120),
+    target=st.integers(min_value=1, max_value=20_000),
+    rg_rows=st.integers(min_value=1, max_value=50),
+    rg_bytes=st.integers(min_value=1, max_value=5_000),
+)
 def test_every_row_once_in_order(texts, target, rg_rows, rg_bytes):
     with tempfile.TemporaryDirectory() as d:
-        w = ShardWriter(d, lambda k: f"s-{k:04d}", SHARD_SCHEMA, target_bytes=target, row_group_rows=rg_rows,
-                        row_group_bytes=rg_bytes)
+        w = ShardWriter(
+            d,
+            lambda k: f"s-{k:04d}",
+            SHARD_SCHEMA,
+            target_bytes=target,
+            row_group_rows=rg_rows,
+            row_group_bytes=rg_bytes,
+        )
         for i, t in enumerate(texts):
             w.write({"id": str(i), "text": t, "source": "x", "meta": None}, nbytes=len(t.encode()))
         shards = w.close()

@@ -28,8 +28,10 @@ from airflow_curation.stages.dedup.stage import DedupStage
 from airflow_curation.stages.ingest.stage import IngestStage
 from airflow_curation.stages.preprocess.stage import PreprocessStage
 
-WORDS = ("the river runs past old stone walls where children play and merchants sell bread fish "
-         "cloth lamps while evening light falls on quiet roofs of the town").split()
+WORDS = (
+    "the river runs past old stone walls where children play and merchants sell bread fish "
+    "cloth lamps while evening light falls on quiet roofs of the town"
+).split()
 
 
 def _doc(i: int) -> str:
@@ -94,8 +96,9 @@ def test_a_flipped_byte_in_a_shard_fails_its_preprocess_unit_clearly_without_ret
     lake, ingest_uri = ingested
     bad = Manifest.read(ingest_uri).shards[0]
     flip_byte(bad.uri)
-    stage = PreprocessStage(lake, {"input_manifest": ingest_uri, "mapper": "local", "max_attempts": 3,
-                                   "max_failed_fraction": 0.5}, "p1")
+    stage = PreprocessStage(
+        lake, {"input_manifest": ingest_uri, "mapper": "local", "max_attempts": 3, "max_failed_fraction": 0.5}, "p1"
+    )
     manifest = StageRunner(stage).run()  # one of three units may fail
     failed = [u for u in manifest.units if u.status == "failed"]
     assert [u.unit_id for u in failed] == [bad.shard_id]
@@ -175,8 +178,10 @@ def test_a_rerun_removes_temps_of_dead_writers_and_keeps_live_ones(ingested):
     dead.wait()
     host = storage._host()
     attrs_dir = os.path.dirname(Manifest.read(stage.manifest_uri).shards[0].attrs["preprocess"])
-    stale = [os.path.join(lake.path("shards"), f".part-x.parquet.tmp-{host}-{dead.pid}-abcdef012345"),
-             os.path.join(attrs_dir, f".part-y.parquet.tmp-{host}-{dead.pid}-abcdef012345")]
+    stale = [
+        os.path.join(lake.path("shards"), f".part-x.parquet.tmp-{host}-{dead.pid}-abcdef012345"),
+        os.path.join(attrs_dir, f".part-y.parquet.tmp-{host}-{dead.pid}-abcdef012345"),
+    ]
     live = os.path.join(attrs_dir, f".part-z.parquet.tmp-{host}-{os.getpid()}-abcdef012345")
     for p in (*stale, live):
         open(p, "wb").write(b"partial")
@@ -207,8 +212,9 @@ def test_a_dead_holders_lease_is_taken_over(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     uri = str(tmp_path / "x.lease")
-    open(uri, "w").write(json.dumps({"token": "t", "host": storage.socket.gethostname(), "pid": dead.pid,
-                                     "heartbeat": 1e12}))
+    open(uri, "w").write(
+        json.dumps({"token": "t", "host": storage.socket.gethostname(), "pid": dead.pid, "heartbeat": 1e12})
+    )
     with Lease(uri, "x"):
         assert json.load(open(uri))["pid"] == os.getpid()
     assert open(uri).read() == ""  # released: no holder named
@@ -216,8 +222,10 @@ def test_a_dead_holders_lease_is_taken_over(tmp_path):
 
 def test_a_killed_holder_releases_the_lease_at_once(tmp_path):
     uri = str(tmp_path / "x.lease")
-    script = ("import sys, time; from airflow_curation.core.lease import Lease; Lease(sys.argv[1], 'x').acquire(); "
-              "print('held', flush=True); time.sleep(600)")
+    script = (
+        "import sys, time; from airflow_curation.core.lease import Lease; Lease(sys.argv[1], 'x').acquire(); "
+        "print('held', flush=True); time.sleep(600)"
+    )
     holder = subprocess.Popen([sys.executable, "-c", script, uri], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     with pytest.raises(LeaseBusy, match=f"pid {holder.pid}"):
@@ -241,16 +249,29 @@ def test_two_concurrent_dedups_on_one_lake_both_finish_with_the_same_clusters(in
     stage, _ = _preprocess(lake, ingest_uri, "p1")
     procs = []
     for k in range(2):
-        spec = {"spec_version": 1, "stage": "dedup", "run_id": f"d{k}", "lake": lake.to_dict(),
-                "config": {"input_manifest": stage.manifest_uri, "lease_wait_s": 300}}
+        spec = {
+            "spec_version": 1,
+            "stage": "dedup",
+            "run_id": f"d{k}",
+            "lake": lake.to_dict(),
+            "config": {"input_manifest": stage.manifest_uri, "lease_wait_s": 300},
+        }
         path = tmp_path / f"spec{k}.json"
         path.write_text(json.dumps(spec))
-        procs.append(subprocess.Popen([sys.executable, "-m", "airflow_curation.jobs", "run", str(path)],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "airflow_curation.jobs", "run", str(path)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
-    tables = [[pq.read_table(s.attrs["dedup"]) for s in Manifest.read(lake.manifest_uri(f"d{k}", "dedup")).shards]
-              for k in range(2)]
+    tables = [
+        [pq.read_table(s.attrs["dedup"]) for s in Manifest.read(lake.manifest_uri(f"d{k}", "dedup")).shards]
+        for k in range(2)
+    ]
     assert all(a.equals(b) for a, b in zip(*tables))
 
 

@@ -19,9 +19,18 @@ import numpy as np
 
 HANDBOOK = Path("/usr/share/doc/debian-handbook/html")
 INSTALL_HINT = "run scripts/install_system_deps.sh (it installs debian-handbook and python3.11-doc)"
-PAGES = ["apt.html", "packaging-system.html", "basic-configuration.html", "unix-services.html",
-         "network-infrastructure.html", "sect.apt-get.html", "sect.package-meta-information.html",
-         "sect.manipulating-packages-with-dpkg.html", "sect.config-misc.html", "sect.syslog.html"]
+PAGES = [
+    "apt.html",
+    "packaging-system.html",
+    "basic-configuration.html",
+    "unix-services.html",
+    "network-infrastructure.html",
+    "sect.apt-get.html",
+    "sect.package-meta-information.html",
+    "sect.manipulating-packages-with-dpkg.html",
+    "sect.config-misc.html",
+    "sect.syslog.html",
+]
 _TAG = re.compile(r"<[^>]+>")
 _DROP = re.compile(r"<(script|style|head)\b.*?</\1>", re.S | re.I)
 _WORD = re.compile(r"\w+")
@@ -72,7 +81,7 @@ def shingle_set(text: str, ngram: int = 5) -> set[tuple[str, ...]]:
         return set()
     if len(tokens) < ngram:
         return {tuple(tokens)}
-    return {tuple(tokens[i:i + ngram]) for i in range(len(tokens) - ngram + 1)}
+    return {tuple(tokens[i : i + ngram]) for i in range(len(tokens) - ngram + 1)}
 
 
 def exact_jaccard_matrix(texts: list[str], ngram: int = 5) -> np.ndarray:

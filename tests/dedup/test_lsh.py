@@ -61,10 +61,12 @@ def test_precision_recall_follow_theory_and_match_datasketch(nd_corpus):
     dp, dr, df1 = np.mean(theirs, axis=0)
     i, j = np.triu_indices(len(texts), 1)
     v = jac[i, j]
-    hit = 1 - (1 - v ** rows) ** bands
+    hit = 1 - (1 - v**rows) ** bands
     expected_recall = hit[v >= THRESHOLD].sum() / (v >= THRESHOLD).sum()
-    print(f"ours P={p:.3f} R={r:.3f} F1={f1:.3f}; datasketch P={dp:.3f} R={dr:.3f} F1={df1:.3f}; "
-          f"expected R={expected_recall:.3f}")
+    print(
+        f"ours P={p:.3f} R={r:.3f} F1={f1:.3f}; datasketch P={dp:.3f} R={dr:.3f} F1={df1:.3f}; "
+        f"expected R={expected_recall:.3f}"
+    )
     assert abs(r - expected_recall) < 0.05
     assert p >= 0.85 and r >= 0.8
     assert f1 >= df1 - 0.03

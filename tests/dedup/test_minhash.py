@@ -92,7 +92,7 @@ def test_other_tokenizers(tokenizer):
     h = MinHasher(MinHashParams(tokenizer=tokenizer, ngram=3))
     text = "Ab,c  d-e  ÉF"
     tokens = text.lower().split() if tokenizer == "space" else [c for c in text.lower() if not c.isspace()]
-    expected = {tuple(tokens[i:i + 3]) for i in range(len(tokens) - 2)}
+    expected = {tuple(tokens[i : i + 3]) for i in range(len(tokens) - 2)}
     assert len(h.shingles(text)) == len(expected)
 
 
@@ -114,8 +114,10 @@ def test_band_hashes_collide_exactly_on_equal_bands():
     assert b[0, 0] == b[1, 0] and b[0, 1] == b[2, 1]
     assert b[0, 0] != b[2, 0] and b[0, 1] != b[1, 1]
     # equal values in different bands never share a bucket
-    assert band_hashes(np.array([[5, 5, 5, 5]], np.uint32), 2, 2)[0, 0] != band_hashes(
-        np.array([[5, 5, 5, 5]], np.uint32), 2, 2)[0, 1]
+    assert (
+        band_hashes(np.array([[5, 5, 5, 5]], np.uint32), 2, 2)[0, 0]
+        != band_hashes(np.array([[5, 5, 5, 5]], np.uint32), 2, 2)[0, 1]
+    )
     with pytest.raises(ValueError):
         band_hashes(sig, 3, 2)
 
@@ -129,11 +131,22 @@ def test_params_are_validated():
         lsh_params(1.0, 128)
 
 
-TRICKY = ["cafe\u0301 au lait", "\u01c4 digraph", "\u0130stanbul \u0130", "wait\u2026 what\u2026 ok", "Brand\u2122 name",
-          "\ufb01ne \ufb02ow", "\u216b and \u2460 and x\u00b2", "\u1100\u1161\u11a8 \ud55c\uad6d\uc5b4",
-          "\u0643\u064e\u062a\u064e\u0628\u064e \u0627\u0654 \u0644\u0625", "\uff21\uff22\uff23 \u212a\u212b",
-          "STRASSE Stra\u00dfe", "\u039f\u0394\u039f\u03a3 \u03a3\u039f\u03a6\u0399\u0391\u03a3", "tab\tand\u00a0nbsp\u3000ideographic",
-          "\u1e9b\u0323 \u0041\u030a\u0301"]
+TRICKY = [
+    "cafe\u0301 au lait",
+    "\u01c4 digraph",
+    "\u0130stanbul \u0130",
+    "wait\u2026 what\u2026 ok",
+    "Brand\u2122 name",
+    "\ufb01ne \ufb02ow",
+    "\u216b and \u2460 and x\u00b2",
+    "\u1100\u1161\u11a8 \ud55c\uad6d\uc5b4",
+    "\u0643\u064e\u062a\u064e\u0628\u064e \u0627\u0654 \u0644\u0625",
+    "\uff21\uff22\uff23 \u212a\u212b",
+    "STRASSE Stra\u00dfe",
+    "\u039f\u0394\u039f\u03a3 \u03a3\u039f\u03a6\u0399\u0391\u03a3",
+    "tab\tand\u00a0nbsp\u3000ideographic",
+    "\u1e9b\u0323 \u0041\u030a\u0301",
+]
 
 
 @pytest.mark.parametrize("tokenizer", ["word", "space", "char"])
@@ -168,7 +181,7 @@ def test_permutation_family_is_unbiased_on_random_sets():
     est = agree.mean(axis=1)
     assert abs(est.mean() - j) < 4 * est.std() / np.sqrt(trials)
     band = agree[:, :117].reshape(trials, 9, 13).all(axis=2).ravel()
-    assert abs(band.mean() - j ** 13) < 4 * np.sqrt(j ** 13 * (1 - j ** 13) / band.size)
+    assert abs(band.mean() - j**13) < 4 * np.sqrt(j**13 * (1 - j**13) / band.size)
 
 
 def test_one_prepare_pass_serves_both_kernels():

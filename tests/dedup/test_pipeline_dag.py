@@ -25,14 +25,17 @@ REPO = Path(__file__).resolve().parents[2]
 def _paragraph_docs(n: int) -> list[str]:
     """English prose: runs of the handbook's sentences, about 150 words each (past the page's
     navigation header)."""
-    words = " ".join(t for i, t in handbook_docs(["apt.html", "sect.apt-get.html", "unix-services.html"])
-                     if i.startswith("en-US/")).split()[400:]
-    return [" ".join(words[i * 150:(i + 1) * 150]) for i in range(n)]
+    words = " ".join(
+        t for i, t in handbook_docs(["apt.html", "sect.apt-get.html", "unix-services.html"]) if i.startswith("en-US/")
+    ).split()[400:]
+    return [" ".join(words[i * 150 : (i + 1) * 150]) for i in range(n)]
 
 
 def test_pipeline_runs_ingest_preprocess_dedup(airflow_db, tmp_path, monkeypatch):
     monkeypatch.setenv("CURATION_POLL_INTERVAL", "0.2")
-    spec = importlib.util.spec_from_file_location("curation_pipeline_dedup_test", REPO / "dags" / "curation_pipeline.py")
+    spec = importlib.util.spec_from_file_location(
+        "curation_pipeline_dedup_test", REPO / "dags" / "curation_pipeline.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     docs = _paragraph_docs(24)
@@ -49,8 +52,10 @@ def test_pipeline_runs_ingest_preprocess_dedup(airflow_db, tmp_path, monkeypatch
         for name, t in sorted(planted.items(), key=lambda _: rng.random()):
             f.write(json.dumps({"id": f"copy-{name}", "text": t}) + "\n")
 
-    dag_run = module.dag.test(logical_date=datetime(2026, 11, 25, tzinfo=timezone.utc), run_conf={
-        "input": str(inputs), "lake": str(tmp_path / "lake"), "dataset": "web", "preset": "gopher"})
+    dag_run = module.dag.test(
+        logical_date=datetime(2026, 11, 25, tzinfo=timezone.utc),
+        run_conf={"input": str(inputs), "lake": str(tmp_path / "lake"), "dataset": "web", "preset": "gopher"},
+    )
     assert dag_run.state == "success", dag_run.state
 
     lake = Lake(str(tmp_path / "lake"), "web", "2026-11-25")

@@ -26,8 +26,9 @@ from airflow_curation.stages.dedup.stage import DedupStage
 
 
 def _run(tmp, files, name, **config):
-    stage = DedupStage(Lake(str(tmp / f"lake-{name}"), "ds"),
-                       {"inputs": files, "output_dir": str(tmp / f"out-{name}"), **config}, "r1")
+    stage = DedupStage(
+        Lake(str(tmp / f"lake-{name}"), "ds"), {"inputs": files, "output_dir": str(tmp / f"out-{name}"), **config}, "r1"
+    )
     manifest = StageRunner(stage).run()
     tables = {os.path.basename(f): pq.read_table(str(tmp / f"out-{name}" / os.path.basename(f))) for f in files}
     return manifest, tables
@@ -80,8 +81,16 @@ def test_clusters_agree_with_exact_jaccard(nd_corpus, baseline):
 
 def test_exact_duplicates_found_and_flagged(tmp_path):
     base = "Debian packages are installed with apt and dpkg, which keep a database of every file."
-    texts = [base, base.upper(), "  " + base.replace(" ", "\u00a0 \t") + "\n", unicodedata.normalize("NFKD", base),
-             base + " And more words after it to make it different enough from the rest.", "", "   ", None]
+    texts = [
+        base,
+        base.upper(),
+        "  " + base.replace(" ", "\u00a0 \t") + "\n",
+        unicodedata.normalize("NFKD", base),
+        base + " And more words after it to make it different enough from the rest.",
+        "",
+        "   ",
+        None,
+    ]
     f = str(tmp_path / "x.parquet")
     pq.write_table(pa.table({"id": [f"d{i}" for i in range(len(texts))], "text": pa.array(texts, pa.string())}), f)
     manifest, tables = _run(tmp_path, [f], "exact", near=False)
@@ -116,15 +125,31 @@ def _preprocessed_lake(root, ids, texts) -> Lake:
     entries = []
     for k in range(2):
         sid = f"part-{k:05d}"
-        t = pa.table({"id": ids[k::2], "text": texts[k::2], "source": ["x"] * len(ids[k::2]),
-                      "meta": [None] * len(ids[k::2])})
+        t = pa.table(
+            {"id": ids[k::2], "text": texts[k::2], "source": ["x"] * len(ids[k::2]), "meta": [None] * len(ids[k::2])}
+        )
         n, ck = write_parquet(lake.shard_uri(sid), t, row_group_rows=64)
         keep = [not (i.startswith("en-US/") and "~" not in i) for i in ids[k::2]]
         write_parquet(lake.attrs_uri("preprocess", sid), pa.table({"id": ids[k::2], "keep": keep}))
-        entries.append(ShardEntry(shard_id=sid, uri=lake.shard_uri(sid), rows=t.num_rows, bytes=n, checksum=ck,
-                                  attrs={"preprocess": lake.attrs_uri("preprocess", sid)}))
-    upstream = Manifest(dataset="ds", stage="preprocess", run_id="r1", fingerprint="f", lake=lake.to_dict(),
-                        shards=entries, status="complete")
+        entries.append(
+            ShardEntry(
+                shard_id=sid,
+                uri=lake.shard_uri(sid),
+                rows=t.num_rows,
+                bytes=n,
+                checksum=ck,
+                attrs={"preprocess": lake.attrs_uri("preprocess", sid)},
+            )
+        )
+    upstream = Manifest(
+        dataset="ds",
+        stage="preprocess",
+        run_id="r1",
+        fingerprint="f",
+        lake=lake.to_dict(),
+        shards=entries,
+        status="complete",
+    )
     upstream.write(lake.manifest_uri("r1", "preprocess"))
     return lake
 
@@ -132,8 +157,14 @@ def _preprocessed_lake(root, ids, texts) -> Lake:
 def test_only_rows_kept_by_preprocess_in_a_lake(nd_corpus, tmp_path):
     ids, texts, _ = nd_corpus
     lake = _preprocessed_lake(tmp_path / "lake", ids, texts)
-    result = run_spec(JobSpec(stage="dedup", lake=lake.to_dict(), run_id="r1",
-                              config={"input_manifest": lake.manifest_uri("r1", "preprocess")}))
+    result = run_spec(
+        JobSpec(
+            stage="dedup",
+            lake=lake.to_dict(),
+            run_id="r1",
+            config={"input_manifest": lake.manifest_uri("r1", "preprocess")},
+        )
+    )
     manifest = Manifest.read(result["manifest_uri"])
     assert all(set(s.attrs) == {"preprocess", "dedup"} for s in manifest.shards)
     rows = _by_id({s.shard_id: pq.read_table(s.attrs["dedup"]) for s in manifest.shards})
@@ -178,8 +209,20 @@ def test_bad_input_fails_clearly_and_empty_files_work(tmp_path):
 def test_cli_on_plain_parquet(nd_files, baseline, tmp_path):
     out = tmp_path / "cli-out"
     curation = Path(sys.executable).with_name("curation")
-    cmd = [str(curation) if curation.exists() else "curation", "dedup", *nd_files, "--output", str(out),
-           "--threshold", "0.8", "--num-perm", "128", "--ngram", "5", "--verify"]
+    cmd = [
+        str(curation) if curation.exists() else "curation",
+        "dedup",
+        *nd_files,
+        "--output",
+        str(out),
+        "--threshold",
+        "0.8",
+        "--num-perm",
+        "128",
+        "--ngram",
+        "5",
+        "--verify",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
@@ -208,8 +251,24 @@ def test_cli_on_a_lake(nd_corpus, tmp_path, capsys):
 
     ids, texts, _ = nd_corpus
     lake = _preprocessed_lake(tmp_path / "lake", ids, texts)
-    assert main(["dedup", "--lake", lake.root, "--dataset", "ds", "--run-id", "r1", "--input-manifest",
-                 lake.manifest_uri("r1", "preprocess"), "--no-near", "--all-rows"]) == 0
+    assert (
+        main(
+            [
+                "dedup",
+                "--lake",
+                lake.root,
+                "--dataset",
+                "ds",
+                "--run-id",
+                "r1",
+                "--input-manifest",
+                lake.manifest_uri("r1", "preprocess"),
+                "--no-near",
+                "--all-rows",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     manifest = Manifest.read(summary["manifest_uri"])
     assert summary["manifest_uri"] == lake.manifest_uri("r1", "dedup") and manifest.status == "complete"

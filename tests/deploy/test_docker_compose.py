@@ -18,8 +18,12 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yaml"
-AIRFLOW_SERVICES = {"airflow-api-server": "api-server", "airflow-scheduler": "scheduler",
-                    "airflow-dag-processor": "dag-processor", "airflow-triggerer": "triggerer"}
+AIRFLOW_SERVICES = {
+    "airflow-api-server": "api-server",
+    "airflow-scheduler": "scheduler",
+    "airflow-dag-processor": "dag-processor",
+    "airflow-triggerer": "triggerer",
+}
 INSTALL_HINT = "docker-compose (Debian package) is missing: run scripts/install_system_deps.sh"
 
 
@@ -32,15 +36,25 @@ def _docker_compose() -> str:
 @pytest.fixture(scope="module")
 def config() -> dict:
     """The file as docker-compose resolves it (anchors merged, defaults of ${VARS} filled in)."""
-    proc = subprocess.run([_docker_compose(), "-f", str(COMPOSE), "config"], capture_output=True, text=True,
-                          cwd=REPO, timeout=120, env={"PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [_docker_compose(), "-f", str(COMPOSE), "config"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 0, proc.stderr
     return yaml.safe_load(proc.stdout)
 
 
 def _compose_schema() -> dict:
-    proc = subprocess.run(["/usr/bin/python3", "-c", "import compose, os; print(os.path.dirname(compose.__file__))"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["/usr/bin/python3", "-c", "import compose, os; print(os.path.dirname(compose.__file__))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, INSTALL_HINT
     return json.loads((Path(proc.stdout.strip()) / "config" / "compose_spec.json").read_text())
 
@@ -60,8 +74,13 @@ def test_docker_compose_rejects_a_broken_variant(tmp_path):
     broken = yaml.safe_load(COMPOSE.read_text())
     broken["services"]["dask-worker"]["depends_on"] = ["no-such-service"]
     (tmp_path / "docker-compose.yaml").write_text(yaml.safe_dump(broken))
-    proc = subprocess.run([_docker_compose(), "-f", str(tmp_path / "docker-compose.yaml"), "config", "-q"],
-                          capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [_docker_compose(), "-f", str(tmp_path / "docker-compose.yaml"), "config", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode != 0 and "no-such-service" in proc.stderr
 
 
@@ -69,8 +88,16 @@ def test_every_component_is_there(config):
     services = config["services"]
     for name, command in AIRFLOW_SERVICES.items():
         assert services[name]["command"] == [command]
-    assert {"postgres", "minio", "minio-init", "airflow-init", "ray-head", "ray-worker", "dask-scheduler",
-            "dask-worker"} <= set(services)
+    assert {
+        "postgres",
+        "minio",
+        "minio-init",
+        "airflow-init",
+        "ray-head",
+        "ray-worker",
+        "dask-scheduler",
+        "dask-worker",
+    } <= set(services)
     assert "--head" in services["ray-head"]["command"]
     assert "--address=ray-head:6379" in services["ray-worker"]["command"]
     assert "tcp://dask-scheduler:8786" in services["dask-worker"]["command"]
@@ -123,7 +150,9 @@ def test_airflow_gets_every_variable_the_dag_and_the_lake_need(config):
         env = _env(services[name])
         if name in AIRFLOW_SERVICES:
             missing = dag_vars - set(env)
-            assert not missing, f"{name} lacks {sorted(missing)}: the DAG reads them; declare them in docker-compose.yaml"
+            assert not missing, (
+                f"{name} lacks {sorted(missing)}: the DAG reads them; declare them in docker-compose.yaml"
+            )
         lake = env["CURATION_LAKE"]
         protocol = lake.split("://", 1)[0]
         options = json.loads(env[f"CURATION_STORAGE_OPTIONS_{protocol.upper()}"])

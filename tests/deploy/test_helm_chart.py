@@ -20,26 +20,44 @@ CHART = REPO / "helm" / "airflow-curation"
 FULL = {
     "image": {"repository": "registry.example.com/curation", "tag": "1.2.3", "pullPolicy": "Always"},
     "imagePullSecrets": [{"name": "regcred"}],
-    "lake": {"uri": "s3://lake-bucket/prod", "dataset": "web", "storageOptions": {"endpoint_url": "http://minio:9000"},
-             "credentials": {"accessKeyId": "AKIA-CHART", "secretAccessKey": "chart-secret"}},
-    "airflow": {"namespace": "airflow", "serviceAccounts": ["airflow-worker", "airflow-triggerer", "airflow-scheduler"]},
-    "jobs": {"namespace": "curation-jobs", "parallelism": 8, "launchKinds": {"preprocess": "indexed"},
-             "nodeSelector": {"pool": "cpu"},
-             "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "curation", "effect": "NoSchedule"}],
-             "gpu": {"resource": "nvidia.com/gpu", "count": 2, "nodeSelector": {"gpu": "h100"},
-                     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
-             "priorityClassName": "batch"},
+    "lake": {
+        "uri": "s3://lake-bucket/prod",
+        "dataset": "web",
+        "storageOptions": {"endpoint_url": "http://minio:9000"},
+        "credentials": {"accessKeyId": "AKIA-CHART", "secretAccessKey": "chart-secret"},
+    },
+    "airflow": {
+        "namespace": "airflow",
+        "serviceAccounts": ["airflow-worker", "airflow-triggerer", "airflow-scheduler"],
+    },
+    "jobs": {
+        "namespace": "curation-jobs",
+        "parallelism": 8,
+        "launchKinds": {"preprocess": "indexed"},
+        "nodeSelector": {"pool": "cpu"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "curation", "effect": "NoSchedule"}],
+        "gpu": {
+            "resource": "nvidia.com/gpu",
+            "count": 2,
+            "nodeSelector": {"gpu": "h100"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+        "priorityClassName": "batch",
+    },
     "ray": {"enabled": True, "workers": {"replicas": 2, "minReplicas": 1, "maxReplicas": 4, "gpus": 2}},
     "dask": {"enabled": True, "workers": {"replicas": 3}},
     "dags": {"mode": "configMap", "extraFiles": {"site_extra.py": "# a site's own DAG\n"}},
 }
 MINIMAL = {
     "lake": {"uri": "gs://bucket/lake", "dataset": "d", "existingSecret": "my-lake-creds"},
-    "rbac": {"create": False}, "jobs": {"serviceAccount": {"create": False, "name": "existing-sa"}},
+    "rbac": {"create": False},
+    "jobs": {"serviceAccount": {"create": False, "name": "existing-sa"}},
     "dags": {"mode": "none"},
 }
-GITSYNC = {"dags": {"mode": "gitSync", "gitSync": {"repo": "https://git.example.com/dags.git"}},
-           "ray": {"enabled": True, "workers": {"gpus": 0, "minReplicas": 1, "maxReplicas": 1}}}
+GITSYNC = {
+    "dags": {"mode": "gitSync", "gitSync": {"repo": "https://git.example.com/dags.git"}},
+    "ray": {"enabled": True, "workers": {"gpus": 0, "minReplicas": 1, "maxReplicas": 1}},
+}
 VALUE_SETS = {"defaults": {}, "full": FULL, "minimal": MINIMAL, "gitsync": GITSYNC}
 
 
@@ -83,8 +101,15 @@ def test_lint_is_clean():
 def test_kinds_per_value_set(rendered):
     kinds = {name: sorted({d["kind"] for d in docs}) for name, (docs, _) in rendered.items()}
     assert kinds["defaults"] == ["ConfigMap", "Role", "RoleBinding", "Secret", "ServiceAccount"]
-    assert kinds["full"] == ["ConfigMap", "DaskCluster", "RayCluster", "Role", "RoleBinding", "Secret",
-                             "ServiceAccount"]
+    assert kinds["full"] == [
+        "ConfigMap",
+        "DaskCluster",
+        "RayCluster",
+        "Role",
+        "RoleBinding",
+        "Secret",
+        "ServiceAccount",
+    ]
     assert kinds["minimal"] == ["ConfigMap", "Secret"]  # config + connection; no RBAC, SA, lake Secret, DAGs
     assert "RayCluster" in kinds["gitsync"]
     docs, notes = rendered["gitsync"]
@@ -150,7 +175,10 @@ def test_rbac_binds_airflow_service_accounts_across_namespaces(rendered):
     binding = by_kind(docs, "RoleBinding")[0]
     assert binding["metadata"]["namespace"] == "curation-jobs"
     assert {(s["name"], s["namespace"]) for s in binding["subjects"]} == {
-        ("airflow-worker", "airflow"), ("airflow-triggerer", "airflow"), ("airflow-scheduler", "airflow")}
+        ("airflow-worker", "airflow"),
+        ("airflow-triggerer", "airflow"),
+        ("airflow-scheduler", "airflow"),
+    }
 
 
 def test_ray_cluster_gpus_and_placement(rendered):
@@ -174,14 +202,17 @@ def test_ray_cluster_gpus_and_placement(rendered):
     assert "nvidia.com/gpu" not in json.dumps(cpu)
 
 
-@pytest.mark.parametrize("bad, where", [
-    ({"lake": {"uri": "not-a-url"}}, "/lake/uri"),
-    ({"jobs": {"runAsUser": 0}}, "/jobs/runAsUser"),
-    ({"jobs": {"paralelism": 3}}, "paralelism"),
-    ({"jobs": {"launchKinds": {"enrich": "spark"}}}, "/jobs/launchKinds/enrich"),
-    ({"jobs": {"resources": {"limits": {"cpu": 2}}}}, "/jobs/resources/limits/cpu"),
-    ({"dags": {"mode": "nfs"}}, "/dags/mode"),
-])
+@pytest.mark.parametrize(
+    "bad, where",
+    [
+        ({"lake": {"uri": "not-a-url"}}, "/lake/uri"),
+        ({"jobs": {"runAsUser": 0}}, "/jobs/runAsUser"),
+        ({"jobs": {"paralelism": 3}}, "paralelism"),
+        ({"jobs": {"launchKinds": {"enrich": "spark"}}}, "/jobs/launchKinds/enrich"),
+        ({"jobs": {"resources": {"limits": {"cpu": 2}}}}, "/jobs/resources/limits/cpu"),
+        ({"dags": {"mode": "nfs"}}, "/dags/mode"),
+    ],
+)
 def test_schema_rejects_bad_values(bad, where):
     with helm_python.Chart.load(str(CHART)) as chart:
         with pytest.raises(helm_python.HelmValuesError) as e:

@@ -37,8 +37,13 @@ def make_docs(n: int, prefix: str = "d") -> list[dict]:
     return docs
 
 
-def write_lake(root: str, shards: dict[str, list[dict]], keep: dict[str, set[str]] | None = None,
-               duplicates: dict[str, set[str]] | None = None, run_id: str = "r1") -> tuple[Lake, str]:
+def write_lake(
+    root: str,
+    shards: dict[str, list[dict]],
+    keep: dict[str, set[str]] | None = None,
+    duplicates: dict[str, set[str]] | None = None,
+    run_id: str = "r1",
+) -> tuple[Lake, str]:
     """Shards plus an upstream ``dedup`` manifest whose entries carry preprocess/dedup attrs.
 
     :param keep: shard -> ids that preprocess drops (``keep = false``).
@@ -47,25 +52,51 @@ def write_lake(root: str, shards: dict[str, list[dict]], keep: dict[str, set[str
     lake = Lake(root=root, dataset="ds")
     entries = []
     for shard_id, docs in shards.items():
-        table = pa.table({"id": [d["id"] for d in docs], "text": [d["text"] for d in docs],
-                          "source": ["test.jsonl"] * len(docs), "meta": [None] * len(docs)}, schema=SHARD_SCHEMA)
+        table = pa.table(
+            {
+                "id": [d["id"] for d in docs],
+                "text": [d["text"] for d in docs],
+                "source": ["test.jsonl"] * len(docs),
+                "meta": [None] * len(docs),
+            },
+            schema=SHARD_SCHEMA,
+        )
         uri = lake.shard_uri(shard_id)
         nbytes, checksum = write_parquet(uri, table, row_group_rows=64)
         attrs = {}
         if keep is not None:
             dropped = keep.get(shard_id, set())
             attrs["preprocess"] = lake.attrs_uri("preprocess", shard_id)
-            write_parquet(attrs["preprocess"], pa.table({"id": table.column("id"),
-                                                         "keep": [d["id"] not in dropped for d in docs]}))
+            write_parquet(
+                attrs["preprocess"],
+                pa.table({"id": table.column("id"), "keep": [d["id"] not in dropped for d in docs]}),
+            )
         if duplicates is not None:
             dup = duplicates.get(shard_id, set())
             attrs["dedup"] = lake.attrs_uri("dedup", shard_id)
-            write_parquet(attrs["dedup"], pa.table({"id": table.column("id"),
-                                                    "is_duplicate": [d["id"] in dup for d in docs]}))
-        entries.append(ShardEntry(shard_id=shard_id, uri=uri, rows=len(docs), bytes=nbytes, checksum=checksum,
-                                  unit_id=shard_id, attrs=attrs))
-    manifest = Manifest(dataset="ds", stage="dedup", run_id=run_id, fingerprint="f" * 16, lake=lake.to_dict(),
-                        shards=entries, status="complete")
+            write_parquet(
+                attrs["dedup"], pa.table({"id": table.column("id"), "is_duplicate": [d["id"] in dup for d in docs]})
+            )
+        entries.append(
+            ShardEntry(
+                shard_id=shard_id,
+                uri=uri,
+                rows=len(docs),
+                bytes=nbytes,
+                checksum=checksum,
+                unit_id=shard_id,
+                attrs=attrs,
+            )
+        )
+    manifest = Manifest(
+        dataset="ds",
+        stage="dedup",
+        run_id=run_id,
+        fingerprint="f" * 16,
+        lake=lake.to_dict(),
+        shards=entries,
+        status="complete",
+    )
     uri = lake.manifest_uri(run_id, "dedup")
     manifest.write(uri)
     return lake, uri

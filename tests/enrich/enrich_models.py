@@ -28,10 +28,17 @@ def build_tokenizer(out_dir: str, vocab_size: int = 512):
     from transformers import PreTrainedTokenizerFast
 
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(CORPUS * 20, vocab_size=vocab_size, min_frequency=1,
-                            special_tokens=["<s>", "</s>", "<pad>", "<unk>"])
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>",
-                                  pad_token="<pad>", unk_token="<unk>", model_max_length=512)
+    bpe.train_from_iterator(
+        CORPUS * 20, vocab_size=vocab_size, min_frequency=1, special_tokens=["<s>", "</s>", "<pad>", "<unk>"]
+    )
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        model_max_length=512,
+    )
     tok.save_pretrained(out_dir)
     return tok
 
@@ -43,17 +50,31 @@ def build_llama(out_dir: str, kind: str = "causal", seed: int = 0) -> str:
 
     os.makedirs(out_dir, exist_ok=True)
     tok = build_tokenizer(out_dir)
-    cfg = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-               num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
-               bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-               tie_word_embeddings=False)
+    cfg = dict(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(seed)
     if kind == "causal":
         model = LlamaForCausalLM(LlamaConfig(**cfg))
     elif kind == "classify":
-        model = LlamaForSequenceClassification(LlamaConfig(
-            **cfg, num_labels=len(LABELS), id2label=dict(enumerate(LABELS)),
-            label2id={l: i for i, l in enumerate(LABELS)}))
+        model = LlamaForSequenceClassification(
+            LlamaConfig(
+                **cfg,
+                num_labels=len(LABELS),
+                id2label=dict(enumerate(LABELS)),
+                label2id={l: i for i, l in enumerate(LABELS)},
+            )
+        )
     elif kind == "score":
         model = LlamaForSequenceClassification(LlamaConfig(**cfg, num_labels=1))
     else:

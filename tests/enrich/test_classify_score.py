@@ -16,16 +16,14 @@ from airflow_curation.stages.enrich.engines import ModelLoadError, release_engin
 
 pytestmark = pytest.mark.usefixtures("release_engines_after")
 
-COMMON = {"dtype": "float32", "max_input_tokens": 40, "batch_size": 6, "checkpoint_rows": 10,
-          "max_model_len": 256}
+COMMON = {"dtype": "float32", "max_input_tokens": 40, "batch_size": 6, "checkpoint_rows": 10, "max_model_len": 256}
 
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory):
     docs = make_docs(24)
     docs[7]["text"] = "long " * 300
-    lake, uri = write_lake(str(tmp_path_factory.mktemp("lake")), {"s0": docs},
-                           duplicates={"s0": {"d00002"}})
+    lake, uri = write_lake(str(tmp_path_factory.mktemp("lake")), {"s0": docs}, duplicates={"s0": {"d00002"}})
     return lake, uri, docs
 
 
@@ -33,10 +31,12 @@ def _probs_by_engine(lake_fixture, model, task, **extra):
     lake, uri, _ = lake_fixture
     out = {}
     for engine in ("vllm", "transformers"):
-        _, m = run_enrich(lake, uri, run_id=f"{task}-{engine}",
-                          **{**COMMON, "task": task, "model": model, "model_runtime": engine,
-                             "name": f"{task}-{engine}",
-                             **extra})
+        _, m = run_enrich(
+            lake,
+            uri,
+            run_id=f"{task}-{engine}",
+            **{**COMMON, "task": task, "model": model, "model_runtime": engine, "name": f"{task}-{engine}", **extra},
+        )
         out[engine] = read_attrs(m.shards[0].attrs[f"enrich-{task}-{engine}"]).to_pydict()
         if engine == "vllm":
             release_engines()  # one engine in memory at a time
@@ -71,15 +71,29 @@ def test_score_is_a_scalar_matching_transformers(lake, llama_score):
 def test_labels_setting_must_match_the_model(lake, llama_classify):
     l, uri, _ = lake
     with pytest.raises(StageFailed, match="2 labels configured"):
-        run_enrich(l, uri, run_id="badlabels", **{**COMMON, "task": "classify", "model": llama_classify,
-                                                   "model_runtime": "transformers", "labels": ["a", "b"],
-                                                   "name": "badlabels", "max_attempts": 1})
+        run_enrich(
+            l,
+            uri,
+            run_id="badlabels",
+            **{
+                **COMMON,
+                "task": "classify",
+                "model": llama_classify,
+                "model_runtime": "transformers",
+                "labels": ["a", "b"],
+                "name": "badlabels",
+                "max_attempts": 1,
+            },
+        )
 
 
 def test_missing_model_fails_fast_with_a_clear_error(lake, tmp_path):
     l, uri, _ = lake
-    with pytest.raises(StageFailed, match=r"ModelLoadError: cannot load model '.*/nowhere' with the vllm "
-                                          r"engine: no such folder"):
+    with pytest.raises(
+        StageFailed,
+        match=r"ModelLoadError: cannot load model '.*/nowhere' with the vllm "
+        r"engine: no such folder",
+    ):
         run_enrich(l, uri, run_id="nomodel", **{**COMMON, "task": "score", "model": str(tmp_path / "nowhere")})
 
 
@@ -91,8 +105,11 @@ def test_broken_model_folder_fails_with_a_clear_error_and_no_checkpoint(lake, tm
     from airflow_curation.stages.base import StageRunner
     from airflow_curation.stages.enrich.stage import EnrichStage
 
-    stage = EnrichStage(l, {**COMMON, "input_manifest": uri, "mapper": "local", "task": "score",
-                            "model": str(broken), "max_attempts": 2}, "broken")
+    stage = EnrichStage(
+        l,
+        {**COMMON, "input_manifest": uri, "mapper": "local", "task": "score", "model": str(broken), "max_attempts": 2},
+        "broken",
+    )
     with pytest.raises(StageFailed) as err:
         StageRunner(stage).run()
     assert f"cannot load model '{broken}' with the vllm engine" in str(err.value)
@@ -111,9 +128,33 @@ def test_cli_on_a_lake(lake, llama_score, capsys):
     from airflow_curation.cli import main
 
     l, uri, docs = lake
-    rc = main(["enrich", "--lake", l.root, "--dataset", l.dataset, "--input-manifest", uri, "--run-id", "cli",
-               "--task", "score", "--model", llama_score, "--model-runtime", "transformers", "--mapper", "local",
-               "--name", "quality", "--dtype", "float32", "--batch-size", "5"])
+    rc = main(
+        [
+            "enrich",
+            "--lake",
+            l.root,
+            "--dataset",
+            l.dataset,
+            "--input-manifest",
+            uri,
+            "--run-id",
+            "cli",
+            "--task",
+            "score",
+            "--model",
+            llama_score,
+            "--model-runtime",
+            "transformers",
+            "--mapper",
+            "local",
+            "--name",
+            "quality",
+            "--dtype",
+            "float32",
+            "--batch-size",
+            "5",
+        ]
+    )
     assert rc == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["rows"] == len(docs) and summary["manifest_uri"] == l.manifest_uri("cli", "enrich")

@@ -29,8 +29,16 @@ MAX_TOKENS = 48
 
 
 def embed_config(minilm, **over):
-    return {"task": "embed", "model": minilm, "model_runtime": "vllm", "dtype": "float32",
-            "max_input_tokens": MAX_TOKENS, "batch_size": 8, "checkpoint_rows": 16, **over}
+    return {
+        "task": "embed",
+        "model": minilm,
+        "model_runtime": "vllm",
+        "dtype": "float32",
+        "max_input_tokens": MAX_TOKENS,
+        "batch_size": 8,
+        "checkpoint_rows": 16,
+        **over,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +48,9 @@ def lake_with_edge_cases(tmp_path_factory):
     docs[4]["text"] = "   \n\t "
     docs[5]["text"] = " ".join(f"word{i}" for i in range(400))  # far over MAX_TOKENS
     root = str(tmp_path_factory.mktemp("lake"))
-    lake, uri = write_lake(root, {"part-0": docs}, keep={"part-0": {"d00010", "d00011"}},
-                           duplicates={"part-0": {"d00012", "d00010"}})
+    lake, uri = write_lake(
+        root, {"part-0": docs}, keep={"part-0": {"d00010", "d00011"}}, duplicates={"part-0": {"d00012", "d00010"}}
+    )
     return lake, uri, docs
 
 
@@ -83,8 +92,12 @@ def test_filtered_empty_and_long_rows_are_flagged_and_accounted(embedded):
     tokens = dict(zip(attrs["id"], attrs["input_tokens"]))
     assert truncated["d00005"] is True and tokens["d00005"] > MAX_TOKENS
     assert not any(t for i, t in truncated.items() if i != "d00005" and t is not None)
-    assert manifest.accounting == {"read": 40, "kept": 35, "dropped": {"duplicate": 1, "empty": 2, "not_kept": 2},
-                                   "quarantined": {}}
+    assert manifest.accounting == {
+        "read": 40,
+        "kept": 35,
+        "dropped": {"duplicate": 1, "empty": 2, "not_kept": 2},
+        "quarantined": {},
+    }
 
 
 def test_vllm_embeddings_match_sentence_transformers(embedded, minilm):
@@ -106,12 +119,16 @@ def test_batch_size_does_not_change_results_and_rerun_does_no_work(embedded, lak
     lake, uri, _ = lake_with_edge_cases
     first = read_attrs(manifest.shards[0].attrs["enrich-embed"])
     # Another name: a separate output; batch size 3 and checkpoint every 7 rows.
-    stage2, manifest2 = run_enrich(lake, uri, run_id="e2", **embed_config(minilm, name="b3", batch_size=3,
-                                                                           checkpoint_rows=7))
+    stage2, manifest2 = run_enrich(
+        lake, uri, run_id="e2", **embed_config(minilm, name="b3", batch_size=3, checkpoint_rows=7)
+    )
     second = read_attrs(manifest2.shards[0].attrs["enrich-b3"])
-    a = np.asarray([v for v, e in zip(first.column("embedding").to_pylist(), first.column("enriched").to_pylist()) if e])
-    b = np.asarray([v for v, e in zip(second.column("embedding").to_pylist(), second.column("enriched").to_pylist())
-                    if e])
+    a = np.asarray(
+        [v for v, e in zip(first.column("embedding").to_pylist(), first.column("enriched").to_pylist()) if e]
+    )
+    b = np.asarray(
+        [v for v, e in zip(second.column("embedding").to_pylist(), second.column("enriched").to_pylist()) if e]
+    )
     assert np.allclose(a, b, atol=1e-5)
     # Same settings again: the checkpoint matches, nothing is recomputed.
     stage3, manifest3 = run_enrich(lake, uri, run_id="e3", **embed_config(minilm))
@@ -130,14 +147,19 @@ def test_resume_after_kill_mid_shard_recomputes_nothing(tmp_path, minilm):
     parts_dir = stage.parts_dir(unit)
 
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    proc = subprocess.Popen([sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path)],
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "job.log", "wb"), env=env,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "job.log", "wb"),
+        env=env,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
-            if os.path.isdir(parts_dir) and any(f.endswith(".parquet") and not f.startswith(".")
-                                                for f in os.listdir(parts_dir)):
+            if os.path.isdir(parts_dir) and any(
+                f.endswith(".parquet") and not f.startswith(".") for f in os.listdir(parts_dir)
+            ):
                 break
             time.sleep(0.05)
         assert proc.poll() is None, (tmp_path / "job.log").read_text()[-3000:]
@@ -173,12 +195,32 @@ def test_cli_plain_parquet_files(tmp_path, minilm):
 
     docs = make_docs(12)
     src = tmp_path / "in.parquet"
-    pq.write_table(pa.table({"id": [d["id"] for d in docs], "text": [d["text"] for d in docs],
-                             "lang": ["en"] * 12}), src)
+    pq.write_table(
+        pa.table({"id": [d["id"] for d in docs], "text": [d["text"] for d in docs], "lang": ["en"] * 12}), src
+    )
     out = tmp_path / "out"
-    rc = main(["enrich", str(src), "--task", "embed", "--model", minilm, "--output", str(out),
-               "--mapper", "local", "--dtype", "float32", "--max-input-tokens", str(MAX_TOKENS),
-               "--batch-size", "8", "--checkpoint-rows", "16"])
+    rc = main(
+        [
+            "enrich",
+            str(src),
+            "--task",
+            "embed",
+            "--model",
+            minilm,
+            "--output",
+            str(out),
+            "--mapper",
+            "local",
+            "--dtype",
+            "float32",
+            "--max-input-tokens",
+            str(MAX_TOKENS),
+            "--batch-size",
+            "8",
+            "--checkpoint-rows",
+            "16",
+        ]
+    )
     assert rc == 0
     table = pq.read_table(out / "in.parquet")
     assert table.column("id").to_pylist() == [d["id"] for d in docs]
@@ -193,6 +235,21 @@ def test_cli_rejects_parquet_without_text_column(tmp_path, minilm, capsys):
 
     src = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"id": ["a"], "body": ["x"]}), src)
-    assert main(["enrich", str(src), "--task", "embed", "--model", minilm, "--output", str(tmp_path / "o"),
-                 "--mapper", "local"]) == 1
+    assert (
+        main(
+            [
+                "enrich",
+                str(src),
+                "--task",
+                "embed",
+                "--model",
+                minilm,
+                "--output",
+                str(tmp_path / "o"),
+                "--mapper",
+                "local",
+            ]
+        )
+        == 1
+    )
     assert "ValueError" in (err := capsys.readouterr().err) and "missing column 'text'" in err

@@ -21,8 +21,9 @@ def test_vllm_engine_starts_with_flask_proxies_loaded(llama_score):
     import airflow_curation.core.minhash  # noqa: F401 - loads numba, as the dedup tests do before these
 
     assert flask.g is not None
-    engine = get_engine(EngineSpec(engine="vllm", model=llama_score, runner="pooling", dtype="float32",
-                                   max_model_len=128, device="cpu"))
+    engine = get_engine(
+        EngineSpec(engine="vllm", model=llama_score, runner="pooling", dtype="float32", max_model_len=128, device="cpu")
+    )
     ids, _ = engine.encode(["a document", "another one"], 64)
     assert engine.classify(ids).shape == (2, 1)
     import sys

@@ -50,9 +50,16 @@ def test_pipeline_runs_through_enrich(pipeline, tmp_path, minilm):
         for d in docs + docs[:4]:  # four exact duplicates for dedup to find
             f.write(json.dumps({"text": d}) + "\n")
     lake_root = tmp_path / "lake"
-    conf = {"input": str(inputs), "lake": str(lake_root), "dataset": "web", "max_failed_fraction": 0.0,
-            "enrich_model": minilm, "enrich_task": "embed", "enrich_model_runtime": "transformers",
-            "enrich_mapper": "local"}
+    conf = {
+        "input": str(inputs),
+        "lake": str(lake_root),
+        "dataset": "web",
+        "max_failed_fraction": 0.0,
+        "enrich_model": minilm,
+        "enrich_task": "embed",
+        "enrich_model_runtime": "transformers",
+        "enrich_mapper": "local",
+    }
     dag_run = pipeline.test(logical_date=datetime(2026, 11, 29, tzinfo=timezone.utc), run_conf=conf)
     assert dag_run.state == "success", dag_run.state
 
@@ -69,8 +76,10 @@ def test_pipeline_runs_through_enrich(pipeline, tmp_path, minilm):
         assert out.column("enriched").to_pylist() == expected
         assert out.schema.field("embedding").type.list_size == 384
         enriched_total += sum(expected)
-    assert sum(dup for s in manifest.shards
-               for dup in pq.read_table(s.attrs["dedup"]).column("is_duplicate").to_pylist()) >= 4
+    assert (
+        sum(dup for s in manifest.shards for dup in pq.read_table(s.attrs["dedup"]).column("is_duplicate").to_pylist())
+        >= 4
+    )
     assert manifest.accounting["kept"] == enriched_total > 0
     # validate ran last, on enrich's manifest (so its view joins every stage's columns), and passed.
     report = json.loads(Path(lake.manifest_uri(sanitize_run_id(dag_run.run_id), "report")).read_text())

@@ -12,15 +12,18 @@ from airflow_curation.stages.enrich.stage import EnrichStage
 from airflow_curation.stages.enrich.tasks import parse_pair
 
 
-@pytest.mark.parametrize("text, reason", [
-    ("", "empty_output"),
-    ("   \n", "empty_output"),
-    ("no braces here", "no_json"),
-    ('{"instruction": "x", ', "invalid_json"),
-    ('{"instruction": "Do it"}', "missing_response"),
-    ('{"instruction": "  ", "response": "r"}', "empty_instruction"),
-    ('{"instruction": 3, "response": "r"}', "empty_instruction"),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("", "empty_output"),
+        ("   \n", "empty_output"),
+        ("no braces here", "no_json"),
+        ('{"instruction": "x", ', "invalid_json"),
+        ('{"instruction": "Do it"}', "missing_response"),
+        ('{"instruction": "  ", "response": "r"}', "empty_instruction"),
+        ('{"instruction": 3, "response": "r"}', "empty_instruction"),
+    ],
+)
 def test_parse_pair_rejects_with_reason(text, reason):
     pair, error = parse_pair(text)
     assert pair is None and error == reason
@@ -60,17 +63,20 @@ def test_part_row_count_is_checked(tmp_path):
         PartStore(str(tmp_path / "p")).write(0, 2, _part(["a"]))
 
 
-@pytest.mark.parametrize("config, message", [
-    ({"task": "summarise", "model": "/m", "input_manifest": "x"}, "task must be one of"),
-    ({"task": "embed", "input_manifest": "x"}, "no model"),
-    ({"task": "embed", "model": "/m"}, "either input_manifest"),
-    ({"task": "embed", "model": "/m", "inputs": ["a.parquet"]}, "need output_dir"),
-    ({"task": "embed", "model": "/m", "input_manifest": "x", "batch_size": 0}, "batch_size must be at least 1"),
-    ({"task": "generate", "model": "/m", "input_manifest": "x", "prompt_template": "no slot"}, "must contain"),
-    ({"task": "embed", "model": "/m", "input_manifest": "x", "mapper": "dask"}, "mapper must be"),
-    ({"task": "embed", "model": "/m", "input_manifest": "x", "name": "a/b"}, "invalid enrich name"),
-    ({"task": "embed", "model": "/m", "input_manifest": "x", "beam_width": 4}, "unknown settings"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"task": "summarise", "model": "/m", "input_manifest": "x"}, "task must be one of"),
+        ({"task": "embed", "input_manifest": "x"}, "no model"),
+        ({"task": "embed", "model": "/m"}, "either input_manifest"),
+        ({"task": "embed", "model": "/m", "inputs": ["a.parquet"]}, "need output_dir"),
+        ({"task": "embed", "model": "/m", "input_manifest": "x", "batch_size": 0}, "batch_size must be at least 1"),
+        ({"task": "generate", "model": "/m", "input_manifest": "x", "prompt_template": "no slot"}, "must contain"),
+        ({"task": "embed", "model": "/m", "input_manifest": "x", "mapper": "dask"}, "mapper must be"),
+        ({"task": "embed", "model": "/m", "input_manifest": "x", "name": "a/b"}, "invalid enrich name"),
+        ({"task": "embed", "model": "/m", "input_manifest": "x", "beam_width": 4}, "unknown settings"),
+    ],
+)
 def test_bad_settings_fail_before_any_work(tmp_path, config, message):
     from airflow_curation.core.layout import Lake
 
@@ -84,8 +90,9 @@ def test_runtime_settings_do_not_change_the_fingerprint(tmp_path):
     lake = Lake(str(tmp_path), "ds")
     base = {"task": "embed", "model": "/m", "input_manifest": "x"}
     a = EnrichStage(lake, base, "r1").fingerprint
-    b = EnrichStage(lake, {**base, "batch_size": 7, "replicas": 3, "mapper": "local",
-                           "checkpoint_rows": 10}, "r1").fingerprint
+    b = EnrichStage(
+        lake, {**base, "batch_size": 7, "replicas": 3, "mapper": "local", "checkpoint_rows": 10}, "r1"
+    ).fingerprint
     c = EnrichStage(lake, {**base, "max_input_tokens": 64}, "r1").fingerprint
     assert a == b != c
 
@@ -95,14 +102,32 @@ def test_enrich_operator_config_and_skip_without_model():
 
     from airflow_curation.operators.enrich import EnrichOperator, RayDashboardLink
 
-    op = EnrichOperator(task_id="enrich", dataset="ds", lake="/lake", input_manifest="/lake/ds/m.json",
-                        task="score", model="/models/q", model_runtime="transformers", mapper="local",
-                        replicas=2, max_failed_fraction="0.1", config={"max_input_tokens": 128})
-    assert op.build_config({}) == {"max_input_tokens": 128, "input_manifest": "/lake/ds/m.json", "task": "score",
-                                   "model": "/models/q", "model_runtime": "transformers", "mapper": "local",
-                                   "replicas": 2, "max_failed_fraction": 0.1}
+    op = EnrichOperator(
+        task_id="enrich",
+        dataset="ds",
+        lake="/lake",
+        input_manifest="/lake/ds/m.json",
+        task="score",
+        model="/models/q",
+        model_runtime="transformers",
+        mapper="local",
+        replicas=2,
+        max_failed_fraction="0.1",
+        config={"max_input_tokens": 128},
+    )
+    assert op.build_config({}) == {
+        "max_input_tokens": 128,
+        "input_manifest": "/lake/ds/m.json",
+        "task": "score",
+        "model": "/models/q",
+        "model_runtime": "transformers",
+        "mapper": "local",
+        "replicas": 2,
+        "max_failed_fraction": 0.1,
+    }
     assert any(isinstance(link, RayDashboardLink) for link in op.operator_extra_links)
-    skipping = EnrichOperator(task_id="e2", dataset="ds", lake="/lake", input_manifest="m", task="embed",
-                              model="  ", skip_without_model=True)
+    skipping = EnrichOperator(
+        task_id="e2", dataset="ds", lake="/lake", input_manifest="m", task="embed", model="  ", skip_without_model=True
+    )
     with pytest.raises(AirflowSkipException, match="no enrich model"):
         skipping.execute({})

@@ -16,10 +16,26 @@ pytestmark = pytest.mark.usefixtures("release_engines_after")
 def test_ray_data_vllm_actors_enrich_shards_in_order(tmp_path, llama_classify):
     shards = {"a": make_docs(22, "a")}
     lake, uri = write_lake(str(tmp_path), shards, keep={"a": {"a00004"}})
-    common = {"task": "classify", "model": llama_classify, "dtype": "float32", "max_input_tokens": 40,
-              "max_model_len": 256, "checkpoint_rows": 5}
-    stage, manifest = run_enrich(lake, uri, run_id="ray", mapper="ray", ray_num_cpus=2, replicas=1,
-                                 cpus_per_replica=1, batch_size=4, model_runtime="vllm", **common)
+    common = {
+        "task": "classify",
+        "model": llama_classify,
+        "dtype": "float32",
+        "max_input_tokens": 40,
+        "max_model_len": 256,
+        "checkpoint_rows": 5,
+    }
+    stage, manifest = run_enrich(
+        lake,
+        uri,
+        run_id="ray",
+        mapper="ray",
+        ray_num_cpus=2,
+        replicas=1,
+        cpus_per_replica=1,
+        batch_size=4,
+        model_runtime="vllm",
+        **common,
+    )
     stage.close()
     _, ref = run_enrich(lake, uri, run_id="ref", model_runtime="transformers", name="ref", batch_size=8, **common)
     assert manifest.accounting == {"read": 22, "kept": 21, "dropped": {"not_kept": 1}, "quarantined": {}}

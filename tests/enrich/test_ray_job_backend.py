@@ -46,9 +46,15 @@ def ray_cluster():
     port = _free_port()
     temp = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: Ray's socket paths have a length limit
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    proc = subprocess.Popen([sys.executable, "-c", HEAD, str(port), temp], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HEAD, str(port), temp],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     address = f"http://127.0.0.1:{port}"
     try:
         assert proc.stdout.readline().strip() == "READY"
@@ -80,14 +86,33 @@ def ray_cluster():
 def test_enrich_job_runs_on_an_existing_ray_cluster(ray_cluster, tmp_path, llama_score):
     docs = make_docs(12)
     lake, uri = write_lake(str(tmp_path), {"s0": docs})
-    spec = JobSpec(stage="enrich", lake=lake.to_dict(), run_id="rayjob", config={
-        "input_manifest": uri, "task": "score", "model": llama_score, "model_runtime": "transformers", "mapper": "ray",
-        "dtype": "float32", "batch_size": 4, "checkpoint_rows": 5})
+    spec = JobSpec(
+        stage="enrich",
+        lake=lake.to_dict(),
+        run_id="rayjob",
+        config={
+            "input_manifest": uri,
+            "task": "score",
+            "model": llama_score,
+            "model_runtime": "transformers",
+            "mapper": "ray",
+            "dtype": "float32",
+            "batch_size": 4,
+            "checkpoint_rows": 5,
+        },
+    )
     # Storage options as a curation connection would add them: the cluster must never be sent them.
     secret = "s3cr3t-not-for-the-dashboard"
-    backend = get_backend("ray", address=ray_cluster, python=sys.executable,
-                          env={"RAY_AUTH_MODE": "disabled", "PYTHONPATH": os.getcwd(),
-                               "CURATION_STORAGE_OPTIONS_S3": json.dumps({"key": "AKIA-FAKE", "secret": secret})})
+    backend = get_backend(
+        "ray",
+        address=ray_cluster,
+        python=sys.executable,
+        env={
+            "RAY_AUTH_MODE": "disabled",
+            "PYTHONPATH": os.getcwd(),
+            "CURATION_STORAGE_OPTIONS_S3": json.dumps({"key": "AKIA-FAKE", "secret": secret}),
+        },
+    )
     handle = backend.submit(spec)
     assert handle["dashboard_url"] == f"{ray_cluster}/#/jobs/{handle['job_id']}"
     from ray.job_submission import JobSubmissionClient

@@ -16,8 +16,19 @@ CURATION = os.path.join(os.path.dirname(sys.executable), "curation")
 def test_cli_ingest_then_rerun_skips(tmp_path):
     src = tmp_path / "corpus.jsonl"
     src.write_text("".join(json.dumps({"text": f"line {i}"}) + "\n" for i in range(30)) + "not json\n")
-    args = [CURATION, "ingest", str(src), "--lake", str(tmp_path / "lake"), "--dataset", "demo",
-            "--snapshot", "2026-11-30", "--target-shard-size", "64KiB"]
+    args = [
+        CURATION,
+        "ingest",
+        str(src),
+        "--lake",
+        str(tmp_path / "lake"),
+        "--dataset",
+        "demo",
+        "--snapshot",
+        "2026-11-30",
+        "--target-shard-size",
+        "64KiB",
+    ]
     out = subprocess.run(args + ["--run-id", "one"], capture_output=True, text=True, check=True)
     summary = json.loads(out.stdout)
     assert summary["rows"] == 30 and summary["accounting"]["quarantined"] == {"invalid_json": 1}
@@ -29,8 +40,11 @@ def test_cli_ingest_then_rerun_skips(tmp_path):
 
 def test_cli_help_and_bad_size(tmp_path):
     assert "ingest" in subprocess.run([CURATION, "--help"], capture_output=True, text=True, check=True).stdout
-    bad = subprocess.run([CURATION, "ingest", "x", "--lake", "l", "--dataset", "d", "--target-shard-size", "lots"],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [CURATION, "ingest", "x", "--lake", "l", "--dataset", "d", "--target-shard-size", "lots"],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "not a size" in bad.stderr
 
 
@@ -38,9 +52,11 @@ def test_cli_stages_chain_on_a_lake_without_naming_manifests(tmp_path):
     """Each lake-mode subcommand reads the newest complete manifest of the stage before it."""
     src = tmp_path / "corpus.jsonl"
     rng = random.Random(7)  # varied prose that passes the gopher preset: stop words, no repetition
-    vocab = ("the of and to that with have be river mountain village winter morning letter garden window "
-             "station market teacher doctor kitchen bridge harbour evening summer painting history music "
-             "walked carried opened noticed remembered quietly slowly across under between after").split()
+    vocab = (
+        "the of and to that with have be river mountain village winter morning letter garden window "
+        "station market teacher doctor kitchen bridge harbour evening summer painting history music "
+        "walked carried opened noticed remembered quietly slowly across under between after"
+    ).split()
     docs = [" ".join(rng.choice(vocab) for _ in range(150)) + "." for _ in range(20)]
     docs.append(docs[0])  # one exact duplicate
     src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
@@ -60,6 +76,7 @@ def test_cli_stages_chain_on_a_lake_without_naming_manifests(tmp_path):
     report = run("validate")
     assert report["status"] == "passed"
     assert Manifest.read(report["manifest_uri"]).config["input_manifest"] == dedup["manifest_uri"]
-    missing = subprocess.run([CURATION, "dedup", "--lake", str(tmp_path / "empty"), "--dataset", "x"],
-                             capture_output=True, text=True)
+    missing = subprocess.run(
+        [CURATION, "dedup", "--lake", str(tmp_path / "empty"), "--dataset", "x"], capture_output=True, text=True
+    )
     assert missing.returncode != 0 and "run that stage first" in missing.stderr

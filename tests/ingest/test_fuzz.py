@@ -32,21 +32,38 @@ from airflow_curation.stages.base import StageRunner
 from airflow_curation.stages.ingest.stage import IngestStage
 
 SEED = 20261201
-MAX_TEXT = 4096                            # max_text_bytes for the run: small, so "too large" is cheap
-MAX_RECORD = 4 * MAX_TEXT + 1024 * 1024    # the stage's line cap for that setting
-PARSER = {"invalid_json", "unsupported_value"}   # json raises RecursionError/ValueError, orjson a decode error
-SURROGATE = {"invalid_utf8", "invalid_json"}     # json accepts a \ud800 escape, orjson refuses it
+MAX_TEXT = 4096  # max_text_bytes for the run: small, so "too large" is cheap
+MAX_RECORD = 4 * MAX_TEXT + 1024 * 1024  # the stage's line cap for that setting
+PARSER = {"invalid_json", "unsupported_value"}  # json raises RecursionError/ValueError, orjson a decode error
+SURROGATE = {"invalid_utf8", "invalid_json"}  # json accepts a \ud800 escape, orjson refuses it
 BOM = b"\xef\xbb\xbf"
-WORDS = ["data", "curation", "tokens", "Straße", "naïve", "日本語", "текст", "עברית", "emoji 😀", "a\u0301",
-         "tab\there", "quote\"d", "back\\slash", "nul\u0000char", "line\nbreak", "zero\u200bwidth"]
+WORDS = [
+    "data",
+    "curation",
+    "tokens",
+    "Straße",
+    "naïve",
+    "日本語",
+    "текст",
+    "עברית",
+    "emoji 😀",
+    "a\u0301",
+    "tab\there",
+    'quote"d',
+    "back\\slash",
+    "nul\u0000char",
+    "line\nbreak",
+    "zero\u200bwidth",
+]
 
 
 @dataclass
 class Planted:
     """What the generator put in one input and what must come out of it."""
+
     kept: int = 0
-    bad: dict[str, tuple[set[str], int]] = field(default_factory=dict)   # location -> (reasons, rows)
-    notes: list[str] = field(default_factory=list)                         # file-level reasons, no rows
+    bad: dict[str, tuple[set[str], int]] = field(default_factory=dict)  # location -> (reasons, rows)
+    notes: list[str] = field(default_factory=list)  # file-level reasons, no rows
 
     @property
     def rows(self) -> int:
@@ -61,11 +78,17 @@ def _text(rng: random.Random, size: int = 0) -> str:
 
 def _value(rng: random.Random, depth: int = 0):
     kind = rng.randrange(9 if depth < 4 else 6)
-    return [lambda: rng.randint(-2**63, 2**63 - 1), lambda: rng.uniform(-1e300, 1e300), lambda: rng.random() < 0.5,
-            lambda: None, lambda: _text(rng), lambda: rng.choice([0, -0.0, 5e-324, 1.7e308, ""]),
-            lambda: [_value(rng, depth + 1) for _ in range(rng.randint(0, 3))],
-            lambda: {_text(rng)[:8]: _value(rng, depth + 1) for _ in range(rng.randint(0, 3))},
-            lambda: [[[[[]]]]]][kind]()
+    return [
+        lambda: rng.randint(-(2**63), 2**63 - 1),
+        lambda: rng.uniform(-1e300, 1e300),
+        lambda: rng.random() < 0.5,
+        lambda: None,
+        lambda: _text(rng),
+        lambda: rng.choice([0, -0.0, 5e-324, 1.7e308, ""]),
+        lambda: [_value(rng, depth + 1) for _ in range(rng.randint(0, 3))],
+        lambda: {_text(rng)[:8]: _value(rng, depth + 1) for _ in range(rng.randint(0, 3))},
+        lambda: [[[[[]]]]],
+    ][kind]()
 
 
 def _good_line(rng: random.Random) -> bytes:
@@ -75,7 +98,7 @@ def _good_line(rng: random.Random) -> bytes:
     items = list(record.items())
     rng.shuffle(items)
     line = json.dumps(dict(items), ensure_ascii=rng.random() < 0.5).encode()
-    return rng.choice([line, b"  " + line + b"\t", line + b"\r"])       # \r: a CRLF file
+    return rng.choice([line, b"  " + line + b"\t", line + b"\r"])  # \r: a CRLF file
 
 
 BAD_LINES: list[tuple[set[str], object]] = [
@@ -96,8 +119,12 @@ BAD_LINES: list[tuple[set[str], object]] = [
     (SURROGATE, lambda r: b'{"text": "fine", "\\udc80": "lone surrogate key"}'),
     ({"not_an_object"}, lambda r: r.choice([b"[1, 2]", b'"a string"', b"42", b"true", b"null", b"[]", b"-0.5"])),
     ({"missing_text"}, lambda r: r.choice([b"{}", b'{"body": "x"}', b'{"Text": "x"}', b'{"text": null}'])),
-    ({"non_string_text"}, lambda r: r.choice([b'{"text": 42}', b'{"text": 1.5}', b'{"text": ["a"]}',
-                                             b'{"text": {"a": "b"}}', b'{"text": false}'])),
+    (
+        {"non_string_text"},
+        lambda r: r.choice(
+            [b'{"text": 42}', b'{"text": 1.5}', b'{"text": ["a"]}', b'{"text": {"a": "b"}}', b'{"text": false}']
+        ),
+    ),
     ({"empty_text"}, lambda r: r.choice([b'{"text": ""}', b'{"text": "   "}', b'{"text": "\\n\\t "}'])),
     (PARSER, lambda r: b'{"text": "deep", "m": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
     (PARSER, lambda r: b'{"text": "big int", "n": ' + b"9" * 5000 + b"}"),
@@ -117,7 +144,7 @@ def _jsonl_lines(rng: random.Random, n: int, bad_share: float) -> list[tuple[byt
             reasons, make = rng.choice(BAD_LINES)
             line = make(rng)
             if not out and line.startswith(BOM):
-                line = b"x" + line      # a BOM that starts a file is not part of its first line
+                line = b"x" + line  # a BOM that starts a file is not part of its first line
             out.append((line, reasons))
         else:
             out.append((_good_line(rng), None))
@@ -156,7 +183,7 @@ def _zstd(data: bytes, rng: random.Random, pieces: int) -> tuple[bytes, list[tup
 def _first_block_compressed(frame: bytes) -> bool:
     # A raw (stored) block may be decoded part by part: only a compressed one is all or nothing.
     at = zstandard.frame_header_size(frame)
-    return (int.from_bytes(frame[at:at + 3], "little") >> 1) & 3 == 2
+    return (int.from_bytes(frame[at : at + 3], "little") >> 1) & 3 == 2
 
 
 def _complete_lines(data: bytes, end: int) -> int:
@@ -190,11 +217,11 @@ def _build(src, rng: random.Random) -> dict[str, Planted]:
         (src / name).write_bytes(data)
         planted[name] = p
 
-    for i in range(14):                                              # plain JSONL, some CRLF
+    for i in range(14):  # plain JSONL, some CRLF
         lines = _jsonl_lines(rng, rng.randint(20, 45), 0.35)
         put(f"plain-{i:02d}.jsonl", _join(lines), _plant_lines(lines))
     lines = [(_good_line(rng), None)] + _jsonl_lines(rng, 20, 0.3)
-    put("bom.jsonl", BOM + _join(lines), _plant_lines(lines))      # a leading BOM is not part of line 1
+    put("bom.jsonl", BOM + _join(lines), _plant_lines(lines))  # a leading BOM is not part of line 1
     lines = _jsonl_lines(rng, 20, 0.3) + [(_good_line(rng).rstrip(b"\r"), None)]
     put("no-final-newline.ndjson", _join(lines)[:-1], _plant_lines(lines))
     lines = _jsonl_lines(rng, 25, 0.3) + [(b'{"text": "cut off here', "cut")]
@@ -205,7 +232,7 @@ def _build(src, rng: random.Random) -> dict[str, Planted]:
     lines = [(_good_line(rng), None), (too_big, {"record_too_large"}), (_good_line(rng), None)]
     put("too-big.jsonl", _join(lines), _plant_lines(lines))
 
-    for i in range(4):                                               # intact compressed JSONL
+    for i in range(4):  # intact compressed JSONL
         lines = _jsonl_lines(rng, rng.randint(25, 40), 0.3)
         data = _join(lines)
         blob, _ = _zstd(data, rng, rng.randint(1, 5))
@@ -214,20 +241,20 @@ def _build(src, rng: random.Random) -> dict[str, Planted]:
         gz = b"".join(gzip.compress(data[a:b]) for a, b in zip([0, *members], [*members, len(data)]))
         put(f"ok-{i}.jsonl.gz", gz, _plant_lines(lines))
 
-    for i in range(5):                                               # zstd cut inside a frame
+    for i in range(5):  # zstd cut inside a frame
         lines = [(_good_line(rng) + b" " * 40, None) for _ in range(3)] + _jsonl_lines(rng, 40, 0.25)
         data = _join(lines)
         candidates: list[int] = []
         while not candidates:
             blob, frames = _zstd(data, rng, 4)
-            candidates = [k for k in range(4) if _first_block_compressed(blob[frames[k][1]:frames[k][2]])]
+            candidates = [k for k in range(4) if _first_block_compressed(blob[frames[k][1] : frames[k][2]])]
         k = rng.choice(candidates)
         _, start, end = frames[k]
         p = _plant_lines(lines, _complete_lines(data, frames[k - 1][0] if k else 0))
         p.notes.append("truncated_input")
         put(f"cut-frame-{i}.jsonl.zst", blob[: start + (end - start) // 2], p)
 
-    for i in range(3):                                               # zstd cut at a frame boundary, mid-line
+    for i in range(3):  # zstd cut at a frame boundary, mid-line
         lines = _jsonl_lines(rng, 30, 0.25) + [(_good_line(rng).rstrip(b"\r"), None) for _ in range(5)]
         data = _join(lines)
         at = sum(len(line) + 1 for line, _ in lines[:-3]) + _cut_inside_object(lines[-3][0], rng)
@@ -236,7 +263,7 @@ def _build(src, rng: random.Random) -> dict[str, Planted]:
         p.notes.append("truncated_input")
         put(f"cut-boundary-{i}.jsonl.zst", first, p)
 
-    for i in range(3):                                               # gzip cut inside a line's flush segment
+    for i in range(3):  # gzip cut inside a line's flush segment
         lines = [(_good_line(rng) + b" " * 40, None) for _ in range(2)] + _jsonl_lines(rng, 30, 0.25)
         blob, spans = _gzip_segments(lines)
         j = rng.choice([j for j in range(2, len(lines)) if spans[j][1] - spans[j][0] >= 40])  # "\n" is at its end
@@ -248,10 +275,10 @@ def _build(src, rng: random.Random) -> dict[str, Planted]:
     at = sum(len(line) + 1 for line, _ in lines[:-2]) + _cut_inside_object(lines[-2][0], rng)
     p = _plant_lines(lines, len(lines) - 2)
     p.notes.append("truncated_input")
-    put("cut-member.jsonl.gz", gzip.compress(data[:at]), p)          # cut at a member boundary, mid-line
+    put("cut-member.jsonl.gz", gzip.compress(data[:at]), p)  # cut at a member boundary, mid-line
 
     noise = bytes(rng.randrange(256) for _ in range(300))
-    put("garbage.jsonl.gz", b"\x1f\x8b\x09" + noise, Planted(notes=["truncated_input"]))   # 9: no such method
+    put("garbage.jsonl.gz", b"\x1f\x8b\x09" + noise, Planted(notes=["truncated_input"]))  # 9: no such method
     put("garbage.jsonl.zst", b"not zstd at all" * 10, Planted(notes=["truncated_input"]))
     for name in ("empty.jsonl", "empty.parquet", "empty.txt", "empty.jsonl.gz"):
         put(name, b"", Planted(notes=["empty_file"]))
@@ -264,7 +291,7 @@ def _build(src, rng: random.Random) -> dict[str, Planted]:
 
 
 def _utf8_view(values: list[bytes | None]) -> pa.Array:
-    return pa.array(values, pa.binary()).view(pa.string())          # a view is not validated
+    return pa.array(values, pa.binary()).view(pa.string())  # a view is not validated
 
 
 def _parquet_files(src, rng: random.Random, put) -> None:
@@ -275,26 +302,36 @@ def _parquet_files(src, rng: random.Random, put) -> None:
             roll, lang = rng.random(), rng.choice([b"en", b"de", None])
             reasons: set[str] = set()
             if roll < 0.06:
-                texts.append(None); reasons.add("missing_text")
+                texts.append(None)
+                reasons.add("missing_text")
             elif roll < 0.12:
-                texts.append(rng.choice([b"", b"  \n"])); reasons.add("empty_text")
+                texts.append(rng.choice([b"", b"  \n"]))
+                reasons.add("empty_text")
             elif roll < 0.18:
-                texts.append(b"bad \xff utf-8"); reasons.add("invalid_utf8")
+                texts.append(b"bad \xff utf-8")
+                reasons.add("invalid_utf8")
             elif roll < 0.22:
-                texts.append(_text(rng, MAX_TEXT + 50).encode()); reasons.add("text_too_large")
+                texts.append(_text(rng, MAX_TEXT + 50).encode())
+                reasons.add("text_too_large")
             else:
                 texts.append(_text(rng).encode())
             if rng.random() < 0.1:
-                lang = b"\xc3 cut"                                    # invalid UTF-8 outside the text column
-                reasons |= {"invalid_utf8"}                           # either problem may be named
+                lang = b"\xc3 cut"  # invalid UTF-8 outside the text column
+                reasons |= {"invalid_utf8"}  # either problem may be named
             langs.append(lang)
             if reasons:
                 p.bad[f"row {row}"] = (reasons, 1)
             else:
                 p.kept += 1
-        table = pa.table({"score": [rng.random() for _ in range(n)], "text": _utf8_view(texts),
-                          "lang": _utf8_view(langs), "tags": [[rng.randint(0, 9)] for _ in range(n)],
-                          "blob": [rng.randbytes(4) for _ in range(n)]})
+        table = pa.table(
+            {
+                "score": [rng.random() for _ in range(n)],
+                "text": _utf8_view(texts),
+                "lang": _utf8_view(langs),
+                "tags": [[rng.randint(0, 9)] for _ in range(n)],
+                "blob": [rng.randbytes(4) for _ in range(n)],
+            }
+        )
         buf = io.BytesIO()
         pq.write_table(table, buf, row_group_size=rng.choice([5, 10, 1000]))
         put(f"table-{i}.parquet", buf.getvalue(), p)
@@ -306,11 +343,14 @@ def _parquet_files(src, rng: random.Random, put) -> None:
 
     whole("int-text.parquet", pa.table({"text": list(range(12))}), "non_string_text")
     whole("no-text.parquet", pa.table({"body": ["a", "b", "c"]}), "missing_text")
-    whole("two-text.parquet", pa.Table.from_arrays([pa.array(["a", "b"]), pa.array(["c", "d"])],
-                                                   names=["text", "text"]), "duplicate_column")
+    whole(
+        "two-text.parquet",
+        pa.Table.from_arrays([pa.array(["a", "b"]), pa.array(["c", "d"])], names=["text", "text"]),
+        "duplicate_column",
+    )
     buf = io.BytesIO()
     pq.write_table(pa.table({"text": [_text(rng) for _ in range(20)]}), buf)
-    put("cut.parquet", buf.getvalue()[:-30], Planted(notes=["corrupt_input"]))   # the footer is gone
+    put("cut.parquet", buf.getvalue()[:-30], Planted(notes=["corrupt_input"]))  # the footer is gone
 
 
 def _text_files(src, rng: random.Random, put) -> None:
@@ -332,14 +372,19 @@ def _special_entries(src, planted: dict[str, Planted]) -> socket.socket:
     os.symlink(src / "loop-1.jsonl", src / "loop-2.jsonl")
     os.mkdir(src / "nested")
     os.symlink(src, src / "nested" / "up")
-    os.symlink(src / "plain-00.jsonl", src / "nested" / "again.jsonl")   # a link to a file is read
+    os.symlink(src / "plain-00.jsonl", src / "nested" / "again.jsonl")  # a link to a file is read
     planted["nested/again.jsonl"] = planted["plain-00.jsonl"]
     (src / ".hidden.jsonl").write_bytes(b"not an input\n")
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(str(src / "socket.jsonl"))
-    for name, reason in [("pipe.jsonl", "not_a_regular_file"), ("dangling.jsonl", "dangling_link"),
-                         ("loop-1.jsonl", "symlink_loop"), ("loop-2.jsonl", "symlink_loop"),
-                         ("nested/up", "not_a_regular_file"), ("socket.jsonl", "not_a_regular_file")]:
+    for name, reason in [
+        ("pipe.jsonl", "not_a_regular_file"),
+        ("dangling.jsonl", "dangling_link"),
+        ("loop-1.jsonl", "symlink_loop"),
+        ("loop-2.jsonl", "symlink_loop"),
+        ("nested/up", "not_a_regular_file"),
+        ("socket.jsonl", "not_a_regular_file"),
+    ]:
         planted[name] = Planted(notes=[reason])
     return sock
 
@@ -359,18 +404,21 @@ def test_generated_malformed_inputs_are_all_accounted_for(tmp_path):
     lake = Lake(str(tmp_path / "lake"), "fuzz")
     stage = IngestStage(lake, {"inputs": [str(src)], "max_text_bytes": MAX_TEXT, "unit_bytes": 1}, "fuzz")
     try:
-        manifest = StageRunner(stage).run()                          # never raises: nothing here may fail a unit
+        manifest = StageRunner(stage).run()  # never raises: nothing here may fail a unit
     finally:
         sock.close()
     assert manifest.status == "complete" and all(u.status == "done" for u in manifest.units)
 
-    kept = Counter(s for shard in manifest.shards for s in pq.read_table(shard.uri, columns=["source"])
-                   .column("source").to_pylist())
+    kept = Counter(
+        s
+        for shard in manifest.shards
+        for s in pq.read_table(shard.uri, columns=["source"]).column("source").to_pylist()
+    )
     folder = lake.path("_quarantine", "ingest")
     entries = [e for f in sorted(os.listdir(folder)) for e in read_quarantine(os.path.join(folder, f)).to_pylist()]
     by_file: dict[str, list[dict]] = {}
     for e in entries:
-        assert e["source"] and e["reason"] and LOCATION.match(e["location"]), e   # file, place and reason
+        assert e["source"] and e["reason"] and LOCATION.match(e["location"]), e  # file, place and reason
         by_file.setdefault(os.path.relpath(e["source"], src), []).append(e)
 
     assert set(by_file) | set(kept) <= set(planted)
@@ -391,8 +439,9 @@ def test_generated_malformed_inputs_are_all_accounted_for(tmp_path):
         acc = store.load(unit.unit_id).accounting
         assert acc["read"] == acc["kept"] + sum(acc["dropped"].values()) + sum(acc["quarantined"].values())
         assert acc["read"] == sum(planted[os.path.relpath(u, src)].rows for u in unit.inputs), unit.unit_id
-        assert sum(acc.get("notes", {}).values()) == sum(len(planted[os.path.relpath(u, src)].notes)
-                                                         for u in unit.inputs), unit.unit_id
+        assert sum(acc.get("notes", {}).values()) == sum(
+            len(planted[os.path.relpath(u, src)].notes) for u in unit.inputs
+        ), unit.unit_id
     total = manifest.accounting
     assert total["read"] == sum(p.rows for p in planted.values())
     assert total["kept"] == sum(p.kept for p in planted.values()) == manifest.rows

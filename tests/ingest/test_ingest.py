@@ -35,8 +35,9 @@ def _read_all(manifest: Manifest) -> pa.Table:
 
 def _quarantine(lake: Lake) -> pa.Table:
     folder = lake.path("_quarantine", "ingest")
-    return pa.concat_tables(read_quarantine(os.path.join(folder, f)) for f in sorted(os.listdir(folder))
-                            if not f.startswith("."))
+    return pa.concat_tables(
+        read_quarantine(os.path.join(folder, f)) for f in sorted(os.listdir(folder)) if not f.startswith(".")
+    )
 
 
 def _jsonl(path, lines: list[bytes]):
@@ -69,26 +70,31 @@ def test_every_bad_input_kind_is_quarantined_and_counted(tmp_path):
     src = tmp_path / "in"
     src.mkdir()
     good = [json.dumps({"text": f"good text {i}", "n": i}).encode() for i in range(10)]
-    _jsonl(src / "01-mixed.jsonl", [
-        good[0],
-        b'{"text": "unterminated',                       # invalid JSON
-        b'{"text": "caf\xe9 latin-1"}',                   # invalid UTF-8
-        b'{"body": "no text field"}',                     # missing text
-        b'{"text": 42}',                                  # non-string text
-        b'{"text": null}',                                # null text
-        b'{"text": "   "}',                               # empty text
-        b'{"text": "\\ud800 lone surrogate"}',            # valid JSON, not encodable text
-        b'[1, 2, 3]',                                     # not an object
-        b"",                                              # blank line: a separator, not a record
-        good[1],
-    ])
+    _jsonl(
+        src / "01-mixed.jsonl",
+        [
+            good[0],
+            b'{"text": "unterminated',  # invalid JSON
+            b'{"text": "caf\xe9 latin-1"}',  # invalid UTF-8
+            b'{"body": "no text field"}',  # missing text
+            b'{"text": 42}',  # non-string text
+            b'{"text": null}',  # null text
+            b'{"text": "   "}',  # empty text
+            b'{"text": "\\ud800 lone surrogate"}',  # valid JSON, not encodable text
+            b"[1, 2, 3]",  # not an object
+            b"",  # blank line: a separator, not a record
+            good[1],
+        ],
+    )
     (src / "02-empty.jsonl").write_bytes(b"")
     # A truncated .gz: 2,000 good records, cut in the middle of the stream.
     full = gzip.compress(b"".join(json.dumps({"text": f"gz record {i} " * 20}).encode() + b"\n" for i in range(2000)))
     (src / "03-truncated.jsonl.gz").write_bytes(full[: len(full) // 2])
     (src / "04-ok.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(b"\n".join(good[2:6]) + b"\n"))
-    big = "x" * (50 * 1024 * 1024)                         # a 50 MB single document
-    (src / "05-huge.jsonl").write_text(json.dumps({"text": big}) + "\n" + json.dumps({"text": "after the huge one"}) + "\n")
+    big = "x" * (50 * 1024 * 1024)  # a 50 MB single document
+    (src / "05-huge.jsonl").write_text(
+        json.dumps({"text": big}) + "\n" + json.dumps({"text": "after the huge one"}) + "\n"
+    )
     # Schema change between Parquet files: extra columns, then a text column of the wrong type.
     pq.write_table(pa.table({"text": ["pq one", "pq two"], "score": [1.0, 2.0]}), src / "06-a.parquet")
     pq.write_table(pa.table({"text": ["pq three"], "score": [3.0], "lang": ["de"]}), src / "07-b.parquet")
@@ -107,13 +113,23 @@ def test_every_bad_input_kind_is_quarantined_and_counted(tmp_path):
     texts = set(kept.column("text").to_pylist())
     assert {"good text 0", "good text 1", "after the huge one", "pq one", "pq two", "pq three"} <= texts
     assert "A whole plain-text document.\nSecond line.\n" in texts
-    for reason in ("invalid_json", "invalid_utf8", "missing_text", "non_string_text", "empty_text",
-                   "not_an_object", "empty_file", "truncated_input", "text_too_large", "corrupt_input",
-                   "unsupported_format"):
+    for reason in (
+        "invalid_json",
+        "invalid_utf8",
+        "missing_text",
+        "non_string_text",
+        "empty_text",
+        "not_an_object",
+        "empty_file",
+        "truncated_input",
+        "text_too_large",
+        "corrupt_input",
+        "unsupported_format",
+    ):
         assert reason in reasons, reason
-    assert acc["quarantined"]["invalid_utf8"] == 2            # bad bytes and the lone surrogate
-    assert acc["quarantined"]["missing_text"] == 2            # no field, and null
-    assert acc["quarantined"]["non_string_text"] == 4         # 42, and the 3 int rows of 08-c.parquet
+    assert acc["quarantined"]["invalid_utf8"] == 2  # bad bytes and the lone surrogate
+    assert acc["quarantined"]["missing_text"] == 2  # no field, and null
+    assert acc["quarantined"]["non_string_text"] == 4  # 42, and the 3 int rows of 08-c.parquet
     assert acc["quarantined"]["text_too_large"] == 1
     # The truncated gzip kept what it could read, and the note says where it stopped.
     gz_rows = sum(1 for t in texts if t.startswith("gz record"))
@@ -129,7 +145,7 @@ def test_every_bad_input_kind_is_quarantined_and_counted(tmp_path):
     metas = {r["text"]: r["meta"] for r in kept.select(["text", "meta"]).to_pylist()}
     assert json.loads(metas["pq three"]) == {"score": 3.0, "lang": "de"}
     # Nothing lost: every row read is kept or quarantined, and the shards hold exactly the kept rows.
-    read_rows = 11 - 1 + (gz_rows) + 4 + 2 + 2 + 1 + 3 + 1   # blank line is not a row; the gz rows read
+    read_rows = 11 - 1 + (gz_rows) + 4 + 2 + 2 + 1 + 3 + 1  # blank line is not a row; the gz rows read
     assert acc["read"] == read_rows
     assert acc["read"] == acc["kept"] + sum(acc["dropped"].values()) + sum(acc["quarantined"].values())
     assert acc["kept"] == kept.num_rows == m.rows
@@ -180,14 +196,19 @@ def test_killed_run_resumes_where_it_stopped(tmp_path):
     src = tmp_path / "in"
     src.mkdir()
     for f in range(12):
-        _jsonl(src / f"{f:02d}.jsonl", [json.dumps({"text": f"f{f} " + os.urandom(200).hex()}).encode()
-                                        for _ in range(6000)])
+        _jsonl(
+            src / f"{f:02d}.jsonl",
+            [json.dumps({"text": f"f{f} " + os.urandom(200).hex()}).encode() for _ in range(6000)],
+        )
     lake = Lake(str(tmp_path / "lake"), "web")
     spec = JobSpec("ingest", lake.to_dict(), "run1", {"inputs": [str(src)], "unit_bytes": 1})
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(spec.to_json())
-    proc = subprocess.Popen([sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     stage = IngestStage(lake, spec.config, "run1")
     store = CheckpointStore(stage.checkpoints.directory)
     deadline = time.time() + 120

@@ -37,8 +37,12 @@ def _quarantine(lake: Lake) -> list[dict]:
     folder = lake.path("_quarantine", "ingest")
     if not os.path.isdir(folder):
         return []
-    return [r for f in sorted(os.listdir(folder)) if not f.startswith(".")
-            for r in read_quarantine(os.path.join(folder, f)).to_pylist()]
+    return [
+        r
+        for f in sorted(os.listdir(folder))
+        if not f.startswith(".")
+        for r in read_quarantine(os.path.join(folder, f)).to_pylist()
+    ]
 
 
 def _closes(acc: dict) -> bool:
@@ -79,7 +83,7 @@ def test_zstd_multi_frame_cut_mid_frame_keeps_the_complete_frames(tmp_path, cont
     cuts = [data.index(b"r 120 ") + 5, data.index(b"r 250 ") + 7, data.index(b"r 400 ") + 3]
     chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
     blob, ends = _zstd_frames(chunks, content_size)
-    cut = (ends[1] + ends[2]) // 2                       # inside frame 3 (one block: < 128 KiB)
+    cut = (ends[1] + ends[2]) // 2  # inside frame 3 (one block: < 128 KiB)
     (tmp_path / "multi.jsonl.zst").write_bytes(blob[:cut])
     lake, m = _ingest(tmp_path, [tmp_path / "multi.jsonl.zst"])
     texts = _texts(m)
@@ -92,7 +96,7 @@ def test_zstd_multi_frame_cut_mid_frame_keeps_the_complete_frames(tmp_path, cont
 
 def test_zstd_cut_at_a_frame_boundary_inside_a_line(tmp_path):
     data = b"".join(_records(300))
-    mid = data.index(b"r 200 ") + 4                      # frame 1 ends inside record 200
+    mid = data.index(b"r 200 ") + 4  # frame 1 ends inside record 200
     blob, ends = _zstd_frames([data[:mid], data[mid:]])
     (tmp_path / "edge.jsonl.zst").write_bytes(blob[: ends[0]])
     lake, m = _ingest(tmp_path, [tmp_path / "edge.jsonl.zst"])
@@ -106,7 +110,7 @@ def test_zstd_cut_at_a_frame_boundary_inside_a_line(tmp_path):
 def test_zstd_cut_before_the_frame_checksum_keeps_every_row(tmp_path):
     data = b"".join(_records(50))
     blob, ends = _zstd_frames([data])
-    (tmp_path / "nock.jsonl.zst").write_bytes(blob[:-2])   # the 4-byte content checksum is cut
+    (tmp_path / "nock.jsonl.zst").write_bytes(blob[:-2])  # the 4-byte content checksum is cut
     lake, m = _ingest(tmp_path, [tmp_path / "nock.jsonl.zst"])
     assert len(_texts(m)) == 50
     assert [e["reason"] for e in _quarantine(lake)] == ["truncated_input"]
@@ -115,7 +119,7 @@ def test_zstd_cut_before_the_frame_checksum_keeps_every_row(tmp_path):
 def test_gzip_cut_at_a_member_boundary_inside_a_line(tmp_path):
     data = b"".join(_records(100))
     mid = data.index(b"r 60 ") + 3
-    (tmp_path / "edge.jsonl.gz").write_bytes(gzip.compress(data[:mid]))   # member 2 is missing
+    (tmp_path / "edge.jsonl.gz").write_bytes(gzip.compress(data[:mid]))  # member 2 is missing
     lake, m = _ingest(tmp_path, [tmp_path / "edge.jsonl.gz"])
     assert len(_texts(m)) == 60
     assert [(e["reason"], e["rows"]) for e in _quarantine(lake)] == [("truncated_input", 0)]
@@ -128,7 +132,7 @@ def test_truncated_text_line_mode_zstd(tmp_path):
     lake, m = _ingest(tmp_path, [tmp_path / "t.txt.zst"], text_mode="line")
     texts = _texts(m)
     assert texts == [f"line {i}" for i in range(len(texts))] and 0 < len(texts) < 5000
-    assert len(texts) == data[:20000].count(b"\n")     # the complete lines of frame 1
+    assert len(texts) == data[:20000].count(b"\n")  # the complete lines of frame 1
     assert [e["reason"] for e in _quarantine(lake)] == ["truncated_input"]
 
 
@@ -144,8 +148,8 @@ def test_records_that_break_the_parser_or_the_writer_are_quarantined(tmp_path):
     deep = b"[" * 100_000 + b"]" * 100_000
     lines = [
         b'{"text": "first good"}',
-        b'{"text": "deep", "m": ' + deep + b"}",            # RecursionError in the parser
-        b'{"text": "big int", "n": ' + b"7" * 5000 + b"}",   # int digits limit: ValueError
+        b'{"text": "deep", "m": ' + deep + b"}",  # RecursionError in the parser
+        b'{"text": "big int", "n": ' + b"7" * 5000 + b"}",  # int digits limit: ValueError
         b'{"text": "lone surrogate in meta", "title": "\\udc80"}',
         b'{"text": "lone surrogate key", "\\ud800": 1}',
         b'{"text": "deep meta", "m": ' + b"[" * 900 + b"]" * 900 + b"}",
@@ -173,8 +177,9 @@ def test_records_that_break_the_parser_or_the_writer_are_quarantined(tmp_path):
 
 def test_lone_surrogate_id_and_non_string_text(tmp_path):
     path = tmp_path / "ids.jsonl"
-    path.write_bytes(b'{"id": "\\ud800", "text": "bad id"}\n{"id": "ok", "text": "fine"}\n'
-                     b'{"id": "x", "text": [1, 2]}\n')
+    path.write_bytes(
+        b'{"id": "\\ud800", "text": "bad id"}\n{"id": "ok", "text": "fine"}\n{"id": "x", "text": [1, 2]}\n'
+    )
     lake, m = _ingest(tmp_path, [path], id_field="id")
     assert _texts(m) == ["fine"]
     reasons = {e["location"]: e["reason"] for e in _quarantine(lake)}
@@ -194,7 +199,7 @@ def test_a_file_name_that_is_not_utf8(tmp_path):
 
 def test_parquet_invalid_utf8_outside_the_text_column(tmp_path):
     def bad_utf8(values: list[bytes]) -> pa.Array:
-        return pa.array(values, pa.binary()).view(pa.string())   # a view is not validated
+        return pa.array(values, pa.binary()).view(pa.string())  # a view is not validated
 
     lang = bad_utf8([b"en", b"\xff\xfe", b"de", b"fr"])
     pq.write_table(pa.table({"text": ["one", "two", "three", "four"], "lang": lang}), tmp_path / "meta.parquet")
@@ -204,8 +209,10 @@ def test_parquet_invalid_utf8_outside_the_text_column(tmp_path):
     assert [(e["location"], e["reason"]) for e in q] == [("row 1", "invalid_utf8")] and "lang" in q[0]["detail"]
     # In the id column, a bad value quarantines its own row only.
     (tmp_path / "ids").mkdir()
-    pq.write_table(pa.table({"text": ["one", "two", "three"], "doc": bad_utf8([b"a", b"\xc3", b"c"])}),
-                   tmp_path / "ids" / "ids.parquet")
+    pq.write_table(
+        pa.table({"text": ["one", "two", "three"], "doc": bad_utf8([b"a", b"\xc3", b"c"])}),
+        tmp_path / "ids" / "ids.parquet",
+    )
     lake2, m2 = _ingest(tmp_path / "ids", [tmp_path / "ids" / "ids.parquet"], id_field="doc")
     assert _texts(m2) == ["one", "three"]
     assert [(e["location"], e["reason"]) for e in _quarantine(lake2)] == [("row 1", "invalid_utf8")]
@@ -247,20 +254,20 @@ def _unreadable(folder) -> str:
     pytest.skip("no file here that root cannot open")
 
 
-@pytest.mark.timeout(60)          # a FIFO that is opened blocks forever
+@pytest.mark.timeout(60)  # a FIFO that is opened blocks forever
 def test_special_entries_under_a_folder_are_reported(tmp_path):
     src = tmp_path / "in"
     (src / "sub").mkdir(parents=True)
     (src / "a.jsonl").write_bytes(b'{"text": "alpha"}\n')
     (tmp_path / "elsewhere.jsonl").write_bytes(b'{"text": "linked"}\n')
-    os.symlink(tmp_path / "elsewhere.jsonl", src / "b-link.jsonl")      # a link to a file is read
+    os.symlink(tmp_path / "elsewhere.jsonl", src / "b-link.jsonl")  # a link to a file is read
     os.mkfifo(src / "fifo.jsonl")
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(str(src / "sock.jsonl"))
     os.symlink(src / "nowhere.jsonl", src / "dangling.jsonl")
     os.symlink(src / "loop-b.jsonl", src / "loop-a.jsonl")
     os.symlink(src / "loop-a.jsonl", src / "loop-b.jsonl")
-    os.symlink(src, src / "sub" / "up")                                  # a link to a directory
+    os.symlink(src, src / "sub" / "up")  # a link to a directory
     unreadable = _unreadable(src)
     try:
         lake, m = _ingest(tmp_path, [src])
@@ -277,8 +284,12 @@ def test_special_entries_under_a_folder_are_reported(tmp_path):
         "sub/up": ("not_a_regular_file", 0),
         os.path.relpath(unreadable, src): ("unreadable_input", 0),
     }
-    assert m.accounting["notes"] == {"dangling_link": 1, "not_a_regular_file": 3, "symlink_loop": 2,
-                                     "unreadable_input": 1}
+    assert m.accounting["notes"] == {
+        "dangling_link": 1,
+        "not_a_regular_file": 3,
+        "symlink_loop": 2,
+        "unreadable_input": 1,
+    }
     assert m.accounting["read"] == 2 and m.accounting["kept"] == 2
 
 
@@ -294,10 +305,11 @@ def test_a_named_fifo_input_does_not_block(tmp_path):
 def test_duplicate_ids_in_a_unit_quarantine_the_later_record(tmp_path):
     src = tmp_path / "in"
     src.mkdir()
-    (src / "a.jsonl").write_bytes(b'{"id": "x", "text": "first x"}\n{"id": "y", "text": "y"}\n'
-                                  b'{"id": "x", "text": "second x"}\n')
+    (src / "a.jsonl").write_bytes(
+        b'{"id": "x", "text": "first x"}\n{"id": "y", "text": "y"}\n{"id": "x", "text": "second x"}\n'
+    )
     pq.write_table(pa.table({"id": ["y", "z"], "text": ["second y", "z"]}), src / "b.parquet")
-    lake, m = _ingest(tmp_path, [src], id_field="id")       # one unit: both files
+    lake, m = _ingest(tmp_path, [src], id_field="id")  # one unit: both files
     assert sorted(_texts(m)) == ["first x", "y", "z"]
     q = sorted((os.path.basename(e["source"]), e["location"], e["reason"]) for e in _quarantine(lake))
     assert q == [("a.jsonl", "line 3", "duplicate_id"), ("b.parquet", "row 0", "duplicate_id")]

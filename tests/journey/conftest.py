@@ -75,8 +75,12 @@ class AirflowStack:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if auth:
             headers["Authorization"] = f"Bearer {self.token()}"
-        req = urllib.request.Request(self.url + path, method=method, headers=headers,
-                                     data=json.dumps(body).encode() if body is not None else None)
+        req = urllib.request.Request(
+            self.url + path,
+            method=method,
+            headers=headers,
+            data=json.dumps(body).encode() if body is not None else None,
+        )
         try:
             with urllib.request.urlopen(req, timeout=30) as r:
                 text = r.read().decode()
@@ -121,8 +125,10 @@ def _write_input(path: Path) -> None:
     import random
 
     rng = random.Random(11)
-    words = ("curation keeps the documents that teach a model something and drops the noise the web is "
-             "full of while it counts every row it reads writes or sets aside").split()
+    words = (
+        "curation keeps the documents that teach a model something and drops the noise the web is "
+        "full of while it counts every row it reads writes or sets aside"
+    ).split()
     docs = [" ".join(rng.choice(words) for _ in range(rng.randint(80, 200))) + "." for _ in range(40)]
     docs += docs[:8] + ["buy now", "", "$$$$ !!!! ####"]
     path.write_text("".join(json.dumps({"text": t, "n": i}) + "\n" for i, t in enumerate(docs)))
@@ -149,8 +155,12 @@ def airflow_stack():
     (home / "passwords.json").write_text(json.dumps({USER: PASSWORD}))
 
     pg_port, api_port = _free_port(), _free_port()
-    up = subprocess.run(["bash", str(REPO / "scripts" / "postgres_up.sh"), str(pgdata), str(pg_port)],
-                        capture_output=True, text=True, timeout=300)
+    up = subprocess.run(
+        ["bash", str(REPO / "scripts" / "postgres_up.sh"), str(pgdata), str(pg_port)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if up.returncode != 0:
         raise RuntimeError(f"postgres_up.sh failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
     db_url = up.stdout.strip().splitlines()[-1]
@@ -158,51 +168,55 @@ def airflow_stack():
     statsd = StatsdListener()
     venv_bin = str(Path(sys.executable).parent)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYTEST"))}
-    env.update({
-        "PATH": f"{venv_bin}:{env.get('PATH', '')}",
-        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p),
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        "AIRFLOW__CORE__PARALLELISM": "4",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-        "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": "False",
-        "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
-        "AIRFLOW__CORE__FERNET_KEY": "",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
-        "AIRFLOW__API__BASE_URL": url,
-        "AIRFLOW__API__PORT": str(api_port),
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__WORKERS": "1",
-        "AIRFLOW__API_AUTH__JWT_SECRET": "journey-test-secret-not-for-production",
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
-        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
-        "AIRFLOW__TRIGGERER__DEFAULT_CAPACITY": "50",
-        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        "AIRFLOW__METRICS__STATSD_ON": "True",
-        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-        "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
-        "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
-        # OpenLineage events (the provider is in the dev extra) go to one JSON-lines file.
-        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(home / "openlineage.jsonl"),
-                                                       "append": True}),
-        "AIRFLOW__OPENLINEAGE__NAMESPACE": "journey",
-        # The pipeline's defaults: the lake from the curation_default connection, input and dataset from
-        # Variables (an empty trigger form, and a backfill without overridden params, use them).
-        "AIRFLOW_CONN_CURATION_DEFAULT": json.dumps({"conn_type": "curation",
-                                                     "extra": {"lake": str(lake), "backend": "local"}}),
-        "AIRFLOW_VAR_CURATION_INPUT": str(base / "input.jsonl"),
-        "AIRFLOW_VAR_CURATION_DATASET": PIPELINE_DATASET,
-        "CURATION_POLL_INTERVAL": "3",
-        "CURATION_JOURNEY_LAKE": str(lake),
-        "CURATION_JOURNEY_INPUT": str(base / "input.jsonl"),
-        "CURATION_LOCAL_JOBS_DIR": str(base / "jobs"),
-    })
+    env.update(
+        {
+            "PATH": f"{venv_bin}:{env.get('PATH', '')}",
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p),
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+            "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": "False",
+            "AIRFLOW__CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/",
+            "AIRFLOW__CORE__FERNET_KEY": "",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": db_url,
+            "AIRFLOW__API__BASE_URL": url,
+            "AIRFLOW__API__PORT": str(api_port),
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API_AUTH__JWT_SECRET": "journey-test-secret-not-for-production",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            "AIRFLOW__TRIGGERER__DEFAULT_CAPACITY": "50",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            "AIRFLOW__METRICS__STATSD_ON": "True",
+            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+            "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
+            "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+            # OpenLineage events (the provider is in the dev extra) go to one JSON-lines file.
+            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+                {"type": "file", "log_file_path": str(home / "openlineage.jsonl"), "append": True}
+            ),
+            "AIRFLOW__OPENLINEAGE__NAMESPACE": "journey",
+            # The pipeline's defaults: the lake from the curation_default connection, input and dataset from
+            # Variables (an empty trigger form, and a backfill without overridden params, use them).
+            "AIRFLOW_CONN_CURATION_DEFAULT": json.dumps(
+                {"conn_type": "curation", "extra": {"lake": str(lake), "backend": "local"}}
+            ),
+            "AIRFLOW_VAR_CURATION_INPUT": str(base / "input.jsonl"),
+            "AIRFLOW_VAR_CURATION_DATASET": PIPELINE_DATASET,
+            "CURATION_POLL_INTERVAL": "3",
+            "CURATION_JOURNEY_LAKE": str(lake),
+            "CURATION_JOURNEY_INPUT": str(base / "input.jsonl"),
+            "CURATION_LOCAL_JOBS_DIR": str(base / "jobs"),
+        }
+    )
     airflow = [sys.executable, "-m", "airflow"]
     mig = subprocess.run(airflow + ["db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
     if mig.returncode != 0:
@@ -210,12 +224,22 @@ def airflow_stack():
 
     procs: dict[str, subprocess.Popen] = {}
     try:
-        for name, args in (("api-server", ["api-server", "--port", str(api_port), "--host", "127.0.0.1"]),
-                           ("scheduler", ["scheduler"]), ("dag-processor", ["dag-processor"]),
-                           ("triggerer", ["triggerer"])):
+        for name, args in (
+            ("api-server", ["api-server", "--port", str(api_port), "--host", "127.0.0.1"]),
+            ("scheduler", ["scheduler"]),
+            ("dag-processor", ["dag-processor"]),
+            ("triggerer", ["triggerer"]),
+        ):
             log = open(home / "logs" / f"{name}.out", "wb")
-            procs[name] = subprocess.Popen(airflow + args, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                           stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(home))
+            procs[name] = subprocess.Popen(
+                airflow + args,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=str(home),
+            )
         _wait_http(f"{url}/api/v2/monitor/health", 240, procs, home)
         yield AirflowStack(home, url, lake, env, statsd)
     finally:

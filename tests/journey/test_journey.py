@@ -45,8 +45,11 @@ def _runs(stack, dag_id: str = DAG_ID) -> dict[str, dict]:
 
 
 def _by_date(runs: dict[str, dict], run_type: str | None = None) -> dict[str, dict]:
-    return {r["logical_date"][:10]: r for r in runs.values()
-            if r.get("logical_date") and (run_type is None or r["run_type"] == run_type)}
+    return {
+        r["logical_date"][:10]: r
+        for r in runs.values()
+        if r.get("logical_date") and (run_type is None or r["run_type"] == run_type)
+    }
 
 
 def _get_dag(s, dag_id=DAG_ID):
@@ -62,9 +65,16 @@ def _browser():
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = "/usr/bin/chromium"
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              "--disable-background-networking", "--disable-extensions", "--no-first-run",
-              "--window-size=1500,1000"):
+    for a in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-extensions",
+        "--no-first-run",
+        "--window-size=1500,1000",
+    ):
         opts.add_argument(a)
     return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
 
@@ -101,16 +111,22 @@ class UI:
         self.d.get(f"{self.s.url}/dags/{dag_id}")
         self.wait.until(lambda drv: drv.find_elements(By.CSS_SELECTOR, "button[aria-label='Trigger Dag']"))
         self.d.find_element(By.CSS_SELECTOR, "button[aria-label='Trigger Dag']").click()
-        return self.wait.until(lambda drv: [x for x in drv.find_elements(By.CSS_SELECTOR, "[role=dialog]")
-                                            if "Trigger Dag" in x.text or "Run Backfill" in x.text])[0]
+        return self.wait.until(
+            lambda drv: [
+                x
+                for x in drv.find_elements(By.CSS_SELECTOR, "[role=dialog]")
+                if "Trigger Dag" in x.text or "Run Backfill" in x.text
+            ]
+        )[0]
 
     def set_datetime(self, dialog, index: int, date: str, hm: str = "00:00") -> None:
         """Type into the index-th date-time picker of the dialog (its popover: date, then time)."""
         By = self.By
         picker = dialog.find_elements(By.CSS_SELECTOR, "[data-testid=datetime-input]")[index]
         picker.click()
-        pop = self.wait.until(lambda drv: drv.find_element(By.ID, picker.get_attribute("id").replace(
-            ":trigger", ":content")))
+        pop = self.wait.until(
+            lambda drv: drv.find_element(By.ID, picker.get_attribute("id").replace(":trigger", ":content"))
+        )
         pop.find_element(By.CSS_SELECTOR, "input[placeholder='YYYY/MM/DD']").send_keys(date.replace("-", "/"))
         pop.find_element(By.CSS_SELECTOR, "input[placeholder='HH:mm']").send_keys(hm)
         time.sleep(0.5)
@@ -146,16 +162,24 @@ def journey(airflow_stack, ui):
     # The small DAG: a passing run and one with a stricter param, through the REST API.
     s.request("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
     s.request("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": f"{MANUAL_DATE}T00:00:00Z", "conf": {}})
-    s.request("POST", f"/api/v2/dags/{DAG_ID}/dagRuns",
-              {"logical_date": f"{FAILING_DATE}T00:00:00Z", "conf": {"min_rows": 100000}})
+    s.request(
+        "POST",
+        f"/api/v2/dags/{DAG_ID}/dagRuns",
+        {"logical_date": f"{FAILING_DATE}T00:00:00Z", "conf": {"min_rows": 100000}},
+    )
 
     # The pipeline: unpausing starts its scheduled run (today's partition, deployment defaults). It runs
     # alone: its validate creates the curated Asset of the lake (Airflow 3.3.2 fails one of two tasks
     # that create the same new Asset through an alias at the same moment), and today's partition must be
     # free for the manual run below (the stages hold a lease on a partition).
     s.request("PATCH", f"/api/v2/dags/{PIPELINE}", {"is_paused": False})
-    _wait(lambda: [r for r in _runs(s, PIPELINE).values() if r["run_type"] == "scheduled"
-                   and r["state"] in DONE], 600, "the scheduled pipeline run", s, interval=3)
+    _wait(
+        lambda: [r for r in _runs(s, PIPELINE).values() if r["run_type"] == "scheduled" and r["state"] in DONE],
+        600,
+        "the scheduled pipeline run",
+        s,
+        interval=3,
+    )
     # A backfill from the Trigger dialog, params untouched (so not overridden: the defaults apply).
     dialog = ui.trigger_dialog(PIPELINE)
     dialog.find_element(ui.By.XPATH, ".//*[normalize-space(text())='Backfill']").click()
@@ -167,8 +191,9 @@ def journey(airflow_stack, ui):
     run_backfill = ui.button(dialog, "Run Backfill")
     assert run_backfill.get_attribute("disabled") is None
     run_backfill.click()
-    backfills = _wait(lambda: s.request("GET", f"/api/v2/backfills?dag_id={PIPELINE}")["backfills"], 60,
-                      "the backfill", s)
+    backfills = _wait(
+        lambda: s.request("GET", f"/api/v2/backfills?dag_id={PIPELINE}")["backfills"], 60, "the backfill", s
+    )
 
     # The default trigger form (today's date, all params empty or default).
     dialog = ui.trigger_dialog(PIPELINE)
@@ -206,8 +231,10 @@ def _why(s, run: dict, dag_id: str = PIPELINE) -> str:
 
 
 def _log(s, dag_id: str, run: dict, task_id: str, try_number: int = 1) -> tuple[int, str]:
-    return s.get_text(f"/api/v2/dags/{dag_id}/dagRuns/{quote(run['dag_run_id'])}/taskInstances/{task_id}/logs/"
-                      f"{try_number}?full_content=true")
+    return s.get_text(
+        f"/api/v2/dags/{dag_id}/dagRuns/{quote(run['dag_run_id'])}/taskInstances/{task_id}/logs/"
+        f"{try_number}?full_content=true"
+    )
 
 
 def _report(s, run: dict, dataset: str) -> tuple[dict, str]:
@@ -240,8 +267,16 @@ def test_backfill_from_the_dialog_runs_each_date_into_its_own_partition(airflow_
         assert run["state"] == "success", (date, _why(s, run))
         report, page = _report(s, run, PIPELINE_DATASET)
         assert report["status"] == "passed" and report["snapshot"] == date and f"snapshot={date}" in page
-        ingest = json.loads((s.lake / PIPELINE_DATASET / f"snapshot={date}" / "_manifests"
-                             / sanitize_run_id(run["dag_run_id"]) / "ingest.json").read_text())
+        ingest = json.loads(
+            (
+                s.lake
+                / PIPELINE_DATASET
+                / f"snapshot={date}"
+                / "_manifests"
+                / sanitize_run_id(run["dag_run_id"])
+                / "ingest.json"
+            ).read_text()
+        )
         assert all(f"snapshot={date}/" in sh["uri"] for sh in ingest["shards"])
     partitions = {p.name for p in (s.lake / PIPELINE_DATASET).iterdir()}
     assert {f"snapshot={d}" for d in BACKFILL_DATES} <= partitions
@@ -249,8 +284,9 @@ def test_backfill_from_the_dialog_runs_each_date_into_its_own_partition(airflow_
 
 def test_the_curated_asset_event_follows_the_runs_lake(airflow_stack, journey):
     s, j = airflow_stack, journey
-    events = [e for e in s.request("GET", "/api/v2/assets/events?limit=100")["asset_events"]
-              if e["source_dag_id"] == PIPELINE]
+    events = [
+        e for e in s.request("GET", "/api/v2/assets/events?limit=100")["asset_events"] if e["source_dag_id"] == PIPELINE
+    ]
     by_run = {e["source_run_id"]: e for e in events}
     for run in _pipeline_runs(j):
         event = by_run[run["dag_run_id"]]
@@ -297,7 +333,8 @@ def test_gates_stream_the_job_log_and_no_task_logs_xcom_errors(airflow_stack, jo
     assert "[job ingest-" in gate and "units planned" in gate, gate[-3000:]
     assert "ingest: unit " in gate and "checkpointed: " in gate and "read " in gate
     for ti in s.request("GET", f"/api/v2/dags/{PIPELINE}/dagRuns/{quote(run['dag_run_id'])}/taskInstances")[
-            "task_instances"]:
+        "task_instances"
+    ]:
         if ti["try_number"]:
             _, text = _log(s, PIPELINE, run, ti["task_id"], ti["try_number"])
             assert "XCom not found" not in text, (ti["task_id"], text[-2000:])
@@ -308,8 +345,11 @@ def test_metrics_and_lineage_for_every_stage(airflow_stack, journey):
     names = {line.split(":", 1)[0] for line in s.statsd.lines}
     for stage in ("ingest", "preprocess", "dedup"):
         for metric in ("units_done", "gate_rows", "rows_kept", "stage_seconds"):
-            assert f"airflow.curation.{stage}.{metric}" in names, (stage, metric, sorted(
-                n for n in names if "curation" in n))
+            assert f"airflow.curation.{stage}.{metric}" in names, (
+                stage,
+                metric,
+                sorted(n for n in names if "curation" in n),
+            )
     assert "airflow.curation.validate.checks_failed" in names
     events = [json.loads(line) for line in (s.home / "openlineage.jsonl").read_text().splitlines() if line.strip()]
     done = {}
@@ -317,15 +357,19 @@ def test_metrics_and_lineage_for_every_stage(airflow_stack, journey):
         if e["eventType"] == "COMPLETE" and e["job"]["name"].startswith(f"{PIPELINE}."):
             done.setdefault(e["job"]["name"].split(".", 1)[1], e)
     part = f"{PIPELINE_DATASET}/snapshot="
-    io = {t: ([i["name"] for i in done[t]["inputs"]], [o["name"] for o in done[t]["outputs"]])
-          for t in ("ingest", "preprocess", "dedup", "validate")}
+    io = {
+        t: ([i["name"] for i in done[t]["inputs"]], [o["name"] for o in done[t]["outputs"]])
+        for t in ("ingest", "preprocess", "dedup", "validate")
+    }
     assert io["ingest"][0][0].endswith("input.jsonl") and io["ingest"][1][0].endswith("/shards")
     assert io["preprocess"][0][0].endswith("/shards") and io["preprocess"][1][0].endswith("/attrs/preprocess")
     assert io["dedup"][1][0].endswith("/attrs/dedup") and part in io["dedup"][0][0]
     assert part in io["validate"][0][0] and io["validate"][1][0].endswith("report.html")
     facets = done["validate"]["inputs"][0]
-    assert {a["assertion"] for a in facets["facets"]["dataQualityAssertions"]["assertions"]} >= {"accounting",
-                                                                                                 "min_rows"}
+    assert {a["assertion"] for a in facets["facets"]["dataQualityAssertions"]["assertions"]} >= {
+        "accounting",
+        "min_rows",
+    }
     assert facets["inputFacets"]["dataQualityMetrics"]["rowCount"] > 0
 
 

@@ -44,7 +44,11 @@ def make_spec(lake):
         manifest.parent.mkdir(parents=True, exist_ok=True)
         # Only the shard count is read when sizing a sweep.
         manifest.write_text(json.dumps({"shards": [{"shard_id": f"part-{i:05d}"} for i in range(shards)]}))
-        return JobSpec(stage=stage, lake={"root": str(lake), "dataset": "d", "snapshot": None}, run_id="r1",
-                       config={"input_manifest": str(manifest), **config})
+        return JobSpec(
+            stage=stage,
+            lake={"root": str(lake), "dataset": "d", "snapshot": None},
+            run_id="r1",
+            config={"input_manifest": str(manifest), **config},
+        )
 
     return make

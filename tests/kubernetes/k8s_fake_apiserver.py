@@ -26,12 +26,22 @@ from urllib.parse import parse_qs, urlparse
 
 from airflow_curation.backends.schemas import ManifestInvalid, validate_object
 
-_CORE = re.compile(r"^/api/(?P<version>v1)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)"
-                   r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status|log))?$")
-_GROUP = re.compile(r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)"
-                    r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?$")
-KINDS = {"configmaps": "ConfigMap", "pods": "Pod", "secrets": "Secret", "jobs": "Job", "rayjobs": "RayJob",
-         "daskjobs": "DaskJob"}
+_CORE = re.compile(
+    r"^/api/(?P<version>v1)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)"
+    r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status|log))?$"
+)
+_GROUP = re.compile(
+    r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/namespaces/(?P<ns>[^/]+)/(?P<plural>[^/]+)"
+    r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status))?$"
+)
+KINDS = {
+    "configmaps": "ConfigMap",
+    "pods": "Pod",
+    "secrets": "Secret",
+    "jobs": "Job",
+    "rayjobs": "RayJob",
+    "daskjobs": "DaskJob",
+}
 
 
 @dataclass
@@ -48,8 +58,15 @@ def _now() -> str:
 
 
 def _status_body(code: int, reason: str, message: str) -> dict:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-            "reason": reason, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 def _merge_patch(target: Any, patch: Any) -> Any:
@@ -133,11 +150,19 @@ class FakeKubernetes:
     def add_pod(self, name: str, labels: dict, containers: dict[str, str], ns: str = "default") -> None:
         """A pod with the given labels whose containers have logged the given text."""
         with self.cond:
-            pod = {"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {"name": name, "namespace": ns, "labels": labels, "uid": str(uuid.uuid4()),
-                                "creationTimestamp": _now()},
-                   "spec": {"containers": [{"name": c, "image": "x"} for c in containers]},
-                   "status": {"phase": "Running"}}
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": ns,
+                    "labels": labels,
+                    "uid": str(uuid.uuid4()),
+                    "creationTimestamp": _now(),
+                },
+                "spec": {"containers": [{"name": c, "image": "x"} for c in containers]},
+                "status": {"phase": "Running"},
+            }
             key = ("v1", "pods", ns, name)
             self.objects[key] = pod
             self._bump("ADDED", key, pod)
@@ -241,8 +266,7 @@ class _Handler(BaseHTTPRequestHandler):
                 name = body["metadata"]["name"]
                 key = (r["gv"], r["plural"], r["ns"], name)
                 if key in st.objects:
-                    return 409, _status_body(409, "AlreadyExists",
-                                             f'{r["plural"]} "{name}" already exists'), json_t
+                    return 409, _status_body(409, "AlreadyExists", f'{r["plural"]} "{name}" already exists'), json_t
                 obj = copy.deepcopy(body)
                 obj["metadata"].update(uid=str(uuid.uuid4()), creationTimestamp=_now(), generation=1)
                 st.objects[key] = obj
@@ -261,11 +285,24 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "GET" and str(query.get("watch", "")).lower() in ("true", "1"):
                 pass  # streamed below, outside the lock
             elif method == "GET":
-                items = [o for (gv, p, n, _), o in sorted(st.objects.items())
-                         if gv == r["gv"] and p == r["plural"] and n == r["ns"]
-                         and _selects(o, query.get("labelSelector"), query.get("fieldSelector"))]
-                return 200, {"kind": KINDS.get(r["plural"], "") + "List", "apiVersion": r["gv"],
-                             "metadata": {"resourceVersion": str(st.rv)}, "items": items}, json_t
+                items = [
+                    o
+                    for (gv, p, n, _), o in sorted(st.objects.items())
+                    if gv == r["gv"]
+                    and p == r["plural"]
+                    and n == r["ns"]
+                    and _selects(o, query.get("labelSelector"), query.get("fieldSelector"))
+                ]
+                return (
+                    200,
+                    {
+                        "kind": KINDS.get(r["plural"], "") + "List",
+                        "apiVersion": r["gv"],
+                        "metadata": {"resourceVersion": str(st.rv)},
+                        "items": items,
+                    },
+                    json_t,
+                )
             elif method == "PATCH" and r["name"]:
                 obj = st.objects.get(key)
                 if obj is None:
@@ -303,13 +340,15 @@ class _Handler(BaseHTTPRequestHandler):
         deadline = time.monotonic() + timeout
         try:
             if since < st.compacted_rv:
-                chunk({"type": "ERROR", "object": _status_body(410, "Expired",
-                                                               f"too old resource version: {since}")})
+                chunk({"type": "ERROR", "object": _status_body(410, "Expired", f"too old resource version: {since}")})
                 return
             while True:
                 with st.cond:
-                    pending = [(rv, t, k, o) for rv, t, k, o in st.events
-                               if rv > since and k[0] == r["gv"] and k[1] == r["plural"] and k[2] == r["ns"]]
+                    pending = [
+                        (rv, t, k, o)
+                        for rv, t, k, o in st.events
+                        if rv > since and k[0] == r["gv"] and k[1] == r["plural"] and k[2] == r["ns"]
+                    ]
                     if not pending:
                         remaining = deadline - time.monotonic()
                         if remaining <= 0:

@@ -67,8 +67,12 @@ class FakeKubelet:
                 proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
             codes.append(proc.returncode)
             pod_name = f"{name}-{index}"
-            self.fake.add_pod(pod_name, {**job["metadata"]["labels"], LABEL_JOB: job["metadata"]["labels"][LABEL_JOB]},
-                              {"stage": proc.stdout + proc.stderr}, ns=self.namespace)
+            self.fake.add_pod(
+                pod_name,
+                {**job["metadata"]["labels"], LABEL_JOB: job["metadata"]["labels"][LABEL_JOB]},
+                {"stage": proc.stdout + proc.stderr},
+                ns=self.namespace,
+            )
         self.fake.set_status("jobs", name, self._job_status(spec, codes), ns=self.namespace)
         return codes
 
@@ -80,15 +84,26 @@ class FakeKubelet:
         for rule in rules:
             on = rule.get("onExitCodes")
             if rule["action"] == "FailJob" and on and any(codes[i] in on["values"] for i in failed):
-                status["conditions"] = [{"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
-                                         "message": f"Container {on['containerName']} failed with exit code "
-                                                    f"{[codes[i] for i in failed][0]}"}]
+                status["conditions"] = [
+                    {
+                        "type": "Failed",
+                        "status": "True",
+                        "reason": "PodFailurePolicy",
+                        "message": f"Container {on['containerName']} failed with exit code "
+                        f"{[codes[i] for i in failed][0]}",
+                    }
+                ]
                 return status
         if failed:
             if spec.get("completionMode") == "Indexed":
                 status["failedIndexes"] = ",".join(map(str, failed))
-            status["conditions"] = [{"type": "Failed", "status": "True",
-                                     "reason": "FailedIndexes" if "backoffLimitPerIndex" in spec else "BackoffLimitExceeded"}]
+            status["conditions"] = [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "FailedIndexes" if "backoffLimitPerIndex" in spec else "BackoffLimitExceeded",
+                }
+            ]
         else:
             status["conditions"] = [{"type": "Complete", "status": "True"}]
         return status
@@ -114,8 +129,10 @@ class AutoKubelet(FakeKubelet):
     def _loop(self) -> None:
         while not self._stop.is_set():
             # No Dask or KubeRay operator here: fail those at once rather than let a DAG wait forever.
-            for plural, status in (("daskjobs", {"jobStatus": "Failed"}),
-                                   ("rayjobs", {"jobDeploymentStatus": "Failed", "message": "no KubeRay here"})):
+            for plural, status in (
+                ("daskjobs", {"jobStatus": "Failed"}),
+                ("rayjobs", {"jobDeploymentStatus": "Failed", "message": "no KubeRay here"}),
+            ):
                 for name in self.fake.names(plural, self.namespace):
                     if name not in self._seen:
                         self._seen.add(name)

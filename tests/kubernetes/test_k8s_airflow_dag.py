@@ -24,27 +24,52 @@ def test_pipeline_dag_on_kubernetes(airflow_db, fake_k8s, tmp_path, monkeypatch)
     inputs = tmp_path / "in"
     inputs.mkdir()
     for i in range(3):
-        (inputs / f"part{i}.jsonl").write_text("".join(json.dumps({"text": f"doc {i} {j} " + "w " * j}) + "\n"
-                                                       for j in range(10)))
+        (inputs / f"part{i}.jsonl").write_text(
+            "".join(json.dumps({"text": f"doc {i} {j} " + "w " * j}) + "\n" for j in range(10))
+        )
     monkeypatch.setenv("CURATION_POLL_INTERVAL", "0.2")
     # Deployment defaults, as the helm chart sets them for the Airflow components.
-    monkeypatch.setenv("CURATION_KUBERNETES_OPTIONS", json.dumps({
-        "host": fake_k8s.url, "namespace": "default", "shard_groups": 2,
-        # Only Jobs can run here (no Dask or KubeRay operator): sweeps, and one pod for global dedup.
-        "launch_kinds": {"ingest": "indexed", "preprocess": "indexed", "dedup": "job", "enrich": "job", "validate": "job"},
-        "retry_backoff": 0.01, "pod": {"service_account": "airflow-curation-job"}}))
-    spec = importlib.util.spec_from_file_location("curation_pipeline_k8s_under_test",
-                                                  REPO / "dags" / "curation_pipeline.py")
+    monkeypatch.setenv(
+        "CURATION_KUBERNETES_OPTIONS",
+        json.dumps(
+            {
+                "host": fake_k8s.url,
+                "namespace": "default",
+                "shard_groups": 2,
+                # Only Jobs can run here (no Dask or KubeRay operator): sweeps, and one pod for global dedup.
+                "launch_kinds": {
+                    "ingest": "indexed",
+                    "preprocess": "indexed",
+                    "dedup": "job",
+                    "enrich": "job",
+                    "validate": "job",
+                },
+                "retry_backoff": 0.01,
+                "pod": {"service_account": "airflow-curation-job"},
+            }
+        ),
+    )
+    spec = importlib.util.spec_from_file_location(
+        "curation_pipeline_k8s_under_test", REPO / "dags" / "curation_pipeline.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     lake_root = tmp_path / "lake"
 
     with AutoKubelet(fake_k8s, tmp_path / "kubelet") as kubelet:
-        dag_run = module.dag.test(logical_date=datetime(2026, 11, 27, tzinfo=timezone.utc), run_conf={
-            "input": str(inputs), "lake": str(lake_root), "dataset": "web", "backend": "kubernetes",
-            # Its 30 short generated documents all fail the gopher preset: validate would rightly refuse
-            # an empty curated set, so the gate asks for none; the run still validates on Kubernetes.
-            "max_failed_fraction": 0.0, "min_rows": 0})
+        dag_run = module.dag.test(
+            logical_date=datetime(2026, 11, 27, tzinfo=timezone.utc),
+            run_conf={
+                "input": str(inputs),
+                "lake": str(lake_root),
+                "dataset": "web",
+                "backend": "kubernetes",
+                # Its 30 short generated documents all fail the gopher preset: validate would rightly refuse
+                # an empty curated set, so the gate asks for none; the run still validates on Kubernetes.
+                "max_failed_fraction": 0.0,
+                "min_rows": 0,
+            },
+        )
     assert not kubelet.errors, kubelet.errors
     assert dag_run.state == "success", dag_run.state
 

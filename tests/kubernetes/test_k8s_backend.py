@@ -16,8 +16,16 @@ from airflow_curation.backends.k8s_objects import LABEL_JOB
 from airflow_curation.backends.schemas import ManifestInvalid
 from airflow_curation.core import storage
 
-OK_RESULT = {"result_version": 1, "kind": "collect", "status": "succeeded", "returncode": 0, "manifest_uri": "x",
-             "shards": 3, "rows": 30, "bytes": 300}
+OK_RESULT = {
+    "result_version": 1,
+    "kind": "collect",
+    "status": "succeeded",
+    "returncode": 0,
+    "manifest_uri": "x",
+    "shards": 3,
+    "rows": 30,
+    "bytes": 300,
+}
 GROUP_OK = {"result_version": 1, "kind": "group", "status": "succeeded", "returncode": 0}
 
 
@@ -41,8 +49,14 @@ def test_indexed_groups_then_collect_through_every_state(fake_k8s, make_backend,
     cm = fake_k8s.get("configmaps", f"{name}-spec")
     assert job["spec"]["completions"] == 3 and job["spec"]["parallelism"] == 2
     argv = job["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert argv[3:] == ["run", "/etc/curation/spec.json", "--result", f"{handle['result_dir']}/group-{{group}}.json",
-                        "--group", "$(JOB_COMPLETION_INDEX)/3"]
+    assert argv[3:] == [
+        "run",
+        "/etc/curation/spec.json",
+        "--result",
+        f"{handle['result_dir']}/group-{{group}}.json",
+        "--group",
+        "$(JOB_COMPLETION_INDEX)/3",
+    ]
     # The spec ConfigMap is owned by the job, so deleting the job garbage-collects it.
     assert cm["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
     assert json.loads(cm["data"]["spec.json"])["stage"] == "preprocess"
@@ -69,8 +83,18 @@ def test_indexed_groups_then_collect_through_every_state(fake_k8s, make_backend,
     # Group 1's pods were all OOM-killed: no result file. status says so (retryable) and writes nothing.
     for i in (0, 2):
         storage.write_json(f"{handle['result_dir']}/group-{i}.json", GROUP_OK)
-    fake_k8s.set_status("jobs", name, {"succeeded": 2, "failed": 3, "failedIndexes": "1", "conditions": [
-        {"type": "Failed", "status": "True", "reason": "FailedIndexes", "message": "Job has failed indexes"}]})
+    fake_k8s.set_status(
+        "jobs",
+        name,
+        {
+            "succeeded": 2,
+            "failed": 3,
+            "failedIndexes": "1",
+            "conditions": [
+                {"type": "Failed", "status": "True", "reason": "FailedIndexes", "message": "Job has failed indexes"}
+            ],
+        },
+    )
     st = backend.status(handle)
     assert st.state == JobState.FAILED and st.retryable and "groups [1]" in st.message
     assert not storage.exists(f"{handle['result_dir']}/group-1.json")
@@ -83,16 +107,21 @@ def test_indexed_groups_then_collect_through_every_state(fake_k8s, make_backend,
     assert new["attempt"] == 2 and new["main"] == f"{name}-a2" and new["collect"] == handle["collect"]
     again = fake_k8s.get("jobs", new["main"])
     argv = again["spec"]["template"]["spec"]["containers"][0]["command"]
-    assert again["spec"]["completions"] == 3 and argv[-4:] == ["--group", "$(JOB_COMPLETION_INDEX)/3",
-                                                               "--pick", "0,1,2"]
+    assert again["spec"]["completions"] == 3 and argv[-4:] == [
+        "--group",
+        "$(JOB_COMPLETION_INDEX)/3",
+        "--pick",
+        "0,1,2",
+    ]
     assert backend.settle(handle, st)["main"] == new["main"]  # a second follower reconnects (409)
     assert backend.status(new).state == JobState.PENDING
     storage.write_json(f"{handle['result_dir']}/group-1.json", GROUP_OK)
     fake_k8s.set_status("jobs", new["main"], {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})
     fake_k8s.set_status("jobs", handle["collect"], {"active": 1, "ready": 1})
     assert backend.status(new).state == JobState.RUNNING
-    fake_k8s.set_status("jobs", handle["collect"], {"succeeded": 1, "conditions": [
-        {"type": "Complete", "status": "True"}]})
+    fake_k8s.set_status(
+        "jobs", handle["collect"], {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+    )
     st = backend.status(new)
     assert st.state == JobState.FAILED and "wrote no result" in st.message
     _write_result(handle)
@@ -103,9 +132,21 @@ def test_indexed_groups_then_collect_through_every_state(fake_k8s, make_backend,
 def test_bad_spec_fails_the_groups_and_release_drops_the_collect(fake_k8s, make_backend, make_spec):
     backend = make_backend(launch_kinds={"preprocess": "indexed"}, max_resubmits=3)
     handle = backend.submit(make_spec())
-    fake_k8s.set_status("jobs", handle["name"], {"failed": 1, "conditions": [
-        {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
-         "message": "Container stage for pod default/x-0 failed with exit code 2"}]})
+    fake_k8s.set_status(
+        "jobs",
+        handle["name"],
+        {
+            "failed": 1,
+            "conditions": [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "PodFailurePolicy",
+                    "message": "Container stage for pod default/x-0 failed with exit code 2",
+                }
+            ],
+        },
+    )
     st = backend.status(handle)
     assert st.state == JobState.FAILED and "exit code 2" in st.message and not st.retryable
     assert fake_k8s.get("jobs", handle["collect"]) is not None  # status deletes nothing
@@ -117,10 +158,21 @@ def test_failed_job_reports_the_stage_error(fake_k8s, make_backend, make_spec):
     backend = make_backend(launch_kinds={"ingest": "job"})
     handle = backend.submit(make_spec("ingest"))
     assert handle["kind"] == "Job" and "groups" not in handle
-    _write_result(handle, {"result_version": 1, "kind": "run", "status": "failed", "returncode": 1,
-                           "error": "StageFailed: 2 of 3 units failed"})
-    fake_k8s.set_status("jobs", handle["name"], {"failed": 3, "conditions": [
-        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]})
+    _write_result(
+        handle,
+        {
+            "result_version": 1,
+            "kind": "run",
+            "status": "failed",
+            "returncode": 1,
+            "error": "StageFailed: 2 of 3 units failed",
+        },
+    )
+    fake_k8s.set_status(
+        "jobs",
+        handle["name"],
+        {"failed": 3, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]},
+    )
     st = backend.status(handle)
     assert st.state == JobState.FAILED
     assert "BackoffLimitExceeded" in st.message and "2 of 3 units failed" in st.message
@@ -181,14 +233,16 @@ def test_ray_and_dask_state_mapping(fake_k8s, make_backend, make_spec):
     backend = make_backend()
     ray = backend.submit(make_spec("enrich"))
     assert ray["kind"] == "RayJob"
-    for status, state in [({}, JobState.PENDING),
-                          ({"jobDeploymentStatus": "Initializing"}, JobState.PENDING),
-                          ({"jobDeploymentStatus": "Running", "jobStatus": "PENDING"}, JobState.PENDING),
-                          ({"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}, JobState.RUNNING),
-                          ({"jobDeploymentStatus": "Failed", "jobStatus": "FAILED", "message": "oom"}, JobState.FAILED),
-                          ({"jobDeploymentStatus": "ValidationFailed"}, JobState.FAILED),
-                          ({"jobDeploymentStatus": "Complete", "jobStatus": "STOPPED"}, JobState.CANCELLED),
-                          ({"jobDeploymentStatus": "Complete", "jobStatus": "FAILED"}, JobState.FAILED)]:
+    for status, state in [
+        ({}, JobState.PENDING),
+        ({"jobDeploymentStatus": "Initializing"}, JobState.PENDING),
+        ({"jobDeploymentStatus": "Running", "jobStatus": "PENDING"}, JobState.PENDING),
+        ({"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}, JobState.RUNNING),
+        ({"jobDeploymentStatus": "Failed", "jobStatus": "FAILED", "message": "oom"}, JobState.FAILED),
+        ({"jobDeploymentStatus": "ValidationFailed"}, JobState.FAILED),
+        ({"jobDeploymentStatus": "Complete", "jobStatus": "STOPPED"}, JobState.CANCELLED),
+        ({"jobDeploymentStatus": "Complete", "jobStatus": "FAILED"}, JobState.FAILED),
+    ]:
         fake_k8s.set_status("rayjobs", ray["name"], status)
         assert backend.status(ray).state == state, status
     fake_k8s.set_status("rayjobs", ray["name"], {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"})
@@ -196,10 +250,12 @@ def test_ray_and_dask_state_mapping(fake_k8s, make_backend, make_spec):
     assert backend.status(ray).state == JobState.SUCCEEDED
 
     dask = backend.submit(make_spec("dedup"))
-    for status, state in [({"jobStatus": "JobCreated"}, JobState.PENDING),
-                          ({"jobStatus": "ClusterCreated"}, JobState.PENDING),
-                          ({"jobStatus": "Running"}, JobState.RUNNING),
-                          ({"jobStatus": "Failed"}, JobState.FAILED)]:
+    for status, state in [
+        ({"jobStatus": "JobCreated"}, JobState.PENDING),
+        ({"jobStatus": "ClusterCreated"}, JobState.PENDING),
+        ({"jobStatus": "Running"}, JobState.RUNNING),
+        ({"jobStatus": "Failed"}, JobState.FAILED),
+    ]:
         fake_k8s.set_status("daskjobs", dask["name"], status)
         assert backend.status(dask).state == state, status
 
@@ -218,7 +274,9 @@ def test_object_gone_uses_the_result_or_reports_it(fake_k8s, make_backend, make_
 def test_cancel_deletes_everything_with_the_propagation_policy(fake_k8s, make_backend, make_spec, policy):
     backend = make_backend(propagation_policy=policy, launch_kinds={"preprocess": "indexed"})
     handle = backend.submit(make_spec())
-    fake_k8s.set_status("jobs", handle["name"], {"succeeded": 3, "conditions": [{"type": "Complete", "status": "True"}]})
+    fake_k8s.set_status(
+        "jobs", handle["name"], {"succeeded": 3, "conditions": [{"type": "Complete", "status": "True"}]}
+    )
     backend.cancel(handle)
     assert fake_k8s.names("jobs") == [] and fake_k8s.names("configmaps") == []
     assert {(p, pol) for p, _, pol in fake_k8s.deletes} == {("jobs", policy), ("configmaps", policy)}
@@ -258,8 +316,11 @@ def test_wait_survives_watch_timeouts_and_410_gone(fake_k8s, make_backend, make_
     _write_result(handle)
 
     def requests(kind: str) -> list[str]:
-        return [p for m, p, _ in fake_k8s.requests if m == "GET" and "rayjobs?" in p
-                and (("watch=" in p) == (kind == "watch"))]
+        return [
+            p
+            for m, p, _ in fake_k8s.requests
+            if m == "GET" and "rayjobs?" in p and (("watch=" in p) == (kind == "watch"))
+        ]
 
     def until(cond) -> None:
         deadline = time.monotonic() + 120

@@ -24,10 +24,15 @@ def corpus(tmp_path):
 
 
 def test_indexed_groups_and_collect_ingest_for_real(fake_k8s, make_backend, corpus, lake, tmp_path):
-    backend = make_backend(launch_kinds={"ingest": "indexed"}, shard_groups=2, pod={},
-                           env={"CURATION_TEST_MARKER": "from-secret"})
-    spec = JobSpec("ingest", {"root": str(lake), "dataset": "d", "snapshot": None}, "r1",
-                   {"inputs": [str(corpus)], "unit_bytes": 1})
+    backend = make_backend(
+        launch_kinds={"ingest": "indexed"}, shard_groups=2, pod={}, env={"CURATION_TEST_MARKER": "from-secret"}
+    )
+    spec = JobSpec(
+        "ingest",
+        {"root": str(lake), "dataset": "d", "snapshot": None},
+        "r1",
+        {"inputs": [str(corpus)], "unit_bytes": 1},
+    )
     handle = backend.submit(spec)
     kubelet = FakeKubelet(fake_k8s, tmp_path / "kubelet")
 
@@ -46,8 +51,12 @@ def test_indexed_groups_and_collect_ingest_for_real(fake_k8s, make_backend, corp
 
 def test_bad_spec_fails_fast_through_the_pod_failure_policy(fake_k8s, make_backend, corpus, lake, tmp_path):
     backend = make_backend(launch_kinds={"ingest": "indexed"}, shard_groups=2, pod={})
-    spec = JobSpec("ingest", {"root": str(lake), "dataset": "d", "snapshot": None}, "r1",
-                   {"inputs": [str(corpus)], "unit_bytes": 1})
+    spec = JobSpec(
+        "ingest",
+        {"root": str(lake), "dataset": "d", "snapshot": None},
+        "r1",
+        {"inputs": [str(corpus)], "unit_bytes": 1},
+    )
     handle = backend.submit(spec)
     key = next(k for k in fake_k8s.objects if k[1] == "configmaps")
     fake_k8s.objects[key]["data"]["spec.json"] = json.dumps({"spec_version": 99})  # corrupt it
@@ -58,8 +67,12 @@ def test_bad_spec_fails_fast_through_the_pod_failure_policy(fake_k8s, make_backe
 
 def test_a_killed_group_is_relaunched_by_the_follower(fake_k8s, make_backend, corpus, lake, tmp_path):
     backend = make_backend(launch_kinds={"ingest": "indexed"}, shard_groups=2, pod={}, max_resubmits=1)
-    spec = JobSpec("ingest", {"root": str(lake), "dataset": "d", "snapshot": None}, "r1",
-                   {"inputs": [str(corpus)], "unit_bytes": 1})
+    spec = JobSpec(
+        "ingest",
+        {"root": str(lake), "dataset": "d", "snapshot": None},
+        "r1",
+        {"inputs": [str(corpus)], "unit_bytes": 1},
+    )
     handle = backend.submit(spec)
     kubelet = FakeKubelet(fake_k8s, tmp_path / "kubelet")
     assert kubelet.run_job(handle["name"], kill=frozenset({1})) == [0, 137]  # group 1's pod was OOM-killed
@@ -81,16 +94,47 @@ def test_collect_waits_for_every_group_then_gives_up_at_its_timeout(corpus, lake
     import subprocess
     import sys
 
-    spec = JobSpec("ingest", {"root": str(lake), "dataset": "d", "snapshot": None}, "r1",
-                   {"inputs": [str(corpus)], "unit_bytes": 1})
+    spec = JobSpec(
+        "ingest",
+        {"root": str(lake), "dataset": "d", "snapshot": None},
+        "r1",
+        {"inputs": [str(corpus)], "unit_bytes": 1},
+    )
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(spec.to_json())
     wait_dir = tmp_path / "results"
     wait_dir.mkdir()
-    subprocess.run([sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path), "--group", "0/2",
-                    "--result", str(wait_dir / "group-{group}.json")], check=True, capture_output=True, timeout=300)
-    argv = [sys.executable, "-m", "airflow_curation.jobs", "collect", str(spec_path), "--result",
-            str(tmp_path / "result.json"), "--group-results", str(wait_dir), "--wait-groups", "2", "--poll", "0.05"]
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "airflow_curation.jobs",
+            "run",
+            str(spec_path),
+            "--group",
+            "0/2",
+            "--result",
+            str(wait_dir / "group-{group}.json"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "airflow_curation.jobs",
+        "collect",
+        str(spec_path),
+        "--result",
+        str(tmp_path / "result.json"),
+        "--group-results",
+        str(wait_dir),
+        "--wait-groups",
+        "2",
+        "--poll",
+        "0.05",
+    ]
     # Group 1 has not reported: the collect step waits (and is stopped here by the test's own timeout)...
     with pytest.raises(subprocess.TimeoutExpired):
         subprocess.run(argv + ["--timeout", "600"], capture_output=True, text=True, timeout=3)

@@ -15,13 +15,20 @@ from airflow_curation.backends.base import JobState
 @pytest.fixture
 def k8s_conn(fake_k8s, tmp_path, monkeypatch):
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "loopback",
-        "clusters": [{"name": "loopback", "cluster": {"server": fake_k8s.url}}],
-        "users": [{"name": "tester", "user": {"token": "test-token"}}],
-        "contexts": [{"name": "loopback", "context": {"cluster": "loopback", "user": "tester",
-                                                      "namespace": "curation"}}],
-    }))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "loopback",
+                "clusters": [{"name": "loopback", "cluster": {"server": fake_k8s.url}}],
+                "users": [{"name": "tester", "user": {"token": "test-token"}}],
+                "contexts": [
+                    {"name": "loopback", "context": {"cluster": "loopback", "user": "tester", "namespace": "curation"}}
+                ],
+            }
+        )
+    )
     conn = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig), "namespace": "curation"}}
     monkeypatch.setenv("AIRFLOW_CONN_K8S_TEST", json.dumps(conn))
     return "k8s_test"
@@ -52,8 +59,9 @@ def test_hook_backend_submits_through_the_connection(fake_k8s, k8s_conn, make_sp
     # A triggerer rebuilds the backend from the handle's JSON options: the connection supplies the client.
     again = backend_for("kubernetes", json.loads(json.dumps(kept)))
     assert again.api_client is not backend.api_client
-    fake_k8s.set_status("rayjobs", handle["name"], {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"},
-                        ns="curation")
+    fake_k8s.set_status(
+        "rayjobs", handle["name"], {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}, ns="curation"
+    )
     assert again.status(handle).state == JobState.RUNNING
 
 
@@ -72,8 +80,9 @@ def test_backends_do_not_import_the_airflow_layer():
 def test_async_hook_reads_state_without_blocking(fake_k8s, k8s_conn, make_spec):
     from airflow_curation.hooks.kubernetes import AsyncCurationKubernetesHook, CurationKubernetesHook
 
-    backend = CurationKubernetesHook(conn_id=k8s_conn).get_backend(launch_kinds={"preprocess": "indexed"},
-                                                                   retry_backoff=0.01)
+    backend = CurationKubernetesHook(conn_id=k8s_conn).get_backend(
+        launch_kinds={"preprocess": "indexed"}, retry_backoff=0.01
+    )
     handle = backend.submit(make_spec())
     hook = AsyncCurationKubernetesHook(conn_id=k8s_conn)
     assert asyncio.run(hook.job_state(handle)).state == JobState.PENDING

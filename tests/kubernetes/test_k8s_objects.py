@@ -17,19 +17,31 @@ from airflow_curation.jobs.spec import JobSpec
 
 POD_SETTINGS = [
     {},
-    {"storage_secret": "lake-creds", "node_selector": {"pool": "cpu"},
-     "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "curation", "effect": "NoSchedule"}],
-     "gpu_node_selector": {"nvidia.com/gpu.present": "true"},
-     "gpu_tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-     "image_pull_secrets": ["regcred"], "priority_class": "batch-low", "gpus": 4,
-     "env": {"CURATION_LOG_LEVEL": "INFO"}, "labels": {"team": "data"}, "annotations": {"a/b": "c"},
-     "requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"cpu": "8", "memory": "32Gi"}},
+    {
+        "storage_secret": "lake-creds",
+        "node_selector": {"pool": "cpu"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "curation", "effect": "NoSchedule"}],
+        "gpu_node_selector": {"nvidia.com/gpu.present": "true"},
+        "gpu_tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "image_pull_secrets": ["regcred"],
+        "priority_class": "batch-low",
+        "gpus": 4,
+        "env": {"CURATION_LOG_LEVEL": "INFO"},
+        "labels": {"team": "data"},
+        "annotations": {"a/b": "c"},
+        "requests": {"cpu": "4", "memory": "16Gi"},
+        "limits": {"cpu": "8", "memory": "32Gi"},
+    },
 ]
 
 
 def _spec(stage: str = "preprocess") -> JobSpec:
-    return JobSpec(stage=stage, lake={"root": "s3://bucket/lake", "dataset": "web", "snapshot": "2026-11-30"},
-                   run_id="scheduled__2026-11-30T00:00:00+00:00".replace("+", "_"), config={"workers": 2})
+    return JobSpec(
+        stage=stage,
+        lake={"root": "s3://bucket/lake", "dataset": "web", "snapshot": "2026-11-30"},
+        run_id="scheduled__2026-11-30T00:00:00+00:00".replace("+", "_"),
+        config={"workers": 2},
+    )
 
 
 def _containers(obj: dict) -> list[dict]:
@@ -70,8 +82,14 @@ def _pod_specs(obj: dict) -> list[dict]:
 @pytest.mark.parametrize("engine", o.LAUNCH_KINDS)
 def test_every_engine_builds_valid_non_root_objects(engine, pod):
     stage = "enrich" if engine == "ray" else "preprocess"
-    backend = KubernetesBackend(host="http://127.0.0.1:1", namespace="curation", pod=pod,
-                                launch_kinds={stage: engine}, shard_groups=6, parallelism=4)
+    backend = KubernetesBackend(
+        host="http://127.0.0.1:1",
+        namespace="curation",
+        pod=pod,
+        launch_kinds={stage: engine},
+        shard_groups=6,
+        parallelism=4,
+    )
     handle, objects = backend.build(_spec(stage))
     assert [x["kind"] for x in objects][0] == "ConfigMap"
     for obj in objects:
@@ -121,8 +139,16 @@ RUN_ARGV = ["python", "-m", "airflow_curation.jobs", "run", o.SPEC_PATH, "--resu
 
 
 def test_sweep_is_indexed_with_per_index_retries_and_failure_policy():
-    job = o.sweep_job("cur-preprocess-x", "ns", "preprocess", "{}", o.PodSettings(), groups=10,
-                      parallelism=4, result_dir="s3://b/jobs/x")
+    job = o.sweep_job(
+        "cur-preprocess-x",
+        "ns",
+        "preprocess",
+        "{}",
+        o.PodSettings(),
+        groups=10,
+        parallelism=4,
+        result_dir="s3://b/jobs/x",
+    )
     validate_object(job)
     spec = job["spec"]
     assert spec["completionMode"] == "Indexed" and spec["completions"] == 10 and spec["parallelism"] == 4
@@ -135,8 +161,15 @@ def test_sweep_is_indexed_with_per_index_retries_and_failure_policy():
 
 
 def test_dask_job_matches_operator_conventions():
-    obj = o.dask_job("cur-dedup-x", "ns", "dedup", "{}", o.PodSettings(limits={"cpu": "2", "memory": "8Gi"}),
-                     workers=5, result_uri="s3://b/r.json")
+    obj = o.dask_job(
+        "cur-dedup-x",
+        "ns",
+        "dedup",
+        "{}",
+        o.PodSettings(limits={"cpu": "2", "memory": "8Gi"}),
+        workers=5,
+        result_uri="s3://b/r.json",
+    )
     validate_object(obj)
     cluster = obj["spec"]["cluster"]["spec"]
     assert cluster["worker"]["replicas"] == 5
@@ -209,8 +242,12 @@ def test_validator_rejects_unknown_fields_wrong_types_and_missing_required():
 
 
 def test_shipped_crd_schemas_cover_the_kinds_we_create():
-    assert {("ray.io/v1", "RayJob"), ("ray.io/v1", "RayCluster"), ("kubernetes.dask.org/v1", "DaskJob"),
-            ("kubernetes.dask.org/v1", "DaskCluster")} <= set(crd_schemas())
+    assert {
+        ("ray.io/v1", "RayJob"),
+        ("ray.io/v1", "RayCluster"),
+        ("kubernetes.dask.org/v1", "DaskJob"),
+        ("kubernetes.dask.org/v1", "DaskCluster"),
+    } <= set(crd_schemas())
 
 
 def test_spec_travels_in_a_config_map_without_secrets():
@@ -229,8 +266,14 @@ def test_secret_env_reaches_every_container_by_reference_only(engine):
     secret = "s3cr3t-value-8c1f"
     env = {"CURATION_STORAGE_OPTIONS_S3": json.dumps({"key": "AKIA-FAKE", "secret": secret})}
     stage = "enrich" if engine == "ray" else "preprocess"
-    backend = KubernetesBackend(host="http://127.0.0.1:1", namespace="curation", pod={"storage_secret": "lake-creds"},
-                                launch_kinds={stage: engine}, shard_groups=3, env=env)
+    backend = KubernetesBackend(
+        host="http://127.0.0.1:1",
+        namespace="curation",
+        pod={"storage_secret": "lake-creds"},
+        launch_kinds={stage: engine},
+        shard_groups=3,
+        env=env,
+    )
     handle, objects = backend.build(_spec(stage))
     for obj in objects:
         validate_object(obj)

@@ -24,8 +24,9 @@ def _oracle_python(venv: str) -> str:
 def run_oracle(which: str, docs: list[dict], tmp_path_factory, venv: str = ".venv-oracles") -> list[dict]:
     path = tmp_path_factory.mktemp(f"oracle-{which}") / "docs.json"
     path.write_text(json.dumps(docs))
-    proc = subprocess.run([_oracle_python(venv), RUNNER, which, str(path)], capture_output=True, text=True,
-                          timeout=900, check=False)
+    proc = subprocess.run(
+        [_oracle_python(venv), RUNNER, which, str(path)], capture_output=True, text=True, timeout=900, check=False
+    )
     assert proc.returncode == 0, f"oracle {which} failed:\n{proc.stderr[-3000:]}"
     return json.loads(proc.stdout)
 

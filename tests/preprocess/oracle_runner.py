@@ -10,16 +10,15 @@ import sys
 
 def datatrove(docs):
     from datatrove.data import Document
-    from datatrove.pipeline.filters import (
-        FineWebQualityFilter,
-        GopherQualityFilter,
-        GopherRepetitionFilter,
-    )
+    from datatrove.pipeline.filters import FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
 
-    filters = {"gopher_quality": GopherQualityFilter(),
-               # without the alpha-word rule, whose value depends on the word tokenizer (spaCy here)
-               "gopher_quality_no_alpha": GopherQualityFilter(max_non_alpha_words_ratio=None),
-               "gopher_repetition": GopherRepetitionFilter(), "fineweb": FineWebQualityFilter()}
+    filters = {
+        "gopher_quality": GopherQualityFilter(),
+        # without the alpha-word rule, whose value depends on the word tokenizer (spaCy here)
+        "gopher_quality_no_alpha": GopherQualityFilter(max_non_alpha_words_ratio=None),
+        "gopher_repetition": GopherRepetitionFilter(),
+        "fineweb": FineWebQualityFilter(),
+    }
     from datatrove.utils.word_tokenizers import load_word_tokenizer
 
     tokenizer = load_word_tokenizer("eng")
@@ -49,8 +48,15 @@ def pygount(docs):
             with open(path, "w", encoding="utf-8") as f:
                 f.write(d["text"])
             a = SourceAnalysis.from_file(path, "oracle", encoding="utf-8")
-            out.append({"code": a.code_count, "documentation": a.documentation_count, "empty": a.empty_count,
-                        "string": a.string_count, "state": str(a.state)})
+            out.append(
+                {
+                    "code": a.code_count,
+                    "documentation": a.documentation_count,
+                    "empty": a.empty_count,
+                    "string": a.string_count,
+                    "state": str(a.state),
+                }
+            )
     return out
 
 

@@ -13,8 +13,12 @@ def test_first_failing_rule_names_the_drop():
     signals = pa.table({"a": [1.0, 5.0, 50.0, 0.5], "b": [0.0, 0.0, 9.0, 9.0]})
     rules = [Rule("too_big", "a", max=10), Rule("b_high", "b", max=1), Rule("a_small", "a", min=1)]
     out = apply_rules(signals, rules).to_pylist()
-    assert out == [{"keep": True, "drop_reason": None}, {"keep": True, "drop_reason": None},
-                   {"keep": False, "drop_reason": "too_big"}, {"keep": False, "drop_reason": "b_high"}]
+    assert out == [
+        {"keep": True, "drop_reason": None},
+        {"keep": True, "drop_reason": None},
+        {"keep": False, "drop_reason": "too_big"},
+        {"keep": False, "drop_reason": "b_high"},
+    ]
 
 
 def test_null_signal_never_fails_a_rule():
@@ -34,12 +38,15 @@ def test_presets_and_custom_rules_resolve_in_order():
     assert resolve_rules("none") == []
 
 
-@pytest.mark.parametrize("bad,match", [
-    (("nope", []), "unknown filter preset"),
-    (("gopher", [{"name": "empty", "signal": "n_words", "min": 1}]), "used twice"),
-    (("none", [{"name": "x", "signal": "n_words"}]), "give min, max or both"),
-    (("none", [{"name": "x", "signal": "n_words", "max": 1, "mx": 2}]), "unknown keys"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (("nope", []), "unknown filter preset"),
+        (("gopher", [{"name": "empty", "signal": "n_words", "min": 1}]), "used twice"),
+        (("none", [{"name": "x", "signal": "n_words"}]), "give min, max or both"),
+        (("none", [{"name": "x", "signal": "n_words", "max": 1, "mx": 2}]), "unknown keys"),
+    ],
+)
 def test_bad_configuration_is_a_clear_error(bad, match):
     with pytest.raises(ValueError, match=match):
         resolve_rules(*bad)

@@ -17,8 +17,16 @@ from airflow_curation.core.signals import compute_signals, reference_signals
 
 from .conftest import run_oracle
 
-_QUALITY = {"gopher_word_count", "gopher_mean_word_len", "gopher_hash_ratio", "gopher_ellipsis_ratio",
-            "gopher_bullet_lines", "gopher_ellipsis_lines", "gopher_alpha_words", "gopher_stop_words"}
+_QUALITY = {
+    "gopher_word_count",
+    "gopher_mean_word_len",
+    "gopher_hash_ratio",
+    "gopher_ellipsis_ratio",
+    "gopher_bullet_lines",
+    "gopher_ellipsis_lines",
+    "gopher_alpha_words",
+    "gopher_stop_words",
+}
 
 
 def _agreement(prose, datatrove_results, oracle_key, rules):
@@ -27,12 +35,15 @@ def _agreement(prose, datatrove_results, oracle_key, rules):
     return sum(a == b for a, b in zip(ours, theirs)) / len(ours), ours, theirs
 
 
-@pytest.mark.parametrize("oracle_key,select,floor", [
-    ("fineweb", lambda r: r.name.startswith("fineweb"), 0.97),
-    ("gopher_repetition", lambda r: r.name.startswith("gopher") and r.name not in _QUALITY, 0.80),
-    # the alpha-word rule counts tokens, whose definition differs: compare the rest
-    ("gopher_quality_no_alpha", lambda r: r.name in _QUALITY - {"gopher_alpha_words"}, 0.90),
-])
+@pytest.mark.parametrize(
+    "oracle_key,select,floor",
+    [
+        ("fineweb", lambda r: r.name.startswith("fineweb"), 0.97),
+        ("gopher_repetition", lambda r: r.name.startswith("gopher") and r.name not in _QUALITY, 0.80),
+        # the alpha-word rule counts tokens, whose definition differs: compare the rest
+        ("gopher_quality_no_alpha", lambda r: r.name in _QUALITY - {"gopher_alpha_words"}, 0.90),
+    ],
+)
 def test_filters_agree_with_datatrove(warm_signals, prose, datatrove_results, oracle_key, select, floor):
     preset = PRESETS["fineweb" if oracle_key == "fineweb" else "gopher"]
     rules = [r for r in preset if r is not EMPTY and select(r)]
@@ -42,8 +53,9 @@ def test_filters_agree_with_datatrove(warm_signals, prose, datatrove_results, or
     assert 0 < sum(theirs) < len(theirs) or 0 < sum(ours) < len(ours)
 
 
-@pytest.mark.parametrize("oracle_key,quality,floor", [("gopher_quality", True, 1.0),
-                                                      ("gopher_repetition", False, 0.93)])
+@pytest.mark.parametrize(
+    "oracle_key,quality,floor", [("gopher_quality", True, 1.0), ("gopher_repetition", False, 0.93)]
+)
 def test_with_datatrove_tokens_our_definitions_match(prose, datatrove_results, oracle_key, quality, floor):
     """Given datatrove's own (spaCy) words, our reference signals give its decisions: the gap above is
     the tokenizer. What remains in repetition: we count every word under a repeated n-gram once, and

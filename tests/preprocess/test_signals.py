@@ -15,12 +15,33 @@ from airflow_curation.core.signals import SIGNALS, compute_signals, reference_si
 from . import corpus
 
 EDGE = [
-    "", " ", "\n", "\n\n\n", "a", "word", "Hello world.", "\t \u3000 \u00a0",
-    "the cat and the dog ...\n\nthe cat and the dog ...\n", "a\n\nb\n\na\n", "abc \n", "a\n \nb",
-    "  lead\n\n\n  lead\n", "a. . .\nb...\nc…", "{ Lorem IPSUM }", "The the THE, of. to! and? with that have be",
-    "• item one\n• item two\n- three...\n* four", "x" * 5000, "a_b c_d __ _", "wait!!! really?? yes.",
-    "\r\nwindows\r\nlines\r\n", "# a\n## b\n### c", "😀 emoji 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 text", "Ünïcödé Wörds ÄÖÜ ß",
-    "مرحبا بالعالم. هذا نص عربي.", "Привет мир. Это русский текст!", "一 二 三 一 二 三 一 二 三 一 二 三",
+    "",
+    " ",
+    "\n",
+    "\n\n\n",
+    "a",
+    "word",
+    "Hello world.",
+    "\t \u3000 \u00a0",
+    "the cat and the dog ...\n\nthe cat and the dog ...\n",
+    "a\n\nb\n\na\n",
+    "abc \n",
+    "a\n \nb",
+    "  lead\n\n\n  lead\n",
+    "a. . .\nb...\nc…",
+    "{ Lorem IPSUM }",
+    "The the THE, of. to! and? with that have be",
+    "• item one\n• item two\n- three...\n* four",
+    "x" * 5000,
+    "a_b c_d __ _",
+    "wait!!! really?? yes.",
+    "\r\nwindows\r\nlines\r\n",
+    "# a\n## b\n### c",
+    "😀 emoji 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 text",
+    "Ünïcödé Wörds ÄÖÜ ß",
+    "مرحبا بالعالم. هذا نص عربي.",
+    "Привет мир. Это русский текст!",
+    "一 二 三 一 二 三 一 二 三 一 二 三",
 ]
 
 
@@ -53,13 +74,13 @@ def test_known_values(warm_signals):
     r = compute_signals(["The cat sat.\nThe cat sat.\n\nA dog #1 ran...\n- a bullet"]).to_pylist()[0]
     assert r["n_words"] == 13
     assert r["n_lines"] == 5 and r["max_line_len"] == 15
-    assert r["dup_line_frac"] == pytest.approx(1 / 4)             # 4 non-blank lines, one repeat
+    assert r["dup_line_frac"] == pytest.approx(1 / 4)  # 4 non-blank lines, one repeat
     assert r["dup_line_char_frac"] == pytest.approx(12 / r["n_chars"])
-    assert r["n_stop_words"] == 2                                   # "The", "The" (Gopher's list)
+    assert r["n_stop_words"] == 2  # "The", "The" (Gopher's list)
     assert r["hash_word_ratio"] == pytest.approx(1 / 13)
     assert r["ellipsis_line_frac"] == pytest.approx(1 / 4)
     assert r["bullet_line_frac"] == pytest.approx(1 / 4)
-    assert r["terminal_punct_line_frac"] == pytest.approx(3 / 4)   # "sat." twice and "ran..."
+    assert r["terminal_punct_line_frac"] == pytest.approx(3 / 4)  # "sat." twice and "ran..."
     assert r["n_sentences"] == 3
     rep = compute_signals(["one two three four five " * 4]).to_pylist()[0]
     # three repeats of the 5-gram cover 15 of 20 words; 5-grams start repeating at the 6th word
@@ -79,11 +100,11 @@ def test_one_token_and_huge_document(warm_signals):
     one = compute_signals(["token"]).to_pylist()[0]
     assert one["n_words"] == 1 and one["top_2gram_char_frac"] == 0.0 and one["dup_5gram_char_frac"] == 0.0
     para = "The quick brown fox jumps over the lazy dog near the river bank.\n"
-    huge = para * (50 * 1024 * 1024 // len(para))            # a 50 MB document of one repeated line
+    huge = para * (50 * 1024 * 1024 // len(para))  # a 50 MB document of one repeated line
     r = compute_signals([huge, "small doc"]).to_pylist()
     assert r[0]["n_chars"] == len(huge) and r[0]["n_lines"] == huge.count("\n")
     assert r[0]["dup_line_frac"] == pytest.approx(1 - 1 / r[0]["n_lines"])
-    assert r[0]["dup_10gram_char_frac"] > 0.75   # all words but the first line's; spaces are the rest
+    assert r[0]["dup_10gram_char_frac"] > 0.75  # all words but the first line's; spaces are the rest
     assert r[1]["n_words"] == 2
 
 
@@ -112,11 +133,14 @@ def test_python_code_signals(code):
     assert r["comment_line_frac"] == pytest.approx(1 / 3) and r["comment_code_ratio"] == pytest.approx(1 / 2)
 
 
-@pytest.mark.parametrize("language,good,bad", [
-    ("c", "int main(void) {\n  // entry\n  return 0;\n}\n", "int main( {\n"),
-    ("javascript", "function f(x) {\n  /* twice */\n  return 2 * x;\n}\n", "function (\n"),
-    ("rust", "fn main() {\n    // hi\n    let x = 1;\n}\n", "fn main( {\n"),
-])
+@pytest.mark.parametrize(
+    "language,good,bad",
+    [
+        ("c", "int main(void) {\n  // entry\n  return 0;\n}\n", "int main( {\n"),
+        ("javascript", "function f(x) {\n  /* twice */\n  return 2 * x;\n}\n", "function (\n"),
+        ("rust", "fn main() {\n    // hi\n    let x = 1;\n}\n", "fn main( {\n"),
+    ],
+)
 def test_tree_sitter_code_signals(language, good, bad):
     ok, broken = compute_code_signals([good, bad], language).to_pylist()
     assert ok["syntax_ok"] is True and ok["syntax_nodes"] > 5 and ok["comment_line_frac"] == pytest.approx(1 / 4)
@@ -140,19 +164,52 @@ def test_a_hugging_face_tokenizer_file_counts_tokens(tmp_path, warm_signals):
     assert [x["n_tokens"] for x in r] == [6, 0, 1]
     assert r[0]["char_token_ratio"] == pytest.approx(22 / 6) and r[1]["char_token_ratio"] == 0.0
     default = compute_signals(texts).to_pylist()
-    assert [x["n_words"] for x in r] == [x["n_words"] for x in default]   # only the token count changes
+    assert [x["n_words"] for x in r] == [x["n_words"] for x in default]  # only the token count changes
     with pytest.raises(ValueError, match="tokenizer must be"):
         compute_signals(texts, {"tokenizer": "gpt2"})
 
 
-_PIECES = ["the", "The", "of", "and", "cat", "cat.", "...", "…", "•", "-", "#", "{", "_", "a_b", "ß", "日本",
-           "мир", "😀", "1984", "lorem ipsum", "?", "!", "'", "\"", "”"]
+_PIECES = [
+    "the",
+    "The",
+    "of",
+    "and",
+    "cat",
+    "cat.",
+    "...",
+    "…",
+    "•",
+    "-",
+    "#",
+    "{",
+    "_",
+    "a_b",
+    "ß",
+    "日本",
+    "мир",
+    "😀",
+    "1984",
+    "lorem ipsum",
+    "?",
+    "!",
+    "'",
+    '"',
+    "”",
+]
 
 
-@settings(max_examples=300, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.one_of(st.sampled_from(_PIECES), st.sampled_from([" ", "  ", "\n", "\n\n", "\t", "\r\n", "\u3000"]),
-                          st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=8)),
-                max_size=60).map("".join))
+@settings(
+    max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(_PIECES),
+            st.sampled_from([" ", "  ", "\n", "\n\n", "\t", "\r\n", "\u3000"]),
+            st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=8),
+        ),
+        max_size=60,
+    ).map("".join)
+)
 def test_kernel_equals_reference_on_generated_text(warm_signals, text):
     _assert_same(compute_signals([text]), reference_signals([text]), [text])

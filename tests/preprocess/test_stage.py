@@ -32,15 +32,30 @@ def _make_lake(root, prose, code) -> tuple[Lake, str]:
     shards, units = [], []
     for k in range(3):
         part = docs[k::3]
-        table = pa.table({"id": [d[0] for d in part], "text": [d[1] for d in part],
-                          "source": [d[2] for d in part], "meta": [None] * len(part)}, schema=SHARD_SCHEMA)
+        table = pa.table(
+            {
+                "id": [d[0] for d in part],
+                "text": [d[1] for d in part],
+                "source": [d[2] for d in part],
+                "meta": [None] * len(part),
+            },
+            schema=SHARD_SCHEMA,
+        )
         sid = f"part-{k:05d}-000"
         uri = lake.shard_uri(sid)
         nbytes, checksum = write_parquet(uri, table, row_group_rows=16)
         shards.append(ShardEntry(shard_id=sid, uri=uri, rows=len(part), bytes=nbytes, checksum=checksum))
         units.append(UnitEntry(unit_id=f"u{k}", inputs=[], input_checksum="x", status="done"))
-    m = Manifest(dataset="docs", stage="ingest", run_id="ingest-1", fingerprint="f", lake=lake.to_dict(),
-                 units=units, shards=shards, status="complete")
+    m = Manifest(
+        dataset="docs",
+        stage="ingest",
+        run_id="ingest-1",
+        fingerprint="f",
+        lake=lake.to_dict(),
+        units=units,
+        shards=shards,
+        status="complete",
+    )
     uri = lake.manifest_uri("ingest-1", "ingest")
     m.write(uri)
     return lake, uri
@@ -67,7 +82,7 @@ def test_stage_on_a_dask_local_cluster(lake, warm_signals):
     for entry in manifest.shards:
         attrs = pq.read_table(entry.attrs["preprocess"])
         shard = read_shard(entry.uri, columns=["id"])
-        assert attrs.column("id").to_pylist() == shard.column("id").to_pylist()   # same rows, same order
+        assert attrs.column("id").to_pylist() == shard.column("id").to_pylist()  # same rows, same order
         expected = _expected(entry.uri, "gopher")
         assert attrs.column("keep").equals(expected.column("keep"))
         assert attrs.column("drop_reason").equals(expected.column("drop_reason"))
@@ -98,13 +113,14 @@ def test_rerun_skips_done_shards_and_a_new_config_recomputes(lake, warm_signals)
 
 def test_code_preset_reads_languages_from_source(lake, warm_signals):
     lake, ingest_uri = lake
-    m = StageRunner(PreprocessStage(lake, {"input_manifest": ingest_uri, "mapper": "local", "preset": "code"},
-                                    "pre-code")).run()
+    m = StageRunner(
+        PreprocessStage(lake, {"input_manifest": ingest_uri, "mapper": "local", "preset": "code"}, "pre-code")
+    ).run()
     rows = pa.concat_tables([pq.read_table(s.attrs["preprocess"]) for s in m.shards]).to_pylist()
     code_rows = [r for r in rows if r["id"].startswith("code/")]
     prose_rows = [r for r in rows if r["id"].startswith("prose/")]
     assert code_rows and all(r["syntax_ok"] is True for r in code_rows)
-    assert all(r["syntax_ok"] is None for r in prose_rows)          # no parser for .txt: null, not a guess
+    assert all(r["syntax_ok"] is None for r in prose_rows)  # no parser for .txt: null, not a guess
     assert sum(r["keep"] for r in code_rows) > len(code_rows) // 2
 
 
@@ -117,9 +133,9 @@ def test_bad_configuration_fails_before_any_work(lake):
 
 
 def test_worker_plan_is_bound_by_memory_and_open_files():
-    gib = 1024 ** 3
-    by_mem = plan_workers([512 * 1024 ** 2] * 100, 8.0, memory=10 * gib, open_files=65536, cpus=64)
-    need = int(512 * 1024 ** 2 * 8.0) + 640 * 1024 ** 2
+    gib = 1024**3
+    by_mem = plan_workers([512 * 1024**2] * 100, 8.0, memory=10 * gib, open_files=65536, cpus=64)
+    need = int(512 * 1024**2 * 8.0) + 640 * 1024**2
     assert by_mem.bound_by == "memory" and by_mem.workers == int(10 * gib * 0.8) // need
     assert by_mem.memory_limit >= need
     by_fd = plan_workers([1024] * 100, 8.0, memory=512 * gib, open_files=1024, cpus=64)
@@ -132,15 +148,17 @@ def test_worker_plan_is_bound_by_memory_and_open_files():
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": REPO}
     code = "import sys; from airflow_curation.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
-                          timeout=600, cwd=REPO, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=600, cwd=REPO, check=False
+    )
 
 
 def test_cli_on_plain_parquet(tmp_path, prose):
     src = tmp_path / "mine.parquet"
     texts = prose[:20] + ["", "Привет мир. Это русский текст!"]
-    pq.write_table(pa.table({"id": [f"d{i}" for i in range(len(texts))], "text": texts,
-                             "other": list(range(len(texts)))}), src)
+    pq.write_table(
+        pa.table({"id": [f"d{i}" for i in range(len(texts))], "text": texts, "other": list(range(len(texts)))}), src
+    )
     out = tmp_path / "out"
     proc = _cli("preprocess", str(src), "--output", str(out), "--preset", "gopher,c4")
     assert proc.returncode == 0, proc.stderr
@@ -163,8 +181,19 @@ def test_cli_rejects_parquet_without_text(tmp_path):
 
 def test_cli_on_a_lake_finds_the_ingest_manifest(lake):
     lake, _ = lake
-    proc = _cli("preprocess", "--lake", lake.root, "--dataset", lake.dataset, "--mapper", "local",
-                "--run-id", "cli-pre", "--preset", "fineweb")
+    proc = _cli(
+        "preprocess",
+        "--lake",
+        lake.root,
+        "--dataset",
+        lake.dataset,
+        "--mapper",
+        "local",
+        "--run-id",
+        "cli-pre",
+        "--preset",
+        "fineweb",
+    )
     assert proc.returncode == 0, proc.stderr
     m = Manifest.read(lake.manifest_uri("cli-pre", "preprocess"))
     assert m.status == "complete" and m.rows == 122
@@ -181,21 +210,23 @@ def test_stage_on_an_existing_dask_cluster(lake, warm_signals):
         with Client(cluster) as client:
             worker_pids = set(client.run(os.getpid).values())
     assert manifest.status == "complete" and manifest.rows == 122
-    pids = {stage_rec.pid for stage_rec in
-            (PreprocessStage(lake, cfg, "x").checkpoints.load(u.unit_id) for u in manifest.units)}
-    assert pids == worker_pids              # the units ran in the existing cluster's worker process
+    pids = {
+        stage_rec.pid
+        for stage_rec in (PreprocessStage(lake, cfg, "x").checkpoints.load(u.unit_id) for u in manifest.units)
+    }
+    assert pids == worker_pids  # the units ran in the existing cluster's worker process
 
 
 def test_memory_expansion_is_measured_from_checkpoints(lake, warm_signals):
     lake, ingest_uri = lake
     cfg = {"input_manifest": ingest_uri, "mapper": "local"}
     stage = PreprocessStage(lake, cfg, "pre-m1")
-    assert stage.memory_expansion() == 8.0                      # nothing measured yet
+    assert stage.memory_expansion() == 8.0  # nothing measured yet
     assert PreprocessStage(lake, {**cfg, "memory_expansion": 3}, "x").memory_expansion() == 3.0
     StageRunner(stage).run()
     records = [stage.checkpoints.load(u.unit_id) for u in stage.plan()]
     assert all(r.extra["peak_rss_mib"] > 0 for r in records)
     measured = PreprocessStage(lake, cfg, "pre-m2").memory_expansion()
     # tiny shards under a process of a few hundred MiB: the measured factor is large, and capped
-    expected = max((r.extra["peak_rss_mib"] * 1024 ** 2 - 640 * 1024 ** 2) / r.outputs[0]["bytes"] for r in records)
+    expected = max((r.extra["peak_rss_mib"] * 1024**2 - 640 * 1024**2) / r.outputs[0]["bytes"] for r in records)
     assert measured == min(64.0, max(1.0, expected))

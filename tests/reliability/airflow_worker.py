@@ -67,9 +67,17 @@ def main(argv: list[str]) -> int:
             event("polling")
             return super().poll_until_complete(external_id, context)
 
-    op = ObservedIngestOperator(task_id="ingest", inputs=inputs, lake=lake, dataset="web", snapshot=SNAPSHOT,
-                                backend_options={"work_dir": work_dir, "python": python}, deferrable=False,
-                                poll_interval=0.05, config={"target_shard_bytes": 4096, "row_group_rows": 16})
+    op = ObservedIngestOperator(
+        task_id="ingest",
+        inputs=inputs,
+        lake=lake,
+        dataset="web",
+        snapshot=SNAPSHOT,
+        backend_options={"work_dir": work_dir, "python": python},
+        deferrable=False,
+        poll_interval=0.05,
+        config={"target_shard_bytes": 4096, "row_group_rows": 16},
+    )
     summary = op.execute(task_context(FileTaskStateStore(state)))
     Path(result).write_text(json.dumps(summary))
     return 0

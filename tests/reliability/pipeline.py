@@ -61,14 +61,26 @@ class Pipeline:
         upstream = STAGES[STAGES.index(stage) - 1] if stage != "ingest" else None
         common = {"input_manifest": self.manifest_uri(upstream)} if upstream else {}
         return {
-            "ingest": {"inputs": [str(self.corpus)], "unit_bytes": 100_000, "target_shard_bytes": 40_000,
-                       "row_group_rows": 16},
+            "ingest": {
+                "inputs": [str(self.corpus)],
+                "unit_bytes": 100_000,
+                "target_shard_bytes": 40_000,
+                "row_group_rows": 16,
+            },
             "preprocess": {**common, "mapper": "local", "batch_rows": 32},
             "dedup": {**common, "mapper": "local", "partitions": 2},
             # transformers in the job process: the cheapest real model run; parts of 10 rows so that
             # a shard is killed between two within-shard checkpoints.
-            "enrich": {**common, "task": "score", "model": self.model, "model_runtime": "transformers",
-                       "mapper": "local", "checkpoint_rows": 10, "batch_size": 8, "max_input_tokens": 64},
+            "enrich": {
+                **common,
+                "task": "score",
+                "model": self.model,
+                "model_runtime": "transformers",
+                "mapper": "local",
+                "checkpoint_rows": 10,
+                "batch_size": 8,
+                "max_input_tokens": 64,
+            },
             # One DuckDB thread: parallel float sums differ in the last bits from run to run (report means).
             "validate": {**common, "query_engine": "duckdb", "threads": 1, "max_duplicate_rate": 1.0},
         }[stage]
@@ -81,14 +93,18 @@ class Pipeline:
         spec_path.write_text(spec.to_json())
         env = {k: v for k, v in os.environ.items() if k != "CURATION_FAULT"}
         # One compute thread per job: less CPU on a shared 2-core machine, and the same arithmetic every run.
-        env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-                   OMP_NUM_THREADS="1")
+        env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
         if fault:
             env["CURATION_FAULT"] = fault
         log = self.work / f"{stage}{tag}.log"
         with open(log, "wb") as out:
-            proc = subprocess.run([sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path)],
-                                  stdout=out, stderr=subprocess.STDOUT, env=env, timeout=600)
+            proc = subprocess.run(
+                [sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                timeout=600,
+            )
         proc.log = log  # type: ignore[attr-defined]
         return proc
 
@@ -110,6 +126,7 @@ def log_tail(proc: subprocess.CompletedProcess, lines: int = 30) -> str:
 
 
 # -- what is compared ----------------------------------------------------------------------------
+
 
 def curated_view(manifest_uri: str) -> dict[str, str]:
     """id -> the row's canonical JSON: shard columns plus ``{stage: {column: value}}`` of its attrs."""
@@ -189,8 +206,7 @@ def checkpoint_records(lake: Lake) -> dict[tuple[str, str], dict]:
 def lake_files(root: Path) -> list[str]:
     """Every file of the lake but temporaries (those are checked on their own)."""
     temps = set(stale_temps(root))
-    return sorted(rel for p in root.rglob("*") if p.is_file()
-                  and (rel := str(p.relative_to(root))) not in temps)
+    return sorted(rel for p in root.rglob("*") if p.is_file() and (rel := str(p.relative_to(root))) not in temps)
 
 
 def unit_statuses(lake: Lake, stage: str) -> dict[str, str]:

@@ -26,8 +26,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _write_raw(folder: Path) -> None:
     """The demo's corpus generator, small: real text with planted duplicates, junk and bad records."""
-    subprocess.run([sys.executable, str(REPO / "scripts" / "make_sample_corpus.py"), "--out", str(folder),
-                    "--modules", "24"], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "make_sample_corpus.py"), "--out", str(folder), "--modules", "24"],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
 
 
 def _pipeline(lake: Lake, raw: str) -> dict[str, Manifest]:
@@ -88,8 +92,9 @@ def test_a_corrupted_shard_fails_the_stage_that_reads_it_and_a_reingest_restores
     shard = Manifest.read(lake.manifest_uri("r", "ingest")).shards[1]
     flip_byte(shard.uri)
     # Another preset reads the shards again (the default one's checkpoints would skip them).
-    pre = PreprocessStage(lake, {"input_manifest": lake.manifest_uri("r", "ingest"), "mapper": "local",
-                                 "preset": "c4"}, "r2")
+    pre = PreprocessStage(
+        lake, {"input_manifest": lake.manifest_uri("r", "ingest"), "mapper": "local", "preset": "c4"}, "r2"
+    )
     with pytest.raises(StageFailed, match=f"IntegrityError: shard {shard.shard_id} {shard.uri} has checksum"):
         StageRunner(pre).run()
     os.remove(shard.uri)  # the checkpoint no longer vouches for its unit: ingest redoes that unit only
@@ -103,12 +108,14 @@ def test_corrupted_attrs_fail_the_next_stage_and_the_producing_stage_redoes_them
     attrs = Manifest.read(lake.manifest_uri("r", "preprocess")).shards[0].attrs["preprocess"]
     flip_byte(attrs)
     with pytest.raises(StageFailed, match=f"preprocess attrs of shard .* {attrs} has checksum"):
-        StageRunner(DedupStage(lake, {"input_manifest": lake.manifest_uri("r", "preprocess"), "threshold": 0.7},
-                               "r2")).run()
+        StageRunner(
+            DedupStage(lake, {"input_manifest": lake.manifest_uri("r", "preprocess"), "threshold": 0.7}, "r2")
+        ).run()
     os.remove(attrs)
     manifests = _rerun_matches(lake, raw, reference)
-    assert {u.unit_id: u.status for u in manifests["preprocess"].units if u.status != "skipped"} == \
-        {Manifest.read(lake.manifest_uri("r", "ingest")).shards[0].shard_id: "done"}
+    assert {u.unit_id: u.status for u in manifests["preprocess"].units if u.status != "skipped"} == {
+        Manifest.read(lake.manifest_uri("r", "ingest")).shards[0].shard_id: "done"
+    }
 
 
 def test_a_torn_checkpoint_record_redoes_only_its_unit(lake, reference):

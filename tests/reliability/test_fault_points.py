@@ -29,15 +29,18 @@ def _run(fault: str | None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, env=env, timeout=60)
 
 
-@pytest.mark.parametrize("fault, returncode, printed", [
-    (None, 0, "1 2 3 end"),
-    ("", 0, "1 2 3 end"),
-    ("b", 0, "1 2 3 end"),
-    ("a", -signal.SIGKILL, "1"),
-    ("a@2", -signal.SIGKILL, "1 2"),
-    ("a@3", -signal.SIGKILL, "1 2 3"),
-    ("a@4", 0, "1 2 3 end"),
-])
+@pytest.mark.parametrize(
+    "fault, returncode, printed",
+    [
+        (None, 0, "1 2 3 end"),
+        ("", 0, "1 2 3 end"),
+        ("b", 0, "1 2 3 end"),
+        ("a", -signal.SIGKILL, "1"),
+        ("a@2", -signal.SIGKILL, "1 2"),
+        ("a@3", -signal.SIGKILL, "1 2 3"),
+        ("a@4", 0, "1 2 3 end"),
+    ],
+)
 def test_the_named_hit_kills_the_process(fault, returncode, printed):
     proc = _run(fault)
     assert (proc.returncode, proc.stdout.split()) == (returncode, printed.split()), proc.stderr

@@ -58,13 +58,22 @@ def start_worker(tmp_path, gate):
     started: list[subprocess.Popen] = []
 
     def start(name: str) -> subprocess.Popen:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            p for p in (str(TESTS / "airflow"), os.environ.get("PYTHONPATH")) if p)}
-        args = [str(tmp_path / "task_state.json"), str(tmp_path / "lake"), str(tmp_path / "input"),
-                str(tmp_path / "jobs"), str(gate.python), str(tmp_path / f"{name}.result.json")]
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in (str(TESTS / "airflow"), os.environ.get("PYTHONPATH")) if p),
+        }
+        args = [
+            str(tmp_path / "task_state.json"),
+            str(tmp_path / "lake"),
+            str(tmp_path / "input"),
+            str(tmp_path / "jobs"),
+            str(gate.python),
+            str(tmp_path / f"{name}.result.json"),
+        ]
         with open(tmp_path / f"{name}.log", "wb") as log:
-            started.append(subprocess.Popen([sys.executable, str(WORKER), *args], stdout=log,
-                                            stderr=subprocess.STDOUT, env=env))
+            started.append(
+                subprocess.Popen([sys.executable, str(WORKER), *args], stdout=log, stderr=subprocess.STDOUT, env=env)
+            )
         return started[-1]
 
     yield start

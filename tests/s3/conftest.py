@@ -45,8 +45,13 @@ def start_moto(log_path: Path) -> tuple[subprocess.Popen, str]:
     for _ in range(3):  # the free port can be taken between probing and binding: try another
         port = _free_port()
         log = open(log_path, "ab")
-        proc = subprocess.Popen(_moto_command(port), stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, env={**os.environ, "MOTO_PORT": str(port)})
+        proc = subprocess.Popen(
+            _moto_command(port),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "MOTO_PORT": str(port)},
+        )
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
@@ -78,8 +83,12 @@ def s3_endpoint(tmp_path_factory):
 
 def storage_options(ep: dict) -> dict:
     """fsspec/s3fs options for the server (what users put in CURATION_STORAGE_OPTIONS_S3)."""
-    return {"key": ep["key"], "secret": ep["secret"], "endpoint_url": ep["endpoint_url"],
-            "client_kwargs": {"region_name": ep["region"]}}
+    return {
+        "key": ep["key"],
+        "secret": ep["secret"],
+        "endpoint_url": ep["endpoint_url"],
+        "client_kwargs": {"region_name": ep["region"]},
+    }
 
 
 @pytest.fixture
@@ -91,8 +100,13 @@ def s3_bucket(s3_endpoint, monkeypatch):
 
     name = f"test-{uuid.uuid4().hex[:12]}"
     # boto3, not s3fs.mkdir: s3fs sends a LocationConstraint that moto refuses for us-east-1.
-    boto3.client("s3", endpoint_url=s3_endpoint["endpoint_url"], aws_access_key_id=KEY,
-                 aws_secret_access_key=SECRET, region_name=REGION).create_bucket(Bucket=name)
+    boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint["endpoint_url"],
+        aws_access_key_id=KEY,
+        aws_secret_access_key=SECRET,
+        region_name=REGION,
+    ).create_bucket(Bucket=name)
     opts = storage_options(s3_endpoint)
     storage.register_options(f"s3://{name}", opts)
     monkeypatch.setenv("CURATION_STORAGE_OPTIONS_S3", json.dumps(opts))
@@ -108,5 +122,10 @@ def s3_bucket(s3_endpoint, monkeypatch):
 def s3_client(s3_endpoint):
     import boto3
 
-    return boto3.client("s3", endpoint_url=s3_endpoint["endpoint_url"], aws_access_key_id=KEY,
-                        aws_secret_access_key=SECRET, region_name=REGION)
+    return boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint["endpoint_url"],
+        aws_access_key_id=KEY,
+        aws_secret_access_key=SECRET,
+        region_name=REGION,
+    )

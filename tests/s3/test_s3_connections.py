@@ -44,10 +44,13 @@ def two_lakes(s3_endpoint, second_s3_endpoint, monkeypatch):
     for name, url in (("a", s3_endpoint["endpoint_url"]), ("b", second_s3_endpoint)):
         bucket = f"lake-{name}-{uuid.uuid4().hex[:8]}"
         key, secret = f"key-{name}", f"secret-{name}"
-        boto3.client("s3", endpoint_url=url, aws_access_key_id=key, aws_secret_access_key=secret,
-                     region_name=REGION).create_bucket(Bucket=bucket)
-        lakes[name] = (f"s3://{bucket}/lake", {"key": key, "secret": secret, "endpoint_url": url,
-                                                "client_kwargs": {"region_name": REGION}})
+        boto3.client(
+            "s3", endpoint_url=url, aws_access_key_id=key, aws_secret_access_key=secret, region_name=REGION
+        ).create_bucket(Bucket=bucket)
+        lakes[name] = (
+            f"s3://{bucket}/lake",
+            {"key": key, "secret": secret, "endpoint_url": url, "client_kwargs": {"region_name": REGION}},
+        )
     yield lakes
     monkeypatch.setattr(storage, "_SCOPED", {})
 
@@ -71,8 +74,15 @@ def _plan(root: str, opts: dict, rows: int) -> tuple[str, CheckpointStore, list[
     """A planned two-unit run in the lake at ``root``, one unit checkpointed (written with ``opts``)."""
     lake = Lake(root, "web", "2026-11-30")
     units = [UnitEntry(unit_id=f"part-{i:05d}", inputs=[f"in-{i}"], input_checksum=f"c{i}") for i in range(2)]
-    manifest = Manifest(dataset="web", stage="preprocess", run_id="r1", fingerprint=FP, lake=lake.to_dict(),
-                        units=units, config={"max_failed_fraction": 0.0})
+    manifest = Manifest(
+        dataset="web",
+        stage="preprocess",
+        run_id="r1",
+        fingerprint=FP,
+        lake=lake.to_dict(),
+        units=units,
+        config={"max_failed_fraction": 0.0},
+    )
     with storage.scoped_options(root, opts):
         uri = manifest.write(lake.manifest_uri("r1", "preprocess"))
         store = CheckpointStore(lake.checkpoint_dir("preprocess", FP))
@@ -81,10 +91,19 @@ def _plan(root: str, opts: dict, rows: int) -> tuple[str, CheckpointStore, list[
 
 
 def _commit(store: CheckpointStore, unit: UnitEntry, rows: int) -> None:
-    out = {"shard_id": unit.unit_id, "uri": f"/x/{unit.unit_id}.parquet", "rows": rows, "bytes": rows * 100,
-           "checksum": "s", "unit_id": unit.unit_id}
-    store.commit(CheckpointRecord(unit_id=unit.unit_id, stage="preprocess", fingerprint=FP,
-                                  input_checksum=unit.input_checksum, outputs=[out]))
+    out = {
+        "shard_id": unit.unit_id,
+        "uri": f"/x/{unit.unit_id}.parquet",
+        "rows": rows,
+        "bytes": rows * 100,
+        "checksum": "s",
+        "unit_id": unit.unit_id,
+    }
+    store.commit(
+        CheckpointRecord(
+            unit_id=unit.unit_id, stage="preprocess", fingerprint=FP, input_checksum=unit.input_checksum, outputs=[out]
+        )
+    )
 
 
 def _finish(uri: str, store: CheckpointStore, unit: UnitEntry, root: str, opts: dict, rows: int) -> None:
@@ -104,17 +123,30 @@ def test_two_curation_connections_gate_their_own_lakes_in_one_triggerer(two_lake
     plans = {}
     for name, (root, opts) in two_lakes.items():
         # The connection: lake, key/secret in the encrypted fields, the endpoint in the extra.
-        monkeypatch.setenv(f"AIRFLOW_CONN_CURATION_{name.upper()}", json.dumps({
-            "conn_type": "curation", "host": root, "login": opts["key"], "password": opts["secret"],
-            "extra": {"storage_options": {"s3": {"endpoint_url": opts["endpoint_url"],
-                                                 "client_kwargs": opts["client_kwargs"]}}}}))
+        monkeypatch.setenv(
+            f"AIRFLOW_CONN_CURATION_{name.upper()}",
+            json.dumps(
+                {
+                    "conn_type": "curation",
+                    "host": root,
+                    "login": opts["key"],
+                    "password": opts["secret"],
+                    "extra": {
+                        "storage_options": {
+                            "s3": {"endpoint_url": opts["endpoint_url"], "client_kwargs": opts["client_kwargs"]}
+                        }
+                    },
+                }
+            ),
+        )
         plans[name] = _plan(root, opts, rows[name])
     assert storage.registered_options() == {}  # nothing registered: the triggers must resolve
 
     triggers = {}
     for name, (uri, _, _) in plans.items():
-        kwargs = ShardCheckpointTrigger(manifest_uri=uri, curation_conn_id=f"curation_{name}",
-                                        poll_interval=0.05).serialize()[1]
+        kwargs = ShardCheckpointTrigger(
+            manifest_uri=uri, curation_conn_id=f"curation_{name}", poll_interval=0.05
+        ).serialize()[1]
         assert "secret" not in json.dumps(kwargs)  # only the connection id travels
         triggers[name] = ShardCheckpointTrigger(**kwargs)
 

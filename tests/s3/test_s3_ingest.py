@@ -39,8 +39,12 @@ def _run_job(tmp_path, spec: JobSpec) -> dict:
     spec_path.write_text(spec.to_json())
     assert "secret" not in spec.to_json()  # credentials travel in the environment only
     result = tmp_path / "result.json"
-    proc = subprocess.run([sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path),
-                           "--result", str(result)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path), "--result", str(result)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(result.read_text())
 
@@ -86,11 +90,28 @@ def test_local_inputs_into_s3_lake_with_the_cli(s3_bucket, tmp_path):
     (src / "a.jsonl").write_text("".join(json.dumps({"text": f"local doc {i} " * 10}) + "\n" for i in range(30)))
     (src / "notes.txt").write_text("a plain text document that is long enough to keep")
     lake_root = f"s3://{s3_bucket}/lake"
-    proc = subprocess.run([sys.executable, "-c", "import sys; from airflow_curation.cli import main; sys.exit(main())",
-                           "ingest", str(src), "--lake", lake_root, "--dataset", "local", "--run-id", "cli1",
-                           "--target-shard-size", "4KB"], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from airflow_curation.cli import main; sys.exit(main())",
+            "ingest",
+            str(src),
+            "--lake",
+            lake_root,
+            "--dataset",
+            "local",
+            "--run-id",
+            "cli1",
+            "--target-shard-size",
+            "4KB",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads(proc.stdout[proc.stdout.index("{"):])
+    summary = json.loads(proc.stdout[proc.stdout.index("{") :])
     assert summary["rows"] == 31
     m = Manifest.read(Lake(lake_root, "local").manifest_uri("cli1", "ingest"))
     assert m.rows == 31 and all(storage.exists(s.uri) for s in m.shards)

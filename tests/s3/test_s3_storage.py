@@ -91,8 +91,10 @@ def test_listdir_sees_objects_written_by_another_process(s3_bucket):
     assert store.scan() == (set(), set())
     store.commit(CheckpointRecord("u0", "ingest", "fp", "c"))
     assert store.scan() == ({"u0"}, set())  # this listing is what a cache would keep
-    code = ("from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore;"
-            f"CheckpointStore('{store.directory}').commit(CheckpointRecord('u1', 'ingest', 'fp', 'c'))")
+    code = (
+        "from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore;"
+        f"CheckpointStore('{store.directory}').commit(CheckpointRecord('u1', 'ingest', 'fp', 'c'))"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)  # options come from CURATION_STORAGE_OPTIONS_S3
     assert store.scan() == ({"u0", "u1"}, set())
     assert store.is_done("u1", "c", "fp") is not None
@@ -101,10 +103,16 @@ def test_listdir_sees_objects_written_by_another_process(s3_bucket):
 def test_manifest_and_checkpoint_round_trip(s3_bucket):
     lake = Lake(f"s3://{s3_bucket}/lake", "web", snapshot="2026-11-30")
     muri = lake.manifest_uri("run1", "ingest")
-    m = Manifest(dataset="web", stage="ingest", run_id="run1", fingerprint="f" * 16, lake=lake.to_dict(),
-                 units=[UnitEntry("u1", ["s3://in/a.jsonl"], "xxh64:1")],
-                 shards=[ShardEntry("part-0", lake.shard_uri("part-0"), 3, 100, "xxh64:2", "u1")],
-                 status="complete")
+    m = Manifest(
+        dataset="web",
+        stage="ingest",
+        run_id="run1",
+        fingerprint="f" * 16,
+        lake=lake.to_dict(),
+        units=[UnitEntry("u1", ["s3://in/a.jsonl"], "xxh64:1")],
+        shards=[ShardEntry("part-0", lake.shard_uri("part-0"), 3, 100, "xxh64:2", "u1")],
+        status="complete",
+    )
     m.write(muri)
     assert muri.startswith(f"s3://{s3_bucket}/lake/web/snapshot=2026-11-30/_manifests/run1/")
     assert Manifest.read(muri) == m
@@ -128,8 +136,7 @@ def test_shard_writer_to_s3(s3_bucket, s3_client):
         w.write({"id": f"d{i:05d}", "text": text, "source": "a.jsonl", "meta": None}, nbytes=len(text))
     shards = w.close()
     assert len(shards) > 1 and sum(s.rows for s in shards) == 600
-    assert _keys(s3_client, s3_bucket, "lake/web/shards/") == [f"lake/web/shards/{s.shard_id}.parquet"
-                                                               for s in shards]
+    assert _keys(s3_client, s3_bucket, "lake/web/shards/") == [f"lake/web/shards/{s.shard_id}.parquet" for s in shards]
     ids = []
     for s in shards:
         data = storage.read_bytes(s.uri)

@@ -14,8 +14,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_sample_corpus.p
 
 
 def _build(out: Path) -> dict:
-    subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--modules", "80"], check=True,
-                   capture_output=True)
+    subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--modules", "80"], check=True, capture_output=True)
     return json.loads((out / "planted.json").read_text())
 
 
@@ -89,7 +88,10 @@ def test_deterministic(corpus, tmp_path):
     _build(again)
 
     def digest(root: Path) -> dict:
-        return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-                for p in sorted(root.rglob("*")) if p.is_file()}
+        return {
+            p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*"))
+            if p.is_file()
+        }
 
     assert digest(out) == digest(again)

@@ -96,6 +96,7 @@ def make_backend(slurm_cluster, tmp_path):
     def make(**options) -> SlurmBackend:
         env = {"PYTHONPATH": JOB_PYTHONPATH, **options.pop("env", {})}
         return SlurmBackend(python=sys.executable, env=env, **options)
+
     return make
 
 
@@ -108,8 +109,9 @@ def spec_for(lake: dict, run_id: str = "run1", **config) -> JobSpec:
     return JobSpec(stage="slurmtest", lake=lake, run_id=run_id, config=config)
 
 
-def wait_for(backend: SlurmBackend, handle: dict, timeout: float = 180.0,
-             until=lambda st: st.state.finished) -> JobStatus:
+def wait_for(
+    backend: SlurmBackend, handle: dict, timeout: float = 180.0, until=lambda st: st.state.finished
+) -> JobStatus:
     """Poll status until ``until`` holds (a guard against hanging, not a timing assertion)."""
     deadline = time.time() + timeout
     st = backend.status(handle)
@@ -162,8 +164,12 @@ def ssh_login(slurm_cluster, tmp_path_factory):
 
     sshd = shutil.which("sshd") or "/usr/sbin/sshd"
     if not os.path.exists(sshd):
-        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "openssh-server"],
-                       check=True, capture_output=True, timeout=600)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", "openssh-server"],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
     d = tmp_path_factory.mktemp("sshd")
     for key in ("host", "client"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / key)], check=True)
@@ -184,13 +190,32 @@ StrictModes no
 PidFile {d}/sshd.pid
 SetEnv SLURM_CONF={slurm_cluster}
 """)
-    proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(d / "sshd_config")], stdout=subprocess.DEVNULL,
-                            stderr=open(d / "sshd.log", "wb"))
+    proc = subprocess.Popen(
+        [sshd, "-D", "-e", "-f", str(d / "sshd_config")], stdout=subprocess.DEVNULL, stderr=open(d / "sshd.log", "wb")
+    )
     # One multiplexed connection (what a site would put in ~/.ssh/config) keeps each command cheap.
-    prefix = ["ssh", "-i", str(d / "client"), "-p", str(port), "-o", "BatchMode=yes",
-              "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-              "-o", "ControlMaster=auto", "-o", f"ControlPath={d}/mux", "-o", "ControlPersist=120",
-              f"{os.environ.get('USER', 'root')}@127.0.0.1"]
+    prefix = [
+        "ssh",
+        "-i",
+        str(d / "client"),
+        "-p",
+        str(port),
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "LogLevel=ERROR",
+        "-o",
+        "ControlMaster=auto",
+        "-o",
+        f"ControlPath={d}/mux",
+        "-o",
+        "ControlPersist=120",
+        f"{os.environ.get('USER', 'root')}@127.0.0.1",
+    ]
     try:
         for _ in range(100):
             if subprocess.run([*prefix, "true"], capture_output=True, timeout=30).returncode == 0:
@@ -215,7 +240,16 @@ def ssh_conn_id(ssh_login, monkeypatch) -> str:
     port = int(ssh_login[ssh_login.index("-p") + 1])
     user, host = ssh_login[-1].split("@")
     host_key = " ".join(Path(key).with_name("host.pub").read_text().split()[:2])
-    monkeypatch.setenv("AIRFLOW_CONN_SLURM_LOGIN", json.dumps({
-        "conn_type": "ssh", "host": host, "port": port, "login": user,
-        "extra": {"key_file": key, "host_key": host_key, "look_for_keys": "false"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SLURM_LOGIN",
+        json.dumps(
+            {
+                "conn_type": "ssh",
+                "host": host,
+                "port": port,
+                "login": user,
+                "extra": {"key_file": key, "host_key": host_key, "look_for_keys": "false"},
+            }
+        ),
+    )
     return "slurm_login"

@@ -51,7 +51,8 @@ def test_a_failed_unit_fails_its_group_and_collect_applies_the_budget(tmp_path):
     m = Manifest.read(_stage(tmp_path, **config).manifest_uri)
     assert m.status == "failed"
     assert {u.unit_id: u.error for u in m.units if u.status == "failed"} == {
-        "u001": f"RuntimeError: u001 fails while {flag} exists"}
+        "u001": f"RuntimeError: u001 fails while {flag} exists"
+    }
     # Within the budget, collect completes with the missing unit counted as failed.
     m = StageRunner(_stage(tmp_path, **config, max_failed_fraction=0.25)).run(collect=True)
     assert m.status == "complete" and len(m.shards) == 3
@@ -74,6 +75,9 @@ def test_cli_options(tmp_path, monkeypatch):
     g1 = json.loads((tmp_path / "g1.json").read_text())
     assert g1["group"] == "1/2" and g1["kind"] == "group" and g1["shards"] == 2
     for bad in ("2/2", "x/2", "1"):
-        proc = subprocess.run([sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path),
-                               "--shard-group", bad], capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path), "--shard-group", bad],
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 2 and "shard-group" in proc.stderr

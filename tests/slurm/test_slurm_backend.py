@@ -77,11 +77,22 @@ def timeout_run(slurm_cluster, tmp_path_factory):
     base = tmp_path_factory.mktemp("timeout")
     lake = {"root": str(base / "lake"), "dataset": "ds", "snapshot": None}
     op = CurationStageOperator(
-        task_id="slow", stage="slurmtest", lake=lake["root"], dataset="ds", run_id="timeout", backend="slurm",
-        backend_options={"python": sys.executable, "env": {"PYTHONPATH": JOB_PYTHONPATH}, "time_limit": "1",
-                         "max_resubmits": 1},  # TIMEOUT is in resubmit_on by default
+        task_id="slow",
+        stage="slurmtest",
+        lake=lake["root"],
+        dataset="ds",
+        run_id="timeout",
+        backend="slurm",
+        backend_options={
+            "python": sys.executable,
+            "env": {"PYTHONPATH": JOB_PYTHONPATH},
+            "time_limit": "1",
+            "max_resubmits": 1,
+        },  # TIMEOUT is in resubmit_on by default
         # 2 x 45 s: attempt 1 hits the limit after u000; attempt 2 runs u001 alone, within it.
-        config={"units": 2, "sleep_s": 45}, poll_interval=1)
+        config={"units": 2, "sleep_s": 45},
+        poll_interval=1,
+    )
     store = _StateStore()
     outcome: dict = {}
 
@@ -183,8 +194,10 @@ def test_failed_shards_then_resubmit_only_their_groups(make_backend, lake, tmp_p
     assert set(before) == {"u000", "u001", "u002", "u003", "u005"}
 
     # A resubmission first reopens the run, so that checkpoint gates wait for it instead of failing.
-    failure_marker = Path(CheckpointStore(Lake.from_dict(lake).checkpoint_dir(
-        manifest.stage, manifest.fingerprint)).directory, "u004.failed.json")
+    failure_marker = Path(
+        CheckpointStore(Lake.from_dict(lake).checkpoint_dir(manifest.stage, manifest.fingerprint)).directory,
+        "u004.failed.json",
+    )
     assert failure_marker.exists()
     assert progress.reopen(handle["manifest_uri"]) == {"u004": manifest.units[4].error}
     reopened = Manifest.read(handle["manifest_uri"])
@@ -310,8 +323,7 @@ def test_unreachable_controller_is_unknown_not_a_failure(make_backend, lake):
     backend = make_backend()
     handle = backend.submit(spec_for(lake, units=1, sleep_s=60))
     # scontrol keeps retrying without a configuration: the command time-out is what ends it.
-    broken = make_backend(command_prefix=["env", "SLURM_CONF=/nonexistent/slurm.conf", "bash", "-c"],
-                          command_timeout=3)
+    broken = make_backend(command_prefix=["env", "SLURM_CONF=/nonexistent/slurm.conf", "bash", "-c"], command_timeout=3)
     st = broken.status(handle)
     assert st.state == JobState.UNKNOWN and "cannot reach Slurm" in st.message
     backend.cancel(handle)

@@ -29,8 +29,7 @@ def _write_jsonl(path: Path, n: int, start: int = 0) -> None:
 @pytest.fixture
 def pipeline(airflow_db, slurm_cluster, monkeypatch):
     monkeypatch.setenv("CURATION_POLL_INTERVAL", "0.5")
-    spec = importlib.util.spec_from_file_location("curation_pipeline_on_slurm",
-                                                  REPO / "dags" / "curation_pipeline.py")
+    spec = importlib.util.spec_from_file_location("curation_pipeline_on_slurm", REPO / "dags" / "curation_pipeline.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.dag
@@ -43,11 +42,19 @@ def test_pipeline_dag_on_slurm(pipeline, tmp_path):
     (inputs / "bad.jsonl").write_text('{"text": "kept"}\nnot json\n')
     lake_root = tmp_path / "lake"
 
-    dag_run = pipeline.test(logical_date=datetime(2026, 11, 27, tzinfo=timezone.utc), run_conf={
-        "input": str(inputs), "lake": str(lake_root), "dataset": "web", "backend": "slurm",
-        # Its repetitive generated documents all fail the gopher preset: validate would rightly refuse an
-        # empty curated set, so the gate asks for none; validate still runs on Slurm.
-        "max_failed_fraction": 0.0, "min_rows": 0})
+    dag_run = pipeline.test(
+        logical_date=datetime(2026, 11, 27, tzinfo=timezone.utc),
+        run_conf={
+            "input": str(inputs),
+            "lake": str(lake_root),
+            "dataset": "web",
+            "backend": "slurm",
+            # Its repetitive generated documents all fail the gopher preset: validate would rightly refuse an
+            # empty curated set, so the gate asks for none; validate still runs on Slurm.
+            "max_failed_fraction": 0.0,
+            "min_rows": 0,
+        },
+    )
     assert dag_run.state == "success", dag_run.state
 
     from airflow.models.xcom import XComModel

@@ -52,24 +52,40 @@ def test_provider_metadata_validates_against_airflow_schema():
 def test_hook_builds_the_backend_from_the_connection(monkeypatch):
     from airflow_curation.hooks.slurm import SlurmHook
 
-    monkeypatch.setenv("AIRFLOW_CONN_LOGIN1", json.dumps({"conn_type": "ssh", "host": "login1.example.org",
-                                                          "login": "curation", "port": 2222}))
-    _set_conn(monkeypatch, "slurm_site",
-              extra={"ssh_conn_id": "login1", "partition": "gpu", "account": "llm", "qos": "high", "time_limit": "02:00:00",
-                     "sbatch_options": "--gres=gpu:1 --comment='curation run'", "shard_groups": "16",
-                     "extra__slurm__array_parallelism": "4", "work_dir": "/shared/jobs",
-                     "remote_work_dir": "true"})
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LOGIN1",
+        json.dumps({"conn_type": "ssh", "host": "login1.example.org", "login": "curation", "port": 2222}),
+    )
+    _set_conn(
+        monkeypatch,
+        "slurm_site",
+        extra={
+            "ssh_conn_id": "login1",
+            "partition": "gpu",
+            "account": "llm",
+            "qos": "high",
+            "time_limit": "02:00:00",
+            "sbatch_options": "--gres=gpu:1 --comment='curation run'",
+            "shard_groups": "16",
+            "extra__slurm__array_parallelism": "4",
+            "work_dir": "/shared/jobs",
+            "remote_work_dir": "true",
+        },
+    )
     backend = SlurmHook("slurm_site", shard_groups=4).get_backend()
     assert isinstance(backend, SlurmBackend)
-    assert (backend.partition, backend.account, backend.qos, backend.time_limit) == ("gpu", "llm", "high",
-                                                                                      "02:00:00")
+    assert (backend.partition, backend.account, backend.qos, backend.time_limit) == ("gpu", "llm", "high", "02:00:00")
     assert backend.sbatch_options == ["--gres=gpu:1", "--comment=curation run"]
     assert backend.shard_groups == 4 and backend.array_parallelism == 4  # the override wins
     assert backend.remote_work_dir is True and backend.work_dir == "/shared/jobs"
     # Commands go through Airflow's SSH provider on the ssh connection (nothing connects until used).
     hook = backend.transport.hook
-    assert (hook.ssh_conn_id, hook.remote_host, hook.username, hook.port) == ("login1", "login1.example.org",
-                                                                              "curation", 2222)
+    assert (hook.ssh_conn_id, hook.remote_host, hook.username, hook.port) == (
+        "login1",
+        "login1.example.org",
+        "curation",
+        2222,
+    )
     assert backend.command_prefix == [] and backend.remote
     assert "transport" not in backend.options()
 
@@ -78,8 +94,14 @@ def test_stage_operator_takes_the_backend_from_a_slurm_connection(monkeypatch):
     from airflow_curation.operators.ingest import IngestOperator
 
     _set_conn(monkeypatch, "slurm_site", extra={"partition": "cpu", "account": "llm", "qos": "low"})
-    op = IngestOperator(task_id="ingest", inputs="/data/raw", lake="/lake", dataset="web", backend="slurm",
-                        backend_options={"slurm_conn_id": "slurm_site", "qos": "high"})
+    op = IngestOperator(
+        task_id="ingest",
+        inputs="/data/raw",
+        lake="/lake",
+        dataset="web",
+        backend="slurm",
+        backend_options={"slurm_conn_id": "slurm_site", "qos": "high"},
+    )
     backend = op.get_backend()
     assert isinstance(backend, SlurmBackend)
     assert (backend.partition, backend.account, backend.qos) == ("cpu", "llm", "high")  # explicit wins

@@ -142,8 +142,9 @@ def test_over_ssh_the_secret_is_on_no_command_line(make_backend, lake, ssh_login
     recorder.write_text(f'#!/bin/sh\nprintf "%s\\0" "$@" >> {argv_log}\nexec "$@"\n')
     recorder.chmod(0o755)
     work = tmp_path / "remote-jobs"
-    backend = make_backend(env=env, command_prefix=[str(recorder), *ssh_login], work_dir=str(work),
-                           remote_work_dir=True, shard_groups=2)
+    backend = make_backend(
+        env=env, command_prefix=[str(recorder), *ssh_login], work_dir=str(work), remote_work_dir=True, shard_groups=2
+    )
     handle = backend.submit(spec_for(lake, units=2))
     env_file = Path(handle["job_dir"], ENV_FILE)
     assert _mode(env_file) == 0o600 and _files_holding(tmp_path, secret) == [env_file]

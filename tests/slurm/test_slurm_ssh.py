@@ -19,17 +19,17 @@ pytestmark = pytest.mark.slurm
 
 def test_submit_status_logs_over_ssh(make_backend, lake, ssh_login, tmp_path):
     canary = tmp_path / "pwned"
-    evil = f"x' \"$(touch {canary})\" `touch {canary}`; touch {canary} #"
-    backend = make_backend(command_prefix=ssh_login, env={"CURATION_TEST_ECHO": evil},
-                           sbatch_options=[f"--comment={evil}"])
+    evil = f'x\' "$(touch {canary})" `touch {canary}`; touch {canary} #'
+    backend = make_backend(
+        command_prefix=ssh_login, env={"CURATION_TEST_ECHO": evil}, sbatch_options=[f"--comment={evil}"]
+    )
     assert backend.max_array_size() >= 1  # scontrol show config, over SSH
     handle = backend.submit(spec_for(lake, units=2))
     st = wait_for(backend, handle)
     assert st.state == JobState.SUCCEEDED, st
     records_echo = Manifest.read(handle["manifest_uri"])
     assert records_echo.status == "complete"
-    comment = subprocess.run(["scontrol", "show", "job", "-o", handle["job_id"]], capture_output=True,
-                             text=True).stdout
+    comment = subprocess.run(["scontrol", "show", "job", "-o", handle["job_id"]], capture_output=True, text=True).stdout
     assert f"Comment={evil} " in comment  # the option reached sbatch as one literal argument
     assert not canary.exists()
     # Logs read where the job ran (as when the work folder is not mounted on the Airflow worker).
@@ -73,8 +73,7 @@ def test_work_folder_only_on_the_login_side(make_backend, lake, ssh_login, tmp_p
 
 
 @pytest.mark.airflow
-def test_the_airflow_ssh_connection_runs_the_slurm_commands(slurm_cluster, ssh_conn_id, lake, tmp_path,
-                                                             monkeypatch):
+def test_the_airflow_ssh_connection_runs_the_slurm_commands(slurm_cluster, ssh_conn_id, lake, tmp_path, monkeypatch):
     """``slurm_conn_id`` naming an ``ssh`` connection: the factory gives the backend a transport over
     Airflow's SSHHook (paramiko; no ssh binary). Job files are written through stdin over it (remote
     work folder), hostile values stay literal, and a backend rebuilt from the handle's options (as in
@@ -89,11 +88,16 @@ def test_the_airflow_ssh_connection_runs_the_slurm_commands(slurm_cluster, ssh_c
 
     monkeypatch.setenv("PATH", "/nonexistent")  # nothing may run here: not ssh, not sbatch
     canary = tmp_path / "pwned"
-    evil = f"x' \"$(touch {canary})\" `touch {canary}`; touch {canary} #"
+    evil = f'x\' "$(touch {canary})" `touch {canary}`; touch {canary} #'
     work = tmp_path / "remote jobs $(x)"
-    options = {"slurm_conn_id": ssh_conn_id, "python": sys.executable, "work_dir": str(work),
-               "remote_work_dir": True, "sbatch_options": [f"--comment={evil}"],
-               "env": {"PYTHONPATH": JOB_PYTHONPATH, "CURATION_TEST_ECHO": evil}}
+    options = {
+        "slurm_conn_id": ssh_conn_id,
+        "python": sys.executable,
+        "work_dir": str(work),
+        "remote_work_dir": True,
+        "sbatch_options": [f"--comment={evil}"],
+        "env": {"PYTHONPATH": JOB_PYTHONPATH, "CURATION_TEST_ECHO": evil},
+    }
     backend = backend_for("slurm", options)
     assert isinstance(backend.transport, SSHTransport) and backend.command_prefix == []
     handle = backend.submit(spec_for(lake, units=2))
@@ -125,9 +129,15 @@ def test_a_slurm_connection_names_its_login_node(slurm_cluster, ssh_conn_id, lak
 
     from .conftest import JOB_PYTHONPATH
 
-    monkeypatch.setenv("AIRFLOW_CONN_SLURM_SITE", json.dumps({
-        "conn_type": "slurm", "extra": {"ssh_conn_id": ssh_conn_id, "partition": "debug",
-                                        "python": sys.executable}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SLURM_SITE",
+        json.dumps(
+            {
+                "conn_type": "slurm",
+                "extra": {"ssh_conn_id": ssh_conn_id, "partition": "debug", "python": sys.executable},
+            }
+        ),
+    )
     hook = SlurmHook("slurm_site", env={"PYTHONPATH": JOB_PYTHONPATH})
     ok, message = hook.test_connection()
     assert ok and "debug" in message, message
@@ -150,7 +160,12 @@ def test_an_unreachable_login_node_is_not_a_verdict(slurm_cluster, monkeypatch):
         port = s.getsockname()[1]  # nothing listens there
     hook = SSHHook(remote_host="127.0.0.1", port=port, username="nobody", conn_timeout=2, conn_retry_attempts=1)
     backend = SlurmBackend(transport=SSHTransport(hook))
-    handle = {"job_id": "1", "job_dir": "/nonexistent", "result": "/nonexistent/result-1.json", "attempt": 1,
-              "log": "/nonexistent/job.log"}
+    handle = {
+        "job_id": "1",
+        "job_dir": "/nonexistent",
+        "result": "/nonexistent/result-1.json",
+        "attempt": 1,
+        "log": "/nonexistent/job.log",
+    }
     st = backend.status(handle)
     assert st.state == JobState.UNKNOWN and "ssh 127.0.0.1" in st.message, st

@@ -62,8 +62,7 @@ def test_preprocess_as_an_array_then_on_a_dask_allocation(make_backend, ingested
     assert shards >= 2
 
     array = make_backend(shard_groups=2)
-    handle = array.submit(JobSpec("preprocess", lake, "r1", {"input_manifest": ingest_manifest,
-                                                            "mapper": "local"}))
+    handle = array.submit(JobSpec("preprocess", lake, "r1", {"input_manifest": ingest_manifest, "mapper": "local"}))
     st = wait_for(array, handle, timeout=600)
     assert st.state == JobState.SUCCEEDED, (st, array.logs(handle)[0][-3000:])
     manifest = Manifest.read(handle["manifest_uri"])
@@ -74,8 +73,9 @@ def test_preprocess_as_an_array_then_on_a_dask_allocation(make_backend, ingested
     assert sum(g["shards"] for g in groups) == shards
 
     dask = make_backend(engine="dask", ntasks=2, cpus_per_task=1)
-    handle = dask.submit(JobSpec("preprocess", lake, "r2", {"input_manifest": ingest_manifest,
-                                                           "preset": "c4"}))  # new fingerprint: recomputed
+    handle = dask.submit(
+        JobSpec("preprocess", lake, "r2", {"input_manifest": ingest_manifest, "preset": "c4"})
+    )  # new fingerprint: recomputed
     st = wait_for(dask, handle, timeout=600)
     assert st.state == JobState.SUCCEEDED, (st, dask.logs(handle)[0][-3000:])
     text = dask.logs(handle)[0]

@@ -89,8 +89,12 @@ def test_toy_stage_runs_and_validate_shows_it_in_pipeline_order(registered, inge
         assert attrs.column("text_length").to_pylist() == [len(t) for t in TEXTS]
         assert toy.fingerprint in shard.attrs["text_length"]
     # A rerun skips every shard; another min_chars is another configuration (another fingerprint).
-    assert {u.status for u in StageRunner(stage_class("text_length")(
-        lake, {"input_manifest": ingest_uri, "min_chars": 8}, "r1")).run().units} == {"skipped"}
+    assert {
+        u.status
+        for u in StageRunner(stage_class("text_length")(lake, {"input_manifest": ingest_uri, "min_chars": 8}, "r1"))
+        .run()
+        .units
+    } == {"skipped"}
     digits = StageRunner(HasDigitsStage(lake, {"input_manifest": toy.manifest_uri}, "r1")).run()
     assert set(digits.shards[0].attrs) == {"text_length", "has_digits"}
 
@@ -98,8 +102,7 @@ def test_toy_stage_runs_and_validate_shows_it_in_pipeline_order(registered, inge
     report = json.loads(Path(lake.path("_manifests", "r1", "report.json")).read_text())
     funnel = report["metrics"]["funnel"]
     # Pipeline order from the manifests (text_length ran first), though "has_digits" sorts first.
-    assert [(f["label"], f["rows"]) for f in funnel] == [("ingested", 10), ("text_length", kept),
-                                                         ("has_digits", kept)]
+    assert [(f["label"], f["rows"]) for f in funnel] == [("ingested", 10), ("text_length", kept), ("has_digits", kept)]
     assert report["columns"]["text_length"] == ["text_length", KEEP, "drop_reason"]
     assert report["columns"]["has_digits"] == ["has_digits"]
     assert report["status"] == "passed"
@@ -108,19 +111,26 @@ def test_toy_stage_runs_and_validate_shows_it_in_pipeline_order(registered, inge
 def test_operator_coerces_templated_settings_once(registered):
     from .text_length_operator import TextLengthOperator
 
-    op = TextLengthOperator(task_id="toy", dataset="toy", lake="/tmp/lake", input_manifest="/tmp/m.json",
-                            min_chars="12", config={"max_failed_fraction": "0.5"})
+    op = TextLengthOperator(
+        task_id="toy",
+        dataset="toy",
+        lake="/tmp/lake",
+        input_manifest="/tmp/m.json",
+        min_chars="12",
+        config={"max_failed_fraction": "0.5"},
+    )
     assert op.build_config({}) == {"input_manifest": "/tmp/m.json", "min_chars": 12, "max_failed_fraction": 0.5}
     assert "min_chars" in op.template_fields
-    default = TextLengthOperator(task_id="toy2", dataset="toy", lake="/tmp/lake", input_manifest="/m",
-                                 min_chars="None")
+    default = TextLengthOperator(task_id="toy2", dataset="toy", lake="/tmp/lake", input_manifest="/m", min_chars="None")
     assert default.build_config({}) == {"input_manifest": "/m"}  # rendered "nothing": the stage's default
     with pytest.raises(ValueError, match="setting 'min_chars': .*integer"):
-        TextLengthOperator(task_id="t3", dataset="toy", lake="/l", input_manifest="/m",
-                           min_chars="many").build_config({})
+        TextLengthOperator(task_id="t3", dataset="toy", lake="/l", input_manifest="/m", min_chars="many").build_config(
+            {}
+        )
     with pytest.raises(ValueError, match=r"unknown settings \['min_words'\]"):
-        TextLengthOperator(task_id="t4", dataset="toy", lake="/l", input_manifest="/m",
-                           config={"min_words": 3}).build_config({})
+        TextLengthOperator(
+            task_id="t4", dataset="toy", lake="/l", input_manifest="/m", config={"min_words": 3}
+        ).build_config({})
 
 
 def test_jobs_entry_point_runs_it_in_a_job_process_named_by_the_environment(ingested, tmp_path):
@@ -128,12 +138,25 @@ def test_jobs_entry_point_runs_it_in_a_job_process_named_by_the_environment(inge
     from airflow_curation.jobs.spec import JobSpec
 
     lake, ingest_uri = ingested
-    spec = JobSpec(stage="text_length", lake=lake.to_dict(), run_id="job",
-                   config={"input_manifest": ingest_uri, "min_chars": "3"})
+    spec = JobSpec(
+        stage="text_length", lake=lake.to_dict(), run_id="job", config={"input_manifest": ingest_uri, "min_chars": "3"}
+    )
     (tmp_path / "spec.json").write_text(spec.to_json())
-    proc = subprocess.run([sys.executable, "-m", "airflow_curation.jobs", "run", str(tmp_path / "spec.json"),
-                           "--result", str(tmp_path / "result.json")], capture_output=True, text=True,
-                          env=_env(CURATION_STAGES="text_length=text_length:TextLengthStage"), timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "airflow_curation.jobs",
+            "run",
+            str(tmp_path / "spec.json"),
+            "--result",
+            str(tmp_path / "result.json"),
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(CURATION_STAGES="text_length=text_length:TextLengthStage"),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["status"] == "succeeded" and result["accounting"]["kept"] == 8  # "x" is too short
@@ -156,14 +179,14 @@ def test_cli_finds_it_through_an_entry_point(ingested, tmp_path):
     code = "import sys; from airflow_curation.cli import main; sys.exit(main(sys.argv[1:]))"
 
     def curation(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
-                              timeout=300)
+        return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=300)
 
     helped = curation("text_length", "--help")
     assert helped.returncode == 0 and "--min-chars" in helped.stdout and "shortest text kept" in helped.stdout
     # On the lake: the newest complete manifest of another stage (ingest's) when none is named.
-    done = curation("text_length", "--lake", lake.root, "--dataset", lake.dataset, "--run-id", "cli",
-                    "--min-chars", "6")
+    done = curation(
+        "text_length", "--lake", lake.root, "--dataset", lake.dataset, "--run-id", "cli", "--min-chars", "6"
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     manifest = Manifest.read(json.loads(done.stdout)["manifest_uri"])
     assert manifest.config["input_manifest"] == ingest_uri and manifest.accounting["kept"] == 6

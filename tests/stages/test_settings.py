@@ -16,35 +16,60 @@ REPO = Path(__file__).resolve().parents[2]
 LAKE = Lake("/tmp/settings-test-lake", "ds")
 
 
-@pytest.mark.parametrize("kind, given, expected", [
-    (bool, "true", True), (bool, " False ", False), (bool, "1", True), (bool, 0, False), (bool, True, True),
-    (int, "4", 4), (int, 4.0, 4), (int, 7, 7),
-    (float, "0.7", 0.7), (float, 1, 1.0),
-    (str, "x", "x"), (str, Path("/m"), "/m"),
-    (list, "a.jsonl, b.jsonl", ["a.jsonl", "b.jsonl"]), (list, '[{"name": "r"}]', [{"name": "r"}]),
-    (list, ("a",), ["a"]),
-    (dict, '{"a": 1}', {"a": 1}), (dict, {"a": 1}, {"a": 1}),
-    (size, "512MiB", 512 << 20), (size, "1000000", 1000000), (size, 64, 64),
-    (auto_or_bool, "auto", "auto"), (auto_or_bool, "true", True),
-])
+@pytest.mark.parametrize(
+    "kind, given, expected",
+    [
+        (bool, "true", True),
+        (bool, " False ", False),
+        (bool, "1", True),
+        (bool, 0, False),
+        (bool, True, True),
+        (int, "4", 4),
+        (int, 4.0, 4),
+        (int, 7, 7),
+        (float, "0.7", 0.7),
+        (float, 1, 1.0),
+        (str, "x", "x"),
+        (str, Path("/m"), "/m"),
+        (list, "a.jsonl, b.jsonl", ["a.jsonl", "b.jsonl"]),
+        (list, '[{"name": "r"}]', [{"name": "r"}]),
+        (list, ("a",), ["a"]),
+        (dict, '{"a": 1}', {"a": 1}),
+        (dict, {"a": 1}, {"a": 1}),
+        (size, "512MiB", 512 << 20),
+        (size, "1000000", 1000000),
+        (size, 64, 64),
+        (auto_or_bool, "auto", "auto"),
+        (auto_or_bool, "true", True),
+    ],
+)
 def test_coercion(kind, given, expected):
     assert Setting("x", kind).coerce(given, "here") == expected
     assert Setting("x", kind).coerce(None, "here") is None  # None: "not set", for the stage to read
 
 
-@pytest.mark.parametrize("kind, given, message", [
-    (bool, "maybe", "expected a boolean"), (int, "4.5", "expected an integer"), (int, True, "expected an integer"),
-    (float, "fast", "expected a number"), (dict, "[1]", "expected a mapping"), (dict, "{", "not JSON"),
-    (size, "lots", "not a size"), (str, 3, "expected a string"),
-])
+@pytest.mark.parametrize(
+    "kind, given, message",
+    [
+        (bool, "maybe", "expected a boolean"),
+        (int, "4.5", "expected an integer"),
+        (int, True, "expected an integer"),
+        (float, "fast", "expected a number"),
+        (dict, "[1]", "expected a mapping"),
+        (dict, "{", "not JSON"),
+        (size, "lots", "not a size"),
+        (str, 3, "expected a string"),
+    ],
+)
 def test_coercion_errors_name_the_setting(kind, given, message):
     with pytest.raises(ValueError, match=f"here: setting 'x': {message}"):
         Setting("x", kind).coerce(given, "here")
 
 
 def test_schema_refuses_unknown_and_renamed_keys_and_drops_rendered_nothing():
-    s = Settings(Setting("mapper", str, "local", choices=("local", "dask")), Setting("n", int, 1),
-                 renamed={"engine": "mapper"})
+    s = Settings(
+        Setting("mapper", str, "local", choices=("local", "dask")), Setting("n", int, 1), renamed={"engine": "mapper"}
+    )
     assert s.defaults == {"mapper": "local", "n": 1}
     with pytest.raises(ValueError, match="st: setting 'engine' was renamed to 'mapper'"):
         s.coerce({"engine": "dask"}, "st")
@@ -57,14 +82,17 @@ def test_schema_refuses_unknown_and_renamed_keys_and_drops_rendered_nothing():
     assert s.replace("n", default=5).defaults["n"] == 5 and s.extend(Setting("n", int, 9)).defaults["n"] == 9
 
 
-@pytest.mark.parametrize("stage, old, new, extra", [
-    ("preprocess", "engine", "mapper", {"input_manifest": "/m"}),
-    ("dedup", "engine", "mapper", {"input_manifest": "/m"}),
-    ("enrich", "engine", "model_runtime", {"input_manifest": "/m", "task": "embed", "model": "/x"}),
-    ("enrich", "executor", "mapper", {"input_manifest": "/m", "task": "embed", "model": "/x"}),
-    ("enrich", "engine_kwargs", "model_runtime_kwargs", {"input_manifest": "/m", "task": "embed", "model": "/x"}),
-    ("validate", "engine", "query_engine", {"input_manifest": "/m"}),
-])
+@pytest.mark.parametrize(
+    "stage, old, new, extra",
+    [
+        ("preprocess", "engine", "mapper", {"input_manifest": "/m"}),
+        ("dedup", "engine", "mapper", {"input_manifest": "/m"}),
+        ("enrich", "engine", "model_runtime", {"input_manifest": "/m", "task": "embed", "model": "/x"}),
+        ("enrich", "executor", "mapper", {"input_manifest": "/m", "task": "embed", "model": "/x"}),
+        ("enrich", "engine_kwargs", "model_runtime_kwargs", {"input_manifest": "/m", "task": "embed", "model": "/x"}),
+        ("validate", "engine", "query_engine", {"input_manifest": "/m"}),
+    ],
+)
 def test_old_setting_names_are_refused_with_the_new_one(stage, old, new, extra):
     with pytest.raises(ValueError, match=f"{stage}: setting '{old}' was renamed to '{new}'"):
         stage_class(stage)(LAKE, {**extra, old: "local"}, "r1")
@@ -92,8 +120,12 @@ def test_fingerprints_did_not_change_with_the_settings_schema():
     }
     for name, (config, fp) in cases.items():
         assert stage_class(name)(LAKE, config, "r").fingerprint == fp, name
-    pre = {"input_manifest": "/m.json", "preset": "gopher,c4", "code": True,
-           "rules": [{"name": "r", "signal": "n_words", "min": 3}]}
+    pre = {
+        "input_manifest": "/m.json",
+        "preset": "gopher,c4",
+        "code": True,
+        "rules": [{"name": "r", "signal": "n_words", "min": 3}],
+    }
     assert stage_class("preprocess")(LAKE, pre, "r").fingerprint == "421aad69d96ba9d2"
     dedup = {"input_manifest": "/m.json", "threshold": 0.7, "num_perm": 64, "verify": True, "only_kept": False}
     assert stage_class("dedup")(LAKE, dedup, "r").fingerprint == "dc33d8f594660a1c"
@@ -128,8 +160,9 @@ def test_operator_refuses_renamed_arguments():
     with pytest.raises(TypeError, match="argument 'engine' was renamed to 'mapper'"):
         PreprocessOperator(task_id="p", dataset="ds", lake="/l", input_manifest="/m", engine="local")
     with pytest.raises(TypeError, match="'engine_executor' was renamed to 'mapper'"):
-        EnrichOperator(task_id="e", dataset="ds", lake="/l", input_manifest="/m", task="embed", model="/x",
-                       engine_executor="local")
+        EnrichOperator(
+            task_id="e", dataset="ds", lake="/l", input_manifest="/m", task="embed", model="/x", engine_executor="local"
+        )
     op = PreprocessOperator(task_id="p2", dataset="ds", lake="/l", input_manifest="/m", config={"engine": "dask"})
     with pytest.raises(ValueError, match="setting 'engine' was renamed to 'mapper'"):
         op.build_config({})
@@ -139,15 +172,43 @@ def test_cli_flags_come_from_the_settings_and_old_flags_still_parse():
     from airflow_curation.cli import build_parser
 
     parser = build_parser()
-    args = parser.parse_args(["dedup", "--lake", "/l", "--dataset", "d", "--no-near", "--all-rows",
-                              "--memory-budget", "512MiB", "--engine", "dask"])
+    args = parser.parse_args(
+        [
+            "dedup",
+            "--lake",
+            "/l",
+            "--dataset",
+            "d",
+            "--no-near",
+            "--all-rows",
+            "--memory-budget",
+            "512MiB",
+            "--engine",
+            "dask",
+        ]
+    )
     assert (args.near, args.only_kept, args.memory_budget, args.mapper) == (False, False, 512 << 20, "dask")
     assert not hasattr(args, "threshold")  # not given: the stage's default applies
-    args = parser.parse_args(["validate", "--lake", "/l", "--dataset", "d", "--warn-only", "--checks", "c.yaml",
-                              "--query-engine", "daft"])
+    args = parser.parse_args(
+        ["validate", "--lake", "/l", "--dataset", "d", "--warn-only", "--checks", "c.yaml", "--query-engine", "daft"]
+    )
     assert (args.fail_on_error, args.checks_file, args.query_engine) == (False, "c.yaml", "daft")
-    args = parser.parse_args(["enrich", "f.parquet", "--output", "o", "--task", "embed", "--model", "/m",
-                              "--labels", "a,b", "--model-runtime-kwargs", '{"x": 1}'])
+    args = parser.parse_args(
+        [
+            "enrich",
+            "f.parquet",
+            "--output",
+            "o",
+            "--task",
+            "embed",
+            "--model",
+            "/m",
+            "--labels",
+            "a,b",
+            "--model-runtime-kwargs",
+            '{"x": 1}',
+        ]
+    )
     assert args.labels == ["a", "b"] and args.model_runtime_kwargs == {"x": 1}
     with pytest.raises(SystemExit):
         parser.parse_args(["dedup", "--lake", "/l", "--dataset", "d", "--mapper", "ray"])

@@ -19,32 +19,66 @@ WORDS = "the data curation pipeline keeps good documents and drops noisy ones qu
 
 
 def _entry(uri: str, shard_id: str, rows: int, nbytes: int, checksum: str, attrs=None) -> ShardEntry:
-    return ShardEntry(shard_id=shard_id, uri=uri, rows=rows, bytes=nbytes, checksum=checksum, unit_id=shard_id,
-                      attrs=dict(attrs or {}))
+    return ShardEntry(
+        shard_id=shard_id,
+        uri=uri,
+        rows=rows,
+        bytes=nbytes,
+        checksum=checksum,
+        unit_id=shard_id,
+        attrs=dict(attrs or {}),
+    )
 
 
-def _finish(lake: Lake, stage: str, run_id: str, shards: list[ShardEntry], accs: list[RowAccounting],
-            fp: str = "fp0001") -> str:
+def _finish(
+    lake: Lake, stage: str, run_id: str, shards: list[ShardEntry], accs: list[RowAccounting], fp: str = "fp0001"
+) -> str:
     store = CheckpointStore(lake.checkpoint_dir(stage, fp))
     total = RowAccounting()
     units = []
     for s, acc in zip(shards, accs):
         now = time.time()
-        store.commit(CheckpointRecord(unit_id=s.shard_id, stage=stage, fingerprint=fp, input_checksum=s.checksum,
-                                      outputs=[s.__dict__], accounting=acc.to_dict(), started_at=now - 0.25,
-                                      finished_at=now))
+        store.commit(
+            CheckpointRecord(
+                unit_id=s.shard_id,
+                stage=stage,
+                fingerprint=fp,
+                input_checksum=s.checksum,
+                outputs=[s.__dict__],
+                accounting=acc.to_dict(),
+                started_at=now - 0.25,
+                finished_at=now,
+            )
+        )
         units.append(UnitEntry(unit_id=s.shard_id, inputs=[s.uri], input_checksum=s.checksum, status="done"))
         total.merge(acc)
-    m = Manifest(dataset=lake.dataset, stage=stage, run_id=run_id, fingerprint=fp, lake=lake.to_dict(),
-                 units=units, shards=shards, status="complete", accounting=total.to_dict())
+    m = Manifest(
+        dataset=lake.dataset,
+        stage=stage,
+        run_id=run_id,
+        fingerprint=fp,
+        lake=lake.to_dict(),
+        units=units,
+        shards=shards,
+        status="complete",
+        accounting=total.to_dict(),
+    )
     uri = lake.manifest_uri(run_id, stage)
     m.write(uri)
     return uri
 
 
-def build_run(root: str, dataset: str = "demo", snapshot: str | None = None, run_id: str = "run1",
-              shards: int = 3, rows: int = 120, stages: tuple[str, ...] = ("preprocess", "dedup"),
-              seed: int = 0, null_text_rows: int = 0) -> dict[str, str]:
+def build_run(
+    root: str,
+    dataset: str = "demo",
+    snapshot: str | None = None,
+    run_id: str = "run1",
+    shards: int = 3,
+    rows: int = 120,
+    stages: tuple[str, ...] = ("preprocess", "dedup"),
+    seed: int = 0,
+    null_text_rows: int = 0,
+) -> dict[str, str]:
     """Returns ``{stage: manifest_uri}`` for each stage written (``ingest`` always)."""
     rng = random.Random(seed)
     lake = Lake(root, dataset, snapshot)
@@ -57,8 +91,9 @@ def build_run(root: str, dataset: str = "demo", snapshot: str | None = None, run
         for i in range(null_text_rows):
             texts[i] = None
         schema = SHARD_SCHEMA if not null_text_rows else pa.schema([f.with_nullable(True) for f in SHARD_SCHEMA])
-        table = pa.table({"id": ids, "text": texts, "source": ["in.jsonl"] * rows, "meta": ["{}"] * rows},
-                         schema=schema)
+        table = pa.table(
+            {"id": ids, "text": texts, "source": ["in.jsonl"] * rows, "meta": ["{}"] * rows}, schema=schema
+        )
         uri = lake.shard_uri(sid)
         nbytes, checksum = write_parquet(uri, table, row_group_rows=64)
         ingest.append(_entry(uri, sid, rows, nbytes, checksum))
@@ -77,9 +112,15 @@ def build_run(root: str, dataset: str = "demo", snapshot: str | None = None, run
             if stage == "preprocess":
                 wc = [len(t.split()) if t else 0 for t in texts]
                 keep = [w >= 8 for w in wc]
-                table = pa.table({"id": ids, "word_count": pa.array(wc, pa.int64()),
-                                  "alpha_ratio": [rng.uniform(0.6, 0.95) for _ in ids], "keep": keep,
-                                  "drop_reason": [None if k else "too_short" for k in keep]})
+                table = pa.table(
+                    {
+                        "id": ids,
+                        "word_count": pa.array(wc, pa.int64()),
+                        "alpha_ratio": [rng.uniform(0.6, 0.95) for _ in ids],
+                        "keep": keep,
+                        "drop_reason": [None if k else "too_short" for k in keep],
+                    }
+                )
                 for k in keep:
                     acc.keep() if k else acc.drop("too_short")
             elif stage == "dedup":

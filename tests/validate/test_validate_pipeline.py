@@ -22,11 +22,13 @@ def _run(lake: Lake, name: str, config: dict, run_id: str = "pipe") -> Manifest:
 def pipeline(tmp_path_factory):
     base = tmp_path_factory.mktemp("pipe")
     rng = random.Random(7)
-    words = ("the quick brown fox jumps over the lazy dog while data curation keeps only the good "
-             "documents for training large language models and drops the rest").split()
+    words = (
+        "the quick brown fox jumps over the lazy dog while data curation keeps only the good "
+        "documents for training large language models and drops the rest"
+    ).split()
     docs = [" ".join(rng.choice(words) for _ in range(rng.randint(60, 160))) for _ in range(60)]
-    docs += docs[:10]                       # exact duplicates
-    docs += ["short", "", "!!!! ????"]      # junk for the quality filters
+    docs += docs[:10]  # exact duplicates
+    docs += ["short", "", "!!!! ????"]  # junk for the quality filters
     src = base / "in.jsonl"
     src.write_text("".join(json.dumps({"text": t, "n": i}) + "\n" for i, t in enumerate(docs)))
     lake = Lake(str(base / "lake"), "pipe")

@@ -147,7 +147,7 @@ DAFT_GATE_REFUSES = [
     "SELECT count(*) FROM curated.'x.parquet'",
     "SELECT count(*) FROM E'x.parquet'",
     "SELECT count(*) FROM (SELECT 1) t, glob('x')",
-    'SELECT count(*) FROM "read_csv"(\'x.csv\')',
+    "SELECT count(*) FROM \"read_csv\"('x.csv')",
     "SELECT URL_DOWNLOAD('file:///etc/passwd')",
     "SELECT 1url_download('file:///etc/passwd')",
     "SELECT count(*) FROM curated -- c",
@@ -217,9 +217,13 @@ def test_read_queries_run_on_both_engines_and_agree(lake):
 def test_the_view_still_reads_its_files_after_lockdown(lake, engine_name):
     """The metrics (every view, every attrs file) are computed on the locked connection."""
     root, uris = lake
-    stage, manifest = _validate(root, uris["dedup"], f"locked-{engine_name}", query_engine=engine_name,
-                                checks=[{"type": "sql", "name": "curated rows", "query": "SELECT count(*) FROM curated",
-                                         "min": 1}])
+    stage, manifest = _validate(
+        root,
+        uris["dedup"],
+        f"locked-{engine_name}",
+        query_engine=engine_name,
+        checks=[{"type": "sql", "name": "curated rows", "query": "SELECT count(*) FROM curated", "min": 1}],
+    )
     report = json.loads(Path(root, "demo", "_manifests", f"locked-{engine_name}", "report.json").read_text())
     assert report["status"] == "passed", report["summary"]
     assert report["metrics"]["rows"] == 60 and report["metrics"]["attrs_rows"] == {"preprocess": 60, "dedup": 60}
@@ -253,9 +257,11 @@ def test_a_text_result_fails_the_check_without_showing_the_text(lake):
 # --- secrets in the job's environment: /proc/self/environ ----------------------------------------
 
 ENVIRON_QUERIES = {
-    "duckdb": ["SELECT CAST(content AS INTEGER) FROM read_text('/proc/self/environ')",
-               "SELECT content FROM read_text('/proc/self/environ')",
-               "SELECT count(*) FROM read_csv('/proc/self/environ', sep='=', header=false)"],
+    "duckdb": [
+        "SELECT CAST(content AS INTEGER) FROM read_text('/proc/self/environ')",
+        "SELECT content FROM read_text('/proc/self/environ')",
+        "SELECT count(*) FROM read_csv('/proc/self/environ', sep='=', header=false)",
+    ],
     "daft": ["SELECT length(url_download('file:///proc/self/environ'))"],
 }
 
@@ -267,16 +273,26 @@ def test_environ_secrets_reach_no_manifest_report_record_or_log(lake, tmp_path, 
     not in the job's result and not in its log."""
     root, uris = lake
     run_id = f"environ-{engine_name}"
-    checks = [{"type": "sql", "name": f"environ {i}", "query": q, "max": 0}
-              for i, q in enumerate(ENVIRON_QUERIES[engine_name])]
-    spec = JobSpec(stage="validate", lake={"root": root, "dataset": "demo", "snapshot": None}, run_id=run_id,
-                   config={"input_manifest": uris["dedup"], "query_engine": engine_name, "checks": checks,
-                           "max_attempts": 1})
+    checks = [
+        {"type": "sql", "name": f"environ {i}", "query": q, "max": 0}
+        for i, q in enumerate(ENVIRON_QUERIES[engine_name])
+    ]
+    spec = JobSpec(
+        stage="validate",
+        lake={"root": root, "dataset": "demo", "snapshot": None},
+        run_id=run_id,
+        config={"input_manifest": uris["dedup"], "query_engine": engine_name, "checks": checks, "max_attempts": 1},
+    )
     spec_path, result_path = tmp_path / "spec.json", tmp_path / "result.json"
     spec_path.write_text(spec.to_json())
     env = {**os.environ, "CURATION_TEST_BAIT": SECRET, "AWS_SECRET_ACCESS_KEY": SECRET + "-aws"}
-    proc = subprocess.run([sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path), "--result",
-                           str(result_path)], capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path), "--result", str(result_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     log = proc.stdout + proc.stderr
     published = [result_path] + [p for p in Path(root, "demo").rglob("*") if p.is_file()]
     for path in published + [None]:
@@ -288,25 +304,71 @@ def test_environ_secrets_reach_no_manifest_report_record_or_log(lake, tmp_path, 
 
 # --- fuzz ------------------------------------------------------------------------------------------
 
-_READERS = ["read_csv", "read_csv_auto", "read_text", "read_blob", "read_json", "read_json_auto", "read_parquet",
-            "parquet_scan", "glob", "sniff_csv", "parquet_metadata", "url_download", "file", "file_size",
-            "url_upload"]
-_PATHS = ["/etc/passwd", "/proc/self/environ", "{bait}/secret.csv", "{bait}/secret.json", "{bait}/secret.txt",
-          "{bait}/secret.parquet", "file://{bait}/secret.txt", "{bait}/out/new.csv", "~/.aws/credentials"]
-_STATEMENTS = ["COPY (SELECT 1) TO '{bait}/out/c.csv'", "COPY curated TO '{bait}/out/c.parquet' (FORMAT parquet)",
-               "ATTACH '{bait}/out/a.db' AS a", "INSTALL httpfs", "LOAD httpfs", "DROP VIEW curated",
-               "DROP VIEW IF EXISTS docs", "CREATE OR REPLACE VIEW curated AS SELECT 1 AS x",
-               "CREATE TABLE t AS SELECT 1", "SET enable_external_access = true", "SET lock_configuration = false",
-               "RESET enable_external_access", "PRAGMA version", "EXPORT DATABASE '{bait}/out/exp'",
-               "CALL pragma_version()", "DETACH memory", "USE memory", "SET x = 1", "INSERT INTO t VALUES (1)"]
-_SHAPES = ["SELECT count(*) FROM {fn}('{path}')", "SELECT {fn}('{path}')", "SELECT count(*) FROM '{path}'",
-           "SELECT count(*) FROM curated, {fn}('{path}')", "{stmt}", "SELECT 1; {stmt}", "{stmt}; SELECT 1",
-           "SELECT count(*) FROM curated WHERE id IN (SELECT {fn}('{path}'))",
-           "WITH x AS (SELECT * FROM {fn}('{path}')) SELECT count(*) FROM x",
-           "SELECT count(*) FROM query('{stmt_quoted}')", "SELECT count({fn}(text, 'file://{path}')) FROM curated",
-           "SELECT count(*) FROM curated WHERE text = '{path}'",
-           "SELECT count(*) FROM curated WHERE length({fn}('{path}')) > 0",
-           "SELECT count(*) FROM curated c JOIN {fn}('{path}') f ON c.id = f.id"]
+_READERS = [
+    "read_csv",
+    "read_csv_auto",
+    "read_text",
+    "read_blob",
+    "read_json",
+    "read_json_auto",
+    "read_parquet",
+    "parquet_scan",
+    "glob",
+    "sniff_csv",
+    "parquet_metadata",
+    "url_download",
+    "file",
+    "file_size",
+    "url_upload",
+]
+_PATHS = [
+    "/etc/passwd",
+    "/proc/self/environ",
+    "{bait}/secret.csv",
+    "{bait}/secret.json",
+    "{bait}/secret.txt",
+    "{bait}/secret.parquet",
+    "file://{bait}/secret.txt",
+    "{bait}/out/new.csv",
+    "~/.aws/credentials",
+]
+_STATEMENTS = [
+    "COPY (SELECT 1) TO '{bait}/out/c.csv'",
+    "COPY curated TO '{bait}/out/c.parquet' (FORMAT parquet)",
+    "ATTACH '{bait}/out/a.db' AS a",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "DROP VIEW curated",
+    "DROP VIEW IF EXISTS docs",
+    "CREATE OR REPLACE VIEW curated AS SELECT 1 AS x",
+    "CREATE TABLE t AS SELECT 1",
+    "SET enable_external_access = true",
+    "SET lock_configuration = false",
+    "RESET enable_external_access",
+    "PRAGMA version",
+    "EXPORT DATABASE '{bait}/out/exp'",
+    "CALL pragma_version()",
+    "DETACH memory",
+    "USE memory",
+    "SET x = 1",
+    "INSERT INTO t VALUES (1)",
+]
+_SHAPES = [
+    "SELECT count(*) FROM {fn}('{path}')",
+    "SELECT {fn}('{path}')",
+    "SELECT count(*) FROM '{path}'",
+    "SELECT count(*) FROM curated, {fn}('{path}')",
+    "{stmt}",
+    "SELECT 1; {stmt}",
+    "{stmt}; SELECT 1",
+    "SELECT count(*) FROM curated WHERE id IN (SELECT {fn}('{path}'))",
+    "WITH x AS (SELECT * FROM {fn}('{path}')) SELECT count(*) FROM x",
+    "SELECT count(*) FROM query('{stmt_quoted}')",
+    "SELECT count({fn}(text, 'file://{path}')) FROM curated",
+    "SELECT count(*) FROM curated WHERE text = '{path}'",
+    "SELECT count(*) FROM curated WHERE length({fn}('{path}')) > 0",
+    "SELECT count(*) FROM curated c JOIN {fn}('{path}') f ON c.id = f.id",
+]
 # Comment tricks are drawn about a third of the time, so most queries reach past the Daft gate's
 # first rule (no comments) to the others.
 _SEPARATORS = [" ", " ", " ", "  ", "\t", "\n", "/**/", " /* x */ ", " --c\n", " /* /* */ */ "]
@@ -320,8 +382,9 @@ def hostile_sql(draw, bait: Path) -> str:
     stmt = draw(st.sampled_from(_STATEMENTS)).format(bait=bait)
     fn = draw(st.sampled_from(_READERS))
     fn = f'"{fn}"' if draw(st.booleans()) else fn  # a quoted function name
-    q = draw(st.sampled_from(_SHAPES)).format(fn=fn, stmt=stmt, stmt_quoted=stmt.replace("'", "''"),
-                                               path=draw(st.sampled_from(_PATHS)).format(bait=bait))
+    q = draw(st.sampled_from(_SHAPES)).format(
+        fn=fn, stmt=stmt, stmt_quoted=stmt.replace("'", "''"), path=draw(st.sampled_from(_PATHS)).format(bait=bait)
+    )
     q = draw(st.sampled_from(_CASES))(q)
     q = q.replace(" ", draw(st.sampled_from(_SEPARATORS)))
     return draw(st.sampled_from(_PREFIXES)) + q + draw(st.sampled_from(_SUFFIXES))

@@ -73,8 +73,13 @@ def test_passing_run_writes_report_with_funnel_signals_and_clusters(full_run):
 def test_failed_check_fails_with_readable_summary_and_report(full_run, tmp_path):
     root, uris = full_run
     with pytest.raises(ValidationFailed) as e:
-        _validate(root, uris["dedup"], run_id="strict", max_duplicate_rate=0.01,
-                  signal_bounds={"preprocess.alpha_ratio": {"stat": "mean", "min": 0.99}})
+        _validate(
+            root,
+            uris["dedup"],
+            run_id="strict",
+            max_duplicate_rate=0.01,
+            signal_bounds={"preprocess.alpha_ratio": {"stat": "mean", "min": 0.99}},
+        )
     msg = str(e.value)
     assert "[FAIL] duplicate_rate" in msg and "[FAIL] mean of preprocess.alpha_ratio" in msg
     assert "report.html" in msg
@@ -83,8 +88,13 @@ def test_failed_check_fails_with_readable_summary_and_report(full_run, tmp_path)
     assert Manifest.read(os.path.join(root, "demo", "_manifests", "strict", "validate.json")).status == "failed"
     # The verdict is checkpointed: a rerun with the same data and checks gives the same answer at once.
     with pytest.raises(ValidationFailed):
-        _validate(root, uris["dedup"], run_id="strict2", max_duplicate_rate=0.01,
-                  signal_bounds={"preprocess.alpha_ratio": {"stat": "mean", "min": 0.99}})
+        _validate(
+            root,
+            uris["dedup"],
+            run_id="strict2",
+            max_duplicate_rate=0.01,
+            signal_bounds={"preprocess.alpha_ratio": {"stat": "mean", "min": 0.99}},
+        )
     assert _report(root, "strict2")[0]["status"] == "failed"
 
 
@@ -97,7 +107,8 @@ def test_checks_file_with_sql_bounds_on_curated_rows_and_warnings(full_run, tmp_
         "    query: SELECT count(*) FROM curated WHERE word_count < 8\n    max: 0\n"
         "  - type: bounds\n    column: word_count\n    stat: min\n    scope: curated\n    min: 8\n"
         "  - type: kept_fraction\n    min: 0.99\n    severity: warn\n"
-        "  - type: schema\n    columns: {word_count: int, keep: bool, cluster_id: string}\n")
+        "  - type: schema\n    columns: {word_count: int, keep: bool, cluster_id: string}\n"
+    )
     _, manifest = _validate(root, uris["dedup"], run_id="yaml", checks_file=str(checks))
     report, page = _report(root, "yaml")
     by_name = {c["name"]: c for c in report["checks"]}
@@ -110,8 +121,9 @@ def test_checks_file_with_sql_bounds_on_curated_rows_and_warnings(full_run, tmp_
 
 def test_malformed_check_is_refused_before_any_work(full_run):
     root, uris = full_run
-    stage = ValidateStage(Lake(root, "demo"), {"input_manifest": uris["dedup"],
-                                               "checks": [{"type": "median_vibes"}]}, "bad")
+    stage = ValidateStage(
+        Lake(root, "demo"), {"input_manifest": uris["dedup"], "checks": [{"type": "median_vibes"}]}, "bad"
+    )
     with pytest.raises(CheckSpecError, match="unknown type 'median_vibes'"):
         StageRunner(stage).run()
 
@@ -149,8 +161,18 @@ def test_daft_engine_agrees_with_duckdb(full_run):
     daft, _ = _report(root, "daft")
     a, b = duck["metrics"], daft["metrics"]
     assert b["query_engine"] == "daft-native"
-    for key in ("rows", "text_bytes", "distinct_ids", "null_counts", "missing_attrs", "attrs_rows", "funnel",
-                "duplicates", "clusters", "drop_reasons"):
+    for key in (
+        "rows",
+        "text_bytes",
+        "distinct_ids",
+        "null_counts",
+        "missing_attrs",
+        "attrs_rows",
+        "funnel",
+        "duplicates",
+        "clusters",
+        "drop_reasons",
+    ):
         assert a[key] == b[key], key
     for col in ("word_count", "alpha_ratio"):
         for stat in ("count", "min", "max"):
@@ -161,8 +183,12 @@ def test_daft_engine_agrees_with_duckdb(full_run):
 
 def test_runs_from_a_job_spec_like_every_backend(full_run):
     root, uris = full_run
-    spec = JobSpec(stage="validate", lake={"root": root, "dataset": "demo", "snapshot": None}, run_id="job",
-                   config={"input_manifest": uris["dedup"]})
+    spec = JobSpec(
+        stage="validate",
+        lake={"root": root, "dataset": "demo", "snapshot": None},
+        run_id="job",
+        config={"input_manifest": uris["dedup"]},
+    )
     result = run_spec(spec)
     assert result["rows"] == 360 and result["manifest_uri"].endswith("_manifests/job/validate.json")
     assert storage.exists(os.path.join(root, "demo", "_manifests", "job", "report.html"))
@@ -180,13 +206,22 @@ def test_daft_on_ray_in_a_job_process(full_run, tmp_path):
     import sys
 
     root, uris = full_run
-    spec = JobSpec(stage="validate", lake={"root": root, "dataset": "demo", "snapshot": None}, run_id="ray",
-                   config={"input_manifest": uris["dedup"], "query_engine": "daft", "daft_runner": "ray"})
+    spec = JobSpec(
+        stage="validate",
+        lake={"root": root, "dataset": "demo", "snapshot": None},
+        run_id="ray",
+        config={"input_manifest": uris["dedup"], "query_engine": "daft", "daft_runner": "ray"},
+    )
     spec_path, result_path = tmp_path / "spec.json", tmp_path / "result.json"
     spec_path.write_text(spec.to_json())
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "CURATION_RAY_NUM_CPUS": "2"}
-    proc = subprocess.run([sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path), "--result",
-                           str(result_path)], capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path), "--result", str(result_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ray_report, _ = _report(root, "ray")
     assert ray_report["metrics"]["query_engine"] == "daft-ray" and ray_report["status"] == "passed"

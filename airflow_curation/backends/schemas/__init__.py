@@ -45,8 +45,11 @@ def _strict(schema: dict[str, Any]) -> dict[str, Any]:
                 s.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}])
             if s.get("nullable") and "type" in s:
                 s["type"] = [s["type"], "null"]
-            if ("properties" in s and "additionalProperties" not in s
-                    and not s.get("x-kubernetes-preserve-unknown-fields")):
+            if (
+                "properties" in s
+                and "additionalProperties" not in s
+                and not s.get("x-kubernetes-preserve-unknown-fields")
+            ):
                 s["additionalProperties"] = False
             for v in s.values():
                 walk(v)
@@ -81,8 +84,12 @@ def validate_object(obj: dict[str, Any], kubernetes_version: str = DEFAULT_KUBER
         validator = jsonschema.Draft7Validator(schema)
         errors = sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path))
         if errors:
-            raise ManifestInvalid(f"{where}: " + "; ".join(
-                f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message[:300]}" for e in errors[:10]))
+            raise ManifestInvalid(
+                f"{where}: "
+                + "; ".join(
+                    f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message[:300]}" for e in errors[:10]
+                )
+            )
         return
     import kubernetes_validate
 
@@ -92,8 +99,9 @@ def validate_object(obj: dict[str, Any], kubernetes_version: str = DEFAULT_KUBER
         path = ".".join(str(p) for p in getattr(e, "path", []))
         raise ManifestInvalid(f"{where}: {path or '<root>'}: {e.message}") from None
     except kubernetes_validate.SchemaNotFoundError as e:
-        raise ManifestInvalid(f"{where}: no schema for {obj['apiVersion']}/{obj['kind']} in Kubernetes "
-                              f"{kubernetes_version}: {e}") from None
+        raise ManifestInvalid(
+            f"{where}: no schema for {obj['apiVersion']}/{obj['kind']} in Kubernetes {kubernetes_version}: {e}"
+        ) from None
 
 
 def _check_metadata(obj: dict[str, Any], where: str) -> None:

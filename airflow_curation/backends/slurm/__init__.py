@@ -15,6 +15,20 @@ from airflow_curation.backends.slurm.states import (
 )
 from airflow_curation.backends.slurm.transport import SlurmError
 
-__all__ = ["ATTEMPT", "DEFAULT_RESUBMIT_ON", "ENV_FILE", "FAILURE_NOTES", "SlurmBackend", "SlurmError",
-           "SlurmJobRecord", "TASK", "check_job_dir", "compress", "failure_word", "map_state", "parse_sacct",
-           "parse_scontrol_jobs", "summarize"]
+__all__ = [
+    "ATTEMPT",
+    "DEFAULT_RESUBMIT_ON",
+    "ENV_FILE",
+    "FAILURE_NOTES",
+    "SlurmBackend",
+    "SlurmError",
+    "SlurmJobRecord",
+    "TASK",
+    "check_job_dir",
+    "compress",
+    "failure_word",
+    "map_state",
+    "parse_sacct",
+    "parse_scontrol_jobs",
+    "summarize",
+]

@@ -92,15 +92,32 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
     name = "slurm"
     _unshared_options = ("transport",)  # a live connection: the triggerer's factory supplies its own
 
-    def __init__(self, partition: str | None = None, account: str | None = None, qos: str | None = None,
-                 time_limit: str | None = None, cpus_per_task: int | None = None, mem: str | None = None,
-                 sbatch_options: Sequence[str] | str | None = None, shard_groups: int = 1,
-                 array_parallelism: int = 0, work_dir: str | None = None, python: str | None = None,
-                 env: dict[str, str] | None = None, ssh_host: str | None = None,
-                 command_prefix: Sequence[str] | None = None, max_resubmits: int = 0,
-                 resubmit_on: Sequence[str] = DEFAULT_RESUBMIT_ON, collect_time_limit: str | None = None,
-                 command_timeout: float = 60.0, nodes: int | None = None, ntasks: int | None = None,
-                 engine: str | None = None, remote_work_dir: bool = False, transport: Any = None) -> None:
+    def __init__(
+        self,
+        partition: str | None = None,
+        account: str | None = None,
+        qos: str | None = None,
+        time_limit: str | None = None,
+        cpus_per_task: int | None = None,
+        mem: str | None = None,
+        sbatch_options: Sequence[str] | str | None = None,
+        shard_groups: int = 1,
+        array_parallelism: int = 0,
+        work_dir: str | None = None,
+        python: str | None = None,
+        env: dict[str, str] | None = None,
+        ssh_host: str | None = None,
+        command_prefix: Sequence[str] | None = None,
+        max_resubmits: int = 0,
+        resubmit_on: Sequence[str] = DEFAULT_RESUBMIT_ON,
+        collect_time_limit: str | None = None,
+        command_timeout: float = 60.0,
+        nodes: int | None = None,
+        ntasks: int | None = None,
+        engine: str | None = None,
+        remote_work_dir: bool = False,
+        transport: Any = None,
+    ) -> None:
         self.partition, self.account, self.qos = partition, account, qos
         self.time_limit, self.mem = time_limit, mem
         self.cpus_per_task = int(cpus_per_task) if cpus_per_task else None
@@ -109,13 +126,18 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         self.sbatch_options = [_check_arg(o, "sbatch option") for o in (sbatch_options or [])]
         for opt in self.sbatch_options:
             if not opt.startswith("-"):
-                raise ValueError(f"sbatch option {opt!r} does not start with '-' (sbatch would take it "
-                                 "for the script)")
+                raise ValueError(f"sbatch option {opt!r} does not start with '-' (sbatch would take it for the script)")
             if opt.split("=", 1)[0] in ("--wrap", "--array", "-a", "--dependency", "-d", "--parsable"):
                 raise ValueError(f"sbatch option {opt!r} is set by the backend itself")
-        for what, value in (("partition", partition), ("account", account), ("qos", qos),
-                            ("time_limit", time_limit), ("mem", mem), ("ssh_host", ssh_host),
-                            ("collect_time_limit", collect_time_limit)):
+        for what, value in (
+            ("partition", partition),
+            ("account", account),
+            ("qos", qos),
+            ("time_limit", time_limit),
+            ("mem", mem),
+            ("ssh_host", ssh_host),
+            ("collect_time_limit", collect_time_limit),
+        ):
             if value is not None:
                 _check_arg(value, what)
         self.shard_groups = int(shard_groups)
@@ -152,10 +174,12 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         self.engine = engine
         self.remote_work_dir = bool(remote_work_dir)
         if self.remote_work_dir and not (self.remote and work_dir):
-            raise ValueError("remote_work_dir needs ssh_host (or command_prefix, or a transport) and a work_dir "
-                             "on that side")
+            raise ValueError(
+                "remote_work_dir needs ssh_host (or command_prefix, or a transport) and a work_dir on that side"
+            )
         self.files: _LocalFiles | _RemoteFiles = _RemoteFiles(self) if self.remote_work_dir else _LocalFiles()
         self._max_array_size: int | None = None
+
     def job_dir_for(self, spec: JobSpec) -> str:
         key = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         if self.work_dir:
@@ -163,35 +187,57 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
             return os.path.join(work_dir, safe_name(spec.run_id, "run id"), safe_name(spec.stage, "stage"), key)
         lake = spec.lake_obj
         if not storage.is_local(lake.root):
-            raise ValueError(f"the lake {lake.root} is not a local folder: give the Slurm backend a "
-                             "work_dir on a filesystem that the compute nodes share")
+            raise ValueError(
+                f"the lake {lake.root} is not a local folder: give the Slurm backend a "
+                "work_dir on a filesystem that the compute nodes share"
+            )
         base = lake.jobs_dir(spec.run_id, spec.stage)
-        return os.path.abspath(os.path.join(base[len("file://"):] if base.startswith("file://") else base, key))
-
+        return os.path.abspath(os.path.join(base[len("file://") :] if base.startswith("file://") else base, key))
 
     # -- Backend ---------------------------------------------------------------------------------
 
-    def launch(self, spec: JobSpec, groups: Sequence[int] | None = None, *,
-               previous: JobHandle | None = None) -> JobHandle:
+    def launch(
+        self, spec: JobSpec, groups: Sequence[int] | None = None, *, previous: JobHandle | None = None
+    ) -> JobHandle:
         if previous is None:
             base = self._prepare(spec)
             attempt, indices = 1, list(range(base["groups"])) if base["groups"] > 1 else None
         else:
             previous = self.current(previous)
-            base = {k: previous[k] for k in ("backend", "job_dir", "spec", "log", "manifest_uri", "stage",
-                                             "run_id", "lake", "groups", "env_file") if k in previous}
+            base = {
+                k: previous[k]
+                for k in (
+                    "backend",
+                    "job_dir",
+                    "spec",
+                    "log",
+                    "manifest_uri",
+                    "stage",
+                    "run_id",
+                    "lake",
+                    "groups",
+                    "env_file",
+                )
+                if k in previous
+            }
             self._env_for_resubmit(base)  # before the lock: a refusal must not block a later relaunch
             attempt = previous["attempt"] + 1
             if not self.files.create_exclusive(os.path.join(base["job_dir"], f"attempt-{attempt}.lock")):
                 return self.current(previous)  # another follower relaunched first
-            indices = sorted(groups) if base["groups"] > 1 and groups is not None else (
-                list(range(base["groups"])) if base["groups"] > 1 else None)
+            indices = (
+                sorted(groups)
+                if base["groups"] > 1 and groups is not None
+                else (list(range(base["groups"])) if base["groups"] > 1 else None)
+            )
         handle = self._submit_attempt(base, attempt, indices)
         self._write_current(handle)
         if previous is not None:
-            self.files.append(base["log"], f"airflow-curation: attempt {attempt} resubmitted "
-                                           f"{'groups ' + compress(indices) if indices else 'the job'} "
-                                           f"as job {handle['job_id']}\n")
+            self.files.append(
+                base["log"],
+                f"airflow-curation: attempt {attempt} resubmitted "
+                f"{'groups ' + compress(indices) if indices else 'the job'} "
+                f"as job {handle['job_id']}\n",
+            )
         return handle
 
     def _prepare(self, spec: JobSpec) -> JobHandle:
@@ -201,9 +247,17 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         spec_path = os.path.join(job_dir, "spec.json")
         self.files.write(spec_path, spec.to_json().encode())
         groups = grp.group_count(self.shard_groups, self.max_array_size()) if self.shard_groups > 1 else 1
-        base = {"backend": self.name, "job_dir": job_dir, "spec": spec_path,
-                "log": os.path.join(job_dir, "job.log"), "manifest_uri": spec.manifest_uri,
-                "stage": spec.stage, "run_id": spec.run_id, "lake": spec.lake, "groups": groups}
+        base = {
+            "backend": self.name,
+            "job_dir": job_dir,
+            "spec": spec_path,
+            "log": os.path.join(job_dir, "job.log"),
+            "manifest_uri": spec.manifest_uri,
+            "stage": spec.stage,
+            "run_id": spec.run_id,
+            "lake": spec.lake,
+            "groups": groups,
+        }
         if self.env:
             base["env_file"] = os.path.join(job_dir, ENV_FILE)
             self._write_env(base["env_file"])
@@ -212,8 +266,9 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
             self._write_script(job_dir, "job.sh", grp.run_args(spec_path, result), dask_cluster=self.engine == "dask")
         else:
             group_result = (os.path.join(job_dir, "result-"), ATTEMPT, f"-group-{grp.GROUP}.json")
-            self._write_script(job_dir, "group.sh", grp.group_args(spec_path, group_result, TASK, groups),
-                               last_consumer=False)
+            self._write_script(
+                job_dir, "group.sh", grp.group_args(spec_path, group_result, TASK, groups), last_consumer=False
+            )
             self._write_script(job_dir, "collect.sh", grp.collect_args(spec_path, result))
         return base
 
@@ -228,38 +283,60 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         job_dir, groups = base["job_dir"], base["groups"]
         name = f"curation-{base['stage']}"
         result = os.path.join(job_dir, f"result-{attempt}.json")
-        handle = {**base, "attempt": attempt, "result": result, "array_job_id": None, "array": None,
-                  "submitted": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 3600))}
+        handle = {
+            **base,
+            "attempt": attempt,
+            "result": result,
+            "array_job_id": None,
+            "array": None,
+            "submitted": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 3600)),
+        }
         attempt_arg = [str(int(attempt))]
         if groups == 1:
-            handle["job_id"] = self._sbatch(self.sbatch_argv(
-                os.path.join(job_dir, "job.sh"), name, base["log"], job_dir, script_args=attempt_arg))
+            handle["job_id"] = self._sbatch(
+                self.sbatch_argv(os.path.join(job_dir, "job.sh"), name, base["log"], job_dir, script_args=attempt_arg)
+            )
             return handle
         dependency = None
         if indices:
             spans = compress(indices)
             k = f"%{self.array_parallelism}" if self.array_parallelism else ""
             handle["array"] = f"{spans}{k}"
-            handle["array_job_id"] = self._sbatch(self.sbatch_argv(
-                os.path.join(job_dir, "group.sh"), name, base["log"], job_dir, array=handle["array"],
-                script_args=attempt_arg))
+            handle["array_job_id"] = self._sbatch(
+                self.sbatch_argv(
+                    os.path.join(job_dir, "group.sh"),
+                    name,
+                    base["log"],
+                    job_dir,
+                    array=handle["array"],
+                    script_args=attempt_arg,
+                )
+            )
             dependency = f"afterany:{handle['array_job_id']}"
         try:
-            handle["job_id"] = self._sbatch(self.sbatch_argv(
-                os.path.join(job_dir, "collect.sh"), f"{name}-collect", base["log"], job_dir,
-                dependency=dependency, time_limit=self.collect_time_limit, collect=True,
-                script_args=attempt_arg))
+            handle["job_id"] = self._sbatch(
+                self.sbatch_argv(
+                    os.path.join(job_dir, "collect.sh"),
+                    f"{name}-collect",
+                    base["log"],
+                    job_dir,
+                    dependency=dependency,
+                    time_limit=self.collect_time_limit,
+                    collect=True,
+                    script_args=attempt_arg,
+                )
+            )
         except SlurmError:
             if handle["array_job_id"]:
                 self._run(["scancel", handle["array_job_id"]], check=False)
             raise
         return handle
 
-    def _write_script(self, job_dir: str, name: str, args: list[str | tuple], dask_cluster: bool = False,
-                      last_consumer: bool = True) -> str:
+    def _write_script(
+        self, job_dir: str, name: str, args: list[str | tuple], dask_cluster: bool = False, last_consumer: bool = True
+    ) -> str:
         path = check_job_dir(os.path.join(job_dir, name))
-        self.files.write(path, self.render_script(job_dir, args, dask_cluster, last_consumer).encode(),
-                         mode=0o750)
+        self.files.write(path, self.render_script(job_dir, args, dask_cluster, last_consumer).encode(), mode=0o750)
         return path
 
     def _write_env(self, path: str) -> None:
@@ -279,12 +356,15 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         if self.env:
             self._write_env(handle["env_file"])
         elif not self.files.exists(handle["env_file"]):
-            raise SlurmError(f"the job's environment file {handle['env_file']} was deleted when the run "
-                             "finished; resubmit with a backend that has the job's env (its storage options)")
+            raise SlurmError(
+                f"the job's environment file {handle['env_file']} was deleted when the run "
+                "finished; resubmit with a backend that has the job's env (its storage options)"
+            )
 
     def _write_current(self, handle: JobHandle) -> None:
-        self.files.write(os.path.join(handle["job_dir"], "current.json"),
-                         json.dumps(handle, indent=1, sort_keys=True).encode())
+        self.files.write(
+            os.path.join(handle["job_dir"], "current.json"), json.dumps(handle, indent=1, sort_keys=True).encode()
+        )
 
     def current(self, handle: JobHandle) -> JobHandle:
         """The latest attempt of the job ``handle`` names (resubmissions keep the first handle valid)."""
@@ -310,12 +390,15 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
             return records, "scontrol"
         # sacct looks at today only unless told where to start.
         since = handle.get("submitted") or time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 7 * 86400))
-        proc = self._run(["sacct", "-n", "-P", "-X", "-o", "JobID,State,ExitCode,Reason", "-S", since,
-                          "-j", ",".join(missing)], check=False)
+        proc = self._run(
+            ["sacct", "-n", "-P", "-X", "-o", "JobID,State,ExitCode,Reason", "-S", since, "-j", ",".join(missing)],
+            check=False,
+        )
         text = proc.stderr + proc.stdout
         if proc.returncode != 0 or "accounting storage is disabled" in text:
             return records, "none"  # no accounting: the files in the job folder decide
         return records + parse_sacct(proc.stdout), "sacct"
+
     def status(self, handle: JobHandle) -> JobStatus:
         """Reads the attempt's result file, ``scontrol``/``sacct`` and the checkpoints; changes nothing."""
         try:
@@ -365,17 +448,23 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         if cancelled or state == JobState.CANCELLED:
             return JobStatus(JobState.CANCELLED, f"job {handle['job_id']} cancelled")
         if records and state == JobState.FAILED:
-            return JobStatus(JobState.FAILED, f"job {handle['job_id']}: {message}; log: {handle['log']}",
-                             retryable=self._retryable(failure_word(records)))
+            return JobStatus(
+                JobState.FAILED,
+                f"job {handle['job_id']}: {message}; log: {handle['log']}",
+                retryable=self._retryable(failure_word(records)),
+            )
         # Finished (or forgotten by Slurm) without a result: the checkpoints say how far it got.
         try:
             done, total = progress.checkpointed(handle["manifest_uri"])
         except Exception:  # noqa: BLE001 - a detail of the message, not the verdict
             done, total = 0, 0
         where = f"{source} has no record" if not records else f"Slurm says {message}"
-        return JobStatus(JobState.FAILED, f"job {handle['job_id']} ended without a result ({where}); "
-                                          f"{done}/{total} units checkpointed; log: {handle['log']}",
-                         retryable=self._retryable("GONE"))
+        return JobStatus(
+            JobState.FAILED,
+            f"job {handle['job_id']} ended without a result ({where}); "
+            f"{done}/{total} units checkpointed; log: {handle['log']}",
+            retryable=self._retryable("GONE"),
+        )
 
     def _read_result(self, path: str) -> JobResult | None:
         data = self.files.read_json(path)
@@ -384,8 +473,9 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
     def _array_failure(self, handle: JobHandle) -> str | None:
         """Why an attempt whose collect step wrote a failed result failed, from its array tasks."""
         try:
-            records, _ = self.job_records({**handle, "job_id": handle.get("array_job_id") or handle["job_id"],
-                                           "array_job_id": None})
+            records, _ = self.job_records(
+                {**handle, "job_id": handle.get("array_job_id") or handle["job_id"], "array_job_id": None}
+            )
         except SlurmError:
             return None
         return failure_word(records)

@@ -36,17 +36,19 @@ def check_job_dir(path: str) -> str:
     _check_arg(path, "job folder")
     bad = sorted({c for c in path if c in "%\\\n\r"})
     if bad:
-        raise ValueError(f"job folder {path!r} contains {bad}, which Slurm would interpret in --output; "
-                         "choose a work_dir (or lake root) without them")
+        raise ValueError(
+            f"job folder {path!r} contains {bad}, which Slurm would interpret in --output; "
+            "choose a work_dir (or lake root) without them"
+        )
     return path
-
 
 
 class ScriptMixin:
     """Rendering of scripts, environment file and sbatch argv (mixed into :class:`SlurmBackend`)."""
 
-    def render_script(self, job_dir: str, args: Sequence[str | tuple], dask_cluster: bool = False,
-                      last_consumer: bool = True) -> str:
+    def render_script(
+        self, job_dir: str, args: Sequence[str | tuple], dask_cluster: bool = False, last_consumer: bool = True
+    ) -> str:
         """The batch script: sources the job's environment file and runs the jobs entrypoint with ``args``.
 
         Each arg is a literal string, or a tuple of literal strings, :data:`TASK` (the array task
@@ -58,23 +60,28 @@ class ScriptMixin:
         :param last_consumer: this script is the last one of an attempt to need the environment file
             (a single job, or the collect job of an array): it deletes the file when it is done.
         """
-        lines = ["#!/bin/bash", "# airflow-curation job (generated; every value is shell-quoted)",
-                 "set -eu"]
+        lines = ["#!/bin/bash", "# airflow-curation job (generated; every value is shell-quoted)", "set -eu"]
         if self.env:
-            lines += [f"env_file={shlex.quote(os.path.join(job_dir, ENV_FILE))}",
-                      # Gone means the run was cancelled or finished: running without it would only
-                      # fail later, on a missing credential.
-                      '[ -r "$env_file" ] || { echo "airflow-curation: $env_file is gone (run cancelled or '
-                      'finished)" >&2; exit 1; }',
-                      '. "$env_file"']
+            lines += [
+                f"env_file={shlex.quote(os.path.join(job_dir, ENV_FILE))}",
+                # Gone means the run was cancelled or finished: running without it would only
+                # fail later, on a missing credential.
+                '[ -r "$env_file" ] || { echo "airflow-curation: $env_file is gone (run cancelled or '
+                'finished)" >&2; exit 1; }',
+                '. "$env_file"',
+            ]
         lines.append(f"export CURATION_JOB_DIR={shlex.quote(job_dir)}")
         lines.append(f"cd {shlex.quote(job_dir)}")
         py = shlex.quote(_check_arg(self.python, "python"))
         words = [py, "-m", "airflow_curation.jobs"]
         for arg in args:
             parts = arg if isinstance(arg, tuple) else (arg,)
-            words.append("".join(_EXPANSIONS[p] if isinstance(p, _Placeholder)
-                                 else shlex.quote(_check_arg(p, "argument")) for p in parts))
+            words.append(
+                "".join(
+                    _EXPANSIONS[p] if isinstance(p, _Placeholder) else shlex.quote(_check_arg(p, "argument"))
+                    for p in parts
+                )
+            )
         drop_env = bool(self.env) and last_consumer
         if not dask_cluster and not drop_env:
             lines.append("exec " + " ".join(words))
@@ -89,14 +96,14 @@ class ScriptMixin:
             'rm -f "$sched_file"',
             f'{py} -m distributed.cli.dask_scheduler --scheduler-file "$sched_file" --port 0 --no-dashboard &',
             "sched=$!",
-            f'srun --overlap --kill-on-bad-exit=0 {py} -m distributed.cli.dask_worker --scheduler-file '
+            f"srun --overlap --kill-on-bad-exit=0 {py} -m distributed.cli.dask_worker --scheduler-file "
             '"$sched_file" --nthreads 1 --nworkers "${SLURM_CPUS_PER_TASK:-1}" --no-dashboard &',
             "workers=$!",
             # Workers first (srun passes the TERM on to its tasks), then the scheduler they report to.
-            "trap 'kill \"$workers\" 2>/dev/null || true; wait \"$workers\" 2>/dev/null || true; "
-            "kill \"$sched\" 2>/dev/null || true; wait \"$sched\" 2>/dev/null || true' EXIT",
+            'trap \'kill "$workers" 2>/dev/null || true; wait "$workers" 2>/dev/null || true; '
+            'kill "$sched" 2>/dev/null || true; wait "$sched" 2>/dev/null || true\' EXIT',
             "tries=0",
-            f"until address=\"$({py} -c 'import json, sys; print(json.load(open(sys.argv[1]))[\"address\"])' "
+            f'until address="$({py} -c \'import json, sys; print(json.load(open(sys.argv[1]))["address"])\' '
             '"$sched_file" 2>/dev/null)"; do',
             '  kill -0 "$sched" 2>/dev/null || { echo "airflow-curation: the Dask scheduler exited" >&2; exit 1; }',
             "  tries=$((tries + 1))",
@@ -112,23 +119,43 @@ class ScriptMixin:
     def _run_then_drop_env(self, command: str) -> list[str]:
         """Script lines that run ``command`` and then delete the environment file, unless the attempt
         failed and the follower may still relaunch it (the relaunch reuses the file)."""
-        return ["rc=0",
-                f"{command} || rc=$?",
-                f'if [ "$rc" -eq 0 ] || [ "$1" -gt {int(self.max_resubmits)} ]; then rm -f -- "$env_file"; fi',
-                'exit "$rc"']
+        return [
+            "rc=0",
+            f"{command} || rc=$?",
+            f'if [ "$rc" -eq 0 ] || [ "$1" -gt {int(self.max_resubmits)} ]; then rm -f -- "$env_file"; fi',
+            'exit "$rc"',
+        ]
 
     def render_env(self) -> bytes:
         """The environment file's text: one ``export NAME=value`` line per variable, values quoted."""
         return "".join(f"export {key}={shlex.quote(self.env[key])}\n" for key in sorted(self.env)).encode()
 
-    def sbatch_argv(self, script: str, job_name: str, log_path: str, job_dir: str,
-                    array: str | None = None, dependency: str | None = None,
-                    time_limit: str | None = None, collect: bool = False,
-                    script_args: Sequence[str] = ()) -> list[str]:
-        argv = ["sbatch", "--parsable", f"--job-name={job_name}", f"--output={log_path}",
-                "--open-mode=append", f"--chdir={job_dir}"]
-        for flag, value in (("--partition", self.partition), ("--account", self.account),
-                            ("--qos", self.qos), ("--time", time_limit or self.time_limit)):
+    def sbatch_argv(
+        self,
+        script: str,
+        job_name: str,
+        log_path: str,
+        job_dir: str,
+        array: str | None = None,
+        dependency: str | None = None,
+        time_limit: str | None = None,
+        collect: bool = False,
+        script_args: Sequence[str] = (),
+    ) -> list[str]:
+        argv = [
+            "sbatch",
+            "--parsable",
+            f"--job-name={job_name}",
+            f"--output={log_path}",
+            "--open-mode=append",
+            f"--chdir={job_dir}",
+        ]
+        for flag, value in (
+            ("--partition", self.partition),
+            ("--account", self.account),
+            ("--qos", self.qos),
+            ("--time", time_limit or self.time_limit),
+        ):
             if value:
                 argv.append(f"{flag}={value}")
         # The collect job runs the stage's finalize (e.g. dedup's global phase): it keeps the CPUs and

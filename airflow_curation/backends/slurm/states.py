@@ -9,8 +9,18 @@ from dataclasses import dataclass
 from airflow_curation.backends.base import JobState
 
 # Slurm job states (``scontrol``/``sacct`` spelling) -> our states, with a note for the failures.
-_PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SUSPENDED",
-            "STAGE_OUT", "SIGNALING", "SPECIAL_EXIT"}
+_PENDING = {
+    "PENDING",
+    "CONFIGURING",
+    "REQUEUED",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "RESIZING",
+    "SUSPENDED",
+    "STAGE_OUT",
+    "SIGNALING",
+    "SPECIAL_EXIT",
+}
 _RUNNING = {"RUNNING", "COMPLETING", "STOPPED"}
 FAILURE_NOTES = {
     "FAILED": "a task exited non-zero",
@@ -68,8 +78,15 @@ def parse_scontrol_jobs(text: str) -> list[SlurmJobRecord]:
         for key, value in _FIELD.findall(line):
             fields.setdefault(key, value)  # first occurrence: the job's own field, not a later value
         if "JobId" in fields and "JobState" in fields:
-            records.append(SlurmJobRecord(fields["JobId"], fields["JobState"], fields.get("Reason", ""),
-                                          fields.get("ExitCode", ""), fields.get("ArrayTaskId")))
+            records.append(
+                SlurmJobRecord(
+                    fields["JobId"],
+                    fields["JobState"],
+                    fields.get("Reason", ""),
+                    fields.get("ExitCode", ""),
+                    fields.get("ArrayTaskId"),
+                )
+            )
     return records
 
 
@@ -81,8 +98,7 @@ def parse_sacct(text: str) -> list[SlurmJobRecord]:
         if len(parts) < 3 or not parts[0]:
             continue
         job_id, _, task = parts[0].partition("_")
-        records.append(SlurmJobRecord(job_id, parts[1], parts[3] if len(parts) > 3 else "", parts[2],
-                                      task or None))
+        records.append(SlurmJobRecord(job_id, parts[1], parts[3] if len(parts) > 3 else "", parts[2], task or None))
     return records
 
 
@@ -98,7 +114,8 @@ def summarize(records: Sequence[SlurmJobRecord]) -> tuple[JobState, str]:
         if any(s == JobState.UNKNOWN for s in states):
             state = JobState.RUNNING if running else JobState.UNKNOWN
         return state, f"{running} running, {sum(s == JobState.PENDING for s in states)} pending" + (
-            f", {len(bad)} failed so far" if bad else "")
+            f", {len(bad)} failed so far" if bad else ""
+        )
     if bad:
         words = sorted({r.state.split()[0] for r in bad})
         cancelled_only = all(r.mapped == JobState.CANCELLED for r in bad)
@@ -109,10 +126,11 @@ def summarize(records: Sequence[SlurmJobRecord]) -> tuple[JobState, str]:
 
 
 def _label(r: SlurmJobRecord) -> str:
-    return f"{r.job_id}" + (f"[{r.array_task_id}]" if r.array_task_id is not None else "") + (
-        f" exit {r.exit_code}" if r.exit_code not in ("", "0:0") else "")
-
-
+    return (
+        f"{r.job_id}"
+        + (f"[{r.array_task_id}]" if r.array_task_id is not None else "")
+        + (f" exit {r.exit_code}" if r.exit_code not in ("", "0:0") else "")
+    )
 
 
 def failure_word(records: Sequence[SlurmJobRecord]) -> str | None:

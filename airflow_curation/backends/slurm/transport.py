@@ -46,11 +46,11 @@ class TransportMixin:
             raise SlurmError(f"cannot run {argv[0]!r}: {e}{hint}") from e
         except subprocess.TimeoutExpired as e:
             raise SlurmError(f"{shlex.join(argv)} took longer than {self.command_timeout}s") from e
-        proc = subprocess.CompletedProcess(raw.args, raw.returncode, raw.stdout.decode("utf-8", "replace"),
-                                           raw.stderr.decode("utf-8", "replace"))
+        proc = subprocess.CompletedProcess(
+            raw.args, raw.returncode, raw.stdout.decode("utf-8", "replace"), raw.stderr.decode("utf-8", "replace")
+        )
         if check and proc.returncode != 0:
-            raise SlurmError(f"{shlex.join(argv)} failed ({proc.returncode}): "
-                             f"{(proc.stderr or proc.stdout).strip()}")
+            raise SlurmError(f"{shlex.join(argv)} failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()}")
         return proc
 
     def run_raw(self, argv: Sequence[str], data: bytes | None = None) -> subprocess.CompletedProcess:
@@ -159,8 +159,12 @@ class _RemoteFiles:
 
     def write(self, path: str, data: bytes, mode: int = 0o640) -> None:
         # umask 077: the file is never readable by others, not even before its chmod (secrets.env).
-        proc = self._sh('umask 077 && tmp="$1.tmp.$$" && cat > "$tmp" && chmod "$2" "$tmp" && mv -f -- "$tmp" "$1"',
-                        path, format(mode, "o"), data=data)
+        proc = self._sh(
+            'umask 077 && tmp="$1.tmp.$$" && cat > "$tmp" && chmod "$2" "$tmp" && mv -f -- "$tmp" "$1"',
+            path,
+            format(mode, "o"),
+            data=data,
+        )
         if proc.returncode != 0:
             raise SlurmError(f"cannot write {path}: {proc.stderr.decode(errors='replace').strip()}")
 
@@ -186,4 +190,3 @@ class _RemoteFiles:
         proc = self._sh('rm -f -- "$1"', path)
         if proc.returncode != 0:
             raise SlurmError(f"cannot remove {path}: {proc.stderr.decode(errors='replace').strip()}")
-

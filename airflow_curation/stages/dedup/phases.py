@@ -68,8 +68,16 @@ def read_keep(uri: str | None, column: str, rows: int) -> np.ndarray:
     return pc.fill_null(t.column(column), False).to_numpy(zero_copy_only=False).astype(bool)
 
 
-def sign_shard(shard_uri: str, shard_index: int, keep_uri: str | None, keep_column: str, params: DedupParams,
-               bands_uri: str, exact_uri: str, batch_rows: int = 8192) -> dict:
+def sign_shard(
+    shard_uri: str,
+    shard_index: int,
+    keep_uri: str | None,
+    keep_column: str,
+    params: DedupParams,
+    bands_uri: str,
+    exact_uri: str,
+    batch_rows: int = 8192,
+) -> dict:
     """Phase 1 for one shard: spill ``(bucket, node)`` per band and ``(hi, lo, node)`` exact keys."""
     hasher = MinHasher(params.minhash)
     buckets, bnodes, his, los, enodes = [], [], [], [], []
@@ -81,7 +89,7 @@ def sign_shard(shard_uri: str, shard_index: int, keep_uri: str | None, keep_colu
         keep = read_keep(keep_uri, keep_column, total)
         for batch in pf.iter_batches(batch_size=batch_rows, columns=[TEXT]):
             n = batch.num_rows
-            mask = keep[n_rows:n_rows + n]
+            mask = keep[n_rows : n_rows + n]
             nodes = node_keys(shard_index, np.arange(n_rows, n_rows + n, dtype=np.uint64))[mask]
             texts = batch.column(0).filter(pa.array(mask)) if not mask.all() else batch.column(0)
             n_rows += n
@@ -105,13 +113,22 @@ def sign_shard(shard_uri: str, shard_index: int, keep_uri: str | None, keep_colu
     empty = np.empty(0, np.uint64)
     if params.near:
         b = np.concatenate(buckets) if buckets else empty
-        write_partitioned(bands_uri, {"bucket": b, "node": np.concatenate(bnodes) if bnodes else empty},
-                          partition_of(b, params.partitions))
+        write_partitioned(
+            bands_uri,
+            {"bucket": b, "node": np.concatenate(bnodes) if bnodes else empty},
+            partition_of(b, params.partitions),
+        )
     if params.exact:
         hi = np.concatenate(his) if his else empty
-        write_partitioned(exact_uri, {"hi": hi, "lo": np.concatenate(los) if los else empty,
-                                      "node": np.concatenate(enodes) if enodes else empty},
-                          partition_of(hi, params.partitions))
+        write_partitioned(
+            exact_uri,
+            {
+                "hi": hi,
+                "lo": np.concatenate(los) if los else empty,
+                "node": np.concatenate(enodes) if enodes else empty,
+            },
+            partition_of(hi, params.partitions),
+        )
     return {"rows": n_rows, "considered": n_considered, "tokenless": n_tokenless}
 
 
@@ -127,13 +144,22 @@ def _verify(a: np.ndarray, b: np.ndarray, shard_uris: list[str], params: DedupPa
             texts = pq.read_table(f, columns=[TEXT]).column(0).take(pa.array(rows))
         for node, text in zip(needed[shards == s].tolist(), texts.to_pylist()):
             shingles[node] = hasher.shingles(text or "")
-    return np.array([jaccard(shingles[x], shingles[y]) >= params.threshold
-                     for x, y in zip(a.tolist(), b.tolist())], bool)
+    return np.array(
+        [jaccard(shingles[x], shingles[y]) >= params.threshold for x, y in zip(a.tolist(), b.tolist())], bool
+    )
 
 
-def bucket_partition(p: int, band_uris: list[str], exact_uris: list[str], shard_uris: list[str],
-                     params: DedupParams, cc_partitions: int, out_partitions: int, edges_uri: str,
-                     exact_dups_uri: str) -> dict:
+def bucket_partition(
+    p: int,
+    band_uris: list[str],
+    exact_uris: list[str],
+    shard_uris: list[str],
+    params: DedupParams,
+    cc_partitions: int,
+    out_partitions: int,
+    edges_uri: str,
+    exact_dups_uri: str,
+) -> dict:
     """Phase 2 for partition ``p``: edges of every bucket, and the nodes that are exact duplicates of a
     lower node. Edges go to ``edges_uri`` for the components; exact duplicates to ``exact_dups_uri``,
     partitioned by shard so each shard's writer reads one partition."""
@@ -158,14 +184,22 @@ def bucket_partition(p: int, band_uris: list[str], exact_uris: list[str], shard_
         dsts.append(b)
         dup_nodes = np.unique(b)
     empty = np.empty(0, np.uint64)
-    write_edges(edges_uri, np.concatenate(srcs) if srcs else empty, np.concatenate(dsts) if dsts else empty,
-                cc_partitions)
+    write_edges(
+        edges_uri, np.concatenate(srcs) if srcs else empty, np.concatenate(dsts) if dsts else empty, cc_partitions
+    )
     write_partitioned(exact_dups_uri, {"node": dup_nodes}, shard_of(dup_nodes) % out_partitions)
     return stats
 
 
-def shard_result(shard_uri: str, shard_index: int, keep_uri: str | None, keep_column: str,
-                 label_uris: list[str], exact_dup_uris: list[str], out_partitions: int) -> pa.Table:
+def shard_result(
+    shard_uri: str,
+    shard_index: int,
+    keep_uri: str | None,
+    keep_column: str,
+    label_uris: list[str],
+    exact_dup_uris: list[str],
+    out_partitions: int,
+) -> pa.Table:
     """Phase 3 for one shard: ``id``, ``cluster_id`` (the keeper's node key; null for rows not
     considered), ``is_duplicate``, ``exact_duplicate``, ``near_duplicate``, same rows and order as
     the shard."""
@@ -184,10 +218,12 @@ def shard_result(shard_uri: str, shard_index: int, keep_uri: str | None, keep_co
     exact = np.zeros(n, bool)
     ex = read_partition(exact_dup_uris, q, NODE_COLUMNS)["node"]
     exact[row_of(ex[shard_of(ex) == shard_index])] = True
-    return pa.table({
-        ID: ids,
-        CLUSTER_ID: pa.array(cluster, pa.int64(), mask=~keep),
-        IS_DUPLICATE: pa.array(dup & keep),
-        EXACT_DUPLICATE: pa.array(exact & keep),
-        NEAR_DUPLICATE: pa.array(dup & ~exact & keep),
-    })
+    return pa.table(
+        {
+            ID: ids,
+            CLUSTER_ID: pa.array(cluster, pa.int64(), mask=~keep),
+            IS_DUPLICATE: pa.array(dup & keep),
+            EXACT_DUPLICATE: pa.array(exact & keep),
+            NEAR_DUPLICATE: pa.array(dup & ~exact & keep),
+        }
+    )

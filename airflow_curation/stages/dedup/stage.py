@@ -71,8 +71,14 @@ class DedupSignaturesStage(Stage):
         return (storage.join(base, f"{shard_id}.bands.parquet"), storage.join(base, f"{shard_id}.exact.parquet"))
 
     def plan(self) -> list[UnitEntry]:
-        return [UnitEntry(unit_id=s["shard_id"], inputs=[s["uri"]] + ([s["keep_uri"]] if s["keep_uri"] else []),
-                          input_checksum=s["input_checksum"]) for s in self.config["shards"]]
+        return [
+            UnitEntry(
+                unit_id=s["shard_id"],
+                inputs=[s["uri"]] + ([s["keep_uri"]] if s["keep_uri"] else []),
+                input_checksum=s["input_checksum"],
+            )
+            for s in self.config["shards"]
+        ]
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
         if getattr(self, "_by_id", None) is None:
@@ -82,8 +88,16 @@ class DedupSignaturesStage(Stage):
         if s["keep_uri"]:
             verify_file(s["keep_uri"], s.get("keep_checksum"), f"preprocess attrs of shard {unit.unit_id}")
         bands_uri, exact_uri = self.spill_uris(unit.unit_id)
-        stats = phases.sign_shard(s["uri"], s["index"], s["keep_uri"], self.config["keep_column"], self.params,
-                                  bands_uri, exact_uri, int(self.config["batch_rows"]))
+        stats = phases.sign_shard(
+            s["uri"],
+            s["index"],
+            s["keep_uri"],
+            self.config["keep_column"],
+            self.params,
+            bands_uri,
+            exact_uri,
+            int(self.config["batch_rows"]),
+        )
         acc = RowAccounting()
         acc.keep(stats["considered"])
         if stats["rows"] > stats["considered"]:
@@ -116,15 +130,31 @@ class DedupStage(AttrsStage):
         Setting("exact", bool, True, "find exact duplicates (normalised-content hash)"),
         Setting("near", bool, True, "find near duplicates (MinHash-LSH)"),
         Setting("verify", bool, False, "keep only candidate pairs whose exact Jaccard reaches threshold"),
-        Setting("only_kept", bool, True, "consider only the rows preprocess kept (its keep column), when present",
-                off_flag="--all-rows"),
+        Setting(
+            "only_kept",
+            bool,
+            True,
+            "consider only the rows preprocess kept (its keep column), when present",
+            off_flag="--all-rows",
+        ),
         Setting("keep_column", str, KEEP, "the column of upstream attrs that says so"),
-        Setting("memory_budget", size, 1 << 30, "memory for one partition of the global phase, e.g. 512MB; sets "
-                "the partition count", runtime=True),
+        Setting(
+            "memory_budget",
+            size,
+            1 << 30,
+            "memory for one partition of the global phase, e.g. 512MB; sets the partition count",
+            runtime=True,
+        ),
         Setting("partitions", int, None, "force the partition count", runtime=True),
-        Setting("mapper", str, "local", "where work runs: local (in-process / a process pool of workers) or dask "
-                "(one cluster for every phase: scheduler_address, or a LocalCluster)", choices=("local", "dask"),
-                runtime=True),
+        Setting(
+            "mapper",
+            str,
+            "local",
+            "where work runs: local (in-process / a process pool of workers) or dask "
+            "(one cluster for every phase: scheduler_address, or a LocalCluster)",
+            choices=("local", "dask"),
+            runtime=True,
+        ),
         Setting("scheduler_address", str, None, "run on this Dask cluster instead of a LocalCluster", runtime=True),
         Setting("batch_rows", int, 8192, "rows per batch when signing", runtime=True),
         renamed={"engine": "mapper"},
@@ -139,16 +169,32 @@ class DedupStage(AttrsStage):
 
     def _params(self) -> DedupParams:
         c = self.config
-        mh = MinHashParams(num_perm=int(c["num_perm"]), ngram=int(c["ngram"]), tokenizer=c["tokenizer"],
-                           normalization=c["normalization"], lowercase=bool(c["lowercase"]), seed=int(c["seed"]))
+        mh = MinHashParams(
+            num_perm=int(c["num_perm"]),
+            ngram=int(c["ngram"]),
+            tokenizer=c["tokenizer"],
+            normalization=c["normalization"],
+            lowercase=bool(c["lowercase"]),
+            seed=int(c["seed"]),
+        )
         if (c["bands"] is None) != (c["rows"] is None):
             raise ValueError("dedup: give both bands and rows, or neither")
-        bands, rows = ((int(c["bands"]), int(c["rows"])) if c["bands"] is not None
-                       else lsh_params(float(c["threshold"]), mh.num_perm))
+        bands, rows = (
+            (int(c["bands"]), int(c["rows"]))
+            if c["bands"] is not None
+            else lsh_params(float(c["threshold"]), mh.num_perm)
+        )
         if bands * rows > mh.num_perm or bands < 1 or rows < 1:
             raise ValueError(f"dedup: {bands} bands x {rows} rows do not fit {mh.num_perm} permutations")
-        return DedupParams(minhash=mh, bands=bands, rows=rows, threshold=float(c["threshold"]),
-                           exact=bool(c["exact"]), near=bool(c["near"]), verify=bool(c["verify"]))
+        return DedupParams(
+            minhash=mh,
+            bands=bands,
+            rows=rows,
+            threshold=float(c["threshold"]),
+            exact=bool(c["exact"]),
+            near=bool(c["near"]),
+            verify=bool(c["verify"]),
+        )
 
     # -- where things run ------------------------------------------------------------------------
     def default_mapper(self) -> UnitMapper:
@@ -177,13 +223,16 @@ class DedupStage(AttrsStage):
             # memory_budget), plus the interpreter with pyarrow and the compiled kernels.
             sizes = [e.bytes for e in self.entries().values()] or [0]
             per_worker = _WORKER_BASE + max(8 * max(sizes), int(self.config["memory_budget"]))
-            plan = plan_workers(sizes, expansion=8.0, base_bytes=_WORKER_BASE,
-                                max_workers=int(self.config.get("workers") or 0) or None)
+            plan = plan_workers(
+                sizes, expansion=8.0, base_bytes=_WORKER_BASE, max_workers=int(self.config.get("workers") or 0) or None
+            )
             workers = max(1, min(plan.workers, int(0.8 * available_memory()) // per_worker))
-            log.info("dedup: Dask LocalCluster of %d workers, %d MiB each (%s)", workers, per_worker >> 20,
-                     plan.to_dict())
-            self._cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                         dashboard_address=":0", memory_limit=per_worker)
+            log.info(
+                "dedup: Dask LocalCluster of %d workers, %d MiB each (%s)", workers, per_worker >> 20, plan.to_dict()
+            )
+            self._cluster = LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0", memory_limit=per_worker
+            )
             atexit.register(self.close)
         return self._cluster
 
@@ -221,32 +270,62 @@ class DedupStage(AttrsStage):
             keep_uri = e.attrs[keep[0]] if keep else None
             keep_checksum = self.attrs_checksum(e, keep[0]) if keep else None
             checksum = f"{e.checksum}+{keep_checksum or '-'}@{index}"
-            shards.append({"shard_id": e.shard_id, "uri": e.uri, "index": index, "keep_uri": keep_uri,
-                           "checksum": e.checksum, "keep_checksum": keep_checksum, "rows": e.rows,
-                           "input_checksum": checksum})
+            shards.append(
+                {
+                    "shard_id": e.shard_id,
+                    "uri": e.uri,
+                    "index": index,
+                    "keep_uri": keep_uri,
+                    "checksum": e.checksum,
+                    "keep_checksum": keep_checksum,
+                    "rows": e.rows,
+                    "input_checksum": checksum,
+                }
+            )
         rows = sum(e.rows for e in entries)
         spill_bytes = rows * (_BAND_BYTES * self.params.bands * self.params.near + _EXACT_BYTES * self.params.exact)
         parts = int(self.config["partitions"] or partitions_for(spill_bytes, int(self.config["memory_budget"])))
         out_parts = max(1, min(len(entries), 256))
-        log.info("dedup: %d shards, %d rows, %d bands x %d rows, %d partitions (memory budget %d bytes)",
-                 len(entries), rows, self.params.bands, self.params.rows, parts, self.config["memory_budget"])
+        log.info(
+            "dedup: %d shards, %d rows, %d bands x %d rows, %d partitions (memory budget %d bytes)",
+            len(entries),
+            rows,
+            self.params.bands,
+            self.params.rows,
+            parts,
+            self.config["memory_budget"],
+        )
         params = DedupParams(**{**asdict(self.params), "minhash": self.params.minhash, "partitions": parts})
-        sig_config = {"params": {**asdict(params)}, "keep_column": self.config["keep_column"],
-                      "shards": shards, "batch_rows": self.config["batch_rows"],
-                      "max_attempts": self.config.get("max_attempts", 2), "max_failed_fraction": 0.0}
+        sig_config = {
+            "params": {**asdict(params)},
+            "keep_column": self.config["keep_column"],
+            "shards": shards,
+            "batch_rows": self.config["batch_rows"],
+            "max_attempts": self.config.get("max_attempts", 2),
+            "max_failed_fraction": 0.0,
+        }
         sig = DedupSignaturesStage(self.lake, sig_config, self.run_id)
         StageRunner(sig, self.default_mapper()).run()
         fault_point("dedup.after_signatures")
 
-        run_key = hashlib.sha256((sig.fingerprint + "|" + "|".join(s["input_checksum"] for s in shards)).encode()
-                                 ).hexdigest()[:16]
+        run_key = hashlib.sha256(
+            (sig.fingerprint + "|" + "|".join(s["input_checksum"] for s in shards)).encode()
+        ).hexdigest()[:16]
         self._global = self._phase2(sig, params, shards, run_key, out_parts)
         self._shards = {s["shard_id"]: s for s in shards}
-        return [UnitEntry(unit_id=s["shard_id"], inputs=[s["uri"]] + ([s["keep_uri"]] if s["keep_uri"] else []),
-                          input_checksum=f"{s['input_checksum']}#{run_key}", rows=s["rows"]) for s in shards]
+        return [
+            UnitEntry(
+                unit_id=s["shard_id"],
+                inputs=[s["uri"]] + ([s["keep_uri"]] if s["keep_uri"] else []),
+                input_checksum=f"{s['input_checksum']}#{run_key}",
+                rows=s["rows"],
+            )
+            for s in shards
+        ]
 
-    def _phase2(self, sig: DedupSignaturesStage, params: DedupParams, shards: list[dict], run_key: str,
-                out_parts: int) -> dict:
+    def _phase2(
+        self, sig: DedupSignaturesStage, params: DedupParams, shards: list[dict], run_key: str, out_parts: int
+    ) -> dict:
         gdir = self.lake.path("dedup", run_key)
         done_uri = storage.join(gdir, "_SUCCESS.json")
         if storage.exists(done_uri):
@@ -258,14 +337,28 @@ class DedupStage(AttrsStage):
         shard_uris = [s["uri"] for s in shards]
         edge_uris = [storage.join(gdir, "edges", f"part-{p:05d}.parquet") for p in range(parts)]
         exact_dup_uris = [storage.join(gdir, "exact", f"part-{p:05d}.parquet") for p in range(parts)]
-        stats = list(self.default_mapper()(phases.bucket_partition, [
-            (p, band_uris, exact_uris, shard_uris, params, parts, out_parts, edge_uris[p], exact_dup_uris[p])
-            for p in range(parts)]))
-        label_uris = connected_components(edge_uris, storage.join(gdir, "components"), parts, out_parts,
-                                          self.default_mapper())
+        stats = list(
+            self.default_mapper()(
+                phases.bucket_partition,
+                [
+                    (p, band_uris, exact_uris, shard_uris, params, parts, out_parts, edge_uris[p], exact_dup_uris[p])
+                    for p in range(parts)
+                ],
+            )
+        )
+        label_uris = connected_components(
+            edge_uris, storage.join(gdir, "components"), parts, out_parts, self.default_mapper()
+        )
         totals = {k: sum(s[k] for s in stats) for k in ("candidates", "verified", "exact_edges")}
-        result = {"labels": label_uris, "exact": exact_dup_uris, "out_partitions": out_parts, "partitions": parts,
-                  "bands": params.bands, "rows": params.rows, **totals}
+        result = {
+            "labels": label_uris,
+            "exact": exact_dup_uris,
+            "out_partitions": out_parts,
+            "partitions": parts,
+            "bands": params.bands,
+            "rows": params.rows,
+            **totals,
+        }
         log.info("dedup: global phase done: %s", totals)
         storage.write_json(done_uri, result)
         return result
@@ -274,8 +367,15 @@ class DedupStage(AttrsStage):
     def write_unit(self, unit: UnitEntry, entry: ShardEntry, uri: str) -> AttrsFile:
         s = self._shards[unit.unit_id]
         g = self._global
-        table = phases.shard_result(s["uri"], s["index"], s["keep_uri"], self.config["keep_column"], g["labels"],
-                                    g["exact"], int(g["out_partitions"]))
+        table = phases.shard_result(
+            s["uri"],
+            s["index"],
+            s["keep_uri"],
+            self.config["keep_column"],
+            g["labels"],
+            g["exact"],
+            int(g["out_partitions"]),
+        )
         fault_point("dedup.before_attrs")
         nbytes, checksum = write_parquet(uri, table)
         n = table.num_rows
@@ -284,8 +384,11 @@ class DedupStage(AttrsStage):
         near = int(table.column(NEAR_DUPLICATE).to_numpy(zero_copy_only=False).sum())
         acc = RowAccounting()
         acc.keep(n_considered - exact - near)
-        for reason, count in (("exact_duplicate", exact), ("near_duplicate", near),
-                              ("not_kept_upstream", n - n_considered)):
+        for reason, count in (
+            ("exact_duplicate", exact),
+            ("near_duplicate", near),
+            ("not_kept_upstream", n - n_considered),
+        ):
             if count:
                 acc.drop(reason, count)
         return AttrsFile(nbytes, checksum, acc, {"exact_duplicates": exact, "near_duplicates": near})

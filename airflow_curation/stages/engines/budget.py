@@ -16,21 +16,21 @@ from dataclasses import asdict, dataclass
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
-DEFAULT_BASE_BYTES = 640 * MiB      # a worker process with distributed, pyarrow and the numba kernels
-                                    # loaded measured ~390 MiB peak; the rest is headroom
-DEFAULT_FILES_PER_WORKER = 64       # a worker's sockets, Parquet readers/writers, shared libs
+DEFAULT_BASE_BYTES = 640 * MiB  # a worker process with distributed, pyarrow and the numba kernels
+# loaded measured ~390 MiB peak; the rest is headroom
+DEFAULT_FILES_PER_WORKER = 64  # a worker's sockets, Parquet readers/writers, shared libs
 
 
 @dataclass(frozen=True)
 class WorkerPlan:
     workers: int
-    memory_limit: int            # bytes per worker: the usable memory shared out, at least one unit's need
-    unit_bytes: int              # the largest unit's input bytes
-    unit_memory: int             # its estimated peak memory
+    memory_limit: int  # bytes per worker: the usable memory shared out, at least one unit's need
+    unit_bytes: int  # the largest unit's input bytes
+    unit_memory: int  # its estimated peak memory
     available_memory: int
     open_files_limit: int
     cpus: int
-    bound_by: str                # memory | open_files | cpus | units | max_workers
+    bound_by: str  # memory | open_files | cpus | units | max_workers
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -56,8 +56,9 @@ def available_memory() -> int:
             if raw.isdigit():
                 limit = int(raw)
                 try:
-                    with open(path.replace("memory.max", "memory.current").replace(
-                            "limit_in_bytes", "usage_in_bytes")) as f:
+                    with open(
+                        path.replace("memory.max", "memory.current").replace("limit_in_bytes", "usage_in_bytes")
+                    ) as f:
                         used = int(f.read().strip())
                 except (OSError, ValueError):
                     used = 0
@@ -74,10 +75,18 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def plan_workers(unit_bytes: list[int], expansion: float, *, base_bytes: int = DEFAULT_BASE_BYTES,
-                 memory: int | None = None, open_files: int | None = None, cpus: int | None = None,
-                 files_per_worker: int = DEFAULT_FILES_PER_WORKER, reserve_fraction: float = 0.2,
-                 max_workers: int | None = None) -> WorkerPlan:
+def plan_workers(
+    unit_bytes: list[int],
+    expansion: float,
+    *,
+    base_bytes: int = DEFAULT_BASE_BYTES,
+    memory: int | None = None,
+    open_files: int | None = None,
+    cpus: int | None = None,
+    files_per_worker: int = DEFAULT_FILES_PER_WORKER,
+    reserve_fraction: float = 0.2,
+    max_workers: int | None = None,
+) -> WorkerPlan:
     """Workers for a node.
 
     :param unit_bytes: input bytes of each unit to run.
@@ -107,11 +116,30 @@ def plan_workers(unit_bytes: list[int], expansion: float, *, base_bytes: int = D
     workers = limits[bound_by]
     # Share the usable memory out: a worker may use more than the estimate, never less.
     memory_limit = max(per_worker, int(memory * (1 - reserve_fraction)) // workers)
-    plan = WorkerPlan(workers=workers, memory_limit=memory_limit, unit_bytes=biggest,
-                      unit_memory=unit_memory, available_memory=memory, open_files_limit=open_files,
-                      cpus=cpus, bound_by=bound_by)
-    log.info("worker plan: %d workers (bound by %s; limits %s); largest unit %.1f MiB x expansion %.1f "
-             "= %.1f MiB + base %.0f MiB per worker, memory limit %.0f MiB each; %.1f GiB available, "
-             "open-file limit %d, %d cpus", plan.workers, bound_by, limits, biggest / MiB, expansion,
-             unit_memory / MiB, base_bytes / MiB, memory_limit / MiB, memory / 1024**3, open_files, cpus)
+    plan = WorkerPlan(
+        workers=workers,
+        memory_limit=memory_limit,
+        unit_bytes=biggest,
+        unit_memory=unit_memory,
+        available_memory=memory,
+        open_files_limit=open_files,
+        cpus=cpus,
+        bound_by=bound_by,
+    )
+    log.info(
+        "worker plan: %d workers (bound by %s; limits %s); largest unit %.1f MiB x expansion %.1f "
+        "= %.1f MiB + base %.0f MiB per worker, memory limit %.0f MiB each; %.1f GiB available, "
+        "open-file limit %d, %d cpus",
+        plan.workers,
+        bound_by,
+        limits,
+        biggest / MiB,
+        expansion,
+        unit_memory / MiB,
+        base_bytes / MiB,
+        memory_limit / MiB,
+        memory / 1024**3,
+        open_files,
+        cpus,
+    )
     return plan

@@ -16,9 +16,14 @@ from airflow_curation.stages.engines.budget import WorkerPlan, plan_workers
 log = logging.getLogger(__name__)
 
 
-def dask_mapper(scheduler_address: str | None = None, *, workers: int | None = None,
-                unit_bytes: Callable[[tuple], int] | None = None, expansion: float = 8.0,
-                memory: int | None = None) -> Callable[[Callable[..., Any], Iterable[tuple]], Iterator[Any]]:
+def dask_mapper(
+    scheduler_address: str | None = None,
+    *,
+    workers: int | None = None,
+    unit_bytes: Callable[[tuple], int] | None = None,
+    expansion: float = 8.0,
+    memory: int | None = None,
+) -> Callable[[Callable[..., Any], Iterable[tuple]], Iterator[Any]]:
     """:param scheduler_address: use this running cluster (``tcp://host:8786``); else start a LocalCluster.
     :param workers: at most this many local workers (the memory plan may choose fewer).
     :param unit_bytes: input bytes of a unit, from its argument tuple (for the memory plan).
@@ -39,12 +44,16 @@ def dask_mapper(scheduler_address: str | None = None, *, workers: int | None = N
         else:
             sizes = [unit_bytes(a) for a in args] if unit_bytes else [0]
             plan: WorkerPlan = plan_workers(sizes, expansion, memory=memory, max_workers=workers)
-            cluster = LocalCluster(n_workers=plan.workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=None, memory_limit=plan.memory_limit,
-                                   silence_logs=logging.WARNING)
+            cluster = LocalCluster(
+                n_workers=plan.workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                memory_limit=plan.memory_limit,
+                silence_logs=logging.WARNING,
+            )
             client = Client(cluster)
-            log.info("dask: %d units on a LocalCluster of %d workers (%s)", len(args), plan.workers,
-                     plan.to_dict())
+            log.info("dask: %d units on a LocalCluster of %d workers (%s)", len(args), plan.workers, plan.to_dict())
         try:
             # pure=False: a rerun of the same unit must run again, not reuse a cached result
             futures = client.map(fn, *zip(*args), pure=False)

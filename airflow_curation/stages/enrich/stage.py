@@ -54,44 +54,89 @@ class EnrichStage(AttrsStage):
     UPSTREAM = ("dedup", "preprocess", "ingest")
     SETTINGS = AttrsStage.SETTINGS.extend(
         Setting("task", str, None, "what the model does", choices=tuple(sorted(TASKS)), required=True),
-        Setting("model", str, None, "model folder (Hugging Face layout) or a hub id already in the local cache",
-                required=True),
+        Setting(
+            "model",
+            str,
+            None,
+            "model folder (Hugging Face layout) or a hub id already in the local cache",
+            required=True,
+        ),
         Setting("name", str, None, "names the output, attrs/enrich-<name>/ (default: the task)"),
-        Setting("model_runtime", str, "vllm", "what runs the model: vllm, or transformers (machines without "
-                "vLLM, models it cannot serve)", choices=("vllm", "transformers")),
-        Setting("mapper", str, "ray", "where the model runs: ray (Ray Data with model actors) or local (in the "
-                "job process)", choices=tuple(sorted(EXECUTORS)), runtime=True),
-        Setting("ray_address", str, None, "an existing Ray cluster (ray://host:10001 or auto); default: a local Ray",
-                runtime=True),
+        Setting(
+            "model_runtime",
+            str,
+            "vllm",
+            "what runs the model: vllm, or transformers (machines without vLLM, models it cannot serve)",
+            choices=("vllm", "transformers"),
+        ),
+        Setting(
+            "mapper",
+            str,
+            "ray",
+            "where the model runs: ray (Ray Data with model actors) or local (in the job process)",
+            choices=tuple(sorted(EXECUTORS)),
+            runtime=True,
+        ),
+        Setting(
+            "ray_address",
+            str,
+            None,
+            "an existing Ray cluster (ray://host:10001 or auto); default: a local Ray",
+            runtime=True,
+        ),
         Setting("ray_num_cpus", int, None, "CPUs of the local Ray (default: all)", runtime=True),
         Setting("ray_num_gpus", int, None, "GPUs of the local Ray (default: all)", runtime=True),
         Setting("batch_size", int, 64, "rows per model call / Ray Data batch", runtime=True),
         Setting("replicas", int, 1, "model actors side by side (data parallel; Ray only)", runtime=True),
         Setting("tensor_parallel_size", int, 1, "GPUs one vLLM instance spans (large models)", runtime=True),
-        Setting("gpus_per_replica", float, 0, "GPUs reserved per actor (0 on CPU; at least tensor_parallel_size "
-                "on GPU)", runtime=True),
+        Setting(
+            "gpus_per_replica",
+            float,
+            0,
+            "GPUs reserved per actor (0 on CPU; at least tensor_parallel_size on GPU)",
+            runtime=True,
+        ),
         Setting("cpus_per_replica", float, 1, "CPUs reserved per actor", runtime=True),
         Setting("max_input_tokens", int, 512, "longer documents are cut to this many tokens and flagged truncated"),
         Setting("max_tokens", int, 256, "generate: max new tokens"),
         Setting("temperature", float, 0.0, "generate: sampling temperature"),
         Setting("top_p", float, 1.0, "generate: nucleus sampling"),
         Setting("seed", int, 0, "sampling seed"),
-        Setting("prompt_template", str, None, "generate: the prompt, with {text} where the document goes "
-                "(on the command line, @FILE reads it from a file)"),
-        Setting("structured_output", bool, False, "generate: constrain decoding to the instruction/response JSON "
-                "(vLLM)"),
+        Setting(
+            "prompt_template",
+            str,
+            None,
+            "generate: the prompt, with {text} where the document goes "
+            "(on the command line, @FILE reads it from a file)",
+        ),
+        Setting(
+            "structured_output", bool, False, "generate: constrain decoding to the instruction/response JSON (vLLM)"
+        ),
         Setting("max_field_chars", int, None, "generate with structured_output: longest instruction or response"),
-        Setting("labels", list, None, "classify/score: label names, comma-separated (default: the model's "
-                "id2label)"),
-        Setting("score_label", str, None, "score with a classifier: the label whose probability is the score "
-                "(default: the last)"),
-        Setting("only_kept", bool, True, "enrich only the rows that upstream keep / is_duplicate attrs keep",
-                off_flag="--all-rows"),
+        Setting("labels", list, None, "classify/score: label names, comma-separated (default: the model's id2label)"),
+        Setting(
+            "score_label",
+            str,
+            None,
+            "score with a classifier: the label whose probability is the score (default: the last)",
+        ),
+        Setting(
+            "only_kept",
+            bool,
+            True,
+            "enrich only the rows that upstream keep / is_duplicate attrs keep",
+            off_flag="--all-rows",
+        ),
         Setting("checkpoint_rows", int, 1000, "rows per checkpoint inside a shard (part file)", runtime=True),
         Setting("dtype", str, "auto", "model dtype (auto, float32, bfloat16...)"),
         Setting("max_model_len", int, None, "context cap (vLLM)"),
-        Setting("model_runtime_kwargs", dict, {}, "JSON of extra keyword arguments for vllm.LLM / from_pretrained",
-                runtime=True),
+        Setting(
+            "model_runtime_kwargs",
+            dict,
+            {},
+            "JSON of extra keyword arguments for vllm.LLM / from_pretrained",
+            runtime=True,
+        ),
         renamed={"engine": "model_runtime", "executor": "mapper", "engine_kwargs": "model_runtime_kwargs"},
     )
 
@@ -117,11 +162,17 @@ class EnrichStage(AttrsStage):
     def engine_spec(self) -> EngineSpec:
         c = self.config
         device = "auto" if float(c["gpus_per_replica"] or 0) > 0 else "cpu"
-        return EngineSpec(engine=c["model_runtime"], model=str(c["model"]), runner=make_task(c).runner,
-                          dtype=c["dtype"], max_model_len=c["max_model_len"],
-                          tensor_parallel_size=int(c["tensor_parallel_size"]), device=device,
-                          seed=int(c["seed"] or 0),
-                          engine_kwargs=json.dumps(c["model_runtime_kwargs"] or {}, sort_keys=True))
+        return EngineSpec(
+            engine=c["model_runtime"],
+            model=str(c["model"]),
+            runner=make_task(c).runner,
+            dtype=c["dtype"],
+            max_model_len=c["max_model_len"],
+            tensor_parallel_size=int(c["tensor_parallel_size"]),
+            device=device,
+            seed=int(c["seed"] or 0),
+            engine_kwargs=json.dumps(c["model_runtime_kwargs"] or {}, sort_keys=True),
+        )
 
     # -- planning ----------------------------------------------------------------------------------
     def reads_attrs(self, entry: ShardEntry) -> list[str]:
@@ -153,8 +204,10 @@ class EnrichStage(AttrsStage):
         for uri in attrs_uris:
             attrs = read_shard(uri)
             if attrs.num_rows != n or not attrs.column(ID).equals(ids):
-                raise ValueError(f"enrich: attrs {uri} do not match shard {entry.shard_id} row for row "
-                                 f"(attrs must have the shard's ids in the shard's order)")
+                raise ValueError(
+                    f"enrich: attrs {uri} do not match shard {entry.shard_id} row for row "
+                    f"(attrs must have the shard's ids in the shard's order)"
+                )
             tables.append(attrs)
         # Pipeline order: a row preprocess dropped is "not_kept" even if dedup also saw it as a duplicate.
         for col, drop_when, reason in ((KEEP, False, "not_kept"), (IS_DUPLICATE, True, "duplicate")):
@@ -180,8 +233,11 @@ class EnrichStage(AttrsStage):
         fields = [*task.fields(), *COMMON_FIELDS]
         n = chunk.end - chunk.start
         rel = [p - chunk.start for p in chunk.positions]
-        data: dict[str, Any] = {ID: ids[chunk.start:chunk.end],
-                                ENRICHED: [False] * n, SKIP_REASON: reasons[chunk.start:chunk.end]}
+        data: dict[str, Any] = {
+            ID: ids[chunk.start : chunk.end],
+            ENRICHED: [False] * n,
+            SKIP_REASON: reasons[chunk.start : chunk.end],
+        }
         for r in rel:
             data[ENRICHED][r] = True
         for f in fields:
@@ -189,8 +245,9 @@ class EnrichStage(AttrsStage):
             for r, v in zip(rel, cols.get(f.name, [])):
                 full[r] = v
             data[f.name] = full
-        schema = pa.schema([pa.field(ID, pa.string()), pa.field(ENRICHED, pa.bool_()),
-                            pa.field(SKIP_REASON, pa.string()), *fields])
+        schema = pa.schema(
+            [pa.field(ID, pa.string()), pa.field(ENRICHED, pa.bool_()), pa.field(SKIP_REASON, pa.string()), *fields]
+        )
         return pa.table(data, schema=schema)
 
     def _finish_table(self, merged: pa.Table) -> pa.Table:
@@ -214,9 +271,13 @@ class EnrichStage(AttrsStage):
         return merged
 
     def _meta(self, unit: UnitEntry) -> dict[str, str]:
-        return {"fingerprint": self.fingerprint, "input_checksum": unit.input_checksum,
-                "task": self.config["task"], "model": str(self.config["model"]),
-                "model_runtime": self.config["model_runtime"]}
+        return {
+            "fingerprint": self.fingerprint,
+            "input_checksum": unit.input_checksum,
+            "task": self.config["task"],
+            "model": str(self.config["model"]),
+            "model_runtime": self.config["model_runtime"],
+        }
 
     def _finished_output(self, unit: UnitEntry, uri: str) -> pa.Table | None:
         """A final output of this very config and input (a job killed after the merge, before its checkpoint)."""
@@ -257,8 +318,9 @@ class EnrichStage(AttrsStage):
                 computed += len(chunk.positions)
             merged = parts.read_all() if n else self._part_table([], [], Chunk(0, 0, [], []), {})
             if merged.num_rows != n or merged.column(ID).to_pylist() != ids:
-                raise RuntimeError(f"enrich: parts of {unit.unit_id} do not rebuild the shard's rows "
-                                   f"({merged.num_rows} rows for {n})")
+                raise RuntimeError(
+                    f"enrich: parts of {unit.unit_id} do not rebuild the shard's rows ({merged.num_rows} rows for {n})"
+                )
             merged = self._finish_table(merged)
             merged = merged.replace_schema_metadata({META_KEY: json.dumps(self._meta(unit)).encode()})
             nbytes, checksum = write_parquet(out_uri, merged, row_group_rows=4096)
@@ -278,8 +340,9 @@ class EnrichStage(AttrsStage):
             else:
                 acc.keep()
         truncated = sum(1 for v in merged.column("truncated").to_pylist() if v)
-        return AttrsFile(nbytes, checksum, acc,
-                         {"rows_resumed": resumed_rows, "rows_computed": computed, "truncated": truncated})
+        return AttrsFile(
+            nbytes, checksum, acc, {"rows_resumed": resumed_rows, "rows_computed": computed, "truncated": truncated}
+        )
 
     def collect(self, manifest: Manifest) -> None:
         self.close()

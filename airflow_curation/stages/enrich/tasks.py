@@ -28,7 +28,7 @@ _JSON_CHAR = r'(?:[^"\\\x00-\x1f]|\\["\\/bfnrt])'
 
 def pair_regex(max_chars: int | None = None) -> str:
     rep = f"{{1,{int(max_chars)}}}" if max_chars else "+"
-    return (r'\{"instruction":"' + _JSON_CHAR + rep + r'","response":"' + _JSON_CHAR + rep + r'"\}')
+    return r'\{"instruction":"' + _JSON_CHAR + rep + r'","response":"' + _JSON_CHAR + rep + r'"\}'
 
 
 COMMON_FIELDS = [pa.field("input_tokens", pa.int32()), pa.field("truncated", pa.bool_())]
@@ -82,8 +82,11 @@ class ClassifyTask(Task):
     name = "classify"
 
     def fields(self, engine_labels=None):
-        return [pa.field("label", pa.string()), pa.field("label_prob", pa.float32()),
-                pa.field("probs", pa.list_(pa.float32()))]
+        return [
+            pa.field("label", pa.string()),
+            pa.field("label_prob", pa.float32()),
+            pa.field("probs", pa.list_(pa.float32())),
+        ]
 
     def labels(self, engine: Engine, n: int) -> list[str]:
         labels = self.config.get("labels") or engine.labels or [f"LABEL_{i}" for i in range(n)]
@@ -96,8 +99,12 @@ class ClassifyTask(Task):
         probs = engine.classify(ids)
         labels = self.labels(engine, probs.shape[1])
         best = probs.argmax(axis=1)
-        return {"label": [labels[i] for i in best], "label_prob": probs[np.arange(len(best)), best].tolist(),
-                "probs": probs.tolist(), **common}
+        return {
+            "label": [labels[i] for i in best],
+            "label_prob": probs[np.arange(len(best)), best].tolist(),
+            "probs": probs.tolist(),
+            **common,
+        }
 
 
 class ScoreTask(Task):
@@ -144,9 +151,14 @@ class GenerateTask(Task):
             raise ValueError("generate: prompt_template must contain {text}")
 
     def fields(self, engine_labels=None):
-        return [pa.field("instruction", pa.string()), pa.field("response", pa.string()),
-                pa.field("valid", pa.bool_()), pa.field("error", pa.string()), pa.field("raw", pa.string()),
-                pa.field("output_tokens", pa.int32())]
+        return [
+            pa.field("instruction", pa.string()),
+            pa.field("response", pa.string()),
+            pa.field("valid", pa.bool_()),
+            pa.field("error", pa.string()),
+            pa.field("raw", pa.string()),
+            pa.field("output_tokens", pa.int32()),
+        ]
 
     def sampling(self) -> dict[str, Any]:
         c = self.config

@@ -111,8 +111,13 @@ def _os_error(path: str, e: OSError) -> tuple[str, str]:
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
-                       (stat.S_ISBLK, "block device"), (stat.S_ISDIR, "folder")):
+    for test, name in (
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISDIR, "folder"),
+    ):
         if test(mode):
             return name
     return "special file"

@@ -31,19 +31,28 @@ except ImportError:  # pragma: no cover
 
 RAW_HEAD = 64 * 1024  # how much of a rejected record is kept in quarantine
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
-FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".pq": "parquet",
-           ".txt": "text", ".text": "text", ".md": "text", ".rst": "text"}
+FORMATS = {
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".ndjson": "jsonl",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".txt": "text",
+    ".text": "text",
+    ".md": "text",
+    ".rst": "text",
+}
 
 
 @dataclass
 class Doc:
-    position: int           # line number (1-based), row index (0-based) or 0 for a whole-file document
+    position: int  # line number (1-based), row index (0-based) or 0 for a whole-file document
     location: str
-    text: Any               # validated by the stage: must be a non-empty str
+    text: Any  # validated by the stage: must be a non-empty str
     meta: dict | None
     raw_size: int = 0
     doc_id: Any = None
-    raw: bytes = b""        # the input line, for the quarantine should the stage reject the record
+    raw: bytes = b""  # the input line, for the quarantine should the stage reject the record
 
 
 @dataclass
@@ -53,7 +62,7 @@ class Bad:
     reason: str
     detail: str
     raw: bytes = b""
-    rows: int = 1           # input rows this entry stands for; 0 for a note about the file itself
+    rows: int = 1  # input rows this entry stands for; 0 for a note about the file itself
 
 
 def detect(path: str, fmt: str = "auto") -> tuple[str | None, str | None]:
@@ -113,12 +122,12 @@ class _ZstdFrames:
 
     def __init__(self, raw: IO[bytes]) -> None:
         self._raw = raw
-        self._state = "magic"   # what the next header is: magic, descriptor, block, skippable size
-        self._need = 4          # bytes of that header
+        self._state = "magic"  # what the next header is: magic, descriptor, block, skippable size
+        self._need = 4  # bytes of that header
         self._head = b""
-        self._skip = 0          # payload bytes to pass before it
+        self._skip = 0  # payload bytes to pass before it
         self._checksum = False
-        self.lost = False       # not zstd framing: the decompressor will say what is wrong
+        self.lost = False  # not zstd framing: the decompressor will say what is wrong
 
     @property
     def inside_frame(self) -> bool:
@@ -138,7 +147,7 @@ class _ZstdFrames:
                 pos += k
                 continue
             take = min(self._need - len(self._head), len(data) - pos)
-            self._head += data[pos:pos + take]
+            self._head += data[pos : pos + take]
             pos += take
             if len(self._head) == self._need:
                 head, self._head = self._head, b""
@@ -210,7 +219,7 @@ def _lines(f: IO[bytes], max_record_bytes: int) -> Iterator[tuple[int, bytes, in
         line_no += 1
         total = len(line)
         if line_no == 1 and line.startswith(_BOM):
-            line = line[len(_BOM):]
+            line = line[len(_BOM) :]
         if total > max_record_bytes and not line.endswith(b"\n"):
             head = line[:RAW_HEAD]
             while True:  # skip the rest of the line without keeping it
@@ -246,8 +255,13 @@ def read_jsonl(f: IO[bytes], text_field: str, id_field: str | None, max_record_b
         for line_no, line, total in _lines(f, max_record_bytes):
             loc = f"line {line_no}"
             if total > max_record_bytes:
-                yield Bad(line_no, loc, "record_too_large",
-                          f"record of {total} bytes exceeds max_record_bytes={max_record_bytes}", line)
+                yield Bad(
+                    line_no,
+                    loc,
+                    "record_too_large",
+                    f"record of {total} bytes exceeds max_record_bytes={max_record_bytes}",
+                    line,
+                )
                 continue
             if not line.strip():
                 continue  # blank lines are separators, not records
@@ -255,8 +269,9 @@ def read_jsonl(f: IO[bytes], text_field: str, id_field: str | None, max_record_b
             if problem and problem[0] != "unsupported_value" and not line.endswith(b"\n"):
                 # An unparsable last line with no newline is the head of a record the file was cut in
                 # (a partial copy, a stream cut at a frame or member boundary): not a record of its own.
-                yield Bad(line_no, loc, "truncated_input", f"the input ends inside a record ({problem[1]})",
-                          line, rows=0)
+                yield Bad(
+                    line_no, loc, "truncated_input", f"the input ends inside a record ({problem[1]})", line, rows=0
+                )
                 continue
             if problem:
                 yield Bad(line_no, loc, *problem, line)
@@ -271,8 +286,13 @@ def read_jsonl(f: IO[bytes], text_field: str, id_field: str | None, max_record_b
             doc_id = record.pop(id_field, None) if id_field else None
             yield Doc(line_no, loc, text, record or None, total, doc_id, line)
     except STREAM_ERRORS as e:
-        yield Bad(line_no, f"after line {line_no}", "truncated_input",
-                  f"the compressed stream ends early or is corrupt after line {line_no}: {e}", rows=0)
+        yield Bad(
+            line_no,
+            f"after line {line_no}",
+            "truncated_input",
+            f"the compressed stream ends early or is corrupt after line {line_no}: {e}",
+            rows=0,
+        )
 
 
 def read_text(f: IO[bytes], mode: str, max_record_bytes: int) -> Iterator[Doc | Bad]:
@@ -282,8 +302,9 @@ def read_text(f: IO[bytes], mode: str, max_record_bytes: int) -> Iterator[Doc | 
             for line_no, line, total in _lines(f, max_record_bytes):
                 loc = f"line {line_no}"
                 if total > max_record_bytes:
-                    yield Bad(line_no, loc, "record_too_large", f"line of {total} bytes exceeds {max_record_bytes}",
-                              line)
+                    yield Bad(
+                        line_no, loc, "record_too_large", f"line of {total} bytes exceeds {max_record_bytes}", line
+                    )
                     continue
                 if not line.strip():
                     continue
@@ -301,8 +322,9 @@ def read_text(f: IO[bytes], mode: str, max_record_bytes: int) -> Iterator[Doc | 
         if total > max_record_bytes:
             while chunk := f.read(8 << 20):
                 total += len(chunk)
-            yield Bad(0, "file", "record_too_large", f"document of {total} bytes exceeds {max_record_bytes}",
-                      data[:RAW_HEAD])
+            yield Bad(
+                0, "file", "record_too_large", f"document of {total} bytes exceeds {max_record_bytes}", data[:RAW_HEAD]
+            )
             return
     except STREAM_ERRORS as e:
         yield Bad(0, "file", "truncated_input", f"stream ends early or is corrupt: {e}")
@@ -356,7 +378,7 @@ def _schema_problem(schema: pa.Schema, text_field: str, id_field: str | None) ->
 def _batch_records(batch: pa.RecordBatch, row: int, text_field: str, id_field: str | None) -> Iterator[Doc | Bad]:
     """One batch's rows; a value that cannot be converted (invalid UTF-8...) spoils its own row only."""
     columns: dict[str, list] = {}
-    spoiled: list[tuple[str, list]] = []   # columns holding a value that did not convert, in schema order
+    spoiled: list[tuple[str, list]] = []  # columns holding a value that did not convert, in schema order
     for name in batch.schema.names:
         columns[name], failed = _values(batch.column(name))
         if failed:

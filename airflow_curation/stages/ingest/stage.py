@@ -51,20 +51,43 @@ class IngestStage(Stage):
     version = "1"
     INPUTS = "raw"
     SETTINGS = Stage.SETTINGS.extend(
-        Setting("input_root", str, None, "source (and so id) is the path relative to this; default: the deepest "
-                "folder holding every input"),
-        Setting("format", str, "auto", "auto (by extension), jsonl, parquet or text",
-                choices=("auto", "jsonl", "parquet", "text")),
+        Setting(
+            "input_root",
+            str,
+            None,
+            "source (and so id) is the path relative to this; default: the deepest folder holding every input",
+        ),
+        Setting(
+            "format",
+            str,
+            "auto",
+            "auto (by extension), jsonl, parquet or text",
+            choices=("auto", "jsonl", "parquet", "text"),
+        ),
         Setting("text_field", str, "text", "the field or column holding the document text"),
         Setting("id_field", str, None, "a field holding your own unique ids (default: ids from source and position)"),
         Setting("text_mode", str, "file", "text files: one document per file, or per line", choices=("file", "line")),
-        Setting("max_text_bytes", size, 32 * MiB, "larger documents (UTF-8) are quarantined as text_too_large",
-                flag="--max-text-size"),
-        Setting("target_shard_bytes", size, 512 * MiB, "a shard rolls over once its compressed size reaches this",
-                flag="--target-shard-size"),
+        Setting(
+            "max_text_bytes",
+            size,
+            32 * MiB,
+            "larger documents (UTF-8) are quarantined as text_too_large",
+            flag="--max-text-size",
+        ),
+        Setting(
+            "target_shard_bytes",
+            size,
+            512 * MiB,
+            "a shard rolls over once its compressed size reaches this",
+            flag="--target-shard-size",
+        ),
         Setting("row_group_rows", int, 4096, "rows per Parquet row group"),
-        Setting("unit_bytes", size, None, "consecutive input files are grouped into units of about this many bytes "
-                "(default: target_shard_bytes)"),
+        Setting(
+            "unit_bytes",
+            size,
+            None,
+            "consecutive input files are grouped into units of about this many bytes (default: target_shard_bytes)",
+        ),
     )
 
     def __init__(self, lake, config, run_id) -> None:
@@ -123,8 +146,7 @@ class IngestStage(Stage):
                 return
             ident = [(_relpath(u, root), i.get("size"), _version_of(i)) for u, i in group]
             checksum = "xxh64:" + xxhash.xxh64(canonical_json(ident).encode()).hexdigest()
-            units.append(UnitEntry(unit_id=f"{len(units):05d}", inputs=[u for u, _ in group],
-                                   input_checksum=checksum))
+            units.append(UnitEntry(unit_id=f"{len(units):05d}", inputs=[u for u, _ in group], input_checksum=checksum))
             group, group_bytes = [], 0
 
         for url, info in files:
@@ -140,8 +162,13 @@ class IngestStage(Stage):
         cfg = self.config
         # plan() ran in this object before it was shipped to a worker, so the root travels with it.
         root = getattr(self, "_root", None) or self._source_root(unit.inputs)
-        writer = ShardWriter(self.lake.path("shards"), lambda k: f"part-{unit.unit_id}-{k:03d}", SHARD_SCHEMA,
-                             target_bytes=int(cfg["target_shard_bytes"]), row_group_rows=int(cfg["row_group_rows"]))
+        writer = ShardWriter(
+            self.lake.path("shards"),
+            lambda k: f"part-{unit.unit_id}-{k:03d}",
+            SHARD_SCHEMA,
+            target_bytes=int(cfg["target_shard_bytes"]),
+            row_group_rows=int(cfg["row_group_rows"]),
+        )
         quarantine = QuarantineWriter(self.lake.quarantine_uri(self.name, unit.unit_id))
         acc = RowAccounting()
         max_text = int(cfg["max_text_bytes"])
@@ -179,9 +206,12 @@ class IngestStage(Stage):
         for o in outputs:
             o.unit_id = unit.unit_id
         qpath = quarantine.write()
-        return UnitResult(outputs=outputs, accounting=acc,
-                          extra={"quarantine": qpath, "quarantine_entries": len(quarantine)},
-                          files=[file_record(o.uri, o.bytes, o.checksum) for o in outputs])
+        return UnitResult(
+            outputs=outputs,
+            accounting=acc,
+            extra={"quarantine": qpath, "quarantine_entries": len(quarantine)},
+            files=[file_record(o.uri, o.bytes, o.checksum) for o in outputs],
+        )
 
     def _row(self, item: Doc, source: str, source_key: str, max_text: int) -> tuple[dict, tuple[str, str] | None]:
         """The shard row for a record, or why it cannot be one. Everything that could fail while the row
@@ -222,9 +252,13 @@ class IngestStage(Stage):
         fmt, compression = detect(url, cfg["format"])
         with raw:
             if fmt is None:
-                yield Bad(0, "file", "unsupported_format",
-                          "unknown file type (use .jsonl/.json/.ndjson, .parquet, .txt, optionally .gz/.zst, "
-                          "or set format)", rows=0)
+                yield Bad(
+                    0,
+                    "file",
+                    "unsupported_format",
+                    "unknown file type (use .jsonl/.json/.ndjson, .parquet, .txt, optionally .gz/.zst, or set format)",
+                    rows=0,
+                )
                 return
             if size == 0:
                 yield Bad(0, "file", "empty_file", "the file is empty", rows=0)
@@ -268,9 +302,14 @@ class IngestStage(Stage):
         units whose files changed."""
         quarantine = QuarantineWriter(self.lake.quarantine_uri(self.name, "duplicate_ids"))
         for doc_id, first, later in _repeated_ids(manifest.shards):
-            quarantine.add(later[2], f"{later[0]} row {later[1]}", "duplicate_id",
-                           f"id {_short_repr(doc_id)} of field {self.config['id_field']!r} is also kept from "
-                           f"{first[2]} ({first[0]} row {first[1]}), an earlier unit", rows=0)
+            quarantine.add(
+                later[2],
+                f"{later[0]} row {later[1]}",
+                "duplicate_id",
+                f"id {_short_repr(doc_id)} of field {self.config['id_field']!r} is also kept from "
+                f"{first[2]} ({first[0]} row {first[1]}), an earlier unit",
+                rows=0,
+            )
         uri = quarantine.write()
         if not uri:
             return
@@ -278,8 +317,10 @@ class IngestStage(Stage):
         acc = RowAccounting.from_dict(manifest.accounting)
         acc.note("duplicate_id", n)
         manifest.accounting = acc.to_dict()
-        raise StageFailed(f"ingest: {n} id{'s' if n > 1 else ''} of field {self.config['id_field']!r} repeated "
-                          f"across units (ids must be unique in a dataset); each is listed in {uri}")
+        raise StageFailed(
+            f"ingest: {n} id{'s' if n > 1 else ''} of field {self.config['id_field']!r} repeated "
+            f"across units (ids must be unique in a dataset); each is listed in {uri}"
+        )
 
 
 def _repeat(seen: dict[str, tuple[str, str]], doc_id: str, source: str, location: str) -> tuple[str, str] | None:
@@ -295,8 +336,9 @@ def _repeated_ids(shards: list[ShardEntry]) -> list[tuple[str, tuple[str, int, s
     Two passes keep memory at 8 bytes a row: a hash of every id, then the exact ids of the rows whose
     hash repeats. Shards come in unit order, so "first" is the earlier unit.
     """
-    hashes = [np.fromiter((xxhash.xxh64_intdigest(i.encode()) for i in _read_columns(s, [ID])[ID]), np.uint64)
-              for s in shards]
+    hashes = [
+        np.fromiter((xxhash.xxh64_intdigest(i.encode()) for i in _read_columns(s, [ID])[ID]), np.uint64) for s in shards
+    ]
     if not hashes:
         return []
     values, counts = np.unique(np.concatenate(hashes), return_counts=True)
@@ -393,7 +435,7 @@ def _check_text(text, max_text: int) -> tuple[str, str] | None:
 
 def _relpath(url: str, root: str) -> str:
     if root and url.startswith(root.rstrip("/") + "/"):
-        return url[len(root.rstrip("/")) + 1:]
+        return url[len(root.rstrip("/")) + 1 :]
     return url.rsplit("/", 1)[-1]
 
 

@@ -17,11 +17,7 @@ import pyarrow as pa
 
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
-from airflow_curation.core.code_signals import (
-    CODE_SIGNALS,
-    compute_code_signals,
-    language_of,
-)
+from airflow_curation.core.code_signals import CODE_SIGNALS, compute_code_signals, language_of
 from airflow_curation.core.filters import Rule, apply_rules, resolve_rules
 from airflow_curation.core.schema import ID, SOURCE, TEXT
 from airflow_curation.core.signals import SignalComputer
@@ -45,8 +41,14 @@ class Preprocessor:
     :param code_language: one language for every row, or ``"auto"`` (from each row's ``source`` extension).
     """
 
-    def __init__(self, preset: str | list[str] | None = "gopher", rules: list[dict] | None = None,
-                 signals: dict | None = None, code: bool | str = "auto", code_language: str = "auto") -> None:
+    def __init__(
+        self,
+        preset: str | list[str] | None = "gopher",
+        rules: list[dict] | None = None,
+        signals: dict | None = None,
+        code: bool | str = "auto",
+        code_language: str = "auto",
+    ) -> None:
         self.rules: list[Rule] = resolve_rules(preset, rules or [])
         self.computer = SignalComputer(signals)
         if code == "auto":
@@ -78,8 +80,9 @@ class Preprocessor:
         ids = table.column(ID)
         if not pa.types.is_string(ids.type):
             ids = ids.cast(pa.string())
-        return pa.Table.from_arrays([ids] + signals.columns + decisions.columns,
-                                    names=[ID] + signals.column_names + decisions.column_names)
+        return pa.Table.from_arrays(
+            [ids] + signals.columns + decisions.columns, names=[ID] + signals.column_names + decisions.column_names
+        )
 
     def run_file(self, in_uri: str, out_uri: str, batch_rows: int = 4096) -> tuple[RowAccounting, dict[str, Any]]:
         """Stream one Parquet file with ``id`` and ``text`` into ``out_uri`` (written atomically)."""
@@ -100,23 +103,47 @@ class PreprocessStage(AttrsStage):
     UPSTREAM = ("ingest",)
     FUNNEL_LABEL = "quality"
     SETTINGS = AttrsStage.SETTINGS.extend(
-        Setting("preset", str_or_list, "gopher",
-                "filter preset(s), comma-separated: gopher, c4, fineweb, code, or none"),
+        Setting(
+            "preset", str_or_list, "gopher", "filter preset(s), comma-separated: gopher, c4, fineweb, code, or none"
+        ),
         Setting("rules", list, [], "extra rules, a JSON list of {name, signal, min, max}, applied after the preset's"),
-        Setting("signals", dict, {}, "signal settings: stop_words (list), tokenizer (default or hf:<tokenizer.json>)",
-                cli=False),
-        Setting("code", auto_or_bool, "auto", "code signals: auto (when a rule reads one), true or false",
-                choices=("auto", True, False)),
+        Setting(
+            "signals",
+            dict,
+            {},
+            "signal settings: stop_words (list), tokenizer (default or hf:<tokenizer.json>)",
+            cli=False,
+        ),
+        Setting(
+            "code",
+            auto_or_bool,
+            "auto",
+            "code signals: auto (when a rule reads one), true or false",
+            choices=("auto", True, False),
+        ),
         Setting("code_language", str, "auto", "auto (by each row's source extension) or one language for all rows"),
         Setting("batch_rows", int, 4096, "rows per batch and per output row group", runtime=True),
-        Setting("mapper", str, "dask", "where shards run: dask (a LocalCluster sized from the memory budget, or "
-                "scheduler_address) or local (in-process / a process pool of workers)", choices=("dask", "local"),
-                runtime=True),
+        Setting(
+            "mapper",
+            str,
+            "dask",
+            "where shards run: dask (a LocalCluster sized from the memory budget, or "
+            "scheduler_address) or local (in-process / a process pool of workers)",
+            choices=("dask", "local"),
+            runtime=True,
+        ),
         Setting("scheduler_address", str, None, "run on this Dask cluster instead of a LocalCluster", runtime=True),
-        Setting("workers", int, None, "at most this many local workers (the memory plan may choose fewer)",
-                runtime=True),
-        Setting("memory_expansion", float, None, "a unit's peak memory per byte of its shard, for the worker plan; "
-                "default: measured from this config's earlier checkpoints, else 8", runtime=True),
+        Setting(
+            "workers", int, None, "at most this many local workers (the memory plan may choose fewer)", runtime=True
+        ),
+        Setting(
+            "memory_expansion",
+            float,
+            None,
+            "a unit's peak memory per byte of its shard, for the worker plan; "
+            "default: measured from this config's earlier checkpoints, else 8",
+            runtime=True,
+        ),
         renamed={"engine": "mapper"},
     )
 
@@ -127,17 +154,21 @@ class PreprocessStage(AttrsStage):
 
     def preprocessor(self) -> Preprocessor:
         c = self.config
-        return Preprocessor(preset=c["preset"], rules=c["rules"], signals=c["signals"], code=c["code"],
-                            code_language=c["code_language"])
+        return Preprocessor(
+            preset=c["preset"], rules=c["rules"], signals=c["signals"], code=c["code"], code_language=c["code_language"]
+        )
 
     def default_mapper(self) -> UnitMapper:
         if self.config["mapper"] == "local":
             return local_mapper(int(self.config.get("workers") or 1))
         from airflow_curation.stages.engines.dask import dask_mapper
 
-        return dask_mapper(self.config.get("scheduler_address"), workers=self.config.get("workers"),
-                           unit_bytes=lambda args: self._unit_bytes.get(args[1].unit_id, 0),
-                           expansion=self.memory_expansion())
+        return dask_mapper(
+            self.config.get("scheduler_address"),
+            workers=self.config.get("workers"),
+            unit_bytes=lambda args: self._unit_bytes.get(args[1].unit_id, 0),
+            expansion=self.memory_expansion(),
+        )
 
     def memory_expansion(self, sample: int = 64) -> float:
         """Peak memory per shard byte: the setting if given, else measured from this config's

@@ -114,8 +114,7 @@ def refuse_unsafe_sql(checks: list[dict[str, Any]], query_engine: str) -> None:
             try:
                 gate(str(c["query"]))
             except sandbox.SqlRefused as e:
-                raise CheckSpecError(redact.scrub(f"check #{i} ({c.get('name', 'sql')}): query refused: {e}")) \
-                    from None
+                raise CheckSpecError(redact.scrub(f"check #{i} ({c.get('name', 'sql')}): query refused: {e}")) from None
 
 
 def default_checks(config: dict[str, Any]) -> list[dict[str, Any]]:
@@ -157,8 +156,18 @@ def run_checks(checks: list[dict[str, Any]], ctx: Context) -> list[CheckResult]:
             passed, observed, expected, message, details = CHECKS[t](c, ctx)
         except CheckSpecError as e:
             passed, observed, expected, message, details = False, None, "a valid check", str(e), {}
-        results.append(CheckResult(name=name, type=t, passed=bool(passed), severity=sev, observed=observed,
-                                   expected=expected, message=message, details=details))
+        results.append(
+            CheckResult(
+                name=name,
+                type=t,
+                passed=bool(passed),
+                severity=sev,
+                observed=observed,
+                expected=expected,
+                message=message,
+                details=details,
+            )
+        )
     return results
 
 
@@ -166,10 +175,15 @@ def summary(results: list[CheckResult]) -> str:
     """One readable block: the failed checks first, then a count."""
     failed = [r for r in results if r.status == "fail"]
     warned = [r for r in results if r.status == "warn"]
-    lines = [f"{len(results) - len(failed) - len(warned)} of {len(results)} checks passed"
-             + (f", {len(failed)} failed" if failed else "") + (f", {len(warned)} warned" if warned else "")]
+    lines = [
+        f"{len(results) - len(failed) - len(warned)} of {len(results)} checks passed"
+        + (f", {len(failed)} failed" if failed else "")
+        + (f", {len(warned)} warned" if warned else "")
+    ]
     for r in failed + warned:
-        lines.append(f"  [{r.status.upper()}] {r.name}: {r.message} (observed {_fmt(r.observed)}, expected {r.expected})")
+        lines.append(
+            f"  [{r.status.upper()}] {r.name}: {r.message} (observed {_fmt(r.observed)}, expected {r.expected})"
+        )
     return "\n".join(lines)
 
 
@@ -229,7 +243,11 @@ def _check_null_rate(c, ctx):
     worst = max(rates.values(), default=0.0)
     if missing:
         return False, worst, f"<= {hi}", f"columns not in the view: {missing}", {"rates": rates}
-    msg = "null rates within bound" if not bad else "too many nulls in " + ", ".join(f"{k} ({v:.4%})" for k, v in bad.items())
+    msg = (
+        "null rates within bound"
+        if not bad
+        else "too many nulls in " + ", ".join(f"{k} ({v:.4%})" for k, v in bad.items())
+    )
     return not bad, worst, f"<= {hi}", msg, {"rates": rates}
 
 
@@ -256,7 +274,13 @@ def _check_duplicate_rate(c, ctx):
     lo, hi, text = _range(c)
     if dup is None:
         return False, None, text, "no dedup attrs in this run (no is_duplicate column)", {}
-    return _within(dup["rate"], lo, hi), dup["rate"], text, f"{dup['duplicates']} of {dup['assessed']} rows are duplicates", {}
+    return (
+        _within(dup["rate"], lo, hi),
+        dup["rate"],
+        text,
+        f"{dup['duplicates']} of {dup['assessed']} rows are duplicates",
+        {},
+    )
 
 
 def _check_kept_fraction(c, ctx):
@@ -282,8 +306,13 @@ def _check_schema(c, ctx):
             problems.append(f"{name} missing")
         elif family and have[col] != family:
             problems.append(f"{name} is {have[col]}, not {family}")
-    return not problems, "; ".join(problems) or "ok", f"columns {want}", \
-        "schema as declared" if not problems else "; ".join(problems), {"schema": have}
+    return (
+        not problems,
+        "; ".join(problems) or "ok",
+        f"columns {want}",
+        "schema as declared" if not problems else "; ".join(problems),
+        {"schema": have},
+    )
 
 
 def _check_sql(c, ctx):
@@ -334,8 +363,10 @@ def _check_accounting(c, ctx):
         acc = RowAccounting.from_dict(m.accounting)
         per_stage[stage] = acc.to_dict()
         if not acc.closes:
-            problems.append(f"{stage}: read {acc.read} != kept {acc.kept} + dropped {sum(acc.dropped.values())} "
-                            f"+ quarantined {sum(acc.quarantined.values())}")
+            problems.append(
+                f"{stage}: read {acc.read} != kept {acc.kept} + dropped {sum(acc.dropped.values())} "
+                f"+ quarantined {sum(acc.quarantined.values())}"
+            )
         if stage == "ingest" and m.status == "complete" and acc.kept != m.rows:
             problems.append(f"ingest: kept {acc.kept} rows but its shards hold {m.rows}")
         upstream = _upstream_of(m)
@@ -350,9 +381,13 @@ def _check_accounting(c, ctx):
     for stage, missing in ctx.metrics.get("missing_attrs", {}).items():
         if missing:
             problems.append(f"{stage}: {missing} rows have no attrs (a shard not processed, or ids that do not join)")
-    return not problems, len(problems), "0 discrepancies", \
-        "books close across " + ", ".join(per_stage) if not problems else "; ".join(problems), \
-        {"accounting": per_stage}
+    return (
+        not problems,
+        len(problems),
+        "0 discrepancies",
+        "books close across " + ", ".join(per_stage) if not problems else "; ".join(problems),
+        {"accounting": per_stage},
+    )
 
 
 CHECKS = {

@@ -33,7 +33,7 @@ def _sql_str(s: str) -> str:
 
 
 def _path(uri: str) -> str:
-    return uri[len("file://"):] if uri.startswith("file://") else uri
+    return uri[len("file://") :] if uri.startswith("file://") else uri
 
 
 def _bins(lo: float, hi: float, n: int = HIST_BINS) -> list[float]:
@@ -78,13 +78,16 @@ class DuckDBEngine:
 
     def _create_views(self) -> None:
         v = self.view
-        self.con.execute(f"CREATE VIEW shards AS SELECT * FROM read_parquet({self._files(v.shard_files)}, "
-                         "union_by_name = true)")
+        self.con.execute(
+            f"CREATE VIEW shards AS SELECT * FROM read_parquet({self._files(v.shard_files)}, union_by_name = true)"
+        )
         select = ["s.*"]
         joins = []
         for a in v.attrs:
-            self.con.execute(f"CREATE VIEW {_q('attrs_' + a.stage)} AS SELECT * FROM read_parquet("
-                             f"{self._files(a.files)}, union_by_name = true)")
+            self.con.execute(
+                f"CREATE VIEW {_q('attrs_' + a.stage)} AS SELECT * FROM read_parquet("
+                f"{self._files(a.files)}, union_by_name = true)"
+            )
             select += [f"{a.alias}.{_q(src)} AS {_q(dst)}" for src, dst in a.columns.items()]
             select.append(f"({a.alias}.{_q(ID)} IS NOT NULL) AS {_q(a.has_flag)}")
             joins.append(f"LEFT JOIN {_q('attrs_' + a.stage)} AS {a.alias} ON {a.alias}.{_q(ID)} = s.{_q(ID)}")
@@ -133,21 +136,27 @@ class DuckDBEngine:
         out["rows"], out["text_bytes"], out["distinct_ids"] = int(row[0]), int(row[1]), int(row[2])
         row = row[3:]
         out["null_counts"] = {c: int(n) for c, n in zip(cols, row)}
-        row = row[len(cols):]
+        row = row[len(cols) :]
         out["missing_attrs"] = {a.stage: int(n) for a, n in zip(v.attrs, row)}
-        row = row[len(v.attrs):]
+        row = row[len(v.attrs) :]
         funnel = [{"label": "ingested", "stage": "ingest", "rows": out["rows"], "bytes": out["text_bytes"]}]
         for (label, stage, _), i in zip(steps, range(0, 2 * len(steps), 2)):
             funnel.append({"label": label, "stage": stage, "rows": int(row[i]), "bytes": int(row[i + 1])})
         out["funnel"] = funnel
-        row = row[2 * len(steps):]
+        row = row[2 * len(steps) :]
         out["duplicates"] = None
         if dup:
             assessed, dups = int(row[0]), int(row[1])
-            out["duplicates"] = {"column": dup, "assessed": assessed, "duplicates": dups,
-                                 "rate": dups / assessed if assessed else 0.0}
-        out["attrs_rows"] = {a.stage: int(self.con.execute(f"SELECT count(*) FROM {_q('attrs_' + a.stage)}").fetchone()[0])
-                             for a in v.attrs}
+            out["duplicates"] = {
+                "column": dup,
+                "assessed": assessed,
+                "duplicates": dups,
+                "rate": dups / assessed if assessed else 0.0,
+            }
+        out["attrs_rows"] = {
+            a.stage: int(self.con.execute(f"SELECT count(*) FROM {_q('attrs_' + a.stage)}").fetchone()[0])
+            for a in v.attrs
+        }
         out["signals"] = self._signals()
         if curated_signals:
             out["curated_signals"] = self._signals(curated_signals, table="curated")
@@ -178,7 +187,7 @@ class DuckDBEngine:
                 exprs += [f"count({c})", f"min({c})", f"max({c})", f"avg({c})", f"quantile_cont({c}, {qs})"]
             row = self.con.execute(f"SELECT {', '.join(exprs)} FROM {tbl}").fetchone()
             for k, (_, dst) in enumerate(pairs):
-                n, lo, hi, mean, quant = row[5 * k: 5 * k + 5]
+                n, lo, hi, mean, quant = row[5 * k : 5 * k + 5]
                 stats = {"count": int(n), "min": lo, "max": hi, "mean": mean}
                 for q, val in zip(QUANTILES, quant or [None] * len(QUANTILES)):
                     stats[f"p{int(round(q * 100)):02d}"] = val
@@ -196,8 +205,10 @@ class DuckDBEngine:
             edges = _bins(stats["min"], stats["max"])
             nb = len(edges) - 1
             width = (edges[-1] - edges[0]) / nb
-            exprs.append(f"histogram(least(greatest(floor(({_q(src)}::DOUBLE - {edges[0]!r}) / {width!r}), 0), "
-                         f"{nb - 1})::INTEGER)")
+            exprs.append(
+                f"histogram(least(greatest(floor(({_q(src)}::DOUBLE - {edges[0]!r}) / {width!r}), 0), "
+                f"{nb - 1})::INTEGER)"
+            )
             plan.append((stats, edges))
         if not exprs:
             return
@@ -213,10 +224,10 @@ class DuckDBEngine:
             if CLUSTER_ID in a.columns:
                 rows = self.con.execute(
                     f"SELECT n, count(*) FROM (SELECT count(*) AS n FROM {_q('attrs_' + a.stage)} "
-                    f"WHERE {CLUSTER_ID} IS NOT NULL GROUP BY {CLUSTER_ID}) GROUP BY n ORDER BY n").fetchall()
+                    f"WHERE {CLUSTER_ID} IS NOT NULL GROUP BY {CLUSTER_ID}) GROUP BY n ORDER BY n"
+                ).fetchall()
                 sizes = {int(n): int(k) for n, k in rows}
-                return {"clusters": sum(sizes.values()), "sizes": sizes,
-                        "largest": max(sizes) if sizes else 0}
+                return {"clusters": sum(sizes.values()), "sizes": sizes, "largest": max(sizes) if sizes else 0}
         return None
 
     def _drop_reasons(self) -> dict[str, dict[str, int]]:
@@ -225,7 +236,8 @@ class DuckDBEngine:
             if DROP_REASON in a.columns:
                 rows = self.con.execute(
                     f"SELECT {DROP_REASON}, count(*) FROM {_q('attrs_' + a.stage)} WHERE {DROP_REASON} IS NOT NULL "
-                    f"AND {DROP_REASON} <> '' GROUP BY 1 ORDER BY 2 DESC").fetchall()
+                    f"AND {DROP_REASON} <> '' GROUP BY 1 ORDER BY 2 DESC"
+                ).fetchall()
                 out[a.stage] = {str(r): int(n) for r, n in rows}
         return out
 
@@ -257,8 +269,10 @@ class DaftEngine:
 
     def _attrs(self, a):
         df = self._read(a.files)
-        return df.select(*[self.daft.col(src).alias(dst) for src, dst in a.columns.items()],
-                         self.daft.col(ID).alias(f"__id_{a.stage}"))
+        return df.select(
+            *[self.daft.col(src).alias(dst) for src, dst in a.columns.items()],
+            self.daft.col(ID).alias(f"__id_{a.stage}"),
+        )
 
     def docs(self):
         col = self.daft.col
@@ -290,32 +304,45 @@ class DaftEngine:
         cols = [n for n in v.schema().names if not n.startswith("_has_")]
         aggs = [col("__bytes").count().alias("__rows"), col("__bytes").sum().alias("__text_bytes")]
         aggs += [col(c).is_null().cast(self.daft.DataType.int64()).sum().alias(f"__null_{c}") for c in cols]
-        aggs += [(~col(a.has_flag)).cast(self.daft.DataType.int64()).sum().alias(f"__miss_{a.stage}")
-                 for a in v.attrs]
+        aggs += [(~col(a.has_flag)).cast(self.daft.DataType.int64()).sum().alias(f"__miss_{a.stage}") for a in v.attrs]
         steps = v.funnel_steps()
         for i, (_, _, conds) in enumerate(steps):
             w = self._all(conds)
-            aggs += [w.cast(self.daft.DataType.int64()).sum().alias(f"__f{i}_rows"),
-                     (w.cast(self.daft.DataType.int64()) * col("__bytes")).sum().alias(f"__f{i}_bytes")]
+            aggs += [
+                w.cast(self.daft.DataType.int64()).sum().alias(f"__f{i}_rows"),
+                (w.cast(self.daft.DataType.int64()) * col("__bytes")).sum().alias(f"__f{i}_bytes"),
+            ]
         dup = next((a.duplicate_column for a in v.attrs if a.duplicate_column), None)
         if dup:
-            aggs += [col(dup).count().alias("__dup_assessed"),
-                     col(dup).fill_null(lit(False)).cast(self.daft.DataType.int64()).sum().alias("__dup_n")]
+            aggs += [
+                col(dup).count().alias("__dup_assessed"),
+                col(dup).fill_null(lit(False)).cast(self.daft.DataType.int64()).sum().alias("__dup_n"),
+            ]
         r = docs.agg(*aggs).to_pydict()
         g = {k: (vals[0] if vals else None) for k, vals in r.items()}
         distinct = docs.select(ID).distinct().count_rows()
-        out: dict[str, Any] = {"query_engine": f"daft-{self.runner}", "rows": int(g["__rows"] or 0),
-                               "text_bytes": int(g["__text_bytes"] or 0), "distinct_ids": int(distinct)}
+        out: dict[str, Any] = {
+            "query_engine": f"daft-{self.runner}",
+            "rows": int(g["__rows"] or 0),
+            "text_bytes": int(g["__text_bytes"] or 0),
+            "distinct_ids": int(distinct),
+        }
         out["null_counts"] = {c: int(g[f"__null_{c}"] or 0) for c in cols}
         out["missing_attrs"] = {a.stage: int(g[f"__miss_{a.stage}"] or 0) for a in v.attrs}
         out["funnel"] = [{"label": "ingested", "stage": "ingest", "rows": out["rows"], "bytes": out["text_bytes"]}]
-        out["funnel"] += [{"label": label, "stage": stage, "rows": int(g[f"__f{i}_rows"] or 0),
-                           "bytes": int(g[f"__f{i}_bytes"] or 0)} for i, (label, stage, _) in enumerate(steps)]
+        out["funnel"] += [
+            {"label": label, "stage": stage, "rows": int(g[f"__f{i}_rows"] or 0), "bytes": int(g[f"__f{i}_bytes"] or 0)}
+            for i, (label, stage, _) in enumerate(steps)
+        ]
         out["duplicates"] = None
         if dup:
             assessed, dups = int(g["__dup_assessed"] or 0), int(g["__dup_n"] or 0)
-            out["duplicates"] = {"column": dup, "assessed": assessed, "duplicates": dups,
-                                 "rate": dups / assessed if assessed else 0.0}
+            out["duplicates"] = {
+                "column": dup,
+                "assessed": assessed,
+                "duplicates": dups,
+                "rate": dups / assessed if assessed else 0.0,
+            }
         out["attrs_rows"] = {a.stage: int(self._read(a.files).count_rows()) for a in v.attrs}
         out["signals"] = self._signals(None)
         if curated_signals:
@@ -336,9 +363,13 @@ class DaftEngine:
             aggs = []
             for n in names:
                 c = col(n).cast(self.daft.DataType.float64())
-                aggs += [c.count().alias(f"{n}__n"), c.min().alias(f"{n}__min"), c.max().alias(f"{n}__max"),
-                         c.mean().alias(f"{n}__mean"),
-                         c.approx_percentiles(list(QUANTILES)).alias(f"{n}__q")]
+                aggs += [
+                    c.count().alias(f"{n}__n"),
+                    c.min().alias(f"{n}__min"),
+                    c.max().alias(f"{n}__max"),
+                    c.mean().alias(f"{n}__mean"),
+                    c.approx_percentiles(list(QUANTILES)).alias(f"{n}__q"),
+                ]
             g = {k: v[0] for k, v in df.agg(*aggs).to_pydict().items()}
             plan = []
             for n in names:
@@ -361,10 +392,12 @@ class DaftEngine:
         bins = []
         for n, edges in plan:
             width = (edges[-1] - edges[0]) / (len(edges) - 1)
-            bins.append(((col(n).cast(self.daft.DataType.float64()) - edges[0]) / width).floor().cast(i64)
-                        .alias(n))
-        long = df.select(*bins).with_column("__one", self.daft.lit(1)).unpivot(
-            ids="__one", values=[n for n, _ in plan], variable_name="c", value_name="b")
+            bins.append(((col(n).cast(self.daft.DataType.float64()) - edges[0]) / width).floor().cast(i64).alias(n))
+        long = (
+            df.select(*bins)
+            .with_column("__one", self.daft.lit(1))
+            .unpivot(ids="__one", values=[n for n, _ in plan], variable_name="c", value_name="b")
+        )
         g = long.where(col("b").not_null()).groupby("c", "b").agg(col("b").count().alias("k")).to_pydict()
         counts = {n: [0] * (len(edges) - 1) for n, edges in plan}
         for c, b, k in zip(g["c"], g["b"], g["k"]):
@@ -391,15 +424,17 @@ class DaftEngine:
             if DROP_REASON in a.columns:
                 df = self._read(a.files).where(col(DROP_REASON).not_null() & (col(DROP_REASON) != ""))
                 g = df.groupby(DROP_REASON).agg(col(DROP_REASON).count().alias("n")).to_pydict()
-                out[a.stage] = {str(r): int(n) for r, n in sorted(zip(g[DROP_REASON], g["n"]),
-                                                                    key=lambda t: -t[1])}
+                out[a.stage] = {str(r): int(n) for r, n in sorted(zip(g[DROP_REASON], g["n"]), key=lambda t: -t[1])}
         return out
 
     def tables(self) -> dict[str, Any]:
         """The frames a sql check can name, as in the DuckDB engine."""
         docs = self.docs().exclude("__bytes")
-        tables = {"shards": self._read(self.view.shard_files), "docs": docs,
-                  "curated": docs.where(self._all(self.view.curated_conditions()))}
+        tables = {
+            "shards": self._read(self.view.shard_files),
+            "docs": docs,
+            "curated": docs.where(self._all(self.view.curated_conditions())),
+        }
         tables.update({f"attrs_{a.stage}": self._read(a.files) for a in self.view.attrs})
         return tables
 
@@ -446,9 +481,13 @@ def _daft_io_config(daft, uri: str):
         return None
     opts = storage.options_for(uri)
     client = opts.get("client_kwargs", {})
-    s3 = daft.io.S3Config(key_id=opts.get("key"), access_key=opts.get("secret"),
-                          endpoint_url=opts.get("endpoint_url") or client.get("endpoint_url"),
-                          region_name=client.get("region_name", "us-east-1"), anonymous=bool(opts.get("anon")))
+    s3 = daft.io.S3Config(
+        key_id=opts.get("key"),
+        access_key=opts.get("secret"),
+        endpoint_url=opts.get("endpoint_url") or client.get("endpoint_url"),
+        region_name=client.get("region_name", "us-east-1"),
+        anonymous=bool(opts.get("anon")),
+    )
     return daft.io.IOConfig(s3=s3)
 
 

@@ -32,8 +32,13 @@ def stage_timings(lake: Lake, manifest: Manifest, limit: int = 5000) -> dict[str
     for u, rec in zip(wanted, records):
         row: dict[str, Any] = {"unit_id": u.unit_id, "status": u.status, "error": u.error}
         if rec is not None and rec.fingerprint == manifest.fingerprint:
-            row.update(seconds=round(rec.seconds, 4), attempt=rec.attempt, host=rec.host,
-                       rows_in=rec.accounting.get("read"), rows_out=rec.accounting.get("kept"))
+            row.update(
+                seconds=round(rec.seconds, 4),
+                attempt=rec.attempt,
+                host=rec.host,
+                rows_in=rec.accounting.get("read"),
+                rows_out=rec.accounting.get("kept"),
+            )
         else:
             fail = store.failure(u.unit_id)
             if fail:
@@ -41,27 +46,56 @@ def stage_timings(lake: Lake, manifest: Manifest, limit: int = 5000) -> dict[str
         units.append(row)
     secs = [u["seconds"] for u in units if u.get("seconds") is not None]
     return {
-        "stage": manifest.stage, "status": manifest.status, "fingerprint": manifest.fingerprint,
-        "shards": len(manifest.shards), "rows": manifest.rows, "bytes": manifest.bytes,
+        "stage": manifest.stage,
+        "status": manifest.status,
+        "fingerprint": manifest.fingerprint,
+        "shards": len(manifest.shards),
+        "rows": manifest.rows,
+        "bytes": manifest.bytes,
         "accounting": manifest.accounting,
-        "units": {"total": len(manifest.units), "done": sum(u["status"] in ("done", "skipped") for u in units),
-                  "failed": sum(u["status"] == "failed" for u in units)},
-        "seconds": {"total": round(sum(secs), 3), "max": max(secs, default=0.0),
-                    "mean": (sum(secs) / len(secs)) if secs else 0.0},
+        "units": {
+            "total": len(manifest.units),
+            "done": sum(u["status"] in ("done", "skipped") for u in units),
+            "failed": sum(u["status"] == "failed" for u in units),
+        },
+        "seconds": {
+            "total": round(sum(secs), 3),
+            "max": max(secs, default=0.0),
+            "mean": (sum(secs) / len(secs)) if secs else 0.0,
+        },
         "timings": units,
         "truncated": len(manifest.units) > limit,
     }
 
 
-def build_report(*, lake: Lake, run_id: str, input_manifest_uri: str, manifests: dict[str, tuple[str, Manifest]],
-                 metrics: dict[str, Any], checks: list[dict[str, Any]], summary: str, columns: dict[str, list[str]],
-                 seconds: float) -> dict[str, Any]:
+def build_report(
+    *,
+    lake: Lake,
+    run_id: str,
+    input_manifest_uri: str,
+    manifests: dict[str, tuple[str, Manifest]],
+    metrics: dict[str, Any],
+    checks: list[dict[str, Any]],
+    summary: str,
+    columns: dict[str, list[str]],
+    seconds: float,
+) -> dict[str, Any]:
     failed = any(c["status"] == "fail" for c in checks)
     return {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "dataset": lake.dataset, "snapshot": lake.snapshot,
-        "lake": lake.to_dict(), "run_id": run_id, "created_at": time.time(), "seconds": round(seconds, 3),
-        "input_manifest": input_manifest_uri, "status": "failed" if failed else "passed", "summary": summary,
-        "checks": checks, "metrics": metrics, "columns": columns,
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "dataset": lake.dataset,
+        "snapshot": lake.snapshot,
+        "lake": lake.to_dict(),
+        "run_id": run_id,
+        "created_at": time.time(),
+        "seconds": round(seconds, 3),
+        "input_manifest": input_manifest_uri,
+        "status": "failed" if failed else "passed",
+        "summary": summary,
+        "checks": checks,
+        "metrics": metrics,
+        "columns": columns,
         "stages": {st: {"manifest_uri": uri, **stage_timings(lake, m)} for st, (uri, m) in manifests.items()},
     }
 
@@ -129,14 +163,23 @@ def _funnel_svg(funnel: list[dict[str, Any]]) -> str:
         pct = 100.0 * f["rows"] / top
         parts.append(f'<text x="0" y="{y + bar_h * 0.68}">{_e(f["label"])}</text>')
         parts.append(f'<rect x="{label_w}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="#3b6fd4" rx="3"/>')
-        parts.append(f'<text x="{label_w + w + 6:.1f}" y="{y + bar_h * 0.68}">{f["rows"]:,} rows · '
-                     f'{_e(_bytes(f.get("bytes")))} · {pct:.1f}%</text>')
+        parts.append(
+            f'<text x="{label_w + w + 6:.1f}" y="{y + bar_h * 0.68}">{f["rows"]:,} rows · '
+            f"{_e(_bytes(f.get('bytes')))} · {pct:.1f}%</text>"
+        )
     parts.append("</svg>")
     return "".join(parts)
 
 
-def _bars_svg(labels: list[str], values: list[float], title: str, color: str = "#3b6fd4",
-              width: int = 300, height: int = 150, log: bool = False) -> str:
+def _bars_svg(
+    labels: list[str],
+    values: list[float],
+    title: str,
+    color: str = "#3b6fd4",
+    width: int = 300,
+    height: int = 150,
+    log: bool = False,
+) -> str:
     n = len(values)
     if not n:
         return ""
@@ -144,13 +187,17 @@ def _bars_svg(labels: list[str], values: list[float], title: str, color: str = "
     scale = (lambda v: math.log10(1 + v) / math.log10(1 + top)) if log else (lambda v: v / top)
     plot_h, base = height - 34, height - 20
     bw = (width - 10) / n
-    parts = [f'<svg role="img" aria-label="{_e(title)}" width="{width}" height="{height}">',
-             f'<text x="4" y="11" font-weight="600">{_e(title)}</text>']
+    parts = [
+        f'<svg role="img" aria-label="{_e(title)}" width="{width}" height="{height}">',
+        f'<text x="4" y="11" font-weight="600">{_e(title)}</text>',
+    ]
     for i, v in enumerate(values):
         bh = plot_h * scale(v) if v else 0
         x = 5 + i * bw
-        parts.append(f'<rect x="{x:.1f}" y="{base - bh:.1f}" width="{max(bw - 1, 1):.1f}" height="{bh:.1f}" '
-                     f'fill="{color}"><title>{_e(labels[i])}: {v:,}</title></rect>')
+        parts.append(
+            f'<rect x="{x:.1f}" y="{base - bh:.1f}" width="{max(bw - 1, 1):.1f}" height="{bh:.1f}" '
+            f'fill="{color}"><title>{_e(labels[i])}: {v:,}</title></rect>'
+        )
     parts.append(f'<text x="4" y="{height - 5}">{_e(labels[0])}</text>')
     parts.append(f'<text x="{width - 4}" y="{height - 5}" text-anchor="end">{_e(labels[-1])}</text>')
     parts.append("</svg>")
@@ -164,14 +211,18 @@ def _hist_svg(name: str, stats: dict[str, Any]) -> str:
         return ""
     labels = [f"[{edges[i]:.4g}, {edges[i + 1]:.4g})" for i in range(len(counts))]
     svg = _bars_svg(labels, counts, name)
-    return (f'<div class="card">{svg}<div class="meta">mean {_num(stats.get("mean"))} · p50 {_num(stats.get("p50"))}'
-            f' · p05–p95 {_num(stats.get("p05"))}–{_num(stats.get("p95"))}</div></div>')
+    return (
+        f'<div class="card">{svg}<div class="meta">mean {_num(stats.get("mean"))} · p50 {_num(stats.get("p50"))}'
+        f" · p05–p95 {_num(stats.get('p05'))}–{_num(stats.get('p95'))}</div></div>"
+    )
 
 
 def _table(headers: list[str], rows: list[list[str]], num_cols: set[int] = frozenset()) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f'<td{" class=num" if i in num_cols else ""}>{c}</td>' for i, c in enumerate(r))
-                   + "</tr>" for r in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td{' class=num' if i in num_cols else ''}>{c}</td>" for i, c in enumerate(r)) + "</tr>"
+        for r in rows
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -187,24 +238,45 @@ def _quarantined_cell(acc: dict[str, Any]) -> str:
 def render_html(r: dict[str, Any]) -> str:
     m = r["metrics"]
     title = f"Curation report: {r['dataset']}" + (f" / snapshot={r['snapshot']}" if r.get("snapshot") else "")
-    out = [f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{_e(title)}</title>"
-           f"<style>{_CSS}</style></head><body>",
-           f'<h1>{_e(title)} <span class="badge {_e(r["status"])}" id="status">{_e(r["status"].upper())}</span></h1>',
-           f'<div class="meta">run <code>{_e(r["run_id"])}</code> · query engine {_e(m.get("query_engine"))} · '
-           f'{_e(time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(r["created_at"])))} · '
-           f'{r["seconds"]:.2f} s · input <code>{_e(r["input_manifest"])}</code></div>']
+    out = [
+        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{_e(title)}</title>"
+        f"<style>{_CSS}</style></head><body>",
+        f'<h1>{_e(title)} <span class="badge {_e(r["status"])}" id="status">{_e(r["status"].upper())}</span></h1>',
+        f'<div class="meta">run <code>{_e(r["run_id"])}</code> · query engine {_e(m.get("query_engine"))} · '
+        f"{_e(time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(r['created_at'])))} · "
+        f"{r['seconds']:.2f} s · input <code>{_e(r['input_manifest'])}</code></div>",
+    ]
 
     out.append("<h2>Checks</h2>")
     out.append(f"<pre>{_e(r['summary'])}</pre>")
-    out.append(_table(["check", "status", "observed", "expected", "message"], [
-        [_e(c["name"]), f'<span class="badge {_e(c["status"])}">{_e(c["status"])}</span>', _num(c["observed"]),
-         _e(c["expected"]), _e(c["message"])] for c in r["checks"]]))
+    out.append(
+        _table(
+            ["check", "status", "observed", "expected", "message"],
+            [
+                [
+                    _e(c["name"]),
+                    f'<span class="badge {_e(c["status"])}">{_e(c["status"])}</span>',
+                    _num(c["observed"]),
+                    _e(c["expected"]),
+                    _e(c["message"]),
+                ]
+                for c in r["checks"]
+            ],
+        )
+    )
 
     out.append("<h2>Curation funnel</h2>")
     out.append(_funnel_svg(m.get("funnel", [])))
-    out.append(_table(["step", "stage", "rows", "text bytes"], [
-        [_e(f["label"]), _e(f["stage"]), _num(f["rows"]), _e(_bytes(f.get("bytes")))] for f in m.get("funnel", [])],
-        {2, 3}))
+    out.append(
+        _table(
+            ["step", "stage", "rows", "text bytes"],
+            [
+                [_e(f["label"]), _e(f["stage"]), _num(f["rows"]), _e(_bytes(f.get("bytes")))]
+                for f in m.get("funnel", [])
+            ],
+            {2, 3},
+        )
+    )
     for stage, reasons in (m.get("drop_reasons") or {}).items():
         if reasons:
             out.append(f"<h3>Drop reasons ({_e(stage)})</h3>")
@@ -225,14 +297,23 @@ def render_html(r: dict[str, Any]) -> str:
     out.append("<h2>Deduplication</h2>")
     dup, cl = m.get("duplicates"), m.get("clusters")
     if dup:
-        out.append(f"<p>{dup['duplicates']:,} of {dup['assessed']:,} rows are duplicates "
-                   f"(rate {dup['rate']:.2%}).</p>")
+        out.append(f"<p>{dup['duplicates']:,} of {dup['assessed']:,} rows are duplicates (rate {dup['rate']:.2%}).</p>")
     if cl and cl.get("sizes"):
         sizes = sorted((int(k), v) for k, v in cl["sizes"].items())
         out.append(f"<p>{cl['clusters']:,} clusters, largest {cl['largest']:,} documents.</p>")
-        out.append('<div class="card">' + _bars_svg([f"size {k}" for k, _ in sizes], [v for _, v in sizes],
-                                                    "clusters by size (log scale)", "#8250df", 420, 160, log=True)
-                   + "</div>")
+        out.append(
+            '<div class="card">'
+            + _bars_svg(
+                [f"size {k}" for k, _ in sizes],
+                [v for _, v in sizes],
+                "clusters by size (log scale)",
+                "#8250df",
+                420,
+                160,
+                log=True,
+            )
+            + "</div>"
+        )
     if not dup and not cl:
         out.append("<p>No dedup attrs in this run.</p>")
 
@@ -240,23 +321,66 @@ def render_html(r: dict[str, Any]) -> str:
     rows = []
     for st, s in r.get("stages", {}).items():
         acc = s.get("accounting") or {}
-        rows.append([_e(st), f'<span class="badge {"pass" if s["status"] == "complete" else "fail"}">'
-                     f'{_e(s["status"])}</span>', _num(s["units"]["done"]), _num(s["units"]["failed"]),
-                     _num(s["rows"]), _e(_bytes(s["bytes"])), _num(acc.get("read")), _num(acc.get("kept")),
-                     _e(", ".join(f"{k}={v}" for k, v in (acc.get("dropped") or {}).items()) or "–"),
-                     _quarantined_cell(acc), _num(s["seconds"]["total"]), _num(s["seconds"]["max"])])
-    out.append(_table(["stage", "status", "units done", "failed", "rows", "bytes", "read", "kept", "dropped",
-                       "quarantined", "unit seconds (sum)", "slowest unit s"], rows, {2, 3, 4, 5, 6, 7, 10, 11}))
+        rows.append(
+            [
+                _e(st),
+                f'<span class="badge {"pass" if s["status"] == "complete" else "fail"}">{_e(s["status"])}</span>',
+                _num(s["units"]["done"]),
+                _num(s["units"]["failed"]),
+                _num(s["rows"]),
+                _e(_bytes(s["bytes"])),
+                _num(acc.get("read")),
+                _num(acc.get("kept")),
+                _e(", ".join(f"{k}={v}" for k, v in (acc.get("dropped") or {}).items()) or "–"),
+                _quarantined_cell(acc),
+                _num(s["seconds"]["total"]),
+                _num(s["seconds"]["max"]),
+            ]
+        )
+    out.append(
+        _table(
+            [
+                "stage",
+                "status",
+                "units done",
+                "failed",
+                "rows",
+                "bytes",
+                "read",
+                "kept",
+                "dropped",
+                "quarantined",
+                "unit seconds (sum)",
+                "slowest unit s",
+            ],
+            rows,
+            {2, 3, 4, 5, 6, 7, 10, 11},
+        )
+    )
     for st, s in r.get("stages", {}).items():
         t = [u for u in s["timings"] if u.get("seconds") is not None]
         if len(t) > 1:
-            out.append('<div class="card">' + _bars_svg([u["unit_id"] for u in t], [u["seconds"] for u in t],
-                                                        f"{st}: seconds per shard", "#1a7f37", 520, 130) + "</div>")
+            out.append(
+                '<div class="card">'
+                + _bars_svg(
+                    [u["unit_id"] for u in t],
+                    [u["seconds"] for u in t],
+                    f"{st}: seconds per shard",
+                    "#1a7f37",
+                    520,
+                    130,
+                )
+                + "</div>"
+            )
         failures = [u for u in s["timings"] if u["status"] == "failed"]
         if failures:
             out.append(f"<h3>Failed units ({_e(st)})</h3>")
-            out.append(_table(["unit", "attempts", "error"], [[_e(u["unit_id"]), _num(u.get("attempt")),
-                                                               _e(u.get("error"))] for u in failures]))
+            out.append(
+                _table(
+                    ["unit", "attempts", "error"],
+                    [[_e(u["unit_id"]), _num(u.get("attempt")), _e(u.get("error"))] for u in failures],
+                )
+            )
 
     out.append("<h2>Columns</h2>")
     out.append(_table(["source", "columns"], [[_e(k), _e(", ".join(v))] for k, v in r.get("columns", {}).items()]))

@@ -67,7 +67,8 @@ def lock_duckdb(con: Any, files: list[str]) -> None:
 
 # Pure functions a validation query may call in Daft SQL; any other function Daft knows is refused
 # (new Daft functions are refused until listed here).
-DAFT_FUNCTIONS = frozenset("""
+DAFT_FUNCTIONS = frozenset(
+    """
     count count_distinct sum avg mean min max median percentile product stddev stddev_pop stddev_samp var
     var_pop var_samp variance pearson_correlation bool_and bool_or rank dense_rank row_number lag lead
     abs sign round ceil floor trunc sqrt cbrt exp expm1 ln log log2 log10 log1p pow power pmod factorial
@@ -91,24 +92,30 @@ DAFT_FUNCTIONS = frozenset("""
     timestamp_seconds timestamp_millis timestamp_micros last_day add_months months_between next_day
     current_date current_timestamp total_days total_hours total_minutes total_seconds
     total_milliseconds total_microseconds total_nanoseconds to_string
-""".split())
+""".split()
+)
 # Statements are refused by the first word already; these keywords have no business in a query.
-_DAFT_KEYWORDS = frozenset("""
+_DAFT_KEYWORDS = frozenset(
+    """
     set use show describe explain drop create alter insert update delete merge copy attach detach
     install load pragma call execute prepare grant revoke truncate vacuum checkpoint export import
-""".split())
+""".split()
+)
 # Where a table goes: Daft reads a string there as a file (``FROM 'x.csv'``).
 _TABLE_KEYWORDS = frozenset({"from", "join", "lateral", "apply", "table"})
 # What ends a FROM clause: keywords Daft's parser never takes for a table alias without AS.
 _FROM_ENDS = frozenset("where group having order limit offset union except intersect select window qualify".split())
-_LEX = re.compile(r"""
+_LEX = re.compile(
+    r"""
     (?P<ws>[ \t\r\n]+)
   | (?P<str>(?:[A-Za-z]{1,2})?'(?:[^']|'')*')  # with its prefix, if any (E'..', N'..', X'..')
   | (?P<qid>"(?:[^"]|"")*")
   | (?P<bad>--|/\*|\*/)
   | (?P<word>[A-Za-z0-9_]+)
   | (?P<op>[(),.*+\-/%<>=!|:\[\]{}^~])
-""", re.X)
+""",
+    re.X,
+)
 _WORD = re.compile(r"[A-Za-z0-9_]+")
 
 
@@ -134,8 +141,10 @@ def _lex(q: str) -> Iterator[tuple[str, str]]:
         m = _LEX.match(q, pos)
         if m is None or m.lastgroup == "bad":
             what = m.group() if m else q[pos]
-            raise SqlRefused(f"{what!r} at character {pos} is not allowed in Daft SQL checks (comments, "
-                             "';', '$', '&', '#', backticks and non-ASCII are refused outside strings)")
+            raise SqlRefused(
+                f"{what!r} at character {pos} is not allowed in Daft SQL checks (comments, "
+                "';', '$', '&', '#', backticks and non-ASCII are refused outside strings)"
+            )
         yield m.lastgroup, m.group()
         pos = m.end()
 
@@ -150,12 +159,14 @@ def _check_word(word: str, bare: bool, denied: frozenset[str]) -> None:
     w = word.lower()
     rest = w.lstrip("0123456789")
     # A tokenizer may split a leading number off (``1url_download``, ``0xurl_download``): check the rest too.
-    for cand in ({w, rest, rest[1:]} if rest != w else {w}):
+    for cand in {w, rest, rest[1:]} if rest != w else {w}:
         if cand.startswith("read_"):
             raise SqlRefused(f"{word!r}: table functions that read files are not allowed")
         if cand in denied:
-            raise SqlRefused(f"{word!r} names a Daft function that may reach outside the view (files, URLs, "
-                             "models): only pure functions may be called")
+            raise SqlRefused(
+                f"{word!r} names a Daft function that may reach outside the view (files, URLs, "
+                "models): only pure functions may be called"
+            )
     if bare and w in _DAFT_KEYWORDS:
         raise SqlRefused(f"{word!r}: only a read query (SELECT, WITH) may run")
 

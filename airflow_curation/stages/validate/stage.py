@@ -41,8 +41,13 @@ class ValidateStage(Stage):
     name = "validate"
     version = "2"  # 2: sql checks run in the sandbox; a verdict reached without it is not reused
     SETTINGS = Stage.SETTINGS.extend(
-        Setting("query_engine", str, "duckdb", "what computes the metrics: duckdb (in process) or daft",
-                choices=("duckdb", "daft")),
+        Setting(
+            "query_engine",
+            str,
+            "duckdb",
+            "what computes the metrics: duckdb (in process) or daft",
+            choices=("duckdb", "daft"),
+        ),
         Setting("daft_runner", str, "native", "daft: native (this machine) or ray", choices=("native", "ray")),
         Setting("checks", anything, [], "a list of check dicts, or YAML text (see docs/validate.md)", cli=False),
         Setting("checks_file", str, None, "YAML or JSON file of declared checks", flag="--checks"),
@@ -104,13 +109,25 @@ class ValidateStage(Stage):
         checks = self.declared_checks()  # fail early on a malformed check, before any work
         checks_mod.refuse_unsafe_sql(checks, self.config["query_engine"])
         others = {st: (mm.fingerprint, mm.status, mm.accounting) for st, (_, mm) in self.stage_manifests().items()}
-        payload = canonical_json({"shards": [(s.shard_id, s.checksum, s.rows, sorted(s.attrs.items()),
-                                              sorted(s.attrs_checksums.items())) for s in m.shards],
-                                  "manifests": others, "checks": checks})
+        payload = canonical_json(
+            {
+                "shards": [
+                    (s.shard_id, s.checksum, s.rows, sorted(s.attrs.items()), sorted(s.attrs_checksums.items()))
+                    for s in m.shards
+                ],
+                "manifests": others,
+                "checks": checks,
+            }
+        )
         import xxhash
 
-        return [UnitEntry(unit_id=UNIT_ID, inputs=[self.input_manifest_uri],
-                          input_checksum=f"xxh64:{xxhash.xxh64(payload.encode()).hexdigest()}")]
+        return [
+            UnitEntry(
+                unit_id=UNIT_ID,
+                inputs=[self.input_manifest_uri],
+                input_checksum=f"xxh64:{xxhash.xxh64(payload.encode()).hexdigest()}",
+            )
+        ]
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
         started = time.time()
@@ -122,17 +139,29 @@ class ValidateStage(Stage):
         try:
             metrics = engine.metrics(curated_signals=checks_mod.curated_signal_columns(declared, view))
             fault_point("validate.during_query")  # the engine is open, the checks' queries still to run
-            ctx = checks_mod.Context(view=view, metrics=metrics, manifests={k: v[1] for k, v in manifests.items()},
-                                     input_manifest=m, engine=engine)
+            ctx = checks_mod.Context(
+                view=view,
+                metrics=metrics,
+                manifests={k: v[1] for k, v in manifests.items()},
+                input_manifest=m,
+                engine=engine,
+            )
             results = checks_mod.run_checks(declared, ctx)
         finally:
             engine.close()
         summary = checks_mod.summary(results)
         log.info("validate: %s", summary)
-        report = build_report(lake=self.lake, run_id=self.run_id, input_manifest_uri=self.input_manifest_uri,
-                              manifests=manifests, metrics=_json_safe(metrics),
-                              checks=_json_safe([r.to_dict() for r in results]), summary=summary,
-                              columns=view.columns_by_stage(), seconds=time.time() - started)
+        report = build_report(
+            lake=self.lake,
+            run_id=self.run_id,
+            input_manifest_uri=self.input_manifest_uri,
+            manifests=manifests,
+            metrics=_json_safe(metrics),
+            checks=_json_safe([r.to_dict() for r in results]),
+            summary=summary,
+            columns=view.columns_by_stage(),
+            seconds=time.time() - started,
+        )
         fault_point("validate.before_report")
         json_uri, html_uri = write_report(report, self.lake, self.run_id)
         log.info("validate: report %s", html_uri)
@@ -142,9 +171,16 @@ class ValidateStage(Stage):
         return UnitResult(
             outputs=[ShardEntry(**{**s.__dict__, "attrs": dict(s.attrs)}) for s in m.shards],
             accounting=acc,
-            extra={"status": report["status"], "summary": summary, "failed_checks": failed,
-                   "report_json": json_uri, "report_html": html_uri,
-                   "funnel": metrics["funnel"], "query_engine": metrics["query_engine"]})
+            extra={
+                "status": report["status"],
+                "summary": summary,
+                "failed_checks": failed,
+                "report_json": json_uri,
+                "report_html": html_uri,
+                "funnel": metrics["funnel"],
+                "query_engine": metrics["query_engine"],
+            },
+        )
 
     def collect(self, manifest: Manifest) -> None:
         rec = self.checkpoints.load(UNIT_ID)
@@ -155,15 +191,20 @@ class ValidateStage(Stage):
         for src, dst in ((extra.get("report_json"), json_uri), (extra.get("report_html"), html_uri)):
             if src and src != dst and storage.exists(src):
                 storage.write_bytes(dst, storage.read_bytes(src))
-        manifest.config = {**manifest.config, "report_json": json_uri, "report_html": html_uri,
-                           "validation": extra.get("status")}
+        manifest.config = {
+            **manifest.config,
+            "report_json": json_uri,
+            "report_html": html_uri,
+            "validation": extra.get("status"),
+        }
         if extra.get("status") == "failed" and self.config.get("fail_on_error", True):
             manifest.status = "failed"
             manifest.write(self.manifest_uri)
             raise checks_mod.ValidationFailed(
                 f"validation of {self.lake.dataset}"
                 f"{'/snapshot=' + self.lake.snapshot if self.lake.snapshot else ''} failed: "
-                f"{extra.get('summary')}\nreport: {html_uri}")
+                f"{extra.get('summary')}\nreport: {html_uri}"
+            )
 
 
 def _json_safe(x: Any) -> Any:

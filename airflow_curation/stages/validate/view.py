@@ -53,12 +53,12 @@ def is_numeric(t: pa.DataType) -> bool:
 class AttrsSource:
     """One stage's additive columns: files, and how its columns are named in the view."""
 
-    stage: str               # the attrs key: the stage's name, or its output's (enrich-<name>)
+    stage: str  # the attrs key: the stage's name, or its output's (enrich-<name>)
     files: list[str]
     schema: pa.Schema
     columns: dict[str, str]  # column in the attrs files -> name in the view
     shards_covered: int
-    label: str = ""          # the funnel's name for its survivors (default: the key)
+    label: str = ""  # the funnel's name for its survivors (default: the key)
 
     @property
     def alias(self) -> str:
@@ -101,10 +101,11 @@ class CuratedView:
     @classmethod
     def from_manifest(cls, manifest: Manifest, related: Iterable[Manifest] | None = None) -> "CuratedView":
         """:param related: the run's other manifests, which place each stage in the funnel (default: those
-            in ``manifest``'s run folder); the chain of ``input_manifest`` links is always followed."""
+        in ``manifest``'s run folder); the chain of ``input_manifest`` links is always followed."""
         if not manifest.shards:
-            raise ValueError(f"manifest of stage {manifest.stage!r} (run {manifest.run_id}) lists no shards: "
-                             "nothing to validate")
+            raise ValueError(
+                f"manifest of stage {manifest.stage!r} (run {manifest.run_id}) lists no shards: nothing to validate"
+            )
         shard_files = [s.uri for s in manifest.shards]
         shard_schema = _read_schema(shard_files[0])
         taken = set(shard_schema.names)
@@ -121,10 +122,18 @@ class CuratedView:
                 view_name = name if name not in taken else f"{st}_{name}"
                 taken.add(view_name)
                 columns[name] = view_name
-            attrs.append(AttrsSource(stage=st, files=files, schema=schema, columns=columns,
-                                     shards_covered=len(files), label=label))
-        return cls(shard_files=shard_files, shard_schema=shard_schema, attrs=attrs,
-                   shard_rows=manifest.rows, shard_bytes=manifest.bytes)
+            attrs.append(
+                AttrsSource(
+                    stage=st, files=files, schema=schema, columns=columns, shards_covered=len(files), label=label
+                )
+            )
+        return cls(
+            shard_files=shard_files,
+            shard_schema=shard_schema,
+            attrs=attrs,
+            shard_rows=manifest.rows,
+            shard_bytes=manifest.bytes,
+        )
 
     def files(self) -> list[str]:
         """Every file the view reads: the shards and each stage's attrs."""

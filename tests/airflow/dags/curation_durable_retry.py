@@ -22,10 +22,21 @@ class WorkerDiesOnFirstTry(IngestOperator):
         return super().poll_until_complete(external_id, context)
 
 
-with DAG(dag_id="curation_durable_retry", schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
-         params={"input": "", "lake": ""}) as dag:
+with DAG(
+    dag_id="curation_durable_retry",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    params={"input": "", "lake": ""},
+) as dag:
     launch = WorkerDiesOnFirstTry(
-        task_id="ingest", inputs="{{ params.input }}", lake="{{ params.lake }}", dataset="web",
-        snapshot="{{ ds }}", retries=1, retry_delay=timedelta(seconds=0), poll_interval=0.2)
-    ShardCheckpointSensor(task_id="ingest_checkpoints", manifest_uri=launch.output["manifest_uri"],
-                          poll_interval=0.2)
+        task_id="ingest",
+        inputs="{{ params.input }}",
+        lake="{{ params.lake }}",
+        dataset="web",
+        snapshot="{{ ds }}",
+        retries=1,
+        retry_delay=timedelta(seconds=0),
+        poll_interval=0.2,
+    )
+    ShardCheckpointSensor(task_id="ingest_checkpoints", manifest_uri=launch.output["manifest_uri"], poll_interval=0.2)

@@ -33,8 +33,10 @@ class SleepyStage(Stage):
         return super().default_mapper()
 
     def plan(self) -> list[UnitEntry]:
-        return [UnitEntry(unit_id=f"u{i:03d}", inputs=[], input_checksum=f"in-{i}")
-                for i in range(int(self.config["units"]))]
+        return [
+            UnitEntry(unit_id=f"u{i:03d}", inputs=[], input_checksum=f"in-{i}")
+            for i in range(int(self.config["units"]))
+        ]
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
         flag = self.config["fail_flag"]
@@ -51,9 +53,20 @@ class SleepyStage(Stage):
         acc.keep(rows)
         # A digest, never the value: the secrets tests check that the job got them and wrote them nowhere.
         secret = os.environ.get("CURATION_STORAGE_OPTIONS_S3")
-        extra = {"echo": os.environ.get("CURATION_TEST_ECHO"), "task": os.environ.get("SLURM_ARRAY_TASK_ID"),
-                 "storage_options_sha256": hashlib.sha256(secret.encode()).hexdigest() if secret else None,
-                 "slurm_job": os.environ.get("SLURM_JOB_ID"), "slurm_step": os.environ.get("SLURM_STEP_ID"),
-                 "pid": os.getpid()}
-        return UnitResult([ShardEntry(shard_id=unit.unit_id, uri=uri, rows=rows, bytes=nbytes,
-                                      checksum=checksum, unit_id=unit.unit_id)], acc, extra)
+        extra = {
+            "echo": os.environ.get("CURATION_TEST_ECHO"),
+            "task": os.environ.get("SLURM_ARRAY_TASK_ID"),
+            "storage_options_sha256": hashlib.sha256(secret.encode()).hexdigest() if secret else None,
+            "slurm_job": os.environ.get("SLURM_JOB_ID"),
+            "slurm_step": os.environ.get("SLURM_STEP_ID"),
+            "pid": os.getpid(),
+        }
+        return UnitResult(
+            [
+                ShardEntry(
+                    shard_id=unit.unit_id, uri=uri, rows=rows, bytes=nbytes, checksum=checksum, unit_id=unit.unit_id
+                )
+            ],
+            acc,
+            extra,
+        )
