@@ -114,7 +114,7 @@ def read_partition(uris: list[str], p: int, columns: dict[str, np.dtype]) -> dic
             rg = index.get(str(p))
             if rg is None:
                 continue
-            t = pf.read_row_group(rg, columns=list(columns))
+            t = pf.read_row_group(rg, columns=list(columns), use_threads=False)
         for name in columns:
             parts[name].append(t.column(name).to_numpy())
     return {
