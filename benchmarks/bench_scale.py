@@ -1,0 +1,335 @@
+"""Scale: ingest -> preprocess -> dedup -> validate on 1, 2, 5 and 10 GB of real text, per-stage cost.
+
+    .venv/bin/python benchmarks/bench_scale.py [--sizes 1,2,5,10] [--shard-mb 2] [--budget-mb 128]
+                                               [--compare 10] [--airflow-gb 1] [--json benchmarks/out/scale.json]
+
+Text: ``benchmarks/scale_corpus.py`` (Debian documentation and source files, about 1 GB of distinct text
+on this machine; larger sizes continue with letter-substituted passes over it, see that module). Size
+``s`` uses the first ``10 s`` files of 100 MB, so the sizes share their data.
+
+Every stage runs as the CLI does (``curation <stage>``), in a fresh child process with one worker
+(``--workers 1``: the units run in that process, so the child *is* the worker), and its wall seconds,
+CPU seconds (user + system, ``wait4``) and peak RSS (``ru_maxrss``) are recorded. Shards are small
+(``--shard-mb`` of zstd Parquet) so that even 1 GB makes 100+ shards; the shard size stays the same at
+every size, as it would in production (the shard count grows with the data).
+
+Dedup runs with a fixed memory budget (``--budget-mb``, which sets its LSH partition count) for the
+curve. At the sizes in ``--compare`` it runs twice more: unconstrained (one partition: the whole
+global phase in memory) and with a budget of a quarter of its global-phase data (rows x (16 B x bands
++ 24 B), what the stage's planner sizes partitions by); the three cluster assignments (``cluster_id``,
+``is_duplicate`` of every row, in manifest order) must be identical. Spill bytes are the bytes the run
+wrote under ``dedup/`` (per-shard spill files and the global phase's edges, components and exact
+groups).
+
+``--airflow-gb``: that size once more through the pipeline DAG (``dags/curation_pipeline.py``) in
+``dag.test()`` with the local backend and a fresh SQLite Airflow home, with the ingest shard size set to
+``--shard-mb`` (the only change to the DAG). Airflow overhead = the launch + gate tasks' time minus the
+stage's own time (first unit started to last unit finished, from its checkpoint records), per stage and
+in total. Writes everything to ``--json`` (``benchmarks/simulate_scale.py`` reads it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from bench_ingest import CURATION, _measure  # noqa: E402
+from scale_corpus import FILE_BYTES, generate, pool_info  # noqa: E402
+
+from airflow_curation.core.checkpoint import CheckpointStore  # noqa: E402
+from airflow_curation.core.layout import Lake  # noqa: E402
+from airflow_curation.core.manifest import Manifest  # noqa: E402
+
+DATASET = "scale"
+BANDS = 9  # the default LSH layout at threshold 0.8, 128 permutations
+_ROW_BYTES = 16 * BANDS + 24  # the dedup planner's global-phase bytes per row
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0
+
+
+def _dedup_dir_bytes(lake_root: Path) -> int:
+    return sum(_dir_bytes(d) for d in lake_root.rglob("dedup") if d.is_dir() and "attrs" not in d.parts)
+
+
+def _stage_span(lake: Lake, manifest: Manifest) -> dict:
+    """The stage's own time from its checkpoint records: first unit started to last unit finished,
+    and the sum of unit seconds."""
+    store = CheckpointStore(lake.checkpoint_dir(manifest.stage, manifest.fingerprint))
+    recs = [r for u in manifest.units if (r := store.load(u.unit_id)) is not None]
+    if not recs:
+        return {"units": len(manifest.units), "span_s": 0.0, "unit_s": 0.0}
+    return {
+        "units": len(recs),
+        "span_s": max(r.finished_at for r in recs) - min(r.started_at for r in recs),
+        "unit_s": sum(r.seconds for r in recs),
+        "started_at": min(r.started_at for r in recs),
+        "finished_at": max(r.finished_at for r in recs),
+    }
+
+
+def _clusters(manifest: Manifest) -> dict:
+    """cluster_id and is_duplicate of every row in manifest order: a digest, and the counts."""
+    h = hashlib.sha256()
+    rows = dups = 0
+    for shard in manifest.shards:
+        t = pq.read_table(shard.attrs["dedup"], columns=["cluster_id", "is_duplicate"])
+        cid = pc.fill_null(t.column(0), -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        dup = t.column(1).to_numpy(zero_copy_only=False).astype(bool)
+        h.update(cid.tobytes())
+        h.update(dup.tobytes())
+        rows += len(dup)
+        dups += int(dup.sum())
+    return {"digest": h.hexdigest(), "rows": rows, "duplicates": dups}
+
+
+def _run_stage(name: str, args: list[str], lake: Lake, run_id: str) -> dict:
+    before = _dedup_dir_bytes(Path(lake.root)) if name == "dedup" else 0
+    wall, cpu, rss, out = _measure([*CURATION, name, *args])
+    manifest = Manifest.read(lake.manifest_uri(run_id, name))
+    if manifest.status != "complete":
+        raise RuntimeError(f"{name}: manifest status {manifest.status}")
+    r = {
+        "stage": name,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "peak_rss": rss,
+        "shards": len(manifest.shards),
+        "units": len(manifest.units),
+        "rows": manifest.rows,
+        "bytes": manifest.bytes,
+        "accounting": manifest.accounting,
+        **{f"own_{k}": v for k, v in _stage_span(lake, manifest).items()},
+    }
+    if name == "dedup":
+        r["spill_bytes"] = _dedup_dir_bytes(Path(lake.root)) - before
+        r["clusters"] = _clusters(manifest)
+        done = next(iter(sorted(Path(lake.root).rglob("_SUCCESS.json"), key=lambda p: p.stat().st_mtime)[-1:]), None)
+        if done:
+            r["global"] = json.loads(done.read_text())
+            r["global"].pop("labels", None)
+            r["global"].pop("exact", None)
+    print(
+        f"  {name:<10} wall {wall:8.1f} s  CPU {cpu:8.1f} s  peak RSS {rss / 2**20:6.0f} MiB  "
+        f"shards {r['shards']:5d}  rows {r['rows']}"
+        + (f"  spill {r['spill_bytes'] / 1e6:.0f} MB" if name == "dedup" else ""),
+        flush=True,
+    )
+    return r
+
+
+def run_size(
+    files: list[Path], gb: float, work: Path, shard_bytes: int, row_group_rows: int, budget: int, compare: bool
+) -> dict:
+    root = work / f"lake-{gb:g}"
+    shutil.rmtree(root, ignore_errors=True)
+    lake = Lake(str(root), DATASET)
+    rid = f"s{gb:g}"
+    common = ["--lake", str(root), "--dataset", DATASET, "--workers", "1"]
+    text_bytes = sum(f.stat().st_size for f in files)
+    print(
+        f"{gb:g} GB: {len(files)} files, {text_bytes / 1e9:.2f} GB of JSONL  (load {os.getloadavg()[0]:.1f})",
+        flush=True,
+    )
+    stages = {}
+    load = [os.getloadavg()[0]]
+    stages["ingest"] = _run_stage(
+        "ingest",
+        [
+            *map(str, files),
+            *common,
+            "--run-id",
+            rid,
+            "--target-shard-size",
+            str(shard_bytes),
+            "--row-group-rows",
+            str(row_group_rows),
+        ],
+        lake,
+        rid,
+    )
+    stages["preprocess"] = _run_stage("preprocess", [*common, "--run-id", rid, "--mapper", "local"], lake, rid)
+    rows = stages["preprocess"]["rows"]
+    stages["dedup"] = _run_stage("dedup", [*common, "--run-id", rid, "--memory-budget", str(budget)], lake, rid)
+    stages["validate"] = _run_stage("validate", [*common, "--run-id", rid, "--warn-only", "--threads", "1"], lake, rid)
+    load.append(os.getloadavg()[0])
+    data = rows * _ROW_BYTES
+    result = {
+        "gb": gb,
+        "input_bytes": text_bytes,
+        "files": len(files),
+        "shard_bytes": shard_bytes,
+        "row_group_rows": row_group_rows,
+        "memory_budget": budget,
+        "dedup_data_bytes": data,
+        "stages": stages,
+        "load_average": load,
+    }
+    if compare:
+        quarter = data // 4
+        runs = {"unconstrained": ["--partitions", "1"]}
+        if budget > quarter:  # the curve's budget is not tight enough here: a run at a quarter too
+            runs["quarter"] = ["--memory-budget", str(quarter)]
+        result["compare"] = {"budget": {"memory_budget": budget, **stages["dedup"]}}
+        for name, extra in runs.items():
+            r = _run_stage("dedup", [*common, "--run-id", f"{rid}-{name}", *extra], lake, f"{rid}-{name}")
+            result["compare"][name] = {"memory_budget": quarter if name == "quarter" else None, **r}
+        digests = {k: v["clusters"]["digest"] for k, v in result["compare"].items()}
+        result["identical_clusters"] = len(set(digests.values())) == 1
+        print(f"  clusters identical across budgets: {result['identical_clusters']} {digests}", flush=True)
+    shutil.rmtree(root, ignore_errors=True)
+    return result
+
+
+# -- Airflow --------------------------------------------------------------------------------------
+AIRFLOW_RUN = r"""
+import importlib.util, json, sys, time
+from datetime import datetime, timezone
+spec = importlib.util.spec_from_file_location("curation_pipeline_scale", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+dag = module.dag
+dag.get_task("ingest").config["target_shard_bytes"] = int(sys.argv[4])
+t0 = time.time()
+run = dag.test(logical_date=datetime(2026, 12, 1, tzinfo=timezone.utc),
+               run_conf={"input": sys.argv[2], "lake": sys.argv[3], "dataset": "scale", "max_duplicate_rate": 1.0})
+wall = time.time() - t0
+tis = [{"task_id": ti.task_id, "state": str(ti.state), "start": ti.start_date.timestamp() if ti.start_date else None,
+        "end": ti.end_date.timestamp() if ti.end_date else None} for ti in run.get_task_instances()]
+print("RESULT " + json.dumps({"state": str(run.state), "run_id": run.run_id, "wall_s": wall, "tasks": tis}))
+"""
+
+
+def run_airflow(files: list[Path], work: Path, shard_bytes: int) -> dict:
+    home = Path(tempfile.mkdtemp(prefix="scale-airflow-home-"))
+    root = work / "lake-airflow"
+    shutil.rmtree(root, ignore_errors=True)
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "CURATION_POLL_INTERVAL": "5",
+        "PYTHONPATH": str(REPO),
+    }
+    airflow = str(Path(sys.executable).parent / "airflow")
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True)
+    t = time.perf_counter()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            AIRFLOW_RUN,
+            str(REPO / "dags" / "curation_pipeline.py"),
+            ",".join(map(str, files)),
+            str(root),
+            str(shard_bytes),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-4000:])
+    res = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[7:])
+    res["process_wall_s"] = time.perf_counter() - t
+    from airflow_curation.core.layout import sanitize_run_id
+
+    lake = Lake(str(root), DATASET, "2026-12-01")
+    rid = sanitize_run_id(res["run_id"])
+    tasks = {x["task_id"]: x for x in res["tasks"]}
+    per_stage = {}
+    for stage in ("ingest", "preprocess", "dedup", "validate"):
+        try:
+            manifest = Manifest.read(lake.manifest_uri(rid, stage))
+        except Exception:  # noqa: BLE001 - a stage the run skipped
+            continue
+        own = _stage_span(lake, manifest)
+        ts = [tasks[k] for k in (stage, f"{stage}_checkpoints") if k in tasks and tasks[k]["start"]]
+        airflow_s = max(x["end"] for x in ts) - min(x["start"] for x in ts)
+        per_stage[stage] = {
+            "shards": len(manifest.shards),
+            "own_span_s": own["span_s"],
+            "own_unit_s": own["unit_s"],
+            "airflow_s": airflow_s,
+            "overhead_s": airflow_s - own["span_s"],
+        }
+    res["stages"] = per_stage
+    res["task_count"] = len(res["tasks"])
+    total_own = sum(s["own_span_s"] for s in per_stage.values())
+    total_af = sum(s["airflow_s"] for s in per_stage.values())
+    res["overhead_fraction"] = (total_af - total_own) / total_own if total_own else None
+    res["dag_overhead_fraction"] = (res["wall_s"] - total_own) / total_own if total_own else None
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(home, ignore_errors=True)
+    print(
+        f"airflow: {json.dumps(per_stage)}\n  tasks {res['task_count']}, overhead {res['overhead_fraction']:.3f}",
+        flush=True,
+    )
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1,2,5,10", help="GB of JSONL, comma-separated")
+    ap.add_argument("--shard-mb", type=float, default=1.5, help="target shard size (zstd Parquet), MB")
+    ap.add_argument("--row-group-rows", type=int, default=1024, help="ingest row groups (a shard rolls over at one)")
+    ap.add_argument("--budget-mb", type=float, default=128, help="dedup memory budget for the curve, MB")
+    ap.add_argument("--compare", default="10", help="sizes at which dedup also runs unconstrained and at 1/4")
+    ap.add_argument("--airflow-gb", type=float, default=None, help="run this size through the pipeline DAG too")
+    ap.add_argument("--workdir", default=str(REPO / "benchmarks" / "data" / "scale"))
+    ap.add_argument("--json", default=str(REPO / "benchmarks" / "out" / "scale.json"))
+    args = ap.parse_args()
+    work = Path(args.workdir)
+    sizes = [float(s) for s in args.sizes.split(",") if s]
+    compare = {float(s) for s in args.compare.split(",") if s}
+    files = generate(work, max(sizes + [args.airflow_gb or 0]))
+    shard_bytes = int(args.shard_mb * 1e6)
+    budget = int(args.budget_mb * 2**20)
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    command = " ".join([".venv/bin/python benchmarks/bench_scale.py", *sys.argv[1:]])
+
+    def save(key: str, value: dict, size: bool = True) -> None:
+        # Re-read first: runs of other sizes may write the same file from another process.
+        doc = json.loads(out.read_text()) if out.exists() else {}
+        doc.update({"pool": pool_info(work), "file_bytes": FILE_BYTES, "cpus": os.cpu_count()})
+        value = {**value, "command": command, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        if size:
+            doc.setdefault("sizes", {})[key] = value
+        else:
+            doc[key] = value
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=1))
+        os.replace(tmp, out)
+
+    for gb in sizes:
+        n = max(1, round(gb * 1e9 / FILE_BYTES))
+        save(f"{gb:g}", run_size(files[:n], gb, work, shard_bytes, args.row_group_rows, budget, gb in compare))
+    if args.airflow_gb:
+        n = max(1, round(args.airflow_gb * 1e9 / FILE_BYTES))
+        save("airflow", {"gb": args.airflow_gb, **run_airflow(files[:n], work, shard_bytes)}, size=False)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
