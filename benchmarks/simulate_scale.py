@@ -17,6 +17,9 @@ The model, stage by stage (ingest, preprocess, dedup, validate):
   with completions = G and parallelism = K.
 * wall = waves x time per unit (waves = ceil(units / K)), plus the measured Airflow overhead per stage;
   node-hours = wall x nodes.
+* dedup also pays, per (LSH partition x shard) pair, the measured cost of reading one row group of a
+  spill file (``cross``): it grows with the square of the data, which is where a shuffle on a Dask or
+  Ray cluster takes over from the partitioned spill files (see docs/scale.md).
 * Airflow tasks: the pipeline DAG's launch + gate per stage, measured on the 1 GB run; independent of
   the shard count (shards are units inside a task's job, never tasks).
 """
@@ -67,6 +70,19 @@ def load_curve(doc: dict) -> dict:
             ),
         }
     curve["rows_per_gb"] = max(r["stages"]["ingest"]["rows"] / (r["input_bytes"] / 1e9) for r in sizes)
+    # The partitioned spill's price: each partition reads one row group of every shard's spill file.
+    # Measured as the extra CPU of a many-partition dedup run over a one-partition run of the same data,
+    # per (partition x shard) pair.
+    cross = []
+    for r in sizes:
+        runs = [c for c in (r.get("compare") or {}).values() if (c.get("global") or {}).get("partitions")]
+        if len(runs) >= 2:
+            lo = min(runs, key=lambda c: c["global"]["partitions"])
+            hi = max(runs, key=lambda c: c["global"]["partitions"])
+            pairs = (hi["global"]["partitions"] - lo["global"]["partitions"]) * hi["shards"]
+            if pairs > 0:
+                cross.append(max(0.0, hi["cpu_s"] - lo["cpu_s"]) / pairs)
+    curve["cross_s"] = max(cross) if cross else 0.0
     af = doc.get("airflow") or {}
     curve["airflow_tasks"] = int(af.get("task_count") or 2 * (len(STAGES) + 1))  # + enrich's two
     curve["airflow_overhead_s"] = {
@@ -113,6 +129,8 @@ def plan(
         per_node = max(1, min(cores, int(mem_bytes // max(1, c["peak_rss"]))))
         slots = nodes * per_node
         cpu_s = c["cpu_fixed_s"] + c["cpu_s_per_gb"] * gb
+        cross_s = curve.get("cross_s", 0.0) * partitions * shards if stage == "dedup" else 0.0
+        cpu_s += cross_s
         units = shards  # dedup's global phase has `partitions` units, which the plan keeps >= slots
         waves = math.ceil(units / slots)
         wall = waves * cpu_s / units + curve["airflow_overhead_s"].get(stage, 0.0)
@@ -127,6 +145,7 @@ def plan(
             "slurm_array": f"--array=0-{groups - 1}%{slots}",
             "k8s_indexed_job": {"completions": groups, "parallelism": slots},
             "spill_bytes": c["spill_bytes_per_gb"] * gb,
+            "cross_cpu_hours": cross_s / 3600,
         }
     out["wall_hours"] = sum(s["wall_hours"] for s in out["stages"].values())
     out["node_hours"] = sum(s["node_hours"] for s in out["stages"].values())
@@ -140,16 +159,20 @@ def markdown(plans: list[dict]) -> str:
         f"Input {p0['bytes'] / 1e12:.0f} TB, {p0['tokens'] / 1e12:.0f} T tokens, {p0['rows'] / 1e9:.1f} G documents; "
         f"{p0['shards']:,} shards of {p0['shard_bytes'] / 1e9:g} GB; {p0['lsh_partitions']:,} LSH partitions of "
         f"{p0['lsh_partition_bytes'] / 1e9:.2f} GB (budget {p0['lsh_budget_per_worker'] / 2**30:.1f} GiB per worker, "
-        f"{p0['cores']} cores per node); Airflow tasks: {p0['airflow_tasks']} per run, whatever the shard count.",
+        f"{p0['cores']} cores per node); {p0['phase2_row_group_reads']:,} spill row-group reads in the dedup global phase; "
+        f"Airflow tasks: {p0['airflow_tasks']} per run, whatever the shard count.",
         "",
-        "| nodes | stage | CPU-hours | workers/node | slots | units | waves | wall h | node-hours | Slurm array | K8s Indexed Job |",
+        "| nodes | stage | CPU-hours (partition x shard reads) | workers/node | slots | units | waves | wall h "
+        "| node-hours | Slurm array | K8s Indexed Job |",
         "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for p in plans:
         for stage, s in p["stages"].items():
             k = s["k8s_indexed_job"]
             lines.append(
-                f"| {p['nodes']} | {stage} | {s['cpu_hours']:,.0f} | {s['workers_per_node']} | {s['slots']:,} | "
+                f"| {p['nodes']} | {stage} | {s['cpu_hours']:,.0f}"
+                + (f" ({s['cross_cpu_hours']:,.0f})" if s["cross_cpu_hours"] else "")
+                + f" | {s['workers_per_node']} | {s['slots']:,} | "
                 f"{s['units']:,} | {s['waves']} | {s['wall_hours']:.2f} | {s['node_hours']:,.0f} | "
                 f"`{s['slurm_array']}` | completions {k['completions']:,}, parallelism {k['parallelism']:,} |"
             )

@@ -108,3 +108,20 @@ def test_cli_prints_the_table(measured, tmp_path):
     assert "| 64 | dedup |" in proc.stdout and "50,000 shards" in proc.stdout
     plans = json.loads(out.read_text())["plans"]
     assert [p["nodes"] for p in plans] == [16, 64]
+
+
+def test_partition_by_shard_reads_are_charged_to_dedup(sim, measured):
+    doc = json.loads(measured.read_text())
+    # one partition: 100 CPU s; 11 partitions over 10 shards: 110 CPU s -> 0.1 s per (partition x shard)
+    doc["sizes"]["4"]["compare"] = {
+        "unconstrained": {"cpu_s": 100.0, "shards": 10, "global": {"partitions": 1}},
+        "quarter": {"cpu_s": 110.0, "shards": 10, "global": {"partitions": 11}},
+    }
+    curve = sim.load_curve(doc)
+    assert curve["cross_s"] == pytest.approx(0.1)
+    p = sim.plan(curve, 50e12, 15e12, 1e9, nodes=64, cores=64, mem_bytes=512e9)
+    cross = 0.1 * p["lsh_partitions"] * p["shards"]
+    assert p["phase2_row_group_reads"] == p["lsh_partitions"] * p["shards"]
+    assert p["stages"]["dedup"]["cross_cpu_hours"] == pytest.approx(cross / 3600)
+    assert p["stages"]["dedup"]["cpu_hours"] == pytest.approx((5 + 20 * 50_000 + cross) / 3600)
+    assert p["stages"]["preprocess"]["cross_cpu_hours"] == 0
