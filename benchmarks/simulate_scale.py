@@ -182,6 +182,20 @@ def markdown(plans: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def replace_block(path: Path, name: str, text: str) -> None:
+    """Put ``text`` between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path`` (appended when absent)."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    old = path.read_text() if path.exists() else ""
+    block = f"{start}\n{text.rstrip()}\n{end}"
+    if start in old and end in old:
+        new = old[: old.index(start)] + block + old[old.index(end) + len(end) :]
+    else:
+        new = old.rstrip() + "\n\n" + block + "\n"
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(new)
+    tmp.replace(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", default=str(Path(__file__).resolve().parent / "out" / "scale.json"))
@@ -193,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mem-gb", type=float, default=512, help="memory per node, GB")
     ap.add_argument("--max-array", type=int, default=100_000, help="Slurm MaxArraySize")
     ap.add_argument("--out", help="write the plans as JSON here")
+    ap.add_argument("--write-doc", help="put the table into this Markdown file (docs/scale.md), between its markers")
     args = ap.parse_args(argv)
     curve = load_curve(json.loads(Path(args.json).read_text()))
     plans = [
@@ -208,7 +223,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         for n in args.nodes.split(",")
     ]
-    print(markdown(plans))
+    text = markdown(plans)
+    print(text)
+    if args.write_doc:
+        command = (
+            "`.venv/bin/python benchmarks/simulate_scale.py "
+            + " ".join(argv if argv is not None else sys.argv[1:])
+            + "`"
+        )
+        replace_block(Path(args.write_doc), "simulate", f"Command: {command}\n\n{text}")
     if args.out:
         Path(args.out).write_text(json.dumps({"curve": curve, "plans": plans}, indent=1))
     return 0

@@ -529,32 +529,38 @@ def _normalize_lines(arr: pa.Array, bits, normalization: str | None, lowercase: 
     """Python's NFKC + lower on just the lines that hold a character with ``bits``: NFKC and
     ``str.lower`` never look across a line feed (a starter that composes with nothing and is not
     case-ignorable), and the kernels lowercase every other line character by character."""
+    if pa.types.is_string(arr.type):
+        arr = arr.cast(pa.large_string())  # once here, not again in every caller's _buffers
     data, offsets = _buffers(arr)
-    cap = len(arr) + int(np.count_nonzero(data == 10))
+    cap = len(arr) + _count_byte(data[int(offsets[0]) : int(offsets[-1])], 10)
     docs, starts, ends = (np.empty(cap, np.int64) for _ in range(3))
     n = _unsafe_lines_kernel(data, offsets, char_classes(), np.uint8(bits), docs, starts, ends)
     if n == 0:
         return arr
     docs, starts, ends = docs[:n], starts[:n], ends[:n]
     raw = memoryview(data)
-    fixed_lines = _fix_lines([bytes(raw[int(s) : int(e)]) for s, e in zip(starts, ends)], normalization, lowercase)
-    changed = np.unique(docs)
-    out = []
-    k = 0
-    for d in changed.tolist():
-        pieces, pos = [], int(offsets[d])
-        while k < n and docs[k] == d:
-            s, e = int(starts[k]), int(ends[k])
-            pieces.append(raw[pos:s])
-            pieces.append(fixed_lines[k])
-            pos = e
-            k += 1
-        pieces.append(raw[pos : int(offsets[d + 1])])
-        out.append(b"".join(pieces))
-    mask = np.zeros(len(arr), np.bool_)
-    mask[changed] = True
-    fixed = pa.array(out, pa.large_binary()).cast(pa.large_string())
-    return pc.replace_with_mask(arr.cast(pa.large_string()), pa.array(mask), fixed)
+    fixed = _fix_lines([bytes(raw[int(s) : int(e)]) for s, e in zip(starts, ends)], normalization, lowercase)
+    # The new buffer: unchanged bytes copied in runs, each fixed line in place of its original.
+    pieces, lengths = [], np.diff(offsets)
+    pos = int(offsets[0])
+    for k in range(n):
+        s, e = int(starts[k]), int(ends[k])
+        pieces.append(data[pos:s])
+        pieces.append(np.frombuffer(fixed[k], np.uint8))
+        lengths[docs[k]] += len(fixed[k]) - (e - s)
+        pos = e
+    pieces.append(data[pos : int(offsets[-1])])
+    new_offsets = np.zeros(len(arr) + 1, np.int64)
+    np.cumsum(lengths, out=new_offsets[1:])
+    return pa.LargeStringArray.from_buffers(len(arr), pa.py_buffer(new_offsets), pa.py_buffer(np.concatenate(pieces)))
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_byte(data, byte):
+    n = 0
+    for x in data:
+        n += x == byte
+    return n
 
 
 def fold_whitespace(texts, lower: bool = False) -> pa.Array:
