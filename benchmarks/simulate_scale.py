@@ -144,6 +144,8 @@ def plan(
             "node_hours": wall / 3600 * nodes,
             "slurm_array": f"--array=0-{groups - 1}%{slots}",
             "k8s_indexed_job": {"completions": groups, "parallelism": slots},
+            # dedup's global phase is a barrier over every shard: one Dask cluster runs all three phases
+            "dask_workers": slots if stage == "dedup" else None,
             "spill_bytes": c["spill_bytes_per_gb"] * gb,
             "cross_cpu_hours": cross_s / 3600,
         }
@@ -163,18 +165,23 @@ def markdown(plans: list[dict]) -> str:
         f"Airflow tasks: {p0['airflow_tasks']} per run, whatever the shard count.",
         "",
         "| nodes | stage | CPU-hours (partition x shard reads) | workers/node | slots | units | waves | wall h "
-        "| node-hours | Slurm array | K8s Indexed Job |",
+        "| node-hours | Slurm | Kubernetes |",
         "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for p in plans:
         for stage, s in p["stages"].items():
             k = s["k8s_indexed_job"]
+            slurm = f"`{s['slurm_array']}`"
+            k8s = f"Indexed Job: completions {k['completions']:,}, parallelism {k['parallelism']:,}"
+            if s.get("dask_workers"):
+                slurm = f"one {p['nodes']}-node allocation: Dask scheduler + {s['dask_workers']:,} workers"
+                k8s = f"DaskJob, dask_workers {s['dask_workers']:,}"
             lines.append(
                 f"| {p['nodes']} | {stage} | {s['cpu_hours']:,.0f}"
                 + (f" ({s['cross_cpu_hours']:,.0f})" if s["cross_cpu_hours"] else "")
                 + f" | {s['workers_per_node']} | {s['slots']:,} | "
                 f"{s['units']:,} | {s['waves']} | {s['wall_hours']:.2f} | {s['node_hours']:,.0f} | "
-                f"`{s['slurm_array']}` | completions {k['completions']:,}, parallelism {k['parallelism']:,} |"
+                f"{slurm} | {k8s} |"
             )
         lines.append(
             f"| {p['nodes']} | **total** |  |  |  |  |  | **{p['wall_hours']:.1f}** | **{p['node_hours']:,.0f}** |  |  |"

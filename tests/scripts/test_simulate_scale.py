@@ -78,6 +78,8 @@ def test_plan_arithmetic(sim, measured):
     assert s["slurm_array"] == "--array=0-49999%4096"
     assert s["k8s_indexed_job"] == {"completions": 50_000, "parallelism": 4096}
     assert p["stages"]["dedup"]["spill_bytes"] == pytest.approx(30e6 * 50_000)
+    # dedup's barrier runs on one Dask cluster of all the slots, the others as arrays
+    assert p["stages"]["dedup"]["dask_workers"] == 4096 and s["dask_workers"] is None
     assert p["wall_hours"] == pytest.approx(sum(x["wall_hours"] for x in p["stages"].values()))
 
 
