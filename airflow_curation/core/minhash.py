@@ -233,8 +233,11 @@ def _decode(data, i, end):
 
 
 @numba.njit(cache=True, nogil=True)
-def _unsafe_lines_kernel(data, offsets, classes, bits, docs, starts, ends):
-    """Byte spans of the lines (between line feeds) that hold a code point with one of ``bits``."""
+def _unsafe_lines_kernel(data, offsets, classes, bits):
+    """``(docs, starts, ends)``: byte spans of the lines (between line feeds) that hold a code point with
+    one of ``bits``. The arrays grow by doubling (few documents have such a line)."""
+    cap = offsets.size + 16
+    docs, starts, ends = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64)
     n = 0
     for d in range(offsets.size - 1):
         i, end = offsets[d], offsets[d + 1]
@@ -244,6 +247,9 @@ def _unsafe_lines_kernel(data, offsets, classes, bits, docs, starts, ends):
             b0 = data[i]
             if b0 == 10:
                 if flagged:
+                    if n >= cap:
+                        cap *= 2
+                        docs, starts, ends = _grown(docs, n, cap), _grown(starts, n, cap), _grown(ends, n, cap)
                     docs[n], starts[n], ends[n] = d, line_start, i
                     n += 1
                     flagged = False
@@ -258,9 +264,19 @@ def _unsafe_lines_kernel(data, offsets, classes, bits, docs, starts, ends):
                 flagged = True
             i += w
         if flagged:
+            if n >= cap:
+                cap *= 2
+                docs, starts, ends = _grown(docs, n, cap), _grown(starts, n, cap), _grown(ends, n, cap)
             docs[n], starts[n], ends[n] = d, line_start, end
             n += 1
-    return n
+    return docs[:n], starts[:n], ends[:n]
+
+
+@numba.njit(inline="always")
+def _grown(a, n, cap):
+    out = np.empty(cap, a.dtype)
+    out[:n] = a[:n]
+    return out
 
 
 @numba.njit(inline="always")
@@ -532,12 +548,10 @@ def _normalize_lines(arr: pa.Array, bits, normalization: str | None, lowercase: 
     if pa.types.is_string(arr.type):
         arr = arr.cast(pa.large_string())  # once here, not again in every caller's _buffers
     data, offsets = _buffers(arr)
-    cap = len(arr) + _count_byte(data[int(offsets[0]) : int(offsets[-1])], 10)
-    docs, starts, ends = (np.empty(cap, np.int64) for _ in range(3))
-    n = _unsafe_lines_kernel(data, offsets, char_classes(), np.uint8(bits), docs, starts, ends)
+    docs, starts, ends = _unsafe_lines_kernel(data, offsets, char_classes(), np.uint8(bits))
+    n = docs.size
     if n == 0:
         return arr
-    docs, starts, ends = docs[:n], starts[:n], ends[:n]
     raw = memoryview(data)
     fixed = _fix_lines([bytes(raw[int(s) : int(e)]) for s, e in zip(starts, ends)], normalization, lowercase)
     # The new buffer: unchanged bytes copied in runs, each fixed line in place of its original.
@@ -553,14 +567,6 @@ def _normalize_lines(arr: pa.Array, bits, normalization: str | None, lowercase: 
     new_offsets = np.zeros(len(arr) + 1, np.int64)
     np.cumsum(lengths, out=new_offsets[1:])
     return pa.LargeStringArray.from_buffers(len(arr), pa.py_buffer(new_offsets), pa.py_buffer(np.concatenate(pieces)))
-
-
-@numba.njit(cache=True, nogil=True)
-def _count_byte(data, byte):
-    n = 0
-    for x in data:
-        n += x == byte
-    return n
 
 
 def fold_whitespace(texts, lower: bool = False) -> pa.Array:
