@@ -34,6 +34,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -473,11 +474,14 @@ def main() -> None:
             commands = sorted(
                 {r["command"] for r in doc["sizes"].values()} | {(doc.get("airflow") or {}).get("command", "")}
             )
+            # the runs name their own workdir and JSON (they ran from a copy of the code): shown without
+            commands = [re.sub(r" --(workdir|json) \S+", "", c) for c in commands if c]
             header = HEADER.format(
-                commands=", ".join(f"`{c}`" for c in commands if c),
+                commands=", ".join(f"`{c}`" for c in commands),
                 pool_mb=doc["pool"]["bytes"] / 1e6,
                 pool_docs=doc["pool"]["documents"],
             )
+            header += "".join(f"\n{note}\n" for note in doc.get("notes", []))
             image = os.path.relpath(args.plot, REPO / "benchmarks")
             replace_block(REPO / "benchmarks" / "RESULTS.md", "bench_scale", f"{header}\n![scale]({image})\n\n{text}\n")
         print(f"wrote {args.plot}")
