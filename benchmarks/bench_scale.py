@@ -393,6 +393,28 @@ def report(doc: dict) -> str:
         )
         vrss = r["stages"]["validate"]["peak_rss"] / base["stages"]["validate"]["peak_rss"]
         ratios.append(f"| {k:.1f}x | {cpu:.2f}x | {wall:.2f}x | {rss:.2f}x | {vrss:.2f}x |")
+    goals = []
+    if len(sizes) > 1:
+        top = sizes[-1]
+        k = top["input_bytes"] / base["input_bytes"]
+        cpu = sum(top["stages"][s]["cpu_s"] for s in STAGES) / sum(base["stages"][s]["cpu_s"] for s in STAGES)
+        limit = 10.5 * k / 10
+        goals.append(
+            f"- CPU time {k:.1f}x the data: **{cpu:.2f}x** (goal <= {limit:.2f}x, i.e. 10.5x for 10x): "
+            + ("**met**" if cpu <= limit else "**missed**")
+            + "; per stage: "
+            + ", ".join(f"{s} {top['stages'][s]['cpu_s'] / base['stages'][s]['cpu_s']:.2f}x" for s in STAGES)
+            + "."
+        )
+        rss = {s: top["stages"][s]["peak_rss"] / base["stages"][s]["peak_rss"] for s in STAGES}
+        goals.append(
+            "- Peak RSS per worker, largest / smallest size: "
+            + ", ".join(f"{s} {v:.2f}x" for s, v in rss.items())
+            + " (flat for the per-shard stages; validate: see the note above)."
+        )
+    same = [f"{r['input_bytes'] / 1e9:.0f} GB" for r in sizes if r.get("identical_clusters")]
+    if same:
+        goals.append(f"- Dedup clusters identical under every memory budget tried at: {', '.join(same)}.")
     cmp_rows = []
     for r in sizes:
         for name, c in (r.get("compare") or {}).items():
@@ -413,6 +435,8 @@ def report(doc: dict) -> str:
         "| ---: | ---: | ---: | ---: | ---: |",
         *ratios,
     ]
+    if goals:
+        out += ["", "Against the goals:", "", *goals]
     if cmp_rows:
         out += [
             "",
