@@ -55,9 +55,31 @@ def load_curve(doc: dict) -> dict:
     if not sizes:
         raise ValueError("no measured sizes in the JSON")
     gbs = [r["input_bytes"] / 1e9 for r in sizes]
+    # The partitioned spill's price: each partition reads one row group of every shard's spill file.
+    # Measured as the extra CPU of a many-partition dedup run over a one-partition run of the same data,
+    # per (partition x shard) pair: spill row groups written in phase 1 and read in phases 2 and 3.
+    cross = []
+    for r in sizes:
+        runs = [c for c in (r.get("compare") or {}).values() if (c.get("global") or {}).get("partitions")]
+        if len(runs) >= 2:
+            lo = min(runs, key=lambda c: c["global"]["partitions"])
+            hi = max(runs, key=lambda c: c["global"]["partitions"])
+            pairs = (hi["global"]["partitions"] - lo["global"]["partitions"]) * hi["shards"]
+            if pairs > 0:
+                cross.append(max(0.0, hi["cpu_s"] - lo["cpu_s"]) / pairs)
+    cross_s = cross[-1] if cross else 0.0  # from the largest size measured: closest to scale
     curve = {"gb": gbs, "stages": {}}
+    curve["cross_s"] = cross_s
     for stage in STAGES:
         cpu = [r["stages"][stage]["cpu_s"] for r in sizes]
+        if stage == "dedup":  # the fit is of the linear part: each run's own partition x shard term out
+            cpu = [
+                c
+                - cross_s
+                * max(0, ((r["stages"][stage].get("global") or {}).get("partitions", 1)) - 1)
+                * r["stages"][stage].get("shards", 0)
+                for c, r in zip(cpu, sizes)
+            ]
         fixed, slope = fit(gbs, cpu)
         curve["stages"][stage] = {
             "cpu_fixed_s": fixed,
@@ -70,19 +92,6 @@ def load_curve(doc: dict) -> dict:
             ),
         }
     curve["rows_per_gb"] = max(r["stages"]["ingest"]["rows"] / (r["input_bytes"] / 1e9) for r in sizes)
-    # The partitioned spill's price: each partition reads one row group of every shard's spill file.
-    # Measured as the extra CPU of a many-partition dedup run over a one-partition run of the same data,
-    # per (partition x shard) pair.
-    cross = []
-    for r in sizes:
-        runs = [c for c in (r.get("compare") or {}).values() if (c.get("global") or {}).get("partitions")]
-        if len(runs) >= 2:
-            lo = min(runs, key=lambda c: c["global"]["partitions"])
-            hi = max(runs, key=lambda c: c["global"]["partitions"])
-            pairs = (hi["global"]["partitions"] - lo["global"]["partitions"]) * hi["shards"]
-            if pairs > 0:
-                cross.append(max(0.0, hi["cpu_s"] - lo["cpu_s"]) / pairs)
-    curve["cross_s"] = max(cross) if cross else 0.0
     af = doc.get("airflow") or {}
     curve["airflow_tasks"] = int(af.get("task_count") or 2 * (len(STAGES) + 1))  # + enrich's two
     curve["airflow_overhead_s"] = {

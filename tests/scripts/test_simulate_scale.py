@@ -127,3 +127,16 @@ def test_partition_by_shard_reads_are_charged_to_dedup(sim, measured):
     assert p["stages"]["dedup"]["cross_cpu_hours"] == pytest.approx(cross / 3600)
     assert p["stages"]["dedup"]["cpu_hours"] == pytest.approx((5 + 20 * 50_000 + cross) / 3600)
     assert p["stages"]["preprocess"]["cross_cpu_hours"] == 0
+
+
+def test_dedup_fit_takes_out_each_runs_own_partition_term(sim, measured):
+    doc = json.loads(measured.read_text())
+    doc["sizes"]["4"]["compare"] = {
+        "unconstrained": {"cpu_s": 100.0, "shards": 10, "global": {"partitions": 1}},
+        "quarter": {"cpu_s": 110.0, "shards": 10, "global": {"partitions": 11}},
+    }
+    # the curve's own 4 GB dedup run had 11 partitions over 10 shards: 10 s of its CPU is that term
+    doc["sizes"]["4"]["stages"]["dedup"].update(cpu_s=5 + 20 * 4 + 10.0, shards=10, **{"global": {"partitions": 11}})
+    dedup = sim.load_curve(doc)["stages"]["dedup"]
+    assert dedup["cpu_s_per_gb"] == pytest.approx(20)
+    assert dedup["cpu_fixed_s"] == pytest.approx(5)
