@@ -415,6 +415,15 @@ def report(doc: dict) -> str:
     same = [f"{r['input_bytes'] / 1e9:.0f} GB" for r in sizes if r.get("identical_clusters")]
     if same:
         goals.append(f"- Dedup clusters identical under every memory budget tried at: {', '.join(same)}.")
+    af = doc.get("airflow")
+    if af and af.get("airflow_cpu_s") is not None:
+        goals.append(
+            f"- Airflow overhead on the {af['gb']:g} GB run: {100 * af['overhead_fraction']:.0f}% of the stages' wall, "
+            f"{100 * af['airflow_cpu_s'] / max(1e-9, af['children_cpu_s']):.0f}% of their CPU (goal < 5%): **missed at "
+            f"this size**; both are constant per run ({af['task_count']} task instances, "
+            f"{af['airflow_cpu_s']:.0f} CPU-s), not per shard or per byte, so they fall under 5% once a run's stages "
+            "take more than ~12 minutes of wall and ~160 CPU-s (docs/scale.md)."
+        )
     cmp_rows = []
     for r in sizes:
         for name, c in (r.get("compare") or {}).items():
