@@ -139,7 +139,14 @@ def _run_stage(name: str, args: list[str], lake: Lake, run_id: str) -> dict:
 
 
 def run_size(
-    files: list[Path], gb: float, work: Path, shard_bytes: int, row_group_rows: int, budget: int, compare: bool
+    files: list[Path],
+    gb: float,
+    work: Path,
+    shard_bytes: int,
+    row_group_rows: int,
+    budget: int,
+    compare: bool,
+    validate_args: tuple[str, ...] = (),
 ) -> dict:
     root = work / f"lake-{gb:g}"
     shutil.rmtree(root, ignore_errors=True)
@@ -172,7 +179,7 @@ def run_size(
     rows = stages["preprocess"]["rows"]
     stages["dedup"] = _run_stage("dedup", [*common, "--run-id", rid, "--memory-budget", str(budget)], lake, rid)
     stages["validate"] = _run_stage(
-        "validate", [*common, "--run-id", rid, "--warn-only", "--threads", "1", "--memory-limit", "512MB"], lake, rid
+        "validate", [*common, "--run-id", rid, "--warn-only", "--threads", "1", *validate_args], lake, rid
     )
     load.append(os.getloadavg()[0])
     data = rows * _ROW_BYTES
@@ -505,6 +512,10 @@ def main() -> None:
     ap.add_argument("--shard-mb", type=float, default=1.5, help="target shard size (zstd Parquet), MB")
     ap.add_argument("--row-group-rows", type=int, default=1024, help="ingest row groups (a shard rolls over at one)")
     ap.add_argument("--budget-mb", type=float, default=128, help="dedup memory budget for the curve, MB")
+    ap.add_argument(
+        "--validate-memory-limit",
+        help="DuckDB memory limit for validate, e.g. 2GB (512MB fails at 5 GB: not every operator spills)",
+    )
     ap.add_argument("--compare", default="10", help="sizes at which dedup also runs unconstrained and at 1/4")
     ap.add_argument("--airflow-gb", type=float, default=None, help="run this size through the pipeline DAG too")
     ap.add_argument("--workdir", default=str(REPO / "benchmarks" / "data" / "scale"))
@@ -559,7 +570,19 @@ def main() -> None:
 
     for gb in sizes:
         n = max(1, round(gb * 1e9 / FILE_BYTES))
-        save(f"{gb:g}", run_size(files[:n], gb, work, shard_bytes, args.row_group_rows, budget, gb in compare))
+        save(
+            f"{gb:g}",
+            run_size(
+                files[:n],
+                gb,
+                work,
+                shard_bytes,
+                args.row_group_rows,
+                budget,
+                gb in compare,
+                ("--memory-limit", args.validate_memory_limit) if args.validate_memory_limit else (),
+            ),
+        )
     if args.airflow_gb:
         n = max(1, round(args.airflow_gb * 1e9 / FILE_BYTES))
         save(

@@ -8,7 +8,8 @@ The model, stage by stage (ingest, preprocess, dedup, validate):
 * cost: CPU seconds = fixed + slope x GB, fitted by least squares on the measured sizes; at terabytes
   only the slope matters. One worker = one core (how every stage was measured).
 * shards = input bytes / shard size (text bytes per shard, ``--shard-gb``); a stage's units are its shards.
-* workers per node = min(cores, node memory / the stage's measured peak RSS per worker).
+* workers per node = min(cores, node memory / the stage's measured peak RSS per worker). Validate is one
+  DuckDB query over the whole run (one unit): one node, its cores as DuckDB threads.
 * LSH partitions: the dedup global phase holds rows x (16 B x bands + 24 B) (measured rows per GB), and one
   partition, expanded 4x while it is sorted, must fit one worker's memory (node memory / cores, less
   the worker's base); partitions = ceil(data x 4 / that), as ``core.lsh.partitions_for``.
@@ -141,8 +142,12 @@ def plan(
         cross_s = curve.get("cross_s", 0.0) * partitions * shards if stage == "dedup" else 0.0
         cpu_s += cross_s
         units = shards  # dedup's global phase has `partitions` units, which the plan keeps >= slots
+        if stage == "validate":  # one DuckDB query over the run: one node, its cores as threads
+            per_node, slots, units = cores, cores, 1
         waves = math.ceil(units / slots)
-        wall = waves * cpu_s / units + curve["airflow_overhead_s"].get(stage, 0.0)
+        per_unit = cpu_s / cores if stage == "validate" else cpu_s / units  # validate: threads share it
+        wall = waves * per_unit + curve["airflow_overhead_s"].get(stage, 0.0)
+        nodes_used = 1 if stage == "validate" else nodes
         out["stages"][stage] = {
             "cpu_hours": cpu_s / 3600,
             "workers_per_node": per_node,
@@ -150,7 +155,7 @@ def plan(
             "units": units,
             "waves": waves,
             "wall_hours": wall / 3600,
-            "node_hours": wall / 3600 * nodes,
+            "node_hours": wall / 3600 * nodes_used,
             "slurm_array": f"--array=0-{groups - 1}%{slots}",
             "k8s_indexed_job": {"completions": groups, "parallelism": slots},
             # dedup's global phase is a barrier over every shard: one Dask cluster runs all three phases
@@ -182,6 +187,8 @@ def markdown(plans: list[dict]) -> str:
             k = s["k8s_indexed_job"]
             slurm = f"`{s['slurm_array']}`"
             k8s = f"Indexed Job: completions {k['completions']:,}, parallelism {k['parallelism']:,}"
+            if stage == "validate":
+                slurm, k8s = "one job on one node (DuckDB threads = cores)", "a Job with one pod"
             if s.get("dask_workers"):
                 slurm = f"one {p['nodes']}-node allocation: Dask scheduler + {s['dask_workers']:,} workers"
                 k8s = f"DaskJob, dask_workers {s['dask_workers']:,}"

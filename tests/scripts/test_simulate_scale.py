@@ -81,6 +81,11 @@ def test_plan_arithmetic(sim, measured):
     # dedup's barrier runs on one Dask cluster of all the slots, the others as arrays
     assert p["stages"]["dedup"]["dask_workers"] == 4096 and s["dask_workers"] is None
     assert p["wall_hours"] == pytest.approx(sum(x["wall_hours"] for x in p["stages"].values()))
+    # validate is one DuckDB query: one node, its 64 cores as threads
+    v = p["stages"]["validate"]
+    assert (v["units"], v["slots"], v["waves"]) == (1, 64, 1)
+    assert v["wall_hours"] == pytest.approx((5 + 20 * 50_000) / 64 / 3600)
+    assert v["node_hours"] == pytest.approx(v["wall_hours"])
 
 
 def test_task_count_does_not_depend_on_shard_count_and_memory_caps_workers(sim, measured):
