@@ -149,9 +149,9 @@ with DAG(
             "that may fail without failing the run.",
         ),
         "preset": Param(
-            "gopher",
+            "gopher,structure",
             type="string",
-            description="Preprocess quality filter preset(s): gopher, c4, fineweb, code, comma-separated.",
+            description="Preprocess quality filter preset(s): gopher, structure, c4, fineweb, code, comma-separated.",
         ),
         "dedup_threshold": Param(
             0.8,

@@ -14,6 +14,9 @@ Presets (thresholds as published; see docs/preprocess.md for how each maps to it
   characters, short lines) plus its newline-per-word rule.
 - ``code``: the StarCoder / RedPajama code heuristics (line lengths, alphanumeric fraction, comments)
   and "parses" for languages with a parser.
+- ``structure``: navigation and index pages (one short item per line, lines sharing one template),
+  which pass Gopher's word, stop-word and symbol rules. Thresholds measured on real index pages
+  against real prose (docs/preprocess.md); part of :data:`DEFAULT_PRESET`.
 
 Every preset starts with ``empty`` (no non-space character), so empty text is a counted drop.
 """
@@ -107,6 +110,12 @@ PRESETS: dict[str, tuple[Rule, ...]] = {
         Rule("fineweb_short_lines", "short_line_frac", max=0.67),
         Rule("fineweb_newline_ratio", "newline_word_ratio", max=0.3),
     ),
+    "structure": (
+        EMPTY,
+        Rule("structure_words_per_line", "words_per_line", min=4),
+        Rule("structure_short_items", "short_item_char_frac", max=0.3),
+        Rule("structure_line_templates", "template_dup_line_frac", max=0.8),
+    ),
     "code": (
         EMPTY,
         Rule("code_max_line_len", "max_line_len", max=1000),
@@ -118,7 +127,12 @@ PRESETS: dict[str, tuple[Rule, ...]] = {
 }
 
 
-def resolve_rules(preset: str | Sequence[str] | None = "gopher", rules: Iterable[dict | Rule] = ()) -> list[Rule]:
+# What the stage runs unless told otherwise: Gopher's rules, then the structure rules (which cost ~1% of
+# prose and catch the index pages Gopher keeps; docs/preprocess.md).
+DEFAULT_PRESET = "gopher,structure"
+
+
+def resolve_rules(preset: str | Sequence[str] | None = DEFAULT_PRESET, rules: Iterable[dict | Rule] = ()) -> list[Rule]:
     """Rules of one or more presets (``"gopher,c4"`` or a list), then the custom ones, without repeats.
 
     :param preset: preset name(s); ``None`` or ``"none"`` for custom rules only.

@@ -30,6 +30,13 @@ Definitions (all deterministic; an empty text gives zeros, never a division erro
   after its first; a word counts once).
 - ``n_sentences`` (``. ! ?`` runs followed by whitespace or the end), ``has_curly_bracket``,
   ``has_lorem_ipsum`` (case-insensitive) for the C4 rules.
+- structure (navigation/index pages), over non-blank lines: ``words_per_line`` (n_words / lines);
+  ``short_item_line_frac`` / ``short_item_char_frac`` (lines of at most 3 words not ending in terminal
+  punctuation, by count / by chars over the chars of non-blank lines); ``ident_line_frac`` (one word of
+  alphanumerics and ``_.:/-()[]``); ``url_line_frac`` (one word starting ``http://``, ``https://`` or
+  ``www.``, ASCII case-insensitive); ``list_line_frac`` (a bullet, or a first word like ``1.``, ``2)``,
+  ``6.2.1.``); ``template_dup_line_frac`` (lines whose template, each run of word characters one
+  symbol and each whitespace run one space, edges stripped, equals an earlier line's).
 
 Code signals (``code=True``) live in :mod:`airflow_curation.core.code_signals`.
 """
@@ -37,6 +44,7 @@ Code signals (``code=True``) live in :mod:`airflow_curation.core.code_signals`.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -60,6 +68,19 @@ TERMINAL_PUNCT = ".!?\"'”’»…。！？"
 SHORT_LINE_CHARS = 30
 TOP_NGRAMS = (2, 3, 4)
 DUP_NGRAMS = (5, 6, 7, 8, 9, 10)
+SHORT_ITEM_WORDS = 3
+IDENT_PUNCT = "_.:/-()[]"
+URL_PREFIXES = ("http://", "https://", "www.")
+# Line-structure signals for navigation/index pages (docs/preprocess.md, "Structure signals").
+STRUCTURE_SIGNALS = (
+    "words_per_line",
+    "short_item_line_frac",
+    "short_item_char_frac",
+    "ident_line_frac",
+    "url_line_frac",
+    "list_line_frac",
+    "template_dup_line_frac",
+)
 
 INT_SIGNALS = ("n_chars", "n_words", "n_tokens", "n_lines", "max_line_len", "n_stop_words", "n_sentences")
 BOOL_SIGNALS = ("has_curly_bracket", "has_lorem_ipsum")
@@ -95,6 +116,7 @@ _KERNEL_SIGNALS = (
     *(f"dup_{n}gram_char_frac" for n in DUP_NGRAMS),
     "n_sentences",
     "has_curly_bracket",
+    *STRUCTURE_SIGNALS,
 )
 SIGNALS = (*_KERNEL_SIGNALS, "has_lorem_ipsum")
 
@@ -357,7 +379,7 @@ if HAVE_NUMBA:
             nc = k2
 
     @njit(cache=True)
-    def _signals_kernel(data, offsets, table, stop_hashes, short_line, out):
+    def _signals_kernel(data, offsets, table, stop_hashes, short_line, short_item, out):
         n_docs = offsets.shape[0] - 1
         # Scratch capacity: words, lines and paragraphs are each at most (separators + 1), and every
         # separator is an ASCII control/space byte or starts a multi-byte character. Counting those is
@@ -380,6 +402,7 @@ if HAVE_NUMBA:
         plen = np.empty(cap, dtype=np.int64)
         g = np.empty(cap, dtype=np.uint64)
         cand = np.empty(cap, dtype=np.int64)
+        thash = np.empty(cap, dtype=np.uint64)
         tsize = _table_size(cap)
         keys = np.zeros(tsize, dtype=np.uint64)
         counts = np.zeros(tsize, dtype=np.int32)
@@ -391,6 +414,10 @@ if HAVE_NUMBA:
         FNV0 = numba.uint64(0xCBF29CE484222325)
         FNVP = numba.uint64(0x100000001B3)
         ONE = numba.uint64(1)
+        WORD_SYM = numba.uint64(0x110000)  # a template's symbol for a run of word characters
+        HTTP = numba.uint64(0x2F2F3A70747468)  # "http://", little-endian
+        HTTPS = numba.uint64(0x2F2F3A7370747468)  # "https://"
+        WWW = numba.uint64(0x2E777777)  # "www."
 
         for d in range(n_docs):
             s0 = offsets[d]
@@ -441,6 +468,22 @@ if HAVE_NUMBA:
             para_text = False
             prev_cp = 0
             dots = 0
+            # structure: per line
+            line_words = 0
+            line_ident = True
+            num_state = 0
+            line_num = False
+            fw_len = 0
+            fw_pre = numba.uint64(0)
+            t_hash = FNV0
+            t_pend = False
+            # structure: per document
+            n_item = 0
+            item_chars = 0
+            text_line_chars = 0
+            n_ident = 0
+            n_url = 0
+            n_list = 0
 
             i = s0
             while True:
@@ -502,6 +545,9 @@ if HAVE_NUMBA:
                                 n_stop += 1
                         nw += 1
                         in_word = False
+                        if line_words == 0:
+                            line_num = num_state == 2 or num_state == 3
+                        line_words += 1
                     if prev_cp == 46 or prev_cp == 33 or prev_cp == 63:
                         n_sent += 1
                     prev_wordchar = False
@@ -526,6 +572,22 @@ if HAVE_NUMBA:
                                     n_term_line += 1
                                 if line_chars <= short_line:
                                     n_short += 1
+                                text_line_chars += line_chars
+                                if line_words <= short_item and not (line_last_cls & 32):
+                                    n_item += 1
+                                    item_chars += line_chars
+                                if line_words == 1:
+                                    if line_ident:
+                                        n_ident += 1
+                                    if (
+                                        (fw_pre & numba.uint64(0xFFFFFFFFFFFFFF)) == HTTP
+                                        or (fw_len >= 8 and fw_pre == HTTPS)
+                                        or (fw_pre & numba.uint64(0xFFFFFFFF)) == WWW
+                                    ):
+                                        n_url += 1
+                                if (line_first & 16) or line_num:
+                                    n_list += 1
+                                thash[nl_text - 1] = t_hash if t_hash != 0 else ONE
                             if line_chars == 0:
                                 # an empty line ends the paragraph
                                 if para_text:
@@ -545,6 +607,14 @@ if HAVE_NUMBA:
                         line_chars = 0
                         line_hash = FNV0
                         line_blank = True
+                        line_words = 0
+                        line_ident = True
+                        num_state = 0
+                        line_num = False
+                        fw_len = 0
+                        fw_pre = numba.uint64(0)
+                        t_hash = FNV0
+                        t_pend = False
                         line_first = 0
                         line_last_cls = 0
                         l1 = 0
@@ -564,6 +634,8 @@ if HAVE_NUMBA:
                         line_hash = (line_hash ^ numba.uint64(b0)) * FNVP
                         for q in range(i + 1, i + nbytes):
                             line_hash = (line_hash ^ numba.uint64(data[q])) * FNVP
+                        if not line_blank:
+                            t_pend = True  # one space in the template, written only if more follows on the line
                         r3 = r2
                         r2 = r1
                         r1 = cp
@@ -599,6 +671,22 @@ if HAVE_NUMBA:
                         line_hash = (line_hash ^ bq) * FNVP
                     wl += 1
                     line_chars += 1
+                    if t_pend:
+                        t_hash = (t_hash ^ numba.uint64(32)) * FNVP
+                        t_pend = False
+                    if line_words == 0:  # the line's first word: URL prefix and list number
+                        if fw_len < 8:
+                            pb = numba.uint64(0xFF)
+                            if nbytes == 1:
+                                pb = numba.uint64(b0 + 32 if 65 <= b0 <= 90 else b0)
+                            fw_pre |= pb << numba.uint64(8 * fw_len)
+                        fw_len += 1
+                        if 48 <= cp <= 57:
+                            num_state = 1 if 0 <= num_state <= 2 else -1
+                        elif num_state == 1 and (cp == 46 or cp == 41):
+                            num_state = 2 if cp == 46 else 3
+                        else:
+                            num_state = -1
                     r3 = r2
                     r2 = r1
                     r1 = cp
@@ -613,15 +701,22 @@ if HAVE_NUMBA:
                         w_alpha = w_alpha or (cls & 1) != 0
                         if not prev_wordchar:
                             n_tokens += 1
+                            t_hash = (t_hash ^ WORD_SYM) * FNVP
                         prev_wordchar = True
                         dots = 0
                     elif cp == 95:
                         if not prev_wordchar:
                             n_tokens += 1
+                            t_hash = (t_hash ^ WORD_SYM) * FNVP
                         prev_wordchar = True
                         dots = 0
                     else:
                         n_tokens += 1
+                        t_hash = (t_hash ^ numba.uint64(cp)) * FNVP
+                        if not (
+                            cp == 46 or cp == 58 or cp == 47 or cp == 45 or cp == 40 or cp == 41 or cp == 91 or cp == 93
+                        ):
+                            line_ident = False
                         prev_wordchar = False
                         if cp == 46:
                             dots += 1
@@ -694,6 +789,15 @@ if HAVE_NUMBA:
             _ngram_signals(whash, wlen, cum, nw, n_chars, g, cand, keys, counts, dup_prev, covered, row, 26)
             row[35] = n_sent
             row[36] = has_curly
+            # structure
+            row[37] = nw / nl_text if nl_text else 0.0
+            row[38] = n_item / nl_text if nl_text else 0.0
+            row[39] = item_chars / text_line_chars if text_line_chars else 0.0
+            row[40] = n_ident / nl_text if nl_text else 0.0
+            row[41] = n_url / nl_text if nl_text else 0.0
+            row[42] = n_list / nl_text if nl_text else 0.0
+            dt, _ = _dup_counts(thash, llen, nl_text, keys)
+            row[43] = dt / nl_text if nl_text else 0.0
 
 
 def _as_string_array(texts) -> pa.Array:
@@ -741,7 +845,7 @@ class SignalComputer:
         if HAVE_NUMBA:
             data, offsets = _buffers(arr)
             out = np.zeros((len(arr), len(_KERNEL_SIGNALS)), dtype=np.float64)
-            _signals_kernel(data, offsets, class_table(), self._stop_hashes, SHORT_LINE_CHARS, out)
+            _signals_kernel(data, offsets, class_table(), self._stop_hashes, SHORT_LINE_CHARS, SHORT_ITEM_WORDS, out)
             cols = {}
             for j, name in enumerate(_KERNEL_SIGNALS):
                 v = out[:, j]
@@ -891,12 +995,60 @@ def _ref_doc(text: str, stop_keys: set[bytes], word_tokenize: Callable[[str], li
     r.update(
         {"n_sentences": sentences, "has_curly_bracket": "{" in text, "has_lorem_ipsum": "lorem ipsum" in text.lower()}
     )
+    r.update(_ref_structure(text_lines, nw))
     return r
 
 
-def _dot_runs(text: str) -> list[str]:
-    import re
+_ASCII_LOWER = {c: c + 32 for c in range(65, 91)}
+_LIST_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)*[.)]")
 
+
+def _template(line: str) -> str:
+    """A line's shape: each run of word characters one symbol, each whitespace run one space, edges stripped."""
+    out, prev_word = [], False
+    for c in line.strip():
+        if c.isalnum() or c == "_":
+            if not prev_word:
+                out.append("\x00")
+            prev_word = True
+        else:
+            out.append(" " if c.isspace() else c)
+            prev_word = False
+    return re.sub(r" +", " ", "".join(out))
+
+
+def _ref_structure(text_lines: list[str], nw: int) -> dict:
+    ntl = len(text_lines)
+    n_item = item_chars = n_ident = n_url = n_list = 0
+    for ln in text_lines:
+        words = ln.split()
+        if len(words) <= SHORT_ITEM_WORDS and ln.rstrip()[-1] not in TERMINAL_PUNCT:
+            n_item += 1
+            item_chars += len(ln)
+        if len(words) == 1:
+            w = words[0]
+            n_ident += all(c.isalnum() or c in IDENT_PUNCT for c in w)
+            n_url += w[:8].translate(_ASCII_LOWER).startswith(URL_PREFIXES)
+        n_list += ln.lstrip()[0] in BULLETS or bool(_LIST_NUMBER.fullmatch(words[0]))
+    seen: set[str] = set()
+    dup_templates = 0
+    for ln in text_lines:
+        t = _template(ln)
+        dup_templates += t in seen
+        seen.add(t)
+    text_chars = sum(map(len, text_lines))
+    return {
+        "words_per_line": nw / ntl if ntl else 0.0,
+        "short_item_line_frac": n_item / ntl if ntl else 0.0,
+        "short_item_char_frac": item_chars / text_chars if text_chars else 0.0,
+        "ident_line_frac": n_ident / ntl if ntl else 0.0,
+        "url_line_frac": n_url / ntl if ntl else 0.0,
+        "list_line_frac": n_list / ntl if ntl else 0.0,
+        "template_dup_line_frac": dup_templates / ntl if ntl else 0.0,
+    }
+
+
+def _dot_runs(text: str) -> list[str]:
     return re.findall(r"\.{3,}", text)
 
 

@@ -14,8 +14,8 @@ class PreprocessOperator(CurationStageOperator):
     Dask LocalCluster sized from the memory budget, or on the cluster at ``scheduler_address``.
 
     :param input_manifest: the upstream manifest URI (usually the ingest gate's ``manifest_uri``).
-    :param preset: filter preset(s): ``gopher`` (default), ``c4``, ``fineweb``, ``code``, comma-separated, or
-        ``none``.
+    :param preset: filter preset(s): ``gopher``, ``structure``, ``c4``, ``fineweb``, ``code``, comma-separated,
+        or ``none``; default ``gopher,structure``.
     :param rules: extra rules ``{name, signal, min, max}``, applied after the preset's.
     :param mapper: where shards run: ``dask`` (default) or ``local``.
     :param scheduler_address: an existing Dask scheduler (``tcp://host:8786``).

@@ -18,7 +18,7 @@ import pyarrow as pa
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.code_signals import CODE_SIGNALS, compute_code_signals, language_of
-from airflow_curation.core.filters import Rule, apply_rules, resolve_rules
+from airflow_curation.core.filters import DEFAULT_PRESET, Rule, apply_rules, resolve_rules
 from airflow_curation.core.schema import ID, SOURCE, TEXT
 from airflow_curation.core.signals import SignalComputer
 from airflow_curation.stages.attrs import AttrsStage, keep_accounting, write_attrs
@@ -43,7 +43,7 @@ class Preprocessor:
 
     def __init__(
         self,
-        preset: str | list[str] | None = "gopher",
+        preset: str | list[str] | None = DEFAULT_PRESET,
         rules: list[dict] | None = None,
         signals: dict | None = None,
         code: bool | str = "auto",
@@ -91,7 +91,7 @@ class Preprocessor:
 
 
 class PreprocessStage(AttrsStage):
-    """Quality signals and keep/drop columns for every shard (gopher, c4, fineweb, code presets).
+    """Quality signals and keep/drop columns for every shard (gopher, structure, c4, fineweb, code presets).
 
     Writes attrs/preprocess/ per shard (checkpointed; reruns skip done shards), or DIR/<file>.parquet for
     plain Parquet files with id and text columns: id, every signal, keep and drop_reason. See
@@ -104,7 +104,10 @@ class PreprocessStage(AttrsStage):
     FUNNEL_LABEL = "quality"
     SETTINGS = AttrsStage.SETTINGS.extend(
         Setting(
-            "preset", str_or_list, "gopher", "filter preset(s), comma-separated: gopher, c4, fineweb, code, or none"
+            "preset",
+            str_or_list,
+            DEFAULT_PRESET,
+            "filter preset(s), comma-separated: gopher, structure, c4, fineweb, code, or none",
         ),
         Setting("rules", list, [], "extra rules, a JSON list of {name, signal, min, max}, applied after the preset's"),
         Setting(
