@@ -211,10 +211,22 @@ class SignalConfig:
         return cfg
 
     def stop_hashes(self) -> np.ndarray:
-        """Sorted key hashes, then the longest key's length in bytes (the kernel skips longer words)."""
+        """The key hashes as an open-addressing table (a power of two >= 4x the keys, 0 = empty slot,
+        slot = hash & (size - 1), linear probing), then the longest key's length in bytes (the kernel
+        skips longer words). One probe per word where a binary search took three unpredictable branches.
+        """
         keys = {stop_word_key(w) for w in self.stop_words}
         hashes = sorted({fnv1a(k) for k in keys if k})
-        return np.array(hashes + [max((len(k) for k in keys), default=0)], dtype=np.uint64)
+        size = 16
+        while size < 4 * len(hashes):
+            size *= 2
+        table = [0] * size
+        for h in hashes:
+            slot = h & (size - 1)
+            while table[slot]:
+                slot = (slot + 1) & (size - 1)
+            table[slot] = h
+        return np.array(table + [max((len(k) for k in keys), default=0)], dtype=np.uint64)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -275,7 +287,7 @@ if HAVE_NUMBA:
         return best
 
     @njit(cache=True)
-    def _ngram_signals(whash, wlen, cum, nw, total, g, cand, keys, counts, dup, covered, row, col):
+    def _ngram_signals(whash, wlen, cum, nw, total, g, cand, keys, counts, dup, covered, slot, row, col):
         """top_{2,3,4}gram and dup_{5..10}gram char fractions into row[col:col+9].
 
         Every 2-gram is counted. For n >= 3 only candidates are: starts whose (n-1)-grams at i and i+1
@@ -283,7 +295,9 @@ if HAVE_NUMBA:
         shrink as n grows, so n = 3..10 cost what repeats there are, not the document's length.
         ``g[i]`` is the hash of the n-gram at a candidate i, extended by one word per n. The most
         frequent n-gram is the best repeated one or, when none repeats, the longest of all.
-        ``covered`` holds, per word, the last n that marked it, so it never needs clearing.
+        ``covered`` holds, per word, the last n that marked it, so it never needs clearing. ``slot``
+        keeps each n-gram's table slot from the counting loop, so the second loop reads its count
+        without probing again (on large documents each probe is a cache miss).
         """
         for k in range(9):
             row[col + k] = 0.0
@@ -301,12 +315,12 @@ if HAVE_NUMBA:
             s = _probe(keys, mask, h)
             keys[s] = h
             counts[s] += 1
+            slot[i] = s
         best_c = 0
         best_l = 0
         nc = 0
         for i in range(m):
-            s = _probe(keys, mask, g[i])
-            c = counts[s]
+            c = counts[slot[i]]
             if c > 1:
                 dup[i] = 2
                 ln = cum[i + 2] - cum[i]
@@ -350,13 +364,13 @@ if HAVE_NUMBA:
                             covered[k] = n
                             chars += wlen[k]
                 counts[s] += 1
+                slot[j] = s
             best_c = 0
             best_l = 0
             any_dup = False
             for j in range(nc):
                 i = cand[j]
-                s = _probe(keys, mask, g[i])
-                c = counts[s]
+                c = counts[slot[j]]
                 if c > 1:
                     dup[i] = n  # "the n-gram at i repeats", stamped with n: stale stamps never match
                     any_dup = True
@@ -383,9 +397,13 @@ if HAVE_NUMBA:
         n_docs = offsets.shape[0] - 1
         # Scratch capacity: words, lines and paragraphs are each at most (separators + 1), and every
         # separator is an ASCII control/space byte or starts a multi-byte character. Counting those is
-        # cheap and keeps a 50 MB document's scratch near its word count, not half its bytes.
+        # cheap and keeps a 50 MB document's scratch near its word count, not half its bytes. Documents
+        # under 64 KiB skip the count: their byte length bounds it, and the scratch stays a few MB.
         max_sep = 0
         for d in range(n_docs):
+            if offsets[d + 1] - offsets[d] <= 65536:
+                max_sep = max(max_sep, numba.int64(offsets[d + 1] - offsets[d]))
+                continue
             sep = 0
             for i in range(offsets[d], offsets[d + 1]):
                 b = data[i]
@@ -402,15 +420,15 @@ if HAVE_NUMBA:
         plen = np.empty(cap, dtype=np.int64)
         g = np.empty(cap, dtype=np.uint64)
         cand = np.empty(cap, dtype=np.int64)
+        slot = np.empty(cap, dtype=np.int64)
         thash = np.empty(cap, dtype=np.uint64)
         tsize = _table_size(cap)
         keys = np.zeros(tsize, dtype=np.uint64)
         counts = np.zeros(tsize, dtype=np.int32)
         dup_prev = np.zeros(cap + 1, dtype=np.uint8)
         covered = np.zeros(cap, dtype=np.int8)
-        ccount = np.zeros(64, dtype=np.int64)
-        n_stop_hashes = stop_hashes.shape[0] - 1
-        max_stop_len = numba.int64(stop_hashes[n_stop_hashes])  # the last entry is the longest key's byte length
+        stop_mask = numba.uint64(stop_hashes.shape[0] - 2)  # table size - 1 (the size is a power of two)
+        max_stop_len = numba.int64(stop_hashes[stop_hashes.shape[0] - 1])  # the longest key's byte length
         FNV0 = numba.uint64(0xCBF29CE484222325)
         FNVP = numba.uint64(0x100000001B3)
         ONE = numba.uint64(1)
@@ -423,7 +441,13 @@ if HAVE_NUMBA:
             s0 = offsets[d]
             s1 = offsets[d + 1]
             row = out[d]
-            ccount[:] = 0
+            n_chars = 0
+            n_alpha = 0
+            n_alnum = 0
+            n_digit = 0
+            n_space = 0
+            line_start = s0  # byte offset where the current line starts
+            last_ns = s0  # byte offset just after the line's last non-space character
             n_tokens = 0
             n_hash = 0
             n_ellipsis = 0
@@ -449,12 +473,6 @@ if HAVE_NUMBA:
             line_blank = True
             line_first = 0
             line_last_cls = 0
-            l1 = 0
-            l2 = 0
-            l3 = 0
-            r1 = 0
-            r2 = 0
-            r3 = 0
             max_line = 0
             sum_line = 0
             n_bullet = 0
@@ -518,7 +536,12 @@ if HAVE_NUMBA:
                     if cp >= 0x110000:
                         cp = 0xFFFD
                     cls = numba.int64(table[cp])
-                    ccount[cls] += 1
+                    # class counts in registers (a memory histogram would chain every character on the last)
+                    n_chars += 1
+                    n_alpha += cls & 1
+                    n_alnum += (cls >> 1) & 1
+                    n_digit += (cls >> 2) & 1
+                    n_space += (cls >> 3) & 1
                 else:
                     b0 = numba.uint8(10)
                     cp = 10  # a virtual newline closes the last word, line and paragraph
@@ -531,18 +554,14 @@ if HAVE_NUMBA:
                         wlen[nw] = wl
                         if w_alpha:
                             n_alpha_words += 1
-                        if n_stop_hashes > 0 and wl <= 32 and 0 < kcore_len <= max_stop_len:
+                        if wl <= 32 and 0 < kcore_len <= max_stop_len:  # no stop words: max_stop_len is 0
                             kh = kcore if kcore != 0 else ONE
-                            lo = 0
-                            hi = n_stop_hashes
-                            while lo < hi:
-                                mid = (lo + hi) // 2
-                                if stop_hashes[mid] < kh:
-                                    lo = mid + 1
-                                else:
-                                    hi = mid
-                            if lo < n_stop_hashes and stop_hashes[lo] == kh:
-                                n_stop += 1
+                            ks = kh & stop_mask
+                            while stop_hashes[ks] != 0:
+                                if stop_hashes[ks] == kh:
+                                    n_stop += 1
+                                    break
+                                ks = (ks + numba.uint64(1)) & stop_mask
                         nw += 1
                         in_word = False
                         if line_words == 0:
@@ -566,7 +585,12 @@ if HAVE_NUMBA:
                                 nl_text += 1
                                 if line_first & 16:
                                     n_bullet += 1
-                                if l1 == 0x2026 or (l1 == 46 and l2 == 46 and l3 == 46):
+                                # the line's last non-space characters are "..." or "…" (valid UTF-8: bytes suffice)
+                                e = last_ns
+                                if e - 3 >= line_start and (
+                                    (data[e - 1] == 46 and data[e - 2] == 46 and data[e - 3] == 46)
+                                    or (data[e - 3] == 0xE2 and data[e - 2] == 0x80 and data[e - 1] == 0xA6)
+                                ):
                                     n_ell_line += 1
                                 if line_last_cls & 32:
                                     n_term_line += 1
@@ -607,6 +631,7 @@ if HAVE_NUMBA:
                         line_chars = 0
                         line_hash = FNV0
                         line_blank = True
+                        line_start = i + 1
                         line_words = 0
                         line_ident = True
                         num_state = 0
@@ -617,12 +642,6 @@ if HAVE_NUMBA:
                         t_pend = False
                         line_first = 0
                         line_last_cls = 0
-                        l1 = 0
-                        l2 = 0
-                        l3 = 0
-                        r1 = 0
-                        r2 = 0
-                        r3 = 0
                         if not real:
                             if para_text:
                                 phash[npara] = para_hash
@@ -636,9 +655,6 @@ if HAVE_NUMBA:
                             line_hash = (line_hash ^ numba.uint64(data[q])) * FNVP
                         if not line_blank:
                             t_pend = True  # one space in the template, written only if more follows on the line
-                        r3 = r2
-                        r2 = r1
-                        r1 = cp
                 else:
                     # word
                     if not in_word:
@@ -687,15 +703,10 @@ if HAVE_NUMBA:
                             num_state = 2 if cp == 46 else 3
                         else:
                             num_state = -1
-                    r3 = r2
-                    r2 = r1
-                    r1 = cp
                     if line_blank:
                         line_first = cls
                         line_blank = False
-                    l1 = r1
-                    l2 = r2
-                    l3 = r3
+                    last_ns = i + nbytes
                     line_last_cls = cls
                     if cls & 2:  # alnum: a token starts where a run of word characters starts
                         w_alpha = w_alpha or (cls & 1) != 0
@@ -704,6 +715,42 @@ if HAVE_NUMBA:
                             t_hash = (t_hash ^ WORD_SYM) * FNVP
                         prev_wordchar = True
                         dots = 0
+                        if line_words > 0:
+                            # Fast path: the ASCII letters and digits that follow (most of any text) only
+                            # extend the word, line and stop-word hashes and the class counts; every
+                            # other state stays as this character left it. The line's first word keeps
+                            # the general path for its URL/number state.
+                            j = i + nbytes
+                            ra = 0
+                            while j < s1:
+                                b = data[j]
+                                if b >= 0x80:
+                                    break
+                                c2 = numba.int64(table[b])
+                                if (c2 & 2) == 0:
+                                    break
+                                bu = numba.uint64(b)
+                                wh = (wh ^ bu) * FNVP
+                                line_hash = (line_hash ^ bu) * FNVP
+                                krun = (krun ^ (bu + numba.uint64(32) if 65 <= b <= 90 else bu)) * FNVP
+                                krun_len += 1
+                                n_chars += 1
+                                n_alpha += c2 & 1
+                                ra |= c2 & 1
+                                n_alnum += 1
+                                n_digit += (c2 >> 2) & 1
+                                wl += 1
+                                line_chars += 1
+                                cls = c2
+                                j += 1
+                            if j > i + nbytes:
+                                kcore = krun
+                                kcore_len = krun_len
+                                w_alpha = w_alpha or ra != 0
+                                last_ns = j
+                                line_last_cls = cls
+                                cp = numba.int64(data[j - 1])
+                                nbytes = j - i
                     elif cp == 95:
                         if not prev_wordchar:
                             n_tokens += 1
@@ -735,23 +782,6 @@ if HAVE_NUMBA:
                 i += nbytes
 
             # ---- per-document values
-            n_chars = 0
-            n_alpha = 0
-            n_alnum = 0
-            n_digit = 0
-            n_space = 0
-            for c in range(64):
-                k = ccount[c]
-                if k:
-                    n_chars += k
-                    if c & 1:
-                        n_alpha += k
-                    if c & 2:
-                        n_alnum += k
-                    if c & 4:
-                        n_digit += k
-                    if c & 8:
-                        n_space += k
             row[0] = n_chars
             row[1] = nw
             row[2] = n_tokens
@@ -786,7 +816,7 @@ if HAVE_NUMBA:
             row[24] = dp / npara if npara else 0.0
             row[25] = dpc / n_chars if n_chars else 0.0
             covered[:nw] = 0
-            _ngram_signals(whash, wlen, cum, nw, n_chars, g, cand, keys, counts, dup_prev, covered, row, 26)
+            _ngram_signals(whash, wlen, cum, nw, n_chars, g, cand, keys, counts, dup_prev, covered, slot, row, 26)
             row[35] = n_sent
             row[36] = has_curly
             # structure
@@ -805,9 +835,7 @@ def _as_string_array(texts) -> pa.Array:
         texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
     if not isinstance(texts, pa.Array):
         texts = pa.array(list(texts), type=pa.large_string())
-    if pa.types.is_string(texts.type):
-        texts = texts.cast(pa.large_string())
-    if not pa.types.is_large_string(texts.type):
+    if not (pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type)):
         raise TypeError(f"signals need a string array, got {texts.type}")
     if texts.null_count:
         texts = pc.fill_null(texts, "")
@@ -815,9 +843,11 @@ def _as_string_array(texts) -> pa.Array:
 
 
 def _buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """Zero-copy views of a large_string array's offsets (sliced) and UTF-8 data."""
+    """Zero-copy views of a string or large_string array's offsets (sliced) and UTF-8 data: what Parquet
+    gives (string) runs without a cast, which would copy every byte."""
     bufs = arr.buffers()
-    offsets = np.frombuffer(bufs[1], dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
+    width = np.int64 if pa.types.is_large_string(arr.type) else np.int32
+    offsets = np.frombuffer(bufs[1], dtype=width)[arr.offset : arr.offset + len(arr) + 1]
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(1, np.uint8)
     if data.size == 0:
         data = np.zeros(1, np.uint8)
@@ -882,6 +912,7 @@ def compute_signals(texts, config: SignalConfig | dict | None = None) -> pa.Tabl
 def warm_up() -> None:
     """Compile (or load from numba's cache) the kernel and build the class table: ~1 s once per process."""
     compute_signals(["warm up.\n\nwarm up"])
+    compute_signals(pa.array(["warm up.\n\nwarm up"], type=pa.string()))  # Parquet's string: 32-bit offsets
 
 
 # --------------------------------------------------------------------------------------------------
