@@ -144,7 +144,8 @@ def ours_whole_pass(texts: list[str], tmp: str) -> tuple[float, float]:
     )
     write_parquet(shard, table, row_group_rows=512)
     pre = Preprocessor(preset=PRESET)
-    return timed(lambda: pre.run_file(shard, os.path.join(tmp, "attrs.parquet"), batch_rows=512))
+    # averaged over repeats like the other rows: one pass alone swings 15% on the shared machine
+    return timed(lambda: pre.run_file(shard, os.path.join(tmp, "attrs.parquet"), batch_rows=512), min_cpu=3.0)
 
 
 def datatrove(texts: list[str], tmp: str) -> tuple[float, float] | None:
@@ -228,18 +229,19 @@ run), so absolute figures are low and noisy; the ratios in one run are the compa
 {table}
 
 Target: the whole preprocess pass >= 100 MB/s per core. **Still missed on this machine**: the whole
-pass (read a zstd Parquet shard, 45 signals, 4 presets, write the attrs file) measures 60-70 MB/s of
-CPU time per core (table above: one run). Measured 2026-12-01 back to back, same machine, same load
-(main at b8d0e05 run from a `git archive` copy, then this branch, twice): main (38 signals)
-80.0 / 80.0 MB/s signals + rules and 65.5 / 60.9 MB/s whole pass; this branch (45 signals) 80.2 /
-80.6 and 60.5 / 61.4. The 7 structure signals cost ~2 ms/MB in the one-pass scan (kernel alone,
-same process, alternated: main 14.6 ms/MB, with structure 16.6); what paid for them: class counts in
+pass (read a zstd Parquet shard, 45 signals, 4 presets, write the attrs file) measures 65-70 MB/s of
+CPU time per core (table above: one run, averaged over >= 3 CPU s). Measured 2026-12-01 back to back,
+same machine, same load, twice (main at b8d0e05 run from a `git archive` copy with this script's
+averaging, then this branch): main (38 signals) 80.7 / 79.7 MB/s signals + rules and 66.6 / 66.9
+MB/s whole pass; this branch (45 signals) 82.9 / 82.6 and 67.2 / 68.0. The 7 structure signals cost ~2 ms/MB in the one-pass scan (kernel alone,
+same process, alternated: main 14.6 ms/MB, with structure 16.6; the final kernel 11.5 against main's
+12.0 in another such run); what paid for them: class counts in
 registers instead of a 64-entry histogram in memory (every character chained on the last store),
 the ellipsis-line test read from the bytes at the line end instead of three code points shifted on
 every character, an ASCII letters/digits fast path inside words (only the hashes and counts move),
 the stop-word lookup as a one-probe hash table instead of a binary search (three unpredictable
 branches per short word: ~1.5 ms/MB), the n-gram counts read from the slot the counting loop found
-instead of probing again, and Parquet's 32-bit-offset strings read in place instead of cast (a copy
+instead of probing again and the top 2-gram tracked while counting (~0.4 ms/MB), and Parquet's 32-bit-offset strings read in place instead of cast (a copy
 of every byte). Where the time goes now (kernel ablations, same process, alternated, 11 MB): the
 scan ~7.5 ms/MB, n-gram repetition ~3.5, duplicate line/paragraph/template tables ~0.8, stop words
 ~1; Parquet read ~1.2 ms/MB, the `lorem ipsum` case-insensitive match 0.5 (RE2; lowercasing first is

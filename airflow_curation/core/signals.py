@@ -309,33 +309,35 @@ if HAVE_NUMBA:
         mask = size - 1
         keys[:size] = 0
         counts[:size] = 0
+        # The most frequent 2-gram (ties: the longer) is tracked while counting: each n-gram's running
+        # counts reach its final count at its last occurrence, so the best (count, length) seen is the
+        # best over final counts, and with no repeat it is the longest 2-gram, as the definition says.
+        best_c = 0
+        best_l = 0
         for i in range(m):
             h = _mix(whash[i], whash[i + 1])
             g[i] = h
             s = _probe(keys, mask, h)
             keys[s] = h
-            counts[s] += 1
+            c = counts[s] + 1
+            counts[s] = c
             slot[i] = s
-        best_c = 0
-        best_l = 0
+            ln = cum[i + 2] - cum[i]
+            if c > best_c or (c == best_c and ln > best_l):
+                best_c = c
+                best_l = ln
+        row[col] = best_c * best_l / total
+        # which 2-grams repeat, and the candidates for n = 3 (starts whose 2-grams at i and i + 1 repeat)
         nc = 0
+        prev = False
         for i in range(m):
-            c = counts[slot[i]]
-            if c > 1:
-                dup[i] = 2
-                ln = cum[i + 2] - cum[i]
-                if c > best_c or (c == best_c and ln > best_l):
-                    best_c = c
-                    best_l = ln
-            else:
-                dup[i] = 0
-        dup[m] = 0
-        row[col] = (best_c * best_l if best_c else _longest(cum, m, 2)) / total
-        # candidates for n = 3
-        for i in range(m - 1):
-            if dup[i] == 2 and dup[i + 1] == 2:
-                cand[nc] = i
+            rep = counts[slot[i]] > 1
+            dup[i] = 2 if rep else 0
+            if rep and prev:
+                cand[nc] = i - 1
                 nc += 1
+            prev = rep
+        dup[m] = 0
         for n in range(3, 11):
             m = nw - n + 1
             top = n <= 4
