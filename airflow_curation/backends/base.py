@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_curation.core import storage
 from airflow_curation.jobs import progress
 from airflow_curation.jobs.result import JobResult
 from airflow_curation.jobs.spec import JobSpec
@@ -85,6 +86,17 @@ def slice_log(data: bytes, offset: int) -> tuple[str, int]:
     return data[offset:].decode("utf-8", "replace"), len(data)
 
 
+def _attempt(handle: JobHandle) -> int:
+    return int(handle.get("attempt", 1))
+
+
+def current_uri(handle: JobHandle) -> str | None:
+    """Where a run keeps its newest attempt's handle: beside the first attempt's result."""
+    if handle.get("current"):
+        return handle["current"]
+    return handle["result"].rsplit("/", 1)[0] + "/current.json" if handle.get("result") else None
+
+
 class Backend(ABC):
     """:param max_resubmits: how many times :meth:`settle` relaunches a ``retryable`` failure."""
 
@@ -134,18 +146,33 @@ class Backend(ABC):
         return out
 
     def current(self, handle: JobHandle) -> JobHandle:
-        """The latest attempt of the job ``handle`` names."""
-        return handle
+        """The newest attempt of the job ``handle`` names. Each relaunch records its handle in the run's
+        ``current.json`` (beside the first attempt's result), so whoever holds an older handle (the launch
+        task's XCom, a retried sensor) follows the newest attempt; the holder's own keys stay."""
+        uri = current_uri(handle)
+        latest = self._read_json(uri) if uri else None
+        if not latest or _attempt(latest) < _attempt(handle):
+            return handle
+        return {**handle, **latest}
+
+    def _read_json(self, uri: str) -> dict[str, Any] | None:
+        try:
+            return storage.read_json(uri)
+        except FileNotFoundError:
+            return None
+
+    def _write_json(self, uri: str, obj: dict[str, Any]) -> None:
+        storage.write_json(uri, obj)
 
     def release(self, handle: JobHandle) -> None:
         """The run is over: drop what was kept for a relaunch."""
 
     def can_relaunch(self, handle: JobHandle, status: JobStatus) -> bool:
-        return (
-            status.state == JobState.FAILED
-            and status.retryable
-            and int(self.current(handle).get("attempt", 1)) <= self.max_resubmits
-        )
+        """Whether :meth:`settle` gives a next attempt: a retryable failure with attempts left, or an
+        older attempt's failure that another follower relaunched already."""
+        latest = _attempt(self.current(handle))
+        retry = status.retryable and latest <= self.max_resubmits
+        return status.state == JobState.FAILED and (retry or latest > _attempt(handle))
 
     def relaunch(self, handle: JobHandle) -> JobHandle:
         """The next attempt of a finished run: ``jobs reopen``, then only the groups with unfinished units."""
@@ -162,11 +189,20 @@ class Backend(ABC):
         log.info(
             "relaunching %s: %s", handle.get("job_id"), "; ".join(f"{u}: {e}" for u, e in sorted(reopened.items())[:20])
         )
-        return self.launch(self.spec_of(handle), todo, previous=handle)
+        new = self.launch(self.spec_of(handle), todo, previous=handle)
+        uri = current_uri(handle)
+        if uri and _attempt(new) > _attempt(handle):  # not a reconnect to a rival's attempt
+            new["current"] = uri
+            self._write_json(uri, new)
+        return new
 
     def settle(self, handle: JobHandle, status: JobStatus) -> JobHandle | None:
         """The follower's decision once ``status`` is finished: the next attempt's handle when the
-        failure is retryable and attempts remain, else None (after :meth:`release`)."""
+        failure is retryable and attempts remain, else None (after :meth:`release`). An older attempt's
+        follower gets the newest attempt, which another follower launched."""
+        latest = self.current(handle)
+        if _attempt(latest) > _attempt(handle):
+            return latest
         if self.can_relaunch(handle, status):
             try:
                 return self.relaunch(handle)

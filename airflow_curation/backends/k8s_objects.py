@@ -35,6 +35,7 @@ MANAGER = "airflow-curation"
 
 RAY_GROUP, RAY_VERSION, RAY_PLURAL = "ray.io", "v1", "rayjobs"
 DASK_GROUP, DASK_VERSION, DASK_PLURAL = "kubernetes.dask.org", "v1", "daskjobs"
+CRDS = {"RayJob": (RAY_GROUP, RAY_VERSION, RAY_PLURAL), "DaskJob": (DASK_GROUP, DASK_VERSION, DASK_PLURAL)}
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -140,12 +141,14 @@ def _label_value(value: str) -> str:
 
 
 def _meta(
-    name: str, namespace: str, stage: str, role: str, settings: PodSettings, spec_hash: str | None = None
+    name: str, namespace: str, stage: str, role: str, settings: PodSettings, spec_hash: str | None = None, base=None
 ) -> dict[str, Any]:
+    """An object's metadata; ``base``: the run's name that labels it, when the object is one of its attempts."""
     annotations = dict(settings.annotations)
     if spec_hash:
         annotations[ANNOTATION_SPEC_HASH] = spec_hash
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": _labels(name, stage, role, settings)}
+    labels = _labels(base or name, stage, role, settings)
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
     if annotations:
         meta["annotations"] = annotations
     return meta
@@ -202,6 +205,10 @@ def _container(
     if ports:
         c["ports"] = ports
     return c
+
+
+def _ports(*ports: tuple[str, int]) -> list[dict[str, Any]]:
+    return [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in ports]
 
 
 def _pod_spec(
@@ -303,8 +310,7 @@ def _job(
         spec["backoffLimit"] = backoff_limit
     if active_deadline:
         spec["activeDeadlineSeconds"] = active_deadline
-    meta = _meta(name, namespace, stage, role, settings, spec_hash)
-    meta["labels"][LABEL_JOB] = base
+    meta = _meta(name, namespace, stage, role, settings, spec_hash, base)
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
 
 
@@ -394,16 +400,20 @@ def dask_job(
     result_uri: str,
     threads_per_worker: int = 1,
     dask_image: str | None = None,
+    base_name: str | None = None,
 ) -> dict:
     """A ``DaskJob``: the operator starts a scheduler and ``workers`` workers, then the runner pod,
-    into which it injects ``DASK_SCHEDULER_ADDRESS``; the cluster goes when the runner ends."""
+    into which it injects ``DASK_SCHEDULER_ADDRESS``; the cluster goes when the runner ends.
+    ``base_name``: the run's name (labels, spec ConfigMap) when this is a later attempt of it."""
     if workers < 1:
         raise ValueError("workers must be >= 1")
-    labels = _labels(name, stage, "dask", settings)
+    base = base_name or name
+    labels = _labels(base, stage, "dask", settings)
     worker_settings = copy.copy(settings)
     if dask_image:
         worker_settings.image = dask_image
     mem = settings.limits.get("memory", "")
+    scheduler_ports = (("tcp-comm", 8786), ("http-dashboard", 8787))
     worker_cmd = [
         "dask",
         "worker",
@@ -417,22 +427,14 @@ def dask_job(
     ]
     if mem:
         worker_cmd += ["--memory-limit", _dask_memory(mem)]
-    worker = _container(
-        "worker",
-        worker_settings,
-        worker_cmd,
-        ports=[{"name": "http-dashboard", "containerPort": 8788, "protocol": "TCP"}],
-    )
+    worker = _container("worker", worker_settings, worker_cmd, ports=_ports(("http-dashboard", 8788)))
     scheduler = _container(
         "scheduler",
         worker_settings,
         ["dask", "scheduler"],
         requests={"cpu": "500m", "memory": "1Gi"},
         limits={"cpu": "1", "memory": "2Gi"},
-        ports=[
-            {"name": "tcp-comm", "containerPort": 8786, "protocol": "TCP"},
-            {"name": "http-dashboard", "containerPort": 8787, "protocol": "TCP"},
-        ],
+        ports=_ports(*scheduler_ports),
     )
     scheduler["readinessProbe"] = {
         "httpGet": {"port": "http-dashboard", "path": "/health"},
@@ -443,33 +445,27 @@ def dask_job(
     return {
         "apiVersion": f"{DASK_GROUP}/{DASK_VERSION}",
         "kind": "DaskJob",
-        "metadata": _meta(name, namespace, stage, "dask", settings, spec_sha256(spec_json)),
+        "metadata": _meta(name, namespace, stage, "dask", settings, spec_sha256(spec_json), base),
         "spec": {
             "job": {
                 "metadata": {"labels": labels},
-                "spec": _pod_spec(name, settings, [runner], restart_policy="Never"),
+                "spec": _pod_spec(base, settings, [runner], restart_policy="Never"),
             },
             "cluster": {
                 "spec": {
                     "worker": {
                         "replicas": workers,
                         "metadata": {"labels": labels},
-                        "spec": _pod_spec(name, worker_settings, [worker], restart_policy=None),
+                        "spec": _pod_spec(base, worker_settings, [worker], restart_policy=None),
                     },
                     "scheduler": {
                         "metadata": {"labels": labels},
-                        "spec": _pod_spec(name, worker_settings, [scheduler], restart_policy=None),
+                        "spec": _pod_spec(base, worker_settings, [scheduler], restart_policy=None),
                         "service": {
                             "type": "ClusterIP",
                             "selector": {"dask.org/cluster-name": name, "dask.org/component": "scheduler"},
                             "ports": [
-                                {"name": "tcp-comm", "protocol": "TCP", "port": 8786, "targetPort": "tcp-comm"},
-                                {
-                                    "name": "http-dashboard",
-                                    "protocol": "TCP",
-                                    "port": 8787,
-                                    "targetPort": "http-dashboard",
-                                },
+                                {"name": n, "protocol": "TCP", "port": p, "targetPort": n} for n, p in scheduler_ports
                             ],
                         },
                     },
@@ -498,32 +494,33 @@ def ray_job(
     ray_image: str | None = None,
     active_deadline: int | None = None,
     ttl_seconds: int = 86400,
+    base_name: str | None = None,
 ) -> dict:
     """A ``RayJob``: KubeRay starts a Ray cluster (head + ``workers`` GPU workers), submits the
     entrypoint, and deletes the cluster when it finishes. The entrypoint runs on the head as the Ray
-    driver; Ray Data then schedules the vLLM replicas on the GPU workers."""
+    driver; Ray Data then schedules the vLLM replicas on the GPU workers. ``base_name`` as for
+    :func:`dask_job`."""
     if workers < 1:
         raise ValueError("workers must be >= 1")
     gpus = settings.gpus if gpus_per_worker is None else gpus_per_worker
     ray_settings = copy.copy(settings)
     if ray_image:
         ray_settings.image = ray_image
-    labels = _labels(name, stage, "ray", settings)
+    base = base_name or name
+    labels = _labels(base, stage, "ray", settings)
     head = _container(
         "ray-head",
         ray_settings,
         None,
         requests={"cpu": "1", "memory": "4Gi"},
         limits={"cpu": "2", "memory": "8Gi"},
-        ports=[
-            {"name": "gcs", "containerPort": 6379, "protocol": "TCP"},
-            {"name": "dashboard", "containerPort": 8265, "protocol": "TCP"},
-            {"name": "client", "containerPort": 10001, "protocol": "TCP"},
-        ],
+        ports=_ports(("gcs", 6379), ("dashboard", 8265), ("client", 10001)),
         extra_env={"RAY_USAGE_STATS_ENABLED": "0"},
     )
     worker = _container("ray-worker", ray_settings, None, gpus=gpus, extra_env={"RAY_USAGE_STATS_ENABLED": "0"})
     worker["lifecycle"] = {"preStop": {"exec": {"command": ["ray", "stop"]}}}
+    small = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}}
+    submitter = _container("ray-job-submitter", ray_settings, None, **small)
     spec: dict[str, Any] = {
         "entrypoint": shlex.join(jobs_command(grp.run_args(SPEC_PATH, result_uri))),
         "shutdownAfterJobFinishes": True,
@@ -536,7 +533,7 @@ def ray_job(
                 "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"},
                 "template": {
                     "metadata": {"labels": labels},
-                    "spec": _pod_spec(name, ray_settings, [head], restart_policy=None),
+                    "spec": _pod_spec(base, ray_settings, [head], restart_policy=None),
                 },
             },
             "workerGroupSpecs": [
@@ -548,7 +545,7 @@ def ray_job(
                     "rayStartParams": {},
                     "template": {
                         "metadata": {"labels": labels},
-                        "spec": _pod_spec(name, ray_settings, [worker], restart_policy=None, gpu=bool(gpus)),
+                        "spec": _pod_spec(base, ray_settings, [worker], restart_policy=None, gpu=bool(gpus)),
                     },
                 }
             ],
@@ -556,20 +553,7 @@ def ray_job(
         # The submitter pod (K8sJobMode) only runs `ray job submit`; keep it small and non-root too.
         "submitterPodTemplate": {
             "metadata": {"labels": labels},
-            "spec": _pod_spec(
-                name,
-                ray_settings,
-                [
-                    _container(
-                        "ray-job-submitter",
-                        ray_settings,
-                        None,
-                        requests={"cpu": "100m", "memory": "256Mi"},
-                        limits={"cpu": "500m", "memory": "512Mi"},
-                    )
-                ],
-                restart_policy="Never",
-            ),
+            "spec": _pod_spec(base, ray_settings, [submitter], restart_policy="Never"),
         },
     }
     if active_deadline:
@@ -577,7 +561,7 @@ def ray_job(
     return {
         "apiVersion": f"{RAY_GROUP}/{RAY_VERSION}",
         "kind": "RayJob",
-        "metadata": _meta(name, namespace, stage, "ray", settings, spec_sha256(spec_json)),
+        "metadata": _meta(name, namespace, stage, "ray", settings, spec_sha256(spec_json), base),
         "spec": spec,
     }
 

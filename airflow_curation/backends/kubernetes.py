@@ -31,7 +31,7 @@ ENV_OPTIONS = "CURATION_KUBERNETES_OPTIONS"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 LOG_CONTAINERS = ("stage", "job", "ray-job-submitter")
 MAX_REVISIONS = 20
-# Sweep failures that running the groups again cannot cure: a bad spec, the deadline.
+# Job failures that running the groups again cannot cure: a bad spec, the deadline.
 FATAL_REASONS = {"PodFailurePolicy", "DeadlineExceeded"}
 
 
@@ -237,41 +237,13 @@ class KubernetesBackend(Backend):
         if self.env:
             env_secret = objs.storage_secret(f"{name}-env", ns, self.env, {objs.LABEL_JOB: name})
             handle["env_secret"] = env_secret["metadata"]["name"]
-        pod = self._pod_for(handle)
-        cm = objs.spec_config_map(name, ns, stage, spec_json, pod)
+        cm = objs.spec_config_map(name, ns, stage, spec_json, self._pod_for(handle))
         extras = []
         if kind == "indexed":
             handle["groups"] = self._groups_for(spec)
-            main = self._group_job(handle, spec_json, stage, name, None)
             handle["collect"] = f"{name}-collect"
-            extras.append(self._collect_job(handle, spec_json, stage, handle["collect"]))
-        elif kind == "job":
-            main = objs.stage_job(
-                name,
-                ns,
-                stage,
-                spec_json,
-                pod,
-                result_uri=result_uri,
-                backoff_limit=self.backoff_limit,
-                ttl_seconds=self.ttl_seconds,
-            )
-        elif kind == "dask":
-            main = objs.dask_job(name, ns, stage, spec_json, pod, workers=self.dask_workers, result_uri=result_uri)
-        else:
-            main = objs.ray_job(
-                name,
-                ns,
-                stage,
-                spec_json,
-                pod,
-                workers=self.ray_workers,
-                result_uri=result_uri,
-                gpus_per_worker=self.ray_gpus_per_worker,
-                ray_version=self.ray_version,
-                active_deadline=self.active_deadline_seconds,
-                ttl_seconds=self.ttl_seconds,
-            )
+            extras.append(self._collect_job(handle, spec))
+        main = self._main(handle, spec)
         handle["kind"] = main["kind"]
         return handle, [cm, *([env_secret] if env_secret else []), main, *extras]
 
@@ -280,32 +252,50 @@ class KubernetesBackend(Backend):
             return self.pod
         return dataclasses.replace(self.pod, extra_secrets=[*self.pod.extra_secrets, handle["env_secret"]])
 
-    def _group_job(
-        self, handle: JobHandle, spec_json: str, stage: str, name: str, pick: list[int] | None
-    ) -> dict[str, Any]:
-        return objs.sweep_job(
-            name,
-            handle["namespace"],
-            stage,
-            spec_json,
-            self._pod_for(handle),
-            groups=handle["groups"],
-            parallelism=self.parallelism,
-            pick=pick,
-            result_dir=handle["result_dir"],
-            backoff_limit=self.backoff_limit,
-            ttl_seconds=self.ttl_seconds,
-            active_deadline=self.active_deadline_seconds,
-            base_name=handle["name"],
+    def _main(self, handle: JobHandle, spec: JobSpec, pick: list[int] | None = None) -> dict[str, Any]:
+        """The object that runs an attempt, ``handle["main"]``, labelled as the run and reading its spec
+        ConfigMap: the Indexed Job of groups (``pick``: a relaunch of some), the Job, DaskJob or RayJob."""
+        kind = handle["launch_kind"]
+        args = (handle["main"], handle["namespace"], spec.stage, spec.to_json(), self._pod_for(handle))
+        run = {"base_name": handle["name"]}
+        deadline, ttl = self.active_deadline_seconds, self.ttl_seconds
+        if kind == "indexed":
+            return objs.sweep_job(
+                *args,
+                groups=handle["groups"],
+                parallelism=self.parallelism,
+                pick=pick,
+                result_dir=handle["result_dir"],
+                backoff_limit=self.backoff_limit,
+                ttl_seconds=ttl,
+                active_deadline=deadline,
+                **run,
+            )
+        if kind == "job":
+            return objs.stage_job(
+                *args, result_uri=handle["result"], backoff_limit=self.backoff_limit, ttl_seconds=ttl, **run
+            )
+        if kind == "dask":
+            return objs.dask_job(*args, workers=self.dask_workers, result_uri=handle["result"], **run)
+        gpus, version = self.ray_gpus_per_worker, self.ray_version
+        return objs.ray_job(
+            *args,
+            workers=self.ray_workers,
+            result_uri=handle["result"],
+            gpus_per_worker=gpus,
+            ray_version=version,
+            active_deadline=deadline,
+            ttl_seconds=ttl,
+            **run,
         )
 
-    def _collect_job(self, handle: JobHandle, spec_json: str, stage: str, name: str) -> dict[str, Any]:
+    def _collect_job(self, handle: JobHandle, spec: JobSpec) -> dict[str, Any]:
         # Not owned by the group Job: the group Job's TTL must not take the waiting collect with it.
         return objs.stage_job(
-            name,
+            handle["collect"],
             handle["namespace"],
-            stage,
-            spec_json,
+            spec.stage,
+            spec.to_json(),
             self._pod_for(handle),
             result_uri=handle["result"],
             backoff_limit=self.backoff_limit,
@@ -318,31 +308,36 @@ class KubernetesBackend(Backend):
         cm = self._call(self.core.read_namespaced_config_map, f"{handle['name']}-spec", handle["namespace"])
         return JobSpec.from_dict(json.loads(cm.data["spec.json"]))
 
-    def _create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        ns = obj["metadata"]["namespace"]
-        kind = obj["kind"]
-        if kind == "ConfigMap":
-            return self.api_client.sanitize_for_serialization(
-                self._call(self.core.create_namespaced_config_map, ns, obj)
-            )
-        if kind == "Secret":
-            return self.api_client.sanitize_for_serialization(self._call(self.core.create_namespaced_secret, ns, obj))
-        if kind == "Job":
-            return self.api_client.sanitize_for_serialization(self._call(self.batch.create_namespaced_job, ns, obj))
-        group, version, plural = _crd(kind)
-        return self._call(self.custom.create_namespaced_custom_object, group, version, ns, plural, obj)
+    def _api(self, verb: str, kind: str, namespace: str, *args: Any, **kwargs: Any) -> Any:
+        """``verb`` (create, read, patch, delete) on an object of ``kind``, as a plain dict; ``args``: the
+        body (create) or the name and then the body."""
+        if kind in objs.CRDS:
+            fn = getattr(self.custom, f"{'get' if verb == 'read' else verb}_namespaced_custom_object")
+            return self._call(fn, *objs.CRDS[kind][:2], namespace, objs.CRDS[kind][2], *args, **kwargs)
+        api, noun = (
+            (self.batch, "job") if kind == "Job" else (self.core, "config_map" if kind == "ConfigMap" else "secret")
+        )
+        fn = getattr(api, f"{verb}_namespaced_{noun}{'_status' if (verb, kind) == ('read', 'Job') else ''}")
+        args = (namespace, *args) if verb == "create" else (args[0], namespace, *args[1:])
+        return self.api_client.sanitize_for_serialization(self._call(fn, *args, **kwargs))
+
+    def _create(self, obj: dict[str, Any], reconnect: bool = False) -> dict[str, Any] | None:
+        """Create ``obj``; with ``reconnect``, one that exists already (409: same name, same spec) is fine."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self._api("create", obj["kind"], obj["metadata"]["namespace"], obj)
+        except ApiException as e:
+            if e.status != 409 or not reconnect:
+                raise
+        return None
 
     def _get(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
         """The object as a dict, or None when it does not exist."""
         from kubernetes.client.exceptions import ApiException
 
         try:
-            if kind == "Job":
-                return self.api_client.sanitize_for_serialization(
-                    self._call(self.batch.read_namespaced_job_status, name, namespace)
-                )
-            group, version, plural = _crd(kind)
-            return self._call(self.custom.get_namespaced_custom_object, group, version, namespace, plural, name)
+            return self._api("read", kind, namespace, name)
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -352,19 +347,10 @@ class KubernetesBackend(Backend):
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
-        body = client.V1DeleteOptions(propagation_policy=self.propagation_policy)
         try:
-            if kind == "Job":
-                self._call(self.batch.delete_namespaced_job, name, namespace, body=body)
-            elif kind == "ConfigMap":
-                self._call(self.core.delete_namespaced_config_map, name, namespace, body=body)
-            elif kind == "Secret":
-                self._call(self.core.delete_namespaced_secret, name, namespace, body=body)
-            else:
-                group, version, plural = _crd(kind)
-                self._call(
-                    self.custom.delete_namespaced_custom_object, group, version, namespace, plural, name, body=body
-                )
+            self._api(
+                "delete", kind, namespace, name, body=client.V1DeleteOptions(propagation_policy=self.propagation_policy)
+            )
         except ApiException as e:
             if e.status != 404:
                 raise
@@ -386,13 +372,8 @@ class KubernetesBackend(Backend):
 
                 for obj in objects:
                     validate_object(obj)
-            for obj in parts:
-                try:
-                    self._create(obj)
-                except ApiException as e:
-                    if e.status != 409:
-                        raise
-                    # Same name, same spec (the name is its hash): an earlier submit got this far.
+            for obj in parts:  # 409: same name, same spec (the name is its hash): an earlier submit got this far
+                self._create(obj, reconnect=True)
             if self._get(main["kind"], handle["name"], handle["namespace"]) is None:
                 self._clear_results(handle)  # left by a deleted job of the same name: not this one's
             try:
@@ -417,61 +398,47 @@ class KubernetesBackend(Backend):
                 created = existing
             self._own_parts(handle, created, parts)
             for obj in extras:  # the sweep's collect job: it starts waiting for the groups' results
-                self._create_or_reconnect(obj)
+                self._create(obj, reconnect=True)
             log.info("launched %s %s/%s (%s)", main["kind"], handle["namespace"], handle["name"], handle["launch_kind"])
             return handle
         raise RuntimeError(f"{MAX_REVISIONS} earlier jobs of this spec failed; delete them or change the spec")
 
-    def _create_or_reconnect(self, obj: dict[str, Any]) -> None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            self._create(obj)
-        except ApiException as e:
-            if e.status != 409:
-                raise
-
     def _relaunch(self, spec: JobSpec, previous: JobHandle, groups: Sequence[int] | None) -> JobHandle:
-        """Attempt n+1 of an ``indexed`` or ``job`` launch: a new group Job (only ``groups``) or Job under
-        the same spec ConfigMap and env Secret. Its name is deterministic, so two followers relaunching at
-        once create one Job."""
+        """Attempt n+1: a new object of the run's launch kind (an ``indexed`` run: a group Job of only
+        ``groups``) under the same spec ConfigMap and env Secret. Its name is deterministic, so two
+        followers relaunching at once create one."""
         handle = {**previous, "attempt": int(previous.get("attempt", 1)) + 1}
         handle["main"] = f"{handle['name']}-a{handle['attempt']}"
-        spec_json, stage = spec.to_json(), spec.stage
+        pick = None
         if handle["launch_kind"] == "indexed":
             pick = sorted(groups) if groups is not None else list(range(handle["groups"]))
             collect = self._get("Job", handle["collect"], handle["namespace"])
             if collect is None or self._object_state(collect)[0].finished:
                 # The collect step has given up or ended: a fresh one waits for the relaunched groups.
-                self._clear_results(handle, groups=False)
+                self._clear_results(handle, fresh=False)
                 handle["collect"] = f"{handle['name']}-collect-a{handle['attempt']}"
-                self._create_or_reconnect(self._collect_job(handle, spec_json, stage, handle["collect"]))
-            if pick:
-                self._create_or_reconnect(self._group_job(handle, spec_json, stage, handle["main"], pick))
-        elif handle["launch_kind"] == "job":
-            self._clear_results(handle, groups=False)
-            self._create_or_reconnect(
-                objs.stage_job(
-                    handle["main"],
-                    handle["namespace"],
-                    stage,
-                    spec_json,
-                    self._pod_for(handle),
-                    result_uri=handle["result"],
-                    backoff_limit=self.backoff_limit,
-                    ttl_seconds=self.ttl_seconds,
-                    base_name=handle["name"],
-                )
-            )
+                self._create_checked(self._collect_job(handle, spec))
         else:
-            raise ValueError(f"a {handle['launch_kind']} job is not relaunched (its operator retries it)")
+            self._clear_results(handle, fresh=False)
+        if pick != []:
+            self._create_checked(self._main(handle, spec, pick))
         log.info("relaunched %s as attempt %d (%s)", handle["name"], handle["attempt"], handle["main"])
         return handle
 
-    def _clear_results(self, handle: JobHandle, groups: bool = True) -> None:
+    def _create_checked(self, obj: dict[str, Any]) -> None:
+        if self.validate:
+            from airflow_curation.backends.schemas import validate_object
+
+            validate_object(obj)
+        self._create(obj, reconnect=True)
+
+    def _clear_results(self, handle: JobHandle, fresh: bool = True) -> None:
+        """Remove the run's result (and cancel marker); a fresh launch also its groups' results and the
+        newest-attempt record that a deleted run of the same name left."""
         uris = [handle["result"], storage.join(handle["result_dir"], "cancelled.json")]
-        if groups:
+        if fresh:
             uris += [group_result_uri(handle["result_dir"], i) for i in range(handle.get("groups", 0))]
+            uris.append(storage.join(handle["result_dir"], "current.json"))
         for uri in uris:
             try:
                 storage.remove(uri)
@@ -484,12 +451,7 @@ class KubernetesBackend(Backend):
             return
         patch = {"metadata": {"ownerReferences": [objs.owner_reference(owner)]}}
         for obj in parts:
-            fn = (
-                self.core.patch_namespaced_config_map
-                if obj["kind"] == "ConfigMap"
-                else self.core.patch_namespaced_secret
-            )
-            self._call(fn, obj["metadata"]["name"], handle["namespace"], patch)
+            self._api("patch", obj["kind"], handle["namespace"], obj["metadata"]["name"], patch)
 
     def status(self, handle: JobHandle) -> JobStatus:
         """One or two GETs (plus a result read once finished), nothing written: cheap to poll from a trigger."""
@@ -504,7 +466,7 @@ class KubernetesBackend(Backend):
         state, message = self._object_state(obj) if obj is not None else (JobState.SUCCEEDED, f"{main_name} gone")
         if handle.get("collect"):
             groups_message = f"groups: {message}"
-            if state == JobState.FAILED and _condition(obj, "Failed", reason=FATAL_REASONS):
+            if state == JobState.FAILED and _fatal(obj):
                 # A bad spec or the deadline: running the groups again cannot help.
                 return JobStatus(JobState.FAILED, groups_message)
             if state == JobState.FAILED:
@@ -528,12 +490,8 @@ class KubernetesBackend(Backend):
         if state == JobState.FAILED:
             if (result := self._result(handle)) is not None:
                 return JobStatus(JobState.FAILED, f"{message}: {result.error}", result.to_dict())
-            # A one-pod Job whose pods died without a word (OOM, lost node) may well succeed again.
-            return JobStatus(
-                JobState.FAILED,
-                message,
-                retryable=handle["launch_kind"] == "job" and not _condition(obj, "Failed", reason=FATAL_REASONS),
-            )
+            # A Job, DaskJob or RayJob whose pods died without a word (OOM, lost node) may well succeed again.
+            return JobStatus(JobState.FAILED, message, retryable=handle["launch_kind"] != "indexed" and not _fatal(obj))
         return JobStatus(state, message)
 
     def release(self, handle: JobHandle) -> None:
@@ -658,71 +616,6 @@ class KubernetesBackend(Backend):
                     parts.append("\n")
         return slice_log("".join(parts).encode(), offset)
 
-    def wait(
-        self,
-        handle: JobHandle,
-        timeout: float = 3600.0,
-        watch_timeout: int = 60,
-        poll: Callable[[JobStatus], None] | None = None,
-    ) -> JobStatus:
-        """Block until the job finishes, woken by a watch on its objects; a watch that times out on
-        the server (or drops) is resumed from the last resourceVersion, one answering 410 Gone is
-        restarted from a fresh list. Returns the last status (not finished on timeout)."""
-        from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
-
-        deadline = time.monotonic() + timeout
-        selector = f"{objs.LABEL_JOB}={handle['name']}"
-        ns = handle["namespace"]
-        if handle["kind"] == "Job":
-            list_fn, args = self.batch.list_namespaced_job, (ns,)
-        else:
-            group, version, plural = _crd(handle["kind"])
-            list_fn, args = self.custom.list_namespaced_custom_object, (group, version, ns, plural)
-        resource_version = None
-        while True:
-            st = self.status(handle)
-            if poll:
-                poll(st)
-            remaining = deadline - time.monotonic()
-            if st.state.finished or remaining <= 0:
-                return st
-            if resource_version is None:
-                listing = self._call(list_fn, *args, label_selector=selector)
-                meta = listing["metadata"] if isinstance(listing, dict) else listing.metadata.to_dict()
-                resource_version = meta.get("resourceVersion") or meta.get("resource_version")
-            w = watch.Watch()
-            try:
-                for event in w.stream(
-                    list_fn,
-                    *args,
-                    label_selector=selector,
-                    resource_version=resource_version,
-                    timeout_seconds=max(1, int(min(watch_timeout, remaining))),
-                    allow_watch_bookmarks=True,
-                ):
-                    obj = event["object"]
-                    meta = obj["metadata"] if isinstance(obj, dict) else obj.metadata.to_dict()
-                    resource_version = meta.get("resourceVersion") or meta.get("resource_version") or resource_version
-                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                        break  # re-read the status; the watch resumes from this version
-            except ApiException as e:
-                if e.status == 410:  # our resourceVersion is too old: list again
-                    resource_version = None
-                elif e.status not in RETRY_STATUSES:
-                    raise
-                else:
-                    time.sleep(self.retry_backoff)
-            except Exception as e:  # noqa: BLE001 - a dropped watch is resumed, not fatal
-                from urllib3.exceptions import HTTPError as Urllib3Error
-
-                if not isinstance(e, (Urllib3Error, ConnectionError)):
-                    raise
-                log.info("watch on %s dropped (%s); resuming", handle["name"], e)
-                time.sleep(self.retry_backoff)
-            finally:
-                w.stop()
-
 
 def from_options(**options: Any) -> KubernetesBackend:
     """The registry's constructor: deployment defaults from ``$CURATION_KUBERNETES_OPTIONS`` (JSON; the
@@ -738,19 +631,17 @@ def from_options(**options: Any) -> KubernetesBackend:
     return KubernetesBackend(**options)
 
 
-def _crd(kind: str) -> tuple[str, str, str]:
-    if kind == "RayJob":
-        return objs.RAY_GROUP, objs.RAY_VERSION, objs.RAY_PLURAL
-    if kind == "DaskJob":
-        return objs.DASK_GROUP, objs.DASK_VERSION, objs.DASK_PLURAL
-    raise ValueError(f"unknown kind {kind}")
-
-
 def _condition(obj: dict[str, Any], ctype: str, reason: set[str] | None = None) -> dict[str, Any] | None:
     for c in (obj.get("status") or {}).get("conditions") or []:
         if c.get("type") == ctype and c.get("status") == "True" and (reason is None or c.get("reason") in reason):
             return c
     return None
+
+
+def _fatal(obj: dict[str, Any]) -> bool:
+    """A failure that running the job again cannot cure: a bad spec, the deadline."""
+    ray_invalid = (obj.get("status") or {}).get("jobDeploymentStatus") == "ValidationFailed"
+    return ray_invalid or _condition(obj, "Failed", reason=FATAL_REASONS) is not None
 
 
 def _job_state(obj: dict[str, Any]) -> tuple[JobState, str]:

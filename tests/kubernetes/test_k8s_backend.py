@@ -4,8 +4,6 @@ server on loopback (see k8s_fake_apiserver.py), with the tests playing the contr
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -308,49 +306,6 @@ def test_logs_stream_from_offsets_across_pods(fake_k8s, make_backend, make_spec)
     more, off2 = backend.logs(handle, off)
     assert more.startswith("unit part-00001 done") and "group 1" in more and "noise" not in more
     assert backend.logs(handle, off2) == ("", off2)
-
-
-def test_wait_survives_watch_timeouts_and_410_gone(fake_k8s, make_backend, make_spec):
-    backend = make_backend()
-    handle = backend.submit(make_spec("enrich"))
-    _write_result(handle)
-
-    def requests(kind: str) -> list[str]:
-        return [
-            p
-            for m, p, _ in fake_k8s.requests
-            if m == "GET" and "rayjobs?" in p and (("watch=" in p) == (kind == "watch"))
-        ]
-
-    def until(cond) -> None:
-        deadline = time.monotonic() + 120
-        while not cond():
-            assert time.monotonic() < deadline, "the client never got there"
-            time.sleep(0.02)
-
-    def controller():
-        until(lambda: requests("watch"))  # the client lists, then watches from that version
-        # History is compacted while it watches: once the server ends that watch (timeoutSeconds),
-        # resuming from its version gets 410 Gone and the client must list again.
-        fake_k8s.add_pod("unrelated", {}, {}, ns="elsewhere")
-        fake_k8s.compact()
-        until(lambda: len(requests("list")) >= 2)
-        fake_k8s.set_status("rayjobs", handle["name"], {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"})
-
-    t = threading.Thread(target=controller, daemon=True)
-    t.start()
-    st = backend.wait(handle, timeout=300, watch_timeout=1)
-    t.join()
-    assert st.state == JobState.SUCCEEDED
-    assert len(requests("watch")) >= 2 and len(requests("list")) >= 2
-
-
-def test_wait_returns_unfinished_at_its_timeout(fake_k8s, make_backend, make_spec):
-    backend = make_backend()
-    handle = backend.submit(make_spec("dedup"))
-    seen = []
-    st = backend.wait(handle, timeout=1, watch_timeout=1, poll=seen.append)
-    assert st.state == JobState.PENDING and seen
 
 
 def test_secret_env_goes_into_a_job_secret_never_into_the_pod_spec(fake_k8s, make_backend, make_spec):

@@ -67,10 +67,6 @@ def _strict(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def is_custom(obj: dict[str, Any]) -> bool:
-    return (obj.get("apiVersion"), obj.get("kind")) in crd_schemas()
-
-
 def validate_object(obj: dict[str, Any], kubernetes_version: str = DEFAULT_KUBERNETES_VERSION) -> None:
     """Raise :class:`ManifestInvalid` with every problem found in ``obj``."""
     if not isinstance(obj, dict) or "kind" not in obj or "apiVersion" not in obj:

@@ -200,43 +200,19 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         self, spec: JobSpec, groups: Sequence[int] | None = None, *, previous: JobHandle | None = None
     ) -> JobHandle:
         if previous is None:
-            base = self._prepare(spec)
-            attempt, indices = 1, list(range(base["groups"])) if base["groups"] > 1 else None
+            base, attempt = self._prepare(spec), 1
         else:
-            previous = self.current(previous)
-            base = {
-                k: previous[k]
-                for k in (
-                    "backend",
-                    "job_dir",
-                    "spec",
-                    "log",
-                    "manifest_uri",
-                    "stage",
-                    "run_id",
-                    "lake",
-                    "groups",
-                    "env_file",
-                )
-                if k in previous
-            }
+            base, attempt = dict(previous), previous["attempt"] + 1
             self._env_for_resubmit(base)  # before the lock: a refusal must not block a later relaunch
-            attempt = previous["attempt"] + 1
             if not self.files.create_exclusive(os.path.join(base["job_dir"], f"attempt-{attempt}.lock")):
                 return self.current(previous)  # another follower relaunched first
-            indices = (
-                sorted(groups)
-                if base["groups"] > 1 and groups is not None
-                else (list(range(base["groups"])) if base["groups"] > 1 else None)
-            )
+        n = base["groups"]
+        indices = None if n == 1 else sorted(groups) if groups is not None else list(range(n))
         handle = self._submit_attempt(base, attempt, indices)
-        self._write_current(handle)
         if previous is not None:
+            what = f"groups {compress(indices)}" if indices else "the job"
             self.files.append(
-                base["log"],
-                f"airflow-curation: attempt {attempt} resubmitted "
-                f"{'groups ' + compress(indices) if indices else 'the job'} "
-                f"as job {handle['job_id']}\n",
+                base["log"], f"airflow-curation: attempt {attempt} resubmitted {what} as job {handle['job_id']}\n"
             )
         return handle
 
@@ -280,51 +256,33 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
 
     def _submit_attempt(self, base: JobHandle, attempt: int, indices: list[int] | None) -> JobHandle:
         """Submit one attempt: the whole job, or the array tasks ``indices`` plus the collect job."""
-        job_dir, groups = base["job_dir"], base["groups"]
-        name = f"curation-{base['stage']}"
-        result = os.path.join(job_dir, f"result-{attempt}.json")
+        job_dir, name = base["job_dir"], f"curation-{base['stage']}"
         handle = {
             **base,
             "attempt": attempt,
-            "result": result,
+            "result": os.path.join(job_dir, f"result-{attempt}.json"),
             "array_job_id": None,
             "array": None,
             "submitted": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 3600)),
         }
-        attempt_arg = [str(int(attempt))]
-        if groups == 1:
-            handle["job_id"] = self._sbatch(
-                self.sbatch_argv(os.path.join(job_dir, "job.sh"), name, base["log"], job_dir, script_args=attempt_arg)
+
+        def sbatch(script: str, job_name: str = name, **options: Any) -> str:
+            argv = self.sbatch_argv(
+                os.path.join(job_dir, script), job_name, base["log"], job_dir, script_args=[str(attempt)], **options
             )
+            return self._sbatch(argv)
+
+        if base["groups"] == 1:
+            handle["job_id"] = sbatch("job.sh")
             return handle
         dependency = None
         if indices:
-            spans = compress(indices)
-            k = f"%{self.array_parallelism}" if self.array_parallelism else ""
-            handle["array"] = f"{spans}{k}"
-            handle["array_job_id"] = self._sbatch(
-                self.sbatch_argv(
-                    os.path.join(job_dir, "group.sh"),
-                    name,
-                    base["log"],
-                    job_dir,
-                    array=handle["array"],
-                    script_args=attempt_arg,
-                )
-            )
+            handle["array"] = compress(indices) + (f"%{self.array_parallelism}" if self.array_parallelism else "")
+            handle["array_job_id"] = sbatch("group.sh", array=handle["array"])
             dependency = f"afterany:{handle['array_job_id']}"
         try:
-            handle["job_id"] = self._sbatch(
-                self.sbatch_argv(
-                    os.path.join(job_dir, "collect.sh"),
-                    f"{name}-collect",
-                    base["log"],
-                    job_dir,
-                    dependency=dependency,
-                    time_limit=self.collect_time_limit,
-                    collect=True,
-                    script_args=attempt_arg,
-                )
+            handle["job_id"] = sbatch(
+                "collect.sh", f"{name}-collect", dependency=dependency, time_limit=self.collect_time_limit, collect=True
             )
         except SlurmError:
             if handle["array_job_id"]:
@@ -361,17 +319,11 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
                 "finished; resubmit with a backend that has the job's env (its storage options)"
             )
 
-    def _write_current(self, handle: JobHandle) -> None:
-        self.files.write(
-            os.path.join(handle["job_dir"], "current.json"), json.dumps(handle, indent=1, sort_keys=True).encode()
-        )
+    def _read_json(self, path: str) -> dict[str, Any] | None:
+        return self.files.read_json(path)
 
-    def current(self, handle: JobHandle) -> JobHandle:
-        """The latest attempt of the job ``handle`` names (resubmissions keep the first handle valid)."""
-        latest = self.files.read_json(os.path.join(handle["job_dir"], "current.json"))
-        if latest is None:
-            return handle
-        return latest if latest.get("attempt", 1) >= handle.get("attempt", 1) else handle
+    def _write_json(self, path: str, obj: dict[str, Any]) -> None:
+        self.files.write(path, json.dumps(obj, indent=1, sort_keys=True).encode())
 
     def job_records(self, handle: JobHandle) -> tuple[list[SlurmJobRecord], str]:
         """What Slurm says about the attempt's jobs, and where it came from (scontrol, sacct, none)."""
