@@ -167,12 +167,15 @@ class Backend(ABC):
     def release(self, handle: JobHandle) -> None:
         """The run is over: drop what was kept for a relaunch."""
 
+    def attempts_left(self, handle: JobHandle) -> bool:
+        """Whether a failure of the job's newest attempt may still be relaunched."""
+        return _attempt(self.current(handle)) <= self.max_resubmits
+
     def can_relaunch(self, handle: JobHandle, status: JobStatus) -> bool:
         """Whether :meth:`settle` gives a next attempt: a retryable failure with attempts left, or an
         older attempt's failure that another follower relaunched already."""
-        latest = _attempt(self.current(handle))
-        retry = status.retryable and latest <= self.max_resubmits
-        return status.state == JobState.FAILED and (retry or latest > _attempt(handle))
+        newer = _attempt(self.current(handle)) > _attempt(handle)
+        return status.state == JobState.FAILED and (newer or (status.retryable and self.attempts_left(handle)))
 
     def relaunch(self, handle: JobHandle) -> JobHandle:
         """The next attempt of a finished run: ``jobs reopen``, then only the groups with unfinished units."""
