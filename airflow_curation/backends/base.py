@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import inspect
 import logging
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,16 +24,9 @@ from airflow_curation.jobs.result import JobResult
 from airflow_curation.jobs.spec import JobSpec
 
 log = logging.getLogger(__name__)
+CANCELLED = "cancelled"  # the cancel marker's name
 
 JobHandle = dict[str, Any]
-# The environment variables through which the Airflow layer hands a job the lake's storage options,
-# credentials included (``CURATION_STORAGE_OPTIONS_<PROTOCOL>``, JSON): secrets by construction.
-STORAGE_OPTIONS_ENV_PREFIX = "CURATION_STORAGE_OPTIONS_"
-
-
-def is_storage_options_env(name: str) -> bool:
-    """Whether environment variable ``name`` carries storage options (and so, credentials)."""
-    return name.upper().startswith(STORAGE_OPTIONS_ENV_PREFIX)
 
 
 class JobState(str, enum.Enum):
@@ -90,11 +84,14 @@ def _attempt(handle: JobHandle) -> int:
     return int(handle.get("attempt", 1))
 
 
+def beside_result(handle: JobHandle, name: str) -> str:
+    """A file of the run in the folder of the attempt's result (the cancel marker, the newest attempt)."""
+    return handle["result"].rsplit("/", 1)[0] + "/" + name
+
+
 def current_uri(handle: JobHandle) -> str | None:
     """Where a run keeps its newest attempt's handle: beside the first attempt's result."""
-    if handle.get("current"):
-        return handle["current"]
-    return handle["result"].rsplit("/", 1)[0] + "/current.json" if handle.get("result") else None
+    return handle.get("current") or (beside_result(handle, "current.json") if handle.get("result") else None)
 
 
 class Backend(ABC):
@@ -155,14 +152,38 @@ class Backend(ABC):
             return handle
         return {**handle, **latest}
 
+    # -- the run's files beside its results: on the lake's storage here, in the job folder for Slurm --
     def _read_json(self, uri: str) -> dict[str, Any] | None:
+        """A JSON file, or None while it does not exist (or is not whole yet)."""
         try:
             return storage.read_json(uri)
-        except FileNotFoundError:
+        except (FileNotFoundError, ValueError):
             return None
 
     def _write_json(self, uri: str, obj: dict[str, Any]) -> None:
         storage.write_json(uri, obj)
+
+    def _result(self, handle: JobHandle) -> JobResult | None:
+        """The attempt's result, or None while there is none (an unreadable one is logged, not raised)."""
+        try:
+            data = self._read_json(handle["result"])
+            return JobResult.from_dict(data) if data is not None else None
+        except Exception as e:  # noqa: BLE001 - reported as a job without a result
+            log.warning("cannot read job result %s: %s", handle["result"], e)
+            return None
+
+    def _mark_cancelled(self, handle: JobHandle) -> None:
+        """Leave the marker that tells :meth:`status` a job's end was a cancel."""
+        try:
+            self._write_json(beside_result(handle, CANCELLED), {"at": time.time()})
+        except Exception as e:  # noqa: BLE001 - the marker only refines status(); stopping the job matters
+            log.warning("cannot write the cancel marker: %s", e)
+
+    def _was_cancelled(self, handle: JobHandle) -> bool:
+        try:
+            return self._read_json(beside_result(handle, CANCELLED)) is not None
+        except Exception:  # noqa: BLE001 - unreadable: no verdict from the marker
+            return False
 
     def release(self, handle: JobHandle) -> None:
         """The run is over: drop what was kept for a relaunch."""

@@ -11,14 +11,13 @@ for their results), ``job`` (one pod), ``dask`` (a ``DaskJob``), ``ray`` (a ``Ra
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import re
 import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_curation.backends.base import is_storage_options_env
+from airflow_curation.core.storage import ENV_PREFIX
 from airflow_curation.jobs import groups as grp
 
 SPEC_DIR = "/etc/curation"
@@ -88,7 +87,7 @@ class PodSettings:
             raise ValueError("gpus must be >= 0")
         # pod.env values are literal in every pod spec (readable by anyone who may read Jobs): the
         # lake's credentials belong in a Secret.
-        literal = sorted(k for k in self.env if is_storage_options_env(k))
+        literal = sorted(k for k in self.env if k.upper().startswith(ENV_PREFIX))  # storage options: secrets
         if literal:
             raise ValueError(
                 f"pod.env {literal}: storage options are secrets and pod.env values are written "
@@ -229,16 +228,14 @@ def _pod_spec(
         "containers": containers,
         "volumes": [{"name": "spec", "configMap": {"name": f"{name}-spec"}}, {"name": "tmp", "emptyDir": {}}],
     }
-    if restart_policy:
-        spec["restartPolicy"] = restart_policy
-    if node_selector:
-        spec["nodeSelector"] = node_selector
-    if tolerations:
-        spec["tolerations"] = tolerations
-    if settings.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": s} for s in settings.image_pull_secrets]
-    if settings.priority_class:
-        spec["priorityClassName"] = settings.priority_class
+    optional = {
+        "restartPolicy": restart_policy,
+        "nodeSelector": node_selector,
+        "tolerations": tolerations,
+        "imagePullSecrets": [{"name": s} for s in settings.image_pull_secrets],
+        "priorityClassName": settings.priority_class,
+    }
+    spec.update((k, v) for k, v in optional.items() if v)
     return spec
 
 
@@ -399,7 +396,6 @@ def dask_job(
     workers: int,
     result_uri: str,
     threads_per_worker: int = 1,
-    dask_image: str | None = None,
     base_name: str | None = None,
 ) -> dict:
     """A ``DaskJob``: the operator starts a scheduler and ``workers`` workers, then the runner pod,
@@ -409,9 +405,6 @@ def dask_job(
         raise ValueError("workers must be >= 1")
     base = base_name or name
     labels = _labels(base, stage, "dask", settings)
-    worker_settings = copy.copy(settings)
-    if dask_image:
-        worker_settings.image = dask_image
     mem = settings.limits.get("memory", "")
     scheduler_ports = (("tcp-comm", 8786), ("http-dashboard", 8787))
     worker_cmd = [
@@ -427,10 +420,10 @@ def dask_job(
     ]
     if mem:
         worker_cmd += ["--memory-limit", _dask_memory(mem)]
-    worker = _container("worker", worker_settings, worker_cmd, ports=_ports(("http-dashboard", 8788)))
+    worker = _container("worker", settings, worker_cmd, ports=_ports(("http-dashboard", 8788)))
     scheduler = _container(
         "scheduler",
-        worker_settings,
+        settings,
         ["dask", "scheduler"],
         requests={"cpu": "500m", "memory": "1Gi"},
         limits={"cpu": "1", "memory": "2Gi"},
@@ -456,11 +449,11 @@ def dask_job(
                     "worker": {
                         "replicas": workers,
                         "metadata": {"labels": labels},
-                        "spec": _pod_spec(base, worker_settings, [worker], restart_policy=None),
+                        "spec": _pod_spec(base, settings, [worker], restart_policy=None),
                     },
                     "scheduler": {
                         "metadata": {"labels": labels},
-                        "spec": _pod_spec(base, worker_settings, [scheduler], restart_policy=None),
+                        "spec": _pod_spec(base, settings, [scheduler], restart_policy=None),
                         "service": {
                             "type": "ClusterIP",
                             "selector": {"dask.org/cluster-name": name, "dask.org/component": "scheduler"},
@@ -491,7 +484,6 @@ def ray_job(
     result_uri: str,
     gpus_per_worker: int | None = None,
     ray_version: str = "2.60.0",
-    ray_image: str | None = None,
     active_deadline: int | None = None,
     ttl_seconds: int = 86400,
     base_name: str | None = None,
@@ -503,24 +495,21 @@ def ray_job(
     if workers < 1:
         raise ValueError("workers must be >= 1")
     gpus = settings.gpus if gpus_per_worker is None else gpus_per_worker
-    ray_settings = copy.copy(settings)
-    if ray_image:
-        ray_settings.image = ray_image
     base = base_name or name
     labels = _labels(base, stage, "ray", settings)
     head = _container(
         "ray-head",
-        ray_settings,
+        settings,
         None,
         requests={"cpu": "1", "memory": "4Gi"},
         limits={"cpu": "2", "memory": "8Gi"},
         ports=_ports(("gcs", 6379), ("dashboard", 8265), ("client", 10001)),
         extra_env={"RAY_USAGE_STATS_ENABLED": "0"},
     )
-    worker = _container("ray-worker", ray_settings, None, gpus=gpus, extra_env={"RAY_USAGE_STATS_ENABLED": "0"})
+    worker = _container("ray-worker", settings, None, gpus=gpus, extra_env={"RAY_USAGE_STATS_ENABLED": "0"})
     worker["lifecycle"] = {"preStop": {"exec": {"command": ["ray", "stop"]}}}
     small = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}}
-    submitter = _container("ray-job-submitter", ray_settings, None, **small)
+    submitter = _container("ray-job-submitter", settings, None, **small)
     spec: dict[str, Any] = {
         "entrypoint": shlex.join(jobs_command(grp.run_args(SPEC_PATH, result_uri))),
         "shutdownAfterJobFinishes": True,
@@ -533,7 +522,7 @@ def ray_job(
                 "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"},
                 "template": {
                     "metadata": {"labels": labels},
-                    "spec": _pod_spec(base, ray_settings, [head], restart_policy=None),
+                    "spec": _pod_spec(base, settings, [head], restart_policy=None),
                 },
             },
             "workerGroupSpecs": [
@@ -545,7 +534,7 @@ def ray_job(
                     "rayStartParams": {},
                     "template": {
                         "metadata": {"labels": labels},
-                        "spec": _pod_spec(base, ray_settings, [worker], restart_policy=None, gpu=bool(gpus)),
+                        "spec": _pod_spec(base, settings, [worker], restart_policy=None, gpu=bool(gpus)),
                     },
                 }
             ],
@@ -553,7 +542,7 @@ def ray_job(
         # The submitter pod (K8sJobMode) only runs `ray job submit`; keep it small and non-root too.
         "submitterPodTemplate": {
             "metadata": {"labels": labels},
-            "spec": _pod_spec(base, ray_settings, [submitter], restart_policy="Never"),
+            "spec": _pod_spec(base, settings, [submitter], restart_policy="Never"),
         },
     }
     if active_deadline:

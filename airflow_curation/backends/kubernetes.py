@@ -19,10 +19,18 @@ from collections.abc import Sequence
 from typing import Any, Callable
 
 from airflow_curation.backends import k8s_objects as objs
-from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, slice_log, status_from_result
+from airflow_curation.backends.base import (
+    CANCELLED,
+    Backend,
+    JobHandle,
+    JobState,
+    JobStatus,
+    beside_result,
+    slice_log,
+    status_from_result,
+)
 from airflow_curation.core import storage
 from airflow_curation.jobs import group_result_uri
-from airflow_curation.jobs.result import JobResult
 from airflow_curation.jobs.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -136,8 +144,7 @@ class KubernetesBackend(Backend):
             cfg.host = self.host
             cfg.verify_ssl = self.verify_ssl
             if self.token:
-                cfg.api_key = {"authorization": self.token}
-                cfg.api_key_prefix = {"authorization": "Bearer"}
+                cfg.api_key = {"authorization": f"Bearer {self.token}"}
         elif self.in_cluster:
             config.load_incluster_config(client_configuration=cfg)
         else:
@@ -150,18 +157,6 @@ class KubernetesBackend(Backend):
         from kubernetes import client
 
         return client.CoreV1Api(self.api_client)
-
-    @property
-    def batch(self):
-        from kubernetes import client
-
-        return client.BatchV1Api(self.api_client)
-
-    @property
-    def custom(self):
-        from kubernetes import client
-
-        return client.CustomObjectsApi(self.api_client)
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call the API, retrying transient failures (429, 5xx, dropped connections)."""
@@ -305,19 +300,22 @@ class KubernetesBackend(Backend):
         )
 
     def spec_of(self, handle: JobHandle) -> JobSpec:
-        cm = self._call(self.core.read_namespaced_config_map, f"{handle['name']}-spec", handle["namespace"])
-        return JobSpec.from_dict(json.loads(cm.data["spec.json"]))
+        cm = self._api("read", "ConfigMap", handle["namespace"], f"{handle['name']}-spec")
+        return JobSpec.from_dict(json.loads(cm["data"]["spec.json"]))
 
     def _api(self, verb: str, kind: str, namespace: str, *args: Any, **kwargs: Any) -> Any:
         """``verb`` (create, read, patch, delete) on an object of ``kind``, as a plain dict; ``args``: the
         body (create) or the name and then the body."""
+        from kubernetes import client
+
         if kind in objs.CRDS:
-            fn = getattr(self.custom, f"{'get' if verb == 'read' else verb}_namespaced_custom_object")
-            return self._call(fn, *objs.CRDS[kind][:2], namespace, objs.CRDS[kind][2], *args, **kwargs)
-        api, noun = (
-            (self.batch, "job") if kind == "Job" else (self.core, "config_map" if kind == "ConfigMap" else "secret")
-        )
-        fn = getattr(api, f"{verb}_namespaced_{noun}{'_status' if (verb, kind) == ('read', 'Job') else ''}")
+            group, version, plural = objs.CRDS[kind]
+            method = f"{'get' if verb == 'read' else verb}_namespaced_custom_object"
+            fn = getattr(client.CustomObjectsApi(self.api_client), method)
+            return self._call(fn, group, version, namespace, plural, *args, **kwargs)
+        api = (client.BatchV1Api if kind == "Job" else client.CoreV1Api)(self.api_client)
+        noun = {"Job": "job", "ConfigMap": "config_map", "Secret": "secret"}[kind]
+        fn = getattr(api, f"{verb}_namespaced_{noun}" + ("_status" if (verb, kind) == ("read", "Job") else ""))
         args = (namespace, *args) if verb == "create" else (args[0], namespace, *args[1:])
         return self.api_client.sanitize_for_serialization(self._call(fn, *args, **kwargs))
 
@@ -361,45 +359,29 @@ class KubernetesBackend(Backend):
     ) -> JobHandle:
         if previous is not None:
             return self._relaunch(spec, previous, groups)
-        from kubernetes.client.exceptions import ApiException
-
         for revision in range(MAX_REVISIONS):
             handle, objects = self.build(spec, revision)
-            first = next(i for i, o in enumerate(objects) if o["kind"] not in ("ConfigMap", "Secret"))
-            parts, main, extras = objects[:first], objects[first], objects[first + 1 :]
-            if self.validate:
-                from airflow_curation.backends.schemas import validate_object
-
-                for obj in objects:
-                    validate_object(obj)
+            self._validate(*objects)
+            parts = [o for o in objects if o["kind"] in ("ConfigMap", "Secret")]
+            main, *extras = objects[len(parts) :]
             for obj in parts:  # 409: same name, same spec (the name is its hash): an earlier submit got this far
                 self._create(obj, reconnect=True)
-            if self._get(main["kind"], handle["name"], handle["namespace"]) is None:
+            kind, name, ns = main["kind"], handle["name"], handle["namespace"]
+            if self._get(kind, name, ns) is None:
                 self._clear_results(handle)  # left by a deleted job of the same name: not this one's
-            try:
-                created = self._create(main)
-            except ApiException as e:
-                if e.status != 409:
-                    raise
-                existing = self._get(main["kind"], handle["name"], handle["namespace"])
-                if existing is None:
-                    raise  # deleted between our create and get: let the caller's retry decide
-                state = self._object_state(existing)[0]
-                if state in (JobState.FAILED, JobState.CANCELLED) or existing["metadata"].get("deletionTimestamp"):
-                    log.info(
-                        "%s %s exists and has ended (%s); launching revision %d",
-                        main["kind"],
-                        handle["name"],
-                        state.value,
-                        revision + 1,
-                    )
-                    continue
-                log.info("%s %s already exists (%s): reconnecting to it", main["kind"], handle["name"], state.value)
-                created = existing
+            created = self._create(main, reconnect=True) or self._get(kind, name, ns)  # 409: reconnect to it
+            if created is None:
+                raise RuntimeError(f"{kind} {ns}/{name} was deleted while it was launched; launch again")
+            state = self._object_state(created)[0]
+            if state in (JobState.FAILED, JobState.CANCELLED) or created["metadata"].get("deletionTimestamp"):
+                log.info(
+                    "%s %s exists and has ended (%s); launching revision %d", kind, name, state.value, revision + 1
+                )
+                continue
             self._own_parts(handle, created, parts)
             for obj in extras:  # the sweep's collect job: it starts waiting for the groups' results
                 self._create(obj, reconnect=True)
-            log.info("launched %s %s/%s (%s)", main["kind"], handle["namespace"], handle["name"], handle["launch_kind"])
+            log.info("launched %s %s/%s (%s)", kind, ns, name, handle["launch_kind"])
             return handle
         raise RuntimeError(f"{MAX_REVISIONS} earlier jobs of this spec failed; delete them or change the spec")
 
@@ -417,25 +399,28 @@ class KubernetesBackend(Backend):
                 # The collect step has given up or ended: a fresh one waits for the relaunched groups.
                 self._clear_results(handle, fresh=False)
                 handle["collect"] = f"{handle['name']}-collect-a{handle['attempt']}"
-                self._create_checked(self._collect_job(handle, spec))
+                self._validate(collect := self._collect_job(handle, spec))
+                self._create(collect, reconnect=True)
         else:
             self._clear_results(handle, fresh=False)
         if pick != []:
-            self._create_checked(self._main(handle, spec, pick))
+            self._validate(main := self._main(handle, spec, pick))
+            self._create(main, reconnect=True)
         log.info("relaunched %s as attempt %d (%s)", handle["name"], handle["attempt"], handle["main"])
         return handle
 
-    def _create_checked(self, obj: dict[str, Any]) -> None:
+    def _validate(self, *objects: dict[str, Any]) -> None:
+        """Check the objects against their schemas (``validate``) before any of them is created."""
         if self.validate:
             from airflow_curation.backends.schemas import validate_object
 
-            validate_object(obj)
-        self._create(obj, reconnect=True)
+            for obj in objects:
+                validate_object(obj)
 
     def _clear_results(self, handle: JobHandle, fresh: bool = True) -> None:
         """Remove the run's result (and cancel marker); a fresh launch also its groups' results and the
         newest-attempt record that a deleted run of the same name left."""
-        uris = [handle["result"], storage.join(handle["result_dir"], "cancelled.json")]
+        uris = [handle["result"], beside_result(handle, CANCELLED)]
         if fresh:
             uris += [group_result_uri(handle["result_dir"], i) for i in range(handle.get("groups", 0))]
             uris.append(storage.join(handle["result_dir"], "current.json"))
@@ -505,31 +490,18 @@ class KubernetesBackend(Backend):
         # The object is gone: TTL after finishing, a cancel, or someone deleted it.
         if (st := status_from_result(self._result(handle))) is not None:
             return st
-        if self._cancelled(handle):
+        if self._was_cancelled(handle):
             return JobStatus(JobState.CANCELLED, "cancelled")
         return JobStatus(
             JobState.FAILED,
             f"{handle['kind']} {handle['namespace']}/{handle['name']} not found and no result was written (deleted?)",
         )
 
-    def _result(self, handle: JobHandle) -> JobResult | None:
-        try:
-            return JobResult.read(handle["result"])
-        except Exception as e:  # noqa: BLE001 - an unreadable result is reported, not raised
-            log.warning("cannot read job result %s: %s", handle["result"], e)
-            return None
-
     def _from_result(self, handle: JobHandle, message: str) -> JobStatus:
         return status_from_result(self._result(handle), message) or JobStatus(
             JobState.FAILED,
             f"{message}; but the job wrote no result at {handle['result']} (is the lake shared object storage?)",
         )
-
-    def _cancelled(self, handle: JobHandle) -> bool:
-        try:
-            return storage.exists(storage.join(handle["result_dir"], "cancelled.json"))
-        except Exception:  # noqa: BLE001
-            return False
 
     @staticmethod
     def _object_state(obj: dict[str, Any]) -> tuple[JobState, str]:
@@ -570,10 +542,7 @@ class KubernetesBackend(Backend):
 
     def cancel(self, handle: JobHandle) -> None:
         """Delete the job's objects (idempotent); the spec ConfigMap goes with them."""
-        try:
-            storage.write_json(storage.join(handle["result_dir"], "cancelled.json"), {"at": time.time()})
-        except Exception as e:  # noqa: BLE001 - the marker only refines status(); deletion matters
-            log.warning("cannot write the cancel marker: %s", e)
+        self._mark_cancelled(handle)
         ns = handle["namespace"]
         if handle.get("collect"):
             self._delete("Job", handle["collect"], ns)
@@ -611,9 +580,8 @@ class KubernetesBackend(Backend):
                     if e.status in (400, 404):  # not started yet, or gone
                         continue
                     raise
-                parts.append(f"==> pod {p.metadata.name} ({c.name}) <==\n{text}")
-                if text and not text.endswith("\n"):
-                    parts.append("\n")
+                end = "\n" if text and not text.endswith("\n") else ""
+                parts.append(f"==> pod {p.metadata.name} ({c.name}) <==\n{text}{end}")
         return slice_log("".join(parts).encode(), offset)
 
 

@@ -24,17 +24,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_curation.backends.base import (
-    Backend,
-    JobHandle,
-    JobState,
-    JobStatus,
-    is_storage_options_env,
-    slice_log,
-    status_from_result,
-)
+from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, slice_log, status_from_result
 from airflow_curation.core import storage
-from airflow_curation.jobs.result import JobResult
 from airflow_curation.jobs.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -137,7 +128,7 @@ class RayJobBackend(Backend):
         storage options (see the module's docstring)."""
         runtime_env = dict(self.runtime_env)
         env_vars = {**runtime_env.get("env_vars", {}), **self.env}
-        withheld = sorted(k for k in env_vars if is_storage_options_env(k))
+        withheld = sorted(k for k in env_vars if k.upper().startswith(storage.ENV_PREFIX))
         if withheld:
             log.warning(
                 "not sending %s to Ray (a runtime_env is readable in its dashboard); the cluster "
@@ -155,7 +146,7 @@ class RayJobBackend(Backend):
         state = _STATES.get(str(getattr(info.status, "value", info.status)), JobState.UNKNOWN)
         message = info.message or ""
         if state.finished and state != JobState.CANCELLED:
-            done = status_from_result(JobResult.read(handle["result"]), message)
+            done = status_from_result(self._result(handle), message)
             if done is not None:
                 return done
             if state == JobState.SUCCEEDED:
