@@ -153,11 +153,6 @@ def _meta(
     return meta
 
 
-def jobs_command(args: list[grp.Arg]) -> list[str]:
-    """argv of the one command every backend runs, ``python -m airflow_curation.jobs ARGS``."""
-    return ["python", "-m", "airflow_curation.jobs", *grp.render(args, {})]
-
-
 def _container(
     name: str,
     settings: PodSettings,
@@ -333,7 +328,7 @@ def sweep_job(
     if completions < 1 or parallelism < 1:
         raise ValueError("groups and parallelism must be >= 1")
     result = f"{result_dir.rstrip('/')}/group-{grp.GROUP}.json"
-    command = jobs_command(grp.group_args(SPEC_PATH, result, INDEX, groups, pick))
+    command = grp.command(grp.group_args(SPEC_PATH, result, INDEX, groups, pick))
     return _job(
         name,
         namespace,
@@ -369,9 +364,9 @@ def stage_job(
     groups, timeout_s)`` it is the collect step of a sweep: it waits for every group's result, then
     writes the manifest, applies the failure budget and runs ``finalize``."""
     if collect is None:
-        role, command = "job", jobs_command(grp.run_args(SPEC_PATH, result_uri))
+        role, command = "job", grp.command(grp.run_args(SPEC_PATH, result_uri))
     else:
-        role, command = "collect", jobs_command(grp.collect_args(SPEC_PATH, result_uri, wait=collect))
+        role, command = "collect", grp.command(grp.collect_args(SPEC_PATH, result_uri, wait=collect))
     return _job(
         name,
         namespace,
@@ -434,7 +429,7 @@ def dask_job(
         "initialDelaySeconds": 5,
         "periodSeconds": 10,
     }
-    runner = _container("job", settings, jobs_command(grp.run_args(SPEC_PATH, result_uri)))
+    runner = _container("job", settings, grp.command(grp.run_args(SPEC_PATH, result_uri)))
     return {
         "apiVersion": f"{DASK_GROUP}/{DASK_VERSION}",
         "kind": "DaskJob",
@@ -511,7 +506,7 @@ def ray_job(
     small = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}}
     submitter = _container("ray-job-submitter", settings, None, **small)
     spec: dict[str, Any] = {
-        "entrypoint": shlex.join(jobs_command(grp.run_args(SPEC_PATH, result_uri))),
+        "entrypoint": shlex.join(grp.command(grp.run_args(SPEC_PATH, result_uri))),
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": min(ttl_seconds, 3600),
         "submissionMode": "K8sJobMode",

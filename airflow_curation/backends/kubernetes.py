@@ -518,9 +518,9 @@ class KubernetesBackend(Backend):
                 msg += f": {status['message']}"
             if job == "STOPPED":
                 return JobState.CANCELLED, msg
-            if deploy in ("Failed", "ValidationFailed") or job == "FAILED" and deploy == "Complete":
+            if deploy in ("Failed", "ValidationFailed"):
                 return JobState.FAILED, msg
-            if deploy == "Complete":
+            if deploy == "Complete":  # STOPPED is cancelled (above), SUCCEEDED succeeded, the rest failed
                 return (JobState.SUCCEEDED if job == "SUCCEEDED" else JobState.FAILED), msg
             if deploy in ("Running", "Retrying") and job in ("RUNNING", "SUCCEEDED", "FAILED"):
                 return JobState.RUNNING, msg

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, read_log, status_from_result
 from airflow_curation.core import storage
+from airflow_curation.jobs import groups as grp
 from airflow_curation.jobs.spec import JobSpec
 
 
@@ -64,7 +65,7 @@ class LocalBackend(Backend):
         storage.write_bytes(str(spec_path), spec.to_json().encode())
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
-                [self.python, "-m", "airflow_curation.jobs", "run", str(spec_path), "--result", str(result_path)],
+                grp.command(grp.run_args(str(spec_path), str(result_path)), self.python),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

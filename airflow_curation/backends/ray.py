@@ -26,6 +26,7 @@ from typing import Any
 
 from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, slice_log, status_from_result
 from airflow_curation.core import storage
+from airflow_curation.jobs import groups as grp
 from airflow_curation.jobs.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -89,10 +90,7 @@ class RayJobBackend(Backend):
         folder = storage.join(spec.lake_obj.jobs_dir(spec.run_id, spec.stage), job_id)
         spec_uri, result_uri = storage.join(folder, "spec.json"), storage.join(folder, "result.json")
         storage.write_bytes(spec_uri, spec.to_json().encode())
-        entrypoint = " ".join(
-            shlex.quote(x)
-            for x in (self.python, "-m", "airflow_curation.jobs", "run", spec_uri, "--result", result_uri)
-        )
+        entrypoint = shlex.join(grp.command(grp.run_args(spec_uri, result_uri), self.python))
         runtime_env = self.job_runtime_env()
         client = self._client()
         deadline = time.monotonic() + self.agent_wait_s
