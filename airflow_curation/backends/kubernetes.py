@@ -26,6 +26,7 @@ from airflow_curation.backends.base import (
     JobState,
     JobStatus,
     beside_result,
+    current_uri,
     slice_log,
     status_from_result,
 )
@@ -399,8 +400,8 @@ class KubernetesBackend(Backend):
                 # The collect step has given up or ended: a fresh one waits for the relaunched groups.
                 self._clear_results(handle, fresh=False)
                 handle["collect"] = f"{handle['name']}-collect-a{handle['attempt']}"
-                self._validate(collect := self._collect_job(handle, spec))
-                self._create(collect, reconnect=True)
+                self._validate(waiting := self._collect_job(handle, spec))
+                self._create(waiting, reconnect=True)
         else:
             self._clear_results(handle, fresh=False)
         if pick != []:
@@ -423,7 +424,7 @@ class KubernetesBackend(Backend):
         uris = [handle["result"], beside_result(handle, CANCELLED)]
         if fresh:
             uris += [group_result_uri(handle["result_dir"], i) for i in range(handle.get("groups", 0))]
-            uris.append(storage.join(handle["result_dir"], "current.json"))
+            uris.append(current_uri(handle))
         for uri in uris:
             try:
                 storage.remove(uri)
