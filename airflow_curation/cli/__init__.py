@@ -2,7 +2,8 @@
 
 ``curation <stage> ...`` exists for every registered stage (built-in, installed through the
 ``airflow_curation.stages`` entry points, or registered in this process); its flags come from the stage's
-settings (:mod:`airflow_curation.cli.stage`). ``curation run SPEC.json`` runs a job spec as the backends do.
+settings (:mod:`airflow_curation.cli.stage`). ``curation run SPEC.json`` runs a job spec as the backends do;
+``curation quality-train`` trains the ``quality`` stage's classifier.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import logging
 import sys
 
+from airflow_curation.cli import quality as quality_command
 from airflow_curation.cli import run as run_command
 from airflow_curation.cli.stage import add_stage_command
 from airflow_curation.stages import stage_names
@@ -25,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in stage_names():
         add_stage_command(sub, name)
     run_command.register(sub)
+    quality_command.register(sub)
     return parser
 
 
