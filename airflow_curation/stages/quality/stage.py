@@ -72,8 +72,8 @@ class QualityStage(AttrsStage):
 
     @property
     def fingerprint(self) -> str:
-        # The model folder's path says nothing about its content: its checksum does.
-        config = {**self.SETTINGS.fingerprint_config(self.config), "model_checksum": self.model_checksum}
+        # The model's content, not its path: a moved copy is the same configuration, a retrained model another.
+        config = {**self.SETTINGS.fingerprint_config(self.config), "model": self.model_checksum}
         return config_fingerprint(self.name, config, self.version)
 
     @cached_property

@@ -37,7 +37,7 @@ from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.fingerprint import checksum_url, config_fingerprint
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text
-from airflow_curation.core.shards import _CountingSink
+from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, keep_accounting
 from airflow_curation.stages.base import UnitResult, file_record
 from airflow_curation.stages.kept import decision_attrs, skip_reasons
@@ -134,8 +134,8 @@ class TokenizeStage(AttrsStage):
 
     @property
     def fingerprint(self) -> str:
-        # The file's path says nothing about its content: its checksum does.
-        config = {**self.SETTINGS.fingerprint_config(self.config), "tokenizer_checksum": self.tokenizer_checksum}
+        # The file's content, not its path: a moved copy is the same configuration, a retrained file another.
+        config = {**self.SETTINGS.fingerprint_config(self.config), "tokenizer": self.tokenizer_checksum}
         return config_fingerprint(self.name, config, self.version)
 
     def __getstate__(self) -> dict:
@@ -185,9 +185,12 @@ class TokenizeStage(AttrsStage):
                     ]
                 )
                 with (
-                    pq.ParquetWriter(attrs_sink, attrs_schema, compression="zstd") as attrs_writer,
-                    pq.ParquetWriter(packed_sink, packer.schema, compression="zstd") as packed_writer,
+                    pq.ParquetWriter(attrs_sink, attrs_schema, compression="zstd") as attrs_pq,
+                    pq.ParquetWriter(packed_sink, packer.schema, compression="zstd") as packed_pq,
                 ):
+                    # Row groups of a fixed size, whatever batch_rows is: the files are the same byte for byte.
+                    attrs_writer = RowGroups(attrs_pq, DEFAULT_ROW_GROUP_ROWS)
+                    packed_writer = RowGroups(packed_pq, SEQUENCES_PER_ROW_GROUP)
                     row = 0
                     for batch in pf.iter_batches(batch_size=batch_rows, columns=[ID, TEXT]):
                         n = batch.num_rows
@@ -196,11 +199,13 @@ class TokenizeStage(AttrsStage):
                         result, tokens = self._tokenize(batch, reasons, eos, packer)
                         doc_tokens += tokens
                         accounting.merge(keep_accounting(result, self.name))
-                        attrs_writer.write_table(result.cast(attrs_schema), row_group_size=max(n, 1))
+                        attrs_writer.write(result.cast(attrs_schema))
                         for table in packer.full():
-                            packed_writer.write_table(table, row_group_size=SEQUENCES_PER_ROW_GROUP)
+                            packed_writer.write(table)
                     for table in packer.flush():
-                        packed_writer.write_table(table, row_group_size=SEQUENCES_PER_ROW_GROUP)
+                        packed_writer.write(table)
+                    attrs_writer.close()
+                    packed_writer.close()
         extra = {
             "seq_len": seq_len,
             "documents": accounting.kept,
@@ -287,6 +292,31 @@ class TokenizeStage(AttrsStage):
                 "shards": shards,
             },
         }
+
+
+class RowGroups:
+    """Writes tables as row groups of exactly ``rows`` rows (the last one shorter), however they arrive."""
+
+    def __init__(self, writer: pq.ParquetWriter, rows: int) -> None:
+        self.writer, self.rows = writer, rows
+        self.pending: list[pa.Table] = []
+        self.count = 0
+
+    def write(self, table: pa.Table) -> None:
+        self.pending.append(table)
+        self.count += table.num_rows
+        if self.count >= self.rows:
+            whole = pa.concat_tables(self.pending)
+            cut = (self.count // self.rows) * self.rows
+            self.writer.write_table(whole.slice(0, cut), row_group_size=self.rows)
+            self.pending, self.count = [whole.slice(cut)], self.count - cut
+
+    def close(self) -> None:
+        """Write the rows left."""
+        rest = pa.concat_tables(self.pending) if self.pending else None
+        if rest is not None and rest.num_rows:
+            self.writer.write_table(rest, row_group_size=self.rows)
+        self.pending, self.count = [], 0
 
 
 def _unset(reasons: np.ndarray) -> np.ndarray:
