@@ -83,6 +83,7 @@ def build_report(
     seconds: float,
 ) -> dict[str, Any]:
     failed = any(c["status"] == "fail" for c in checks)
+    stages = {st: {"manifest_uri": uri, **stage_timings(lake, m)} for st, (uri, m) in manifests.items()}
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -98,19 +99,24 @@ def build_report(
         "checks": checks,
         "metrics": metrics,
         "columns": columns,
-        "stages": {st: {"manifest_uri": uri, **stage_timings(lake, m)} for st, (uri, m) in manifests.items()},
-        "tokens": token_counts(manifests),
+        "stages": stages,
+        "tokens": token_counts(manifests, stages),
     }
 
 
-def token_counts(manifests: dict[str, tuple[str, Manifest]]) -> dict[str, dict[str, Any]]:
-    """Per stage that packed tokens (its manifest's ``config["tokens"]``): the totals, not the shards
-    (those are in the manifest, and per unit in the stage's timings)."""
+def token_counts(manifests: dict[str, tuple[str, Manifest]], stages: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per stage that packed tokens: the totals of its manifest's ``config["tokens"]`` (not the shards: those
+    are in the manifest, and per unit in the stage's timings). A manifest not final yet (its job writes it
+    just after the gate opens) gives the sum of its units' checkpoints so far."""
     out = {}
     for st, (_, m) in manifests.items():
         tokens = m.config.get("tokens")
         if isinstance(tokens, dict):
             out[st] = {k: v for k, v in tokens.items() if k != "shards"}
+            continue
+        counted = [u["tokens"] for u in stages.get(st, {}).get("timings", []) if u.get("tokens") is not None]
+        if counted:
+            out[st] = {"tokens": sum(counted), "shards_counted": len(counted), "manifest_status": m.status}
     return out
 
 
