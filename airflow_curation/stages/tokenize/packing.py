@@ -55,11 +55,12 @@ class Packer:
         self.seq_len = seq_len
         self.pad_id = pad_id
         self.schema = packed_schema(seq_len)
+        # The pending stream, and where each pending document starts in it (the first one may have begun
+        # in an emitted sequence: it continues at offset self._first_offset of its document).
         self._tokens = np.empty(0, dtype=np.int32)
-        self._doc = np.empty(0, dtype=np.int64)  # per token: the index of its document in self._ids
-        self._pos = np.empty(0, dtype=np.int32)  # per token: its offset within its document
-        self._ids: list[str] = []  # documents with tokens still pending, by index (shifted on emit)
-        self._first = 0  # global index of self._ids[0]
+        self._starts = np.empty(0, dtype=np.int64)
+        self._ids: list[str] = []
+        self._first_offset = 0
         self.sequences = 0
         self.tokens = 0  # real tokens emitted or pending, EOS included
         self.padding = 0
@@ -73,50 +74,39 @@ class Packer:
             raise ValueError("packer: ids, tokens and lengths disagree")
         if (lengths <= 0).any():
             raise ValueError("packer: a document without tokens (drop it before packing)")
-        flat = np.asarray(tokens, dtype=np.int32)
-        base = self._first + len(self._ids)
-        doc = np.repeat(np.arange(base, base + len(ids), dtype=np.int64), lengths)
-        starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
-        pos = (np.arange(len(flat), dtype=np.int64) - starts).astype(np.int32)
-        self._tokens = np.concatenate([self._tokens, flat])
-        self._doc = np.concatenate([self._doc, doc])
-        self._pos = np.concatenate([self._pos, pos])
+        starts = len(self._tokens) + np.cumsum(lengths) - lengths
+        self._tokens = np.concatenate([self._tokens, np.asarray(tokens, dtype=np.int32)])
+        self._starts = np.concatenate([self._starts, starts])
         self._ids.extend(ids)
-        self.tokens += len(flat)
+        self.tokens += len(tokens)
 
     def full(self) -> Iterator[pa.Table]:
         """The complete sequences so far, as one table (nothing when there is none)."""
         n = len(self._tokens) // self.seq_len
         if n:
-            yield self._emit(n * self.seq_len, n)
+            yield self._emit(n)
 
     def flush(self) -> Iterator[pa.Table]:
         """Everything left: the complete sequences, then the last one padded."""
         yield from self.full()
-        if len(self._tokens):
-            real = len(self._tokens)
+        real = len(self._tokens)
+        if real:
             pad = self.seq_len - real
             self._tokens = np.concatenate([self._tokens, np.full(pad, self.pad_id, dtype=np.int32)])
-            # Padding belongs to no document: give it the last document's index, so that it starts no segment.
-            self._doc = np.concatenate([self._doc, np.full(pad, self._doc[-1], dtype=np.int64)])
-            self._pos = np.concatenate([self._pos, np.zeros(pad, dtype=np.int32)])
             self.padding += pad
-            yield self._emit(self.seq_len, 1, real_last=real)
+            yield self._emit(1, real_last=real)
 
-    def _emit(self, count: int, n: int, real_last: int | None = None) -> pa.Table:
-        L = self.seq_len
-        tokens, doc, pos = self._tokens[:count], self._doc[:count], self._pos[:count]
-        self._tokens, self._doc, self._pos = self._tokens[count:], self._doc[count:], self._pos[count:]
-        grid = doc.reshape(n, L)
-        # A segment starts at column 0 of every sequence and wherever the document changes.
-        starts = np.ones((n, L), dtype=bool)
-        starts[:, 1:] = grid[:, 1:] != grid[:, :-1]
-        rows, cols = np.nonzero(starts)  # row-major: sequences in order, segments in order within each
-        seg_doc = grid[rows, cols]
-        seg_off = pos.reshape(n, L)[rows, cols]
-        counts = np.bincount(rows, minlength=n)
-        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-        ids = pa.array(self._ids, type=pa.string()).take(pa.array(seg_doc - self._first))
+    def _emit(self, n: int, real_last: int | None = None) -> pa.Table:
+        L, count = self.seq_len, n * self.seq_len
+        tokens, starts = self._tokens[:count], self._starts
+        # Segments start at every sequence start and at every document start (padding starts none).
+        seg = np.union1d(np.arange(n, dtype=np.int64) * L, starts[starts < count])
+        doc = np.searchsorted(starts, seg, side="right") - 1
+        offset = seg - starts[doc]
+        offset[doc == 0] += self._first_offset
+        seq = seg // L
+        offsets = np.concatenate([[0], np.cumsum(np.bincount(seq, minlength=n))]).astype(np.int32)
+        ids = pa.array(self._ids, type=pa.string()).take(pa.array(doc))
         n_tokens = np.full(n, L, dtype=np.int32)
         if real_last is not None:
             n_tokens[-1] = real_last
@@ -125,14 +115,19 @@ class Packer:
                 pa.FixedSizeListArray.from_arrays(pa.array(tokens, type=pa.int32()), L),
                 pa.array(n_tokens),
                 pa.ListArray.from_arrays(pa.array(offsets), ids),
-                pa.ListArray.from_arrays(pa.array(offsets), pa.array(cols.astype(np.int32))),
-                pa.ListArray.from_arrays(pa.array(offsets), pa.array(seg_off.astype(np.int32))),
+                pa.ListArray.from_arrays(pa.array(offsets), pa.array((seg - seq * L).astype(np.int32))),
+                pa.ListArray.from_arrays(pa.array(offsets), pa.array(offset.astype(np.int32))),
             ],
             schema=self.schema,
         )
-        # Documents wholly emitted leave the pending list; the one that continues stays.
-        keep_from = int(self._doc[0]) if len(self._doc) else self._first + len(self._ids)
-        del self._ids[: keep_from - self._first]
-        self._first = keep_from
+        # What is left: the document that runs past the cut continues; those before it are done.
+        if count >= len(self._tokens):
+            self._tokens, self._starts, self._ids, self._first_offset = self._tokens[:0], starts[:0], [], 0
+        else:
+            d = int(np.searchsorted(starts, count, side="right") - 1)
+            self._first_offset = count - int(starts[d]) + (self._first_offset if d == 0 else 0)
+            self._tokens = self._tokens[count:]
+            self._starts = np.maximum(starts[d:] - count, 0)
+            del self._ids[:d]
         self.sequences += n
         return table
