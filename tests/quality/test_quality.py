@@ -188,7 +188,7 @@ def test_stage_on_a_lake_reruns_only_when_the_model_changes(model_dir, data, tmp
     assert {u.status for u in StageRunner(QualityStage(lake, config, "r1")).run().units} == {"skipped"}
     other = tmp_path / "m2"
     train_parquet([str(data["train"])], str(other), c=0.5)
-    retrained = QualityStage(lake, {**config, "model": str(other)}, "r2")
+    retrained = QualityStage(lake, {**config, "model": str(other), "workers": 2}, "r2")  # a process pool
     assert retrained.fingerprint != first.fingerprint
     assert {u.status for u in StageRunner(retrained).run().units} == {"done"}
     # Retraining in place (same folder, new content) is a new configuration too.

@@ -133,8 +133,8 @@ def test_rerun_skips_and_recomputing_is_byte_identical(pipeline, bpe, tmp_path):
     attrs_before = {s.shard_id: Path(s.attrs["tokenize"]).read_bytes() for s in m.shards}
     stage = TokenizeStage(lake, config, "again")
     shutil.rmtree(lake.checkpoint_dir("tokenize", stage.fingerprint))
-    # Another batch size (a runtime setting): the same configuration, the same bytes.
-    again = _run(lake, "tokenize", {**config, "batch_rows": 7}, run_id="again")
+    # Another batch size and a process pool (runtime settings): the same configuration, the same bytes.
+    again = _run(lake, "tokenize", {**config, "batch_rows": 7, "workers": 2}, run_id="again")
     assert {u.status for u in again.units} == {"done"}
     assert {sid: Path(s["packed_uri"]).read_bytes() for sid, s in again.config["tokens"]["shards"].items()} == before
     assert {s.shard_id: Path(s.attrs["tokenize"]).read_bytes() for s in again.shards} == attrs_before
