@@ -31,8 +31,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Two-word spellings of commands: ``curation quality train`` is ``curation quality-train`` (the stage's own
+# subcommand takes FILE arguments, so "train" cannot be a sub-subcommand of it).
+ALIASES = {("quality", "train"): "quality-train"}
+
+
+def _aliased(argv: list[str]) -> list[str]:
+    words = [i for i, a in enumerate(argv) if not a.startswith("-")][:2]
+    if len(words) == 2 and words[1] == words[0] + 1:
+        name = ALIASES.get((argv[words[0]], argv[words[1]]))
+        if name:
+            return [*argv[: words[0]], name, *argv[words[1] + 1 :]]
+    return argv
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_aliased(list(sys.argv[1:] if argv is None else argv)))
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -106,7 +106,8 @@ def test_cli_trains_then_scores_plain_parquet(data, tmp_path, capsys):
     model = tmp_path / "cli-model"
     code = curation(
         [
-            "quality-train",
+            "quality",  # "curation quality train" is "curation quality-train"
+            "train",
             "--input",
             str(data["train"]),
             "--text-field",
