@@ -148,6 +148,18 @@ def test_rerun_skips_and_recomputing_is_byte_identical(pipeline, bpe, tmp_path):
     assert TokenizeStage(lake, {**config, "tokenizer": str(other)}, "x").fingerprint != fp
 
 
+def test_shard_groups_then_collect_give_the_same_counts(pipeline):
+    """As a Slurm array or a Kubernetes Indexed Job runs it: groups of shards, then the collect step."""
+    lake, config = pipeline["lake"], {**pipeline["config"], "seq_len": 64}
+    whole = _run(lake, "tokenize", config, run_id="whole")
+    shutil.rmtree(lake.checkpoint_dir("tokenize", TokenizeStage(lake, config, "g").fingerprint))
+    for i in range(2):
+        StageRunner(TokenizeStage(lake, config, "groups")).run(shard_group=(i, 2))
+    collected = StageRunner(TokenizeStage(lake, config, "groups")).run(collect=True)
+    assert collected.status == "complete" and collected.accounting == whole.accounting
+    assert collected.config["tokens"] == whole.config["tokens"]
+
+
 def test_cli_on_plain_parquet_with_a_wordpiece_tokenizer(prose, tmp_path, capsys):
     wp = train_wordpiece(str(tmp_path / "wp.json"), prose)
     src = tmp_path / "docs.parquet"
