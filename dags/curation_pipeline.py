@@ -25,6 +25,7 @@ from airflow_curation.operators.enrich import EnrichOperator
 from airflow_curation.operators.ingest import IngestOperator
 from airflow_curation.operators.preprocess import PreprocessOperator
 from airflow_curation.operators.retry import CONFIG_ERRORS_FAIL
+from airflow_curation.operators.tokenize import TokenizeOperator
 from airflow_curation.operators.validate import ValidateOperator
 from airflow_curation.sensors.shard_checkpoint import ShardCheckpointSensor
 
@@ -39,7 +40,8 @@ DOC_MD = """
 # Curation pipeline
 
 One **logical date = one snapshot partition**: every stage writes `<lake>/<dataset>/snapshot=<ds>/`.
-Stages: `ingest` → `preprocess` → `dedup` → `enrich` (only with a model) → `validate`. Each stage is a
+Stages: `ingest` → `preprocess` → `dedup` → `enrich` (only with a model) → `validate`; `tokenize`
+(only with a tokenizer file) packs dedup's kept rows into training sequences beside enrich. Each stage is a
 *launch* task (submits a job to the backend and returns) and a `<stage>_checkpoints` gate (deferred,
 done when every shard of the run has a checkpoint; it streams the job's log and per-shard progress
 into its own log).
@@ -55,6 +57,7 @@ Leave a param empty to use the deployment's setting, resolved when the run start
 | `dataset` | Airflow Variable `curation_dataset`, else `sample` |
 | `backend` (`connection`) | the connection's `backend`, else `local` |
 | `enrich_model` | Airflow Variable `curation_enrich_model`; none: enrich is skipped |
+| `tokenizer` | Airflow Variable `curation_tokenizer`; none: tokenize is skipped |
 
 A missing input or lake fails the `ingest` task at once, with a one-line message, without retries.
 
@@ -179,6 +182,11 @@ with DAG(
             enum=["ray", "local"],
             description="Where the enrich model runs: ray (Ray Data actors) or local (the job process).",
         ),
+        "tokenizer": _optional(
+            "tokenizer.json for tokenize (packed training sequences). Empty: the Airflow Variable "
+            "curation_tokenizer; none: tokenize is skipped."
+        ),
+        "seq_len": Param(2048, type="integer", minimum=1, description="Tokenize: tokens per packed sequence."),
         "min_rows": Param(1, type="integer", minimum=0, description="Validate: fewest curated rows a run may have."),
         "max_duplicate_rate": Param(
             0.5,
@@ -241,8 +249,24 @@ with DAG(
     )
     enriched = launch_and_gate(enrich)
 
+    # Packed training sequences of the rows dedup kept (token counts in its manifest and the report);
+    # skipped when no tokenizer file is configured.
+    tokenize = TokenizeOperator(
+        task_id="tokenize",
+        input_manifest=deduped.output["manifest_uri"],
+        tokenizer="{{ params.tokenizer or var.value.get('curation_tokenizer', '') }}",
+        seq_len="{{ params.seq_len }}",
+        skip_without_tokenizer=True,
+        max_failed_fraction="{{ params.max_failed_fraction }}",
+        wait=False,
+        poll_interval=POLL,
+        **COMMON,
+    )
+    tokenized = launch_and_gate(tokenize)
+
     # Declared checks gate the run and write the report (JSON + HTML, shown in the run's "Curation report"
-    # tab). It reads enrich's manifest when enrich ran, else dedup's; the curated asset alias is its outlet.
+    # tab). It reads enrich's manifest when enrich ran, else dedup's (the report also shows tokenize's token
+    # counts, from the run's manifests); the curated asset alias is its outlet.
     validate = ValidateOperator(
         task_id="validate",
         input_task_id=["enrich_checkpoints", "dedup_checkpoints"],  # the first that succeeded
@@ -253,4 +277,4 @@ with DAG(
         outlets=[CURATED],
         **COMMON,
     )
-    [deduped, enriched] >> validate
+    [deduped, enriched, tokenized] >> validate

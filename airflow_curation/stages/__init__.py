@@ -33,6 +33,8 @@ BUILTIN = {
     "dedup": "airflow_curation.stages.dedup.stage:DedupStage",
     "enrich": "airflow_curation.stages.enrich.stage:EnrichStage",
     "validate": "airflow_curation.stages.validate.stage:ValidateStage",
+    "quality": "airflow_curation.stages.quality.stage:QualityStage",
+    "tokenize": "airflow_curation.stages.tokenize.stage:TokenizeStage",
 }
 
 # Stages registered in this process: name -> class or "module:Class".

@@ -39,6 +39,8 @@ def stage_timings(lake: Lake, manifest: Manifest, limit: int = 5000) -> dict[str
                 rows_in=rec.accounting.get("read"),
                 rows_out=rec.accounting.get("kept"),
             )
+            if "tokens" in rec.extra:  # a stage that counts tokens (tokenize): per shard
+                row["tokens"] = rec.extra["tokens"]
         else:
             fail = store.failure(u.unit_id)
             if fail:
@@ -81,6 +83,7 @@ def build_report(
     seconds: float,
 ) -> dict[str, Any]:
     failed = any(c["status"] == "fail" for c in checks)
+    stages = {st: {"manifest_uri": uri, **stage_timings(lake, m)} for st, (uri, m) in manifests.items()}
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -96,8 +99,25 @@ def build_report(
         "checks": checks,
         "metrics": metrics,
         "columns": columns,
-        "stages": {st: {"manifest_uri": uri, **stage_timings(lake, m)} for st, (uri, m) in manifests.items()},
+        "stages": stages,
+        "tokens": token_counts(manifests, stages),
     }
+
+
+def token_counts(manifests: dict[str, tuple[str, Manifest]], stages: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per stage that packed tokens: the totals of its manifest's ``config["tokens"]`` (not the shards: those
+    are in the manifest, and per unit in the stage's timings). A manifest not final yet (its job writes it
+    just after the gate opens) gives the sum of its units' checkpoints so far."""
+    out = {}
+    for st, (_, m) in manifests.items():
+        tokens = m.config.get("tokens")
+        if isinstance(tokens, dict):
+            out[st] = {k: v for k, v in tokens.items() if k != "shards"}
+            continue
+        counted = [u["tokens"] for u in stages.get(st, {}).get("timings", []) if u.get("tokens") is not None]
+        if counted:
+            out[st] = {"tokens": sum(counted), "shards_counted": len(counted), "manifest_status": m.status}
+    return out
 
 
 def report_uris(lake: Lake, run_id: str) -> tuple[str, str]:
@@ -286,6 +306,23 @@ def render_html(r: dict[str, Any]) -> str:
         if quarantined:
             out.append(f"<h3>Quarantined rows ({_e(st)})</h3>")
             out.append(_table(["reason", "rows"], [[_e(k), _num(v)] for k, v in quarantined.items()], {1}))
+
+    if r.get("tokens"):
+        out.append("<h2>Tokens</h2>")
+        out.append(
+            _table(
+                ["stage", "documents", "tokens (EOS included)", "document tokens", "sequences", "seq_len", "padding"],
+                [
+                    [
+                        _e(st),
+                        *(_num(t.get(k)) for k in ("documents", "tokens", "doc_tokens", "sequences", "seq_len")),
+                        _num(t.get("padding")),
+                    ]
+                    for st, t in r["tokens"].items()
+                ],
+                {1, 2, 3, 4, 5, 6},
+            )
+        )
 
     out.append("<h2>Signals</h2>")
     sig = m.get("signals") or {}
