@@ -3,7 +3,8 @@ regression head, trained from labelled Parquet and saved as a small versioned fo
 
 A model folder holds two files, both written atomically:
 
-- ``weights.npy``: float32, one weight per hash bucket (``buckets`` of them, 1 MiB at 2**18);
+- ``weights.npy``: float32, one weight per feature (per hash bucket, ``buckets`` of them, 1 MiB at 2**18;
+  or per embedding dimension);
 - ``model.json``: the format and version, the feature settings, the bias, the labels, the weights'
   checksum and the training figures (rows, held-out AUC). Written last, so that a folder with a
   ``model.json`` always has the weights it names.
@@ -15,6 +16,11 @@ configuration and a rerun recomputes every shard.
 Features come from scikit-learn's ``HashingVectorizer`` (MurmurHash3, no vocabulary to store, the same
 buckets on every machine); newlines and punctuation are tokens too, so the one-short-item-per-line
 shape of navigation and index pages is visible to the linear head, as fastText's ``</s>`` makes it.
+
+An embedding model (``features.kind: embedding``, :class:`EmbeddingFeatures`) puts the same logistic head
+on a sentence embedding computed by the enrich stage's model runtime (:mod:`airflow_curation.stages.enrich`:
+the same engines, pooling and truncation as ``enrich --task embed``). Its ``model.json`` names the
+embedding model folder and that folder's checksum; loading refuses a folder whose content differs.
 """
 
 from __future__ import annotations
@@ -22,13 +28,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from airflow_curation.core import storage
-from airflow_curation.core.fingerprint import StreamChecksum
+from airflow_curation.core.fingerprint import StreamChecksum, checksum_folder
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +65,12 @@ class Features:
     ngrams: int = 2
     lowercase: bool = True
     max_chars: int = 20_000
+    kind: str = "hashed"
+
+    @property
+    def size(self) -> int:
+        """Weights of the linear head."""
+        return self.buckets
 
     def __post_init__(self) -> None:
         if self.buckets < 2 or self.buckets & (self.buckets - 1):
@@ -85,11 +97,83 @@ class Features:
         return self.vectorizer().transform([(t or "")[:cut] for t in texts])
 
 
+@dataclass(frozen=True)
+class EmbeddingFeatures:
+    """Text becomes the embedding of an embedding model, run by the enrich stage's model runtime.
+
+    :param model: the embedding model's folder (Hugging Face layout; sentence-transformers pooling files
+        are honoured, as in ``enrich --task embed``).
+    :param model_checksum: :func:`checksum_folder` of that folder when the head was trained.
+    :param dim: the embedding's size (set by training).
+    :param runtime: the enrich model runtime: ``transformers`` (CPU or GPU) or ``vllm``.
+    :param max_tokens: documents are cut to this many tokens (or the model's limit, if lower).
+    :param batch_rows: texts per model call.
+    """
+
+    model: str
+    model_checksum: str = ""
+    dim: int = 0
+    runtime: str = "transformers"
+    max_tokens: int = 256
+    batch_rows: int = 32
+    kind: str = "embedding"
+
+    @classmethod
+    def for_model(cls, model: str, **kwargs: Any) -> "EmbeddingFeatures":
+        return cls(model=model, model_checksum=checksum_folder(model), **kwargs)
+
+    @property
+    def size(self) -> int:
+        return self.dim
+
+    def verify(self) -> None:
+        """Refuse an embedding model folder whose content is not the one the head was trained on."""
+        try:
+            got = checksum_folder(self.model)
+        except FileNotFoundError as e:
+            raise ModelError(f"quality model: its embedding model is missing ({e})") from e
+        if got != self.model_checksum:
+            raise ModelError(
+                f"quality model: embedding model {self.model} has checksum {got}, but the head was trained on "
+                f"{self.model_checksum}: retrain the head (curation quality-train --embed-model) or restore it"
+            )
+
+    def transform(self, texts: list[str | None]) -> np.ndarray:
+        """A dense (rows x dim) float32 matrix; a null text is an empty document."""
+        # The enrich stage's own pieces: one cached engine per process, EmbedTask's truncation and
+        # pooling, length-sorted batches.
+        from airflow_curation.stages.enrich.engines import EngineSpec, get_engine
+        from airflow_curation.stages.enrich.executors import run_batches
+        from airflow_curation.stages.enrich.tasks import EmbedTask
+
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        engine = get_engine(EngineSpec(engine=self.runtime, model=self.model, runner="pooling", device="auto"))
+        out = run_batches(
+            EmbedTask({"max_input_tokens": self.max_tokens}), engine, [t or "" for t in texts], self.batch_rows
+        )
+        return np.asarray(out["embedding"], dtype=np.float32).reshape(len(texts), -1)
+
+
+FEATURE_KINDS = {"hashed": Features, "embedding": EmbeddingFeatures}
+
+
+def features_from(doc: dict[str, Any]) -> Features | EmbeddingFeatures:
+    kind = doc.get("kind", "hashed")
+    if kind not in FEATURE_KINDS:
+        raise ModelError(f"quality model: unknown features kind {kind!r} (known: {sorted(FEATURE_KINDS)})")
+    return FEATURE_KINDS[kind](**doc)
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return (1.0 / (1.0 + np.exp(-np.clip(z, -60.0, 60.0)))).astype(np.float32)
+
+
 @dataclass
 class QualityModel:
     """A trained model: ``score(texts)`` is the probability of the positive (good) label."""
 
-    features: Features
+    features: Features | EmbeddingFeatures
     weights: np.ndarray
     bias: float
     labels: dict[str, Any]  # {"positive": value, "negative": value} as found in the training data
@@ -97,12 +181,15 @@ class QualityModel:
     checksum: str = ""
 
     def decision(self, texts: list[str | None]) -> np.ndarray:
-        return np.asarray(self.features.transform(texts) @ self.weights, dtype=np.float64) + self.bias
+        return self.decision_x(self.features.transform(texts))
+
+    def decision_x(self, x) -> np.ndarray:
+        """The head on feature rows ``x`` (sparse or dense)."""
+        return np.asarray(x @ self.weights, dtype=np.float64).ravel() + self.bias
 
     def score(self, texts: list[str | None]) -> np.ndarray:
         """P(good) per text, float32 in [0, 1]."""
-        z = np.clip(self.decision(texts), -60.0, 60.0)
-        return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
+        return _sigmoid(self.decision(texts))
 
     # -- the folder ----------------------------------------------------------------------------------
     def save(self, folder: str) -> str:
@@ -131,7 +218,9 @@ class QualityModel:
         return self.checksum
 
     @classmethod
-    def load(cls, folder: str) -> "QualityModel":
+    def load(cls, folder: str, embed_model: str | None = None) -> "QualityModel":
+        """:param embed_model: for an embedding model, where its embedding model lies on this machine
+        (default: the folder ``model.json`` names); checked against the recorded checksum."""
         data = read_model_json(folder)
         doc = json.loads(data)
         if doc.get("format") != FORMAT:
@@ -152,9 +241,12 @@ class QualityModel:
         import io
 
         weights = np.load(io.BytesIO(raw), allow_pickle=False)
-        features = Features(**doc["features"])
-        if weights.shape != (features.buckets,):
-            raise ModelError(f"{folder}: weights of shape {weights.shape}, expected ({features.buckets},)")
+        features = features_from(doc["features"])
+        if weights.shape != (features.size,):
+            raise ModelError(f"{folder}: weights of shape {weights.shape}, expected ({features.size},)")
+        if isinstance(features, EmbeddingFeatures):
+            features = replace(features, model=embed_model or features.model)
+            features.verify()
         return cls(features, weights, float(doc["bias"]), doc["labels"], doc.get("training", {}), _checksum(data))
 
 
@@ -168,6 +260,14 @@ def read_model_json(folder: str) -> bytes:
 def model_checksum(folder: str) -> str:
     """The model's identity without loading its weights: the xxh64 of ``model.json``."""
     return _checksum(read_model_json(folder))
+
+
+def model_features(folder: str) -> Features | EmbeddingFeatures:
+    """The model's features, from ``model.json`` only (no weights read, no embedding model checked)."""
+    try:
+        return features_from(json.loads(read_model_json(folder))["features"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ModelError(f"{folder}: {MODEL_FILE} is unreadable ({e})") from e
 
 
 def _checksum(data: bytes) -> str:
@@ -218,7 +318,7 @@ def auc(y: np.ndarray, scores: np.ndarray) -> float:
 def train(
     texts: list[str | None],
     labels: list[Any],
-    features: Features | None = None,
+    features: Features | EmbeddingFeatures | None = None,
     positive: Any | None = None,
     c: float = 4.0,
     holdout: float = 0.1,
@@ -244,7 +344,9 @@ def train(
     if n_hold and len(set(y[hold].tolist())) < 2:  # an AUC needs both labels: draw until it has them
         hold = np.concatenate([np.flatnonzero(y == 0)[:1], np.flatnonzero(y == 1)[:1], hold])[:n_hold]
         fit = np.setdiff1d(order, hold)
-    x = features.transform(texts)
+    x = features.transform(texts)  # once: an embedding model's forward pass is the cost of training
+    if isinstance(features, EmbeddingFeatures):
+        features = replace(features, dim=int(x.shape[1]))
     clf = LogisticRegression(C=c, solver="liblinear", random_state=seed, max_iter=1000)
     clf.fit(x[fit], y[fit])
     model = QualityModel(features, clf.coef_.ravel().astype(np.float32), float(clf.intercept_[0]), label_map)
@@ -255,11 +357,11 @@ def train(
         "holdout_rows": int(len(hold)),
         "c": c,
         "seed": seed,
-        "fit_auc": round(auc(y[fit], model.score([texts[i] for i in fit])), 6),
+        "fit_auc": round(auc(y[fit], model.decision_x(x[fit])), 6),
         "seconds": round(time.time() - started, 3),
     }
     if len(hold):
-        training["holdout_auc"] = round(auc(y[hold], model.score([texts[i] for i in hold])), 6)
+        training["holdout_auc"] = round(auc(y[hold], model.decision_x(x[hold])), 6)
     model.training = training
     return model
 
@@ -270,7 +372,7 @@ def train_parquet(
     text_field: str = "text",
     label_field: str = "label",
     positive: Any | None = None,
-    features: Features | None = None,
+    features: Features | EmbeddingFeatures | None = None,
     c: float = 4.0,
     holdout: float = 0.1,
     seed: int = 0,

@@ -5,7 +5,9 @@ Writes ``attrs/quality/<fingerprint>/<shard>.parquet`` (or ``DIR/<file>.parquet`
 ``id``, ``quality_score`` (P(good), float32), ``keep`` and ``drop_reason`` (the first failing rule's
 name: ``quality_classifier`` for the preset's threshold). The model is a folder written by
 ``curation quality-train`` (:mod:`airflow_curation.stages.quality.model`); its checksum is part of the
-stage's fingerprint, so a retrained model never reuses the old model's checkpoints or files.
+stage's fingerprint, so a retrained model never reuses the old model's checkpoints or files. An
+embedding-based model also puts its embedding model folder's checksum there (checked against the one the
+head was trained on) and scores through the enrich stage's model runtime.
 """
 
 from __future__ import annotations
@@ -42,12 +44,21 @@ class QualityStage(AttrsStage):
         Setting("min_score", float, None, "lowest quality_score kept (default: the preset's threshold, 0.5)"),
         Setting("rules", list, [], "extra rules, a JSON list of {name, signal, min, max} over quality_score"),
         Setting("batch_rows", int, 4096, "rows per batch and per output row group", runtime=True),
+        Setting(
+            "embed_model",
+            str,
+            None,
+            "embedding-based model: where its embedding model folder is on the workers (default: the folder "
+            "model.json names; its checksum must match)",
+            runtime=True,
+        ),
     )
 
     def __init__(self, lake, config, run_id) -> None:
         super().__init__(lake, config, run_id)
         self.rules()  # a bad preset or rule fails before any work
         self.model_checksum  # noqa: B018 - and so does a missing model
+        self.embed_checksum  # noqa: B018 - or a changed embedding model
 
     def rules(self) -> list[Rule]:
         rules = resolve_rules(self.config["preset"], self.config["rules"])
@@ -70,17 +81,34 @@ class QualityStage(AttrsStage):
 
         return model_checksum(self.config["model"])
 
+    @cached_property
+    def embed_checksum(self) -> str | None:
+        """An embedding-based model's embedding model folder, checked now (so a changed folder fails the
+        plan, not every shard): its checksum, or None for a hashed n-gram model."""
+        from dataclasses import replace
+
+        from airflow_curation.stages.quality.model import EmbeddingFeatures, model_features
+
+        features = model_features(self.config["model"])
+        if not isinstance(features, EmbeddingFeatures):
+            return None
+        features = replace(features, model=self.config.get("embed_model") or features.model)
+        features.verify()
+        return features.model_checksum
+
     @property
     def fingerprint(self) -> str:
         # The model's content, not its path: a moved copy is the same configuration, a retrained model another.
         config = {**self.SETTINGS.fingerprint_config(self.config), "model": self.model_checksum}
+        if self.embed_checksum:
+            config["embed_model"] = self.embed_checksum
         return config_fingerprint(self.name, config, self.version)
 
     @cached_property
     def model(self):
         from airflow_curation.stages.quality.model import ModelError, QualityModel
 
-        model = QualityModel.load(self.config["model"])
+        model = QualityModel.load(self.config["model"], embed_model=self.config.get("embed_model"))
         if model.checksum != self.model_checksum:
             raise ModelError(f"quality: model {self.config['model']} changed while this run was planned; rerun")
         return model
