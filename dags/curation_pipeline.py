@@ -7,9 +7,9 @@ checkpoint). A later stage is a few lines: an operator that reads the previous g
 
 Nothing here depends on where this file lies: the defaults come from the deployment, at run time,
 so the file can be copied into any dags folder. The lake (and backend, and the lake's storage
-credentials) come from the ``curation_default`` connection; the input, dataset and enrich model from
-the Airflow Variables ``curation_input``, ``curation_dataset`` and ``curation_enrich_model``. A param
-given in the trigger form wins over both. The full guide is ``DOC_MD`` below (the DAG's Docs tab).
+credentials) come from the ``curation_default`` connection; the input, dataset and models from the
+Airflow Variables ``curation_input``, ``curation_dataset``, ``curation_quality_model``,
+``curation_enrich_model`` and ``curation_tokenizer``. A param given in the trigger form wins over both. The full guide is ``DOC_MD`` below (the DAG's Docs tab).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from airflow_curation.operators.dedup import DedupOperator
 from airflow_curation.operators.enrich import EnrichOperator
 from airflow_curation.operators.ingest import IngestOperator
 from airflow_curation.operators.preprocess import PreprocessOperator
+from airflow_curation.operators.quality import QualityOperator
 from airflow_curation.operators.retry import CONFIG_ERRORS_FAIL
 from airflow_curation.operators.tokenize import TokenizeOperator
 from airflow_curation.operators.validate import ValidateOperator
@@ -40,8 +41,10 @@ DOC_MD = """
 # Curation pipeline
 
 One **logical date = one snapshot partition**: every stage writes `<lake>/<dataset>/snapshot=<ds>/`.
-Stages: `ingest` → `preprocess` → `dedup` → `enrich` (only with a model) → `validate`; `tokenize`
-(only with a tokenizer file) packs dedup's kept rows into training sequences beside enrich. Each stage is a
+Stages: `ingest` → `preprocess` → `dedup` → `quality` (only with a quality model) → `enrich` (only with a
+model) → `validate`; `tokenize` (only with a tokenizer file) packs the kept rows into training sequences
+beside enrich. `enrich` and `tokenize` read quality's manifest when quality ran (so they skip the rows its
+classifier dropped), else dedup's. Each stage is a
 *launch* task (submits a job to the backend and returns) and a `<stage>_checkpoints` gate (deferred,
 done when every shard of the run has a checkpoint; it streams the job's log and per-shard progress
 into its own log).
@@ -56,6 +59,7 @@ Leave a param empty to use the deployment's setting, resolved when the run start
 | `lake` | the `curation_default` connection's lake (its host, or `lake` in its extra) |
 | `dataset` | Airflow Variable `curation_dataset`, else `sample` |
 | `backend` (`connection`) | the connection's `backend`, else `local` |
+| `quality_model` | Airflow Variable `curation_quality_model`; none: quality is skipped |
 | `enrich_model` | Airflow Variable `curation_enrich_model`; none: enrich is skipped |
 | `tokenizer` | Airflow Variable `curation_tokenizer`; none: tokenize is skipped |
 
@@ -95,6 +99,14 @@ COMMON = dict(
 )
 
 
+# What the stages after quality read: quality's manifest when it ran (its shards carry dedup's attrs and its
+# own), else dedup's. A skipped gate has no XCom.
+KEPT_MANIFEST = (
+    "{{ ti.xcom_pull(task_ids='quality_checkpoints', key='manifest_uri') "
+    "or ti.xcom_pull(task_ids='dedup_checkpoints', key='manifest_uri') }}"
+)
+
+
 def launch_and_gate(launch: CurationStageOperator, **sensor_kwargs) -> ShardCheckpointSensor:
     """Gate on the launched stage's checkpoints; the gate's XCom is the next stage's input.
 
@@ -120,7 +132,7 @@ def _optional(description: str, **kwargs) -> Param:
 
 with DAG(
     dag_id="curation_pipeline",
-    description="Curate LLM training data per snapshot: ingest, preprocess, dedup, enrich, validate",
+    description="Curate LLM training data per snapshot: ingest, preprocess, dedup, quality, enrich, validate",
     doc_md=DOC_MD,
     schedule="@daily",
     start_date=datetime(2026, 1, 1),
@@ -162,6 +174,17 @@ with DAG(
             exclusiveMinimum=0,
             exclusiveMaximum=1,
             description="Jaccard similarity at which dedup treats documents as near duplicates.",
+        ),
+        "quality_model": _optional(
+            "Quality classifier folder (written by curation quality-train) for the quality stage. Empty: the "
+            "Airflow Variable curation_quality_model; none: quality is skipped."
+        ),
+        "quality_min_score": Param(
+            None,
+            type=["null", "number"],
+            minimum=0,
+            maximum=1,
+            description="Quality: lowest quality_score kept. Empty: the quality preset's threshold (0.5).",
         ),
         "enrich_model": _optional(
             "Model folder (Hugging Face layout) for enrich. Empty: the Airflow "
@@ -232,44 +255,64 @@ with DAG(
     )
     deduped = launch_and_gate(dedup)
 
-    # Model outputs (embeddings, labels, scores, instruction pairs) for the rows dedup kept; skipped when no
-    # model is configured, so the pipeline runs on machines without one.
-    enrich = EnrichOperator(
-        task_id="enrich",
+    # The quality classifier's score and keep/drop for every row (attrs/quality/); skipped when no model is
+    # configured. After dedup, so that the manifest enrich and tokenize read carries dedup's decisions and
+    # its own (kept rows: every upstream keep/is_duplicate), and an embedding model embeds each shard once.
+    quality = QualityOperator(
+        task_id="quality",
         input_manifest=deduped.output["manifest_uri"],
-        task="{{ params.enrich_task }}",
-        model="{{ params.enrich_model or var.value.get('curation_enrich_model', '') }}",
-        model_runtime="{{ params.enrich_model_runtime }}",
-        mapper="{{ params.enrich_mapper }}",
+        model="{{ params.quality_model or var.value.get('curation_quality_model', '') }}",
+        min_score="{{ '' if params.quality_min_score is none else params.quality_min_score }}",
         skip_without_model=True,
         max_failed_fraction="{{ params.max_failed_fraction }}",
         wait=False,
         poll_interval=POLL,
         **COMMON,
     )
-    enriched = launch_and_gate(enrich)
+    scored = launch_and_gate(quality)
 
-    # Packed training sequences of the rows dedup kept (token counts in its manifest and the report);
-    # skipped when no tokenizer file is configured.
-    tokenize = TokenizeOperator(
-        task_id="tokenize",
-        input_manifest=deduped.output["manifest_uri"],
-        tokenizer="{{ params.tokenizer or var.value.get('curation_tokenizer', '') }}",
-        seq_len="{{ params.seq_len }}",
-        skip_without_tokenizer=True,
+    # Model outputs (embeddings, labels, scores, instruction pairs) for the rows dedup kept; skipped when no
+    # model is configured, so the pipeline runs on machines without one.
+    enrich = EnrichOperator(
+        task_id="enrich",
+        input_manifest=KEPT_MANIFEST,
+        task="{{ params.enrich_task }}",
+        model="{{ params.enrich_model or var.value.get('curation_enrich_model', '') }}",
+        model_runtime="{{ params.enrich_model_runtime }}",
+        mapper="{{ params.enrich_mapper }}",
+        skip_without_model=True,
         max_failed_fraction="{{ params.max_failed_fraction }}",
+        trigger_rule="none_failed",  # runs when quality was skipped
         wait=False,
         poll_interval=POLL,
         **COMMON,
     )
+    [deduped, scored] >> enrich
+    enriched = launch_and_gate(enrich)
+
+    # Packed training sequences of the kept rows (token counts in its manifest and the report); skipped when
+    # no tokenizer file is configured.
+    tokenize = TokenizeOperator(
+        task_id="tokenize",
+        input_manifest=KEPT_MANIFEST,
+        tokenizer="{{ params.tokenizer or var.value.get('curation_tokenizer', '') }}",
+        seq_len="{{ params.seq_len }}",
+        skip_without_tokenizer=True,
+        max_failed_fraction="{{ params.max_failed_fraction }}",
+        trigger_rule="none_failed",
+        wait=False,
+        poll_interval=POLL,
+        **COMMON,
+    )
+    [deduped, scored] >> tokenize
     tokenized = launch_and_gate(tokenize)
 
     # Declared checks gate the run and write the report (JSON + HTML, shown in the run's "Curation report"
-    # tab). It reads enrich's manifest when enrich ran, else dedup's (the report also shows tokenize's token
-    # counts, from the run's manifests); the curated asset alias is its outlet.
+    # tab). It reads enrich's manifest when enrich ran, else quality's, else dedup's (the report also shows
+    # tokenize's token counts, from the run's manifests); the curated asset alias is its outlet.
     validate = ValidateOperator(
         task_id="validate",
-        input_task_id=["enrich_checkpoints", "dedup_checkpoints"],  # the first that succeeded
+        input_task_id=["enrich_checkpoints", "quality_checkpoints", "dedup_checkpoints"],  # the first that succeeded
         min_rows="{{ params.min_rows }}",
         max_duplicate_rate="{{ params.max_duplicate_rate }}",
         trigger_rule="none_failed",
@@ -277,4 +320,4 @@ with DAG(
         outlets=[CURATED],
         **COMMON,
     )
-    [deduped, enriched, tokenized] >> validate
+    [deduped, scored, enriched, tokenized] >> validate
