@@ -9,7 +9,8 @@ Nothing here depends on where this file lies: the defaults come from the deploym
 so the file can be copied into any dags folder. The lake (and backend, and the lake's storage
 credentials) come from the ``curation_default`` connection; the input, dataset and models from the
 Airflow Variables ``curation_input``, ``curation_dataset``, ``curation_quality_model``,
-``curation_enrich_model`` and ``curation_tokenizer``. A param given in the trigger form wins over both. The full guide is ``DOC_MD`` below (the DAG's Docs tab).
+``curation_enrich_model`` and ``curation_tokenizer``. A param given in the trigger form wins over both.
+The full guide is ``DOC_MD`` below (the DAG's Docs tab).
 """
 
 from __future__ import annotations
@@ -271,8 +272,8 @@ with DAG(
     )
     scored = launch_and_gate(quality)
 
-    # Model outputs (embeddings, labels, scores, instruction pairs) for the rows dedup kept; skipped when no
-    # model is configured, so the pipeline runs on machines without one.
+    # Model outputs (embeddings, labels, scores, instruction pairs) for the rows every upstream stage kept;
+    # skipped when no model is configured, so the pipeline runs on machines without one.
     enrich = EnrichOperator(
         task_id="enrich",
         input_manifest=KEPT_MANIFEST,

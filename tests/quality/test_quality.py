@@ -225,3 +225,15 @@ def test_operator_coerces_its_settings():
     )
     assert op.build_config({}) == {"input_manifest": "/m.json", "model": "/models/q", "min_score": 0.7}
     assert "min_score" in op.template_fields and "model" in op.template_fields
+
+
+def test_operator_skips_without_a_model_when_asked():
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from airflow_curation.operators.quality import QualityOperator
+
+    op = QualityOperator(
+        task_id="q", dataset="d", lake="/l", input_manifest="/m.json", model=" ", skip_without_model=True
+    )
+    with pytest.raises(AirflowSkipException, match="no quality model"):
+        op.execute({})
