@@ -45,7 +45,7 @@ def stage_timings(lake: Lake, manifest: Manifest, limit: int = 5000) -> dict[str
                 row.update(status="failed", error=fail.get("error"), attempt=fail.get("attempt"))
         units.append(row)
     secs = [u["seconds"] for u in units if u.get("seconds") is not None]
-    return {
+    out: dict[str, Any] = {
         "stage": manifest.stage,
         "status": manifest.status,
         "fingerprint": manifest.fingerprint,
@@ -66,6 +66,22 @@ def stage_timings(lake: Lake, manifest: Manifest, limit: int = 5000) -> dict[str
         "timings": units,
         "truncated": len(manifest.units) > limit,
     }
+    counts = unit_counts(manifest, records)
+    if counts:
+        out["counts"] = counts
+    return out
+
+
+def unit_counts(manifest: Manifest, records: list) -> dict[str, int]:
+    """A stage's counts summed over its units: what each checkpoint's ``extra["counts"]`` holds (the pii
+    stage's finds per kind, say)."""
+    total: dict[str, int] = {}
+    for rec in records:
+        if rec is None or rec.fingerprint != manifest.fingerprint:
+            continue
+        for key, n in ((rec.extra or {}).get("counts") or {}).items():
+            total[key] = total.get(key, 0) + int(n)
+    return total
 
 
 def build_report(
@@ -286,6 +302,11 @@ def render_html(r: dict[str, Any]) -> str:
         if quarantined:
             out.append(f"<h3>Quarantined rows ({_e(st)})</h3>")
             out.append(_table(["reason", "rows"], [[_e(k), _num(v)] for k, v in quarantined.items()], {1}))
+
+    for st, s in r.get("stages", {}).items():
+        if s.get("counts"):
+            out.append(f"<h3>Counts ({_e(st)})</h3>")
+            out.append(_table(["count", "value"], [[_e(k), _num(v)] for k, v in s["counts"].items()], {1}))
 
     out.append("<h2>Signals</h2>")
     sig = m.get("signals") or {}
