@@ -23,6 +23,7 @@ from airflow_curation.operators.base import CurationStageOperator
 from airflow_curation.operators.dedup import DedupOperator
 from airflow_curation.operators.enrich import EnrichOperator
 from airflow_curation.operators.ingest import IngestOperator
+from airflow_curation.operators.pii import PiiOperator
 from airflow_curation.operators.preprocess import PreprocessOperator
 from airflow_curation.operators.retry import CONFIG_ERRORS_FAIL
 from airflow_curation.operators.validate import ValidateOperator
@@ -39,7 +40,7 @@ DOC_MD = """
 # Curation pipeline
 
 One **logical date = one snapshot partition**: every stage writes `<lake>/<dataset>/snapshot=<ds>/`.
-Stages: `ingest` → `preprocess` → `dedup` → `enrich` (only with a model) → `validate`. Each stage is a
+Stages: `ingest` → `preprocess` → `dedup` → `pii` → `enrich` (only with a model) → `validate`. Each stage is a
 *launch* task (submits a job to the backend and returns) and a `<stage>_checkpoints` gate (deferred,
 done when every shard of the run has a checkpoint; it streams the job's log and per-shard progress
 into its own log).
@@ -117,7 +118,7 @@ def _optional(description: str, **kwargs) -> Param:
 
 with DAG(
     dag_id="curation_pipeline",
-    description="Curate LLM training data per snapshot: ingest, preprocess, dedup, enrich, validate",
+    description="Curate LLM training data per snapshot: ingest, preprocess, dedup, pii, enrich, validate",
     doc_md=DOC_MD,
     schedule="@daily",
     start_date=datetime(2026, 1, 1),
@@ -224,11 +225,22 @@ with DAG(
     )
     deduped = launch_and_gate(dedup)
 
+    # PII spans, counts per kind and the redacted text beside every shard (additive; no row is dropped).
+    pii = PiiOperator(
+        task_id="pii",
+        input_manifest=deduped.output["manifest_uri"],
+        max_failed_fraction="{{ params.max_failed_fraction }}",
+        wait=False,
+        poll_interval=POLL,
+        **COMMON,
+    )
+    pii_scanned = launch_and_gate(pii)
+
     # Model outputs (embeddings, labels, scores, instruction pairs) for the rows dedup kept; skipped when no
     # model is configured, so the pipeline runs on machines without one.
     enrich = EnrichOperator(
         task_id="enrich",
-        input_manifest=deduped.output["manifest_uri"],
+        input_manifest=pii_scanned.output["manifest_uri"],
         task="{{ params.enrich_task }}",
         model="{{ params.enrich_model or var.value.get('curation_enrich_model', '') }}",
         model_runtime="{{ params.enrich_model_runtime }}",
@@ -242,10 +254,10 @@ with DAG(
     enriched = launch_and_gate(enrich)
 
     # Declared checks gate the run and write the report (JSON + HTML, shown in the run's "Curation report"
-    # tab). It reads enrich's manifest when enrich ran, else dedup's; the curated asset alias is its outlet.
+    # tab). It reads enrich's manifest when enrich ran, else pii's; the curated asset alias is its outlet.
     validate = ValidateOperator(
         task_id="validate",
-        input_task_id=["enrich_checkpoints", "dedup_checkpoints"],  # the first that succeeded
+        input_task_id=["enrich_checkpoints", "pii_checkpoints"],  # the first that succeeded
         min_rows="{{ params.min_rows }}",
         max_duplicate_rate="{{ params.max_duplicate_rate }}",
         trigger_rule="none_failed",
@@ -253,4 +265,4 @@ with DAG(
         outlets=[CURATED],
         **COMMON,
     )
-    [deduped, enriched] >> validate
+    [pii_scanned, enriched] >> validate
