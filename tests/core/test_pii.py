@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airflow_curation.core.pii import KINDS, Span, candidates, entropy, find_pii, pii_columns, redact
 
@@ -74,6 +78,8 @@ NEGATIVES = [
     'api_key = os.environ["API_KEY"]',
     "SECRET_KEY = ${SECRET_KEY_FROM_VAULT}",
     'token = "aaaaaaaaaaaaaaaaaaaaaaaa1"',  # no entropy
+    'tokenizer_name = "bert-base-uncased-v2-12x768"',  # a key word inside another word
+    'secretary = "Jm8Kq2Lx9Pz4Nw7Rt5Vb"',
     "a 40-char hex blob ABCDEF0123456789ABCDEF0123456789ABCDEF01 without a key",
     "the token count was 12345678901234567 tokens",
     "",
@@ -130,7 +136,8 @@ def test_redaction_replaces_each_span_with_its_placeholder():
 
 def test_prefilters_never_miss_a_positive():
     texts = [t for t, _ in POSITIVES]
-    assert candidates(pa.array(texts), KINDS) == [True] * len(texts)
+    for (text, expected), kinds in zip(POSITIVES, candidates(pa.array(texts), KINDS)):
+        assert {kind for kind, _ in expected} <= set(kinds), text
 
 
 def test_entropy():
@@ -151,3 +158,22 @@ def test_pii_columns_shape_counts_and_nulls():
     assert t.column("redacted_text").to_pylist() == ["Mail <EMAIL> and <EMAIL>", None, None, None]
     only = pii_columns(texts, kinds=["phone"], redacted=False)
     assert only.column_names == ["pii_spans", "pii_count", "pii_phone"]
+
+
+FULL_EMAIL = re.compile(  # the whole pattern scanned at every position: what the "@"-anchored search must equal
+    r"(?<![\w.%+-])[A-Za-z0-9](?:[A-Za-z0-9._%+-]{0,62}[A-Za-z0-9_%+-])?"
+    r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-]|\.[A-Za-z0-9])"
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab1Z.-_+@ \n", max_size=80))
+def test_anchored_email_search_equals_the_full_scan(text):
+    expected = [(m.start(), m.end()) for m in FULL_EMAIL.finditer(text)]
+    assert [(s.start, s.end) for s in find_pii(text, kinds=["email"])] == expected
+
+
+def test_many_spans_in_one_document_stay_linear():
+    text = " ".join(f"user{i}@mail{i}.org" for i in range(20_000))
+    spans = find_pii(text, kinds=["email"])
+    assert len(spans) == 20_000 and spans[-1].end == len(text)
