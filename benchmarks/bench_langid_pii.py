@@ -131,6 +131,17 @@ print(json.dumps(out))
 """
 
 
+LANGID_PY = r"""
+import json, sys, time
+import langid
+texts = json.load(open(sys.argv[2]))
+langid.classify("warm up")  # loads its model outside the timing
+t0 = time.process_time()
+labels = [langid.classify(t)[0] if t.strip() else None for t in texts]
+print(json.dumps({"cpu": time.process_time() - t0, "labels": labels}))
+"""
+
+
 def mb(texts: list[str]) -> float:
     return sum(len(t.encode("utf-8")) for t in texts) / 1e6
 
@@ -249,6 +260,7 @@ def main() -> int:
     ap.add_argument("--lang-mb", type=float, default=8.0)
     ap.add_argument("--pii-mb", type=float, default=8.0)
     ap.add_argument("--oracles", default=REPO, help="folder holding .venv-oracles and .venv-dolma")
+    ap.add_argument("--langid-python", help="a Python with langid.py installed: one more language-ID contender")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     dt_py = os.path.join(args.oracles, ".venv-oracles", "bin", "python")
@@ -267,6 +279,7 @@ def main() -> int:
         ours2k = t2k.column("lang").to_pylist()
         dt = run_peer(dt_py, DATATROVE, "lang", texts, tmp)
         dl = run_peer(dolma_py, DOLMA, "lang", texts, tmp)
+        lp = run_peer(args.langid_python, LANGID_PY, "lang", texts, tmp) if args.langid_python else None
 
         def acc(pred: list) -> float:
             return sum(p == g for p, g in zip(pred, labels)) / len(labels)
@@ -280,6 +293,8 @@ def main() -> int:
             rows.append(("datatrove LanguageFilter (ft176, lid.176.ftz handed in)", dt["cpu"], dt["labels"]))
         if dl:
             rows.append(("dolma ft_lang_id_doc_v1 (lid.176.ftz handed in)", dl["cpu"], dl["labels"]))
+        if lp:
+            rows.append(("langid.py 1.1.6 (its bundled model, 97 languages)", lp["cpu"], lp["labels"]))
         base = size / cpu
         out.append(f"Language ID text: {what}; {size:.1f} MB.")
         if dt:
@@ -374,9 +389,9 @@ def _disagreements(texts: list[str], ours: list[list], peer: list[list], kind: s
 
 
 def write_results(table: str, args: argparse.Namespace) -> None:
-    cmd = f".venv/bin/python benchmarks/bench_langid_pii.py --lang-mb {args.lang_mb:g} --pii-mb {args.pii_mb:g}" + (
-        f" --oracles {args.oracles}" if args.oracles != REPO else ""
-    )
+    cmd = f".venv/bin/python benchmarks/bench_langid_pii.py --lang-mb {args.lang_mb:g} --pii-mb {args.pii_mb:g}"
+    cmd += f" --oracles {args.oracles}" if args.oracles != REPO else ""
+    cmd += f" --langid-python {args.langid_python}" if args.langid_python else ""
     section = f"""<!-- bench_langid_pii:start -->
 ## Language ID and PII: MB/s per core and agreement with datatrove and dolma (`benchmarks/bench_langid_pii.py`)
 

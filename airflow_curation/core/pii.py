@@ -11,10 +11,11 @@ Kinds:
   ``icon@2x.png`` and other image/file names (TLD ``png``, ``jpg``... ), the documentation domains
   ``example.com/.org/.net`` (they name nobody).
 - ``ipv4``: four dotted decimal octets 0-255, no leading zeros, not inside a longer dotted or
-  alphanumeric run (``1.2.3.4.5``, ``v1.2.3.4``), not after a version word (``version 1.2.3.4``,
-  ``release``, ``build``...), and only global addresses (``ip_public_only``, as datatrove's
-  PIIFormatter: ``10.x``, ``192.168.x``, ``127.x`` and the documentation ranges identify nobody). A bare
-  ``1.2.3.4`` in prose *is* reported: a dotted quad of valid octets is an address more often than not.
+  alphanumeric run (``1.2.3.4.5``, ``v1.2.3.4``, OIDs), not after a version or section word (``version``,
+  ``release``, ``build``, ``section``, ``§``...), not with every octet a single digit (``1.2.3.4``,
+  ``GCC 2.7.2.2``: versions; the only such public addresses in use are resolvers like ``8.8.8.8``, which
+  name nobody), and only global addresses (``ip_public_only``, as datatrove's PIIFormatter: ``10.x``,
+  ``192.168.x``, ``127.x`` and the documentation ranges identify nobody).
 - ``ipv6``: colon-hex groups parsed by :mod:`ipaddress`, 3+ groups with at least one full 4-digit group
   holding a digit (so ``std::vector``, ``a::b``, ``12:30:45`` are not addresses), global only likewise.
 - ``phone``: North American ``(555) 123-4567``, ``555-123-4567``, ``555.123.4567`` (one separator
@@ -23,7 +24,8 @@ Kinds:
 - ``aws_key``: AWS access key ids (``AKIA``/``ASIA``... + 16 upper-case letters or digits).
 - ``github_token``: ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_`` + 36+ characters, ``github_pat_...``.
 - ``private_key``: a ``-----BEGIN ... PRIVATE KEY-----`` block through its END line (or, cut off,
-  through the base64 lines after the header).
+  through the base64 lines after the header) holding a run of 40+ base64 characters (a template with
+  "... key here ..." is not a key).
 - ``secret``: the value of an assignment whose key names a secret (``api_key = "..."``,
   ``"client_secret": "..."``, ``PASSWORD=...``), 16+ characters, letters and digits both, Shannon entropy
   of at least 3 bits per character, not a placeholder; also Slack (``xox?-``), Stripe (``sk_live_``) and
@@ -87,7 +89,11 @@ _EXAMPLE_SUFFIXES = tuple("." + d for d in sorted(_EXAMPLE_DOMAINS))
 
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 _IPV4 = re.compile(rf"(?<![\w.])(?<!\d\.)({_OCTET}(?:\.{_OCTET}){{3}})(?!\.?\d|\.\w|\w)")
-_VERSION_WORD = re.compile(r"(?i)(?:\bversion|\bver\.?|\bv|\brelease|\brel\.?|\bbuild|\bupdate|\bpatch)\s*$")
+# Words after which a dotted quad numbers something else (a version, a section of a standard).
+_VERSION_WORD = re.compile(
+    r"(?i)(?:\b(?:version|ver\.?|v|release|rel\.?|build|update|patch|section|sec\.?|chapter|clause|rule|step|"
+    r"item|figure|fig\.?|table|appendix|page|p\.|para\.?)|§)\s*$"
+)
 
 _IPV6 = re.compile(r"(?<![\w:.])((?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?)(?![\w:])")
 _FULL_GROUP = re.compile(r"(?:^|:)(?=[0-9A-Fa-f]*\d)[0-9A-Fa-f]{4}(?=:|$)")
@@ -113,6 +119,7 @@ _PRIVATE_KEY = re.compile(
 # A secret assignment is found from its value (cheap: an operator, then 16+ token characters), then
 # the key before the operator is checked; a key word followed by a lower-case letter names something
 # else (tokenizer, secretary).
+_KEY_BODY = re.compile(r"[A-Za-z0-9+/=]{40}")
 _ASSIGN_VALUE = re.compile(r"""(?::=|=>|[:=])[ \t]*(['"]?)([A-Za-z0-9+/=_\-.~]{16,256})(?![A-Za-z0-9+/=_\-.~])""")
 _SECRET_KEY_BEFORE = re.compile(
     r"""(?i)(?:secret|passw(?:or)?d|passwd|pwd|token|api[_-]?key|apikey|access[_-]?key|auth[_-]?key|private[_-]?key
@@ -158,6 +165,8 @@ def _global(address: str, public_only: bool) -> bool:
 
 def _ipv4(text: str, public_only: bool) -> Iterable[Span]:
     for m in _IPV4.finditer(text):
+        if len(m.group(1)) == 7:  # every octet one digit: a version (GCC 2.7.2.2); of such public addresses
+            continue  # only resolvers such as 8.8.8.8 and 1.1.1.1 are in use, and they name nobody
         if _VERSION_WORD.search(text, max(0, m.start() - 16), m.start()):
             continue
         if _global(m.group(1), public_only):
@@ -195,7 +204,8 @@ def _keys(text: str) -> Iterable[Span]:
     # Substring tests first: each pattern runs only on texts that hold its fixed part.
     if "PRIVATE KEY-----" in text:
         for m in _PRIVATE_KEY.finditer(text):
-            yield Span(m.start(), m.end(), "private_key")
+            if _KEY_BODY.search(m.group(0)):  # a template ("... base64 here ...") is not a key
+                yield Span(m.start(), m.end(), "private_key")
     if any(p in text for p in AWS_PREFIXES):
         for m in AWS_KEY_ID.finditer(text):
             yield Span(m.start(), m.end(), "aws_key")

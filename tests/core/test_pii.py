@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from airflow_curation.core.pii import KINDS, Span, candidates, entropy, find_pii, pii_columns, redact
 
+KEY_LINE = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun"  # 64 base64 characters
 GH_TOKEN = "ghp_" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dF3hJ5"  # 36 characters after the prefix
 AWS_ID = "AKIAIOSFODNN7EXAMPLE"  # AWS's documented example key id
 SECRET = "sk3jd8Fh2kLq9Zx7Wm4Np1Rt"
@@ -20,9 +21,9 @@ POSITIVES = [
     ("Write to john.doe@gmail.com today.", [("email", "john.doe@gmail.com")]),
     ("jane_@corp.co.uk, then", [("email", "jane_@corp.co.uk")]),
     ("<a href='mailto:ops+alerts@sub.mail-host.io'>", [("email", "ops+alerts@sub.mail-host.io")]),
-    ("The resolver is at 8.8.8.8.", [("ipv4", "8.8.8.8")]),
+    ("The host is at 142.250.74.46.", [("ipv4", "142.250.74.46")]),
     ("connect to 93.184.216.34:443 now", [("ipv4", "93.184.216.34")]),
-    ("(1.2.3.4)", [("ipv4", "1.2.3.4")]),  # decided: a bare dotted quad of valid octets is an address
+    ("(23.5.1.7)", [("ipv4", "23.5.1.7")]),
     ("dns 2606:4700:4700::1111 answers", [("ipv6", "2606:4700:4700::1111")]),
     ("host [2a00:1450:4001:81c::200e]:80", [("ipv6", "2a00:1450:4001:81c::200e")]),
     ("Call (555) 123-4567 now", [("phone", "(555) 123-4567")]),
@@ -38,25 +39,30 @@ POSITIVES = [
     (f"DB_PASSWORD={SECRET}\n", [("secret", SECRET)]),
     ("slack xoxb-123456789012-abcdefABCDEF1234", [("secret", "xoxb-123456789012-abcdefABCDEF1234")]),
     (
-        "key:\n-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\nabc==\n-----END RSA PRIVATE KEY-----\nafter",
-        [("private_key", "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\nabc==\n-----END RSA PRIVATE KEY-----")],
+        f"key:\n-----BEGIN RSA PRIVATE KEY-----\n{KEY_LINE}\nabc==\n-----END RSA PRIVATE KEY-----\nafter",
+        [("private_key", f"-----BEGIN RSA PRIVATE KEY-----\n{KEY_LINE}\nabc==\n-----END RSA PRIVATE KEY-----")],
     ),
     (  # cut off: the header and the base64 lines after it
-        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5v\nQyNTUxOQAAACDs\n\nNext paragraph.",
-        [("private_key", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5v\nQyNTUxOQAAACDs")],
+        f"-----BEGIN OPENSSH PRIVATE KEY-----\n{KEY_LINE}\nQyNTUxOQAAACDs\n\nNext paragraph.",
+        [("private_key", f"-----BEGIN OPENSSH PRIVATE KEY-----\n{KEY_LINE}\nQyNTUxOQAAACDs")],
     ),
     (
-        "Mail bob@example.co.uk or 8.8.4.4, phone 555-867-5309.",
-        [("email", "bob@example.co.uk"), ("ipv4", "8.8.4.4"), ("phone", "555-867-5309")],
+        "Mail bob@example.co.uk or 81.2.69.160, phone 555-867-5309.",
+        [("email", "bob@example.co.uk"), ("ipv4", "81.2.69.160"), ("phone", "555-867-5309")],
     ),
 ]
 
 NEGATIVES = [
     # versions and dotted numbers
     "Upgrade to version 1.2.3.4 today.",
-    "Python v1.2.3.4 and release 10.4.2.1 and build 2.0.0.1",
+    "Python v1.2.3.4 and release 10.4.2.1 and build 20.0.0.1",
+    "GCC 2.7.2.2, Thunderbird 1.5.0.9, and the plain 1.2.3.4 (versions: every octet one digit)",
+    "the resolvers 8.8.8.8 and 1.1.1.1 name nobody",
+    "see section 6.4.4.12 of the standard, and § 21.3.4.5",
+    "OIDs 1.3.6.1.5.5.7.3.1 and 1.3.6.1.4.1.311.60.2.1.3",
     "numpy 1.26.4, the tuple 1.2.3.4.5, and 256.1.1.1 (octet out of range)",
     "private 192.168.1.1, loopback 127.0.0.1, 10.0.0.1 and docs 203.0.113.7",  # not global
+    "-----BEGIN RSA PRIVATE KEY-----\n... (private key in base64 encoding) ...\n-----END RSA PRIVATE KEY-----",
     "the value 1.02.3.4 has a leading zero",
     # dates, times, ISBNs, numbers
     "On 2023-10-12 at 12:30:45 the build 2024.01.15 shipped.",
@@ -114,19 +120,19 @@ def test_private_addresses_are_reported_when_asked():
 
 
 def test_kinds_limit_what_is_found():
-    text = "john@gmail.com at 8.8.8.8"
+    text = "john@gmail.com at 81.2.69.160"
     assert [s.kind for s in find_pii(text, kinds=["ipv4"])] == ["ipv4"]
     assert [s.kind for s in find_pii(text, kinds=["email"])] == ["email"]
 
 
 def test_overlaps_go_to_the_stronger_kind():
     # The private key block holds what would match as other kinds; it wins, and spans never overlap.
-    block = "-----BEGIN PRIVATE KEY-----\nMIIE token=ab12cd34ef56gh78ij90 8.8.8.8\n-----END PRIVATE KEY-----"
+    block = f"-----BEGIN PRIVATE KEY-----\n{KEY_LINE} token=ab12cd34ef56gh78ij90 81.2.69.160\n-----END PRIVATE KEY-----"
     assert _found(block) == [("private_key", block)]
 
 
 def test_redaction_replaces_each_span_with_its_placeholder():
-    text = f"Mail john.doe@gmail.com, call (555) 123-4567, host 8.8.8.8, key {AWS_ID}."
+    text = f"Mail john.doe@gmail.com, call (555) 123-4567, host 81.2.69.160, key {AWS_ID}."
     assert redact(text, find_pii(text)) == "Mail <EMAIL>, call <PHONE>, host <IP_ADDRESS>, key <KEY>."
     spans = [{"start": 5, "end": 23, "kind": "email"}]  # as read back from the attrs file
     assert redact(text, spans).startswith("Mail <EMAIL>, call")

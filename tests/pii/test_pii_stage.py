@@ -26,7 +26,7 @@ AWS_ID = "AKIAIOSFODNN7EXAMPLE"
 TEXTS = [
     "Contact john.doe@gmail.com or (555) 123-4567 for details.",
     "Nothing personal in this sentence at all.",
-    f"The server 8.8.8.8 uses key {AWS_ID} and a@b.example.com is fine.",
+    f"The server 81.2.69.160 uses key {AWS_ID} and a@b.example.com is fine.",
     "Version 1.2.3.4 of the tool, released 2023-10-12, ISBN 978-0-306-40615-7.",
     "Fine.",
     "Two mails: ann@mail.de, bob@mail.de.",
