@@ -301,7 +301,7 @@ def main() -> int:
             out.append(f"datatrove's own model: {dt['model']}.")
         out.append("")
         out.append(
-            "| contender | CPU s | MB/s per core | ours (whole text) / peer | accuracy vs catalogue label | "
+            "| contender | CPU s | MB/s per core | CPU s / ours (whole text) | accuracy vs catalogue label | "
             "same top label as ours |"
         )
         out.append("| --- | --- | --- | --- | --- | --- |")
@@ -333,7 +333,7 @@ def main() -> int:
         out.append("")
         out.append(f"PII text: {what}; {size:.1f} MB, {len(texts)} documents.")
         out.append("")
-        out.append("| contender | kinds | CPU s | MB/s per core | ours (same kinds) / peer |")
+        out.append("| contender | kinds | CPU s | MB/s per core | CPU s / ours (same kinds) |")
         out.append("| --- | --- | --- | --- | --- |")
         out.append(f"| ours: core.pii.pii_columns | all 8 | {cpu_all:.2f} | {size / cpu_all:.1f} | |")
         out.append(f"| ours: core.pii.pii_columns | email, ipv4 | {cpu_dt_kinds:.2f} | {size / cpu_dt_kinds:.1f} | |")
@@ -368,7 +368,21 @@ def main() -> int:
         samples = _disagreements(texts, spans_of(t_dl), dl["spans"] if dl else [], "phone")
         if samples:
             out.append("")
-            out.append("Phone spans dolma reports and ours does not (first 5): " + "; ".join(f"`{s}`" for s in samples))
+            out.append(
+                "Phone spans dolma reports and ours does not (5 distinct): " + "; ".join(f"`{s}`" for s in samples)
+            )
+        for peer_name, peer, ours_k, kind in (
+            ("datatrove", dt, spans_of(t_dt), "ipv4"),
+            ("datatrove", dt, spans_of(t_dt), "email"),
+            ("dolma", dl, spans_of(t_dl), "ipv4"),
+        ):
+            samples = _disagreements(texts, ours_k, peer["spans"] if peer else [], kind)
+            if samples:
+                out.append("")
+                out.append(
+                    f"{kind} spans {peer_name} reports and ours does not (5 distinct): "
+                    + "; ".join(f"`{s}`" for s in samples)
+                )
 
     table = "\n".join(out)
     print(table)
@@ -381,8 +395,9 @@ def _disagreements(texts: list[str], ours: list[list], peer: list[list], kind: s
     found = []
     for t, o, p in zip(texts, ours, peer):
         for k, s, e in p:
-            if k == kind and not any(s < e2 and s2 < e for k2, s2, e2 in o if k2 == kind):
-                found.append(t[s:e].strip().replace("\n", " ").replace("|", "/"))
+            snippet = t[s:e].strip().replace("\n", " ").replace("|", "/")
+            if k == kind and snippet not in found and not any(s < e2 and s2 < e for k2, s2, e2 in o if k2 == kind):
+                found.append(snippet)
                 if len(found) >= n:
                     return found
     return found

@@ -137,7 +137,7 @@ PREFILTERS = {
     "ipv6": r"{G}:[0-9A-Fa-f]{{0,4}}:|:[0-9A-Fa-f]{{0,4}}:{G}|:{G}:".format(
         G=r"(?:\d[0-9A-Fa-f]{3}|[0-9A-Fa-f]\d[0-9A-Fa-f]{2}|[0-9A-Fa-f]{2}\d[0-9A-Fa-f]|[0-9A-Fa-f]{3}\d)"
     ),
-    "phone": r"\d{3}[-. )]{1,2}\d{3}[-. ]\d{4}|\+\d",
+    "phone": r"\d{3}[-. )]{1,2}\d{3}[-. ]\d{4}|\+\d{1,3}(?:[ .-]?\(|[ .-]\d)",
     "keys": r"A[BCGIKNOPRS][A-Z][A-Z][A-Z0-9]{16}|gh[pousr]_|github_pat_|PRIVATE KEY|xox[baprs]-|sk_live_|AIza"
     r"|(?i:secret|passw|pwd|token|api.?key|access.?key|auth.?key|private.?key|credential)",
 }
@@ -185,6 +185,8 @@ def _ipv6(text: str, public_only: bool) -> Iterable[Span]:
 
 def _phones(text: str) -> Iterable[Span]:
     for pattern, lo, hi in ((_PHONE_NA, 10, 11), (_PHONE_INTL, 8, 15)):
+        if pattern is _PHONE_INTL and "+" not in text:
+            continue
         for m in pattern.finditer(text):
             digits = sum(c.isdigit() for c in m.group(0))
             if not lo <= digits <= hi:
