@@ -122,7 +122,12 @@ def test_stage_with_lang_on_a_lake(tmp_path, prose, code, warm_signals):
     assert rows["edge/ru"]["lang"] == "ru" and rows["edge/ru"]["drop_reason"] in ("lang", "gopher_word_count")
     assert rows["edge/empty"]["drop_reason"] == "empty"  # the preset's rules come first
     assert all(r["lang"] == "en" for r in rows.values() if r["keep"])
-    assert stage.fingerprint != PreprocessStage(lake, {"input_manifest": ingest_uri}, "x").fingerprint
+    plain = PreprocessStage(lake, {"input_manifest": ingest_uri}, "x").fingerprint
+    assert stage.fingerprint != plain
+    # The language settings at their defaults leave the fingerprint as it was before they existed.
+    defaults = {"lang": [], "lang_min_score": None, "lang_id": "auto", "lang_max_chars": 0}
+    assert PreprocessStage(lake, {"input_manifest": ingest_uri, **defaults}, "x").fingerprint == plain
+    assert PreprocessStage(lake, {"input_manifest": ingest_uri, "lang_max_chars": 2000}, "x").fingerprint != plain
 
 
 def test_cli_lang_flag_on_plain_parquet(tmp_path):
