@@ -116,10 +116,10 @@ _PRIVATE_KEY = re.compile(
     r"(?:.*?-----END \1PRIVATE KEY\2-----|(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/=]{4,})+)",
     re.S,
 )
+_KEY_BODY = re.compile(r"[A-Za-z0-9+/=]{40}")  # a real key block holds long base64 lines
 # A secret assignment is found from its value (cheap: an operator, then 16+ token characters), then
 # the key before the operator is checked; a key word followed by a lower-case letter names something
 # else (tokenizer, secretary).
-_KEY_BODY = re.compile(r"[A-Za-z0-9+/=]{40}")
 _ASSIGN_VALUE = re.compile(r"""(?::=|=>|[:=])[ \t]*(['"]?)([A-Za-z0-9+/=_\-.~]{16,256})(?![A-Za-z0-9+/=_\-.~])""")
 _SECRET_KEY_BEFORE = re.compile(
     r"""(?i)(?:secret|passw(?:or)?d|passwd|pwd|token|api[_-]?key|apikey|access[_-]?key|auth[_-]?key|private[_-]?key

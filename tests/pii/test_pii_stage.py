@@ -161,3 +161,15 @@ def test_cli_on_plain_parquet_and_on_a_lake(ingested, tmp_path):
     assert manifest.config["input_manifest"] == ingest_uri and all("pii" in s.attrs for s in manifest.shards)
     bad = _cli("pii", str(src), "--output", str(tmp_path / "out2"), "--kinds", "names")
     assert bad.returncode == 2 and "unknown PII kinds" in bad.stderr
+
+
+def test_pipeline_dag_runs_pii_after_dedup_and_validate_reads_it():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("curation_pipeline_pii", REPO / "dags" / "curation_pipeline.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    tasks = module.dag.task_dict
+    assert tasks["dedup_checkpoints"].downstream_task_ids == {"pii"}
+    assert tasks["pii_checkpoints"].downstream_task_ids == {"enrich", "validate"}
+    assert tasks["validate"].input_task_id == ["enrich_checkpoints", "pii_checkpoints"]
