@@ -265,6 +265,8 @@ def main() -> int:
     args = ap.parse_args()
     dt_py = os.path.join(args.oracles, ".venv-oracles", "bin", "python")
     dolma_py = os.path.join(args.oracles, ".venv-dolma", "bin", "python")
+    if args.oracles == REPO:  # make bench: build the oracle venvs here if missing (idempotent, fast when present)
+        subprocess.run(["bash", os.path.join(REPO, "scripts", "setup_oracles.sh")], check=True)
     out: list[str] = []
 
     with tempfile.TemporaryDirectory() as tmp:
