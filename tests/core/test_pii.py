@@ -183,3 +183,15 @@ def test_many_spans_in_one_document_stay_linear():
     text = " ".join(f"user{i}@mail{i}.org" for i in range(20_000))
     spans = find_pii(text, kinds=["email"])
     assert len(spans) == 20_000 and spans[-1].end == len(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="aZ09.:@-+()_= \n'\"AKIghp", max_size=120))
+def test_spans_are_ordered_disjoint_and_redaction_keeps_the_rest(text):
+    spans = find_pii(text, ip_public_only=False)
+    assert all(0 <= s.start < s.end <= len(text) and s.kind in KINDS for s in spans)
+    assert all(a.end <= b.start for a, b in zip(spans, spans[1:]))
+    out = redact(text, spans, placeholders={k: "" for k in KINDS})
+    assert out == "".join(
+        text[a:b] for a, b in zip([0] + [s.end for s in spans], [s.start for s in spans] + [len(text)])
+    )
