@@ -166,7 +166,6 @@ class DedupStage(AttrsStage):
             True,
             "in a snapshot of a lake: also mark rows that duplicate a document of an earlier snapshot "
             "(probing the earlier snapshots' persisted buckets), and persist this snapshot's for later ones",
-            off_flag="--no-across-snapshots",
         ),
         Setting(
             "prior_indexes",
