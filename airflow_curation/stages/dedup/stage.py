@@ -29,6 +29,7 @@ from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.components import connected_components
 from airflow_curation.core.faults import fault_point
+from airflow_curation.core.fingerprint import config_fingerprint
 from airflow_curation.core.integrity import verify_file
 from airflow_curation.core.lsh import next_power_of_two, partitions_for
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
@@ -166,12 +167,14 @@ class DedupStage(AttrsStage):
             True,
             "in a snapshot of a lake: also mark rows that duplicate a document of an earlier snapshot "
             "(probing the earlier snapshots' persisted buckets), and persist this snapshot's for later ones",
+            runtime=True,  # enters the fingerprint through fingerprint below, only where it has an effect
         ),
         Setting(
             "prior_indexes",
             list,
             None,
             "set by the stage, not by users: the earlier snapshots' indexes it probes (in the fingerprint)",
+            runtime=True,
             cli=False,
         ),
         renamed={"engine": "mapper"},
@@ -189,6 +192,17 @@ class DedupStage(AttrsStage):
         self.incremental = bool(c["across_snapshots"] and lake.snapshot and not c.get("inputs"))
         key = snapshots.index_key(self.params)
         self.config["prior_indexes"] = snapshots.find_priors(lake, key) if self.incremental else []
+
+    @property
+    def fingerprint(self) -> str:
+        """The settings' fingerprint; across snapshots, also the earlier indexes probed (their snapshots and
+        checksums), so a run that probes others is a different run. Runs in a lake without snapshots (or
+        with ``across_snapshots`` off) keep the fingerprints they always had."""
+        base = super().fingerprint
+        if not getattr(self, "incremental", False):
+            return base
+        priors = [(p["snapshot"], p["checksum"]) for p in self.config["prior_indexes"]]
+        return config_fingerprint(self.name, {"settings": base, "across_snapshots": priors}, self.version)
 
     def _params(self) -> DedupParams:
         c = self.config
