@@ -242,3 +242,38 @@ def test_nested_partitions_read_the_same_rows(tmp_path):
         assert read_partition([uri], 0, cols)["node"].size == (partition_of(keys, file_parts) == 0).sum()
     with pytest.raises(ValueError, match="powers of two"):
         read_nested_partition([uri], 0, 3, 32, cols, "bucket")
+
+
+def test_killed_during_its_attrs_a_later_snapshot_resumes_to_the_same_marks(three, tmp_path):
+    """SIGKILL (``CURATION_FAULT``) after the probe, while writing the second shard's attrs; the rerun resumes
+    (the probe's result is reused) and gives the marks of a clean run."""
+    import os
+    import subprocess
+    import sys
+
+    from airflow_curation.jobs.spec import JobSpec
+
+    _, days, _, _, results = three
+    # the same three days in a new lake; days 1 and 2 deduplicated as before, day 3 as a job that is killed
+    for date in DATES:
+        _snapshot_lake(tmp_path / "lake", date, days[date])
+        if date != DATES[2]:
+            _dedup(Lake(str(tmp_path / "lake"), "web", date))
+    lake = Lake(str(tmp_path / "lake"), "web", DATES[2])
+    spec = JobSpec("dedup", lake.to_dict(), "k", {"input_manifest": lake.manifest_uri("r", "ingest")})
+    path = tmp_path / "spec.json"
+    path.write_text(spec.to_json())
+    env = {**os.environ, "CURATION_FAULT": "dedup.before_attrs@2"}
+    cmd = [sys.executable, "-m", "airflow_curation.jobs", "run", str(path)]
+    killed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    env.pop("CURATION_FAULT")
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    manifest = Manifest.read(lake.manifest_uri("k", "dedup"))
+    assert manifest.status == "complete"
+    assert [u.status for u in manifest.units].count("skipped") == 1  # the shard done before the kill
+    rows = {}
+    for s in manifest.shards:
+        rows.update({r["id"]: r for r in pq.read_table(s.attrs["dedup"]).to_pylist()})
+    assert rows == results[DATES[2]][1]  # every column of every row, as in the clean run
