@@ -41,7 +41,7 @@ from airflow_curation.core.layout import Lake, safe_name
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text
 from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink
-from airflow_curation.stages.base import Stage, UnitResult
+from airflow_curation.stages.base import Stage, UnitMapper, UnitResult, local_mapper
 from airflow_curation.stages.settings import Setting
 
 log = logging.getLogger(__name__)
@@ -211,10 +211,18 @@ class AttrsStage(Stage):
                 len(new),
                 len(todo),
             )
-            mapper = mapper or self.default_mapper()
+            mapper = mapper or self.stream_mapper()
             max_attempts = int(self.config.get("max_attempts", 2))
             for unit, (status, _) in zip(todo, mapper(_attempt_unit, ((self, u, max_attempts) for u in todo))):
                 log.info("%s: streaming: unit %s %s", self.name, unit.unit_id, status)
+
+    def stream_mapper(self) -> UnitMapper:
+        """Where streamed units run: on the stage's cluster when it names one (``scheduler_address``), else in
+        this process or a process pool of ``workers``. A mapper that starts a cluster per call (a Dask
+        LocalCluster) would pay that start on every pass; it runs what remains once the upstream completes."""
+        if self.config.get("scheduler_address"):
+            return self.default_mapper()
+        return local_mapper(int(self.config.get("workers") or 1))
 
     def unit_for(self, shard_id: str, entry: ShardEntry) -> UnitEntry:
         """The unit that processes one upstream shard."""
