@@ -166,7 +166,7 @@ def main() -> None:
             lake = Lake(os.path.join(work, "lake"), "bench", f"2026-01-{n:02d}")
             entries += [replace(e, shard_id=f"{n:02d}-{e.shard_id}") for e in write_snapshot(lake, snaps[n - 1])]
             probe_cpu.clear()
-            inc_cpu, inc_dups, stage = run(lake)
+            inc_cpu, inc_dups, stage = run(lake, across_snapshots=True)
             assert len(stage.config["prior_indexes"]) == n - 1
             full = Lake(os.path.join(work, f"full-{n}"), "bench")
             write_manifest(full, entries)

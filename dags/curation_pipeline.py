@@ -198,6 +198,12 @@ with DAG(
             exclusiveMaximum=1,
             description="Jaccard similarity at which dedup treats documents as near duplicates.",
         ),
+        "dedup_across_snapshots": Param(
+            False,
+            type="boolean",
+            description="Dedup: also mark documents already seen in an earlier date's snapshot (each snapshot "
+            "persists its buckets; this probes them). Run the dates in order (max_active_runs=1 for backfills).",
+        ),
         "enrich_model": _optional(
             "Model folder (Hugging Face layout) for enrich. Empty: the Airflow "
             "Variable curation_enrich_model; none: enrich is skipped."
@@ -261,6 +267,7 @@ with DAG(
         task_id="dedup",
         input_manifest=preprocessed.output["manifest_uri"],
         threshold="{{ params.dedup_threshold }}",
+        config={"across_snapshots": "{{ params.dedup_across_snapshots }}"},
         max_failed_fraction="{{ params.max_failed_fraction }}",
         wait=False,
         poll_interval=POLL,

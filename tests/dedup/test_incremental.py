@@ -115,6 +115,7 @@ def _snapshot_lake(root, date, docs) -> Lake:
 
 
 def _dedup(lake: Lake, run_id: str = "r", **config) -> tuple[Manifest, dict[str, dict], DedupStage]:
+    config = {"across_snapshots": True, **config}
     stage = DedupStage(lake, {"input_manifest": lake.manifest_uri("r", "ingest"), **config}, run_id)
     manifest = StageRunner(stage).run()
     rows = {}
@@ -260,7 +261,8 @@ def test_killed_during_its_attrs_a_later_snapshot_resumes_to_the_same_marks(thre
         if date != DATES[2]:
             _dedup(Lake(str(tmp_path / "lake"), "web", date))
     lake = Lake(str(tmp_path / "lake"), "web", DATES[2])
-    spec = JobSpec("dedup", lake.to_dict(), "k", {"input_manifest": lake.manifest_uri("r", "ingest")})
+    config = {"input_manifest": lake.manifest_uri("r", "ingest"), "across_snapshots": True}
+    spec = JobSpec("dedup", lake.to_dict(), "k", config)
     path = tmp_path / "spec.json"
     path.write_text(spec.to_json())
     env = {**os.environ, "CURATION_FAULT": "dedup.before_attrs@2"}

@@ -164,9 +164,9 @@ class DedupStage(AttrsStage):
         Setting(
             "across_snapshots",
             bool,
-            True,
+            False,
             "in a snapshot of a lake: also mark rows that duplicate a document of an earlier snapshot "
-            "(probing the earlier snapshots' persisted buckets), and persist this snapshot's for later ones",
+            "(probing the buckets every snapshot persists); run the dates in order",
             runtime=True,  # enters the fingerprint through fingerprint below, only where it has an effect
         ),
         Setting(
@@ -189,7 +189,10 @@ class DedupStage(AttrsStage):
         # Which earlier snapshots this run probes is decided once, here, and enters the fingerprint: a rerun
         # of snapshot N after N+1 exists probes the same ones (only earlier dates), and a rerun after an
         # earlier snapshot was added or rerun recomputes.
-        self.incremental = bool(c["across_snapshots"] and lake.snapshot and not c.get("inputs"))
+        # Every snapshot of a lake persists its index (so that turning across_snapshots on later still
+        # probes all earlier dates); only across_snapshots probes.
+        self.persists = bool(lake.snapshot and not c.get("inputs"))
+        self.incremental = bool(c["across_snapshots"] and self.persists)
         key = snapshots.index_key(self.params)
         self.config["prior_indexes"] = snapshots.find_priors(lake, key) if self.incremental else []
 
@@ -319,7 +322,7 @@ class DedupStage(AttrsStage):
         rows = sum(e.rows for e in entries)
         spill_bytes = rows * (_BAND_BYTES * self.params.bands * self.params.near + _EXACT_BYTES * self.params.exact)
         parts = int(self.config["partitions"] or partitions_for(spill_bytes, int(self.config["memory_budget"])))
-        if self.incremental:  # later snapshots read this one's spills partition by partition (nested counts)
+        if self.persists:  # later snapshots read this one's spills partition by partition (nested counts)
             parts = next_power_of_two(parts)
         out_parts = max(1, min(len(entries), 256))
         log.info(
@@ -435,7 +438,7 @@ class DedupStage(AttrsStage):
         """Persist this snapshot's index for later snapshots, once every shard is done (an index with holes
         would name documents that have no attrs)."""
         self.close()
-        if not self.incremental:
+        if not self.persists:
             return
         by_id = {s.shard_id: s for s in manifest.shards}
         if len(by_id) != len(self._shards) or any("dedup" not in s.attrs for s in by_id.values()):
