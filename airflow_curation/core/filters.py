@@ -16,8 +16,11 @@ Presets (thresholds as published; see docs/preprocess.md for how each maps to it
   characters, short lines) plus its newline-per-word rule.
 - ``code``: the StarCoder / RedPajama code heuristics (line lengths, alphanumeric fraction, comments)
   and "parses" for languages with a parser.
+- ``quality``: the classifier's threshold on ``quality_score`` (the ``quality`` stage's column, P(good)
+  from a model trained with ``curation quality-train``; FineWeb-Edu keeps documents above its
+  classifier's threshold the same way). Only the quality stage computes that column.
 
-Every preset starts with ``empty`` (no non-space character), so empty text is a counted drop.
+Every heuristic preset starts with ``empty`` (no non-space character), so empty text is a counted drop.
 """
 
 from __future__ import annotations
@@ -129,6 +132,7 @@ PRESETS: dict[str, tuple[Rule, ...]] = {
         Rule("code_comment_frac", "comment_line_frac", max=0.8),
         Rule("code_syntax_error", "syntax_ok", min=1),
     ),
+    "quality": (Rule("quality_classifier", "quality_score", min=0.5),),
 }
 
 

@@ -263,6 +263,10 @@ class PreprocessStage(AttrsStage):
             self._pre = self.preprocessor()
         return self._pre
 
+    def unit_for(self, shard_id, entry):
+        self._unit_bytes[shard_id] = entry.bytes  # sizes the Dask workers, for streamed units too
+        return super().unit_for(shard_id, entry)
+
     def plan(self):
         units = super().plan()
         entries = self.entries()
