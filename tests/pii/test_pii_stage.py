@@ -170,6 +170,9 @@ def test_pipeline_dag_runs_pii_after_dedup_and_validate_reads_it():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     tasks = module.dag.task_dict
-    assert tasks["dedup_checkpoints"].downstream_task_ids == {"pii"}
-    assert tasks["pii_checkpoints"].downstream_task_ids == {"enrich", "validate"}
+    # pii streams on dedup's shards as they land, enrich on pii's; validate waits for the full gates.
+    assert tasks["dedup_first_shards"].downstream_task_ids == {"pii"}
+    assert tasks["pii_first_shards"].downstream_task_ids == {"enrich"}
+    assert "validate" in tasks["pii_checkpoints"].downstream_task_ids
+    assert {"dedup_checkpoints", "pii_checkpoints", "enrich_checkpoints"} <= tasks["validate"].upstream_task_ids
     assert tasks["validate"].input_task_id == ["enrich_checkpoints", "pii_checkpoints"]
