@@ -23,3 +23,7 @@ setup .venv-oracles "datatrove==0.10.1" spacy regex "pygount==3.2.0" "tokenizers
 "$DIR/.venv-oracles/bin/python" -c "import tokenizers" 2>/dev/null \
   || "$DIR/.venv-oracles/bin/pip" install --quiet --disable-pip-version-check "tokenizers==0.23.3"
 setup .venv-dolma "dolma[code]==1.2.1" "boto3==1.26.161"
+# benchmarks/bench_langid_pii.py: datatrove's LanguageFilter wants fasttext (checked by its distribution
+# name) and fasteners; added here, not in the stamp, so that existing venvs get them without a rebuild.
+"$DIR/.venv-oracles/bin/python" -c "import fasttext, fasteners" 2>/dev/null ||
+  "$DIR/.venv-oracles/bin/pip" install --quiet --disable-pip-version-check fasttext-numpy2-wheel fasteners

@@ -2,8 +2,10 @@
 
 A rule names a signal and bounds: a document fails it when the value is below ``min`` or above
 ``max`` (the published thresholds read "fewer than 50 words" -> ``min=50``, "more than 10%" ->
-``max=0.1``). Rules run in their listed order; ``drop_reason`` is the name of the first failing rule,
-so a decision never depends on set or dict iteration order.
+``max=0.1``), or, for a label signal such as ``lang``, when the value is not ``in`` a list (a null
+label fails: ``{"name": "lang", "signal": "lang", "in": ["en", "de"]}``). Rules run in their listed
+order; ``drop_reason`` is the name of the first failing rule, so a decision never depends on set or
+dict iteration order.
 
 Presets (thresholds as published; see docs/preprocess.md for how each maps to its source):
 
@@ -28,6 +30,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_curation.core.schema import DROP_REASON, KEEP
 
@@ -38,16 +41,24 @@ class Rule:
     :param signal: the column it reads.
     :param min: fail when the value is below this.
     :param max: fail when the value is above this.
+    :param values: fail when the value is not one of these (``"in"`` in a rule's dict), nulls too.
     """
 
     name: str
     signal: str
     min: float | None = None
     max: float | None = None
+    values: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.min is None and self.max is None:
-            raise ValueError(f"rule {self.name!r}: give min, max or both")
+        if self.values is not None:
+            if isinstance(self.values, str) or not all(isinstance(v, str) for v in self.values):
+                raise ValueError(f"rule {self.name!r}: 'in' takes a list of strings, got {self.values!r}")
+            object.__setattr__(self, "values", tuple(self.values))
+            if self.min is not None or self.max is not None:
+                raise ValueError(f"rule {self.name!r}: give 'in' or min/max, not both")
+        elif self.min is None and self.max is None:
+            raise ValueError(f"rule {self.name!r}: give min, max or both (or 'in' for a label signal)")
         if not self.name or not isinstance(self.name, str):
             raise ValueError(f"rule needs a name, got {self.name!r}")
 
@@ -62,7 +73,10 @@ class Rule:
 
     @classmethod
     def from_dict(cls, d: dict) -> Rule:
-        unknown = set(d) - {"name", "signal", "min", "max"}
+        d = dict(d)
+        if "in" in d:
+            d["values"] = d.pop("in")
+        unknown = set(d) - {"name", "signal", "min", "max", "values"}
         if unknown:
             raise ValueError(f"rule {d.get('name')!r}: unknown keys {sorted(unknown)}")
         return cls(**d)
@@ -165,6 +179,10 @@ def apply_rules(signals: pa.Table, rules: Sequence[Rule]) -> pa.Table:
                 f"rule {rule.name!r} reads signal {rule.signal!r}, which was not computed (have {signals.column_names})"
             )
         col = signals.column(rule.signal)
+        if rule.values is not None:  # a label rule: not in the list (or null) fails
+            failed = ~np.asarray(pc.fill_null(pc.is_in(col, pa.array(rule.values, col.type)), False))
+            reason = np.where((reason < 0) & failed, k, reason)
+            continue
         values = col.to_numpy(zero_copy_only=False)
         if values.dtype == object:  # nulls in an optional signal (e.g. syntax_ok for prose): never fail
             mask = np.array([v is not None for v in values])
@@ -183,4 +201,4 @@ def apply_rules(signals: pa.Table, rules: Sequence[Rule]) -> pa.Table:
 
 
 def rules_to_config(rules: Iterable[Rule]) -> list[dict]:
-    return [asdict(r) for r in rules]
+    return [{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(r).items()} for r in rules]

@@ -88,11 +88,12 @@ def test_pipeline_drops_what_the_classifier_rejects_before_tokenize_and_enrich(a
     lake = Lake(str(tmp_path / "lake"), "web", "2026-11-25")
     run_id = sanitize_run_id(dag_run.run_id)
     dedup, quality = _final(lake, run_id, "dedup"), _final(lake, run_id, "quality")
-    tok, enrich = _final(lake, run_id, "tokenize"), _final(lake, run_id, "enrich")
+    tok, pii, enrich = _final(lake, run_id, "tokenize"), _final(lake, run_id, "pii"), _final(lake, run_id, "enrich")
     assert dedup.rows == len(docs) and quality.status == "complete"
     assert quality.config["input_manifest"] == lake.manifest_uri(run_id, "dedup")
-    for consumer in (tok, enrich):
+    for consumer in (tok, pii):
         assert consumer.config["input_manifest"] == lake.manifest_uri(run_id, "quality")
+    assert enrich.config["input_manifest"] == lake.manifest_uri(run_id, "pii")  # pii's shards carry quality's attrs
 
     # What every row should be, from the attrs the stages wrote.
     kept, quality_drops, not_kept, duplicate, dedup_kept = {}, 0, 0, 0, 0

@@ -52,7 +52,7 @@ class EnrichStage(AttrsStage):
 
     name = "enrich"
     version = "1"
-    UPSTREAM = ("dedup", "preprocess", "ingest")
+    UPSTREAM = ("pii", "dedup", "preprocess", "ingest")
     SETTINGS = AttrsStage.SETTINGS.extend(
         Setting("task", str, None, "what the model does", choices=tuple(sorted(TASKS)), required=True),
         Setting(
