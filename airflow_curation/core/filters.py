@@ -2,8 +2,10 @@
 
 A rule names a signal and bounds: a document fails it when the value is below ``min`` or above
 ``max`` (the published thresholds read "fewer than 50 words" -> ``min=50``, "more than 10%" ->
-``max=0.1``). Rules run in their listed order; ``drop_reason`` is the name of the first failing rule,
-so a decision never depends on set or dict iteration order.
+``max=0.1``), or, for a label signal such as ``lang``, when the value is not ``in`` a list (a null
+label fails: ``{"name": "lang", "signal": "lang", "in": ["en", "de"]}``). Rules run in their listed
+order; ``drop_reason`` is the name of the first failing rule, so a decision never depends on set or
+dict iteration order.
 
 Presets (thresholds as published; see docs/preprocess.md for how each maps to its source):
 
@@ -17,8 +19,11 @@ Presets (thresholds as published; see docs/preprocess.md for how each maps to it
 - ``structure``: navigation and index pages (one short item per line, lines sharing one template),
   which pass Gopher's word, stop-word and symbol rules. Thresholds measured on real index pages
   against real prose (docs/preprocess.md); part of :data:`DEFAULT_PRESET`.
+- ``quality``: the classifier's threshold on ``quality_score`` (the ``quality`` stage's column, P(good)
+  from a model trained with ``curation quality-train``; FineWeb-Edu keeps documents above its
+  classifier's threshold the same way). Only the quality stage computes that column.
 
-Every preset starts with ``empty`` (no non-space character), so empty text is a counted drop.
+Every heuristic preset starts with ``empty`` (no non-space character), so empty text is a counted drop.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_curation.core.schema import DROP_REASON, KEEP
 
@@ -38,16 +44,24 @@ class Rule:
     :param signal: the column it reads.
     :param min: fail when the value is below this.
     :param max: fail when the value is above this.
+    :param values: fail when the value is not one of these (``"in"`` in a rule's dict), nulls too.
     """
 
     name: str
     signal: str
     min: float | None = None
     max: float | None = None
+    values: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.min is None and self.max is None:
-            raise ValueError(f"rule {self.name!r}: give min, max or both")
+        if self.values is not None:
+            if isinstance(self.values, str) or not all(isinstance(v, str) for v in self.values):
+                raise ValueError(f"rule {self.name!r}: 'in' takes a list of strings, got {self.values!r}")
+            object.__setattr__(self, "values", tuple(self.values))
+            if self.min is not None or self.max is not None:
+                raise ValueError(f"rule {self.name!r}: give 'in' or min/max, not both")
+        elif self.min is None and self.max is None:
+            raise ValueError(f"rule {self.name!r}: give min, max or both (or 'in' for a label signal)")
         if not self.name or not isinstance(self.name, str):
             raise ValueError(f"rule needs a name, got {self.name!r}")
 
@@ -62,7 +76,10 @@ class Rule:
 
     @classmethod
     def from_dict(cls, d: dict) -> Rule:
-        unknown = set(d) - {"name", "signal", "min", "max"}
+        d = dict(d)
+        if "in" in d:
+            d["values"] = d.pop("in")
+        unknown = set(d) - {"name", "signal", "min", "max", "values"}
         if unknown:
             raise ValueError(f"rule {d.get('name')!r}: unknown keys {sorted(unknown)}")
         return cls(**d)
@@ -124,6 +141,7 @@ PRESETS: dict[str, tuple[Rule, ...]] = {
         Rule("code_comment_frac", "comment_line_frac", max=0.8),
         Rule("code_syntax_error", "syntax_ok", min=1),
     ),
+    "quality": (Rule("quality_classifier", "quality_score", min=0.5),),
 }
 
 
@@ -175,6 +193,10 @@ def apply_rules(signals: pa.Table, rules: Sequence[Rule]) -> pa.Table:
                 f"rule {rule.name!r} reads signal {rule.signal!r}, which was not computed (have {signals.column_names})"
             )
         col = signals.column(rule.signal)
+        if rule.values is not None:  # a label rule: not in the list (or null) fails
+            failed = ~np.asarray(pc.fill_null(pc.is_in(col, pa.array(rule.values, col.type)), False))
+            reason = np.where((reason < 0) & failed, k, reason)
+            continue
         values = col.to_numpy(zero_copy_only=False)
         if values.dtype == object:  # nulls in an optional signal (e.g. syntax_ok for prose): never fail
             mask = np.array([v is not None for v in values])
@@ -193,4 +215,4 @@ def apply_rules(signals: pa.Table, rules: Sequence[Rule]) -> pa.Table:
 
 
 def rules_to_config(rules: Iterable[Rule]) -> list[dict]:
-    return [asdict(r) for r in rules]
+    return [{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(r).items()} for r in rules]
