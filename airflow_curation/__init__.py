@@ -31,6 +31,8 @@ def get_provider_info() -> dict:
                     "airflow_curation.operators.dedup",
                     "airflow_curation.operators.enrich",
                     "airflow_curation.operators.preprocess",
+                    "airflow_curation.operators.quality",
+                    "airflow_curation.operators.tokenize",
                     "airflow_curation.operators.validate",
                 ],
             }

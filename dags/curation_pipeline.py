@@ -7,9 +7,10 @@ checkpoint). A later stage is a few lines: an operator that reads the previous g
 
 Nothing here depends on where this file lies: the defaults come from the deployment, at run time,
 so the file can be copied into any dags folder. The lake (and backend, and the lake's storage
-credentials) come from the ``curation_default`` connection; the input, dataset and enrich model from
-the Airflow Variables ``curation_input``, ``curation_dataset`` and ``curation_enrich_model``. A param
-given in the trigger form wins over both. The full guide is ``DOC_MD`` below (the DAG's Docs tab).
+credentials) come from the ``curation_default`` connection; the input, dataset and models from the
+Airflow Variables ``curation_input``, ``curation_dataset``, ``curation_quality_model``,
+``curation_enrich_model`` and ``curation_tokenizer``. A param given in the trigger form wins over both.
+The full guide is ``DOC_MD`` below (the DAG's Docs tab).
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ from airflow_curation.operators.base import CurationStageOperator
 from airflow_curation.operators.dedup import DedupOperator
 from airflow_curation.operators.enrich import EnrichOperator
 from airflow_curation.operators.ingest import IngestOperator
+from airflow_curation.operators.pii import PiiOperator
 from airflow_curation.operators.preprocess import PreprocessOperator
+from airflow_curation.operators.quality import QualityOperator
 from airflow_curation.operators.retry import CONFIG_ERRORS_FAIL
+from airflow_curation.operators.tokenize import TokenizeOperator
 from airflow_curation.operators.validate import ValidateOperator
 from airflow_curation.sensors.shard_checkpoint import ShardCheckpointSensor
 
@@ -39,10 +43,23 @@ DOC_MD = """
 # Curation pipeline
 
 One **logical date = one snapshot partition**: every stage writes `<lake>/<dataset>/snapshot=<ds>/`.
-Stages: `ingest` → `preprocess` → `dedup` → `enrich` (only with a model) → `validate`. Each stage is a
+Stages: `ingest` → `preprocess` → `dedup` → `quality` (only with a quality model) → `pii` → `enrich` (only
+with a model) → `validate`; `tokenize` (only with a tokenizer file) packs the kept rows into training
+sequences beside pii and enrich. `pii` and `tokenize` read quality's manifest when quality ran (so that
+tokenize and enrich skip the rows its classifier dropped), else dedup's. Each stage is a
 *launch* task (submits a job to the backend and returns) and a `<stage>_checkpoints` gate (deferred,
 done when every shard of the run has a checkpoint; it streams the job's log and per-shard progress
 into its own log).
+
+## Streaming between stages
+
+Preprocess does not wait for the whole of ingest: `ingest_first_shards` opens once `stream_quorum` of
+ingest's units are checkpointed, preprocess's job starts on those shards and takes the rest as their
+checkpoints appear; `ingest_checkpoints` still fails the run if ingest does. Dedup is a barrier (a shard's
+clusters depend on every other shard), but its per-shard results land one by one after its global phase:
+`dedup_first_shards` starts quality (or pii, without a quality model) on them the same way, and pii and
+enrich follow on their upstream's first shards. The report's *timeline* shows each stage's
+first start and last end and how many seconds the stages overlapped. `stream_quorum = 1` turns it off.
 
 ## Where the defaults come from
 
@@ -54,7 +71,9 @@ Leave a param empty to use the deployment's setting, resolved when the run start
 | `lake` | the `curation_default` connection's lake (its host, or `lake` in its extra) |
 | `dataset` | Airflow Variable `curation_dataset`, else `sample` |
 | `backend` (`connection`) | the connection's `backend`, else `local` |
+| `quality_model` | Airflow Variable `curation_quality_model`; none: quality is skipped |
 | `enrich_model` | Airflow Variable `curation_enrich_model`; none: enrich is skipped |
+| `tokenizer` | Airflow Variable `curation_tokenizer`; none: tokenize is skipped |
 
 A missing input or lake fails the `ingest` task at once, with a one-line message, without retries.
 
@@ -92,6 +111,36 @@ COMMON = dict(
 )
 
 
+def first_shards(launch: CurationStageOperator) -> ShardCheckpointSensor:
+    """A second gate on the launched stage that opens on a quorum of its units (``params.stream_quorum``):
+    the next stage starts on the shards already checkpointed and its job consumes the rest as their
+    checkpoints appear (the stage's ``stream`` setting). The full gate still tells whether the stage
+    succeeded."""
+    gate = ShardCheckpointSensor(
+        task_id=f"{launch.task_id}_first_shards",
+        manifest_uri=launch.output["manifest_uri"],
+        job=launch.output["job"],
+        max_failed_fraction="{{ params.max_failed_fraction }}",
+        quorum="{{ params.stream_quorum }}",
+        poll_interval=POLL,
+    )
+    launch >> gate
+    return gate
+
+
+# What the stages after quality read: quality's manifest when it ran (its shards carry dedup's attrs and its
+# own), else dedup's. A skipped gate has no XCom. The complete stages' (tokenize) and the streaming ones' (pii,
+# which starts on the first shards and takes the rest as they land).
+KEPT_MANIFEST = (
+    "{{ ti.xcom_pull(task_ids='quality_checkpoints', key='manifest_uri') "
+    "or ti.xcom_pull(task_ids='dedup_checkpoints', key='manifest_uri') }}"
+)
+KEPT_FIRST_SHARDS = (
+    "{{ ti.xcom_pull(task_ids='quality_first_shards', key='manifest_uri') "
+    "or ti.xcom_pull(task_ids='dedup_first_shards', key='manifest_uri') }}"
+)
+
+
 def launch_and_gate(launch: CurationStageOperator, **sensor_kwargs) -> ShardCheckpointSensor:
     """Gate on the launched stage's checkpoints; the gate's XCom is the next stage's input.
 
@@ -117,7 +166,7 @@ def _optional(description: str, **kwargs) -> Param:
 
 with DAG(
     dag_id="curation_pipeline",
-    description="Curate LLM training data per snapshot: ingest, preprocess, dedup, enrich, validate",
+    description="Curate LLM training data per snapshot: ingest, preprocess, dedup, quality, pii, enrich, validate",
     doc_md=DOC_MD,
     schedule="@daily",
     start_date=datetime(2026, 1, 1),
@@ -148,10 +197,22 @@ with DAG(
             description="Failure budget of every stage: the fraction of its shards "
             "that may fail without failing the run.",
         ),
+        "ingest_unit_size": _optional(
+            "Ingest: input bytes per unit, e.g. 256MB (units are ingest's parallelism and the steps preprocess "
+            "streams by). Empty: the shard size."
+        ),
+        "stream_quorum": Param(
+            0.01,
+            type="number",
+            exclusiveMinimum=0,
+            maximum=1,
+            description="Streaming between stages: the fraction of ingest's (and dedup's) units whose checkpoints "
+            "start preprocess (and enrich); they process the rest as it is checkpointed. 1: no overlap.",
+        ),
         "preset": Param(
-            "gopher",
+            "gopher,structure",
             type="string",
-            description="Preprocess quality filter preset(s): gopher, c4, fineweb, code, comma-separated.",
+            description="Preprocess quality filter preset(s): gopher, structure, c4, fineweb, code, comma-separated.",
         ),
         "dedup_threshold": Param(
             0.8,
@@ -159,6 +220,23 @@ with DAG(
             exclusiveMinimum=0,
             exclusiveMaximum=1,
             description="Jaccard similarity at which dedup treats documents as near duplicates.",
+        ),
+        "dedup_across_snapshots": Param(
+            False,
+            type="boolean",
+            description="Dedup: also mark documents already seen in an earlier date's snapshot (each snapshot "
+            "persists its buckets; this probes them). Run the dates in order (max_active_runs=1 for backfills).",
+        ),
+        "quality_model": _optional(
+            "Quality classifier folder (written by curation quality-train) for the quality stage. Empty: the "
+            "Airflow Variable curation_quality_model; none: quality is skipped."
+        ),
+        "quality_min_score": Param(
+            None,
+            type=["null", "number"],
+            minimum=0,
+            maximum=1,
+            description="Quality: lowest quality_score kept. Empty: the quality preset's threshold (0.5).",
         ),
         "enrich_model": _optional(
             "Model folder (Hugging Face layout) for enrich. Empty: the Airflow "
@@ -179,6 +257,11 @@ with DAG(
             enum=["ray", "local"],
             description="Where the enrich model runs: ray (Ray Data actors) or local (the job process).",
         ),
+        "tokenizer": _optional(
+            "tokenizer.json for tokenize (packed training sequences). Empty: the Airflow Variable "
+            "curation_tokenizer; none: tokenize is skipped."
+        ),
+        "seq_len": Param(2048, type="integer", minimum=1, description="Tokenize: tokens per packed sequence."),
         "min_rows": Param(1, type="integer", minimum=0, description="Validate: fewest curated rows a run may have."),
         "max_duplicate_rate": Param(
             0.5,
@@ -194,15 +277,18 @@ with DAG(
         task_id="ingest",
         inputs="{{ params.input or var.value.get('curation_input', '') }}",
         max_failed_fraction="{{ params.max_failed_fraction }}",
+        config={"unit_bytes": "{{ params.ingest_unit_size or '' }}"},
         wait=False,
         poll_interval=POLL,
         **COMMON,
     )
     ingested = launch_and_gate(ingest)
+    # Preprocess starts on ingest's first checkpointed shards while ingest still runs (per-shard streaming).
+    ingest_started = first_shards(ingest)
 
     preprocess = PreprocessOperator(
         task_id="preprocess",
-        input_manifest=ingested.output["manifest_uri"],
+        input_manifest=ingest_started.output["manifest_uri"],
         preset="{{ params.preset }}",
         max_failed_fraction="{{ params.max_failed_fraction }}",
         wait=False,
@@ -210,6 +296,9 @@ with DAG(
         **COMMON,
     )
     preprocessed = launch_and_gate(preprocess)
+    # The full ingest gate (did every unit land?) is watched once preprocess is under way: it gates nothing
+    # downstream, and a serial runner (dag.test) must not block on it before preprocess has started.
+    preprocess >> ingested
 
     # Global exact + near dedup: a barrier over every preprocessed shard (rows preprocess dropped are
     # not considered), then per-shard attrs/dedup/ that the gate counts as they land.
@@ -217,18 +306,58 @@ with DAG(
         task_id="dedup",
         input_manifest=preprocessed.output["manifest_uri"],
         threshold="{{ params.dedup_threshold }}",
+        config={"across_snapshots": "{{ params.dedup_across_snapshots }}"},
         max_failed_fraction="{{ params.max_failed_fraction }}",
         wait=False,
         poll_interval=POLL,
         **COMMON,
     )
     deduped = launch_and_gate(dedup)
+    # Dedup is a barrier (every shard's clusters need all shards), but its per-shard attrs land one by one
+    # after the global phase: enrich streams on them. Per LSH partition is not possible: see docs/dedup.md.
+    dedup_started = first_shards(dedup)
 
-    # Model outputs (embeddings, labels, scores, instruction pairs) for the rows dedup kept; skipped when no
-    # model is configured, so the pipeline runs on machines without one.
+    # The quality classifier's score and keep/drop for every row (attrs/quality/), streaming on dedup's shards;
+    # skipped when no model is configured. After dedup, not beside it: the manifests the later stages read
+    # then carry dedup's decisions and quality's (kept rows: every upstream keep/is_duplicate), and an
+    # embedding model embeds after the cheap filters.
+    quality = QualityOperator(
+        task_id="quality",
+        input_manifest=dedup_started.output["manifest_uri"],
+        model="{{ params.quality_model or var.value.get('curation_quality_model', '') }}",
+        min_score="{{ '' if params.quality_min_score is none else params.quality_min_score }}",
+        skip_without_model=True,
+        max_failed_fraction="{{ params.max_failed_fraction }}",
+        wait=False,
+        poll_interval=POLL,
+        **COMMON,
+    )
+    scored = launch_and_gate(quality)
+    quality_started = first_shards(quality)
+
+    # PII spans, counts per kind and the redacted text beside every shard (additive; no row is dropped),
+    # streaming on quality's shards (dedup's when quality is skipped) as they land; enrich streams on pii's.
+    pii = PiiOperator(
+        task_id="pii",
+        input_manifest=KEPT_FIRST_SHARDS,
+        max_failed_fraction="{{ params.max_failed_fraction }}",
+        trigger_rule="none_failed",  # runs when quality was skipped
+        wait=False,
+        poll_interval=POLL,
+        **COMMON,
+    )
+    [dedup_started, quality_started] >> pii
+    pii_scanned = launch_and_gate(pii)
+    # As for ingest: quality's full gate is watched once pii is under way (a serial dag.test must not block
+    # on it first).
+    pii >> scored
+    pii_started = first_shards(pii)
+
+    # Model outputs (embeddings, labels, scores, instruction pairs) for the rows every upstream stage kept;
+    # skipped when no model is configured, so the pipeline runs on machines without one.
     enrich = EnrichOperator(
         task_id="enrich",
-        input_manifest=deduped.output["manifest_uri"],
+        input_manifest=pii_started.output["manifest_uri"],
         task="{{ params.enrich_task }}",
         model="{{ params.enrich_model or var.value.get('curation_enrich_model', '') }}",
         model_runtime="{{ params.enrich_model_runtime }}",
@@ -241,11 +370,29 @@ with DAG(
     )
     enriched = launch_and_gate(enrich)
 
+    # Packed training sequences of the kept rows (token counts in its manifest and the report); skipped when
+    # no tokenizer file is configured.
+    tokenize = TokenizeOperator(
+        task_id="tokenize",
+        input_manifest=KEPT_MANIFEST,
+        tokenizer="{{ params.tokenizer or var.value.get('curation_tokenizer', '') }}",
+        seq_len="{{ params.seq_len }}",
+        skip_without_tokenizer=True,
+        max_failed_fraction="{{ params.max_failed_fraction }}",
+        trigger_rule="none_failed",  # runs when quality was skipped
+        wait=False,
+        poll_interval=POLL,
+        **COMMON,
+    )
+    [deduped, scored] >> tokenize
+    tokenized = launch_and_gate(tokenize)
+
     # Declared checks gate the run and write the report (JSON + HTML, shown in the run's "Curation report"
-    # tab). It reads enrich's manifest when enrich ran, else dedup's; the curated asset alias is its outlet.
+    # tab). It reads enrich's manifest when enrich ran, else pii's (both carry quality's attrs when it ran; the
+    # report also shows tokenize's token counts, from the run's manifests); the curated asset alias is its outlet.
     validate = ValidateOperator(
         task_id="validate",
-        input_task_id=["enrich_checkpoints", "dedup_checkpoints"],  # the first that succeeded
+        input_task_id=["enrich_checkpoints", "pii_checkpoints"],  # the first that succeeded
         min_rows="{{ params.min_rows }}",
         max_duplicate_rate="{{ params.max_duplicate_rate }}",
         trigger_rule="none_failed",
@@ -253,4 +400,4 @@ with DAG(
         outlets=[CURATED],
         **COMMON,
     )
-    [deduped, enriched] >> validate
+    [deduped, scored, pii_scanned, enriched, tokenized] >> validate

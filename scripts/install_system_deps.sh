@@ -16,8 +16,8 @@ PACKAGES=(
     chromium          # tests/journey: headless browser for the Airflow UI screenshots
     chromium-driver   # tests/journey: selenium drives chromium through it
     docker-compose    # tests/deploy: `docker-compose config` validates docker-compose.yaml (no Docker engine needed)
-    debian-handbook   # tests/dedup, benchmarks: one book in 26 partly translated locales (real near duplicates)
-    python3.11-doc    # benchmarks/bench_minhash.py: real text (HTML pages)
+    debian-handbook   # tests/dedup, tests/preprocess/test_structure.py, benchmarks: one book in 26 partly translated locales (real near duplicates, real prose)
+    python3.11-doc    # benchmarks, tests/preprocess/test_structure.py: real text (HTML pages; real index pages)
 )
 
 if ! command -v dpkg >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then

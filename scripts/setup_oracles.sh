@@ -2,7 +2,8 @@
 # Independent reference implementations ("oracles") for the preprocess tests, in venvs of their own
 # (they pin versions that clash with the main venv and with each other):
 #   .venv-oracles: datatrove (+ spaCy, its default English word tokenizer; regex, which it imports
-#                  without declaring) and pygount
+#                  without declaring), pygount, and tokenizers (datatrove's DocumentTokenizer, in
+#                  benchmarks/bench_tokenize.py)
 #   .venv-dolma:   dolma[code] (boto3==1.26.161 stops pip's resolver loop)
 # Idempotent: a stamp file per venv makes a second run instant. ORACLES_DIR puts them elsewhere.
 set -euo pipefail
@@ -17,5 +18,12 @@ setup() {
   "$venv/bin/pip" install --quiet --disable-pip-version-check "$@"
   touch "$venv/.stamp-v2"
 }
-setup .venv-oracles "datatrove==0.10.1" spacy regex "pygount==3.2.0"
+setup .venv-oracles "datatrove==0.10.1" spacy regex "pygount==3.2.0" "tokenizers==0.23.3"
+# Added after the first venvs were built: installed into an existing one too (a no-op once there).
+"$DIR/.venv-oracles/bin/python" -c "import tokenizers" 2>/dev/null \
+  || "$DIR/.venv-oracles/bin/pip" install --quiet --disable-pip-version-check "tokenizers==0.23.3"
 setup .venv-dolma "dolma[code]==1.2.1" "boto3==1.26.161"
+# benchmarks/bench_langid_pii.py: datatrove's LanguageFilter wants fasttext (checked by its distribution
+# name) and fasteners; added here, not in the stamp, so that existing venvs get them without a rebuild.
+"$DIR/.venv-oracles/bin/python" -c "import fasttext, fasteners" 2>/dev/null ||
+  "$DIR/.venv-oracles/bin/pip" install --quiet --disable-pip-version-check fasttext-numpy2-wheel fasteners

@@ -12,26 +12,21 @@ from __future__ import annotations
 import enum
 import inspect
 import logging
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_curation.core import storage
 from airflow_curation.jobs import progress
 from airflow_curation.jobs.result import JobResult
 from airflow_curation.jobs.spec import JobSpec
 
 log = logging.getLogger(__name__)
+CANCELLED = "cancelled"  # the cancel marker's name
 
 JobHandle = dict[str, Any]
-# The environment variables through which the Airflow layer hands a job the lake's storage options,
-# credentials included (``CURATION_STORAGE_OPTIONS_<PROTOCOL>``, JSON): secrets by construction.
-STORAGE_OPTIONS_ENV_PREFIX = "CURATION_STORAGE_OPTIONS_"
-
-
-def is_storage_options_env(name: str) -> bool:
-    """Whether environment variable ``name`` carries storage options (and so, credentials)."""
-    return name.upper().startswith(STORAGE_OPTIONS_ENV_PREFIX)
 
 
 class JobState(str, enum.Enum):
@@ -85,6 +80,20 @@ def slice_log(data: bytes, offset: int) -> tuple[str, int]:
     return data[offset:].decode("utf-8", "replace"), len(data)
 
 
+def _attempt(handle: JobHandle) -> int:
+    return int(handle.get("attempt", 1))
+
+
+def beside_result(handle: JobHandle, name: str) -> str:
+    """A file of the run in the folder of the attempt's result (the cancel marker, the newest attempt)."""
+    return handle["result"].rsplit("/", 1)[0] + "/" + name
+
+
+def current_uri(handle: JobHandle) -> str | None:
+    """Where a run keeps its newest attempt's handle: beside the first attempt's result."""
+    return handle.get("current") or (beside_result(handle, "current.json") if handle.get("result") else None)
+
+
 class Backend(ABC):
     """:param max_resubmits: how many times :meth:`settle` relaunches a ``retryable`` failure."""
 
@@ -134,18 +143,60 @@ class Backend(ABC):
         return out
 
     def current(self, handle: JobHandle) -> JobHandle:
-        """The latest attempt of the job ``handle`` names."""
-        return handle
+        """The newest attempt of the job ``handle`` names. Each relaunch records its handle in the run's
+        ``current.json`` (beside the first attempt's result), so whoever holds an older handle (the launch
+        task's XCom, a retried sensor) follows the newest attempt; the holder's own keys stay."""
+        uri = current_uri(handle)
+        latest = self._read_json(uri) if uri else None
+        if not latest or _attempt(latest) < _attempt(handle):
+            return handle
+        return {**handle, **latest}
+
+    # -- the run's files beside its results: on the lake's storage here, in the job folder for Slurm --
+    def _read_json(self, uri: str) -> dict[str, Any] | None:
+        """A JSON file, or None while it does not exist (or is not whole yet)."""
+        try:
+            return storage.read_json(uri)
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def _write_json(self, uri: str, obj: dict[str, Any]) -> None:
+        storage.write_json(uri, obj)
+
+    def _result(self, handle: JobHandle) -> JobResult | None:
+        """The attempt's result, or None while there is none (an unreadable one is logged, not raised)."""
+        try:
+            data = self._read_json(handle["result"])
+            return JobResult.from_dict(data) if data is not None else None
+        except Exception as e:  # noqa: BLE001 - reported as a job without a result
+            log.warning("cannot read job result %s: %s", handle["result"], e)
+            return None
+
+    def _mark_cancelled(self, handle: JobHandle) -> None:
+        """Leave the marker that tells :meth:`status` a job's end was a cancel."""
+        try:
+            self._write_json(beside_result(handle, CANCELLED), {"at": time.time()})
+        except Exception as e:  # noqa: BLE001 - the marker only refines status(); stopping the job matters
+            log.warning("cannot write the cancel marker: %s", e)
+
+    def _was_cancelled(self, handle: JobHandle) -> bool:
+        try:
+            return self._read_json(beside_result(handle, CANCELLED)) is not None
+        except Exception:  # noqa: BLE001 - unreadable: no verdict from the marker
+            return False
 
     def release(self, handle: JobHandle) -> None:
         """The run is over: drop what was kept for a relaunch."""
 
+    def attempts_left(self, handle: JobHandle) -> bool:
+        """Whether a failure of the job's newest attempt may still be relaunched."""
+        return _attempt(self.current(handle)) <= self.max_resubmits
+
     def can_relaunch(self, handle: JobHandle, status: JobStatus) -> bool:
-        return (
-            status.state == JobState.FAILED
-            and status.retryable
-            and int(self.current(handle).get("attempt", 1)) <= self.max_resubmits
-        )
+        """Whether :meth:`settle` gives a next attempt: a retryable failure with attempts left, or an
+        older attempt's failure that another follower relaunched already."""
+        newer = _attempt(self.current(handle)) > _attempt(handle)
+        return status.state == JobState.FAILED and (newer or (status.retryable and self.attempts_left(handle)))
 
     def relaunch(self, handle: JobHandle) -> JobHandle:
         """The next attempt of a finished run: ``jobs reopen``, then only the groups with unfinished units."""
@@ -162,11 +213,20 @@ class Backend(ABC):
         log.info(
             "relaunching %s: %s", handle.get("job_id"), "; ".join(f"{u}: {e}" for u, e in sorted(reopened.items())[:20])
         )
-        return self.launch(self.spec_of(handle), todo, previous=handle)
+        new = self.launch(self.spec_of(handle), todo, previous=handle)
+        uri = current_uri(handle)
+        if uri and _attempt(new) > _attempt(handle):  # not a reconnect to a rival's attempt
+            new["current"] = uri
+            self._write_json(uri, new)
+        return new
 
     def settle(self, handle: JobHandle, status: JobStatus) -> JobHandle | None:
         """The follower's decision once ``status`` is finished: the next attempt's handle when the
-        failure is retryable and attempts remain, else None (after :meth:`release`)."""
+        failure is retryable and attempts remain, else None (after :meth:`release`). An older attempt's
+        follower gets the newest attempt, which another follower launched."""
+        latest = self.current(handle)
+        if _attempt(latest) > _attempt(handle):
+            return latest
         if self.can_relaunch(handle, status):
             try:
                 return self.relaunch(handle)

@@ -11,14 +11,13 @@ for their results), ``job`` (one pod), ``dask`` (a ``DaskJob``), ``ray`` (a ``Ra
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import re
 import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_curation.backends.base import is_storage_options_env
+from airflow_curation.core.storage import ENV_PREFIX
 from airflow_curation.jobs import groups as grp
 
 SPEC_DIR = "/etc/curation"
@@ -35,6 +34,7 @@ MANAGER = "airflow-curation"
 
 RAY_GROUP, RAY_VERSION, RAY_PLURAL = "ray.io", "v1", "rayjobs"
 DASK_GROUP, DASK_VERSION, DASK_PLURAL = "kubernetes.dask.org", "v1", "daskjobs"
+CRDS = {"RayJob": (RAY_GROUP, RAY_VERSION, RAY_PLURAL), "DaskJob": (DASK_GROUP, DASK_VERSION, DASK_PLURAL)}
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -87,7 +87,7 @@ class PodSettings:
             raise ValueError("gpus must be >= 0")
         # pod.env values are literal in every pod spec (readable by anyone who may read Jobs): the
         # lake's credentials belong in a Secret.
-        literal = sorted(k for k in self.env if is_storage_options_env(k))
+        literal = sorted(k for k in self.env if k.upper().startswith(ENV_PREFIX))  # storage options: secrets
         if literal:
             raise ValueError(
                 f"pod.env {literal}: storage options are secrets and pod.env values are written "
@@ -140,20 +140,17 @@ def _label_value(value: str) -> str:
 
 
 def _meta(
-    name: str, namespace: str, stage: str, role: str, settings: PodSettings, spec_hash: str | None = None
+    name: str, namespace: str, stage: str, role: str, settings: PodSettings, spec_hash: str | None = None, base=None
 ) -> dict[str, Any]:
+    """An object's metadata; ``base``: the run's name that labels it, when the object is one of its attempts."""
     annotations = dict(settings.annotations)
     if spec_hash:
         annotations[ANNOTATION_SPEC_HASH] = spec_hash
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": _labels(name, stage, role, settings)}
+    labels = _labels(base or name, stage, role, settings)
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
     if annotations:
         meta["annotations"] = annotations
     return meta
-
-
-def jobs_command(args: list[grp.Arg]) -> list[str]:
-    """argv of the one command every backend runs, ``python -m airflow_curation.jobs ARGS``."""
-    return ["python", "-m", "airflow_curation.jobs", *grp.render(args, {})]
 
 
 def _container(
@@ -204,6 +201,10 @@ def _container(
     return c
 
 
+def _ports(*ports: tuple[str, int]) -> list[dict[str, Any]]:
+    return [{"name": name, "containerPort": port, "protocol": "TCP"} for name, port in ports]
+
+
 def _pod_spec(
     name: str, settings: PodSettings, containers: list[dict], *, restart_policy: str | None, gpu: bool = False
 ) -> dict[str, Any]:
@@ -222,16 +223,14 @@ def _pod_spec(
         "containers": containers,
         "volumes": [{"name": "spec", "configMap": {"name": f"{name}-spec"}}, {"name": "tmp", "emptyDir": {}}],
     }
-    if restart_policy:
-        spec["restartPolicy"] = restart_policy
-    if node_selector:
-        spec["nodeSelector"] = node_selector
-    if tolerations:
-        spec["tolerations"] = tolerations
-    if settings.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": s} for s in settings.image_pull_secrets]
-    if settings.priority_class:
-        spec["priorityClassName"] = settings.priority_class
+    optional = {
+        "restartPolicy": restart_policy,
+        "nodeSelector": node_selector,
+        "tolerations": tolerations,
+        "imagePullSecrets": [{"name": s} for s in settings.image_pull_secrets],
+        "priorityClassName": settings.priority_class,
+    }
+    spec.update((k, v) for k, v in optional.items() if v)
     return spec
 
 
@@ -303,8 +302,7 @@ def _job(
         spec["backoffLimit"] = backoff_limit
     if active_deadline:
         spec["activeDeadlineSeconds"] = active_deadline
-    meta = _meta(name, namespace, stage, role, settings, spec_hash)
-    meta["labels"][LABEL_JOB] = base
+    meta = _meta(name, namespace, stage, role, settings, spec_hash, base)
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
 
 
@@ -330,7 +328,7 @@ def sweep_job(
     if completions < 1 or parallelism < 1:
         raise ValueError("groups and parallelism must be >= 1")
     result = f"{result_dir.rstrip('/')}/group-{grp.GROUP}.json"
-    command = jobs_command(grp.group_args(SPEC_PATH, result, INDEX, groups, pick))
+    command = grp.command(grp.group_args(SPEC_PATH, result, INDEX, groups, pick))
     return _job(
         name,
         namespace,
@@ -366,9 +364,9 @@ def stage_job(
     groups, timeout_s)`` it is the collect step of a sweep: it waits for every group's result, then
     writes the manifest, applies the failure budget and runs ``finalize``."""
     if collect is None:
-        role, command = "job", jobs_command(grp.run_args(SPEC_PATH, result_uri))
+        role, command = "job", grp.command(grp.run_args(SPEC_PATH, result_uri))
     else:
-        role, command = "collect", jobs_command(grp.collect_args(SPEC_PATH, result_uri, wait=collect))
+        role, command = "collect", grp.command(grp.collect_args(SPEC_PATH, result_uri, wait=collect))
     return _job(
         name,
         namespace,
@@ -393,17 +391,17 @@ def dask_job(
     workers: int,
     result_uri: str,
     threads_per_worker: int = 1,
-    dask_image: str | None = None,
+    base_name: str | None = None,
 ) -> dict:
     """A ``DaskJob``: the operator starts a scheduler and ``workers`` workers, then the runner pod,
-    into which it injects ``DASK_SCHEDULER_ADDRESS``; the cluster goes when the runner ends."""
+    into which it injects ``DASK_SCHEDULER_ADDRESS``; the cluster goes when the runner ends.
+    ``base_name``: the run's name (labels, spec ConfigMap) when this is a later attempt of it."""
     if workers < 1:
         raise ValueError("workers must be >= 1")
-    labels = _labels(name, stage, "dask", settings)
-    worker_settings = copy.copy(settings)
-    if dask_image:
-        worker_settings.image = dask_image
+    base = base_name or name
+    labels = _labels(base, stage, "dask", settings)
     mem = settings.limits.get("memory", "")
+    scheduler_ports = (("tcp-comm", 8786), ("http-dashboard", 8787))
     worker_cmd = [
         "dask",
         "worker",
@@ -417,59 +415,45 @@ def dask_job(
     ]
     if mem:
         worker_cmd += ["--memory-limit", _dask_memory(mem)]
-    worker = _container(
-        "worker",
-        worker_settings,
-        worker_cmd,
-        ports=[{"name": "http-dashboard", "containerPort": 8788, "protocol": "TCP"}],
-    )
+    worker = _container("worker", settings, worker_cmd, ports=_ports(("http-dashboard", 8788)))
     scheduler = _container(
         "scheduler",
-        worker_settings,
+        settings,
         ["dask", "scheduler"],
         requests={"cpu": "500m", "memory": "1Gi"},
         limits={"cpu": "1", "memory": "2Gi"},
-        ports=[
-            {"name": "tcp-comm", "containerPort": 8786, "protocol": "TCP"},
-            {"name": "http-dashboard", "containerPort": 8787, "protocol": "TCP"},
-        ],
+        ports=_ports(*scheduler_ports),
     )
     scheduler["readinessProbe"] = {
         "httpGet": {"port": "http-dashboard", "path": "/health"},
         "initialDelaySeconds": 5,
         "periodSeconds": 10,
     }
-    runner = _container("job", settings, jobs_command(grp.run_args(SPEC_PATH, result_uri)))
+    runner = _container("job", settings, grp.command(grp.run_args(SPEC_PATH, result_uri)))
     return {
         "apiVersion": f"{DASK_GROUP}/{DASK_VERSION}",
         "kind": "DaskJob",
-        "metadata": _meta(name, namespace, stage, "dask", settings, spec_sha256(spec_json)),
+        "metadata": _meta(name, namespace, stage, "dask", settings, spec_sha256(spec_json), base),
         "spec": {
             "job": {
                 "metadata": {"labels": labels},
-                "spec": _pod_spec(name, settings, [runner], restart_policy="Never"),
+                "spec": _pod_spec(base, settings, [runner], restart_policy="Never"),
             },
             "cluster": {
                 "spec": {
                     "worker": {
                         "replicas": workers,
                         "metadata": {"labels": labels},
-                        "spec": _pod_spec(name, worker_settings, [worker], restart_policy=None),
+                        "spec": _pod_spec(base, settings, [worker], restart_policy=None),
                     },
                     "scheduler": {
                         "metadata": {"labels": labels},
-                        "spec": _pod_spec(name, worker_settings, [scheduler], restart_policy=None),
+                        "spec": _pod_spec(base, settings, [scheduler], restart_policy=None),
                         "service": {
                             "type": "ClusterIP",
                             "selector": {"dask.org/cluster-name": name, "dask.org/component": "scheduler"},
                             "ports": [
-                                {"name": "tcp-comm", "protocol": "TCP", "port": 8786, "targetPort": "tcp-comm"},
-                                {
-                                    "name": "http-dashboard",
-                                    "protocol": "TCP",
-                                    "port": 8787,
-                                    "targetPort": "http-dashboard",
-                                },
+                                {"name": n, "protocol": "TCP", "port": p, "targetPort": n} for n, p in scheduler_ports
                             ],
                         },
                     },
@@ -495,37 +479,34 @@ def ray_job(
     result_uri: str,
     gpus_per_worker: int | None = None,
     ray_version: str = "2.60.0",
-    ray_image: str | None = None,
     active_deadline: int | None = None,
     ttl_seconds: int = 86400,
+    base_name: str | None = None,
 ) -> dict:
     """A ``RayJob``: KubeRay starts a Ray cluster (head + ``workers`` GPU workers), submits the
     entrypoint, and deletes the cluster when it finishes. The entrypoint runs on the head as the Ray
-    driver; Ray Data then schedules the vLLM replicas on the GPU workers."""
+    driver; Ray Data then schedules the vLLM replicas on the GPU workers. ``base_name`` as for
+    :func:`dask_job`."""
     if workers < 1:
         raise ValueError("workers must be >= 1")
     gpus = settings.gpus if gpus_per_worker is None else gpus_per_worker
-    ray_settings = copy.copy(settings)
-    if ray_image:
-        ray_settings.image = ray_image
-    labels = _labels(name, stage, "ray", settings)
+    base = base_name or name
+    labels = _labels(base, stage, "ray", settings)
     head = _container(
         "ray-head",
-        ray_settings,
+        settings,
         None,
         requests={"cpu": "1", "memory": "4Gi"},
         limits={"cpu": "2", "memory": "8Gi"},
-        ports=[
-            {"name": "gcs", "containerPort": 6379, "protocol": "TCP"},
-            {"name": "dashboard", "containerPort": 8265, "protocol": "TCP"},
-            {"name": "client", "containerPort": 10001, "protocol": "TCP"},
-        ],
+        ports=_ports(("gcs", 6379), ("dashboard", 8265), ("client", 10001)),
         extra_env={"RAY_USAGE_STATS_ENABLED": "0"},
     )
-    worker = _container("ray-worker", ray_settings, None, gpus=gpus, extra_env={"RAY_USAGE_STATS_ENABLED": "0"})
+    worker = _container("ray-worker", settings, None, gpus=gpus, extra_env={"RAY_USAGE_STATS_ENABLED": "0"})
     worker["lifecycle"] = {"preStop": {"exec": {"command": ["ray", "stop"]}}}
+    small = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}}
+    submitter = _container("ray-job-submitter", settings, None, **small)
     spec: dict[str, Any] = {
-        "entrypoint": shlex.join(jobs_command(grp.run_args(SPEC_PATH, result_uri))),
+        "entrypoint": shlex.join(grp.command(grp.run_args(SPEC_PATH, result_uri))),
         "shutdownAfterJobFinishes": True,
         "ttlSecondsAfterFinished": min(ttl_seconds, 3600),
         "submissionMode": "K8sJobMode",
@@ -536,7 +517,7 @@ def ray_job(
                 "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"},
                 "template": {
                     "metadata": {"labels": labels},
-                    "spec": _pod_spec(name, ray_settings, [head], restart_policy=None),
+                    "spec": _pod_spec(base, settings, [head], restart_policy=None),
                 },
             },
             "workerGroupSpecs": [
@@ -548,7 +529,7 @@ def ray_job(
                     "rayStartParams": {},
                     "template": {
                         "metadata": {"labels": labels},
-                        "spec": _pod_spec(name, ray_settings, [worker], restart_policy=None, gpu=bool(gpus)),
+                        "spec": _pod_spec(base, settings, [worker], restart_policy=None, gpu=bool(gpus)),
                     },
                 }
             ],
@@ -556,20 +537,7 @@ def ray_job(
         # The submitter pod (K8sJobMode) only runs `ray job submit`; keep it small and non-root too.
         "submitterPodTemplate": {
             "metadata": {"labels": labels},
-            "spec": _pod_spec(
-                name,
-                ray_settings,
-                [
-                    _container(
-                        "ray-job-submitter",
-                        ray_settings,
-                        None,
-                        requests={"cpu": "100m", "memory": "256Mi"},
-                        limits={"cpu": "500m", "memory": "512Mi"},
-                    )
-                ],
-                restart_policy="Never",
-            ),
+            "spec": _pod_spec(base, settings, [submitter], restart_policy="Never"),
         },
     }
     if active_deadline:
@@ -577,7 +545,7 @@ def ray_job(
     return {
         "apiVersion": f"{RAY_GROUP}/{RAY_VERSION}",
         "kind": "RayJob",
-        "metadata": _meta(name, namespace, stage, "ray", settings, spec_sha256(spec_json)),
+        "metadata": _meta(name, namespace, stage, "ray", settings, spec_sha256(spec_json), base),
         "spec": spec,
     }
 

@@ -19,10 +19,19 @@ from collections.abc import Sequence
 from typing import Any, Callable
 
 from airflow_curation.backends import k8s_objects as objs
-from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, slice_log, status_from_result
+from airflow_curation.backends.base import (
+    CANCELLED,
+    Backend,
+    JobHandle,
+    JobState,
+    JobStatus,
+    beside_result,
+    current_uri,
+    slice_log,
+    status_from_result,
+)
 from airflow_curation.core import storage
 from airflow_curation.jobs import group_result_uri
-from airflow_curation.jobs.result import JobResult
 from airflow_curation.jobs.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -31,7 +40,7 @@ ENV_OPTIONS = "CURATION_KUBERNETES_OPTIONS"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 LOG_CONTAINERS = ("stage", "job", "ray-job-submitter")
 MAX_REVISIONS = 20
-# Sweep failures that running the groups again cannot cure: a bad spec, the deadline.
+# Job failures that running the groups again cannot cure: a bad spec, the deadline.
 FATAL_REASONS = {"PodFailurePolicy", "DeadlineExceeded"}
 
 
@@ -136,8 +145,7 @@ class KubernetesBackend(Backend):
             cfg.host = self.host
             cfg.verify_ssl = self.verify_ssl
             if self.token:
-                cfg.api_key = {"authorization": self.token}
-                cfg.api_key_prefix = {"authorization": "Bearer"}
+                cfg.api_key = {"authorization": f"Bearer {self.token}"}
         elif self.in_cluster:
             config.load_incluster_config(client_configuration=cfg)
         else:
@@ -150,18 +158,6 @@ class KubernetesBackend(Backend):
         from kubernetes import client
 
         return client.CoreV1Api(self.api_client)
-
-    @property
-    def batch(self):
-        from kubernetes import client
-
-        return client.BatchV1Api(self.api_client)
-
-    @property
-    def custom(self):
-        from kubernetes import client
-
-        return client.CustomObjectsApi(self.api_client)
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call the API, retrying transient failures (429, 5xx, dropped connections)."""
@@ -237,41 +233,13 @@ class KubernetesBackend(Backend):
         if self.env:
             env_secret = objs.storage_secret(f"{name}-env", ns, self.env, {objs.LABEL_JOB: name})
             handle["env_secret"] = env_secret["metadata"]["name"]
-        pod = self._pod_for(handle)
-        cm = objs.spec_config_map(name, ns, stage, spec_json, pod)
+        cm = objs.spec_config_map(name, ns, stage, spec_json, self._pod_for(handle))
         extras = []
         if kind == "indexed":
             handle["groups"] = self._groups_for(spec)
-            main = self._group_job(handle, spec_json, stage, name, None)
             handle["collect"] = f"{name}-collect"
-            extras.append(self._collect_job(handle, spec_json, stage, handle["collect"]))
-        elif kind == "job":
-            main = objs.stage_job(
-                name,
-                ns,
-                stage,
-                spec_json,
-                pod,
-                result_uri=result_uri,
-                backoff_limit=self.backoff_limit,
-                ttl_seconds=self.ttl_seconds,
-            )
-        elif kind == "dask":
-            main = objs.dask_job(name, ns, stage, spec_json, pod, workers=self.dask_workers, result_uri=result_uri)
-        else:
-            main = objs.ray_job(
-                name,
-                ns,
-                stage,
-                spec_json,
-                pod,
-                workers=self.ray_workers,
-                result_uri=result_uri,
-                gpus_per_worker=self.ray_gpus_per_worker,
-                ray_version=self.ray_version,
-                active_deadline=self.active_deadline_seconds,
-                ttl_seconds=self.ttl_seconds,
-            )
+            extras.append(self._collect_job(handle, spec))
+        main = self._main(handle, spec)
         handle["kind"] = main["kind"]
         return handle, [cm, *([env_secret] if env_secret else []), main, *extras]
 
@@ -280,32 +248,50 @@ class KubernetesBackend(Backend):
             return self.pod
         return dataclasses.replace(self.pod, extra_secrets=[*self.pod.extra_secrets, handle["env_secret"]])
 
-    def _group_job(
-        self, handle: JobHandle, spec_json: str, stage: str, name: str, pick: list[int] | None
-    ) -> dict[str, Any]:
-        return objs.sweep_job(
-            name,
-            handle["namespace"],
-            stage,
-            spec_json,
-            self._pod_for(handle),
-            groups=handle["groups"],
-            parallelism=self.parallelism,
-            pick=pick,
-            result_dir=handle["result_dir"],
-            backoff_limit=self.backoff_limit,
-            ttl_seconds=self.ttl_seconds,
-            active_deadline=self.active_deadline_seconds,
-            base_name=handle["name"],
+    def _main(self, handle: JobHandle, spec: JobSpec, pick: list[int] | None = None) -> dict[str, Any]:
+        """The object that runs an attempt, ``handle["main"]``, labelled as the run and reading its spec
+        ConfigMap: the Indexed Job of groups (``pick``: a relaunch of some), the Job, DaskJob or RayJob."""
+        kind = handle["launch_kind"]
+        args = (handle["main"], handle["namespace"], spec.stage, spec.to_json(), self._pod_for(handle))
+        run = {"base_name": handle["name"]}
+        deadline, ttl = self.active_deadline_seconds, self.ttl_seconds
+        if kind == "indexed":
+            return objs.sweep_job(
+                *args,
+                groups=handle["groups"],
+                parallelism=self.parallelism,
+                pick=pick,
+                result_dir=handle["result_dir"],
+                backoff_limit=self.backoff_limit,
+                ttl_seconds=ttl,
+                active_deadline=deadline,
+                **run,
+            )
+        if kind == "job":
+            return objs.stage_job(
+                *args, result_uri=handle["result"], backoff_limit=self.backoff_limit, ttl_seconds=ttl, **run
+            )
+        if kind == "dask":
+            return objs.dask_job(*args, workers=self.dask_workers, result_uri=handle["result"], **run)
+        gpus, version = self.ray_gpus_per_worker, self.ray_version
+        return objs.ray_job(
+            *args,
+            workers=self.ray_workers,
+            result_uri=handle["result"],
+            gpus_per_worker=gpus,
+            ray_version=version,
+            active_deadline=deadline,
+            ttl_seconds=ttl,
+            **run,
         )
 
-    def _collect_job(self, handle: JobHandle, spec_json: str, stage: str, name: str) -> dict[str, Any]:
+    def _collect_job(self, handle: JobHandle, spec: JobSpec) -> dict[str, Any]:
         # Not owned by the group Job: the group Job's TTL must not take the waiting collect with it.
         return objs.stage_job(
-            name,
+            handle["collect"],
             handle["namespace"],
-            stage,
-            spec_json,
+            spec.stage,
+            spec.to_json(),
             self._pod_for(handle),
             result_uri=handle["result"],
             backoff_limit=self.backoff_limit,
@@ -315,34 +301,42 @@ class KubernetesBackend(Backend):
         )
 
     def spec_of(self, handle: JobHandle) -> JobSpec:
-        cm = self._call(self.core.read_namespaced_config_map, f"{handle['name']}-spec", handle["namespace"])
-        return JobSpec.from_dict(json.loads(cm.data["spec.json"]))
+        cm = self._api("read", "ConfigMap", handle["namespace"], f"{handle['name']}-spec")
+        return JobSpec.from_dict(json.loads(cm["data"]["spec.json"]))
 
-    def _create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        ns = obj["metadata"]["namespace"]
-        kind = obj["kind"]
-        if kind == "ConfigMap":
-            return self.api_client.sanitize_for_serialization(
-                self._call(self.core.create_namespaced_config_map, ns, obj)
-            )
-        if kind == "Secret":
-            return self.api_client.sanitize_for_serialization(self._call(self.core.create_namespaced_secret, ns, obj))
-        if kind == "Job":
-            return self.api_client.sanitize_for_serialization(self._call(self.batch.create_namespaced_job, ns, obj))
-        group, version, plural = _crd(kind)
-        return self._call(self.custom.create_namespaced_custom_object, group, version, ns, plural, obj)
+    def _api(self, verb: str, kind: str, namespace: str, *args: Any, **kwargs: Any) -> Any:
+        """``verb`` (create, read, patch, delete) on an object of ``kind``, as a plain dict; ``args``: the
+        body (create) or the name and then the body."""
+        from kubernetes import client
+
+        if kind in objs.CRDS:
+            group, version, plural = objs.CRDS[kind]
+            method = f"{'get' if verb == 'read' else verb}_namespaced_custom_object"
+            fn = getattr(client.CustomObjectsApi(self.api_client), method)
+            return self._call(fn, group, version, namespace, plural, *args, **kwargs)
+        api = (client.BatchV1Api if kind == "Job" else client.CoreV1Api)(self.api_client)
+        noun = {"Job": "job", "ConfigMap": "config_map", "Secret": "secret"}[kind]
+        fn = getattr(api, f"{verb}_namespaced_{noun}" + ("_status" if (verb, kind) == ("read", "Job") else ""))
+        args = (namespace, *args) if verb == "create" else (args[0], namespace, *args[1:])
+        return self.api_client.sanitize_for_serialization(self._call(fn, *args, **kwargs))
+
+    def _create(self, obj: dict[str, Any], reconnect: bool = False) -> dict[str, Any] | None:
+        """Create ``obj``; with ``reconnect``, one that exists already (409: same name, same spec) is fine."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self._api("create", obj["kind"], obj["metadata"]["namespace"], obj)
+        except ApiException as e:
+            if e.status != 409 or not reconnect:
+                raise
+        return None
 
     def _get(self, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
         """The object as a dict, or None when it does not exist."""
         from kubernetes.client.exceptions import ApiException
 
         try:
-            if kind == "Job":
-                return self.api_client.sanitize_for_serialization(
-                    self._call(self.batch.read_namespaced_job_status, name, namespace)
-                )
-            group, version, plural = _crd(kind)
-            return self._call(self.custom.get_namespaced_custom_object, group, version, namespace, plural, name)
+            return self._api("read", kind, namespace, name)
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -352,19 +346,10 @@ class KubernetesBackend(Backend):
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
-        body = client.V1DeleteOptions(propagation_policy=self.propagation_policy)
         try:
-            if kind == "Job":
-                self._call(self.batch.delete_namespaced_job, name, namespace, body=body)
-            elif kind == "ConfigMap":
-                self._call(self.core.delete_namespaced_config_map, name, namespace, body=body)
-            elif kind == "Secret":
-                self._call(self.core.delete_namespaced_secret, name, namespace, body=body)
-            else:
-                group, version, plural = _crd(kind)
-                self._call(
-                    self.custom.delete_namespaced_custom_object, group, version, namespace, plural, name, body=body
-                )
+            self._api(
+                "delete", kind, namespace, name, body=client.V1DeleteOptions(propagation_policy=self.propagation_policy)
+            )
         except ApiException as e:
             if e.status != 404:
                 raise
@@ -375,103 +360,71 @@ class KubernetesBackend(Backend):
     ) -> JobHandle:
         if previous is not None:
             return self._relaunch(spec, previous, groups)
-        from kubernetes.client.exceptions import ApiException
-
         for revision in range(MAX_REVISIONS):
             handle, objects = self.build(spec, revision)
-            first = next(i for i, o in enumerate(objects) if o["kind"] not in ("ConfigMap", "Secret"))
-            parts, main, extras = objects[:first], objects[first], objects[first + 1 :]
-            if self.validate:
-                from airflow_curation.backends.schemas import validate_object
-
-                for obj in objects:
-                    validate_object(obj)
-            for obj in parts:
-                try:
-                    self._create(obj)
-                except ApiException as e:
-                    if e.status != 409:
-                        raise
-                    # Same name, same spec (the name is its hash): an earlier submit got this far.
-            if self._get(main["kind"], handle["name"], handle["namespace"]) is None:
+            self._validate(*objects)
+            parts = [o for o in objects if o["kind"] in ("ConfigMap", "Secret")]
+            main, *extras = objects[len(parts) :]
+            for obj in parts:  # 409: same name, same spec (the name is its hash): an earlier submit got this far
+                self._create(obj, reconnect=True)
+            kind, name, ns = main["kind"], handle["name"], handle["namespace"]
+            if self._get(kind, name, ns) is None:
                 self._clear_results(handle)  # left by a deleted job of the same name: not this one's
-            try:
-                created = self._create(main)
-            except ApiException as e:
-                if e.status != 409:
-                    raise
-                existing = self._get(main["kind"], handle["name"], handle["namespace"])
-                if existing is None:
-                    raise  # deleted between our create and get: let the caller's retry decide
-                state = self._object_state(existing)[0]
-                if state in (JobState.FAILED, JobState.CANCELLED) or existing["metadata"].get("deletionTimestamp"):
-                    log.info(
-                        "%s %s exists and has ended (%s); launching revision %d",
-                        main["kind"],
-                        handle["name"],
-                        state.value,
-                        revision + 1,
-                    )
-                    continue
-                log.info("%s %s already exists (%s): reconnecting to it", main["kind"], handle["name"], state.value)
-                created = existing
+            created = self._create(main, reconnect=True) or self._get(kind, name, ns)  # 409: reconnect to it
+            if created is None:
+                raise RuntimeError(f"{kind} {ns}/{name} was deleted while it was launched; launch again")
+            state = self._object_state(created)[0]
+            if state in (JobState.FAILED, JobState.CANCELLED) or created["metadata"].get("deletionTimestamp"):
+                log.info(
+                    "%s %s exists and has ended (%s); launching revision %d", kind, name, state.value, revision + 1
+                )
+                continue
             self._own_parts(handle, created, parts)
             for obj in extras:  # the sweep's collect job: it starts waiting for the groups' results
-                self._create_or_reconnect(obj)
-            log.info("launched %s %s/%s (%s)", main["kind"], handle["namespace"], handle["name"], handle["launch_kind"])
+                self._create(obj, reconnect=True)
+            log.info("launched %s %s/%s (%s)", kind, ns, name, handle["launch_kind"])
             return handle
         raise RuntimeError(f"{MAX_REVISIONS} earlier jobs of this spec failed; delete them or change the spec")
 
-    def _create_or_reconnect(self, obj: dict[str, Any]) -> None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            self._create(obj)
-        except ApiException as e:
-            if e.status != 409:
-                raise
-
     def _relaunch(self, spec: JobSpec, previous: JobHandle, groups: Sequence[int] | None) -> JobHandle:
-        """Attempt n+1 of an ``indexed`` or ``job`` launch: a new group Job (only ``groups``) or Job under
-        the same spec ConfigMap and env Secret. Its name is deterministic, so two followers relaunching at
-        once create one Job."""
+        """Attempt n+1: a new object of the run's launch kind (an ``indexed`` run: a group Job of only
+        ``groups``) under the same spec ConfigMap and env Secret. Its name is deterministic, so two
+        followers relaunching at once create one."""
         handle = {**previous, "attempt": int(previous.get("attempt", 1)) + 1}
         handle["main"] = f"{handle['name']}-a{handle['attempt']}"
-        spec_json, stage = spec.to_json(), spec.stage
+        pick = None
         if handle["launch_kind"] == "indexed":
             pick = sorted(groups) if groups is not None else list(range(handle["groups"]))
             collect = self._get("Job", handle["collect"], handle["namespace"])
             if collect is None or self._object_state(collect)[0].finished:
                 # The collect step has given up or ended: a fresh one waits for the relaunched groups.
-                self._clear_results(handle, groups=False)
+                self._clear_results(handle, fresh=False)
                 handle["collect"] = f"{handle['name']}-collect-a{handle['attempt']}"
-                self._create_or_reconnect(self._collect_job(handle, spec_json, stage, handle["collect"]))
-            if pick:
-                self._create_or_reconnect(self._group_job(handle, spec_json, stage, handle["main"], pick))
-        elif handle["launch_kind"] == "job":
-            self._clear_results(handle, groups=False)
-            self._create_or_reconnect(
-                objs.stage_job(
-                    handle["main"],
-                    handle["namespace"],
-                    stage,
-                    spec_json,
-                    self._pod_for(handle),
-                    result_uri=handle["result"],
-                    backoff_limit=self.backoff_limit,
-                    ttl_seconds=self.ttl_seconds,
-                    base_name=handle["name"],
-                )
-            )
+                self._validate(waiting := self._collect_job(handle, spec))
+                self._create(waiting, reconnect=True)
         else:
-            raise ValueError(f"a {handle['launch_kind']} job is not relaunched (its operator retries it)")
+            self._clear_results(handle, fresh=False)
+        if pick != []:
+            self._validate(main := self._main(handle, spec, pick))
+            self._create(main, reconnect=True)
         log.info("relaunched %s as attempt %d (%s)", handle["name"], handle["attempt"], handle["main"])
         return handle
 
-    def _clear_results(self, handle: JobHandle, groups: bool = True) -> None:
-        uris = [handle["result"], storage.join(handle["result_dir"], "cancelled.json")]
-        if groups:
+    def _validate(self, *objects: dict[str, Any]) -> None:
+        """Check the objects against their schemas (``validate``) before any of them is created."""
+        if self.validate:
+            from airflow_curation.backends.schemas import validate_object
+
+            for obj in objects:
+                validate_object(obj)
+
+    def _clear_results(self, handle: JobHandle, fresh: bool = True) -> None:
+        """Remove the run's result (and cancel marker); a fresh launch also its groups' results and the
+        newest-attempt record that a deleted run of the same name left."""
+        uris = [handle["result"], beside_result(handle, CANCELLED)]
+        if fresh:
             uris += [group_result_uri(handle["result_dir"], i) for i in range(handle.get("groups", 0))]
+            uris.append(current_uri(handle))
         for uri in uris:
             try:
                 storage.remove(uri)
@@ -484,12 +437,7 @@ class KubernetesBackend(Backend):
             return
         patch = {"metadata": {"ownerReferences": [objs.owner_reference(owner)]}}
         for obj in parts:
-            fn = (
-                self.core.patch_namespaced_config_map
-                if obj["kind"] == "ConfigMap"
-                else self.core.patch_namespaced_secret
-            )
-            self._call(fn, obj["metadata"]["name"], handle["namespace"], patch)
+            self._api("patch", obj["kind"], handle["namespace"], obj["metadata"]["name"], patch)
 
     def status(self, handle: JobHandle) -> JobStatus:
         """One or two GETs (plus a result read once finished), nothing written: cheap to poll from a trigger."""
@@ -504,7 +452,7 @@ class KubernetesBackend(Backend):
         state, message = self._object_state(obj) if obj is not None else (JobState.SUCCEEDED, f"{main_name} gone")
         if handle.get("collect"):
             groups_message = f"groups: {message}"
-            if state == JobState.FAILED and _condition(obj, "Failed", reason=FATAL_REASONS):
+            if state == JobState.FAILED and _fatal(obj):
                 # A bad spec or the deadline: running the groups again cannot help.
                 return JobStatus(JobState.FAILED, groups_message)
             if state == JobState.FAILED:
@@ -528,12 +476,8 @@ class KubernetesBackend(Backend):
         if state == JobState.FAILED:
             if (result := self._result(handle)) is not None:
                 return JobStatus(JobState.FAILED, f"{message}: {result.error}", result.to_dict())
-            # A one-pod Job whose pods died without a word (OOM, lost node) may well succeed again.
-            return JobStatus(
-                JobState.FAILED,
-                message,
-                retryable=handle["launch_kind"] == "job" and not _condition(obj, "Failed", reason=FATAL_REASONS),
-            )
+            # A Job, DaskJob or RayJob whose pods died without a word (OOM, lost node) may well succeed again.
+            return JobStatus(JobState.FAILED, message, retryable=handle["launch_kind"] != "indexed" and not _fatal(obj))
         return JobStatus(state, message)
 
     def release(self, handle: JobHandle) -> None:
@@ -547,31 +491,18 @@ class KubernetesBackend(Backend):
         # The object is gone: TTL after finishing, a cancel, or someone deleted it.
         if (st := status_from_result(self._result(handle))) is not None:
             return st
-        if self._cancelled(handle):
+        if self._was_cancelled(handle):
             return JobStatus(JobState.CANCELLED, "cancelled")
         return JobStatus(
             JobState.FAILED,
             f"{handle['kind']} {handle['namespace']}/{handle['name']} not found and no result was written (deleted?)",
         )
 
-    def _result(self, handle: JobHandle) -> JobResult | None:
-        try:
-            return JobResult.read(handle["result"])
-        except Exception as e:  # noqa: BLE001 - an unreadable result is reported, not raised
-            log.warning("cannot read job result %s: %s", handle["result"], e)
-            return None
-
     def _from_result(self, handle: JobHandle, message: str) -> JobStatus:
         return status_from_result(self._result(handle), message) or JobStatus(
             JobState.FAILED,
             f"{message}; but the job wrote no result at {handle['result']} (is the lake shared object storage?)",
         )
-
-    def _cancelled(self, handle: JobHandle) -> bool:
-        try:
-            return storage.exists(storage.join(handle["result_dir"], "cancelled.json"))
-        except Exception:  # noqa: BLE001
-            return False
 
     @staticmethod
     def _object_state(obj: dict[str, Any]) -> tuple[JobState, str]:
@@ -588,9 +519,9 @@ class KubernetesBackend(Backend):
                 msg += f": {status['message']}"
             if job == "STOPPED":
                 return JobState.CANCELLED, msg
-            if deploy in ("Failed", "ValidationFailed") or job == "FAILED" and deploy == "Complete":
+            if deploy in ("Failed", "ValidationFailed"):
                 return JobState.FAILED, msg
-            if deploy == "Complete":
+            if deploy == "Complete":  # STOPPED is cancelled (above), SUCCEEDED succeeded, the rest failed
                 return (JobState.SUCCEEDED if job == "SUCCEEDED" else JobState.FAILED), msg
             if deploy in ("Running", "Retrying") and job in ("RUNNING", "SUCCEEDED", "FAILED"):
                 return JobState.RUNNING, msg
@@ -612,10 +543,7 @@ class KubernetesBackend(Backend):
 
     def cancel(self, handle: JobHandle) -> None:
         """Delete the job's objects (idempotent); the spec ConfigMap goes with them."""
-        try:
-            storage.write_json(storage.join(handle["result_dir"], "cancelled.json"), {"at": time.time()})
-        except Exception as e:  # noqa: BLE001 - the marker only refines status(); deletion matters
-            log.warning("cannot write the cancel marker: %s", e)
+        self._mark_cancelled(handle)
         ns = handle["namespace"]
         if handle.get("collect"):
             self._delete("Job", handle["collect"], ns)
@@ -653,75 +581,9 @@ class KubernetesBackend(Backend):
                     if e.status in (400, 404):  # not started yet, or gone
                         continue
                     raise
-                parts.append(f"==> pod {p.metadata.name} ({c.name}) <==\n{text}")
-                if text and not text.endswith("\n"):
-                    parts.append("\n")
+                end = "\n" if text and not text.endswith("\n") else ""
+                parts.append(f"==> pod {p.metadata.name} ({c.name}) <==\n{text}{end}")
         return slice_log("".join(parts).encode(), offset)
-
-    def wait(
-        self,
-        handle: JobHandle,
-        timeout: float = 3600.0,
-        watch_timeout: int = 60,
-        poll: Callable[[JobStatus], None] | None = None,
-    ) -> JobStatus:
-        """Block until the job finishes, woken by a watch on its objects; a watch that times out on
-        the server (or drops) is resumed from the last resourceVersion, one answering 410 Gone is
-        restarted from a fresh list. Returns the last status (not finished on timeout)."""
-        from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
-
-        deadline = time.monotonic() + timeout
-        selector = f"{objs.LABEL_JOB}={handle['name']}"
-        ns = handle["namespace"]
-        if handle["kind"] == "Job":
-            list_fn, args = self.batch.list_namespaced_job, (ns,)
-        else:
-            group, version, plural = _crd(handle["kind"])
-            list_fn, args = self.custom.list_namespaced_custom_object, (group, version, ns, plural)
-        resource_version = None
-        while True:
-            st = self.status(handle)
-            if poll:
-                poll(st)
-            remaining = deadline - time.monotonic()
-            if st.state.finished or remaining <= 0:
-                return st
-            if resource_version is None:
-                listing = self._call(list_fn, *args, label_selector=selector)
-                meta = listing["metadata"] if isinstance(listing, dict) else listing.metadata.to_dict()
-                resource_version = meta.get("resourceVersion") or meta.get("resource_version")
-            w = watch.Watch()
-            try:
-                for event in w.stream(
-                    list_fn,
-                    *args,
-                    label_selector=selector,
-                    resource_version=resource_version,
-                    timeout_seconds=max(1, int(min(watch_timeout, remaining))),
-                    allow_watch_bookmarks=True,
-                ):
-                    obj = event["object"]
-                    meta = obj["metadata"] if isinstance(obj, dict) else obj.metadata.to_dict()
-                    resource_version = meta.get("resourceVersion") or meta.get("resource_version") or resource_version
-                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                        break  # re-read the status; the watch resumes from this version
-            except ApiException as e:
-                if e.status == 410:  # our resourceVersion is too old: list again
-                    resource_version = None
-                elif e.status not in RETRY_STATUSES:
-                    raise
-                else:
-                    time.sleep(self.retry_backoff)
-            except Exception as e:  # noqa: BLE001 - a dropped watch is resumed, not fatal
-                from urllib3.exceptions import HTTPError as Urllib3Error
-
-                if not isinstance(e, (Urllib3Error, ConnectionError)):
-                    raise
-                log.info("watch on %s dropped (%s); resuming", handle["name"], e)
-                time.sleep(self.retry_backoff)
-            finally:
-                w.stop()
 
 
 def from_options(**options: Any) -> KubernetesBackend:
@@ -738,19 +600,17 @@ def from_options(**options: Any) -> KubernetesBackend:
     return KubernetesBackend(**options)
 
 
-def _crd(kind: str) -> tuple[str, str, str]:
-    if kind == "RayJob":
-        return objs.RAY_GROUP, objs.RAY_VERSION, objs.RAY_PLURAL
-    if kind == "DaskJob":
-        return objs.DASK_GROUP, objs.DASK_VERSION, objs.DASK_PLURAL
-    raise ValueError(f"unknown kind {kind}")
-
-
 def _condition(obj: dict[str, Any], ctype: str, reason: set[str] | None = None) -> dict[str, Any] | None:
     for c in (obj.get("status") or {}).get("conditions") or []:
         if c.get("type") == ctype and c.get("status") == "True" and (reason is None or c.get("reason") in reason):
             return c
     return None
+
+
+def _fatal(obj: dict[str, Any]) -> bool:
+    """A failure that running the job again cannot cure: a bad spec, the deadline."""
+    ray_invalid = (obj.get("status") or {}).get("jobDeploymentStatus") == "ValidationFailed"
+    return ray_invalid or _condition(obj, "Failed", reason=FATAL_REASONS) is not None
 
 
 def _job_state(obj: dict[str, Any]) -> tuple[JobState, str]:

@@ -7,6 +7,7 @@ reuse), and reads its result file once it has ended.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, read_log, status_from_result
 from airflow_curation.core import storage
-from airflow_curation.jobs.result import JobResult
+from airflow_curation.jobs import groups as grp
 from airflow_curation.jobs.spec import JobSpec
 
 
@@ -32,14 +33,6 @@ def _proc_start_time(pid: int) -> str | None:
     if fields[0] in ("Z", "X"):
         return None
     return fields[19]
-
-
-def _reap(pid: int) -> None:
-    # If we are the parent, collect the exit status so the child does not linger as a zombie.
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 class LocalBackend(Backend):
@@ -72,7 +65,7 @@ class LocalBackend(Backend):
         storage.write_bytes(str(spec_path), spec.to_json().encode())
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
-                [self.python, "-m", "airflow_curation.jobs", "run", str(spec_path), "--result", str(result_path)],
+                grp.command(grp.run_args(str(spec_path), str(result_path)), self.python),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -97,25 +90,25 @@ class LocalBackend(Backend):
         return JobSpec.read(handle.get("spec") or str(Path(handle["job_dir"], "spec.json")))
 
     def _alive(self, handle: JobHandle) -> bool:
-        _reap(handle["pid"])
+        with contextlib.suppress(ChildProcessError):  # our child: collect its exit status, no zombie left
+            os.waitpid(handle["pid"], os.WNOHANG)
         started = _proc_start_time(handle["pid"])
         return started is not None and started == handle.get("start_time")
 
     def status(self, handle: JobHandle) -> JobStatus:
-        result_path = handle["result"]
         if self._alive(handle):
             return JobStatus(JobState.RUNNING, f"pid {handle['pid']} running")
-        done = status_from_result(JobResult.read(result_path))
+        done = status_from_result(self._result(handle))
         if done is not None:
             return done
-        if os.path.exists(Path(handle["job_dir"]) / "cancelled"):
+        if self._was_cancelled(handle):
             return JobStatus(JobState.CANCELLED, "cancelled")
         return JobStatus(
             JobState.FAILED, f"job process {handle['pid']} ended without a result (killed?); see {handle['log']}"
         )
 
     def cancel(self, handle: JobHandle, grace_seconds: float = 10.0) -> None:
-        Path(handle["job_dir"], "cancelled").touch()
+        self._mark_cancelled(handle)
         if not self._alive(handle):
             return
         pgid = handle["pid"]  # start_new_session makes the job its own process group leader

@@ -24,17 +24,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_curation.backends.base import (
-    Backend,
-    JobHandle,
-    JobState,
-    JobStatus,
-    is_storage_options_env,
-    slice_log,
-    status_from_result,
-)
+from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, slice_log, status_from_result
 from airflow_curation.core import storage
-from airflow_curation.jobs.result import JobResult
+from airflow_curation.jobs import groups as grp
 from airflow_curation.jobs.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -98,10 +90,7 @@ class RayJobBackend(Backend):
         folder = storage.join(spec.lake_obj.jobs_dir(spec.run_id, spec.stage), job_id)
         spec_uri, result_uri = storage.join(folder, "spec.json"), storage.join(folder, "result.json")
         storage.write_bytes(spec_uri, spec.to_json().encode())
-        entrypoint = " ".join(
-            shlex.quote(x)
-            for x in (self.python, "-m", "airflow_curation.jobs", "run", spec_uri, "--result", result_uri)
-        )
+        entrypoint = shlex.join(grp.command(grp.run_args(spec_uri, result_uri), self.python))
         runtime_env = self.job_runtime_env()
         client = self._client()
         deadline = time.monotonic() + self.agent_wait_s
@@ -137,7 +126,7 @@ class RayJobBackend(Backend):
         storage options (see the module's docstring)."""
         runtime_env = dict(self.runtime_env)
         env_vars = {**runtime_env.get("env_vars", {}), **self.env}
-        withheld = sorted(k for k in env_vars if is_storage_options_env(k))
+        withheld = sorted(k for k in env_vars if k.upper().startswith(storage.ENV_PREFIX))
         if withheld:
             log.warning(
                 "not sending %s to Ray (a runtime_env is readable in its dashboard); the cluster "
@@ -155,7 +144,7 @@ class RayJobBackend(Backend):
         state = _STATES.get(str(getattr(info.status, "value", info.status)), JobState.UNKNOWN)
         message = info.message or ""
         if state.finished and state != JobState.CANCELLED:
-            done = status_from_result(JobResult.read(handle["result"]), message)
+            done = status_from_result(self._result(handle), message)
             if done is not None:
                 return done
             if state == JobState.SUCCEEDED:

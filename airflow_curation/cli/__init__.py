@@ -2,7 +2,8 @@
 
 ``curation <stage> ...`` exists for every registered stage (built-in, installed through the
 ``airflow_curation.stages`` entry points, or registered in this process); its flags come from the stage's
-settings (:mod:`airflow_curation.cli.stage`). ``curation run SPEC.json`` runs a job spec as the backends do.
+settings (:mod:`airflow_curation.cli.stage`). ``curation run SPEC.json`` runs a job spec as the backends do;
+``curation quality-train`` trains the ``quality`` stage's classifier.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import logging
 import sys
 
+from airflow_curation.cli import quality as quality_command
 from airflow_curation.cli import run as run_command
 from airflow_curation.cli.stage import add_stage_command
 from airflow_curation.stages import stage_names
@@ -25,11 +27,26 @@ def build_parser() -> argparse.ArgumentParser:
     for name in stage_names():
         add_stage_command(sub, name)
     run_command.register(sub)
+    quality_command.register(sub)
     return parser
 
 
+# Two-word spellings of commands: ``curation quality train`` is ``curation quality-train`` (the stage's own
+# subcommand takes FILE arguments, so "train" cannot be a sub-subcommand of it).
+ALIASES = {("quality", "train"): "quality-train"}
+
+
+def _aliased(argv: list[str]) -> list[str]:
+    words = [i for i, a in enumerate(argv) if not a.startswith("-")][:2]
+    if len(words) == 2 and words[1] == words[0] + 1:
+        name = ALIASES.get((argv[words[0]], argv[words[1]]))
+        if name:
+            return [*argv[: words[0]], name, *argv[words[1] + 1 :]]
+    return argv
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_aliased(list(sys.argv[1:] if argv is None else argv)))
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

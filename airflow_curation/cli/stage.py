@@ -38,6 +38,7 @@ EXTRAS = {
     "preprocess": "airflow_curation.cli.preprocess",
     "enrich": "airflow_curation.cli.enrich",
     "validate": "airflow_curation.cli.validate",
+    "tokenize": "airflow_curation.cli.tokenize",
 }
 
 

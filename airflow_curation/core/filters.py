@@ -2,8 +2,10 @@
 
 A rule names a signal and bounds: a document fails it when the value is below ``min`` or above
 ``max`` (the published thresholds read "fewer than 50 words" -> ``min=50``, "more than 10%" ->
-``max=0.1``). Rules run in their listed order; ``drop_reason`` is the name of the first failing rule,
-so a decision never depends on set or dict iteration order.
+``max=0.1``), or, for a label signal such as ``lang``, when the value is not ``in`` a list (a null
+label fails: ``{"name": "lang", "signal": "lang", "in": ["en", "de"]}``). Rules run in their listed
+order; ``drop_reason`` is the name of the first failing rule, so a decision never depends on set or
+dict iteration order.
 
 Presets (thresholds as published; see docs/preprocess.md for how each maps to its source):
 
@@ -14,8 +16,14 @@ Presets (thresholds as published; see docs/preprocess.md for how each maps to it
   characters, short lines) plus its newline-per-word rule.
 - ``code``: the StarCoder / RedPajama code heuristics (line lengths, alphanumeric fraction, comments)
   and "parses" for languages with a parser.
+- ``structure``: navigation and index pages (one short item per line, lines sharing one template),
+  which pass Gopher's word, stop-word and symbol rules. Thresholds measured on real index pages
+  against real prose (docs/preprocess.md); part of :data:`DEFAULT_PRESET`.
+- ``quality``: the classifier's threshold on ``quality_score`` (the ``quality`` stage's column, P(good)
+  from a model trained with ``curation quality-train``; FineWeb-Edu keeps documents above its
+  classifier's threshold the same way). Only the quality stage computes that column.
 
-Every preset starts with ``empty`` (no non-space character), so empty text is a counted drop.
+Every heuristic preset starts with ``empty`` (no non-space character), so empty text is a counted drop.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_curation.core.schema import DROP_REASON, KEEP
 
@@ -35,16 +44,24 @@ class Rule:
     :param signal: the column it reads.
     :param min: fail when the value is below this.
     :param max: fail when the value is above this.
+    :param values: fail when the value is not one of these (``"in"`` in a rule's dict), nulls too.
     """
 
     name: str
     signal: str
     min: float | None = None
     max: float | None = None
+    values: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.min is None and self.max is None:
-            raise ValueError(f"rule {self.name!r}: give min, max or both")
+        if self.values is not None:
+            if isinstance(self.values, str) or not all(isinstance(v, str) for v in self.values):
+                raise ValueError(f"rule {self.name!r}: 'in' takes a list of strings, got {self.values!r}")
+            object.__setattr__(self, "values", tuple(self.values))
+            if self.min is not None or self.max is not None:
+                raise ValueError(f"rule {self.name!r}: give 'in' or min/max, not both")
+        elif self.min is None and self.max is None:
+            raise ValueError(f"rule {self.name!r}: give min, max or both (or 'in' for a label signal)")
         if not self.name or not isinstance(self.name, str):
             raise ValueError(f"rule needs a name, got {self.name!r}")
 
@@ -59,7 +76,10 @@ class Rule:
 
     @classmethod
     def from_dict(cls, d: dict) -> Rule:
-        unknown = set(d) - {"name", "signal", "min", "max"}
+        d = dict(d)
+        if "in" in d:
+            d["values"] = d.pop("in")
+        unknown = set(d) - {"name", "signal", "min", "max", "values"}
         if unknown:
             raise ValueError(f"rule {d.get('name')!r}: unknown keys {sorted(unknown)}")
         return cls(**d)
@@ -107,6 +127,12 @@ PRESETS: dict[str, tuple[Rule, ...]] = {
         Rule("fineweb_short_lines", "short_line_frac", max=0.67),
         Rule("fineweb_newline_ratio", "newline_word_ratio", max=0.3),
     ),
+    "structure": (
+        EMPTY,
+        Rule("structure_words_per_line", "words_per_line", min=4),
+        Rule("structure_short_items", "short_item_char_frac", max=0.3),
+        Rule("structure_line_templates", "template_dup_line_frac", max=0.8),
+    ),
     "code": (
         EMPTY,
         Rule("code_max_line_len", "max_line_len", max=1000),
@@ -115,10 +141,16 @@ PRESETS: dict[str, tuple[Rule, ...]] = {
         Rule("code_comment_frac", "comment_line_frac", max=0.8),
         Rule("code_syntax_error", "syntax_ok", min=1),
     ),
+    "quality": (Rule("quality_classifier", "quality_score", min=0.5),),
 }
 
 
-def resolve_rules(preset: str | Sequence[str] | None = "gopher", rules: Iterable[dict | Rule] = ()) -> list[Rule]:
+# What the stage runs unless told otherwise: Gopher's rules, then the structure rules (which cost ~1% of
+# prose and catch the index pages Gopher keeps; docs/preprocess.md).
+DEFAULT_PRESET = "gopher,structure"
+
+
+def resolve_rules(preset: str | Sequence[str] | None = DEFAULT_PRESET, rules: Iterable[dict | Rule] = ()) -> list[Rule]:
     """Rules of one or more presets (``"gopher,c4"`` or a list), then the custom ones, without repeats.
 
     :param preset: preset name(s); ``None`` or ``"none"`` for custom rules only.
@@ -161,6 +193,10 @@ def apply_rules(signals: pa.Table, rules: Sequence[Rule]) -> pa.Table:
                 f"rule {rule.name!r} reads signal {rule.signal!r}, which was not computed (have {signals.column_names})"
             )
         col = signals.column(rule.signal)
+        if rule.values is not None:  # a label rule: not in the list (or null) fails
+            failed = ~np.asarray(pc.fill_null(pc.is_in(col, pa.array(rule.values, col.type)), False))
+            reason = np.where((reason < 0) & failed, k, reason)
+            continue
         values = col.to_numpy(zero_copy_only=False)
         if values.dtype == object:  # nulls in an optional signal (e.g. syntax_ok for prose): never fail
             mask = np.array([v is not None for v in values])
@@ -179,4 +215,4 @@ def apply_rules(signals: pa.Table, rules: Sequence[Rule]) -> pa.Table:
 
 
 def rules_to_config(rules: Iterable[Rule]) -> list[dict]:
-    return [asdict(r) for r in rules]
+    return [{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(r).items()} for r in rules]

@@ -46,3 +46,25 @@ def checksum_url(url: str, chunk: int = 8 << 20) -> str:
         while block := f.read(chunk):
             c.update(block)
     return c.hexdigest()
+
+
+def checksum_folder(url: str) -> str:
+    """xxh64 over every file under ``url`` (recursively, sorted by relative path; names starting with a
+    dot, such as ``.gitattributes`` or a ``.cache`` folder, are left out): the identity of a model folder.
+
+    Each file's relative path and content checksum enter the digest, so a renamed, added, removed or
+    changed file gives another value; a copy of the folder elsewhere gives the same one.
+    """
+    from airflow_curation.core import storage
+
+    fs, root = storage.filesystem(url)
+    files = sorted(fs.find(root))
+    if not files:
+        raise FileNotFoundError(f"{url}: no such folder, or it holds no files")
+    c = StreamChecksum()
+    for path in files:
+        rel = path[len(root.rstrip("/")) :].lstrip("/")
+        if any(part.startswith(".") for part in rel.split("/")):
+            continue
+        c.update(f"{rel}\0{checksum_url(storage.join(url, rel))}\n".encode())
+    return c.hexdigest()

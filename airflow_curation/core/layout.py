@@ -4,6 +4,7 @@
 <lake>/<dataset>[/snapshot=<date>]/
     shards/<shard>.parquet                      source shards (never rewritten)
     attrs/<stage>/<fingerprint>/<shard>.parquet additive columns keyed by id, per configuration
+    packed/<fingerprint>/<shard>.parquet        tokenize: packed training sequences
     _checkpoints/<stage>/<fingerprint>/<unit>.json
     _manifests/<run_id>/<stage>.json
     _quarantine/<stage>/<unit>.parquet

@@ -156,3 +156,34 @@ def unique_edges(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarr
     keep = np.ones(src.size, bool)
     keep[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
     return src[keep], dst[keep]
+
+
+def is_power_of_two(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+def next_power_of_two(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def read_nested_partition(
+    uris: list[str], p: int, num_partitions: int, file_partitions: int, columns: dict[str, np.dtype], key: str
+) -> dict[str, np.ndarray]:
+    """Rows of partition ``p`` of ``num_partitions`` from spill files written with ``file_partitions``.
+
+    With both counts powers of two, :func:`partition_of` nests (``mix64(k) % 2**b % 2**a`` is
+    ``mix64(k) % 2**a``): partition ``p`` is row groups ``p, p + n, p + 2n...`` of a finer file, or one
+    row group of a coarser file filtered on ``key``. Files written at another time, with another
+    partition count, are read one partition at a time all the same (what incremental dedup needs).
+    """
+    if not (is_power_of_two(num_partitions) and is_power_of_two(file_partitions)):
+        raise ValueError(f"nested partitions need powers of two, got {num_partitions} and {file_partitions}")
+    if file_partitions >= num_partitions:
+        parts = [read_partition(uris, q, columns) for q in range(p, file_partitions, num_partitions)]
+        return {
+            name: np.concatenate([r[name] for r in parts]) if parts else np.empty(0, dtype)
+            for name, dtype in columns.items()
+        }
+    r = read_partition(uris, p % file_partitions, columns)
+    mine = partition_of(r[key], num_partitions) == p
+    return {name: v[mine] for name, v in r.items()}

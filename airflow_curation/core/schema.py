@@ -23,6 +23,8 @@ IS_DUPLICATE = "is_duplicate"  # bool: a duplicate of an earlier row (not kept; 
 CLUSTER_ID = "cluster_id"  # the keeper's node key, shared by a duplicate cluster
 EXACT_DUPLICATE = "exact_duplicate"  # dedup: same normalised content as an earlier row
 NEAR_DUPLICATE = "near_duplicate"  # dedup: near duplicate, not exact
+PRIOR_SNAPSHOT = "prior_snapshot"  # dedup across snapshots: the earlier snapshot of the cluster's first document
+PRIOR_ID = "prior_id"  # dedup across snapshots: that document's id
 ENRICHED = "enriched"  # enrich: the model ran on this row
 SKIP_REASON = "skip_reason"  # enrich: why it did not (not_kept, duplicate, empty)
 

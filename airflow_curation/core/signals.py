@@ -30,6 +30,13 @@ Definitions (all deterministic; an empty text gives zeros, never a division erro
   after its first; a word counts once).
 - ``n_sentences`` (``. ! ?`` runs followed by whitespace or the end), ``has_curly_bracket``,
   ``has_lorem_ipsum`` (case-insensitive) for the C4 rules.
+- structure (navigation/index pages), over non-blank lines: ``words_per_line`` (n_words / lines);
+  ``short_item_line_frac`` / ``short_item_char_frac`` (lines of at most 3 words not ending in terminal
+  punctuation, by count / by chars over the chars of non-blank lines); ``ident_line_frac`` (one word of
+  alphanumerics and ``_.:/-()[]``); ``url_line_frac`` (one word starting ``http://``, ``https://`` or
+  ``www.``, ASCII case-insensitive); ``list_line_frac`` (a bullet, or a first word like ``1.``, ``2)``,
+  ``6.2.1.``); ``template_dup_line_frac`` (lines whose template, each run of word characters one
+  symbol and each whitespace run one space, edges stripped, equals an earlier line's).
 
 Code signals (``code=True``) live in :mod:`airflow_curation.core.code_signals`.
 """
@@ -37,6 +44,7 @@ Code signals (``code=True``) live in :mod:`airflow_curation.core.code_signals`.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -60,6 +68,19 @@ TERMINAL_PUNCT = ".!?\"'”’»…。！？"
 SHORT_LINE_CHARS = 30
 TOP_NGRAMS = (2, 3, 4)
 DUP_NGRAMS = (5, 6, 7, 8, 9, 10)
+SHORT_ITEM_WORDS = 3
+IDENT_PUNCT = "_.:/-()[]"
+URL_PREFIXES = ("http://", "https://", "www.")
+# Line-structure signals for navigation/index pages (docs/preprocess.md, "Structure signals").
+STRUCTURE_SIGNALS = (
+    "words_per_line",
+    "short_item_line_frac",
+    "short_item_char_frac",
+    "ident_line_frac",
+    "url_line_frac",
+    "list_line_frac",
+    "template_dup_line_frac",
+)
 
 INT_SIGNALS = ("n_chars", "n_words", "n_tokens", "n_lines", "max_line_len", "n_stop_words", "n_sentences")
 BOOL_SIGNALS = ("has_curly_bracket", "has_lorem_ipsum")
@@ -95,6 +116,7 @@ _KERNEL_SIGNALS = (
     *(f"dup_{n}gram_char_frac" for n in DUP_NGRAMS),
     "n_sentences",
     "has_curly_bracket",
+    *STRUCTURE_SIGNALS,
 )
 SIGNALS = (*_KERNEL_SIGNALS, "has_lorem_ipsum")
 
@@ -189,10 +211,22 @@ class SignalConfig:
         return cfg
 
     def stop_hashes(self) -> np.ndarray:
-        """Sorted key hashes, then the longest key's length in bytes (the kernel skips longer words)."""
+        """The key hashes as an open-addressing table (a power of two >= 4x the keys, 0 = empty slot,
+        slot = hash & (size - 1), linear probing), then the longest key's length in bytes (the kernel
+        skips longer words). One probe per word where a binary search took three unpredictable branches.
+        """
         keys = {stop_word_key(w) for w in self.stop_words}
         hashes = sorted({fnv1a(k) for k in keys if k})
-        return np.array(hashes + [max((len(k) for k in keys), default=0)], dtype=np.uint64)
+        size = 16
+        while size < 4 * len(hashes):
+            size *= 2
+        table = [0] * size
+        for h in hashes:
+            slot = h & (size - 1)
+            while table[slot]:
+                slot = (slot + 1) & (size - 1)
+            table[slot] = h
+        return np.array(table + [max((len(k) for k in keys), default=0)], dtype=np.uint64)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -253,7 +287,7 @@ if HAVE_NUMBA:
         return best
 
     @njit(cache=True)
-    def _ngram_signals(whash, wlen, cum, nw, total, g, cand, keys, counts, dup, covered, row, col):
+    def _ngram_signals(whash, wlen, cum, nw, total, g, cand, keys, counts, dup, covered, slot, row, col):
         """top_{2,3,4}gram and dup_{5..10}gram char fractions into row[col:col+9].
 
         Every 2-gram is counted. For n >= 3 only candidates are: starts whose (n-1)-grams at i and i+1
@@ -261,7 +295,9 @@ if HAVE_NUMBA:
         shrink as n grows, so n = 3..10 cost what repeats there are, not the document's length.
         ``g[i]`` is the hash of the n-gram at a candidate i, extended by one word per n. The most
         frequent n-gram is the best repeated one or, when none repeats, the longest of all.
-        ``covered`` holds, per word, the last n that marked it, so it never needs clearing.
+        ``covered`` holds, per word, the last n that marked it, so it never needs clearing. ``slot``
+        keeps each n-gram's table slot from the counting loop, so the second loop reads its count
+        without probing again (on large documents each probe is a cache miss).
         """
         for k in range(9):
             row[col + k] = 0.0
@@ -273,33 +309,35 @@ if HAVE_NUMBA:
         mask = size - 1
         keys[:size] = 0
         counts[:size] = 0
+        # The most frequent 2-gram (ties: the longer) is tracked while counting: each n-gram's running
+        # counts reach its final count at its last occurrence, so the best (count, length) seen is the
+        # best over final counts, and with no repeat it is the longest 2-gram, as the definition says.
+        best_c = 0
+        best_l = 0
         for i in range(m):
             h = _mix(whash[i], whash[i + 1])
             g[i] = h
             s = _probe(keys, mask, h)
             keys[s] = h
-            counts[s] += 1
-        best_c = 0
-        best_l = 0
+            c = counts[s] + 1
+            counts[s] = c
+            slot[i] = s
+            ln = cum[i + 2] - cum[i]
+            if c > best_c or (c == best_c and ln > best_l):
+                best_c = c
+                best_l = ln
+        row[col] = best_c * best_l / total
+        # which 2-grams repeat, and the candidates for n = 3 (starts whose 2-grams at i and i + 1 repeat)
         nc = 0
+        prev = False
         for i in range(m):
-            s = _probe(keys, mask, g[i])
-            c = counts[s]
-            if c > 1:
-                dup[i] = 2
-                ln = cum[i + 2] - cum[i]
-                if c > best_c or (c == best_c and ln > best_l):
-                    best_c = c
-                    best_l = ln
-            else:
-                dup[i] = 0
-        dup[m] = 0
-        row[col] = (best_c * best_l if best_c else _longest(cum, m, 2)) / total
-        # candidates for n = 3
-        for i in range(m - 1):
-            if dup[i] == 2 and dup[i + 1] == 2:
-                cand[nc] = i
+            rep = counts[slot[i]] > 1
+            dup[i] = 2 if rep else 0
+            if rep and prev:
+                cand[nc] = i - 1
                 nc += 1
+            prev = rep
+        dup[m] = 0
         for n in range(3, 11):
             m = nw - n + 1
             top = n <= 4
@@ -328,13 +366,13 @@ if HAVE_NUMBA:
                             covered[k] = n
                             chars += wlen[k]
                 counts[s] += 1
+                slot[j] = s
             best_c = 0
             best_l = 0
             any_dup = False
             for j in range(nc):
                 i = cand[j]
-                s = _probe(keys, mask, g[i])
-                c = counts[s]
+                c = counts[slot[j]]
                 if c > 1:
                     dup[i] = n  # "the n-gram at i repeats", stamped with n: stale stamps never match
                     any_dup = True
@@ -357,13 +395,17 @@ if HAVE_NUMBA:
             nc = k2
 
     @njit(cache=True)
-    def _signals_kernel(data, offsets, table, stop_hashes, short_line, out):
+    def _signals_kernel(data, offsets, table, stop_hashes, short_line, short_item, out):
         n_docs = offsets.shape[0] - 1
         # Scratch capacity: words, lines and paragraphs are each at most (separators + 1), and every
         # separator is an ASCII control/space byte or starts a multi-byte character. Counting those is
-        # cheap and keeps a 50 MB document's scratch near its word count, not half its bytes.
+        # cheap and keeps a 50 MB document's scratch near its word count, not half its bytes. Documents
+        # under 64 KiB skip the count: their byte length bounds it, and the scratch stays a few MB.
         max_sep = 0
         for d in range(n_docs):
+            if offsets[d + 1] - offsets[d] <= 65536:
+                max_sep = max(max_sep, numba.int64(offsets[d + 1] - offsets[d]))
+                continue
             sep = 0
             for i in range(offsets[d], offsets[d + 1]):
                 b = data[i]
@@ -380,23 +422,34 @@ if HAVE_NUMBA:
         plen = np.empty(cap, dtype=np.int64)
         g = np.empty(cap, dtype=np.uint64)
         cand = np.empty(cap, dtype=np.int64)
+        slot = np.empty(cap, dtype=np.int64)
+        thash = np.empty(cap, dtype=np.uint64)
         tsize = _table_size(cap)
         keys = np.zeros(tsize, dtype=np.uint64)
         counts = np.zeros(tsize, dtype=np.int32)
         dup_prev = np.zeros(cap + 1, dtype=np.uint8)
         covered = np.zeros(cap, dtype=np.int8)
-        ccount = np.zeros(64, dtype=np.int64)
-        n_stop_hashes = stop_hashes.shape[0] - 1
-        max_stop_len = numba.int64(stop_hashes[n_stop_hashes])  # the last entry is the longest key's byte length
+        stop_mask = numba.uint64(stop_hashes.shape[0] - 2)  # table size - 1 (the size is a power of two)
+        max_stop_len = numba.int64(stop_hashes[stop_hashes.shape[0] - 1])  # the longest key's byte length
         FNV0 = numba.uint64(0xCBF29CE484222325)
         FNVP = numba.uint64(0x100000001B3)
         ONE = numba.uint64(1)
+        WORD_SYM = numba.uint64(0x110000)  # a template's symbol for a run of word characters
+        HTTP = numba.uint64(0x2F2F3A70747468)  # "http://", little-endian
+        HTTPS = numba.uint64(0x2F2F3A7370747468)  # "https://"
+        WWW = numba.uint64(0x2E777777)  # "www."
 
         for d in range(n_docs):
             s0 = offsets[d]
             s1 = offsets[d + 1]
             row = out[d]
-            ccount[:] = 0
+            n_chars = 0
+            n_alpha = 0
+            n_alnum = 0
+            n_digit = 0
+            n_space = 0
+            line_start = s0  # byte offset where the current line starts
+            last_ns = s0  # byte offset just after the line's last non-space character
             n_tokens = 0
             n_hash = 0
             n_ellipsis = 0
@@ -422,12 +475,6 @@ if HAVE_NUMBA:
             line_blank = True
             line_first = 0
             line_last_cls = 0
-            l1 = 0
-            l2 = 0
-            l3 = 0
-            r1 = 0
-            r2 = 0
-            r3 = 0
             max_line = 0
             sum_line = 0
             n_bullet = 0
@@ -441,6 +488,22 @@ if HAVE_NUMBA:
             para_text = False
             prev_cp = 0
             dots = 0
+            # structure: per line
+            line_words = 0
+            line_ident = True
+            num_state = 0
+            line_num = False
+            fw_len = 0
+            fw_pre = numba.uint64(0)
+            t_hash = FNV0
+            t_pend = False
+            # structure: per document
+            n_item = 0
+            item_chars = 0
+            text_line_chars = 0
+            n_ident = 0
+            n_url = 0
+            n_list = 0
 
             i = s0
             while True:
@@ -475,7 +538,12 @@ if HAVE_NUMBA:
                     if cp >= 0x110000:
                         cp = 0xFFFD
                     cls = numba.int64(table[cp])
-                    ccount[cls] += 1
+                    # class counts in registers (a memory histogram would chain every character on the last)
+                    n_chars += 1
+                    n_alpha += cls & 1
+                    n_alnum += (cls >> 1) & 1
+                    n_digit += (cls >> 2) & 1
+                    n_space += (cls >> 3) & 1
                 else:
                     b0 = numba.uint8(10)
                     cp = 10  # a virtual newline closes the last word, line and paragraph
@@ -488,20 +556,19 @@ if HAVE_NUMBA:
                         wlen[nw] = wl
                         if w_alpha:
                             n_alpha_words += 1
-                        if n_stop_hashes > 0 and wl <= 32 and 0 < kcore_len <= max_stop_len:
+                        if wl <= 32 and 0 < kcore_len <= max_stop_len:  # no stop words: max_stop_len is 0
                             kh = kcore if kcore != 0 else ONE
-                            lo = 0
-                            hi = n_stop_hashes
-                            while lo < hi:
-                                mid = (lo + hi) // 2
-                                if stop_hashes[mid] < kh:
-                                    lo = mid + 1
-                                else:
-                                    hi = mid
-                            if lo < n_stop_hashes and stop_hashes[lo] == kh:
-                                n_stop += 1
+                            ks = kh & stop_mask
+                            while stop_hashes[ks] != 0:
+                                if stop_hashes[ks] == kh:
+                                    n_stop += 1
+                                    break
+                                ks = (ks + numba.uint64(1)) & stop_mask
                         nw += 1
                         in_word = False
+                        if line_words == 0:
+                            line_num = num_state == 2 or num_state == 3
+                        line_words += 1
                     if prev_cp == 46 or prev_cp == 33 or prev_cp == 63:
                         n_sent += 1
                     prev_wordchar = False
@@ -520,12 +587,33 @@ if HAVE_NUMBA:
                                 nl_text += 1
                                 if line_first & 16:
                                     n_bullet += 1
-                                if l1 == 0x2026 or (l1 == 46 and l2 == 46 and l3 == 46):
+                                # the line's last non-space characters are "..." or "…" (valid UTF-8: bytes suffice)
+                                e = last_ns
+                                if e - 3 >= line_start and (
+                                    (data[e - 1] == 46 and data[e - 2] == 46 and data[e - 3] == 46)
+                                    or (data[e - 3] == 0xE2 and data[e - 2] == 0x80 and data[e - 1] == 0xA6)
+                                ):
                                     n_ell_line += 1
                                 if line_last_cls & 32:
                                     n_term_line += 1
                                 if line_chars <= short_line:
                                     n_short += 1
+                                text_line_chars += line_chars
+                                if line_words <= short_item and not (line_last_cls & 32):
+                                    n_item += 1
+                                    item_chars += line_chars
+                                if line_words == 1:
+                                    if line_ident:
+                                        n_ident += 1
+                                    if (
+                                        (fw_pre & numba.uint64(0xFFFFFFFFFFFFFF)) == HTTP
+                                        or (fw_len >= 8 and fw_pre == HTTPS)
+                                        or (fw_pre & numba.uint64(0xFFFFFFFF)) == WWW
+                                    ):
+                                        n_url += 1
+                                if (line_first & 16) or line_num:
+                                    n_list += 1
+                                thash[nl_text - 1] = t_hash if t_hash != 0 else ONE
                             if line_chars == 0:
                                 # an empty line ends the paragraph
                                 if para_text:
@@ -545,14 +633,17 @@ if HAVE_NUMBA:
                         line_chars = 0
                         line_hash = FNV0
                         line_blank = True
+                        line_start = i + 1
+                        line_words = 0
+                        line_ident = True
+                        num_state = 0
+                        line_num = False
+                        fw_len = 0
+                        fw_pre = numba.uint64(0)
+                        t_hash = FNV0
+                        t_pend = False
                         line_first = 0
                         line_last_cls = 0
-                        l1 = 0
-                        l2 = 0
-                        l3 = 0
-                        r1 = 0
-                        r2 = 0
-                        r3 = 0
                         if not real:
                             if para_text:
                                 phash[npara] = para_hash
@@ -564,9 +655,8 @@ if HAVE_NUMBA:
                         line_hash = (line_hash ^ numba.uint64(b0)) * FNVP
                         for q in range(i + 1, i + nbytes):
                             line_hash = (line_hash ^ numba.uint64(data[q])) * FNVP
-                        r3 = r2
-                        r2 = r1
-                        r1 = cp
+                        if not line_blank:
+                            t_pend = True  # one space in the template, written only if more follows on the line
                 else:
                     # word
                     if not in_word:
@@ -599,29 +689,83 @@ if HAVE_NUMBA:
                         line_hash = (line_hash ^ bq) * FNVP
                     wl += 1
                     line_chars += 1
-                    r3 = r2
-                    r2 = r1
-                    r1 = cp
+                    if t_pend:
+                        t_hash = (t_hash ^ numba.uint64(32)) * FNVP
+                        t_pend = False
+                    if line_words == 0:  # the line's first word: URL prefix and list number
+                        if fw_len < 8:
+                            pb = numba.uint64(0xFF)
+                            if nbytes == 1:
+                                pb = numba.uint64(b0 + 32 if 65 <= b0 <= 90 else b0)
+                            fw_pre |= pb << numba.uint64(8 * fw_len)
+                        fw_len += 1
+                        if 48 <= cp <= 57:
+                            num_state = 1 if 0 <= num_state <= 2 else -1
+                        elif num_state == 1 and (cp == 46 or cp == 41):
+                            num_state = 2 if cp == 46 else 3
+                        else:
+                            num_state = -1
                     if line_blank:
                         line_first = cls
                         line_blank = False
-                    l1 = r1
-                    l2 = r2
-                    l3 = r3
+                    last_ns = i + nbytes
                     line_last_cls = cls
                     if cls & 2:  # alnum: a token starts where a run of word characters starts
                         w_alpha = w_alpha or (cls & 1) != 0
                         if not prev_wordchar:
                             n_tokens += 1
+                            t_hash = (t_hash ^ WORD_SYM) * FNVP
                         prev_wordchar = True
                         dots = 0
+                        if line_words > 0:
+                            # Fast path: the ASCII letters and digits that follow (most of any text) only
+                            # extend the word, line and stop-word hashes and the class counts; every
+                            # other state stays as this character left it. The line's first word keeps
+                            # the general path for its URL/number state.
+                            j = i + nbytes
+                            ra = 0
+                            while j < s1:
+                                b = data[j]
+                                if b >= 0x80:
+                                    break
+                                c2 = numba.int64(table[b])
+                                if (c2 & 2) == 0:
+                                    break
+                                bu = numba.uint64(b)
+                                wh = (wh ^ bu) * FNVP
+                                line_hash = (line_hash ^ bu) * FNVP
+                                krun = (krun ^ (bu + numba.uint64(32) if 65 <= b <= 90 else bu)) * FNVP
+                                krun_len += 1
+                                n_chars += 1
+                                n_alpha += c2 & 1
+                                ra |= c2 & 1
+                                n_alnum += 1
+                                n_digit += (c2 >> 2) & 1
+                                wl += 1
+                                line_chars += 1
+                                cls = c2
+                                j += 1
+                            if j > i + nbytes:
+                                kcore = krun
+                                kcore_len = krun_len
+                                w_alpha = w_alpha or ra != 0
+                                last_ns = j
+                                line_last_cls = cls
+                                cp = numba.int64(data[j - 1])
+                                nbytes = j - i
                     elif cp == 95:
                         if not prev_wordchar:
                             n_tokens += 1
+                            t_hash = (t_hash ^ WORD_SYM) * FNVP
                         prev_wordchar = True
                         dots = 0
                     else:
                         n_tokens += 1
+                        t_hash = (t_hash ^ numba.uint64(cp)) * FNVP
+                        if not (
+                            cp == 46 or cp == 58 or cp == 47 or cp == 45 or cp == 40 or cp == 41 or cp == 91 or cp == 93
+                        ):
+                            line_ident = False
                         prev_wordchar = False
                         if cp == 46:
                             dots += 1
@@ -640,23 +784,6 @@ if HAVE_NUMBA:
                 i += nbytes
 
             # ---- per-document values
-            n_chars = 0
-            n_alpha = 0
-            n_alnum = 0
-            n_digit = 0
-            n_space = 0
-            for c in range(64):
-                k = ccount[c]
-                if k:
-                    n_chars += k
-                    if c & 1:
-                        n_alpha += k
-                    if c & 2:
-                        n_alnum += k
-                    if c & 4:
-                        n_digit += k
-                    if c & 8:
-                        n_space += k
             row[0] = n_chars
             row[1] = nw
             row[2] = n_tokens
@@ -691,9 +818,18 @@ if HAVE_NUMBA:
             row[24] = dp / npara if npara else 0.0
             row[25] = dpc / n_chars if n_chars else 0.0
             covered[:nw] = 0
-            _ngram_signals(whash, wlen, cum, nw, n_chars, g, cand, keys, counts, dup_prev, covered, row, 26)
+            _ngram_signals(whash, wlen, cum, nw, n_chars, g, cand, keys, counts, dup_prev, covered, slot, row, 26)
             row[35] = n_sent
             row[36] = has_curly
+            # structure
+            row[37] = nw / nl_text if nl_text else 0.0
+            row[38] = n_item / nl_text if nl_text else 0.0
+            row[39] = item_chars / text_line_chars if text_line_chars else 0.0
+            row[40] = n_ident / nl_text if nl_text else 0.0
+            row[41] = n_url / nl_text if nl_text else 0.0
+            row[42] = n_list / nl_text if nl_text else 0.0
+            dt, _ = _dup_counts(thash, llen, nl_text, keys)
+            row[43] = dt / nl_text if nl_text else 0.0
 
 
 def _as_string_array(texts) -> pa.Array:
@@ -701,9 +837,7 @@ def _as_string_array(texts) -> pa.Array:
         texts = texts.combine_chunks() if texts.num_chunks != 1 else texts.chunk(0)
     if not isinstance(texts, pa.Array):
         texts = pa.array(list(texts), type=pa.large_string())
-    if pa.types.is_string(texts.type):
-        texts = texts.cast(pa.large_string())
-    if not pa.types.is_large_string(texts.type):
+    if not (pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type)):
         raise TypeError(f"signals need a string array, got {texts.type}")
     if texts.null_count:
         texts = pc.fill_null(texts, "")
@@ -711,9 +845,11 @@ def _as_string_array(texts) -> pa.Array:
 
 
 def _buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """Zero-copy views of a large_string array's offsets (sliced) and UTF-8 data."""
+    """Zero-copy views of a string or large_string array's offsets (sliced) and UTF-8 data: what Parquet
+    gives (string) runs without a cast, which would copy every byte."""
     bufs = arr.buffers()
-    offsets = np.frombuffer(bufs[1], dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
+    width = np.int64 if pa.types.is_large_string(arr.type) else np.int32
+    offsets = np.frombuffer(bufs[1], dtype=width)[arr.offset : arr.offset + len(arr) + 1]
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(1, np.uint8)
     if data.size == 0:
         data = np.zeros(1, np.uint8)
@@ -741,7 +877,7 @@ class SignalComputer:
         if HAVE_NUMBA:
             data, offsets = _buffers(arr)
             out = np.zeros((len(arr), len(_KERNEL_SIGNALS)), dtype=np.float64)
-            _signals_kernel(data, offsets, class_table(), self._stop_hashes, SHORT_LINE_CHARS, out)
+            _signals_kernel(data, offsets, class_table(), self._stop_hashes, SHORT_LINE_CHARS, SHORT_ITEM_WORDS, out)
             cols = {}
             for j, name in enumerate(_KERNEL_SIGNALS):
                 v = out[:, j]
@@ -778,6 +914,7 @@ def compute_signals(texts, config: SignalConfig | dict | None = None) -> pa.Tabl
 def warm_up() -> None:
     """Compile (or load from numba's cache) the kernel and build the class table: ~1 s once per process."""
     compute_signals(["warm up.\n\nwarm up"])
+    compute_signals(pa.array(["warm up.\n\nwarm up"], type=pa.string()))  # Parquet's string: 32-bit offsets
 
 
 # --------------------------------------------------------------------------------------------------
@@ -891,12 +1028,60 @@ def _ref_doc(text: str, stop_keys: set[bytes], word_tokenize: Callable[[str], li
     r.update(
         {"n_sentences": sentences, "has_curly_bracket": "{" in text, "has_lorem_ipsum": "lorem ipsum" in text.lower()}
     )
+    r.update(_ref_structure(text_lines, nw))
     return r
 
 
-def _dot_runs(text: str) -> list[str]:
-    import re
+_ASCII_LOWER = {c: c + 32 for c in range(65, 91)}
+_LIST_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)*[.)]")
 
+
+def _template(line: str) -> str:
+    """A line's shape: each run of word characters one symbol, each whitespace run one space, edges stripped."""
+    out, prev_word = [], False
+    for c in line.strip():
+        if c.isalnum() or c == "_":
+            if not prev_word:
+                out.append("\x00")
+            prev_word = True
+        else:
+            out.append(" " if c.isspace() else c)
+            prev_word = False
+    return re.sub(r" +", " ", "".join(out))
+
+
+def _ref_structure(text_lines: list[str], nw: int) -> dict:
+    ntl = len(text_lines)
+    n_item = item_chars = n_ident = n_url = n_list = 0
+    for ln in text_lines:
+        words = ln.split()
+        if len(words) <= SHORT_ITEM_WORDS and ln.rstrip()[-1] not in TERMINAL_PUNCT:
+            n_item += 1
+            item_chars += len(ln)
+        if len(words) == 1:
+            w = words[0]
+            n_ident += all(c.isalnum() or c in IDENT_PUNCT for c in w)
+            n_url += w[:8].translate(_ASCII_LOWER).startswith(URL_PREFIXES)
+        n_list += ln.lstrip()[0] in BULLETS or bool(_LIST_NUMBER.fullmatch(words[0]))
+    seen: set[str] = set()
+    dup_templates = 0
+    for ln in text_lines:
+        t = _template(ln)
+        dup_templates += t in seen
+        seen.add(t)
+    text_chars = sum(map(len, text_lines))
+    return {
+        "words_per_line": nw / ntl if ntl else 0.0,
+        "short_item_line_frac": n_item / ntl if ntl else 0.0,
+        "short_item_char_frac": item_chars / text_chars if text_chars else 0.0,
+        "ident_line_frac": n_ident / ntl if ntl else 0.0,
+        "url_line_frac": n_url / ntl if ntl else 0.0,
+        "list_line_frac": n_list / ntl if ntl else 0.0,
+        "template_dup_line_frac": dup_templates / ntl if ntl else 0.0,
+    }
+
+
+def _dot_runs(text: str) -> list[str]:
     return re.findall(r"\.{3,}", text)
 
 

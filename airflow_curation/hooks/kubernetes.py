@@ -73,9 +73,9 @@ class AsyncCurationKubernetesHook(AsyncKubernetesHook):
                     )
                     obj = api.sanitize_for_serialization(obj)
                 else:
-                    from airflow_curation.backends.kubernetes import _crd
+                    from airflow_curation.backends.k8s_objects import CRDS
 
-                    group, version, plural = _crd(handle["kind"])
+                    group, version, plural = CRDS[handle["kind"]]
                     obj = await async_client.CustomObjectsApi(api).get_namespaced_custom_object(
                         group, version, handle["namespace"], plural, handle.get("main") or handle["name"]
                     )

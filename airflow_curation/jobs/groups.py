@@ -41,6 +41,12 @@ def collect_args(spec: str, result: Arg, wait: tuple[str, int, float] | None = N
     return args
 
 
+def command(args: Sequence[Arg], python: str = "python") -> list[str]:
+    """argv of the one command every launcher runs, ``PYTHON -m airflow_curation.jobs ARGS`` (literal
+    arguments only; a launcher with placeholders renders them its own way)."""
+    return [python, "-m", "airflow_curation.jobs", *render(args, {})]
+
+
 def render(args: Sequence[Arg], placeholders: dict[Any, str]) -> list[str]:
     """Arguments as plain strings, each placeholder replaced by its text."""
     return [

@@ -212,18 +212,20 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         self._remember(handle, context)
         return handle
 
-    def _remember(self, handle: dict[str, Any], context: Any) -> None:
-        self._handle = handle
+    def _remember(self, handle: dict[str, Any], context: Any) -> dict[str, Any]:
+        """Follow ``handle``'s newest attempt (a checkpoint sensor may have relaunched the job) and return it."""
         if self._backend is None:
             # A retry reconnecting: the connections are resolved again here, storage scoped to the lake.
             scope_storage(self._settings(), handle.get("lake_root"))
             self._backend = backend_for(handle["backend"], handle.get("backend_options", {}))
+        self._handle = handle = self._backend.current(handle)
         CurationManifestLink.persist(context, handle.get("manifest_uri"))
         # A backend may give a web URL for its job (a dashboard); else the log file.
         CurationJobLogLink.persist(context, handle.get("url") or handle.get("log"))
+        return handle
 
     def get_job_status(self, external_id: dict[str, Any], context: Any) -> str:
-        self._remember(external_id, context)
+        external_id = self._remember(external_id, context)
         status = self._backend.status(external_id)
         self.log.info("Job %s is %s %s", external_id.get("job_id"), status.state.value, status.message)
         return status.state.value
@@ -236,7 +238,7 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         return status == JobState.SUCCEEDED.value
 
     def poll_until_complete(self, external_id: dict[str, Any], context: Any) -> Any:
-        self._remember(external_id, context)
+        external_id = self._remember(external_id, context)
         if not self.wait:
             return self.get_job_result(external_id, context)
         if self.deferrable:
@@ -292,9 +294,9 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         return new
 
     def get_job_result(self, external_id: dict[str, Any], context: Any) -> dict[str, Any]:
+        external_id = self._handle or external_id  # the latest attempt, when this task relaunched the job
         if not self.wait:
             return {"manifest_uri": external_id["manifest_uri"], "job": external_id}
-        external_id = self._handle or external_id  # the latest attempt, when this task relaunched the job
         status = self._backend.status(external_id)
         return self._finish(status.state.value, status.message, status.result, external_id)
 

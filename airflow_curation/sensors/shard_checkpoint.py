@@ -128,6 +128,8 @@ class ShardCheckpointSensor(BaseSensorOperator):
         job_status = None
         if job:
             backend = self._job_backend(job)
+            # The newest attempt, also when another task (an earlier try of this gate) relaunched the job.
+            job = self.job = backend.current(job)
             job_status = backend.status(job)
             self._relay_job_log(backend, job, job_status)
             if job_status.state == JobState.FAILED and backend.can_relaunch(job, job_status):
@@ -136,7 +138,7 @@ class ShardCheckpointSensor(BaseSensorOperator):
         for unit_id, info in sorted(self._watcher.new_units.items()):
             self.log.info("%s", unit_line(progress.stage, unit_id, info))
         self.log.info("%s", progress.line())
-        return decide(progress, job_status, self._quorum())
+        return decide(progress, job_status, self._quorum(), job and (lambda: backend.attempts_left(job)))
 
     def _relay_job_log(self, backend: Any, job: dict[str, Any], job_status: Any) -> None:
         """The job's log since the last look into this task's log (the trigger goes on from there)."""
@@ -164,6 +166,7 @@ class ShardCheckpointSensor(BaseSensorOperator):
         new = self._job_backend(job).settle(job, JobStatus(JobState.FAILED, event.get("reason", ""), retryable=True))
         if new is None:
             return False
+        self._watcher = None  # it holds the failed attempt's final manifest: read the reopened one
         self.job = {
             **new,
             "backend": job.get("backend"),

@@ -32,7 +32,10 @@ BUILTIN = {
     "preprocess": "airflow_curation.stages.preprocess.stage:PreprocessStage",
     "dedup": "airflow_curation.stages.dedup.stage:DedupStage",
     "enrich": "airflow_curation.stages.enrich.stage:EnrichStage",
+    "pii": "airflow_curation.stages.pii.stage:PiiStage",
     "validate": "airflow_curation.stages.validate.stage:ValidateStage",
+    "quality": "airflow_curation.stages.quality.stage:QualityStage",
+    "tokenize": "airflow_curation.stages.tokenize.stage:TokenizeStage",
 }
 
 # Stages registered in this process: name -> class or "module:Class".

@@ -33,14 +33,15 @@ import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
+from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.integrity import verify_file
-from airflow_curation.core.layout import safe_name
+from airflow_curation.core.layout import Lake, safe_name
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text
 from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink
-from airflow_curation.stages.base import Stage, UnitResult
+from airflow_curation.stages.base import Stage, UnitMapper, UnitResult, local_mapper
 from airflow_curation.stages.settings import Setting
 
 log = logging.getLogger(__name__)
@@ -103,9 +104,24 @@ class AttrsStage(Stage):
             "output_dir", str, None, "plain-file mode: where <file stem>.parquet results go", runtime=True, cli=False
         ),
         Setting(
-            "upstream_wait_s", float, 600, "seconds to wait for a planned upstream manifest to complete", runtime=True
+            "upstream_wait_s",
+            float,
+            600,
+            "seconds to wait for a planned upstream manifest to complete (while streaming: without a new "
+            "upstream shard)",
+            runtime=True,
         ),
+        Setting(
+            "stream",
+            bool,
+            True,
+            "while the upstream run is still going, process its shards as their checkpoints appear",
+            runtime=True,
+        ),
+        Setting("stream_poll_s", float, 2.0, "seconds between looks at the upstream checkpoints", runtime=True),
     )
+    # Whether the stage can start on single upstream shards (False: a global step needs all of them first).
+    STREAMS = True
     # The shard columns compute() is given (those the shard has).
     columns: tuple[str, ...] = (ID, TEXT)
 
@@ -149,14 +165,80 @@ class AttrsStage(Stage):
         if not uri:
             return
         wait = float(self.config.get("upstream_wait_s") or 0)
+        if self.STREAMS and self.config.get("stream"):
+            if self._stream_upstream(uri):
+                wait = 0.0  # already waited that long without a new upstream shard
         deadline = time.monotonic() + wait
         while (status := Manifest.read(uri).status) == "planned" and time.monotonic() < deadline:
             time.sleep(1.0)
         if status != "complete":
             raise ValueError(f"{self.name}: upstream manifest {uri} is {status}, not complete (waited {wait:g} s)")
 
+    # -- streaming -----------------------------------------------------------------------------------
+    def _stream_upstream(self, uri: str) -> bool:
+        """While the upstream manifest is ``planned`` (its run still going), process the shards of the upstream
+        units already checkpointed, pass after pass, each unit through the same retries and checkpoints as
+        the run proper. Returns when the upstream manifest is no longer planned (the normal plan then finds
+        these units done and skips them: False) or no new upstream shard came for ``upstream_wait_s`` (True)."""
+        from airflow_curation.stages.base import _attempt_unit  # the runner's own unit step
+
+        wait = float(self.config.get("upstream_wait_s") or 0)
+        poll = float(self.config.get("stream_poll_s") or 2.0)
+        deadline = time.monotonic() + wait
+        seen: set[str] = set()
+        self._streamed: dict[str, ShardEntry] = {}
+        mapper = None
+        while True:
+            manifest = Manifest.read(uri)
+            if manifest.status != "planned":
+                return False
+            new = {sid: e for sid, e in upstream_checkpointed(manifest).items() if sid not in seen}
+            if not new:
+                if time.monotonic() >= deadline:
+                    return True
+                time.sleep(poll)
+                continue
+            deadline = time.monotonic() + wait
+            seen.update(new)
+            self._streamed.update(new)
+            store = self.checkpoints
+            units = [self.unit_for(sid, e) for sid, e in new.items()]
+            todo = [u for u in units if store.is_done(u.unit_id, u.input_checksum, self.fingerprint) is None]
+            log.info(
+                "%s: streaming: %d upstream shards checkpointed so far, %d new, %d to run",
+                self.name,
+                len(seen),
+                len(new),
+                len(todo),
+            )
+            mapper = mapper or self.stream_mapper()
+            max_attempts = int(self.config.get("max_attempts", 2))
+            for unit, (status, _) in zip(todo, mapper(_attempt_unit, ((self, u, max_attempts) for u in todo))):
+                log.info("%s: streaming: unit %s %s", self.name, unit.unit_id, status)
+
+    def stream_mapper(self) -> UnitMapper:
+        """Where streamed units run: on the stage's cluster when it names one (``scheduler_address``), else in
+        this process or a process pool of ``workers``. A mapper that starts a cluster per call (a Dask
+        LocalCluster) would pay that start on every pass; it runs what remains once the upstream completes."""
+        if self.config.get("scheduler_address"):
+            return self.default_mapper()
+        return local_mapper(int(self.config.get("workers") or 1))
+
+    def unit_for(self, shard_id: str, entry: ShardEntry) -> UnitEntry:
+        """The unit that processes one upstream shard."""
+        attrs = self.reads_attrs(entry)
+        return UnitEntry(
+            unit_id=shard_id,
+            inputs=[entry.uri, *(entry.attrs[k] for k in attrs)],
+            input_checksum=self.input_checksum(entry, attrs),
+            rows=entry.rows,
+        )
+
     def entry(self, unit: UnitEntry) -> ShardEntry:
         """The shard of ``unit``; re-read when a long-lived worker's cache is older than the plan."""
+        streamed = getattr(self, "_streamed", None) or {}
+        if unit.unit_id in streamed and streamed[unit.unit_id].uri == unit.inputs[0]:
+            return streamed[unit.unit_id]
         entry = self.entries().get(unit.unit_id)
         if entry is None or entry.uri != unit.inputs[0] or not unit.input_checksum.startswith(entry.checksum):
             clear_caches()
@@ -173,18 +255,8 @@ class AttrsStage(Stage):
     def plan(self) -> list[UnitEntry]:
         clear_caches()  # a rerun in this process must see the inputs as they are now
         self._wait_for_upstream()
-        units = []
-        for shard_id, entry in self.entries().items():  # manifest order: the next manifest keeps it
-            attrs = self.reads_attrs(entry)
-            units.append(
-                UnitEntry(
-                    unit_id=shard_id,
-                    inputs=[entry.uri, *(entry.attrs[k] for k in attrs)],
-                    input_checksum=self.input_checksum(entry, attrs),
-                    rows=entry.rows,
-                )
-            )
-        return units
+        # manifest order: the next manifest keeps it
+        return [self.unit_for(shard_id, entry) for shard_id, entry in self.entries().items()]
 
     @staticmethod
     def unit_attrs(unit: UnitEntry, entry: ShardEntry) -> dict[str, str]:
@@ -225,6 +297,23 @@ class AttrsStage(Stage):
             ids = table.column(ID)
             result = result.add_column(0, ID, ids if pa.types.is_string(ids.type) else ids.cast(pa.string()))
         return result
+
+
+def upstream_checkpointed(manifest: Manifest) -> dict[str, ShardEntry]:
+    """The shards of a still running (``planned``) manifest's units that are checkpointed, in plan order:
+    a record with the manifest's fingerprint and the unit's input checksum means its outputs are complete
+    (what the checkpoint gate counts), and the final manifest will list exactly these entries."""
+    store = CheckpointStore(Lake.from_dict(manifest.lake).checkpoint_dir(manifest.stage, manifest.fingerprint))
+    done, _ = store.scan()
+    out: dict[str, ShardEntry] = {}
+    for unit in manifest.units:
+        if unit.unit_id not in done:
+            continue
+        rec = store.is_done(unit.unit_id, unit.input_checksum, manifest.fingerprint)
+        for o in rec.outputs if rec is not None else []:
+            entry = ShardEntry(**o)
+            out[entry.shard_id] = entry
+    return out
 
 
 def keep_accounting(result: pa.Table, default_reason: str = "dropped") -> RowAccounting:

@@ -212,7 +212,8 @@ def _attempt_unit(stage: Stage, unit: UnitEntry, max_attempts: int) -> tuple[str
                 attempt=attempt,
                 started_at=started,
                 finished_at=time.time(),
-                extra=result.extra,
+                # which run did the work (a unit done while streaming is "skipped" in that run's final manifest)
+                extra={**result.extra, "run_id": stage.run_id},
                 files=result.files,
             )
             fault_point(f"{stage.name}.before_commit")

@@ -166,6 +166,9 @@ class Setting:
     :param flag: the flag when not derived from ``name`` (e.g. ``--target-shard-size``).
     :param off_flag: for a boolean, one more flag that sets it false (e.g. ``--all-rows`` for ``only_kept``).
     :param required: the stage cannot run without it (the CLI flag is required too).
+    :param keep_old_fingerprint: a setting added to a stage that already had runs: left out of the
+        fingerprint while at its default, so that a configuration keeps the fingerprint (and the
+        checkpoints) it had before the setting existed.
     """
 
     name: str
@@ -178,6 +181,7 @@ class Setting:
     flag: str | None = None
     off_flag: str | None = None
     required: bool = False
+    keep_old_fingerprint: bool = False
 
     @property
     def coercer(self) -> Callable[[Any], Any]:
@@ -264,4 +268,8 @@ class Settings:
     def fingerprint_config(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """The settings that change what a stage produces (every one but the runtime ones)."""
         runtime = self.runtime_keys
-        return {k: v for k, v in config.items() if k not in runtime}
+        return {k: v for k, v in config.items() if k not in runtime and not self._new_at_default(k, v)}
+
+    def _new_at_default(self, key: str, value: Any) -> bool:
+        s = self._by_name.get(key)
+        return s is not None and s.keep_old_fingerprint and value == s.default

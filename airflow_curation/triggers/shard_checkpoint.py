@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -107,6 +107,8 @@ class ShardCheckpointTrigger(BaseTrigger):
         while True:
             # The job's state is read BEFORE the checkpoints: a job that ended before this look has
             # written everything it ever will, so "ended and still incomplete" is final.
+            if backend is not None:  # the newest attempt, also when another follower relaunched the job
+                self.job = await asyncio.to_thread(backend.current, self.job)
             job_status = await asyncio.to_thread(backend.status, self.job) if backend else None
             if backend is not None:
                 await asyncio.to_thread(self._stream_log, backend, relay, job_status)
@@ -134,7 +136,7 @@ class ShardCheckpointTrigger(BaseTrigger):
                     }
                 )
                 return
-            event = decide(progress, job_status, self.quorum)
+            event = decide(progress, job_status, self.quorum, lambda: backend.attempts_left(self.job))
             if event is not None:
                 yield TriggerEvent(event)
                 return
@@ -152,11 +154,15 @@ class ShardCheckpointTrigger(BaseTrigger):
             relay.flush()
 
 
-def decide(progress: Progress, job_status=None, quorum: float = 1.0) -> dict[str, Any] | None:
+def decide(
+    progress: Progress, job_status=None, quorum: float = 1.0, may_relaunch: Callable[[], bool] | None = None
+) -> dict[str, Any] | None:
     """The gate's verdict for one look, or None to keep waiting. Shared by the trigger and ``poke``.
 
     :param quorum: fraction of units whose checkpoints open the gate (1.0: all of them). Below 1, a
         downstream stage that polls the upstream checkpoints itself can start while the rest finish.
+    :param may_relaunch: whether the job's backend may still relaunch it: then failed units of a job
+        still running are not final (a relaunch reopens them), and the job's end decides.
     """
     base = {
         "manifest_uri": progress.manifest_uri,
@@ -166,6 +172,9 @@ def decide(progress: Progress, job_status=None, quorum: float = 1.0) -> dict[str
         "failed": progress.failed,
         "allowed_failures": progress.allowed_failures,
     }
+    failing = progress.over_budget or progress.manifest_status == "failed"
+    if failing and job_status is not None and not job_status.state.finished and may_relaunch and may_relaunch():
+        return None
     if progress.over_budget:
         return {
             **base,

@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from airflow_curation.backends import JobState, JobStatus
+from airflow_curation.backends.local import LocalBackend
+
 RUN_ID = "scheduled__2026-11-30T00:00:00+00:00"
 
 
@@ -91,3 +94,25 @@ class RecordingTI:
 def task_context(store: MemoryTaskStateStore, run_id: str = RUN_ID) -> dict[str, Any]:
     """What the task runner hands ``execute()``, as far as the stage operator uses it."""
     return {"run_id": run_id, "task_state_store": store, "ti": RecordingTI()}
+
+
+class RelaunchableLocalBackend(LocalBackend):
+    """The local backend with every failure retryable and one relaunch allowed; a relaunch first removes
+    the stage's ``fail_flag`` (the cause fixed), so the next attempt succeeds. Registered as
+    ``relaunchable_local`` by the tests that use it."""
+
+    name = "relaunchable_local"
+
+    def __init__(self, work_dir: str | None = None, max_resubmits: int = 1) -> None:
+        super().__init__(work_dir)
+        self.max_resubmits = max_resubmits
+
+    def status(self, handle: dict[str, Any]) -> JobStatus:
+        st = super().status(handle)
+        st.retryable = st.state == JobState.FAILED
+        return st
+
+    def launch(self, spec, groups=None, *, previous=None):
+        if previous is not None:
+            Path(spec.config["fail_flag"]).unlink(missing_ok=True)
+        return super().launch(spec, groups, previous=previous)

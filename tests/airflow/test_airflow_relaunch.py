@@ -115,3 +115,54 @@ def test_the_checkpoint_sensor_relaunches_then_keeps_gating(tmp_path):
     assert sensor.poke({}) is False  # relaunched; the manifest is not there yet: keep waiting
     assert sensor.job["attempt"] == 2 and sensor.job["backend_options"] == {"max_resubmits": 1}
     assert [h["attempt"] for h in LAUNCHES] == [1, 2]
+
+
+def test_a_relaunch_by_the_gate_is_followed_by_every_later_reader_of_the_launch_handle(
+    airflow_db, tmp_path, monkeypatch
+):
+    """A real dag.test(): the launch task's XCom keeps attempt 1's handle; the gate relaunches it; the
+    later reader (a second gate on the same XCom) follows attempt 2 instead of relaunching again."""
+    import importlib.util
+    import os
+    from datetime import datetime, timezone
+    from pathlib import Path
+
+    from curation_airflow_helpers import job_dirs
+
+    from airflow_curation.backends import get_backend
+    from airflow_curation.core.manifest import Manifest
+    from airflow_curation.stages import STAGES
+
+    repo = Path(__file__).resolve().parents[2]
+    site = repo / "tests" / "slurm" / "site"
+    spec = importlib.util.spec_from_file_location("curation_slurm_test_stage", site / "curation_slurm_test_stage.py")
+    stage_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stage_module)
+    monkeypatch.setitem(STAGES, "slurmtest", stage_module.SleepyStage)  # this process; jobs: site/sitecustomize.py
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), str(repo)]))
+    monkeypatch.setitem(BACKENDS, "relaunchable_local", "curation_airflow_helpers:RelaunchableLocalBackend")
+    dag_spec = importlib.util.spec_from_file_location(
+        "curation_sensor_relaunch_under_test", repo / "tests" / "airflow" / "dags" / "curation_sensor_relaunch.py"
+    )
+    dag_module = importlib.util.module_from_spec(dag_spec)
+    dag_spec.loader.exec_module(dag_module)
+    flag, jobs = tmp_path / "broken", tmp_path / "jobs"
+    flag.touch()
+
+    dag_run = dag_module.dag.test(
+        logical_date=datetime(2026, 11, 25, tzinfo=timezone.utc),
+        run_conf={"lake": str(tmp_path / "lake"), "jobs": str(jobs), "flag": str(flag)},
+    )
+    assert dag_run.state == "success", dag_run.state
+
+    from test_airflow_dag import _xcoms
+
+    xcoms = _xcoms(dag_run)
+    launched = xcoms[("slurmtest", "return_value")]["job"]
+    assert launched["attempt"] == 1  # what the launch task stored: never rewritten
+    assert len(job_dirs(jobs)) == 2, "a reader of the first attempt's handle relaunched it again"
+    backend = get_backend("relaunchable_local", **launched["backend_options"])
+    newest = backend.current(launched)
+    assert newest["attempt"] == 2 and backend.status(newest).state.value == "succeeded"
+    assert xcoms[("later_reader", "return_value")]["rows"] == 15 == xcoms[("gate", "return_value")]["rows"]
+    assert Manifest.read(launched["manifest_uri"]).status == "complete"

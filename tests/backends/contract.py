@@ -29,9 +29,8 @@ REPO = TESTS.parent
 SITE = str(TESTS / "slurm" / "site")
 JOB_PYTHONPATH = os.pathsep.join([SITE, str(REPO)])
 LAKE_NAME = "lac-été-湖"
-for extra in (SITE, str(TESTS / "kubernetes")):
-    if extra not in sys.path:
-        sys.path.insert(0, extra)
+if str(TESTS / "kubernetes") not in sys.path:  # the API server and kubelet stand-ins (test helpers, not stages)
+    sys.path.insert(0, str(TESTS / "kubernetes"))
 
 
 def load_module(name: str, path: Path):
@@ -139,7 +138,7 @@ class KubernetesHarness(Harness):
             retry_backoff=0.01,
             launch_kinds={"slurmtest": "indexed"},
             shard_groups=2,
-            pod={},
+            pod={"env": {"PYTHONPATH": JOB_PYTHONPATH}},  # the pods' test stage (site/sitecustomize.py)
             **options,
         )
 

@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import pytest
 import xxhash
 
 from airflow_curation.core.fingerprint import StreamChecksum, canonical_json, checksum_url, config_fingerprint
@@ -47,3 +48,25 @@ def test_stream_checksum_matches_a_file_checksum(tmp_path):
         c.update(memoryview(data)[i : i + 7777])
     assert c.nbytes == len(data)
     assert c.hexdigest() == checksum_url(str(p)) == f"xxh64:{xxhash.xxh64(data).hexdigest()}"
+
+
+def test_checksum_folder_names_a_model_folder_by_its_content(tmp_path):
+    from airflow_curation.core.fingerprint import checksum_folder
+
+    a = tmp_path / "a"
+    (a / "1_Pooling").mkdir(parents=True)
+    (a / "config.json").write_text("{}")
+    (a / "1_Pooling" / "config.json").write_text('{"mean": true}')
+    (a / ".gitattributes").write_text("x")
+    b = tmp_path / "b"
+    (b / "1_Pooling").mkdir(parents=True)
+    (b / "config.json").write_text("{}")
+    (b / "1_Pooling" / "config.json").write_text('{"mean": true}')
+    assert checksum_folder(str(a)) == checksum_folder(str(b))  # a copy elsewhere; dot-files left out
+    (b / "1_Pooling" / "config.json").write_text('{"cls": true}')  # a nested file changed
+    assert checksum_folder(str(a)) != checksum_folder(str(b))
+    (b / "1_Pooling" / "config.json").write_text('{"mean": true}')
+    (b / "config.json").rename(b / "other.json")  # same bytes, another name
+    assert checksum_folder(str(a)) != checksum_folder(str(b))
+    with pytest.raises(FileNotFoundError):
+        checksum_folder(str(tmp_path / "nowhere"))

@@ -4,8 +4,6 @@ server on loopback (see k8s_fake_apiserver.py), with the tests playing the contr
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -13,7 +11,7 @@ from kubernetes.client.exceptions import ApiException
 from airflow_curation.backends import get_backend
 from airflow_curation.backends.base import JobState
 from airflow_curation.backends.k8s_objects import LABEL_JOB
-from airflow_curation.backends.schemas import ManifestInvalid
+from airflow_curation.backends.schemas import ManifestInvalid, validate_object
 from airflow_curation.core import storage
 
 OK_RESULT = {
@@ -178,6 +176,64 @@ def test_failed_job_reports_the_stage_error(fake_k8s, make_backend, make_spec):
     assert "BackoffLimitExceeded" in st.message and "2 of 3 units failed" in st.message
 
 
+@pytest.mark.parametrize(
+    "stage, plural, failed",
+    [("dedup", "daskjobs", {"jobStatus": "Failed"}), ("enrich", "rayjobs", {"jobDeploymentStatus": "Failed"})],
+)
+def test_dask_and_ray_jobs_are_relaunched_as_the_next_object_of_the_run(
+    fake_k8s, make_backend, make_spec, stage, plural, failed
+):
+    backend = make_backend(max_resubmits=1)
+    handle = backend.submit(make_spec(stage))
+    name = handle["name"]
+    fake_k8s.set_status(plural, name, failed)
+    st = backend.status(handle)
+    assert st.state == JobState.FAILED and st.retryable  # its pods died without writing a result
+
+    new = backend.settle(handle, st)
+    assert new["attempt"] == 2 and new["main"] == f"{name}-a2" and new["kind"] == handle["kind"]
+    obj = fake_k8s.get(plural, new["main"])
+    validate_object(obj)  # the CRD's schema (the API server stand-in checked it too)
+    assert obj["metadata"]["labels"][LABEL_JOB] == name  # the run's label: logs and clean-up find every attempt
+    assert {v["configMap"]["name"] for v in _pod_volumes(obj)} == {f"{name}-spec"}  # the run's spec
+    assert backend.current(handle) == new  # whoever holds attempt 1's handle follows attempt 2
+    assert backend.settle(handle, st) == new  # so does a second follower: no third object
+    assert fake_k8s.names(plural) == sorted([name, new["main"]])
+    assert backend.status(new).state == JobState.PENDING
+
+    fake_k8s.set_status(plural, new["main"], failed)
+    assert backend.settle(new, backend.status(new)) is None  # no attempts left: the run is over
+    backend.cancel(new)
+    assert fake_k8s.names(plural) == [] and fake_k8s.names("configmaps") == []
+
+
+def test_a_ray_job_refused_by_validation_is_not_relaunched(fake_k8s, make_backend, make_spec):
+    backend = make_backend(max_resubmits=3)
+    handle = backend.submit(make_spec("enrich"))
+    fake_k8s.set_status("rayjobs", handle["name"], {"jobDeploymentStatus": "ValidationFailed"})
+    st = backend.status(handle)
+    assert st.state == JobState.FAILED and not st.retryable and backend.settle(handle, st) is None
+
+
+def _pod_volumes(obj):
+    """Every volume of every pod template in a DaskJob or RayJob."""
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "containers" in node:
+                found.extend(v for v in node.get("volumes", []) if "configMap" in v)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(obj["spec"])
+    assert found
+    return found
+
+
 def test_submit_twice_reconnects_on_409_and_a_failed_job_gets_a_fresh_name(fake_k8s, make_backend, make_spec):
     backend = make_backend()
     spec = make_spec("dedup")
@@ -308,49 +364,6 @@ def test_logs_stream_from_offsets_across_pods(fake_k8s, make_backend, make_spec)
     more, off2 = backend.logs(handle, off)
     assert more.startswith("unit part-00001 done") and "group 1" in more and "noise" not in more
     assert backend.logs(handle, off2) == ("", off2)
-
-
-def test_wait_survives_watch_timeouts_and_410_gone(fake_k8s, make_backend, make_spec):
-    backend = make_backend()
-    handle = backend.submit(make_spec("enrich"))
-    _write_result(handle)
-
-    def requests(kind: str) -> list[str]:
-        return [
-            p
-            for m, p, _ in fake_k8s.requests
-            if m == "GET" and "rayjobs?" in p and (("watch=" in p) == (kind == "watch"))
-        ]
-
-    def until(cond) -> None:
-        deadline = time.monotonic() + 120
-        while not cond():
-            assert time.monotonic() < deadline, "the client never got there"
-            time.sleep(0.02)
-
-    def controller():
-        until(lambda: requests("watch"))  # the client lists, then watches from that version
-        # History is compacted while it watches: once the server ends that watch (timeoutSeconds),
-        # resuming from its version gets 410 Gone and the client must list again.
-        fake_k8s.add_pod("unrelated", {}, {}, ns="elsewhere")
-        fake_k8s.compact()
-        until(lambda: len(requests("list")) >= 2)
-        fake_k8s.set_status("rayjobs", handle["name"], {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"})
-
-    t = threading.Thread(target=controller, daemon=True)
-    t.start()
-    st = backend.wait(handle, timeout=300, watch_timeout=1)
-    t.join()
-    assert st.state == JobState.SUCCEEDED
-    assert len(requests("watch")) >= 2 and len(requests("list")) >= 2
-
-
-def test_wait_returns_unfinished_at_its_timeout(fake_k8s, make_backend, make_spec):
-    backend = make_backend()
-    handle = backend.submit(make_spec("dedup"))
-    seen = []
-    st = backend.wait(handle, timeout=1, watch_timeout=1, poll=seen.append)
-    assert st.state == JobState.PENDING and seen
 
 
 def test_secret_env_goes_into_a_job_secret_never_into_the_pod_spec(fake_k8s, make_backend, make_spec):

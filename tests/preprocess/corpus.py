@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import glob
 import os
+import re
 import sysconfig
 
 STDLIB = sysconfig.get_paths()["stdlib"]
@@ -56,4 +57,124 @@ def cjk_docs() -> list[str]:
     for path in sorted(glob.glob(os.path.join(folder, "*-utf8.txt"))):
         with open(path, encoding="utf-8") as f:
             out.append(f.read())
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Real navigation/index pages against real prose, from the Debian documentation packages
+# (scripts/install_system_deps.sh installs python3.11-doc and debian-handbook).
+
+PYDOC_HTML = "/usr/share/doc/python3.11/html"
+HANDBOOK_HTML = "/usr/share/doc/debian-handbook/html/en-US"
+_BLOCK = {
+    "p", "div", "li", "dt", "dd", "h1", "h2", "h3", "h4", "h5", "h6", "tr", "br", "pre", "table", "ul", "ol",
+    "dl", "section", "blockquote", "article", "header", "footer", "nav", "hr", "figure", "figcaption", "caption",
+}  # fmt: skip
+_PARA_END = {"p", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "ul", "ol", "dl", "table", "blockquote"}
+_SKIP = {"script", "style", "head", "title", "noscript"}
+
+
+def html_to_text(raw: str) -> str:
+    """Text of an HTML page, one line per block element, as a plain-text extractor gives it.
+
+    Only the element marked ``role="main"`` is kept when there is one (Sphinx's body: what a
+    boilerplate-removing extractor keeps); ``<pre>`` keeps its line breaks, other whitespace folds.
+    """
+    from html.parser import HTMLParser
+
+    class _Parser(HTMLParser):
+        def __init__(self, main_only: bool) -> None:
+            super().__init__(convert_charrefs=True)
+            self.main_only, self.main_depth, self.depth = main_only, None, 0
+            self.skip, self.pre, self.parts = 0, 0, []
+
+        def handle_starttag(self, tag, attrs):
+            if tag in ("br", "hr", "img", "meta", "link", "input", "wbr"):
+                if tag in ("br", "hr") and self._on():
+                    self.parts.append("\x00")
+                return
+            self.depth += 1
+            if self.main_only and self.main_depth is None and ("role", "main") in attrs:
+                self.main_depth = self.depth
+            if tag in _SKIP:
+                self.skip += 1
+            if tag == "pre":
+                self.pre += 1
+            if tag in _BLOCK and self._on():
+                self.parts.append("\x00")
+            elif tag in ("td", "th") and self._on():
+                self.parts.append(" ")
+
+        def handle_endtag(self, tag):
+            if tag in ("br", "hr", "img", "meta", "link", "input", "wbr"):
+                return
+            if tag in _BLOCK and self._on():
+                self.parts.append("\n\n" if tag in _PARA_END else "\x00")
+            if tag in _SKIP:
+                self.skip = max(0, self.skip - 1)
+            if tag == "pre":
+                self.pre = max(0, self.pre - 1)
+            if self.main_depth is not None and self.depth == self.main_depth:
+                self.main_depth = -1  # main closed: nothing after it
+            self.depth -= 1
+
+        def _on(self) -> bool:
+            if self.skip:
+                return False
+            if self.main_only:
+                return self.main_depth is not None and self.main_depth > 0
+            return True
+
+        def handle_data(self, data):
+            if self._on():
+                self.parts.append(data.replace("\n", "\x00") if self.pre else re.sub(r"\s+", " ", data))
+
+    p = _Parser(main_only='role="main"' in raw)
+    p.feed(raw)
+    p.close()
+    # a block boundary (\x00) is a line break, a paragraph end (\n\n) a blank line; spaces at line edges fold
+    text = re.sub(r"[ \t]*[\x00\n][\x00\n \t]*", lambda m: "\n\n" if "\n" in m.group() else "\n", "".join(p.parts))
+    return text.strip()
+
+
+def page_label(path: str, raw: str) -> bool | None:
+    """True for an index/navigation page, False for prose, None for a page left out.
+
+    Python docs: the general and module indexes (``genindex*``, ``py-modindex``), ``contents``, the API
+    indexes (``*-index.html``) and every page whose main content holds a Sphinx table of contents
+    (``toctree-wrapper``: the section and chapter pages) and the front page are navigation; every other
+    page is prose but ``search.html`` (empty without JavaScript). Debian handbook: ``sect.*`` pages are prose; chapter
+    pages open with a table of contents and then prose, so they are left out.
+    """
+    name = os.path.basename(path)
+    if path.startswith(PYDOC_HTML):
+        if name == "search.html":
+            return None
+        if name.startswith("genindex") or name in ("py-modindex.html", "contents.html") or name.endswith("-index.html"):
+            return True
+        return path == os.path.join(PYDOC_HTML, "index.html") or "toctree-wrapper" in raw
+    if path.startswith(HANDBOOK_HTML):
+        return False if name.startswith("sect.") else None
+    return None
+
+
+def labelled_pages(prose_every: int = 1, skip_larger: int | None = None) -> list[tuple[str, bool, str]]:
+    """(path, is_nav, text) of every labelled page: all navigation pages and every ``prose_every``-th prose
+    page (per source), leaving out pages over ``skip_larger`` bytes of HTML."""
+    out = []
+    for root in (PYDOC_HTML, HANDBOOK_HTML):
+        n_prose = 0
+        for path in sorted(glob.glob(os.path.join(root, "**", "*.html"), recursive=True)):
+            if skip_larger and os.path.getsize(path) > skip_larger:
+                continue
+            with open(path, encoding="utf-8", errors="replace") as f:
+                raw = f.read()
+            label = page_label(path, raw)
+            if label is None:
+                continue
+            if not label:
+                n_prose += 1
+                if (n_prose - 1) % prose_every:
+                    continue
+            out.append((path, label, html_to_text(raw)))
     return out

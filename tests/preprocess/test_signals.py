@@ -63,6 +63,15 @@ def test_kernel_equals_reference_on_real_text(warm_signals, prose, code):
     _assert_same(compute_signals(texts), reference_signals(texts), texts)
 
 
+def test_string_and_large_string_and_slices_give_the_same_signals(warm_signals):
+    texts = EDGE + [None]
+    want = compute_signals(pa.array(texts, type=pa.large_string()))
+    assert compute_signals(pa.array(texts, type=pa.string())).equals(want)
+    sliced = pa.array(["skip me", *texts, "and me"], type=pa.string()).slice(1, len(texts))
+    assert compute_signals(sliced).equals(want)
+    assert compute_signals(pa.chunked_array([pa.array(texts[:5]), pa.array(texts[5:])])).equals(want)
+
+
 def test_empty_text_gives_zeros_not_errors(warm_signals):
     row = compute_signals(["", None]).to_pylist()
     for r in row:

@@ -12,16 +12,14 @@ import pytest
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest
 from airflow_curation.jobs import main as jobs_main
-from airflow_curation.stages.base import StageFailed, StageRunner
+from airflow_curation.stages import stage_class
+from airflow_curation.stages.base import Stage, StageFailed, StageRunner
 
-from .conftest import SITE, spec_for
-
-sys.path.insert(0, SITE)
-from curation_slurm_test_stage import SleepyStage  # noqa: E402
+from .conftest import spec_for  # importing conftest registers the test stage ``slurmtest``
 
 
-def _stage(tmp_path, **config) -> SleepyStage:
-    return SleepyStage(Lake(str(tmp_path / "lake"), "ds"), config, "r1")
+def _stage(tmp_path, **config) -> Stage:
+    return stage_class("slurmtest")(Lake(str(tmp_path / "lake"), "ds"), config, "r1")
 
 
 def test_groups_partition_the_plan_and_collect_writes_the_manifest(tmp_path):
@@ -64,11 +62,7 @@ def test_collect_counts_units_no_group_ran(tmp_path):
         StageRunner(_stage(tmp_path, units=4)).run(collect=True)
 
 
-def test_cli_options(tmp_path, monkeypatch):
-    from airflow_curation.stages import STAGES
-
-    monkeypatch.setitem(STAGES, "slurmtest", "curation_slurm_test_stage:SleepyStage")
-
+def test_cli_options(tmp_path):
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(spec_for({"root": str(tmp_path / "lake"), "dataset": "ds"}, units=5).to_json())
     assert jobs_main(["run", str(spec_path), "--result", str(tmp_path / "g1.json"), "--shard-group", "1/2"]) == 0

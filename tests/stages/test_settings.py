@@ -110,12 +110,14 @@ def test_stage_defaults_and_runtime_keys_come_from_the_settings():
 
 
 def test_fingerprints_did_not_change_with_the_settings_schema():
-    """Checkpoints of earlier runs stay valid: the same settings give the same fingerprints as before."""
+    """Checkpoints of earlier runs stay valid: the same settings give the same fingerprints as before (unless a
+    stage's output changed: then its version and the pinned value change together)."""
     from airflow_curation.stages.dedup.stage import DedupSignaturesStage
 
     cases = {
         "ingest": ({"inputs": ["/x"]}, "5c78db5a3afe1618"),
-        "preprocess": ({"input_manifest": "/m.json"}, "2f7b6b1cb18e3ed9"),
+        # new on purpose: the default preset became gopher,structure and version 2 adds the structure signals
+        "preprocess": ({"input_manifest": "/m.json"}, "8d20a5be1f479cf6"),
         "dedup": ({"input_manifest": "/m.json"}, "20c04ef953e4bce0"),
     }
     for name, (config, fp) in cases.items():
@@ -126,7 +128,9 @@ def test_fingerprints_did_not_change_with_the_settings_schema():
         "code": True,
         "rules": [{"name": "r", "signal": "n_words", "min": 3}],
     }
-    assert stage_class("preprocess")(LAKE, pre, "r").fingerprint == "421aad69d96ba9d2"
+    assert (
+        stage_class("preprocess")(LAKE, pre, "r").fingerprint == "30c46e4ef87e8b16"
+    )  # version 2 (structure signal columns)
     dedup = {"input_manifest": "/m.json", "threshold": 0.7, "num_perm": 64, "verify": True, "only_kept": False}
     assert stage_class("dedup")(LAKE, dedup, "r").fingerprint == "dc33d8f594660a1c"
     assert DedupSignaturesStage(LAKE, {"params": {"a": 1}, "shards": []}, "r").fingerprint == "c20170946e63172b"

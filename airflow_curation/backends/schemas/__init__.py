@@ -60,15 +60,9 @@ def _strict(schema: dict[str, Any]) -> dict[str, Any]:
     walk(schema)
     # Every object has apiVersion/kind/metadata; some CRDs (dask) leave them out of the schema.
     props = schema.setdefault("properties", {})
-    props.setdefault("apiVersion", {"type": "string"})
-    props.setdefault("kind", {"type": "string"})
-    props.setdefault("metadata", {"type": "object"})
-    props.setdefault("status", {"type": "object"})
+    for key, kind in (("apiVersion", "string"), ("kind", "string"), ("metadata", "object"), ("status", "object")):
+        props.setdefault(key, {"type": kind})
     return schema
-
-
-def is_custom(obj: dict[str, Any]) -> bool:
-    return (obj.get("apiVersion"), obj.get("kind")) in crd_schemas()
 
 
 def validate_object(obj: dict[str, Any], kubernetes_version: str = DEFAULT_KUBERNETES_VERSION) -> None:

@@ -41,7 +41,6 @@ from airflow_curation.core import storage
 from airflow_curation.core.layout import safe_name
 from airflow_curation.jobs import groups as grp
 from airflow_curation.jobs import progress
-from airflow_curation.jobs.result import JobResult
 from airflow_curation.jobs.spec import JobSpec
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -118,8 +117,11 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         remote_work_dir: bool = False,
         transport: Any = None,
     ) -> None:
-        self.partition, self.account, self.qos = partition, account, qos
-        self.time_limit, self.mem = time_limit, mem
+        self.partition, self.account, self.qos, self.ssh_host = partition, account, qos, ssh_host
+        self.time_limit, self.mem, self.collect_time_limit = time_limit, mem, collect_time_limit
+        for what in ("partition", "account", "qos", "time_limit", "mem", "ssh_host", "collect_time_limit"):
+            if getattr(self, what) is not None:
+                _check_arg(getattr(self, what), what)
         self.cpus_per_task = int(cpus_per_task) if cpus_per_task else None
         if isinstance(sbatch_options, str):
             sbatch_options = shlex.split(sbatch_options)
@@ -129,17 +131,6 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
                 raise ValueError(f"sbatch option {opt!r} does not start with '-' (sbatch would take it for the script)")
             if opt.split("=", 1)[0] in ("--wrap", "--array", "-a", "--dependency", "-d", "--parsable"):
                 raise ValueError(f"sbatch option {opt!r} is set by the backend itself")
-        for what, value in (
-            ("partition", partition),
-            ("account", account),
-            ("qos", qos),
-            ("time_limit", time_limit),
-            ("mem", mem),
-            ("ssh_host", ssh_host),
-            ("collect_time_limit", collect_time_limit),
-        ):
-            if value is not None:
-                _check_arg(value, what)
         self.shard_groups = int(shard_groups)
         self.array_parallelism = int(array_parallelism)
         if self.shard_groups < 1 or self.array_parallelism < 0:
@@ -153,19 +144,14 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
             _check_arg(value, f"env {key}")
         if ssh_host is not None and (not ssh_host or ssh_host.startswith("-") or any(c.isspace() for c in ssh_host)):
             raise ValueError(f"ssh_host {ssh_host!r} is not a host name (ssh would read it as an option)")
-        self.ssh_host = ssh_host
-        if command_prefix is not None:
-            self.command_prefix = [_check_arg(a, "command_prefix") for a in command_prefix]
-        elif ssh_host:
-            self.command_prefix = ["ssh", "-o", "BatchMode=yes", ssh_host]
-        else:
-            self.command_prefix = []
+        if command_prefix is None:
+            command_prefix = ["ssh", "-o", "BatchMode=yes", ssh_host] if ssh_host else []
+        self.command_prefix = [_check_arg(a, "command_prefix") for a in command_prefix]
         self.transport = transport
         # Whether the Slurm commands (and so the paths they name) are on another host.
         self.remote = bool(self.command_prefix) or (transport is not None and getattr(transport, "remote", True))
         self.max_resubmits = int(max_resubmits)
         self.resubmit_on = tuple(s.upper() for s in resubmit_on)
-        self.collect_time_limit = collect_time_limit
         self.command_timeout = command_timeout
         self.nodes = int(nodes) if nodes else None
         self.ntasks = int(ntasks) if ntasks else None
@@ -200,43 +186,19 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         self, spec: JobSpec, groups: Sequence[int] | None = None, *, previous: JobHandle | None = None
     ) -> JobHandle:
         if previous is None:
-            base = self._prepare(spec)
-            attempt, indices = 1, list(range(base["groups"])) if base["groups"] > 1 else None
+            base, attempt = self._prepare(spec), 1
         else:
-            previous = self.current(previous)
-            base = {
-                k: previous[k]
-                for k in (
-                    "backend",
-                    "job_dir",
-                    "spec",
-                    "log",
-                    "manifest_uri",
-                    "stage",
-                    "run_id",
-                    "lake",
-                    "groups",
-                    "env_file",
-                )
-                if k in previous
-            }
+            base, attempt = dict(previous), previous["attempt"] + 1
             self._env_for_resubmit(base)  # before the lock: a refusal must not block a later relaunch
-            attempt = previous["attempt"] + 1
             if not self.files.create_exclusive(os.path.join(base["job_dir"], f"attempt-{attempt}.lock")):
                 return self.current(previous)  # another follower relaunched first
-            indices = (
-                sorted(groups)
-                if base["groups"] > 1 and groups is not None
-                else (list(range(base["groups"])) if base["groups"] > 1 else None)
-            )
+        n = base["groups"]
+        indices = None if n == 1 else sorted(groups) if groups is not None else list(range(n))
         handle = self._submit_attempt(base, attempt, indices)
-        self._write_current(handle)
         if previous is not None:
+            what = f"groups {compress(indices)}" if indices else "the job"
             self.files.append(
-                base["log"],
-                f"airflow-curation: attempt {attempt} resubmitted "
-                f"{'groups ' + compress(indices) if indices else 'the job'} "
-                f"as job {handle['job_id']}\n",
+                base["log"], f"airflow-curation: attempt {attempt} resubmitted {what} as job {handle['job_id']}\n"
             )
         return handle
 
@@ -260,7 +222,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         }
         if self.env:
             base["env_file"] = os.path.join(job_dir, ENV_FILE)
-            self._write_env(base["env_file"])
+            self.files.write(base["env_file"], self.render_env(), mode=0o600)  # the owner's only
         result = (os.path.join(job_dir, "result-"), ATTEMPT, ".json")
         if groups == 1:
             self._write_script(job_dir, "job.sh", grp.run_args(spec_path, result), dask_cluster=self.engine == "dask")
@@ -280,51 +242,33 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
 
     def _submit_attempt(self, base: JobHandle, attempt: int, indices: list[int] | None) -> JobHandle:
         """Submit one attempt: the whole job, or the array tasks ``indices`` plus the collect job."""
-        job_dir, groups = base["job_dir"], base["groups"]
-        name = f"curation-{base['stage']}"
-        result = os.path.join(job_dir, f"result-{attempt}.json")
+        job_dir, name = base["job_dir"], f"curation-{base['stage']}"
         handle = {
             **base,
             "attempt": attempt,
-            "result": result,
+            "result": os.path.join(job_dir, f"result-{attempt}.json"),
             "array_job_id": None,
             "array": None,
             "submitted": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 3600)),
         }
-        attempt_arg = [str(int(attempt))]
-        if groups == 1:
-            handle["job_id"] = self._sbatch(
-                self.sbatch_argv(os.path.join(job_dir, "job.sh"), name, base["log"], job_dir, script_args=attempt_arg)
+
+        def sbatch(script: str, job_name: str = name, **options: Any) -> str:
+            argv = self.sbatch_argv(
+                os.path.join(job_dir, script), job_name, base["log"], job_dir, script_args=[str(attempt)], **options
             )
+            return self._sbatch(argv)
+
+        if base["groups"] == 1:
+            handle["job_id"] = sbatch("job.sh")
             return handle
         dependency = None
         if indices:
-            spans = compress(indices)
-            k = f"%{self.array_parallelism}" if self.array_parallelism else ""
-            handle["array"] = f"{spans}{k}"
-            handle["array_job_id"] = self._sbatch(
-                self.sbatch_argv(
-                    os.path.join(job_dir, "group.sh"),
-                    name,
-                    base["log"],
-                    job_dir,
-                    array=handle["array"],
-                    script_args=attempt_arg,
-                )
-            )
+            handle["array"] = compress(indices) + (f"%{self.array_parallelism}" if self.array_parallelism else "")
+            handle["array_job_id"] = sbatch("group.sh", array=handle["array"])
             dependency = f"afterany:{handle['array_job_id']}"
         try:
-            handle["job_id"] = self._sbatch(
-                self.sbatch_argv(
-                    os.path.join(job_dir, "collect.sh"),
-                    f"{name}-collect",
-                    base["log"],
-                    job_dir,
-                    dependency=dependency,
-                    time_limit=self.collect_time_limit,
-                    collect=True,
-                    script_args=attempt_arg,
-                )
+            handle["job_id"] = sbatch(
+                "collect.sh", f"{name}-collect", dependency=dependency, time_limit=self.collect_time_limit, collect=True
             )
         except SlurmError:
             if handle["array_job_id"]:
@@ -339,10 +283,6 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         self.files.write(path, self.render_script(job_dir, args, dask_cluster, last_consumer).encode(), mode=0o750)
         return path
 
-    def _write_env(self, path: str) -> None:
-        """Write the job's environment file, readable by its owner only (over SSH: through stdin)."""
-        self.files.write(path, self.render_env(), mode=0o600)
-
     def _drop_env(self, handle: JobHandle) -> None:
         """Delete the job's environment file (idempotent): nothing of this run will read it again."""
         if handle.get("env_file"):
@@ -354,24 +294,18 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         if not handle.get("env_file"):
             return
         if self.env:
-            self._write_env(handle["env_file"])
+            self.files.write(handle["env_file"], self.render_env(), mode=0o600)
         elif not self.files.exists(handle["env_file"]):
             raise SlurmError(
                 f"the job's environment file {handle['env_file']} was deleted when the run "
                 "finished; resubmit with a backend that has the job's env (its storage options)"
             )
 
-    def _write_current(self, handle: JobHandle) -> None:
-        self.files.write(
-            os.path.join(handle["job_dir"], "current.json"), json.dumps(handle, indent=1, sort_keys=True).encode()
-        )
+    def _read_json(self, path: str) -> dict[str, Any] | None:
+        return self.files.read_json(path)
 
-    def current(self, handle: JobHandle) -> JobHandle:
-        """The latest attempt of the job ``handle`` names (resubmissions keep the first handle valid)."""
-        latest = self.files.read_json(os.path.join(handle["job_dir"], "current.json"))
-        if latest is None:
-            return handle
-        return latest if latest.get("attempt", 1) >= handle.get("attempt", 1) else handle
+    def _write_json(self, path: str, obj: dict[str, Any]) -> None:
+        self.files.write(path, json.dumps(obj, indent=1, sort_keys=True).encode())
 
     def job_records(self, handle: JobHandle) -> tuple[list[SlurmJobRecord], str]:
         """What Slurm says about the attempt's jobs, and where it came from (scontrol, sacct, none)."""
@@ -418,7 +352,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         return word is not None and word in self.resubmit_on
 
     def _status(self, handle: JobHandle) -> JobStatus:
-        result = self._read_result(handle["result"])
+        result = self._result(handle)
         try:
             records, source = self.job_records(handle)
         except SlurmError as e:
@@ -426,8 +360,8 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
                 return JobStatus(JobState.UNKNOWN, f"cannot reach Slurm: {e}")
             records, source = [], "unreachable"  # the result file alone decides
         if result is None:
-            result = self._read_result(handle["result"])  # it may have landed while we asked
-        cancelled = self.files.exists(os.path.join(handle["job_dir"], "cancelled"))
+            result = self._result(handle)  # it may have landed while we asked
+        cancelled = self._was_cancelled(handle)
         main = [r for r in records if r.job_id == handle["job_id"] and r.array_task_id is None]
         if result is not None:
             if main and main[0].mapped in (JobState.RUNNING, JobState.PENDING):
@@ -466,10 +400,6 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
             retryable=self._retryable("GONE"),
         )
 
-    def _read_result(self, path: str) -> JobResult | None:
-        data = self.files.read_json(path)
-        return JobResult.from_dict(data) if data is not None else None
-
     def _array_failure(self, handle: JobHandle) -> str | None:
         """Why an attempt whose collect step wrote a failed result failed, from its array tasks."""
         try:
@@ -482,7 +412,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
 
     def cancel(self, handle: JobHandle) -> None:
         handle = self.current(handle)
-        self.files.write(os.path.join(handle["job_dir"], "cancelled"), b"")
+        self._mark_cancelled(handle)
         ids = [j for j in (handle["job_id"], handle.get("array_job_id")) if j]
         self._run(["scancel", *ids], check=False)  # idempotent: finished ids are not an error worth raising
         self.release(handle)  # running tasks have read it; tasks not started yet must not start

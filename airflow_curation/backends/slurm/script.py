@@ -142,38 +142,25 @@ class ScriptMixin:
         collect: bool = False,
         script_args: Sequence[str] = (),
     ) -> list[str]:
-        argv = [
-            "sbatch",
-            "--parsable",
-            f"--job-name={job_name}",
-            f"--output={log_path}",
-            "--open-mode=append",
-            f"--chdir={job_dir}",
-        ]
-        for flag, value in (
-            ("--partition", self.partition),
-            ("--account", self.account),
-            ("--qos", self.qos),
-            ("--time", time_limit or self.time_limit),
-        ):
-            if value:
-                argv.append(f"{flag}={value}")
         # The collect job runs the stage's finalize (e.g. dedup's global phase): it keeps the CPUs and
-        # memory, but not the extra options (GPUs, constraints) that the shard work asked for.
-        if self.cpus_per_task:
-            argv.append(f"--cpus-per-task={self.cpus_per_task}")
-        if self.mem:
-            argv.append(f"--mem={self.mem}")
-        if not collect:
-            if self.nodes and not array:
-                argv.append(f"--nodes={self.nodes}")
-            if self.ntasks and not array:
-                argv.append(f"--ntasks={self.ntasks}")
-            argv += self.sbatch_options
-        if array:
-            argv.append(f"--array={array}")
-        if dependency:
-            argv += [f"--dependency={dependency}", "--kill-on-invalid-dep=no"]
-        argv.append(script)
-        argv += [_check_arg(a, "script argument") for a in script_args]
-        return argv
+        # memory, but not what the shard work asked for (nodes, tasks, GPUs, constraints).
+        whole = not collect and not array  # one allocation runs the whole stage
+        options = {
+            "--job-name": job_name,
+            "--output": log_path,
+            "--open-mode": "append",
+            "--chdir": job_dir,
+            "--partition": self.partition,
+            "--account": self.account,
+            "--qos": self.qos,
+            "--time": time_limit or self.time_limit,
+            "--cpus-per-task": self.cpus_per_task,
+            "--mem": self.mem,
+            "--nodes": whole and self.nodes,
+            "--ntasks": whole and self.ntasks,
+            "--array": array,
+            "--dependency": dependency,
+        }
+        argv = ["sbatch", "--parsable", *(f"{flag}={value}" for flag, value in options.items() if value)]
+        argv += ([] if collect else self.sbatch_options) + (["--kill-on-invalid-dep=no"] if dependency else [])
+        return [*argv, script, *(_check_arg(a, "script argument") for a in script_args)]

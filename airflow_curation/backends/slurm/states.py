@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import groupby
 
 from airflow_curation.backends.base import JobState
 
@@ -32,26 +33,25 @@ FAILURE_NOTES = {
     "DEADLINE": "missed its deadline",
     "REVOKED": "was revoked (federation)",
 }
-# Final states after which running the same units again may well succeed.
 # Final states after which running the unfinished units again may well succeed (GONE: the job vanished
 # without a result).
 DEFAULT_RESUBMIT_ON = ("TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "GONE")
+_STATES = (
+    (_PENDING, JobState.PENDING),
+    (_RUNNING, JobState.RUNNING),
+    ({"COMPLETED"}, JobState.SUCCEEDED),
+    ({"CANCELLED"}, JobState.CANCELLED),
+    (FAILURE_NOTES, JobState.FAILED),
+)
 _FIELD = re.compile(r"(?:^|\s)(JobId|ArrayJobId|ArrayTaskId|JobState|Reason|ExitCode)=(\S*)")
 
 
 def map_state(slurm_state: str) -> JobState:
     """Our state for a Slurm state word (``CANCELLED by 0`` counts as ``CANCELLED``)."""
     word = slurm_state.split()[0].rstrip("+").upper() if slurm_state.strip() else ""
-    if word in _PENDING:
-        return JobState.PENDING
-    if word in _RUNNING:
-        return JobState.RUNNING
-    if word == "COMPLETED":
-        return JobState.SUCCEEDED
-    if word == "CANCELLED":
-        return JobState.CANCELLED
-    if word in FAILURE_NOTES:
-        return JobState.FAILED
+    for words, state in _STATES:
+        if word in words:
+            return state
     return JobState.UNKNOWN
 
 
@@ -145,15 +145,6 @@ def failure_word(records: Sequence[SlurmJobRecord]) -> str | None:
 
 def compress(indices: Sequence[int]) -> str:
     """``[0, 1, 2, 5, 7, 8]`` -> ``"0-2,5,7-8"`` (Slurm's --array syntax)."""
-    spans, start, prev = [], None, None
-    for i in sorted(set(indices)):
-        if start is None:
-            start = prev = i
-        elif i == prev + 1:
-            prev = i
-        else:
-            spans.append((start, prev))
-            start = prev = i
-    if start is not None:
-        spans.append((start, prev))
-    return ",".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
+    # Consecutive indices share their offset from their position: each group is one span.
+    spans = [[i for _, i in run] for _, run in groupby(enumerate(sorted(set(indices))), lambda p: p[1] - p[0])]
+    return ",".join(f"{s[0]}-{s[-1]}" if len(s) > 1 else f"{s[0]}" for s in spans)

@@ -62,10 +62,7 @@ class TransportMixin:
 
     def read_remote(self, path: str, offset: int = 0) -> bytes:
         """Bytes of a file where the Slurm commands run, from ``offset`` (empty if it does not exist)."""
-        try:
-            proc = self._exec(["tail", "-c", f"+{int(offset) + 1}", "--", path])
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise SlurmError(f"cannot read {path}: {e}") from e
+        proc = self.run_raw(["tail", "-c", f"+{int(offset) + 1}", "--", path])
         return proc.stdout if proc.returncode == 0 else b""
 
     def max_array_size(self) -> int:
@@ -76,15 +73,12 @@ class TransportMixin:
             self._max_array_size = int(m.group(1)) if m else 1001  # Slurm's default
         return self._max_array_size
 
-    # -- the job folder and script ---------------------------------------------------------------
     def _sbatch(self, argv: list[str]) -> str:
         out = self._run(argv).stdout.strip()
         job_id = out.split(";", 1)[0].strip()  # --parsable prints "id" or "id;cluster"
         if not _JOB_ID.match(job_id):
             raise SlurmError(f"sbatch printed {out!r}, not a job id")
         return job_id
-
-    # -- Backend ---------------------------------------------------------------------------------
 
 
 def _write_local(path: str, data: bytes, mode: int = 0o640) -> None:

@@ -29,15 +29,16 @@ from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.components import connected_components
 from airflow_curation.core.faults import fault_point
+from airflow_curation.core.fingerprint import config_fingerprint
 from airflow_curation.core.integrity import verify_file
-from airflow_curation.core.lsh import partitions_for
+from airflow_curation.core.lsh import next_power_of_two, partitions_for
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.minhash import MinHashParams, lsh_params
 from airflow_curation.core.schema import CLUSTER_ID, EXACT_DUPLICATE, KEEP, NEAR_DUPLICATE
 from airflow_curation.core.shards import write_parquet
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches
 from airflow_curation.stages.base import Stage, StageRunner, UnitMapper, UnitResult, local_mapper
-from airflow_curation.stages.dedup import phases
+from airflow_curation.stages.dedup import phases, snapshots
 from airflow_curation.stages.dedup.phases import DedupParams
 from airflow_curation.stages.settings import Setting, size
 
@@ -117,6 +118,9 @@ class DedupStage(AttrsStage):
     name = "dedup"
     version = "1"
     UPSTREAM = ("preprocess", "ingest")
+    # A global barrier: a shard's clusters depend on every other shard (the components of all partitions),
+    # so it cannot start on single upstream shards; its per-shard attrs stream out to enrich.
+    STREAMS = False
     SETTINGS = AttrsStage.SETTINGS.extend(
         Setting("threshold", float, 0.8, "Jaccard similarity at which two documents are near duplicates"),
         Setting("num_perm", int, 128, "MinHash permutations"),
@@ -157,6 +161,22 @@ class DedupStage(AttrsStage):
         ),
         Setting("scheduler_address", str, None, "run on this Dask cluster instead of a LocalCluster", runtime=True),
         Setting("batch_rows", int, 8192, "rows per batch when signing", runtime=True),
+        Setting(
+            "across_snapshots",
+            bool,
+            False,
+            "in a snapshot of a lake: also mark rows that duplicate a document of an earlier snapshot "
+            "(probing the buckets every snapshot persists); run the dates in order",
+            runtime=True,  # enters the fingerprint through fingerprint below, only where it has an effect
+        ),
+        Setting(
+            "prior_indexes",
+            list,
+            None,
+            "set by the stage, not by users: the earlier snapshots' indexes it probes (in the fingerprint)",
+            runtime=True,
+            cli=False,
+        ),
         renamed={"engine": "mapper"},
     )
 
@@ -166,6 +186,26 @@ class DedupStage(AttrsStage):
         if not (c["exact"] or c["near"]):
             raise ValueError("dedup: nothing to do with exact=False and near=False")
         self.params = self._params()
+        # Which earlier snapshots this run probes is decided once, here, and enters the fingerprint: a rerun
+        # of snapshot N after N+1 exists probes the same ones (only earlier dates), and a rerun after an
+        # earlier snapshot was added or rerun recomputes.
+        # Every snapshot of a lake persists its index (so that turning across_snapshots on later still
+        # probes all earlier dates); only across_snapshots probes.
+        self.persists = bool(lake.snapshot and not c.get("inputs"))
+        self.incremental = bool(c["across_snapshots"] and self.persists)
+        key = snapshots.index_key(self.params)
+        self.config["prior_indexes"] = snapshots.find_priors(lake, key) if self.incremental else []
+
+    @property
+    def fingerprint(self) -> str:
+        """The settings' fingerprint; across snapshots, also the earlier indexes probed (their snapshots and
+        checksums), so a run that probes others is a different run. Runs in a lake without snapshots (or
+        with ``across_snapshots`` off) keep the fingerprints they always had."""
+        base = super().fingerprint
+        if not getattr(self, "incremental", False):
+            return base
+        priors = [(p["snapshot"], p["checksum"]) for p in self.config["prior_indexes"]]
+        return config_fingerprint(self.name, {"settings": base, "across_snapshots": priors}, self.version)
 
     def _params(self) -> DedupParams:
         c = self.config
@@ -241,9 +281,6 @@ class DedupStage(AttrsStage):
         if cluster is not None:
             cluster.close()
 
-    def collect(self, manifest: Manifest) -> None:
-        self.close()
-
     def __getstate__(self) -> dict:
         # Units travel to workers with the stage; a cluster handle does not.
         return {k: v for k, v in self.__dict__.items() if k != "_cluster"}
@@ -285,6 +322,8 @@ class DedupStage(AttrsStage):
         rows = sum(e.rows for e in entries)
         spill_bytes = rows * (_BAND_BYTES * self.params.bands * self.params.near + _EXACT_BYTES * self.params.exact)
         parts = int(self.config["partitions"] or partitions_for(spill_bytes, int(self.config["memory_budget"])))
+        if self.persists:  # later snapshots read this one's spills partition by partition (nested counts)
+            parts = next_power_of_two(parts)
         out_parts = max(1, min(len(entries), 256))
         log.info(
             "dedup: %d shards, %d rows, %d bands x %d rows, %d partitions (memory budget %d bytes)",
@@ -313,6 +352,8 @@ class DedupStage(AttrsStage):
         ).hexdigest()[:16]
         self._global = self._phase2(sig, params, shards, run_key, out_parts)
         self._shards = {s["shard_id"]: s for s in shards}
+        self._sig = sig
+        self._prior = self._probe(sig, params, shards, run_key, out_parts) if self.incremental else None
         return [
             UnitEntry(
                 unit_id=s["shard_id"],
@@ -363,6 +404,65 @@ class DedupStage(AttrsStage):
         storage.write_json(done_uri, result)
         return result
 
+    # -- across snapshots ----------------------------------------------------------------------------
+    def _probe(self, sig: DedupSignaturesStage, params: DedupParams, shards: list[dict], run_key: str, out_parts: int):
+        """This snapshot's clusters against every earlier snapshot's index (:mod:`.snapshots`); resumable
+        like phase 2 (``_SUCCESS.json``). Returns ``{"uris": [...], ...counts}``, or None with no priors."""
+        priors = self.config["prior_indexes"]
+        if not priors:
+            return None
+        key = hashlib.sha256((run_key + "|" + repr([(p["snapshot"], p["checksum"]) for p in priors])).encode())
+        pdir = self.lake.path("dedup", run_key, f"prior-{key.hexdigest()[:16]}")
+        done_uri = storage.join(pdir, "_SUCCESS.json")
+        if storage.exists(done_uri):
+            return storage.read_json(done_uri)
+        docs = snapshots.load_priors(priors, snapshots.index_key(self.params))
+        inputs = snapshots.probe_inputs(docs)
+        parts = params.partitions
+        band_uris = [sig.spill_uris(s["shard_id"])[0] for s in shards]
+        exact_uris = [sig.spill_uris(s["shard_id"])[1] for s in shards]
+        match_uris = [storage.join(pdir, "match", f"part-{p:05d}.parquet") for p in range(parts)]
+        list(
+            self.default_mapper()(
+                snapshots.probe_partition,
+                [(p, parts, band_uris, exact_uris, inputs, params, match_uris[p]) for p in range(parts)],
+            )
+        )
+        uris, counts = snapshots.resolve(match_uris, self._global["labels"], out_parts, docs, pdir)
+        result = {"uris": uris, "snapshots": [p["snapshot"] for p in priors], **counts}
+        log.info("dedup: probed %d earlier snapshots: %s", len(priors), counts)
+        storage.write_json(done_uri, result)
+        return result
+
+    def collect(self, manifest: Manifest) -> None:
+        """Persist this snapshot's index for later snapshots, once every shard is done (an index with holes
+        would name documents that have no attrs)."""
+        self.close()
+        if not self.persists:
+            return
+        by_id = {s.shard_id: s for s in manifest.shards}
+        if len(by_id) != len(self._shards) or any("dedup" not in s.attrs for s in by_id.values()):
+            log.warning("dedup: some shards failed; no index for later snapshots is written")
+            return
+        rows = []
+        for shard_id, s in sorted(self._shards.items(), key=lambda kv: kv[1]["index"]):
+            bands, exact = self._sig.spill_uris(shard_id)
+            e = by_id[shard_id]
+            rows.append(
+                {
+                    "shard_id": shard_id,
+                    "bands": bands,
+                    "exact": exact,
+                    "attrs": e.attrs["dedup"],
+                    "attrs_checksum": e.attrs_checksums.get("dedup"),
+                }
+            )
+        params = self._sig.params
+        uri = snapshots.write_index(
+            self.lake, snapshots.index_key(self.params), self.fingerprint, params, rows, self.config["prior_indexes"]
+        )
+        log.info("dedup: index for later snapshots written: %s", uri)
+
     # -- phase 3 -----------------------------------------------------------------------------------
     def write_unit(self, unit: UnitEntry, entry: ShardEntry, uri: str) -> AttrsFile:
         s = self._shards[unit.unit_id]
@@ -376,6 +476,8 @@ class DedupStage(AttrsStage):
             g["exact"],
             int(g["out_partitions"]),
         )
+        if self.incremental:
+            table = snapshots.apply_prior(table, s["index"], (self._prior or {}).get("uris"), int(g["out_partitions"]))
         fault_point("dedup.before_attrs")
         nbytes, checksum = write_parquet(uri, table)
         n = table.num_rows

@@ -27,13 +27,14 @@ from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.layout import safe_name
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
-from airflow_curation.core.schema import ENRICHED, ID, IS_DUPLICATE, KEEP, SKIP_REASON, TEXT
+from airflow_curation.core.schema import ENRICHED, ID, SKIP_REASON, TEXT
 from airflow_curation.core.shards import read_shard, write_parquet
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage
 from airflow_curation.stages.enrich.engines import EngineSpec
 from airflow_curation.stages.enrich.executors import EXECUTORS, Chunk
 from airflow_curation.stages.enrich.parts import PartStore
 from airflow_curation.stages.enrich.tasks import COMMON_FIELDS, TASKS, make_task
+from airflow_curation.stages.kept import decision_attrs, skip_reasons
 from airflow_curation.stages.settings import Setting
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class EnrichStage(AttrsStage):
 
     name = "enrich"
     version = "1"
-    UPSTREAM = ("dedup", "preprocess", "ingest")
+    UPSTREAM = ("pii", "dedup", "preprocess", "ingest")
     SETTINGS = AttrsStage.SETTINGS.extend(
         Setting("task", str, None, "what the model does", choices=tuple(sorted(TASKS)), required=True),
         Setting(
@@ -179,15 +180,7 @@ class EnrichStage(AttrsStage):
         """Upstream attrs holding ``keep`` / ``is_duplicate`` for this shard (not other enrich outputs)."""
         if not self.config["only_kept"]:
             return []
-        found = []
-        for key, uri in sorted(entry.attrs.items()):
-            if key.startswith("enrich-"):
-                continue
-            with storage.open_read(uri) as f:
-                names = pq.ParquetFile(f).schema_arrow.names
-            if KEEP in names or IS_DUPLICATE in names:
-                found.append(key)
-        return found
+        return decision_attrs(entry, skip=lambda key: key.startswith("enrich-"))
 
     # -- one shard ---------------------------------------------------------------------------------
     def parts_dir(self, unit: UnitEntry) -> str:
@@ -197,25 +190,7 @@ class EnrichStage(AttrsStage):
 
     def _selection(self, entry: ShardEntry, attrs_uris: list[str], table: pa.Table) -> list[str | None]:
         """Per row: None to enrich it, else the reason it is skipped."""
-        n = table.num_rows
-        reasons: list[str | None] = [None] * n
-        ids = table.column(ID)
-        tables = []
-        for uri in attrs_uris:
-            attrs = read_shard(uri)
-            if attrs.num_rows != n or not attrs.column(ID).equals(ids):
-                raise ValueError(
-                    f"enrich: attrs {uri} do not match shard {entry.shard_id} row for row "
-                    f"(attrs must have the shard's ids in the shard's order)"
-                )
-            tables.append(attrs)
-        # Pipeline order: a row preprocess dropped is "not_kept" even if dedup also saw it as a duplicate.
-        for col, drop_when, reason in ((KEEP, False, "not_kept"), (IS_DUPLICATE, True, "duplicate")):
-            for attrs in tables:
-                if col in attrs.column_names:
-                    for i, v in enumerate(attrs.column(col).to_pylist()):
-                        if reasons[i] is None and v is not None and bool(v) == drop_when:
-                            reasons[i] = reason
+        reasons: list[str | None] = skip_reasons(entry.shard_id, table.column(ID), attrs_uris).tolist()
         texts = table.column(TEXT)
         empty = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(texts)), 0), True).to_pylist()
         for i, e in enumerate(empty):

@@ -18,7 +18,8 @@ import pyarrow as pa
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.code_signals import CODE_SIGNALS, compute_code_signals, language_of
-from airflow_curation.core.filters import Rule, apply_rules, resolve_rules
+from airflow_curation.core.filters import DEFAULT_PRESET, Rule, apply_rules, resolve_rules
+from airflow_curation.core.langid import LANG_SIGNALS, lang_rules, lang_signals
 from airflow_curation.core.schema import ID, SOURCE, TEXT
 from airflow_curation.core.signals import SignalComputer
 from airflow_curation.stages.attrs import AttrsStage, keep_accounting, write_attrs
@@ -39,22 +40,34 @@ class Preprocessor:
     :param signals: signal settings (``stop_words``, ``tokenizer``).
     :param code: compute code signals: ``True``, ``False`` or ``"auto"`` (when a rule reads one).
     :param code_language: one language for every row, or ``"auto"`` (from each row's ``source`` extension).
+    :param lang: keep only these languages (ISO 639-1 codes; rule ``lang``), after the other rules.
+    :param lang_min_score: drop rows whose language score is below this (rule ``lang_score``).
+    :param lang_id: compute ``lang``/``lang_score``: ``True``, ``False`` or ``"auto"`` (when a rule reads one).
+    :param lang_max_chars: language ID reads at most this many characters of a text (0: all).
     """
 
     def __init__(
         self,
-        preset: str | list[str] | None = "gopher",
+        preset: str | list[str] | None = DEFAULT_PRESET,
         rules: list[dict] | None = None,
         signals: dict | None = None,
         code: bool | str = "auto",
         code_language: str = "auto",
+        lang: str | list[str] | None = None,
+        lang_min_score: float | None = None,
+        lang_id: bool | str = "auto",
+        lang_max_chars: int = 0,
     ) -> None:
-        self.rules: list[Rule] = resolve_rules(preset, rules or [])
+        self.rules: list[Rule] = resolve_rules(preset, [*(rules or []), *lang_rules(lang, lang_min_score)])
         self.computer = SignalComputer(signals)
         if code == "auto":
             code = any(r.signal in CODE_SIGNALS for r in self.rules)
         self.code = bool(code)
         self.code_language = code_language
+        if lang_id == "auto":
+            lang_id = any(r.signal in LANG_SIGNALS for r in self.rules)
+        self.lang_id = bool(lang_id)
+        self.lang_max_chars = int(lang_max_chars or 0)
 
     @property
     def input_columns(self) -> list[str]:
@@ -76,6 +89,10 @@ class Preprocessor:
             code = compute_code_signals(texts.to_pylist(), langs)
             for name in code.column_names:
                 signals = signals.append_column(name, code.column(name))
+        if self.lang_id:
+            lang = lang_signals(texts, self.lang_max_chars)
+            for name in lang.column_names:
+                signals = signals.append_column(name, lang.column(name))
         decisions = apply_rules(signals, self.rules)
         ids = table.column(ID)
         if not pa.types.is_string(ids.type):
@@ -91,7 +108,7 @@ class Preprocessor:
 
 
 class PreprocessStage(AttrsStage):
-    """Quality signals and keep/drop columns for every shard (gopher, c4, fineweb, code presets).
+    """Quality signals and keep/drop columns for every shard (gopher, structure, c4, fineweb, code presets; language ID).
 
     Writes attrs/preprocess/ per shard (checkpointed; reruns skip done shards), or DIR/<file>.parquet for
     plain Parquet files with id and text columns: id, every signal, keep and drop_reason. See
@@ -99,12 +116,15 @@ class PreprocessStage(AttrsStage):
     """
 
     name = "preprocess"
-    version = "1"
+    version = "2"  # 2: seven line-structure signal columns (attrs of version 1 have 38 columns, not 45)
     UPSTREAM = ("ingest",)
     FUNNEL_LABEL = "quality"
     SETTINGS = AttrsStage.SETTINGS.extend(
         Setting(
-            "preset", str_or_list, "gopher", "filter preset(s), comma-separated: gopher, c4, fineweb, code, or none"
+            "preset",
+            str_or_list,
+            DEFAULT_PRESET,
+            "filter preset(s), comma-separated: gopher, structure, c4, fineweb, code, or none",
         ),
         Setting("rules", list, [], "extra rules, a JSON list of {name, signal, min, max}, applied after the preset's"),
         Setting(
@@ -122,6 +142,35 @@ class PreprocessStage(AttrsStage):
             choices=("auto", True, False),
         ),
         Setting("code_language", str, "auto", "auto (by each row's source extension) or one language for all rows"),
+        Setting(
+            "lang",
+            str_or_list,
+            [],
+            "keep only these languages, ISO 639-1 codes, comma-separated (e.g. en,de)",
+            keep_old_fingerprint=True,
+        ),
+        Setting(
+            "lang_min_score",
+            float,
+            None,
+            "drop rows whose language-ID score is below this (e.g. 0.65)",
+            keep_old_fingerprint=True,
+        ),
+        Setting(
+            "lang_id",
+            auto_or_bool,
+            "auto",
+            "lang and lang_score columns: auto (when a rule reads one), true or false",
+            choices=("auto", True, False),
+            keep_old_fingerprint=True,
+        ),
+        Setting(
+            "lang_max_chars",
+            int,
+            0,
+            "language ID reads at most this many characters of each text (0: all)",
+            keep_old_fingerprint=True,
+        ),
         Setting("batch_rows", int, 4096, "rows per batch and per output row group", runtime=True),
         Setting(
             "mapper",
@@ -155,7 +204,15 @@ class PreprocessStage(AttrsStage):
     def preprocessor(self) -> Preprocessor:
         c = self.config
         return Preprocessor(
-            preset=c["preset"], rules=c["rules"], signals=c["signals"], code=c["code"], code_language=c["code_language"]
+            preset=c["preset"],
+            rules=c["rules"],
+            signals=c["signals"],
+            code=c["code"],
+            code_language=c["code_language"],
+            lang=c["lang"],
+            lang_min_score=c["lang_min_score"],
+            lang_id=c["lang_id"],
+            lang_max_chars=c["lang_max_chars"],
         )
 
     def default_mapper(self) -> UnitMapper:
@@ -208,6 +265,10 @@ class PreprocessStage(AttrsStage):
         if self._pre is None:
             self._pre = self.preprocessor()
         return self._pre
+
+    def unit_for(self, shard_id, entry):
+        self._unit_bytes[shard_id] = entry.bytes  # sizes the Dask workers, for streamed units too
+        return super().unit_for(shard_id, entry)
 
     def plan(self):
         units = super().plan()

@@ -17,7 +17,8 @@ checks:
     min: 0.2
   - type: schema
     columns: {id: string, text: string, word_count: int}
-  - type: sql                 # one read query over docs, curated, shards, attrs_<stage> (sandbox.py)
+  - type: sql                 # one read query over docs, curated, shards, attrs_<stage> (sandbox.py),
+                              # curated_redacted (curated, text with the pii stage's redactions)
     query: SELECT count(*) FROM curated WHERE length(text) < 10
     max: 0
   - type: accounting          # every manifest's books close; attrs cover every row

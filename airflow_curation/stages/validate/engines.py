@@ -94,6 +94,12 @@ class DuckDBEngine:
         self.con.execute(f"CREATE VIEW docs AS SELECT {', '.join(select)} FROM shards AS s {' '.join(joins)}")
         where = self._where(v.curated_conditions())
         self.con.execute(f"CREATE VIEW curated AS SELECT * FROM docs{' WHERE ' + where if where else ''}")
+        redacted = v.redacted_column()
+        if redacted:  # the curated rows with the pii stage's redactions applied to their text
+            self.con.execute(
+                f"CREATE VIEW curated_redacted AS SELECT * REPLACE (coalesce({_q(redacted)}, {_q(TEXT)}) AS "
+                f"{_q(TEXT)}) FROM curated"
+            )
 
     @staticmethod
     def _cond(c: tuple[str, str]) -> str:
@@ -436,6 +442,11 @@ class DaftEngine:
             "curated": docs.where(self._all(self.view.curated_conditions())),
         }
         tables.update({f"attrs_{a.stage}": self._read(a.files) for a in self.view.attrs})
+        redacted = self.view.redacted_column()
+        if redacted:
+            from daft import col
+
+            tables["curated_redacted"] = tables["curated"].with_column(TEXT, col(redacted).fill_null(col(TEXT)))
         return tables
 
     def sql(self, query: str) -> tuple | None:

@@ -33,19 +33,25 @@ def stage_timings(lake: Lake, manifest: Manifest, limit: int = 5000) -> dict[str
         row: dict[str, Any] = {"unit_id": u.unit_id, "status": u.status, "error": u.error}
         if rec is not None and rec.fingerprint == manifest.fingerprint:
             row.update(
+                started_at=rec.started_at,
+                finished_at=rec.finished_at,
+                # processed by this run (a unit done while streaming shows as "skipped" in the final manifest)
+                this_run=u.status == "done" or (rec.extra or {}).get("run_id") == manifest.run_id,
                 seconds=round(rec.seconds, 4),
                 attempt=rec.attempt,
                 host=rec.host,
                 rows_in=rec.accounting.get("read"),
                 rows_out=rec.accounting.get("kept"),
             )
+            if "tokens" in rec.extra:  # a stage that counts tokens (tokenize): per shard
+                row["tokens"] = rec.extra["tokens"]
         else:
             fail = store.failure(u.unit_id)
             if fail:
                 row.update(status="failed", error=fail.get("error"), attempt=fail.get("attempt"))
         units.append(row)
     secs = [u["seconds"] for u in units if u.get("seconds") is not None]
-    return {
+    out: dict[str, Any] = {
         "stage": manifest.stage,
         "status": manifest.status,
         "fingerprint": manifest.fingerprint,
@@ -66,6 +72,59 @@ def stage_timings(lake: Lake, manifest: Manifest, limit: int = 5000) -> dict[str
         "timings": units,
         "truncated": len(manifest.units) > limit,
     }
+    counts = unit_counts(manifest, records)
+    if counts:
+        out["counts"] = counts
+    return out
+
+
+def unit_counts(manifest: Manifest, records: list) -> dict[str, int]:
+    """A stage's counts summed over its units: what each checkpoint's ``extra["counts"]`` holds (the pii
+    stage's finds per kind, say)."""
+    total: dict[str, int] = {}
+    for rec in records:
+        if rec is None or rec.fingerprint != manifest.fingerprint:
+            continue
+        for key, n in ((rec.extra or {}).get("counts") or {}).items():
+            total[key] = total.get(key, 0) + int(n)
+    return total
+
+
+def timeline(manifests: dict[str, tuple[str, Manifest]], stages: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """When each stage worked, from its units' checkpoint records (this run's units only), and how long each
+    stage overlapped the stage it reads from (per-shard streaming): ``overlap_s`` is the time both were
+    processing units, ``started_before_upstream_ended`` whether its first unit began before its upstream's
+    last unit ended."""
+    spans: dict[str, dict[str, Any]] = {}
+    for st, s in stages.items():
+        units = [u for u in s.get("timings", []) if u.get("this_run") and u.get("started_at") is not None]
+        if units:
+            spans[st] = {
+                "start": min(u["started_at"] for u in units),
+                "end": max(u["finished_at"] for u in units),
+                "units": len(units),
+                "units_timeline": sorted(
+                    ({"unit_id": u["unit_id"], "start": u["started_at"], "end": u["finished_at"]} for u in units),
+                    key=lambda x: x["start"],
+                ),
+            }
+    by_uri = {uri: st for st, (uri, _) in manifests.items()}
+    overlaps = []
+    for st, (_, m) in manifests.items():
+        up = by_uri.get(m.config.get("input_manifest") or "")
+        if up is None or st not in spans or up not in spans:
+            continue
+        a, b = spans[up], spans[st]
+        overlaps.append(
+            {
+                "upstream": up,
+                "stage": st,
+                "overlap_s": round(max(0.0, min(a["end"], b["end"]) - max(a["start"], b["start"])), 3),
+                "started_before_upstream_ended": b["start"] < a["end"],
+            }
+        )
+    t0 = min((s["start"] for s in spans.values()), default=0.0)
+    return {"t0": t0, "stages": spans, "overlaps": overlaps}
 
 
 def build_report(
@@ -81,6 +140,7 @@ def build_report(
     seconds: float,
 ) -> dict[str, Any]:
     failed = any(c["status"] == "fail" for c in checks)
+    stages = {st: {"manifest_uri": uri, **stage_timings(lake, m)} for st, (uri, m) in manifests.items()}
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -96,8 +156,26 @@ def build_report(
         "checks": checks,
         "metrics": metrics,
         "columns": columns,
-        "stages": {st: {"manifest_uri": uri, **stage_timings(lake, m)} for st, (uri, m) in manifests.items()},
+        "stages": stages,
+        "tokens": token_counts(manifests, stages),
+        "timeline": timeline(manifests, stages),
     }
+
+
+def token_counts(manifests: dict[str, tuple[str, Manifest]], stages: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per stage that packed tokens: the totals of its manifest's ``config["tokens"]`` (not the shards: those
+    are in the manifest, and per unit in the stage's timings). A manifest not final yet (its job writes it
+    just after the gate opens) gives the sum of its units' checkpoints so far."""
+    out = {}
+    for st, (_, m) in manifests.items():
+        tokens = m.config.get("tokens")
+        if isinstance(tokens, dict):
+            out[st] = {k: v for k, v in tokens.items() if k != "shards"}
+            continue
+        counted = [u["tokens"] for u in stages.get(st, {}).get("timings", []) if u.get("tokens") is not None]
+        if counted:
+            out[st] = {"tokens": sum(counted), "shards_counted": len(counted), "manifest_status": m.status}
+    return out
 
 
 def report_uris(lake: Lake, run_id: str) -> tuple[str, str]:
@@ -287,6 +365,27 @@ def render_html(r: dict[str, Any]) -> str:
             out.append(f"<h3>Quarantined rows ({_e(st)})</h3>")
             out.append(_table(["reason", "rows"], [[_e(k), _num(v)] for k, v in quarantined.items()], {1}))
 
+    for st, s in r.get("stages", {}).items():
+        if s.get("counts"):
+            out.append(f"<h3>Counts ({_e(st)})</h3>")
+            out.append(_table(["count", "value"], [[_e(k), _num(v)] for k, v in s["counts"].items()], {1}))
+    if r.get("tokens"):
+        out.append("<h2>Tokens</h2>")
+        out.append(
+            _table(
+                ["stage", "documents", "tokens (EOS included)", "document tokens", "sequences", "seq_len", "padding"],
+                [
+                    [
+                        _e(st),
+                        *(_num(t.get(k)) for k in ("documents", "tokens", "doc_tokens", "sequences", "seq_len")),
+                        _num(t.get("padding")),
+                    ]
+                    for st, t in r["tokens"].items()
+                ],
+                {1, 2, 3, 4, 5, 6},
+            )
+        )
+
     out.append("<h2>Signals</h2>")
     sig = m.get("signals") or {}
     if sig:
@@ -317,6 +416,36 @@ def render_html(r: dict[str, Any]) -> str:
     if not dup and not cl:
         out.append("<p>No dedup attrs in this run.</p>")
 
+    tl = r.get("timeline") or {}
+    if tl.get("stages"):
+        out.append("<h2>Timeline</h2>")
+        t0 = tl["t0"]
+        out.append(
+            _table(
+                ["stage", "first unit started (s)", "last unit ended (s)", "units this run"],
+                [
+                    [_e(st), f"{sp['start'] - t0:.2f}", f"{sp['end'] - t0:.2f}", _num(sp["units"])]
+                    for st, sp in sorted(tl["stages"].items(), key=lambda kv: kv[1]["start"])
+                ],
+                {1, 2, 3},
+            )
+        )
+        if tl.get("overlaps"):
+            out.append(
+                _table(
+                    ["upstream", "stage", "overlap s", "started before upstream ended"],
+                    [
+                        [
+                            _e(o["upstream"]),
+                            _e(o["stage"]),
+                            f"{o['overlap_s']:.2f}",
+                            "yes" if o["started_before_upstream_ended"] else "no",
+                        ]
+                        for o in tl["overlaps"]
+                    ],
+                    {2},
+                )
+            )
     out.append("<h2>Stages, shards and timings</h2>")
     rows = []
     for st, s in r.get("stages", {}).items():

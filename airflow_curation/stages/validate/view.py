@@ -167,6 +167,10 @@ class CuratedView:
                     return a.columns[col]
         return None
 
+    def redacted_column(self) -> str | None:
+        """The view column holding the pii stage's redacted text (null on rows without PII), if any."""
+        return self.column("pii.redacted_text")
+
     def funnel_steps(self) -> list[tuple[str, str, list[str]]]:
         """``(label, stage, conditions)``: each step's rows satisfy every condition so far.
 

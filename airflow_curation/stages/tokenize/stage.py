@@ -1,0 +1,323 @@
+"""The tokenize stage: curated rows tokenized with a tokenizer file and packed into fixed-length training
+sequences.
+
+One unit per shard. A unit reads the shard's ``id`` and ``text`` in batches, skips the rows an upstream
+stage did not keep (every upstream attrs file with ``keep`` or ``is_duplicate``: preprocess, dedup,
+quality...), tokenizes the rest with a Hugging Face ``tokenizers`` file, appends EOS to each document and
+packs them, in shard order, into sequences of ``seq_len`` tokens (:mod:`.packing`). It writes two files,
+each atomically:
+
+- the packed sequences, ``packed/<fingerprint>/<shard>.parquet`` (``DIR/packed/<file>.parquet`` for
+  plain Parquet inputs): ``input_ids``, ``n_tokens``, ``doc_ids``, ``doc_starts``, ``doc_offsets``;
+- the attrs file (the shard's rows, keyed by ``id``): ``token_count`` (without EOS; null where the row
+  was not tokenized), ``keep`` and ``drop_reason`` (``not_kept``, ``duplicate``, ``empty``: no text,
+  ``empty_after_tokenize``: text without a single token).
+
+Every row read is kept (packed) or dropped with its reason. Token counts per shard and in total go in
+the manifest (``config["tokens"]``) and in validate's report. The tokenizer file's checksum is part of
+the fingerprint: another tokenizer is another configuration.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import time
+from functools import cached_property
+from itertools import chain
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_curation.core import storage
+from airflow_curation.core.accounting import RowAccounting
+from airflow_curation.core.fingerprint import checksum_url, config_fingerprint
+from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
+from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text
+from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink
+from airflow_curation.stages.attrs import AttrsFile, AttrsStage, keep_accounting
+from airflow_curation.stages.base import UnitResult, file_record
+from airflow_curation.stages.kept import decision_attrs, skip_reasons
+from airflow_curation.stages.settings import Setting
+from airflow_curation.stages.tokenize.packing import Packer
+
+log = logging.getLogger(__name__)
+
+TOKEN_COUNT = "token_count"
+EMPTY = "empty"
+EMPTY_AFTER_TOKENIZE = "empty_after_tokenize"
+# Tried in this order when no eos_token is given.
+EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]", "<|eot_id|>")
+SEQUENCES_PER_ROW_GROUP = 1024
+
+
+def load_tokenizer(uri: str):
+    """A ``tokenizers.Tokenizer`` from a tokenizer.json (local path or fsspec URL); never a download."""
+    from tokenizers import Tokenizer
+
+    try:
+        data = storage.read_bytes(uri)
+    except FileNotFoundError:
+        raise ValueError(f"tokenize: tokenizer file {uri} not found (a tokenizer.json, never a hub name)") from None
+    try:
+        return Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as e:  # noqa: BLE001 - the library's own error types; the user needs the file named
+        raise ValueError(f"tokenize: {uri} is not a tokenizers file: {e}") from None
+
+
+def token_id(tokenizer, token: str | None, what: str, candidates: tuple[str, ...] = ()) -> int:
+    """The id of ``token`` (or of the first of ``candidates`` the vocabulary has)."""
+    for t in [token] if token else candidates:
+        tid = tokenizer.token_to_id(t)
+        if tid is not None:
+            return int(tid)
+    if token:
+        raise ValueError(f"tokenize: {what} {token!r} is not in the tokenizer's vocabulary")
+    raise ValueError(f"tokenize: the tokenizer has none of {list(candidates)}; name the {what} (--eos-token)")
+
+
+class TokenizeStage(AttrsStage):
+    """Tokenize the curated rows and pack them into fixed-length training sequences.
+
+    Writes packed shards (input_ids of seq_len tokens, n_tokens, doc_ids, doc_starts, doc_offsets) and, per
+    row, token_count, keep and drop_reason; token counts per shard and in total go in the manifest. See
+    docs/tokenize.md.
+    """
+
+    name = "tokenize"
+    version = "1"
+    UPSTREAM = ("quality", "dedup", "preprocess", "ingest")
+    FUNNEL_LABEL = "tokenized"
+    SETTINGS = AttrsStage.SETTINGS.extend(
+        Setting("tokenizer", str, None, "tokenizer file (a tokenizers tokenizer.json)", required=True),
+        Setting("seq_len", int, 2048, "tokens per packed sequence"),
+        Setting("eos_token", str, None, "token appended to every document (default: the tokenizer's EOS)"),
+        Setting("pad_token", str, None, "token that fills the last sequence (default: the EOS token)"),
+        Setting("add_special_tokens", bool, False, "let the tokenizer's post-processor add its special tokens"),
+        Setting(
+            "only_kept",
+            bool,
+            True,
+            "tokenize only the rows that upstream keep / is_duplicate attrs keep",
+            off_flag="--all-rows",
+        ),
+        Setting("batch_rows", int, 1000, "rows per tokenizer call", runtime=True),
+    )
+
+    def __init__(self, lake, config, run_id) -> None:
+        super().__init__(lake, config, run_id)
+        if int(self.config["seq_len"]) < 1:
+            raise ValueError(f"tokenize: seq_len must be at least 1, not {self.config['seq_len']!r}")
+        self.special_ids  # noqa: B018 - a missing tokenizer or EOS fails before any work
+
+    # -- the tokenizer -----------------------------------------------------------------------------
+    @cached_property
+    def tokenizer_checksum(self) -> str:
+        try:
+            return checksum_url(self.config["tokenizer"])
+        except FileNotFoundError:
+            raise ValueError(f"tokenize: tokenizer file {self.config['tokenizer']} not found") from None
+
+    @cached_property
+    def tokenizer(self):
+        return load_tokenizer(self.config["tokenizer"])
+
+    @cached_property
+    def special_ids(self) -> tuple[int, int]:
+        tok = self.tokenizer
+        eos = token_id(tok, self.config["eos_token"], "eos_token", EOS_CANDIDATES)
+        pad = token_id(tok, self.config["pad_token"], "pad_token") if self.config["pad_token"] else eos
+        return eos, pad
+
+    @property
+    def fingerprint(self) -> str:
+        # The file's content, not its path: a moved copy is the same configuration, a retrained file another.
+        config = {**self.SETTINGS.fingerprint_config(self.config), "tokenizer": self.tokenizer_checksum}
+        return config_fingerprint(self.name, config, self.version)
+
+    def __getstate__(self) -> dict:
+        # A process pool pickles the stage per unit: workers load the tokenizer themselves.
+        return {k: v for k, v in self.__dict__.items() if k != "tokenizer"}
+
+    # -- inputs --------------------------------------------------------------------------------------
+    def reads_attrs(self, entry: ShardEntry) -> list[str]:
+        if not self.config["only_kept"]:
+            return []
+        return decision_attrs(entry, skip=lambda key: key == self.attrs_name)
+
+    def packed_uri(self, shard_id: str) -> str:
+        if self.config.get("output_dir"):
+            return storage.join(self.config["output_dir"], "packed", f"{shard_id}.parquet")
+        return self.lake.path("packed", self.fingerprint, f"{shard_id}.parquet")
+
+    # -- one shard -----------------------------------------------------------------------------------
+    def process_unit(self, unit: UnitEntry) -> UnitResult:
+        result = super().process_unit(unit)
+        extra = result.extra
+        result.files.append(file_record(extra["packed_uri"], extra["packed_bytes"], extra["packed_checksum"]))
+        return result
+
+    def write_unit(self, unit: UnitEntry, entry: ShardEntry, uri: str) -> AttrsFile:
+        started = time.time()
+        attrs_uris = list(self.unit_attrs(unit, entry).values())
+        eos, pad = self.special_ids
+        seq_len = int(self.config["seq_len"])
+        packer = Packer(seq_len, pad)
+        accounting = RowAccounting()
+        batch_rows = int(self.config["batch_rows"] or 1000)
+        packed_uri = self.packed_uri(unit.unit_id)
+        doc_tokens = 0
+        with storage.open_read(entry.uri) as f:
+            pf = pq.ParquetFile(f)
+            check_id_text(pf.schema_arrow, entry.uri)
+            upstream = skip_reasons(unit.unit_id, pf.read(columns=[ID]).column(ID), attrs_uris) if attrs_uris else None
+            with storage.atomic_open(uri) as attrs_out, storage.atomic_open(packed_uri) as packed_out:
+                attrs_sink, packed_sink = _CountingSink(attrs_out), _CountingSink(packed_out)
+                attrs_schema = pa.schema(
+                    [
+                        pa.field(ID, pa.string()),
+                        pa.field(TOKEN_COUNT, pa.int32()),
+                        pa.field(KEEP, pa.bool_()),
+                        pa.field(DROP_REASON, pa.string()),
+                    ]
+                )
+                with (
+                    pq.ParquetWriter(attrs_sink, attrs_schema, compression="zstd") as attrs_pq,
+                    pq.ParquetWriter(packed_sink, packer.schema, compression="zstd") as packed_pq,
+                ):
+                    # Row groups of a fixed size, whatever batch_rows is: the files are the same byte for byte.
+                    attrs_writer = RowGroups(attrs_pq, DEFAULT_ROW_GROUP_ROWS)
+                    packed_writer = RowGroups(packed_pq, SEQUENCES_PER_ROW_GROUP)
+                    row = 0
+                    for batch in pf.iter_batches(batch_size=batch_rows, columns=[ID, TEXT]):
+                        n = batch.num_rows
+                        reasons = upstream[row : row + n].copy() if upstream is not None else np.full(n, None, object)
+                        row += n
+                        result, tokens = self._tokenize(batch, reasons, eos, packer)
+                        doc_tokens += tokens
+                        accounting.merge(keep_accounting(result, self.name))
+                        attrs_writer.write(result.cast(attrs_schema))
+                        for table in packer.full():
+                            packed_writer.write(table)
+                    for table in packer.flush():
+                        packed_writer.write(table)
+                    attrs_writer.close()
+                    packed_writer.close()
+        extra = {
+            "seq_len": seq_len,
+            "documents": accounting.kept,
+            "tokens": packer.tokens,  # EOS included: what the sequences hold
+            "doc_tokens": doc_tokens,
+            "sequences": packer.sequences,
+            "padding": packer.padding,
+            "packed_uri": packed_uri,
+            "packed_bytes": packed_sink.tell(),
+            "packed_checksum": packed_sink.checksum.hexdigest(),
+            "attrs_checksum": attrs_sink.checksum.hexdigest(),
+            "seconds": round(time.time() - started, 3),
+            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        }
+        return AttrsFile(attrs_sink.tell(), attrs_sink.checksum.hexdigest(), accounting, extra)
+
+    def _tokenize(self, batch: pa.RecordBatch, reasons: np.ndarray, eos: int, packer: Packer) -> tuple[pa.Table, int]:
+        """Tokenize the rows of ``batch`` not already skipped, pack them; returns the batch's attrs and
+        the tokens of its documents (EOS not counted)."""
+        n = batch.num_rows
+        ids = batch.column(ID)
+        ids = ids if pa.types.is_string(ids.type) else ids.cast(pa.string())
+        texts = batch.column(TEXT)
+        blank = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(texts)), 0), True)
+        reasons[np.asarray(blank.to_numpy(zero_copy_only=False), dtype=bool) & _unset(reasons)] = EMPTY
+        todo = np.flatnonzero(_unset(reasons))
+        counts = np.zeros(n, dtype=np.int64)
+        tokens = 0
+        if len(todo):
+            chosen = texts.take(pa.array(todo)).to_pylist()
+            encodings = self.tokenizer.encode_batch_fast(
+                chosen, add_special_tokens=bool(self.config["add_special_tokens"])
+            )
+            id_lists = [e.ids for e in encodings]
+            lengths = np.fromiter((len(x) for x in id_lists), dtype=np.int64, count=len(id_lists))
+            counts[todo] = lengths
+            empty = lengths == 0
+            reasons[todo[empty]] = EMPTY_AFTER_TOKENIZE
+            tokens = int(lengths.sum())
+            flat = np.fromiter(chain.from_iterable(id_lists), dtype=np.int32, count=tokens)
+            packed = lengths[~empty]
+            # EOS after every document: insert at each document's end.
+            flat = np.insert(flat, np.cumsum(packed), eos)
+            kept_ids = ids.take(pa.array(todo[~empty])).to_pylist()
+            packer.add(kept_ids, flat, packed + 1)
+        keep = _unset(reasons)
+        count_col = pa.array(counts.astype(np.int32), mask=np.isin(np.arange(n), todo, invert=True))
+        result = pa.table(
+            {
+                ID: ids,
+                TOKEN_COUNT: count_col,
+                KEEP: pa.array(keep),
+                DROP_REASON: pa.array(reasons.tolist(), type=pa.string()),
+            }
+        )
+        return result, tokens
+
+    # -- after all shards ----------------------------------------------------------------------------
+    def collect(self, manifest: Manifest) -> None:
+        """Token counts per shard and in total, in the manifest (``config["tokens"]``)."""
+        eos, pad = self.special_ids
+        shards: dict[str, dict[str, Any]] = {}
+        totals = {"documents": 0, "tokens": 0, "doc_tokens": 0, "sequences": 0, "padding": 0}
+        for unit in manifest.units:
+            rec = self.checkpoints.load(unit.unit_id)
+            if rec is None or rec.fingerprint != manifest.fingerprint:
+                continue
+            e = rec.extra
+            shards[unit.unit_id] = {
+                **{k: int(e.get(k, 0)) for k in totals},
+                "packed_uri": e.get("packed_uri"),
+                "packed_checksum": e.get("packed_checksum"),
+            }
+            for k in totals:
+                totals[k] += int(e.get(k, 0))
+        manifest.config = {
+            **manifest.config,
+            "tokens": {
+                **totals,
+                "seq_len": int(self.config["seq_len"]),
+                "eos_id": eos,
+                "pad_id": pad,
+                "tokenizer_checksum": self.tokenizer_checksum,
+                "shards": shards,
+            },
+        }
+
+
+class RowGroups:
+    """Writes tables as row groups of exactly ``rows`` rows (the last one shorter), however they arrive."""
+
+    def __init__(self, writer: pq.ParquetWriter, rows: int) -> None:
+        self.writer, self.rows = writer, rows
+        self.pending: list[pa.Table] = []
+        self.count = 0
+
+    def write(self, table: pa.Table) -> None:
+        self.pending.append(table)
+        self.count += table.num_rows
+        if self.count >= self.rows:
+            whole = pa.concat_tables(self.pending)
+            cut = (self.count // self.rows) * self.rows
+            self.writer.write_table(whole.slice(0, cut), row_group_size=self.rows)
+            self.pending, self.count = [whole.slice(cut)], self.count - cut
+
+    def close(self) -> None:
+        """Write the rows left."""
+        rest = pa.concat_tables(self.pending) if self.pending else None
+        if rest is not None and rest.num_rows:
+            self.writer.write_table(rest, row_group_size=self.rows)
+        self.pending, self.count = [], 0
+
+
+def _unset(reasons: np.ndarray) -> np.ndarray:
+    return np.fromiter((r is None for r in reasons), dtype=bool, count=len(reasons))
