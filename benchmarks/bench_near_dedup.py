@@ -19,6 +19,7 @@ The process is pinned to one CPU: figures are per core.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -37,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 THRESHOLD = 0.8
+REPEAT = 3
 
 
 def _scores(pred: set, truth: set) -> tuple[float, float, float]:
@@ -108,6 +110,10 @@ def quality() -> None:
     )
 
     # Document level, in document order: a document is a duplicate when an earlier one is similar.
+    # The quality part above left millions of small objects (shingle sets, the Jaccard matrix): freeze
+    # them so that the cyclic GC does not walk them during either contender's timed runs.
+    gc.collect()
+    gc.freeze()
     truth_dup = {int(y) for x, y in truth_pairs}
     with tempfile.TemporaryDirectory() as work:
         files = []
@@ -116,29 +122,42 @@ def quality() -> None:
         files.append(f)
         ours_rows = {}
         timings = {}
+        run_stage(files, os.path.join(work, "warm"), exact=False)  # compiled kernels loaded once
         for verify in (False, True):
-            seconds, out = run_stage(files, os.path.join(work, f"v{verify}"), verify=verify, exact=False)
-            timings[verify] = seconds
+            best = (float("inf"), float("inf"))
+            for k in range(REPEAT):
+                c = time.process_time()
+                seconds, out = run_stage(files, os.path.join(work, f"v{verify}-{k}"), verify=verify, exact=False)
+                best = min(best, (time.process_time() - c, seconds))
+            timings[verify] = best
             ours_rows[verify] = {k for k, row in enumerate(out[f]) if row["is_duplicate"]}
-    t = time.perf_counter()
-    lsh = MinHashLSH(threshold=THRESHOLD, num_perm=128)
-    ds_dup = set()
-    for k, text in enumerate(texts):
-        m = MinHash(num_perm=128)
-        m.update_batch([" ".join(s).encode() for s in shingle_set(text)])
-        if lsh.query(m):
-            ds_dup.add(k)
-        lsh.insert(k, m)
-    ds_seconds = time.perf_counter() - t
-    print("\ndocuments flagged duplicate (one seed), wall time end to end on one core")
-    print("| system | precision | recall | F1 | seconds | ours faster by |\n| --- | ---: | ---: | ---: | ---: | ---: |")
-    for name, flagged, seconds in (
+    ds_best = (float("inf"), float("inf"))
+    for _ in range(REPEAT):
+        c, t = time.process_time(), time.perf_counter()
+        lsh = MinHashLSH(threshold=THRESHOLD, num_perm=128)
+        ds_dup = set()
+        for k, text in enumerate(texts):
+            m = MinHash(num_perm=128)
+            m.update_batch([" ".join(s).encode() for s in shingle_set(text)])
+            if lsh.query(m):
+                ds_dup.add(k)
+            lsh.insert(k, m)
+        ds_best = min(ds_best, (time.process_time() - c, time.perf_counter() - t))
+    print(
+        f"\ndocuments flagged duplicate (one seed), end to end on one core, best of {REPEAT}: CPU seconds "
+        "of the process (the comparison; wall is inflated by the other jobs on this machine) and wall"
+    )
+    print(
+        "| system | precision | recall | F1 | CPU s | wall s | ours faster by (CPU) |\n"
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    )
+    for name, flagged, (cpu, wall) in (
         ("ours: dedup stage", ours_rows[False], timings[False]),
         ("ours: dedup stage --verify", ours_rows[True], timings[True]),
-        ("datasketch MinHash + MinHashLSH", ds_dup, ds_seconds),
+        ("datasketch MinHash + MinHashLSH", ds_dup, ds_best),
     ):
         pp, rr, ff = _scores(flagged, truth_dup)
-        print(f"| {name} | {pp:.3f} | {rr:.3f} | {ff:.3f} | {seconds:.2f} | {ds_seconds / seconds:.1f}x |")
+        print(f"| {name} | {pp:.3f} | {rr:.3f} | {ff:.3f} | {cpu:.3f} | {wall:.2f} | {ds_best[0] / cpu:.1f}x |")
 
 
 def scale_worker(mb: float, work: str) -> None:
@@ -202,6 +221,7 @@ def main() -> None:
     ap.add_argument("--unit-mb", type=float, default=4.5)
     ap.add_argument("--cpu", type=int, default=0)
     ap.add_argument("--skip-quality", action="store_true")
+    ap.add_argument("--skip-scaling", action="store_true")
     ap.add_argument("--scale-worker", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--work", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -212,7 +232,8 @@ def main() -> None:
     print(f"pinned to CPU {args.cpu}; load average {os.getloadavg()[0]:.1f} (other engineers share this machine)")
     if not args.skip_quality:
         quality()
-    scaling([int(x) for x in args.scales.split(",")], args.unit_mb, args.cpu)
+    if not args.skip_scaling:
+        scaling([int(x) for x in args.scales.split(",")], args.unit_mb, args.cpu)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import numba
 import numpy as np
 
 from airflow_curation.core import storage
@@ -95,6 +96,45 @@ def _labels(inputs: list[str], p: int, out_uri: str, out_partitions: int) -> int
     return write_partitioned(out_uri, {"node": nodes, "label": labels}, part)
 
 
+@numba.njit(cache=True, nogil=True)
+def _union_find(a, b, n):
+    """Root of every node 0..n-1 after joining each pair (a[i], b[i]); union by lower index, so a root
+    is its component's lowest index."""
+    parent = np.arange(n)
+    for i in range(a.size):
+        x, y = a[i], b[i]
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        while parent[y] != y:
+            parent[y] = parent[parent[y]]
+            y = parent[y]
+        if x < y:
+            parent[y] = x
+        elif y < x:
+            parent[x] = y
+    for i in range(n):
+        r = i
+        while parent[r] != r:
+            r = parent[r]
+        parent[i] = r
+    return parent
+
+
+def _in_memory(edge_uris: list[str], out_uri: str, out_partitions: int) -> None:
+    """The whole graph in one partition (the memory budget says it fits): union-find in one pass, the
+    same labels (each node's component's lowest node) as the star rounds, written the same way."""
+    e = read_partition(edge_uris, 0, EDGE_COLUMNS)
+    nodes, idx = np.unique(np.concatenate([e["src"], e["dst"]]), return_inverse=True)
+    half = e["src"].size
+    root = _union_find(idx[:half].astype(np.int64), idx[half:].astype(np.int64), nodes.size)
+    labels = nodes[root]  # nodes are sorted, so the lowest index is the lowest node
+    sel = labels < nodes
+    nodes, labels = nodes[sel], labels[sel]
+    part = (nodes >> np.uint64(32)).astype(np.int64) % out_partitions
+    write_partitioned(out_uri, {"node": nodes, "label": labels}, part)
+
+
 def connected_components(
     edge_uris: list[str],
     work_dir: str,
@@ -109,6 +149,10 @@ def connected_components(
     :returns: label spill files with columns ``node``, ``label`` (only nodes whose label differs from
         themselves), partitioned by ``shard index % out_partitions``.
     """
+    if num_partitions == 1:
+        out = storage.join(work_dir, "labels", "part-00000.parquet")
+        _in_memory(list(edge_uris), out, out_partitions)
+        return [out]
     mapper = mapper or _serial
     current = list(edge_uris)
     previous_digest = None

@@ -88,8 +88,9 @@ class Manifest:
         return asdict(self)
 
     def write(self, uri: str) -> str:
-        _validate(self.to_dict(), uri)
-        storage.write_json(uri, self.to_dict())
+        d = self.to_dict()  # once: asdict deep-copies every unit and shard entry
+        _validate(d, uri)
+        storage.write_json(uri, d)
         return uri
 
     @classmethod

@@ -157,8 +157,9 @@ def test_components_match_union_find(tmp_path, partitions):
     assert got == {k: v for k, v in _union_find(n, a.tolist(), b.tolist()).items() if v != k}
 
 
-def test_components_of_no_edges(tmp_path):
+@pytest.mark.parametrize("partitions", [1, 2])
+def test_components_of_no_edges(tmp_path, partitions):
     edges = str(tmp_path / "edges.parquet")
-    write_edges(edges, np.empty(0, np.uint64), np.empty(0, np.uint64), 2)
-    outs = connected_components([edges], str(tmp_path / "cc"), 2, 1)
+    write_edges(edges, np.empty(0, np.uint64), np.empty(0, np.uint64), partitions)
+    outs = connected_components([edges], str(tmp_path / "cc"), partitions, 1)
     assert read_partition(outs, 0, {"node": np.uint64, "label": np.uint64})["node"].size == 0

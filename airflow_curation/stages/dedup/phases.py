@@ -62,7 +62,7 @@ def read_keep(uri: str | None, column: str, rows: int) -> np.ndarray:
     if uri is None:
         return np.ones(rows, bool)
     with storage.open_read(uri) as f:
-        t = pq.read_table(f, columns=[column])
+        t = pq.read_table(f, columns=[column], use_threads=False)
     if t.num_rows != rows:
         raise ValueError(f"{uri}: {t.num_rows} rows, but its shard has {rows}")
     return pc.fill_null(t.column(column), False).to_numpy(zero_copy_only=False).astype(bool)
@@ -87,7 +87,8 @@ def sign_shard(
         check_id_text(pf.schema_arrow, shard_uri)
         total = pf.metadata.num_rows
         keep = read_keep(keep_uri, keep_column, total)
-        for batch in pf.iter_batches(batch_size=batch_rows, columns=[TEXT]):
+        # one thread: a worker is one core, and pyarrow's pool costs twice the CPU for the same decode
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=[TEXT], use_threads=False):
             n = batch.num_rows
             mask = keep[n_rows : n_rows + n]
             nodes = node_keys(shard_index, np.arange(n_rows, n_rows + n, dtype=np.uint64))[mask]
@@ -96,15 +97,18 @@ def sign_shard(
             n_considered += len(nodes)
             if not len(nodes):
                 continue
-            # one normalisation pass for both (the strict one exact keys need is valid for MinHash)
-            texts = prepare(texts, params.minhash.normalization, params.minhash.lowercase)
+            # One normalisation pass for both (the strict one exact keys need is valid for MinHash). Near
+            # dedup alone takes the hasher's own, which sends ~10x fewer lines of multilingual text
+            # through Python's NFKC (only characters that can change a \w+ token).
+            if params.exact:
+                texts = prepare(texts, params.minhash.normalization, params.minhash.lowercase)
             if params.exact:
                 keys = exact_keys(texts, params.minhash.normalization, params.minhash.lowercase, prepared=True)
                 his.append(keys[:, 0])
                 los.append(keys[:, 1])
                 enodes.append(nodes)
             if params.near:
-                sig, counts = hasher.signatures(texts, prepared=True)
+                sig, counts = hasher.signatures(texts, prepared=params.exact)
                 has = counts > 0  # a document without tokens has no shingles: nothing to compare
                 n_tokenless += int((~has).sum())
                 bh = band_hashes(sig[has], params.bands, params.rows)
@@ -141,7 +145,7 @@ def _verify(a: np.ndarray, b: np.ndarray, shard_uris: list[str], params: DedupPa
     for s in np.unique(shards):
         rows = row_of(needed[shards == s])
         with storage.open_read(shard_uris[int(s)]) as f:
-            texts = pq.read_table(f, columns=[TEXT]).column(0).take(pa.array(rows))
+            texts = pq.read_table(f, columns=[TEXT], use_threads=False).column(0).take(pa.array(rows))
         for node, text in zip(needed[shards == s].tolist(), texts.to_pylist()):
             shingles[node] = hasher.shingles(text or "")
     return np.array(
@@ -204,7 +208,7 @@ def shard_result(
     considered), ``is_duplicate``, ``exact_duplicate``, ``near_duplicate``, same rows and order as
     the shard."""
     with storage.open_read(shard_uri) as f:
-        ids = pq.read_table(f, columns=[ID]).column(0)
+        ids = pq.read_table(f, columns=[ID], use_threads=False).column(0)
     n = len(ids)
     keep = read_keep(keep_uri, keep_column, n)
     q = shard_index % out_partitions

@@ -1,0 +1,264 @@
+"""Plan a large curation from the measured 1 -> 10 GB curve (the JSON ``bench_scale.py`` writes).
+
+    .venv/bin/python benchmarks/simulate_scale.py [--json benchmarks/out/scale.json] [--tb 50] [--tokens 15e12]
+                                                  [--shard-gb 1] [--nodes 16,64,256] [--cores 64] [--mem-gb 512]
+
+The model, stage by stage (ingest, preprocess, dedup, validate):
+
+* cost: CPU seconds = fixed + slope x GB, fitted by least squares on the measured sizes; at terabytes
+  only the slope matters. One worker = one core (how every stage was measured).
+* shards = input bytes / shard size (text bytes per shard, ``--shard-gb``); a stage's units are its shards.
+* workers per node = min(cores, node memory / the stage's measured peak RSS per worker). Validate is one
+  DuckDB query over the whole run (one unit): one node, its cores as DuckDB threads.
+* LSH partitions: the dedup global phase holds rows x (16 B x bands + 24 B) (measured rows per GB), and one
+  partition, expanded 4x while it is sorted, must fit one worker's memory (node memory / cores, less
+  the worker's base); partitions = ceil(data x 4 / that), as ``core.lsh.partitions_for``.
+* Slurm: one array per stage, ``--array=0-(G-1)%K`` with G = shard groups (one shard per group up to
+  ``--max-array``, Slurm's MaxArraySize) and K = nodes x workers per node; Kubernetes: an Indexed Job
+  with completions = G and parallelism = K.
+* wall = waves x time per unit (waves = ceil(units / K)), plus the measured Airflow overhead per stage;
+  node-hours = wall x nodes.
+* dedup also pays, per (LSH partition x shard) pair, the measured cost of reading one row group of a
+  spill file (``cross``): it grows with the square of the data, which is where a shuffle on a Dask or
+  Ray cluster takes over from the partitioned spill files (see docs/scale.md).
+* Airflow tasks: the pipeline DAG's launch + gate per stage, measured on the 1 GB run; independent of
+  the shard count (shards are units inside a task's job, never tasks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+STAGES = ("ingest", "preprocess", "dedup", "validate")
+ROW_BYTES = 16 * 9 + 24  # dedup global-phase bytes per row (9 bands), as the stage's planner counts
+EXPANSION = 4.0  # core.lsh.partitions_for
+WORKER_BASE = 768 << 20  # a worker with pyarrow, numba and the kernels loaded (stages/dedup)
+
+
+def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(fixed, slope) of ys = fixed + slope x xs, least squares; one point: through the origin."""
+    if len(xs) == 1:
+        return 0.0, ys[0] / xs[0]
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return my - slope * mx, slope
+
+
+def load_curve(doc: dict) -> dict:
+    """Per stage: CPU fit (seconds vs GB of input), peak RSS per worker; rows per GB; Airflow figures."""
+    sizes = sorted(doc["sizes"].values(), key=lambda r: r["input_bytes"])
+    if not sizes:
+        raise ValueError("no measured sizes in the JSON")
+    gbs = [r["input_bytes"] / 1e9 for r in sizes]
+    # The partitioned spill's price: each partition reads one row group of every shard's spill file.
+    # Measured as the extra CPU of a many-partition dedup run over a one-partition run of the same data,
+    # per (partition x shard) pair: spill row groups written in phase 1 and read in phases 2 and 3.
+    cross = []
+    for r in sizes:
+        runs = [c for c in (r.get("compare") or {}).values() if (c.get("global") or {}).get("partitions")]
+        if len(runs) >= 2:
+            lo = min(runs, key=lambda c: c["global"]["partitions"])
+            hi = max(runs, key=lambda c: c["global"]["partitions"])
+            pairs = (hi["global"]["partitions"] - lo["global"]["partitions"]) * hi["shards"]
+            if pairs > 0:
+                cross.append(max(0.0, hi["cpu_s"] - lo["cpu_s"]) / pairs)
+    cross_s = cross[-1] if cross else 0.0  # from the largest size measured: closest to scale
+    curve = {"gb": gbs, "stages": {}}
+    curve["cross_s"] = cross_s
+    for stage in STAGES:
+        cpu = [r["stages"][stage]["cpu_s"] for r in sizes]
+        if stage == "dedup":  # the fit is of the linear part: each run's own partition x shard term out
+            cpu = [
+                c
+                - cross_s
+                * max(0, ((r["stages"][stage].get("global") or {}).get("partitions", 1)) - 1)
+                * r["stages"][stage].get("shards", 0)
+                for c, r in zip(cpu, sizes)
+            ]
+        fixed, slope = fit(gbs, cpu)
+        curve["stages"][stage] = {
+            "cpu_fixed_s": fixed,
+            "cpu_s_per_gb": slope,
+            "peak_rss": max(r["stages"][stage]["peak_rss"] for r in sizes),
+            "spill_bytes_per_gb": (
+                max(r["stages"][stage].get("spill_bytes", 0) / (r["input_bytes"] / 1e9) for r in sizes)
+                if stage == "dedup"
+                else 0.0
+            ),
+        }
+    curve["rows_per_gb"] = max(r["stages"]["ingest"]["rows"] / (r["input_bytes"] / 1e9) for r in sizes)
+    af = doc.get("airflow") or {}
+    curve["airflow_tasks"] = int(af.get("task_count") or 2 * (len(STAGES) + 1))  # + enrich's two
+    curve["airflow_overhead_s"] = {
+        s: max(0.0, v.get("overhead_s", 0.0)) for s, v in (af.get("stages") or {}).items() if s in STAGES
+    }
+    return curve
+
+
+def plan(
+    curve: dict,
+    total_bytes: float,
+    tokens: float,
+    shard_bytes: float,
+    nodes: int,
+    cores: int,
+    mem_bytes: float,
+    max_array: int = 100_000,
+) -> dict:
+    """The run on ``nodes`` nodes: per stage units, slots, waves, wall and node-hours; the LSH partitions."""
+    gb = total_bytes / 1e9
+    shards = math.ceil(total_bytes / shard_bytes)
+    rows = curve["rows_per_gb"] * gb
+    worker_mem = mem_bytes / cores
+    budget = max(1.0, worker_mem - WORKER_BASE)
+    partitions = math.ceil(rows * ROW_BYTES * EXPANSION / budget)
+    groups = min(shards, max_array)
+    out = {
+        "bytes": total_bytes,
+        "tokens": tokens,
+        "nodes": nodes,
+        "cores": cores,
+        "shards": shards,
+        "shard_bytes": shard_bytes,
+        "shard_groups": groups,
+        "rows": rows,
+        "lsh_partitions": partitions,
+        "lsh_partition_bytes": rows * ROW_BYTES / partitions,
+        "lsh_budget_per_worker": budget,
+        "phase2_row_group_reads": partitions * shards,
+        "airflow_tasks": curve["airflow_tasks"],
+        "stages": {},
+    }
+    for stage, c in curve["stages"].items():
+        per_node = max(1, min(cores, int(mem_bytes // max(1, c["peak_rss"]))))
+        slots = nodes * per_node
+        cpu_s = c["cpu_fixed_s"] + c["cpu_s_per_gb"] * gb
+        cross_s = curve.get("cross_s", 0.0) * partitions * shards if stage == "dedup" else 0.0
+        cpu_s += cross_s
+        units = shards  # dedup's global phase has `partitions` units, which the plan keeps >= slots
+        if stage == "validate":  # one DuckDB query over the run: one node, its cores as threads
+            per_node, slots, units = cores, cores, 1
+        waves = math.ceil(units / slots)
+        per_unit = cpu_s / cores if stage == "validate" else cpu_s / units  # validate: threads share it
+        wall = waves * per_unit + curve["airflow_overhead_s"].get(stage, 0.0)
+        nodes_used = 1 if stage == "validate" else nodes
+        out["stages"][stage] = {
+            "cpu_hours": cpu_s / 3600,
+            "workers_per_node": per_node,
+            "slots": slots,
+            "units": units,
+            "waves": waves,
+            "wall_hours": wall / 3600,
+            "node_hours": wall / 3600 * nodes_used,
+            "slurm_array": f"--array=0-{groups - 1}%{slots}",
+            "k8s_indexed_job": {"completions": groups, "parallelism": slots},
+            # dedup's global phase is a barrier over every shard: one Dask cluster runs all three phases
+            "dask_workers": slots if stage == "dedup" else None,
+            "spill_bytes": c["spill_bytes_per_gb"] * gb,
+            "cross_cpu_hours": cross_s / 3600,
+        }
+    out["wall_hours"] = sum(s["wall_hours"] for s in out["stages"].values())
+    out["node_hours"] = sum(s["node_hours"] for s in out["stages"].values())
+    out["tokens_per_node_hour"] = tokens / out["node_hours"] if out["node_hours"] else None
+    return out
+
+
+def markdown(plans: list[dict]) -> str:
+    p0 = plans[0]
+    lines = [
+        f"Input {p0['bytes'] / 1e12:.0f} TB, {p0['tokens'] / 1e12:.0f} T tokens, {p0['rows'] / 1e9:.1f} G documents; "
+        f"{p0['shards']:,} shards of {p0['shard_bytes'] / 1e9:g} GB; {p0['lsh_partitions']:,} LSH partitions of "
+        f"{p0['lsh_partition_bytes'] / 1e9:.2f} GB (budget {p0['lsh_budget_per_worker'] / 2**30:.1f} GiB per worker, "
+        f"{p0['cores']} cores per node); {p0['phase2_row_group_reads']:,} spill row-group reads in the dedup global phase; "
+        f"Airflow tasks: {p0['airflow_tasks']} per run, whatever the shard count.",
+        "",
+        "| nodes | stage | CPU-hours (partition x shard reads) | workers/node | slots | units | waves | wall h "
+        "| node-hours | Slurm | Kubernetes |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+    ]
+    for p in plans:
+        for stage, s in p["stages"].items():
+            k = s["k8s_indexed_job"]
+            slurm = f"`{s['slurm_array']}`"
+            k8s = f"Indexed Job: completions {k['completions']:,}, parallelism {k['parallelism']:,}"
+            if stage == "validate":
+                slurm, k8s = "one job on one node (DuckDB threads = cores)", "a Job with one pod"
+            if s.get("dask_workers"):
+                slurm = f"one {p['nodes']}-node allocation: Dask scheduler + {s['dask_workers']:,} workers"
+                k8s = f"DaskJob, dask_workers {s['dask_workers']:,}"
+            lines.append(
+                f"| {p['nodes']} | {stage} | {s['cpu_hours']:,.0f}"
+                + (f" ({s['cross_cpu_hours']:,.0f})" if s["cross_cpu_hours"] else "")
+                + f" | {s['workers_per_node']} | {s['slots']:,} | "
+                f"{s['units']:,} | {s['waves']} | {s['wall_hours']:.2f} | {s['node_hours']:,.0f} | "
+                f"{slurm} | {k8s} |"
+            )
+        lines.append(
+            f"| {p['nodes']} | **total** |  |  |  |  |  | **{p['wall_hours']:.1f}** | **{p['node_hours']:,.0f}** |  |  |"
+        )
+    return "\n".join(lines)
+
+
+def replace_block(path: Path, name: str, text: str) -> None:
+    """Put ``text`` between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path`` (appended when absent)."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    old = path.read_text() if path.exists() else ""
+    block = f"{start}\n{text.rstrip()}\n{end}"
+    if start in old and end in old:
+        new = old[: old.index(start)] + block + old[old.index(end) + len(end) :]
+    else:
+        new = old.rstrip() + "\n\n" + block + "\n"
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(new)
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", default=str(Path(__file__).resolve().parent / "out" / "scale.json"))
+    ap.add_argument("--tb", type=float, default=50.0, help="input text, TB")
+    ap.add_argument("--tokens", type=float, default=15e12)
+    ap.add_argument("--shard-gb", type=float, default=1.0, help="text per shard, GB")
+    ap.add_argument("--nodes", default="16,64,256")
+    ap.add_argument("--cores", type=int, default=64, help="cores per node")
+    ap.add_argument("--mem-gb", type=float, default=512, help="memory per node, GB")
+    ap.add_argument("--max-array", type=int, default=100_000, help="Slurm MaxArraySize")
+    ap.add_argument("--out", help="write the plans as JSON here")
+    ap.add_argument("--write-doc", help="put the table into this Markdown file (docs/scale.md), between its markers")
+    args = ap.parse_args(argv)
+    curve = load_curve(json.loads(Path(args.json).read_text()))
+    plans = [
+        plan(
+            curve,
+            args.tb * 1e12,
+            args.tokens,
+            args.shard_gb * 1e9,
+            int(n),
+            args.cores,
+            args.mem_gb * 1e9,
+            args.max_array,
+        )
+        for n in args.nodes.split(",")
+    ]
+    text = markdown(plans)
+    print(text)
+    if args.write_doc:
+        command = (
+            "`.venv/bin/python benchmarks/simulate_scale.py "
+            + " ".join(argv if argv is not None else sys.argv[1:])
+            + "`"
+        )
+        replace_block(Path(args.write_doc), "simulate", f"Command: {command}\n\n{text}")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"curve": curve, "plans": plans}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

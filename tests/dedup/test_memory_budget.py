@@ -1,0 +1,51 @@
+"""Dedup past memory: with a memory budget of a quarter of its global-phase data, the stage spills into
+partitions that each hold a fraction of the data, and its clusters are identical to a run that holds
+everything in one partition (what ``benchmarks/bench_scale.py`` checks at 10 GB)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow.parquet as pq
+
+from airflow_curation.core.layout import Lake
+from airflow_curation.core.lsh import read_partition
+from airflow_curation.core.minhash import lsh_params
+from airflow_curation.stages.base import StageRunner
+from airflow_curation.stages.dedup.phases import BAND_COLUMNS
+from airflow_curation.stages.dedup.stage import _BAND_BYTES, _EXACT_BYTES, DedupStage
+
+
+def _run(tmp, files, name, **config):
+    lake = Lake(str(tmp / f"lake-{name}"), "ds")
+    out = tmp / f"out-{name}"
+    manifest = StageRunner(DedupStage(lake, {"inputs": files, "output_dir": str(out), **config}, "r1")).run()
+    assert manifest.status == "complete"
+    tables = {os.path.basename(f): pq.read_table(str(out / os.path.basename(f))) for f in files}
+    done = json.loads(next((tmp / f"lake-{name}" / "ds" / "dedup").glob("*/_SUCCESS.json")).read_text())
+    spills = sorted((tmp / f"lake-{name}" / "ds" / "dedup").glob("*/spill/*.bands.parquet"))
+    return tables, done, [str(p) for p in spills]
+
+
+def test_a_quarter_budget_spills_and_finds_the_same_clusters(nd_corpus, nd_files, tmp_path):
+    ids, _, _ = nd_corpus
+    bands, _ = lsh_params(0.8, 128)
+    data = len(ids) * (_BAND_BYTES * bands + _EXACT_BYTES)  # what the planner sizes partitions by
+    full, full_done, full_spills = _run(tmp_path, nd_files, "full", partitions=1)
+    tight, tight_done, spills = _run(tmp_path, nd_files, "quarter", memory_budget=data // 4)
+
+    assert full_done["partitions"] == 1
+    assert tight_done["partitions"] >= 16  # a quarter of the data, 4x expansion while sorting
+    # spill happened: every shard's band file holds one row group per partition, and no partition
+    # holds more than a quarter of the band rows
+    total = sum(pq.ParquetFile(p).metadata.num_rows for p in spills)
+    assert total == sum(pq.ParquetFile(p).metadata.num_rows for p in full_spills) > 0
+    assert max(pq.ParquetFile(p).metadata.num_row_groups for p in spills) > 1
+    sizes = [read_partition(spills, p, BAND_COLUMNS)["node"].size for p in range(tight_done["partitions"])]
+    assert sum(sizes) == total
+    assert max(sizes) <= total / 4
+    # identical clusters, row for row
+    assert full.keys() == tight.keys()
+    for name in full:
+        assert tight[name].equals(full[name]), name

@@ -1,0 +1,147 @@
+"""benchmarks/simulate_scale.py on a small fixture of measured figures: the plan's arithmetic."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "simulate_scale.py"
+GB = 1e9
+
+
+def _size(gb: float) -> dict:
+    """One measured size: CPU = 5 s + 20 s per GB in every stage, 300,000 rows per GB."""
+    stage = {"cpu_s": 5 + 20 * gb, "peak_rss": 2 * 2**30, "rows": int(300_000 * gb)}
+    return {
+        "input_bytes": gb * GB,
+        "stages": {
+            "ingest": dict(stage),
+            "preprocess": dict(stage),
+            "dedup": {**stage, "spill_bytes": 30e6 * gb},
+            "validate": dict(stage),
+        },
+    }
+
+
+@pytest.fixture
+def measured(tmp_path) -> Path:
+    doc = {
+        "sizes": {"1": _size(1), "2": _size(2), "4": _size(4)},
+        "airflow": {"task_count": 10, "stages": {"ingest": {"overhead_s": 6.0}, "dedup": {"overhead_s": 12.0}}},
+    }
+    path = tmp_path / "scale.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.fixture
+def sim():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("simulate_scale", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fit_recovers_the_linear_cost(sim, measured):
+    curve = sim.load_curve(json.loads(measured.read_text()))
+    ingest = curve["stages"]["ingest"]
+    assert ingest["cpu_fixed_s"] == pytest.approx(5)
+    assert ingest["cpu_s_per_gb"] == pytest.approx(20)
+    assert curve["rows_per_gb"] == pytest.approx(300_000)
+    assert curve["airflow_tasks"] == 10
+
+
+def test_plan_arithmetic(sim, measured):
+    curve = sim.load_curve(json.loads(measured.read_text()))
+    total, shard = 50e12, 1e9
+    p = sim.plan(curve, total, 15e12, shard, nodes=64, cores=64, mem_bytes=512e9)
+    assert p["shards"] == 50_000 == total / shard
+    rows = 300_000 * 50_000
+    assert p["rows"] == pytest.approx(rows)
+    budget = 512e9 / 64 - sim.WORKER_BASE
+    assert p["lsh_partitions"] == math.ceil(rows * sim.ROW_BYTES * 4 / budget)
+    assert p["lsh_partition_bytes"] * 4 <= budget  # one partition, sorted, fits a worker
+    s = p["stages"]["ingest"]
+    assert s["cpu_hours"] == pytest.approx((5 + 20 * 50_000) / 3600)
+    assert s["workers_per_node"] == 64  # 2 GiB each: memory allows all 64 cores
+    assert s["slots"] == 64 * 64
+    assert s["waves"] == math.ceil(50_000 / 4096)
+    assert s["wall_hours"] == pytest.approx((s["waves"] * (5 + 20 * 50_000) / 50_000 + 6.0) / 3600)
+    assert s["node_hours"] == pytest.approx(s["wall_hours"] * 64)
+    assert s["slurm_array"] == "--array=0-49999%4096"
+    assert s["k8s_indexed_job"] == {"completions": 50_000, "parallelism": 4096}
+    assert p["stages"]["dedup"]["spill_bytes"] == pytest.approx(30e6 * 50_000)
+    # dedup's barrier runs on one Dask cluster of all the slots, the others as arrays
+    assert p["stages"]["dedup"]["dask_workers"] == 4096 and s["dask_workers"] is None
+    assert p["wall_hours"] == pytest.approx(sum(x["wall_hours"] for x in p["stages"].values()))
+    # validate is one DuckDB query: one node, its 64 cores as threads
+    v = p["stages"]["validate"]
+    assert (v["units"], v["slots"], v["waves"]) == (1, 64, 1)
+    assert v["wall_hours"] == pytest.approx((5 + 20 * 50_000) / 64 / 3600)
+    assert v["node_hours"] == pytest.approx(v["wall_hours"])
+
+
+def test_task_count_does_not_depend_on_shard_count_and_memory_caps_workers(sim, measured):
+    curve = sim.load_curve(json.loads(measured.read_text()))
+    small = sim.plan(curve, 50e12, 15e12, 0.25e9, nodes=16, cores=64, mem_bytes=512e9)
+    large = sim.plan(curve, 50e12, 15e12, 4e9, nodes=16, cores=64, mem_bytes=512e9)
+    assert small["shards"] == 16 * large["shards"]
+    assert small["airflow_tasks"] == large["airflow_tasks"] == 10
+    # 64 cores but 64 GB: 2 GiB workers fit 29 to a node
+    tight = sim.plan(curve, 50e12, 15e12, 1e9, nodes=16, cores=64, mem_bytes=64e9)
+    assert tight["stages"]["preprocess"]["workers_per_node"] == int(64e9 // (2 * 2**30))
+    # more nodes: less wall, about the same node-hours
+    a = sim.plan(curve, 50e12, 15e12, 1e9, nodes=16, cores=64, mem_bytes=512e9)
+    b = sim.plan(curve, 50e12, 15e12, 1e9, nodes=64, cores=64, mem_bytes=512e9)
+    assert b["wall_hours"] < a["wall_hours"]
+    assert b["stages"]["preprocess"]["node_hours"] == pytest.approx(a["stages"]["preprocess"]["node_hours"], rel=0.25)
+
+
+def test_cli_prints_the_table(measured, tmp_path):
+    out = tmp_path / "plans.json"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--json", str(measured), "--nodes", "16,64", "--out", str(out)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert "| 64 | dedup |" in proc.stdout and "50,000 shards" in proc.stdout
+    plans = json.loads(out.read_text())["plans"]
+    assert [p["nodes"] for p in plans] == [16, 64]
+
+
+def test_partition_by_shard_reads_are_charged_to_dedup(sim, measured):
+    doc = json.loads(measured.read_text())
+    # one partition: 100 CPU s; 11 partitions over 10 shards: 110 CPU s -> 0.1 s per (partition x shard)
+    doc["sizes"]["4"]["compare"] = {
+        "unconstrained": {"cpu_s": 100.0, "shards": 10, "global": {"partitions": 1}},
+        "quarter": {"cpu_s": 110.0, "shards": 10, "global": {"partitions": 11}},
+    }
+    curve = sim.load_curve(doc)
+    assert curve["cross_s"] == pytest.approx(0.1)
+    p = sim.plan(curve, 50e12, 15e12, 1e9, nodes=64, cores=64, mem_bytes=512e9)
+    cross = 0.1 * p["lsh_partitions"] * p["shards"]
+    assert p["phase2_row_group_reads"] == p["lsh_partitions"] * p["shards"]
+    assert p["stages"]["dedup"]["cross_cpu_hours"] == pytest.approx(cross / 3600)
+    assert p["stages"]["dedup"]["cpu_hours"] == pytest.approx((5 + 20 * 50_000 + cross) / 3600)
+    assert p["stages"]["preprocess"]["cross_cpu_hours"] == 0
+
+
+def test_dedup_fit_takes_out_each_runs_own_partition_term(sim, measured):
+    doc = json.loads(measured.read_text())
+    doc["sizes"]["4"]["compare"] = {
+        "unconstrained": {"cpu_s": 100.0, "shards": 10, "global": {"partitions": 1}},
+        "quarter": {"cpu_s": 110.0, "shards": 10, "global": {"partitions": 11}},
+    }
+    # the curve's own 4 GB dedup run had 11 partitions over 10 shards: 10 s of its CPU is that term
+    doc["sizes"]["4"]["stages"]["dedup"].update(cpu_s=5 + 20 * 4 + 10.0, shards=10, **{"global": {"partitions": 11}})
+    dedup = sim.load_curve(doc)["stages"]["dedup"]
+    assert dedup["cpu_s_per_gb"] == pytest.approx(20)
+    assert dedup["cpu_fixed_s"] == pytest.approx(5)
