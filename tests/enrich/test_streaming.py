@@ -102,4 +102,7 @@ def test_enrich_starts_on_dedup_shards_before_dedup_ends(tmp_path, minilm):
     assert e["part-00000"].started_at >= d["part-00000"].finished_at
     assert e["part-00000"].finished_at <= d["part-00001"].finished_at
     assert min(r.started_at for r in e.values()) < max(r.finished_at for r in d.values())
-    assert {u.unit_id: u.status for u in manifest.units} == {"part-00000": "skipped", "part-00001": "done"}
+    status = {u.unit_id: u.status for u in manifest.units}
+    assert status["part-00000"] == "skipped"  # done while streaming, found done by the final plan
+    # the second shard: streamed too if its checkpoint landed before dedup's manifest did, else planned at the end
+    assert status["part-00001"] in ("skipped", "done")

@@ -34,7 +34,7 @@ STAGES = ("ingest", "preprocess", "dedup", "enrich", "validate")
 RUN_ID = "run1"
 DATASET = "web"
 # Report fields that differ between two runs of the same data (time, paths of this run's files).
-VOLATILE_REPORT_KEYS = ("created_at", "seconds", "stages")
+VOLATILE_REPORT_KEYS = ("created_at", "seconds", "stages", "timeline")  # timings, not output
 TEMP_GLOB = "**/.*.tmp-*"
 
 

@@ -106,6 +106,8 @@ def test_a_worker_killed_during_its_job_retries_onto_the_same_job(tmp_path, gate
 
     first = start_worker("first")
     _wait_for("the worker to follow its job", lambda: _events(tmp_path, first) == ["polling"], first)
+    # the job process may not have reached its interpreter's first line yet when the worker starts polling
+    _wait_for("the job to start", gate.launched, first)
     handle = store.get("curation_job")
     assert handle is not None and gate.launched() == [handle["pid"]], "the handle was not stored"
     first.send_signal(signal.SIGKILL)

@@ -100,7 +100,8 @@ def test_preprocess_starts_on_checkpointed_ingest_shards_and_picks_up_the_rest(s
     assert pre_manifest.accounting["read"] == ingest_manifest.rows
     status = {u.unit_id: u.status for u in pre_manifest.units}
     assert {status[s] for s in first} == {"skipped"}  # done while streaming, found done by the final plan
-    assert {v for k, v in status.items() if k not in first} == {"done"}
+    # the rest: streamed too if its checkpoint landed before ingest's manifest completed, else planned at the end
+    assert {v for k, v in status.items() if k not in first} <= {"done", "skipped"}
     # from the checkpoint records: preprocess's first unit began before ingest's last unit ended
     ingest_recs = _ingest_records(lake, ingest)
     pre_store = CheckpointStore(lake.checkpoint_dir("preprocess", pre.fingerprint))
