@@ -211,22 +211,27 @@ class SignalConfig:
         return cfg
 
     def stop_hashes(self) -> np.ndarray:
-        """The key hashes as an open-addressing table (a power of two >= 4x the keys, 0 = empty slot,
-        slot = hash & (size - 1), linear probing), then the longest key's length in bytes (the kernel
-        skips longer words). One probe per word where a binary search took three unpredictable branches.
+        """The key hashes as an open-addressing table (a power of two >= 64x the keys, 0 = empty slot,
+        slot = hash & (size - 1), linear probing), then 1 if some key sits past its home slot (else 0),
+        then the longest key's length in bytes (the kernel skips longer words). The table is sparse so
+        that a word's home slot is almost always empty or its key: the kernel tests that one slot without
+        a branch, and probes further only where keys were displaced (a long list; the size stops growing
+        at 2**16 slots).
         """
         keys = {stop_word_key(w) for w in self.stop_words}
         hashes = sorted({fnv1a(k) for k in keys if k})
         size = 16
-        while size < 4 * len(hashes):
+        while size < 64 * len(hashes) or (size < 1 << 16 and len({h & (size - 1) for h in hashes}) < len(hashes)):
             size *= 2
         table = [0] * size
+        displaced = 0
         for h in hashes:
             slot = h & (size - 1)
             while table[slot]:
                 slot = (slot + 1) & (size - 1)
+                displaced = 1
             table[slot] = h
-        return np.array(table + [max((len(k) for k in keys), default=0)], dtype=np.uint64)
+        return np.array(table + [displaced, max((len(k) for k in keys), default=0)], dtype=np.uint64)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -328,14 +333,14 @@ if HAVE_NUMBA:
                 best_l = ln
         row[col] = best_c * best_l / total
         # which 2-grams repeat, and the candidates for n = 3 (starts whose 2-grams at i and i + 1 repeat)
+        # (branch-free: whether an n-gram repeats is a coin flip to the branch predictor)
         nc = 0
-        prev = False
+        prev = 0
         for i in range(m):
-            rep = counts[slot[i]] > 1
-            dup[i] = 2 if rep else 0
-            if rep and prev:
-                cand[nc] = i - 1
-                nc += 1
+            rep = numba.int64(counts[slot[i]] > 1)
+            dup[i] = 2 * rep
+            cand[nc] = i - 1
+            nc += rep & prev
             prev = rep
         dup[m] = 0
         for n in range(3, 11):
@@ -367,31 +372,29 @@ if HAVE_NUMBA:
                             chars += wlen[k]
                 counts[s] += 1
                 slot[j] = s
-            best_c = 0
-            best_l = 0
-            any_dup = False
-            for j in range(nc):
-                i = cand[j]
-                c = counts[slot[j]]
-                if c > 1:
-                    dup[i] = n  # "the n-gram at i repeats", stamped with n: stale stamps never match
-                    any_dup = True
-                    if top:
-                        ln = cum[i + n] - cum[i]
-                        if c > best_c or (c == best_c and ln > best_l):
-                            best_c = c
-                            best_l = ln
+            # "the n-gram at i repeats" is dup[i] == n: stale stamps of smaller n never match
             if top:
-                row[col + n - 2] = (best_c * best_l if any_dup else _longest(cum, m, n)) / total
+                best_c = 1  # only repeats compete: a count of 1 never beats it
+                best_l = 1 << 62
+                for j in range(nc):
+                    i = cand[j]
+                    c = counts[slot[j]]
+                    dup[i] = n if c > 1 else 0
+                    ln = cum[i + n] - cum[i]
+                    if c > best_c or (c == best_c and ln > best_l):
+                        best_c = c
+                        best_l = ln
+                row[col + n - 2] = (best_c * best_l if best_c > 1 else _longest(cum, m, n)) / total
             else:
+                for j in range(nc):
+                    dup[cand[j]] = n if counts[slot[j]] > 1 else 0
                 row[col + n - 2] = chars / total
-            # next candidates: i whose n-grams at i and i + 1 both repeat
+            # next candidates: i whose n-grams at i and i + 1 both repeat (branch-free, as above)
             k2 = 0
             for j in range(nc):
                 i = cand[j]
-                if dup[i] == n and i + 1 < m and dup[i + 1] == n:
-                    cand[k2] = i
-                    k2 += 1
+                cand[k2] = i
+                k2 += numba.int64(dup[i] == n) & numba.int64(i + 1 < m) & numba.int64(dup[i + 1] == n)
             nc = k2
 
     @njit(cache=True)
@@ -429,7 +432,8 @@ if HAVE_NUMBA:
         counts = np.zeros(tsize, dtype=np.int32)
         dup_prev = np.zeros(cap + 1, dtype=np.uint8)
         covered = np.zeros(cap, dtype=np.int8)
-        stop_mask = numba.uint64(stop_hashes.shape[0] - 2)  # table size - 1 (the size is a power of two)
+        stop_mask = numba.uint64(stop_hashes.shape[0] - 3)  # table size - 1 (the size is a power of two)
+        stop_displaced = stop_hashes[stop_hashes.shape[0] - 2] != 0
         max_stop_len = numba.int64(stop_hashes[stop_hashes.shape[0] - 1])  # the longest key's byte length
         FNV0 = numba.uint64(0xCBF29CE484222325)
         FNVP = numba.uint64(0x100000001B3)
@@ -556,9 +560,14 @@ if HAVE_NUMBA:
                         wlen[nw] = wl
                         if w_alpha:
                             n_alpha_words += 1
-                        if wl <= 32 and 0 < kcore_len <= max_stop_len:  # no stop words: max_stop_len is 0
-                            kh = kcore if kcore != 0 else ONE
-                            ks = kh & stop_mask
+                        # the stop-word test, branch-free: the key's home slot (no stop words: max_stop_len is 0)
+                        k_ok = (wl <= 32) & (kcore_len > 0) & (kcore_len <= max_stop_len)
+                        kh = kcore if kcore != 0 else ONE
+                        ks = kh & stop_mask
+                        kv = stop_hashes[ks]
+                        n_stop += numba.int64(k_ok & (kv == kh))
+                        if stop_displaced and k_ok and kv != 0 and kv != kh:  # a long list: probe on
+                            ks = (ks + numba.uint64(1)) & stop_mask
                             while stop_hashes[ks] != 0:
                                 if stop_hashes[ks] == kh:
                                     n_stop += 1
@@ -1095,7 +1104,8 @@ def reference_signals(
     :param word_tokenize: words for the word-level signals; default ``str.split`` (what the kernel does).
     """
     cfg = config if isinstance(config, SignalConfig) else SignalConfig.from_dict(config)
-    stop_keys = {stop_word_key(w) for w in cfg.stop_words}
+    # a word that strips to nothing (all punctuation) matches no word, as in the kernel's table
+    stop_keys = {stop_word_key(w) for w in cfg.stop_words} - {b""}
     rows = [_ref_doc(t or "", stop_keys, word_tokenize) for t in texts]
     return pa.table(
         {name: pa.array([r[name] for r in rows], type=signal_type(name)) for name in SIGNALS}, schema=signals_schema()

@@ -132,6 +132,21 @@ def test_stop_words_are_configurable(warm_signals):
         compute_signals(["x"], {"stopwords": ["x"]})
 
 
+def test_long_stop_lists_probe_past_the_home_slot(warm_signals, prose):
+    """A list too long for a collision-free sparse table: displaced keys take the probing path."""
+    from airflow_curation.core.signals import SignalConfig
+
+    words = sorted({w.strip(".,;:()`'\"").lower() for t in prose[:200] for w in t.split()} - {""})[:5000]
+    table = SignalConfig(stop_words=tuple(words)).stop_hashes()
+    assert table[-2] == 1  # some key sits past its home slot
+    texts = [*prose[:60], *EDGE]
+    cfg = {"stop_words": words}
+    _assert_same(compute_signals(texts, cfg), reference_signals(texts, cfg), texts)
+    assert sum(compute_signals(texts, cfg).column("n_stop_words").to_pylist()) > 0
+    short = {"stop_words": ["der", "die", "und", "the"]}
+    _assert_same(compute_signals(texts, short), reference_signals(texts, short), texts)
+
+
 def test_python_code_signals(code):
     texts = [t for _, t in code[:30]]
     table = compute_code_signals(texts + ["def broken(:\n    pass\n"], "python").to_pylist()
