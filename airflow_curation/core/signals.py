@@ -84,7 +84,7 @@ STRUCTURE_SIGNALS = (
 
 INT_SIGNALS = ("n_chars", "n_words", "n_tokens", "n_lines", "max_line_len", "n_stop_words", "n_sentences")
 BOOL_SIGNALS = ("has_curly_bracket", "has_lorem_ipsum")
-# Order of the kernel's output matrix (has_lorem_ipsum is computed by pyarrow.compute afterwards).
+# Order of the kernel's output matrix.
 _KERNEL_SIGNALS = (
     "n_chars",
     "n_words",
@@ -117,8 +117,9 @@ _KERNEL_SIGNALS = (
     "n_sentences",
     "has_curly_bracket",
     *STRUCTURE_SIGNALS,
+    "has_lorem_ipsum",
 )
-SIGNALS = (*_KERNEL_SIGNALS, "has_lorem_ipsum")
+SIGNALS = _KERNEL_SIGNALS
 
 
 def signal_type(name: str) -> pa.DataType:
@@ -460,6 +461,7 @@ if HAVE_NUMBA:
             n_sent = 0
             n_newlines = 0
             has_curly = 0
+            has_lorem = 0
             nw = 0
             in_word = False
             wh = FNV0
@@ -575,6 +577,22 @@ if HAVE_NUMBA:
                                 ks = (ks + numba.uint64(1)) & stop_mask
                         nw += 1
                         in_word = False
+                        # "lorem ipsum", ASCII case-insensitive (what lower() gives these letters): the
+                        # word ends in "lorem" and the one space is followed by "ipsum". Tested only
+                        # where a word ending in m/M meets a space.
+                        if cp == 32 and (data[i - 1] | 32) == 109 and i - 5 >= s0 and i + 5 < s1:
+                            if (
+                                (data[i - 5] | 32) == 108
+                                and (data[i - 4] | 32) == 111
+                                and (data[i - 3] | 32) == 114
+                                and (data[i - 2] | 32) == 101
+                                and (data[i + 1] | 32) == 105
+                                and (data[i + 2] | 32) == 112
+                                and (data[i + 3] | 32) == 115
+                                and (data[i + 4] | 32) == 117
+                                and (data[i + 5] | 32) == 109
+                            ):
+                                has_lorem = 1
                         if line_words == 0:
                             line_num = num_state == 2 or num_state == 3
                         line_words += 1
@@ -726,42 +744,52 @@ if HAVE_NUMBA:
                             t_hash = (t_hash ^ WORD_SYM) * FNVP
                         prev_wordchar = True
                         dots = 0
-                        if line_words > 0:
-                            # Fast path: the ASCII letters and digits that follow (most of any text) only
-                            # extend the word, line and stop-word hashes and the class counts; every
-                            # other state stays as this character left it. The line's first word keeps
-                            # the general path for its URL/number state.
-                            j = i + nbytes
-                            ra = 0
-                            while j < s1:
-                                b = data[j]
-                                if b >= 0x80:
-                                    break
-                                c2 = numba.int64(table[b])
-                                if (c2 & 2) == 0:
-                                    break
-                                bu = numba.uint64(b)
-                                wh = (wh ^ bu) * FNVP
-                                line_hash = (line_hash ^ bu) * FNVP
-                                krun = (krun ^ (bu + numba.uint64(32) if 65 <= b <= 90 else bu)) * FNVP
-                                krun_len += 1
-                                n_chars += 1
-                                n_alpha += c2 & 1
-                                ra |= c2 & 1
-                                n_alnum += 1
-                                n_digit += (c2 >> 2) & 1
-                                wl += 1
-                                line_chars += 1
-                                cls = c2
-                                j += 1
-                            if j > i + nbytes:
-                                kcore = krun
-                                kcore_len = krun_len
-                                w_alpha = w_alpha or ra != 0
-                                last_ns = j
-                                line_last_cls = cls
-                                cp = numba.int64(data[j - 1])
-                                nbytes = j - i
+                        # Fast path: the ASCII letters and digits that follow (most of any text) only
+                        # extend the word, line and stop-word hashes and the class counts; every
+                        # other state stays as this character left it (the line's first word also
+                        # updates its URL prefix and list-number state, after the run).
+                        j = i + nbytes
+                        ra = 0
+                        while j < s1:
+                            b = data[j]
+                            if b >= 0x80:
+                                break
+                            c2 = numba.int64(table[b])
+                            if (c2 & 2) == 0:
+                                break
+                            bu = numba.uint64(b)
+                            wh = (wh ^ bu) * FNVP
+                            line_hash = (line_hash ^ bu) * FNVP
+                            krun = (krun ^ (bu + numba.uint64(32) if 65 <= b <= 90 else bu)) * FNVP
+                            krun_len += 1
+                            n_chars += 1
+                            n_alpha += c2 & 1
+                            ra |= c2 & 1
+                            n_alnum += 1
+                            n_digit += (c2 >> 2) & 1
+                            wl += 1
+                            line_chars += 1
+                            cls = c2
+                            j += 1
+                        if j > i + nbytes:
+                            kcore = krun
+                            kcore_len = krun_len
+                            w_alpha = w_alpha or ra != 0
+                            last_ns = j
+                            line_last_cls = cls
+                            if line_words == 0:
+                                for q in range(i + nbytes, j):
+                                    bq = data[q]
+                                    if fw_len < 8:
+                                        pb = numba.uint64(bq + 32 if 65 <= bq <= 90 else bq)
+                                        fw_pre |= pb << numba.uint64(8 * fw_len)
+                                    fw_len += 1
+                                    if 48 <= bq <= 57:
+                                        num_state = 1 if 0 <= num_state <= 2 else -1
+                                    else:
+                                        num_state = -1
+                            cp = numba.int64(data[j - 1])
+                            nbytes = j - i
                     elif cp == 95:
                         if not prev_wordchar:
                             n_tokens += 1
@@ -839,6 +867,7 @@ if HAVE_NUMBA:
             row[42] = n_list / nl_text if nl_text else 0.0
             dt, _ = _dup_counts(thash, llen, nl_text, keys)
             row[43] = dt / nl_text if nl_text else 0.0
+            row[44] = has_lorem
 
 
 def _as_string_array(texts) -> pa.Array:
@@ -896,7 +925,6 @@ class SignalComputer:
                     cols[name] = pa.array(v != 0)
                 else:
                     cols[name] = pa.array(v)
-            cols["has_lorem_ipsum"] = pc.match_substring(arr, "lorem ipsum", ignore_case=True)
             table = pa.table(cols, schema=signals_schema())
         else:  # pragma: no cover
             table = reference_signals(arr.to_pylist(), self.config)

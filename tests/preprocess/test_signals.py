@@ -42,6 +42,18 @@ EDGE = [
     "مرحبا بالعالم. هذا نص عربي.",
     "Привет мир. Это русский текст!",
     "一 二 三 一 二 三 一 二 三 一 二 三",
+    # has_lorem_ipsum: ASCII case-insensitive, one space, inside words, at the edges; near misses
+    "lorem ipsum",
+    "xLoReM IpSuMx dolor",
+    "(LOREM IPSUM.)",
+    "lorem  ipsum\nlorem\tipsum\nlorem\nipsum\norem ipsum\nlorem ipsu",
+    "lorem ipſum dolor",  # a long s: lower() keeps it, so no match (as the reference)
+    "ipsum lorem",
+    # the line's first word: list numbers and URLs after the fast path
+    "1. one\n12) two\n6.2.1. three\n1a. four\nabc123. five\n123\n2.x\n",
+    "HTTPS://Example.com/path\nwww.python.org\nhttp://x\nWWW9.x\nhttps2://y\nhttpsabc\n",
+    "word\r\n\r\nWORD\r\nword\r\n",
+    "a\n" * 200 + "b " * 300,
 ]
 
 
