@@ -699,21 +699,23 @@ if HAVE_NUMBA:
                     line_hash = (line_hash ^ numba.uint64(b0)) * FNVP
                     # stop-word key: edge ASCII punctuation stripped, ASCII lowercased. krun runs from the
                     # first kept byte; kcore is its value at the last byte that may end the key.
-                    edge = nbytes == 1 and (cls & 2) == 0
-                    if not edge or krun_len > 0:
-                        lb = b0 + 32 if 65 <= b0 <= 90 else b0
-                        krun = (krun ^ numba.uint64(lb)) * FNVP
-                        krun_len += 1
-                        for q in range(i + 1, i + nbytes):
-                            krun = (krun ^ numba.uint64(data[q])) * FNVP
+                    if nbytes == 1:
+                        if (cls & 2) != 0 or krun_len > 0:  # not edge punctuation, or inside the key
+                            krun = (krun ^ numba.uint64(b0 + 32 if 65 <= b0 <= 90 else b0)) * FNVP
                             krun_len += 1
-                        if not edge:
-                            kcore = krun
-                            kcore_len = krun_len
-                    for q in range(i + 1, i + nbytes):
-                        bq = numba.uint64(data[q])
-                        wh = (wh ^ bq) * FNVP
-                        line_hash = (line_hash ^ bq) * FNVP
+                            if cls & 2:
+                                kcore = krun
+                                kcore_len = krun_len
+                    else:  # a multi-byte character is never edge punctuation
+                        krun = (krun ^ numba.uint64(b0)) * FNVP
+                        for q in range(i + 1, i + nbytes):
+                            bq = numba.uint64(data[q])
+                            krun = (krun ^ bq) * FNVP
+                            wh = (wh ^ bq) * FNVP
+                            line_hash = (line_hash ^ bq) * FNVP
+                        krun_len += nbytes
+                        kcore = krun
+                        kcore_len = krun_len
                     wl += 1
                     line_chars += 1
                     if t_pend:
