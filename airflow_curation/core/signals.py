@@ -750,7 +750,10 @@ if HAVE_NUMBA:
                         # extend the word, line and stop-word hashes and the class counts; every
                         # other state stays as this character left it (the line's first word also
                         # updates its URL prefix and list-number state, after the run).
-                        j = i + nbytes
+                        # Per byte only the hashes and one count move: an ASCII letter or digit is
+                        # alnum and exactly one of alpha/digit, so the rest is the run's length.
+                        j0 = i + nbytes
+                        j = j0
                         ra = 0
                         while j < s1:
                             b = data[j]
@@ -763,24 +766,25 @@ if HAVE_NUMBA:
                             wh = (wh ^ bu) * FNVP
                             line_hash = (line_hash ^ bu) * FNVP
                             krun = (krun ^ (bu + numba.uint64(32) if 65 <= b <= 90 else bu)) * FNVP
-                            krun_len += 1
-                            n_chars += 1
-                            n_alpha += c2 & 1
-                            ra |= c2 & 1
-                            n_alnum += 1
-                            n_digit += (c2 >> 2) & 1
-                            wl += 1
-                            line_chars += 1
-                            cls = c2
+                            ra += c2 & 1
                             j += 1
-                        if j > i + nbytes:
+                        run = j - j0
+                        if run > 0:
+                            krun_len += run
+                            n_chars += run
+                            n_alpha += ra
+                            n_alnum += run
+                            n_digit += run - ra
+                            wl += run
+                            line_chars += run
+                            cls = numba.int64(table[data[j - 1]])
                             kcore = krun
                             kcore_len = krun_len
                             w_alpha = w_alpha or ra != 0
                             last_ns = j
                             line_last_cls = cls
                             if line_words == 0:
-                                for q in range(i + nbytes, j):
+                                for q in range(j0, j):
                                     bq = data[q]
                                     if fw_len < 8:
                                         pb = numba.uint64(bq + 32 if 65 <= bq <= 90 else bq)
