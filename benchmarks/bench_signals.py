@@ -228,27 +228,38 @@ run), so absolute figures are low and noisy; the ratios in one run are the compa
 
 {table}
 
-Target: the whole preprocess pass >= 100 MB/s per core. **Still missed on this machine**: the whole
-pass (read a zstd Parquet shard, 45 signals, 4 presets, write the attrs file) measures 65-70 MB/s of
-CPU time per core (table above: one run, averaged over >= 3 CPU s). Measured 2026-12-01 back to back,
-same machine, same load, twice (main at b8d0e05 run from a `git archive` copy with this script's
-averaging, then this branch): main (38 signals) 80.7 / 79.7 MB/s signals + rules and 66.6 / 66.9
-MB/s whole pass; this branch (45 signals) 82.9 / 82.6 and 67.2 / 68.0. The 7 structure signals cost ~2 ms/MB in the one-pass scan (kernel alone,
-same process, alternated: main 14.6 ms/MB, with structure 16.6; the final kernel 11.5 against main's
-12.0 in another such run); what paid for them: class counts in
-registers instead of a 64-entry histogram in memory (every character chained on the last store),
-the ellipsis-line test read from the bytes at the line end instead of three code points shifted on
-every character, an ASCII letters/digits fast path inside words (only the hashes and counts move),
-the stop-word lookup as a one-probe hash table instead of a binary search (three unpredictable
-branches per short word: ~1.5 ms/MB), the n-gram counts read from the slot the counting loop found
-instead of probing again and the top 2-gram tracked while counting (~0.4 ms/MB), and Parquet's 32-bit-offset strings read in place instead of cast (a copy
-of every byte). Where the time goes now (kernel ablations, same process, alternated, 11 MB): the
-scan ~7.5 ms/MB, n-gram repetition ~3.5, duplicate line/paragraph/template tables ~0.8, stop words
-~1; Parquet read ~1.2 ms/MB, the `lorem ipsum` case-insensitive match 0.5 (RE2; lowercasing first is
-slower), the write ~0.5. Reaching 100 MB/s needs the kernel near 8 ms/MB: the next step is the
-word-table restructure (one tight loop cuts words and counts classes; words, lines and n-grams are
-then processed per word, not per byte), which did not fit this change. The ratios stand: ~90x the
-pure-Python statement of the same signals and ~200x datatrove's chained filters.
+Target: the whole preprocess pass >= 100 MB/s per core. **Still missed on this machine**, closer: the
+whole pass (read a zstd Parquet shard, 45 signals, 4 presets, write the attrs file) gains ~16% and the
+signals + rules ~23%. Before/after, 2026-12-01 15:26 UTC, back to back in alternation, three times
+each (main at 42ccf44 from a `git archive` copy, then branch i13-preprocess-speed at 385bd29, this
+script's two `ours` rows, load average 4-5): signals + rules 86.5 / 87.9 / 85.4 -> 106.0 / 108.1 / 107.2
+MB/s, whole pass 74.3 / 76.2 / 73.0 -> 85.8 / 87.5 / 85.7 MB/s. Kernel alone (same process, alternated
+14 times, 11 MB): min 10.8 -> 9.2 ms/MB, median 10.9 -> 9.4, and the kernel now also answers
+`has_lorem_ipsum` (the separate RE2 pass, ~0.3 ms/MB, is gone). Signal values are unchanged (the
+kernel-vs-reference tests, and the two versions compared column by column on this corpus), but
+for `has_lorem_ipsum` on "ipſum" (long s), which RE2's case folding matched and `lower()` does not. What
+paid, each measured on its own in alternation: the ASCII letters/digits run loop moves only the three
+hashes and an alpha count per byte, lengths and the other counts added once from the run's length
+(~1 ms/MB: uops, not branches, bound that loop); whether an n-gram repeats and whether a short word is
+a stop word are coin flips to the branch predictor, so the n-gram candidate lists are built with
+conditional increments and the stop word is one branch-free test of its home slot in a sparse table
+(~0.4 together); the line's first word takes the run loop too, its URL prefix and list number updated
+from the run's bytes afterwards (~0.6); a multi-byte character's continuation bytes hashed in one loop
+that ASCII skips (~0.2); the lorem-ipsum test where a word ending in m/M meets a space (no measurable
+kernel cost). What did not pay (kernel alone, alternated): hashing words and lines at their ends,
+eight bytes per multiply, instead of an FNV step per byte (+0.7-0.9 ms/MB: a variable-length tail loop
+per word mispredicts more than three overlapped multiply chains cost), the n-gram table as key/count
+pairs in one array with the first position kept to mark repeats in the counting loop (+0.3: 16 bytes
+a slot miss the cache more), bit-set lookups for the sentence and identifier punctuation (+0.4), a
+fast loop over runs of spaces, a single-branch probe loop, a sparser 2-gram table (within noise or
+worse); memory-mapping the shard or reading without threads (within noise). Where the time goes now
+(ablations, alternated): the scan ~7 ms/MB, 2-gram counting ~1, n = 3..10 ~1, Parquet read 1.1-2.0
+(more inside the pass than alone), the write ~0.35, rules and accounting ~0.1. 100 MB/s needs the
+whole pass at 10 ms/MB, so the kernel near 7.5: the word-table restructure (one tight, branch-light
+loop cuts words and counts classes, ~2.5 ms/MB measured for such a loop alone; words, lines and
+n-grams then processed per word, the common all-ASCII-alnum word without a per-character path) is
+still the next step and did not fit this change. The ratios stand: ~90-130x the pure-Python statement
+of the same signals and ~200-260x datatrove's chained filters.
 <!-- bench_signals:end -->"""
     path = os.path.join(REPO, "benchmarks", "RESULTS.md")
     text = "# Benchmark results\n"

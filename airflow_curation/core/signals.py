@@ -84,7 +84,7 @@ STRUCTURE_SIGNALS = (
 
 INT_SIGNALS = ("n_chars", "n_words", "n_tokens", "n_lines", "max_line_len", "n_stop_words", "n_sentences")
 BOOL_SIGNALS = ("has_curly_bracket", "has_lorem_ipsum")
-# Order of the kernel's output matrix (has_lorem_ipsum is computed by pyarrow.compute afterwards).
+# Order of the kernel's output matrix.
 _KERNEL_SIGNALS = (
     "n_chars",
     "n_words",
@@ -117,8 +117,9 @@ _KERNEL_SIGNALS = (
     "n_sentences",
     "has_curly_bracket",
     *STRUCTURE_SIGNALS,
+    "has_lorem_ipsum",
 )
-SIGNALS = (*_KERNEL_SIGNALS, "has_lorem_ipsum")
+SIGNALS = _KERNEL_SIGNALS
 
 
 def signal_type(name: str) -> pa.DataType:
@@ -211,22 +212,27 @@ class SignalConfig:
         return cfg
 
     def stop_hashes(self) -> np.ndarray:
-        """The key hashes as an open-addressing table (a power of two >= 4x the keys, 0 = empty slot,
-        slot = hash & (size - 1), linear probing), then the longest key's length in bytes (the kernel
-        skips longer words). One probe per word where a binary search took three unpredictable branches.
+        """The key hashes as an open-addressing table (a power of two >= 64x the keys, 0 = empty slot,
+        slot = hash & (size - 1), linear probing), then 1 if some key sits past its home slot (else 0),
+        then the longest key's length in bytes (the kernel skips longer words). The table is sparse so
+        that a word's home slot is almost always empty or its key: the kernel tests that one slot without
+        a branch, and probes further only where keys were displaced (a long list; the size stops growing
+        at 2**16 slots).
         """
         keys = {stop_word_key(w) for w in self.stop_words}
         hashes = sorted({fnv1a(k) for k in keys if k})
         size = 16
-        while size < 4 * len(hashes):
+        while size < 64 * len(hashes) or (size < 1 << 16 and len({h & (size - 1) for h in hashes}) < len(hashes)):
             size *= 2
         table = [0] * size
+        displaced = 0
         for h in hashes:
             slot = h & (size - 1)
             while table[slot]:
                 slot = (slot + 1) & (size - 1)
+                displaced = 1
             table[slot] = h
-        return np.array(table + [max((len(k) for k in keys), default=0)], dtype=np.uint64)
+        return np.array(table + [displaced, max((len(k) for k in keys), default=0)], dtype=np.uint64)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -328,14 +334,14 @@ if HAVE_NUMBA:
                 best_l = ln
         row[col] = best_c * best_l / total
         # which 2-grams repeat, and the candidates for n = 3 (starts whose 2-grams at i and i + 1 repeat)
+        # (branch-free: whether an n-gram repeats is a coin flip to the branch predictor)
         nc = 0
-        prev = False
+        prev = 0
         for i in range(m):
-            rep = counts[slot[i]] > 1
-            dup[i] = 2 if rep else 0
-            if rep and prev:
-                cand[nc] = i - 1
-                nc += 1
+            rep = numba.int64(counts[slot[i]] > 1)
+            dup[i] = 2 * rep
+            cand[nc] = i - 1
+            nc += rep & prev
             prev = rep
         dup[m] = 0
         for n in range(3, 11):
@@ -367,31 +373,29 @@ if HAVE_NUMBA:
                             chars += wlen[k]
                 counts[s] += 1
                 slot[j] = s
-            best_c = 0
-            best_l = 0
-            any_dup = False
-            for j in range(nc):
-                i = cand[j]
-                c = counts[slot[j]]
-                if c > 1:
-                    dup[i] = n  # "the n-gram at i repeats", stamped with n: stale stamps never match
-                    any_dup = True
-                    if top:
-                        ln = cum[i + n] - cum[i]
-                        if c > best_c or (c == best_c and ln > best_l):
-                            best_c = c
-                            best_l = ln
+            # "the n-gram at i repeats" is dup[i] == n: stale stamps of smaller n never match
             if top:
-                row[col + n - 2] = (best_c * best_l if any_dup else _longest(cum, m, n)) / total
+                best_c = 1  # only repeats compete: a count of 1 never beats it
+                best_l = 1 << 62
+                for j in range(nc):
+                    i = cand[j]
+                    c = counts[slot[j]]
+                    dup[i] = n if c > 1 else 0
+                    ln = cum[i + n] - cum[i]
+                    if c > best_c or (c == best_c and ln > best_l):
+                        best_c = c
+                        best_l = ln
+                row[col + n - 2] = (best_c * best_l if best_c > 1 else _longest(cum, m, n)) / total
             else:
+                for j in range(nc):
+                    dup[cand[j]] = n if counts[slot[j]] > 1 else 0
                 row[col + n - 2] = chars / total
-            # next candidates: i whose n-grams at i and i + 1 both repeat
+            # next candidates: i whose n-grams at i and i + 1 both repeat (branch-free, as above)
             k2 = 0
             for j in range(nc):
                 i = cand[j]
-                if dup[i] == n and i + 1 < m and dup[i + 1] == n:
-                    cand[k2] = i
-                    k2 += 1
+                cand[k2] = i
+                k2 += numba.int64(dup[i] == n) & numba.int64(i + 1 < m) & numba.int64(dup[i + 1] == n)
             nc = k2
 
     @njit(cache=True)
@@ -429,7 +433,8 @@ if HAVE_NUMBA:
         counts = np.zeros(tsize, dtype=np.int32)
         dup_prev = np.zeros(cap + 1, dtype=np.uint8)
         covered = np.zeros(cap, dtype=np.int8)
-        stop_mask = numba.uint64(stop_hashes.shape[0] - 2)  # table size - 1 (the size is a power of two)
+        stop_mask = numba.uint64(stop_hashes.shape[0] - 3)  # table size - 1 (the size is a power of two)
+        stop_displaced = stop_hashes[stop_hashes.shape[0] - 2] != 0
         max_stop_len = numba.int64(stop_hashes[stop_hashes.shape[0] - 1])  # the longest key's byte length
         FNV0 = numba.uint64(0xCBF29CE484222325)
         FNVP = numba.uint64(0x100000001B3)
@@ -456,6 +461,7 @@ if HAVE_NUMBA:
             n_sent = 0
             n_newlines = 0
             has_curly = 0
+            has_lorem = 0
             nw = 0
             in_word = False
             wh = FNV0
@@ -556,9 +562,14 @@ if HAVE_NUMBA:
                         wlen[nw] = wl
                         if w_alpha:
                             n_alpha_words += 1
-                        if wl <= 32 and 0 < kcore_len <= max_stop_len:  # no stop words: max_stop_len is 0
-                            kh = kcore if kcore != 0 else ONE
-                            ks = kh & stop_mask
+                        # the stop-word test, branch-free: the key's home slot (no stop words: max_stop_len is 0)
+                        k_ok = (wl <= 32) & (kcore_len > 0) & (kcore_len <= max_stop_len)
+                        kh = kcore if kcore != 0 else ONE
+                        ks = kh & stop_mask
+                        kv = stop_hashes[ks]
+                        n_stop += numba.int64(k_ok & (kv == kh))
+                        if stop_displaced and k_ok and kv != 0 and kv != kh:  # a long list: probe on
+                            ks = (ks + numba.uint64(1)) & stop_mask
                             while stop_hashes[ks] != 0:
                                 if stop_hashes[ks] == kh:
                                     n_stop += 1
@@ -566,6 +577,22 @@ if HAVE_NUMBA:
                                 ks = (ks + numba.uint64(1)) & stop_mask
                         nw += 1
                         in_word = False
+                        # "lorem ipsum", ASCII case-insensitive (what lower() gives these letters): the
+                        # word ends in "lorem" and the one space is followed by "ipsum". Tested only
+                        # where a word ending in m/M meets a space.
+                        if cp == 32 and (data[i - 1] | 32) == 109 and i - 5 >= s0 and i + 5 < s1:
+                            if (
+                                (data[i - 5] | 32) == 108
+                                and (data[i - 4] | 32) == 111
+                                and (data[i - 3] | 32) == 114
+                                and (data[i - 2] | 32) == 101
+                                and (data[i + 1] | 32) == 105
+                                and (data[i + 2] | 32) == 112
+                                and (data[i + 3] | 32) == 115
+                                and (data[i + 4] | 32) == 117
+                                and (data[i + 5] | 32) == 109
+                            ):
+                                has_lorem = 1
                         if line_words == 0:
                             line_num = num_state == 2 or num_state == 3
                         line_words += 1
@@ -672,21 +699,23 @@ if HAVE_NUMBA:
                     line_hash = (line_hash ^ numba.uint64(b0)) * FNVP
                     # stop-word key: edge ASCII punctuation stripped, ASCII lowercased. krun runs from the
                     # first kept byte; kcore is its value at the last byte that may end the key.
-                    edge = nbytes == 1 and (cls & 2) == 0
-                    if not edge or krun_len > 0:
-                        lb = b0 + 32 if 65 <= b0 <= 90 else b0
-                        krun = (krun ^ numba.uint64(lb)) * FNVP
-                        krun_len += 1
-                        for q in range(i + 1, i + nbytes):
-                            krun = (krun ^ numba.uint64(data[q])) * FNVP
+                    if nbytes == 1:
+                        if (cls & 2) != 0 or krun_len > 0:  # not edge punctuation, or inside the key
+                            krun = (krun ^ numba.uint64(b0 + 32 if 65 <= b0 <= 90 else b0)) * FNVP
                             krun_len += 1
-                        if not edge:
-                            kcore = krun
-                            kcore_len = krun_len
-                    for q in range(i + 1, i + nbytes):
-                        bq = numba.uint64(data[q])
-                        wh = (wh ^ bq) * FNVP
-                        line_hash = (line_hash ^ bq) * FNVP
+                            if cls & 2:
+                                kcore = krun
+                                kcore_len = krun_len
+                    else:  # a multi-byte character is never edge punctuation
+                        krun = (krun ^ numba.uint64(b0)) * FNVP
+                        for q in range(i + 1, i + nbytes):
+                            bq = numba.uint64(data[q])
+                            krun = (krun ^ bq) * FNVP
+                            wh = (wh ^ bq) * FNVP
+                            line_hash = (line_hash ^ bq) * FNVP
+                        krun_len += nbytes
+                        kcore = krun
+                        kcore_len = krun_len
                     wl += 1
                     line_chars += 1
                     if t_pend:
@@ -717,42 +746,56 @@ if HAVE_NUMBA:
                             t_hash = (t_hash ^ WORD_SYM) * FNVP
                         prev_wordchar = True
                         dots = 0
-                        if line_words > 0:
-                            # Fast path: the ASCII letters and digits that follow (most of any text) only
-                            # extend the word, line and stop-word hashes and the class counts; every
-                            # other state stays as this character left it. The line's first word keeps
-                            # the general path for its URL/number state.
-                            j = i + nbytes
-                            ra = 0
-                            while j < s1:
-                                b = data[j]
-                                if b >= 0x80:
-                                    break
-                                c2 = numba.int64(table[b])
-                                if (c2 & 2) == 0:
-                                    break
-                                bu = numba.uint64(b)
-                                wh = (wh ^ bu) * FNVP
-                                line_hash = (line_hash ^ bu) * FNVP
-                                krun = (krun ^ (bu + numba.uint64(32) if 65 <= b <= 90 else bu)) * FNVP
-                                krun_len += 1
-                                n_chars += 1
-                                n_alpha += c2 & 1
-                                ra |= c2 & 1
-                                n_alnum += 1
-                                n_digit += (c2 >> 2) & 1
-                                wl += 1
-                                line_chars += 1
-                                cls = c2
-                                j += 1
-                            if j > i + nbytes:
-                                kcore = krun
-                                kcore_len = krun_len
-                                w_alpha = w_alpha or ra != 0
-                                last_ns = j
-                                line_last_cls = cls
-                                cp = numba.int64(data[j - 1])
-                                nbytes = j - i
+                        # Fast path: the ASCII letters and digits that follow (most of any text) only
+                        # extend the word, line and stop-word hashes and the class counts; every
+                        # other state stays as this character left it (the line's first word also
+                        # updates its URL prefix and list-number state, after the run).
+                        # Per byte only the hashes and one count move: an ASCII letter or digit is
+                        # alnum and exactly one of alpha/digit, so the rest is the run's length.
+                        j0 = i + nbytes
+                        j = j0
+                        ra = 0
+                        while j < s1:
+                            b = data[j]
+                            if b >= 0x80:
+                                break
+                            c2 = numba.int64(table[b])
+                            if (c2 & 2) == 0:
+                                break
+                            bu = numba.uint64(b)
+                            wh = (wh ^ bu) * FNVP
+                            line_hash = (line_hash ^ bu) * FNVP
+                            krun = (krun ^ (bu + numba.uint64(32) if 65 <= b <= 90 else bu)) * FNVP
+                            ra += c2 & 1
+                            j += 1
+                        run = j - j0
+                        if run > 0:
+                            krun_len += run
+                            n_chars += run
+                            n_alpha += ra
+                            n_alnum += run
+                            n_digit += run - ra
+                            wl += run
+                            line_chars += run
+                            cls = numba.int64(table[data[j - 1]])
+                            kcore = krun
+                            kcore_len = krun_len
+                            w_alpha = w_alpha or ra != 0
+                            last_ns = j
+                            line_last_cls = cls
+                            if line_words == 0:
+                                for q in range(j0, j):
+                                    bq = data[q]
+                                    if fw_len < 8:
+                                        pb = numba.uint64(bq + 32 if 65 <= bq <= 90 else bq)
+                                        fw_pre |= pb << numba.uint64(8 * fw_len)
+                                    fw_len += 1
+                                    if 48 <= bq <= 57:
+                                        num_state = 1 if 0 <= num_state <= 2 else -1
+                                    else:
+                                        num_state = -1
+                            cp = numba.int64(data[j - 1])
+                            nbytes = j - i
                     elif cp == 95:
                         if not prev_wordchar:
                             n_tokens += 1
@@ -830,6 +873,7 @@ if HAVE_NUMBA:
             row[42] = n_list / nl_text if nl_text else 0.0
             dt, _ = _dup_counts(thash, llen, nl_text, keys)
             row[43] = dt / nl_text if nl_text else 0.0
+            row[44] = has_lorem
 
 
 def _as_string_array(texts) -> pa.Array:
@@ -887,7 +931,6 @@ class SignalComputer:
                     cols[name] = pa.array(v != 0)
                 else:
                     cols[name] = pa.array(v)
-            cols["has_lorem_ipsum"] = pc.match_substring(arr, "lorem ipsum", ignore_case=True)
             table = pa.table(cols, schema=signals_schema())
         else:  # pragma: no cover
             table = reference_signals(arr.to_pylist(), self.config)
@@ -1095,7 +1138,8 @@ def reference_signals(
     :param word_tokenize: words for the word-level signals; default ``str.split`` (what the kernel does).
     """
     cfg = config if isinstance(config, SignalConfig) else SignalConfig.from_dict(config)
-    stop_keys = {stop_word_key(w) for w in cfg.stop_words}
+    # a word that strips to nothing (all punctuation) matches no word, as in the kernel's table
+    stop_keys = {stop_word_key(w) for w in cfg.stop_words} - {b""}
     rows = [_ref_doc(t or "", stop_keys, word_tokenize) for t in texts]
     return pa.table(
         {name: pa.array([r[name] for r in rows], type=signal_type(name)) for name in SIGNALS}, schema=signals_schema()

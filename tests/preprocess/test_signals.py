@@ -42,6 +42,18 @@ EDGE = [
     "مرحبا بالعالم. هذا نص عربي.",
     "Привет мир. Это русский текст!",
     "一 二 三 一 二 三 一 二 三 一 二 三",
+    # has_lorem_ipsum: ASCII case-insensitive, one space, inside words, at the edges; near misses
+    "lorem ipsum",
+    "xLoReM IpSuMx dolor",
+    "(LOREM IPSUM.)",
+    "lorem  ipsum\nlorem\tipsum\nlorem\nipsum\norem ipsum\nlorem ipsu",
+    "lorem ipſum dolor",  # a long s: lower() keeps it, so no match (as the reference)
+    "ipsum lorem",
+    # the line's first word: list numbers and URLs after the fast path
+    "1. one\n12) two\n6.2.1. three\n1a. four\nabc123. five\n123\n2.x\n",
+    "HTTPS://Example.com/path\nwww.python.org\nhttp://x\nWWW9.x\nhttps2://y\nhttpsabc\n",
+    "word\r\n\r\nWORD\r\nword\r\n",
+    "a\n" * 200 + "b " * 300,
 ]
 
 
@@ -130,6 +142,21 @@ def test_stop_words_are_configurable(warm_signals):
     assert r["n_stop_words"] == 3
     with pytest.raises(ValueError, match="unknown signal settings"):
         compute_signals(["x"], {"stopwords": ["x"]})
+
+
+def test_long_stop_lists_probe_past_the_home_slot(warm_signals, prose):
+    """A list too long for a collision-free sparse table: displaced keys take the probing path."""
+    from airflow_curation.core.signals import SignalConfig
+
+    words = sorted({w.strip(".,;:()`'\"").lower() for t in prose[:200] for w in t.split()} - {""})[:5000]
+    table = SignalConfig(stop_words=tuple(words)).stop_hashes()
+    assert table[-2] == 1  # some key sits past its home slot
+    texts = [*prose[:60], *EDGE]
+    cfg = {"stop_words": words}
+    _assert_same(compute_signals(texts, cfg), reference_signals(texts, cfg), texts)
+    assert sum(compute_signals(texts, cfg).column("n_stop_words").to_pylist()) > 0
+    short = {"stop_words": ["der", "die", "und", "the"]}
+    _assert_same(compute_signals(texts, short), reference_signals(texts, short), texts)
 
 
 def test_python_code_signals(code):
