@@ -59,6 +59,20 @@ class ValidateStage(Stage):
         Setting("fail_on_error", bool, True, "fail when a check of severity error fails", off_flag="--warn-only"),
         Setting("threads", int, None, "DuckDB threads", runtime=True),
         Setting("memory_limit", str, None, "DuckDB memory limit, e.g. 4GB (it spills beyond)", runtime=True),
+        Setting(
+            "group_rows",
+            int,
+            None,
+            "DuckDB: rows of shards joined with their attrs per query (default 100000; 0: all at once)",
+            runtime=True,
+        ),
+        Setting(
+            "ids_per_pass",
+            int,
+            None,
+            "DuckDB: ids per hash partition of the distinct-id count (default 1000000; 0: one pass)",
+            runtime=True,
+        ),
         Setting("ray_address", str, None, "Ray cluster for daft_runner ray (default: a local Ray)", runtime=True),
         renamed={"engine": "query_engine"},
     )
