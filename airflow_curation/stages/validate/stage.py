@@ -39,7 +39,9 @@ class ValidateStage(Stage):
     """
 
     name = "validate"
-    version = "2"  # 2: sql checks run in the sandbox; a verdict reached without it is not reused
+    # 2: sql checks run in the sandbox; a verdict reached without it is not reused. 3: metrics in bounded memory,
+    # each shard joined with its own attrs files (a repeated id across shards no longer multiplies the rows)
+    version = "3"
     SETTINGS = Stage.SETTINGS.extend(
         Setting(
             "query_engine",
