@@ -103,9 +103,13 @@ def _clusters(manifest: Manifest) -> dict:
     return {"digest": h.hexdigest(), "rows": rows, "duplicates": dups}
 
 
-def _run_stage(name: str, args: list[str], lake: Lake, run_id: str, env: dict | None = None, label: str = "") -> dict:
+def _run_stage(
+    name: str, args: list[str], lake: Lake, run_id: str, env: dict | None = None, label: str = "", python_p=False
+) -> dict:
     before = _dedup_dir_bytes(Path(lake.root)) if name == "dedup" else 0
-    wall, cpu, rss, out = _measure([*CURATION, name, *args], env=env)
+    # -P: the code on PYTHONPATH, not a package in the current folder
+    cmd = [CURATION[0], "-P", *CURATION[1:]] if python_p else CURATION
+    wall, cpu, rss, out = _measure([*cmd, name, *args], env=env)
     manifest = Manifest.read(lake.manifest_uri(run_id, name))
     if manifest.status != "complete":
         raise RuntimeError(f"{name}: manifest status {manifest.status}")
@@ -148,6 +152,7 @@ def run_size(
     compare: bool,
     validate_args: tuple[str, ...] = (),
     validate_before: str | None = None,
+    keep_lake: bool = False,
 ) -> dict:
     root = work / f"lake-{gb:g}"
     shutil.rmtree(root, ignore_errors=True)
@@ -186,12 +191,22 @@ def run_size(
     if validate_before:  # the same lake validated by another copy of the code, and by this one under 512MB
         args = [*common, "--input-manifest", lake.manifest_uri(rid, "dedup"), "--warn-only", "--threads", "1"]
         env = {**os.environ, "PYTHONPATH": validate_before}
+        # every run computes: no validate checkpoint of an earlier run (same data, same checks) to reuse
+        shutil.rmtree(lake.path("_checkpoints", "validate"), ignore_errors=True)
         extra_validate["before"] = _run_stage(
-            "validate", [*args, "--run-id", f"{rid}-before"], lake, f"{rid}-before", env=env, label="(before)"
+            "validate",
+            [*args, "--run-id", f"{rid}-before"],
+            lake,
+            f"{rid}-before",
+            env=env,
+            label="(before)",
+            python_p=True,
         )
+        shutil.rmtree(lake.path("_checkpoints", "validate"), ignore_errors=True)
         extra_validate["after"] = _run_stage(
             "validate", [*args, "--run-id", f"{rid}-after"], lake, f"{rid}-after", label="(after)"
         )
+        shutil.rmtree(lake.path("_checkpoints", "validate"), ignore_errors=True)
         extra_validate["after_512MB"] = _run_stage(
             "validate",
             [*args, "--run-id", f"{rid}-limit", "--memory-limit", "512MB"],
@@ -242,7 +257,8 @@ def run_size(
         digests = {k: v["clusters"]["digest"] for k, v in result["compare"].items()}
         result["identical_clusters"] = len(set(digests.values())) == 1
         print(f"  clusters identical across budgets: {result['identical_clusters']} {digests}", flush=True)
-    shutil.rmtree(root, ignore_errors=True)
+    if not keep_lake:
+        shutil.rmtree(root, ignore_errors=True)
     return result
 
 
@@ -556,6 +572,7 @@ def main() -> None:
         "--validate-before",
         help="a copy of the code (its PYTHONPATH) that validates the same lake too, for a before/after",
     )
+    ap.add_argument("--keep-lakes", action="store_true", help="leave each size's lake under --workdir")
     ap.add_argument("--compare", default="10", help="sizes at which dedup also runs unconstrained and at 1/4")
     ap.add_argument("--airflow-gb", type=float, default=None, help="run this size through the pipeline DAG too")
     ap.add_argument("--workdir", default=str(REPO / "benchmarks" / "data" / "scale"))
@@ -622,6 +639,7 @@ def main() -> None:
                 gb in compare,
                 ("--memory-limit", args.validate_memory_limit) if args.validate_memory_limit else (),
                 args.validate_before,
+                args.keep_lakes,
             ),
         )
     if args.airflow_gb:
