@@ -59,8 +59,9 @@ def test_selection_equals_duckdb_quantile_cont_and_aggregates(special):
     # One part, then three (row ranges), with tiny bins and fetches so that selection refines several times.
     con.execute("CREATE VIEW t1 AS SELECT *, row_number() OVER () AS r FROM t")
     thirds = [f"(SELECT a, b FROM t1 WHERE r % 3 = {k})" for k in range(3)]
-    for parts in (["t"], thirds):
-        got = bounded.column_stats(run, parts, [("a", "a"), ("b", "b")], bins=4, fetch_max=20)
+    # one part by DuckDB's quantile_cont, one part by selection (no value fits the budget), three parts
+    for parts, budget in ((["t"], bounded.VALUES_PER_QUERY), (["t"], 0), (thirds, bounded.VALUES_PER_QUERY)):
+        got = bounded.column_stats(run, parts, [("a", "a"), ("b", "b")], bins=4, fetch_max=20, values_per_query=budget)
         for c in ("a", "b"):
             g, w = got[c], want[c]
             assert g["count"] == w["count"]

@@ -24,6 +24,7 @@ QUANTILES = bounded.QUANTILES
 HIST_BINS = bounded.HIST_BINS
 # Memory per query: a group's attrs hash tables; one partition's distinct ids. Results do not depend on them.
 GROUP_ROWS = 100_000
+TEXT_BYTES = "__text_bytes"
 IDS_PER_PASS = 1_000_000
 
 
@@ -141,13 +142,14 @@ class DuckDBEngine:
         by selection (:mod:`.bounded`); the numbers are those of one query over the whole view."""
         v = self.view
         cols = [n for n in v.schema().names if not n.startswith("_has_")]
-        exprs = ["count(*)", f"coalesce(sum(strlen({_q(TEXT)})), 0)"]
+        tb = _q(TEXT_BYTES)  # the groups' text is its length in bytes (see _docs)
+        exprs = ["count(*)", f"coalesce(sum({tb}), 0)"]
         exprs += [f"count(*) - count({_q(c)})" for c in cols]
         exprs += [f"count(*) FILTER (WHERE NOT {_q(a.has_flag)})" for a in v.attrs]
         steps = v.funnel_steps()
         for _, _, conds in steps:
             w = self._where(conds)
-            exprs += [f"count(*) FILTER (WHERE {w})", f"coalesce(sum(strlen({_q(TEXT)})) FILTER (WHERE {w}), 0)"]
+            exprs += [f"count(*) FILTER (WHERE {w})", f"coalesce(sum({tb}) FILTER (WHERE {w}), 0)"]
         dup = next((a.duplicate_column for a in v.attrs if a.duplicate_column), None)
         if dup:
             exprs += [f"count({_q(dup)})", f"count(*) FILTER (WHERE {_q(dup)})"]
@@ -205,9 +207,16 @@ class DuckDBEngine:
         )
 
     def _docs(self, idx: list[int]) -> str:
-        """The view's ``docs`` over the shards ``idx``, each shard joined with its own attrs files."""
+        """The view's ``docs`` over the shards ``idx``, each shard joined with its own attrs files, lean: a
+        shard column other than ``id`` is only whether it is null (true or null), and the text's length
+        is ``__text_bytes``, so a join holds a few bytes per row whichever side it builds on."""
         v = self.view
-        shards = self._rel([v.shard_files[i] for i in idx], [v.shard_files[0]], idx)
+        rel = self._rel([v.shard_files[i] for i in idx], [v.shard_files[0]], idx)
+        lean = [f"{_q(ID)}", "__k", f"strlen({_q(TEXT)}) AS {_q(TEXT_BYTES)}"]
+        lean += [
+            f"(CASE WHEN {_q(c)} IS NULL THEN NULL ELSE true END) AS {_q(c)}" for c in v.shard_schema.names if c != ID
+        ]
+        shards = f"(SELECT {', '.join(lean)} FROM {rel})"
         select = ["s.* EXCLUDE (__k)"]
         joins = []
         for a in v.attrs:
