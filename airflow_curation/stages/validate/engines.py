@@ -138,8 +138,9 @@ class DuckDBEngine:
 
     def metrics(self, curated_signals: list[str] | None = None) -> dict[str, Any]:
         """The metrics in bounded memory: the joined view a group of shards at a time (each shard joined
-        with its own attrs files), the distinct ids and cluster sizes in hash partitions, the quantiles
-        by selection (:mod:`.bounded`); the numbers are those of one query over the whole view."""
+        with its own attrs files), the distinct ids and cluster sizes in hash partitions, the signals'
+        statistics under a budget of values per query (:mod:`.bounded`); the numbers are those of one
+        query over the whole view."""
         v = self.view
         cols = [n for n in v.schema().names if not n.startswith("_has_")]
         tb = _q(TEXT_BYTES)  # the groups' text is its length in bytes (see _docs)
