@@ -103,9 +103,13 @@ def _clusters(manifest: Manifest) -> dict:
     return {"digest": h.hexdigest(), "rows": rows, "duplicates": dups}
 
 
-def _run_stage(name: str, args: list[str], lake: Lake, run_id: str) -> dict:
+def _run_stage(
+    name: str, args: list[str], lake: Lake, run_id: str, env: dict | None = None, label: str = "", python_p=False
+) -> dict:
     before = _dedup_dir_bytes(Path(lake.root)) if name == "dedup" else 0
-    wall, cpu, rss, out = _measure([*CURATION, name, *args])
+    # -P: the code on PYTHONPATH, not a package in the current folder
+    cmd = [CURATION[0], "-P", *CURATION[1:]] if python_p else CURATION
+    wall, cpu, rss, out = _measure([*cmd, name, *args], env=env)
     manifest = Manifest.read(lake.manifest_uri(run_id, name))
     if manifest.status != "complete":
         raise RuntimeError(f"{name}: manifest status {manifest.status}")
@@ -130,7 +134,7 @@ def _run_stage(name: str, args: list[str], lake: Lake, run_id: str) -> dict:
             r["global"].pop("labels", None)
             r["global"].pop("exact", None)
     print(
-        f"  {name:<10} wall {wall:8.1f} s  CPU {cpu:8.1f} s  peak RSS {rss / 2**20:6.0f} MiB  "
+        f"  {label or name:<10} wall {wall:8.1f} s  CPU {cpu:8.1f} s  peak RSS {rss / 2**20:6.0f} MiB  "
         f"shards {r['shards']:5d}  rows {r['rows']}"
         + (f"  spill {r['spill_bytes'] / 1e6:.0f} MB" if name == "dedup" else ""),
         flush=True,
@@ -147,6 +151,8 @@ def run_size(
     budget: int,
     compare: bool,
     validate_args: tuple[str, ...] = (),
+    validate_before: str | None = None,
+    keep_lake: bool = False,
 ) -> dict:
     root = work / f"lake-{gb:g}"
     shutil.rmtree(root, ignore_errors=True)
@@ -181,6 +187,49 @@ def run_size(
     stages["validate"] = _run_stage(
         "validate", [*common, "--run-id", rid, "--warn-only", "--threads", "1", *validate_args], lake, rid
     )
+    extra_validate = {}
+    if validate_before:  # the same lake validated by another copy of the code, and by this one under 512MB
+        args = [*common, "--input-manifest", lake.manifest_uri(rid, "dedup"), "--warn-only", "--threads", "1"]
+        env = {**os.environ, "PYTHONPATH": validate_before}
+        # every run computes: no validate checkpoint of an earlier run (same data, same checks) to reuse
+        shutil.rmtree(lake.path("_checkpoints", "validate"), ignore_errors=True)
+        extra_validate["before"] = _run_stage(
+            "validate",
+            [*args, "--run-id", f"{rid}-before"],
+            lake,
+            f"{rid}-before",
+            env=env,
+            label="(before)",
+            python_p=True,
+        )
+        shutil.rmtree(lake.path("_checkpoints", "validate"), ignore_errors=True)
+        extra_validate["after"] = _run_stage(
+            "validate", [*args, "--run-id", f"{rid}-after"], lake, f"{rid}-after", label="(after)"
+        )
+        shutil.rmtree(lake.path("_checkpoints", "validate"), ignore_errors=True)
+        extra_validate["after_512MB"] = _run_stage(
+            "validate",
+            [*args, "--run-id", f"{rid}-limit", "--memory-limit", "512MB"],
+            lake,
+            f"{rid}-limit",
+            label="(512MB)",
+        )
+        reports = {
+            k: json.loads(Path(lake.manifest_uri(f"{rid}-{s}", "report")).read_text())
+            for k, s in (("before", "before"), ("after", "after"), ("after_512MB", "limit"))
+        }
+        for k, r in reports.items():
+            extra_validate[k]["verdicts"] = {c["name"]: [c["status"], c["observed"]] for c in r["checks"]}
+            m = r["metrics"]
+            extra_validate[k]["metrics_digest"] = hashlib.sha256(
+                json.dumps({x: m[x] for x in sorted(m) if x != "query_engine"}, sort_keys=True).encode()
+            ).hexdigest()
+        same = {
+            k: (v["verdicts"], v["metrics_digest"])
+            == (extra_validate["before"]["verdicts"], extra_validate["before"]["metrics_digest"])
+            for k, v in extra_validate.items()
+        }
+        print(f"  validate before/after: same verdicts and metrics: {same}", flush=True)
     load.append(os.getloadavg()[0])
     data = rows * _ROW_BYTES
     result = {
@@ -194,6 +243,8 @@ def run_size(
         "stages": stages,
         "load_average": load,
     }
+    if extra_validate:
+        result["validate_compare"] = extra_validate
     if compare:
         quarter = data // 4
         runs = {"unconstrained": ["--partitions", "1"]}
@@ -206,7 +257,8 @@ def run_size(
         digests = {k: v["clusters"]["digest"] for k, v in result["compare"].items()}
         result["identical_clusters"] = len(set(digests.values())) == 1
         print(f"  clusters identical across budgets: {result['identical_clusters']} {digests}", flush=True)
-    shutil.rmtree(root, ignore_errors=True)
+    if not keep_lake:
+        shutil.rmtree(root, ignore_errors=True)
     return result
 
 
@@ -516,6 +568,11 @@ def main() -> None:
         "--validate-memory-limit",
         help="DuckDB memory limit for validate, e.g. 2GB (512MB fails at 5 GB: not every operator spills)",
     )
+    ap.add_argument(
+        "--validate-before",
+        help="a copy of the code (its PYTHONPATH) that validates the same lake too, for a before/after",
+    )
+    ap.add_argument("--keep-lakes", action="store_true", help="leave each size's lake under --workdir")
     ap.add_argument("--compare", default="10", help="sizes at which dedup also runs unconstrained and at 1/4")
     ap.add_argument("--airflow-gb", type=float, default=None, help="run this size through the pipeline DAG too")
     ap.add_argument("--workdir", default=str(REPO / "benchmarks" / "data" / "scale"))
@@ -581,6 +638,8 @@ def main() -> None:
                 budget,
                 gb in compare,
                 ("--memory-limit", args.validate_memory_limit) if args.validate_memory_limit else (),
+                args.validate_before,
+                args.keep_lakes,
             ),
         )
     if args.airflow_gb:

@@ -18,6 +18,7 @@ from airflow_curation.backends.base import JobState
 from airflow_curation.core.manifest import ManifestError
 from airflow_curation.jobs.progress import CheckpointWatcher, Progress
 from airflow_curation.triggers.job_log import JobLogRelay, unit_line
+from airflow_curation.triggers.polling import PollSchedule
 
 __all__ = ["CheckpointWatcher", "Progress", "ShardCheckpointTrigger", "decide"]
 
@@ -40,7 +41,9 @@ class ShardCheckpointTrigger(BaseTrigger):
     :param curation_conn_id: optional ``curation`` connection for storage credentials, resolved in the
         triggerer and used for this gate's lake only (see :func:`~airflow_curation.hooks.factory.lake_root_for`).
     :param quorum: fraction of units that opens the gate (default 1.0: all); see :func:`decide`.
-    :param poll_interval: seconds between looks.
+    :param poll_interval: the longest wait between looks: the first look is at once, the next ones after
+        0.5 s, doubling up to ``poll_interval`` (:class:`~.polling.PollSchedule`), and 0.5 s again once every
+        unit is accounted for.
     :param log_offset: where streaming the job's log starts (with ``job``): its lines go to the task
         log at their own level, a traceback once at ERROR, and each unit's counts when it is checkpointed.
     """
@@ -104,6 +107,8 @@ class ShardCheckpointTrigger(BaseTrigger):
         watcher = CheckpointWatcher(self.manifest_uri, self.max_failed_fraction, self.not_before)
         last_line = None
         relay = JobLogRelay(self.log, str((self.job or {}).get("job_id", "?")))
+        schedule = PollSchedule(self.poll_interval)
+        tail = False
         while True:
             # The job's state is read BEFORE the checkpoints: a job that ended before this look has
             # written everything it ever will, so "ended and still incomplete" is final.
@@ -140,7 +145,12 @@ class ShardCheckpointTrigger(BaseTrigger):
             if event is not None:
                 yield TriggerEvent(event)
                 return
-            await asyncio.sleep(self.poll_interval)
+            if not tail and progress.total and progress.done + progress.failed >= progress.total:
+                # Every unit is accounted for: only the job's last step (collect, the final manifest) is
+                # left, seconds as a rule; look again soon rather than a whole interval later.
+                tail = True
+                schedule.restart()
+            await asyncio.sleep(schedule.next())
 
     def _stream_log(self, backend: Any, relay: JobLogRelay, job_status: Any) -> None:
         """The job's new log text into the task log; never fails the gate (the log is a courtesy)."""

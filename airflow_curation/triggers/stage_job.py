@@ -17,6 +17,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_curation.hooks.factory import backend_for, curation_settings, scope_storage
 from airflow_curation.triggers.job_log import JobLogRelay
+from airflow_curation.triggers.polling import PollSchedule
 
 
 class StageJobTrigger(BaseTrigger):
@@ -25,7 +26,8 @@ class StageJobTrigger(BaseTrigger):
     :param backend: backend name (``local``, ``slurm``...).
     :param backend_options: the backend's constructor options (``Backend.options()``).
     :param handle: the job handle returned by ``Backend.submit``.
-    :param poll_interval: seconds between status polls.
+    :param poll_interval: the longest wait between status polls (the first poll is at once, the next after
+        0.5 s, doubling up to it: :class:`~.polling.PollSchedule`).
     :param log_offset: where log streaming starts (a reconnect does not repeat what was shown).
     :param curation_conn_id: optional ``curation`` connection: storage options for the job's lake
         (a backend may read its result there), resolved in the triggerer.
@@ -76,6 +78,7 @@ class StageJobTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         backend = await asyncio.to_thread(self._backend)
         relay = JobLogRelay(self.log, str(self.handle.get("job_id", "?")))
+        schedule = PollSchedule(self.poll_interval)
         while True:
             status = await asyncio.to_thread(backend.status, self.handle)
             await asyncio.to_thread(self._stream_logs, backend, relay, status.state.finished)
@@ -92,7 +95,7 @@ class StageJobTrigger(BaseTrigger):
                     }
                 )
                 return
-            await asyncio.sleep(self.poll_interval)
+            await asyncio.sleep(schedule.next())
 
     async def on_kill(self) -> None:
         """The user killed the deferred task (mark failed/success, clear): cancel the job too.

@@ -15,13 +15,17 @@ from typing import Any
 
 from airflow_curation.core import redact, storage
 from airflow_curation.core.schema import CLUSTER_ID, DROP_REASON, ID, TEXT
-from airflow_curation.stages.validate import sandbox
+from airflow_curation.stages.validate import bounded, sandbox
 from airflow_curation.stages.validate.view import CuratedView
 
 log = logging.getLogger(__name__)
 
-QUANTILES = (0.01, 0.05, 0.5, 0.95, 0.99)
-HIST_BINS = 20
+QUANTILES = bounded.QUANTILES
+HIST_BINS = bounded.HIST_BINS
+# Memory per query: a group's attrs hash tables; one partition's distinct ids. Results do not depend on them.
+GROUP_ROWS = 100_000
+TEXT_BYTES = "__text_bytes"
+IDS_PER_PASS = 1_000_000
 
 
 def _q(name: str) -> str:
@@ -36,21 +40,29 @@ def _path(uri: str) -> str:
     return uri[len("file://") :] if uri.startswith("file://") else uri
 
 
-def _bins(lo: float, hi: float, n: int = HIST_BINS) -> list[float]:
-    if hi <= lo:
-        return [lo, lo + 1.0]
-    return [lo + (hi - lo) * i / n for i in range(n + 1)]
+_bins = bounded.hist_bins
 
 
 class DuckDBEngine:
     """:param threads: DuckDB threads (default: DuckDB's choice).
     :param memory_limit: e.g. ``"4GB"``; DuckDB spills past it.
+    :param group_rows: rows of shards joined with their attrs in one query (0: all in one).
+    :param ids_per_pass: ids per hash partition of the distinct-id and cluster counts (0: one pass).
     """
 
-    def __init__(self, view: CuratedView, threads: int | None = None, memory_limit: str | None = None) -> None:
+    def __init__(
+        self,
+        view: CuratedView,
+        threads: int | None = None,
+        memory_limit: str | None = None,
+        group_rows: int | None = GROUP_ROWS,
+        ids_per_pass: int | None = IDS_PER_PASS,
+    ) -> None:
         import duckdb
 
         self.view = view
+        self.group_rows = GROUP_ROWS if group_rows is None else group_rows
+        self.ids_per_pass = IDS_PER_PASS if ids_per_pass is None else ids_per_pass
         self.con = duckdb.connect(":memory:")
         if threads:
             self.con.execute(f"SET threads = {int(threads)}")
@@ -125,22 +137,32 @@ class DuckDBEngine:
             raise sandbox.SqlFailed(redact.scrub(e)) from None  # not chained: the raw text stays out of logs
 
     def metrics(self, curated_signals: list[str] | None = None) -> dict[str, Any]:
+        """The metrics in bounded memory: the joined view a group of shards at a time (each shard joined
+        with its own attrs files), the distinct ids and cluster sizes in hash partitions, the signals'
+        statistics under a budget of values per query (:mod:`.bounded`); the numbers are those of one
+        query over the whole view."""
         v = self.view
         cols = [n for n in v.schema().names if not n.startswith("_has_")]
-        exprs = ["count(*)", f"coalesce(sum(strlen({_q(TEXT)})), 0)", f"count(DISTINCT {_q(ID)})"]
+        tb = _q(TEXT_BYTES)  # the groups' text is its length in bytes (see _docs)
+        exprs = ["count(*)", f"coalesce(sum({tb}), 0)"]
         exprs += [f"count(*) - count({_q(c)})" for c in cols]
         exprs += [f"count(*) FILTER (WHERE NOT {_q(a.has_flag)})" for a in v.attrs]
         steps = v.funnel_steps()
         for _, _, conds in steps:
             w = self._where(conds)
-            exprs += [f"count(*) FILTER (WHERE {w})", f"coalesce(sum(strlen({_q(TEXT)})) FILTER (WHERE {w}), 0)"]
+            exprs += [f"count(*) FILTER (WHERE {w})", f"coalesce(sum({tb}) FILTER (WHERE {w}), 0)"]
         dup = next((a.duplicate_column for a in v.attrs if a.duplicate_column), None)
         if dup:
             exprs += [f"count({_q(dup)})", f"count(*) FILTER (WHERE {_q(dup)})"]
-        row = list(self.con.execute(f"SELECT {', '.join(exprs)} FROM docs").fetchone())
+        groups = v.shard_groups(self.group_rows)
+        row = [0] * len(exprs)
+        for idx in groups:  # every expression is a count or a sum: the groups add up
+            part = self.con.execute(f"SELECT {', '.join(exprs)} FROM {self._docs(idx)}").fetchone()
+            row = [a + int(b) for a, b in zip(row, part)]
         out: dict[str, Any] = {"query_engine": "duckdb"}
-        out["rows"], out["text_bytes"], out["distinct_ids"] = int(row[0]), int(row[1]), int(row[2])
-        row = row[3:]
+        out["rows"], out["text_bytes"] = int(row[0]), int(row[1])
+        out["distinct_ids"] = self._distinct_ids()
+        row = row[2:]
         out["null_counts"] = {c: int(n) for c, n in zip(cols, row)}
         row = row[len(cols) :]
         out["missing_attrs"] = {a.stage: int(n) for a, n in zip(v.attrs, row)}
@@ -165,74 +187,98 @@ class DuckDBEngine:
         }
         out["signals"] = self._signals()
         if curated_signals:
-            out["curated_signals"] = self._signals(curated_signals, table="curated")
+            out["curated_signals"] = self._signals(curated_signals, groups=groups)
         out["clusters"] = self._clusters()
         out["drop_reasons"] = self._drop_reasons()
         return out
 
-    def _signal_tables(self, only: list[str] | None) -> dict[str, list[tuple[str, str]]]:
-        """table -> [(column in table, view column)] for the numeric signals."""
-        wanted = set(only) if only is not None else set(self.view.numeric_columns())
-        by_table: dict[str, list[tuple[str, str]]] = {}
-        for a in self.view.attrs:
-            for src, dst in a.columns.items():
-                if dst in wanted:
-                    by_table.setdefault(_q("attrs_" + a.stage), []).append((src, dst))
-        return by_table
+    # --- bounded pieces ---------------------------------------------------------------------------
 
-    def _signals(self, only: list[str] | None = None, table: str | None = None) -> dict[str, dict]:
-        tables = self._signal_tables(only)
-        if table:  # the same columns, read through the curated view (so filtered by the keep rules)
-            tables = {table: [(dst, dst) for pairs in tables.values() for _, dst in pairs]}
-        out: dict[str, dict] = {}
-        qs = "[" + ", ".join(str(q) for q in QUANTILES) + "]"
-        for tbl, pairs in tables.items():
-            exprs = []
-            for src, _ in pairs:
-                c = f"{_q(src)}::DOUBLE"
-                exprs += [f"count({c})", f"min({c})", f"max({c})", f"avg({c})", f"quantile_cont({c}, {qs})"]
-            row = self.con.execute(f"SELECT {', '.join(exprs)} FROM {tbl}").fetchone()
-            for k, (_, dst) in enumerate(pairs):
-                n, lo, hi, mean, quant = row[5 * k : 5 * k + 5]
-                stats = {"count": int(n), "min": lo, "max": hi, "mean": mean}
-                for q, val in zip(QUANTILES, quant or [None] * len(QUANTILES)):
-                    stats[f"p{int(round(q * 100)):02d}"] = val
-                out[dst] = stats
-            self._hists(tbl, [(src, out[dst]) for src, dst in pairs])
-        return out
+    def _rel(self, files: list[str], schema_files: list[str], keys: list[int]) -> str:
+        """``files`` as one relation with ``__k`` (the shard each file belongs to, ``keys``), its columns
+        those of ``schema_files`` too (null where a file lacks one), as the view's ``union_by_name``."""
+        schema = f"(SELECT * FROM read_parquet({self._files(schema_files)}, union_by_name = true) LIMIT 0)"
+        if not files:
+            return f"(SELECT *, NULL::BIGINT AS __k FROM {schema})"
+        m = ", ".join(f"({_sql_str(_path(f))}, {k})" for f, k in zip(files, keys))
+        return (
+            f"(SELECT __t.* EXCLUDE (__file), __m.k AS __k FROM (SELECT * FROM {schema} UNION ALL BY NAME "
+            f"SELECT * FROM read_parquet({self._files(files)}, union_by_name = true, filename = '__file')) AS __t "
+            f"JOIN (VALUES {m}) AS __m(f, k) ON __m.f = __t.__file)"
+        )
 
-    def _hists(self, tbl: str, cols: list[tuple[str, dict]]) -> None:
-        """Equal-width histograms of every column of ``tbl`` in one scan (one ``histogram()`` each)."""
-        exprs, plan = [], []
-        for src, stats in cols:
-            if not stats["count"]:
-                stats["hist"] = {"edges": [], "counts": []}
-                continue
-            edges = _bins(stats["min"], stats["max"])
-            nb = len(edges) - 1
-            width = (edges[-1] - edges[0]) / nb
-            exprs.append(
-                f"histogram(least(greatest(floor(({_q(src)}::DOUBLE - {edges[0]!r}) / {width!r}), 0), "
-                f"{nb - 1})::INTEGER)"
+    def _docs(self, idx: list[int]) -> str:
+        """The view's ``docs`` over the shards ``idx``, each shard joined with its own attrs files, lean: a
+        shard column other than ``id`` is only whether it is null (true or null), and the text's length
+        is ``__text_bytes``, so a join holds a few bytes per row whichever side it builds on."""
+        v = self.view
+        rel = self._rel([v.shard_files[i] for i in idx], [v.shard_files[0]], idx)
+        lean = [f"{_q(ID)}", "__k", f"strlen({_q(TEXT)}) AS {_q(TEXT_BYTES)}"]
+        lean += [
+            f"(CASE WHEN {_q(c)} IS NULL THEN NULL ELSE true END) AS {_q(c)}" for c in v.shard_schema.names if c != ID
+        ]
+        shards = f"(SELECT {', '.join(lean)} FROM {rel})"
+        select = ["s.* EXCLUDE (__k)"]
+        joins = []
+        for a in v.attrs:
+            have = [(a.by_shard[i], i) for i in idx if a.by_shard[i]]
+            rel = self._rel([f for f, _ in have], list(dict.fromkeys([a.files[0], a.files[-1]])), [k for _, k in have])
+            select += [f"{a.alias}.{_q(src)} AS {_q(dst)}" for src, dst in a.columns.items()]
+            select.append(f"({a.alias}.{_q(ID)} IS NOT NULL) AS {_q(a.has_flag)}")
+            joins.append(f"LEFT JOIN {rel} AS {a.alias} ON {a.alias}.{_q(ID)} = s.{_q(ID)} AND {a.alias}.__k = s.__k")
+        return f"(SELECT {', '.join(select)} FROM {shards} AS s {' '.join(joins)})"
+
+    def _partitions(self, rows: int) -> int:
+        return max(1, math.ceil(rows / self.ids_per_pass)) if self.ids_per_pass else 1
+
+    @staticmethod
+    def _in_partition(col: str, p: int, n: int) -> str:
+        return f"hash({_q(col)}) % {n} = {p}" if n > 1 else "true"
+
+    def _distinct_ids(self) -> int:
+        """Distinct ids, one hash partition of the id at a time (an id falls in exactly one)."""
+        n = self._partitions(self.view.shard_rows)
+        return sum(
+            int(
+                self.con.execute(
+                    f"SELECT count(DISTINCT {_q(ID)}) FROM shards WHERE {self._in_partition(ID, p, n)}"
+                ).fetchone()[0]
             )
-            plan.append((stats, edges))
-        if not exprs:
-            return
-        row = self.con.execute(f"SELECT {', '.join(exprs)} FROM {tbl}").fetchone()
-        for (stats, edges), hist in zip(plan, row):
-            counts = [0] * (len(edges) - 1)
-            for b, n in (hist or {}).items():
-                counts[int(b)] = int(n)
-            stats["hist"] = {"edges": edges, "counts": counts}
+            for p in range(n)
+        )
+
+    def _signals(self, only: list[str] | None = None, groups: list[list[int]] | None = None) -> dict[str, dict]:
+        """Statistics of the signals, over their attrs files, or (``groups``) over the curated rows."""
+        wanted = set(only) if only is not None else set(self.view.numeric_columns())
+        run = lambda sql: self.con.execute(sql).fetchall()  # noqa: E731
+        out: dict[str, dict] = {}
+        if groups is None:
+            for a in self.view.attrs:
+                pairs = [(src, dst) for src, dst in a.columns.items() if dst in wanted]
+                out.update(bounded.column_stats(run, [_q("attrs_" + a.stage)], pairs))
+            return out
+        names = [dst for a in self.view.attrs for dst in a.columns.values() if dst in wanted]
+        if not names:
+            return out
+        where = self._where(self.view.curated_conditions())
+        select = ", ".join(_q(n) for n in names)
+        parts = [f"(SELECT {select} FROM {self._docs(idx)}{' WHERE ' + where if where else ''})" for idx in groups]
+        return bounded.column_stats(run, parts, [(n, n) for n in names])
 
     def _clusters(self) -> dict | None:
         for a in self.view.attrs:
             if CLUSTER_ID in a.columns:
-                rows = self.con.execute(
-                    f"SELECT n, count(*) FROM (SELECT count(*) AS n FROM {_q('attrs_' + a.stage)} "
-                    f"WHERE {CLUSTER_ID} IS NOT NULL GROUP BY {CLUSTER_ID}) GROUP BY n ORDER BY n"
-                ).fetchall()
-                sizes = {int(n): int(k) for n, k in rows}
+                n = self._partitions(self.view.shard_rows)
+                sizes: dict[int, int] = {}
+                for p in range(n):  # a cluster falls in one hash partition of its id
+                    rows = self.con.execute(
+                        f"SELECT n, count(*) FROM (SELECT count(*) AS n FROM {_q('attrs_' + a.stage)} "
+                        f"WHERE {CLUSTER_ID} IS NOT NULL AND {self._in_partition(CLUSTER_ID, p, n)} "
+                        f"GROUP BY {CLUSTER_ID}) GROUP BY n"
+                    ).fetchall()
+                    for size, k in rows:
+                        sizes[int(size)] = sizes.get(int(size), 0) + int(k)
+                sizes = dict(sorted(sizes.items()))
                 return {"clusters": sum(sizes.values()), "sizes": sizes, "largest": max(sizes) if sizes else 0}
         return None
 
@@ -505,7 +551,13 @@ def _daft_io_config(daft, uri: str):
 def make_engine(view: CuratedView, config: dict[str, Any]):
     engine = config.get("query_engine", "duckdb")
     if engine == "duckdb":
-        return DuckDBEngine(view, threads=config.get("threads"), memory_limit=config.get("memory_limit"))
+        return DuckDBEngine(
+            view,
+            threads=config.get("threads"),
+            memory_limit=config.get("memory_limit"),
+            group_rows=config.get("group_rows"),
+            ids_per_pass=config.get("ids_per_pass"),
+        )
     if engine == "daft":
         return DaftEngine(view, runner=config.get("daft_runner", "native"), ray_address=config.get("ray_address"))
     raise ValueError(f"unknown query_engine {engine!r}; use 'duckdb' or 'daft'")

@@ -39,7 +39,9 @@ class ValidateStage(Stage):
     """
 
     name = "validate"
-    version = "2"  # 2: sql checks run in the sandbox; a verdict reached without it is not reused
+    # 2: sql checks run in the sandbox; a verdict reached without it is not reused. 3: metrics in bounded memory,
+    # each shard joined with its own attrs files (a repeated id across shards no longer multiplies the rows)
+    version = "3"
     SETTINGS = Stage.SETTINGS.extend(
         Setting(
             "query_engine",
@@ -59,6 +61,20 @@ class ValidateStage(Stage):
         Setting("fail_on_error", bool, True, "fail when a check of severity error fails", off_flag="--warn-only"),
         Setting("threads", int, None, "DuckDB threads", runtime=True),
         Setting("memory_limit", str, None, "DuckDB memory limit, e.g. 4GB (it spills beyond)", runtime=True),
+        Setting(
+            "group_rows",
+            int,
+            None,
+            "DuckDB: rows of shards joined with their attrs per query (default 100000; 0: all at once)",
+            runtime=True,
+        ),
+        Setting(
+            "ids_per_pass",
+            int,
+            None,
+            "DuckDB: ids per hash partition of the distinct-id count (default 1000000; 0: one pass)",
+            runtime=True,
+        ),
         Setting("ray_address", str, None, "Ray cluster for daft_runner ray (default: a local Ray)", runtime=True),
         renamed={"engine": "query_engine"},
     )

@@ -59,6 +59,7 @@ class AttrsSource:
     columns: dict[str, str]  # column in the attrs files -> name in the view
     shards_covered: int
     label: str = ""  # the funnel's name for its survivors (default: the key)
+    by_shard: list[str | None] = field(default_factory=list)  # per shard of the view: its attrs file, or None
 
     @property
     def alias(self) -> str:
@@ -97,6 +98,7 @@ class CuratedView:
     attrs: list[AttrsSource] = field(default_factory=list)
     shard_rows: int = 0
     shard_bytes: int = 0
+    rows_by_shard: list[int] = field(default_factory=list)  # the manifest's row count of each shard
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, related: Iterable[Manifest] | None = None) -> "CuratedView":
@@ -111,7 +113,8 @@ class CuratedView:
         taken = set(shard_schema.names)
         attrs = []
         for st, label in attrs_order(manifest, related):
-            files = [s.attrs[st] for s in manifest.shards if st in s.attrs]
+            by_shard = [s.attrs.get(st) for s in manifest.shards]
+            files = [f for f in by_shard if f]
             schema = _unify([_read_schema(files[0]), _read_schema(files[-1])])
             if ID not in schema.names:
                 raise ValueError(f"attrs of stage {st!r} ({files[0]}) have no 'id' column: cannot join them")
@@ -124,7 +127,13 @@ class CuratedView:
                 columns[name] = view_name
             attrs.append(
                 AttrsSource(
-                    stage=st, files=files, schema=schema, columns=columns, shards_covered=len(files), label=label
+                    stage=st,
+                    files=files,
+                    schema=schema,
+                    columns=columns,
+                    shards_covered=len(files),
+                    label=label,
+                    by_shard=by_shard,
                 )
             )
         return cls(
@@ -133,7 +142,25 @@ class CuratedView:
             attrs=attrs,
             shard_rows=manifest.rows,
             shard_bytes=manifest.bytes,
+            rows_by_shard=[s.rows for s in manifest.shards],
         )
+
+    def shard_groups(self, rows: int | None) -> list[list[int]]:
+        """The shards' indexes in consecutive groups of about ``rows`` rows each (manifest counts; one
+        group when ``rows`` is None): the units a bounded query reads at once."""
+        n = len(self.shard_files)
+        if not rows or rows <= 0:
+            return [list(range(n))] if n else []
+        counts = self.rows_by_shard if len(self.rows_by_shard) == n else [0] * n
+        groups: list[list[int]] = [[]]
+        held = 0
+        for i, k in enumerate(counts):
+            if groups[-1] and held + k > rows:
+                groups.append([])
+                held = 0
+            groups[-1].append(i)
+            held += k
+        return groups
 
     def files(self) -> list[str]:
         """Every file the view reads: the shards and each stage's attrs."""

@@ -1,0 +1,385 @@
+"""Statistics of numeric columns over a relation read in parts, in bounded memory.
+
+DuckDB's ``quantile_cont`` holds every value of its column, so a report over the whole lake grew with the
+data. Here the relation is a list of parts (SQL relations whose union is the whole: one view, or one
+relation per group of shards), every query keeps only a few thousand groups, and the results are
+DuckDB's own over the whole relation:
+
+- ``count``, ``min``, ``max`` and the histogram are combined from the parts exactly; ``mean`` is DuckDB's
+  ``avg`` when there is one part, else the exactly rounded sum of the parts' sums over the count;
+- quantiles: over one part, DuckDB's ``quantile_cont`` itself for the columns whose values fit a query's
+  budget (``VALUES_PER_QUERY``, a batch of columns per query); past it (a lake of millions of rows per
+  column), and over several parts, DuckDB's ``quantile_cont`` too (rank ``(n - 1) q``, interpolated between the values at its
+  floor and ceiling ranks), the values at those ranks found by selection: an equal-width histogram of the
+  interval holding a rank, then of the bin holding it, until the bin is small enough to fetch (or holds a
+  single value), then DuckDB's ``quantile_cont`` of those two values at the rank's fraction (so its own
+  rounding). Ordering as DuckDB's: ``-inf``, the finite values, ``inf``, ``NaN``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+QUANTILES = (0.01, 0.05, 0.5, 0.95, 0.99)
+HIST_BINS = 20
+SELECT_BINS = 4096  # bins of one selection pass
+FETCH_MAX = 50_000  # values of an interval fetched and sorted in Python rather than split again
+VALUES_PER_QUERY = 8_000_000  # values DuckDB's own quantile_cont may hold in one query (8 bytes each)
+
+Run = Callable[[str], list[tuple]]
+
+
+def q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def dbl(x: float) -> str:
+    """A DOUBLE literal that round-trips exactly (a bare ``0.1`` is a DECIMAL in DuckDB)."""
+    return f"'{float(x)!r}'::DOUBLE"
+
+
+def hist_bins(lo: float, hi: float, n: int = HIST_BINS) -> list[float]:
+    if hi <= lo:
+        return [lo, lo + 1.0]
+    return [lo + (hi - lo) * i / n for i in range(n + 1)]
+
+
+def _order(x: float) -> tuple[bool, float]:
+    return (math.isnan(x), x)  # DuckDB sorts NaN above everything
+
+
+def column_stats(
+    run: Run,
+    parts: Sequence[str],
+    columns: Sequence[tuple[str, str]],
+    *,
+    quantiles: Sequence[float] = QUANTILES,
+    bins: int = SELECT_BINS,
+    fetch_max: int = FETCH_MAX,
+    values_per_query: int = VALUES_PER_QUERY,
+) -> dict[str, dict[str, Any]]:
+    """``{out name: {count, min, max, mean, p01.., hist}}`` of ``columns`` (``(column in the parts, out
+    name)``, cast to DOUBLE) over the union of ``parts``.
+
+    Scans: one for count, min, max and mean (and one more where a column holds an infinity or NaN),
+    one for the histograms with the first selection step, then one per further step (one, as a rule:
+    the values of the bins that hold the ranks)."""
+    if not columns:
+        return {}
+    cols = [c for c, _ in columns]
+    basics = _basics(run, parts, cols)
+    out: dict[str, dict[str, Any]] = {}
+    for (_, name), b in zip(columns, basics):
+        out[name] = {"count": b["count"], "min": b["min"], "max": b["max"], "mean": b["mean"]}
+    hists = _hist_plan([(c, out[name]) for c, name in columns])
+    # One part: columns whose values fit a query's budget get DuckDB's quantile_cont itself, a batch of
+    # them per query; the others (and every column of a relation in parts) by selection.
+    direct = [k for k, b in enumerate(basics) if len(parts) == 1 and 0 < b["count"] <= values_per_query]
+    values = _quantiles(
+        run,
+        parts,
+        cols,
+        [{**b, "count": 0} if k in direct else b for k, b in enumerate(basics)],
+        quantiles,
+        bins,
+        fetch_max,
+        hists,
+    )
+    batch: list[int] = []
+    held = 0
+    for k in [*direct, None]:
+        if batch and (k is None or held + basics[k]["count"] > values_per_query):
+            qs = "[" + ", ".join(str(float(qq)) for qq in quantiles) + "]"
+            row = run(f"SELECT {', '.join(f'quantile_cont({_x(cols[j])}, {qs})' for j in batch)} FROM {parts[0]}")[0]
+            for j, vals in zip(batch, row):
+                values[j] = list(vals)
+            batch, held = [], 0
+        if k is not None:
+            batch.append(k)
+            held += basics[k]["count"]
+    for (_, name), vals in zip(columns, values):
+        for qq, val in zip(quantiles, vals):
+            out[name][f"p{int(round(qq * 100)):02d}"] = val
+    return out
+
+
+def _x(col: str) -> str:
+    return f"{q(col)}::DOUBLE"
+
+
+def _basics(run: Run, parts: Sequence[str], cols: list[str]) -> list[dict[str, Any]]:
+    many = len(parts) > 1
+    per = 5 if many else 4
+    exprs = []
+    for c in cols:
+        exprs += [f"count({_x(c)})", f"min({_x(c)})", f"max({_x(c)})", f"avg({_x(c)})"]
+        if many:
+            exprs.append(f"sum({_x(c)})")
+    rows = [run(f"SELECT {', '.join(exprs)} FROM {p}")[0] for p in parts]
+    out = []
+    for k in range(len(cols)):
+        got = [r[per * k : per * k + per] for r in rows]
+        n = sum(int(g[0]) for g in got)
+        mins = [g[1] for g in got if g[1] is not None]
+        maxs = [g[2] for g in got if g[2] is not None]
+        if not many:
+            mean = got[0][3]
+        elif n:
+            sums = [g[4] for g in got if g[4] is not None]
+            try:
+                mean = math.fsum(sums) / n
+            except (ValueError, OverflowError):  # inf - inf, or a finite sum past the largest double
+                mean = sum(sums) / n
+        else:
+            mean = None
+        lo = min(mins, key=_order) if mins else None
+        hi = max(maxs, key=_order) if maxs else None
+        out.append(
+            {"count": n, "min": lo, "max": hi, "mean": mean, "nan": 0, "inf": 0, "-inf": 0, "fmin": lo, "fmax": hi}
+        )
+    # Infinities and NaN sort apart (-inf first, inf then NaN last): count them, and the finite range.
+    odd = [k for k, b in enumerate(out) if b["count"] and not (math.isfinite(b["min"]) and math.isfinite(b["max"]))]
+    if odd:
+        exprs = []
+        for k in odd:
+            x = _x(cols[k])
+            exprs += [
+                f"count({x}) FILTER (WHERE isnan({x}))",
+                f"count({x}) FILTER (WHERE {x} = 'inf'::DOUBLE)",
+                f"count({x}) FILTER (WHERE {x} = '-inf'::DOUBLE)",
+                f"min({x}) FILTER (WHERE isfinite({x}))",
+                f"max({x}) FILTER (WHERE isfinite({x}))",
+            ]
+        rows = [run(f"SELECT {', '.join(exprs)} FROM {p}")[0] for p in parts]
+        for j, k in enumerate(odd):
+            got = [r[5 * j : 5 * j + 5] for r in rows]
+            b = out[k]
+            b["nan"], b["inf"], b["-inf"] = (sum(int(g[i]) for g in got) for i in range(3))
+            los = [g[3] for g in got if g[3] is not None]
+            his = [g[4] for g in got if g[4] is not None]
+            b["fmin"], b["fmax"] = (min(los), max(his)) if los else (None, None)
+    return out
+
+
+def _hist_plan(cols: list[tuple[str, dict]]) -> list[tuple[str, dict, list[float], str]]:
+    """``(column, stats, edges, expression)``: the equal-width histograms (``HIST_BINS`` bins from min to
+    max) to count, each part's counts summed; a column with no value, or an infinity, gets none."""
+    plan = []
+    for src, stats in cols:
+        if not stats["count"] or not (math.isfinite(stats["min"]) and math.isfinite(stats["max"])):
+            stats["hist"] = {"edges": [], "counts": []}  # no equal-width bins reach an infinity (or NaN)
+            continue
+        edges = hist_bins(stats["min"], stats["max"])
+        nb = len(edges) - 1
+        width = (edges[-1] - edges[0]) / nb
+        expr = f"histogram(least(greatest(floor(({q(src)}::DOUBLE - {edges[0]!r}) / {width!r}), 0), {nb - 1})::INTEGER)"
+        stats["hist"] = {"edges": edges, "counts": [0] * nb}
+        plan.append((src, stats, edges, expr))
+    return plan
+
+
+def _quantiles(
+    run: Run,
+    parts: Sequence[str],
+    cols: list[str],
+    basics: list[dict[str, Any]],
+    quantiles: Sequence[float],
+    bins: int,
+    fetch_max: int,
+    hists: list[tuple[str, dict, list[float], str]],
+) -> list[list[float | None]]:
+    # ranks wanted, in DuckDB's order; the finite ones become selection targets (column, finite rank)
+    wanted: dict[tuple[int, int], float | None] = {}
+    targets: list[tuple[int, int]] = []
+    plans = []
+    for k, b in enumerate(basics):
+        n = b["count"]
+        if not n:
+            plans.append(None)
+            continue
+        finite = n - b["nan"] - b["inf"] - b["-inf"]
+        plan = []
+        for qq in quantiles:
+            rn = (n - 1) * float(qq)
+            frn, crn = math.floor(rn), math.ceil(rn)
+            plan.append((rn, frn, crn))
+            for r in (frn, crn):
+                if r < b["-inf"]:
+                    wanted[(k, r)] = -math.inf
+                elif r < b["-inf"] + finite:
+                    if (k, r - b["-inf"]) not in targets:
+                        targets.append((k, r - b["-inf"]))
+                elif r < b["-inf"] + finite + b["inf"]:
+                    wanted[(k, r)] = math.inf
+                else:
+                    wanted[(k, r)] = math.nan
+        plans.append(plan)
+    found = _select(run, parts, cols, basics, targets, bins, fetch_max, hists)
+    for (k, rank), v in found.items():
+        wanted[(k, rank + basics[k]["-inf"])] = v
+    out = []
+    for k, plan in enumerate(plans):
+        if plan is None:
+            out.append([None] * len(quantiles))
+            continue
+        vals = []
+        for rn, frn, crn in plan:
+            lo = wanted[(k, frn)]
+            if frn == crn:
+                vals.append(lo)
+            else:
+                vals.append(_interpolate(run, lo, wanted[(k, crn)], rn - frn))
+        out.append(vals)
+    return out
+
+
+def _interpolate(run: Run, lo: float, hi: float, d: float) -> float:
+    """DuckDB's own interpolation between two neighbouring values (its formula, and whether the build fuses
+    the multiply-add, decide the last bit): ``quantile_cont`` of the two values at ``d``."""
+    if lo == hi:
+        return lo
+    return run(f"SELECT quantile_cont(x, {dbl(d)}) FROM (VALUES ({dbl(lo)}), ({dbl(hi)})) AS t(x)")[0][0]
+
+
+class _Slice:
+    """Finite values of a column: those in ``[lo, hi]`` (the column's finite range, or the data bounds of
+    the step above), then, at each step down, those in one bin of an equal-width division of the step
+    above (``(start, width, bin)``: monotone in the value, so a bin is a run of consecutive ranks).
+    ``below`` values come before it."""
+
+    def __init__(self, k: int, lo: float, hi: float, below: int, count: int, steps: tuple = (), odd=False) -> None:
+        self.k, self.lo, self.hi, self.below, self.count, self.steps = k, lo, hi, below, count, steps
+        self.odd = odd  # the column holds infinities or NaN (excluded here)
+
+    def key(self) -> tuple:
+        return (self.k, self.steps)
+
+    def range(self, bins: int) -> tuple[float, float]:
+        """Value bounds that hold the slice: its bin's edges, each widened by far more than the rounding
+        of the bin's arithmetic (a value in the margin is read, then left out by :meth:`holds`)."""
+        if not self.steps:
+            return self.lo, self.hi
+        start, width, b = self.steps[-1]
+        a, z = start + b * width, start + (b + 1) * width
+        margin = width * 1e-6
+        return max(self.lo, a - margin - 8 * math.ulp(a)), min(self.hi, z + margin + 8 * math.ulp(z))
+
+    def where(self, col: str, bins: int) -> str:
+        """The slice's rows, cheap comparisons first."""
+        x = _x(col)
+        if not self.steps:  # (not None: a null's bin would be 0, greatest() skipping nulls)
+            return f"isfinite({x})" if self.odd else f"{x} IS NOT NULL"
+        lo, hi = self.range(bins)
+        conds = [f"{x} >= {dbl(lo)}", f"{x} <= {dbl(hi)}"]
+        conds += [f"{_bin(x, start, width, bins)} = {b}" for start, width, b in self.steps]
+        return " AND ".join(conds)
+
+    def holds(self, x: float, bins: int) -> bool:
+        """Whether value ``x`` (of the range fetched) is in the slice: the bins as DuckDB computes them
+        (IEEE subtraction and division, then floor: the same double here)."""
+        if not self.lo <= x <= self.hi:
+            return False
+        return all(min(max(math.floor((x - st) / w), 0), bins - 1) == b for st, w, b in self.steps)
+
+    def division(self, bins: int) -> tuple[float, float]:
+        """Where the next step's bins start, and their width."""
+        if not self.steps:
+            return self.lo, (self.hi - self.lo) / bins
+        start, width, b = self.steps[-1]
+        return start + b * width, width / bins
+
+
+def _bin(x: str, start: float, width: float, bins: int) -> str:
+    return f"least(greatest(floor(({x} - {dbl(start)}) / {dbl(width)}), 0), {bins - 1})::BIGINT"
+
+
+def _select(
+    run: Run,
+    parts: Sequence[str],
+    cols: list[str],
+    basics: list[dict[str, Any]],
+    targets: list[tuple[int, int]],
+    bins: int,
+    fetch_max: int,
+    hists: list[tuple[str, dict, list[float], str]],
+) -> dict[tuple[int, int], float]:
+    """The finite value at each target ``(column, finite rank)``; the histograms ``hists`` are counted
+    in the first scan."""
+    found: dict[tuple[int, int], float] = {}
+    at: dict[tuple[int, int], _Slice] = {}
+    for k, r in targets:
+        b = basics[k]
+        odd = bool(b["nan"] or b["inf"] or b["-inf"])
+        at[(k, r)] = _Slice(k, b["fmin"], b["fmax"], 0, b["count"] - b["nan"] - b["inf"] - b["-inf"], odd=odd)
+    first = True
+    while at or (first and hists):
+        for t, sl in list(at.items()):
+            if sl.lo == sl.hi:
+                found[t] = sl.lo
+                del at[t]
+        slices: dict[tuple, _Slice] = {}
+        for sl in at.values():
+            slices.setdefault(sl.key(), sl)
+        exprs: list[str] = [h[3] for h in hists] if first else []
+        plan = []  # (slice, fetch?, position of its first expression)
+        for sl in slices.values():
+            x = _x(cols[sl.k])
+            start, width = sl.division(bins)
+            fetch = sl.count <= fetch_max or not (width > 0 and math.isfinite(width))
+            plan.append((sl, fetch, len(exprs)))
+            if fetch:  # by value range alone (cheap), the slice's own values picked out here
+                lo, hi = sl.range(bins)
+                exprs.append(f"list({x}) FILTER (WHERE {x} >= {dbl(lo)} AND {x} <= {dbl(hi)})")
+            else:
+                where = sl.where(cols[sl.k], bins)
+                hist = f"histogram({_bin(x, start, width, bins)}) FILTER (WHERE {where})"
+                if sl.steps:
+                    exprs += [f"min({x}) FILTER (WHERE {where})", f"max({x}) FILTER (WHERE {where})", hist]
+                else:  # the column's finite range is known
+                    exprs += [dbl(sl.lo), dbl(sl.hi), hist]
+        if not exprs:
+            break
+        rows = [run(f"SELECT {', '.join(exprs)} FROM {p}")[0] for p in parts]
+        if first:
+            for j, (_, stats, _, _) in enumerate(hists):
+                for row in rows:
+                    for b, n in (row[j] or {}).items():
+                        stats["hist"]["counts"][int(b)] += int(n)
+            first = False
+        moved: dict[tuple, Any] = {}
+        for sl, fetch, i in plan:
+            if fetch:
+                vals = sorted(v for row in rows for v in (row[i] or []) if sl.holds(v, bins))
+                if len(vals) != sl.count:  # cannot happen: the bins were counted as they are picked here
+                    raise RuntimeError(f"quantile selection: {len(vals)} values for {sl.count} in {cols[sl.k]}")
+                moved[sl.key()] = vals
+                continue
+            mins = [row[i] for row in rows if row[i] is not None]
+            maxs = [row[i + 1] for row in rows if row[i + 1] is not None]
+            counts: dict[int, int] = {}
+            for row in rows:
+                for b, n in (row[i + 2] or {}).items():
+                    counts[int(b)] = counts.get(int(b), 0) + int(n)
+            moved[sl.key()] = (min(mins), max(maxs), sorted(counts.items()), sl.division(bins))
+        for t, sl in list(at.items()):
+            got = moved[sl.key()]
+            if isinstance(got, list):
+                found[t] = got[t[1] - sl.below]
+                del at[t]
+                continue
+            lo, hi, counts, (start, width) = got
+            if lo == hi:  # one value, however many times
+                found[t] = lo
+                del at[t]
+                continue
+            under = sl.below
+            for b, n in counts:
+                if t[1] < under + n:
+                    at[t] = _Slice(sl.k, lo, hi, under, n, (*sl.steps, (start, width, b)), sl.odd)
+                    break
+                under += n
+            else:  # cannot happen: the slice's values were counted
+                raise RuntimeError(f"quantile selection lost rank {t[1]} of column {cols[t[0]]}")
+    return found

@@ -1,0 +1,32 @@
+"""How long a trigger waits between looks."""
+
+from __future__ import annotations
+
+FIRST_POLL_S = 0.5
+
+
+class PollSchedule:
+    """Seconds between a trigger's looks: a short first wait, doubled after each look up to ``interval``.
+
+    A gate on a stage that takes seconds (or a quorum reached in seconds) opens about when it happens,
+    not a whole interval later, and a long stage is still looked at only every ``interval``: a few more
+    looks per gate in all (0.5, 1, 2, 4 s before a 5 s interval). :meth:`restart` goes back to the short
+    wait, for a moment when the end is near (every unit checkpointed, only the job's final step left).
+
+    :param interval: the longest wait (the operator's ``poll_interval``).
+    :param first: the first wait (no longer than ``interval``).
+    """
+
+    def __init__(self, interval: float, first: float = FIRST_POLL_S) -> None:
+        self.interval = max(0.0, float(interval))
+        self.first = min(max(0.0, float(first)), self.interval)
+        self._next = self.first
+
+    def next(self) -> float:
+        """The wait before the next look (each call moves the schedule on)."""
+        wait = self._next
+        self._next = min(self.interval, max(2 * self._next, self.first)) if self._next else self.interval
+        return wait
+
+    def restart(self) -> None:
+        self._next = self.first

@@ -1,0 +1,90 @@
+"""The gates look at once, then again after a short wait that doubles up to ``poll_interval``, and soon
+again once every unit is accounted for: a stage of seconds is not rounded up to a whole interval."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from test_airflow_sensor import Run, _first_event
+
+from airflow_curation.triggers import shard_checkpoint, stage_job
+from airflow_curation.triggers.polling import PollSchedule
+
+pytestmark = pytest.mark.airflow
+
+
+def test_schedule_starts_short_doubles_to_the_interval_and_restarts():
+    s = PollSchedule(5.0)
+    assert [s.next() for _ in range(7)] == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0]
+    s.restart()
+    assert [s.next() for _ in range(2)] == [0.5, 1.0]
+    tiny = PollSchedule(0.01)  # an interval under the first wait: never longer than the interval
+    assert [tiny.next() for _ in range(3)] == [0.01, 0.01, 0.01]
+    zero = PollSchedule(0)
+    assert [zero.next() for _ in range(2)] == [0, 0]
+
+
+def _record_sleeps(monkeypatch, module, on_sleep=None) -> list[float]:
+    waits: list[float] = []
+    real = asyncio.sleep
+
+    async def fake(seconds, *args, **kwargs):
+        waits.append(seconds)
+        if on_sleep is not None:
+            on_sleep(len(waits))
+        await real(0)
+
+    monkeypatch.setattr(module.asyncio, "sleep", fake)
+    return waits
+
+
+def test_checkpoint_gate_looks_at_once_then_soon_and_soon_again_in_the_tail(tmp_path, monkeypatch):
+    run = Run(tmp_path, 2)
+    run.auto_finish = False
+    steps = {1: lambda: run.commit(0), 2: lambda: run.commit(1), 3: lambda: _complete(run)}
+    waits = _record_sleeps(monkeypatch, shard_checkpoint, lambda n: steps[n]() if n in steps else None)
+    trigger = shard_checkpoint.ShardCheckpointTrigger(manifest_uri=run.uri, poll_interval=30.0)
+    event = _first_event(trigger)
+    assert event["status"] == "done"
+    # first look at once (nothing yet), then 0.5 s (unit 0), 1 s (unit 1: every unit accounted, the job's
+    # final manifest still to come), then 0.5 s again rather than 2 s, never the 30 s interval
+    assert waits == [0.5, 1.0, 0.5]
+
+
+def test_checkpoint_gate_on_a_finished_stage_does_not_wait(tmp_path, monkeypatch):
+    run = Run(tmp_path, 2)
+    run.commit(0)
+    run.commit(1)
+    waits = _record_sleeps(monkeypatch, shard_checkpoint)
+    event = _first_event(shard_checkpoint.ShardCheckpointTrigger(manifest_uri=run.uri, poll_interval=30.0))
+    assert event["status"] == "done" and waits == []
+
+
+def _complete(run: Run) -> None:
+    run.manifest.status = "complete"
+    run.manifest.write(run.uri)
+
+
+def test_job_trigger_polls_at_once_then_after_a_short_wait(monkeypatch):
+    from airflow_curation.backends.base import JobState, JobStatus
+
+    states = iter([JobState.RUNNING, JobState.RUNNING, JobState.SUCCEEDED])
+
+    class Backend:
+        def status(self, handle):
+            return JobStatus(next(states), "")
+
+        def logs(self, handle, offset):
+            return "", offset
+
+    waits = _record_sleeps(monkeypatch, stage_job)
+    trigger = stage_job.StageJobTrigger(backend="local", backend_options={}, handle={"job_id": "j"}, poll_interval=30)
+    monkeypatch.setattr(trigger, "_backend", lambda: Backend())
+
+    async def go():
+        async for event in trigger.run():
+            return event.payload
+
+    assert asyncio.run(go())["status"] == JobState.SUCCEEDED.value
+    assert waits == [0.5, 1.0]

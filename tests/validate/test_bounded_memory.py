@@ -1,0 +1,148 @@
+"""Validate in bounded memory: the metrics read a group of shards at a time, the distinct ids and cluster
+sizes in hash partitions, the quantiles by selection; the answers are those of one pass over the whole."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_curation.core.layout import Lake
+from airflow_curation.core.manifest import Manifest
+from airflow_curation.stages.base import StageRunner
+from airflow_curation.stages.validate import ValidateStage, bounded
+
+from .synth import build_run
+
+CURATED_BOUNDS = [
+    {"type": "bounds", "column": "preprocess.alpha_ratio", "stat": s, "min": 0.0, "max": 1.0, "scope": "curated"}
+    for s in ("mean", "p05", "p50", "p99")
+]
+
+
+def _values(n: int, seed: int) -> list[float | None]:
+    rng = random.Random(seed)
+    out: list[float | None] = []
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.05:
+            out.append(None)
+        elif r < 0.35:
+            out.append(float(rng.randint(0, 5)))  # many ties
+        else:
+            out.append(rng.gauss(0.0, 1e3))
+    return out
+
+
+@pytest.mark.parametrize("special", [False, True])
+def test_selection_equals_duckdb_quantile_cont_and_aggregates(special):
+    con = duckdb.connect()
+    vals = _values(5000, seed=1)
+    if special:
+        vals[:7] = [math.nan, math.inf, -math.inf, math.nan, math.inf, 0.0, -0.0]
+    other = [v * 3 if v is not None else None for v in _values(5000, seed=2)]
+    con.register("t", pa.table({"a": pa.array(vals, pa.float64()), "b": pa.array(other, pa.float64())}))
+    qs = "[" + ", ".join(str(q) for q in bounded.QUANTILES) + "]"
+    want = {}
+    for c in ("a", "b"):
+        n, lo, hi, mean, quant = con.execute(
+            f"SELECT count({c}), min({c}), max({c}), avg({c}), quantile_cont({c}, {qs}) FROM t"
+        ).fetchone()
+        want[c] = {"count": n, "min": lo, "max": hi, "mean": mean, "q": quant}
+    run = lambda sql: con.execute(sql).fetchall()  # noqa: E731
+    # One part, then three (row ranges), with tiny bins and fetches so that selection refines several times.
+    con.execute("CREATE VIEW t1 AS SELECT *, row_number() OVER () AS r FROM t")
+    thirds = [f"(SELECT a, b FROM t1 WHERE r % 3 = {k})" for k in range(3)]
+    # one part by DuckDB's quantile_cont, one part by selection (no value fits the budget), three parts
+    for parts, budget in ((["t"], bounded.VALUES_PER_QUERY), (["t"], 0), (thirds, bounded.VALUES_PER_QUERY)):
+        got = bounded.column_stats(run, parts, [("a", "a"), ("b", "b")], bins=4, fetch_max=20, values_per_query=budget)
+        for c in ("a", "b"):
+            g, w = got[c], want[c]
+            assert g["count"] == w["count"]
+            for stat in ("min", "max"):
+                assert g[stat] == w[stat] or (math.isnan(g[stat]) and math.isnan(w[stat]))
+            quant = [g[f"p{int(round(q * 100)):02d}"] for q in bounded.QUANTILES]
+            assert [repr(x) for x in quant] == [repr(x) for x in w["q"]], c  # bit for bit (NaN too)
+            if len(parts) == 1:
+                assert repr(g["mean"]) == repr(w["mean"])
+            elif not special:
+                assert g["mean"] == pytest.approx(w["mean"], rel=1e-12)
+
+
+def _duplicate_id_across_shards(uris: dict[str, str]) -> str:
+    """Give the last shard's first row the first shard's first id, in the shard and in every attrs file."""
+    m = Manifest.read(uris["dedup"])
+    first, last = m.shards[0], m.shards[-1]
+    dup = pq.read_table(first.uri, columns=["id"]).column(0)[0].as_py()
+    for uri in [last.uri, *last.attrs.values()]:
+        t = pq.read_table(uri)
+        ids = t.column("id").to_pylist()
+        ids[0] = dup
+        pq.write_table(t.set_column(t.schema.get_field_index("id"), "id", pa.array(ids, pa.string())), uri)
+    return dup
+
+
+def _run(root: str, uri: str, run_id: str, **config) -> dict:
+    stage = ValidateStage(
+        Lake(root, "demo"), {"input_manifest": uri, "fail_on_error": False, "checks": CURATED_BOUNDS, **config}, run_id
+    )
+    StageRunner(stage).run()
+    with open(os.path.join(root, "demo", "_manifests", run_id, "report.json")) as f:
+        return json.load(f)
+
+
+def test_duplicate_id_across_shards_is_found_in_partitions_with_the_single_pass_verdicts(tmp_path):
+    root = str(tmp_path)
+    uris = build_run(root, shards=5, rows=80, stages=("preprocess", "dedup"))
+    _duplicate_id_across_shards(uris)
+    # one shard per group, 4 hash partitions of the ids (and of the cluster ids)
+    parted = _run(root, uris["dedup"], "parted", group_rows=80, ids_per_pass=100)
+    whole = _run(root, uris["dedup"], "whole", group_rows=0, ids_per_pass=0)
+    verdicts = {c["name"]: (c["status"], c["observed"]) for c in parted["checks"]}
+    assert verdicts == {c["name"]: (c["status"], c["observed"]) for c in whole["checks"]}
+    assert verdicts["unique_ids"] == ("fail", 1)  # shard 0 and shard 4 share an id
+    assert verdicts["accounting"] == ("pass", 0)  # each row still joins its own shard's attrs only
+    assert parted["status"] == whole["status"] == "failed"
+    a, b = parted["metrics"], whole["metrics"]
+    assert a["rows"] == 400 and a["distinct_ids"] == 399
+    for key in ("rows", "text_bytes", "distinct_ids", "null_counts", "missing_attrs", "attrs_rows", "funnel"):
+        assert a[key] == b[key], key
+    for key in ("duplicates", "clusters", "drop_reasons"):
+        assert a[key] == b[key], key
+    assert a["signals"] == b["signals"]  # read from the attrs files, one part: the same to the bit
+    for col, stats in b["curated_signals"].items():
+        for stat, v in stats.items():
+            if stat == "mean":
+                assert a["curated_signals"][col][stat] == pytest.approx(v, rel=1e-12)
+            else:
+                assert a["curated_signals"][col][stat] == v, (col, stat)
+
+
+def test_partitioned_metrics_equal_the_global_views(tmp_path):
+    """The groups' sums equal one query over the connection's global views (the ones sql checks read)."""
+    root = str(tmp_path)
+    uris = build_run(root, shards=4, rows=70, stages=("preprocess", "dedup"))
+    report = _run(root, uris["dedup"], "parted", group_rows=100, ids_per_pass=64)
+    m = report["metrics"]
+    from airflow_curation.stages.validate.engines import DuckDBEngine
+    from airflow_curation.stages.validate.view import CuratedView
+
+    view = CuratedView.from_manifest(Manifest.read(uris["dedup"]))
+    engine = DuckDBEngine(view, group_rows=0, ids_per_pass=0)
+    try:
+        rows, nbytes, distinct, kept = engine.con.execute(
+            "SELECT count(*), sum(strlen(text)), count(DISTINCT id), (SELECT count(*) FROM curated) FROM docs"
+        ).fetchone()
+        alpha = engine.con.execute(
+            "SELECT quantile_cont(alpha_ratio, [0.01, 0.05, 0.5, 0.95, 0.99]) FROM curated"
+        ).fetchone()[0]
+    finally:
+        engine.close()
+    assert (m["rows"], m["text_bytes"], m["distinct_ids"], m["funnel"][-1]["rows"]) == (rows, nbytes, distinct, kept)
+    assert [m["curated_signals"]["alpha_ratio"][p] for p in ("p01", "p05", "p50", "p95", "p99")] == alpha
