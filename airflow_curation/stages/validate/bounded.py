@@ -174,7 +174,12 @@ def _hist_plan(cols: list[tuple[str, dict]]) -> list[tuple[str, dict, list[float
         edges = hist_bins(stats["min"], stats["max"])
         nb = len(edges) - 1
         width = (edges[-1] - edges[0]) / nb
-        expr = f"histogram(least(greatest(floor(({q(src)}::DOUBLE - {edges[0]!r}) / {width!r}), 0), {nb - 1})::INTEGER)"
+        x = f"{q(src)}::DOUBLE"
+        # a null has no bin (greatest() would skip it and put it in bin 0)
+        expr = (
+            f"histogram(CASE WHEN {x} IS NULL THEN NULL"
+            f" ELSE least(greatest(floor(({x} - {edges[0]!r}) / {width!r}), 0), {nb - 1}) END::INTEGER)"
+        )
         stats["hist"] = {"edges": edges, "counts": [0] * nb}
         plan.append((src, stats, edges, expr))
     return plan
