@@ -228,38 +228,61 @@ run), so absolute figures are low and noisy; the ratios in one run are the compa
 
 {table}
 
-Target: the whole preprocess pass >= 100 MB/s per core. **Still missed on this machine**, closer: the
-whole pass (read a zstd Parquet shard, 45 signals, 4 presets, write the attrs file) gains ~16% and the
-signals + rules ~23%. Before/after, 2026-12-01 15:26 UTC, back to back in alternation, three times
-each (main at 42ccf44 from a `git archive` copy, then branch i13-preprocess-speed at 385bd29, this
-script's two `ours` rows, load average 4-5): signals + rules 86.5 / 87.9 / 85.4 -> 106.0 / 108.1 / 107.2
-MB/s, whole pass 74.3 / 76.2 / 73.0 -> 85.8 / 87.5 / 85.7 MB/s. Kernel alone (same process, alternated
-14 times, 11 MB): min 10.8 -> 9.2 ms/MB, median 10.9 -> 9.4, and the kernel now also answers
-`has_lorem_ipsum` (the separate RE2 pass, ~0.3 ms/MB, is gone). Signal values are unchanged (the
-kernel-vs-reference tests, and the two versions compared column by column on this corpus), but
-for `has_lorem_ipsum` on "ipſum" (long s), which RE2's case folding matched and `lower()` does not. What
-paid, each measured on its own in alternation: the ASCII letters/digits run loop moves only the three
-hashes and an alpha count per byte, lengths and the other counts added once from the run's length
-(~1 ms/MB: uops, not branches, bound that loop); whether an n-gram repeats and whether a short word is
-a stop word are coin flips to the branch predictor, so the n-gram candidate lists are built with
-conditional increments and the stop word is one branch-free test of its home slot in a sparse table
-(~0.4 together); the line's first word takes the run loop too, its URL prefix and list number updated
-from the run's bytes afterwards (~0.6); a multi-byte character's continuation bytes hashed in one loop
-that ASCII skips (~0.2); the lorem-ipsum test where a word ending in m/M meets a space (no measurable
-kernel cost). What did not pay (kernel alone, alternated): hashing words and lines at their ends,
-eight bytes per multiply, instead of an FNV step per byte (+0.7-0.9 ms/MB: a variable-length tail loop
-per word mispredicts more than three overlapped multiply chains cost), the n-gram table as key/count
-pairs in one array with the first position kept to mark repeats in the counting loop (+0.3: 16 bytes
-a slot miss the cache more), bit-set lookups for the sentence and identifier punctuation (+0.4), a
-fast loop over runs of spaces, a single-branch probe loop, a sparser 2-gram table (within noise or
-worse); memory-mapping the shard or reading without threads (within noise). Where the time goes now
-(ablations, alternated): the scan ~7 ms/MB, 2-gram counting ~1, n = 3..10 ~1, Parquet read 1.1-2.0
-(more inside the pass than alone), the write ~0.35, rules and accounting ~0.1. 100 MB/s needs the
-whole pass at 10 ms/MB, so the kernel near 7.5: the word-table restructure (one tight, branch-light
-loop cuts words and counts classes, ~2.5 ms/MB measured for such a loop alone; words, lines and
-n-grams then processed per word, the common all-ASCII-alnum word without a per-character path) is
-still the next step and did not fit this change. The ratios stand: ~90-130x the pure-Python statement
-of the same signals and ~200-260x datatrove's chained filters.
+Target: the whole preprocess pass >= 100 MB/s per core. **Still missed on this machine.** Latest change
+(branch i13-word-table, 2026-12-01 ~16:00 UTC): the kernel alone goes from ~9.2 to ~8.7 ms/MB (same
+process, old and new alternated 14 times on the 11 MB corpus, four sessions: min 9.17-9.41 -> 8.64-8.76,
+median 9.24-9.43 -> 8.71-8.94 in the quieter ones), all 45 columns bit-identical on the corpus and in
+the kernel-vs-reference tests. This script's `ours` rows, alternated four times each (main at 45261cc
+from a `git archive` copy, `--no-write`, load 2-5): whole pass 81.5 / 76.1 / 78.6 / 65.3 -> 85.5 / 83.0
+/ 84.3 / 80.7 MB/s, signals + rules 97.8 / 103.5 / 100.3 / 96.3 -> 110.0 / 107.8 / 111.2 / 106.6 (the
+whole pass swings most: its Parquet read and write are threaded on the shared cores). What paid: each
+class count bumped in the branch that already knows the class (whitespace is never alnum; alpha and
+digit imply alnum; `n_chars` their sum after the loop) instead of five adds per character (~0.3 ms/MB);
+a line's hash takes each word's hash once at the word's end instead of a second FNV chain over every
+byte, and the run loop hashes the stop-word key only while the word can still be a stop word (~0.2
+together); the sentence test reads the byte before the whitespace instead of carrying the previous code
+point (small). What did not pay, time-boxed (the word-table direction): moving the character-level
+counts (classes, tokens, sentences, ellipses, `#`, `{{`) into their own tight loop. The scan without
+them is ~2.4 ms/MB cheaper, but that loop costs 5.6-8 ms/MB with decoding, 2.2 as an ASCII class-table
+loop, 1.2 as branch-free byte arithmetic that LLVM vectorizes (AVX-512; uint8 block counters no faster),
+so on this machine only classes, `#`, `{{` and sentences could move (~1 ms/MB saved in the scan
+against ~1.2 for the loop: no net gain). Also no gain: closing a word and its single following space in
+the run loop's iteration (+0.3-0.4 ms/MB), the stop-word and lorem tests as inline helper functions
+(+0.3, codegen), a 256-entry byte class table to drop the run loop's ASCII test (within noise). The
+word-table restructure's per-word half is untried.
+
+The change before (i13-preprocess-speed): the whole pass (read a zstd Parquet shard, 45 signals, 4
+presets, write the attrs file) gained ~16% and the signals + rules ~23%. Before/after, 2026-12-01 15:26
+UTC, back to back in alternation, three times each (main at 42ccf44 from a `git archive` copy, then
+branch i13-preprocess-speed at 385bd29, this script's two `ours` rows, load average 4-5): signals +
+rules 86.5 / 87.9 / 85.4 -> 106.0 / 108.1 / 107.2 MB/s, whole pass 74.3 / 76.2 / 73.0 -> 85.8 / 87.5 /
+85.7 MB/s. Kernel alone (same process, alternated 14 times, 11 MB): min 10.8 -> 9.2 ms/MB, median 10.9
+-> 9.4, and the kernel now also answers `has_lorem_ipsum` (the separate RE2 pass, ~0.3 ms/MB, is gone).
+Signal values are unchanged (the kernel-vs-reference tests, and the two versions compared column by
+column on this corpus), but for `has_lorem_ipsum` on "ipſum" (long s), which RE2's case folding matched
+and `lower()` does not. What paid, each measured on its own in alternation: the ASCII letters/digits run
+loop moves only the three hashes and an alpha count per byte, lengths and the other counts added once
+from the run's length (~1 ms/MB: uops, not branches, bound that loop); whether an n-gram repeats and
+whether a short word is a stop word are coin flips to the branch predictor, so the n-gram candidate
+lists are built with conditional increments and the stop word is one branch-free test of its home slot
+in a sparse table (~0.4 together); the line's first word takes the run loop too, its URL prefix and list
+number updated from the run's bytes afterwards (~0.6); a multi-byte character's continuation bytes
+hashed in one loop that ASCII skips (~0.2); the lorem-ipsum test where a word ending in m/M meets a
+space (no measurable kernel cost). What did not pay (kernel alone, alternated): hashing words and lines
+at their ends, eight bytes per multiply, instead of an FNV step per byte (+0.7-0.9 ms/MB: a
+variable-length tail loop per word mispredicts more than three overlapped multiply chains cost), the
+n-gram table as key/count pairs in one array with the first position kept to mark repeats in the
+counting loop (+0.3: 16 bytes a slot miss the cache more), bit-set lookups for the sentence and
+identifier punctuation (+0.4), a fast loop over runs of spaces, a single-branch probe loop, a sparser
+2-gram table (within noise or worse); memory-mapping the shard or reading without threads (within
+noise). Where the time goes now (ablations, alternated): the scan ~7 ms/MB, 2-gram counting ~1, n =
+3..10 ~1, Parquet read 1.1-2.0 (more inside the pass than alone), the write ~0.35, rules and accounting
+~0.1. 100 MB/s needs the whole pass at 10 ms/MB, so the kernel near 7.5: the word-table restructure (one
+tight, branch-light loop cuts words and counts classes, ~2.5 ms/MB measured for such a loop alone;
+words, lines and n-grams then processed per word, the common all-ASCII-alnum word without a
+per-character path) is the next step proposed then (see above for how far its first half got). The
+ratios stand: ~90-130x the pure-Python statement of the same signals and ~200-260x datatrove's chained
+filters.
 <!-- bench_signals:end -->"""
     path = os.path.join(REPO, "benchmarks", "RESULTS.md")
     text = "# Benchmark results\n"

@@ -160,6 +160,11 @@ def class_table() -> np.ndarray:
             table[ord(c)] |= _BULLET
         for c in TERMINAL_PUNCT:
             table[ord(c)] |= _TERM
+        # the kernel counts each class in the branch that knows it: whitespace is never alnum, and
+        # alpha and digit characters are alnum (Python's definitions; checked, not assumed)
+        space, alnum = (table & _SPACE) != 0, (table & _ALNUM) != 0
+        if (space & alnum).any() or (((table & (_ALPHA | _DIGIT)) != 0) & ~alnum).any():
+            raise RuntimeError("class table: whitespace and alnum overlap, or alpha/digit outside alnum")
         _CLASS_TABLE = table
     return _CLASS_TABLE
 
@@ -453,6 +458,7 @@ if HAVE_NUMBA:
             n_alnum = 0
             n_digit = 0
             n_space = 0
+            n_other = 0  # neither whitespace nor alnum
             line_start = s0  # byte offset where the current line starts
             last_ns = s0  # byte offset just after the line's last non-space character
             n_tokens = 0
@@ -492,7 +498,6 @@ if HAVE_NUMBA:
             para_chars = 0
             para_lines = 0
             para_text = False
-            prev_cp = 0
             dots = 0
             # structure: per line
             line_words = 0
@@ -544,22 +549,23 @@ if HAVE_NUMBA:
                     if cp >= 0x110000:
                         cp = 0xFFFD
                     cls = numba.int64(table[cp])
-                    # class counts in registers (a memory histogram would chain every character on the last)
-                    n_chars += 1
-                    n_alpha += cls & 1
-                    n_alnum += (cls >> 1) & 1
-                    n_digit += (cls >> 2) & 1
-                    n_space += (cls >> 3) & 1
                 else:
                     b0 = numba.uint8(10)
                     cp = 10  # a virtual newline closes the last word, line and paragraph
                     cls = 8
                     nbytes = 0
 
+                # Class counts in registers (a memory histogram would chain every character on the last),
+                # each in the branch that knows its class: whitespace is never alnum, and every alpha or
+                # digit character is alnum. n_chars is their sum, after the loop.
                 if cls & 8:  # whitespace
+                    n_space += 1  # the virtual newline's is taken back after the loop
                     if in_word:
                         whash[nw] = wh if wh != 0 else ONE
                         wlen[nw] = wl
+                        # a word joins the line hash as one value: the line is its whitespace bytes and
+                        # words in order, so equal lines hash equal and no per-byte line chain runs
+                        line_hash = _mix(line_hash, wh)
                         if w_alpha:
                             n_alpha_words += 1
                         # the stop-word test, branch-free: the key's home slot (no stop words: max_stop_len is 0)
@@ -596,7 +602,8 @@ if HAVE_NUMBA:
                         if line_words == 0:
                             line_num = num_state == 2 or num_state == 3
                         line_words += 1
-                    if prev_cp == 46 or prev_cp == 33 or prev_cp == 63:
+                    # ". ! ?" just before (an ASCII byte is a whole character; a continuation byte matches none)
+                    if i > s0 and (data[i - 1] == 46 or data[i - 1] == 33 or data[i - 1] == 63):
                         n_sent += 1
                     prev_wordchar = False
                     dots = 0
@@ -696,7 +703,6 @@ if HAVE_NUMBA:
                         krun_len = 0
                         kcore_len = 0
                     wh = (wh ^ numba.uint64(b0)) * FNVP
-                    line_hash = (line_hash ^ numba.uint64(b0)) * FNVP
                     # stop-word key: edge ASCII punctuation stripped, ASCII lowercased. krun runs from the
                     # first kept byte; kcore is its value at the last byte that may end the key.
                     if nbytes == 1:
@@ -712,7 +718,6 @@ if HAVE_NUMBA:
                             bq = numba.uint64(data[q])
                             krun = (krun ^ bq) * FNVP
                             wh = (wh ^ bq) * FNVP
-                            line_hash = (line_hash ^ bq) * FNVP
                         krun_len += nbytes
                         kcore = krun
                         kcore_len = krun_len
@@ -740,6 +745,9 @@ if HAVE_NUMBA:
                     last_ns = i + nbytes
                     line_last_cls = cls
                     if cls & 2:  # alnum: a token starts where a run of word characters starts
+                        n_alnum += 1
+                        n_alpha += cls & 1
+                        n_digit += (cls >> 2) & 1
                         w_alpha = w_alpha or (cls & 1) != 0
                         if not prev_wordchar:
                             n_tokens += 1
@@ -747,10 +755,10 @@ if HAVE_NUMBA:
                         prev_wordchar = True
                         dots = 0
                         # Fast path: the ASCII letters and digits that follow (most of any text) only
-                        # extend the word, line and stop-word hashes and the class counts; every
-                        # other state stays as this character left it (the line's first word also
-                        # updates its URL prefix and list-number state, after the run).
-                        # Per byte only the hashes and one count move: an ASCII letter or digit is
+                        # extend the word and stop-word hashes and the class counts; every other
+                        # state stays as this character left it (the line's first word also updates
+                        # its URL prefix and list-number state, after the run).
+                        # Per byte only the word hash and one count move: an ASCII letter or digit is
                         # alnum and exactly one of alpha/digit, so the rest is the run's length.
                         j0 = i + nbytes
                         j = j0
@@ -762,16 +770,18 @@ if HAVE_NUMBA:
                             c2 = numba.int64(table[b])
                             if (c2 & 2) == 0:
                                 break
-                            bu = numba.uint64(b)
-                            wh = (wh ^ bu) * FNVP
-                            line_hash = (line_hash ^ bu) * FNVP
-                            krun = (krun ^ (bu + numba.uint64(32) if 65 <= b <= 90 else bu)) * FNVP
+                            wh = (wh ^ numba.uint64(b)) * FNVP
                             ra += c2 & 1
                             j += 1
                         run = j - j0
                         if run > 0:
+                            # the stop-word key only matters while it can still be a stop word
+                            # (after the run, kcore_len = krun_len): hash the run's bytes into it only then
+                            if krun_len + run <= max_stop_len:
+                                for q in range(j0, j):
+                                    bq = data[q]
+                                    krun = (krun ^ numba.uint64(bq + 32 if 65 <= bq <= 90 else bq)) * FNVP
                             krun_len += run
-                            n_chars += run
                             n_alpha += ra
                             n_alnum += run
                             n_digit += run - ra
@@ -794,15 +804,16 @@ if HAVE_NUMBA:
                                         num_state = 1 if 0 <= num_state <= 2 else -1
                                     else:
                                         num_state = -1
-                            cp = numba.int64(data[j - 1])
                             nbytes = j - i
                     elif cp == 95:
+                        n_other += 1
                         if not prev_wordchar:
                             n_tokens += 1
                             t_hash = (t_hash ^ WORD_SYM) * FNVP
                         prev_wordchar = True
                         dots = 0
                     else:
+                        n_other += 1
                         n_tokens += 1
                         t_hash = (t_hash ^ numba.uint64(cp)) * FNVP
                         if not (
@@ -823,10 +834,11 @@ if HAVE_NUMBA:
                                 has_curly = 1
                             elif cp == 0x2026:
                                 n_ellipsis += 1
-                prev_cp = cp
                 i += nbytes
 
             # ---- per-document values
+            n_space -= 1  # the virtual newline
+            n_chars = n_space + n_alnum + n_other
             row[0] = n_chars
             row[1] = nw
             row[2] = n_tokens
