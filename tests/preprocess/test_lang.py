@@ -7,6 +7,7 @@ import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from core.test_langid import SENTENCES  # one sentence per language, shared with the core tests
 
 from airflow_curation.core.manifest import Manifest
 from airflow_curation.stages.base import StageRunner
@@ -14,20 +15,6 @@ from airflow_curation.stages.preprocess.stage import Preprocessor, PreprocessSta
 
 from .conftest import REPO
 from .test_stage import _make_lake
-
-SENTENCES = {
-    "en": "The committee will publish its annual report on the state of public libraries next week.",
-    "de": "Der Ausschuss wird nächste Woche seinen Jahresbericht über den Zustand der öffentlichen Bibliotheken vorlegen.",
-    "fr": "Le comité publiera la semaine prochaine son rapport annuel sur l'état des bibliothèques publiques.",
-    "es": "El comité publicará la próxima semana su informe anual sobre el estado de las bibliotecas públicas.",
-    "it": "Il comitato pubblicherà la prossima settimana la sua relazione annuale sullo stato delle biblioteche.",
-    "pt": "O comitê publicará na próxima semana o seu relatório anual sobre o estado das bibliotecas públicas.",
-    "nl": "De commissie publiceert volgende week haar jaarverslag over de staat van de openbare bibliotheken.",
-    "ru": "Комитет на следующей неделе опубликует свой ежегодный доклад о состоянии публичных библиотек.",
-    "ja": "委員会は来週、公立図書館の現状に関する年次報告書を公表する予定です。",
-    "zh": "委员会将于下周发布关于公共图书馆现状的年度报告。",
-    "ar": "ستنشر اللجنة الأسبوع المقبل تقريرها السنوي عن حالة المكتبات العامة.",
-}
 
 
 def test_preprocessor_adds_lang_only_when_asked():
