@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import tempfile
 import time
 from pathlib import Path
+
+from results import RESULTS, replace_block  # benchmarks/ is this script's folder
 
 from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore
 from airflow_curation.core.layout import Lake
@@ -24,7 +25,6 @@ from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.triggers.shard_checkpoint import CheckpointWatcher
 
 FP = "fp0123456789abcd"
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
 def build(root: Path, units: int) -> tuple[Manifest, str, CheckpointStore]:
@@ -121,7 +121,6 @@ def main() -> None:
     if args.write_results:
         section = "\n".join(
             [
-                "<!-- bench_checkpoint_gate:start -->",
                 "## Checkpoint gate: cost of one poll on a large run (`benchmarks/bench_checkpoint_gate.py`)",
                 "",
                 f"Command: `.venv/bin/python benchmarks/bench_checkpoint_gate.py --units {args.units} "
@@ -132,13 +131,9 @@ def main() -> None:
                 "absolute figures are noisy, compare the ratios.**",
                 "",
                 *lines,
-                "<!-- bench_checkpoint_gate:end -->",
             ]
         )
-        text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-        pattern = re.compile(r"<!-- bench_checkpoint_gate:start -->.*?<!-- bench_checkpoint_gate:end -->", re.S)
-        text = pattern.sub(section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section + "\n"
-        RESULTS.write_text(text)
+        replace_block(RESULTS, "bench_checkpoint_gate", section)
 
 
 if __name__ == "__main__":

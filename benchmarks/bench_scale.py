@@ -51,8 +51,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from bench_ingest import CURATION, _measure  # noqa: E402
+from results import RESULTS, replace_block  # noqa: E402
 from scale_corpus import FILE_BYTES, generate, pool_info  # noqa: E402
-from simulate_scale import replace_block  # noqa: E402
 
 from airflow_curation.core.checkpoint import CheckpointStore  # noqa: E402
 from airflow_curation.core.layout import Lake  # noqa: E402
@@ -599,7 +599,7 @@ def main() -> None:
             )
             header += "".join(f"\n{note}\n" for note in doc.get("notes", []))
             image = os.path.relpath(args.plot, REPO / "benchmarks")
-            replace_block(REPO / "benchmarks" / "RESULTS.md", "bench_scale", f"{header}\n![scale]({image})\n\n{text}\n")
+            replace_block(RESULTS, "bench_scale", f"{header}\n![scale]({image})\n\n{text}\n")
         print(f"wrote {args.plot}")
         return
     work = Path(args.workdir)

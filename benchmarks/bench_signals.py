@@ -38,6 +38,8 @@ import pyarrow.compute as pc
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from results import RESULTS, replace_block  # noqa: E402  (benchmarks/ is this script's folder)
+
 from airflow_curation.core.filters import apply_rules, resolve_rules
 from airflow_curation.core.shards import write_parquet
 from airflow_curation.core.signals import SignalComputer, reference_signals, warm_up
@@ -213,8 +215,7 @@ def main() -> int:
 
 def write_results(table: str, what: str, full_mb: float, small_mb: float, args: argparse.Namespace) -> None:
     cmd = f".venv/bin/python benchmarks/bench_signals.py --peer-mb {args.peer_mb} --repeat {args.repeat}"
-    section = f"""<!-- bench_signals:start -->
-## Quality signals: MB/s per core against datatrove and pure Python (`benchmarks/bench_signals.py`)
+    section = f"""## Quality signals: MB/s per core against datatrove and pure Python (`benchmarks/bench_signals.py`)
 
 Command: `{cmd}` (run {time.strftime("%Y-%m-%d %H:%M", time.gmtime())} UTC).
 Text: {what}; ours over {full_mb:.1f} MB, every contender over the same {small_mb:.1f} MB subset (every
@@ -282,20 +283,8 @@ tight, branch-light loop cuts words and counts classes, ~2.5 ms/MB measured for 
 words, lines and n-grams then processed per word, the common all-ASCII-alnum word without a
 per-character path) is the next step proposed then (see above for how far its first half got). The
 ratios stand: ~90-130x the pure-Python statement of the same signals and ~200-260x datatrove's chained
-filters.
-<!-- bench_signals:end -->"""
-    path = os.path.join(REPO, "benchmarks", "RESULTS.md")
-    text = "# Benchmark results\n"
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    start, end = "<!-- bench_signals:start -->", "<!-- bench_signals:end -->"
-    if start in text and end in text:
-        text = text[: text.index(start)] + section + text[text.index(end) + len(end) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+filters."""
+    replace_block(RESULTS, "bench_signals", section)
 
 
 if __name__ == "__main__":

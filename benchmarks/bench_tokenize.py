@@ -33,6 +33,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from results import RESULTS, replace_block  # noqa: E402  (benchmarks/ is this script's folder)
+
 DOCS = "/usr/share/doc/python3.11/html/_sources"
 ORACLE_PY = os.environ.get("ORACLE_PYTHON") or os.path.join(REPO, ".venv-oracles", "bin", "python")
 EOS = "<|endoftext|>"
@@ -167,8 +169,7 @@ def main() -> int:
 def write_results(table: str, what: str, size: float, args: argparse.Namespace) -> None:
     oracle = f"ORACLE_PYTHON={os.environ['ORACLE_PYTHON']} " if os.environ.get("ORACLE_PYTHON") else ""
     cmd = f"{oracle}.venv/bin/python benchmarks/bench_tokenize.py --repeat {args.repeat}"
-    section = f"""<!-- bench_tokenize:start -->
-## Tokenize and pack: MB/s per core against datatrove and plain `tokenizers` (`benchmarks/bench_tokenize.py`)
+    section = f"""## Tokenize and pack: MB/s per core against datatrove and plain `tokenizers` (`benchmarks/bench_tokenize.py`)
 
 Command: `{cmd}` (run {time.strftime("%Y-%m-%d %H:%M", time.gmtime())} UTC).
 Text: {what}, repeated {args.repeat}x: {size:.1f} MB. One byte-level BPE tokenizer.json (8k vocab, trained in
@@ -185,20 +186,8 @@ text, one shard): the tokenizer call is ~86%; turning each Encoding's ids into o
 (`Encoding.ids` builds a Python list per document, `np.fromiter` reads them) ~7%; Parquet read, zstd
 write of both files, checksums and fsyncs ~5%; packing and boundaries (numpy, from document start
 positions) ~0.1%. datatrove spends more in its per-document Python loop (`struct.pack` per token list,
-loss/index bookkeeping) and calls `encode_batch` (with offsets).
-<!-- bench_tokenize:end -->"""
-    path = os.path.join(REPO, "benchmarks", "RESULTS.md")
-    text = "# Benchmark results\n"
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    start, end = "<!-- bench_tokenize:start -->", "<!-- bench_tokenize:end -->"
-    if start in text and end in text:
-        text = text[: text.index(start)] + section + text[text.index(end) + len(end) :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+loss/index bookkeeping) and calls `encode_batch` (with offsets)."""
+    replace_block(RESULTS, "bench_tokenize", section)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ import pyarrow as pa
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from results import RESULTS, replace_block  # noqa: E402  (benchmarks/ is this script's folder)
+
 from airflow_curation.core.layout import Lake  # noqa: E402
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry  # noqa: E402
 from airflow_curation.core.schema import SHARD_SCHEMA  # noqa: E402
@@ -327,7 +329,6 @@ def write_results(args, text_bytes: int, ref: dict, times: dict, stage_times: di
     gb = text_bytes / 1e9
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     lines = [
-        "<!-- bench_validate:start -->",
         "## Validate: the same validation query in DuckDB, Daft and pandas (`benchmarks/bench_validate.py`)",
         "",
         f"Command: `.venv/bin/python benchmarks/bench_validate.py --gb {args.gb} --runs {args.runs}` "
@@ -356,20 +357,8 @@ def write_results(args, text_bytes: int, ref: dict, times: dict, stage_times: di
     ]
     for name, t in stage_times.items():
         lines.append(f"| validate stage, {name} | {t:.2f} | {gb / t:.3f} |")
-    lines.append("<!-- bench_validate:end -->")
-    section = "\n".join(lines) + "\n"
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
-    text = open(path).read() if os.path.exists(path) else "# Benchmark results\n"
-    start, end = "<!-- bench_validate:start -->", "<!-- bench_validate:end -->"
-    if start in text and end in text:
-        text = text[: text.index(start)] + section + text[text.index(end) + len(end) + 1 :]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-    print(f"wrote the bench_validate section of {path}")
+    replace_block(RESULTS, "bench_validate", "\n".join(lines))
+    print(f"wrote the bench_validate section of {RESULTS}")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,9 @@ import math
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # results.py, when loaded by path
+from results import replace_block  # noqa: E402
+
 STAGES = ("ingest", "preprocess", "dedup", "validate")
 ROW_BYTES = 16 * 9 + 24  # dedup global-phase bytes per row (9 bands), as the stage's planner counts
 EXPANSION = 4.0  # core.lsh.partitions_for
@@ -203,20 +206,6 @@ def markdown(plans: list[dict]) -> str:
             f"| {p['nodes']} | **total** |  |  |  |  |  | **{p['wall_hours']:.1f}** | **{p['node_hours']:,.0f}** |  |  |"
         )
     return "\n".join(lines)
-
-
-def replace_block(path: Path, name: str, text: str) -> None:
-    """Put ``text`` between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path`` (appended when absent)."""
-    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-    old = path.read_text() if path.exists() else ""
-    block = f"{start}\n{text.rstrip()}\n{end}"
-    if start in old and end in old:
-        new = old[: old.index(start)] + block + old[old.index(end) + len(end) :]
-    else:
-        new = old.rstrip() + "\n\n" + block + "\n"
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(new)
-    tmp.replace(path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,22 @@
+"""benchmarks/RESULTS.md: each benchmark owns one block between ``<!-- name:start -->`` and ``<!-- name:end -->``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+
+def replace_block(path: Path, name: str, text: str) -> None:
+    """Put ``text`` between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path`` (appended when absent),
+    written to a temporary file and renamed, so a crash never leaves half a file."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    block = f"{start}\n{text.rstrip()}\n{end}"
+    if start in old and end in old:
+        new = old[: old.index(start)] + block + old[old.index(end) + len(end) :]
+    else:
+        new = old.rstrip() + "\n\n" + block + "\n"
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(new, encoding="utf-8")
+    tmp.replace(path)
