@@ -109,6 +109,8 @@ COMMON = dict(
     curation_conn_id=CONN_ID,
     retry_policy=CONFIG_ERRORS_FAIL,
 )
+# Every stage launched and then gated: the task submits the job and returns (wait=False); its gates wait.
+LAUNCH = dict(COMMON, max_failed_fraction="{{ params.max_failed_fraction }}", wait=False, poll_interval=POLL)
 
 
 def first_shards(launch: CurationStageOperator) -> ShardCheckpointSensor:
@@ -276,11 +278,8 @@ with DAG(
     ingest = IngestOperator(
         task_id="ingest",
         inputs="{{ params.input or var.value.get('curation_input', '') }}",
-        max_failed_fraction="{{ params.max_failed_fraction }}",
         config={"unit_bytes": "{{ params.ingest_unit_size or '' }}"},
-        wait=False,
-        poll_interval=POLL,
-        **COMMON,
+        **LAUNCH,
     )
     ingested = launch_and_gate(ingest)
     # Preprocess starts on ingest's first checkpointed shards while ingest still runs (per-shard streaming).
@@ -290,10 +289,7 @@ with DAG(
         task_id="preprocess",
         input_manifest=ingest_started.output["manifest_uri"],
         preset="{{ params.preset }}",
-        max_failed_fraction="{{ params.max_failed_fraction }}",
-        wait=False,
-        poll_interval=POLL,
-        **COMMON,
+        **LAUNCH,
     )
     preprocessed = launch_and_gate(preprocess)
     # The full ingest gate (did every unit land?) is watched once preprocess is under way: it gates nothing
@@ -307,10 +303,7 @@ with DAG(
         input_manifest=preprocessed.output["manifest_uri"],
         threshold="{{ params.dedup_threshold }}",
         config={"across_snapshots": "{{ params.dedup_across_snapshots }}"},
-        max_failed_fraction="{{ params.max_failed_fraction }}",
-        wait=False,
-        poll_interval=POLL,
-        **COMMON,
+        **LAUNCH,
     )
     deduped = launch_and_gate(dedup)
     # Dedup is a barrier (every shard's clusters need all shards), but its per-shard attrs land one by one
@@ -327,10 +320,7 @@ with DAG(
         model="{{ params.quality_model or var.value.get('curation_quality_model', '') }}",
         min_score="{{ '' if params.quality_min_score is none else params.quality_min_score }}",
         skip_without_model=True,
-        max_failed_fraction="{{ params.max_failed_fraction }}",
-        wait=False,
-        poll_interval=POLL,
-        **COMMON,
+        **LAUNCH,
     )
     scored = launch_and_gate(quality)
     quality_started = first_shards(quality)
@@ -340,11 +330,8 @@ with DAG(
     pii = PiiOperator(
         task_id="pii",
         input_manifest=KEPT_FIRST_SHARDS,
-        max_failed_fraction="{{ params.max_failed_fraction }}",
         trigger_rule="none_failed",  # runs when quality was skipped
-        wait=False,
-        poll_interval=POLL,
-        **COMMON,
+        **LAUNCH,
     )
     [dedup_started, quality_started] >> pii
     pii_scanned = launch_and_gate(pii)
@@ -363,10 +350,7 @@ with DAG(
         model_runtime="{{ params.enrich_model_runtime }}",
         mapper="{{ params.enrich_mapper }}",
         skip_without_model=True,
-        max_failed_fraction="{{ params.max_failed_fraction }}",
-        wait=False,
-        poll_interval=POLL,
-        **COMMON,
+        **LAUNCH,
     )
     enriched = launch_and_gate(enrich)
 
@@ -378,11 +362,8 @@ with DAG(
         tokenizer="{{ params.tokenizer or var.value.get('curation_tokenizer', '') }}",
         seq_len="{{ params.seq_len }}",
         skip_without_tokenizer=True,
-        max_failed_fraction="{{ params.max_failed_fraction }}",
         trigger_rule="none_failed",  # runs when quality was skipped
-        wait=False,
-        poll_interval=POLL,
-        **COMMON,
+        **LAUNCH,
     )
     [deduped, scored] >> tokenize
     tokenized = launch_and_gate(tokenize)
