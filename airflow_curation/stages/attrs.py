@@ -40,7 +40,7 @@ from airflow_curation.core.integrity import verify_file
 from airflow_curation.core.layout import Lake, safe_name
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text
-from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink
+from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink, dictionary_columns
 from airflow_curation.stages.base import Stage, UnitMapper, UnitResult, local_mapper
 from airflow_curation.stages.settings import Setting
 
@@ -357,10 +357,14 @@ def write_attrs(
         pf = pq.ParquetFile(f)
         check_id_text(pf.schema_arrow, shard_uri)
         columns = [c for c in columns if c in pf.schema_arrow.names]
+        # One unit is one core's work (units run side by side): Arrow's reader threads only add CPU here.
         tables = (
-            (pa.Table.from_batches([b]) for b in pf.iter_batches(batch_size=batch_rows, columns=columns))
+            (
+                pa.Table.from_batches([b])
+                for b in pf.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
+            )
             if batch_rows
-            else [pf.read(columns=columns)]
+            else [pf.read(columns=columns, use_threads=False)]
         )
         with storage.atomic_open(out_uri) as out:
             sink = _CountingSink(out)
@@ -372,11 +376,11 @@ def write_attrs(
                     result = compute(table)
                     accounting.merge(account(result))
                     if writer is None:
-                        writer = pq.ParquetWriter(sink, result.schema, compression="zstd", write_statistics=True)
+                        writer = _attrs_writer(sink, result.schema)
                     writer.write_table(result, row_group_size=batch_rows or DEFAULT_ROW_GROUP_ROWS)
                 if writer is None:  # an empty shard still gets its (empty) attrs file
                     empty = compute(pf.schema_arrow.empty_table().select(columns))
-                    writer = pq.ParquetWriter(sink, empty.schema, compression="zstd")
+                    writer = _attrs_writer(sink, empty.schema)
                     writer.write_table(empty)
             finally:
                 if writer is not None:
@@ -389,6 +393,13 @@ def write_attrs(
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
     return AttrsFile(sink.tell(), sink.checksum.hexdigest(), accounting, extra)
+
+
+def _attrs_writer(sink: _CountingSink, schema: pa.Schema) -> pq.ParquetWriter:
+    # Signals are mostly distinct floats: a dictionary only for the repeating strings (drop reasons).
+    return pq.ParquetWriter(
+        sink, schema, compression="zstd", use_dictionary=dictionary_columns(schema), write_statistics=True
+    )
 
 
 def _text_bytes(col: pa.ChunkedArray | pa.Array) -> int:

@@ -11,12 +11,10 @@ from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from airflow_curation.core import storage
 from airflow_curation.core.manifest import ShardEntry
 from airflow_curation.core.schema import ID, IS_DUPLICATE, KEEP
-from airflow_curation.core.shards import read_shard
+from airflow_curation.core.shards import column_names, read_shard
 
 NOT_KEPT = "not_kept"
 DUPLICATE = "duplicate"
@@ -29,8 +27,7 @@ def decision_attrs(entry: ShardEntry, skip: Callable[[str], bool] = lambda key: 
     for key, uri in sorted(entry.attrs.items()):
         if skip(key):
             continue
-        with storage.open_read(uri) as f:
-            names = pq.ParquetFile(f).schema_arrow.names
+        names = column_names(uri, entry.attrs_checksums.get(key), f"{key} attrs")
         if KEEP in names or IS_DUPLICATE in names:
             found.append(key)
     return found
@@ -46,8 +43,7 @@ def skip_reasons(shard_id: str, ids: pa.ChunkedArray | pa.Array, attrs_uris: lis
     reasons = np.full(n, None, dtype=object)
     tables = []
     for uri in attrs_uris:
-        with storage.open_read(uri) as f:
-            names = pq.ParquetFile(f).schema_arrow.names
+        names = column_names(uri)
         attrs = read_shard(uri, columns=[c for c in (ID, KEEP, IS_DUPLICATE) if c in names])
         if attrs.num_rows != n or not attrs.column(ID).equals(_chunked(ids)):
             raise ValueError(

@@ -67,6 +67,9 @@ def test_zstd_dictionary_and_statistics(tmp_path):
         src = md.row_group(rg).column(names.index("source"))
         assert any("DICTIONARY" in e for e in src.encodings), src.encodings
         assert src.dictionary_page_offset is not None
+        for plain in ("id", "text"):  # unique values: no dictionary attempt to pay for, writing or reading
+            col = md.row_group(rg).column(names.index(plain))
+            assert not any("DICTIONARY" in e for e in col.encodings), (plain, col.encodings)
         idc = md.row_group(rg).column(names.index("id"))
         assert idc.statistics.has_min_max  # lets DuckDB skip row groups by id range
     assert pq.read_schema(shard.uri).equals(SHARD_SCHEMA, check_metadata=False)

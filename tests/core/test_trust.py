@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -21,7 +22,7 @@ from airflow_curation.core.integrity import IntegrityError, chain_problem, verif
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.lease import Lease, LeaseBusy
 from airflow_curation.core.manifest import Manifest
-from airflow_curation.core.shards import read_shard
+from airflow_curation.core.shards import column_names, read_shard, write_parquet
 from airflow_curation.core.signals import compute_signals
 from airflow_curation.stages.base import StageFailed, StageRunner
 from airflow_curation.stages.dedup.stage import DedupStage
@@ -112,9 +113,27 @@ def test_a_flipped_byte_in_a_shard_fails_its_preprocess_unit_clearly_without_ret
 def test_a_flipped_byte_in_preprocess_attrs_fails_dedup(ingested, flip_byte):
     lake, ingest_uri = ingested
     stage, pre = _preprocess(lake, ingest_uri, "p1")
-    flip_byte(pre.shards[2].attrs["preprocess"])
-    with pytest.raises(StageFailed, match="IntegrityError"):
+    uri = pre.shards[2].attrs["preprocess"]
+    flip_byte(uri)
+    # Dedup reads the attrs' footer while planning: a flip there fails the plan, one in the data fails the
+    # unit that reads it; either way the error is the integrity check's, naming the file.
+    with pytest.raises((StageFailed, IntegrityError), match=r"part-00002-000\.parquet has checksum"):
         StageRunner(DedupStage(lake, {"input_manifest": stage.manifest_uri}, "d1")).run()
+
+
+def test_a_corrupted_footer_is_an_integrity_error_where_a_checksum_was_recorded(tmp_path):
+    path = str(tmp_path / "a.parquet")
+    _, checksum = write_parquet(path, pa.table({"id": ["a", "b"], "keep": [True, False]}))
+    assert column_names(path, checksum) == ["id", "keep"]
+    footer_len = int.from_bytes(open(path, "rb").read()[-8:-4], "little")
+    with open(path, "r+b") as f:  # overwrite the footer's start: the schema no longer parses
+        f.seek(os.path.getsize(path) - 8 - footer_len)
+        f.write(b"\xff" * 16)
+    with pytest.raises(IntegrityError, match="a.parquet has checksum .* but its manifest recorded"):
+        column_names(path, checksum, "attrs")
+    with pytest.raises(Exception) as raised:  # nothing recorded: the reader's own error, not a false verdict
+        column_names(path)
+    assert not isinstance(raised.value, IntegrityError)
 
 
 def test_verify_file(tmp_path):

@@ -23,8 +23,6 @@ import hashlib
 import logging
 from dataclasses import asdict
 
-import pyarrow.parquet as pq
-
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.components import connected_components
@@ -35,7 +33,7 @@ from airflow_curation.core.lsh import next_power_of_two, partitions_for
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.minhash import MinHashParams, lsh_params
 from airflow_curation.core.schema import CLUSTER_ID, EXACT_DUPLICATE, KEEP, NEAR_DUPLICATE
-from airflow_curation.core.shards import write_parquet
+from airflow_curation.core.shards import column_names, write_parquet
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches
 from airflow_curation.stages.base import Stage, StageRunner, UnitMapper, UnitResult, local_mapper
 from airflow_curation.stages.dedup import phases, snapshots
@@ -291,8 +289,7 @@ class DedupStage(AttrsStage):
         uri = entry.attrs.get("preprocess") if self.config["only_kept"] else None
         if not uri:
             return []
-        with storage.open_read(uri) as f:
-            names = pq.ParquetFile(f).schema_arrow.names
+        names = column_names(uri, entry.attrs_checksums.get("preprocess"), "preprocess attrs")
         return ["preprocess"] if self.config["keep_column"] in names else []
 
     # -- phases 1 and 2 happen while planning phase 3 ----------------------------------------------
