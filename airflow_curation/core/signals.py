@@ -901,11 +901,13 @@ def _as_string_array(texts) -> pa.Array:
 
 
 def _buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """Zero-copy views of a string or large_string array's offsets (sliced) and UTF-8 data: what Parquet
-    gives (string) runs without a cast, which would copy every byte."""
+    """A string or large_string array's UTF-8 data (a zero-copy view: what Parquet gives, ``string``, needs
+    no cast, which would copy every byte) and its offsets (sliced) as int64. Only the offsets of a
+    ``string`` array are widened (8 bytes a row): the kernel built for 32-bit offsets ran ~3% slower, and
+    one build serves both types."""
     bufs = arr.buffers()
     width = np.int64 if pa.types.is_large_string(arr.type) else np.int32
-    offsets = np.frombuffer(bufs[1], dtype=width)[arr.offset : arr.offset + len(arr) + 1]
+    offsets = np.frombuffer(bufs[1], dtype=width)[arr.offset : arr.offset + len(arr) + 1].astype(np.int64, copy=False)
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(1, np.uint8)
     if data.size == 0:
         data = np.zeros(1, np.uint8)
@@ -968,8 +970,7 @@ def compute_signals(texts, config: SignalConfig | dict | None = None) -> pa.Tabl
 
 def warm_up() -> None:
     """Compile (or load from numba's cache) the kernel and build the class table: ~1 s once per process."""
-    compute_signals(["warm up.\n\nwarm up"])
-    compute_signals(pa.array(["warm up.\n\nwarm up"], type=pa.string()))  # Parquet's string: 32-bit offsets
+    compute_signals(["warm up.\n\nwarm up"])  # one build: both string types reach the kernel as int64 offsets
 
 
 # --------------------------------------------------------------------------------------------------
