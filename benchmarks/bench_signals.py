@@ -175,6 +175,7 @@ def main() -> int:
     ap.add_argument("--no-write", action="store_true", help="do not update benchmarks/RESULTS.md")
     args = ap.parse_args()
 
+    load_at_start = os.getloadavg()[0]
     texts, what = load_corpus()
     full = texts * args.repeat
     small = subset(texts, args.peer_mb)
@@ -213,11 +214,12 @@ def main() -> int:
     print(f"text: {what}; full = {mb(full):.1f} MB, peer subset = {mb(small):.1f} MB")
     print(table)
     if not args.no_write:
-        write_results(table, what, mb(full), mb(small), args)
+        load = f"{load_at_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+        write_results(table, what, mb(full), mb(small), args, load)
     return 0
 
 
-def write_results(table: str, what: str, full_mb: float, small_mb: float, args: argparse.Namespace) -> None:
+def write_results(table: str, what: str, full_mb: float, small_mb: float, args: argparse.Namespace, load: str) -> None:
     cmd = f".venv/bin/python benchmarks/bench_signals.py --peer-mb {args.peer_mb} --repeat {args.repeat}"
     section = f"""## Quality signals: MB/s per core against datatrove and pure Python (`benchmarks/bench_signals.py`)
 
@@ -227,14 +229,35 @@ k-th document) in the same run. One process, one core each; MB/s from CPU time. 
 compares each row with ours on the same data (the subset rows with ours on the subset, the
 pyarrow.compute row with ours on the full text). datatrove runs its Gopher quality, Gopher repetition,
 FineWeb and C4 filters with their defaults (spaCy word tokens); ours computes all 45 signals (the 7
-structure signals included) and the gopher, c4, fineweb and structure rules. **Machine: 2 cores shared
-with up to 7 other engineers running test suites at the same time (load average 5-10 during the
-run), so absolute figures are low and noisy; the ratios in one run are the comparison.**
+structure signals included) and the gopher, c4, fineweb and structure rules. **Machine: 2 cores, shared
+with other work (1-minute load average {load}), so absolute figures are noisy; the ratios in one run
+are the comparison.**
 
 {table}
 
-Target: the whole preprocess pass >= 100 MB/s per core. **Still missed on this machine.** Latest change
-(branch i13-word-table, 2026-12-01 ~16:00 UTC): the kernel alone goes from ~9.2 to ~8.7 ms/MB (same
+Target: the whole preprocess pass >= 100 MB/s per core. **At the line on a quiet machine, not reliably
+over it.** Three more runs of this script right after the one above, same code (`--peer-mb 0.3 --repeat
+4 --no-write`, load 0.7-0.9): whole pass 100.3 / 93.7 / 93.1 MB/s, signals + rules 114.6 / 114.0 / 110.5.
+Latest changes (2026-12-01 ~18:00 UTC, main 2239174 and a407c7b), all outside the kernel's arithmetic
+(signals bit-identical): the shards ingest writes no longer try a dictionary on `id` and `text` (the
+writer tried one for each column chunk's first megabyte, then fell back to plain: reading this corpus's
+text column cost 1.36 ms/MB, now 0.83, and writing it 4.34, now 3.09, for a file 0.4% larger); attrs
+files keep a dictionary for `drop_reason` only (45 float signals are written plain: 2.1 -> 1.55 ms/MB
+on ~1 KB documents, files 7% smaller); Arrow's reader threads are off inside a unit (units already run
+one per core); a `string` array's offsets are widened to int64 before the kernel (Parquet gives `string`,
+and the kernel built for 32-bit offsets ran ~3% slower: 8.88 -> 8.61 ms/MB min over 30 alternations);
+and this script's whole-pass row warms up once, as the signals row does (a first pass pays ~2,500 page
+faults while Arrow's memory pool grows; a worker runs shard after shard). The code before (b8ed6f6)
+and after, imported side by side in one process and alternated 20 times (before the int64 change, load
+1-2): whole pass on these docs in 512-row batches min 10.65 -> 10.23 ms/MB, median 11.32 -> 10.65; on
+the same text cut at triple blank lines into 11,036 documents of ~1 KB in 4096-row batches 12.59 ->
+11.46, median 12.86 -> 11.81. Where the whole pass goes now (min of 12 passes, ms per MB): kernel 9.09
+(in 512-row batches), Parquet read 0.86, attrs write 0.23, rules 0.11, the rest under 0.1: the kernel
+is the lever left (the word-table restructure's per-word half, below). Tried and not kept: the kernel's
+scratch buffers kept from batch to batch instead of allocated per call (no gain: 9.10 -> 9.32 min),
+numba's `error_model="numpy"` (no gain).
+
+The change before (branch i13-word-table, 2026-12-01 ~16:00 UTC): the kernel alone goes from ~9.2 to ~8.7 ms/MB (same
 process, old and new alternated 14 times on the 11 MB corpus, four sessions: min 9.17-9.41 -> 8.64-8.76,
 median 9.24-9.43 -> 8.71-8.94 in the quieter ones), all 45 columns bit-identical on the corpus and in
 the kernel-vs-reference tests. This script's `ours` rows, alternated four times each (main at 45261cc
