@@ -401,11 +401,9 @@ passes, same stop words and duplicate structure). Every stage runs as `curation 
 a fresh process (the process is the worker: CPU = its user + system seconds, peak RSS = its
 `ru_maxrss`); ingest shards of 1.5 MB zstd Parquet (1024-row row groups), the same at every size, so
 1 GB already has 100+ shards; preprocess `--mapper local`, validate `--threads 1`; dedup with a fixed
-128 MiB memory budget. **Machine: 2 cores shared with 5 other engineers' test suites and benchmarks
-(load average 3-12 during these runs, at worst 10+ runnable processes): wall seconds are inflated 5-10x
-and say little; CPU seconds are the comparison**, and even they include hyperthread and cache
-contention. Code: the stages as of `main` b8d0e05 (the run started before this branch's dedup kernel
-changes, so its dedup figures are the old kernels').
+128 MiB memory budget. **Machine: 2 cores, shared with whatever else ran (the notes below say what):
+wall seconds move with it; CPU seconds are the comparison**, and even they include hyperthread and
+cache contention.
 """
 
 
@@ -484,7 +482,7 @@ def report(doc: dict) -> str:
         goals.append(
             "- Peak RSS per worker, largest / smallest size: "
             + ", ".join(f"{s} {v:.2f}x" for s, v in rss.items())
-            + " (flat for the per-shard stages; validate: see the note above)."
+            + " (validate holds one shard group's join, a quantile batch and a hash partition of the ids)."
         )
     same = [f"{r['input_bytes'] / 1e9:.0f} GB" for r in sizes if r.get("identical_clusters")]
     if same:
