@@ -433,10 +433,11 @@ class CpuSampler(threading.Thread):
         self.interval = interval
         self.gone = {"airflow": 0.0, "postgres": 0.0, "jobs": 0.0}
         self.prev: dict[int, tuple[str, int, float]] = {}
+        self.jobs: set[int] = set()
         self.start_totals: dict[str, float] | None = None
         self.totals: dict[str, float] = {}
         self.samples = 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def _sample(self) -> None:
         import psutil
@@ -451,7 +452,8 @@ class CpuSampler(threading.Thread):
             if pid not in kinds:
                 kinds[pid] = None  # a cycle guard
                 i = info[pid]
-                if self.JOB in " ".join(i["cmdline"] or ()):
+                # once a job, a job: a zombie's command line is empty
+                if pid in self.jobs or self.JOB in " ".join(i["cmdline"] or ()):
                     kinds[pid] = "jobs"
                 elif pid in self.roots:
                     kinds[pid] = self.roots[pid]
@@ -475,6 +477,7 @@ class CpuSampler(threading.Thread):
             else:
                 self.gone[k] += total
         self.prev = now
+        self.jobs = {pid for pid, (k, _, _) in now.items() if k == "jobs"}
         totals = dict(self.gone)
         for k, _, total in now.values():
             totals[k] += total
@@ -484,12 +487,12 @@ class CpuSampler(threading.Thread):
         self.samples += 1
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             self._sample()
-            self._stop.wait(self.interval)
+            self._halt.wait(self.interval)
 
     def stop(self) -> dict[str, float]:
-        self._stop.set()
+        self._halt.set()
         self.join()
         self._sample()
         return self.totals
