@@ -411,27 +411,25 @@ def _airflow_figures(res: dict, root: Path) -> dict:
 
 
 class CpuSampler(threading.Thread):
-    """CPU seconds (user + system) of three kinds of process while a run goes on: the Airflow stack's (the
-    processes it started and their descendants: executor workers, task supervisors and tasks), its
-    PostgreSQL's, and the stage jobs' (``python -m airflow_curation.jobs`` and their descendants; a job
-    outlives the task that launched it, so it is told apart by its command line, not its parent).
+    """CPU seconds (user + system) of process trees while a run goes on: each root's (named in ``roots``, e.g.
+    the scheduler: it and its descendants, executor workers, task supervisors and tasks), and the stage jobs'
+    (``python -m airflow_curation.jobs`` and their descendants, under ``jobs``; a job outlives the task that
+    launched it, so it is told apart by its command line, not its parent).
 
     Sampled every ``interval`` s from /proc (psutil): a process's counters include those of the children
     it reaped. When a process is gone, its parent, if still there, has reaped it and now holds its time;
     otherwise (the parent went too, or it was an orphan reaped by init) its last sample is kept. What is
     lost: the CPU a process used after its last sample when no sampled process reaped it (under
-    ``interval`` s each). A job reaped by an Airflow process (a task that waited for it) is moved back to
+    ``interval`` s each). A job reaped by another tree's process (a task that waited for it) is moved back to
     the jobs."""
 
     JOB = "airflow_curation.jobs"
 
-    def __init__(self, airflow_pids: list[int], postgres_pid: int | None, interval: float = 0.5) -> None:
+    def __init__(self, roots: dict[int, str], interval: float = 0.5) -> None:
         super().__init__(daemon=True)
-        self.roots = {pid: "airflow" for pid in airflow_pids}
-        if postgres_pid:
-            self.roots[postgres_pid] = "postgres"
+        self.roots = dict(roots)
         self.interval = interval
-        self.gone = {"airflow": 0.0, "postgres": 0.0, "jobs": 0.0}
+        self.gone = dict.fromkeys([*roots.values(), "jobs"], 0.0)
         self.prev: dict[int, tuple[str, int, float]] = {}
         self.jobs: set[int] = set()
         self.start_totals: dict[str, float] | None = None
@@ -529,6 +527,9 @@ def run_airflow_real(files: list[Path], work: Path, shard_bytes: int, row_group_
     )
     env = {
         "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",  # only the run triggered below, no @daily one
+        # Airflow's defaults (the journey's stack re-parses every 10 s, to see its DAGs at once)
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "300",
         "CURATION_POLL_INTERVAL": "5",
         "CURATION_LOCAL_JOBS_DIR": str(base / "jobs"),
     }
@@ -546,7 +547,7 @@ def run_airflow_real(files: list[Path], work: Path, shard_bytes: int, row_group_
                 time.sleep(2)
         stack.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
         pg = int((stack.pgdata / "postmaster.pid").read_text().split()[0])
-        cpu = CpuSampler([p.pid for p in stack.procs.values()], pg)
+        cpu = CpuSampler({**{p.pid: name for name, p in stack.procs.items()}, pg: "postgres"})
         cpu.start()
         load = [os.getloadavg()[0]]
         conf = {"input": ",".join(map(str, files)), "lake": str(root), "dataset": DATASET, "max_duplicate_rate": 1.0}
@@ -576,9 +577,10 @@ def run_airflow_real(files: list[Path], work: Path, shard_bytes: int, row_group_
             }
             for t in tis
         ],
-        "airflow_cpu_s": airflow_cpu["airflow"],
+        "airflow_cpu_s": sum(airflow_cpu[name] for name in stack.procs),
         "postgres_cpu_s": airflow_cpu["postgres"],
         "children_cpu_s": airflow_cpu["jobs"],
+        "cpu_by_process": airflow_cpu,
         "cpu_samples": cpu.samples,
         "load_average": load,
         "parallelism": stack.env["AIRFLOW__CORE__PARALLELISM"],
@@ -586,8 +588,7 @@ def run_airflow_real(files: list[Path], work: Path, shard_bytes: int, row_group_
     if res["state"] != "success":
         raise RuntimeError(f"run {res['run_id']} ended {res['state']}: {json.dumps(res['tasks'], indent=1)}")
     res.update(_airflow_figures(res, root))
-    shutil.rmtree(root, ignore_errors=True)
-    shutil.rmtree(base, ignore_errors=True)
+    shutil.rmtree(root, ignore_errors=True)  # the Airflow home (its logs, the tasks' logs) stays under --workdir
     return res
 
 
@@ -831,8 +832,12 @@ def airflow_tables(af: dict, real: bool) -> list[str]:
             out += [
                 "",
                 f"CPU seconds during the run (sampled from /proc every 0.5 s, {af.get('cpu_samples', '?')} samples): the "
-                f"Airflow processes (api-server, scheduler with its executor workers and task processes, "
-                f"dag-processor, triggerer) {af['airflow_cpu_s']:.1f} s, their PostgreSQL {af['postgres_cpu_s']:.1f} s, "
+                f"Airflow processes {af['airflow_cpu_s']:.1f} s ("
+                + ", ".join(
+                    f"{k} {v:.1f}" for k, v in af.get("cpu_by_process", {}).items() if k not in ("postgres", "jobs")
+                )
+                + f"; the scheduler's include its executor workers and the task processes), "
+                f"their PostgreSQL {af['postgres_cpu_s']:.1f} s, "
                 f"the stage jobs {af['children_cpu_s']:.1f} s: Airflow's CPU is {100 * af['airflow_cpu_s'] / jobs:.1f}% "
                 f"of the stages' ({100 * (af['airflow_cpu_s'] + af['postgres_cpu_s']) / jobs:.1f}% with PostgreSQL).",
             ]

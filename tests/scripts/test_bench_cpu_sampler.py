@@ -34,7 +34,7 @@ def test_cpu_of_a_reaped_child_goes_to_airflow_and_of_an_orphaned_job_to_the_job
     done = tmp_path / "job-done"
     code = PARENT.format(child=BURN.format(s=0.5), job=JOB.format(done=str(done)))
     parent = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    sampler = CpuSampler([parent.pid], None, interval=0.1)
+    sampler = CpuSampler({parent.pid: "scheduler"}, interval=0.1)
     sampler.start()
     try:
         parent.stdin.write("go\n")
@@ -50,7 +50,7 @@ def test_cpu_of_a_reaped_child_goes_to_airflow_and_of_an_orphaned_job_to_the_job
         parent.wait(timeout=30)
     totals = sampler.stop()
     assert sampler.samples > 2
-    # The child's 0.5 s (plus two interpreters' start-up) is Airflow's; the job's 1.5 s is not.
-    assert 0.5 <= totals["airflow"] < 1.5, totals
+    # The child's 0.5 s (plus two interpreters' start-up) is the parent's tree's; the job's 1.5 s is not.
+    assert set(totals) == {"scheduler", "jobs"}
+    assert 0.5 <= totals["scheduler"] < 1.5, totals
     assert totals["jobs"] >= 1.5, totals
-    assert totals["postgres"] == 0.0
