@@ -637,6 +637,20 @@ changes, so its dedup figures are the old kernels').
 """
 
 
+AIRFLOW_HEADER = """### Airflow overhead on a real scheduler and triggerer (`benchmarks/bench_scale.py --airflow-stack real`)
+
+Commands: {commands}; report: `.venv/bin/python benchmarks/bench_scale.py --report --write-results --json` on
+their JSON. The pipeline DAG (`dags/curation_pipeline.py`, a copy with ingest's shard size set to 1.5 MB and
+1024-row row groups, the one change the `dag.test()` path makes too) on the stack the journey test starts
+(`scripts/airflow_stack.py`: PostgreSQL, `airflow db migrate`, api-server, scheduler, dag-processor and
+triggerer; LocalExecutor with `parallelism` 4; Airflow's default parse intervals; no schedule, only the
+triggered run), local backend, gates polling at most every 5 s. One run triggered through REST (`POST
+/api/v2/dags/curation_pipeline/dagRuns`, the conf of the `dag.test()` path) and its task instances read back
+through REST (start, end, scheduled and queued times); the stage jobs' times from their `result.json` and
+checkpoint records.
+"""
+
+
 def report(doc: dict) -> str:
     if not doc.get("sizes"):  # a JSON of DAG runs only
         return "\n".join(airflow_report(doc)[1:])
@@ -885,7 +899,13 @@ def main() -> None:
         doc = json.loads(Path(args.json).read_text())
         text = report(doc)
         print(text)
-        if not doc.get("sizes"):
+        if not doc.get("sizes"):  # DAG runs only: their own block, after the Scale ones
+            if args.write_results:
+                runs = [*([doc["airflow"]] if doc.get("airflow") else []), *(doc.get("airflow_real") or {}).values()]
+                commands = [re.sub(r" --(workdir|json) \S+", "", r["command"]) for r in runs]
+                header = AIRFLOW_HEADER.format(commands=", then ".join(f"`{c}`" for c in commands))
+                header += "".join(f"\n{note}\n" for note in doc.get("notes", []))
+                replace_block(RESULTS, "bench_scale_airflow", f"{header}\n{text}\n", after="bench_scale_validate")
             return
         plot(doc, Path(args.plot))
         if args.write_results:
