@@ -41,6 +41,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -932,7 +933,7 @@ def main() -> None:
     budget = int(args.budget_mb * 2**20)
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
-    command = " ".join([".venv/bin/python benchmarks/bench_scale.py", *sys.argv[1:]])
+    command = " ".join([".venv/bin/python benchmarks/bench_scale.py", *map(shlex.quote, sys.argv[1:])])
 
     def save(key: str, value: dict, size: bool = True, under: str | None = None) -> None:
         # Re-read first: runs of other sizes may write the same file from another process.
