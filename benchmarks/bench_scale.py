@@ -509,9 +509,10 @@ def _iso(value: str | None) -> float | None:
     return datetime.fromisoformat(value).timestamp() if value else None
 
 
-def run_airflow_real(files: list[Path], work: Path, shard_bytes: int, row_group_rows: int) -> dict:
+def run_airflow_real(files: list[Path], work: Path, shard_bytes: int, row_group_rows: int, idle_s: float = 0) -> dict:
     """The same run on a real Airflow (``scripts/airflow_stack.py``: PostgreSQL, scheduler, triggerer,
-    dag-processor, api-server, LocalExecutor with parallelism 4), triggered and read through REST."""
+    dag-processor, api-server, LocalExecutor with parallelism 4), triggered and read through REST; with
+    ``idle_s``, first the stack's CPU for that long with the DAG unpaused and no run (its cost per second)."""
     from urllib.parse import quote
 
     from airflow_stack import airflow_stack
@@ -548,7 +549,14 @@ def run_airflow_real(files: list[Path], work: Path, shard_bytes: int, row_group_
                 time.sleep(2)
         stack.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
         pg = int((stack.pgdata / "postmaster.pid").read_text().split()[0])
-        cpu = CpuSampler({**{p.pid: name for name, p in stack.procs.items()}, pg: "postgres"})
+        roots = {**{p.pid: name for name, p in stack.procs.items()}, pg: "postgres"}
+        idle = None
+        if idle_s:
+            cpu = CpuSampler(roots)
+            cpu.start()
+            time.sleep(idle_s)
+            idle = {"seconds": idle_s, **cpu.stop()}
+        cpu = CpuSampler(roots)
         cpu.start()
         load = [os.getloadavg()[0]]
         conf = {"input": ",".join(map(str, files)), "lake": str(root), "dataset": DATASET, "max_duplicate_rate": 1.0}
@@ -583,6 +591,7 @@ def run_airflow_real(files: list[Path], work: Path, shard_bytes: int, row_group_
         "children_cpu_s": airflow_cpu["jobs"],
         "cpu_by_process": airflow_cpu,
         "cpu_samples": cpu.samples,
+        "idle_cpu": idle,
         "load_average": load,
         "parallelism": stack.env["AIRFLOW__CORE__PARALLELISM"],
     }
@@ -856,6 +865,13 @@ def airflow_tables(af: dict, real: bool) -> list[str]:
                 f"the stage jobs {af['children_cpu_s']:.1f} s: Airflow's CPU is {100 * af['airflow_cpu_s'] / jobs:.1f}% "
                 f"of the stages' ({100 * (af['airflow_cpu_s'] + af['postgres_cpu_s']) / jobs:.1f}% with PostgreSQL).",
             ]
+            idle = af.get("idle_cpu")
+            if idle:
+                out[-1] += (
+                    f" The same stack idle (DAG unpaused, no run) for {idle['seconds']:.0f} s before it: "
+                    + ", ".join(f"{k} {v:.1f}" for k, v in idle.items() if k not in ("seconds", "jobs"))
+                    + " CPU-s."
+                )
         else:
             out += [
                 "",
@@ -889,6 +905,9 @@ def main() -> None:
         choices=("dagtest", "real", "both"),
         default="dagtest",
         help="how --airflow-gb runs the DAG: dag.test() on SQLite, or a real scheduler + triggerer on PostgreSQL",
+    )
+    ap.add_argument(
+        "--airflow-idle", type=float, default=0, help="real stack: first its CPU for this many seconds without a run"
     )
     ap.add_argument("--workdir", default=str(REPO / "benchmarks" / "data" / "scale"))
     ap.add_argument("--json", default=str(REPO / "benchmarks" / "out" / "scale.json"))
@@ -974,7 +993,7 @@ def main() -> None:
                 size=False,
             )
         if args.airflow_stack in ("real", "both"):
-            res = run_airflow_real(files[:n], work, shard_bytes, args.row_group_rows)
+            res = run_airflow_real(files[:n], work, shard_bytes, args.row_group_rows, args.airflow_idle)
             save(f"{args.airflow_gb:g}", {"gb": args.airflow_gb, **res}, under="airflow_real")
     print(f"wrote {out}")
 
