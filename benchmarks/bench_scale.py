@@ -923,7 +923,7 @@ def main() -> None:
             if args.write_results:
                 runs = [*([doc["airflow"]] if doc.get("airflow") else []), *(doc.get("airflow_real") or {}).values()]
                 commands = [re.sub(r" --(workdir|json) \S+", "", r["command"]) for r in runs]
-                header = AIRFLOW_HEADER.format(commands=", then ".join(f"`{c}`" for c in commands))
+                header = AIRFLOW_HEADER.format(commands=", ".join(f"`{c}`" for c in commands))
                 header += "".join(f"\n{note}\n" for note in doc.get("notes", []))
                 replace_block(RESULTS, "bench_scale_airflow", f"{header}\n{text}\n", after="bench_scale_validate")
             return
