@@ -1,7 +1,8 @@
 """Scale: ingest -> preprocess -> dedup -> validate on 1, 2, 5 and 10 GB of real text, per-stage cost.
 
     .venv/bin/python benchmarks/bench_scale.py [--sizes 1,2,5,10] [--shard-mb 2] [--budget-mb 128]
-                                               [--compare 10] [--airflow-gb 1] [--json benchmarks/out/scale.json]
+                                               [--compare 10] [--airflow-gb 1] [--airflow-stack dagtest|real|both]
+                                               [--json benchmarks/out/scale.json]
 
 Text: ``benchmarks/scale_corpus.py`` (Debian documentation and source files, about 1 GB of distinct text
 on this machine; larger sizes continue with letter-substituted passes over it, see that module). Size
@@ -25,7 +26,12 @@ groups).
 ``dag.test()`` with the local backend and a fresh SQLite Airflow home, with the ingest shard size set to
 ``--shard-mb`` (the only change to the DAG). Airflow overhead = the launch + gate tasks' time minus the
 stage's own time (first unit started to last unit finished, from its checkpoint records), per stage and
-in total. Writes everything to ``--json`` (``benchmarks/simulate_scale.py`` reads it).
+in total. ``--airflow-stack real`` runs the same DAG (the same one change, appended to its copy) on a real
+Airflow instead (``scripts/airflow_stack.py``: PostgreSQL, scheduler, triggerer, dag-processor and
+api-server, LocalExecutor with parallelism 4), where the gates wait concurrently: one run triggered and
+read through the REST API, the same overhead figures, each gate's lag after its job ended, and the CPU
+of the Airflow processes against the jobs' (``CpuSampler``); ``both`` runs the two. Writes everything
+to ``--json`` (``benchmarks/simulate_scale.py`` reads it).
 """
 
 from __future__ import annotations
@@ -35,10 +41,12 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -49,6 +57,7 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "scripts"))  # airflow_stack
 
 from bench_ingest import CURATION, _measure  # noqa: E402
 from results import RESULTS, replace_block  # noqa: E402
@@ -320,13 +329,23 @@ def run_airflow(files: list[Path], work: Path, shard_bytes: int, row_group_rows:
         raise RuntimeError(proc.stderr[-4000:])
     res = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))[7:])
     res["process_wall_s"] = time.perf_counter() - t
+    res.update(_airflow_figures(res, root))
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(home, ignore_errors=True)
+    return res
+
+
+def _airflow_figures(res: dict, root: Path) -> dict:
+    """Per stage, from the run's task instances (``res["tasks"]``: task_id, start, end and, from the REST API,
+    scheduled) and its lake: the stage's own time (its job's wall from result.json, its checkpoints' span),
+    the launch + gate tasks' span, the overhead, and each gate's lag after its job ended."""
     from airflow_curation.core.layout import sanitize_run_id
 
     lake = Lake(str(root), DATASET, "2026-12-01")
     rid = sanitize_run_id(res["run_id"])
     tasks = {x["task_id"]: x for x in res["tasks"]}
     per_stage = {}
-    for stage in ("ingest", "preprocess", "dedup", "validate"):
+    for stage in ("ingest", "preprocess", "dedup", "quality", "pii", "enrich", "tokenize", "validate"):
         try:
             manifest = Manifest.read(lake.manifest_uri(rid, stage))
         except Exception:  # noqa: BLE001 - a stage the run skipped
@@ -336,31 +355,250 @@ def run_airflow(files: list[Path], work: Path, shard_bytes: int, row_group_rows:
             spans.append(_stage_span(lake, Manifest.read(lake.manifest_uri(rid, "dedup_signatures"))))
         spans = [x for x in spans if x.get("started_at")]
         own_span = max(x["finished_at"] for x in spans) - min(x["started_at"] for x in spans) if spans else 0.0
-        # the job's own wall (process start to end, planning and the dedup barrier included)
+        # the job's own wall (process start to end, planning and the dedup barrier included); it writes
+        # result.json as its last step, so the file's time is the job's end
         results = list(Path(lake.jobs_dir(rid, stage)).rglob("result.json"))
         job_s = max((json.loads(f.read_text()).get("seconds", 0.0) for f in results), default=0.0)
+        job_end = max((f.stat().st_mtime for f in results), default=None)
         ts = [tasks[k] for k in (stage, f"{stage}_checkpoints") if k in tasks and tasks[k]["start"]]
         airflow_s = max(x["end"] for x in ts) - min(x["start"] for x in ts)
-        per_stage[stage] = {
+        x = per_stage[stage] = {
             "shards": len(manifest.shards),
             "own_span_s": own_span,
             "own_unit_s": sum(x["unit_s"] for x in spans),
             "job_s": job_s,
             "airflow_s": airflow_s,
             "overhead_s": airflow_s - max(job_s, own_span),
+            "launch_s": tasks[stage]["end"] - tasks[stage]["start"],
+            "job_end": job_end,
         }
-    res["stages"] = per_stage
-    res["task_count"] = len(res["tasks"])
+        # The task that waits for the job's end: the gate (validate waits itself, deferred like a gate).
+        gate = tasks.get(f"{stage}_checkpoints") or tasks[stage]
+        if job_end is not None and gate.get("end"):
+            x["gate"] = gate["task_id"]
+            x["gate_lag_s"] = gate["end"] - job_end
+            if spans:
+                x["gate_lag_checkpoint_s"] = gate["end"] - max(s["finished_at"] for s in spans)
+            # Deferred and resumed: the trigger fired (the task scheduled again) after the job ended, then a
+            # worker ran the rest of it (execute_complete, XCom).
+            if gate.get("scheduled") and gate["scheduled"] > gate["start"]:
+                x["gate_fired_s"] = gate["scheduled"] - job_end
+                x["gate_resume_s"] = gate["end"] - gate["scheduled"]
     total_own = sum(max(s["job_s"], s["own_span_s"]) for s in per_stage.values())
     total_af = sum(s["airflow_s"] for s in per_stage.values())
-    res["overhead_fraction"] = (total_af - total_own) / total_own if total_own else None
-    res["dag_overhead_fraction"] = (res["wall_s"] - total_own) / total_own if total_own else None
-    shutil.rmtree(root, ignore_errors=True)
-    shutil.rmtree(home, ignore_errors=True)
+    # The run's critical path: from its first task's start to its last task's end, the seconds in which no stage
+    # job ran (the stages overlap where they stream) were Airflow's alone.
+    busy, until = 0.0, 0.0
+    for a, b in sorted((x["job_end"] - x["job_s"], x["job_end"]) for x in per_stage.values() if x["job_end"]):
+        busy += max(0.0, b - max(a, until))
+        until = max(until, b)
+    ran = [t for t in res["tasks"] if t["start"] and t["end"]]
+    span = max(t["end"] for t in ran) - min(t["start"] for t in ran)
+    out = {
+        "tasks_span_s": span,
+        "jobs_busy_s": busy,
+        "airflow_alone_s": span - busy,
+        "stages": per_stage,
+        "task_count": len(res["tasks"]),
+        "tasks_run": sum(1 for t in res["tasks"] if t["start"] and "skipped" not in str(t["state"])),
+        "overhead_fraction": (total_af - total_own) / total_own if total_own else None,
+        "dag_overhead_fraction": (res["wall_s"] - total_own) / total_own if total_own else None,
+    }
     print(
-        f"airflow: {json.dumps(per_stage)}\n  tasks {res['task_count']}, overhead {res['overhead_fraction']:.3f}",
+        f"airflow: {json.dumps(per_stage)}\n  tasks {out['task_count']}, overhead {out['overhead_fraction']:.3f}",
         flush=True,
     )
+    return out
+
+
+class CpuSampler(threading.Thread):
+    """CPU seconds (user + system) of process trees while a run goes on: each root's (named in ``roots``, e.g.
+    the scheduler: it and its descendants, executor workers, task supervisors and tasks), and the stage jobs'
+    (``python -m airflow_curation.jobs`` and their descendants, under ``jobs``; a job outlives the task that
+    launched it, so it is told apart by its command line, not its parent).
+
+    Sampled every ``interval`` s from /proc (psutil): a process's counters include those of the children
+    it reaped. When a process is gone, its parent, if still there, has reaped it and now holds its time;
+    otherwise (the parent went too, or it was an orphan reaped by init) its last sample is kept. What is
+    lost: the CPU a process used after its last sample when no sampled process reaped it (under
+    ``interval`` s each). A job reaped by another tree's process (a task that waited for it) is moved back to
+    the jobs."""
+
+    JOB = "airflow_curation.jobs"
+
+    def __init__(self, roots: dict[int, str], interval: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.roots = dict(roots)
+        self.interval = interval
+        self.gone = dict.fromkeys([*roots.values(), "jobs"], 0.0)
+        self.prev: dict[int, tuple[str, int, float]] = {}
+        self.jobs: set[int] = set()
+        self.start_totals: dict[str, float] | None = None
+        self.totals: dict[str, float] = {}
+        self.samples = 0
+        self._halt = threading.Event()
+
+    def _sample(self) -> None:
+        import psutil
+
+        info = {}
+        for p in psutil.process_iter(["ppid", "cmdline", "cpu_times"]):
+            if p.info["cpu_times"] is not None:
+                info[p.pid] = p.info
+        kinds: dict[int, str | None] = {}
+
+        def kind(pid: int) -> str | None:
+            if pid not in kinds:
+                kinds[pid] = None  # a cycle guard
+                i = info[pid]
+                # once a job, a job: a zombie's command line is empty
+                if pid in self.jobs or self.JOB in " ".join(i["cmdline"] or ()):
+                    kinds[pid] = "jobs"
+                elif pid in self.roots:
+                    kinds[pid] = self.roots[pid]
+                elif i["ppid"] in info:
+                    kinds[pid] = kind(i["ppid"])
+            return kinds[pid]
+
+        now = {}
+        for pid, i in info.items():
+            k = kind(pid)
+            if k:
+                t = i["cpu_times"]
+                now[pid] = (k, i["ppid"], t.user + t.system + t.children_user + t.children_system)
+        for pid, (k, ppid, total) in self.prev.items():
+            if pid in now:
+                continue
+            if ppid in now:  # reaped by its parent, whose counters now hold it
+                if now[ppid][0] != k:
+                    self.gone[k] += total
+                    self.gone[now[ppid][0]] -= total
+            else:
+                self.gone[k] += total
+        self.prev = now
+        self.jobs = {pid for pid, (k, _, _) in now.items() if k == "jobs"}
+        totals = dict(self.gone)
+        for k, _, total in now.values():
+            totals[k] += total
+        if self.start_totals is None:
+            self.start_totals = totals
+        self.totals = {k: totals[k] - self.start_totals[k] for k in totals}
+        self.samples += 1
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            self._sample()
+            self._halt.wait(self.interval)
+
+    def stop(self) -> dict[str, float]:
+        self._halt.set()
+        self.join()
+        self._sample()
+        return self.totals
+
+
+# Appended to the copy of the DAG the real stack parses: ingest's shard size, as the dag.test path sets it.
+INGEST_CONFIG = """
+dag.get_task("ingest").config.update(target_shard_bytes={shard_bytes}, row_group_rows={row_group_rows})
+"""
+
+
+def _iso(value: str | None) -> float | None:
+    from datetime import datetime
+
+    return datetime.fromisoformat(value).timestamp() if value else None
+
+
+def run_airflow_real(files: list[Path], work: Path, shard_bytes: int, row_group_rows: int, idle_s: float = 0) -> dict:
+    """The same run on a real Airflow (``scripts/airflow_stack.py``: PostgreSQL, scheduler, triggerer,
+    dag-processor, api-server, LocalExecutor with parallelism 4), triggered and read through REST; with
+    ``idle_s``, first the stack's CPU for that long with the DAG unpaused and no run (its cost per second)."""
+    from urllib.parse import quote
+
+    from airflow_stack import airflow_stack
+
+    base = work / "airflow-real"
+    shutil.rmtree(base, ignore_errors=True)
+    home, root = base / "airflow", work / "lake-airflow"
+    shutil.rmtree(root, ignore_errors=True)
+    dags = home / "dags"
+    dags.mkdir(parents=True)
+    dag_text = (REPO / "dags" / "curation_pipeline.py").read_text()
+    (dags / "curation_pipeline.py").write_text(
+        dag_text + INGEST_CONFIG.format(shard_bytes=shard_bytes, row_group_rows=row_group_rows)
+    )
+    env = {
+        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",  # only the run triggered below, no @daily one
+        # Airflow's defaults (the journey's stack re-parses every 10 s, to see its DAGs at once)
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "300",
+        "CURATION_POLL_INTERVAL": "5",
+        "CURATION_LOCAL_JOBS_DIR": str(base / "jobs"),
+    }
+    dag_id = "curation_pipeline"
+    with airflow_stack(home, dags, env, prefix="scale-airflow-") as stack:
+        deadline = time.time() + 300
+        while True:
+            try:
+                stack.request("GET", f"/api/v2/dags/{dag_id}")
+                break
+            except AssertionError:
+                if time.time() > deadline:
+                    errors = stack.request("GET", "/api/v2/importErrors")
+                    raise RuntimeError(f"{dag_id} not parsed after 300 s: {errors}\n{stack.logs()}") from None
+                time.sleep(2)
+        stack.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+        pg = int((stack.pgdata / "postmaster.pid").read_text().split()[0])
+        roots = {**{p.pid: name for name, p in stack.procs.items()}, pg: "postgres"}
+        idle = None
+        if idle_s:
+            cpu = CpuSampler(roots)
+            cpu.start()
+            time.sleep(idle_s)
+            idle = {"seconds": idle_s, **cpu.stop()}
+        cpu = CpuSampler(roots)
+        cpu.start()
+        load = [os.getloadavg()[0]]
+        conf = {"input": ",".join(map(str, files)), "lake": str(root), "dataset": DATASET, "max_duplicate_rate": 1.0}
+        run = stack.request(
+            "POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": "2026-12-01T00:00:00Z", "conf": conf}
+        )
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{quote(run['dag_run_id'])}"
+        while run["state"] not in ("success", "failed"):
+            time.sleep(5)
+            run = stack.request("GET", path)
+            load.append(os.getloadavg()[0])
+        airflow_cpu = cpu.stop()
+        tis = stack.request("GET", f"{path}/taskInstances?limit=100")["task_instances"]
+    res = {
+        "state": run["state"],
+        "run_id": run["dag_run_id"],
+        "wall_s": _iso(run["end_date"]) - _iso(run["start_date"]),
+        "tasks": [
+            {
+                "task_id": t["task_id"],
+                "state": t["state"],
+                "try_number": t["try_number"],
+                "start": _iso(t["start_date"]),
+                "end": _iso(t["end_date"]),
+                "scheduled": _iso(t["scheduled_when"]),
+                "queued": _iso(t["queued_when"]),
+            }
+            for t in tis
+        ],
+        "airflow_cpu_s": sum(airflow_cpu[name] for name in stack.procs),
+        "postgres_cpu_s": airflow_cpu["postgres"],
+        "children_cpu_s": airflow_cpu["jobs"],
+        "cpu_by_process": airflow_cpu,
+        "cpu_samples": cpu.samples,
+        "idle_cpu": idle,
+        "load_average": load,
+        "parallelism": stack.env["AIRFLOW__CORE__PARALLELISM"],
+    }
+    if res["state"] != "success":
+        raise RuntimeError(f"run {res['run_id']} ended {res['state']}: {json.dumps(res['tasks'], indent=1)}")
+    res.update(_airflow_figures(res, root))
+    shutil.rmtree(root, ignore_errors=True)  # the Airflow home (its logs, the tasks' logs) stays under --workdir
     return res
 
 
@@ -407,7 +645,23 @@ cache contention.
 """
 
 
+AIRFLOW_HEADER = """### Airflow overhead on a real scheduler and triggerer (`benchmarks/bench_scale.py --airflow-stack real`)
+
+Commands: {commands}; report: `.venv/bin/python benchmarks/bench_scale.py --report --write-results --json` on
+their JSON. The pipeline DAG (`dags/curation_pipeline.py`, a copy with ingest's shard size set to 1.5 MB and
+1024-row row groups, the one change the `dag.test()` path makes too) on the stack the journey test starts
+(`scripts/airflow_stack.py`: PostgreSQL, `airflow db migrate`, api-server, scheduler, dag-processor and
+triggerer; LocalExecutor with `parallelism` 4; Airflow's default parse intervals; no schedule, only the
+triggered run), local backend, gates polling at most every 5 s. One run triggered through REST (`POST
+/api/v2/dags/curation_pipeline/dagRuns`, the conf of the `dag.test()` path) and its task instances read back
+through REST (start, end, scheduled and queued times); the stage jobs' times from their `result.json` and
+checkpoint records.
+"""
+
+
 def report(doc: dict) -> str:
+    if not doc.get("sizes"):  # a JSON of DAG runs only
+        return "\n".join(airflow_report(doc)[1:])
     sizes = sorted(doc["sizes"].values(), key=lambda r: r["input_bytes"])
     base = sizes[0]
     rows = []
@@ -527,33 +781,104 @@ def report(doc: dict) -> str:
             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
             *cmp_rows,
         ]
-    af = doc.get("airflow")
-    if af:
+    return "\n".join([*out, *airflow_report(doc)])
+
+
+def airflow_report(doc: dict) -> list[str]:
+    """The DAG runs' tables: ``dag.test()`` (``airflow``), then the real stack's (``airflow_real``), each if present."""
+    out = []
+    if doc.get("airflow"):
+        out += ["", *airflow_tables(doc["airflow"], real=False)]
+    for af in sorted((doc.get("airflow_real") or {}).values(), key=lambda a: a["gb"]):
+        out += ["", *airflow_tables(af, real=True)]
+    return out
+
+
+def airflow_tables(af: dict, real: bool) -> list[str]:
+    """The overhead per stage, the gates' lag after their jobs ended, and the CPU split, of one DAG run."""
+    how = (
+        f"on a real Airflow (PostgreSQL, scheduler, triggerer, dag-processor, api-server; LocalExecutor, "
+        f"parallelism {af.get('parallelism', 4)})"
+        if real
+        else "in `dag.test()` (SQLite, tasks one at a time, each deferred trigger run inline)"
+    )
+    load = af.get("load_average")
+    out = [
+        f"Airflow overhead, {af['gb']:g} GB through `dags/curation_pipeline.py` {how}, local backend, poll 5 s: "
+        f"{af['task_count']} task instances ({af.get('tasks_run', '?')} ran, the rest skipped), "
+        f"{max(s['shards'] for s in af['stages'].values())} shards, DAG run {af['wall_s']:.0f} s"
+        + (f", load average {min(load):.1f}-{max(load):.1f}" if load else "")
+        + ".",
+        "",
+        "| stage | shards | job wall s | checkpoints span s | launch + gate s | overhead s | overhead % |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for s, x in af["stages"].items():
+        own = max(x.get("job_s", 0.0), x["own_span_s"])
+        out.append(
+            f"| {s} | {x['shards']} | {x.get('job_s', 0.0):.1f} | {x['own_span_s']:.1f} | {x['airflow_s']:.1f} | "
+            f"{x['overhead_s']:.1f} | {100 * x['overhead_s'] / own:.1f} |"
+        )
+    total = sum(x["overhead_s"] for x in af["stages"].values())
+    out.append(f"| **all** | | | | | **{total:.1f}** | **{100 * af['overhead_fraction']:.1f}** |")
+    if "airflow_alone_s" in af:
         out += [
             "",
-            f"Airflow overhead, {af['gb']:g} GB through `dags/curation_pipeline.py` in `dag.test()` (local backend, "
-            f"poll 5 s): {af['task_count']} task instances for the run "
-            f"({max(s['shards'] for s in af['stages'].values())} shards).",
-            "",
-            "| stage | shards | job wall s | checkpoints span s | launch + gate s | overhead s | overhead % |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+            f"On the run's critical path: its tasks spanned {af['tasks_span_s']:.1f} s (first task's start to last "
+            f"task's end), a stage job ran during {af['jobs_busy_s']:.1f} s of them (the stages overlap where they "
+            f"stream), so Airflow alone held the run for {af['airflow_alone_s']:.1f} s, "
+            f"{100 * af['airflow_alone_s'] / max(1e-9, af['jobs_busy_s']):.1f}% of the jobs' time.",
         ]
-        for s, x in af["stages"].items():
-            own = max(x.get("job_s", 0.0), x["own_span_s"])
+    lags = [(s, x) for s, x in af["stages"].items() if "gate_lag_s" in x]
+    if lags:
+        out += [
+            "",
+            "Each stage's end: its job's end (result.json written) -> the task waiting for it ended; the launch task's "
+            "own wall beside it. Trigger fired: job end -> the deferred task scheduled again; resume: that -> its end "
+            "(queued, a worker starts, `execute_complete`, XCom).",
+            "",
+            "| stage | launch task s | waiting task | lag after job end s | after last checkpoint s | trigger fired s "
+            "| resume s |",
+            "| --- | ---: | --- | ---: | ---: | ---: | ---: |",
+        ]
+        for s, x in lags:
+            cells = [x.get(k) for k in ("gate_lag_checkpoint_s", "gate_fired_s", "gate_resume_s")]
             out.append(
-                f"| {s} | {x['shards']} | {x.get('job_s', 0.0):.1f} | {x['own_span_s']:.1f} | {x['airflow_s']:.1f} | "
-                f"{x['overhead_s']:.1f} | {100 * x['overhead_s'] / own:.1f} |"
+                f"| {s} | {x['launch_s']:.1f} | `{x['gate']}` | {x['gate_lag_s']:.1f} | "
+                + " | ".join("" if c is None else f"{c:.1f}" for c in cells)
+                + " |"
             )
-        out.append(f"| **all** | | | | | | **{100 * af['overhead_fraction']:.1f}** |")
-        if af.get("airflow_cpu_s") is not None:
+    if af.get("airflow_cpu_s") is not None:
+        jobs = max(1e-9, af["children_cpu_s"])
+        if real:
+            out += [
+                "",
+                f"CPU seconds during the run (sampled from /proc every 0.5 s, {af.get('cpu_samples', '?')} samples): the "
+                f"Airflow processes {af['airflow_cpu_s']:.1f} s ("
+                + ", ".join(
+                    f"{k} {v:.1f}" for k, v in af.get("cpu_by_process", {}).items() if k not in ("postgres", "jobs")
+                )
+                + f"; the scheduler's include its executor workers and the task processes), "
+                f"their PostgreSQL {af['postgres_cpu_s']:.1f} s, "
+                f"the stage jobs {af['children_cpu_s']:.1f} s: Airflow's CPU is {100 * af['airflow_cpu_s'] / jobs:.1f}% "
+                f"of the stages' ({100 * (af['airflow_cpu_s'] + af['postgres_cpu_s']) / jobs:.1f}% with PostgreSQL).",
+            ]
+            idle = af.get("idle_cpu")
+            if idle:
+                out[-1] += (
+                    f" The same stack idle (DAG unpaused, no run) for {idle['seconds']:.0f} s before it: "
+                    + ", ".join(f"{k} {v:.1f}" for k, v in idle.items() if k not in ("seconds", "jobs"))
+                    + " CPU-s."
+                )
+        else:
             out += [
                 "",
                 f"CPU seconds: the `dag.test()` process itself (Airflow: parsing, scheduling, running the launch "
                 f"tasks, the deferred gates' triggers, the metadata DB) {af['airflow_cpu_s']:.1f} s; its child "
                 f"processes (the stage jobs) {af['children_cpu_s']:.1f} s: Airflow's CPU is "
-                f"{100 * af['airflow_cpu_s'] / max(1e-9, af['children_cpu_s']):.1f}% of the stages'.",
+                f"{100 * af['airflow_cpu_s'] / jobs:.1f}% of the stages'.",
             ]
-    return "\n".join(out)
+    return out
 
 
 def main() -> None:
@@ -573,6 +898,15 @@ def main() -> None:
     ap.add_argument("--keep-lakes", action="store_true", help="leave each size's lake under --workdir")
     ap.add_argument("--compare", default="10", help="sizes at which dedup also runs unconstrained and at 1/4")
     ap.add_argument("--airflow-gb", type=float, default=None, help="run this size through the pipeline DAG too")
+    ap.add_argument(
+        "--airflow-stack",
+        choices=("dagtest", "real", "both"),
+        default="dagtest",
+        help="how --airflow-gb runs the DAG: dag.test() on SQLite, or a real scheduler + triggerer on PostgreSQL",
+    )
+    ap.add_argument(
+        "--airflow-idle", type=float, default=0, help="real stack: first its CPU for this many seconds without a run"
+    )
     ap.add_argument("--workdir", default=str(REPO / "benchmarks" / "data" / "scale"))
     ap.add_argument("--json", default=str(REPO / "benchmarks" / "out" / "scale.json"))
     ap.add_argument("--report", action="store_true", help="no runs: print the tables and write the plot")
@@ -583,6 +917,14 @@ def main() -> None:
         doc = json.loads(Path(args.json).read_text())
         text = report(doc)
         print(text)
+        if not doc.get("sizes"):  # DAG runs only: their own block, after the Scale ones
+            if args.write_results:
+                runs = [*([doc["airflow"]] if doc.get("airflow") else []), *(doc.get("airflow_real") or {}).values()]
+                commands = [re.sub(r" --(workdir|json) \S+", "", r["command"]) for r in runs]
+                header = AIRFLOW_HEADER.format(commands=", ".join(f"`{c}`" for c in commands))
+                header += "".join(f"\n{note}\n" for note in doc.get("notes", []))
+                replace_block(RESULTS, "bench_scale_airflow", f"{header}\n{text}\n", after="bench_scale_validate")
+            return
         plot(doc, Path(args.plot))
         if args.write_results:
             commands = sorted(
@@ -608,15 +950,15 @@ def main() -> None:
     budget = int(args.budget_mb * 2**20)
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
-    command = " ".join([".venv/bin/python benchmarks/bench_scale.py", *sys.argv[1:]])
+    command = " ".join([".venv/bin/python benchmarks/bench_scale.py", *map(shlex.quote, sys.argv[1:])])
 
-    def save(key: str, value: dict, size: bool = True) -> None:
+    def save(key: str, value: dict, size: bool = True, under: str | None = None) -> None:
         # Re-read first: runs of other sizes may write the same file from another process.
         doc = json.loads(out.read_text()) if out.exists() else {}
         doc.update({"pool": pool_info(work), "file_bytes": FILE_BYTES, "cpus": os.cpu_count()})
         value = {**value, "command": command, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-        if size:
-            doc.setdefault("sizes", {})[key] = value
+        if size or under:
+            doc.setdefault(under or "sizes", {})[key] = value
         else:
             doc[key] = value
         tmp = out.with_suffix(".tmp")
@@ -642,11 +984,15 @@ def main() -> None:
         )
     if args.airflow_gb:
         n = max(1, round(args.airflow_gb * 1e9 / FILE_BYTES))
-        save(
-            "airflow",
-            {"gb": args.airflow_gb, **run_airflow(files[:n], work, shard_bytes, args.row_group_rows)},
-            size=False,
-        )
+        if args.airflow_stack in ("dagtest", "both"):
+            save(
+                "airflow",
+                {"gb": args.airflow_gb, **run_airflow(files[:n], work, shard_bytes, args.row_group_rows)},
+                size=False,
+            )
+        if args.airflow_stack in ("real", "both"):
+            res = run_airflow_real(files[:n], work, shard_bytes, args.row_group_rows, args.airflow_idle)
+            save(f"{args.airflow_gb:g}", {"gb": args.airflow_gb, **res}, under="airflow_real")
     print(f"wrote {out}")
 
 

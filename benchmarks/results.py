@@ -7,14 +7,19 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
-def replace_block(path: Path, name: str, text: str) -> None:
-    """Put ``text`` between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path`` (appended when absent),
-    written to a temporary file and renamed, so a crash never leaves half a file."""
+def replace_block(path: Path, name: str, text: str, after: str | None = None) -> None:
+    """Put ``text`` between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path`` (when absent: right after
+    the block ``after`` if there is one, else appended), written to a temporary file and renamed, so a crash
+    never leaves half a file."""
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     old = path.read_text(encoding="utf-8") if path.exists() else ""
     block = f"{start}\n{text.rstrip()}\n{end}"
+    anchor = f"<!-- {after}:end -->" if after else None
     if start in old and end in old:
         new = old[: old.index(start)] + block + old[old.index(end) + len(end) :]
+    elif anchor and anchor in old:
+        cut = old.index(anchor) + len(anchor)
+        new = old[:cut] + "\n\n" + block + old[cut:]
     else:
         new = old.rstrip() + "\n\n" + block + "\n"
     tmp = path.with_suffix(path.suffix + ".tmp")
