@@ -99,6 +99,9 @@ class Backend(ABC):
 
     name: str = "base"
     max_resubmits: int = 0
+    # How often a gate may read :meth:`status` between its looks, where that read is cheap (None: it is a
+    # scheduler or API call, read once a look): the gate then opens within this step of the job's end.
+    status_poll_s: float | None = None
 
     def submit(self, spec: JobSpec) -> JobHandle:
         """Launch the whole stage (every group, then collect): attempt 1."""

@@ -43,6 +43,7 @@ class LocalBackend(Backend):
     """
 
     name = "local"
+    status_poll_s = 0.5  # a /proc read
 
     def __init__(
         self, work_dir: str | None = None, python: str | None = None, env: dict[str, str] | None = None

@@ -18,7 +18,7 @@ from airflow_curation.backends.base import JobState
 from airflow_curation.core.manifest import ManifestError
 from airflow_curation.jobs.progress import CheckpointWatcher, Progress
 from airflow_curation.triggers.job_log import JobLogRelay, unit_line
-from airflow_curation.triggers.polling import PollSchedule
+from airflow_curation.triggers.polling import PollSchedule, wait_for_look
 
 __all__ = ["CheckpointWatcher", "Progress", "ShardCheckpointTrigger", "decide"]
 
@@ -150,7 +150,7 @@ class ShardCheckpointTrigger(BaseTrigger):
                 # left, seconds as a rule; look again soon rather than a whole interval later.
                 tail = True
                 schedule.restart()
-            await asyncio.sleep(schedule.next())
+            await wait_for_look(schedule.next(), backend, self.job)
 
     def _stream_log(self, backend: Any, relay: JobLogRelay, job_status: Any) -> None:
         """The job's new log text into the task log; never fails the gate (the log is a courtesy)."""

@@ -17,7 +17,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_curation.hooks.factory import backend_for, curation_settings, scope_storage
 from airflow_curation.triggers.job_log import JobLogRelay
-from airflow_curation.triggers.polling import PollSchedule
+from airflow_curation.triggers.polling import PollSchedule, wait_for_look
 
 
 class StageJobTrigger(BaseTrigger):
@@ -95,7 +95,7 @@ class StageJobTrigger(BaseTrigger):
                     }
                 )
                 return
-            await asyncio.sleep(schedule.next())
+            await wait_for_look(schedule.next(), backend, self.handle)
 
     async def on_kill(self) -> None:
         """The user killed the deferred task (mark failed/success, clear): cancel the job too.

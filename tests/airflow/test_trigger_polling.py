@@ -88,3 +88,54 @@ def test_job_trigger_polls_at_once_then_after_a_short_wait(monkeypatch):
 
     assert asyncio.run(go())["status"] == JobState.SUCCEEDED.value
     assert waits == [0.5, 1.0]
+
+
+def test_a_gate_on_a_cheap_status_backend_opens_at_the_jobs_end_not_the_interval(monkeypatch):
+    """The local backend's status is a /proc read: between looks the gate reads it every 0.5 s and looks
+    as soon as the job has finished, instead of sleeping out the rest of a 30 s wait."""
+    from airflow_curation.backends.base import JobState, JobStatus
+    from airflow_curation.backends.local import LocalBackend
+
+    reads: list[str] = []
+    # look 1, then the 0.5 s wait (one step, no read), look 2, then the 1 s wait: a read after its first
+    # step sees the job finished, and the gate looks at once (its third look) instead of 0.5 s later
+    states = iter([JobState.RUNNING, JobState.RUNNING, JobState.SUCCEEDED, JobState.SUCCEEDED])
+
+    class Backend:
+        status_poll_s = LocalBackend.status_poll_s
+
+        def status(self, handle):
+            state = next(states)
+            reads.append(state.value)
+            return JobStatus(state, "")
+
+        def logs(self, handle, offset):
+            return "", offset
+
+    waits = _record_sleeps(monkeypatch, stage_job)
+    trigger = stage_job.StageJobTrigger(backend="local", backend_options={}, handle={"job_id": "j"}, poll_interval=30)
+    monkeypatch.setattr(trigger, "_backend", lambda: Backend())
+
+    async def go():
+        async for event in trigger.run():
+            return event.payload
+
+    assert asyncio.run(go())["status"] == JobState.SUCCEEDED.value
+    assert waits == [0.5, 0.5] and reads == ["running", "running", "succeeded", "succeeded"]
+    assert LocalBackend.status_poll_s == 0.5
+
+
+def test_a_backend_whose_status_is_a_remote_call_waits_the_whole_step(monkeypatch):
+    from airflow_curation.backends.base import Backend
+    from airflow_curation.triggers.polling import wait_for_look
+
+    waits = _record_sleeps(monkeypatch, stage_job)
+
+    class Remote:
+        status_poll_s = Backend.status_poll_s  # None: Slurm, Kubernetes
+
+        def status(self, handle):  # pragma: no cover - must not be called between looks
+            raise AssertionError("status read between looks")
+
+    asyncio.run(wait_for_look(4.0, Remote(), {"job_id": "j"}))
+    assert waits == [4.0]
