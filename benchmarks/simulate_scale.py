@@ -21,7 +21,8 @@ The model, stage by stage (ingest, preprocess, dedup, validate):
 * dedup also pays, per (LSH partition x shard) pair, the measured cost of reading one row group of a
   spill file (``cross``): it grows with the square of the data, which is where a shuffle on a Dask or
   Ray cluster takes over from the partitioned spill files (see docs/scale.md).
-* Airflow tasks: the pipeline DAG's launch + gate per stage, measured on the 1 GB run; independent of
+* Airflow tasks: the pipeline DAG's launch + gate per stage, and their overhead per stage, from the
+  largest real-scheduler run (``--airflow-stack real``), else the ``dag.test()`` run; independent of
   the shard count (shards are units inside a task's job, never tasks).
 """
 
@@ -96,7 +97,8 @@ def load_curve(doc: dict) -> dict:
             ),
         }
     curve["rows_per_gb"] = max(r["stages"]["ingest"]["rows"] / (r["input_bytes"] / 1e9) for r in sizes)
-    af = doc.get("airflow") or {}
+    real = doc.get("airflow_real") or {}  # by size: the real scheduler's run at the largest, else dag.test()'s
+    af = real[max(real, key=float)] if real else (doc.get("airflow") or {})
     curve["airflow_tasks"] = int(af.get("task_count") or 2 * (len(STAGES) + 1))  # + enrich's two
     curve["airflow_overhead_s"] = {
         s: max(0.0, v.get("overhead_s", 0.0)) for s, v in (af.get("stages") or {}).items() if s in STAGES

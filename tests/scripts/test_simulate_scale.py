@@ -145,3 +145,14 @@ def test_dedup_fit_takes_out_each_runs_own_partition_term(sim, measured):
     dedup = sim.load_curve(doc)["stages"]["dedup"]
     assert dedup["cpu_s_per_gb"] == pytest.approx(20)
     assert dedup["cpu_fixed_s"] == pytest.approx(5)
+
+
+def test_the_largest_real_scheduler_run_gives_the_airflow_figures(sim, measured):
+    doc = json.loads(measured.read_text())
+    doc["airflow_real"] = {
+        "1": {"gb": 1, "task_count": 19, "stages": {"ingest": {"overhead_s": 5.0}}},
+        "10": {"gb": 10, "task_count": 19, "stages": {"ingest": {"overhead_s": 8.7}, "dedup": {"overhead_s": -1}}},
+    }
+    curve = sim.load_curve(doc)
+    assert curve["airflow_tasks"] == 19  # not the dag.test() run's 10
+    assert curve["airflow_overhead_s"] == {"ingest": 8.7, "dedup": 0.0}  # the 10 GB run's; never negative
