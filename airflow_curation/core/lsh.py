@@ -112,7 +112,7 @@ def read_partition(uris: list[str], p: int, columns: dict[str, np.dtype]) -> dic
     """Rows of partition ``p`` from every spill file in ``uris`` (in that order)."""
     parts: dict[str, list[np.ndarray]] = {name: [] for name in columns}
     for uri in uris:
-        with storage.open_read(uri) as f:
+        with storage.open_arrow(uri) as f:  # one small row group per file: the per-read overhead counts
             pf = pq.ParquetFile(f)
             meta = pf.schema_arrow.metadata or {}
             index = json.loads(meta.get(_META_KEY, b"{}"))

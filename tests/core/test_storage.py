@@ -117,3 +117,16 @@ def test_explicit_options_are_used_as_given(monkeypatch):
     storage.filesystem("s3://bucket/lake/x", {"key": "explicit"})
     storage.filesystem("s3://bucket/lake/x")
     assert seen == [{"key": "explicit", "use_listings_cache": False}, {"key": "scoped", "use_listings_cache": False}]
+
+
+def test_open_arrow_reads_a_local_file_natively_by_path_or_file_url(tmp_path):
+    import pyarrow as pa
+
+    p = tmp_path / "x.bin"
+    p.write_bytes(b"spill bytes")
+    for url in (str(p), f"file://{p}"):
+        with storage.open_arrow(url) as f:
+            assert isinstance(f, pa.NativeFile)  # pyarrow reads it without a Python file object between
+            assert f.read() == b"spill bytes"
+    with pytest.raises(FileNotFoundError):
+        storage.open_arrow(str(tmp_path / "missing.bin"))
