@@ -128,6 +128,20 @@ def read_partition(uris: list[str], p: int, columns: dict[str, np.dtype]) -> dic
     }
 
 
+def gather_partition(uris: list[str], p: int, columns: dict[str, np.dtype], out_uri: str) -> int:
+    """Partition ``p`` of every file in ``uris``, in that order, written to ``out_uri`` alone (one row group):
+    a reader of partition ``p`` then opens one file instead of one per file in ``uris``. Returns rows."""
+    rows = read_partition(uris, p, columns)
+    n = len(next(iter(rows.values()))) if rows else 0
+    return write_partitioned(out_uri, rows, np.full(n, p, np.int64))
+
+
+def partition_sources(uris: list[str], p: int, gathered: bool) -> list[str]:
+    """The files that hold partition ``p``: every one of ``uris``, or where they were gathered by
+    partition (:func:`gather_partition`, one file per partition), the ``p``-th alone."""
+    return uris[p : p + 1] if gathered else uris
+
+
 def star_edges(keys: list[np.ndarray], nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Candidate edges of one partition: within each bucket (rows with equal ``keys``), every member
     is linked to the bucket's lowest node. A bucket of k members gives k-1 edges, not k(k-1)/2, and

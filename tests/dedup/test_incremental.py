@@ -279,3 +279,14 @@ def test_killed_during_its_attrs_a_later_snapshot_resumes_to_the_same_marks(thre
     for s in manifest.shards:
         rows.update({r["id"]: r for r in pq.read_table(s.attrs["dedup"]).to_pylist()})
     assert rows == results[DATES[2]][1]  # every column of every row, as in the clean run
+
+
+def test_past_memory_each_snapshot_marks_the_same_rows(three, tmp_path):
+    """With a budget that splits the global phase into many LSH partitions (whose labels are then gathered
+    by output partition), every snapshot's rows, prior matches included, are the unconstrained run's."""
+    _, days, _, _, results = three
+    lakes = {d: _snapshot_lake(tmp_path / "lake", d, docs) for d, docs in days.items()}
+    for date in DATES:
+        _, rows, stage = _dedup(lakes[date], memory_budget=4096)
+        assert stage._global["partitions"] > 1 and stage._global["gathered"]
+        assert rows == results[date][1], date

@@ -49,3 +49,12 @@ def test_a_quarter_budget_spills_and_finds_the_same_clusters(nd_corpus, nd_files
     assert full.keys() == tight.keys()
     for name in full:
         assert tight[name].equals(full[name]), name
+    # phase 3 read its shard's labels and exact duplicates from one gathered file each, not one per
+    # LSH partition: the same rows as the partitions' files hold
+    assert tight_done["gathered"] and not full_done["gathered"]
+    assert len(tight_done["labels"]) == len(tight_done["exact"]) == tight_done["out_partitions"]
+    assert all(pq.ParquetFile(u).metadata.num_row_groups <= 1 for u in tight_done["labels"])
+    gathered = sum(pq.ParquetFile(u).metadata.num_rows for u in tight_done["labels"])
+    by_lsh = sorted((tmp_path / "lake-quarter" / "ds" / "dedup").glob("*/components/**/*.parquet"))
+    assert gathered > 0
+    assert gathered == sum(pq.ParquetFile(str(u)).metadata.num_rows for u in by_lsh if u.parent.name == "labels")

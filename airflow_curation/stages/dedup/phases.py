@@ -20,6 +20,7 @@ from airflow_curation.core.components import write_edges
 from airflow_curation.core.lsh import (
     node_keys,
     partition_of,
+    partition_sources,
     read_partition,
     row_of,
     shard_of,
@@ -203,6 +204,7 @@ def shard_result(
     label_uris: list[str],
     exact_dup_uris: list[str],
     out_partitions: int,
+    gathered: bool = False,
 ) -> pa.Table:
     """Phase 3 for one shard: ``id``, ``cluster_id`` (the keeper's node key; null for rows not
     considered), ``is_duplicate``, ``exact_duplicate``, ``near_duplicate``, same rows and order as
@@ -212,7 +214,7 @@ def shard_result(
     n = len(ids)
     keep = read_keep(keep_uri, keep_column, n)
     q = shard_index % out_partitions
-    labels = read_partition(label_uris, q, {"node": np.uint64, "label": np.uint64})
+    labels = read_partition(partition_sources(label_uris, q, gathered), q, {"node": np.uint64, "label": np.uint64})
     mine = shard_of(labels["node"]) == shard_index
     cluster = node_keys(shard_index, n).astype(np.int64)
     dup = np.zeros(n, bool)
@@ -220,7 +222,7 @@ def shard_result(
     cluster[rows] = labels["label"][mine].astype(np.int64)
     dup[rows] = True
     exact = np.zeros(n, bool)
-    ex = read_partition(exact_dup_uris, q, NODE_COLUMNS)["node"]
+    ex = read_partition(partition_sources(exact_dup_uris, q, gathered), q, NODE_COLUMNS)["node"]
     exact[row_of(ex[shard_of(ex) == shard_index])] = True
     return pa.table(
         {

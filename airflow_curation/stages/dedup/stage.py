@@ -25,11 +25,11 @@ from dataclasses import asdict
 
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
-from airflow_curation.core.components import connected_components
+from airflow_curation.core.components import LABEL_COLUMNS, connected_components
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import config_fingerprint
 from airflow_curation.core.integrity import verify_file
-from airflow_curation.core.lsh import next_power_of_two, partitions_for
+from airflow_curation.core.lsh import gather_partition, next_power_of_two, partitions_for
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.minhash import MinHashParams, lsh_params
 from airflow_curation.core.schema import CLUSTER_ID, EXACT_DUPLICATE, KEEP, NEAR_DUPLICATE
@@ -388,9 +388,19 @@ class DedupStage(AttrsStage):
             edge_uris, storage.join(gdir, "components"), parts, out_parts, self.default_mapper()
         )
         totals = {k: sum(s[k] for s in stats) for k in ("candidates", "verified", "exact_edges")}
+        # Phase 3 reads its shard's output partition of the labels and of the exact duplicates: from every
+        # LSH partition's file that is 2 x parts opens per shard, the pairs term that grows with the square
+        # of the data. Gathered by output partition first, it is two opens per shard.
+        gathered = parts > 1
+        if gathered:
+            label_uris = self._gather(label_uris, storage.join(gdir, "labels-by-out"), LABEL_COLUMNS, out_parts)
+            exact_dup_uris = self._gather(
+                exact_dup_uris, storage.join(gdir, "exact-by-out"), phases.NODE_COLUMNS, out_parts
+            )
         result = {
             "labels": label_uris,
             "exact": exact_dup_uris,
+            "gathered": gathered,
             "out_partitions": out_parts,
             "partitions": parts,
             "bands": params.bands,
@@ -400,6 +410,11 @@ class DedupStage(AttrsStage):
         log.info("dedup: global phase done: %s", totals)
         storage.write_json(done_uri, result)
         return result
+
+    def _gather(self, uris: list[str], folder: str, columns: dict, out_parts: int) -> list[str]:
+        outs = [storage.join(folder, f"part-{q:05d}.parquet") for q in range(out_parts)]
+        list(self.default_mapper()(gather_partition, [(uris, q, columns, outs[q]) for q in range(out_parts)]))
+        return outs
 
     # -- across snapshots ----------------------------------------------------------------------------
     def _probe(self, sig: DedupSignaturesStage, params: DedupParams, shards: list[dict], run_key: str, out_parts: int):
@@ -425,7 +440,8 @@ class DedupStage(AttrsStage):
                 [(p, parts, band_uris, exact_uris, inputs, params, match_uris[p]) for p in range(parts)],
             )
         )
-        uris, counts = snapshots.resolve(match_uris, self._global["labels"], out_parts, docs, pdir)
+        g = self._global
+        uris, counts = snapshots.resolve(match_uris, g["labels"], out_parts, docs, pdir, bool(g.get("gathered")))
         result = {"uris": uris, "snapshots": [p["snapshot"] for p in priors], **counts}
         log.info("dedup: probed %d earlier snapshots: %s", len(priors), counts)
         storage.write_json(done_uri, result)
@@ -472,6 +488,7 @@ class DedupStage(AttrsStage):
             g["labels"],
             g["exact"],
             int(g["out_partitions"]),
+            bool(g.get("gathered")),  # absent from a global phase done before gathering existed
         )
         if self.incremental:
             table = snapshots.apply_prior(table, s["index"], (self._prior or {}).get("uris"), int(g["out_partitions"]))
