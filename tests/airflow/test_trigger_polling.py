@@ -78,16 +78,22 @@ def test_job_trigger_polls_at_once_then_after_a_short_wait(monkeypatch):
         def logs(self, handle, offset):
             return "", offset
 
+    payload, waits = _run_job_trigger(monkeypatch, Backend())
+    assert payload["status"] == JobState.SUCCEEDED.value
+    assert waits == [0.5, 1.0]
+
+
+def _run_job_trigger(monkeypatch, backend) -> tuple[dict, list[float]]:
+    """A job trigger (30 s interval) over ``backend`` to its first event: (its payload, the waits)."""
     waits = _record_sleeps(monkeypatch, stage_job)
     trigger = stage_job.StageJobTrigger(backend="local", backend_options={}, handle={"job_id": "j"}, poll_interval=30)
-    monkeypatch.setattr(trigger, "_backend", lambda: Backend())
+    monkeypatch.setattr(trigger, "_backend", lambda: backend)
 
     async def go():
         async for event in trigger.run():
             return event.payload
 
-    assert asyncio.run(go())["status"] == JobState.SUCCEEDED.value
-    assert waits == [0.5, 1.0]
+    return asyncio.run(go()), waits
 
 
 def test_a_gate_on_a_cheap_status_backend_opens_at_the_jobs_end_not_the_interval(monkeypatch):
@@ -112,15 +118,8 @@ def test_a_gate_on_a_cheap_status_backend_opens_at_the_jobs_end_not_the_interval
         def logs(self, handle, offset):
             return "", offset
 
-    waits = _record_sleeps(monkeypatch, stage_job)
-    trigger = stage_job.StageJobTrigger(backend="local", backend_options={}, handle={"job_id": "j"}, poll_interval=30)
-    monkeypatch.setattr(trigger, "_backend", lambda: Backend())
-
-    async def go():
-        async for event in trigger.run():
-            return event.payload
-
-    assert asyncio.run(go())["status"] == JobState.SUCCEEDED.value
+    payload, waits = _run_job_trigger(monkeypatch, Backend())
+    assert payload["status"] == JobState.SUCCEEDED.value
     assert waits == [0.5, 0.5] and reads == ["running", "running", "succeeded", "succeeded"]
     assert LocalBackend.status_poll_s == 0.5
 
