@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
-from airflow_curation.core.components import write_edges
+from airflow_curation.core.components import LABEL_COLUMNS, write_edges
 from airflow_curation.core.lsh import (
     node_keys,
     partition_of,
@@ -214,7 +214,7 @@ def shard_result(
     n = len(ids)
     keep = read_keep(keep_uri, keep_column, n)
     q = shard_index % out_partitions
-    labels = read_partition(partition_sources(label_uris, q, gathered), q, {"node": np.uint64, "label": np.uint64})
+    labels = read_partition(partition_sources(label_uris, q, gathered), q, LABEL_COLUMNS)
     mine = shard_of(labels["node"]) == shard_index
     cluster = node_keys(shard_index, n).astype(np.int64)
     dup = np.zeros(n, bool)

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
+from airflow_curation.core.components import LABEL_COLUMNS
 from airflow_curation.core.fingerprint import checksum_url, config_fingerprint
 from airflow_curation.core.integrity import IntegrityError, verify_file
 from airflow_curation.core.layout import Lake
@@ -60,7 +61,6 @@ INDEX_FORMAT = "airflow-curation/dedup-index"
 INDEX_VERSION = 1
 INDEX_FILE = "_INDEX.json"
 MATCH_COLUMNS = {"node": np.uint64, "ord": np.int64, "pnode": np.uint64, "exact": np.bool_}
-LABELS = {"node": np.uint64, "label": np.uint64}
 PRIOR_COLUMNS = {"node": np.uint64, "snapshot": object, "id": object, "exact": np.bool_}
 _SNAPSHOT_DIR = re.compile(r"/snapshot=([^/]+)/dedup/index/")
 
@@ -298,7 +298,7 @@ def resolve(
     m = _reduce_matches(*_read_table(match_uris).values())
     # node -> its cluster (phase 2's label; a node without one is its own cluster's keeper)
     label_parts = sorted({int(q) for q in shard_of(m["node"]) % out_partitions})
-    lab = [read_partition(partition_sources(label_uris, q, gathered), q, LABELS) for q in label_parts]
+    lab = [read_partition(partition_sources(label_uris, q, gathered), q, LABEL_COLUMNS) for q in label_parts]
     lab_node = np.concatenate([x["node"] for x in lab]) if lab else np.empty(0, np.uint64)
     lab_label = np.concatenate([x["label"] for x in lab]) if lab else np.empty(0, np.uint64)
     order = np.argsort(lab_node)
@@ -322,7 +322,7 @@ def resolve(
     uris = []
     members_total = 0
     for q in range(out_partitions):
-        lq = read_partition(partition_sources(label_uris, q, gathered), q, LABELS) if clusters.size else None
+        lq = read_partition(partition_sources(label_uris, q, gathered), q, LABEL_COLUMNS) if clusters.size else None
         nodes_q, cl_q = [], []
         if lq is not None and lq["node"].size:
             at = np.minimum(np.searchsorted(clusters, lq["label"]), clusters.size - 1)
