@@ -32,6 +32,13 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
     ]
 
 
+def parquet_writer(sink, schema: pa.Schema) -> pq.ParquetWriter:
+    """How shards and attrs files are written: zstd, statistics, dictionaries where values repeat."""
+    return pq.ParquetWriter(
+        sink, schema, compression="zstd", use_dictionary=dictionary_columns(schema), write_statistics=True
+    )
+
+
 class _CountingSink:
     """File wrapper that counts and hashes bytes on their way to storage."""
 
@@ -58,13 +65,7 @@ def write_parquet(uri: str, table: pa.Table, row_group_rows: int = DEFAULT_ROW_G
     """Write one table atomically; returns (bytes, checksum)."""
     with storage.atomic_open(uri) as f:
         sink = _CountingSink(f)
-        with pq.ParquetWriter(
-            sink,
-            table.schema,
-            compression="zstd",
-            use_dictionary=dictionary_columns(table.schema),
-            write_statistics=True,
-        ) as w:
+        with parquet_writer(sink, table.schema) as w:
             w.write_table(table, row_group_size=max(1, row_group_rows))
     return sink.tell(), sink.checksum.hexdigest()
 
@@ -120,13 +121,7 @@ class ShardWriter:
         uri = storage.join(self.directory, f"{self.name_for(k)}.parquet")
         self._ctx = storage.atomic_open(uri)
         self._sink = _CountingSink(self._ctx.__enter__())
-        self._writer = pq.ParquetWriter(
-            self._sink,
-            self.schema,
-            compression="zstd",
-            use_dictionary=dictionary_columns(self.schema),
-            write_statistics=True,
-        )
+        self._writer = parquet_writer(self._sink, self.schema)
         self._uri = uri
         self._rows_in_shard = 0
 

@@ -40,7 +40,7 @@ from airflow_curation.core.integrity import verify_file
 from airflow_curation.core.layout import Lake, safe_name
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text
-from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink, dictionary_columns
+from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink, parquet_writer
 from airflow_curation.stages.base import Stage, UnitMapper, UnitResult, local_mapper
 from airflow_curation.stages.settings import Setting
 
@@ -376,11 +376,11 @@ def write_attrs(
                     result = compute(table)
                     accounting.merge(account(result))
                     if writer is None:
-                        writer = _attrs_writer(sink, result.schema)
+                        writer = parquet_writer(sink, result.schema)
                     writer.write_table(result, row_group_size=batch_rows or DEFAULT_ROW_GROUP_ROWS)
                 if writer is None:  # an empty shard still gets its (empty) attrs file
                     empty = compute(pf.schema_arrow.empty_table().select(columns))
-                    writer = _attrs_writer(sink, empty.schema)
+                    writer = parquet_writer(sink, empty.schema)
                     writer.write_table(empty)
             finally:
                 if writer is not None:
@@ -393,13 +393,6 @@ def write_attrs(
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
     return AttrsFile(sink.tell(), sink.checksum.hexdigest(), accounting, extra)
-
-
-def _attrs_writer(sink: _CountingSink, schema: pa.Schema) -> pq.ParquetWriter:
-    # Signals are mostly distinct floats: a dictionary only for the repeating strings (drop reasons).
-    return pq.ParquetWriter(
-        sink, schema, compression="zstd", use_dictionary=dictionary_columns(schema), write_statistics=True
-    )
 
 
 def _text_bytes(col: pa.ChunkedArray | pa.Array) -> int:

@@ -37,7 +37,7 @@ from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.fingerprint import checksum_url, config_fingerprint
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text
-from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink
+from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink, parquet_writer
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, keep_accounting
 from airflow_curation.stages.base import UnitResult, file_record
 from airflow_curation.stages.kept import decision_attrs, skip_reasons
@@ -185,7 +185,7 @@ class TokenizeStage(AttrsStage):
                     ]
                 )
                 with (
-                    pq.ParquetWriter(attrs_sink, attrs_schema, compression="zstd") as attrs_pq,
+                    parquet_writer(attrs_sink, attrs_schema) as attrs_pq,
                     pq.ParquetWriter(packed_sink, packer.schema, compression="zstd") as packed_pq,
                 ):
                     # Row groups of a fixed size, whatever batch_rows is: the files are the same byte for byte.
