@@ -881,6 +881,14 @@ def airflow_tables(af: dict, real: bool) -> list[str]:
     return out
 
 
+def _header(template: str, doc: dict, commands: list[str], **fields) -> str:
+    """A RESULTS block's header: ``template`` with the runs' commands, then the JSON's notes."""
+    # the runs name their own workdir and JSON (they ran from a copy of the code): shown without
+    shown = [re.sub(r" --(workdir|json) \S+", "", c) for c in commands if c]
+    header = template.format(commands=", ".join(f"`{c}`" for c in shown), **fields)
+    return header + "".join(f"\n{note}\n" for note in doc.get("notes", []))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1,2,5,10", help="GB of JSONL, comma-separated")
@@ -920,9 +928,7 @@ def main() -> None:
         if not doc.get("sizes"):  # DAG runs only: their own block, after the Scale ones
             if args.write_results:
                 runs = [*([doc["airflow"]] if doc.get("airflow") else []), *(doc.get("airflow_real") or {}).values()]
-                commands = [re.sub(r" --(workdir|json) \S+", "", r["command"]) for r in runs]
-                header = AIRFLOW_HEADER.format(commands=", ".join(f"`{c}`" for c in commands))
-                header += "".join(f"\n{note}\n" for note in doc.get("notes", []))
+                header = _header(AIRFLOW_HEADER, doc, [r["command"] for r in runs])
                 replace_block(RESULTS, "bench_scale_airflow", f"{header}\n{text}\n", after="bench_scale_validate")
             return
         plot(doc, Path(args.plot))
@@ -930,14 +936,9 @@ def main() -> None:
             commands = sorted(
                 {r["command"] for r in doc["sizes"].values()} | {(doc.get("airflow") or {}).get("command", "")}
             )
-            # the runs name their own workdir and JSON (they ran from a copy of the code): shown without
-            commands = [re.sub(r" --(workdir|json) \S+", "", c) for c in commands if c]
-            header = HEADER.format(
-                commands=", ".join(f"`{c}`" for c in commands),
-                pool_mb=doc["pool"]["bytes"] / 1e6,
-                pool_docs=doc["pool"]["documents"],
+            header = _header(
+                HEADER, doc, commands, pool_mb=doc["pool"]["bytes"] / 1e6, pool_docs=doc["pool"]["documents"]
             )
-            header += "".join(f"\n{note}\n" for note in doc.get("notes", []))
             image = os.path.relpath(args.plot, REPO / "benchmarks")
             replace_block(RESULTS, "bench_scale", f"{header}\n![scale]({image})\n\n{text}\n")
         print(f"wrote {args.plot}")
@@ -952,15 +953,13 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     command = " ".join([".venv/bin/python benchmarks/bench_scale.py", *map(shlex.quote, sys.argv[1:])])
 
-    def save(key: str, value: dict, size: bool = True, under: str | None = None) -> None:
+    def save(key: str, value: dict, under: str | None = "sizes") -> None:
+        """``doc[under][key] = value`` (``under`` None: ``doc[key]``)."""
         # Re-read first: runs of other sizes may write the same file from another process.
         doc = json.loads(out.read_text()) if out.exists() else {}
         doc.update({"pool": pool_info(work), "file_bytes": FILE_BYTES, "cpus": os.cpu_count()})
         value = {**value, "command": command, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-        if size or under:
-            doc.setdefault(under or "sizes", {})[key] = value
-        else:
-            doc[key] = value
+        (doc.setdefault(under, {}) if under else doc)[key] = value
         tmp = out.with_suffix(".tmp")
         tmp.write_text(json.dumps(doc, indent=1))
         os.replace(tmp, out)
@@ -988,7 +987,7 @@ def main() -> None:
             save(
                 "airflow",
                 {"gb": args.airflow_gb, **run_airflow(files[:n], work, shard_bytes, args.row_group_rows)},
-                size=False,
+                under=None,
             )
         if args.airflow_stack in ("real", "both"):
             res = run_airflow_real(files[:n], work, shard_bytes, args.row_group_rows, args.airflow_idle)
