@@ -298,7 +298,7 @@ if HAVE_NUMBA:
         return best
 
     @njit(cache=True)
-    def _ngram_signals(whash, wlen, cum, nw, total, g, cand, keys, counts, dup, covered, slot, row, col):
+    def _ngram_signals(whash, cum, nw, total, g, cand, keys, counts, dup, slot, row, col):
         """top_{2,3,4}gram and dup_{5..10}gram char fractions into row[col:col+9].
 
         Every 2-gram is counted. For n >= 3 only candidates are: starts whose (n-1)-grams at i and i+1
@@ -306,7 +306,9 @@ if HAVE_NUMBA:
         shrink as n grows, so n = 3..10 cost what repeats there are, not the document's length.
         ``g[i]`` is the hash of the n-gram at a candidate i, extended by one word per n. The most
         frequent n-gram is the best repeated one or, when none repeats, the longest of all.
-        ``covered`` holds, per word, the last n that marked it, so it never needs clearing. ``slot``
+        Candidates are in ascending order, so the words covered by repeats are a union of intervals
+        [i, i + n) met left to right: each repeat adds the chars past the end of the last one (``cum``
+        differences), with no per-word marks. ``slot``
         keeps each n-gram's table slot from the counting loop, so the second loop reads its count
         without probing again (on large documents each probe is a cache miss).
         """
@@ -364,6 +366,7 @@ if HAVE_NUMBA:
             keys[:size] = 0
             counts[:size] = 0
             chars = 0
+            cov_end = 0  # the words below it are covered for this n already
             for j in range(nc):
                 i = cand[j]
                 h = _mix(g[i], whash[i + n - 1])
@@ -372,10 +375,9 @@ if HAVE_NUMBA:
                 keys[s] = h
                 if not top and counts[s] > 0:
                     # a repeat (not the first occurrence): its words count as duplicated, once each
-                    for k in range(i, i + n):
-                        if covered[k] != n:
-                            covered[k] = n
-                            chars += wlen[k]
+                    # (cand ascends, so cov_end <= the last i + n - 1 < i + n)
+                    chars += cum[i + n] - cum[max(i, cov_end)]
+                    cov_end = i + n
                 counts[s] += 1
                 slot[j] = s
             # "the n-gram at i repeats" is dup[i] == n: stale stamps of smaller n never match
@@ -437,7 +439,6 @@ if HAVE_NUMBA:
         keys = np.zeros(tsize, dtype=np.uint64)
         counts = np.zeros(tsize, dtype=np.int32)
         dup_prev = np.zeros(cap + 1, dtype=np.uint8)
-        covered = np.zeros(cap, dtype=np.int8)
         stop_mask = numba.uint64(stop_hashes.shape[0] - 3)  # table size - 1 (the size is a power of two)
         stop_displaced = stop_hashes[stop_hashes.shape[0] - 2] != 0
         max_stop_len = numba.int64(stop_hashes[stop_hashes.shape[0] - 1])  # the longest key's byte length
@@ -872,8 +873,7 @@ if HAVE_NUMBA:
             dp, dpc = _dup_counts(phash, plen, npara, keys)
             row[24] = dp / npara if npara else 0.0
             row[25] = dpc / n_chars if n_chars else 0.0
-            covered[:nw] = 0
-            _ngram_signals(whash, wlen, cum, nw, n_chars, g, cand, keys, counts, dup_prev, covered, slot, row, 26)
+            _ngram_signals(whash, cum, nw, n_chars, g, cand, keys, counts, dup_prev, slot, row, 26)
             row[35] = n_sent
             row[36] = has_curly
             # structure
