@@ -124,7 +124,7 @@ def test_open_arrow_reads_a_local_file_natively_by_path_or_file_url(tmp_path):
 
     p = tmp_path / "x.bin"
     p.write_bytes(b"spill bytes")
-    for url in (str(p), f"file://{p}"):
+    for url in (str(p), f"file://{p}", f"local://{p}"):
         with storage.open_arrow(url) as f:
             assert isinstance(f, pa.NativeFile)  # pyarrow reads it without a Python file object between
             assert f.read() == b"spill bytes"

@@ -3,10 +3,15 @@ datasketch's MinHashLSH with the same parameters; spill files; connected compone
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from airflow_curation.core.components import connected_components, write_edges
+from airflow_curation.core.integrity import IntegrityError
 from airflow_curation.core.lsh import (
     bucket_pairs,
     node_keys,
@@ -110,6 +115,38 @@ def test_spill_roundtrip_by_partition(tmp_path):
     assert sorted(np.concatenate(seen).tolist()) == nodes.tolist()
     write_partitioned(str(tmp_path / "empty.parquet"), {"bucket": np.empty(0, np.uint64)}, np.empty(0, np.int64))
     assert read_partition([str(tmp_path / "empty.parquet")], 0, {"bucket": np.uint64})["bucket"].size == 0
+
+
+def test_spill_files_of_the_parquet_format_are_still_read(tmp_path):
+    """Spill files written before they were Arrow IPC (Parquet, one row group per partition, the index in
+    the schema's metadata): what earlier snapshots' indexes list, and a run resumed across an upgrade."""
+    keys = np.arange(10, dtype=np.uint64)
+    nodes = keys + np.uint64(100)
+    parts = (keys % np.uint64(3)).astype(np.int64)
+    order = np.argsort(parts, kind="stable")
+    t = pa.table({"bucket": keys[order], "node": nodes[order]})
+    t = t.replace_schema_metadata({b"curation.partitions": json.dumps({"0": 0, "1": 1, "2": 2}).encode()})
+    old = str(tmp_path / "old.parquet")
+    with pq.ParquetWriter(old, t.schema) as w:
+        for p in range(3):
+            w.write_table(t.filter(pa.compute.equal(pa.array(parts[order]), p)))
+    new = str(tmp_path / "new.parquet")
+    write_partitioned(new, {"bucket": keys, "node": nodes}, parts)
+    for p in range(3):
+        r = read_partition([old, new], p, {"bucket": np.uint64, "node": np.uint64})
+        mine = keys[parts == p]
+        assert r["bucket"].tolist() == mine.tolist() * 2
+        assert r["node"].tolist() == (mine + np.uint64(100)).tolist() * 2
+
+
+def test_a_truncated_spill_file_fails_clearly_naming_it(tmp_path):
+    f = tmp_path / "s.bands.parquet"
+    keys = np.arange(1000, dtype=np.uint64)
+    write_partitioned(str(f), {"bucket": keys, "node": keys}, (keys % np.uint64(4)).astype(np.int64))
+    data = f.read_bytes()
+    f.write_bytes(data[: len(data) // 2])
+    with pytest.raises(IntegrityError, match="s.bands.parquet"):
+        read_partition([str(f)], 1, {"bucket": np.uint64, "node": np.uint64})
 
 
 def test_star_edges_link_each_bucket_to_its_lowest_node():
