@@ -148,3 +148,31 @@ def test_partitioned_metrics_equal_the_global_views(tmp_path):
         engine.close()
     assert (m["rows"], m["text_bytes"], m["distinct_ids"], m["funnel"][-1]["rows"]) == (rows, nbytes, distinct, kept)
     assert [m["curated_signals"]["alpha_ratio"][p] for p in ("p01", "p05", "p50", "p95", "p99")] == alpha
+
+
+def test_attrs_files_read_by_position_where_their_schemas_agree_and_by_name_where_not(tmp_path):
+    """A stage's attrs files agree on their schema as a rule, and the view reads them by position (no
+    footer re-read per query); where one differs (its columns in another order, one more column: a
+    schema change mid-run), they are still unified by name and every value lands in its column."""
+    from airflow_curation.stages.validate.engines import DuckDBEngine
+    from airflow_curation.stages.validate.view import CuratedView, same_schema
+
+    uris = build_run(str(tmp_path), shards=4, rows=50, stages=("preprocess",))
+    view = CuratedView.from_manifest(Manifest.read(uris["preprocess"]))
+    files = view.attrs[0].files
+    assert same_schema(files) and same_schema(view.shard_files)
+    expected = sum(sum(pq.read_table(f, columns=["word_count"]).column(0).to_pylist()) for f in files)
+
+    t = pq.read_table(files[1])
+    t = t.select(list(reversed(t.column_names))).append_column("extra", pa.array([1.5] * t.num_rows))
+    pq.write_table(t, files[1])
+    assert not same_schema(files)
+
+    engine = DuckDBEngine(CuratedView.from_manifest(Manifest.read(uris["preprocess"])))
+    try:
+        got, rows, extra = engine.con.execute(
+            "SELECT sum(word_count), count(*), count(extra) FROM attrs_preprocess"
+        ).fetchone()
+    finally:
+        engine.close()
+    assert (got, rows, extra) == (expected, 200, 50)

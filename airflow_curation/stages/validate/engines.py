@@ -16,7 +16,7 @@ from typing import Any
 from airflow_curation.core import redact, storage
 from airflow_curation.core.schema import CLUSTER_ID, DROP_REASON, ID, TEXT
 from airflow_curation.stages.validate import bounded, sandbox
-from airflow_curation.stages.validate.view import CuratedView
+from airflow_curation.stages.validate.view import CuratedView, same_schema
 
 log = logging.getLogger(__name__)
 
@@ -88,18 +88,20 @@ class DuckDBEngine:
     def _files(self, files: list[str]) -> str:
         return "[" + ", ".join(_sql_str(_path(f)) for f in files) + "]"
 
+    def _read_all(self, files: list[str]) -> str:
+        """``read_parquet`` of ``files`` as one relation: by column name where their schemas differ, else by
+        position (``union_by_name`` re-reads every footer whenever a query over the view binds: the
+        report runs dozens of queries over every attrs file)."""
+        by_name = "false" if same_schema(files) else "true"
+        return f"read_parquet({self._files(files)}, union_by_name = {by_name})"
+
     def _create_views(self) -> None:
         v = self.view
-        self.con.execute(
-            f"CREATE VIEW shards AS SELECT * FROM read_parquet({self._files(v.shard_files)}, union_by_name = true)"
-        )
+        self.con.execute(f"CREATE VIEW shards AS SELECT * FROM {self._read_all(v.shard_files)}")
         select = ["s.*"]
         joins = []
         for a in v.attrs:
-            self.con.execute(
-                f"CREATE VIEW {_q('attrs_' + a.stage)} AS SELECT * FROM read_parquet("
-                f"{self._files(a.files)}, union_by_name = true)"
-            )
+            self.con.execute(f"CREATE VIEW {_q('attrs_' + a.stage)} AS SELECT * FROM {self._read_all(a.files)}")
             select += [f"{a.alias}.{_q(src)} AS {_q(dst)}" for src, dst in a.columns.items()]
             select.append(f"({a.alias}.{_q(ID)} IS NOT NULL) AS {_q(a.has_flag)}")
             joins.append(f"LEFT JOIN {_q('attrs_' + a.stage)} AS {a.alias} ON {a.alias}.{_q(ID)} = s.{_q(ID)}")

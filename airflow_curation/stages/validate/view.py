@@ -300,6 +300,22 @@ def _read_schema(uri: str) -> pa.Schema:
         raise FileNotFoundError(f"file named by the manifest is missing: {uri}") from e
 
 
+def same_schema(files: list[str]) -> bool:
+    """Whether every file in ``files`` has the first one's schema (names, order and types; metadata aside).
+
+    An engine that unifies files by column name (DuckDB's ``union_by_name``) reads every file's footer
+    each time a query binds; where the files agree, read by position it need not: this reads each footer
+    once instead (~0.25 ms a file per query at 1,151 attrs files, measured)."""
+    first = None
+    for uri in files:
+        schema = _read_schema(uri).remove_metadata()
+        if first is None:
+            first = schema
+        elif not schema.equals(first):
+            return False
+    return True
+
+
 def _unify(schemas: list[pa.Schema]) -> pa.Schema:
     try:
         return pa.unify_schemas(schemas)
