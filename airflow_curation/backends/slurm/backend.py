@@ -178,7 +178,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
                 "work_dir on a filesystem that the compute nodes share"
             )
         base = lake.jobs_dir(spec.run_id, spec.stage)
-        return os.path.abspath(os.path.join(base[len("file://") :] if base.startswith("file://") else base, key))
+        return os.path.abspath(os.path.join(storage.local_path(base), key))
 
     # -- Backend ---------------------------------------------------------------------------------
 

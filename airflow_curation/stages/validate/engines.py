@@ -36,10 +36,6 @@ def _sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def _path(uri: str) -> str:
-    return uri[len("file://") :] if uri.startswith("file://") else uri
-
-
 _bins = bounded.hist_bins
 
 
@@ -71,7 +67,7 @@ class DuckDBEngine:
         self._register_filesystems()
         self._create_views()
         # From here on, user SQL (sql checks) runs on this connection: lock it to the view's files.
-        sandbox.lock_duckdb(self.con, [_path(f) for f in view.files()])
+        sandbox.lock_duckdb(self.con, [storage.local_path(f) for f in view.files()])
 
     def _register_filesystems(self) -> None:
         # Remote lakes go through fsspec (credentials and endpoints from storage options): no DuckDB
@@ -86,7 +82,7 @@ class DuckDBEngine:
             self.con.register_filesystem(fs)
 
     def _files(self, files: list[str]) -> str:
-        return "[" + ", ".join(_sql_str(_path(f)) for f in files) + "]"
+        return "[" + ", ".join(_sql_str(storage.local_path(f)) for f in files) + "]"
 
     def _read_all(self, files: list[str]) -> str:
         """``read_parquet`` of ``files`` as one relation: by column name where their schemas differ, else by
@@ -202,7 +198,7 @@ class DuckDBEngine:
         schema = f"(SELECT * FROM read_parquet({self._files(schema_files)}, union_by_name = true) LIMIT 0)"
         if not files:
             return f"(SELECT *, NULL::BIGINT AS __k FROM {schema})"
-        m = ", ".join(f"({_sql_str(_path(f))}, {k})" for f, k in zip(files, keys))
+        m = ", ".join(f"({_sql_str(storage.local_path(f))}, {k})" for f, k in zip(files, keys))
         return (
             f"(SELECT __t.* EXCLUDE (__file), __m.k AS __k FROM (SELECT * FROM {schema} UNION ALL BY NAME "
             f"SELECT * FROM read_parquet({self._files(files)}, union_by_name = true, filename = '__file')) AS __t "
@@ -319,7 +315,7 @@ class DaftEngine:
         self.io_config = _daft_io_config(daft, view.shard_files[0])
 
     def _read(self, files: list[str]):
-        return self.daft.read_parquet([_path(f) for f in files], io_config=self.io_config)
+        return self.daft.read_parquet([storage.local_path(f) for f in files], io_config=self.io_config)
 
     def _attrs(self, a):
         df = self._read(a.files)
