@@ -18,9 +18,9 @@ The model, stage by stage (ingest, preprocess, dedup, validate):
   with completions = G and parallelism = K.
 * wall = waves x time per unit (waves = ceil(units / K)), plus the measured Airflow overhead per stage;
   node-hours = wall x nodes.
-* dedup also pays, per (LSH partition x shard) pair, the measured cost of reading one row group of a
-  spill file (``cross``): it grows with the square of the data, which is where a shuffle on a Dask or
-  Ray cluster takes over from the partitioned spill files (see docs/scale.md).
+* dedup also pays, per (LSH partition x shard) pair, the measured cost of writing and reading one
+  partition of a shard's spill files (``cross``): it grows with the square of the data, which is where
+  a shuffle on a Dask or Ray cluster takes over from the partitioned spill files (see docs/scale.md).
 * Airflow tasks: the pipeline DAG's launch + gate per stage, and their overhead per stage, from the
   largest real-scheduler run (``--airflow-stack real``), else the ``dag.test()`` run; independent of
   the shard count (shards are units inside a task's job, never tasks).
