@@ -264,9 +264,11 @@ if HAVE_NUMBA:
 
     @njit(cache=True, inline="always")
     def _probe(keys, mask, h):
-        s = numba.int64(h & numba.uint64(mask))
+        # unsigned slots: indexing with them skips numba's negative-index fix-up
+        umask = numba.uint64(mask)
+        s = h & umask
         while keys[s] != 0 and keys[s] != h:
-            s = (s + 1) & mask
+            s = (s + numba.uint64(1)) & umask
         return s
 
     @njit(cache=True)
@@ -369,14 +371,15 @@ if HAVE_NUMBA:
             cov_end = 0  # the words below it are covered for this n already
             for j in range(nc):
                 i = cand[j]
-                h = _mix(g[i], whash[i + n - 1])
-                g[i] = h
+                ui = numba.uint64(i)
+                h = _mix(g[ui], whash[ui + numba.uint64(n - 1)])
+                g[ui] = h
                 s = _probe(keys, mask, h)
                 keys[s] = h
                 if not top and counts[s] > 0:
                     # a repeat (not the first occurrence): its words count as duplicated, once each
                     # (cand ascends, so cov_end <= the last i + n - 1 < i + n)
-                    chars += cum[i + n] - cum[max(i, cov_end)]
+                    chars += cum[ui + numba.uint64(n)] - cum[numba.uint64(max(i, cov_end))]
                     cov_end = i + n
                 counts[s] += 1
                 slot[j] = s
@@ -387,22 +390,26 @@ if HAVE_NUMBA:
                 for j in range(nc):
                     i = cand[j]
                     c = counts[slot[j]]
-                    dup[i] = n if c > 1 else 0
-                    ln = cum[i + n] - cum[i]
+                    dup[numba.uint64(i)] = n if c > 1 else 0
+                    ln = cum[numba.uint64(i + n)] - cum[numba.uint64(i)]
                     if c > best_c or (c == best_c and ln > best_l):
                         best_c = c
                         best_l = ln
                 row[col + n - 2] = (best_c * best_l if best_c > 1 else _longest(cum, m, n)) / total
             else:
                 for j in range(nc):
-                    dup[cand[j]] = n if counts[slot[j]] > 1 else 0
+                    dup[numba.uint64(cand[j])] = n if counts[slot[j]] > 1 else 0
                 row[col + n - 2] = chars / total
             # next candidates: i whose n-grams at i and i + 1 both repeat (branch-free, as above)
             k2 = 0
             for j in range(nc):
                 i = cand[j]
                 cand[k2] = i
-                k2 += numba.int64(dup[i] == n) & numba.int64(i + 1 < m) & numba.int64(dup[i + 1] == n)
+                k2 += (
+                    numba.int64(dup[numba.uint64(i)] == n)
+                    & numba.int64(i + 1 < m)
+                    & numba.int64(dup[numba.uint64(i + 1)] == n)
+                )
             nc = k2
 
     @njit(cache=True)
@@ -419,7 +426,7 @@ if HAVE_NUMBA:
                 continue
             sep = 0
             for i in range(offsets[d], offsets[d + 1]):
-                b = data[i]
+                b = data[numba.uint64(i)]
                 if b <= 32 or b >= 0xC0:
                     sep += 1
             max_sep = max(max_sep, sep)
@@ -433,7 +440,7 @@ if HAVE_NUMBA:
         plen = np.empty(cap, dtype=np.int64)
         g = np.empty(cap, dtype=np.uint64)
         cand = np.empty(cap, dtype=np.int64)
-        slot = np.empty(cap, dtype=np.int64)
+        slot = np.empty(cap, dtype=np.uint64)
         thash = np.empty(cap, dtype=np.uint64)
         tsize = _table_size(cap)
         keys = np.zeros(tsize, dtype=np.uint64)
@@ -521,16 +528,20 @@ if HAVE_NUMBA:
             while True:
                 real = i < s1
                 if real:
-                    b0 = data[i]
+                    # every index here is >= 0: as uint64 it skips numba's negative-index fix-up
+                    # (three instructions an access, and a register, in a loop short of registers)
+                    b0 = data[numba.uint64(i)]
                     if b0 < 0x80:
                         cp = numba.int64(b0)
                         nbytes = 1
                     elif b0 < 0xE0:
-                        cp = ((b0 & 0x1F) << 6) | (data[i + 1] & 0x3F) if i + 1 < s1 else 0xFFFD
+                        cp = ((b0 & 0x1F) << 6) | (data[numba.uint64(i + 1)] & 0x3F) if i + 1 < s1 else 0xFFFD
                         nbytes = 2
                     elif b0 < 0xF0:
                         cp = (
-                            ((b0 & 0x0F) << 12) | ((data[i + 1] & 0x3F) << 6) | (data[i + 2] & 0x3F)
+                            ((b0 & 0x0F) << 12)
+                            | ((data[numba.uint64(i + 1)] & 0x3F) << 6)
+                            | (data[numba.uint64(i + 2)] & 0x3F)
                             if i + 2 < s1
                             else 0xFFFD
                         )
@@ -539,9 +550,9 @@ if HAVE_NUMBA:
                         cp = (
                             (
                                 ((b0 & 0x07) << 18)
-                                | ((data[i + 1] & 0x3F) << 12)
-                                | ((data[i + 2] & 0x3F) << 6)
-                                | (data[i + 3] & 0x3F)
+                                | ((data[numba.uint64(i + 1)] & 0x3F) << 12)
+                                | ((data[numba.uint64(i + 2)] & 0x3F) << 6)
+                                | (data[numba.uint64(i + 3)] & 0x3F)
                             )
                             if i + 3 < s1
                             else 0xFFFD
@@ -549,7 +560,7 @@ if HAVE_NUMBA:
                         nbytes = 4
                     if cp >= 0x110000:
                         cp = 0xFFFD
-                    cls = numba.int64(table[cp])
+                    cls = numba.int64(table[numba.uint64(cp)])
                 else:
                     b0 = numba.uint8(10)
                     cp = 10  # a virtual newline closes the last word, line and paragraph
@@ -562,8 +573,8 @@ if HAVE_NUMBA:
                 if cls & 8:  # whitespace
                     n_space += 1  # the virtual newline's is taken back after the loop
                     if in_word:
-                        whash[nw] = wh if wh != 0 else ONE
-                        wlen[nw] = wl
+                        whash[numba.uint64(nw)] = wh if wh != 0 else ONE
+                        wlen[numba.uint64(nw)] = wl
                         # a word joins the line hash as one value: the line is its whitespace bytes and
                         # words in order, so equal lines hash equal and no per-byte line chain runs
                         line_hash = _mix(line_hash, wh)
@@ -587,25 +598,27 @@ if HAVE_NUMBA:
                         # "lorem ipsum", ASCII case-insensitive (what lower() gives these letters): the
                         # word ends in "lorem" and the one space is followed by "ipsum". Tested only
                         # where a word ending in m/M meets a space.
-                        if cp == 32 and (data[i - 1] | 32) == 109 and i - 5 >= s0 and i + 5 < s1:
+                        if cp == 32 and (data[numba.uint64(i - 1)] | 32) == 109 and i - 5 >= s0 and i + 5 < s1:
                             if (
-                                (data[i - 5] | 32) == 108
-                                and (data[i - 4] | 32) == 111
-                                and (data[i - 3] | 32) == 114
-                                and (data[i - 2] | 32) == 101
-                                and (data[i + 1] | 32) == 105
-                                and (data[i + 2] | 32) == 112
-                                and (data[i + 3] | 32) == 115
-                                and (data[i + 4] | 32) == 117
-                                and (data[i + 5] | 32) == 109
+                                (data[numba.uint64(i - 5)] | 32) == 108
+                                and (data[numba.uint64(i - 4)] | 32) == 111
+                                and (data[numba.uint64(i - 3)] | 32) == 114
+                                and (data[numba.uint64(i - 2)] | 32) == 101
+                                and (data[numba.uint64(i + 1)] | 32) == 105
+                                and (data[numba.uint64(i + 2)] | 32) == 112
+                                and (data[numba.uint64(i + 3)] | 32) == 115
+                                and (data[numba.uint64(i + 4)] | 32) == 117
+                                and (data[numba.uint64(i + 5)] | 32) == 109
                             ):
                                 has_lorem = 1
                         if line_words == 0:
                             line_num = num_state == 2 or num_state == 3
                         line_words += 1
                     # ". ! ?" just before (an ASCII byte is a whole character; a continuation byte matches none)
-                    if i > s0 and (data[i - 1] == 46 or data[i - 1] == 33 or data[i - 1] == 63):
-                        n_sent += 1
+                    if i > s0:
+                        bp = data[numba.uint64(i - 1)]
+                        if bp == 46 or bp == 33 or bp == 63:
+                            n_sent += 1
                     prev_wordchar = False
                     dots = 0
                     if cp == 10:
@@ -617,16 +630,24 @@ if HAVE_NUMBA:
                             max_line = max(max_line, line_chars)
                             if not line_blank:
                                 lh = line_hash if line_hash != 0 else ONE
-                                lhash[nl_text] = lh
-                                llen[nl_text] = line_chars
+                                lhash[numba.uint64(nl_text)] = lh
+                                llen[numba.uint64(nl_text)] = line_chars
                                 nl_text += 1
                                 if line_first & 16:
                                     n_bullet += 1
                                 # the line's last non-space characters are "..." or "…" (valid UTF-8: bytes suffice)
                                 e = last_ns
                                 if e - 3 >= line_start and (
-                                    (data[e - 1] == 46 and data[e - 2] == 46 and data[e - 3] == 46)
-                                    or (data[e - 3] == 0xE2 and data[e - 2] == 0x80 and data[e - 1] == 0xA6)
+                                    (
+                                        data[numba.uint64(e - 1)] == 46
+                                        and data[numba.uint64(e - 2)] == 46
+                                        and data[numba.uint64(e - 3)] == 46
+                                    )
+                                    or (
+                                        data[numba.uint64(e - 3)] == 0xE2
+                                        and data[numba.uint64(e - 2)] == 0x80
+                                        and data[numba.uint64(e - 1)] == 0xA6
+                                    )
                                 ):
                                     n_ell_line += 1
                                 if line_last_cls & 32:
@@ -648,12 +669,12 @@ if HAVE_NUMBA:
                                         n_url += 1
                                 if (line_first & 16) or line_num:
                                     n_list += 1
-                                thash[nl_text - 1] = t_hash if t_hash != 0 else ONE
+                                thash[numba.uint64(nl_text - 1)] = t_hash if t_hash != 0 else ONE
                             if line_chars == 0:
                                 # an empty line ends the paragraph
                                 if para_text:
-                                    phash[npara] = para_hash
-                                    plen[npara] = para_chars
+                                    phash[numba.uint64(npara)] = para_hash
+                                    plen[numba.uint64(npara)] = para_chars
                                     npara += 1
                                 para_hash = FNV0
                                 para_chars = 0
@@ -681,15 +702,15 @@ if HAVE_NUMBA:
                         line_last_cls = 0
                         if not real:
                             if para_text:
-                                phash[npara] = para_hash
-                                plen[npara] = para_chars
+                                phash[numba.uint64(npara)] = para_hash
+                                plen[numba.uint64(npara)] = para_chars
                                 npara += 1
                             break
                     else:
                         line_chars += 1
                         line_hash = (line_hash ^ numba.uint64(b0)) * FNVP
                         for q in range(i + 1, i + nbytes):
-                            line_hash = (line_hash ^ numba.uint64(data[q])) * FNVP
+                            line_hash = (line_hash ^ numba.uint64(data[numba.uint64(q)])) * FNVP
                         if not line_blank:
                             t_pend = True  # one space in the template, written only if more follows on the line
                 else:
@@ -716,7 +737,7 @@ if HAVE_NUMBA:
                     else:  # a multi-byte character is never edge punctuation
                         krun = (krun ^ numba.uint64(b0)) * FNVP
                         for q in range(i + 1, i + nbytes):
-                            bq = numba.uint64(data[q])
+                            bq = numba.uint64(data[numba.uint64(q)])
                             krun = (krun ^ bq) * FNVP
                             wh = (wh ^ bq) * FNVP
                         krun_len += nbytes
@@ -765,7 +786,7 @@ if HAVE_NUMBA:
                         j = j0
                         ra = 0
                         while j < s1:
-                            b = data[j]
+                            b = data[numba.uint64(j)]
                             if b >= 0x80:
                                 break
                             c2 = numba.int64(table[b])
@@ -780,7 +801,7 @@ if HAVE_NUMBA:
                             # (after the run, kcore_len = krun_len): hash the run's bytes into it only then
                             if krun_len + run <= max_stop_len:
                                 for q in range(j0, j):
-                                    bq = data[q]
+                                    bq = data[numba.uint64(q)]
                                     krun = (krun ^ numba.uint64(bq + 32 if 65 <= bq <= 90 else bq)) * FNVP
                             krun_len += run
                             n_alpha += ra
@@ -788,7 +809,7 @@ if HAVE_NUMBA:
                             n_digit += run - ra
                             wl += run
                             line_chars += run
-                            cls = numba.int64(table[data[j - 1]])
+                            cls = numba.int64(table[data[numba.uint64(j - 1)]])
                             kcore = krun
                             kcore_len = krun_len
                             w_alpha = w_alpha or ra != 0
@@ -796,7 +817,7 @@ if HAVE_NUMBA:
                             line_last_cls = cls
                             if line_words == 0:
                                 for q in range(j0, j):
-                                    bq = data[q]
+                                    bq = data[numba.uint64(q)]
                                     if fw_len < 8:
                                         pb = numba.uint64(bq + 32 if 65 <= bq <= 90 else bq)
                                         fw_pre |= pb << numba.uint64(8 * fw_len)
