@@ -532,35 +532,106 @@ if HAVE_NUMBA:
                     # (three instructions an access, and a register, in a loop short of registers)
                     b0 = data[numba.uint64(i)]
                     if b0 < 0x80:
+                        cls = numba.int64(table[b0])
+                        if cls & 2:
+                            # Fast path: a run of ASCII letters and digits (most of any text), its first
+                            # byte included. Per byte only the word hash and one count move: an ASCII
+                            # letter or digit is alnum and exactly one of alpha/digit, so the rest is the
+                            # run's length; the state a first character sets is set once here.
+                            if not in_word:
+                                in_word = True
+                                wh = FNV0
+                                wl = 0
+                                w_alpha = False
+                                krun = FNV0
+                                kcore = FNV0
+                                krun_len = 0
+                                kcore_len = 0
+                            if t_pend:
+                                t_hash = (t_hash ^ numba.uint64(32)) * FNVP
+                                t_pend = False
+                            if line_blank:
+                                line_first = cls
+                                line_blank = False
+                            if not prev_wordchar:  # a token starts where a run of word characters starts
+                                n_tokens += 1
+                                t_hash = (t_hash ^ WORD_SYM) * FNVP
+                            prev_wordchar = True
+                            dots = 0
+                            wh = (wh ^ numba.uint64(b0)) * FNVP
+                            ra = cls & 1
+                            j = i + 1
+                            while j < s1:
+                                b = data[numba.uint64(j)]
+                                if b >= 0x80:
+                                    break
+                                c2 = numba.int64(table[b])
+                                if (c2 & 2) == 0:
+                                    break
+                                wh = (wh ^ numba.uint64(b)) * FNVP
+                                ra += c2 & 1
+                                j += 1
+                            run = j - i
+                            # the stop-word key only matters while it can still be a stop word
+                            # (after the run, kcore_len = krun_len): hash the run's bytes into it only then
+                            if krun_len + run <= max_stop_len:
+                                for q in range(i, j):
+                                    bq = data[numba.uint64(q)]
+                                    krun = (krun ^ numba.uint64(bq + 32 if 65 <= bq <= 90 else bq)) * FNVP
+                            krun_len += run
+                            kcore = krun
+                            kcore_len = krun_len
+                            n_alpha += ra
+                            n_alnum += run
+                            n_digit += run - ra
+                            w_alpha = w_alpha or ra != 0
+                            wl += run
+                            line_chars += run
+                            last_ns = j
+                            line_last_cls = numba.int64(table[data[numba.uint64(j - 1)]])
+                            if line_words == 0:  # the line's first word: URL prefix and list number
+                                for q in range(i, j):
+                                    bq = data[numba.uint64(q)]
+                                    if fw_len < 8:
+                                        pb = numba.uint64(bq + 32 if 65 <= bq <= 90 else bq)
+                                        fw_pre |= pb << numba.uint64(8 * fw_len)
+                                    fw_len += 1
+                                    if 48 <= bq <= 57:
+                                        num_state = 1 if 0 <= num_state <= 2 else -1
+                                    else:
+                                        num_state = -1
+                            i = j
+                            continue
                         cp = numba.int64(b0)
                         nbytes = 1
-                    elif b0 < 0xE0:
-                        cp = ((b0 & 0x1F) << 6) | (data[numba.uint64(i + 1)] & 0x3F) if i + 1 < s1 else 0xFFFD
-                        nbytes = 2
-                    elif b0 < 0xF0:
-                        cp = (
-                            ((b0 & 0x0F) << 12)
-                            | ((data[numba.uint64(i + 1)] & 0x3F) << 6)
-                            | (data[numba.uint64(i + 2)] & 0x3F)
-                            if i + 2 < s1
-                            else 0xFFFD
-                        )
-                        nbytes = 3
                     else:
-                        cp = (
-                            (
-                                ((b0 & 0x07) << 18)
-                                | ((data[numba.uint64(i + 1)] & 0x3F) << 12)
-                                | ((data[numba.uint64(i + 2)] & 0x3F) << 6)
-                                | (data[numba.uint64(i + 3)] & 0x3F)
+                        if b0 < 0xE0:
+                            cp = ((b0 & 0x1F) << 6) | (data[numba.uint64(i + 1)] & 0x3F) if i + 1 < s1 else 0xFFFD
+                            nbytes = 2
+                        elif b0 < 0xF0:
+                            cp = (
+                                ((b0 & 0x0F) << 12)
+                                | ((data[numba.uint64(i + 1)] & 0x3F) << 6)
+                                | (data[numba.uint64(i + 2)] & 0x3F)
+                                if i + 2 < s1
+                                else 0xFFFD
                             )
-                            if i + 3 < s1
-                            else 0xFFFD
-                        )
-                        nbytes = 4
-                    if cp >= 0x110000:
-                        cp = 0xFFFD
-                    cls = numba.int64(table[numba.uint64(cp)])
+                            nbytes = 3
+                        else:
+                            cp = (
+                                (
+                                    ((b0 & 0x07) << 18)
+                                    | ((data[numba.uint64(i + 1)] & 0x3F) << 12)
+                                    | ((data[numba.uint64(i + 2)] & 0x3F) << 6)
+                                    | (data[numba.uint64(i + 3)] & 0x3F)
+                                )
+                                if i + 3 < s1
+                                else 0xFFFD
+                            )
+                            nbytes = 4
+                        if cp >= 0x110000:
+                            cp = 0xFFFD
+                        cls = numba.int64(table[numba.uint64(cp)])
                 else:
                     b0 = numba.uint8(10)
                     cp = 10  # a virtual newline closes the last word, line and paragraph
@@ -727,13 +798,10 @@ if HAVE_NUMBA:
                     wh = (wh ^ numba.uint64(b0)) * FNVP
                     # stop-word key: edge ASCII punctuation stripped, ASCII lowercased. krun runs from the
                     # first kept byte; kcore is its value at the last byte that may end the key.
-                    if nbytes == 1:
-                        if (cls & 2) != 0 or krun_len > 0:  # not edge punctuation, or inside the key
-                            krun = (krun ^ numba.uint64(b0 + 32 if 65 <= b0 <= 90 else b0)) * FNVP
+                    if nbytes == 1:  # ASCII punctuation (letters and digits take the fast path)
+                        if krun_len > 0:  # inside the key, not edge punctuation
+                            krun = (krun ^ numba.uint64(b0)) * FNVP
                             krun_len += 1
-                            if cls & 2:
-                                kcore = krun
-                                kcore_len = krun_len
                     else:  # a multi-byte character is never edge punctuation
                         krun = (krun ^ numba.uint64(b0)) * FNVP
                         for q in range(i + 1, i + nbytes):
@@ -750,12 +818,10 @@ if HAVE_NUMBA:
                         t_pend = False
                     if line_words == 0:  # the line's first word: URL prefix and list number
                         if fw_len < 8:
-                            pb = numba.uint64(0xFF)
-                            if nbytes == 1:
-                                pb = numba.uint64(b0 + 32 if 65 <= b0 <= 90 else b0)
+                            pb = numba.uint64(b0 if nbytes == 1 else 0xFF)  # ASCII here is never a letter
                             fw_pre |= pb << numba.uint64(8 * fw_len)
                         fw_len += 1
-                        if 48 <= cp <= 57:
+                        if 48 <= cp <= 57:  # (a malformed multi-byte sequence can decode to an ASCII digit)
                             num_state = 1 if 0 <= num_state <= 2 else -1
                         elif num_state == 1 and (cp == 46 or cp == 41):
                             num_state = 2 if cp == 46 else 3
@@ -766,7 +832,7 @@ if HAVE_NUMBA:
                         line_blank = False
                     last_ns = i + nbytes
                     line_last_cls = cls
-                    if cls & 2:  # alnum: a token starts where a run of word characters starts
+                    if cls & 2:  # alnum (non-ASCII: ASCII takes the fast path above)
                         n_alnum += 1
                         n_alpha += cls & 1
                         n_digit += (cls >> 2) & 1
@@ -776,57 +842,6 @@ if HAVE_NUMBA:
                             t_hash = (t_hash ^ WORD_SYM) * FNVP
                         prev_wordchar = True
                         dots = 0
-                        # Fast path: the ASCII letters and digits that follow (most of any text) only
-                        # extend the word and stop-word hashes and the class counts; every other
-                        # state stays as this character left it (the line's first word also updates
-                        # its URL prefix and list-number state, after the run).
-                        # Per byte only the word hash and one count move: an ASCII letter or digit is
-                        # alnum and exactly one of alpha/digit, so the rest is the run's length.
-                        j0 = i + nbytes
-                        j = j0
-                        ra = 0
-                        while j < s1:
-                            b = data[numba.uint64(j)]
-                            if b >= 0x80:
-                                break
-                            c2 = numba.int64(table[b])
-                            if (c2 & 2) == 0:
-                                break
-                            wh = (wh ^ numba.uint64(b)) * FNVP
-                            ra += c2 & 1
-                            j += 1
-                        run = j - j0
-                        if run > 0:
-                            # the stop-word key only matters while it can still be a stop word
-                            # (after the run, kcore_len = krun_len): hash the run's bytes into it only then
-                            if krun_len + run <= max_stop_len:
-                                for q in range(j0, j):
-                                    bq = data[numba.uint64(q)]
-                                    krun = (krun ^ numba.uint64(bq + 32 if 65 <= bq <= 90 else bq)) * FNVP
-                            krun_len += run
-                            n_alpha += ra
-                            n_alnum += run
-                            n_digit += run - ra
-                            wl += run
-                            line_chars += run
-                            cls = numba.int64(table[data[numba.uint64(j - 1)]])
-                            kcore = krun
-                            kcore_len = krun_len
-                            w_alpha = w_alpha or ra != 0
-                            last_ns = j
-                            line_last_cls = cls
-                            if line_words == 0:
-                                for q in range(j0, j):
-                                    bq = data[numba.uint64(q)]
-                                    if fw_len < 8:
-                                        pb = numba.uint64(bq + 32 if 65 <= bq <= 90 else bq)
-                                        fw_pre |= pb << numba.uint64(8 * fw_len)
-                                    fw_len += 1
-                                    if 48 <= bq <= 57:
-                                        num_state = 1 if 0 <= num_state <= 2 else -1
-                                    else:
-                                        num_state = -1
-                            nbytes = j - i
                     elif cp == 95:
                         n_other += 1
                         if not prev_wordchar:
