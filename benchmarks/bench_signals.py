@@ -234,83 +234,8 @@ with other work (1-minute load average {load}), so absolute figures are noisy; t
 are the comparison.**
 
 {table}
-
-Target: the whole preprocess pass >= 100 MB/s per core. **At the line on a quiet machine, not reliably
-over it.** Three more runs of this script right after the one above, same code (`--peer-mb 0.3 --repeat
-4 --no-write`, load 0.7-0.9): whole pass 100.3 / 93.7 / 93.1 MB/s, signals + rules 114.6 / 114.0 / 110.5.
-Latest changes (2026-12-01 ~18:00 UTC, main 2239174 and a407c7b), all outside the kernel's arithmetic
-(signals bit-identical): the shards ingest writes no longer try a dictionary on `id` and `text` (the
-writer tried one for each column chunk's first megabyte, then fell back to plain: reading this corpus's
-text column cost 1.36 ms/MB, now 0.83, and writing it 4.34, now 3.09, for a file 0.4% larger); attrs
-files keep a dictionary for `drop_reason` only (45 float signals are written plain: 2.1 -> 1.55 ms/MB
-on ~1 KB documents, files 7% smaller); Arrow's reader threads are off inside a unit (units already run
-one per core); a `string` array's offsets are widened to int64 before the kernel (Parquet gives `string`,
-and the kernel built for 32-bit offsets ran ~3% slower: 8.88 -> 8.61 ms/MB min over 30 alternations);
-and this script's whole-pass row warms up once, as the signals row does (a first pass pays ~2,500 page
-faults while Arrow's memory pool grows; a worker runs shard after shard). The code before (b8ed6f6)
-and after, imported side by side in one process and alternated 20 times (before the int64 change, load
-1-2): whole pass on these docs in 512-row batches min 10.65 -> 10.23 ms/MB, median 11.32 -> 10.65; on
-the same text cut at triple blank lines into 11,036 documents of ~1 KB in 4096-row batches 12.59 ->
-11.46, median 12.86 -> 11.81. Where the whole pass goes now (min of 12 passes, ms per MB): kernel 9.09
-(in 512-row batches), Parquet read 0.86, attrs write 0.23, rules 0.11, the rest under 0.1: the kernel
-is the lever left (the word-table restructure's per-word half, below). Tried and not kept: the kernel's
-scratch buffers kept from batch to batch instead of allocated per call (no gain: 9.10 -> 9.32 min),
-numba's `error_model="numpy"` (no gain).
-
-The change before (branch i13-word-table, 2026-12-01 ~16:00 UTC): the kernel alone goes from ~9.2 to ~8.7 ms/MB (same
-process, old and new alternated 14 times on the 11 MB corpus, four sessions: min 9.17-9.41 -> 8.64-8.76,
-median 9.24-9.43 -> 8.71-8.94 in the quieter ones), all 45 columns bit-identical on the corpus and in
-the kernel-vs-reference tests. This script's `ours` rows, alternated four times each (main at 45261cc
-from a `git archive` copy, `--no-write`, load 2-5): whole pass 81.5 / 76.1 / 78.6 / 65.3 -> 85.5 / 83.0
-/ 84.3 / 80.7 MB/s, signals + rules 97.8 / 103.5 / 100.3 / 96.3 -> 110.0 / 107.8 / 111.2 / 106.6 (the
-whole pass swings most: its Parquet read and write are threaded on the shared cores). What paid: each
-class count bumped in the branch that already knows the class (whitespace is never alnum; alpha and
-digit imply alnum; `n_chars` their sum after the loop) instead of five adds per character (~0.3 ms/MB);
-a line's hash takes each word's hash once at the word's end instead of a second FNV chain over every
-byte, and the run loop hashes the stop-word key only while the word can still be a stop word (~0.2
-together); the sentence test reads the byte before the whitespace instead of carrying the previous code
-point (small). What did not pay, time-boxed (the word-table direction): moving the character-level
-counts (classes, tokens, sentences, ellipses, `#`, `{{`) into their own tight loop. The scan without
-them is ~2.4 ms/MB cheaper, but that loop costs 5.6-8 ms/MB with decoding, 2.2 as an ASCII class-table
-loop, 1.2 as branch-free byte arithmetic that LLVM vectorizes (AVX-512; uint8 block counters no faster),
-so on this machine only classes, `#`, `{{` and sentences could move (~1 ms/MB saved in the scan
-against ~1.2 for the loop: no net gain). Also no gain: closing a word and its single following space in
-the run loop's iteration (+0.3-0.4 ms/MB), the stop-word and lorem tests as inline helper functions
-(+0.3, codegen), a 256-entry byte class table to drop the run loop's ASCII test (within noise). The
-word-table restructure's per-word half is untried.
-
-The change before (i13-preprocess-speed): the whole pass (read a zstd Parquet shard, 45 signals, 4
-presets, write the attrs file) gained ~16% and the signals + rules ~23%. Before/after, 2026-12-01 15:26
-UTC, back to back in alternation, three times each (main at 42ccf44 from a `git archive` copy, then
-branch i13-preprocess-speed at 385bd29, this script's two `ours` rows, load average 4-5): signals +
-rules 86.5 / 87.9 / 85.4 -> 106.0 / 108.1 / 107.2 MB/s, whole pass 74.3 / 76.2 / 73.0 -> 85.8 / 87.5 /
-85.7 MB/s. Kernel alone (same process, alternated 14 times, 11 MB): min 10.8 -> 9.2 ms/MB, median 10.9
--> 9.4, and the kernel now also answers `has_lorem_ipsum` (the separate RE2 pass, ~0.3 ms/MB, is gone).
-Signal values are unchanged (the kernel-vs-reference tests, and the two versions compared column by
-column on this corpus), but for `has_lorem_ipsum` on "ipſum" (long s), which RE2's case folding matched
-and `lower()` does not. What paid, each measured on its own in alternation: the ASCII letters/digits run
-loop moves only the three hashes and an alpha count per byte, lengths and the other counts added once
-from the run's length (~1 ms/MB: uops, not branches, bound that loop); whether an n-gram repeats and
-whether a short word is a stop word are coin flips to the branch predictor, so the n-gram candidate
-lists are built with conditional increments and the stop word is one branch-free test of its home slot
-in a sparse table (~0.4 together); the line's first word takes the run loop too, its URL prefix and list
-number updated from the run's bytes afterwards (~0.6); a multi-byte character's continuation bytes
-hashed in one loop that ASCII skips (~0.2); the lorem-ipsum test where a word ending in m/M meets a
-space (no measurable kernel cost). What did not pay (kernel alone, alternated): hashing words and lines
-at their ends, eight bytes per multiply, instead of an FNV step per byte (+0.7-0.9 ms/MB: a
-variable-length tail loop per word mispredicts more than three overlapped multiply chains cost), the
-n-gram table as key/count pairs in one array with the first position kept to mark repeats in the
-counting loop (+0.3: 16 bytes a slot miss the cache more), bit-set lookups for the sentence and
-identifier punctuation (+0.4), a fast loop over runs of spaces, a single-branch probe loop, a sparser
-2-gram table (within noise or worse); memory-mapping the shard or reading without threads (within
-noise). Where the time goes now (ablations, alternated): the scan ~7 ms/MB, 2-gram counting ~1, n =
-3..10 ~1, Parquet read 1.1-2.0 (more inside the pass than alone), the write ~0.35, rules and accounting
-~0.1. 100 MB/s needs the whole pass at 10 ms/MB, so the kernel near 7.5: the word-table restructure (one
-tight, branch-light loop cuts words and counts classes, ~2.5 ms/MB measured for such a loop alone;
-words, lines and n-grams then processed per word, the common all-ASCII-alnum word without a
-per-character path) is the next step proposed then (see above for how far its first half got). The
-ratios stand: ~90-130x the pure-Python statement of the same signals and ~200-260x datatrove's chained
-filters."""
+"""
+    # The notes on what changed and what was tried are kept by hand in their own block after this one.
     replace_block(RESULTS, "bench_signals", section)
 
 
