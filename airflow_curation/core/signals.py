@@ -538,15 +538,7 @@ if HAVE_NUMBA:
                             # byte included. Per byte only the word hash and one count move: an ASCII
                             # letter or digit is alnum and exactly one of alpha/digit, so the rest is the
                             # run's length; the state a first character sets is set once here.
-                            if not in_word:
-                                in_word = True
-                                wh = FNV0
-                                wl = 0
-                                w_alpha = False
-                                krun = FNV0
-                                kcore = FNV0
-                                krun_len = 0
-                                kcore_len = 0
+                            in_word = True
                             if t_pend:
                                 t_hash = (t_hash ^ numba.uint64(32)) * FNVP
                                 t_pend = False
@@ -665,7 +657,15 @@ if HAVE_NUMBA:
                                     break
                                 ks = (ks + numba.uint64(1)) & stop_mask
                         nw += 1
+                        # the next word starts from these (so a word's first character sets nothing)
                         in_word = False
+                        wh = FNV0
+                        wl = 0
+                        w_alpha = False
+                        krun = FNV0
+                        kcore = FNV0
+                        krun_len = 0
+                        kcore_len = 0
                         # "lorem ipsum", ASCII case-insensitive (what lower() gives these letters): the
                         # word ends in "lorem" and the one space is followed by "ipsum". Tested only
                         # where a word ending in m/M meets a space.
@@ -786,15 +786,7 @@ if HAVE_NUMBA:
                             t_pend = True  # one space in the template, written only if more follows on the line
                 else:
                     # word
-                    if not in_word:
-                        in_word = True
-                        wh = FNV0
-                        wl = 0
-                        w_alpha = False
-                        krun = FNV0
-                        kcore = FNV0
-                        krun_len = 0
-                        kcore_len = 0
+                    in_word = True
                     wh = (wh ^ numba.uint64(b0)) * FNVP
                     # stop-word key: edge ASCII punctuation stripped, ASCII lowercased. krun runs from the
                     # first kept byte; kcore is its value at the last byte that may end the key.
