@@ -186,8 +186,11 @@ def local_path(url: str) -> str:
 
 
 def read_bytes(url: str) -> bytes:
-    with open_read(url) as f:
-        return f.read()
+    """The whole object in one read. Manifests and checkpoints are replaced while triggers poll them; on an
+    object store one GET returns one whole version, where a file handle (HEAD, then ranged GETs pinned to
+    the first ETag) fails with ``FileExpired`` when the object is replaced between the two."""
+    fs, path = filesystem(url)
+    return fs.cat_file(path)
 
 
 def read_json(url: str) -> Any:

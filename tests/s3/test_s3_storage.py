@@ -166,3 +166,28 @@ def test_missing_manifest_and_checkpoint_on_s3(s3_bucket):
     assert store.load("u1") is None and store.failure("u1") is None
     storage.write_bytes(f"{store.directory}/u1.json", b'{"unit_id": "u1", "sta')  # torn by a foreign writer
     assert store.load("u1") is None
+
+
+def test_reads_race_a_writer_and_see_whole_versions(s3_bucket):
+    # A trigger polls a manifest while its stage rewrites it. An S3 PUT replaces the object whole, so a
+    # read must be one GET: a file handle's HEAD-then-ranged-GET fails when the object changes between them.
+    import threading
+
+    uri = f"s3://{s3_bucket}/_manifests/r1/preprocess.json"
+    storage.write_json(uri, {"version": 0, "pad": "x" * 700})
+    stop = threading.Event()
+
+    def rewrite():
+        version = 0
+        while not stop.is_set():
+            version += 1
+            storage.write_json(uri, {"version": version, "pad": "x" * 700})
+
+    writer = threading.Thread(target=rewrite)
+    writer.start()
+    try:
+        seen = [storage.read_json(uri)["version"] for _ in range(300)]
+    finally:
+        stop.set()
+        writer.join()
+    assert seen == sorted(seen) and seen[-1] > 0  # whole versions, never going back
