@@ -175,17 +175,19 @@ def test_reads_race_a_writer_and_see_whole_versions(s3_bucket):
 
     uri = f"s3://{s3_bucket}/_manifests/r1/preprocess.json"
     storage.write_json(uri, {"version": 0, "pad": "x" * 700})
-    stop = threading.Event()
+    stop, rewriting = threading.Event(), threading.Event()
 
     def rewrite():
         version = 0
         while not stop.is_set():
             version += 1
             storage.write_json(uri, {"version": version, "pad": "x" * 700})
+            rewriting.set()
 
     writer = threading.Thread(target=rewrite)
     writer.start()
     try:
+        assert rewriting.wait(60)
         seen = [storage.read_json(uri)["version"] for _ in range(300)]
     finally:
         stop.set()
