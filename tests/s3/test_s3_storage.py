@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import threading
 
 import pyarrow.parquet as pq
 import pytest
@@ -171,8 +172,6 @@ def test_missing_manifest_and_checkpoint_on_s3(s3_bucket):
 def test_reads_race_a_writer_and_see_whole_versions(s3_bucket):
     # A trigger polls a manifest while its stage rewrites it. An S3 PUT replaces the object whole, so a
     # read must be one GET: a file handle's HEAD-then-ranged-GET fails when the object changes between them.
-    import threading
-
     uri = f"s3://{s3_bucket}/_manifests/r1/preprocess.json"
     storage.write_json(uri, {"version": 0, "pad": "x" * 700})
     stop, rewriting = threading.Event(), threading.Event()
