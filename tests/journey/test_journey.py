@@ -83,6 +83,7 @@ class UI:
     """A logged-in Chromium on the Airflow UI, with the few gestures the journey needs."""
 
     def __init__(self, stack) -> None:
+        from selenium.common.exceptions import WebDriverException
         from selenium.webdriver.common.by import By
         from selenium.webdriver.common.keys import Keys
         from selenium.webdriver.support import expected_conditions as EC
@@ -90,7 +91,9 @@ class UI:
 
         self.s, self.By = stack, By
         self.d = _browser()
-        self.wait = WebDriverWait(self.d, 90)
+        # The UI navigates on its own after a page loads (``/`` to the login form, the form to the app):
+        # a lookup that meets such a navigation fails with "aborted by navigation"; the wait looks again.
+        self.wait = WebDriverWait(self.d, 90, ignored_exceptions=(WebDriverException,))
         self.d.get(stack.url + "/")
         user = self.wait.until(EC.presence_of_element_located((By.NAME, "username")))
         user.send_keys(USER)
