@@ -2,8 +2,9 @@
 
 Each function returns one manifest that the tests validate against the real schemas (core kinds with
 ``kubernetes-validate``, the KubeRay and dask-kubernetes CRDs' ``openAPIV3Schema``). The job spec
-travels in a ConfigMap mounted at :data:`SPEC_DIR`; the lake's credentials come from a Secret through
-``envFrom``, never from the spec or these objects.
+travels in a ConfigMap mounted at :data:`SPEC_DIR`; the lake's credentials, and every other credential
+(:mod:`airflow_curation.core.credentials`), come from a Secret through ``envFrom``, never from the spec
+or these objects.
 
 Launch kinds (``LAUNCH_KINDS``): ``indexed`` (an Indexed Job of groups plus a collect Job that waits
 for their results), ``job`` (one pod), ``dask`` (a ``DaskJob``), ``ray`` (a ``RayJob``).
@@ -17,7 +18,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_curation.core.storage import ENV_PREFIX
+from airflow_curation.core import credentials
 from airflow_curation.jobs import groups as grp
 
 SPEC_DIR = "/etc/curation"
@@ -47,8 +48,9 @@ class PodSettings:
     :param service_account: the pods' service account (the chart creates ``airflow-curation-job``).
     :param storage_secret: Secret whose keys become environment variables of every pod (e.g.
         ``AWS_ACCESS_KEY_ID``, ``CURATION_STORAGE_OPTIONS_S3``); empty for a lake that needs none.
-    :param env: extra plain (non-secret) environment variables, literal in the pod spec; storage
-        options (``CURATION_STORAGE_OPTIONS_*``) are refused here.
+    :param env: extra plain (non-secret) environment variables, literal in the pod spec; credentials
+        (storage options, ``AWS_SECRET_ACCESS_KEY``, ``*_TOKEN``...: :mod:`airflow_curation.core.credentials`)
+        are refused here (the Kubernetes backend moves them into the job's Secret before it builds these).
     :param requests: / :param limits: CPU and memory of a worker pod (quantity strings).
     :param gpu_resource: / :param gpus: extended resource and count requested by GPU (Ray) workers.
     :param node_selector: / :param tolerations: / :param gpu_node_selector: / :param gpu_tolerations:
@@ -85,14 +87,14 @@ class PodSettings:
                     raise ValueError(f"{what}[{k!r}] must be a quantity string such as '2' or '4Gi', got {v!r}")
         if self.gpus < 0:
             raise ValueError("gpus must be >= 0")
-        # pod.env values are literal in every pod spec (readable by anyone who may read Jobs): the
-        # lake's credentials belong in a Secret.
-        literal = sorted(k for k in self.env if k.upper().startswith(ENV_PREFIX))  # storage options: secrets
+        # pod.env values are literal in every pod spec (readable by anyone who may read Jobs): credentials
+        # belong in a Secret.
+        literal = sorted(k for k, v in self.env.items() if credentials.is_secret(k, v))
         if literal:
             raise ValueError(
-                f"pod.env {literal}: storage options are secrets and pod.env values are written "
-                "into the pod spec; put them in the Secret named by pod.storage_secret (or pass "
-                "them as the backend's env, which goes into a per-job Secret)"
+                f"pod.env {literal}: credentials (storage options are secrets too) would be written into "
+                "the pod spec; put them in the Secret named by pod.storage_secret, or pass them as the "
+                "backend's env (a per-job Secret; the Kubernetes backend moves pod.env credentials there)"
             )
 
     @classmethod

@@ -30,7 +30,7 @@ from airflow_curation.backends.base import (
     slice_log,
     status_from_result,
 )
-from airflow_curation.core import storage
+from airflow_curation.core import credentials, storage
 from airflow_curation.jobs import group_result_uri
 from airflow_curation.jobs.spec import JobSpec
 
@@ -66,7 +66,9 @@ class KubernetesBackend(Backend):
         (default: ``active_deadline_seconds``, else 7 days).
     :param max_resubmits: relaunches of groups whose pods were all killed (see :meth:`Backend.settle`).
     :param env: the job's environment, secrets included (the lake's storage options): a per-job Secret
-        read through ``envFrom``, never the pod spec.
+        read through ``envFrom``, never the pod spec. Credentials in ``pod.env`` (see
+        :mod:`airflow_curation.core.credentials`) join it there (over ``env``'s value of the same name, as
+        a literal ``pod.env`` used to win), so no pod spec holds one.
     """
 
     name = "kubernetes"
@@ -105,6 +107,10 @@ class KubernetesBackend(Backend):
         api_client: Any = None,
     ) -> None:
         self.namespace = namespace
+        pod = dict(pod or {})
+        pod["env"], pod_secrets = credentials.split(pod.get("env") or {})
+        if pod_secrets:
+            log.info("pod.env %s: credentials, read from the job's Secret", ", ".join(sorted(pod_secrets)))
         self.pod = objs.PodSettings.from_dict(pod)
         self.launch_kinds = dict(launch_kinds or {})
         for stage, kind in {**self.launch_kinds, "*": default_launch_kind}.items():
@@ -124,7 +130,8 @@ class KubernetesBackend(Backend):
         self.ttl_seconds, self.active_deadline_seconds = ttl_seconds, active_deadline_seconds
         self.backoff_limit = backoff_limit
         self.validate = validate
-        self.env = dict(env or {})
+        self.env = {**(env or {}), **pod_secrets}
+        credentials.warn_unmaskable(self.env, "kubernetes env")
         # How long a sweep's collect pod waits for the groups' results before collecting what there is.
         self.collect_wait_seconds = collect_wait_seconds or active_deadline_seconds or 7 * 86400
         self.max_resubmits = int(max_resubmits)

@@ -7,11 +7,13 @@ reach the lake anyway). A handle is the submission id plus the dashboard address
 or the triggerer reconnects with nothing else.
 
 Secrets: a job's ``runtime_env`` (entrypoint, ``env_vars``) is shown to anyone who reaches the
-dashboard or the job API, and Ray has no secret store to refer to instead. So the lake's storage
-options (``CURATION_STORAGE_OPTIONS_*``, which the Airflow layer adds to ``env``) are never sent: the
-cluster reads the lake with credentials of its own (in its nodes' environment, as the chart's
-RayCluster and the docker-compose Ray head have them). Whatever else is in ``env`` or ``runtime_env``
-is sent as given, so it must not be secret.
+dashboard or the job API, and Ray has no secret store to refer to instead. So no credential
+(:mod:`airflow_curation.core.credentials` says which variables are) is ever sent: the cluster reads
+the lake with credentials of its own (in its nodes' environment, as the chart's RayCluster and the
+docker-compose Ray head have them). The lake's storage options (``CURATION_STORAGE_OPTIONS_*``), which
+the Airflow layer adds to ``env`` of every job, are left out with a warning; any other credential in
+``env`` or ``runtime_env`` (``AWS_SECRET_ACCESS_KEY``, ``HF_TOKEN``, a URI with a password) is refused
+when the backend is built, since the job would run without what its configuration asked for.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, slice_log, status_from_result
-from airflow_curation.core import storage
+from airflow_curation.core import credentials, storage
 from airflow_curation.jobs import groups as grp
 from airflow_curation.jobs.spec import JobSpec
 
@@ -40,12 +42,17 @@ _STATES = {
 }
 
 
+def _storage_options(name: str) -> bool:
+    return name.upper().startswith(credentials.STORAGE_OPTIONS_PREFIX)
+
+
 class RayJobBackend(Backend):
     """:param address: the cluster's dashboard / job server, e.g. ``http://head:8265`` (default
         ``$RAY_API_SERVER_ADDRESS`` or ``$RAY_ADDRESS`` or ``http://127.0.0.1:8265``).
     :param python: interpreter on the cluster that has airflow-curation installed (default ``python``).
     :param env: extra environment variables of the job, sent in its runtime environment (visible in the
-        dashboard): not secrets. Storage options (``CURATION_STORAGE_OPTIONS_*``) are left out.
+        dashboard): not secrets. Storage options (``CURATION_STORAGE_OPTIONS_*``) are left out; any other
+        credential is refused (see the module's docstring).
     :param runtime_env: a Ray runtime environment (``pip``, ``working_dir``...), merged with ``env``; the
         same goes for its ``env_vars``.
     :param agent_wait_s: how long to retry a submission that the cluster refuses because its job agent is
@@ -72,6 +79,14 @@ class RayJobBackend(Backend):
         self.env = env or {}
         self.runtime_env = runtime_env or {}
         self.agent_wait_s = agent_wait_s
+        env_vars = {**self.runtime_env.get("env_vars", {}), **self.env}
+        refused = sorted(k for k in credentials.split(env_vars)[1] if not _storage_options(k))
+        if refused:
+            raise ValueError(
+                f"{', '.join(refused)}: credentials cannot be sent to a Ray job (its runtime_env is readable "
+                "by anyone who reaches the dashboard or the job API); give the cluster's nodes these "
+                "credentials in their own environment (a Secret of the RayCluster, the head's environment)"
+            )
 
     def _client(self):
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -123,10 +138,10 @@ class RayJobBackend(Backend):
 
     def job_runtime_env(self) -> dict[str, Any]:
         """The runtime environment a job is submitted with: ``runtime_env`` plus ``env``, without the
-        storage options (see the module's docstring)."""
+        storage options (the only credentials the constructor lets through; see the module's docstring)."""
         runtime_env = dict(self.runtime_env)
         env_vars = {**runtime_env.get("env_vars", {}), **self.env}
-        withheld = sorted(k for k in env_vars if k.upper().startswith(storage.ENV_PREFIX))
+        withheld = sorted(credentials.split(env_vars)[1])  # the constructor let only storage options through
         if withheld:
             log.warning(
                 "not sending %s to Ray (a runtime_env is readable in its dashboard); the cluster "

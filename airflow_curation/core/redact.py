@@ -2,25 +2,31 @@
 
 Errors can carry what a process should never publish: a failed cast echoes the string it could not
 convert (a line of ``/proc/self/environ``, say), a client error echoes its options. ``scrub`` cuts
-the text to a bound and masks what looks like a secret: the values of secret-named environment
-variables and storage options, ``NAME=value`` pairs as in an environment block, ``key: value``
-pairs whose key names a secret, AWS access key ids, and long opaque tokens.
+the text to a bound and masks what looks like a secret: the values of the credentials in the
+environment and of credential-named storage options (:mod:`airflow_curation.core.credentials` says
+which), ``NAME=value`` pairs as in an environment block, ``key: value`` pairs whose key names a secret,
+AWS access key ids, and long opaque tokens.
+
+Length: a known secret value is masked whatever its length from
+:data:`~airflow_curation.core.credentials.MIN_MASKED` (3) characters on; one of 3 to 7 characters only
+where it stands as a word of its own (so that a password ``airflow`` does not garble
+``airflow_curation``); one or two characters are never masked (that would garble every log), and the
+backends warn about such a credential when they launch a job with it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from typing import Any, Iterable
 
+from airflow_curation.core import credentials
+
 LIMIT = 500  # one error message
 TRACEBACK_LIMIT = 8000  # a traceback, or a summary of many checks
 MASK = "***"
+WHOLE_BELOW = 8  # a secret shorter than this is masked only as a word of its own (see mask)
 
-_SECRET_NAME = re.compile(
-    r"secret|passw|token|credential|private|api_?key|access_?key|auth|session|(^|_)key($|_)", re.I
-)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 AWS_KEY_ID = re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA|AROA)[A-Z0-9]{16}\b")
 # An environment block: NAME=value (what /proc/self/environ holds, one after the other).
@@ -37,9 +43,7 @@ _TOKEN = re.compile(r"(?<![A-Za-z0-9+=])(?=[A-Za-z0-9+=]*\d)(?=[A-Za-z0-9+=]*[A-
 
 def scrub(text: Any, limit: int | None = LIMIT) -> str:
     """``text`` with secrets masked, cut to ``limit`` characters (None: no cut)."""
-    s = _CONTROL.sub(" ", str(text))
-    for value in sorted(known_secrets(), key=len, reverse=True):
-        s = s.replace(value, MASK)
+    s = mask(_CONTROL.sub(" ", str(text)), known_secrets())
     s = AWS_KEY_ID.sub(MASK, s)
     s = _ENV_PAIR.sub(lambda m: f"{m.group(1)}={MASK}", s)
     s = _SECRET_PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{m.group(4)}{MASK}{m.group(4)}", s)
@@ -49,33 +53,30 @@ def scrub(text: Any, limit: int | None = LIMIT) -> str:
     return s
 
 
-def known_secrets(min_len: int = 8) -> set[str]:
-    """Values this process holds that must never be published: secret-named environment variables
-    and every secret-named storage option (from ``CURATION_STORAGE_OPTIONS_*`` or registered in process
-    for a lake, :func:`airflow_curation.core.storage.register_options`)."""
+def mask(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every one of ``secrets`` of :data:`~airflow_curation.core.credentials.MIN_MASKED`
+    characters or more replaced by :data:`MASK`. One of fewer than :data:`WHOLE_BELOW` characters is
+    masked where it stands as a word of its own (not inside a longer word or name: a password
+    ``airflow`` must not turn ``airflow_curation`` into ``***_curation``); a longer one wherever it is."""
+    values = sorted({v for v in secrets if len(v) >= credentials.MIN_MASKED}, key=len, reverse=True)
+    for value in (v for v in values if len(v) >= WHOLE_BELOW):
+        text = text.replace(value, MASK)
+    short = [re.escape(v) for v in values if len(v) < WHOLE_BELOW]
+    if short:
+        text = re.sub(rf"(?<![\w])(?:{'|'.join(short)})(?![\w])", MASK, text)
+    return text
+
+
+def known_secrets() -> set[str]:
+    """Values this process holds that must never be published: those of the credentials in its
+    environment (:mod:`airflow_curation.core.credentials`: storage options, connections, cloud keys,
+    tokens, passwords, URIs with a password) and of every credential-named storage option registered in
+    process for a lake (:func:`airflow_curation.core.storage.register_options`)."""
     from airflow_curation.core import storage
 
     found: set[str] = set()
     for name, value in os.environ.items():
-        if name.startswith(storage.ENV_PREFIX):
-            try:
-                found.update(_secret_values(json.loads(value)))
-            except ValueError:
-                found.add(value)
-        elif _SECRET_NAME.search(name):
-            found.add(value)
+        found |= credentials.secret_values(name, value)
     for options in storage.registered_options().values():
-        found.update(_secret_values(options))
-    return {v for v in found if len(v) >= min_len}
-
-
-def _secret_values(options: Any, secret: bool = False) -> Iterable[str]:
-    """String leaves of ``options`` under a secret-named key (at any depth)."""
-    if isinstance(options, dict):
-        for k, v in options.items():
-            yield from _secret_values(v, secret or bool(_SECRET_NAME.search(str(k))))
-    elif isinstance(options, (list, tuple)):
-        for v in options:
-            yield from _secret_values(v, secret)
-    elif secret and isinstance(options, str):
-        yield options
+        found.update(credentials.option_secrets(options))
+    return found

@@ -23,6 +23,7 @@ import fsspec
 import pyarrow as pa
 from fsspec.core import url_to_fs
 
+from airflow_curation.core.credentials import STORAGE_OPTIONS_PREFIX
 from airflow_curation.core.faults import fault_point
 
 # fsspec options (credentials, endpoint) registered for the URLs under a prefix: a lake root, a bucket.
@@ -31,7 +32,7 @@ from airflow_curation.core.faults import fault_point
 # theirs from the environment instead (``CURATION_STORAGE_OPTIONS_<PROTOCOL>``).
 _SCOPED: dict[str, dict[str, Any]] = {}
 _SCOPED_LOCK = threading.Lock()
-ENV_PREFIX = "CURATION_STORAGE_OPTIONS_"
+ENV_PREFIX = STORAGE_OPTIONS_PREFIX  # a credential: see core/credentials.py
 
 
 def _norm_prefix(prefix: str) -> str:

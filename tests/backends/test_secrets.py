@@ -1,6 +1,7 @@
 """Secrets on disk, local and Ray backends: the lake's storage options (as the Airflow layer hands them
 to a backend, in ``env``) reach a local job through its process environment only, and are never sent
-in a Ray job's runtime environment (which the dashboard and the job API show)."""
+in a Ray job's runtime environment (which the dashboard and the job API show); nor is any other
+credential, which the Ray backend refuses."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import sys
 import time
 import uuid
 from pathlib import Path
+
+import pytest
 
 from airflow_curation.backends import JobState, get_backend
 from airflow_curation.core.layout import Lake
@@ -82,3 +85,23 @@ def test_ray_runtime_env_carries_no_storage_options(tmp_path, monkeypatch, caplo
     assert "CURATION_STORAGE_OPTIONS_GCS, CURATION_STORAGE_OPTIONS_S3" in caplog.text
     assert _files_holding(tmp_path, secret) == []
     assert backend.runtime_env["env_vars"]["CURATION_STORAGE_OPTIONS_GCS"] == secret  # options left as given
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"env": {"AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI-fake"}},
+        {"env": {"HF_TOKEN": "hf_fake"}},
+        {"runtime_env": {"env_vars": {"AIRFLOW_CONN_DB": "postgres://u:pw@db/x"}}},
+        {"runtime_env": {"env_vars": {"DATABASE_URL": "postgresql://u:pw123@db/x"}}},
+    ],
+)
+def test_ray_refuses_credentials_it_would_have_to_send(tmp_path, monkeypatch, options):
+    """A credential other than the lake's storage options (which the Airflow layer adds and the backend
+    leaves out) would be shown in the dashboard: the backend refuses it, naming it, before any submit."""
+    client = _RecordingRayClient()
+    with pytest.raises(ValueError, match=r"(AWS_SECRET_ACCESS_KEY|HF_TOKEN|AIRFLOW_CONN_DB|DATABASE_URL): credentials"):
+        backend = get_backend("ray", address="http://ray-head:8265", **options)
+        monkeypatch.setattr(backend, "_client", lambda: client)
+        backend.submit(JobSpec("validate", Lake(str(tmp_path / "lake"), "web").to_dict(), "run-r", {}))
+    assert client.submitted == []

@@ -38,6 +38,25 @@ def test_values_of_secret_env_vars_and_storage_options_are_masked(monkeypatch):
     assert out == "saw ***, ***, *** and *** in us-east-1"
 
 
+def test_short_passwords_of_connections_are_masked(monkeypatch):
+    """A connection's 5-character password is masked, whether the connection is a URI (an Airflow
+    connection in the environment, percent-encoded), JSON, or storage options registered in process."""
+    monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", "postgresql://loader:pw%2123@db.internal:5432/lake")
+    monkeypatch.setenv("AIRFLOW_CONN_API", json.dumps({"conn_type": "http", "login": "bot", "password": "k3y9z"}))
+    monkeypatch.setattr(storage, "_SCOPED", {"s3://bucket/lake": {"key": "minio", "secret": "hu5ky"}})
+    out = scrub("login as loader with pw!23 failed; api said 'k3y9z' rejected; s3 secret hu5ky (key minio)")
+    assert out == "login as loader with *** failed; api said '***' rejected; s3 secret *** (key ***)"
+
+
+def test_one_and_two_character_secrets_are_not_masked_and_short_ones_only_as_words(monkeypatch):
+    """Guard: masking a 1-character password everywhere would garble every log; a 3-7 character one is
+    masked where it stands alone, not inside a longer name."""
+    monkeypatch.setenv("TINY_PASSWORD", "a")
+    monkeypatch.setenv("DB_PASSWORD", "airflow")
+    out = scrub("a user of airflow_curation logged in with airflow, as a test")
+    assert out == "a user of airflow_curation logged in with ***, as a test"
+
+
 def test_long_opaque_tokens_go_paths_and_names_stay():
     fp = "3fa85f6457174562b3fc2c963f66afa63fa85f6457174562b3fc2c963f66afa6"
     path = "/tmp/pytest-of-root/pytest-23/test_a_failed_unit_fails_its_group_0/flag"

@@ -381,3 +381,18 @@ def test_secret_env_goes_into_a_job_secret_never_into_the_pod_spec(fake_k8s, mak
     assert collect["spec"]["template"]["spec"]["containers"][0]["envFrom"] == env_from
     backend.cancel(handle)
     assert fake_k8s.names("secrets") == []
+
+
+def test_a_cloud_key_in_pod_env_reaches_the_api_server_only_in_the_job_secret(fake_k8s, make_backend, make_spec):
+    aws = "wJalrXUtnFEMI-fake-9d2b"
+    pod = {"storage_secret": "lake-creds", "env": {"AWS_SECRET_ACCESS_KEY": aws, "PLAIN": "1"}}
+    backend = make_backend(pod=pod, launch_kinds={"preprocess": "indexed"})
+    handle = backend.submit(make_spec())
+    assert fake_k8s.get("secrets", handle["env_secret"])["stringData"]["AWS_SECRET_ACCESS_KEY"] == aws
+    stored = [fake_k8s.get(plural, n) for plural in ("jobs", "configmaps") for n in fake_k8s.names(plural)]
+    assert len(stored) == 3  # groups, collect, spec
+    assert all(aws not in json.dumps(obj) for obj in stored)
+    for job in (fake_k8s.get("jobs", handle["name"]), fake_k8s.get("jobs", handle["collect"])):
+        [c] = job["spec"]["template"]["spec"]["containers"]
+        assert {"secretRef": {"name": handle["env_secret"]}} in c["envFrom"]
+        assert {"name": "PLAIN", "value": "1"} in c["env"]

@@ -289,8 +289,50 @@ def test_secret_env_reaches_every_container_by_reference_only(engine):
         assert not [e for e in c["env"] if e["name"].startswith("CURATION_STORAGE_OPTIONS_")]
 
 
-def test_storage_options_are_refused_as_literal_pod_env():
-    with pytest.raises(ValueError, match="storage options are secrets"):
-        o.PodSettings(env={"CURATION_STORAGE_OPTIONS_S3": '{"secret": "x"}'})
-    with pytest.raises(ValueError, match="storage options are secrets"):
-        KubernetesBackend(host="http://127.0.0.1:1", pod={"env": {"curation_storage_options_gcs": "{}"}})
+@pytest.mark.parametrize("engine", o.LAUNCH_KINDS)
+def test_credentials_of_pod_env_and_of_env_are_read_from_a_secret_only(engine):
+    """A cloud key in ``pod.env`` (literal in every pod spec until now) and a token in the backend's
+    ``env`` reach every container through the job's Secret: no object but that Secret holds either, and
+    every object validates against its schema. Plain ``pod.env`` variables stay literal."""
+    aws, hf, pw = "wJalrXUtnFEMI-fake-4c1e", "hf_fake_token_77a0", "pw123"
+    stage = "enrich" if engine == "ray" else "preprocess"
+    backend = KubernetesBackend(
+        host="http://127.0.0.1:1",
+        namespace="curation",
+        pod={
+            "storage_secret": "lake-creds",
+            "env": {
+                "AWS_SECRET_ACCESS_KEY": aws,
+                "DATABASE_URL": f"postgresql://loader:{pw}@db:5432/lake",
+                "CURATION_LOG_LEVEL": "INFO",
+            },
+        },
+        launch_kinds={stage: engine},
+        shard_groups=3,
+        env={"HF_TOKEN": hf},
+    )
+    handle, objects = backend.build(_spec(stage))
+    for obj in objects:
+        validate_object(obj)
+    [job_secret] = [x for x in objects if x["kind"] == "Secret"]
+    assert job_secret["metadata"]["name"] == handle["env_secret"]
+    assert job_secret["stringData"]["AWS_SECRET_ACCESS_KEY"] == aws and job_secret["stringData"]["HF_TOKEN"] == hf
+    for obj in objects:
+        if obj["kind"] != "Secret":
+            assert all(s not in json.dumps(obj) for s in (aws, hf, pw)), obj["kind"]
+    assert all(s not in json.dumps(handle) for s in (aws, hf, pw))
+    assert all(s not in json.dumps(backend.options()["pod"]) for s in (aws, pw))
+    containers = [c for x in objects for c in _containers(x)]
+    for c in containers:
+        assert {"secretRef": {"name": handle["env_secret"]}} in c["envFrom"]
+        assert {"name": "CURATION_LOG_LEVEL", "value": "INFO"} in c["env"]
+        assert not {"AWS_SECRET_ACCESS_KEY", "DATABASE_URL", "HF_TOKEN"} & {e["name"] for e in c["env"]}
+
+
+def test_credentials_are_refused_as_literal_pod_env():
+    for env in ({"CURATION_STORAGE_OPTIONS_S3": '{"secret": "x"}'}, {"AWS_SECRET_ACCESS_KEY": "x"}, {"HF_TOKEN": "x"}):
+        with pytest.raises(ValueError, match="credentials .* would be written into the pod spec"):
+            o.PodSettings(env=env)
+    # The backend moves them into the job's Secret instead (above).
+    backend = KubernetesBackend(host="http://127.0.0.1:1", pod={"env": {"curation_storage_options_gcs": "{}"}})
+    assert backend.pod.env == {} and backend.env == {"curation_storage_options_gcs": "{}"}

@@ -9,7 +9,8 @@ A failure in ``resubmit_on`` is ``retryable``; the follower relaunches it as a n
 folder (``current.json`` names the latest, so every handle of the run follows it).
 
 Secrets: the job's ``env`` goes into a ``0600`` file, :data:`ENV_FILE` (over SSH through stdin), that the
-scripts source; the last consumer of an attempt deletes it unless the run may be relaunched, and
+scripts source, and so do the credentials of this process's environment when sbatch runs here (sbatch
+runs without them, so no job record holds one: :meth:`ScriptMixin.job_env`); the last consumer of an attempt deletes it unless the run may be relaunched, and
 :meth:`SlurmBackend.release` (the run is over) and ``cancel`` delete it too.
 """
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import sys
 import time
@@ -26,7 +26,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, read_log, status_from_result
-from airflow_curation.backends.slurm.script import ATTEMPT, ENV_FILE, TASK, ScriptMixin, _check_arg, check_job_dir
+from airflow_curation.backends.slurm.script import (
+    ATTEMPT,
+    ENV_FILE,
+    ENV_NAME,
+    TASK,
+    ScriptMixin,
+    _check_arg,
+    check_job_dir,
+)
 from airflow_curation.backends.slurm.states import (
     DEFAULT_RESUBMIT_ON,
     SlurmJobRecord,
@@ -42,8 +50,6 @@ from airflow_curation.core.layout import safe_name
 from airflow_curation.jobs import groups as grp
 from airflow_curation.jobs import progress
 from airflow_curation.jobs.spec import JobSpec
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class SlurmBackend(ScriptMixin, TransportMixin, Backend):
@@ -139,7 +145,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         self.python = _check_arg(python or sys.executable, "python")
         self.env = dict(env or {})
         for key, value in self.env.items():
-            if not _ENV_NAME.match(str(key)):
+            if not ENV_NAME.match(str(key)):
                 raise ValueError(f"environment variable name {key!r} is not a valid identifier")
             _check_arg(value, f"env {key}")
         if ssh_host is not None and (not ssh_host or ssh_host.startswith("-") or any(c.isspace() for c in ssh_host)):
@@ -220,7 +226,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
             "lake": spec.lake,
             "groups": groups,
         }
-        if self.env:
+        if self.job_env():
             base["env_file"] = os.path.join(job_dir, ENV_FILE)
             self.files.write(base["env_file"], self.render_env(), mode=0o600)  # the owner's only
         result = (os.path.join(job_dir, "result-"), ATTEMPT, ".json")

@@ -5,8 +5,11 @@ options are argv elements (never ``#SBATCH`` lines) and the script quotes every 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Sequence
+
+from airflow_curation.core import credentials
 
 
 class _Placeholder(str):
@@ -20,6 +23,7 @@ ATTEMPT = _Placeholder("ATTEMPT")
 # The job's environment (secrets included), 0600, in the job folder, while the run may still use it.
 ENV_FILE = "secrets.env"
 _EXPANSIONS = {TASK: '"${SLURM_ARRAY_TASK_ID}"', ATTEMPT: '"$1"'}
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _check_arg(value: str, what: str) -> str:
@@ -61,7 +65,8 @@ class ScriptMixin:
             (a single job, or the collect job of an array): it deletes the file when it is done.
         """
         lines = ["#!/bin/bash", "# airflow-curation job (generated; every value is shell-quoted)", "set -eu"]
-        if self.env:
+        has_env = bool(self.job_env())
+        if has_env:
             lines += [
                 f"env_file={shlex.quote(os.path.join(job_dir, ENV_FILE))}",
                 # Gone means the run was cancelled or finished: running without it would only
@@ -82,7 +87,7 @@ class ScriptMixin:
                     for p in parts
                 )
             )
-        drop_env = bool(self.env) and last_consumer
+        drop_env = has_env and last_consumer
         if not dask_cluster and not drop_env:
             lines.append("exec " + " ".join(words))
             return "\n".join(lines) + "\n"
@@ -126,9 +131,20 @@ class ScriptMixin:
             'exit "$rc"',
         ]
 
+    def job_env(self) -> dict[str, str]:
+        """What the environment file holds: ``env`` and, when sbatch runs on this machine, the credentials
+        of this process's environment (:mod:`airflow_curation.core.credentials`). sbatch exports its own
+        environment into the job (``--export=ALL``), and Slurm keeps that in the job's record
+        (``sacct --env-vars``, the controller's state); the Slurm commands run without those variables
+        (:meth:`TransportMixin._exec`), so the job gets them from the ``0600`` file instead, as before."""
+        here = self.transport is None and not self.command_prefix  # sbatch is our child, with our environment
+        inherited = credentials.split(os.environ)[1] if here else {}
+        return {**{k: v for k, v in inherited.items() if ENV_NAME.match(k) and "\x00" not in v}, **self.env}
+
     def render_env(self) -> bytes:
         """The environment file's text: one ``export NAME=value`` line per variable, values quoted."""
-        return "".join(f"export {key}={shlex.quote(self.env[key])}\n" for key in sorted(self.env)).encode()
+        env = self.job_env()
+        return "".join(f"export {key}={shlex.quote(env[key])}\n" for key in sorted(env)).encode()
 
     def sbatch_argv(
         self,

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Sequence
 
 from airflow_curation.backends.slurm.script import _check_arg
+from airflow_curation.core import credentials
 
 log = logging.getLogger(__name__)
 _JOB_ID = re.compile(r"^\d+$")
@@ -36,7 +37,12 @@ class TransportMixin:
         if self.transport is not None:
             return self.transport.run([_check_arg(a, "argument") for a in argv], data, self.command_timeout)
         stdin = {"input": data} if data is not None else {"stdin": subprocess.DEVNULL}
-        return subprocess.run(self.command_argv(argv), capture_output=True, timeout=self.command_timeout, **stdin)
+        # Without this process's credentials: sbatch would export them into the job, and Slurm records a
+        # job's environment (the job gets them from its 0600 environment file instead: job_env).
+        env = credentials.split(os.environ)[0]
+        return subprocess.run(
+            self.command_argv(argv), capture_output=True, timeout=self.command_timeout, env=env, **stdin
+        )
 
     def _run(self, argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
         try:

@@ -1,0 +1,68 @@
+"""What a Slurm submission carries, without a cluster: a recorder in place of ``sbatch`` keeps the
+environment and argv it was run with (what sbatch's default ``--export=ALL`` would put in the job's
+record), and the job folder is read whole. A credential of the submitting process or of ``env`` is in
+the ``0600`` environment file only, and the job still gets it from there."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from airflow_curation.backends.slurm import ENV_FILE, SlurmBackend
+
+from .conftest import spec_for
+
+SBATCH = """#!/bin/sh
+# Records what sbatch would be given: its environment and its argv, then prints a job id.
+env > "{out}/sbatch.env"
+printf '%s\\n' "$@" > "{out}/sbatch.argv"
+echo 4242
+"""
+
+
+def test_credentials_reach_the_job_from_its_0600_file_never_sbatch_or_a_script(tmp_path, monkeypatch):
+    worker_key, worker_pw, option_secret = "wJalrXUtnFEMI-worker-7e1a", "pw123", "s3cr3t-opt-51c0"
+    rec = tmp_path / "rec"
+    bin_dir = tmp_path / "bin"
+    rec.mkdir()
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(SBATCH.format(out=rec))
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    # The Airflow worker's own environment: a cloud key and a database URI with a password.
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", worker_key)
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"postgresql://airflow:{worker_pw}@pg/airflow")
+    monkeypatch.setenv("CURATION_PLAIN_SETTING", "kept")
+    env = {"CURATION_STORAGE_OPTIONS_S3": json.dumps({"key": "AKIA-FAKE", "secret": option_secret})}
+    backend = SlurmBackend(python=sys.executable, work_dir=str(tmp_path / "jobs"), env=env)
+    lake = {"root": str(tmp_path / "lake"), "dataset": "ds", "snapshot": None}
+    handle = backend.submit(spec_for(lake))
+    assert handle["job_id"] == "4242"
+
+    sbatch_env = (rec / "sbatch.env").read_text()
+    assert "CURATION_PLAIN_SETTING=kept" in sbatch_env  # the plain environment is exported as before
+    secrets = (worker_key, worker_pw, option_secret)
+    for text in (sbatch_env, (rec / "sbatch.argv").read_text(), json.dumps(handle)):
+        assert not [s for s in secrets if s in text]
+    env_file = Path(handle["job_dir"], ENV_FILE)
+    holding = {p.name for p in Path(handle["job_dir"]).rglob("*") if any(s.encode() in p.read_bytes() for s in secrets)}
+    assert holding == {ENV_FILE}  # not job.sh, not spec.json
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    # The job sources the file (job.sh does, first thing) and so gets what sbatch no longer exports.
+    assert '. "$env_file"' in Path(handle["job_dir"], "job.sh").read_text()
+    got = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f'. {env_file} && printf "%s|%s" "$AWS_SECRET_ACCESS_KEY" "$AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"',
+        ],
+        env={"PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert got == f"{worker_key}|postgresql://airflow:{worker_pw}@pg/airflow"
