@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, read_log, status_from_result
-from airflow_curation.core import storage
+from airflow_curation.core import credentials, storage
 from airflow_curation.jobs import groups as grp
 from airflow_curation.jobs.spec import JobSpec
 
@@ -53,6 +53,7 @@ class LocalBackend(Backend):
         )
         self.python = python or sys.executable
         self.env = env or {}
+        credentials.warn_unmaskable(self.env, "local env")
 
     def launch(
         self, spec: JobSpec, groups: Sequence[int] | None = None, *, previous: JobHandle | None = None

@@ -66,3 +66,9 @@ def test_credentials_reach_the_job_from_its_0600_file_never_sbatch_or_a_script(t
         check=True,
     ).stdout
     assert got == f"{worker_key}|postgresql://airflow:{worker_pw}@pg/airflow"
+
+
+def test_a_credential_too_short_to_mask_is_named_in_a_warning(tmp_path, caplog):
+    SlurmBackend(work_dir=str(tmp_path), env={"TINY_PASSWORD": "a", "HF_TOKEN": "hf_long_enough"})
+    assert "slurm env: TINY_PASSWORD holds a credential shorter than 3 characters" in caplog.text
+    assert "HF_TOKEN" not in caplog.text

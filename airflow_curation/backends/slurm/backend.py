@@ -45,7 +45,7 @@ from airflow_curation.backends.slurm.states import (
     summarize,
 )
 from airflow_curation.backends.slurm.transport import SlurmError, TransportMixin, _LocalFiles, _RemoteFiles, log
-from airflow_curation.core import storage
+from airflow_curation.core import credentials, storage
 from airflow_curation.core.layout import safe_name
 from airflow_curation.jobs import groups as grp
 from airflow_curation.jobs import progress
@@ -148,6 +148,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
             if not ENV_NAME.match(str(key)):
                 raise ValueError(f"environment variable name {key!r} is not a valid identifier")
             _check_arg(value, f"env {key}")
+        credentials.warn_unmaskable(self.env, "slurm env")
         if ssh_host is not None and (not ssh_host or ssh_host.startswith("-") or any(c.isspace() for c in ssh_host)):
             raise ValueError(f"ssh_host {ssh_host!r} is not a host name (ssh would read it as an option)")
         if command_prefix is None:
