@@ -10,8 +10,9 @@ folder (``current.json`` names the latest, so every handle of the run follows it
 
 Secrets: the job's ``env`` goes into a ``0600`` file, :data:`ENV_FILE` (over SSH through stdin), that the
 scripts source, and so do the credentials of this process's environment when sbatch runs here (sbatch
-runs without them, so no job record holds one: :meth:`ScriptMixin.job_env`); the last consumer of an attempt deletes it unless the run may be relaunched, and
-:meth:`SlurmBackend.release` (the run is over) and ``cancel`` delete it too.
+runs without them, so no job record holds one: :meth:`ScriptMixin.job_env`); the last consumer of an
+attempt deletes it unless the run may be relaunched, and :meth:`SlurmBackend.release` (the run is over)
+and ``cancel`` delete it too.
 """
 
 from __future__ import annotations
