@@ -10,6 +10,7 @@ operator then waits is its own choice, made in :meth:`poll_until_complete`: defe
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -33,6 +34,43 @@ from airflow_curation.operators.lineage import StageLineageMixin
 from airflow_curation.triggers.stage_job import StageJobTrigger
 
 SUMMARY_KEYS = ("manifest_uri", "shards", "rows", "bytes")
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` as plain JSON (params may hold dates or other objects): what a manifest can store."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def run_context(
+    context: Any, settings: CurationSettings, conn_id: str | None, lake: Lake, backend: str | None
+) -> dict[str, Any]:
+    """What one run was launched with, as its report shows it: the DAG run, its effective params, the conf
+    keys Airflow did not apply (their value differs from the param's), the connection's non-secret values
+    and the rendered lake. Storage options and backend option values stay out (they may hold secrets)."""
+    get = context.get if hasattr(context, "get") else (lambda _k, _d=None: _d)
+    dag_run = get("dag_run")
+    params = dict(get("params") or {})
+    conf = dict(getattr(dag_run, "conf", None) or {})
+    not_applied = {k: {"conf": v, "used": params[k]} for k, v in conf.items() if k in params and params[k] != v}
+    logical = get("logical_date")
+    return _json_safe(
+        {
+            "dag_id": getattr(dag_run, "dag_id", None),
+            "airflow_run_id": get("run_id"),
+            "run_type": str(getattr(dag_run, "run_type", "") or "") or None,
+            "logical_date": logical.isoformat() if hasattr(logical, "isoformat") else logical,
+            "params": params,
+            "conf_not_applied": not_applied,
+            "connection": {
+                "conn_id": conn_id,
+                "lake": settings.lake,
+                "backend": settings.backend,
+                "backend_options": sorted(settings.backend_options),
+            },
+            "lake": lake.to_dict(),
+            "backend": backend or settings.backend or "local",
+        }
+    )
 
 
 def summary_of(result: dict[str, Any] | None) -> dict[str, Any]:
@@ -165,6 +203,8 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         config = self.build_config(context)
         # Another run of this stage on this snapshot (a manual run beside the scheduled one): wait for it.
         config.setdefault("lease_wait_s", self.lease_wait_s)
+        # What the run was launched with, recorded in its manifest and report (never part of a fingerprint).
+        config["run_context"] = run_context(context, settings, self.curation_conn_id, lake, self.backend)
         return JobSpec(stage=self.stage, lake=lake.to_dict(), run_id=run_id, config=config)
 
     def get_backend(self, spec: JobSpec | None = None) -> Backend:
@@ -203,14 +243,29 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
             "submitted_at": time.time(),
         }
         self.log.info(
-            "Submitted %s job %s to %s backend; manifest %s",
+            "Submitted %s job %s to the %s backend (%s); manifest %s",
             self.stage,
             handle.get("job_id"),
             backend.name,
+            handle.get("url") or handle.get("log") or handle.get("job_dir") or "no log location",
             handle["manifest_uri"],
         )
+        self._log_effective(spec)
         self._remember(handle, context)
         return handle
+
+    def _log_effective(self, spec: JobSpec) -> None:
+        """The values this run really uses: the stage's settings after templating, the run's params, and
+        any ``conf`` value Airflow did not apply (a backfill or re-run without "override parameters")."""
+        rc = spec.config.get("run_context") or {}
+        settings = {k: v for k, v in spec.config.items() if k != "run_context"}
+        self.log.info("Effective %s settings: %s", self.stage, json.dumps(settings, sort_keys=True, default=str))
+        self.log.info("Run params: %s", json.dumps(rc.get("params", {}), sort_keys=True, default=str))
+        if rc.get("conf_not_applied"):
+            self.log.warning(
+                "Run conf values NOT applied (the run's params differ; tick 'override parameters' to apply): %s",
+                json.dumps(rc["conf_not_applied"], sort_keys=True, default=str),
+            )
 
     def _remember(self, handle: dict[str, Any], context: Any) -> dict[str, Any]:
         """Follow ``handle``'s newest attempt (a checkpoint sensor may have relaunched the job) and return it."""

@@ -102,6 +102,26 @@ class ValidateOperator(CurationStageOperator):
         self._context = context
         return super().execute_complete(context, event)
 
+    def get_job_status(self, external_id: dict[str, Any], context: Any) -> str:
+        """A retry (Airflow may mark a finished deferred task up for retry) finding its job failed on the
+        checks takes that stored verdict, report and all, instead of submitting the job again: the data,
+        not the machine, failed. Any other failure is resubmitted, as a retry is for."""
+        state = super().get_job_status(external_id, context)
+        if state == JobState.FAILED.value:
+            handle = self._handle or external_id
+            status = self._backend.status(handle)
+            if self._checks_failed(status.message, status.result) and self._report(handle)[0] is not None:
+                self.log.info(
+                    "Job %s failed its checks: taking its verdict, not submitting again", handle.get("job_id")
+                )
+                self._context = context
+                self._finish(state, status.message, status.result, handle)  # raises AirflowFailException
+        return state
+
+    @staticmethod
+    def _checks_failed(message: str, result: dict[str, Any] | None) -> bool:
+        return any("ValidationFailed" in str(m) for m in (message, (result or {}).get("error")))
+
     def _report(self, handle: dict[str, Any]) -> tuple[dict[str, Any] | None, str, str]:
         manifest_uri = handle.get("manifest_uri") or ""
         base = manifest_uri.rsplit("/", 1)[0]
@@ -116,7 +136,7 @@ class ValidateOperator(CurationStageOperator):
     ) -> dict[str, Any]:
         report, json_uri, html_uri = self._report(handle)
         context = getattr(self, "_context", None)
-        checks_failed = any("ValidationFailed" in str(m) for m in (message, (result or {}).get("error")))
+        checks_failed = self._checks_failed(message, result)
         # Only a report this job wrote counts: a job that crashed may have left an older one behind.
         fresh = report is not None and (state == JobState.SUCCEEDED.value or checks_failed)
         if fresh and context is not None:

@@ -124,6 +124,14 @@ class Stage:
         Setting("inputs", list, None, "input files", runtime=True, cli=False),
         Setting("input_manifest", str, None, "URI of the upstream manifest", runtime=True, cli=False),
         Setting("scheduler_address", str, None, "run units on this Dask scheduler", runtime=True, cli=False),
+        Setting(
+            "run_context",
+            dict,
+            None,
+            "who launched the run with what (Airflow params, connection, rendered task fields): recorded only",
+            runtime=True,
+            cli=False,
+        ),
     )
     # Derived from SETTINGS (read-only views, for code that reads them).
     DEFAULTS: dict[str, Any] = SETTINGS.defaults

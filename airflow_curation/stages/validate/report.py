@@ -7,6 +7,7 @@ Airflow UI plugin, the CLI and a person with only the bucket all find them in th
 from __future__ import annotations
 
 import html
+import json
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -138,7 +139,12 @@ def build_report(
     summary: str,
     columns: dict[str, list[str]],
     seconds: float,
+    run_context: dict[str, Any] | None = None,
+    verdict_of: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The report of run ``run_id``. :param run_context: what the run was launched with (params,
+    connection: the operator's record). :param verdict_of: when the metrics and checks are another run's
+    (same shards, manifests and checks: its checkpoint was reused), which run computed them."""
     failed = any(c["status"] == "fail" for c in checks)
     stages = {st: {"manifest_uri": uri, **stage_timings(lake, m)} for st, (uri, m) in manifests.items()}
     return {
@@ -159,6 +165,8 @@ def build_report(
         "stages": stages,
         "tokens": token_counts(manifests, stages),
         "timeline": timeline(manifests, stages),
+        "run_context": run_context or {},
+        "verdict_of": verdict_of,
     }
 
 
@@ -325,6 +333,13 @@ def render_html(r: dict[str, Any]) -> str:
         f"{r['seconds']:.2f} s · input <code>{_e(r['input_manifest'])}</code></div>",
     ]
 
+    if r.get("verdict_of"):
+        v = r["verdict_of"]
+        out.append(
+            f'<p class="meta" id="verdict-of">Metrics and checks computed by run <code>{_e(v["run_id"])}</code> '
+            f"at {_e(time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(v['created_at'])))} over the same shards, "
+            "manifests and checks; this run reused its verdict.</p>"
+        )
     out.append("<h2>Checks</h2>")
     out.append(f"<pre>{_e(r['summary'])}</pre>")
     out.append(
@@ -513,5 +528,42 @@ def render_html(r: dict[str, Any]) -> str:
 
     out.append("<h2>Columns</h2>")
     out.append(_table(["source", "columns"], [[_e(k), _e(", ".join(v))] for k, v in r.get("columns", {}).items()]))
+    out.extend(_run_context_html(r.get("run_context") or {}))
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def _run_context_html(rc: dict[str, Any]) -> list[str]:
+    """What the run was launched with: its params (as applied), the conf values Airflow did not apply,
+    and the connection's non-secret values."""
+    if not rc:
+        return []
+    out = ['<h2 id="run-context">Run parameters</h2>']
+    out.append(
+        f'<div class="meta">DAG <code>{_e(rc.get("dag_id"))}</code> · run <code>{_e(rc.get("airflow_run_id"))}</code>'
+        f" ({_e(rc.get('run_type'))}) · logical date {_e(rc.get('logical_date'))} · backend {_e(rc.get('backend'))}"
+        "</div>"
+    )
+    params = rc.get("params") or {}
+    if params:
+        out.append(_table(["param", "value used"], [[_e(k), _e(json.dumps(v))] for k, v in sorted(params.items())]))
+    ignored = rc.get("conf_not_applied") or {}
+    if ignored:
+        out.append(
+            '<p id="conf-not-applied"><span class="badge warn">conf not applied</span> these values of the '
+            "run's conf were not used (Airflow keeps the params unless 'override parameters' is ticked):</p>"
+        )
+        out.append(
+            _table(
+                ["param", "conf", "used"],
+                [[_e(k), _e(json.dumps(v["conf"])), _e(json.dumps(v["used"]))] for k, v in sorted(ignored.items())],
+            )
+        )
+    conn = rc.get("connection") or {}
+    if conn.get("conn_id"):
+        out.append(
+            f'<div class="meta">connection <code>{_e(conn["conn_id"])}</code>: lake {_e(conn.get("lake"))}, '
+            f"backend {_e(conn.get('backend'))}, backend options {_e(', '.join(conn.get('backend_options') or []))}"
+            "</div>"
+        )
+    return out

@@ -177,6 +177,7 @@ class ValidateStage(Stage):
             summary=summary,
             columns=view.columns_by_stage(),
             seconds=time.time() - started,
+            run_context=self.config.get("run_context"),
         )
         fault_point("validate.before_report")
         json_uri, html_uri = write_report(report, self.lake, self.run_id)
@@ -202,11 +203,8 @@ class ValidateStage(Stage):
         rec = self.checkpoints.load(UNIT_ID)
         extra = rec.extra if rec else {}
         json_uri, html_uri = report_uris(self.lake, self.run_id)
-        # A rerun that found the checkpoint (same data, same checks) still gets its own report, and
-        # replaces any older one in this run's folder.
-        for src, dst in ((extra.get("report_json"), json_uri), (extra.get("report_html"), html_uri)):
-            if src and src != dst and storage.exists(src):
-                storage.write_bytes(dst, storage.read_bytes(src))
+        if extra.get("report_json") and extra["report_json"] != json_uri:
+            self._report_reused_verdict(extra["report_json"])
         manifest.config = {
             **manifest.config,
             "report_json": json_uri,
@@ -221,6 +219,39 @@ class ValidateStage(Stage):
                 f"{'/snapshot=' + self.lake.snapshot if self.lake.snapshot else ''} failed: "
                 f"{extra.get('summary')}\nreport: {html_uri}"
             )
+
+    def _report_reused_verdict(self, src_uri: str) -> None:
+        """This run found another run's checkpoint (same shards, manifests and checks): it still gets a
+        report of its own (its run id, manifests and params), with that run's metrics and checks and a
+        line saying whose verdict it is. A verdict whose report is gone is computed again."""
+        try:
+            src = storage.read_json(src_uri)
+        except (FileNotFoundError, ValueError) as e:
+            log.warning("validate: the reused verdict's report %s is unreadable (%s): checking again", src_uri, e)
+            self.process_unit(self.plan()[0])
+            return
+        verdict_of = src.get("verdict_of") or {
+            "run_id": src["run_id"],
+            "created_at": src["created_at"],
+            "report": src_uri,
+        }
+        log.info(
+            "validate: %s (verdict of run %s: same shards, manifests and checks)", src["summary"], verdict_of["run_id"]
+        )
+        report = build_report(
+            lake=self.lake,
+            run_id=self.run_id,
+            input_manifest_uri=self.input_manifest_uri,
+            manifests=self.stage_manifests(),
+            metrics=src["metrics"],
+            checks=src["checks"],
+            summary=src["summary"],
+            columns=src.get("columns", {}),
+            seconds=src.get("seconds", 0.0),
+            run_context=self.config.get("run_context"),
+            verdict_of=verdict_of,
+        )
+        write_report(report, self.lake, self.run_id)
 
 
 def _json_safe(x: Any) -> Any:
