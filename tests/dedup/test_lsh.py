@@ -10,13 +10,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_curation.core import storage
 from airflow_curation.core.components import connected_components, write_edges
 from airflow_curation.core.integrity import IntegrityError
 from airflow_curation.core.lsh import (
     bucket_pairs,
     node_keys,
+    partition_ranges,
     partitions_for,
     read_partition,
+    read_partitions,
     row_of,
     shard_of,
     star_edges,
@@ -139,6 +142,52 @@ def test_spill_files_of_the_parquet_format_are_still_read(tmp_path):
         assert r["node"].tolist() == (mine + np.uint64(100)).tolist() * 2
 
 
+def test_a_range_of_partitions_opens_each_spill_file_once(tmp_path, monkeypatch):
+    """A reader of partitions lo..hi-1 opens each file once for the range (not once per partition) and gets
+    what per-partition reads get, empty partitions included; the ranges cover every partition once."""
+    rng = np.random.default_rng(2)
+    cols = {"bucket": np.uint64, "node": np.uint64}
+    files = []
+    for k in range(4):
+        keys = rng.integers(0, 2**63, 3000, dtype=np.uint64)
+        f = str(tmp_path / f"s{k}.bands.parquet")
+        write_partitioned(f, {"bucket": keys, "node": keys + np.uint64(k)}, (keys % np.uint64(50)).astype(np.int64))
+        files.append(f)
+    one = {p: read_partition(files, p, cols) for p in range(64)}
+    opened = []
+    real_open = storage.open_arrow
+    monkeypatch.setattr(storage, "open_arrow", lambda uri: opened.append(uri) or real_open(uri))
+    ranges = partition_ranges(64, 5)
+    assert [hi - lo for lo, hi in ranges] == [12, 13, 13, 13, 13] and ranges[0][0] == 0 and ranges[-1][1] == 64
+    for lo, hi in ranges:
+        got = list(read_partitions(files, lo, hi, cols))
+        assert [p for p, _ in got] == list(range(lo, hi))
+        for p, r in got:
+            assert all(r[c].tolist() == one[p][c].tolist() for c in cols)
+    assert len(opened) == len(ranges) * len(files)
+    assert partition_ranges(3, 8) == [(0, 1), (1, 2), (2, 3)]  # never more ranges than partitions
+
+
+def test_spill_files_with_the_json_index_are_still_read(tmp_path):
+    """Arrow IPC spill files written before the binary partition list (a JSON map in the schema's
+    metadata): what earlier snapshots' indexes list, and a run resumed across an upgrade."""
+    keys = np.arange(12, dtype=np.uint64)
+    parts = (keys % np.uint64(4)).astype(np.int64)
+    order = np.argsort(parts, kind="stable")
+    t = pa.table({"bucket": keys[order], "node": keys[order] + np.uint64(100)})
+    present = [1, 3]  # partitions 0 and 2 left out: the map, not the batch order, says which is which
+    meta = {b"curation.partitions": json.dumps({str(p): i for i, p in enumerate(present)}).encode()}
+    old = tmp_path / "old.bands.parquet"
+    with pa.ipc.new_file(str(old), t.schema.with_metadata(meta)) as w:
+        for p in present:
+            w.write_table(t.filter(pa.compute.equal(pa.array(parts[order]), p)))
+    for p in range(4):
+        r = read_partition([str(old)], p, {"bucket": np.uint64, "node": np.uint64})
+        assert r["bucket"].tolist() == (keys[parts == p].tolist() if p in present else [])
+    got = dict(read_partitions([str(old)], 0, 4, {"node": np.uint64}))
+    assert got[3]["node"].tolist() == [103, 107, 111] and got[2]["node"].size == 0
+
+
 def test_a_truncated_spill_file_fails_clearly_naming_it(tmp_path):
     f = tmp_path / "s.bands.parquet"
     keys = np.arange(1000, dtype=np.uint64)
@@ -147,6 +196,8 @@ def test_a_truncated_spill_file_fails_clearly_naming_it(tmp_path):
     f.write_bytes(data[: len(data) // 2])
     with pytest.raises(IntegrityError, match="s.bands.parquet"):
         read_partition([str(f)], 1, {"bucket": np.uint64, "node": np.uint64})
+    with pytest.raises(IntegrityError, match="s.bands.parquet"):
+        list(read_partitions([str(f)], 0, 4, {"bucket": np.uint64, "node": np.uint64}))
 
 
 def test_star_edges_link_each_bucket_to_its_lowest_node():

@@ -118,6 +118,28 @@ def test_identical_for_any_worker_and_partition_count_and_rerun(nd_files, baseli
         assert tables2[name].equals(expected[name])
 
 
+@pytest.mark.parametrize(
+    ("name", "config", "partitions", "units"),
+    [
+        ("slots", {"workers": 2}, 2, 2),  # the budget needs one partition; two workers get two units
+        ("ranges", {"partitions": 64, "global_units": 3}, 64, 3),  # many partitions, few units: ranges
+        ("many", {"partitions": 64, "global_units": 64}, 64, 64),
+        ("capped", {"partitions": 3, "global_units": 8}, 3, 3),  # never more units than partitions
+    ],
+)
+def test_global_units_cover_the_slots_with_partition_ranges_and_change_no_label(
+    nd_files, baseline, tmp_path, name, config, partitions, units
+):
+    """The global phase has at least as many units as slots (workers, or ``global_units``), each a
+    contiguous range of LSH partitions; whatever the partition and unit counts, every label is the same."""
+    _, _, expected = baseline
+    _, tables = _run(tmp_path, nd_files, name, **config)
+    done = json.loads(next((tmp_path / f"lake-{name}" / "ds" / "dedup").glob("*/_SUCCESS.json")).read_text())
+    assert (done["partitions"], done["units"]) == (partitions, units)
+    for f in expected:
+        assert tables[f].equals(expected[f]), f
+
+
 def _preprocessed_lake(root, ids, texts) -> Lake:
     """A lake with two shards, preprocess attrs that drop the English originals (not their mutated
     copies), and a complete preprocess manifest for run r1."""

@@ -1,8 +1,8 @@
 """The three phases of dedup as plain functions of files (picklable, so any mapper can run them).
 
 1. :func:`sign_shard` (per shard): exact keys and MinHash band hashes, spilled by bucket partition.
-2. :func:`bucket_partition` (per partition): candidate edges inside each bucket (optionally verified
-   by exact Jaccard), exact-duplicate nodes; then :func:`~airflow_curation.core.components.connected_components`.
+2. :func:`bucket_partitions` (per contiguous range of partitions): candidate edges inside each bucket
+   (optionally verified by exact Jaccard), exact-duplicate nodes; then :func:`~airflow_curation.core.components.connected_components`.
 3. :func:`shard_result` (per shard): ``cluster_id`` and the duplicate flags of the shard's rows.
 """
 
@@ -22,6 +22,7 @@ from airflow_curation.core.lsh import (
     partition_of,
     partition_sources,
     read_partition,
+    read_partitions,
     row_of,
     shard_of,
     star_edges,
@@ -154,8 +155,9 @@ def _verify(a: np.ndarray, b: np.ndarray, shard_uris: list[str], params: DedupPa
     )
 
 
-def bucket_partition(
-    p: int,
+def bucket_partitions(
+    lo: int,
+    hi: int,
     band_uris: list[str],
     exact_uris: list[str],
     shard_uris: list[str],
@@ -165,33 +167,35 @@ def bucket_partition(
     edges_uri: str,
     exact_dups_uri: str,
 ) -> dict:
-    """Phase 2 for partition ``p``: edges of every bucket, and the nodes that are exact duplicates of a
-    lower node. Edges go to ``edges_uri`` for the components; exact duplicates to ``exact_dups_uri``,
-    partitioned by shard so each shard's writer reads one partition."""
+    """Phase 2 for the partitions ``lo <= p < hi`` (one unit): edges of every bucket, and the nodes that are
+    exact duplicates of a lower node. Each spill file is opened once for the range
+    (:func:`~airflow_curation.core.lsh.read_partitions`); each partition is then bucketed alone (a bucket
+    lies in one partition). Edges go to ``edges_uri`` for the components; exact duplicates to
+    ``exact_dups_uri``, partitioned by shard so each shard's writer reads one partition."""
     stats = {"candidates": 0, "verified": 0, "exact_edges": 0}
-    srcs, dsts = [], []
+    srcs, dsts, dups = [], [], []
     if params.near:
-        r = read_partition(band_uris, p, BAND_COLUMNS)
-        a, b = unique_edges(*star_edges([r["bucket"]], r["node"]))
-        stats["candidates"] = int(a.size)
-        if params.verify and a.size:
-            ok = _verify(a, b, shard_uris, params)
-            a, b = a[ok], b[ok]
-        stats["verified"] = int(a.size)
-        srcs.append(a)
-        dsts.append(b)
-    dup_nodes = np.empty(0, np.uint64)
+        for _, r in read_partitions(band_uris, lo, hi, BAND_COLUMNS):
+            a, b = unique_edges(*star_edges([r["bucket"]], r["node"]))
+            stats["candidates"] += int(a.size)
+            if params.verify and a.size:
+                ok = _verify(a, b, shard_uris, params)
+                a, b = a[ok], b[ok]
+            stats["verified"] += int(a.size)
+            srcs.append(a)
+            dsts.append(b)
     if params.exact:
-        r = read_partition(exact_uris, p, EXACT_COLUMNS)
-        a, b = star_edges([r["hi"], r["lo"]], r["node"])
-        stats["exact_edges"] = int(a.size)
-        srcs.append(a)
-        dsts.append(b)
-        dup_nodes = np.unique(b)
+        for _, r in read_partitions(exact_uris, lo, hi, EXACT_COLUMNS):
+            a, b = star_edges([r["hi"], r["lo"]], r["node"])
+            stats["exact_edges"] += int(a.size)
+            srcs.append(a)
+            dsts.append(b)
+            dups.append(b)
     empty = np.empty(0, np.uint64)
     write_edges(
         edges_uri, np.concatenate(srcs) if srcs else empty, np.concatenate(dsts) if dsts else empty, cc_partitions
     )
+    dup_nodes = np.unique(np.concatenate(dups)) if dups else empty
     write_partitioned(exact_dups_uri, {"node": dup_nodes}, shard_of(dup_nodes) % out_partitions)
     return stats
 

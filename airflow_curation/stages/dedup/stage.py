@@ -29,7 +29,7 @@ from airflow_curation.core.components import LABEL_COLUMNS, connected_components
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import config_fingerprint
 from airflow_curation.core.integrity import verify_file
-from airflow_curation.core.lsh import gather_partition, next_power_of_two, partitions_for
+from airflow_curation.core.lsh import gather_partition, next_power_of_two, partition_ranges, partitions_for
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.minhash import MinHashParams, lsh_params
 from airflow_curation.core.schema import CLUSTER_ID, EXACT_DUPLICATE, KEEP, NEAR_DUPLICATE
@@ -148,6 +148,14 @@ class DedupStage(AttrsStage):
             runtime=True,
         ),
         Setting("partitions", int, None, "force the partition count", runtime=True),
+        Setting(
+            "global_units",
+            int,
+            None,
+            "units of the global phase, each a contiguous range of partitions (default: the slots, i.e. "
+            "workers or the Dask cluster's threads; never fewer than the memory budget needs)",
+            runtime=True,
+        ),
         Setting(
             "mapper",
             str,
@@ -318,17 +326,18 @@ class DedupStage(AttrsStage):
             )
         rows = sum(e.rows for e in entries)
         spill_bytes = rows * (_BAND_BYTES * self.params.bands * self.params.near + _EXACT_BYTES * self.params.exact)
-        parts = int(self.config["partitions"] or partitions_for(spill_bytes, int(self.config["memory_budget"])))
-        if self.persists:  # later snapshots read this one's spills partition by partition (nested counts)
-            parts = next_power_of_two(parts)
+        parts, self._units, self._cc_parts = self._layout(spill_bytes)
         out_parts = max(1, min(len(entries), 256))
         log.info(
-            "dedup: %d shards, %d rows, %d bands x %d rows, %d partitions (memory budget %d bytes)",
+            "dedup: %d shards, %d rows, %d bands x %d rows, %d partitions in %d units, %d for the components "
+            "(memory budget %d bytes)",
             len(entries),
             rows,
             self.params.bands,
             self.params.rows,
             parts,
+            self._units,
+            self._cc_parts,
             self.config["memory_budget"],
         )
         params = DedupParams(**{**asdict(self.params), "minhash": self.params.minhash, "partitions": parts})
@@ -361,6 +370,38 @@ class DedupStage(AttrsStage):
             for s in shards
         ]
 
+    def _layout(self, spill_bytes: int) -> tuple[int, int, int]:
+        """(LSH partitions, global-phase units, components partitions).
+
+        Units: at least the slots that run them (else workers idle through the barrier), and at least what
+        the memory budget needs (a unit holds its range of every spill file). Partitions: at least the
+        units, each unit a contiguous range of them (it opens each spill file once for its range), a
+        power of two where later snapshots read them nested. A forced ``partitions`` is taken as it is,
+        with at most that many units. The components' partitions follow the memory budget alone: their
+        steps read every partition of every edge file (partitions squared), over edges that are a fraction
+        of the spill. None of the three changes a label."""
+        memory = partitions_for(spill_bytes, int(self.config["memory_budget"]))
+        forced = self.config["partitions"]
+        units = max(memory, self._slots())
+        parts = int(forced) if forced else units
+        if self.persists:  # later snapshots read this one's spills partition by partition (nested counts)
+            parts = next_power_of_two(parts)
+        return parts, min(units, parts), min(parts, int(forced) if forced else memory)
+
+    def _slots(self) -> int:
+        """Units that can run at once: ``global_units``, else the workers of the mapper."""
+        if self.config["global_units"]:
+            return max(1, int(self.config["global_units"]))
+        if self.config["mapper"] == "dask":
+            address = self.config.get("scheduler_address")
+            if not address:
+                return max(1, len(self._local_cluster().workers))
+            from distributed import Client
+
+            with Client(address) as client:
+                return max(1, sum(client.nthreads().values()))
+        return max(1, int(self.config.get("workers") or 1))
+
     def _phase2(
         self, sig: DedupSignaturesStage, params: DedupParams, shards: list[dict], run_key: str, out_parts: int
     ) -> dict:
@@ -369,29 +410,41 @@ class DedupStage(AttrsStage):
         if storage.exists(done_uri):
             log.info("dedup: global phase already done (%s)", done_uri)
             return storage.read_json(done_uri)
-        parts = params.partitions
+        parts, cc_parts = params.partitions, self._cc_parts
+        ranges = partition_ranges(parts, self._units)
         band_uris = [sig.spill_uris(s["shard_id"])[0] for s in shards]
         exact_uris = [sig.spill_uris(s["shard_id"])[1] for s in shards]
         shard_uris = [s["uri"] for s in shards]
-        edge_uris = [storage.join(gdir, "edges", f"part-{p:05d}.parquet") for p in range(parts)]
-        exact_dup_uris = [storage.join(gdir, "exact", f"part-{p:05d}.parquet") for p in range(parts)]
+        edge_uris = [storage.join(gdir, "edges", f"unit-{u:05d}.parquet") for u in range(len(ranges))]
+        exact_dup_uris = [storage.join(gdir, "exact", f"unit-{u:05d}.parquet") for u in range(len(ranges))]
         stats = list(
             self.default_mapper()(
-                phases.bucket_partition,
+                phases.bucket_partitions,
                 [
-                    (p, band_uris, exact_uris, shard_uris, params, parts, out_parts, edge_uris[p], exact_dup_uris[p])
-                    for p in range(parts)
+                    (
+                        lo,
+                        hi,
+                        band_uris,
+                        exact_uris,
+                        shard_uris,
+                        params,
+                        cc_parts,
+                        out_parts,
+                        edge_uris[u],
+                        exact_dup_uris[u],
+                    )
+                    for u, (lo, hi) in enumerate(ranges)
                 ],
             )
         )
         label_uris = connected_components(
-            edge_uris, storage.join(gdir, "components"), parts, out_parts, self.default_mapper()
+            edge_uris, storage.join(gdir, "components"), cc_parts, out_parts, self.default_mapper()
         )
         totals = {k: sum(s[k] for s in stats) for k in ("candidates", "verified", "exact_edges")}
         # Phase 3 reads its shard's output partition of the labels and of the exact duplicates: from every
-        # LSH partition's file that is 2 x parts opens per shard, the pairs term that grows with the square
-        # of the data. Gathered by output partition first, it is two opens per shard.
-        gathered = parts > 1
+        # unit's and components partition's file that is that many opens per shard, a pairs term that grows
+        # with the square of the data. Gathered by output partition first, it is two opens per shard.
+        gathered = len(label_uris) > 1 or len(exact_dup_uris) > 1
         if gathered:
             label_uris = self._gather(label_uris, storage.join(gdir, "labels-by-out"), LABEL_COLUMNS, out_parts)
             exact_dup_uris = self._gather(
@@ -403,6 +456,8 @@ class DedupStage(AttrsStage):
             "gathered": gathered,
             "out_partitions": out_parts,
             "partitions": parts,
+            "units": len(ranges),
+            "components_partitions": cc_parts,
             "bands": params.bands,
             "rows": params.rows,
             **totals,
