@@ -12,15 +12,20 @@ The model, stage by stage (ingest, preprocess, dedup, validate):
   DuckDB query over the whole run (one unit): one node, its cores as DuckDB threads.
 * LSH partitions: the dedup global phase holds rows x (16 B x bands + 24 B) (measured rows per GB), and one
   partition, expanded 4x while it is sorted, must fit one worker's memory (node memory / cores, less
-  the worker's base); partitions = ceil(data x 4 / that), as ``core.lsh.partitions_for``.
+  the worker's base): ceil(data x 4 / that), as ``core.lsh.partitions_for``; and the global phase has at
+  least as many units (contiguous ranges of partitions) as dedup's slots, so partitions = the larger of
+  the two, as the stage's ``_layout`` chooses.
 * Slurm: one array per stage, ``--array=0-(G-1)%K`` with G = shard groups (one shard per group up to
   ``--max-array``, Slurm's MaxArraySize) and K = nodes x workers per node; Kubernetes: an Indexed Job
   with completions = G and parallelism = K.
 * wall = waves x time per unit (waves = ceil(units / K)), plus the measured Airflow overhead per stage;
   node-hours = wall x nodes.
 * dedup also pays, per (LSH partition x shard) pair, the measured cost of writing and reading one
-  partition of a shard's spill files (``cross``): it grows with the square of the data, which is where
-  a shuffle on a Dask or Ray cluster takes over from the partitioned spill files (see docs/scale.md).
+  partition of a shard's spill files (``cross``; ``--pair-ms`` overrides the curve's figure): it grows
+  with the square of the data (and with the slots, once they outnumber the memory's partitions), which
+  is where a shuffle or grouped spill files take over (see docs/scale.md). The cost of a pair is
+  constant in the partition count since the spill index is binary (``benchmarks/bench_spill_reads.py``),
+  so a figure measured at 18 partitions holds at thousands.
 * Airflow tasks: the pipeline DAG's launch + gate per stage, and their overhead per stage, from the
   largest real-scheduler run (``--airflow-stack real``), else the ``dag.test()`` run; independent of
   the shard count (shards are units inside a task's job, never tasks).
@@ -115,6 +120,7 @@ def plan(
     cores: int,
     mem_bytes: float,
     max_array: int = 100_000,
+    pair_s: float | None = None,
 ) -> dict:
     """The run on ``nodes`` nodes: per stage units, slots, waves, wall and node-hours; the LSH partitions."""
     gb = total_bytes / 1e9
@@ -122,7 +128,10 @@ def plan(
     rows = curve["rows_per_gb"] * gb
     worker_mem = mem_bytes / cores
     budget = max(1.0, worker_mem - WORKER_BASE)
-    partitions = math.ceil(rows * ROW_BYTES * EXPANSION / budget)
+    memory_partitions = math.ceil(rows * ROW_BYTES * EXPANSION / budget)
+    dedup_slots = nodes * max(1, min(cores, int(mem_bytes // max(1, curve["stages"]["dedup"]["peak_rss"]))))
+    partitions = max(memory_partitions, dedup_slots)  # global units >= slots, each a range of partitions
+    pair_s = curve.get("cross_s", 0.0) if pair_s is None else pair_s
     groups = min(shards, max_array)
     out = {
         "bytes": total_bytes,
@@ -134,6 +143,8 @@ def plan(
         "shard_groups": groups,
         "rows": rows,
         "lsh_partitions": partitions,
+        "lsh_memory_partitions": memory_partitions,
+        "pair_s": pair_s,
         "lsh_partition_bytes": rows * ROW_BYTES / partitions,
         "lsh_budget_per_worker": budget,
         "phase2_row_group_reads": partitions * shards,
@@ -144,9 +155,9 @@ def plan(
         per_node = max(1, min(cores, int(mem_bytes // max(1, c["peak_rss"]))))
         slots = nodes * per_node
         cpu_s = c["cpu_fixed_s"] + c["cpu_s_per_gb"] * gb
-        cross_s = curve.get("cross_s", 0.0) * partitions * shards if stage == "dedup" else 0.0
+        cross_s = pair_s * partitions * shards if stage == "dedup" else 0.0
         cpu_s += cross_s
-        units = shards  # dedup's global phase has `partitions` units, which the plan keeps >= slots
+        units = shards  # dedup's global phase has `partitions` units, >= slots by the rule above
         if stage == "validate":  # one DuckDB query over the run: one node, its cores as threads
             per_node, slots, units = cores, cores, 1
         waves = math.ceil(units / slots)
@@ -178,10 +189,16 @@ def markdown(plans: list[dict]) -> str:
     p0 = plans[0]
     lines = [
         f"Input {p0['bytes'] / 1e12:.0f} TB, {p0['tokens'] / 1e12:.0f} T tokens, {p0['rows'] / 1e9:.1f} G documents; "
-        f"{p0['shards']:,} shards of {p0['shard_bytes'] / 1e9:g} GB; {p0['lsh_partitions']:,} LSH partitions of "
-        f"{p0['lsh_partition_bytes'] / 1e9:.2f} GB (budget {p0['lsh_budget_per_worker'] / 2**30:.1f} GiB per worker, "
-        f"{p0['cores']} cores per node); {p0['phase2_row_group_reads']:,} spill row-group reads in the dedup global phase; "
-        f"Airflow tasks: {p0['airflow_tasks']} per run, whatever the shard count.",
+        f"{p0['shards']:,} shards of {p0['shard_bytes'] / 1e9:g} GB; the memory needs {p0['lsh_memory_partitions']:,} "
+        f"LSH partitions (budget {p0['lsh_budget_per_worker'] / 2**30:.1f} GiB per worker, {p0['cores']} cores per "
+        "node) and the global phase has at least as many units as slots: "
+        + ", ".join(
+            f"{p['lsh_partitions']:,} partitions on {p['nodes']} nodes "
+            f"({p['phase2_row_group_reads'] / 1e6:,.0f} M spill (partition, shard) reads)"
+            for p in plans
+        )
+        + f", at {p0['pair_s'] * 1e3:.2f} ms per pair; Airflow tasks: {p0['airflow_tasks']} per run, "
+        "whatever the shard count.",
         "",
         "| nodes | stage | CPU-hours (partition x shard reads) | workers/node | slots | units | waves | wall h "
         "| node-hours | Slurm | Kubernetes |",
@@ -220,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cores", type=int, default=64, help="cores per node")
     ap.add_argument("--mem-gb", type=float, default=512, help="memory per node, GB")
     ap.add_argument("--max-array", type=int, default=100_000, help="Slurm MaxArraySize")
+    ap.add_argument(
+        "--pair-ms",
+        type=float,
+        help="CPU ms per (LSH partition, shard) pair of spill writes and reads (default: the curve's measured figure)",
+    )
     ap.add_argument("--out", help="write the plans as JSON here")
     ap.add_argument("--write-doc", help="put the table into this Markdown file (docs/scale.md), between its markers")
     args = ap.parse_args(argv)
@@ -234,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             args.cores,
             args.mem_gb * 1e9,
             args.max_array,
+            None if args.pair_ms is None else args.pair_ms / 1e3,
         )
         for n in args.nodes.split(",")
     ]

@@ -66,7 +66,9 @@ def test_plan_arithmetic(sim, measured):
     rows = 300_000 * 50_000
     assert p["rows"] == pytest.approx(rows)
     budget = 512e9 / 64 - sim.WORKER_BASE
-    assert p["lsh_partitions"] == math.ceil(rows * sim.ROW_BYTES * 4 / budget)
+    assert p["lsh_memory_partitions"] == math.ceil(rows * sim.ROW_BYTES * 4 / budget)
+    # the global phase has at least as many units (partition ranges) as dedup's 4,096 slots
+    assert p["lsh_partitions"] == max(p["lsh_memory_partitions"], 64 * 64) == 4096
     assert p["lsh_partition_bytes"] * 4 <= budget  # one partition, sorted, fits a worker
     s = p["stages"]["ingest"]
     assert s["cpu_hours"] == pytest.approx((5 + 20 * 50_000) / 3600)
@@ -132,6 +134,11 @@ def test_partition_by_shard_reads_are_charged_to_dedup(sim, measured):
     assert p["stages"]["dedup"]["cross_cpu_hours"] == pytest.approx(cross / 3600)
     assert p["stages"]["dedup"]["cpu_hours"] == pytest.approx((5 + 20 * 50_000 + cross) / 3600)
     assert p["stages"]["preprocess"]["cross_cpu_hours"] == 0
+    # a measured constant per pair replaces the curve's; more slots than the memory's partitions raise the
+    # partition count, and the pairs with it
+    q = sim.plan(curve, 50e12, 15e12, 1e9, nodes=256, cores=64, mem_bytes=512e9, pair_s=0.02)
+    assert q["lsh_partitions"] == 256 * 64 > p["lsh_partitions"]
+    assert q["stages"]["dedup"]["cross_cpu_hours"] == pytest.approx(0.02 * 256 * 64 * 50_000 / 3600)
 
 
 def test_dedup_fit_takes_out_each_runs_own_partition_term(sim, measured):

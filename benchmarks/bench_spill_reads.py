@@ -1,0 +1,177 @@
+"""Dedup's spill reads: CPU time per (partition, shard) pair as the LSH partition count grows, before and after.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_spill_reads.py [--partitions 18,1634,4096] [--files 8]
+        [--rows-per-pair 256] [--sample 64] [--range 8] [--repeats 5] [--before-ref main] [--json PATH]
+
+For each partition count P, ``--files`` spill files (one per shard) are written with P record batches of
+``--rows-per-pair`` ``(bucket, node)`` rows each (random hashes, as phase 1 writes them), once by the code
+at ``--before-ref`` (git; the landed reader, loaded from that commit) and once by this checkout. Then, for
+``--sample`` contiguous partitions in the middle of the file, every (partition, file) pair is read by:
+
+- ``before``: the landed reader, one partition at a time (an open and a JSON index parse per pair);
+- ``after``: this checkout's reader, one partition at a time (an open and a binary index decode per pair:
+  a unit of one partition, what the global phase runs when its units equal its partitions);
+- ``after_range``: this checkout's reader, ranges of ``--range`` partitions (one open per file per range:
+  a unit of several partitions).
+
+CPU time of this process (``time.process_time``) per pair, the modes alternated in rotating order, each
+measured ``--repeats`` times; median and spread (min-max) printed and written as JSON. Each mode checks it
+read every row. The files are read from the page cache (local disk), so this is the per-pair CPU cost,
+not the cost of a ranged GET on an object store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from airflow_curation.core import lsh  # noqa: E402
+
+COLUMNS = {"bucket": np.uint64, "node": np.uint64}
+
+
+def landed_lsh(ref: str, folder: Path):
+    """``airflow_curation.core.lsh`` as it is at git ``ref`` (the code before the change), loaded as its own
+    module beside this checkout's."""
+    src = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{ref}:airflow_curation/core/lsh.py"], check=True, capture_output=True
+    ).stdout
+    path = folder / "lsh_before.py"
+    path.write_bytes(src)
+    spec = importlib.util.spec_from_file_location("lsh_before", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def write_files(mod, folder: Path, files: int, partitions: int, rows_per_pair: int, seed: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    uris = []
+    for k in range(files):
+        n = partitions * rows_per_pair
+        buckets = rng.integers(0, 2**63, n, dtype=np.uint64)
+        nodes = lsh.node_keys(k, n)
+        uri = str(folder / f"s{k:05d}.bands.parquet")
+        mod.write_partitioned(uri, {"bucket": buckets, "node": nodes}, np.repeat(np.arange(partitions), rows_per_pair))
+        uris.append(uri)
+    return uris
+
+
+def read_pairs(mod, uris: list[str], lo: int, hi: int, step: int) -> int:
+    """Read partitions lo..hi-1 of every file, ``step`` partitions per unit (1: per-pair reads)."""
+    rows = 0
+    for a in range(lo, hi, step):
+        b = min(hi, a + step)
+        if step == 1:
+            rows += mod.read_partition(uris, a, COLUMNS)["node"].size
+        else:
+            rows += sum(r["node"].size for _, r in mod.read_partitions(uris, a, b, COLUMNS))
+    return rows
+
+
+def measure(args) -> dict:
+    out = {"config": vars(args).copy(), "load_start": os.getloadavg(), "partitions": {}}
+    with tempfile.TemporaryDirectory(prefix="bench-spill-") as tmp:
+        tmp = Path(tmp)
+        before = landed_lsh(args.before_ref, tmp)
+        for p in [int(x) for x in args.partitions.split(",")]:
+            fb, fa = tmp / f"before-{p}", tmp / f"after-{p}"
+            fb.mkdir()
+            fa.mkdir()
+            files = {
+                "before": write_files(before, fb, args.files, p, args.rows_per_pair, 1),
+                "after": write_files(lsh, fa, args.files, p, args.rows_per_pair, 1),
+            }
+            sample = min(args.sample, p)
+            lo = (p - sample) // 2
+            hi = lo + sample
+            modes = {
+                "before": (before, files["before"], 1),
+                "after": (lsh, files["after"], 1),
+                "after_range": (lsh, files["after"], args.range),
+            }
+            pairs = sample * args.files
+            times: dict[str, list[float]] = {m: [] for m in modes}
+            for mod, uris, step in modes.values():  # warm the page cache and the imports
+                read_pairs(mod, uris, lo, hi, step)
+            names = list(modes)
+            for rep in range(args.repeats):
+                for m in names[rep % len(names) :] + names[: rep % len(names)]:
+                    mod, uris, step = modes[m]
+                    t = time.process_time()
+                    rows = read_pairs(mod, uris, lo, hi, step)
+                    times[m].append((time.process_time() - t) / pairs * 1e3)
+                    assert rows == pairs * args.rows_per_pair, (m, rows)
+            out["partitions"][str(p)] = {
+                "pairs_per_run": pairs,
+                "file_bytes": os.path.getsize(files["after"][0]),
+                "file_bytes_before": os.path.getsize(files["before"][0]),
+                **{
+                    m: {"median_ms": statistics.median(v), "min_ms": min(v), "max_ms": max(v), "runs_ms": v}
+                    for m, v in times.items()
+                },
+            }
+            for m in (fb, fa):
+                for f in m.iterdir():
+                    f.unlink()
+    out["load_end"] = os.getloadavg()
+    return out
+
+
+def table(doc: dict) -> str:
+    lines = [
+        "| partitions P | before ms/pair | after ms/pair (1 partition per unit) | after ms/pair (ranges of "
+        f"{doc['config']['range']}) | before / after |",
+        "| ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for p, r in doc["partitions"].items():
+
+        def cell(m: str, r=r) -> str:
+            return f"{r[m]['median_ms']:.3f} ({r[m]['min_ms']:.3f}-{r[m]['max_ms']:.3f})"
+
+        ratio = r["before"]["median_ms"] / r["after"]["median_ms"]
+        lines.append(f"| {int(p):,} | {cell('before')} | {cell('after')} | {cell('after_range')} | {ratio:.1f}x |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--partitions", default="18,1634,4096")
+    ap.add_argument("--files", type=int, default=8, help="spill files (shards)")
+    ap.add_argument("--rows-per-pair", type=int, default=256)
+    ap.add_argument("--sample", type=int, default=64, help="contiguous partitions read per run")
+    ap.add_argument("--range", type=int, default=8, help="partitions per unit for after_range")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--before-ref", default="main", help="git ref of the code before the change")
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args(argv)
+    doc = measure(args)
+    doc["before_commit"] = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", args.before_ref], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    doc["after_commit"] = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    print(table(doc))
+    print(f"load average (1, 5, 15 min) at start {doc['load_start']}, at end {doc['load_end']}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
