@@ -4,9 +4,10 @@ Three phases, each resumable:
 
 1. signatures, per shard (parallel, checkpointed as the ``dedup_signatures`` sub-stage): exact keys and
    band hashes spilled to ``dedup/<fingerprint>/spill/`` by bucket partition;
-2. global (the barrier): per partition, candidate edges inside each bucket (optionally verified by exact
-   Jaccard) and exact-duplicate groups, then connected components by large-star/small-star, all in
-   ``dedup/<run key>/`` and marked done by ``_SUCCESS.json``;
+2. global (the barrier): in units of contiguous partition ranges (at least as many as slots), candidate
+   edges inside each bucket (optionally verified by exact Jaccard) and exact-duplicate groups, then
+   connected components by large-star/small-star, all in ``dedup/<run key>/`` and marked done by
+   ``_SUCCESS.json``;
 3. per shard (the stage's own checkpointed units): ``id``, ``cluster_id``, ``is_duplicate``,
    ``exact_duplicate``, ``near_duplicate``, same rows and order as the shard.
 
