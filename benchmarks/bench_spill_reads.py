@@ -18,6 +18,12 @@ CPU time of this process (``time.process_time``) per pair, the modes alternated 
 measured ``--repeats`` times; median and spread (min-max) printed and written as JSON. Each mode checks it
 read every row. The files are read from the page cache (local disk), so this is the per-pair CPU cost,
 not the cost of a ranged GET on an object store.
+
+With ``--shuffle SHARDS,ROWS,PARTITIONS`` it instead compares, on the same random ``(bucket, node)`` rows
+(ROWS per shard), the spill files (each shard written partitioned, then every partition read from every
+file) with a Dask DataFrame shuffle into the same partitions (``p2p`` and ``tasks``), on an in-process
+LocalCluster (one worker, two threads: no inter-process serialization, so Dask's figure is a floor).
+CPU seconds of this process, wall seconds beside them, modes alternated, ``--repeats`` times.
 """
 
 from __future__ import annotations
@@ -131,6 +137,89 @@ def measure(args) -> dict:
     return out
 
 
+def spill_then_read(shards: list, partitions: int, folder: Path) -> int:
+    uris = []
+    for k, (b, n) in enumerate(shards):
+        uri = str(folder / f"s{k:05d}.bands.parquet")
+        lsh.write_partitioned(uri, {"bucket": b, "node": n}, lsh.partition_of(b, partitions))
+        uris.append(uri)
+    rows = sum(lsh.read_partition(uris, p, COLUMNS)["node"].size for p in range(partitions))  # unit = partition
+    for uri in uris:
+        os.unlink(uri)
+    return rows
+
+
+def dask_shuffle(shards: list, partitions: int, method: str) -> int:
+    import dask
+    import dask.dataframe as dd
+    import pandas as pd
+    from distributed import Client, LocalCluster
+
+    def frame(b, n):
+        return pd.DataFrame({"bucket": b, "node": n, "p": lsh.partition_of(b, partitions)})
+
+    meta = pd.DataFrame(
+        {"bucket": np.array([], np.uint64), "node": np.array([], np.uint64), "p": np.array([], np.int64)}
+    )
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster,
+        Client(cluster),
+    ):
+        df = dd.from_delayed([dask.delayed(frame)(b, n) for b, n in shards], meta=meta)
+        out = df.shuffle("p", npartitions=partitions, shuffle_method=method)
+        return int(out.map_partitions(len).compute().sum())
+
+
+def measure_shuffle(args) -> dict:
+    n_shards, rows, partitions = (int(x) for x in args.shuffle.split(","))
+    rng = np.random.default_rng(1)
+    shards = [(rng.integers(0, 2**63, rows, dtype=np.uint64), lsh.node_keys(k, rows)) for k in range(n_shards)]
+    out = {"config": vars(args).copy(), "load_start": os.getloadavg(), "shards": n_shards, "rows_per_shard": rows}
+    out["partitions"] = partitions
+    modes = ["spill", "p2p", "tasks"]
+    runs: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
+    with tempfile.TemporaryDirectory(prefix="bench-shuffle-") as tmp:
+        for rep in range(args.repeats):
+            for m in modes[rep % 3 :] + modes[: rep % 3]:
+                c, w = time.process_time(), time.perf_counter()
+                got = (
+                    spill_then_read(shards, partitions, Path(tmp))
+                    if m == "spill"
+                    else dask_shuffle(shards, partitions, m)
+                )
+                runs[m].append((time.process_time() - c, time.perf_counter() - w))
+                assert got == n_shards * rows, (m, got)
+    out["modes"] = {
+        m: {
+            "median_cpu_s": statistics.median(c for c, _ in v),
+            "min_cpu_s": min(c for c, _ in v),
+            "max_cpu_s": max(c for c, _ in v),
+            "median_wall_s": statistics.median(w for _, w in v),
+            "runs": v,
+        }
+        for m, v in runs.items()
+    }
+    out["load_end"] = os.getloadavg()
+    return out
+
+
+def shuffle_table(doc: dict) -> str:
+    rows = doc["shards"] * doc["rows_per_shard"]
+    base = doc["modes"]["spill"]["median_cpu_s"]
+    lines = [
+        f"{doc['shards']} shards x {doc['rows_per_shard']:,} rows into {doc['partitions']} partitions ({rows:,} rows)",
+        "",
+        "| exchange | CPU s | us CPU per row | wall s | CPU vs spill |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for m, r in doc["modes"].items():
+        lines.append(
+            f"| {m} | {r['median_cpu_s']:.2f} ({r['min_cpu_s']:.2f}-{r['max_cpu_s']:.2f}) | "
+            f"{r['median_cpu_s'] / rows * 1e6:.2f} | {r['median_wall_s']:.1f} | {r['median_cpu_s'] / base:.1f}x |"
+        )
+    return "\n".join(lines)
+
+
 def table(doc: dict) -> str:
     lines = [
         "| partitions P | before ms/pair | after ms/pair (1 partition per unit) | after ms/pair (ranges of "
@@ -156,16 +245,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--range", type=int, default=8, help="partitions per unit for after_range")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--before-ref", default="main", help="git ref of the code before the change")
+    ap.add_argument("--shuffle", help="SHARDS,ROWS,PARTITIONS: spill files against a Dask shuffle instead")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
-    doc = measure(args)
+    doc = measure_shuffle(args) if args.shuffle else measure(args)
     doc["before_commit"] = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", args.before_ref], check=True, capture_output=True, text=True
     ).stdout.strip()
     doc["after_commit"] = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
     ).stdout.strip()
-    print(table(doc))
+    print(shuffle_table(doc) if args.shuffle else table(doc))
     print(f"load average (1, 5, 15 min) at start {doc['load_start']}, at end {doc['load_end']}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
