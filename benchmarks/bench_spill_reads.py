@@ -21,7 +21,7 @@ not the cost of a ranged GET on an object store.
 
 With ``--shuffle SHARDS,ROWS,PARTITIONS`` it instead compares, on the same random ``(bucket, node)`` rows
 (ROWS per shard), the spill files (each shard written partitioned, then every partition read from every
-file) with a Dask DataFrame shuffle into the same partitions (``p2p`` and ``tasks``), on an in-process
+file) with a Dask DataFrame shuffle into the same partitions (``--shuffle-methods``: ``p2p``, ``tasks``), on an in-process
 LocalCluster (one worker, two threads: no inter-process serialization, so Dask's figure is a floor).
 CPU seconds of this process, wall seconds beside them, modes alternated, ``--repeats`` times.
 """
@@ -176,11 +176,11 @@ def measure_shuffle(args) -> dict:
     shards = [(rng.integers(0, 2**63, rows, dtype=np.uint64), lsh.node_keys(k, rows)) for k in range(n_shards)]
     out = {"config": vars(args).copy(), "load_start": os.getloadavg(), "shards": n_shards, "rows_per_shard": rows}
     out["partitions"] = partitions
-    modes = ["spill", "p2p", "tasks"]
+    modes = ["spill", *args.shuffle_methods.split(",")]
     runs: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory(prefix="bench-shuffle-") as tmp:
         for rep in range(args.repeats):
-            for m in modes[rep % 3 :] + modes[: rep % 3]:
+            for m in modes[rep % len(modes) :] + modes[: rep % len(modes)]:
                 c, w = time.process_time(), time.perf_counter()
                 got = (
                     spill_then_read(shards, partitions, Path(tmp))
@@ -246,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--before-ref", default="main", help="git ref of the code before the change")
     ap.add_argument("--shuffle", help="SHARDS,ROWS,PARTITIONS: spill files against a Dask shuffle instead")
+    ap.add_argument("--shuffle-methods", default="p2p,tasks", help="Dask shuffle methods to run")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     doc = measure_shuffle(args) if args.shuffle else measure(args)
