@@ -60,6 +60,8 @@ def link_outside(path: str, inputs: list[str]) -> Bad | None:
     make the job copy any file it can read (its credentials, ``/proc/self/environ``) into the lake. An
     input that names the path itself is read, links and all; a link that stays inside is read."""
     here = os.path.abspath(path)
+    if not os.path.isfile(here):
+        return None  # not a regular file (a folder, a dangling link...): open_local says what it is
     folders = []
     for spec in inputs:
         if "://" in spec and not spec.startswith("file://"):
@@ -68,12 +70,12 @@ def link_outside(path: str, inputs: list[str]) -> Bad | None:
         if here == given:
             return None  # named: the caller chose it
         folder = _walked_folder(given)
-        if folder and here.startswith(folder.rstrip("/") + "/"):
+        if folder and _within(here, folder):
             folders.append(folder)
     if not folders:
         return None
     target = os.path.realpath(here)
-    if any(target.startswith(os.path.realpath(f).rstrip("/") + "/") for f in folders):
+    if any(_within(target, os.path.realpath(f)) for f in folders):
         return None
     return Bad(
         0,
@@ -82,6 +84,10 @@ def link_outside(path: str, inputs: list[str]) -> Bad | None:
         f"a link to {target!r}, outside the input folder {folders[0]!r}: not followed (name it as an input to read it)",
         rows=0,
     )
+
+
+def _within(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip("/") + "/")
 
 
 def _walked_folder(spec: str) -> str | None:
