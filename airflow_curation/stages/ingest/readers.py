@@ -457,6 +457,8 @@ def _values(column: pa.Array) -> tuple[list, bool]:
     :class:`_Unconvertible`. The whole column converts at once unless one value cannot."""
     try:
         values = column.to_pylist()
+    except MemoryError:
+        raise
     except Exception:  # noqa: BLE001 - invalid UTF-8, a date past year 9999 (OverflowError)...: found below
         pass
     else:

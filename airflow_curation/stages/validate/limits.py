@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_curation.stages.engines.budget import available_memory
+from airflow_curation.stages.validate.sandbox import SqlFailed
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,8 @@ def run_in_child(
     ``bounds.temp_dir``. The timeout counts from when ``prepare`` is done (imports and setup are not the
     query's time; they get ``STARTUP_S``): past it the child is killed (:class:`CheckTimedOut`), as it is
     whenever its resident memory or its temp folder passes the bounds (:class:`CheckOverBudget`). An
-    exception in the child is raised here."""
+    exception in the child is raised here; the child's death (killed by the kernel for memory, say) is a
+    :class:`~.sandbox.SqlFailed` that gives its exit code."""
     ctx = multiprocessing.get_context("spawn")
     recv, send = ctx.Pipe(duplex=False)
     work = tempfile.mkdtemp(prefix="child-", dir=bounds.temp_dir)
@@ -184,16 +186,16 @@ def _wait(proc, recv, work: str, bounds: Bounds, seconds: float, timed_out: Exce
     deadline = time.monotonic() + seconds
     while not recv.poll(_POLL_S):
         if not proc.is_alive() and not recv.poll():
-            raise RuntimeError(f"the query process died (exit code {proc.exitcode})")
+            raise SqlFailed(f"the query process died (exit code {proc.exitcode})")
         if time.monotonic() > deadline:
-            raise timed_out or RuntimeError(f"the query process did not start within {duration(seconds)}")
+            raise timed_out or SqlFailed(f"the query process did not start within {duration(seconds)}")
         over = _over_budget(proc.pid, work, bounds)
         if over:
             raise CheckOverBudget(over)
     try:
         return recv.recv()
     except EOFError:
-        raise RuntimeError(f"the query process died (exit code {proc.join(5) or proc.exitcode})") from None
+        raise SqlFailed(f"the query process died (exit code {proc.join(5) or proc.exitcode})") from None
 
 
 def _child_main(send, work: str, prepare: Callable[..., Any], args: tuple, run: Callable[..., Any], run_args) -> None:
