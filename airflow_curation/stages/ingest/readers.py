@@ -487,6 +487,8 @@ def _checked(column: pa.Array, values: list, failed: bool = False) -> tuple[list
         what = "{} ns is the NaT sentinel, not a value"
     else:
         return values, failed
+    if not pc.any(wrong).as_py():
+        return values, failed
     rows = [i for i, w in enumerate(wrong.to_pylist()) if w]
     for i in rows:
         values[i] = _Unconvertible("unsupported_value", what.format(ticks[i].as_py()))

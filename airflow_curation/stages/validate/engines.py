@@ -17,7 +17,7 @@ from typing import Any
 from airflow_curation.core import redact, storage
 from airflow_curation.core.schema import CLUSTER_ID, DROP_REASON, ID, TEXT
 from airflow_curation.stages.validate import bounded, sandbox
-from airflow_curation.stages.validate.limits import Bounds, CheckTimedOut, interrupt_after, run_in_child
+from airflow_curation.stages.validate.limits import Bounds, CheckTimedOut, QueryProcess, interrupt_after
 from airflow_curation.stages.validate.view import CuratedView, same_schema
 
 log = logging.getLogger(__name__)
@@ -325,6 +325,7 @@ class DaftEngine:
         self.runner = runner
         self.ray_address = ray_address
         self.bounds = bounds
+        self._child: QueryProcess | None = None  # where sql checks run, with bounds
         if runner == "ray":
             self.ray_address = _set_ray_runner(daft, ray_address)
         elif runner != "native":
@@ -512,13 +513,14 @@ class DaftEngine:
 
     def sql(self, query: str, timeout_s: float | None = None) -> tuple | None:
         """The first row of a user's read query (see :func:`~.sandbox.daft_query` for what passes). With
-        bounds, it runs in a child process that is killed past ``timeout_s`` or the memory and temp limits
-        (Daft's native runner cannot be interrupted from Python)."""
+        bounds, it runs in a child process (one for all checks) that is killed past ``timeout_s`` or the
+        memory and temp limits (Daft's native runner cannot be interrupted from Python)."""
         q = sandbox.daft_query(query)
-        if self.bounds is not None:
-            args = (self.view, self.runner, self.ray_address)
-            return run_in_child(DaftEngine, args, _first_row, (q,), self.bounds, timeout_s or self.bounds.timeout_s)
-        return self._first_row(q)
+        if self.bounds is None:
+            return self._first_row(q)
+        if self._child is None:  # one child for every check: it imports Daft once (5-6 s on a busy machine)
+            self._child = QueryProcess(DaftEngine, (self.view, self.runner, self.ray_address), self.bounds)
+        return self._child.run(_first_row, (q,), timeout_s or self.bounds.timeout_s)
 
     def _first_row(self, q: str) -> tuple | None:
         try:
@@ -532,7 +534,8 @@ class DaftEngine:
         return tuple(c[0] for c in cols) if cols and cols[0] else None
 
     def close(self) -> None:
-        pass
+        if self._child is not None:
+            self._child.close()
 
 
 def _first_row(engine: DaftEngine, query: str) -> tuple | None:

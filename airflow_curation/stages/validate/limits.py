@@ -7,8 +7,9 @@ capped, that the stage removes when it ends:
 
 - DuckDB: ``memory_limit``, ``temp_directory``, ``max_temp_directory_size`` on the connection (set before
   it is locked), and ``con.interrupt()`` from a timer at the timeout;
-- Daft: each ``sql`` check in a child process (spawned: Daft's thread pools do not survive a fork),
-  killed at the timeout, or as soon as its memory (RSS) or its temp folder passes the limit.
+- Daft: the ``sql`` checks in one child process (spawned: Daft's thread pools do not survive a fork),
+  killed at a check's timeout, or as soon as its memory (RSS) or its temp folder passes the limit, and
+  started afresh for the next check.
 """
 
 from __future__ import annotations
@@ -151,66 +152,94 @@ def interrupt_after(seconds: float, interrupt: Callable[[], None]) -> Iterator[t
         timer.cancel()
 
 
-def run_in_child(
-    prepare: Callable[..., Any], args: tuple, run: Callable[..., Any], run_args: tuple, bounds: Bounds, timeout_s: float
-) -> Any:
-    """``run(prepare(*args), *run_args)`` in a spawned child process whose working and temp folder is in
-    ``bounds.temp_dir``. The timeout counts from when ``prepare`` is done (imports and setup are not the
-    query's time; they get ``STARTUP_S``): past it the child is killed (:class:`CheckTimedOut`), as it is
-    whenever its resident memory or its temp folder passes the bounds (:class:`CheckOverBudget`). An
-    exception in the child is raised here; the child's death (killed by the kernel for memory, say) is a
-    :class:`~.sandbox.SqlFailed` that gives its exit code."""
-    ctx = multiprocessing.get_context("spawn")
-    recv, send = ctx.Pipe(duplex=False)
-    work = tempfile.mkdtemp(prefix="child-", dir=bounds.temp_dir)
-    proc = ctx.Process(target=_child_main, args=(send, work, prepare, args, run, run_args), daemon=True)
-    proc.start()
-    send.close()
-    try:
-        message = _wait(proc, recv, work, bounds, STARTUP_S, None)
-        if message[0] == "ready":
-            message = _wait(proc, recv, work, bounds, timeout_s, CheckTimedOut(timeout_s))
-    finally:
-        if proc.is_alive():
-            proc.kill()
-        proc.join(10)
-        recv.close()
-        shutil.rmtree(work, ignore_errors=True)
-    kind, value = message
-    if kind == "error":
-        raise value
-    return value
+class QueryProcess:
+    """A spawned child process that runs ``prepare(*args)`` once, then ``run(prepared, *run_args)`` per query,
+    its working and temp folder its own, in ``bounds.temp_dir``. A query's timeout counts from when it is
+    sent (the child's imports and setup get ``STARTUP_S``, once); past it the child is killed
+    (:class:`CheckTimedOut`), as it is whenever its resident memory or its temp folder passes the bounds
+    (:class:`CheckOverBudget`); the next query starts a fresh one. An exception in the child is raised
+    here; the child's death (killed by the kernel for memory, say) is a :class:`~.sandbox.SqlFailed`."""
+
+    def __init__(self, prepare: Callable[..., Any], args: tuple, bounds: Bounds) -> None:
+        self.prepare, self.args, self.bounds = prepare, args, bounds
+        self._proc: Any = None
+        self._conn: Any = None
+        self._work = ""
+
+    def run(self, run: Callable[..., Any], run_args: tuple, timeout_s: float) -> Any:
+        try:
+            if self._proc is None:
+                self._start()
+            self._conn.send((run, run_args))
+            kind, value = self._wait(timeout_s, CheckTimedOut(timeout_s))
+        except BaseException:
+            self.close()  # whatever it was doing is not wanted any more
+            raise
+        if kind == "error":
+            raise value
+        return value
+
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, theirs = ctx.Pipe()
+        self._work = tempfile.mkdtemp(prefix="child-", dir=self.bounds.temp_dir)
+        self._proc = ctx.Process(target=_child_main, args=(theirs, self._work, self.prepare, self.args), daemon=True)
+        self._proc.start()
+        theirs.close()
+        kind, value = self._wait(STARTUP_S, None)
+        if kind == "error":
+            raise value
+
+    def _wait(self, seconds: float, timed_out: Exception | None) -> tuple[str, Any]:
+        proc, conn = self._proc, self._conn
+        deadline = time.monotonic() + seconds
+        while not conn.poll(_POLL_S):
+            if not proc.is_alive() and not conn.poll():
+                raise SqlFailed(f"the query process died (exit code {proc.exitcode})")
+            if time.monotonic() > deadline:
+                raise timed_out or SqlFailed(f"the query process did not start within {duration(seconds)}")
+            over = _over_budget(proc.pid, self._work, self.bounds)
+            if over:
+                raise CheckOverBudget(over)
+        try:
+            return conn.recv()
+        except EOFError:
+            raise SqlFailed(f"the query process died (exit code {proc.join(5) or proc.exitcode})") from None
+
+    def close(self) -> None:
+        if self._proc is not None:
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join(10)
+            self._conn.close()
+            shutil.rmtree(self._work, ignore_errors=True)
+        self._proc = self._conn = None
 
 
-def _wait(proc, recv, work: str, bounds: Bounds, seconds: float, timed_out: Exception | None) -> tuple[str, Any]:
-    deadline = time.monotonic() + seconds
-    while not recv.poll(_POLL_S):
-        if not proc.is_alive() and not recv.poll():
-            raise SqlFailed(f"the query process died (exit code {proc.exitcode})")
-        if time.monotonic() > deadline:
-            raise timed_out or SqlFailed(f"the query process did not start within {duration(seconds)}")
-        over = _over_budget(proc.pid, work, bounds)
-        if over:
-            raise CheckOverBudget(over)
-    try:
-        return recv.recv()
-    except EOFError:
-        raise SqlFailed(f"the query process died (exit code {proc.join(5) or proc.exitcode})") from None
-
-
-def _child_main(send, work: str, prepare: Callable[..., Any], args: tuple, run: Callable[..., Any], run_args) -> None:
+def _child_main(conn, work: str, prepare: Callable[..., Any], args: tuple) -> None:
     os.chdir(work)
     for var in ("TMPDIR", "TEMP", "TMP"):
         os.environ[var] = work
     tempfile.tempdir = work
     try:
         prepared = prepare(*args)
-        send.send(("ready", None))
-        result = ("done", run(prepared, *run_args))
     except BaseException as e:  # noqa: BLE001 - sent to the parent, which raises it
-        result = ("error", e if _picklable(e) else RuntimeError(f"{type(e).__name__}: {e}"))
-    send.send(result)
-    send.close()
+        conn.send(("error", _sendable(e)))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            run, run_args = conn.recv()
+        except EOFError:  # the parent is done
+            return
+        try:
+            conn.send(("done", run(prepared, *run_args)))
+        except BaseException as e:  # noqa: BLE001 - sent to the parent, which raises it
+            conn.send(("error", _sendable(e)))
+
+
+def _sendable(e: BaseException) -> BaseException:
+    return e if _picklable(e) else RuntimeError(f"{type(e).__name__}: {e}")
 
 
 def _picklable(e: BaseException) -> bool:
