@@ -279,7 +279,8 @@ def _build(src, rng: random.Random) -> dict[str, Planted]:
 
     noise = bytes(rng.randrange(256) for _ in range(300))
     put("garbage.jsonl.gz", b"\x1f\x8b\x09" + noise, Planted(notes=["truncated_input"]))  # 9: no such method
-    put("garbage.jsonl.zst", b"not zstd at all" * 10, Planted(notes=["truncated_input"]))
+    # No zstd magic: read as plain (one unterminated line that does not parse), the mismatch noted.
+    put("garbage.jsonl.zst", b"not zstd at all" * 10, Planted(notes=["compression_mismatch", "truncated_input"]))
     for name in ("empty.jsonl", "empty.parquet", "empty.txt", "empty.jsonl.gz"):
         put(name, b"", Planted(notes=["empty_file"]))
     for name in ("image.png", "table.csv"):

@@ -210,7 +210,13 @@ def test_daft_on_ray_in_a_job_process(full_run, tmp_path):
         stage="validate",
         lake={"root": root, "dataset": "demo", "snapshot": None},
         run_id="ray",
-        config={"input_manifest": uris["dedup"], "query_engine": "daft", "daft_runner": "ray"},
+        config={
+            "input_manifest": uris["dedup"],
+            "query_engine": "daft",
+            "daft_runner": "ray",
+            # run in a child process of the job, which joins the job's local Ray
+            "checks": [{"type": "sql", "name": "rows on ray", "query": "SELECT count(*) FROM docs", "min": 1}],
+        },
     )
     spec_path, result_path = tmp_path / "spec.json", tmp_path / "result.json"
     spec_path.write_text(spec.to_json())
@@ -225,6 +231,8 @@ def test_daft_on_ray_in_a_job_process(full_run, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     ray_report, _ = _report(root, "ray")
     assert ray_report["metrics"]["query_engine"] == "daft-ray" and ray_report["status"] == "passed"
+    (sql,) = [c for c in ray_report["checks"] if c["name"] == "rows on ray"]
+    assert sql["status"] == "pass" and sql["observed"] == ray_report["metrics"]["rows"]
     _validate(root, uris["dedup"], run_id="duck-for-ray")
     duck, _ = _report(root, "duck-for-ray")
     for key in ("rows", "text_bytes", "distinct_ids", "funnel", "duplicates", "clusters", "drop_reasons"):

@@ -54,6 +54,50 @@ def _entries(path: str) -> dict[str, dict]:
     return found
 
 
+def link_outside(path: str, inputs: list[str]) -> Bad | None:
+    """A note for an entry found in an input folder (or by a glob) that a link takes outside that folder:
+    such a link is not followed, since whoever can drop a link into a shared input folder could otherwise
+    make the job copy any file it can read (its credentials, ``/proc/self/environ``) into the lake. An
+    input that names the path itself is read, links and all; a link that stays inside is read."""
+    here = os.path.abspath(path)
+    if not os.path.isfile(here):
+        return None  # not a regular file (a folder, a dangling link...): open_local says what it is
+    folders = []
+    for spec in inputs:
+        if "://" in spec and not spec.startswith("file://"):
+            continue
+        given = os.path.abspath(spec.removeprefix("file://"))
+        if here == given:
+            return None  # named: the caller chose it
+        folder = _walked_folder(given)
+        if folder and _within(here, folder):
+            folders.append(folder)
+    if not folders:
+        return None
+    target = os.path.realpath(here)
+    if any(_within(target, os.path.realpath(f)) for f in folders):
+        return None
+    return Bad(
+        0,
+        "file",
+        "link_outside_input",
+        f"a link to {target!r}, outside the input folder {folders[0]!r}: not followed (name it as an input to read it)",
+        rows=0,
+    )
+
+
+def _within(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip("/") + "/")
+
+
+def _walked_folder(spec: str) -> str | None:
+    """The folder whose entries ``spec`` lists: the folder itself, or a glob's fixed leading folders."""
+    if any(ch in spec for ch in "*?["):
+        fixed = spec[: min(spec.index(ch) for ch in "*?[" if ch in spec)]
+        return fixed.rsplit("/", 1)[0] or "/"
+    return spec if os.path.isdir(spec) else None
+
+
 def _info(path: str) -> dict:
     try:
         st = os.stat(path)

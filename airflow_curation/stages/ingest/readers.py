@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.spec import AbstractBufferedFile
 
@@ -79,6 +80,38 @@ def detect(path: str, fmt: str = "auto") -> tuple[str | None, str | None]:
         if name.endswith(ext):
             return f, compression
     return None, compression
+
+
+def sniff(raw: IO[bytes], named: str | None) -> tuple[str | None, Bad | None]:
+    """(compression, note): the compression the file's first bytes show, whatever its name says. A plain
+    file named ``.gz`` is read as plain (a gzip reader would fail on its first byte and lose every row),
+    a gzip one named ``.jsonl`` is decompressed; either way a ``compression_mismatch`` note says so.
+
+    Only where the first bytes can be seen without losing them (a buffered or seekable file); otherwise
+    the name decides. Text cannot start with either magic: both are invalid UTF-8 there."""
+    if hasattr(raw, "peek"):
+        head = raw.peek(4)[:4]
+    elif raw.seekable():
+        head = raw.read(4)
+        raw.seek(0)
+    else:
+        return named, None
+    found = _compression_of(head)
+    if found == named:
+        return named, None
+    said = f"named as {named}" if named else "named as a plain file"
+    bytes_are = f"its bytes are {found}" if found else "its bytes are not gzip or zstd"
+    return found, Bad(0, "file", "compression_mismatch", f"{said} but {bytes_are}: read as {found or 'plain'}", rows=0)
+
+
+def _compression_of(head: bytes) -> str | None:
+    if head[:2] == b"\x1f\x8b":
+        return "gzip"
+    if len(head) == 4 and (
+        int.from_bytes(head, "little") == _ZSTD_MAGIC or int.from_bytes(head, "little") in _SKIPPABLE
+    ):
+        return "zstd"
+    return None
 
 
 def decompress(raw: IO[bytes], compression: str | None) -> IO[bytes]:
@@ -370,9 +403,25 @@ def _schema_problem(schema: pa.Schema, text_field: str, id_field: str | None) ->
     if text_field not in names:
         return "missing_text", f"no column {text_field!r} (columns: {names})"
     typ = schema.field(text_field).type
-    if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+    if not _is_text(typ):
         return "non_string_text", f"column {text_field!r} has type {typ}, expected string"
     return None
+
+
+def _is_text(typ: pa.DataType) -> bool:
+    """Strings in any Arrow layout: plain, large, view, or dictionary-encoded (a pandas categorical)."""
+    if pa.types.is_dictionary(typ):
+        typ = typ.value_type
+    return pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_string_view(typ)
+
+
+def _as_binary(column: pa.Array) -> pa.Array:
+    """A text column's bytes, whatever their UTF-8, in the same layout."""
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if pa.types.is_string_view(column.type):
+        return column.cast(pa.binary_view())
+    return column.cast(pa.binary() if pa.types.is_string(column.type) else pa.large_binary())
 
 
 def _batch_records(batch: pa.RecordBatch, row: int, text_field: str, id_field: str | None) -> Iterator[Doc | Bad]:
@@ -407,13 +456,43 @@ def _values(column: pa.Array) -> tuple[list, bool]:
     """(Python values of a column, whether any failed): a value that fails to convert becomes an
     :class:`_Unconvertible`. The whole column converts at once unless one value cannot."""
     try:
-        return column.to_pylist(), False
-    except (ValueError, pa.ArrowException):  # UnicodeDecodeError is a ValueError
+        values = column.to_pylist()
+    except MemoryError:
+        raise
+    except Exception:  # noqa: BLE001 - invalid UTF-8, a date past year 9999 (OverflowError)...: found below
         pass
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        raw = column.cast(pa.binary() if pa.types.is_string(column.type) else pa.large_binary())
-        return [_decode_or_bad(v) for v in raw.to_pylist()], True
-    return [_value_or_bad(column, i) for i in range(len(column))], True
+    else:
+        return _checked(column, values)
+    if _is_text(column.type):
+        return [_decode_or_bad(v) for v in _as_binary(column).to_pylist()], True
+    return _checked(column, [_value_or_bad(column, i) for i in range(len(column))], failed=True)
+
+
+_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
+_NAT = -(2**63)  # the smallest nanosecond timestamp or duration: pandas's NaT, so as_py() gives no value
+
+
+def _checked(column: pa.Array, values: list, failed: bool = False) -> tuple[list, bool]:
+    """Values that convert without an error but wrong are unconvertible too: a time of day outside
+    00:00-24:00 wraps (time64[ns] 2**62 reads as 23:53:38), the smallest nanosecond timestamp or
+    duration reads as NaT. (Top-level columns only: inside a list or struct they pass as they read.)"""
+    typ = column.type
+    if pa.types.is_time32(typ) or pa.types.is_time64(typ):
+        ticks = column.cast(pa.int32() if pa.types.is_time32(typ) else pa.int64())
+        wrong = pc.or_(pc.less(ticks, 0), pc.greater_equal(ticks, _PER_DAY[typ.unit]))
+        what = "time of day {} " + typ.unit + " is outside 00:00-24:00"
+    elif (pa.types.is_timestamp(typ) or pa.types.is_duration(typ)) and typ.unit == "ns":
+        ticks = column.cast(pa.int64())
+        wrong = pc.equal(ticks, _NAT)
+        what = "{} ns is the NaT sentinel, not a value"
+    else:
+        return values, failed
+    if not pc.any(wrong).as_py():
+        return values, failed
+    rows = [i for i, w in enumerate(wrong.to_pylist()) if w]
+    for i in rows:
+        values[i] = _Unconvertible("unsupported_value", what.format(ticks[i].as_py()))
+    return values, failed or bool(rows)
 
 
 def _value_or_bad(column: pa.Array, i: int):
@@ -421,8 +500,8 @@ def _value_or_bad(column: pa.Array, i: int):
         return column[i].as_py()
     except UnicodeDecodeError as e:  # invalid UTF-8 nested in a list or struct
         return _Unconvertible("invalid_utf8", f"invalid UTF-8 in a nested value: {e.reason}")
-    except (ValueError, pa.ArrowException) as e:
-        return _Unconvertible("unsupported_value", f"cannot convert the value: {e}")
+    except Exception as e:  # noqa: BLE001 - whatever one value raises (OverflowError: a date past year 9999) spoils its row only
+        return _Unconvertible("unsupported_value", f"cannot convert the value: {type(e).__name__}: {e}")
 
 
 def _decode_or_bad(value: bytes | None):

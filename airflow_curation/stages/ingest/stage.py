@@ -25,8 +25,17 @@ from airflow_curation.core.quarantine import QuarantineWriter, utf8_safe
 from airflow_curation.core.schema import ID, META, SHARD_SCHEMA, SOURCE, TEXT
 from airflow_curation.core.shards import ShardWriter
 from airflow_curation.stages.base import Stage, StageFailed, UnitResult, file_record
-from airflow_curation.stages.ingest.inputs import list_local, open_local
-from airflow_curation.stages.ingest.readers import Bad, Doc, decompress, detect, read_jsonl, read_parquet, read_text
+from airflow_curation.stages.ingest.inputs import link_outside, list_local, open_local
+from airflow_curation.stages.ingest.readers import (
+    Bad,
+    Doc,
+    decompress,
+    detect,
+    read_jsonl,
+    read_parquet,
+    read_text,
+    sniff,
+)
 from airflow_curation.stages.settings import Setting, size
 
 log = logging.getLogger(__name__)
@@ -243,7 +252,7 @@ class IngestStage(Stage):
         return doc_id
 
     def _read(self, url: str, max_record: int):
-        opened = self._open(url)  # first: a FIFO or a dangling link is that, whatever its name
+        opened = self._open(url, self.config["inputs"])  # first: a FIFO or a dangling link is that, whatever its name
         if isinstance(opened, Bad):
             yield opened
             return
@@ -266,6 +275,9 @@ class IngestStage(Stage):
             if fmt == "parquet":
                 yield from read_parquet(raw, cfg["text_field"], cfg["id_field"])
                 return
+            compression, mismatch = sniff(raw, compression)
+            if mismatch:
+                yield mismatch
             stream = decompress(raw, compression)
             if fmt == "jsonl":
                 yield from read_jsonl(stream, cfg["text_field"], cfg["id_field"], max_record)
@@ -273,9 +285,10 @@ class IngestStage(Stage):
                 yield from read_text(stream, cfg["text_mode"], max_record)
 
     @staticmethod
-    def _open(url: str):
+    def _open(url: str, inputs: list[str]):
         if storage.is_local(url):
-            return open_local(storage.filesystem(url)[1])
+            path = storage.filesystem(url)[1]
+            return link_outside(path, inputs) or open_local(path)
         try:
             size = storage.size(url)
             return storage.open_read(url), size
@@ -374,7 +387,7 @@ def _meta_json(meta: dict | None) -> str | None | tuple[str, str]:
         return None
     try:
         text = json.dumps(meta, ensure_ascii=False, default=str)
-    except (RecursionError, ValueError, TypeError) as e:
+    except Exception as e:  # noqa: BLE001 - whatever one record's fields raise (str() of a value included) spoils it only
         return "unsupported_value", f"a field cannot be stored as JSON: {type(e).__name__}: {e}"
     if not _utf8_ok(text):
         field = ascii(_surrogate_field(meta))

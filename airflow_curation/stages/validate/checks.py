@@ -25,8 +25,9 @@ checks:
   - type: unique_ids
 ```
 
-Every check may carry ``name`` and ``severity`` (``error``, the default, fails the stage; ``warn``
-only reports).
+Every check may carry ``name``, ``severity`` (``error``, the default, fails the stage; ``warn``
+only reports) and ``timeout_s`` (default: the stage's ``check_timeout_s``, 5 minutes; what a ``sql``
+check's query may take before it is stopped and the check fails).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.integrity import chain_problem
 from airflow_curation.core.manifest import Manifest, ManifestError
 from airflow_curation.core.schema import ID, SOURCE, TEXT
-from airflow_curation.stages.validate import sandbox
+from airflow_curation.stages.validate import limits, sandbox
 from airflow_curation.stages.validate.view import CuratedView
 
 SEVERITIES = ("error", "warn")
@@ -81,6 +82,7 @@ class Context:
     manifests: dict[str, Manifest]  # stage -> manifest of this run (or of the input's run)
     input_manifest: Manifest
     engine: Any = None
+    timeout_s: float = limits.DEFAULT_TIMEOUT_S  # a check's own timeout_s wins
 
 
 def load_checks(source: Any) -> list[dict[str, Any]]:
@@ -104,6 +106,10 @@ def load_checks(source: Any) -> list[dict[str, Any]]:
             raise CheckSpecError(f"check #{i} ({c.get('name', '?')}): unknown type {t!r}; known: {sorted(CHECKS)}")
         if c.get("severity", "error") not in SEVERITIES:
             raise CheckSpecError(f"check #{i}: severity must be one of {SEVERITIES}")
+        try:
+            limits.check_timeout(c, limits.DEFAULT_TIMEOUT_S)
+        except ValueError as e:
+            raise CheckSpecError(f"check #{i} ({c.get('name', t)}): {e}") from None
     return [dict(c) for c in source]
 
 
@@ -320,12 +326,18 @@ def _check_sql(c, ctx):
     if "query" not in c:
         raise CheckSpecError("sql check needs 'query'")
     lo, hi, text = _range(c)
+    timeout = limits.check_timeout(c, ctx.timeout_s)
+    name = c.get("name") or _default_name("sql", c)
     try:
-        row = ctx.engine.sql(str(c["query"]))
+        row = ctx.engine.sql(str(c["query"]), timeout_s=timeout)
     except sandbox.SqlRefused as e:
         return False, None, text, redact.scrub(f"query refused: {e}"), {}
     except sandbox.SqlFailed as e:
         return False, None, text, redact.scrub(f"query failed: {e}"), {}
+    except limits.CheckTimedOut:
+        return False, None, text, f"check {name} exceeded its {limits.duration(timeout)} timeout", {}
+    except limits.CheckOverBudget as e:
+        return False, None, text, f"check {name} was stopped: {e}", {}
     if not row or row[0] is None:
         return False, None, text, "query returned no value", {}
     x = _number(row[0])

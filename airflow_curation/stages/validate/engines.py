@@ -9,6 +9,7 @@ Both return the same ``metrics`` dict, so checks and the report never know which
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from airflow_curation.core import redact, storage
 from airflow_curation.core.schema import CLUSTER_ID, DROP_REASON, ID, TEXT
 from airflow_curation.stages.validate import bounded, sandbox
+from airflow_curation.stages.validate.limits import Bounds, CheckTimedOut, QueryProcess, interrupt_after
 from airflow_curation.stages.validate.view import CuratedView, same_schema
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,8 @@ class DuckDBEngine:
     :param memory_limit: e.g. ``"4GB"``; DuckDB spills past it.
     :param group_rows: rows of shards joined with their attrs in one query (0: all in one).
     :param ids_per_pass: ids per hash partition of the distinct-id and cluster counts (0: one pass).
+    :param bounds: memory limit (overrides ``memory_limit``), temp folder and its cap for every query
+        (:mod:`.limits`); without it DuckDB's defaults hold (80% of RAM, ``.tmp`` in the working directory).
     """
 
     def __init__(
@@ -53,6 +57,7 @@ class DuckDBEngine:
         memory_limit: str | None = None,
         group_rows: int | None = GROUP_ROWS,
         ids_per_pass: int | None = IDS_PER_PASS,
+        bounds: Bounds | None = None,
     ) -> None:
         import duckdb
 
@@ -64,6 +69,10 @@ class DuckDBEngine:
             self.con.execute(f"SET threads = {int(threads)}")
         if memory_limit:
             self.con.execute(f"SET memory_limit = {_sql_str(memory_limit)}")
+        if bounds:  # before the lock below: no query can change them back
+            self.con.execute(f"SET memory_limit = '{int(bounds.memory_bytes)}B'")
+            self.con.execute(f"SET temp_directory = {_sql_str(bounds.temp_dir)}")
+            self.con.execute(f"SET max_temp_directory_size = '{int(bounds.max_temp_bytes)}B'")
         self._register_filesystems()
         self._create_views()
         # From here on, user SQL (sql checks) runs on this connection: lock it to the view's files.
@@ -123,16 +132,20 @@ class DuckDBEngine:
     def _where(self, conds: list[tuple[str, str]]) -> str:
         return " AND ".join(self._cond(c) for c in conds)
 
-    def sql(self, query: str) -> tuple | None:
+    def sql(self, query: str, timeout_s: float | None = None) -> tuple | None:
         """The first row of a user's read query over ``docs``, ``curated``, ``shards``,
-        ``attrs_<stage>``; :class:`~.sandbox.SqlRefused` for anything else."""
+        ``attrs_<stage>``; :class:`~.sandbox.SqlRefused` for anything else, :class:`~.limits.CheckTimedOut`
+        once it has run ``timeout_s`` (the query is interrupted)."""
         import duckdb
 
         statement = sandbox.duckdb_statement(query)
-        try:
-            return self.con.execute(statement).fetchone()
-        except duckdb.Error as e:
-            raise sandbox.SqlFailed(redact.scrub(e)) from None  # not chained: the raw text stays out of logs
+        with interrupt_after(timeout_s, self.con.interrupt) if timeout_s else contextlib.nullcontext() as fired:
+            try:
+                return self.con.execute(statement).fetchone()
+            except duckdb.Error as e:
+                if fired is not None and fired.is_set():
+                    raise CheckTimedOut(timeout_s) from None
+                raise sandbox.SqlFailed(redact.scrub(e)) from None  # not chained: the raw text stays out of logs
 
     def metrics(self, curated_signals: list[str] | None = None) -> dict[str, Any]:
         """The metrics in bounded memory: the joined view a group of shards at a time (each shard joined
@@ -302,14 +315,19 @@ class DaftEngine:
     :param ray_address: Ray cluster address; None starts a local Ray.
     """
 
-    def __init__(self, view: CuratedView, runner: str = "native", ray_address: str | None = None) -> None:
+    def __init__(
+        self, view: CuratedView, runner: str = "native", ray_address: str | None = None, bounds: Bounds | None = None
+    ) -> None:
         import daft
 
         self.daft = daft
         self.view = view
         self.runner = runner
+        self.ray_address = ray_address
+        self.bounds = bounds
+        self._child: QueryProcess | None = None  # where sql checks run, with bounds
         if runner == "ray":
-            _set_ray_runner(daft, ray_address)
+            self.ray_address = _set_ray_runner(daft, ray_address)
         elif runner != "native":
             raise ValueError(f"daft_runner must be 'native' or 'ray', not {runner!r}")
         self.io_config = _daft_io_config(daft, view.shard_files[0])
@@ -493,9 +511,18 @@ class DaftEngine:
             tables["curated_redacted"] = tables["curated"].with_column(TEXT, col(redacted).fill_null(col(TEXT)))
         return tables
 
-    def sql(self, query: str) -> tuple | None:
-        """The first row of a user's read query (see :func:`~.sandbox.daft_query` for what passes)."""
+    def sql(self, query: str, timeout_s: float | None = None) -> tuple | None:
+        """The first row of a user's read query (see :func:`~.sandbox.daft_query` for what passes). With
+        bounds, it runs in a child process (one for all checks) that is killed past ``timeout_s`` or the
+        memory and temp limits (Daft's native runner cannot be interrupted from Python)."""
         q = sandbox.daft_query(query)
+        if self.bounds is None:
+            return self._first_row(q)
+        if self._child is None:  # one child for every check: it imports Daft once (5-6 s on a busy machine)
+            self._child = QueryProcess(DaftEngine, (self.view, self.runner, self.ray_address), self.bounds)
+        return self._child.run(_first_row, (q,), timeout_s or self.bounds.timeout_s)
+
+    def _first_row(self, q: str) -> tuple | None:
         try:
             # register_globals=False: only these frames, never whatever DataFrame is in scope.
             out = self.daft.sql(q, register_globals=False, **self.tables()).limit(1).to_pydict()
@@ -507,10 +534,17 @@ class DaftEngine:
         return tuple(c[0] for c in cols) if cols and cols[0] else None
 
     def close(self) -> None:
-        pass
+        if self._child is not None:
+            self._child.close()
 
 
-def _set_ray_runner(daft, address: str | None) -> None:
+def _first_row(engine: DaftEngine, query: str) -> tuple | None:
+    """In the child process of a Daft ``sql`` check (its engine built there: the frames are lazy)."""
+    return engine._first_row(query)
+
+
+def _set_ray_runner(daft, address: str | None) -> str | None:
+    """Daft on Ray; the cluster's address (a local Ray's too, so that a child process joins the same one)."""
     import ray
 
     if not ray.is_initialized():
@@ -528,6 +562,7 @@ def _set_ray_runner(daft, address: str | None) -> None:
         if "already" not in str(e).lower() and "cannot set runner" not in str(e).lower():
             raise
         log.info("daft runner already set: %s", e)
+    return address or ray.get_runtime_context().gcs_address
 
 
 def _daft_io_config(daft, uri: str):
@@ -546,7 +581,7 @@ def _daft_io_config(daft, uri: str):
     return daft.io.IOConfig(s3=s3)
 
 
-def make_engine(view: CuratedView, config: dict[str, Any]):
+def make_engine(view: CuratedView, config: dict[str, Any], bounds: Bounds | None = None):
     engine = config.get("query_engine", "duckdb")
     if engine == "duckdb":
         return DuckDBEngine(
@@ -555,9 +590,12 @@ def make_engine(view: CuratedView, config: dict[str, Any]):
             memory_limit=config.get("memory_limit"),
             group_rows=config.get("group_rows"),
             ids_per_pass=config.get("ids_per_pass"),
+            bounds=bounds,
         )
     if engine == "daft":
-        return DaftEngine(view, runner=config.get("daft_runner", "native"), ray_address=config.get("ray_address"))
+        return DaftEngine(
+            view, runner=config.get("daft_runner", "native"), ray_address=config.get("ray_address"), bounds=bounds
+        )
     raise ValueError(f"unknown query_engine {engine!r}; use 'duckdb' or 'daft'")
 
 

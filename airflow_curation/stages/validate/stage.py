@@ -19,8 +19,9 @@ from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import canonical_json
 from airflow_curation.core.manifest import Manifest, ManifestError, ShardEntry, UnitEntry
 from airflow_curation.stages.base import Stage, UnitResult
-from airflow_curation.stages.settings import Setting, anything
+from airflow_curation.stages.settings import Setting, anything, size
 from airflow_curation.stages.validate import checks as checks_mod
+from airflow_curation.stages.validate import limits
 from airflow_curation.stages.validate.engines import finite, make_engine
 from airflow_curation.stages.validate.report import build_report, report_uris, write_report
 from airflow_curation.stages.validate.view import CuratedView
@@ -59,8 +60,37 @@ class ValidateStage(Stage):
         Setting("min_kept_fraction", float, None, "smallest curated/all ratio allowed (default: not checked)"),
         Setting("signal_bounds", dict, {}, "JSON {column: {stat, min, max}}: bounds of signal statistics"),
         Setting("fail_on_error", bool, True, "fail when a check of severity error fails", off_flag="--warn-only"),
+        Setting(
+            "check_timeout_s",
+            float,
+            limits.DEFAULT_TIMEOUT_S,
+            "seconds a sql check's query may run before it is stopped and the check fails (a check's timeout_s wins)",
+            keep_old_fingerprint=True,
+        ),
         Setting("threads", int, None, "DuckDB threads", runtime=True),
-        Setting("memory_limit", str, None, "DuckDB memory limit, e.g. 4GB (it spills beyond)", runtime=True),
+        Setting(
+            "memory_limit",
+            str,
+            None,
+            "memory the queries may hold, e.g. 4GB (DuckDB spills beyond; a Daft sql check is stopped); "
+            "default 60 percent of the memory available when the stage starts",
+            runtime=True,
+        ),
+        Setting(
+            "temp_dir",
+            str,
+            None,
+            "where the queries' private temp folder goes (removed at the end); default: the working directory, "
+            "the job's own folder on the local and Slurm backends",
+            runtime=True,
+        ),
+        Setting(
+            "max_temp_size",
+            size,
+            None,
+            "most temp (spill) bytes the queries may write; default 16 GiB or half the free disk, if less",
+            runtime=True,
+        ),
         Setting(
             "group_rows",
             int,
@@ -151,20 +181,22 @@ class ValidateStage(Stage):
         manifests = self.stage_manifests()
         view = CuratedView.from_manifest(m, related=[mm for _, mm in manifests.values()])
         declared = self.declared_checks()
-        engine = make_engine(view, self.config)
-        try:
-            metrics = engine.metrics(curated_signals=checks_mod.curated_signal_columns(declared, view))
-            fault_point("validate.during_query")  # the engine is open, the checks' queries still to run
-            ctx = checks_mod.Context(
-                view=view,
-                metrics=metrics,
-                manifests={k: v[1] for k, v in manifests.items()},
-                input_manifest=m,
-                engine=engine,
-            )
-            results = checks_mod.run_checks(declared, ctx)
-        finally:
-            engine.close()
+        with limits.scratch(self.config) as bounds:
+            engine = make_engine(view, self.config, bounds)
+            try:
+                metrics = engine.metrics(curated_signals=checks_mod.curated_signal_columns(declared, view))
+                fault_point("validate.during_query")  # the engine is open, the checks' queries still to run
+                ctx = checks_mod.Context(
+                    view=view,
+                    metrics=metrics,
+                    manifests={k: v[1] for k, v in manifests.items()},
+                    input_manifest=m,
+                    engine=engine,
+                    timeout_s=bounds.timeout_s,
+                )
+                results = checks_mod.run_checks(declared, ctx)
+            finally:
+                engine.close()
         summary = checks_mod.summary(results)
         log.info("validate: %s", summary)
         report = build_report(
