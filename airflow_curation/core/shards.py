@@ -20,6 +20,10 @@ DEFAULT_ROW_GROUP_ROWS = 4096
 # first megabyte and fall back to plain. On 22 MB of text that attempt cost 1.25 ms/MB to write and
 # 0.55 ms/MB to read, for a file 0.4% smaller (benchmarks/RESULTS.md, quality signals).
 UNIQUE_COLUMNS = frozenset({ID, TEXT})
+# A writer that knows how far through its input it is ends with no shard under half the target: a rest
+# expected below TAIL_FRACTION of a target joins the shard before it, unless that one holds MAX_OVER_TARGET.
+TAIL_FRACTION = 0.5
+MAX_OVER_TARGET = 1.5
 
 
 def dictionary_columns(schema: pa.Schema) -> list[str]:
@@ -81,6 +85,10 @@ class ShardWriter:
     :param schema: the Arrow schema of every row.
     :param target_bytes: roll over once a shard's compressed size reaches this.
     :param row_group_rows: rows per Parquet row group.
+    :param progress: the fraction (0..1) of this writer's input read so far, or None when unknown. With it,
+        a shard that reached the target stays open when the rest of the input is expected to add less than
+        :data:`TAIL_FRACTION` of a target (output so far x unread / read input), so that the writer's last
+        shard is not a sliver; it closes anyway once it holds :data:`MAX_OVER_TARGET` targets.
     """
 
     def __init__(
@@ -91,6 +99,7 @@ class ShardWriter:
         target_bytes: int = DEFAULT_TARGET_BYTES,
         row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
         row_group_bytes: int = 64 * 1024 * 1024,
+        progress: Callable[[], float | None] | None = None,
     ) -> None:
         self.directory = directory
         self.name_for = name_for
@@ -99,6 +108,7 @@ class ShardWriter:
         self.row_group_rows = row_group_rows
         # Bound the buffer by bytes too: a few huge documents must not make a 4096-row group of gigabytes.
         self.row_group_bytes = row_group_bytes
+        self.progress = progress
         self.shards: list[ShardEntry] = []
         self._buffer: dict[str, list] = {n: [] for n in schema.names}
         self._buffer_rows = 0
@@ -137,8 +147,20 @@ class ShardWriter:
         self._buffer = {n: [] for n in self.schema.names}
         self._buffer_rows = 0
         self._buffer_bytes = 0
-        if self._sink.tell() >= self.target_bytes:
+        if self._sink.tell() >= self.target_bytes and not self._absorb_rest():
             self._close_shard()
+
+    def _absorb_rest(self) -> bool:
+        """Whether the open shard, past the target, should take the rest of the input too: the rest is
+        expected to be under TAIL_FRACTION of a target, and the shard is not yet MAX_OVER_TARGET targets
+        (so it ends under two targets when the estimate holds, and near 1.5 when it does not)."""
+        done = self.progress() if self.progress else None
+        size = self._sink.tell()
+        if not done or done <= 0 or size >= MAX_OVER_TARGET * self.target_bytes:
+            return False
+        written = sum(s.bytes for s in self.shards) + size
+        rest = written * (1 - min(done, 1.0)) / done
+        return rest < TAIL_FRACTION * self.target_bytes
 
     def _close_shard(self) -> None:
         if self._writer is None:

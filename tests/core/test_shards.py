@@ -44,6 +44,33 @@ def test_rolls_over_at_target_size_and_keeps_every_row(tmp_path):
     assert all(s.bytes < 20_000 + 2 * one_group for s in shards)
 
 
+def _write_with_progress(tmp_path, n, progress: bool, **kw):
+    done = [0]
+    w = ShardWriter(
+        str(tmp_path / ("p" if progress else "n")),
+        lambda k: f"part-{k:05d}",
+        SHARD_SCHEMA,
+        progress=(lambda: done[0] / n) if progress else None,
+        **kw,
+    )
+    for i in range(n):
+        done[0] = i + 1
+        r = _row(i)
+        w.write(r, nbytes=len(r["text"]))
+    return w.close()
+
+
+def test_a_writer_that_knows_its_progress_leaves_no_sliver(tmp_path):
+    # 1,110 rows: rolled blindly, six full shards and a sliver of 30 rows.
+    blind = _write_with_progress(tmp_path, 1110, False, target_bytes=20_000, row_group_rows=20)
+    assert blind[-1].bytes < 0.4 * 20_000
+    told = _write_with_progress(tmp_path, 1110, True, target_bytes=20_000, row_group_rows=20)
+    assert sum(s.rows for s in told) == 1110 and len(told) == len(blind) - 1
+    assert all(10_000 <= s.bytes <= 40_000 for s in told), [s.bytes for s in told]
+    ids = [i for s in told for i in read_shard(s.uri, ["id"]).column("id").to_pylist()]
+    assert ids == [f"doc-{i:06d}" for i in range(1110)]
+
+
 def test_row_groups_have_the_configured_rows(tmp_path):
     [shard] = _write(tmp_path, 1050, row_group_rows=200)
     md = pq.ParquetFile(shard.uri).metadata

@@ -36,6 +36,7 @@ from airflow_curation.stages.ingest.readers import (
     read_text,
     sniff,
 )
+from airflow_curation.stages.ingest.sizing import UnitProgress, group_files
 from airflow_curation.stages.settings import Setting, size
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,8 @@ class IngestStage(Stage):
             "unit_bytes",
             size,
             None,
-            "consecutive input files are grouped into units of about this many bytes (default: target_shard_bytes)",
+            "consecutive input files are grouped into units of about this many input bytes (default: by expected "
+            "output, a whole number of target shards and at least 64 MiB a unit; docs/architecture.md, Ingest)",
         ),
     )
 
@@ -144,26 +146,13 @@ class IngestStage(Stage):
     def plan(self) -> list[UnitEntry]:
         files = self._list_inputs()
         root = self._root = self._source_root([u for u, _ in files])
-        unit_bytes = int(self.config["unit_bytes"] or self.config["target_shard_bytes"])
         units: list[UnitEntry] = []
-        group: list[tuple[str, dict]] = []
-        group_bytes = 0
-
-        def close_group() -> None:
-            nonlocal group, group_bytes
-            if not group:
-                return
+        target = int(self.config["target_shard_bytes"])
+        unit_bytes = int(self.config["unit_bytes"]) if self.config["unit_bytes"] else None
+        for group in group_files(files, target, unit_bytes, self.config["format"]):
             ident = [(_relpath(u, root), i.get("size"), _version_of(i)) for u, i in group]
             checksum = "xxh64:" + xxhash.xxh64(canonical_json(ident).encode()).hexdigest()
             units.append(UnitEntry(unit_id=f"{len(units):05d}", inputs=[u for u, _ in group], input_checksum=checksum))
-            group, group_bytes = [], 0
-
-        for url, info in files:
-            group.append((url, info))
-            group_bytes += int(info.get("size") or 0)
-            if group_bytes >= unit_bytes or len(group) >= 10_000:
-                close_group()
-        close_group()
         return units
 
     # -- processing --------------------------------------------------------------------------------
@@ -171,12 +160,15 @@ class IngestStage(Stage):
         cfg = self.config
         # plan() ran in this object before it was shipped to a worker, so the root travels with it.
         root = getattr(self, "_root", None) or self._source_root(unit.inputs)
+        sizes = {url: self._size(url) for url in unit.inputs}
+        progress = UnitProgress([s or 0 for s in sizes.values()])
         writer = ShardWriter(
             self.lake.path("shards"),
             lambda k: f"part-{unit.unit_id}-{k:03d}",
             SHARD_SCHEMA,
             target_bytes=int(cfg["target_shard_bytes"]),
             row_group_rows=int(cfg["row_group_rows"]),
+            progress=progress,
         )
         quarantine = QuarantineWriter(self.lake.quarantine_uri(self.name, unit.unit_id))
         acc = RowAccounting()
@@ -191,7 +183,7 @@ class IngestStage(Stage):
                 # A file name that is not UTF-8 (surrogate-escaped by the OS) must not fail every row.
                 source = utf8_safe(rel)
                 source_key = xxhash.xxh64(rel.encode("utf-8", "surrogateescape")).hexdigest()
-                for item in self._read(url, max_record):
+                for item in self._read(url, max_record, sizes[url], progress):
                     if isinstance(item, Bad):
                         quarantine.add(url, item.location, item.reason, item.detail, item.raw, item.rows)
                         if item.rows:
@@ -251,12 +243,20 @@ class IngestStage(Stage):
             return "unsupported_value", f"id in field {field!r} cannot be written as text: {e}"
         return doc_id
 
-    def _read(self, url: str, max_record: int):
-        opened = self._open(url, self.config["inputs"])  # first: a FIFO or a dangling link is that, whatever its name
+    def _read(self, url: str, max_record: int, size_hint: int | None, progress: UnitProgress):
+        # first: a FIFO or a dangling link is that, whatever its name
+        opened = self._open(url, self.config["inputs"], size_hint)
         if isinstance(opened, Bad):
             yield opened
             return
         raw, size = opened
+        progress.start(size_hint or 0, lambda: raw.tell() / size if size else 0.0)
+        try:
+            yield from self._records(url, raw, size, max_record, progress)
+        finally:
+            progress.finish()
+
+    def _records(self, url: str, raw, size: int, max_record: int, progress: UnitProgress):
         cfg = self.config
         fmt, compression = detect(url, cfg["format"])
         with raw:
@@ -273,7 +273,7 @@ class IngestStage(Stage):
                 yield Bad(0, "file", "empty_file", "the file is empty", rows=0)
                 return
             if fmt == "parquet":
-                yield from read_parquet(raw, cfg["text_field"], cfg["id_field"])
+                yield from _with_row_progress(read_parquet(raw, cfg["text_field"], cfg["id_field"]), raw, progress)
                 return
             compression, mismatch = sniff(raw, compression)
             if mismatch:
@@ -285,12 +285,23 @@ class IngestStage(Stage):
                 yield from read_text(stream, cfg["text_mode"], max_record)
 
     @staticmethod
-    def _open(url: str, inputs: list[str]):
+    def _size(url: str) -> int | None:
+        """An input's size before it is read (what the unit's progress counts), None when it cannot be had;
+        on an object store this is the request opening it would make, done first."""
+        try:
+            if storage.is_local(url):
+                return os.stat(storage.filesystem(url)[1]).st_size
+            return storage.size(url)
+        except OSError:
+            return None
+
+    @staticmethod
+    def _open(url: str, inputs: list[str], size: int | None = None):
         if storage.is_local(url):
             path = storage.filesystem(url)[1]
             return link_outside(path, inputs) or open_local(path)
         try:
-            size = storage.size(url)
+            size = storage.size(url) if size is None else size
             return storage.open_read(url), size
         except OSError as e:
             return Bad(0, "file", "unreadable_input", f"cannot open: {e}", rows=0)
@@ -334,6 +345,21 @@ class IngestStage(Stage):
             f"ingest: {n} id{'s' if n > 1 else ''} of field {self.config['id_field']!r} repeated "
             f"across units (ids must be unique in a dataset); each is listed in {uri}"
         )
+
+
+def _with_row_progress(items, raw, progress: UnitProgress):
+    """A Parquet file's records, its progress counted in rows: its reader reads whole row groups (often one
+    a file), so its byte position says little about how many rows are out."""
+    try:
+        rows = pq.ParquetFile(raw).metadata.num_rows
+        raw.seek(0)
+    except Exception:  # noqa: BLE001 - the reader reports an unreadable file; progress just stays at 0
+        rows = 0
+    at = [0]
+    progress.follow((lambda: at[0] / rows) if rows else None)
+    for item in items:
+        at[0] = item.position + max(item.rows if isinstance(item, Bad) else 1, 1)
+        yield item
 
 
 def _repeat(seen: dict[str, tuple[str, str]], doc_id: str, source: str, location: str) -> tuple[str, str] | None:
