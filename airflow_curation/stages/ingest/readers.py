@@ -16,19 +16,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.spec import AbstractBufferedFile
 
-try:  # orjson is several times faster and is already an Airflow dependency; json is the fallback.
-    import orjson
-
-    _loads = orjson.loads
-    _JSONError: tuple[type[Exception], ...] = (orjson.JSONDecodeError,)
-except ImportError:  # pragma: no cover
-    _loads = json.loads
-    _JSONError = (json.JSONDecodeError,)
+# The fast parser is a declared dependency (pyproject.toml), never an optional import: an install without
+# it fails loudly instead of parsing every line at the standard library's speed. Decoder reused: no
+# per-line set-up (benchmarks/RESULTS.md, JSON parsers).
+_decode = msgspec.json.Decoder().decode
+FAST_PARSER = msgspec.__name__
 
 RAW_HEAD = 64 * 1024  # how much of a rejected record is kept in quarantine
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
@@ -266,20 +264,51 @@ def _lines(f: IO[bytes], max_record_bytes: int) -> Iterator[tuple[int, bytes, in
 
 
 def _parse(line: bytes) -> tuple[Any, tuple[str, str] | None]:
-    """(JSON value, None) or (None, (reason, detail))."""
+    """(JSON value, None) or (None, (reason, detail)).
+
+    One behaviour (docs/architecture.md, Ingest): RFC 8259 JSON in UTF-8, integers of any size up to
+    Python's str-digits limit kept exact, the last of duplicate keys wins, NaN / Infinity refused
+    (``invalid_json``: not JSON), a number beyond the float range refused (``unsupported_value``). msgspec
+    parses the line; a line it refuses is parsed again by the standard library, which gives the reason and
+    accepts the one thing msgspec refuses that is JSON: a lone surrogate escape (``\\ud800``), which the
+    stage then quarantines as ``invalid_utf8`` wherever it lands (text, id or meta).
+    """
     try:
+        return _decode(line), None
+    except RecursionError:
+        return None, ("unsupported_value", "JSON nested deeper than the parser allows")
+    except msgspec.DecodeError:  # ValidationError (a number out of range) is one too
+        pass
+    try:
+        # Parse the str, not the bytes: json.loads would guess UTF-16/32 from leading NUL bytes.
         decoded = line.decode("utf-8")
     except UnicodeDecodeError as e:
         return None, ("invalid_utf8", f"invalid UTF-8 at byte {e.start} of the line: {e.reason}")
     try:
-        # Parse the str, not the bytes: json.loads would guess UTF-16/32 from leading NUL bytes.
-        return _loads(decoded), None
-    except _JSONError as e:
+        return json.loads(decoded, parse_constant=_not_json, parse_float=_finite), None
+    except _NotJSON as e:
+        return None, ("invalid_json", str(e))
+    except json.JSONDecodeError as e:
         return None, ("invalid_json", f"invalid JSON: {e}")
     except RecursionError:
         return None, ("unsupported_value", "JSON nested deeper than the parser allows")
-    except ValueError as e:  # e.g. an integer beyond Python's str-digits limit
+    except ValueError as e:  # an integer beyond Python's str-digits limit, a float beyond its range
         return None, ("unsupported_value", f"JSON value the parser cannot represent: {e}")
+
+
+class _NotJSON(ValueError):
+    pass
+
+
+def _not_json(name: str):
+    raise _NotJSON(f"invalid JSON: {name} is not a JSON value (RFC 8259)")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text[:40]} is beyond the float range")
+    return value
 
 
 def read_jsonl(f: IO[bytes], text_field: str, id_field: str | None, max_record_bytes: int) -> Iterator[Doc | Bad]:
