@@ -30,7 +30,7 @@ from results import RESULTS, replace_block  # noqa: E402
 
 def split(source: Path, mb: float, n_files: int, out: Path) -> Path:
     """The first ``mb`` MB of ``source`` (whole lines) as ``n_files`` files of equal line counts."""
-    folder = out / f"files-{n_files}"
+    folder = out / f"{mb:g}mb-{n_files}-files"
     if (folder / ".done").exists():
         return folder
     shutil.rmtree(folder, ignore_errors=True)

@@ -201,7 +201,7 @@ with DAG(
         ),
         "ingest_unit_size": _optional(
             "Ingest: input bytes per unit, e.g. 256MB (units are ingest's parallelism and the steps preprocess "
-            "streams by). Empty: the shard size."
+            "streams by). Empty: sized by expected output, whole shards and at least 64 MiB a unit."
         ),
         "stream_quorum": Param(
             0.01,

@@ -117,14 +117,30 @@ class ShardWriter:
         self._sink: _CountingSink | None = None
         self._writer: pq.ParquetWriter | None = None
         self._rows_in_shard = 0
+        self._raw_out = 0  # the nbytes of the rows written so far, and the bytes they took in their shards
+        self._bytes_out = 0
 
     def write(self, row: dict, nbytes: int = 0) -> None:
         for name in self.schema.names:
             self._buffer[name].append(row.get(name))
         self._buffer_rows += 1
         self._buffer_bytes += nbytes
-        if self._buffer_rows >= self.row_group_rows or self._buffer_bytes >= self.row_group_bytes:
+        if (
+            self._buffer_rows >= self.row_group_rows
+            or self._buffer_bytes >= self.row_group_bytes
+            or self._fills_shard()
+        ):
             self._flush_row_group()
+
+    def _fills_shard(self) -> bool:
+        """Whether the buffer, compressed at the ratio this writer has seen so far (none yet: as is), would
+        take the open shard to the target: the row group then ends there, so that a row group larger than
+        what is left of the target (a small target) does not carry the shard past it."""
+        size = self._sink.tell() if self._sink is not None else 0
+        if not self._buffer_bytes or size >= self.target_bytes:
+            return False
+        ratio = self._raw_out / self._bytes_out if self._bytes_out else 1.0
+        return self._buffer_bytes >= (self.target_bytes - size) * ratio
 
     def _open(self) -> None:
         k = len(self.shards)
@@ -141,7 +157,10 @@ class ShardWriter:
         if self._writer is None:
             self._open()
         table = pa.table(self._buffer, schema=self.schema)
+        before = self._sink.tell()
         self._writer.write_table(table, row_group_size=self._buffer_rows)
+        self._raw_out += self._buffer_bytes
+        self._bytes_out += self._sink.tell() - before
         fault_point("ingest.mid_shard")  # a row group is out, the shard is still a temporary file
         self._rows_in_shard += self._buffer_rows
         self._buffer = {n: [] for n in self.schema.names}

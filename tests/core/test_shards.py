@@ -61,14 +61,22 @@ def _write_with_progress(tmp_path, n, progress: bool, **kw):
 
 
 def test_a_writer_that_knows_its_progress_leaves_no_sliver(tmp_path):
-    # 1,110 rows: rolled blindly, six full shards and a sliver of 30 rows.
-    blind = _write_with_progress(tmp_path, 1110, False, target_bytes=20_000, row_group_rows=20)
-    assert blind[-1].bytes < 0.4 * 20_000
-    told = _write_with_progress(tmp_path, 1110, True, target_bytes=20_000, row_group_rows=20)
-    assert sum(s.rows for s in told) == 1110 and len(told) == len(blind) - 1
+    # 1,000 rows: rolled blindly, six full shards and a sliver of a few rows.
+    blind = _write_with_progress(tmp_path, 1000, False, target_bytes=20_000, row_group_rows=20)
+    assert blind[-1].bytes < 0.25 * 20_000
+    told = _write_with_progress(tmp_path, 1000, True, target_bytes=20_000, row_group_rows=20)
+    assert sum(s.rows for s in told) == 1000 and len(told) == len(blind) - 1
     assert all(10_000 <= s.bytes <= 40_000 for s in told), [s.bytes for s in told]
     ids = [i for s in told for i in read_shard(s.uri, ["id"]).column("id").to_pylist()]
-    assert ids == [f"doc-{i:06d}" for i in range(1110)]
+    assert ids == [f"doc-{i:06d}" for i in range(1000)]
+
+
+def test_a_row_group_ends_where_the_shard_reaches_its_target(tmp_path):
+    # Row groups of 4,096 rows hold ~6x the target: cut blindly, every shard would be one 6x row group.
+    shards = _write(tmp_path, 3000, target_bytes=20_000, row_group_rows=4096)
+    assert len(shards) > 5
+    assert all(s.bytes < 2 * 20_000 for s in shards), [s.bytes for s in shards]
+    assert sum(s.rows for s in shards) == 3000
 
 
 def test_row_groups_have_the_configured_rows(tmp_path):
