@@ -119,28 +119,27 @@ class ShardWriter:
         self._rows_in_shard = 0
         self._raw_out = 0  # the nbytes of the rows written so far, and the bytes they took in their shards
         self._bytes_out = 0
+        self._flush_bytes = 0
+        self._set_flush_bytes()
 
     def write(self, row: dict, nbytes: int = 0) -> None:
         for name in self.schema.names:
             self._buffer[name].append(row.get(name))
         self._buffer_rows += 1
         self._buffer_bytes += nbytes
-        if (
-            self._buffer_rows >= self.row_group_rows
-            or self._buffer_bytes >= self.row_group_bytes
-            or self._fills_shard()
-        ):
+        if self._buffer_rows >= self.row_group_rows or self._buffer_bytes >= self._flush_bytes:
             self._flush_row_group()
 
-    def _fills_shard(self) -> bool:
-        """Whether the buffer, compressed at the ratio this writer has seen so far (none yet: as is), would
-        take the open shard to the target: the row group then ends there, so that a row group larger than
-        what is left of the target (a small target) does not carry the shard past it."""
+    def _set_flush_bytes(self) -> None:
+        """Where the next row group ends by bytes: at ``row_group_bytes``, or sooner where the buffer,
+        compressed at the ratio this writer has seen so far (none yet: as is), would take the open shard
+        to its target, so that a row group larger than what is left of a small target does not carry the
+        shard past it. Once past the target (the shard is taking the rest), row groups are whole again."""
         size = self._sink.tell() if self._sink is not None else 0
-        if not self._buffer_bytes or size >= self.target_bytes:
-            return False
-        ratio = self._raw_out / self._bytes_out if self._bytes_out else 1.0
-        return self._buffer_bytes >= (self.target_bytes - size) * ratio
+        self._flush_bytes = self.row_group_bytes
+        if size < self.target_bytes:
+            ratio = self._raw_out / self._bytes_out if self._bytes_out else 1.0
+            self._flush_bytes = min(self.row_group_bytes, max(1, int((self.target_bytes - size) * ratio)))
 
     def _open(self) -> None:
         k = len(self.shards)
@@ -168,6 +167,7 @@ class ShardWriter:
         self._buffer_bytes = 0
         if self._sink.tell() >= self.target_bytes and not self._absorb_rest():
             self._close_shard()
+        self._set_flush_bytes()
 
     def _absorb_rest(self) -> bool:
         """Whether the open shard, past the target, should take the rest of the input too: the rest is

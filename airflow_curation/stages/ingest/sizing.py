@@ -1,6 +1,6 @@
 """How big ingest's units are, and how far through its input a unit is.
 
-``target_shard_bytes`` is compressed output, input files are raw bytes, and JSONL text compresses ~3.7x
+``target_shard_bytes`` is compressed output, input files are raw bytes, and JSONL text compresses ~3.3x
 into zstd Parquet: units sized in input bytes made every shard a fraction of the target, and a unit's
 last shard a sliver. So units are sized in *expected output* (input bytes / an expected ratio per file
 kind) and hold a whole number of target shards, never less than :data:`MIN_UNIT_OUTPUT_BYTES` of work;
@@ -16,9 +16,10 @@ from collections.abc import Callable
 
 from airflow_curation.stages.ingest.readers import detect
 
-# Input bytes per byte of zstd Parquet output, by what the file holds. Plain JSONL / text: 3.7 measured on
-# benchmarks/bench_ingest.py's data (real prose and code; docs/architecture.md, Ingest); compressed input
-# (.gz/.zst) and Parquet are compressed already.
+# Input bytes per byte of zstd Parquet output, by what the file holds. Plain JSONL / text: 3.3 measured on
+# benchmarks/bench_ingest.py's data (real prose and code, bench_ingest_sizing), more for plainer prose;
+# compressed input (.gz/.zst) and Parquet are compressed already. An error here moves where units end, not
+# shard sizes (the writer follows the real ratio).
 RATIO = {"plain": 3.5, "compressed": 1.0, "parquet": 1.0}
 # A unit does at least this much output (~240 MB of JSONL, ~3 CPU-s at ingest's ~90 MB per CPU-s): more
 # than a stage process's fixed cost (0.8-2 CPU-s), so a small target packs several shards in one unit.

@@ -290,7 +290,7 @@ class IngestStage(Stage):
         on an object store this is the request opening it would make, done first."""
         try:
             if storage.is_local(url):
-                return os.stat(storage.filesystem(url)[1]).st_size
+                return os.stat(storage.local_path(url)).st_size
             return storage.size(url)
         except OSError:
             return None
@@ -298,7 +298,7 @@ class IngestStage(Stage):
     @staticmethod
     def _open(url: str, inputs: list[str], size: int | None = None):
         if storage.is_local(url):
-            path = storage.filesystem(url)[1]
+            path = storage.local_path(url)  # not filesystem(): fsspec's URL parsing costs ~80 us, per file
             return link_outside(path, inputs) or open_local(path)
         try:
             size = storage.size(url) if size is None else size
