@@ -21,7 +21,7 @@ from airflow_curation.stages.ingest.readers import detect
 # compressed input (.gz/.zst) and Parquet are compressed already. An error here moves where units end, not
 # shard sizes (the writer follows the real ratio).
 RATIO = {"plain": 3.5, "compressed": 1.0, "parquet": 1.0}
-# A unit does at least this much output (~240 MB of JSONL, ~3 CPU-s at ingest's ~90 MB per CPU-s): more
+# A unit does at least this much output (~235 MB of JSONL, ~2.7 CPU-s at ingest's ~88 MB per CPU-s): more
 # than a stage process's fixed cost (0.8-2 CPU-s), so a small target packs several shards in one unit.
 MIN_UNIT_OUTPUT_BYTES = 64 * 1024 * 1024
 MAX_FILES_PER_UNIT = 100_000  # bounds one unit's input list (its manifest entry, its retry)
