@@ -12,11 +12,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import tempfile
+from collections.abc import Callable
 from typing import Any
 
 from airflow_curation.core import redact, storage
 from airflow_curation.core.schema import CLUSTER_ID, DROP_REASON, ID, TEXT
-from airflow_curation.stages.validate import bounded, sandbox
+from airflow_curation.stages.validate import bounded, partitions, sandbox
 from airflow_curation.stages.validate.limits import Bounds, CheckTimedOut, QueryProcess, interrupt_after
 from airflow_curation.stages.validate.view import CuratedView, same_schema
 
@@ -48,6 +50,9 @@ class DuckDBEngine:
     :param ids_per_pass: ids per hash partition of the distinct-id and cluster counts (0: one pass).
     :param bounds: memory limit (overrides ``memory_limit``), temp folder and its cap for every query
         (:mod:`.limits`); without it DuckDB's defaults hold (80% of RAM, ``.tmp`` in the working directory).
+    :param spill_dir: local folder for those partitions (default: ``bounds``' temp folder, else the system's).
+    :param fanout: partitions one routing level of them writes (:mod:`.partitions`).
+    :param trace: DuckDB's query and file-system log (``duckdb_logs``): what each query read.
     """
 
     def __init__(
@@ -58,13 +63,22 @@ class DuckDBEngine:
         group_rows: int | None = GROUP_ROWS,
         ids_per_pass: int | None = IDS_PER_PASS,
         bounds: Bounds | None = None,
+        spill_dir: str | None = None,
+        fanout: int = partitions.FANOUT,
+        trace: bool = False,
     ) -> None:
         import duckdb
 
         self.view = view
         self.group_rows = GROUP_ROWS if group_rows is None else group_rows
         self.ids_per_pass = IDS_PER_PASS if ids_per_pass is None else ids_per_pass
+        if spill_dir and storage.protocol_of(spill_dir) not in ("file", "local"):
+            raise ValueError(f"spill_dir must be a local folder, not {spill_dir!r}")
+        self.spill_dir = storage.local_path(spill_dir) if spill_dir else (bounds.temp_dir if bounds else None)
+        self.fanout = fanout
         self.con = duckdb.connect(":memory:")
+        if trace:
+            self.con.execute("CALL enable_logging(['QueryLog', 'FileSystem'])")
         if threads:
             self.con.execute(f"SET threads = {int(threads)}")
         if memory_limit:
@@ -239,23 +253,32 @@ class DuckDBEngine:
             joins.append(f"LEFT JOIN {rel} AS {a.alias} ON {a.alias}.{_q(ID)} = s.{_q(ID)} AND {a.alias}.__k = s.__k")
         return f"(SELECT {', '.join(select)} FROM {shards} AS s {' '.join(joins)})"
 
-    def _partitions(self, rows: int) -> int:
-        return max(1, math.ceil(rows / self.ids_per_pass)) if self.ids_per_pass else 1
-
-    @staticmethod
-    def _in_partition(col: str, p: int, n: int) -> str:
-        return f"hash({_q(col)}) % {n} = {p}" if n > 1 else "true"
+    def _by_key(self, relation: str, col: str, query: Callable[[str], str]) -> list[tuple]:
+        """The rows of ``query(rel)`` over ``rel``, the non-null ``col`` of ``relation``, in each hash partition
+        of ``col`` (a key falls in exactly one): one query where the view's rows fit ``ids_per_pass``, else one
+        scan of ``col`` routed into partitions spilled to a temp folder, each queried alone
+        (:mod:`.partitions`)."""
+        src = f"(SELECT {_q(col)} FROM {relation} WHERE {_q(col)} IS NOT NULL)"
+        bases = partitions.levels(self.view.shard_rows, self.ids_per_pass, self.fanout)
+        if not bases:
+            return self.con.execute(query(src)).fetchall()
+        digits = ", ".join(partitions.digit(_q(col), level, bases) for level in range(len(bases)))
+        batch = min(max(self.ids_per_pass, 2048), 1 << 20)
+        scan, each = self.con.cursor(), self.con.cursor()  # the scan streams while each partition is counted
+        try:
+            rows = scan.sql(f"SELECT {digits}, {_q(col)} FROM {src}").to_arrow_reader(batch)
+            with tempfile.TemporaryDirectory(prefix="validate-keys-", dir=self.spill_dir) as folder:
+                parts = partitions.count(
+                    rows, bases, folder, lambda t: each.from_arrow(t).query("__part", query("__part")).fetchall()
+                )
+        finally:
+            scan.close()
+            each.close()
+        return [row for rows in parts for row in rows]
 
     def _distinct_ids(self) -> int:
-        """Distinct ids, one hash partition of the id at a time (an id falls in exactly one)."""
-        n = self._partitions(self.view.shard_rows)
         return sum(
-            int(
-                self.con.execute(
-                    f"SELECT count(DISTINCT {_q(ID)}) FROM shards WHERE {self._in_partition(ID, p, n)}"
-                ).fetchone()[0]
-            )
-            for p in range(n)
+            int(n) for (n,) in self._by_key("shards", ID, lambda rel: f"SELECT count(DISTINCT {_q(ID)}) FROM {rel}")
         )
 
     def _signals(self, only: list[str] | None = None, groups: list[list[int]] | None = None) -> dict[str, dict]:
@@ -279,16 +302,15 @@ class DuckDBEngine:
     def _clusters(self) -> dict | None:
         for a in self.view.attrs:
             if CLUSTER_ID in a.columns:
-                n = self._partitions(self.view.shard_rows)
+                c = _q(CLUSTER_ID)
+                rows = self._by_key(  # a cluster falls in one hash partition of its id
+                    _q("attrs_" + a.stage),
+                    CLUSTER_ID,
+                    lambda rel: f"SELECT n, count(*) FROM (SELECT count(*) AS n FROM {rel} GROUP BY {c}) GROUP BY n",
+                )
                 sizes: dict[int, int] = {}
-                for p in range(n):  # a cluster falls in one hash partition of its id
-                    rows = self.con.execute(
-                        f"SELECT n, count(*) FROM (SELECT count(*) AS n FROM {_q('attrs_' + a.stage)} "
-                        f"WHERE {CLUSTER_ID} IS NOT NULL AND {self._in_partition(CLUSTER_ID, p, n)} "
-                        f"GROUP BY {CLUSTER_ID}) GROUP BY n"
-                    ).fetchall()
-                    for size, k in rows:
-                        sizes[int(size)] = sizes.get(int(size), 0) + int(k)
+                for size, k in rows:
+                    sizes[int(size)] = sizes.get(int(size), 0) + int(k)
                 sizes = dict(sorted(sizes.items()))
                 return {"clusters": sum(sizes.values()), "sizes": sizes, "largest": max(sizes) if sizes else 0}
         return None

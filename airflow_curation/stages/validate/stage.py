@@ -102,7 +102,7 @@ class ValidateStage(Stage):
             "ids_per_pass",
             int,
             None,
-            "DuckDB: ids per hash partition of the distinct-id count (default 1000000; 0: one pass)",
+            "DuckDB: ids per hash partition of the distinct-id and cluster counts (default 1000000; 0: one pass)",
             runtime=True,
         ),
         Setting("ray_address", str, None, "Ray cluster for daft_runner ray (default: a local Ray)", runtime=True),
