@@ -1,6 +1,7 @@
 """The same validation query over a generated curated view in DuckDB, Daft and pandas, side by side.
 
     .venv/bin/python benchmarks/bench_validate.py --gb 1.0 [--workdir /tmp/bench_validate] [--runs 2]
+    .venv/bin/python benchmarks/bench_validate.py --scaling --rows 1e6,4e6,10e6 [--before DIR] [--repeats 3]
 
 The view is shards (id, text, source, meta) joined by ``id`` with ``attrs/preprocess`` (word_count,
 alpha_ratio, keep, drop_reason) and ``attrs/dedup`` (cluster_id, is_duplicate), as the stages write
@@ -8,6 +9,11 @@ them. The query: rows, text bytes, null texts, distinct ids, rows and bytes that
 dedup, word_count statistics of the curated rows, and rows dropped per reason. Every engine must give
 the same answers (checked) before its time counts. GB/s is text bytes of the view / wall seconds.
 Also times the whole validate stage (all metrics, histograms, checks, report) with each engine.
+
+``--scaling``: CPU seconds per million rows of the DuckDB engine's distinct-id and cluster-size counts, and
+of all its metrics, at several row counts of tiny documents, each measurement in a fresh process; with
+``--before DIR`` (a copy of the package from another commit, e.g. ``git archive <rev> airflow_curation |
+tar -x -C DIR``) that code and this one alternate, and the report numbers of the two must be equal.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ import time
 import numpy as np
 import pyarrow as pa
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+# BENCH_VALIDATE_CODE: the package to measure (--scaling's children), default this checkout's.
+sys.path.insert(0, os.environ.get("BENCH_VALIDATE_CODE") or os.path.join(os.path.dirname(__file__), ".."))
 
 from results import RESULTS, replace_block  # noqa: E402  (benchmarks/ is this script's folder)
 
@@ -34,11 +41,14 @@ DOC_BYTES = 2000
 ROWS_PER_SHARD = 50_000
 
 
-def generate(workdir: str, gb: float, seed: int = 0) -> tuple[str, int]:
-    """Write the lake once (reused when present); returns (manifest URI, text bytes)."""
+def generate(
+    workdir: str, gb: float, seed: int = 0, rows: int | None = None, doc_bytes: int = DOC_BYTES
+) -> tuple[str, int]:
+    """Write the lake once (reused when present); returns (manifest URI, text bytes). ``rows`` documents of
+    about ``doc_bytes`` bytes each, or ``gb`` of text in documents of ``DOC_BYTES``."""
     lake = Lake(workdir, "bench")
     uri = lake.manifest_uri("bench", "dedup")
-    marker = os.path.join(workdir, f"done-{gb}")
+    marker = os.path.join(workdir, f"done-{gb}" if rows is None else f"done-{rows}x{doc_bytes}")
     if os.path.exists(marker):
         return uri, int(open(marker).read())
     rng = np.random.default_rng(seed)
@@ -46,20 +56,20 @@ def generate(workdir: str, gb: float, seed: int = 0) -> tuple[str, int]:
         ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), rng.integers(2, 10))) for _ in range(20_000)]
     )
     pool = " ".join(vocab[rng.integers(0, len(vocab), 4_000_000)])  # ~24 MB of words to cut documents from
-    total_rows = int(gb * 1e9 / DOC_BYTES)
+    total_rows = int(gb * 1e9 / doc_bytes) if rows is None else rows
     shards, text_bytes, k = [], 0, 0
     while k * ROWS_PER_SHARD < total_rows:
         n = min(ROWS_PER_SHARD, total_rows - k * ROWS_PER_SHARD)
         sid = f"part-{k:05d}"
-        lengths = rng.integers(DOC_BYTES // 4, DOC_BYTES * 7 // 4, n)
-        starts = rng.integers(0, len(pool) - DOC_BYTES * 2, n)
+        lengths = rng.integers(doc_bytes // 4, doc_bytes * 7 // 4, n)
+        starts = rng.integers(0, len(pool) - doc_bytes * 2, n)
         texts = [pool[s : s + ln] for s, ln in zip(starts, lengths)]
         ids = [f"{sid}-{i}" for i in range(n)]
         text_bytes += int(lengths.sum())
         table = pa.table({"id": ids, "text": texts, "source": ["gen"] * n, "meta": ["{}"] * n}, schema=SHARD_SCHEMA)
         nbytes, checksum = write_parquet(lake.shard_uri(sid), table, row_group_rows=4096)
         wc = (lengths // 6).astype(np.int64)
-        keep = wc >= 150
+        keep = wc >= doc_bytes * 3 // 40  # 150 words at DOC_BYTES
         pre = pa.table(
             {
                 "id": ids,
@@ -242,6 +252,142 @@ def stage_run(uri: str, workdir: str, engine: str, run_id: str) -> float:
     return time.perf_counter() - t
 
 
+SCALING_DOC_BYTES = 16
+
+
+def scaling_child(manifest_uri: str, threads: int) -> None:
+    """One measurement, in this fresh process: the counts alone, then every metric (which counts them again)."""
+    import hashlib
+    import resource
+
+    from airflow_curation.stages.validate.engines import DuckDBEngine
+    from airflow_curation.stages.validate.view import CuratedView
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    engine = DuckDBEngine(CuratedView.from_manifest(Manifest.read(manifest_uri), related=[]), threads=threads)
+    t0 = cpu()
+    counts = {"distinct_ids": engine._distinct_ids(), "clusters": engine._clusters()}
+    t1 = cpu()
+    metrics = engine.metrics()
+    t2 = cpu()
+    engine.close()
+    digest = hashlib.sha256(json.dumps(_stable(metrics), sort_keys=True, default=str).encode()).hexdigest()[:16]
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        json.dumps(
+            {
+                "counts_cpu_s": t1 - t0,
+                "metrics_cpu_s": t2 - t1,
+                "peak_rss_mib": rss,
+                "digest": digest,
+                "distinct_ids": counts["distinct_ids"],
+                "clusters": counts["clusters"]["clusters"],
+            }
+        )
+    )
+
+
+def _stable(x):
+    """The metrics but the means to 12 digits: DuckDB's ``avg`` of doubles over several threads adds in the order
+    the threads finish, so a mean's last bits differ from run to run of the same code."""
+    if isinstance(x, dict):
+        return {k: (f"{v:.12g}" if k == "mean" and isinstance(v, float) else _stable(v)) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_stable(v) for v in x]
+    return x
+
+
+def scaling(args) -> None:
+    import statistics
+    import subprocess
+
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    codes = {"after": here} if not args.before else {"before": os.path.abspath(args.before), "after": here}
+    sizes = [int(float(r)) for r in args.rows.split(",")]
+    runs: dict[str, dict[str, list[dict]]] = {}
+    for rows in sizes:
+        uri, _ = generate(os.path.join(args.workdir, f"rows-{rows}"), 0.0, rows=rows, doc_bytes=SCALING_DOC_BYTES)
+        runs[str(rows)] = {name: [] for name in codes}
+        for rep in range(args.repeats):  # alternated: before, after, before, after...
+            for name, code in codes.items():
+                proc = subprocess.run(
+                    [sys.executable, __file__, "--scaling-child", uri, "--threads", str(args.threads)],
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ, "BENCH_VALIDATE_CODE": code, "PYTHONPATH": code},
+                )
+                if proc.returncode != 0:
+                    raise RuntimeError(f"{name} at {rows} rows failed:\n{proc.stderr[-3000:]}")
+                got = json.loads(proc.stdout.strip().splitlines()[-1])
+                runs[str(rows)][name].append(got)
+                print(f"{rows:>11,} rows  {name:6s} run {rep + 1}: {json.dumps(got)}", flush=True)
+        digests = {r["digest"] for name in codes for r in runs[str(rows)][name]}
+        assert len(digests) == 1, f"the metrics differ at {rows} rows: {digests}"
+    table = []
+    for rows in sizes:
+        for name in codes:
+            rs = runs[str(rows)][name]
+            med = {k: statistics.median(r[k] for r in rs) for k in ("counts_cpu_s", "metrics_cpu_s", "peak_rss_mib")}
+            spread = {k: (min(r[k] for r in rs), max(r[k] for r in rs)) for k in ("counts_cpu_s", "metrics_cpu_s")}
+            table.append({"rows": rows, "code": name, "median": med, "range": spread})
+            print(
+                f"{rows:>11,} rows  {name:6s} counts {med['counts_cpu_s'] / rows * 1e6:6.3f} CPU-s/M rows, "
+                f"metrics {med['metrics_cpu_s'] / rows * 1e6:6.3f} CPU-s/M rows, peak RSS {med['peak_rss_mib']:.0f} MiB",
+                flush=True,
+            )
+    out = {
+        "command": " ".join(sys.argv),
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_average": os.getloadavg(),
+        "doc_bytes": SCALING_DOC_BYTES,
+        "threads": args.threads,
+        "table": table,
+        "runs": runs,
+    }
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "bench_validate_scaling.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+    print(f"wrote {path}")
+    if args.results:
+        write_scaling_results(out)
+
+
+def write_scaling_results(out: dict) -> None:
+    """The ``bench_validate_scaling`` block of RESULTS.md, from the JSON ``scaling`` writes."""
+    load = ", ".join(f"{x:.1f}" for x in out["load_average"])
+    lines = [
+        "## Validate: linear in rows (`benchmarks/bench_validate.py --scaling`)",
+        "",
+        f"Command: `.venv/bin/python {out['command'].split(' ', 1)[1]}` (run {out['when']}; JSON: "
+        "`benchmarks/results/bench_validate_scaling.json`). Lakes of tiny documents "
+        f"({out['doc_bytes']} bytes of text, shards of {ROWS_PER_SHARD:,} rows, attrs/preprocess and attrs/dedup); "
+        "each run a fresh process; *before* (one filtered scan per 1 M ids) and *after* (one scan routed into "
+        f"spilled hash partitions) alternated, median of {len(next(iter(out['runs'].values()))['after'])} "
+        f"(min-max); DuckDB threads={out['threads']}, default `ids_per_pass` (1 M). *counts*: the distinct ids and "
+        "cluster sizes alone; *metrics*: every metric of the report (which counts them again). Both codes gave "
+        "the same metrics at every size (a digest of the whole block, means to 12 digits: DuckDB's parallel `avg` "
+        "moves their last bits from run to run of the same code).",
+        f"**Machine: 2 cores shared with other helpers' work (load average {load} at the end).**",
+        "",
+        "| rows | code | counts CPU-s | counts CPU-s per M rows | metrics CPU-s | metrics CPU-s per M rows | peak RSS MiB |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for t in out["table"]:
+        m, r, mrows = t["median"], t["range"], t["rows"] / 1e6
+        lines.append(
+            f"| {t['rows']:,} | {t['code']} | {m['counts_cpu_s']:.2f} ({r['counts_cpu_s'][0]:.2f}-"
+            f"{r['counts_cpu_s'][1]:.2f}) | {m['counts_cpu_s'] / mrows:.2f} | {m['metrics_cpu_s']:.2f} "
+            f"({r['metrics_cpu_s'][0]:.2f}-{r['metrics_cpu_s'][1]:.2f}) | {m['metrics_cpu_s'] / mrows:.2f} | "
+            f"{m['peak_rss_mib']:.0f} |"
+        )
+    replace_block(RESULTS, "bench_validate_scaling", "\n".join(lines), after="bench_validate")
+    print(f"wrote the bench_validate_scaling section of {RESULTS}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gb", type=float, default=1.0, help="text bytes of the view, in GB (default 1)")
@@ -252,9 +398,18 @@ def main() -> None:
     ap.add_argument("--no-results", dest="results", action="store_false", help="do not update RESULTS.md")
     ap.add_argument("--no-ray", dest="ray", action="store_false", help="skip Daft on a local Ray")
     ap.add_argument("--daft-ray-only", action="store_true", help=argparse.SUPPRESS)  # the Ray child process
+    ap.add_argument("--scaling", action="store_true", help="CPU-s per M rows of the counts at --rows")
+    ap.add_argument("--rows", default="1e6,4e6,10e6", help="--scaling: row counts, comma-separated")
+    ap.add_argument("--repeats", type=int, default=3, help="--scaling: runs per row count and code (median)")
+    ap.add_argument("--before", help="--scaling: a copy of the package to compare with (alternated)")
+    ap.add_argument("--scaling-child", help=argparse.SUPPRESS)  # one --scaling measurement: the manifest
     args = ap.parse_args()
     if args.daft_ray_only:
         return daft_ray_child(args)
+    if args.scaling_child:
+        return scaling_child(args.scaling_child, args.threads)
+    if args.scaling:
+        return scaling(args)
 
     t = time.perf_counter()
     uri, text_bytes = generate(args.workdir, args.gb)

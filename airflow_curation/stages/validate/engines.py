@@ -264,12 +264,13 @@ class DuckDBEngine:
             return self.con.execute(query(src)).fetchall()
         digits = ", ".join(partitions.digit(_q(col), level, bases) for level in range(len(bases)))
         batch = min(max(self.ids_per_pass, 2048), 1 << 20)
-        scan, each = self.con.cursor(), self.con.cursor()  # the scan streams while each partition is counted
+        # Cursors of their own: DuckDB refuses a streamed result on a connection that holds an unfinished one.
+        scan, each = self.con.cursor(), self.con.cursor()
         try:
-            rows = scan.sql(f"SELECT {digits}, {_q(col)} FROM {src}").to_arrow_reader(batch)
+            reader = scan.sql(f"SELECT {digits}, {_q(col)} FROM {src}").to_arrow_reader(batch)
             with tempfile.TemporaryDirectory(prefix="validate-keys-", dir=self.spill_dir) as folder:
                 parts = partitions.count(
-                    rows, bases, folder, lambda t: each.from_arrow(t).query("__part", query("__part")).fetchall()
+                    reader, bases, folder, lambda t: each.from_arrow(t).query("__part", query("__part")).fetchall()
                 )
         finally:
             scan.close()
