@@ -275,7 +275,8 @@ def scaling_child(manifest_uri: str, threads: int) -> None:
     t2 = cpu()
     engine.close()
     digest = hashlib.sha256(json.dumps(_stable(metrics), sort_keys=True, default=str).encode()).hexdigest()[:16]
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    with open("/proc/self/status") as f:  # this process's peak (ru_maxrss keeps the parent's across exec)
+        rss = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
     print(
         json.dumps(
             {
@@ -307,14 +308,16 @@ def scaling(args) -> None:
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     codes = {"after": here} if not args.before else {"before": os.path.abspath(args.before), "after": here}
     sizes = [int(float(r)) for r in args.rows.split(",")]
-    runs: dict[str, dict[str, list[dict]]] = {}
-    for rows in sizes:
-        uri, _ = generate(os.path.join(args.workdir, f"rows-{rows}"), 0.0, rows=rows, doc_bytes=SCALING_DOC_BYTES)
-        runs[str(rows)] = {name: [] for name in codes}
-        for rep in range(args.repeats):  # alternated: before, after, before, after...
+    uris = {
+        rows: generate(os.path.join(args.workdir, f"rows-{rows}"), 0.0, rows=rows, doc_bytes=SCALING_DOC_BYTES)[0]
+        for rows in sizes
+    }
+    runs: dict[str, dict[str, list[dict]]] = {str(rows): {name: [] for name in codes} for rows in sizes}
+    for rep in range(args.repeats):  # alternated: every size and code once per round, so load drifts touch all
+        for rows in sizes:
             for name, code in codes.items():
                 proc = subprocess.run(
-                    [sys.executable, __file__, "--scaling-child", uri, "--threads", str(args.threads)],
+                    [sys.executable, __file__, "--scaling-child", uris[rows], "--threads", str(args.threads)],
                     capture_output=True,
                     text=True,
                     env={**os.environ, "BENCH_VALIDATE_CODE": code, "PYTHONPATH": code},
@@ -324,6 +327,7 @@ def scaling(args) -> None:
                 got = json.loads(proc.stdout.strip().splitlines()[-1])
                 runs[str(rows)][name].append(got)
                 print(f"{rows:>11,} rows  {name:6s} run {rep + 1}: {json.dumps(got)}", flush=True)
+    for rows in sizes:
         digests = {r["digest"] for name in codes for r in runs[str(rows)][name]}
         assert len(digests) == 1, f"the metrics differ at {rows} rows: {digests}"
     table = []
@@ -362,12 +366,13 @@ def write_scaling_results(out: dict) -> None:
     lines = [
         "## Validate: linear in rows (`benchmarks/bench_validate.py --scaling`)",
         "",
-        f"Command: `.venv/bin/python {out['command'].split(' ', 1)[1]}` (run {out['when']}; JSON: "
+        f"Command: `.venv/bin/python {out['command']}` (run {out['when']}; JSON: "
         "`benchmarks/results/bench_validate_scaling.json`). Lakes of tiny documents "
         f"({out['doc_bytes']} bytes of text, shards of {ROWS_PER_SHARD:,} rows, attrs/preprocess and attrs/dedup); "
         "each run a fresh process; *before* (one filtered scan per 1 M ids) and *after* (one scan routed into "
-        f"spilled hash partitions) alternated, median of {len(next(iter(out['runs'].values()))['after'])} "
-        f"(min-max); DuckDB threads={out['threads']}, default `ids_per_pass` (1 M). *counts*: the distinct ids and "
+        f"spilled hash partitions) alternated (each round runs every size with each code), median of "
+        f"{len(next(iter(out['runs'].values()))['after'])} rounds (min-max); DuckDB threads={out['threads']}, "
+        "default `ids_per_pass` (1 M). *counts*: the distinct ids and "
         "cluster sizes alone; *metrics*: every metric of the report (which counts them again). Both codes gave "
         "the same metrics at every size (a digest of the whole block, means to 12 digits: DuckDB's parallel `avg` "
         "moves their last bits from run to run of the same code).",
