@@ -136,8 +136,8 @@ def build_run(
                 table = pa.table({"id": ids, "label": ["en"] * len(ids), "score": [rng.random() for _ in ids]})
                 acc.keep(len(ids))
             auri = lake.attrs_uri(stage, s.shard_id)
-            write_parquet(auri, table, row_group_rows=64)
-            entries.append(_entry(s.uri, s.shard_id, s.rows, s.bytes, s.checksum, {**s.attrs, stage: auri}))
+            _, achecksum = write_parquet(auri, table, row_group_rows=64)
+            entries.append(s.with_attrs(stage, auri, achecksum))
             accs.append(acc)
         out[stage] = _finish(lake, stage, run_id, entries, accs)
         upstream = entries
