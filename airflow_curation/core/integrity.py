@@ -37,8 +37,8 @@ def verify_file(uri: str, expected: str | None, what: str = "file") -> None:
     if actual != expected:
         raise IntegrityError(
             f"{what} {uri} has checksum {actual} but its manifest recorded {expected}: it was "
-            f"corrupted or replaced after it was written; delete it and rerun the stage that "
-            f"wrote it"
+            f"corrupted or replaced after it was written; rerun the stage that wrote it (a unit whose "
+            f"output no longer matches its checkpoint is redone; delete the file first if it is skipped)"
         )
 
 
