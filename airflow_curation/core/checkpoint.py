@@ -1,13 +1,15 @@
 """Per-unit checkpoint records: the single source of truth for "this unit of work is done".
 
 A record is written last and atomically, after every output it names is complete. A unit is done
-exactly when a record exists whose input checksum and config fingerprint match. Failed units leave a
+exactly when a record exists whose input checksum and config fingerprint match and whose outputs still hold
+what the unit wrote (their recorded checksums; see :meth:`CheckpointRecord.files_intact`). Failed units leave a
 ``<unit>.failed.json`` beside it so sensors can count them against the failure budget.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
@@ -15,6 +17,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_curation.core import storage
+from airflow_curation.core.fingerprint import checksum_url
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -31,16 +36,47 @@ class CheckpointRecord:
     host: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
     extra: dict[str, Any] = field(default_factory=dict)
-    files: list[dict[str, Any]] = field(default_factory=list)  # what the unit wrote: {uri, bytes, checksum}
+    # what the unit wrote: {uri, bytes, checksum, stamp} (stamp: storage.stat's at write time, may be absent)
+    files: list[dict[str, Any]] = field(default_factory=list)
 
-    def files_intact(self) -> bool:
-        """Every file the unit wrote is still there with its size (a stat each; the content is verified
-        against its checksum by whichever stage reads it)."""
+    def files_intact(self, rehash: bool = False) -> bool:
+        """Every file the unit wrote still holds what it held when the unit ended.
+
+        Each file is stat'ed: a missing file or another size means no. A file that still carries the stamp
+        recorded at write time (:func:`~airflow_curation.core.storage.stat`: inode and ctime, or an object
+        store's ETag/version) was not written since, and is trusted without reading it; any other (another
+        stamp, none recorded, or ``rehash``) is re-hashed and must match its recorded checksum. The checksum
+        is the authority; the stamp only spares a rerun over an untouched lake from reading every output.
+        """
         for f in self.files:
+            uri = f.get("uri", "?")
             try:
-                if storage.size(f["uri"]) != int(f["bytes"]):
+                nbytes, stamp = storage.stat(uri)
+                if nbytes != int(f["bytes"]):
+                    log.warning(
+                        "%s unit %s: %s has %d bytes, its checkpoint recorded %s: redoing the unit",
+                        self.stage,
+                        self.unit_id,
+                        uri,
+                        nbytes,
+                        f["bytes"],
+                    )
                     return False
+                if not f.get("checksum") or (not rehash and stamp is not None and stamp == f.get("stamp")):
+                    continue
+                actual = checksum_url(uri)
             except (FileNotFoundError, KeyError, TypeError, ValueError):
+                return False
+            if actual != f["checksum"]:
+                log.warning(
+                    "%s unit %s: %s has checksum %s but its checkpoint recorded %s (corrupted or replaced since "
+                    "it was written): redoing the unit",
+                    self.stage,
+                    self.unit_id,
+                    uri,
+                    actual,
+                    f["checksum"],
+                )
                 return False
         return True
 
@@ -68,11 +104,14 @@ class CheckpointStore:
         except TypeError:
             return None
 
-    def is_done(self, unit_id: str, input_checksum: str, fingerprint: str) -> CheckpointRecord | None:
-        """The unit's record when it matches input and config and its outputs are still in place, else None
-        (a deleted or truncated output makes the unit run again instead of breaking the next stage)."""
+    def is_done(
+        self, unit_id: str, input_checksum: str, fingerprint: str, rehash: bool = False
+    ) -> CheckpointRecord | None:
+        """The unit's record when it matches input and config and its outputs still hold what it wrote, else
+        None (a deleted, truncated or corrupted output makes the unit run again instead of breaking the next
+        stage). ``rehash``: re-hash every output, even those whose stamp is unchanged."""
         rec = self.load(unit_id)
-        if rec and rec.input_checksum == input_checksum and rec.fingerprint == fingerprint and rec.files_intact():
+        if rec and rec.input_checksum == input_checksum and rec.fingerprint == fingerprint and rec.files_intact(rehash):
             return rec
         return None
 

@@ -8,12 +8,14 @@ hands on.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from airflow_curation.core.fingerprint import checksum_url
 
 if TYPE_CHECKING:
-    from airflow_curation.core.manifest import Manifest
+    from airflow_curation.core.manifest import Manifest, ShardEntry
 
 
 class IntegrityError(ValueError):
@@ -35,9 +37,38 @@ def verify_file(uri: str, expected: str | None, what: str = "file") -> None:
     if actual != expected:
         raise IntegrityError(
             f"{what} {uri} has checksum {actual} but its manifest recorded {expected}: it was "
-            f"corrupted or replaced after it was written; delete it and rerun the stage that "
-            f"wrote it"
+            f"corrupted or replaced after it was written; rerun the stage that wrote it (a unit whose "
+            f"output no longer matches its checkpoint is redone; delete the file first if it is skipped)"
         )
+
+
+def shard_files(
+    entry: "ShardEntry", attrs: Iterable[str] | None = None, name: str | None = None
+) -> list[tuple[str, str | None, str]]:
+    """``(uri, recorded checksum, what)`` of a manifest's shard and of its attrs files (``attrs``: those keys;
+    None: every one), what :func:`verify_file` and :func:`verify_files` take."""
+    name = name or entry.shard_id
+    keys = list(entry.attrs) if attrs is None else list(attrs)
+    return [(entry.uri, entry.checksum, f"shard {name}")] + [
+        (entry.attrs[k], entry.attrs_checksums.get(k), f"{k} attrs of shard {name}") for k in keys
+    ]
+
+
+def verify_files(files: Iterable[tuple[str, str | None, str]], threads: int = 1) -> None:
+    """:func:`verify_file` over ``(uri, checksum, what)`` triples, on up to ``threads`` threads (xxhash and
+    file reads release the GIL: hashing scales with cores). Raises the first mismatch in the given order."""
+    files = list(files)
+    if threads <= 1 or len(files) <= 1:
+        for f in files:
+            verify_file(*f)
+        return
+    with ThreadPoolExecutor(max_workers=min(threads, len(files))) as pool:
+        try:
+            for _ in pool.map(lambda f: verify_file(*f), files):
+                pass
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
 
 
 def handed_rows(manifest: "Manifest") -> int:

@@ -139,6 +139,29 @@ def size(url: str) -> int:
     return int(fs.size(path))
 
 
+# Fields of an object store's listing that change whenever the object is written again (S3 and its
+# kin: ETag, VersionId; GCS: generation; Azure: etag): what identifies one version of an object.
+_VERSION_KEYS = ("ETag", "etag", "VersionId", "version_id", "generation")
+
+
+def stat(url: str) -> tuple[int, str | None]:
+    """``url``'s size and its *stamp*: a string that changes whenever the file is written again, or None
+    where the filesystem gives none.
+
+    Local files: inode, ctime and mtime in ns (a rename or any write changes ctime, which ``touch`` cannot
+    set back); object stores: the ETag, version id or generation their listing returns. One stat or HEAD.
+    A checkpoint records the stamp of each output at write time, so that a rerun whose outputs still carry
+    theirs skips without re-hashing them (see :meth:`~airflow_curation.core.checkpoint.CheckpointRecord.files_intact`).
+    """
+    if is_local(url):
+        st = os.stat(local_path(url))
+        return st.st_size, f"ino={st.st_ino} ctime={st.st_ctime_ns} mtime={st.st_mtime_ns}"
+    fs, path = filesystem(url)
+    info = fs.info(path)
+    found = [f"{k}={info[k]}" for k in _VERSION_KEYS if info.get(k) not in (None, "")]
+    return int(info["size"]), (" ".join(found) or None)
+
+
 def makedirs(url: str) -> None:
     if is_local(url):
         fs, path = filesystem(url)

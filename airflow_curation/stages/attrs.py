@@ -36,7 +36,7 @@ from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import checksum_url
-from airflow_curation.core.integrity import verify_file
+from airflow_curation.core.integrity import shard_files, verify_files
 from airflow_curation.core.layout import Lake, safe_name
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text
@@ -271,9 +271,7 @@ class AttrsStage(Stage):
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
         entry = self.entry(unit)
-        verify_file(entry.uri, entry.checksum, f"shard {unit.unit_id}")
-        for key, uri in self.unit_attrs(unit, entry).items():
-            verify_file(uri, entry.attrs_checksums.get(key), f"{key} attrs of shard {unit.unit_id}")
+        verify_files(shard_files(entry, self.unit_attrs(unit, entry), unit.unit_id))
         uri = self.output_uri(unit.unit_id)
         out = self.write_unit(unit, entry, uri)
         fault_point(f"{self.name}.after_attrs_write")

@@ -64,7 +64,9 @@ class UnitResult:
 
 
 def file_record(uri: str, nbytes: int, checksum: str) -> dict[str, Any]:
-    return {"uri": uri, "bytes": int(nbytes), "checksum": checksum}
+    """What a checkpoint records of a file its unit wrote (complete, in place): with its stamp as it is now,
+    so that a rerun finding the same stamp need not re-hash it (:meth:`CheckpointRecord.files_intact`)."""
+    return {"uri": uri, "bytes": int(nbytes), "checksum": checksum, "stamp": storage.stat(uri)[1]}
 
 
 # Failures that a second attempt cannot fix: the unit fails at once, with the message as it is.
@@ -172,6 +174,12 @@ class Stage:
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
         raise NotImplementedError
+
+    def reusable(self, unit: UnitEntry, record: CheckpointRecord) -> bool:
+        """Whether ``unit``'s matching checkpoint (its outputs verified) may stand for this run. A stage whose
+        record vouches for what it read rather than only for what it wrote (validate's verdict) re-verifies
+        its inputs here; False runs the unit again."""
+        return True
 
     def collect(self, manifest: Manifest) -> None:
         """The collect step: runs once after every unit is checkpointed (checks across units, clean-up),
@@ -321,7 +329,7 @@ class StageRunner:
         todo = []
         for unit in scope:
             rec = store.is_done(unit.unit_id, unit.input_checksum, fp)
-            if rec is not None:
+            if rec is not None and stage.reusable(unit, rec):
                 records[unit.unit_id] = asdict(rec)
                 unit.status = "skipped"
             else:

@@ -76,3 +76,55 @@ def test_commit_is_atomic_no_temp_left(tmp_path):
     store = CheckpointStore(str(tmp_path))
     store.commit(_rec("u1"))
     assert sorted(os.listdir(tmp_path)) == ["u1.json"]
+
+
+def _written(tmp_path, name="out.parquet", data=b"0123456789" * 100) -> dict:
+    """A file as a unit records it: uri, bytes, checksum, and its stamp at write time."""
+    from airflow_curation.core import storage
+    from airflow_curation.core.fingerprint import checksum_url
+
+    path = str(tmp_path / name)
+    storage.write_bytes(path, data)
+    return {"uri": path, "bytes": len(data), "checksum": checksum_url(path), "stamp": storage.stat(path)[1]}
+
+
+def test_a_same_size_corrupted_output_means_not_done(tmp_path, flip_byte):
+    store = CheckpointStore(str(tmp_path / "ck"))
+    out = _written(tmp_path)
+    store.commit(_rec(files=[out]))
+    assert store.is_done("u1", "xxh64:aa", "fp1") is not None
+    flip_byte(out["uri"])  # same size: a size check alone would still trust it
+    assert os.path.getsize(out["uri"]) == out["bytes"]
+    assert store.is_done("u1", "xxh64:aa", "fp1") is None
+
+
+def test_an_output_written_again_with_its_content_is_still_done(tmp_path):
+    from airflow_curation.core import storage
+
+    store = CheckpointStore(str(tmp_path / "ck"))
+    out = _written(tmp_path)
+    store.commit(_rec(files=[out]))
+    with open(out["uri"], "rb") as f:
+        storage.write_bytes(out["uri"], f.read())  # a new file (another stamp), the same bytes: re-hashed
+    assert storage.stat(out["uri"])[1] != out["stamp"]
+    assert store.is_done("u1", "xxh64:aa", "fp1") is not None
+
+
+def test_an_unchanged_stamp_is_trusted_unless_rehash_is_asked(tmp_path):
+    store = CheckpointStore(str(tmp_path / "ck"))
+    out = _written(tmp_path)
+    # A record whose checksum disagrees with the file while its stamp still matches: the fast path trusts
+    # the stamp (nothing was written since), a rehash reads the file and finds the difference.
+    store.commit(_rec(files=[{**out, "checksum": "xxh64:0000000000000000"}]))
+    assert store.is_done("u1", "xxh64:aa", "fp1") is not None
+    assert store.is_done("u1", "xxh64:aa", "fp1", rehash=True) is None
+
+
+def test_a_record_without_stamps_is_verified_by_hash(tmp_path, flip_byte):
+    store = CheckpointStore(str(tmp_path / "ck"))
+    out = _written(tmp_path)
+    del out["stamp"]  # what records written before stamps hold
+    store.commit(_rec(files=[out]))
+    assert store.is_done("u1", "xxh64:aa", "fp1") is not None
+    flip_byte(out["uri"])
+    assert store.is_done("u1", "xxh64:aa", "fp1") is None

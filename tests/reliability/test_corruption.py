@@ -118,6 +118,24 @@ def test_corrupted_attrs_fail_the_next_stage_and_the_producing_stage_redoes_them
     }
 
 
+def test_a_rerun_over_same_size_corrupted_outputs_redoes_exactly_those_units(lake, reference, flip_byte):
+    """A checkpoint vouches for its outputs' content, not their size: preprocess and dedup reruns find their
+    own corrupted attrs (one byte each, same size) and redo those units, not "already done"."""
+    lake, raw = lake
+    pre = Manifest.read(lake.manifest_uri("r", "preprocess")).shards[0]
+    ded = Manifest.read(lake.manifest_uri("r", "dedup")).shards[2]
+    flip_byte(pre.attrs["preprocess"])
+    flip_byte(ded.attrs["dedup"])
+    manifests = _rerun_matches(lake, raw, reference)
+
+    def redone(stage: str) -> dict[str, str]:
+        return {u.unit_id: u.status for u in manifests[stage].units if u.status != "skipped"}
+
+    assert redone("ingest") == {}
+    assert redone("preprocess") == {pre.shard_id: "done"}
+    assert redone("dedup") == {ded.shard_id: "done"}
+
+
 def test_a_torn_checkpoint_record_redoes_only_its_unit(lake, reference):
     lake, raw = lake
     stage = PreprocessStage(lake, {"input_manifest": lake.manifest_uri("r", "ingest"), "mapper": "local"}, "r")

@@ -18,7 +18,7 @@ from airflow_curation.core.manifest import Manifest
 from airflow_curation.stages.base import StageRunner
 from airflow_curation.stages.validate import ValidateStage, bounded
 
-from .synth import build_run
+from .synth import build_run, record_checksums
 
 CURATED_BOUNDS = [
     {"type": "bounds", "column": "preprocess.alpha_ratio", "stat": s, "min": 0.0, "max": 1.0, "scope": "curated"}
@@ -87,6 +87,7 @@ def _duplicate_id_across_shards(uris: dict[str, str]) -> str:
         ids = t.column("id").to_pylist()
         ids[0] = dup
         pq.write_table(t.set_column(t.schema.get_field_index("id"), "id", pa.array(ids, pa.string())), uri)
+    record_checksums(uris)
     return dup
 
 

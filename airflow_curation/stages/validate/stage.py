@@ -10,13 +10,16 @@ It reads the upstream manifest, builds the curated view (shards joined with ever
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
+from airflow_curation.core.checkpoint import CheckpointRecord
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import canonical_json
+from airflow_curation.core.integrity import IntegrityError, shard_files, verify_files
 from airflow_curation.core.manifest import Manifest, ManifestError, ShardEntry, UnitEntry
 from airflow_curation.stages.base import Stage, UnitResult
 from airflow_curation.stages.settings import Setting, anything, size
@@ -175,9 +178,28 @@ class ValidateStage(Stage):
             )
         ]
 
+    def verify_inputs(self, m: Manifest) -> None:
+        """Re-hash every shard and attrs file the view reads against the checksums ``m`` recorded
+        (:class:`~airflow_curation.core.integrity.IntegrityError` names the first that differs): a verdict
+        is reached, or reused, only over the bytes the stages wrote. One streamed pass per file, on
+        ``threads`` threads."""
+        threads = int(self.config.get("threads") or os.cpu_count() or 1)
+        verify_files((f for s in m.shards for f in shard_files(s)), threads)
+
+    def reusable(self, unit: UnitEntry, record: CheckpointRecord) -> bool:
+        """An earlier verdict stands only while the files it judged are unchanged (its checkpoint matches the
+        manifests' checksums, not the files)."""
+        try:
+            self.verify_inputs(self.input_manifest())
+        except IntegrityError as e:
+            log.warning("validate: not reusing the earlier verdict: %s", e)
+            return False
+        return True
+
     def process_unit(self, unit: UnitEntry) -> UnitResult:
         started = time.time()
         m = self.input_manifest()
+        self.verify_inputs(m)
         manifests = self.stage_manifests()
         view = CuratedView.from_manifest(m, related=[mm for _, mm in manifests.values()])
         declared = self.declared_checks()
