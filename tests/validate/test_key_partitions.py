@@ -18,7 +18,7 @@ from airflow_curation.stages.validate import partitions
 from airflow_curation.stages.validate.engines import DuckDBEngine
 from airflow_curation.stages.validate.view import CuratedView
 
-from .synth import build_run
+from .synth import build_run, record_checksums
 from .test_bounded_memory import _duplicate_id_across_shards, _run
 
 
@@ -89,6 +89,7 @@ def test_many_partitions_count_what_one_pass_and_python_count(tmp_path):
     uris = build_run(root, shards=5, rows=80, stages=("preprocess", "dedup"))
     _duplicate_id_across_shards(uris)
     _null_keys(uris)
+    record_checksums(uris)  # the edits stand for a stage's output: validate re-hashes what it reads
     distinct, sizes = _python_counts(uris)
     assert distinct == 398  # 400 rows, one id twice, one null
 
