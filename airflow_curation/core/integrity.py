@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from airflow_curation.core.fingerprint import checksum_url
 
 if TYPE_CHECKING:
-    from airflow_curation.core.manifest import Manifest
+    from airflow_curation.core.manifest import Manifest, ManifestHead
 
 
 class IntegrityError(ValueError):
@@ -40,12 +40,12 @@ def verify_file(uri: str, expected: str | None, what: str = "file") -> None:
         )
 
 
-def handed_rows(manifest: "Manifest") -> int:
-    """Rows a complete manifest hands to the next stage: the rows of the shards it lists."""
-    return sum(s.rows for s in manifest.shards)
+def handed_rows(manifest: "Manifest | ManifestHead") -> int:
+    """Rows a complete manifest hands to the next stage: the rows of the shards it lists (a head's total)."""
+    return manifest.rows
 
 
-def chain_problem(manifest: "Manifest", upstream: "Manifest") -> str | None:
+def chain_problem(manifest: "Manifest | ManifestHead", upstream: "Manifest | ManifestHead") -> str | None:
     """Why ``manifest``'s books disagree with its upstream's, or None.
 
     A stage that reads an upstream manifest reads every row of every shard it lists: its ``read`` must be
