@@ -6,8 +6,8 @@ once) and again when the run ends.
 
 Format 2 splits it so that no reader pays for all of it when it needs a part: ``<stage>.json`` is a small
 *head* (run, config, status, counts, row and byte totals, unit statuses) and the unit and shard lists go
-to one *pages* file each, ``<stage>.index/<generation>.{units,shards}.pages``: JSON arrays of
-:data:`PAGE_ENTRIES` entries back to back, each page's length and xxh64 in the head. One task of an array
+to one *pages* file each, ``<stage>.index/<generation>.{units,shards}.pages``: JSON lines, one entry a
+line, in pages of :data:`PAGE_ENTRIES` lines whose byte length and xxh64 the head records. One task of an array
 reads the head and the pages that hold its own positions (:meth:`ManifestHead.shards` with its group); a
 gate reads the head (and the unit pages while the run is going); :meth:`Manifest.read` reads it all, as
 before. Pages are never rewritten: each write makes a new generation and the head names it, so a reader
@@ -36,8 +36,9 @@ READ_VERSIONS = (1, 2)  # format 1: both lists inline (before the split)
 UNIT_STATUSES = ("pending", "done", "skipped", "failed")
 RUN_STATUSES = ("planned", "complete", "failed")
 
-# Entries per page: a task of an array over N groups reads about min(S, S/N * PAGE_ENTRIES) of a run's
-# S entries (its positions i::N, whole pages around each): one page when every task runs one unit.
+# Entries per page: a task of an array over N groups reads the bytes of about min(S, S/N * PAGE_ENTRIES) of
+# a run's S entries (the pages around its positions i::N; one page when every task runs one unit), hashes
+# them and decodes only its own S/N lines.
 PAGE_ENTRIES = 64
 KINDS = ("units", "shards")
 FAILED_UNITS_IN_HEAD = 20  # failed unit ids a gate can name without reading the unit pages
@@ -258,16 +259,25 @@ class ManifestHead:
         wanted = sorted({p // per_page for p in positions})
         where = _sibling(self.uri, meta["file"])
         pages = _read_ranges(where, [(offsets[p], offsets[p + 1]) for p in wanted], self.uri)
+        lines = {p: self._page(kind, where, p, data, per_page) for p, data in zip(wanted, pages)}
+        if count == 1:  # every line: one decode per page
+            chunks = [(p * per_page, b"[" + b",".join(lines[p][:-1]) + b"]") for p in wanted]
+        else:  # only this group's lines: a page's others are hashed, never decoded
+            chunks = [(pos, lines[pos // per_page][pos % per_page]) for pos in positions]
+        check = _check_unit if kind == "units" else _check_shard
         out: list[dict[str, Any]] = []
-        by_page = dict(zip(wanted, pages))
-        for pos in positions:
-            page = pos // per_page
-            if not isinstance(by_page[page], list):
-                by_page[page] = self._page(kind, where, page, by_page[page], per_page)
-            out.append(by_page[page][pos - page * per_page])
+        for first, chunk in chunks:
+            try:
+                decoded = json.loads(chunk)
+            except ValueError as e:
+                raise ManifestPageError(f"{kind} from [{first}] in {where}: not valid JSON: {e}") from e
+            for i, entry in enumerate(decoded if count == 1 else [decoded]):
+                check(entry, f"{kind}[{first + i}]", lambda msg: _fail(where, msg))
+                out.append(entry)
         return out
 
-    def _page(self, kind: str, where: str, page: int, data: bytes, per_page: int) -> list[dict[str, Any]]:
+    def _page(self, kind: str, where: str, page: int, data: bytes, per_page: int) -> list[bytes]:
+        """The lines of one page (one entry each), once its checksum and line count match the head's."""
         meta = self.data["index"][kind]
         what = f"page {page} of {where} (the {kind} of manifest {self.uri})"
         actual = f"xxh64:{xxhash.xxh64(data).hexdigest()}"
@@ -276,17 +286,11 @@ class ManifestHead:
                 f"{what} has checksum {actual} but the head recorded {meta['checksums'][page]}: corrupted or "
                 f"replaced after it was written; rerun the stage that wrote the manifest"
             )
-        try:
-            entries = json.loads(data)
-        except ValueError as e:
-            raise ManifestPageError(f"{what} is not valid JSON: {e}") from e
+        lines = data.split(b"\n")
         expected = min(per_page, int(meta["count"]) - page * per_page)
-        if not isinstance(entries, list) or len(entries) != expected:
-            raise ManifestPageError(f"{what}: expected a list of {expected} entries")
-        check = _check_unit if kind == "units" else _check_shard
-        for i, e in enumerate(entries):
-            check(e, f"{kind}[{page * per_page + i}]", lambda msg: _fail(where, msg))
-        return entries
+        if len(lines) != expected + 1 or lines[-1]:
+            raise ManifestPageError(f"{what}: expected {expected} lines")
+        return lines
 
 
 _HEAD_FIELDS = ("dataset", "stage", "run_id", "fingerprint", "lake", "status", "config", "accounting", "created_at")
@@ -302,9 +306,11 @@ def _sibling(uri: str, rel: str) -> str:
 
 
 def _pages(entries: list[dict[str, Any]]) -> tuple[list[int], list[str], bytes]:
+    encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
     lengths, checksums, chunks = [], [], []
     for start in range(0, len(entries), PAGE_ENTRIES):
-        data = json.dumps(entries[start : start + PAGE_ENTRIES], separators=(",", ":"), default=str).encode()
+        # One entry a line (JSON escapes every newline inside): a reader decodes only the lines it needs.
+        data = "".join(encode(e) + "\n" for e in entries[start : start + PAGE_ENTRIES]).encode()
         lengths.append(len(data))
         checksums.append(f"xxh64:{xxhash.xxh64(data).hexdigest()}")
         chunks.append(data)
