@@ -1,9 +1,10 @@
 """What one task of an array and one gate look cost as a run grows to 50,000 shards, before and after
 manifest format 2 (a small head plus unit and shard pages; issue 20, item 2).
 
-Each size gets a synthetic lake, built by the code under test: a complete upstream manifest of S shards
-(URIs, checksums and two stages' attrs, like a preprocess + quality run), and a complete downstream run of
-S units with one checkpoint record each. Measured, each in its own process per round:
+Each size gets a synthetic lake: a complete upstream manifest of S shards (URIs, checksums and two stages'
+attrs, like a preprocess + quality run) and a complete downstream run of S units with one checkpoint record
+each (the records written once per size; both manifests written again in each process by the code under
+test, so each is in that code's format). Measured, in one process per code and round:
 
 * **task plan**: what task ``i`` of an array over ``N`` groups does before its first unit: the units of its
   group (``AttrsStage.plan_group(i, N)``; before: ``plan()[i::N]``, the whole upstream manifest);
@@ -39,7 +40,9 @@ FP = "fp0123456789abcd"
 # --- one measurement, in a process of the code under test --------------------------------------------------
 
 
-def _build(root: Path, shards: int):
+def _build(root: Path, shards: int, records: bool):
+    """The two manifests, written by the code under test; with ``records``, the checkpoint records too (plain
+    writes: set-up, once per size, shared by both codes: the stage's fingerprint and units are the same)."""
     from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore
     from airflow_curation.core.layout import Lake
     from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
@@ -77,11 +80,12 @@ def _build(root: Path, shards: int):
     stage = _stage(lake, up_uri)
     units = stage.plan()
     store = CheckpointStore(lake.checkpoint_dir(stage.name, stage.fingerprint))
+    os.makedirs(store.directory, exist_ok=True)
     outs = []
     for u, e in zip(units, entries):
         out = e.with_attrs(stage.name, lake.attrs_uri(stage.name, u.unit_id, stage.fingerprint), "xxh64:0")
-        store.commit(
-            CheckpointRecord(
+        if records:
+            rec = CheckpointRecord(
                 unit_id=u.unit_id,
                 stage=stage.name,
                 fingerprint=stage.fingerprint,
@@ -89,7 +93,7 @@ def _build(root: Path, shards: int):
                 outputs=[out.__dict__],
                 accounting={"read": e.rows, "kept": e.rows},
             )
-        )
+            Path(store._uri(u.unit_id)).write_text(json.dumps(rec.__dict__))
         u.status = "done"
         outs.append(out)
     down = Manifest(
@@ -122,36 +126,31 @@ def _task_plan(stage, index: int, count: int):
     return plan_group(index, count) if plan_group else stage.plan()[index::count]
 
 
-def worker(shards: int, groups: list[int], reps: int) -> dict:
+def worker(root: Path, shards: int, groups: list[int], reps: int) -> dict:
     from airflow_curation.core.manifest import Manifest
     from airflow_curation.jobs.progress import CheckpointWatcher
 
-    root = Path(tempfile.mkdtemp(prefix="bench-manifest-"))
-    try:
-        lake, up_uri, down_uri = _build(root, shards)
-        expected = _stage(lake, up_uri).plan()
-        out: dict[str, list[float]] = {}
+    lake, up_uri, down_uri = _build(root, shards, records=False)
+    expected = _stage(lake, up_uri).plan()
+    out: dict[str, list[float]] = {}
 
-        def timed(key, fn):
-            for _ in range(reps):
-                started = time.perf_counter()
-                result = fn()
-                out.setdefault(key, []).append(time.perf_counter() - started)
-            return result
+    def timed(key, fn):
+        for _ in range(reps):
+            started = time.perf_counter()
+            result = fn()
+            out.setdefault(key, []).append(time.perf_counter() - started)
+        return result
 
-        for n in groups:
-            count = min(n, shards)
-            index = count // 2 + 1 if count > 2 else 0  # a group in the middle, never group 0
-            units = timed(f"task_plan_N{n}", lambda c=count, i=index: _task_plan(_stage(lake, up_uri), i, c))
-            assert [u.unit_id for u in units] == [u.unit_id for u in expected[index::count]]
-        full = timed("full_read", lambda: Manifest.read(up_uri))
-        assert len(full.shards) == shards
-        look = timed("gate_look", lambda: CheckpointWatcher(down_uri).look())
-        assert look.done == look.total == shards and look.complete and not look.books, look
-        sizes = {"head_bytes": os.path.getsize(up_uri)}
-        return {"shards": shards, "seconds": out, **sizes}
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    for n in groups:
+        count = min(n, shards)
+        index = count // 2 + 1 if count > 2 else 0  # a group in the middle, never group 0
+        units = timed(f"task_plan_N{n}", lambda c=count, i=index: _task_plan(_stage(lake, up_uri), i, c))
+        assert [u.unit_id for u in units] == [u.unit_id for u in expected[index::count]]
+    full = timed("full_read", lambda: Manifest.read(up_uri))
+    assert len(full.shards) == shards
+    look = timed("gate_look", lambda: CheckpointWatcher(down_uri).look())
+    assert look.done == look.total == shards and look.complete and not look.books, look
+    return {"shards": shards, "seconds": out, "manifest_json_bytes": os.path.getsize(up_uri)}
 
 
 # --- the driver ---------------------------------------------------------------------------------------------
@@ -166,9 +165,10 @@ def _base_tree(base: str) -> Path:
     return tree
 
 
-def _run(code: Path, shards: int, groups: list[int], reps: int) -> dict:
+def _run(code: Path, root: Path, shards: int, groups: list[int], reps: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(code)}
-    cmd = [sys.executable, __file__, "--worker", str(shards), "--groups", ",".join(map(str, groups))]
+    cmd = [sys.executable, __file__, "--worker", str(shards), "--root", str(root)]
+    cmd += ["--groups", ",".join(map(str, groups))]
     proc = subprocess.run([*cmd, "--reps", str(reps)], env=env, capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -182,10 +182,11 @@ def main() -> None:
     ap.add_argument("--base", default="main", help="the commit measured as 'before'")
     ap.add_argument("--write-results", action="store_true")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--root", help=argparse.SUPPRESS)
     args = ap.parse_args()
     groups = [int(g) for g in args.groups.split(",")]
     if args.worker:
-        print(json.dumps(worker(args.worker, groups, args.reps)))
+        print(json.dumps(worker(Path(args.root), args.worker, groups, args.reps)))
         return
     base_commit = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--short", args.base], capture_output=True, text=True, check=True
@@ -200,17 +201,17 @@ def main() -> None:
     try:
         for shards in (int(s) for s in args.sizes.split(",")):
             per = samples.setdefault(shards, {"before": {}, "after": {}})
+            root = Path(tempfile.mkdtemp(prefix="bench-manifest-"))
+            _build(root, shards, records=True)
             for _ in range(args.rounds):
                 for label, code in (("before", base), ("after", REPO)):
-                    res = _run(code, shards, groups, args.reps)
+                    res = _run(code, root, shards, groups, args.reps)
                     for key, values in res["seconds"].items():
                         per[label].setdefault(key, []).extend(values)
                     load.append(os.getloadavg()[0])
-                    print(
-                        f"{shards} {label}: "
-                        + ", ".join(f"{k} {statistics.median(v):.4f}" for k, v in res["seconds"].items()),
-                        file=sys.stderr,
-                    )
+                    got = ", ".join(f"{k} {statistics.median(v):.4f}" for k, v in res["seconds"].items())
+                    print(f"{shards} {label}: {got}", file=sys.stderr)
+            shutil.rmtree(root, ignore_errors=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
