@@ -355,7 +355,7 @@ def _prune(uri: str, keep: int) -> None:
     """Remove all but the newest ``keep`` generations of ``uri``'s pages (a reader of the head just
     replaced still finds the generation it names)."""
     folder = _sibling(uri, _index_dir(uri))
-    files = storage.listdir(folder)
+    files = [f for f in storage.listdir(folder) if not f.rsplit("/", 1)[-1].startswith(".")]  # not a temp file
     generations = sorted({f.rsplit("/", 1)[-1].split(".", 1)[0] for f in files})
     old = set(generations[:-keep])
     for f in files:

@@ -120,6 +120,14 @@ def test_a_corrupted_page_is_an_integrity_error_naming_the_file(tmp_path):
         ManifestHead.read(uri).shards()
 
 
+def test_pages_on_an_object_store(tmp_path):
+    uri = f"memory://lake-{tmp_path.name}/_manifests/r1/ingest.json"  # no local paths, no rename
+    m = _manifest()
+    m.write(uri)
+    assert Manifest.read(uri) == m
+    assert ManifestHead.read(uri).shards(3, 50) == m.shards[3::50]
+
+
 def test_a_manifest_of_format_1_still_reads(tmp_path):
     m = _manifest()
     uri = str(tmp_path / "old.json")
