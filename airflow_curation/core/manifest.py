@@ -127,13 +127,7 @@ class Manifest:
             lengths, checksums, data = _pages(entries)
             storage.write_bytes(_sibling(uri, rel), data)
             d["index"][kind] = {"count": len(entries), "file": rel, "lengths": lengths, "checksums": checksums}
-        statuses = Counter(u["status"] for u in lists["units"])
-        d["totals"] = {
-            "rows": sum(s["rows"] for s in lists["shards"]),
-            "bytes": sum(s["bytes"] for s in lists["shards"]),
-            "unit_statuses": dict(statuses),
-            "failed_units": [u["unit_id"] for u in lists["units"] if u["status"] == "failed"][:FAILED_UNITS_IN_HEAD],
-        }
+        d["totals"] = _totals(lists["units"], lists["shards"])
         storage.write_json(uri, d)
         _prune(uri, keep=2)
         return uri
@@ -184,15 +178,9 @@ class ManifestHead:
             raise ManifestError(f"manifest {uri} is not valid JSON: {e}") from e
         if isinstance(data, dict) and data.get("format_version") == 1:
             _validate(data, uri)
-            units, shards = data["units"], data["shards"]
             head = {k: v for k, v in data.items() if k not in KINDS}
             head["index"] = {kind: {"count": len(data[kind])} for kind in KINDS}
-            head["totals"] = {
-                "rows": sum(s["rows"] for s in shards),
-                "bytes": sum(s["bytes"] for s in shards),
-                "unit_statuses": dict(Counter(u["status"] for u in units)),
-                "failed_units": [u["unit_id"] for u in units if u["status"] == "failed"][:FAILED_UNITS_IN_HEAD],
-            }
+            head["totals"] = _totals(data["units"], data["shards"])
             return cls(uri, head, inline=data)
         _validate_head(data, uri)
         return cls(uri, data)
@@ -294,6 +282,16 @@ class ManifestHead:
 
 
 _HEAD_FIELDS = ("dataset", "stage", "run_id", "fingerprint", "lake", "status", "config", "accounting", "created_at")
+
+
+def _totals(units: list[dict[str, Any]], shards: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a head says of its lists: enough for a gate and the books check without reading them."""
+    return {
+        "rows": sum(s["rows"] for s in shards),
+        "bytes": sum(s["bytes"] for s in shards),
+        "unit_statuses": dict(Counter(u["status"] for u in units)),
+        "failed_units": [u["unit_id"] for u in units if u["status"] == "failed"][:FAILED_UNITS_IN_HEAD],
+    }
 
 
 def _index_dir(uri: str) -> str:
