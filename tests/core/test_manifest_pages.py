@@ -251,3 +251,11 @@ def test_the_gate_looks_at_an_ended_run_through_its_head(upstream):
     head["totals"]["rows"] += 1
     storage.write_json(uri, head)
     assert "lost or invented" in CheckpointWatcher(stage.manifest_uri).look().books
+
+
+def test_a_group_task_reads_an_upstream_manifest_of_format_1(upstream):
+    lake, uri, up = upstream
+    storage.write_json(uri, {**up.to_dict(), "format_version": 1})  # written before the split
+    stage = _stage(lake, uri)
+    whole = stage.plan()
+    assert [u.unit_id for u in _stage(lake, uri).plan_group(2, 7)] == [u.unit_id for u in whole[2::7]]
