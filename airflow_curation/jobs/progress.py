@@ -3,7 +3,8 @@ used by the stage runner (the failure budget), the checkpoint sensor and trigger
 (``reopen``) and every backend (unfinished groups, "k/N units checkpointed").
 
 The checkpoint records are the truth: a record with the manifest's fingerprint and the unit's input
-checksum means that unit's outputs are complete, whatever the job's exit code says.
+checksum means that unit's outputs are complete, whatever the job's exit code says. Once a run has ended,
+its final manifest is its own reading of those records, and its head's counts stand for them.
 """
 
 from __future__ import annotations
