@@ -247,10 +247,13 @@ class ManifestHead:
         wanted = sorted({p // per_page for p in positions})
         where = _sibling(self.uri, meta["file"])
         pages = _read_ranges(where, [(offsets[p], offsets[p + 1]) for p in wanted], self.uri)
-        lines = {p: self._page(kind, where, p, data, per_page) for p, data in zip(wanted, pages)}
-        if count == 1:  # every line: one decode per page
-            chunks = [(p * per_page, b"[" + b",".join(lines[p][:-1]) + b"]") for p in wanted]
+        for p, data in zip(wanted, pages):
+            self._verify(kind, where, p, data)
+        if count == 1:  # every line: one decode for the whole list, as one JSON array
+            whole = b"".join(pages)
+            chunks = [(0, b"[" + whole[:-1].replace(b"\n", b",") + b"]")]
         else:  # only this group's lines: a page's others are hashed, never decoded
+            lines = {p: bytes(data).split(b"\n") for p, data in zip(wanted, pages)}
             chunks = [(pos, lines[pos // per_page][pos % per_page]) for pos in positions]
         check = _check_unit if kind == "units" else _check_shard
         out: list[dict[str, Any]] = []
@@ -262,23 +265,20 @@ class ManifestHead:
             for i, entry in enumerate(decoded if count == 1 else [decoded]):
                 check(entry, f"{kind}[{first + i}]", lambda msg: _fail(where, msg))
                 out.append(entry)
+        if len(out) != len(positions):
+            raise ManifestPageError(f"{where}: {len(out)} {kind} where the head of {self.uri} lists {len(positions)}")
         return out
 
-    def _page(self, kind: str, where: str, page: int, data: bytes, per_page: int) -> list[bytes]:
-        """The lines of one page (one entry each), once its checksum and line count match the head's."""
-        meta = self.data["index"][kind]
-        what = f"page {page} of {where} (the {kind} of manifest {self.uri})"
+    def _verify(self, kind: str, where: str, page: int, data: bytes | memoryview) -> None:
+        """A page's bytes against the checksum its head recorded."""
+        recorded = self.data["index"][kind]["checksums"][page]
         actual = f"xxh64:{xxhash.xxh64(data).hexdigest()}"
-        if actual != meta["checksums"][page]:
+        if actual != recorded:
             raise ManifestPageError(
-                f"{what} has checksum {actual} but the head recorded {meta['checksums'][page]}: corrupted or "
-                f"replaced after it was written; rerun the stage that wrote the manifest"
+                f"page {page} of {where} (the {kind} of manifest {self.uri}) has checksum {actual} but the head "
+                f"recorded {recorded}: corrupted or replaced after it was written; rerun the stage that wrote "
+                f"the manifest"
             )
-        lines = data.split(b"\n")
-        expected = min(per_page, int(meta["count"]) - page * per_page)
-        if len(lines) != expected + 1 or lines[-1]:
-            raise ManifestPageError(f"{what}: expected {expected} lines")
-        return lines
 
 
 _HEAD_FIELDS = ("dataset", "stage", "run_id", "fingerprint", "lake", "status", "config", "accounting", "created_at")
@@ -315,7 +315,7 @@ def _pages(entries: list[dict[str, Any]]) -> tuple[list[int], list[str], bytes]:
     return lengths, checksums, b"".join(chunks)
 
 
-def _read_ranges(url: str, ranges: list[tuple[int, int]], manifest_uri: str) -> list[bytes]:
+def _read_ranges(url: str, ranges: list[tuple[int, int]], manifest_uri: str) -> list[memoryview]:
     """The byte ranges of a pages file; adjacent ranges are read as one."""
     if not ranges:
         return []
@@ -342,10 +342,11 @@ def _read_ranges(url: str, ranges: list[tuple[int, int]], manifest_uri: str) -> 
                 f"expected {end - start}"
             )
     out, m = [], 0
+    views = [memoryview(b) for b in blobs]
     for start, end in ranges:  # both in file order
         while merged[m][1] < end:
             m += 1
-        out.append(blobs[m][start - merged[m][0] : end - merged[m][0]])
+        out.append(views[m][start - merged[m][0] : end - merged[m][0]])  # no copy
     return out
 
 
