@@ -323,9 +323,9 @@ class StageRunner:
         scope = units[shard_group[0] :: shard_group[1]] if shard_group is not None and whole else units
         if shard_group is None or (shard_group[0] == 0 and not collect):
             manifest.write(stage.manifest_uri)
-        group = f" of group {shard_group[0]}/{shard_group[1]}" if shard_group is not None and not whole else ""
+        group = f" (group {shard_group[0]}/{shard_group[1]})" if shard_group is not None and not whole else ""
         log.info(
-            "%s: %d units%s planned, fingerprint %s, manifest %s", stage.name, len(units), group, fp, stage.manifest_uri
+            "%s: %d units planned%s, fingerprint %s, manifest %s", stage.name, len(units), group, fp, stage.manifest_uri
         )
 
         store = stage.checkpoints
