@@ -31,6 +31,7 @@ from airflow_curation.backends.base import (
     status_from_result,
 )
 from airflow_curation.core import credentials, storage
+from airflow_curation.core.manifest import ManifestHead
 from airflow_curation.jobs import group_result_uri
 from airflow_curation.jobs.spec import JobSpec
 
@@ -210,7 +211,7 @@ class KubernetesBackend(Backend):
         uri = spec.config.get("input_manifest")
         if uri:
             try:
-                shards = len(storage.read_json(uri).get("shards", []))
+                shards = ManifestHead.read(uri).shard_count  # the head: no shard list read
             except Exception as e:  # noqa: BLE001 - sizing is a hint; the job reads the manifest itself
                 log.warning("cannot size the sweep from %s (%s); using parallelism", uri, e)
         return max(1, min(shards or self.parallelism, self.max_shard_groups))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from airflow_curation.core.fingerprint import checksum_url
 
 if TYPE_CHECKING:
-    from airflow_curation.core.manifest import Manifest, ShardEntry
+    from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry
 
 
 class IntegrityError(ValueError):
@@ -71,12 +71,12 @@ def verify_files(files: Iterable[tuple[str, str | None, str]], threads: int = 1)
             raise
 
 
-def handed_rows(manifest: "Manifest") -> int:
-    """Rows a complete manifest hands to the next stage: the rows of the shards it lists."""
-    return sum(s.rows for s in manifest.shards)
+def handed_rows(manifest: "Manifest | ManifestHead") -> int:
+    """Rows a complete manifest hands to the next stage: the rows of the shards it lists (a head's total)."""
+    return manifest.rows
 
 
-def chain_problem(manifest: "Manifest", upstream: "Manifest") -> str | None:
+def chain_problem(manifest: "Manifest | ManifestHead", upstream: "Manifest | ManifestHead") -> str | None:
     """Why ``manifest``'s books disagree with its upstream's, or None.
 
     A stage that reads an upstream manifest reads every row of every shard it lists: its ``read`` must be

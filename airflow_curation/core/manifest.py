@@ -3,25 +3,53 @@
 A manifest names a stage run's units of work (what checkpoints are keyed by) and, once they are done,
 the shards they produced. It is written when the run is planned (so that sensors can gate on it at
 once) and again when the run ends.
+
+Format 2 splits it so that no reader pays for all of it when it needs a part: ``<stage>.json`` is a small
+*head* (run, config, status, counts, row and byte totals, unit statuses) and the unit and shard lists go
+to one *pages* file each, ``<stage>.index/<generation>.{units,shards}.pages``: JSON lines, one entry a
+line, in pages of :data:`PAGE_ENTRIES` lines whose byte length and xxh64 the head records. One task of an array
+reads the head and the pages that hold its own positions (:meth:`ManifestHead.shards` with its group); a
+gate reads the head (and the unit pages while the run is going); :meth:`Manifest.read` reads it all, as
+before. Pages are never rewritten: each write makes a new generation and the head names it, so a reader
+never mixes two writes; the generation before is kept (a reader may still be on it), older ones removed.
+Format 1 (one JSON document with both lists) is still read.
 """
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import xxhash
+
 from airflow_curation.core import storage
+from airflow_curation.core.integrity import IntegrityError
 
 FORMAT = "airflow-curation/manifest"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READ_VERSIONS = (1, 2)  # format 1: both lists inline (before the split)
 
 UNIT_STATUSES = ("pending", "done", "skipped", "failed")
 RUN_STATUSES = ("planned", "complete", "failed")
 
+# Entries per page: a task of an array over N groups reads the bytes of about min(S, S/N * PAGE_ENTRIES) of
+# a run's S entries (the pages around its positions i::N; one page when every task runs one unit), hashes
+# them and decodes only its own S/N lines.
+PAGE_ENTRIES = 64
+KINDS = ("units", "shards")
+FAILED_UNITS_IN_HEAD = 20  # failed unit ids a gate can name without reading the unit pages
+
 
 class ManifestError(ValueError):
     """A manifest is missing, of an unknown version, or malformed."""
+
+
+class ManifestPageError(ManifestError, IntegrityError):
+    """A page of a manifest differs from what its head recorded (corrupted, truncated or replaced)."""
 
 
 @dataclass
@@ -88,28 +116,250 @@ class Manifest:
         return asdict(self)
 
     def write(self, uri: str) -> str:
-        d = self.to_dict()  # once: asdict deep-copies every unit and shard entry
+        """The pages of a new generation, then the head that names them (atomically: the commit)."""
+        d = {**self.to_dict(), "format_version": FORMAT_VERSION}  # asdict once: it deep-copies every entry
         _validate(d, uri)
+        lists = {kind: d.pop(kind) for kind in KINDS}
+        generation = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+        d["index"] = {"page_entries": PAGE_ENTRIES}
+        for kind, entries in lists.items():
+            rel = f"{_index_dir(uri)}/{generation}.{kind}.pages"
+            lengths, checksums, data = _pages(entries)
+            storage.write_bytes(_sibling(uri, rel), data)
+            d["index"][kind] = {"count": len(entries), "file": rel, "lengths": lengths, "checksums": checksums}
+        d["totals"] = _totals(lists["units"], lists["shards"])
         storage.write_json(uri, d)
+        _prune(uri, keep=2)
         return uri
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "<dict>") -> "Manifest":
+        """A manifest from its format-1 form (both lists inline), e.g. ``to_dict()``'s."""
         _validate(d, where)
-        d = dict(d)
+        return cls._build(d)
+
+    @classmethod
+    def _build(cls, d: dict[str, Any]) -> "Manifest":
+        d = {k: v for k, v in d.items() if k not in ("index", "totals")}
         d["units"] = [UnitEntry(**u) for u in d["units"]]
         d["shards"] = [ShardEntry(**s) for s in d["shards"]]
         return cls(**d)
 
     @classmethod
     def read(cls, uri: str) -> "Manifest":
+        """The whole manifest, both lists (format 1 or 2)."""
+        head = ManifestHead.read(uri)
+        if head.inline is not None:
+            return cls._build(head.inline)
+        d = {**head.data, "units": head.unit_dicts(), "shards": head.shard_dicts()}
+        _check_unique(d, uri)
+        return cls._build(d)
+
+
+class ManifestHead:
+    """A manifest's head: everything but the unit and shard lists, which it reads page by page on demand.
+
+    What a gate and a task of an array read (:meth:`Manifest.read` for everything). A format-1 manifest
+    has no pages: its head holds the whole document, read once.
+    """
+
+    def __init__(self, uri: str, data: dict[str, Any], inline: dict[str, Any] | None = None) -> None:
+        self.uri = uri
+        self.data = data
+        self.inline = inline  # format 1: the whole document
+
+    @classmethod
+    def read(cls, uri: str) -> "ManifestHead":
         try:
             data = storage.read_json(uri)
         except FileNotFoundError as e:
             raise ManifestError(f"manifest not found: {uri}") from e
         except ValueError as e:
             raise ManifestError(f"manifest {uri} is not valid JSON: {e}") from e
-        return cls.from_dict(data, uri)
+        if isinstance(data, dict) and data.get("format_version") == 1:
+            _validate(data, uri)
+            head = {k: v for k, v in data.items() if k not in KINDS}
+            head["index"] = {kind: {"count": len(data[kind])} for kind in KINDS}
+            head["totals"] = _totals(data["units"], data["shards"])
+            return cls(uri, head, inline=data)
+        _validate_head(data, uri)
+        return cls(uri, data)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _HEAD_FIELDS:
+            return self.data[name]
+        raise AttributeError(name)
+
+    @property
+    def unit_count(self) -> int:
+        return int(self.data["index"]["units"]["count"])
+
+    @property
+    def shard_count(self) -> int:
+        return int(self.data["index"]["shards"]["count"])
+
+    @property
+    def rows(self) -> int:
+        return int(self.data["totals"]["rows"])
+
+    @property
+    def bytes(self) -> int:
+        return int(self.data["totals"]["bytes"])
+
+    @property
+    def unit_statuses(self) -> dict[str, int]:
+        """Units by status, as the run last wrote them."""
+        return dict(self.data["totals"]["unit_statuses"])
+
+    @property
+    def failed_units(self) -> list[str]:
+        """The first failed units' ids (at most :data:`FAILED_UNITS_IN_HEAD`)."""
+        return list(self.data["totals"]["failed_units"])
+
+    def summary(self) -> dict[str, Any]:
+        return {"manifest_uri": self.uri, "shards": self.shard_count, "rows": self.rows, "bytes": self.bytes}
+
+    def units(self, index: int = 0, count: int = 1) -> list[UnitEntry]:
+        """Units at positions ``index::count`` of the plan (all by default), reading only their pages."""
+        return [UnitEntry(**u) for u in self.unit_dicts(index, count)]
+
+    def shards(self, index: int = 0, count: int = 1) -> list[ShardEntry]:
+        """Shards at positions ``index::count`` (all by default), reading only their pages."""
+        return [ShardEntry(**s) for s in self.shard_dicts(index, count)]
+
+    def unit_dicts(self, index: int = 0, count: int = 1) -> list[dict[str, Any]]:
+        return self._entries("units", index, count)
+
+    def shard_dicts(self, index: int = 0, count: int = 1) -> list[dict[str, Any]]:
+        return self._entries("shards", index, count)
+
+    def _entries(self, kind: str, index: int, count: int) -> list[dict[str, Any]]:
+        if not 0 <= index < count:
+            raise ValueError(f"group {index}/{count} out of range")
+        if self.inline is not None:
+            return self.inline[kind][index::count]
+        meta = self.data["index"][kind]
+        per_page = int(self.data["index"]["page_entries"])
+        positions = range(index, int(meta["count"]), count)
+        offsets = [0]
+        for n in meta["lengths"]:
+            offsets.append(offsets[-1] + n)
+        wanted = sorted({p // per_page for p in positions})
+        where = _sibling(self.uri, meta["file"])
+        pages = _read_ranges(where, [(offsets[p], offsets[p + 1]) for p in wanted], self.uri)
+        for p, data in zip(wanted, pages):
+            self._verify(kind, where, p, data)
+        if count == 1:  # every line: one decode for the whole list, as one JSON array
+            whole = b"".join(pages)
+            chunks = [(0, b"[" + whole[:-1].replace(b"\n", b",") + b"]")]
+        else:  # only this group's lines: a page's others are hashed, never decoded
+            lines = {p: bytes(data).split(b"\n") for p, data in zip(wanted, pages)}
+            chunks = [(pos, lines[pos // per_page][pos % per_page]) for pos in positions]
+        check = _check_unit if kind == "units" else _check_shard
+        out: list[dict[str, Any]] = []
+        for first, chunk in chunks:
+            try:
+                decoded = json.loads(chunk)
+            except ValueError as e:
+                raise ManifestPageError(f"{kind} from [{first}] in {where}: not valid JSON: {e}") from e
+            for i, entry in enumerate(decoded if count == 1 else [decoded]):
+                check(entry, f"{kind}[{first + i}]", lambda msg: _fail(where, msg))
+                out.append(entry)
+        if len(out) != len(positions):
+            raise ManifestPageError(f"{where}: {len(out)} {kind} where the head of {self.uri} lists {len(positions)}")
+        return out
+
+    def _verify(self, kind: str, where: str, page: int, data: bytes | memoryview) -> None:
+        """A page's bytes against the checksum its head recorded."""
+        recorded = self.data["index"][kind]["checksums"][page]
+        actual = f"xxh64:{xxhash.xxh64(data).hexdigest()}"
+        if actual != recorded:
+            raise ManifestPageError(
+                f"page {page} of {where} (the {kind} of manifest {self.uri}) has checksum {actual} but the head "
+                f"recorded {recorded}: corrupted or replaced after it was written; rerun the stage that wrote "
+                f"the manifest"
+            )
+
+
+_HEAD_FIELDS = ("dataset", "stage", "run_id", "fingerprint", "lake", "status", "config", "accounting", "created_at")
+
+
+def _totals(units: list[dict[str, Any]], shards: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a head says of its lists: enough for a gate and the books check without reading them."""
+    return {
+        "rows": sum(s["rows"] for s in shards),
+        "bytes": sum(s["bytes"] for s in shards),
+        "unit_statuses": dict(Counter(u["status"] for u in units)),
+        "failed_units": [u["unit_id"] for u in units if u["status"] == "failed"][:FAILED_UNITS_IN_HEAD],
+    }
+
+
+def _index_dir(uri: str) -> str:
+    """Where a manifest's pages go, relative to its folder: ``<stage>.index``."""
+    return uri.rsplit("/", 1)[-1].removesuffix(".json") + ".index"
+
+
+def _sibling(uri: str, rel: str) -> str:
+    return storage.join(uri.rsplit("/", 1)[0], rel) if "/" in uri else rel
+
+
+def _pages(entries: list[dict[str, Any]]) -> tuple[list[int], list[str], bytes]:
+    encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
+    lengths, checksums, chunks = [], [], []
+    for start in range(0, len(entries), PAGE_ENTRIES):
+        # One entry a line (JSON escapes every newline inside): a reader decodes only the lines it needs.
+        data = "".join(encode(e) + "\n" for e in entries[start : start + PAGE_ENTRIES]).encode()
+        lengths.append(len(data))
+        checksums.append(f"xxh64:{xxhash.xxh64(data).hexdigest()}")
+        chunks.append(data)
+    return lengths, checksums, b"".join(chunks)
+
+
+def _read_ranges(url: str, ranges: list[tuple[int, int]], manifest_uri: str) -> list[memoryview]:
+    """The byte ranges of a pages file; adjacent ranges are read as one."""
+    if not ranges:
+        return []
+    merged: list[list[int]] = []
+    for start, end in ranges:
+        if merged and merged[-1][1] == start:
+            merged[-1][1] = end
+        else:
+            merged.append([start, end])
+    fs, path = storage.filesystem(url)
+    try:
+        blobs = fs.cat_ranges([path] * len(merged), [m[0] for m in merged], [m[1] for m in merged])
+    except FileNotFoundError as e:
+        raise ManifestError(f"manifest {manifest_uri}: its pages file {url} is missing") from e
+    for blob in blobs:
+        if isinstance(blob, FileNotFoundError):
+            raise ManifestError(f"manifest {manifest_uri}: its pages file {url} is missing") from blob
+        if isinstance(blob, Exception):
+            raise ManifestError(f"manifest {manifest_uri}: cannot read its pages file {url}: {blob}") from blob
+    for (start, end), blob in zip(merged, blobs):
+        if len(blob) != end - start:
+            raise ManifestPageError(
+                f"pages file {url} of manifest {manifest_uri} is truncated: {len(blob)} bytes at {start}, "
+                f"expected {end - start}"
+            )
+    out, m = [], 0
+    views = [memoryview(b) for b in blobs]
+    for start, end in ranges:  # both in file order
+        while merged[m][1] < end:
+            m += 1
+        out.append(views[m][start - merged[m][0] : end - merged[m][0]])  # no copy
+    return out
+
+
+def _prune(uri: str, keep: int) -> None:
+    """Remove all but the newest ``keep`` generations of ``uri``'s pages (a reader of the head just
+    replaced still finds the generation it names)."""
+    folder = _sibling(uri, _index_dir(uri))
+    files = [f for f in storage.listdir(folder) if not f.rsplit("/", 1)[-1].startswith(".")]  # not a temp file
+    generations = sorted({f.rsplit("/", 1)[-1].split(".", 1)[0] for f in files})
+    old = set(generations[:-keep])
+    for f in files:
+        if f.rsplit("/", 1)[-1].split(".", 1)[0] in old:
+            storage.remove(f)
 
 
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
@@ -120,49 +370,93 @@ _REQUIRED: dict[str, type | tuple[type, ...]] = {
     "run_id": str,
     "fingerprint": str,
     "lake": dict,
-    "units": list,
-    "shards": list,
     "status": str,
 }
 _UNIT_FIELDS = {"unit_id": str, "inputs": list, "input_checksum": str, "status": str}
 _SHARD_FIELDS = {"shard_id": str, "uri": str, "rows": int, "bytes": int, "checksum": str}
 
 
-def _validate(d: Any, where: str) -> None:
+def _fail(where: str, msg: str) -> None:
+    raise ManifestError(f"invalid manifest {where}: {msg}")
+
+
+def _validate_common(d: Any, where: str) -> None:
     def fail(msg: str) -> None:
-        raise ManifestError(f"invalid manifest {where}: {msg}")
+        _fail(where, msg)
 
     if not isinstance(d, dict):
         fail("not a JSON object")
     if d.get("format") != FORMAT:
         fail(f"format is {d.get('format')!r}, expected {FORMAT!r}")
-    if d.get("format_version") != FORMAT_VERSION:
-        fail(f"format_version {d.get('format_version')!r} is not supported (this reader knows {FORMAT_VERSION})")
+    if d.get("format_version") not in READ_VERSIONS:
+        fail(f"format_version {d.get('format_version')!r} is not supported (this reader knows {READ_VERSIONS})")
     for key, typ in _REQUIRED.items():
         if not isinstance(d.get(key), typ):
             fail(f"field {key!r} missing or not {getattr(typ, '__name__', typ)}")
     if d["status"] not in RUN_STATUSES:
         fail(f"status {d['status']!r} not in {RUN_STATUSES}")
-    seen: set[str] = set()
+
+
+def _validate_head(d: Any, where: str) -> None:
+    """A format-2 head: the common fields, and an index of pages that adds up."""
+    _validate_common(d, where)
+    index, totals = d.get("index"), d.get("totals")
+    if not isinstance(index, dict) or not isinstance(totals, dict):
+        _fail(where, "field 'index' or 'totals' missing or not dict")
+    per_page = index.get("page_entries")
+    if not isinstance(per_page, int) or per_page < 1:
+        _fail(where, "index.page_entries missing or not a positive int")
+    for kind in KINDS:
+        meta = index.get(kind)
+        ok = isinstance(meta, dict) and isinstance(meta.get("count"), int) and isinstance(meta.get("file"), str)
+        ok = ok and isinstance(meta.get("lengths"), list) and isinstance(meta.get("checksums"), list)
+        if ok:
+            pages = -(-meta["count"] // per_page)
+            ok = len(meta["lengths"]) == len(meta["checksums"]) == pages
+            ok = ok and not meta["file"].startswith("/") and ".." not in meta["file"].split("/")
+        if not ok:
+            _fail(where, f"index.{kind} missing, malformed or outside the manifest's folder")
+    for key, typ in (("rows", int), ("bytes", int), ("unit_statuses", dict), ("failed_units", list)):
+        if not isinstance(totals.get(key), typ):
+            _fail(where, f"totals.{key} missing or not {typ.__name__}")
+
+
+def _check_unit(u: Any, at: str, fail) -> None:
+    for key, typ in _UNIT_FIELDS.items():
+        if not isinstance(u, dict) or not isinstance(u.get(key), typ):
+            fail(f"{at}.{key} missing or not {typ.__name__}")
+    if u["status"] not in UNIT_STATUSES:
+        fail(f"{at}.status {u['status']!r} not in {UNIT_STATUSES}")
+
+
+def _check_shard(s: Any, at: str, fail) -> None:
+    for key, typ in _SHARD_FIELDS.items():
+        if not isinstance(s, dict) or not isinstance(s.get(key), typ) or isinstance(s.get(key), bool):
+            fail(f"{at}.{key} missing or not {typ.__name__}")
+    if s["rows"] < 0 or s["bytes"] < 0:
+        fail(f"{at} has negative counts")
+
+
+def _check_unique(d: dict[str, Any], where: str) -> None:
+    for kind, key, what in (("units", "unit_id", "unit"), ("shards", "shard_id", "shard")):
+        seen: set[str] = set()
+        for e in d[kind]:
+            if e[key] in seen:
+                _fail(where, f"duplicate {what} id {e[key]!r}")
+            seen.add(e[key])
+
+
+def _validate(d: Any, where: str) -> None:
+    """A whole manifest with both lists inline (format 1 as stored; format 2 before it is split)."""
+    _validate_common(d, where)
+    for key in KINDS:
+        if not isinstance(d.get(key), list):
+            _fail(where, f"field {key!r} missing or not list")
     for i, u in enumerate(d["units"]):
-        for key, typ in _UNIT_FIELDS.items():
-            if not isinstance(u, dict) or not isinstance(u.get(key), typ):
-                fail(f"units[{i}].{key} missing or not {typ.__name__}")
-        if u["status"] not in UNIT_STATUSES:
-            fail(f"units[{i}].status {u['status']!r} not in {UNIT_STATUSES}")
-        if u["unit_id"] in seen:
-            fail(f"duplicate unit id {u['unit_id']!r}")
-        seen.add(u["unit_id"])
-    shard_ids: set[str] = set()
+        _check_unit(u, f"units[{i}]", lambda msg: _fail(where, msg))
     for i, s in enumerate(d["shards"]):
-        for key, typ in _SHARD_FIELDS.items():
-            if not isinstance(s, dict) or not isinstance(s.get(key), typ) or isinstance(s.get(key), bool):
-                fail(f"shards[{i}].{key} missing or not {typ.__name__}")
-        if s["rows"] < 0 or s["bytes"] < 0:
-            fail(f"shards[{i}] has negative counts")
-        if s["shard_id"] in shard_ids:
-            fail(f"duplicate shard id {s['shard_id']!r}")
-        shard_ids.add(s["shard_id"])
+        _check_shard(s, f"shards[{i}]", lambda msg: _fail(where, msg))
+    _check_unique(d, where)
 
 
 def latest_manifest(lake, stages: tuple[str, ...] | list[str]) -> str | None:
@@ -174,7 +468,7 @@ def latest_manifest(lake, stages: tuple[str, ...] | list[str]) -> str | None:
     for stage in stages:
         for uri in storage.glob(lake.path("_manifests", "*", f"{stage}.json")):
             try:
-                m = Manifest.read(uri)
+                m = ManifestHead.read(uri)
             except ManifestError:
                 continue  # a foreign or torn file is not a candidate
             if m.status == "complete":

@@ -3,7 +3,8 @@ used by the stage runner (the failure budget), the checkpoint sensor and trigger
 (``reopen``) and every backend (unfinished groups, "k/N units checkpointed").
 
 The checkpoint records are the truth: a record with the manifest's fingerprint and the unit's input
-checksum means that unit's outputs are complete, whatever the job's exit code says.
+checksum means that unit's outputs are complete, whatever the job's exit code says. Once a run has ended,
+its final manifest is its own reading of those records, and its head's counts stand for them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from airflow_curation.core.accounting import allowed_failures  # noqa: F401 - re
 from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.core.integrity import chain_problem
 from airflow_curation.core.layout import Lake
-from airflow_curation.core.manifest import Manifest, ManifestError
+from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead, UnitEntry
+
+ENDED = ("done", "skipped", "failed")  # unit statuses of a run's final reading
 
 
 def group_of(position: int, groups: int) -> int:
@@ -24,13 +27,14 @@ def group_of(position: int, groups: int) -> int:
     return position % groups
 
 
-def _store(manifest: Manifest) -> CheckpointStore:
+def _store(manifest: Manifest | ManifestHead) -> CheckpointStore:
     return CheckpointStore(Lake.from_dict(manifest.lake).checkpoint_dir(manifest.stage, manifest.fingerprint))
 
 
-def _read(manifest_uri: str) -> Manifest | None:
+def _read(manifest_uri: str, head: bool = False) -> Manifest | ManifestHead | None:
+    """The manifest (or only its head), None while it is not written yet."""
     try:
-        return Manifest.read(manifest_uri)
+        return ManifestHead.read(manifest_uri) if head else Manifest.read(manifest_uri)
     except ManifestError as e:
         if "not found" not in str(e):
             raise
@@ -39,20 +43,20 @@ def _read(manifest_uri: str) -> Manifest | None:
 
 def checkpointed(manifest_uri: str) -> tuple[int, int]:
     """(units with a checkpoint record, units planned); (0, 0) before the run has planned."""
-    manifest = _read(manifest_uri)
-    if manifest is None:
+    head = _read(manifest_uri, head=True)
+    if head is None:
         return 0, 0
-    done, _ = _store(manifest).scan()
-    return len(done & {u.unit_id for u in manifest.units}), len(manifest.units)
+    done, _ = _store(head).scan()
+    return len(done & {u["unit_id"] for u in head.unit_dicts()}), head.unit_count
 
 
 def unfinished_groups(manifest_uri: str, groups: int) -> list[int]:
     """Groups (of ``groups``) with a unit that lacks a checkpoint; all of them before the run has planned."""
-    manifest = _read(manifest_uri)
-    if manifest is None:
+    head = _read(manifest_uri, head=True)
+    if head is None:
         return list(range(groups))
-    done, _ = _store(manifest).scan()
-    return sorted({group_of(i, groups) for i, u in enumerate(manifest.units) if u.unit_id not in done})
+    done, _ = _store(head).scan()
+    return sorted({group_of(i, groups) for i, u in enumerate(head.unit_dicts()) if u["unit_id"] not in done})
 
 
 def reopen(manifest_uri: str) -> dict[str, str]:
@@ -138,58 +142,62 @@ class CheckpointWatcher:
         self.max_failed_fraction = max_failed_fraction
         self.not_before = not_before
         self._verified: dict[str, dict[str, Any]] = {}  # unit id -> record outputs summary
-        self._manifest: Manifest | None = None
-        self._manifest_version: tuple | None = None
+        self._head: ManifestHead | None = None
+        self._head_version: tuple | None = None
+        self._units: dict[str, UnitEntry] | None = None  # of the planned head, read when first needed
         self._books: str | None = None
         self._books_checked = False
         #: Units verified by the latest :meth:`look` and not before, with their counts (for progress lines).
         self.new_units: dict[str, dict[str, Any]] = {}
 
-    def _check_books(self, manifest: Manifest) -> str | None:
+    def _check_books(self, head: ManifestHead) -> str | None:
         """Once, for a complete manifest: does it read every row its upstream manifest hands on?"""
         if not self._books_checked:
-            upstream_uri = manifest.config.get("input_manifest")
+            upstream_uri = head.config.get("input_manifest")
             if upstream_uri:
                 try:
-                    self._books = chain_problem(manifest, Manifest.read(upstream_uri))
+                    self._books = chain_problem(head, ManifestHead.read(upstream_uri))
                 except ManifestError as e:
                     self._books = f"cannot check its rows against the upstream manifest: {e}"
             self._books_checked = True
         return self._books
 
-    def _load_manifest(self) -> Manifest | None:
-        # The planned manifest never changes its units; only re-read while it may still change.
-        if self._manifest is None or self._manifest.status == "planned":
-            # Parsing a 10,000-unit manifest every poll costs more than the rest of a look: only when
-            # the file changed (the job rewrites it once, at the end).
+    def _load_head(self) -> ManifestHead | None:
+        # Only re-read while the run may still change it (planned), and only when the file changed (the
+        # job rewrites it once, at the end).
+        if self._head is None or self._head.status == "planned":
             version = _version(self.manifest_uri)
-            if version is not None and version == self._manifest_version:
-                return self._manifest
-            manifest = _read(self.manifest_uri)
-            if manifest is None:
+            if version is not None and version == self._head_version:
+                return self._head
+            head = _read(self.manifest_uri, head=True)
+            if head is None:
                 return None
-            if self.not_before is not None and manifest.created_at < self.not_before - self.CLOCK_SLACK_S:
+            if self.not_before is not None and head.created_at < self.not_before - self.CLOCK_SLACK_S:
                 return None
-            self._manifest = manifest
-            self._manifest_version = version
-        return self._manifest
+            self._head, self._head_version, self._units = head, version, None
+        return self._head
 
     def look(self) -> Progress:
-        manifest = self._load_manifest()
-        if manifest is None:
+        head = self._load_head()
+        if head is None:
             return Progress(self.manifest_uri)
-        units = {u.unit_id: u for u in manifest.units}
         budget = self.max_failed_fraction
         if budget is None:
-            budget = float(manifest.config.get("max_failed_fraction", 0.0) or 0.0)
-        store = _store(manifest)
+            budget = float(head.config.get("max_failed_fraction", 0.0) or 0.0)
+        statuses = head.unit_statuses
+        if head.status != "planned" and sum(statuses.get(s, 0) for s in ENDED) == head.unit_count:
+            return self._final(head, budget)
+        if self._units is None:  # the unit pages only, once per manifest version: never its shards
+            self._units = {u.unit_id: u for u in head.units()}
+        units = self._units
+        store = _store(head)
         done_ids, failed_ids = store.scan()
         self.new_units = {}
         for unit_id in done_ids - set(self._verified):
             unit = units.get(unit_id)
             if unit is None:
                 continue  # a unit of another run with the same config
-            rec = store.is_done(unit_id, unit.input_checksum, manifest.fingerprint)
+            rec = store.is_done(unit_id, unit.input_checksum, head.fingerprint)
             if rec is not None:
                 self._verified[unit_id] = {
                     "rows": sum(o.get("rows", 0) for o in rec.outputs),
@@ -203,12 +211,12 @@ class CheckpointWatcher:
                 continue
             info = store.failure(unit_id)
             # A marker older than this run's plan is from an earlier run, which this run retries.
-            if info is not None and float(info.get("at", 0)) >= manifest.created_at:
+            if info is not None and float(info.get("at", 0)) >= head.created_at:
                 failed.append(unit_id)
         verified = [v for k, v in self._verified.items() if k in units]
         return Progress(
             manifest_uri=self.manifest_uri,
-            stage=manifest.stage,
+            stage=head.stage,
             total=len(units),
             done=len(verified),
             failed=len(failed),
@@ -216,9 +224,32 @@ class CheckpointWatcher:
             rows=sum(v["rows"] for v in verified),
             bytes=sum(v["bytes"] for v in verified),
             shards=sum(v["shards"] for v in verified),
-            manifest_status=manifest.status,
+            manifest_status=head.status,
             failed_units=failed,
-            books=self._check_books(manifest) if manifest.status == "complete" else None,
+            books=self._check_books(head) if head.status == "complete" else None,
+        )
+
+    def _final(self, head: ManifestHead, budget: float) -> Progress:
+        """A run that has ended and says how every unit ended: its final manifest is its own reading of
+        every checkpoint (written by the run, or its collect step, after it verified each record), so the
+        head's counts and totals stand for them; a look at 50,000 units reads one small file, not 50,000
+        records and the shard list. (A final manifest whose units are not all accounted for is looked at
+        record by record, as while the run goes.)"""
+        statuses = head.unit_statuses
+        self.new_units = {}
+        return Progress(
+            manifest_uri=self.manifest_uri,
+            stage=head.stage,
+            total=head.unit_count,
+            done=statuses.get("done", 0) + statuses.get("skipped", 0),
+            failed=statuses.get("failed", 0),
+            allowed_failures=allowed_failures(budget, head.unit_count),
+            rows=head.rows,
+            bytes=head.bytes,
+            shards=head.shard_count,
+            manifest_status=head.status,
+            failed_units=head.failed_units,
+            books=self._check_books(head) if head.status == "complete" else None,
         )
 
 

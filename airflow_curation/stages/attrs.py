@@ -38,7 +38,7 @@ from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.integrity import shard_files, verify_files
 from airflow_curation.core.layout import Lake, safe_name
-from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
+from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry, UnitEntry
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text
 from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink, parquet_writer
 from airflow_curation.stages.base import Stage, UnitMapper, UnitResult, local_mapper
@@ -59,13 +59,14 @@ class AttrsFile:
 
 
 # Upstream shards, read once per process: workers (Dask, a process pool) get the stage without them, so
-# that 10,000 shard entries do not travel with every unit.
+# that 10,000 shard entries do not travel with every unit. ``group`` (i, n): only the shards at positions
+# i::n, from the manifest pages that hold them (one task of an array reads its slice, not the run).
 @lru_cache(maxsize=8)
-def _manifest_entries(uri: str) -> dict[str, ShardEntry]:
-    manifest = Manifest.read(uri)
-    if manifest.status != "complete":
-        raise ValueError(f"upstream manifest {uri} is {manifest.status!r}, not complete")
-    return {s.shard_id: s for s in manifest.shards}
+def _manifest_entries(uri: str, group: tuple[int, int] | None = None) -> dict[str, ShardEntry]:
+    head = ManifestHead.read(uri)
+    if head.status != "complete":
+        raise ValueError(f"upstream manifest {uri} is {head.status!r}, not complete")
+    return {s.shard_id: s for s in head.shards(*(group or (0, 1)))}
 
 
 @lru_cache(maxsize=8)
@@ -155,10 +156,13 @@ class AttrsStage(Stage):
 
     # -- inputs --------------------------------------------------------------------------------------
     def entries(self) -> dict[str, ShardEntry]:
-        """The shards to process, by id: the upstream manifest's, or one per plain input file."""
+        """The shards to process, by id: the upstream manifest's, or one per plain input file; only those of
+        this task's group when it planned one (:meth:`plan_group`)."""
+        group = getattr(self, "_group", None)
         if self.config.get("inputs"):
-            return _file_entries(tuple(self.config["inputs"]))
-        return _manifest_entries(self.config["input_manifest"])
+            entries = _file_entries(tuple(self.config["inputs"]))
+            return dict(list(entries.items())[group[0] :: group[1]]) if group else entries
+        return _manifest_entries(self.config["input_manifest"], group)
 
     def _wait_for_upstream(self) -> None:
         uri = self.config.get("input_manifest")
@@ -169,7 +173,7 @@ class AttrsStage(Stage):
             if self._stream_upstream(uri):
                 wait = 0.0  # already waited that long without a new upstream shard
         deadline = time.monotonic() + wait
-        while (status := Manifest.read(uri).status) == "planned" and time.monotonic() < deadline:
+        while (status := ManifestHead.read(uri).status) == "planned" and time.monotonic() < deadline:
             time.sleep(1.0)
         if status != "complete":
             raise ValueError(f"{self.name}: upstream manifest {uri} is {status}, not complete (waited {wait:g} s)")
@@ -189,9 +193,9 @@ class AttrsStage(Stage):
         self._streamed: dict[str, ShardEntry] = {}
         mapper = None
         while True:
-            manifest = Manifest.read(uri)
-            if manifest.status != "planned":
+            if ManifestHead.read(uri).status != "planned":
                 return False
+            manifest = Manifest.read(uri)
             new = {sid: e for sid, e in upstream_checkpointed(manifest).items() if sid not in seen}
             if not new:
                 if time.monotonic() >= deadline:
@@ -253,8 +257,20 @@ class AttrsStage(Stage):
         return entry.checksum + "".join(f"+{self.attrs_checksum(entry, key)}" for key in attrs)
 
     def plan(self) -> list[UnitEntry]:
+        return self._plan(None)
+
+    def plan_group(self, index: int, count: int) -> list[UnitEntry]:
+        """Group ``index`` of ``count``: the units of the upstream shards at positions ``index::count``, read
+        from the upstream manifest's pages that hold them only. A subclass with its own :meth:`plan`
+        (dedup's global phases) is sliced from it instead."""
+        if type(self).plan is not AttrsStage.plan:
+            return super().plan_group(index, count)
+        return self._plan((index, count))
+
+    def _plan(self, group: tuple[int, int] | None) -> list[UnitEntry]:
         clear_caches()  # a rerun in this process must see the inputs as they are now
         self._wait_for_upstream()
+        self._group = group  # entries() from now on, here and in workers: this group's shards only
         # manifest order: the next manifest keeps it
         return [self.unit_for(shard_id, entry) for shard_id, entry in self.entries().items()]
 

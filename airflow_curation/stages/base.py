@@ -25,7 +25,7 @@ from airflow_curation.core.fingerprint import config_fingerprint
 from airflow_curation.core.integrity import IntegrityError, chain_problem
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.lease import Lease
-from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
+from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry, UnitEntry
 from airflow_curation.stages.settings import Setting, Settings, anything
 
 log = logging.getLogger(__name__)
@@ -172,6 +172,12 @@ class Stage:
     def plan(self) -> list[UnitEntry]:
         raise NotImplementedError
 
+    def plan_group(self, index: int, count: int) -> list[UnitEntry]:
+        """The units of group ``index`` of ``count`` (positions ``index::count`` of :meth:`plan`): what one
+        task of an array runs. Stages that can plan a group without the whole plan (attrs stages: only the
+        upstream shards at those positions) override it."""
+        return self.plan()[index::count]
+
     def process_unit(self, unit: UnitEntry) -> UnitResult:
         raise NotImplementedError
 
@@ -185,10 +191,10 @@ class Stage:
         """The collect step: runs once after every unit is checkpointed (checks across units, clean-up),
         before the final manifest is written; :class:`StageFailed` fails the run."""
 
-    def upstream_manifest(self) -> Manifest | None:
-        """The complete manifest this run reads (its ``input_manifest``), for the cross-stage row check."""
+    def upstream_manifest(self) -> ManifestHead | None:
+        """The head of the manifest this run reads (its ``input_manifest``), for the cross-stage row check."""
         uri = self.config.get("input_manifest")
-        return Manifest.read(uri) if uri else None
+        return ManifestHead.read(uri) if uri else None
 
     def work_dirs(self) -> list[str]:
         """Folders swept at the start of a run for temp files that killed writers left (a live writer's,
@@ -300,10 +306,19 @@ class StageRunner:
     def _run(self, shard_group: tuple[int, int] | None, collect: bool) -> Manifest:
         stage = self.stage
         fp = stage.fingerprint
-        for folder in stage.work_dirs():
+        if shard_group is not None:
+            index, count = shard_group
+            if not 0 <= index < count:
+                raise ValueError(f"shard group {index}/{count} out of range")
+        # Group 0 of an array plans every unit: it writes the planned manifest for all groups, so that
+        # sensors can gate on it at once. Any other group reads only its own part of the upstream manifest
+        # and leaves the sweep of the lake to group 0 and the collect step: nothing it does grows with
+        # the run's other units.
+        whole = shard_group is None or collect or shard_group[0] == 0
+        for folder in stage.work_dirs() if whole else []:
             for path in storage.remove_stale_temps(folder):
                 log.info("%s: removed %s (a temp file its killed writer left)", stage.name, path)
-        units = stage.plan()
+        units = stage.plan() if whole else stage.plan_group(*shard_group)
         manifest = Manifest(
             dataset=stage.lake.dataset,
             stage=stage.name,
@@ -313,16 +328,13 @@ class StageRunner:
             units=units,
             config={k: v for k, v in stage.config.items()},
         )
-        scope = units
-        if shard_group is not None:
-            index, count = shard_group
-            if not 0 <= index < count:
-                raise ValueError(f"shard group {index}/{count} out of range")
-            scope = units[index::count]
+        scope = units[shard_group[0] :: shard_group[1]] if shard_group is not None and whole else units
         if shard_group is None or (shard_group[0] == 0 and not collect):
-            # Written once at plan time so that sensors can gate on it; one group writes it for all.
             manifest.write(stage.manifest_uri)
-        log.info("%s: %d units planned, fingerprint %s, manifest %s", stage.name, len(units), fp, stage.manifest_uri)
+        group = f" (group {shard_group[0]}/{shard_group[1]})" if shard_group is not None and not whole else ""
+        log.info(
+            "%s: %d units planned%s, fingerprint %s, manifest %s", stage.name, len(units), group, fp, stage.manifest_uri
+        )
 
         store = stage.checkpoints
         records: dict[str, dict] = {}

@@ -85,7 +85,7 @@ def _write_raw(tmp_path, d) -> str:
     ],
 )
 def test_invalid_manifest_is_refused_with_the_reason(tmp_path, mutate, message):
-    d = _manifest().to_dict()
+    d = {**_manifest().to_dict(), "format_version": 1}  # one document, both lists inline (format 1)
     mutate(d)
     uri = _write_raw(tmp_path, d)
     with pytest.raises(ManifestError, match="invalid manifest") as e:

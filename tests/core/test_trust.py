@@ -153,9 +153,9 @@ def test_verify_file(tmp_path):
 
 def test_a_unit_that_reads_fewer_rows_than_upstream_lists_fails(ingested):
     lake, ingest_uri = ingested
-    data = json.loads(open(ingest_uri).read())
-    data["shards"][0]["rows"] += 1  # the upstream says one row more than the shard holds: a lost row
-    open(ingest_uri, "w").write(json.dumps(data))
+    upstream = Manifest.read(ingest_uri)
+    upstream.shards[0].rows += 1  # the upstream says one row more than the shard holds: a lost row
+    upstream.write(ingest_uri)
     stage = PreprocessStage(lake, {"input_manifest": ingest_uri, "mapper": "local"}, "p1")
     with pytest.raises(StageFailed, match="upstream manifest lists"):
         StageRunner(stage).run()

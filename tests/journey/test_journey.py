@@ -18,6 +18,7 @@ from urllib.parse import quote, unquote
 import pytest
 
 from airflow_curation.core.layout import sanitize_run_id
+from airflow_curation.core.manifest import Manifest
 
 from .conftest import ARTIFACTS, PASSWORD, PIPELINE_DATASET, USER
 
@@ -271,17 +272,17 @@ def test_backfill_from_the_dialog_runs_each_date_into_its_own_partition(airflow_
         assert run["state"] == "success", (date, _why(s, run))
         report, page = _report(s, run, PIPELINE_DATASET)
         assert report["status"] == "passed" and report["snapshot"] == date and f"snapshot={date}" in page
-        ingest = json.loads(
-            (
+        ingest = Manifest.read(
+            str(
                 s.lake
                 / PIPELINE_DATASET
                 / f"snapshot={date}"
                 / "_manifests"
                 / sanitize_run_id(run["dag_run_id"])
                 / "ingest.json"
-            ).read_text()
+            )
         )
-        assert all(f"snapshot={date}/" in sh["uri"] for sh in ingest["shards"])
+        assert all(f"snapshot={date}/" in sh.uri for sh in ingest.shards)
     partitions = {p.name for p in (s.lake / PIPELINE_DATASET).iterdir()}
     assert {f"snapshot={d}" for d in BACKFILL_DATES} <= partitions
 
@@ -310,7 +311,8 @@ def test_links_render_in_the_ui_and_the_plugin_serves_them(airflow_stack, journe
     job_log = ui.d.find_element(By.LINK_TEXT, "Curation job log").get_attribute("href")
     assert manifest.startswith(f"{s.url}/curation/manifest/{PIPELINE}/") and "/joblog/" in job_log
     ui.d.get(manifest)
-    assert '"stage": "ingest"' in ui.body().replace('":"', '": "') and f"snapshot={BACKFILL_DATES[0]}" in ui.body()
+    body = ui.body().replace('":"', '": "')  # the manifest's head: its run, status and counts
+    assert '"stage": "ingest"' in body and f'"snapshot": "{BACKFILL_DATES[0]}"' in body
     ui.d.get(job_log)
     assert "units planned" in ui.body()
     # The skipped enrich shows no link (and read no XCom for one).

@@ -270,8 +270,8 @@ class PreprocessStage(AttrsStage):
         self._unit_bytes[shard_id] = entry.bytes  # sizes the Dask workers, for streamed units too
         return super().unit_for(shard_id, entry)
 
-    def plan(self):
-        units = super().plan()
+    def _plan(self, group):
+        units = super()._plan(group)
         entries = self.entries()
         self._unit_bytes = {u.unit_id: entries[u.unit_id].bytes for u in units}
         return units

@@ -1,0 +1,264 @@
+"""What one task of an array and one gate look cost as a run grows to 50,000 shards, before and after
+manifest format 2 (a small head plus unit and shard pages; issue 20, item 2).
+
+Each size gets a synthetic lake: a complete upstream manifest of S shards (URIs, checksums and two stages'
+attrs, like a preprocess + quality run) and a complete downstream run of S units with one checkpoint record
+each (the records written once per size; both manifests written again in each process by the code under
+test, so each is in that code's format). Measured, in one process per code and round:
+
+* **task plan**: what task ``i`` of an array over ``N`` groups does before its first unit: the units of its
+  group (``AttrsStage.plan_group(i, N)``; before: ``plan()[i::N]``, the whole upstream manifest);
+* **full read**: ``Manifest.read`` of the upstream manifest (both lists, what validate and reports read);
+* **gate look**: ``CheckpointWatcher.look()`` of a fresh watcher on the finished run (a sensor's first
+  look at a stage that has ended, and the trigger's last one after the final manifest is written).
+
+"Before" is the same script run against ``git archive`` of the base commit (``--base``); rounds alternate
+before/after and the table gives medians with min-max over every sample.
+
+Usage: ``python benchmarks/bench_manifest_scale.py [--sizes 1000,10000,50000] [--rounds 3] [--base main]
+[--write-results]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+FP = "fp0123456789abcd"
+
+
+# --- one measurement, in a process of the code under test --------------------------------------------------
+
+
+def _build(root: Path, shards: int, records: bool):
+    """The two manifests, written by the code under test; with ``records``, the checkpoint records too (plain
+    writes: set-up, once per size, shared by both codes: the stage's fingerprint and units are the same)."""
+    from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore
+    from airflow_curation.core.layout import Lake
+    from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
+
+    lake = Lake(str(root), "web", "2026-12-02")
+    entries = []
+    for i in range(shards):
+        sid = f"part-{i:06d}"
+        attrs = {st: lake.attrs_uri(st, sid, f"{st[:4]}0123456789ab") for st in ("preprocess", "quality")}
+        entries.append(
+            ShardEntry(
+                shard_id=sid,
+                uri=lake.shard_uri(sid),
+                rows=25_000,
+                bytes=512 << 20,
+                checksum=f"xxh64:{i:016x}",
+                unit_id=sid,
+                attrs=attrs,
+                attrs_checksums={st: f"xxh64:{i + 7:016x}" for st in attrs},
+            )
+        )
+    up = Manifest(
+        dataset="web",
+        stage="quality",
+        run_id="up",
+        fingerprint=FP,
+        lake=lake.to_dict(),
+        units=[UnitEntry(s.shard_id, [s.uri, *s.attrs.values()], s.checksum, status="done") for s in entries],
+        shards=entries,
+        status="complete",
+        accounting={"read": 25_000 * shards, "kept": 25_000 * shards},
+    )
+    up_uri = up.write(lake.manifest_uri("up", "quality"))
+    # The downstream run: every unit checkpointed, its final manifest written.
+    stage = _stage(lake, up_uri)
+    units = stage.plan()
+    store = CheckpointStore(lake.checkpoint_dir(stage.name, stage.fingerprint))
+    os.makedirs(store.directory, exist_ok=True)
+    outs = []
+    for u, e in zip(units, entries):
+        out = e.with_attrs(stage.name, lake.attrs_uri(stage.name, u.unit_id, stage.fingerprint), "xxh64:0")
+        if records:
+            rec = CheckpointRecord(
+                unit_id=u.unit_id,
+                stage=stage.name,
+                fingerprint=stage.fingerprint,
+                input_checksum=u.input_checksum,
+                outputs=[out.__dict__],
+                accounting={"read": e.rows, "kept": e.rows},
+            )
+            Path(store._uri(u.unit_id)).write_text(json.dumps(rec.__dict__))
+        u.status = "done"
+        outs.append(out)
+    down = Manifest(
+        dataset="web",
+        stage=stage.name,
+        run_id="r1",
+        fingerprint=stage.fingerprint,
+        lake=lake.to_dict(),
+        units=units,
+        shards=outs,
+        status="complete",
+        config={"input_manifest": up_uri},
+        accounting={"read": 25_000 * shards, "kept": 25_000 * shards},
+    )
+    down.write(stage.manifest_uri)
+    return lake, up_uri, stage.manifest_uri
+
+
+def _stage(lake, up_uri):
+    from airflow_curation.stages.attrs import AttrsStage
+
+    class Downstream(AttrsStage):
+        name = "enrich"
+
+    return Downstream(lake, {"input_manifest": up_uri, "stream": False}, "r1")
+
+
+def _task_plan(stage, index: int, count: int):
+    plan_group = getattr(stage, "plan_group", None)
+    return plan_group(index, count) if plan_group else stage.plan()[index::count]
+
+
+def worker(root: Path, shards: int, groups: list[int], reps: int) -> dict:
+    from airflow_curation.core.manifest import Manifest
+    from airflow_curation.jobs.progress import CheckpointWatcher
+
+    lake, up_uri, down_uri = _build(root, shards, records=False)
+    expected = _stage(lake, up_uri).plan()
+    out: dict[str, list[float]] = {}
+
+    def timed(key, fn):
+        for _ in range(reps):
+            started = time.perf_counter()
+            result = fn()
+            out.setdefault(key, []).append(time.perf_counter() - started)
+        return result
+
+    for n in groups:
+        count = min(n, shards)
+        index = count // 2 + 1 if count > 2 else 0  # a group in the middle, never group 0
+        units = timed(f"task_plan_N{n}", lambda c=count, i=index: _task_plan(_stage(lake, up_uri), i, c))
+        assert [u.unit_id for u in units] == [u.unit_id for u in expected[index::count]]
+    full = timed("full_read", lambda: Manifest.read(up_uri))
+    assert len(full.shards) == shards
+    look = timed("gate_look", lambda: CheckpointWatcher(down_uri).look())
+    assert look.done == look.total == shards and look.complete and not look.books, look
+    return {"shards": shards, "seconds": out, "manifest_json_bytes": os.path.getsize(up_uri)}
+
+
+# --- the driver ---------------------------------------------------------------------------------------------
+
+
+def _base_tree(base: str) -> Path:
+    tree = Path(tempfile.mkdtemp(prefix="bench-manifest-base-"))
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", base, "airflow_curation"], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return tree
+
+
+def _run(code: Path, root: Path, shards: int, groups: list[int], reps: int) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    cmd = [sys.executable, __file__, "--worker", str(shards), "--root", str(root)]
+    cmd += ["--groups", ",".join(map(str, groups))]
+    proc = subprocess.run([*cmd, "--reps", str(reps)], env=env, capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="1000,10000,50000")
+    ap.add_argument("--groups", default="64,1000,50000", help="array sizes N (capped at the shard count)")
+    ap.add_argument("--rounds", type=int, default=3, help="before/after processes per size, alternated")
+    ap.add_argument("--reps", type=int, default=1, help="samples per measurement in each process")
+    ap.add_argument("--base", default="main", help="the commit measured as 'before'")
+    ap.add_argument("--write-results", action="store_true")
+    ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--root", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    groups = [int(g) for g in args.groups.split(",")]
+    if args.worker:
+        print(json.dumps(worker(Path(args.root), args.worker, groups, args.reps)))
+        return
+    base_commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", args.base], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    head_commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    base = _base_tree(args.base)
+    started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    load = [os.getloadavg()[0]]
+    samples: dict[int, dict[str, dict[str, list[float]]]] = {}
+    try:
+        for shards in (int(s) for s in args.sizes.split(",")):
+            per = samples.setdefault(shards, {"before": {}, "after": {}})
+            root = Path(tempfile.mkdtemp(prefix="bench-manifest-"))
+            _build(root, shards, records=True)
+            for _ in range(args.rounds):
+                for label, code in (("before", base), ("after", REPO)):
+                    res = _run(code, root, shards, groups, args.reps)
+                    for key, values in res["seconds"].items():
+                        per[label].setdefault(key, []).extend(values)
+                    load.append(os.getloadavg()[0])
+                    got = ", ".join(f"{k} {statistics.median(v):.4f}" for k, v in res["seconds"].items())
+                    print(f"{shards} {label}: {got}", file=sys.stderr)
+            shutil.rmtree(root, ignore_errors=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+    def cell(values: list[float]) -> str:
+        return f"{statistics.median(values) * 1000:.1f} ({min(values) * 1000:.1f}-{max(values) * 1000:.1f})"
+
+    keys = [f"task_plan_N{n}" for n in groups] + ["full_read", "gate_look"]
+    names = {f"task_plan_N{n}": f"task plan, N={n} groups" for n in groups}
+    names |= {"full_read": "full manifest read", "gate_look": "gate look (run ended)"}
+    lines = [
+        f"Before: {base_commit} (format 1); after: {head_commit} (format 2). {args.rounds} rounds alternated, "
+        f"{args.reps} sample(s) each; load average {min(load):.1f}-{max(load):.1f} (2 cores).",
+        "",
+        "| shards | measure | before ms, median (min-max) | after ms, median (min-max) | before / after |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for shards, per in samples.items():
+        for key in keys:
+            b, a = per["before"].get(key), per["after"].get(key)
+            if b and a:
+                ratio = statistics.median(b) / statistics.median(a)
+                label = names[key] if "N" not in key or int(key.split("N")[1]) <= shards else None
+                if label:
+                    lines.append(f"| {shards} | {label} | {cell(b)} | {cell(a)} | {ratio:.1f}x |")
+    print("\n".join(lines))
+    if args.write_results:
+        sys.path.insert(0, str(HERE))
+        from results import RESULTS, replace_block
+
+        data = {"base": base_commit, "head": head_commit, "started": started, "load": load, "samples": samples}
+        out = HERE / "results" / "manifest_scale.json"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps(data, indent=1) + "\n")
+        section = "\n".join(
+            [
+                "## Manifest at 50,000 shards: a task reads its slice (`benchmarks/bench_manifest_scale.py`)",
+                "",
+                f"Command: `.venv/bin/python benchmarks/bench_manifest_scale.py --sizes {args.sizes} --groups "
+                f"{args.groups} --rounds {args.rounds} --reps {args.reps} --base {args.base} --write-results` "
+                f"(run {started} UTC; JSON: `benchmarks/results/manifest_scale.json`). Goals at 50,000 shards: "
+                "a task's plan < 50 ms, a gate look < 1 s.",
+                "",
+                *lines,
+            ]
+        )
+        replace_block(RESULTS, "bench_manifest_scale", section)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,261 @@
+"""Manifest format 2: a small head, and unit and shard pages that a task of an array reads only the part of
+that holds its own positions (issue 20, item 2: "a task reads only its slice")."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from airflow_curation.core import storage
+from airflow_curation.core.integrity import IntegrityError
+from airflow_curation.core.layout import Lake
+from airflow_curation.core.manifest import (
+    PAGE_ENTRIES,
+    Manifest,
+    ManifestError,
+    ManifestHead,
+    ManifestPageError,
+    ShardEntry,
+    UnitEntry,
+)
+from airflow_curation.core.shards import write_parquet
+from airflow_curation.jobs.progress import CheckpointWatcher, unfinished_groups
+from airflow_curation.stages.attrs import AttrsStage
+from airflow_curation.stages.base import StageRunner
+
+S = 2 * PAGE_ENTRIES + 2  # three pages: full, full, two entries
+
+
+def _manifest(n: int = S, status: str = "complete") -> Manifest:
+    return Manifest(
+        dataset="web",
+        stage="ingest",
+        run_id="r1",
+        fingerprint="abcd" * 4,
+        lake={"root": "/lake", "dataset": "web", "snapshot": None},
+        units=[
+            UnitEntry(f"u{i:04d}", [f"/raw/{i}.jsonl"], f"xxh64:{i:016x}", status="failed" if i == 3 else "done")
+            for i in range(n)
+        ],
+        shards=[
+            ShardEntry(f"s{i:04d}", f"/lake/web/shards/s{i:04d}.parquet", rows=i, bytes=10 * i, checksum=f"c{i}")
+            for i in range(n)
+        ],
+        status=status,
+        accounting={"read": 7},
+    )
+
+
+def _flip_page(head: ManifestHead, kind: str, page: int) -> str:
+    """Change one byte inside page ``page`` of the ``kind`` pages file; returns that file's path."""
+    meta = head.data["index"][kind]
+    path = storage.join(os.path.dirname(head.uri), meta["file"])
+    offset = sum(meta["lengths"][:page]) + meta["lengths"][page] // 2
+    data = bytearray(open(path, "rb").read())
+    data[offset] ^= 0x01
+    open(path, "wb").write(bytes(data))
+    return path
+
+
+def test_the_head_is_small_and_the_whole_manifest_reads_back(tmp_path):
+    uri = str(tmp_path / "_manifests" / "r1" / "ingest.json")
+    m = _manifest()
+    m.write(uri)
+    assert Manifest.read(uri) == m
+    head = json.loads(open(uri).read())
+    assert "units" not in head and "shards" not in head  # the lists live in the pages
+    h = ManifestHead.read(uri)
+    assert (h.unit_count, h.shard_count, h.rows, h.bytes) == (S, S, m.rows, m.bytes)
+    assert h.unit_statuses == {"done": S - 1, "failed": 1} and h.failed_units == ["u0003"]
+    assert h.summary() == m.summary(uri)
+    # Pages sit in a folder of their own: a listing of the run's manifests (*.json) does not see them.
+    assert sorted(os.listdir(tmp_path / "_manifests" / "r1")) == ["ingest.index", "ingest.json"]
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, PAGE_ENTRIES, S - 1, S, S + 5])
+def test_a_group_gets_exactly_its_positions(tmp_path, count):
+    uri = str(tmp_path / "m.json")
+    m = _manifest()
+    m.write(uri)
+    h = ManifestHead.read(uri)
+    for index in range(count):
+        assert h.shards(index, count) == m.shards[index::count]
+        assert h.units(index, count) == m.units[index::count]
+
+
+def test_a_group_reads_only_the_pages_of_its_positions(tmp_path):
+    uri = str(tmp_path / "m.json")
+    m = _manifest()
+    m.write(uri)
+    h = ManifestHead.read(uri)
+    # Group 5 of S touches only page 0: the other pages of both lists may be anything.
+    paths = {kind: [_flip_page(h, kind, page) for page in (1, 2)][0] for kind in ("units", "shards")}
+    assert h.shards(5, S) == [m.shards[5]] and h.units(5, S) == [m.units[5]]
+    with pytest.raises(ManifestPageError) as e:
+        Manifest.read(uri)  # the whole manifest: it meets the first bad page
+    assert f"page 1 of {paths['units']}" in str(e.value)
+
+
+def test_a_corrupted_page_is_an_integrity_error_naming_the_file(tmp_path):
+    uri = str(tmp_path / "m.json")
+    m = _manifest()
+    m.write(uri)
+    h = ManifestHead.read(uri)
+    path = _flip_page(h, "shards", 2)
+    assert h.shards(1, S) == [m.shards[1]]  # page 0: untouched
+    with pytest.raises(ManifestPageError) as e:
+        h.shards(2 * PAGE_ENTRIES, S)
+    assert isinstance(e.value, IntegrityError) and isinstance(e.value, ManifestError)
+    assert path in str(e.value) and "page 2" in str(e.value) and "checksum" in str(e.value)
+    # A truncated pages file and a missing one: clear errors naming the file.
+    open(path, "r+b").truncate(os.path.getsize(path) - 3)
+    with pytest.raises(ManifestPageError, match="truncated"):
+        ManifestHead.read(uri).shards(2 * PAGE_ENTRIES, S)
+    os.unlink(path)
+    with pytest.raises(ManifestError, match="pages file .* is missing"):
+        ManifestHead.read(uri).shards()
+
+
+def test_pages_on_an_object_store(tmp_path):
+    uri = f"memory://lake-{tmp_path.name}/_manifests/r1/ingest.json"  # no local paths, no rename
+    m = _manifest()
+    m.write(uri)
+    assert Manifest.read(uri) == m
+    assert ManifestHead.read(uri).shards(3, 50) == m.shards[3::50]
+
+
+def test_a_manifest_of_format_1_still_reads(tmp_path):
+    m = _manifest()
+    uri = str(tmp_path / "old.json")
+    storage.write_json(uri, {**m.to_dict(), "format_version": 1})  # what runs before the split wrote
+    back = Manifest.read(uri)
+    assert back.units == m.units and back.shards == m.shards and back.format_version == 1
+    h = ManifestHead.read(uri)
+    assert (h.unit_count, h.shard_count, h.rows, h.status) == (S, S, m.rows, "complete")
+    assert h.shards(4, 7) == m.shards[4::7]
+    back.write(uri)  # rewritten: format 2 from then on
+    assert json.loads(open(uri).read())["format_version"] == 2 and Manifest.read(uri).shards == m.shards
+
+
+def test_each_write_is_a_new_generation_and_the_previous_one_is_kept(tmp_path):
+    uri = str(tmp_path / "m.json")
+    m = _manifest()
+    m.write(uri)
+    before = ManifestHead.read(uri)  # a reader between two writes
+    m.status = "failed"
+    m.write(uri)
+    assert before.shards(0, 1) == m.shards  # the generation it names is still there
+    m.write(uri)
+    assert len(os.listdir(tmp_path / "m.index")) == 4  # two generations, two files each
+    with pytest.raises(ManifestError, match="missing"):
+        before.shards(0, 1)  # two writes later its generation is gone: read the head again
+    assert ManifestHead.read(uri).status == "failed"
+
+
+# --- the stage runner: a task of an array plans its own units from its slice of the upstream manifest -----
+
+
+class LengthStage(AttrsStage):
+    """The smallest attrs stage: the length of each text."""
+
+    name = "lengthtest"
+
+    def compute(self, table: pa.Table) -> pa.Table:
+        return pa.table({"chars": pc.utf8_length(table.column("text"))})
+
+
+@pytest.fixture
+def upstream(tmp_path) -> tuple[Lake, str, Manifest]:
+    """A complete upstream manifest of S real one-row shards."""
+    lake = Lake(str(tmp_path / "lake"), "web", "2026-12-02")
+    shards = []
+    for i in range(S):
+        uri = lake.shard_uri(f"s{i:04d}")
+        nbytes, checksum = write_parquet(uri, pa.table({"id": [f"d{i}"], "text": ["x" * i]}))
+        shards.append(ShardEntry(f"s{i:04d}", uri, rows=1, bytes=nbytes, checksum=checksum, unit_id=f"s{i:04d}"))
+    m = Manifest(
+        dataset="web",
+        stage="ingest",
+        run_id="up",
+        fingerprint="0" * 16,
+        lake=lake.to_dict(),
+        units=[UnitEntry(s.shard_id, [s.uri], s.checksum, status="done") for s in shards],
+        shards=shards,
+        status="complete",
+        accounting={"read": S, "kept": S},
+    )
+    uri = m.write(lake.manifest_uri("up", "ingest"))
+    return lake, uri, m
+
+
+def _stage(lake: Lake, upstream_uri: str) -> LengthStage:
+    return LengthStage(lake, {"input_manifest": upstream_uri, "stream": False}, "r1")
+
+
+def test_a_group_task_plans_from_its_slice_only(upstream):
+    lake, uri, _ = upstream
+    whole = _stage(lake, uri).plan()
+    count = S - 2  # group 1 holds positions 1 and S - 1: pages 0 and 2
+    head = ManifestHead.read(uri)
+    _flip_page(head, "shards", 1)
+    _flip_page(head, "units", 0)  # a task never reads the upstream's units either
+    m = StageRunner(_stage(lake, uri)).run(shard_group=(1, count))
+    assert [(u.unit_id, u.input_checksum, u.rows) for u in m.units] == [
+        (u.unit_id, u.input_checksum, u.rows) for u in whole[1::count]
+    ]
+    assert [u.status for u in m.units] == ["done", "done"]
+    assert [s.shard_id for s in m.shards] == ["s0001", f"s{S - 1:04d}"]
+    assert m.shards[1].attrs["lengthtest"] and m.accounting["read"] == 2
+    with pytest.raises(ManifestPageError, match="page 1"):  # the whole plan does read that page
+        _stage(lake, uri).plan()
+
+
+def test_groups_give_the_units_and_shards_of_a_whole_run(upstream):
+    lake, uri, up = upstream
+    whole = _stage(lake, uri).plan()
+    count = 3
+    for index in range(count):
+        m = StageRunner(_stage(lake, uri)).run(shard_group=(index, count))
+        assert [u.unit_id for u in m.units] == [u.unit_id for u in whole[index::count]]
+        assert [u.input_checksum for u in m.units] == [u.input_checksum for u in whole[index::count]]
+        assert [s.shard_id for s in m.shards] == [s.shard_id for s in up.shards[index::count]]
+    stage = _stage(lake, uri)
+    assert unfinished_groups(stage.manifest_uri, count) == []
+    final = StageRunner(stage).run(collect=True)
+    assert final.status == "complete" and [s.shard_id for s in final.shards] == [s.shard_id for s in up.shards]
+    assert final.accounting["read"] == S and {u.status for u in final.units} == {"skipped"}
+
+
+def test_the_gate_looks_at_an_ended_run_through_its_head(upstream):
+    lake, uri, up = upstream
+    stage = _stage(lake, uri)
+    final = StageRunner(stage).run()
+    look = CheckpointWatcher(stage.manifest_uri).look()
+    assert (look.done, look.total, look.rows, look.shards, look.bytes) == (S, S, final.rows, S, final.bytes)
+    assert look.complete and look.books is None
+    # The final look needs neither the run's pages nor its upstream's, only both heads.
+    for name in ("up", "r1"):
+        folder = os.path.dirname(lake.manifest_uri(name, "x"))
+        for sub in os.listdir(folder):
+            if sub.endswith(".index"):
+                for f in os.listdir(os.path.join(folder, sub)):
+                    os.unlink(os.path.join(folder, sub, f))
+    again = CheckpointWatcher(stage.manifest_uri).look()
+    assert (again.done, again.rows, again.complete, again.books) == (S, final.rows, True, None)
+    # The books still come from the heads: an upstream that hands on one row more fails the gate.
+    head = json.loads(open(uri).read())
+    head["totals"]["rows"] += 1
+    storage.write_json(uri, head)
+    assert "lost or invented" in CheckpointWatcher(stage.manifest_uri).look().books
+
+
+def test_a_group_task_reads_an_upstream_manifest_of_format_1(upstream):
+    lake, uri, up = upstream
+    storage.write_json(uri, {**up.to_dict(), "format_version": 1})  # written before the split
+    stage = _stage(lake, uri)
+    whole = stage.plan()
+    assert [u.unit_id for u in _stage(lake, uri).plan_group(2, 7)] == [u.unit_id for u in whole[2::7]]
