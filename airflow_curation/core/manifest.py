@@ -11,13 +11,16 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_curation.core import storage
+from airflow_curation.core import storage, uris
 
 FORMAT = "airflow-curation/manifest"
 FORMAT_VERSION = 1
 
 UNIT_STATUSES = ("pending", "done", "skipped", "failed")
-RUN_STATUSES = ("planned", "complete", "failed")
+# "superseded": a later run replaced this run's outputs (``ingest --replace``); ``superseded_by`` names it.
+RUN_STATUSES = ("planned", "complete", "failed", "superseded")
+# Where a manifest lies below its dataset base: ``_manifests/<run_id>/<stage>.json``.
+_DEPTH = 2
 
 
 class ManifestError(ValueError):
@@ -71,6 +74,8 @@ class Manifest:
     created_at: float = field(default_factory=time.time)
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
+    supersedes: list[str] = field(default_factory=list)  # manifest URIs this run replaced (ingest --replace)
+    superseded_by: str | None = None  # the run id that replaced this run's outputs
 
     @property
     def rows(self) -> int:
@@ -80,6 +85,13 @@ class Manifest:
     def bytes(self) -> int:
         return sum(s.bytes for s in self.shards)
 
+    @property
+    def status_text(self) -> str:
+        """The status for a message: a superseded run names the run that replaced it."""
+        if self.status == "superseded":
+            return f"superseded by run {self.superseded_by} (its shards were replaced: ingest --replace)"
+        return repr(self.status)
+
     def summary(self, uri: str) -> dict[str, Any]:
         """What goes into XCom: a pointer and counts, never the shard list."""
         return {"manifest_uri": uri, "shards": len(self.shards), "rows": self.rows, "bytes": self.bytes}
@@ -88,28 +100,62 @@ class Manifest:
         return asdict(self)
 
     def write(self, uri: str) -> str:
-        d = self.to_dict()  # once: asdict deep-copies every unit and shard entry
+        """Write the manifest with its URIs in stored form: relative to the lake root (``core/uris.py``)."""
+        d = _uris(self.to_dict(), lambda u: uris.relativize(u, self.lake["root"]))
+        for key, unset in (("supersedes", []), ("superseded_by", None)):
+            if d[key] == unset:  # absent unless used: readers of earlier versions still read the rest
+                del d[key]
         _validate(d, uri)
         storage.write_json(uri, d)
         return uri
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "<dict>") -> "Manifest":
+    def from_dict(cls, d: dict[str, Any], where: str = "<dict>", root: str | None = None) -> "Manifest":
+        """:param root: the lake root the manifest's relative URIs resolve against (default: its recorded one)."""
         _validate(d, where)
         d = dict(d)
+        root = root or d["lake"].get("root")
+        if root:
+            d = _uris(d, lambda u: uris.resolve(u, root))
+            d["lake"] = {**d["lake"], "root": root}
         d["units"] = [UnitEntry(**u) for u in d["units"]]
         d["shards"] = [ShardEntry(**s) for s in d["shards"]]
         return cls(**d)
 
     @classmethod
     def read(cls, uri: str) -> "Manifest":
+        """The manifest at ``uri``, its URIs resolved against the lake it lies in (a copied lake reads its own
+        files), or against its recorded root where it lies outside the layout."""
         try:
             data = storage.read_json(uri)
         except FileNotFoundError as e:
             raise ManifestError(f"manifest not found: {uri}") from e
         except ValueError as e:
             raise ManifestError(f"manifest {uri} is not valid JSON: {e}") from e
-        return cls.from_dict(data, uri)
+        lake = data.get("lake") if isinstance(data, dict) else None
+        root = uris.root_of(uri, lake, _DEPTH) if isinstance(lake, dict) else None
+        return cls.from_dict(data, uri, root)
+
+
+def _uris(d: dict[str, Any], fn) -> dict[str, Any]:
+    """A manifest dict with ``fn`` applied to every URI it holds (shards, attrs, unit inputs, the upstream
+    manifest); a shallow copy, the input left as it is."""
+    d = dict(d)
+    if isinstance(d.get("shards"), list):
+        d["shards"] = [uris.map_shard(s, fn) if isinstance(s, dict) else s for s in d["shards"]]
+    if isinstance(d.get("units"), list):
+        d["units"] = [
+            {**u, "inputs": [fn(i) if isinstance(i, str) else i for i in u["inputs"]]}
+            if isinstance(u, dict) and isinstance(u.get("inputs"), list)
+            else u
+            for u in d["units"]
+        ]
+    config = d.get("config")
+    if isinstance(config, dict) and isinstance(config.get("input_manifest"), str):
+        d["config"] = {**config, "input_manifest": fn(config["input_manifest"])}
+    if isinstance(d.get("supersedes"), list):
+        d["supersedes"] = [fn(u) if isinstance(u, str) else u for u in d["supersedes"]]
+    return d
 
 
 _REQUIRED: dict[str, type | tuple[type, ...]] = {
