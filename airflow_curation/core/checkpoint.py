@@ -103,6 +103,7 @@ class CheckpointStore:
             **data,
             "outputs": [uris.map_shard(o, fn) if isinstance(o, dict) else o for o in data.get("outputs") or []],
             "files": uris.map_files(data.get("files") or [], fn),
+            "extra": uris.map_keys(data.get("extra") or {}, fn),
         }
 
     def _uri(self, unit_id: str, suffix: str = ".json") -> str:

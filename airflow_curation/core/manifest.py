@@ -138,8 +138,8 @@ class Manifest:
 
 
 def _uris(d: dict[str, Any], fn) -> dict[str, Any]:
-    """A manifest dict with ``fn`` applied to every URI it holds (shards, attrs, unit inputs, the upstream
-    manifest); a shallow copy, the input left as it is."""
+    """A manifest dict with ``fn`` applied to every URI it holds (shards, attrs, unit inputs, the config's URI
+    keys: the upstream manifest, the report, tokenize's packed files...); a copy, the input left as it is."""
     d = dict(d)
     if isinstance(d.get("shards"), list):
         d["shards"] = [uris.map_shard(s, fn) if isinstance(s, dict) else s for s in d["shards"]]
@@ -150,9 +150,8 @@ def _uris(d: dict[str, Any], fn) -> dict[str, Any]:
             else u
             for u in d["units"]
         ]
-    config = d.get("config")
-    if isinstance(config, dict) and isinstance(config.get("input_manifest"), str):
-        d["config"] = {**config, "input_manifest": fn(config["input_manifest"])}
+    if isinstance(d.get("config"), dict):
+        d["config"] = uris.map_keys(d["config"], fn)
     if isinstance(d.get("supersedes"), list):
         d["supersedes"] = [fn(u) if isinstance(u, str) else u for u in d["supersedes"]]
     return d

@@ -49,6 +49,24 @@ def map_shard(shard: dict[str, Any], fn: Callable[[str], str]) -> dict[str, Any]
     return out
 
 
+# Keys whose values are URIs, in a manifest's ``config`` and a checkpoint record's ``extra`` (besides ``*_uri``).
+_URI_KEYS = frozenset({"uri", "input_manifest", "quarantine", "report_json", "report_html"})
+
+
+def map_keys(value: Any, fn: Callable[[str], str]) -> Any:
+    """``value`` with ``fn`` applied to every string under a URI key (``*_uri``, ``uri``, ``input_manifest``,
+    ``quarantine``, ``report_json``, ``report_html``), in nested dicts and lists too (tokenize's packed files,
+    dedup's shard list); everything else as it is."""
+    if isinstance(value, dict):
+        return {
+            k: fn(v) if isinstance(v, str) and (k in _URI_KEYS or k.endswith("_uri")) else map_keys(v, fn)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [map_keys(v, fn) for v in value]
+    return value
+
+
 def map_files(files: list[Any], fn: Callable[[str], str]) -> list[Any]:
     """A checkpoint record's ``files`` (``{uri, bytes, checksum}``) with ``fn`` applied to each URI."""
     return [{**f, "uri": fn(f["uri"])} if isinstance(f, dict) and isinstance(f.get("uri"), str) else f for f in files]

@@ -103,14 +103,19 @@ def uri(root: Path, run_id: str, stage: str) -> str:
 # --- a copied lake reads its own files -----------------------------------------------------------------
 
 
-def test_a_copied_lake_validates_from_its_own_files_with_the_original_gone(lake, tmp_path):
-    original, _ = lake
-    # What is stored is relative to the lake root; in memory it is absolute, under the lake it was read from.
-    stored = json.loads(Path(uri(original, "r1", "dedup")).read_text())
-    assert stored["shards"][0]["uri"].startswith(f"{DATASET}/shards/part-")
-    assert stored["shards"][0]["attrs"]["preprocess"].startswith(f"{DATASET}/attrs/preprocess/")
-    assert stored["config"]["input_manifest"] == f"{DATASET}/_manifests/r1/preprocess.json"
+def names_original(document: str, original: str) -> bool:
+    """Whether a JSON document of the lake names ``original``, besides the root a manifest records (which
+    only a manifest read outside the layout falls back on)."""
+    doc = json.loads(document)
+    if isinstance(doc, dict) and isinstance(doc.get("lake"), dict):
+        doc["lake"].pop("root", None)
+    return original in json.dumps(doc)
 
+
+def test_a_copied_lake_validates_from_its_own_files_with_the_original_gone(lake, tmp_path):
+    _, raw = lake
+    original = tmp_path / "lake-a"  # built here, so that nothing of it lives on elsewhere
+    pipeline(original, raw, "r1")
     copy = tmp_path / "moved" / "lake2"
     shutil.copytree(original, copy, symlinks=True)
     shutil.rmtree(original)  # every read of the original now fails
@@ -123,12 +128,15 @@ def test_a_copied_lake_validates_from_its_own_files_with_the_original_gone(lake,
     assert report["status"] == "passed", report["summary"]
     assert report["metrics"]["rows"] == m.rows
     # The whole chain was read from the copy: the funnel has every stage, and no document names the original.
-    assert [f["label"] for f in report["metrics"]["funnel"]][:1] == ["ingested"] and len(
-        report["metrics"]["funnel"]
-    ) == 3
-    assert not os.path.exists(original)
+    assert [f["label"] for f in report["metrics"]["funnel"]][:1] == ["ingested"]
+    assert len(report["metrics"]["funnel"]) == 3
     for p in copy.rglob("*.json"):
-        assert str(original) not in p.read_text(), p
+        assert not names_original(p.read_text(), str(original)), p
+    # What is stored is relative to the lake root; in memory it is absolute, under the lake it was read from.
+    stored = json.loads(Path(uri(copy, "r1", "dedup")).read_text())
+    assert stored["shards"][0]["uri"].startswith(f"{DATASET}/shards/part-")
+    assert stored["shards"][0]["attrs"]["preprocess"].startswith(f"{DATASET}/attrs/preprocess/")
+    assert stored["config"]["input_manifest"] == f"{DATASET}/_manifests/r1/preprocess.json"
 
 
 def test_a_copied_lake_reruns_from_its_own_checkpoints(lake, tmp_path):
