@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_curation.core import storage
+from airflow_curation.core import storage, uris
 from airflow_curation.core.fingerprint import checksum_url
 
 log = logging.getLogger(__name__)
@@ -86,8 +86,25 @@ class CheckpointRecord:
 
 
 class CheckpointStore:
-    def __init__(self, directory: str) -> None:
+    """The records of one stage configuration, ``<lake>/.../_checkpoints/<stage>/<fingerprint>/``.
+
+    :param root: the lake root: the URIs a record holds are stored relative to it (``core/uris.py``), so that
+        a copied lake's records vouch for the copy's files. None: stored as they are.
+    """
+
+    def __init__(self, directory: str, root: str | None = None) -> None:
         self.directory = directory
+        self.root = root
+
+    def _stored(self, data: dict[str, Any], fn) -> dict[str, Any]:
+        if self.root is None:
+            return data
+        return {
+            **data,
+            "outputs": [uris.map_shard(o, fn) if isinstance(o, dict) else o for o in data.get("outputs") or []],
+            "files": uris.map_files(data.get("files") or [], fn),
+            "extra": uris.map_keys(data.get("extra") or {}, fn),
+        }
 
     def _uri(self, unit_id: str, suffix: str = ".json") -> str:
         return storage.join(self.directory, f"{unit_id}{suffix}")
@@ -100,8 +117,8 @@ class CheckpointStore:
         except (ValueError, TypeError):
             return None  # a torn or foreign file is not a checkpoint; the unit is redone
         try:
-            return CheckpointRecord(**data)
-        except TypeError:
+            return CheckpointRecord(**self._stored(data, lambda u: uris.resolve(u, self.root)))
+        except (TypeError, AttributeError):
             return None
 
     def is_done(
@@ -117,7 +134,7 @@ class CheckpointStore:
 
     def commit(self, record: CheckpointRecord) -> str:
         uri = self._uri(record.unit_id)
-        storage.write_json(uri, asdict(record))
+        storage.write_json(uri, self._stored(asdict(record), lambda u: uris.relativize(u, self.root)))
         storage.remove(self._uri(record.unit_id, ".failed.json"))
         return uri
 

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 from airflow_curation.core import storage
+from airflow_curation.core.checkpoint import CheckpointStore
 
 _SAFE = re.compile(r"^[A-Za-z0-9_.=:+@-]+$")
 
@@ -67,6 +68,10 @@ class Lake:
 
     def checkpoint_dir(self, stage: str, fingerprint: str) -> str:
         return self.path("_checkpoints", stage, fingerprint)
+
+    def checkpoints(self, stage: str, fingerprint: str) -> CheckpointStore:
+        """The checkpoint records of one stage configuration, their URIs relative to this lake's root."""
+        return CheckpointStore(self.checkpoint_dir(stage, fingerprint), root=self.root)
 
     def manifest_uri(self, run_id: str, stage: str) -> str:
         return self.path("_manifests", safe_name(run_id, "run id"), f"{stage}.json")

@@ -26,7 +26,7 @@ from typing import Any
 
 import xxhash
 
-from airflow_curation.core import storage
+from airflow_curation.core import storage, uris
 from airflow_curation.core.integrity import IntegrityError
 
 FORMAT = "airflow-curation/manifest"
@@ -34,7 +34,10 @@ FORMAT_VERSION = 2
 READ_VERSIONS = (1, 2)  # format 1: both lists inline (before the split)
 
 UNIT_STATUSES = ("pending", "done", "skipped", "failed")
-RUN_STATUSES = ("planned", "complete", "failed")
+# "superseded": a later run replaced this run's outputs (``ingest --replace``); ``superseded_by`` names it.
+RUN_STATUSES = ("planned", "complete", "failed", "superseded")
+# Where a manifest lies below its dataset base: ``_manifests/<run_id>/<stage>.json``.
+_DEPTH = 2
 
 # Entries per page: a task of an array over N groups reads the bytes of about min(S, S/N * PAGE_ENTRIES) of
 # a run's S entries (the pages around its positions i::N; one page when every task runs one unit), hashes
@@ -99,6 +102,8 @@ class Manifest:
     created_at: float = field(default_factory=time.time)
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
+    supersedes: list[str] = field(default_factory=list)  # manifest URIs this run replaced (ingest --replace)
+    superseded_by: str | None = None  # the run id that replaced this run's outputs
 
     @property
     def rows(self) -> int:
@@ -108,6 +113,11 @@ class Manifest:
     def bytes(self) -> int:
         return sum(s.bytes for s in self.shards)
 
+    @property
+    def status_text(self) -> str:
+        """The status for a message: a superseded run names the run that replaced it."""
+        return _status_text(self.status, self.superseded_by)
+
     def summary(self, uri: str) -> dict[str, Any]:
         """What goes into XCom: a pointer and counts, never the shard list."""
         return {"manifest_uri": uri, "shards": len(self.shards), "rows": self.rows, "bytes": self.bytes}
@@ -116,8 +126,13 @@ class Manifest:
         return asdict(self)
 
     def write(self, uri: str) -> str:
-        """The pages of a new generation, then the head that names them (atomically: the commit)."""
-        d = {**self.to_dict(), "format_version": FORMAT_VERSION}  # asdict once: it deep-copies every entry
+        """The pages of a new generation, then the head that names them (atomically: the commit), every URI
+        in stored form: relative to the lake root (``core/uris.py``), so a copied lake reads its own files."""
+        d = _uris(self.to_dict(), lambda u: uris.relativize(u, self.lake["root"]))  # asdict deep-copies: once
+        d["format_version"] = FORMAT_VERSION
+        for key, unset in (("supersedes", []), ("superseded_by", None)):
+            if d[key] == unset:  # absent unless used
+                del d[key]
         _validate(d, uri)
         lists = {kind: d.pop(kind) for kind in KINDS}
         generation = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
@@ -133,10 +148,11 @@ class Manifest:
         return uri
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "<dict>") -> "Manifest":
-        """A manifest from its format-1 form (both lists inline), e.g. ``to_dict()``'s."""
+    def from_dict(cls, d: dict[str, Any], where: str = "<dict>", root: str | None = None) -> "Manifest":
+        """A manifest from its format-1 form (both lists inline), e.g. ``to_dict()``'s. :param root: the lake
+        root its relative URIs resolve against (default: its recorded one)."""
         _validate(d, where)
-        return cls._build(d)
+        return cls._build(_resolved(d, root))
 
     @classmethod
     def _build(cls, d: dict[str, Any]) -> "Manifest":
@@ -160,7 +176,8 @@ class ManifestHead:
     """A manifest's head: everything but the unit and shard lists, which it reads page by page on demand.
 
     What a gate and a task of an array read (:meth:`Manifest.read` for everything). A format-1 manifest
-    has no pages: its head holds the whole document, read once.
+    has no pages: its head holds the whole document, read once. URIs are resolved against the lake the
+    manifest lies in (a copied lake reads its own files), or its recorded root where it lies elsewhere.
     """
 
     def __init__(self, uri: str, data: dict[str, Any], inline: dict[str, Any] | None = None) -> None:
@@ -176,18 +193,32 @@ class ManifestHead:
             raise ManifestError(f"manifest not found: {uri}") from e
         except ValueError as e:
             raise ManifestError(f"manifest {uri} is not valid JSON: {e}") from e
+        lake = data.get("lake") if isinstance(data, dict) else None
+        root = uris.root_of(uri, lake, _DEPTH) if isinstance(lake, dict) else None
         if isinstance(data, dict) and data.get("format_version") == 1:
             _validate(data, uri)
+            data = _resolved(data, root)
             head = {k: v for k, v in data.items() if k not in KINDS}
             head["index"] = {kind: {"count": len(data[kind])} for kind in KINDS}
             head["totals"] = _totals(data["units"], data["shards"])
             return cls(uri, head, inline=data)
         _validate_head(data, uri)
-        return cls(uri, data)
+        return cls(uri, _resolved(data, root))
+
+    @property
+    def root(self) -> str:
+        """The lake root this manifest's URIs resolve against."""
+        return self.data["lake"]["root"]
+
+    @property
+    def status_text(self) -> str:
+        return _status_text(self.data["status"], self.data.get("superseded_by"))
 
     def __getattr__(self, name: str) -> Any:
         if name in _HEAD_FIELDS:
             return self.data[name]
+        if name in _OPTIONAL_HEAD_FIELDS:
+            return self.data.get(name, _OPTIONAL_HEAD_FIELDS[name])
         raise AttributeError(name)
 
     @property
@@ -262,9 +293,10 @@ class ManifestHead:
                 decoded = json.loads(chunk)
             except ValueError as e:
                 raise ManifestPageError(f"{kind} from [{first}] in {where}: not valid JSON: {e}") from e
+            resolve = (lambda u: uris.resolve(u, self.root)) if self.root else (lambda u: u)
             for i, entry in enumerate(decoded if count == 1 else [decoded]):
                 check(entry, f"{kind}[{first + i}]", lambda msg: _fail(where, msg))
-                out.append(entry)
+                out.append(_uris({kind: [entry]}, resolve)[kind][0])
         if len(out) != len(positions):
             raise ManifestPageError(f"{where}: {len(out)} {kind} where the head of {self.uri} lists {len(positions)}")
         return out
@@ -281,7 +313,46 @@ class ManifestHead:
             )
 
 
+def _status_text(status: str, superseded_by: str | None) -> str:
+    """A run's status for a message: a superseded run names the run that replaced it."""
+    if status == "superseded":
+        return f"superseded by run {superseded_by} (its shards were replaced: ingest --replace)"
+    return repr(status)
+
+
+def _resolved(d: dict[str, Any], root: str | None) -> dict[str, Any]:
+    """A manifest (or head) dict with its URIs resolved against ``root`` (default: its recorded root), which
+    becomes its lake's root; stored absolute URIs (earlier manifests, inputs outside the lake) stay as they are."""
+    root = root or (d.get("lake") or {}).get("root")
+    if not root:
+        return d
+    d = _uris(d, lambda u: uris.resolve(u, root))
+    d["lake"] = {**d["lake"], "root": root}
+    return d
+
+
+def _uris(d: dict[str, Any], fn) -> dict[str, Any]:
+    """A manifest dict with ``fn`` applied to every URI it holds (shards, attrs, unit inputs, the config's URI
+    keys: the upstream manifest, the report, tokenize's packed files...); a copy, the input left as it is."""
+    d = dict(d)
+    if isinstance(d.get("shards"), list):
+        d["shards"] = [uris.map_shard(s, fn) if isinstance(s, dict) else s for s in d["shards"]]
+    if isinstance(d.get("units"), list):
+        d["units"] = [
+            {**u, "inputs": [fn(i) if isinstance(i, str) else i for i in u["inputs"]]}
+            if isinstance(u, dict) and isinstance(u.get("inputs"), list)
+            else u
+            for u in d["units"]
+        ]
+    if isinstance(d.get("config"), dict):
+        d["config"] = uris.map_keys(d["config"], fn)
+    if isinstance(d.get("supersedes"), list):
+        d["supersedes"] = [fn(u) if isinstance(u, str) else u for u in d["supersedes"]]
+    return d
+
+
 _HEAD_FIELDS = ("dataset", "stage", "run_id", "fingerprint", "lake", "status", "config", "accounting", "created_at")
+_OPTIONAL_HEAD_FIELDS = {"supersedes": [], "superseded_by": None}
 
 
 def _totals(units: list[dict[str, Any]], shards: list[dict[str, Any]]) -> dict[str, Any]:

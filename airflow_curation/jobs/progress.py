@@ -28,7 +28,7 @@ def group_of(position: int, groups: int) -> int:
 
 
 def _store(manifest: Manifest | ManifestHead) -> CheckpointStore:
-    return CheckpointStore(Lake.from_dict(manifest.lake).checkpoint_dir(manifest.stage, manifest.fingerprint))
+    return Lake.from_dict(manifest.lake).checkpoints(manifest.stage, manifest.fingerprint)
 
 
 def _read(manifest_uri: str, head: bool = False) -> Manifest | ManifestHead | None:

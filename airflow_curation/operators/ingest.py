@@ -37,6 +37,9 @@ class IngestOperator(CurationStageOperator):
     :param snapshot: snapshot partition, usually ``"{{ ds }}"``.
     :param text_field: field or column that holds the document text (default ``text``).
     :param max_failed_fraction: failure budget, a fraction of the units (input file groups).
+    :param replace: supersede the complete ingest runs of this dataset/snapshot made from other inputs or
+        settings (their manifests, and those that read their shards, are marked ``superseded``); without
+        it such a run is refused, since it would overwrite their shards.
     :param config: any other ingest setting (``target_shard_bytes``, ``format``, ``text_mode``...).
 
     No input, or an input that does not exist, fails the task before any job is submitted, with a
@@ -44,7 +47,7 @@ class IngestOperator(CurationStageOperator):
     """
 
     stage = "ingest"
-    settings_params = ("inputs", "text_field", "max_failed_fraction")
+    settings_params = ("inputs", "text_field", "max_failed_fraction", "replace")
     template_fields: Sequence[str] = (*CurationStageOperator.template_fields, *settings_params)
 
     def __init__(
@@ -56,12 +59,14 @@ class IngestOperator(CurationStageOperator):
         snapshot: str | None = None,
         text_field: str | None = None,
         max_failed_fraction: float | str | None = None,
+        replace: bool | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(dataset=dataset, lake=lake, snapshot=snapshot, **kwargs)
         self.inputs = inputs
         self.text_field = text_field
         self.max_failed_fraction = max_failed_fraction
+        self.replace = replace
 
     def submit_job(self, context: Any) -> dict[str, Any]:
         """Check that every input exists (with the connection's storage options), then submit."""

@@ -33,7 +33,6 @@ import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
-from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.integrity import shard_files, verify_files
@@ -65,7 +64,7 @@ class AttrsFile:
 def _manifest_entries(uri: str, group: tuple[int, int] | None = None) -> dict[str, ShardEntry]:
     head = ManifestHead.read(uri)
     if head.status != "complete":
-        raise ValueError(f"upstream manifest {uri} is {head.status!r}, not complete")
+        raise ValueError(f"upstream manifest {uri} is {head.status_text}, not complete")
     return {s.shard_id: s for s in head.shards(*(group or (0, 1)))}
 
 
@@ -173,10 +172,12 @@ class AttrsStage(Stage):
             if self._stream_upstream(uri):
                 wait = 0.0  # already waited that long without a new upstream shard
         deadline = time.monotonic() + wait
-        while (status := ManifestHead.read(uri).status) == "planned" and time.monotonic() < deadline:
+        while (upstream := ManifestHead.read(uri)).status == "planned" and time.monotonic() < deadline:
             time.sleep(1.0)
-        if status != "complete":
-            raise ValueError(f"{self.name}: upstream manifest {uri} is {status}, not complete (waited {wait:g} s)")
+        if upstream.status != "complete":
+            raise ValueError(
+                f"{self.name}: upstream manifest {uri} is {upstream.status_text}, not complete (waited {wait:g} s)"
+            )
 
     # -- streaming -----------------------------------------------------------------------------------
     def _stream_upstream(self, uri: str) -> bool:
@@ -317,7 +318,7 @@ def upstream_checkpointed(manifest: Manifest) -> dict[str, ShardEntry]:
     """The shards of a still running (``planned``) manifest's units that are checkpointed, in plan order:
     a record with the manifest's fingerprint and the unit's input checksum means its outputs are complete
     (what the checkpoint gate counts), and the final manifest will list exactly these entries."""
-    store = CheckpointStore(Lake.from_dict(manifest.lake).checkpoint_dir(manifest.stage, manifest.fingerprint))
+    store = Lake.from_dict(manifest.lake).checkpoints(manifest.stage, manifest.fingerprint)
     done, _ = store.scan()
     out: dict[str, ShardEntry] = {}
     for unit in manifest.units:

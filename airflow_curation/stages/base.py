@@ -112,6 +112,8 @@ class Stage:
     UPSTREAM: tuple[str, ...] | None = None
     # What validate's funnel calls the rows this stage keeps (None: the stage's attrs name).
     FUNNEL_LABEL: str | None = None
+    # Manifest URIs this run replaces (``ingest --replace``), set by ``plan``; the run's manifest records them.
+    supersedes: tuple[str, ...] = ()
     SETTINGS: Settings = Settings(
         Setting("workers", int, 1, "parallel workers", runtime=True),
         Setting("max_attempts", int, 2, "attempts per unit before it counts as failed", runtime=True),
@@ -163,7 +165,7 @@ class Stage:
 
     @property
     def checkpoints(self) -> CheckpointStore:
-        return CheckpointStore(self.lake.checkpoint_dir(self.name, self.fingerprint))
+        return self.lake.checkpoints(self.name, self.fingerprint)
 
     @property
     def manifest_uri(self) -> str:
@@ -327,6 +329,7 @@ class StageRunner:
             lake=stage.lake.to_dict(),
             units=units,
             config={k: v for k, v in stage.config.items()},
+            supersedes=list(stage.supersedes),
         )
         scope = units[shard_group[0] :: shard_group[1]] if shard_group is not None and whole else units
         if shard_group is None or (shard_group[0] == 0 and not collect):

@@ -8,6 +8,7 @@ between two operator instances to play a worker that died and a retry that start
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 
@@ -220,3 +221,20 @@ def test_templated_fields_and_run_id(tmp_path):
     assert spec.config["max_failed_fraction"] == 0.25
     with pytest.raises(ValueError, match="invalid dataset"):
         IngestOperator(task_id="x", inputs="a", lake=str(tmp_path), dataset="../escape").build_spec({"run_id": "r"})
+
+
+def test_a_second_ingest_of_other_inputs_fails_unless_it_replaces(tmp_path, small_input):
+    """Issue 21: another run's inputs would overwrite the first run's shards; ``replace`` supersedes it."""
+    first = _operator(tmp_path / "lake", small_input, {"work_dir": str(tmp_path / "jobs")}, deferrable=False)
+    first.execute(_context(MemoryTaskStateStore(), run_id="first"))
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps({"text": f"another document {i}"}) + "\n" for i in range(5)))
+    again = _operator(tmp_path / "lake", other, {"work_dir": str(tmp_path / "jobs2")}, deferrable=False)
+    with pytest.raises(Exception, match=r"complete run first .*--replace \(replace=True\)"):
+        again.execute(_context(MemoryTaskStateStore(), run_id="second"))
+    replacing = _operator(
+        tmp_path / "lake", other, {"work_dir": str(tmp_path / "jobs3")}, deferrable=False, replace="true"
+    )
+    assert replacing.build_spec({"run_id": "third"}).config["replace"] is True
+    summary = replacing.execute(_context(MemoryTaskStateStore(), run_id="third"))
+    assert summary["rows"] == 5 and Manifest.read(summary["manifest_uri"]).supersedes

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_curation.core import storage
+from airflow_curation.core import storage, uris
 from airflow_curation.core.integrity import IntegrityError
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.lsh import partition_of, read_nested_partition, read_partition, write_partitioned
@@ -214,7 +214,7 @@ def test_a_corrupted_earlier_index_fails_the_later_snapshot_clearly(pages, tmp_p
     lakes = {d: _snapshot_lake(tmp_path / "lake", d, docs) for d, docs in days.items()}
     _dedup(lakes[DATES[0]])
     index = storage.read_json(snapshots.index_uri(lakes[DATES[0]], snapshots.index_key(_dedup_params(lakes))))
-    spill = index["shards"][0]["bands"]["uri"]
+    spill = uris.resolve(index["shards"][0]["bands"]["uri"], lakes[DATES[0]].root)  # stored relative to the root
     data = bytearray(storage.read_bytes(spill))
     data[len(data) // 2] ^= 0xFF
     storage.write_bytes(spill, bytes(data))

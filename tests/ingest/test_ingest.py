@@ -21,7 +21,7 @@ from airflow_curation.core.manifest import Manifest
 from airflow_curation.core.quarantine import read_quarantine
 from airflow_curation.jobs.spec import JobSpec
 from airflow_curation.stages.base import StageRunner
-from airflow_curation.stages.ingest.stage import IngestStage
+from airflow_curation.stages.ingest.stage import IngestStage, ReplaceRefused
 
 
 def _ingest(lake: Lake, inputs, run_id="r1", **config):
@@ -183,12 +183,18 @@ def test_rerun_does_no_work_and_changed_config_recomputes(tmp_path):
     assert [u.status for u in m2.units] == ["skipped"] * 3
     assert {s.uri: os.stat(s.uri).st_mtime_ns for s in m2.shards} == mtimes
     assert m2.accounting == m1.accounting
-    # Touching one input file redoes that unit only.
+    # A changed input file would rewrite complete runs' shards: refused, naming them, unless replace.
     _jsonl(src / "1.jsonl", [json.dumps({"text": f"changed doc {i}"}).encode() for i in range(5)])
-    _, m3 = _ingest(lake, [src], run_id="r3", unit_bytes=1)
+    with pytest.raises(ReplaceRefused, match="complete run r1 .* pass --replace"):
+        _ingest(lake, [src], run_id="r3", unit_bytes=1)
+    assert {s.uri: os.stat(s.uri).st_mtime_ns for s in m1.shards} == mtimes
+    # With replace, the changed file redoes that unit only, and the earlier runs are superseded.
+    _, m3 = _ingest(lake, [src], run_id="r3", unit_bytes=1, replace=True)
     assert [u.status for u in m3.units] == ["skipped", "done", "skipped"] and m3.rows == 45
+    assert m3.supersedes == [lake.manifest_uri("r1", "ingest"), lake.manifest_uri("r2", "ingest")]
+    assert Manifest.read(lake.manifest_uri("r1", "ingest")).superseded_by == "r3"
     # A different setting is a different fingerprint: everything is recomputed.
-    _, m4 = _ingest(lake, [src], run_id="r4", unit_bytes=1, row_group_rows=7)
+    _, m4 = _ingest(lake, [src], run_id="r4", unit_bytes=1, row_group_rows=7, replace=True)
     assert [u.status for u in m4.units] == ["done"] * 3 and m4.fingerprint != m3.fingerprint
 
 

@@ -2,8 +2,8 @@
 
 Every stage runs the way a backend runs it: ``python -m airflow_curation.jobs run SPEC.json`` in a
 subprocess, so that ``CURATION_FAULT`` can SIGKILL it. The lake always lives at the same path
-(``root``): manifests and checkpoints hold absolute URIs, so a scenario restores a saved copy of the
-lake into that path rather than using a fresh folder.
+(``root``): a scenario restores a saved copy of the lake into that path (manifests store URIs relative to
+the lake root, so a copy elsewhere would do too; the same path keeps job logs and reports comparable).
 
 **Curated output** is defined by content, not by files: for a stage's final manifest, every row of
 every shard it lists (``id``, ``text``, ``source``, ``meta``) together with every attrs column of every

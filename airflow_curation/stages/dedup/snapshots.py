@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_curation.core import storage
+from airflow_curation.core import storage, uris
 from airflow_curation.core.components import LABEL_COLUMNS
 from airflow_curation.core.fingerprint import checksum_url, config_fingerprint
 from airflow_curation.core.integrity import IntegrityError, verify_file
@@ -70,6 +70,9 @@ def index_key(params: DedupParams) -> str:
     d = asdict(params)
     d.pop("partitions")
     return config_fingerprint("dedup_index", d, str(INDEX_VERSION))
+
+
+_INDEX_DEPTH = 3  # folders between the dataset base and the index: dedup/index/<key>/
 
 
 def index_uri(lake: Lake, key: str) -> str:
@@ -124,7 +127,8 @@ def write_index(
         ],
     }
     uri = index_uri(lake, key)
-    storage.write_json(uri, doc)
+    # URIs relative to the lake root (core/uris.py): a copied lake's later snapshots read the copy's spills.
+    storage.write_json(uri, uris.map_keys(doc, lambda u: uris.relativize(u, lake.root)))
     return uri
 
 
@@ -138,6 +142,9 @@ def load_priors(priors: list[dict[str, str]], key: str) -> list[dict[str, Any]]:
         doc = storage.read_json(p["index"])
         if doc.get("format") != INDEX_FORMAT or doc.get("index_key") != key:
             raise IntegrityError(f"{what} {p['index']} is not a dedup index with key {key}")
+        root = uris.root_of(p["index"], doc, _INDEX_DEPTH)
+        if root:
+            doc = uris.map_keys(doc, lambda u, root=root: uris.resolve(u, root))
         for s in doc["shards"]:
             for kind in ("bands", "exact"):
                 if s.get(kind):

@@ -24,7 +24,7 @@ import hashlib
 import logging
 from dataclasses import asdict
 
-from airflow_curation.core import storage
+from airflow_curation.core import storage, uris
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.components import LABEL_COLUMNS, connected_components
 from airflow_curation.core.faults import fault_point
@@ -410,7 +410,7 @@ class DedupStage(AttrsStage):
         done_uri = storage.join(gdir, "_SUCCESS.json")
         if storage.exists(done_uri):
             log.info("dedup: global phase already done (%s)", done_uri)
-            return storage.read_json(done_uri)
+            return self._read_done(done_uri)
         parts, cc_parts = params.partitions, self._cc_parts
         ranges = partition_ranges(parts, self._units)
         band_uris = [sig.spill_uris(s["shard_id"])[0] for s in shards]
@@ -464,7 +464,7 @@ class DedupStage(AttrsStage):
             **totals,
         }
         log.info("dedup: global phase done: %s", totals)
-        storage.write_json(done_uri, result)
+        self._write_done(done_uri, result)
         return result
 
     def _gather(self, uris: list[str], folder: str, columns: dict, out_parts: int) -> list[str]:
@@ -483,7 +483,7 @@ class DedupStage(AttrsStage):
         pdir = self.lake.path("dedup", run_key, f"prior-{key.hexdigest()[:16]}")
         done_uri = storage.join(pdir, "_SUCCESS.json")
         if storage.exists(done_uri):
-            return storage.read_json(done_uri)
+            return self._read_done(done_uri)
         docs = snapshots.load_priors(priors, snapshots.index_key(self.params))
         inputs = snapshots.probe_inputs(docs)
         parts = params.partitions
@@ -500,8 +500,21 @@ class DedupStage(AttrsStage):
         uris, counts = snapshots.resolve(match_uris, g["labels"], out_parts, docs, pdir, bool(g.get("gathered")))
         result = {"uris": uris, "snapshots": [p["snapshot"] for p in priors], **counts}
         log.info("dedup: probed %d earlier snapshots: %s", len(priors), counts)
-        storage.write_json(done_uri, result)
+        self._write_done(done_uri, result)
         return result
+
+    # A global phase's ``_SUCCESS.json`` lists the files it made, stored relative to the lake root like a
+    # manifest's (``core/uris.py``): a copied lake's rerun reads the copy's.
+    _DONE_URI_LISTS = ("labels", "exact", "uris")
+
+    def _done_doc(self, doc: dict, fn) -> dict:
+        return {k: [fn(u) for u in v] if k in self._DONE_URI_LISTS else v for k, v in doc.items()}
+
+    def _write_done(self, uri: str, result: dict) -> None:
+        storage.write_json(uri, self._done_doc(result, lambda u: uris.relativize(u, self.lake.root)))
+
+    def _read_done(self, uri: str) -> dict:
+        return self._done_doc(storage.read_json(uri), lambda u: uris.resolve(u, self.lake.root))
 
     def collect(self, manifest: Manifest) -> None:
         """Persist this snapshot's index for later snapshots, once every shard is done (an index with holes

@@ -20,7 +20,7 @@ import xxhash
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.fingerprint import canonical_json
-from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
+from airflow_curation.core.manifest import Manifest, ManifestError, ShardEntry, UnitEntry
 from airflow_curation.core.quarantine import QuarantineWriter, utf8_safe
 from airflow_curation.core.schema import ID, META, SHARD_SCHEMA, SOURCE, TEXT
 from airflow_curation.core.shards import ShardWriter
@@ -99,6 +99,14 @@ class IngestStage(Stage):
             "consecutive input files are grouped into units of about this many input bytes (default: by expected "
             "output, a whole number of target shards and at least 64 MiB a unit; docs/architecture.md, Ingest)",
         ),
+        Setting(
+            "replace",
+            bool,
+            False,
+            "replace the complete ingest runs of this dataset/snapshot made from other inputs or settings: "
+            "their manifests, and those that read their shards, are marked superseded",
+            runtime=True,
+        ),
     )
 
     def __init__(self, lake, config, run_id) -> None:
@@ -153,7 +161,75 @@ class IngestStage(Stage):
             ident = [(_relpath(u, root), i.get("size"), _version_of(i)) for u, i in group]
             checksum = "xxh64:" + xxhash.xxh64(canonical_json(ident).encode()).hexdigest()
             units.append(UnitEntry(unit_id=f"{len(units):05d}", inputs=[u for u, _ in group], input_checksum=checksum))
+        self._guard_earlier_runs(units)
         return units
+
+    def _guard_earlier_runs(self, units: list[UnitEntry]) -> None:
+        """Refuse to overwrite a complete run's shards, unless ``replace``: then supersede it.
+
+        Shards are named by unit (``part-<unit>-<k>``), so a run whose units differ from a complete earlier
+        run's (other inputs, a changed file, other settings) rewrites or removes that run's shards, and
+        everything pinned to its manifest would fail its checksums. A run with the same units and settings
+        rewrites nothing (its units are skipped, or redone into the same bytes). Runs under the stage's
+        lease, before anything is written (the planned manifest included)."""
+        plan = {(u.unit_id, u.input_checksum) for u in units}
+        superseded: list[str] = []
+        conflicts: list[tuple[str, Manifest, set[str]]] = []
+        for uri in storage.glob(self.lake.path("_manifests", "*", f"{self.name}.json")):
+            try:
+                m = Manifest.read(uri)
+            except ManifestError:
+                continue  # a torn or foreign file pins nothing
+            if m.status == "superseded" and m.superseded_by == self.run_id:
+                superseded.append(uri)  # this run's earlier attempt (or another shard group) marked it
+            if m.status != "complete":
+                continue
+            changed = {
+                u.unit_id
+                for u in m.units
+                if u.status in ("done", "skipped")
+                and (m.fingerprint != self.fingerprint or (u.unit_id, u.input_checksum) not in plan)
+            }
+            if changed:
+                conflicts.append((uri, m, changed))
+        if conflicts and not self.config["replace"]:
+            uri, m, changed = conflicts[0]
+            where = self.lake.dataset + (f" snapshot {self.lake.snapshot}" if self.lake.snapshot else "")
+            others = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
+            raise ReplaceRefused(
+                f"ingest: {where} already holds the complete run {m.run_id} ({uri}){others}, made from other "
+                f"inputs or settings: this run would overwrite or remove {len(changed)} of its units' shards, "
+                f"and every manifest that reads them would fail. Ingest into another --snapshot (or dataset), "
+                f"or pass --replace (replace=True) to supersede that run."
+            )
+        if conflicts:
+            superseded += self._supersede(conflicts)
+        self.supersedes = tuple(u for u in dict.fromkeys(superseded) if u != self.manifest_uri)
+
+    def _supersede(self, conflicts: list[tuple[str, Manifest, set[str]]]) -> list[str]:
+        """Mark superseded (by this run) the conflicting ingest runs and every complete manifest of this
+        snapshot that names one of the shards they lose. Returns the ingest manifests' URIs."""
+        lost = {
+            (s.shard_id, s.checksum)
+            for _, m, changed in conflicts
+            for s in m.shards
+            if not s.unit_id or s.unit_id in changed
+        }
+        marked = []
+        for uri in storage.glob(self.lake.path("_manifests", "*", "*.json")):
+            if uri == self.manifest_uri or uri.rsplit("/", 1)[-1].startswith("report."):
+                continue  # this run's own manifest is rewritten as it plans
+            try:
+                m = Manifest.read(uri)
+            except ManifestError:
+                continue
+            if m.status == "complete" and any((s.shard_id, s.checksum) in lost for s in m.shards):
+                m.status, m.superseded_by = "superseded", self.run_id
+                m.write(uri)
+                log.warning("ingest: %s (%s run %s) superseded by run %s", uri, m.stage, m.run_id, self.run_id)
+                if m.stage == self.name:
+                    marked.append(uri)
+        return marked
 
     # -- processing --------------------------------------------------------------------------------
     def process_unit(self, unit: UnitEntry) -> UnitResult:
@@ -360,6 +436,10 @@ def _with_row_progress(items, raw, progress: UnitProgress):
     for item in items:
         at[0] = item.position + max(item.rows if isinstance(item, Bad) else 1, 1)
         yield item
+
+
+class ReplaceRefused(ValueError):
+    """An ingest would overwrite a complete earlier run's shards and ``replace`` is not set."""
 
 
 def _repeat(seen: dict[str, tuple[str, str]], doc_id: str, source: str, location: str) -> tuple[str, str] | None:

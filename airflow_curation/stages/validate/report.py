@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from airflow_curation.core import storage
-from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest
 
@@ -24,7 +23,7 @@ FORMAT_VERSION = 1
 
 def stage_timings(lake: Lake, manifest: Manifest, limit: int = 5000) -> dict[str, Any]:
     """Per-unit timings and failures of one stage run, from its checkpoint records."""
-    store = CheckpointStore(lake.checkpoint_dir(manifest.stage, manifest.fingerprint))
+    store = lake.checkpoints(manifest.stage, manifest.fingerprint)
     units = []
     wanted = manifest.units[:limit]
     # Many small reads (object stores: one request each): overlap them.

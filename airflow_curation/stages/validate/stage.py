@@ -124,7 +124,7 @@ class ValidateStage(Stage):
     def input_manifest(self) -> Manifest:
         m = Manifest.read(self.input_manifest_uri)
         if m.status != "complete":
-            raise ManifestError(f"input manifest {self.input_manifest_uri} has status {m.status!r}, not 'complete'")
+            raise ManifestError(f"input manifest {self.input_manifest_uri} has status {m.status_text}, not 'complete'")
         return m
 
     def stage_manifests(self) -> dict[str, tuple[str, Manifest]]:
