@@ -132,10 +132,15 @@ def test_a_copied_lake_validates_from_its_own_files_with_the_original_gone(lake,
     assert len(report["metrics"]["funnel"]) == 3
     for p in copy.rglob("*.json"):
         assert not names_original(p.read_text(), str(original)), p
+    for p in copy.rglob("*.pages"):  # a manifest's lists: JSON lines
+        assert not names_original("[" + ",".join(p.read_text().splitlines()) + "]", str(original)), p
     # What is stored is relative to the lake root; in memory it is absolute, under the lake it was read from.
-    stored = json.loads(Path(uri(copy, "r1", "dedup")).read_text())
-    assert stored["shards"][0]["uri"].startswith(f"{DATASET}/shards/part-")
-    assert stored["shards"][0]["attrs"]["preprocess"].startswith(f"{DATASET}/attrs/preprocess/")
+    head_uri = Path(uri(copy, "r1", "dedup"))
+    stored = json.loads(head_uri.read_text())
+    pages = head_uri.parent / stored["index"]["shards"]["file"]  # the shard list: one entry a line
+    first = json.loads(pages.read_text().splitlines()[0])
+    assert first["uri"].startswith(f"{DATASET}/shards/part-")
+    assert first["attrs"]["preprocess"].startswith(f"{DATASET}/attrs/preprocess/")
     assert stored["config"]["input_manifest"] == f"{DATASET}/_manifests/r1/preprocess.json"
 
 
@@ -158,9 +163,10 @@ def test_manifests_with_absolute_uris_still_read(lake):
     for stage in ("ingest", "preprocess", "dedup"):
         m_uri = uri(root, "r1", stage)
         m = Manifest.read(m_uri)
-        storage.write_json(m_uri, m.to_dict())  # the old form: every URI absolute, as in memory
+        # The old form: format 1 (both lists inline), every URI absolute, as in memory.
+        storage.write_json(m_uri, {**m.to_dict(), "format_version": 1})
         assert json.loads(Path(m_uri).read_text())["shards"][0]["uri"].startswith(str(root) + "/")
-        assert Manifest.read(m_uri).to_dict() == m.to_dict()
+        assert {**Manifest.read(m_uri).to_dict(), "format_version": 2} == m.to_dict()
     proc = validate(root, uri(root, "r1", "dedup"), "v1")
     assert proc.returncode == 0, proc.stderr[-3000:]
 
