@@ -7,7 +7,6 @@ odd Parquet schemas, special files under an input folder, and duplicate caller i
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import socket
 import stat
@@ -16,41 +15,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
+from ingest_helpers import books_close, ingest, quarantined, records, shard_texts
 
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest
-from airflow_curation.core.quarantine import read_quarantine
 from airflow_curation.stages.base import StageFailed, StageRunner
 from airflow_curation.stages.ingest.stage import IngestStage
-
-
-def _ingest(tmp_path, inputs, **config) -> tuple[Lake, Manifest]:
-    lake = Lake(str(tmp_path / "lake"), "web")
-    return lake, StageRunner(IngestStage(lake, {"inputs": [str(i) for i in inputs], **config}, "r1")).run()
-
-
-def _texts(m: Manifest) -> list[str]:
-    return [t for s in m.shards for t in pq.read_table(s.uri, columns=["text"]).column("text").to_pylist()]
-
-
-def _quarantine(lake: Lake) -> list[dict]:
-    folder = lake.path("_quarantine", "ingest")
-    if not os.path.isdir(folder):
-        return []
-    return [
-        r
-        for f in sorted(os.listdir(folder))
-        if not f.startswith(".")
-        for r in read_quarantine(os.path.join(folder, f)).to_pylist()
-    ]
-
-
-def _closes(acc: dict) -> bool:
-    return acc["read"] == acc["kept"] + sum(acc["dropped"].values()) + sum(acc["quarantined"].values())
-
-
-def _records(n: int, tag: str = "r") -> list[bytes]:
-    return [json.dumps({"text": f"{tag} {i} " + "words " * 8}).encode() + b"\n" for i in range(n)]
 
 
 def _zstd_frames(chunks: list[bytes], content_size: bool = True) -> tuple[bytes, list[int]]:
@@ -66,81 +36,81 @@ def _zstd_frames(chunks: list[bytes], content_size: bool = True) -> tuple[bytes,
 # -- item 2: truncated compressed input ---------------------------------------------------------------
 @pytest.mark.parametrize("content_size", [True, False])
 def test_zstd_cut_inside_its_only_frame_is_truncated_input(tmp_path, content_size):
-    data = b"".join(_records(500))
+    data = b"".join(records(500))
     blob, _ = _zstd_frames([data], content_size)
     (tmp_path / "cut.jsonl.zst").write_bytes(blob[: len(blob) // 2])
-    lake, m = _ingest(tmp_path, [tmp_path / "cut.jsonl.zst"])
-    q = _quarantine(lake)
+    lake, m = ingest(tmp_path, [tmp_path / "cut.jsonl.zst"])
+    q = quarantined(lake)
     assert [e["reason"] for e in q] == ["truncated_input"] and q[0]["rows"] == 0
     assert m.accounting["notes"] == {"truncated_input": 1} and m.accounting["read"] == 0
-    assert _closes(m.accounting)
+    assert books_close(m.accounting)
 
 
 @pytest.mark.parametrize("content_size", [True, False])
 def test_zstd_multi_frame_cut_mid_frame_keeps_the_complete_frames(tmp_path, content_size):
     # Frames are not aligned with lines: frame 2 ends in the middle of record 250.
-    data = b"".join(_records(600))
+    data = b"".join(records(600))
     cuts = [data.index(b"r 120 ") + 5, data.index(b"r 250 ") + 7, data.index(b"r 400 ") + 3]
     chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
     blob, ends = _zstd_frames(chunks, content_size)
     cut = (ends[1] + ends[2]) // 2  # inside frame 3 (one block: < 128 KiB)
     (tmp_path / "multi.jsonl.zst").write_bytes(blob[:cut])
-    lake, m = _ingest(tmp_path, [tmp_path / "multi.jsonl.zst"])
-    texts = _texts(m)
+    lake, m = ingest(tmp_path, [tmp_path / "multi.jsonl.zst"])
+    texts = shard_texts(m)
     # Frames 1 and 2 hold records 0..249 and the head of record 250, which must not become a record.
     assert len(texts) == 250 and texts[-1].startswith("r 249 ")
-    q = _quarantine(lake)
+    q = quarantined(lake)
     assert [(e["reason"], e["location"], e["rows"]) for e in q] == [("truncated_input", "after line 250", 0)]
     assert m.accounting["read"] == 250 and m.accounting["notes"] == {"truncated_input": 1}
 
 
 def test_zstd_cut_at_a_frame_boundary_inside_a_line(tmp_path):
-    data = b"".join(_records(300))
+    data = b"".join(records(300))
     mid = data.index(b"r 200 ") + 4  # frame 1 ends inside record 200
     blob, ends = _zstd_frames([data[:mid], data[mid:]])
     (tmp_path / "edge.jsonl.zst").write_bytes(blob[: ends[0]])
-    lake, m = _ingest(tmp_path, [tmp_path / "edge.jsonl.zst"])
-    assert len(_texts(m)) == 200
-    q = _quarantine(lake)
+    lake, m = ingest(tmp_path, [tmp_path / "edge.jsonl.zst"])
+    assert len(shard_texts(m)) == 200
+    q = quarantined(lake)
     # The partial record is named in the note, not ingested and not called invalid JSON.
     assert [(e["reason"], e["location"], e["rows"]) for e in q] == [("truncated_input", "line 201", 0)]
     assert q[0]["raw"] == b'{"text": "r 20' and m.accounting["read"] == 200
 
 
 def test_zstd_cut_before_the_frame_checksum_keeps_every_row(tmp_path):
-    data = b"".join(_records(50))
+    data = b"".join(records(50))
     blob, ends = _zstd_frames([data])
     (tmp_path / "nock.jsonl.zst").write_bytes(blob[:-2])  # the 4-byte content checksum is cut
-    lake, m = _ingest(tmp_path, [tmp_path / "nock.jsonl.zst"])
-    assert len(_texts(m)) == 50
-    assert [e["reason"] for e in _quarantine(lake)] == ["truncated_input"]
+    lake, m = ingest(tmp_path, [tmp_path / "nock.jsonl.zst"])
+    assert len(shard_texts(m)) == 50
+    assert [e["reason"] for e in quarantined(lake)] == ["truncated_input"]
 
 
 def test_gzip_cut_at_a_member_boundary_inside_a_line(tmp_path):
-    data = b"".join(_records(100))
+    data = b"".join(records(100))
     mid = data.index(b"r 60 ") + 3
     (tmp_path / "edge.jsonl.gz").write_bytes(gzip.compress(data[:mid]))  # member 2 is missing
-    lake, m = _ingest(tmp_path, [tmp_path / "edge.jsonl.gz"])
-    assert len(_texts(m)) == 60
-    assert [(e["reason"], e["rows"]) for e in _quarantine(lake)] == [("truncated_input", 0)]
+    lake, m = ingest(tmp_path, [tmp_path / "edge.jsonl.gz"])
+    assert len(shard_texts(m)) == 60
+    assert [(e["reason"], e["rows"]) for e in quarantined(lake)] == [("truncated_input", 0)]
 
 
 def test_truncated_text_line_mode_zstd(tmp_path):
     data = b"".join(f"line {i}\n".encode() * 1 for i in range(5000))
     blob, _ = _zstd_frames([data[:20000], data[20000:]])
     (tmp_path / "t.txt.zst").write_bytes(blob[:-40])
-    lake, m = _ingest(tmp_path, [tmp_path / "t.txt.zst"], text_mode="line")
-    texts = _texts(m)
+    lake, m = ingest(tmp_path, [tmp_path / "t.txt.zst"], text_mode="line")
+    texts = shard_texts(m)
     assert texts == [f"line {i}" for i in range(len(texts))] and 0 < len(texts) < 5000
     assert len(texts) == data[:20000].count(b"\n")  # the complete lines of frame 1
-    assert [e["reason"] for e in _quarantine(lake)] == ["truncated_input"]
+    assert [e["reason"] for e in quarantined(lake)] == ["truncated_input"]
 
 
 def test_complete_zstd_without_final_newline_is_whole(tmp_path):
     blob, _ = _zstd_frames([b'{"text": "one"}\n{"text": "two"}'])
     (tmp_path / "ok.jsonl.zst").write_bytes(blob)
-    lake, m = _ingest(tmp_path, [tmp_path / "ok.jsonl.zst"])
-    assert _texts(m) == ["one", "two"] and _quarantine(lake) == []
+    lake, m = ingest(tmp_path, [tmp_path / "ok.jsonl.zst"])
+    assert shard_texts(m) == ["one", "two"] and quarantined(lake) == []
 
 
 # -- item 4: one bad record never fails a unit -----------------------------------------------------------
@@ -158,11 +128,11 @@ def test_records_that_break_the_parser_or_the_writer_are_quarantined(tmp_path):
     ]
     path = tmp_path / "bad.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + b"\n".join(lines) + b"\n")  # a leading BOM is not part of line 1
-    lake, m = _ingest(tmp_path, [path])
+    lake, m = ingest(tmp_path, [path])
     assert m.status == "complete"
-    kept = _texts(m)
+    kept = shard_texts(m)
     assert kept[0] == "first good" and kept[-1] == "last good"
-    q = {e["location"]: e for e in _quarantine(lake)}
+    q = {e["location"]: e for e in quarantined(lake)}
     assert q["line 2"]["reason"] in ("unsupported_value", "invalid_json")
     assert q["line 3"]["reason"] in ("unsupported_value", "invalid_json")
     assert q["line 4"]["reason"] == "invalid_utf8" and "title" in q["line 4"]["detail"]
@@ -172,7 +142,7 @@ def test_records_that_break_the_parser_or_the_writer_are_quarantined(tmp_path):
     assert ("deep meta" in kept) != ("line 6" in q)
     assert all(e["source"] == str(path) for e in q.values())
     acc = m.accounting
-    assert acc["read"] == 8 and _closes(acc) and acc["kept"] == len(kept)
+    assert acc["read"] == 8 and books_close(acc) and acc["kept"] == len(kept)
 
 
 def test_lone_surrogate_id_and_non_string_text(tmp_path):
@@ -180,9 +150,9 @@ def test_lone_surrogate_id_and_non_string_text(tmp_path):
     path.write_bytes(
         b'{"id": "\\ud800", "text": "bad id"}\n{"id": "ok", "text": "fine"}\n{"id": "x", "text": [1, 2]}\n'
     )
-    lake, m = _ingest(tmp_path, [path], id_field="id")
-    assert _texts(m) == ["fine"]
-    reasons = {e["location"]: e["reason"] for e in _quarantine(lake)}
+    lake, m = ingest(tmp_path, [path], id_field="id")
+    assert shard_texts(m) == ["fine"]
+    reasons = {e["location"]: e["reason"] for e in quarantined(lake)}
     assert reasons == {"line 1": "invalid_utf8", "line 3": "non_string_text"}
 
 
@@ -191,10 +161,10 @@ def test_a_file_name_that_is_not_utf8(tmp_path):
     src.mkdir()
     with open(os.path.join(os.fsencode(src), b"caf\xe9.jsonl"), "wb") as f:
         f.write(b'{"text": "ok"}\nnot json\n')
-    lake, m = _ingest(tmp_path, [src])
+    lake, m = ingest(tmp_path, [src])
     assert m.accounting["kept"] == 1 and m.accounting["quarantined"] == {"invalid_json": 1}
     assert pq.read_table(m.shards[0].uri).column("source").to_pylist() == ["caf\\xe9.jsonl"]
-    assert [e["source"] for e in _quarantine(lake)] == [str(src / "caf\\xe9.jsonl")]
+    assert [e["source"] for e in quarantined(lake)] == [str(src / "caf\\xe9.jsonl")]
 
 
 def test_parquet_invalid_utf8_outside_the_text_column(tmp_path):
@@ -203,9 +173,9 @@ def test_parquet_invalid_utf8_outside_the_text_column(tmp_path):
 
     lang = bad_utf8([b"en", b"\xff\xfe", b"de", b"fr"])
     pq.write_table(pa.table({"text": ["one", "two", "three", "four"], "lang": lang}), tmp_path / "meta.parquet")
-    lake, m = _ingest(tmp_path, [tmp_path / "meta.parquet"])
-    assert _texts(m) == ["one", "three", "four"]
-    q = _quarantine(lake)
+    lake, m = ingest(tmp_path, [tmp_path / "meta.parquet"])
+    assert shard_texts(m) == ["one", "three", "four"]
+    q = quarantined(lake)
     assert [(e["location"], e["reason"]) for e in q] == [("row 1", "invalid_utf8")] and "lang" in q[0]["detail"]
     # In the id column, a bad value quarantines its own row only.
     (tmp_path / "ids").mkdir()
@@ -213,9 +183,9 @@ def test_parquet_invalid_utf8_outside_the_text_column(tmp_path):
         pa.table({"text": ["one", "two", "three"], "doc": bad_utf8([b"a", b"\xc3", b"c"])}),
         tmp_path / "ids" / "ids.parquet",
     )
-    lake2, m2 = _ingest(tmp_path / "ids", [tmp_path / "ids" / "ids.parquet"], id_field="doc")
-    assert _texts(m2) == ["one", "three"]
-    assert [(e["location"], e["reason"]) for e in _quarantine(lake2)] == [("row 1", "invalid_utf8")]
+    lake2, m2 = ingest(tmp_path / "ids", [tmp_path / "ids" / "ids.parquet"], id_field="doc")
+    assert shard_texts(m2) == ["one", "three"]
+    assert [(e["location"], e["reason"]) for e in quarantined(lake2)] == [("row 1", "invalid_utf8")]
 
 
 def test_parquet_with_two_text_columns_is_quarantined_whole(tmp_path):
@@ -223,9 +193,9 @@ def test_parquet_with_two_text_columns_is_quarantined_whole(tmp_path):
     pq.write_table(t, tmp_path / "dup.parquet")
     pq.write_table(pa.table({"text": ["fine"]}), tmp_path / "ok.parquet")
     # The two files, not their folder: the lake (and the run's lease file) lives in that folder too.
-    lake, m = _ingest(tmp_path, [tmp_path / "dup.parquet", tmp_path / "ok.parquet"])
-    assert _texts(m) == ["fine"]
-    q = _quarantine(lake)
+    lake, m = ingest(tmp_path, [tmp_path / "dup.parquet", tmp_path / "ok.parquet"])
+    assert shard_texts(m) == ["fine"]
+    q = quarantined(lake)
     assert [(e["reason"], e["rows"]) for e in q] == [("duplicate_column", 2)]
     assert m.accounting["quarantined"] == {"duplicate_column": 2}
 
@@ -271,11 +241,11 @@ def test_special_entries_under_a_folder_are_reported(tmp_path):
     unreadable = _unreadable(src)
     try:
         # Named too: as root it is a link out of the folder, which is opened only when named.
-        lake, m = _ingest(tmp_path, [src, unreadable])
+        lake, m = ingest(tmp_path, [src, unreadable])
     finally:
         sock.close()
-    assert sorted(_texts(m)) == ["alpha"]
-    got = {os.path.relpath(e["source"], src): (e["reason"], e["rows"]) for e in _quarantine(lake)}
+    assert sorted(shard_texts(m)) == ["alpha"]
+    got = {os.path.relpath(e["source"], src): (e["reason"], e["rows"]) for e in quarantined(lake)}
     assert got == {
         "fifo.jsonl": ("not_a_regular_file", 0),
         "b-link.jsonl": ("link_outside_input", 0),
@@ -299,8 +269,8 @@ def test_special_entries_under_a_folder_are_reported(tmp_path):
 @pytest.mark.timeout(60)
 def test_a_named_fifo_input_does_not_block(tmp_path):
     os.mkfifo(tmp_path / "pipe.jsonl")
-    lake, m = _ingest(tmp_path, [tmp_path / "pipe.jsonl"])
-    assert [(e["reason"], e["rows"]) for e in _quarantine(lake)] == [("not_a_regular_file", 0)]
+    lake, m = ingest(tmp_path, [tmp_path / "pipe.jsonl"])
+    assert [(e["reason"], e["rows"]) for e in quarantined(lake)] == [("not_a_regular_file", 0)]
     assert m.accounting["read"] == 0
 
 
@@ -312,11 +282,11 @@ def test_duplicate_ids_in_a_unit_quarantine_the_later_record(tmp_path):
         b'{"id": "x", "text": "first x"}\n{"id": "y", "text": "y"}\n{"id": "x", "text": "second x"}\n'
     )
     pq.write_table(pa.table({"id": ["y", "z"], "text": ["second y", "z"]}), src / "b.parquet")
-    lake, m = _ingest(tmp_path, [src], id_field="id")  # one unit: both files
-    assert sorted(_texts(m)) == ["first x", "y", "z"]
-    q = sorted((os.path.basename(e["source"]), e["location"], e["reason"]) for e in _quarantine(lake))
+    lake, m = ingest(tmp_path, [src], id_field="id")  # one unit: both files
+    assert sorted(shard_texts(m)) == ["first x", "y", "z"]
+    q = sorted((os.path.basename(e["source"]), e["location"], e["reason"]) for e in quarantined(lake))
     assert q == [("a.jsonl", "line 3", "duplicate_id"), ("b.parquet", "row 0", "duplicate_id")]
-    dup = [e for e in _quarantine(lake) if e["location"] == "line 3"][0]
+    dup = [e for e in quarantined(lake) if e["location"] == "line 3"][0]
     assert "a.jsonl line 1" in dup["detail"]
     assert m.accounting["quarantined"] == {"duplicate_id": 2}
 
@@ -333,7 +303,7 @@ def test_duplicate_ids_across_units_fail_the_run_and_are_listed(tmp_path):
     m = Manifest.read(stage.manifest_uri)
     assert m.status == "failed" and all(u.status == "done" for u in m.units)
     assert m.accounting["notes"] == {"duplicate_id": 1}
-    dups = [e for e in _quarantine(lake) if e["reason"] == "duplicate_id"]
+    dups = [e for e in quarantined(lake) if e["reason"] == "duplicate_id"]
     assert len(dups) == 1 and dups[0]["source"] == "b.jsonl" and dups[0]["rows"] == 0
     assert "a.jsonl" in dups[0]["detail"]
     # Fixing the input redoes its unit only, and the run completes.
@@ -341,4 +311,4 @@ def test_duplicate_ids_across_units_fail_the_run_and_are_listed(tmp_path):
     m2 = StageRunner(IngestStage(lake, {"inputs": [str(src)], "id_field": "id", "unit_bytes": 1}, "r2")).run()
     assert m2.status == "complete" and [u.status for u in m2.units] == ["skipped", "done"]
     assert "notes" not in m2.accounting
-    assert not [e for e in _quarantine(lake) if e["reason"] == "duplicate_id"]
+    assert not [e for e in quarantined(lake) if e["reason"] == "duplicate_id"]

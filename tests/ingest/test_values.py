@@ -18,38 +18,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
+from ingest_helpers import books_close, ingest, quarantined, records, shard_texts
 
-from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest
-from airflow_curation.core.quarantine import read_quarantine
-from airflow_curation.stages.base import StageRunner
-from airflow_curation.stages.ingest.stage import IngestStage
 
 YEAR_82000_S = 82_000 * 365 * 86_400  # seconds since 1970: far past datetime's year 9999
 BIG = 2**62
-
-
-def _ingest(tmp_path, inputs, **config) -> tuple[Lake, Manifest]:
-    lake = Lake(str(tmp_path / "lake"), "web")
-    return lake, StageRunner(IngestStage(lake, {"inputs": [str(i) for i in inputs], **config}, "r1")).run()
-
-
-def _texts(m: Manifest) -> list[str]:
-    return [t for s in m.shards for t in pq.read_table(s.uri, columns=["text"]).column("text").to_pylist()]
-
-
-def _quarantine(lake: Lake) -> list[dict]:
-    folder = lake.path("_quarantine", "ingest")
-    names = sorted(f for f in os.listdir(folder) if not f.startswith(".")) if os.path.isdir(folder) else []
-    return [r for f in names for r in read_quarantine(os.path.join(folder, f)).to_pylist()]
-
-
-def _closes(acc: dict) -> bool:
-    return acc["read"] == acc["kept"] + sum(acc["dropped"].values()) + sum(acc["quarantined"].values())
-
-
-def _records(n: int, tag: str) -> list[bytes]:
-    return [json.dumps({"text": f"{tag} {i} " + "words " * 8}).encode() + b"\n" for i in range(n)]
 
 
 def _metas(m: Manifest) -> list[dict | None]:
@@ -103,14 +77,14 @@ def test_a_value_without_a_python_form_quarantines_its_row_only(tmp_path, kind):
     texts = [f"document {i} " + "words " * 8 for i in range(3)]
     table = pa.table({"text": texts, "v": _arrow_values(typ, [good, bad, good])})
     pq.write_table(table, tmp_path / "in.parquet")
-    lake, m = _ingest(tmp_path, [tmp_path / "in.parquet"])
-    assert _texts(m) == [texts[0], texts[2]]
-    (q,) = _quarantine(lake)
+    lake, m = ingest(tmp_path, [tmp_path / "in.parquet"])
+    assert shard_texts(m) == [texts[0], texts[2]]
+    (q,) = quarantined(lake)
     assert (q["reason"], q["location"], q["rows"]) == ("unsupported_value", "row 1", 1)
     assert "'v'" in q["detail"]
     acc = m.accounting
     assert (acc["read"], acc["kept"], acc["quarantined"]) == (3, 2, {"unsupported_value": 1})
-    assert _closes(acc)
+    assert books_close(acc)
 
 
 def test_values_with_a_python_form_are_kept_in_meta(tmp_path):
@@ -125,8 +99,8 @@ def test_values_with_a_python_form_are_kept_in_meta(tmp_path):
         }
     )
     pq.write_table(table, tmp_path / "in.parquet")
-    lake, m = _ingest(tmp_path, [tmp_path / "in.parquet"])
-    assert _quarantine(lake) == [] and m.accounting["kept"] == 1
+    lake, m = ingest(tmp_path, [tmp_path / "in.parquet"])
+    assert quarantined(lake) == [] and m.accounting["kept"] == 1
     (meta,) = _metas(m)
     assert meta["dec"] == "12345678901234567890.5" and meta["t"] == "23:59:59"
     assert meta["ts"].startswith("2262-04-11 23:47:16.854775807")
@@ -139,8 +113,8 @@ def test_dictionary_encoded_text_is_text(tmp_path):
         tmp_path / "cat.parquet"
     )
     assert pa.types.is_dictionary(pq.read_schema(tmp_path / "cat.parquet").field("text").type)
-    lake, m = _ingest(tmp_path, [tmp_path / "cat.parquet"])
-    assert _texts(m) == texts and _quarantine(lake) == []
+    lake, m = ingest(tmp_path, [tmp_path / "cat.parquet"])
+    assert shard_texts(m) == texts and quarantined(lake) == []
     assert [x["lang"] for x in _metas(m)] == ["en"] * 5
 
 
@@ -149,19 +123,19 @@ def test_string_view_text_is_text_and_bad_utf8_spoils_its_row_only(tmp_path):
     column = pa.array(raw, pa.binary()).cast(pa.string(), safe=False).cast(pa.string_view())
     pq.write_table(pa.table({"text": column}), tmp_path / "view.parquet")
     assert pa.types.is_string_view(pq.read_schema(tmp_path / "view.parquet").field("text").type)
-    lake, m = _ingest(tmp_path, [tmp_path / "view.parquet"])
-    assert _texts(m) == [raw[0].decode(), raw[2].decode()]
-    assert [(q["reason"], q["location"], q["raw"]) for q in _quarantine(lake)] == [("invalid_utf8", "row 1", raw[1])]
-    assert _closes(m.accounting) and m.accounting["read"] == 3
+    lake, m = ingest(tmp_path, [tmp_path / "view.parquet"])
+    assert shard_texts(m) == [raw[0].decode(), raw[2].decode()]
+    assert [(q["reason"], q["location"], q["raw"]) for q in quarantined(lake)] == [("invalid_utf8", "row 1", raw[1])]
+    assert books_close(m.accounting) and m.accounting["read"] == 3
 
 
 @pytest.mark.parametrize("name", ["plain.jsonl.gz", "plain.jsonl.zst"])
 def test_a_plain_file_named_compressed_is_read_as_plain(tmp_path, name):
-    data = b"".join(_records(20, "r"))
+    data = b"".join(records(20, "r"))
     (tmp_path / name).write_bytes(data)
-    lake, m = _ingest(tmp_path, [tmp_path / name])
-    assert len(_texts(m)) == 20 and m.accounting["read"] == 20 and _closes(m.accounting)
-    (q,) = _quarantine(lake)
+    lake, m = ingest(tmp_path, [tmp_path / name])
+    assert len(shard_texts(m)) == 20 and m.accounting["read"] == 20 and books_close(m.accounting)
+    (q,) = quarantined(lake)
     assert (q["reason"], q["rows"]) == ("compression_mismatch", 0)
     assert "read as plain" in q["detail"]
     assert m.accounting["notes"] == {"compression_mismatch": 1}
@@ -169,38 +143,38 @@ def test_a_plain_file_named_compressed_is_read_as_plain(tmp_path, name):
 
 @pytest.mark.parametrize("codec", ["gzip", "zstd"])
 def test_a_compressed_file_named_plain_is_decompressed(tmp_path, codec):
-    data = b"".join(_records(20, "r"))
+    data = b"".join(records(20, "r"))
     blob = gzip.compress(data) if codec == "gzip" else zstandard.ZstdCompressor().compress(data)
     (tmp_path / "packed.jsonl").write_bytes(blob)
-    lake, m = _ingest(tmp_path, [tmp_path / "packed.jsonl"])
-    assert len(_texts(m)) == 20 and _closes(m.accounting)
-    assert [(q["reason"], q["rows"]) for q in _quarantine(lake)] == [("compression_mismatch", 0)]
+    lake, m = ingest(tmp_path, [tmp_path / "packed.jsonl"])
+    assert len(shard_texts(m)) == 20 and books_close(m.accounting)
+    assert [(q["reason"], q["rows"]) for q in quarantined(lake)] == [("compression_mismatch", 0)]
 
 
 def test_a_link_out_of_the_input_folder_is_noted_not_followed(tmp_path):
     inputs, elsewhere = tmp_path / "in", tmp_path / "elsewhere"
     inputs.mkdir()
     elsewhere.mkdir()
-    (inputs / "own.jsonl").write_bytes(b"".join(_records(3, "own")))
-    (elsewhere / "secret.jsonl").write_bytes(b"".join(_records(2, "secret")))
+    (inputs / "own.jsonl").write_bytes(b"".join(records(3, "own")))
+    (elsewhere / "secret.jsonl").write_bytes(b"".join(records(2, "secret")))
     os.symlink(elsewhere / "secret.jsonl", inputs / "out.jsonl")
     os.symlink(inputs / "own.jsonl", inputs / "again.jsonl")  # inside the folder: read
-    lake, m = _ingest(tmp_path, [inputs])
-    texts = _texts(m)
+    lake, m = ingest(tmp_path, [inputs])
+    texts = shard_texts(m)
     assert not any(t.startswith("secret") for t in texts) and len(texts) == 6
-    (q,) = _quarantine(lake)
+    (q,) = quarantined(lake)
     assert (q["reason"], q["rows"], q["source"].rsplit("/", 1)[-1]) == ("link_outside_input", 0, "out.jsonl")
     assert str(elsewhere / "secret.jsonl") in q["detail"]
-    assert m.accounting["notes"] == {"link_outside_input": 1} and _closes(m.accounting)
+    assert m.accounting["notes"] == {"link_outside_input": 1} and books_close(m.accounting)
 
 
 def test_a_link_out_of_a_globbed_folder_is_noted_and_a_named_link_is_read(tmp_path):
     inputs, elsewhere = tmp_path / "in", tmp_path / "elsewhere"
     inputs.mkdir()
     elsewhere.mkdir()
-    (elsewhere / "x.jsonl").write_bytes(b"".join(_records(2, "far")))
+    (elsewhere / "x.jsonl").write_bytes(b"".join(records(2, "far")))
     os.symlink(elsewhere / "x.jsonl", inputs / "out.jsonl")
-    lake, m = _ingest(tmp_path, [f"{inputs}/*.jsonl"])
-    assert [q["reason"] for q in _quarantine(lake)] == ["link_outside_input"] and m.accounting["read"] == 0
-    lake, m = _ingest(tmp_path / "named", [inputs / "out.jsonl"])  # named itself: the caller chose it
-    assert len(_texts(m)) == 2 and _quarantine(lake) == []
+    lake, m = ingest(tmp_path, [f"{inputs}/*.jsonl"])
+    assert [q["reason"] for q in quarantined(lake)] == ["link_outside_input"] and m.accounting["read"] == 0
+    lake, m = ingest(tmp_path / "named", [inputs / "out.jsonl"])  # named itself: the caller chose it
+    assert len(shard_texts(m)) == 2 and quarantined(lake) == []

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_curation.core import storage
 from airflow_curation.stages.engines.budget import available_memory
 from airflow_curation.stages.validate.sandbox import SqlFailed
 
@@ -118,19 +119,9 @@ def _remove_dead(base: str) -> None:
         if not name.startswith(mine):
             continue
         pid = name[len(mine) :].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not storage.pid_alive(int(pid)):
             log.info("validate: removing %s (the temp folder of a killed run)", name)
             shutil.rmtree(os.path.join(base, name), ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @contextlib.contextmanager
