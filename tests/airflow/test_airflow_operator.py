@@ -35,7 +35,7 @@ def _operator(lake: Path, inputs: Path, backend_options: dict, **kwargs) -> Inge
         snapshot="2026-11-30",
         backend_options=backend_options,
         poll_interval=0.05,
-        config={"target_shard_bytes": 4096, "row_group_rows": 16},
+        config={"target_shard_bytes": 2048, "row_group_rows": 16},
         **kwargs,
     )
 
