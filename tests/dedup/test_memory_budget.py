@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.lsh import read_partition
 from airflow_curation.core.minhash import lsh_params
+from airflow_curation.core.uris import resolve
 from airflow_curation.stages.base import StageRunner
 from airflow_curation.stages.dedup.phases import BAND_COLUMNS
 from airflow_curation.stages.dedup.stage import _BAND_BYTES, _EXACT_BYTES, DedupStage
@@ -35,6 +36,8 @@ def _run(tmp, files, name, **config):
     assert manifest.status == "complete"
     tables = {os.path.basename(f): pq.read_table(str(out / os.path.basename(f))) for f in files}
     done = json.loads(next((tmp / f"lake-{name}" / "ds" / "dedup").glob("*/_SUCCESS.json")).read_text())
+    # The files it lists are stored relative to the lake root (a copied lake reads its own).
+    done = {k: [resolve(u, lake.root) for u in v] if k in ("labels", "exact") else v for k, v in done.items()}
     spills = sorted((tmp / f"lake-{name}" / "ds" / "dedup").glob("*/spill/*.bands.parquet"))
     return tables, done, [str(p) for p in spills]
 
