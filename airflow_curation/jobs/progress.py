@@ -122,6 +122,10 @@ class Progress:
         return {"manifest_uri": self.manifest_uri, "shards": self.shards, "rows": self.rows, "bytes": self.bytes}
 
 
+# A run that ended before the gate's first look gets a line per unit up to this many units (one unit page).
+FINAL_UNIT_LINES = 64
+
+
 class CheckpointWatcher:
     """Reads a manifest and its stage's checkpoint folder; remembers verified records between looks.
 
@@ -197,14 +201,7 @@ class CheckpointWatcher:
             unit = units.get(unit_id)
             if unit is None:
                 continue  # a unit of another run with the same config
-            rec = store.is_done(unit_id, unit.input_checksum, head.fingerprint)
-            if rec is not None:
-                self._verified[unit_id] = {
-                    "rows": sum(o.get("rows", 0) for o in rec.outputs),
-                    "bytes": sum(o.get("bytes", 0) for o in rec.outputs),
-                    "shards": len(rec.outputs),
-                }
-                self.new_units[unit_id] = {**self._verified[unit_id], "accounting": rec.accounting}
+            self._verify(store, unit, head.fingerprint)
         failed = []
         for unit_id in sorted(failed_ids & set(units)):
             if unit_id in self._verified:
@@ -229,6 +226,25 @@ class CheckpointWatcher:
             books=self._check_books(head) if head.status == "complete" else None,
         )
 
+    def _report_units(self, head: ManifestHead) -> None:
+        """A small run that ended before this watcher's first look: each unit's progress line all the same
+        (its records, at most :data:`FINAL_UNIT_LINES` of them: one unit page), as a look during the run
+        would have given them; a larger run's gate says its totals only."""
+        store = _store(head)
+        for unit in head.units():
+            self._verify(store, unit, head.fingerprint)
+
+    def _verify(self, store: CheckpointStore, unit: UnitEntry, fingerprint: str) -> None:
+        """Count ``unit`` done (and new since the last look) when its record vouches for its outputs."""
+        rec = store.is_done(unit.unit_id, unit.input_checksum, fingerprint)
+        if rec is not None:
+            self._verified[unit.unit_id] = {
+                "rows": sum(o.get("rows", 0) for o in rec.outputs),
+                "bytes": sum(o.get("bytes", 0) for o in rec.outputs),
+                "shards": len(rec.outputs),
+            }
+            self.new_units[unit.unit_id] = {**self._verified[unit.unit_id], "accounting": rec.accounting}
+
     def _final(self, head: ManifestHead, budget: float) -> Progress:
         """A run that has ended and says how every unit ended: its final manifest is its own reading of
         every checkpoint (written by the run, or its collect step, after it verified each record), so the
@@ -237,6 +253,8 @@ class CheckpointWatcher:
         record by record, as while the run goes.)"""
         statuses = head.unit_statuses
         self.new_units = {}
+        if not self._verified and head.unit_count <= FINAL_UNIT_LINES:
+            self._report_units(head)
         return Progress(
             manifest_uri=self.manifest_uri,
             stage=head.stage,
