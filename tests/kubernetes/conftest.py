@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from k8s_fake_apiserver import FakeKubernetes
 
 from airflow_curation.backends.kubernetes import KubernetesBackend
+from airflow_curation.core.manifest import Manifest, ShardEntry
 from airflow_curation.jobs.spec import JobSpec
 
 
@@ -41,9 +41,19 @@ def make_backend(fake_k8s, lake):
 def make_spec(lake):
     def make(stage: str = "preprocess", shards: int = 3, **config) -> JobSpec:
         manifest = lake / "d" / "_manifests" / "r1" / "ingest.json"
-        manifest.parent.mkdir(parents=True, exist_ok=True)
-        # Only the shard count is read when sizing a sweep.
-        manifest.write_text(json.dumps({"shards": [{"shard_id": f"part-{i:05d}"} for i in range(shards)]}))
+        # Only the shard count (the manifest's head) is read when sizing a sweep.
+        Manifest(
+            dataset="d",
+            stage="ingest",
+            run_id="r1",
+            fingerprint="f",
+            lake={"root": str(lake), "dataset": "d", "snapshot": None},
+            shards=[
+                ShardEntry(f"part-{i:05d}", str(lake / "d" / "shards" / f"part-{i:05d}.parquet"), 1, 1, "xxh64:0")
+                for i in range(shards)
+            ],
+            status="complete",
+        ).write(str(manifest))
         return JobSpec(
             stage=stage,
             lake={"root": str(lake), "dataset": "d", "snapshot": None},
