@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -203,10 +204,17 @@ def checkpoint_records(lake: Lake) -> dict[tuple[str, str], dict]:
     return out
 
 
+# A manifest's pages are named by the generation that wrote them (a time and a random tag): the kind of list is
+# what two runs can share, not the name.
+_PAGES_GENERATION = re.compile(r"\.index/\d+-[0-9a-f]+\.(units|shards)\.pages$")
+
+
 def lake_files(root: Path) -> list[str]:
-    """Every file of the lake but temporaries (those are checked on their own)."""
+    """Every file of the lake but temporaries (those are checked on their own); a manifest's pages files by
+    their kind, not their generation."""
     temps = set(stale_temps(root))
-    return sorted(rel for p in root.rglob("*") if p.is_file() and (rel := str(p.relative_to(root))) not in temps)
+    rels = (str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    return sorted({_PAGES_GENERATION.sub(r".index/<generation>.\1.pages", rel) for rel in rels if rel not in temps})
 
 
 def unit_statuses(lake: Lake, stage: str) -> dict[str, str]:

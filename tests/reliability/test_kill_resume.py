@@ -93,7 +93,7 @@ SCENARIOS = [
     Scenario("ingest.after_commit@2", "ingest", "two units committed, the job gone"),
     Scenario("ingest.before_manifest", "ingest", "every unit committed, only the planned manifest"),
     Scenario(
-        "storage.before_rename@3",
+        "storage.before_rename@5",
         "preprocess",
         "a checkpoint record written but not renamed",
         _killed_with_a_temp_in("web/_checkpoints/preprocess"),
