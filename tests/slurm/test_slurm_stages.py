@@ -33,7 +33,9 @@ def ingested(tmp_path) -> tuple[dict, str]:
                 text = " ".join(WORDS[(i + j) % len(WORDS)] for j in range(60 + i)) + "."
                 out.write(json.dumps({"text": text}) + "\n")
     lake = {"root": str(tmp_path / "lake"), "dataset": "web", "snapshot": None}
-    result = run_spec(JobSpec("ingest", lake, "r1", {"inputs": [str(inputs)], "target_shard_bytes": 12000}))
+    result = run_spec(
+        JobSpec("ingest", lake, "r1", {"inputs": [str(inputs)], "target_shard_bytes": 12000, "unit_bytes": 1})
+    )
     assert result["rows"] == 120
     return lake, result["manifest_uri"]
 
