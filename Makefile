@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: test lint demo bench install system-deps corpus clean distclean help constraints
+.PHONY: test lint demo bench install system-deps oracles-background corpus clean distclean help constraints
 
 help:
 	@echo "make demo   run the curation DAG on the sample corpus (embedded Airflow, local backend)"
@@ -49,7 +49,13 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 
-test: lint
+# The oracle venvs (tests/preprocess, pip-installed datatrove, spaCy, dolma) build while the main venv
+# installs; the tests that need them wait on the script's lock. A failed background build is retried
+# there, in the foreground, with its error in the test output.
+oracles-background: system-deps
+	@mkdir -p .cache; nohup bash scripts/setup_oracles.sh > .cache/setup_oracles.log 2>&1 &
+
+test: oracles-background lint
 	$(VENV)/bin/pytest -ra --durations=20 $(PYTEST_ARGS)
 
 corpus: install

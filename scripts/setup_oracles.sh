@@ -10,6 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${ORACLES_DIR:-.}
 PY=${PYTHON:-python3}
+# One builder at a time: `make test` starts this in the background and the tests call it again.
+mkdir -p "$DIR"
+exec 9>"$DIR/.venv-oracles.lock"
+flock 9
 setup() {
   local venv=$DIR/$1; shift
   [ -f "$venv/.stamp-v2" ] && return 0
