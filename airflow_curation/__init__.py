@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 def get_provider_info() -> dict:
     """Provider metadata read by Airflow's ProvidersManager (entry point ``apache_airflow_provider``).
 
-    Plain data, no imports: Airflow calls this at start-up in every component.
+    Plain data, no heavy imports: Airflow calls this at start-up in every component.
     """
     return {
         # Must equal the distribution name or Airflow refuses the provider.
@@ -22,21 +22,7 @@ def get_provider_info() -> dict:
                 "tags": ["software"],
             }
         ],
-        "operators": [
-            {
-                "integration-name": "Curation",
-                "python-modules": [
-                    "airflow_curation.operators.base",
-                    "airflow_curation.operators.ingest",
-                    "airflow_curation.operators.dedup",
-                    "airflow_curation.operators.enrich",
-                    "airflow_curation.operators.preprocess",
-                    "airflow_curation.operators.quality",
-                    "airflow_curation.operators.tokenize",
-                    "airflow_curation.operators.validate",
-                ],
-            }
-        ],
+        "operators": [{"integration-name": "Curation", "python-modules": _operator_modules()}],
         "sensors": [{"integration-name": "Curation", "python-modules": ["airflow_curation.sensors.shard_checkpoint"]}],
         "triggers": [
             {
@@ -84,6 +70,17 @@ def get_provider_info() -> dict:
             "airflow_curation.operators.enrich.RayDashboardLink",
         ],
     }
+
+
+def _operator_modules() -> list[str]:
+    """The base operator's module and each installed stage's ``airflow_curation.operators.<stage>``: derived
+    from the stage entry points, so a stage's operator is listed once it is installed (found, not imported)."""
+    from importlib.metadata import entry_points
+    from importlib.util import find_spec
+
+    stages = sorted(ep.name for ep in entry_points(group="airflow_curation.stages"))
+    found = [f"airflow_curation.operators.{name}" for name in stages]
+    return ["airflow_curation.operators.base", *(m for m in found if find_spec(m) is not None)]
 
 
 def _slurm_connection_type() -> dict:

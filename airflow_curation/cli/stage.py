@@ -5,13 +5,15 @@ upstream manifest (``--lake --dataset [--input-manifest]``, default: the newest 
 stage's ``UPSTREAM``), or, for attrs stages, either that or plain Parquet files
 (``curation <stage> FILE... --output DIR``). Every setting with ``cli=True`` is a flag
 (``--name-with-dashes``; booleans get ``--x/--no-x``). A built-in stage may add a few convenience flags
-and a richer summary through a module of its own (``EXTRAS``); a new stage needs none.
+and a richer summary through a module of its own, ``airflow_curation.cli.<stage>`` (``add_arguments``,
+``settings``, ``summary``: each optional); a new stage needs none.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import inspect
 import logging
 import sys
@@ -33,13 +35,18 @@ from airflow_curation.stages.settings import Setting, Settings
 
 log = logging.getLogger(__name__)
 
-# Convenience flags and summaries of the built-in stages (optional: add_arguments, settings, summary).
-EXTRAS = {
-    "preprocess": "airflow_curation.cli.preprocess",
-    "enrich": "airflow_curation.cli.enrich",
-    "validate": "airflow_curation.cli.validate",
-    "tokenize": "airflow_curation.cli.tokenize",
-}
+# A module of the CLI named after a stage holds its convenience flags and summary (by name, no table).
+EXTRAS_PACKAGE = "airflow_curation.cli"
+EXTRAS_HOOKS = ("add_arguments", "settings", "summary")
+
+
+def stage_extras(name: str) -> ModuleType | None:
+    """``airflow_curation.cli.<name>`` when it exists and defines one of :data:`EXTRAS_HOOKS`."""
+    module = f"{EXTRAS_PACKAGE}.{name}"
+    if not name.isidentifier() or importlib.util.find_spec(module) is None:
+        return None
+    extras = importlib.import_module(module)
+    return extras if any(hasattr(extras, hook) for hook in EXTRAS_HOOKS) else None
 
 
 def add_stage_command(sub: argparse._SubParsersAction, name: str) -> None:
@@ -49,7 +56,7 @@ def add_stage_command(sub: argparse._SubParsersAction, name: str) -> None:
         p = sub.add_parser(name, help=f"(cannot load this stage: {e})")
         p.set_defaults(func=partial(_broken, name, e))
         return
-    extras = importlib.import_module(EXTRAS[name]) if name in EXTRAS else None
+    extras = stage_extras(name)
     doc = inspect.cleandoc(cls.__doc__ or f"Run the {name} stage.").replace("``", "")
     p = sub.add_parser(name, help=doc.split("\n\n")[0].split(". ")[0].rstrip("."), description=doc)
     _add_input_args(p, cls.INPUTS)

@@ -10,6 +10,7 @@ operator then waits is its own choice, made in :meth:`poll_until_complete`: defe
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from collections.abc import Sequence
@@ -108,8 +109,12 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
 
     stage: str = ""
     # Arguments of the subclass that are stage settings: rendered "nothing" ("", "None") leaves the stage's
-    # default; any other value is checked and typed by the stage's settings.
+    # default; any other value is checked and typed by the stage's settings. Derived from the subclass's
+    # keyword-only ``__init__`` arguments (all but this base's and ``airflow_params``), and templated.
     settings_params: tuple[str, ...] = ()
+    # Arguments of the subclass that are not stage settings (a link URL, a skip switch): templated unless
+    # they are ``bool``.
+    airflow_params: tuple[str, ...] = ()
     # Arguments renamed with the stage settings (old -> new): refused with the new name.
     renamed_params: dict[str, str] = {}
     external_id_key = "curation_job"
@@ -117,6 +122,22 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
     template_fields_renderers = {"config": "json", "backend_options": "json"}
     operator_extra_links = (CurationManifestLink(), CurationJobLogLink())
     ui_color = "#e8f4e8"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A setting is declared once in the operator: as a typed, documented keyword of its ``__init__``.
+        super().__init_subclass__(**kwargs)
+        if "__init__" not in cls.__dict__:
+            return
+        own = [
+            p
+            for p in inspect.signature(cls.__init__).parameters.values()
+            if p.kind is p.KEYWORD_ONLY and p.name not in _BASE_PARAMS
+        ]
+        if "settings_params" not in cls.__dict__:
+            cls.settings_params = tuple(p.name for p in own if p.name not in cls.airflow_params)
+        if "template_fields" not in cls.__dict__:
+            templated = [p.name for p in own if p.annotation not in (bool, "bool")]
+            cls.template_fields = tuple(dict.fromkeys((*cls.template_fields, *templated)))
 
     def __init__(
         self,
@@ -388,3 +409,7 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         if self._handle is not None and self._backend is not None:
             self.log.info("Cancelling %s job %s", self.stage, self._handle.get("job_id"))
             self._backend.cancel(self._handle)
+
+
+# The base's own arguments: never stage settings of a subclass (ingest repeats ``dataset``, ``lake``...).
+_BASE_PARAMS = frozenset(inspect.signature(CurationStageOperator.__init__).parameters)

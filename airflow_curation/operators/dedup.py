@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from airflow_curation.operators.base import CurationStageOperator
@@ -19,26 +18,15 @@ class DedupOperator(CurationStageOperator):
     :param threshold: Jaccard similarity of near duplicates (default 0.8).
     :param num_perm: MinHash permutations (128). :param ngram: tokens per shingle (5).
     :param verify: keep only candidate pairs whose exact Jaccard reaches the threshold.
-    :param mapper: ``local`` (process pool) or ``dask``; ``scheduler_address`` uses an existing Dask cluster.
+    :param mapper: ``local`` (process pool) or ``dask``.
+    :param scheduler_address: an existing Dask cluster (``tcp://host:8786``) for the ``dask`` mapper.
     :param memory_budget: bytes for one partition of the global phase (``"512MiB"`` works too).
     :param max_failed_fraction: failure budget, a fraction of the shards.
     :param config: any other dedup setting (``tokenizer``, ``bands``, ``rows``, ``only_kept``...).
     """
 
     stage = "dedup"
-    settings_params = (
-        "input_manifest",
-        "threshold",
-        "num_perm",
-        "ngram",
-        "verify",
-        "mapper",
-        "scheduler_address",
-        "memory_budget",
-        "max_failed_fraction",
-    )
     renamed_params = {"engine": "mapper"}
-    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, *settings_params)
     ui_color = "#e8f0f8"
 
     def __init__(

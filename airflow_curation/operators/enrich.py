@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
@@ -47,22 +46,8 @@ class EnrichOperator(CurationStageOperator):
     """
 
     stage = "enrich"
-    settings_params = (
-        "input_manifest",
-        "task",
-        "model",
-        "name",
-        "model_runtime",
-        "mapper",
-        "ray_address",
-        "batch_size",
-        "replicas",
-        "gpus_per_replica",
-        "tensor_parallel_size",
-        "max_failed_fraction",
-    )
+    airflow_params = ("ray_dashboard_url", "skip_without_model")
     renamed_params = {"engine": "model_runtime", "engine_executor": "mapper"}
-    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, *settings_params, "ray_dashboard_url")
     operator_extra_links = (*CurationStageOperator.operator_extra_links, RayDashboardLink())
     ui_color = "#f3e8f8"
 

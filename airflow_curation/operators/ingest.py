@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
@@ -47,8 +46,6 @@ class IngestOperator(CurationStageOperator):
     """
 
     stage = "ingest"
-    settings_params = ("inputs", "text_field", "max_failed_fraction", "replace")
-    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, *settings_params)
 
     def __init__(
         self,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from airflow_curation.operators.base import CurationStageOperator
@@ -24,8 +23,6 @@ class PiiOperator(CurationStageOperator):
     """
 
     stage = "pii"
-    settings_params = ("input_manifest", "kinds", "ip_public_only", "redacted_text", "workers", "max_failed_fraction")
-    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, *settings_params)
     ui_color = "#f8e8ee"
 
     def __init__(

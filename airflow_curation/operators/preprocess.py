@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from airflow_curation.operators.base import CurationStageOperator
@@ -27,18 +26,7 @@ class PreprocessOperator(CurationStageOperator):
     """
 
     stage = "preprocess"
-    settings_params = (
-        "input_manifest",
-        "preset",
-        "rules",
-        "lang",
-        "mapper",
-        "scheduler_address",
-        "workers",
-        "max_failed_fraction",
-    )
     renamed_params = {"engine": "mapper"}
-    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, *settings_params)
     ui_color = "#e8eef8"
 
     def __init__(

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
@@ -29,8 +28,7 @@ class QualityOperator(CurationStageOperator):
     """
 
     stage = "quality"
-    settings_params = ("input_manifest", "model", "preset", "min_score", "rules", "max_failed_fraction")
-    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, *settings_params)
+    airflow_params = ("skip_without_model",)
     ui_color = "#eef8e8"
 
     def __init__(

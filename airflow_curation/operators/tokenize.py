@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowSkipException
@@ -26,8 +25,7 @@ class TokenizeOperator(CurationStageOperator):
     """
 
     stage = "tokenize"
-    settings_params = ("input_manifest", "tokenizer", "seq_len", "eos_token", "max_failed_fraction")
-    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, *settings_params)
+    airflow_params = ("skip_without_tokenizer",)
     ui_color = "#f8f0e8"
 
     def __init__(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
@@ -41,18 +40,9 @@ class ValidateOperator(CurationStageOperator):
     """
 
     stage = "validate"
-    settings_params = (
-        "checks",
-        "checks_file",
-        "query_engine",
-        "min_rows",
-        "max_null_rate",
-        "max_duplicate_rate",
-        "min_kept_fraction",
-        "signal_bounds",
-    )
+    # input_manifest is resolved by build_config (from input_task_id when empty), not passed as a setting.
+    airflow_params = ("input_manifest", "input_task_id")
     renamed_params = {"engine": "query_engine"}
-    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, "input_manifest", *settings_params)
     operator_extra_links = (*CurationStageOperator.operator_extra_links, CurationReportLink())
     ui_color = "#fdf1d6"
 

@@ -7,10 +7,11 @@ Stages are found by name, in this order:
 2. ``CURATION_STAGES="name=module:Class,..."`` in the environment: the same for job processes that a
    backend starts (they inherit the environment, not the registrations of the process that built them);
 3. the entry-point group ``airflow_curation.stages`` of installed distributions (``pyproject.toml``):
-   how the built-in stages and installed plugins declare theirs;
-4. the built-ins below, for a checkout whose installed metadata predates the entry points.
+   how the built-in stages and installed plugins declare theirs. It is the one registry of stages: the
+   CLI, the job entry point, the operators and the provider info all read it.
 
-So a new stage is its module and its operator plus one entry point (see ``docs/adding-a-stage.md``).
+So a new stage is its module and its operator plus one entry point (see ``docs/adding-a-stage.md``). A
+checkout whose installed metadata predates an entry point needs ``pip install -e .`` again.
 """
 
 from __future__ import annotations
@@ -25,18 +26,6 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "airflow_curation.stages"
 ENV_VAR = "CURATION_STAGES"
-
-# The same as the entry points pyproject.toml declares (a test keeps them equal).
-BUILTIN = {
-    "ingest": "airflow_curation.stages.ingest.stage:IngestStage",
-    "preprocess": "airflow_curation.stages.preprocess.stage:PreprocessStage",
-    "dedup": "airflow_curation.stages.dedup.stage:DedupStage",
-    "enrich": "airflow_curation.stages.enrich.stage:EnrichStage",
-    "pii": "airflow_curation.stages.pii.stage:PiiStage",
-    "validate": "airflow_curation.stages.validate.stage:ValidateStage",
-    "quality": "airflow_curation.stages.quality.stage:QualityStage",
-    "tokenize": "airflow_curation.stages.tokenize.stage:TokenizeStage",
-}
 
 # Stages registered in this process: name -> class or "module:Class".
 STAGES: dict[str, object] = {}
@@ -69,7 +58,7 @@ def _entry_points() -> dict[str, str]:
 
 
 def _targets() -> dict[str, object]:
-    return {**BUILTIN, **_entry_points(), **_from_env(), **STAGES}
+    return {**_entry_points(), **_from_env(), **STAGES}
 
 
 def stage_names() -> list[str]:

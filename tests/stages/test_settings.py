@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from airflow_curation.core.layout import Lake
-from airflow_curation.stages import BUILTIN, ENTRY_POINT_GROUP, stage_class
+from airflow_curation.stages import ENTRY_POINT_GROUP, stage_class, stage_names
 from airflow_curation.stages.base import Stage
 from airflow_curation.stages.settings import Setting, Settings, auto_or_bool, size
 
@@ -150,10 +150,14 @@ def test_stages_declared_the_older_way_still_work():
         Legacy(LAKE, {"unit": 5}, "r1")
 
 
-def test_entry_points_in_pyproject_are_the_builtins():
+def test_the_installed_entry_points_are_pyprojects_and_the_one_registry():
+    from importlib.metadata import entry_points
+
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"][ENTRY_POINT_GROUP]
-    assert declared == BUILTIN
-    for name in BUILTIN:
+    installed = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    assert installed == declared  # else: `pip install -e .` again
+    assert set(stage_names()) == set(declared)
+    for name in declared:
         assert stage_class(name).name == name
 
 

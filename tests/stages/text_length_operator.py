@@ -1,8 +1,8 @@
-"""The toy stage's operator: which arguments are settings; the stage's settings check and type them."""
+"""The toy stage's operator: its keywords are its settings (derived by the base); the stage's settings check and
+type them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from airflow_curation.operators.base import CurationStageOperator
@@ -12,8 +12,6 @@ class TextLengthOperator(CurationStageOperator):
     """:param input_manifest: the upstream manifest. :param min_chars: shortest text kept."""
 
     stage = "text_length"
-    settings_params = ("input_manifest", "min_chars")
-    template_fields: Sequence[str] = (*CurationStageOperator.template_fields, *settings_params)
 
     def __init__(self, *, input_manifest: str, min_chars: int | str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
