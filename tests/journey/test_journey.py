@@ -258,7 +258,7 @@ def test_default_trigger_form_and_scheduled_run_use_the_deployments_defaults(air
         report, page = _report(s, run, PIPELINE_DATASET)  # lake from the connection, dataset a Variable
         assert report["status"] == "passed" and report["lake"]["root"] == str(s.lake)
         # the deployment gives no quality model, enrich model or tokenizer: those stages are skipped, PII always runs
-        assert [f["label"] for f in report["metrics"]["funnel"]] == ["ingested", "quality", "dedup", "pii scanned"]
+        assert [f["label"] for f in report["metrics"]["funnel"]] == ["ingested", "preprocess", "dedup", "pii scanned"]
         assert "<th>quarantined</th>" in page
     assert j["manual"]["conf"]["input"] is None and j["manual"]["conf"]["lake"] is None
 

@@ -127,6 +127,6 @@ def test_pipeline_drops_what_the_classifier_rejects_before_tokenize_and_enrich(a
     stages = [f["stage"] for f in funnel]
     assert stages[:4] == ["ingest", "preprocess", "dedup", "quality"]  # then enrich's own step
     step = funnel[3]
-    assert step["label"] == "classifier" and step["rows"] == n_kept
+    assert step["label"] == "quality" and step["rows"] == n_kept
     assert funnel[stages.index("dedup")]["rows"] == dedup_kept
     assert "quality" in report["stages"]

@@ -63,7 +63,7 @@ def test_validate_reads_an_s3_lake_in_place(s3_bucket, tmp_path, engine):
         )
     assert report["metrics"]["rows"] == 80 and [f["label"] for f in report["metrics"]["funnel"]] == [
         "ingested",
-        "quality",
+        "preprocess",
         "dedup",
     ]
     assert b"<svg" in storage.read_bytes(f"{root}/demo/_manifests/{engine}/report.html")

@@ -46,7 +46,7 @@ def test_passing_run_writes_report_with_funnel_signals_and_clusters(full_run):
     report, page = _report(root)
     assert report["status"] == "passed", report["summary"]
     funnel = report["metrics"]["funnel"]
-    assert [f["label"] for f in funnel] == ["ingested", "quality", "dedup"]
+    assert [f["label"] for f in funnel] == ["ingested", "preprocess", "dedup"]
     assert funnel[0]["rows"] == 360 and funnel[0]["rows"] > funnel[1]["rows"] > funnel[2]["rows"] > 0
     assert all(f["bytes"] > 0 for f in funnel)
     # The funnel agrees with the rows the stages themselves kept.

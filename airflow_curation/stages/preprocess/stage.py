@@ -118,7 +118,6 @@ class PreprocessStage(AttrsStage):
     name = "preprocess"
     version = "2"  # 2: seven line-structure signal columns (attrs of version 1 have 38 columns, not 45)
     UPSTREAM = ("ingest",)
-    FUNNEL_LABEL = "quality"
     SETTINGS = AttrsStage.SETTINGS.extend(
         Setting(
             "preset",
