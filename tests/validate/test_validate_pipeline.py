@@ -48,7 +48,7 @@ def test_report_agrees_with_the_real_stages(pipeline):
     funnel = {f["label"]: f["rows"] for f in report["metrics"]["funnel"]}
     assert funnel["ingested"] == ingest.rows == ingest.accounting["kept"]
     assert funnel["preprocess"] == pre.accounting["kept"] < funnel["ingested"]
-    assert funnel["dedup"] == funnel["quality"] - report["metrics"]["duplicates"]["duplicates"]
+    assert funnel["dedup"] == funnel["preprocess"] - report["metrics"]["duplicates"]["duplicates"]
     assert report["metrics"]["duplicates"]["duplicates"] >= 10
     assert sum(report["metrics"]["drop_reasons"]["preprocess"].values()) == sum(pre.accounting["dropped"].values())
     assert set(report["stages"]) >= {"ingest", "preprocess", "dedup"}
