@@ -60,6 +60,20 @@ class JobResult:
             raise ValueError(f"job result with kind {d.get('kind')!r}, status {d.get('status')!r}")
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
+    def describe(self) -> str:
+        """One line for a person: what ended, how, and what it wrote (the job's log ends with the JSON)."""
+        what = f"group {self.group}" if self.group else self.kind
+        took = f" in {self.seconds:.1f} s" if self.seconds else ""
+        if not self.succeeded:
+            return f"{what} failed{took} (exit {self.returncode}): {self.error or 'no error recorded'}"
+        line = f"{what} succeeded{took}: {self.rows:,} rows in {self.shards:,} shards"
+        acc = self.accounting or {}
+        if acc:
+            gone = {k: sum((acc.get(k) or {}).values()) for k in ("dropped", "quarantined")}
+            line += f" (read {acc.get('read', 0):,}, kept {acc.get('kept', 0):,}"
+            line += "".join(f", {k} {n:,}" for k, n in gone.items() if n) + ")"
+        return line + (f"; manifest {self.manifest_uri}" if self.manifest_uri else "")
+
     def write(self, uri: str | None) -> None:
         if uri:
             storage.write_json(uri, self.to_dict())

@@ -2,16 +2,20 @@
 
 A job's log is its process's stderr: ``<time> <LEVEL> <logger>: <message>`` lines from the stage, and
 on a crash a Python traceback. Relayed as is, every line would be an INFO record, a traceback 30 INFO
-lines. Here a record keeps its level (a unit's failure is a WARNING in the task log too), and a
-traceback becomes one ERROR record holding the whole block.
+lines. Here a record keeps its level (a unit's failure is a WARNING in the task log too), a
+traceback becomes one ERROR record holding the whole block, and the job's result (the JSON line it ends
+with, for the backend) becomes one readable line.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Callable
 from typing import Any
+
+from airflow_curation.jobs.result import JobResult
 
 _LEVEL = re.compile(r"^\S+ \S+ (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
 _TRACEBACK = "Traceback (most recent call last):"
@@ -67,9 +71,20 @@ class JobLogRelay:
             return
         if not line.strip():
             return
+        if line.startswith("{") and self._result(line):
+            return
         match = _LEVEL.match(line)
         level = getattr(logging, match.group(1)) if match else logging.INFO
         self._emit(level, line)
+
+    def _result(self, line: str) -> bool:
+        """The job's last line is its result as JSON (for the backend): relayed as one readable line."""
+        try:
+            result = JobResult.from_dict(json.loads(line))
+        except (ValueError, TypeError):
+            return False
+        self._emit(logging.INFO if result.succeeded else logging.ERROR, f"job result: {result.describe()}")
+        return True
 
     def _end_traceback(self) -> None:
         if self._traceback:

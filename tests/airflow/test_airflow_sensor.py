@@ -309,7 +309,40 @@ def test_job_log_relay_keeps_levels_and_joins_a_traceback_split_across_reads():
     assert [level for level, _ in records] == ["info", "warning", "error", "info"]
     assert records[1][1].endswith("unit 2 attempt 1/2 failed")
     assert records[2][1].startswith("[job j1] Traceback") and records[2][1].endswith("ValueError: boom")
-    assert records[3][1] == '[job j1] {"status": "failed"}'
+    assert records[3][1] == '[job j1] {"status": "failed"}'  # not a job result: relayed as it is
+
+
+def test_job_log_relay_says_the_job_result_in_words():
+    from airflow_curation.jobs.result import JobResult
+    from airflow_curation.triggers.job_log import JobLogRelay
+
+    records: list[tuple[str, str]] = []
+
+    class Log:
+        def __getattr__(self, level):
+            return lambda fmt, *args: records.append((level, fmt % args))
+
+    ok = JobResult(
+        kind="run",
+        status="succeeded",
+        returncode=0,
+        manifest_uri="s3://l/m.json",
+        shards=3,
+        rows=1200,
+        seconds=12.34,
+        accounting={"read": 1250, "kept": 1200, "dropped": {"too_short": 40}, "quarantined": {"bad_json": 10}},
+    )
+    bad = JobResult(kind="group", status="failed", returncode=1, group="2/3", error="StageFailed: 1 of 4 units failed")
+    relay = JobLogRelay(Log(), "j1")
+    relay.feed(json.dumps(ok.to_dict(), sort_keys=True) + "\n" + json.dumps(bad.to_dict()) + "\n")
+    assert records == [
+        (
+            "info",
+            "[job j1] job result: run succeeded in 12.3 s: 1,200 rows in 3 shards (read 1,250, kept 1,200, "
+            "dropped 40, quarantined 10); manifest s3://l/m.json",
+        ),
+        ("error", "[job j1] job result: group 2/3 failed (exit 1): StageFailed: 1 of 4 units failed"),
+    ]
 
 
 def test_sensor_returns_at_once_when_already_done_and_defers_otherwise(tmp_path):
