@@ -154,10 +154,13 @@ class ValidateOperator(CurationStageOperator):
         summary = {
             **summary_of(result),
             **summary,
+            **(_curated(report) if fresh else {}),
             "report_json": json_uri,
             "report_html": html_uri,
             "validation": report["status"] if fresh else None,
         }
+        if fresh:
+            self.log.info("%s", _curated_line(report))
         if fresh and context is not None:
             self._mark_outlets(context, report)
         return summary
@@ -280,3 +283,17 @@ def _upstream_manifest(ti: Any, task_ids: str | list[str]) -> str | None:
         if isinstance(pulled, dict) and pulled.get("manifest_uri"):
             return pulled["manifest_uri"]
     return None
+
+
+def _curated(report: dict[str, Any]) -> dict[str, Any]:
+    """What the run delivers (the funnel's last step), beside ``rows``: the rows validate read."""
+    last = report["metrics"]["funnel"][-1]
+    return {"curated_rows": last["rows"], "curated_bytes": last.get("bytes"), "curated_by": last["label"]}
+
+
+def _curated_line(report: dict[str, Any]) -> str:
+    funnel = report["metrics"]["funnel"]
+    first, last = funnel[0], funnel[-1]
+    share = f" ({last['rows'] / first['rows']:.1%})" if first["rows"] else ""
+    steps = " -> ".join(f"{f['label']} {f['rows']:,}" for f in funnel)
+    return f"validate {report['status']}: {last['rows']:,} curated rows of {first['rows']:,} ingested{share}: {steps}"

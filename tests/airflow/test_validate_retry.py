@@ -51,6 +51,15 @@ def _report_xcom(dag_run):
         return next(XComModel.deserialize_value(r) for r in rows if r.key == "curation_report")
 
 
+def _xcom(dag_run, task_id: str, key: str):
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.scalars(XComModel.get_many(run_id=dag_run.run_id, dag_ids=dag_run.dag_id)).all()
+        return next(XComModel.deserialize_value(r) for r in rows if (r.task_id, r.key) == (task_id, key))
+
+
 def _job_dirs(lake: Lake, dag_run) -> list[Path]:
     jobs = Path(lake.jobs_dir(sanitize_run_id(dag_run.run_id), "validate"))
     return [p for p in jobs.iterdir() if p.is_dir()]
@@ -76,6 +85,11 @@ def test_a_retried_validate_takes_its_jobs_verdict_and_submits_one_job(retry_dag
     report = json.loads(Path(pushed["json"]).read_text())
     assert report["run_id"] == sanitize_run_id(dag_run.run_id)
     assert report["run_context"]["params"]["min_rows"] == min_rows
+    if passes:  # the task's summary speaks in curated rows, beside the rows validate read
+        summary = _xcom(dag_run, "validate", "return_value")
+        last = report["metrics"]["funnel"][-1]
+        assert (summary["curated_rows"], summary["curated_by"]) == (last["rows"], last["label"])
+        assert (summary["curated_rows"], summary["curated_by"]) == (20, "ingested")  # this DAG only ingests
 
 
 def test_two_runs_of_one_snapshot_each_get_their_own_report(retry_dag, tmp_path):
