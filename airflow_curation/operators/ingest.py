@@ -1,4 +1,4 @@
-"""Ingest raw JSONL / Parquet / text files into shards of a lake."""
+"""Ingest raw JSONL / Parquet / text / WARC / HTML files into shards of a lake."""
 
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ class IngestOperator(CurationStageOperator):
     :param dataset: dataset name inside the lake.
     :param snapshot: snapshot partition, usually ``"{{ ds }}"``.
     :param text_field: field or column that holds the document text (default ``text``).
+    :param html_extractor: HTML to text for WARC responses and ``.html`` files: ``resiliparse`` (default)
+        or ``trafilatura`` (``docs/ingest-web.md``).
     :param max_failed_fraction: failure budget, a fraction of the units (input file groups).
     :param replace: supersede the complete ingest runs of this dataset/snapshot made from other inputs or
         settings (their manifests, and those that read their shards, are marked ``superseded``); without
@@ -55,6 +57,7 @@ class IngestOperator(CurationStageOperator):
         lake: str | None = None,
         snapshot: str | None = None,
         text_field: str | None = None,
+        html_extractor: str | None = None,
         max_failed_fraction: float | str | None = None,
         replace: bool | str | None = None,
         **kwargs: Any,
@@ -62,6 +65,7 @@ class IngestOperator(CurationStageOperator):
         super().__init__(dataset=dataset, lake=lake, snapshot=snapshot, **kwargs)
         self.inputs = inputs
         self.text_field = text_field
+        self.html_extractor = html_extractor
         self.max_failed_fraction = max_failed_fraction
         self.replace = replace
 

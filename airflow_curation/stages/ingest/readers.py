@@ -1,4 +1,4 @@
-"""Streaming readers for ingest: JSONL (plain, .gz, .zst), Parquet and plain text.
+"""Streaming readers for ingest: JSONL (plain, .gz, .zst), Parquet and plain text (web crawls: ``warc.py``).
 
 Each reader yields :class:`Doc` for a readable record and :class:`Bad` for anything it cannot use, with
 where it was and why, so that the stage can quarantine and count it. Memory stays bounded by one record
@@ -40,6 +40,11 @@ FORMATS = {
     ".text": "text",
     ".md": "text",
     ".rst": "text",
+    ".warc": "warc",
+    ".wet": "warc",  # Common Crawl's WET files (*.warc.wet.gz) are WARC files of conversion records
+    ".arc": "arc",
+    ".html": "html",
+    ".htm": "html",
 }
 
 

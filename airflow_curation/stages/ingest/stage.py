@@ -20,6 +20,7 @@ import xxhash
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.fingerprint import canonical_json
+from airflow_curation.core.html_text import EXTRACTORS
 from airflow_curation.core.manifest import Manifest, ManifestError, ShardEntry, UnitEntry
 from airflow_curation.core.quarantine import QuarantineWriter, utf8_safe
 from airflow_curation.core.schema import ID, META, SHARD_SCHEMA, SOURCE, TEXT
@@ -37,6 +38,7 @@ from airflow_curation.stages.ingest.readers import (
     sniff,
 )
 from airflow_curation.stages.ingest.sizing import UnitProgress, group_files
+from airflow_curation.stages.ingest.warc import read_html_file, read_warc
 from airflow_curation.stages.settings import Setting, size
 
 log = logging.getLogger(__name__)
@@ -71,8 +73,19 @@ class IngestStage(Stage):
             "format",
             str,
             "auto",
-            "auto (by extension), jsonl, parquet or text",
-            choices=("auto", "jsonl", "parquet", "text"),
+            "auto (by extension), jsonl, parquet, text, warc (WARC and WET), arc or html",
+            choices=("auto", "jsonl", "parquet", "text", "warc", "arc", "html"),
+        ),
+        Setting(
+            "html_extractor",
+            str,
+            "resiliparse",
+            "HTML to text for WARC responses and .html files (docs/ingest-web.md)",
+            choices=EXTRACTORS,
+            keep_old_fingerprint=True,
+        ),
+        Setting(
+            "html_only", bool, True, "WARC: take only HTML responses (and WET text); off: text/plain responses too"
         ),
         Setting("text_field", str, "text", "the field or column holding the document text"),
         Setting("id_field", str, None, "a field holding your own unique ids (default: ids from source and position)"),
@@ -341,7 +354,8 @@ class IngestStage(Stage):
                     0,
                     "file",
                     "unsupported_format",
-                    "unknown file type (use .jsonl/.json/.ndjson, .parquet, .txt, optionally .gz/.zst, or set format)",
+                    "unknown file type (use .jsonl/.json/.ndjson, .parquet, .txt, .warc/.wet/.arc, .html, optionally "
+                    ".gz/.zst, or set format)",
                     rows=0,
                 )
                 return
@@ -357,6 +371,10 @@ class IngestStage(Stage):
             stream = decompress(raw, compression)
             if fmt == "jsonl":
                 yield from read_jsonl(stream, cfg["text_field"], cfg["id_field"], max_record)
+            elif fmt in ("warc", "arc"):
+                yield from read_warc(stream, fmt, cfg["html_extractor"], max_record, cfg["html_only"])
+            elif fmt == "html":
+                yield from read_html_file(stream, cfg["html_extractor"], max_record)
             else:
                 yield from read_text(stream, cfg["text_mode"], max_record)
 

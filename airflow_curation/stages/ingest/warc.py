@@ -1,0 +1,213 @@
+"""Web crawl input for ingest: WARC, WET and ARC files, and plain ``.html`` pages, streamed record by record.
+
+What becomes a document (an input row):
+
+- a WET ``conversion`` record (Common Crawl's extracted text): its text as it is;
+- a WARC ``response`` (HTTP 200) or ``resource`` record whose content type is HTML: its main text, by the
+  extractor chosen (:mod:`airflow_curation.core.html_text`); with ``html_only`` off, ``text/plain`` too.
+
+Each document's ``meta`` holds ``url``, ``warc_record_id``, ``warc_date``, ``content_type``, ``charset``,
+``record_type`` and ``offset`` (the record's byte offset in the decompressed stream). Other records
+(``warcinfo``, ``request``, ``metadata``, non-HTML or non-200 responses) are not documents: one note per file
+counts them by kind. A record the parser cannot read, a truncated file, or a page with no text is
+quarantined with the file, the record's offset and the reason, and counted like any other input row.
+
+FastWARC (Rust) parses WARC and WET; warcio parses ARC, which FastWARC does not read
+(``benchmarks/bench_html.py`` measures both parsers on the same WARC files).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO
+
+from airflow_curation.core.html_text import decode_html, extractor
+from airflow_curation.stages.ingest.readers import RAW_HEAD, STREAM_ERRORS, Bad, Doc
+
+HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
+TEXT_TYPES = HTML_TYPES | {"text/plain"}
+DOCUMENT_RECORDS = frozenset({"response", "resource", "conversion"})
+# What a parser raises for a record it cannot read (besides a damaged compressed stream).
+PARSE_ERRORS = (*STREAM_ERRORS, OSError, ValueError, zlib.error)
+
+
+@dataclass
+class Record:
+    """One WARC/ARC record, parser-neutral."""
+
+    index: int  # 1-based, in file order
+    offset: int
+    record_type: str
+    url: str | None
+    record_id: str | None
+    date: str | None
+    status: int | None  # HTTP status of a response, None for other records
+    content_type: str | None  # the HTTP Content-Type's media type, else the WARC Content-Type's
+    charset: str | None
+    length: int  # payload bytes (the HTTP body of a response)
+    payload: bytes | None  # None when not read (not a document, or larger than allowed)
+
+
+def fastwarc_records(stream: IO[bytes], max_payload: int) -> Iterator[Record]:
+    """WARC/WET records by FastWARC. A payload longer than ``max_payload`` is not read."""
+    from fastwarc import ArchiveIterator
+
+    for i, r in enumerate(ArchiveIterator(stream, parse_http=True, stream_detect=False), start=1):
+        kind = str(r.record_type).rsplit(".", 1)[-1].lower()
+        http = r.http_headers if r.is_http else None
+        media = (r.http_content_type if http is not None else _media(r.headers.get("Content-Type"))) or None
+        length = int(r.content_length or 0)
+        payload = r.reader.read() if kind in DOCUMENT_RECORDS and length <= max_payload else None
+        yield Record(
+            index=i,
+            offset=int(r.stream_pos),
+            record_type=kind,
+            url=r.headers.get("WARC-Target-URI"),
+            record_id=r.record_id,
+            date=r.headers.get("WARC-Date"),
+            status=int(http.status_code) if http is not None and http.status_code is not None else None,
+            content_type=media.lower() if media else None,
+            charset=(r.http_charset or None) if http is not None else None,
+            length=length if payload is None else len(payload),
+            payload=payload,
+        )
+
+
+def warcio_records(stream: IO[bytes], max_payload: int) -> Iterator[Record]:
+    """WARC and ARC records by warcio (ARC records are read as WARC responses)."""
+    from warcio.archiveiterator import ArchiveIterator
+
+    it = ArchiveIterator(stream, arc2warc=True, no_record_parse=False)
+    for i, r in enumerate(it, start=1):
+        http = r.http_headers if r.rec_type in ("response", "request") and r.http_headers else None
+        content_type = (http.get_header("Content-Type") if http else None) or r.rec_headers.get_header("Content-Type")
+        media, charset = _media(content_type), _charset(content_type)
+        length = int(r.rec_headers.get_header("Content-Length") or r.length or 0)
+        payload = None
+        if r.rec_type in DOCUMENT_RECORDS:
+            payload = r.content_stream().read(max_payload + 1)
+            if len(payload) > max_payload:
+                length, payload = max(length, len(payload)), None
+        yield Record(
+            index=i,
+            offset=int(it.get_record_offset()),
+            record_type=r.rec_type,
+            url=r.rec_headers.get_header("WARC-Target-URI"),
+            record_id=r.rec_headers.get_header("WARC-Record-ID"),
+            date=r.rec_headers.get_header("WARC-Date"),
+            status=int(http.get_statuscode()) if http and r.rec_type == "response" else None,
+            content_type=media,
+            charset=charset,
+            length=length if payload is None else len(payload),
+            payload=payload,
+        )
+
+
+def _media(content_type: str | None) -> str | None:
+    return content_type.split(";", 1)[0].strip().lower() or None if content_type else None
+
+
+def _charset(content_type: str | None) -> str | None:
+    for part in (content_type or "").split(";")[1:]:
+        key, _, value = part.partition("=")
+        if key.strip().lower() == "charset" and value.strip():
+            return value.strip().strip("\"'").lower()
+    return None
+
+
+def read_warc(
+    stream: IO[bytes], fmt: str, html_extractor: str, max_record_bytes: int, html_only: bool = True
+) -> Iterator[Doc | Bad]:
+    """Documents of one WARC/WET (``fmt="warc"``) or ARC (``fmt="arc"``) file, decompressed already.
+
+    :param html_extractor: the extractor for HTML payloads (:data:`airflow_curation.core.html_text.EXTRACTORS`).
+    :param max_record_bytes: a larger payload is quarantined unread (``record_too_large``).
+    :param html_only: take only HTML responses (and WET text); off: ``text/plain`` responses too.
+    """
+    extract = extractor(html_extractor)
+    records = warcio_records(stream, max_record_bytes) if fmt == "arc" else fastwarc_records(stream, max_record_bytes)
+    wanted = HTML_TYPES if html_only else TEXT_TYPES
+    skipped: Counter[str] = Counter()
+    last = 0
+    try:
+        for rec in records:
+            last = rec.index
+            why_not = _not_a_document(rec, wanted)
+            if why_not:
+                skipped[why_not] += 1
+                continue
+            yield _document(rec, extract)
+    except PARSE_ERRORS as e:
+        yield Bad(
+            last + 1,
+            f"record {last + 1}",
+            "malformed_record",
+            f"cannot read record {last + 1} (after {last} records read): {type(e).__name__}: {e}",
+        )
+    if skipped:
+        detail = ", ".join(f"{k}={n}" for k, n in sorted(skipped.items()))
+        yield Bad(
+            0, "file", "records_not_documents", f"{sum(skipped.values())} records are not documents: {detail}", rows=0
+        )
+
+
+def _not_a_document(rec: Record, wanted: frozenset[str]) -> str | None:
+    if rec.record_type not in DOCUMENT_RECORDS:
+        return rec.record_type
+    if rec.record_type == "conversion":
+        return None
+    if rec.record_type == "response" and rec.status != 200:
+        return f"response {rec.status}"
+    if rec.content_type not in wanted:
+        return f"{rec.record_type} {rec.content_type or 'without content type'}"
+    return None
+
+
+def _document(rec: Record, extract) -> Doc | Bad:
+    loc = f"record {rec.index} at byte {rec.offset}"
+    meta = {
+        "url": rec.url,
+        "warc_record_id": rec.record_id,
+        "warc_date": rec.date,
+        "content_type": rec.content_type,
+        "charset": rec.charset,
+        "record_type": rec.record_type,
+        "offset": rec.offset,
+    }
+    if rec.payload is None:
+        return Bad(rec.index, loc, "record_too_large", f"payload of {rec.length} bytes exceeds the limit")
+    if rec.record_type == "conversion" or rec.content_type == "text/plain":
+        try:
+            text = rec.payload.decode(rec.charset or "utf-8")
+        except (LookupError, UnicodeDecodeError) as e:
+            return Bad(
+                rec.index, loc, "invalid_utf8", f"text not {rec.charset or 'utf-8'}: {e}", rec.payload[:RAW_HEAD]
+            )
+        return Doc(rec.index, loc, text, meta, len(rec.payload), raw=rec.payload[:RAW_HEAD])
+    try:
+        text = extract(decode_html(rec.payload, rec.charset))
+    except Exception as e:  # noqa: BLE001 - one page the extractor chokes on is that page's problem only
+        return Bad(rec.index, loc, "html_extraction_failed", f"{type(e).__name__}: {e}", rec.payload[:RAW_HEAD])
+    if not text.strip():
+        return Bad(rec.index, loc, "no_text_extracted", "the page has no main text", rec.payload[:RAW_HEAD])
+    return Doc(rec.index, loc, text, meta, len(rec.payload), raw=rec.payload[:RAW_HEAD])
+
+
+def read_html_file(f: IO[bytes], html_extractor: str, max_record_bytes: int) -> Iterator[Doc | Bad]:
+    """A plain ``.html`` file: one document, its main text by the same extractor as crawled pages."""
+    data = f.read(max_record_bytes + 1)
+    if len(data) > max_record_bytes:
+        yield Bad(0, "file", "record_too_large", f"page exceeds {max_record_bytes} bytes", data[:RAW_HEAD])
+        return
+    try:
+        text = extractor(html_extractor)(decode_html(data))
+    except Exception as e:  # noqa: BLE001
+        yield Bad(0, "file", "html_extraction_failed", f"{type(e).__name__}: {e}", data[:RAW_HEAD])
+        return
+    if not text.strip():
+        yield Bad(0, "file", "no_text_extracted", "the page has no main text", data[:RAW_HEAD])
+        return
+    yield Doc(0, "file", text, None, len(data), raw=data[:RAW_HEAD])

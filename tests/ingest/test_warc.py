@@ -1,0 +1,187 @@
+"""Web crawl input: WARC (written by warcio, the reference writer), WET, ARC and .html files of real pages
+(the Python documentation Debian ships), through the real ingest stage."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from ingest_helpers import books_close, ingest, quarantined
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.warcwriter import WARCWriter
+
+from airflow_curation.core.html_text import EXTRACTORS, html_to_text
+
+DOCS = Path("/usr/share/doc/python3.11/html/library")
+PAGES = ["json.html", "csv.html", "gzip.html", "zlib.html"]
+# A sentence of each page's main text (its first paragraph), and the page's navigation words.
+EXPECTED = {
+    "json.html": "JSON (JavaScript Object Notation)",
+    "csv.html": "CSV (Comma Separated Values)",
+    "gzip.html": "This module provides a simple interface to compress and decompress files",
+    "zlib.html": "For applications that require data compression",
+}
+
+
+def _page(name: str) -> bytes:
+    return (DOCS / name).read_bytes()
+
+
+def _http(status: str, content_type: str) -> StatusAndHeaders:
+    return StatusAndHeaders(status, [("Content-Type", content_type)], protocol="HTTP/1.1")
+
+
+def write_warc(path: Path, extra: bool = True) -> Path:
+    """A crawl as a crawler writes it: warcinfo, then request + response per page, plus records that are
+    not documents (a 404, an image, metadata) when ``extra``."""
+    with open(path, "wb") as f:
+        w = WARCWriter(f, gzip=path.suffix == ".gz")
+        w.write_record(w.create_warcinfo_record(path.name, {"software": "test"}))
+        for name in PAGES:
+            url = f"https://docs.python.org/3/library/{name}"
+            req = StatusAndHeaders(
+                "GET /3/library/" + name + " HTTP/1.1", [("Host", "docs.python.org")], is_http_request=True
+            )
+            w.write_record(w.create_warc_record(url, "request", http_headers=req))
+            w.write_record(
+                w.create_warc_record(
+                    url,
+                    "response",
+                    payload=io.BytesIO(_page(name)),
+                    http_headers=_http("200 OK", "text/html; charset=utf-8"),
+                )
+            )
+        if extra:
+            w.write_record(
+                w.create_warc_record(
+                    "https://docs.python.org/missing",
+                    "response",
+                    payload=io.BytesIO(b"<html>gone</html>"),
+                    http_headers=_http("404 Not Found", "text/html"),
+                )
+            )
+            w.write_record(
+                w.create_warc_record(
+                    "https://docs.python.org/logo.png",
+                    "response",
+                    payload=io.BytesIO(b"\x89PNG\r\n\x1a\n" + bytes(64)),
+                    http_headers=_http("200 OK", "image/png"),
+                )
+            )
+            w.write_record(
+                w.create_warc_record(
+                    "https://docs.python.org/3/library/json.html",
+                    "metadata",
+                    payload=io.BytesIO(b"fetchTimeMs: 12\n"),
+                    warc_content_type="application/warc-fields",
+                )
+            )
+    return path
+
+
+def _rows(m) -> list[dict]:
+    return [r for s in m.shards for r in pq.read_table(s.uri, columns=["id", "text", "meta"]).to_pylist()]
+
+
+@pytest.mark.parametrize("compressed", [True, False])
+def test_warc_responses_become_documents_with_their_crawl_metadata(tmp_path, compressed):
+    path = write_warc(tmp_path / ("crawl.warc.gz" if compressed else "crawl.warc"))
+    lake, m = ingest(tmp_path, [path])
+    rows = _rows(m)
+    assert len(rows) == len(PAGES) and m.accounting["read"] == len(PAGES) and books_close(m.accounting)
+    by_url = {json.loads(r["meta"])["url"]: r for r in rows}
+    for name in PAGES:
+        row = by_url[f"https://docs.python.org/3/library/{name}"]
+        meta = json.loads(row["meta"])
+        assert EXPECTED[name] in row["text"] and "<" not in row["text"][:200]  # text, not markup
+        assert meta["warc_record_id"].startswith("<urn:uuid:") and meta["warc_date"].startswith("20")
+        assert (meta["content_type"], meta["charset"], meta["record_type"]) == ("text/html", "utf-8", "response")
+    # the records that are not documents: one note, counted by kind, not rows
+    notes = [q for q in quarantined(lake) if q["reason"] == "records_not_documents"]
+    assert len(notes) == 1 and "request=4" in notes[0]["detail"] and "response 404=1" in notes[0]["detail"]
+    assert "response image/png=1" in notes[0]["detail"] and "metadata=1" in notes[0]["detail"]
+    assert m.accounting["notes"]["records_not_documents"] == 1
+
+
+def test_wet_conversion_records_are_taken_as_they_are(tmp_path):
+    path = tmp_path / "CC-MAIN-x.warc.wet.gz"
+    texts = ["Plain text of the first page.\nSecond line.", "Zweite Seite: Übersicht und Einleitung."]
+    with open(path, "wb") as f:
+        w = WARCWriter(f, gzip=True)
+        for i, t in enumerate(texts):
+            w.write_record(
+                w.create_warc_record(
+                    f"https://example.org/{i}",
+                    "conversion",
+                    payload=io.BytesIO(t.encode()),
+                    warc_content_type="text/plain",
+                )
+            )
+    _, m = ingest(tmp_path, [path])
+    assert sorted(r["text"] for r in _rows(m)) == sorted(texts)
+    assert {json.loads(r["meta"])["record_type"] for r in _rows(m)} == {"conversion"}
+
+
+def test_a_truncated_warc_keeps_what_came_before_and_quarantines_the_rest_with_where(tmp_path):
+    whole = write_warc(tmp_path / "whole.warc", extra=False).read_bytes()
+    cut = tmp_path / "in" / "cut.warc.gz"
+    cut.parent.mkdir()
+    # gzip the plain WARC as one member and cut it inside the last response
+    cut.write_bytes(gzip.compress(whole)[: int(len(gzip.compress(whole)) * 0.85)])
+    lake, m = ingest(tmp_path, [cut])
+    kept = _rows(m)
+    assert 1 <= len(kept) < len(PAGES)
+    bad = [q for q in quarantined(lake) if q["reason"] in ("malformed_record", "truncated_input")]
+    assert bad and "record" in bad[0]["location"] and "cut.warc.gz" in bad[0]["source"]
+    assert books_close(m.accounting) and m.accounting["read"] == len(kept) + len(bad)
+
+
+def test_a_page_without_text_and_a_payload_over_the_limit_are_quarantined(tmp_path):
+    path = tmp_path / "odd.warc"
+    with open(path, "wb") as f:
+        w = WARCWriter(f, gzip=False)
+        for url, body in [("https://e/empty", b"<html><body></body></html>"), ("https://e/big", _page("json.html"))]:
+            w.write_record(
+                w.create_warc_record(
+                    url, "response", payload=io.BytesIO(body), http_headers=_http("200 OK", "text/html")
+                )
+            )
+    lake, m = ingest(tmp_path, [path], max_text_bytes=4096)  # records up to 4x + 1 MiB: the page passes
+    reasons = sorted(q["reason"] for q in quarantined(lake))
+    assert "no_text_extracted" in reasons and m.accounting["read"] == 2 and books_close(m.accounting)
+
+
+def test_arc_files_are_read_too(tmp_path):
+    body = b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\n\r\n" + _page("gzip.html")
+    version = b"1 0 test\nURL IP-address Archive-date Content-type Archive-length\n"
+    head = b"filedesc://t.arc 0.0.0.0 20260101000000 text/plain %d\n" % len(version)
+    rec = b"https://docs.python.org/3/library/gzip.html 1.2.3.4 20260101000000 text/html %d\n" % len(body)
+    path = tmp_path / "old.arc"
+    path.write_bytes(head + version + b"\n" + rec + body + b"\n")
+    _, m = ingest(tmp_path, [path])
+    (row,) = _rows(m)
+    assert EXPECTED["gzip.html"] in row["text"]
+    assert json.loads(row["meta"])["url"] == "https://docs.python.org/3/library/gzip.html"
+
+
+@pytest.mark.parametrize("extractor", EXTRACTORS)
+def test_html_files_and_both_extractors_give_the_main_text(tmp_path, extractor):
+    for name in PAGES:
+        text = html_to_text(_page(name), extractor)
+        assert EXPECTED[name] in text
+        assert "Navigation" not in text.split("\n")[0]  # the page's menu is not its first line
+    folder = tmp_path / "pages"
+    folder.mkdir()
+    for name in PAGES:
+        (folder / name).write_bytes(_page(name))
+    _, m = ingest(tmp_path, [folder], html_extractor=extractor)
+    assert sorted(EXPECTED[n] in t for t in (r["text"] for r in _rows(m)) for n in PAGES).count(True) == len(PAGES)
+
+
+def test_an_unknown_extractor_is_refused_by_name(tmp_path):
+    with pytest.raises(ValueError, match="html_extractor"):
+        ingest(tmp_path, [write_warc(tmp_path / "c.warc")], html_extractor="soup")
