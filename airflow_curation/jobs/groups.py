@@ -23,7 +23,8 @@ def run_args(spec: str, result: Arg) -> list[Arg]:
 
 
 def group_args(spec: str, result: Arg, index: Any, groups: int, pick: Sequence[int] | None = None) -> list[Arg]:
-    """Group ``index`` of ``groups`` (units ``index::groups``). ``result`` should contain :data:`GROUP`.
+    """Group ``index`` of ``groups`` (a block of units: ``core.manifest.group_range``). ``result`` should
+    contain :data:`GROUP`.
     With ``pick``, ``index`` counts through those groups only (a relaunch of some groups)."""
     args = ["run", spec, "--result", result, "--group", (index, f"/{groups}")]
     if pick is not None:
