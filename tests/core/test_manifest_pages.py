@@ -314,3 +314,28 @@ def test_a_group_task_reads_an_upstream_manifest_of_format_1(upstream):
     stage = _stage(lake, uri)
     whole = stage.plan()
     assert [u.unit_id for u in _stage(lake, uri).plan_group(2, 7)] == [u.unit_id for u in _block(whole, 2, 7)]
+
+
+def test_a_streaming_group_task_reads_and_runs_only_its_block_of_upstream_units(upstream, monkeypatch):
+    """While the upstream run goes (manifest planned, records appearing), task i of n streams the upstream units
+    of block i only: it reads only the unit pages that hold them (never the run's other pages) and runs their
+    shards, leaving the other blocks to the other tasks (each used to read the whole manifest and run all)."""
+    from dataclasses import asdict
+
+    from airflow_curation.core.checkpoint import CheckpointRecord
+
+    lake, uri, up = upstream
+    planned = Manifest(**{**up.__dict__, "status": "planned", "shards": [], "units": list(up.units)})
+    planned.write(uri)
+    store = lake.checkpoints(up.stage, up.fingerprint)
+    for unit, shard in zip(up.units, up.shards):
+        store.commit(CheckpointRecord(unit.unit_id, up.stage, up.fingerprint, unit.input_checksum, [asdict(shard)]))
+    _flip_page(ManifestHead.read(uri), "units", 2)  # group 0 of 2 (positions 0..64) never reads page 2
+    reads = _ReadCounter(monkeypatch)
+    stage = LengthStage(lake, {"input_manifest": uri, "upstream_wait_s": 0, "stream_poll_s": 0.01}, "r1")
+    assert stage._stream_upstream(uri, (0, 2)) is True  # no new upstream shard: it stops waiting
+    block = [u.unit_id for u in _block(up.units, 0, 2)]
+    done, _ = stage.checkpoints.scan()
+    assert done == set(block)
+    lengths = ManifestHead.read(uri).data["index"]["units"]["lengths"]
+    assert reads.bytes == lengths[0] + lengths[1]  # its two pages, once (the head's index did not change)
