@@ -80,7 +80,7 @@ def _build(root: Path, shards: int, records: bool):
     up_uri = up.write(lake.manifest_uri("up", "quality"))
     # The downstream run: every unit checkpointed, its final manifest written.
     stage = _stage(lake, up_uri)
-    units = stage.plan()
+    units = [stage.unit_for(e.shard_id, e) for e in entries]  # what plan() gives, without reading it back
     store = CheckpointStore(lake.checkpoint_dir(stage.name, stage.fingerprint))
     os.makedirs(store.directory, exist_ok=True)
     outs = []
@@ -133,12 +133,12 @@ def worker(root: Path, shards: int, groups: list[int], reps: int) -> dict:
     from airflow_curation.jobs.progress import CheckpointWatcher
 
     lake, up_uri, down_uri = _build(root, shards, records=False)
-    ids = {u.unit_id for u in _stage(lake, up_uri).plan()}
+    ids = {f"part-{i:06d}" for i in range(shards)}
     out: dict[str, list[float]] = {}
     read_bytes: dict[str, int] = {}
 
-    def timed(key, fn):
-        for _ in range(reps):
+    def timed(key, fn, n=reps):
+        for _ in range(n):
             started = time.perf_counter()
             result = fn()
             out.setdefault(key, []).append(time.perf_counter() - started)
@@ -148,12 +148,15 @@ def worker(root: Path, shards: int, groups: list[int], reps: int) -> dict:
         count = min(n, shards)
         index = count // 2 + 1 if count > 2 else 0  # a group in the middle, never group 0
         read_bytes[f"task_plan_N{n}"] = _counting_pages()
-        units = timed(f"task_plan_N{n}", lambda c=count, i=index: _task_plan(_stage(lake, up_uri), i, c))
-        read_bytes[f"task_plan_N{n}"] = _counting_pages() - read_bytes[f"task_plan_N{n}"]
+        # One group is the whole plan (as long as a full read): one sample a process.
+        plan = lambda c=count, i=index: _task_plan(_stage(lake, up_uri), i, c)  # noqa: E731
+        samples = reps if count > 1 else 1
+        units = timed(f"task_plan_N{n}", plan, samples)
+        read_bytes[f"task_plan_N{n}"] = (_counting_pages() - read_bytes[f"task_plan_N{n}"]) // samples
         # Both codes' groups (positions i::N, or a block) hold the same number of units, all from the plan.
         assert len(units) in (shards // count, -(-shards // count)), (len(units), shards, count)
         assert {u.unit_id for u in units} <= ids
-    full = timed("full_read", lambda: Manifest.read(up_uri))
+    full = timed("full_read", lambda: Manifest.read(up_uri), 1)
     assert len(full.shards) == shards
     look = timed("gate_look", lambda: CheckpointWatcher(down_uri).look())
     assert look.done == look.total == shards and look.complete and not look.books, look
@@ -205,7 +208,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,10000,50000")
     ap.add_argument("--groups", default="64,1000,50000", help="array sizes N (capped at the shard count)")
     ap.add_argument("--rounds", type=int, default=3, help="before/after processes per size, alternated")
-    ap.add_argument("--reps", type=int, default=1, help="samples per measurement in each process")
+    ap.add_argument("--reps", type=int, default=1, help="samples per measurement in each process (1 for reads of all)")
     ap.add_argument("--base", default="main", help="the commit measured as 'before'")
     ap.add_argument("--write-results", action="store_true")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
