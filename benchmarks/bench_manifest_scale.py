@@ -1,5 +1,5 @@
-"""What one task of an array and one gate look cost as a run grows to 50,000 shards, before and after
-manifest format 2 (a small head plus unit and shard pages; issue 20, item 2).
+"""What one task of an array and one gate look cost as a run grows to 50,000 shards (issue 20, item 2: a task
+reads only its slice), between two commits: by default main against this tree.
 
 Each size gets a synthetic lake: a complete upstream manifest of S shards (URIs, checksums and two stages'
 attrs, like a preprocess + quality run) and a complete downstream run of S units with one checkpoint record
@@ -7,7 +7,9 @@ each (the records written once per size; both manifests written again in each pr
 test, so each is in that code's format). Measured, in one process per code and round:
 
 * **task plan**: what task ``i`` of an array over ``N`` groups does before its first unit: the units of its
-  group (``AttrsStage.plan_group(i, N)``; before: ``plan()[i::N]``, the whole upstream manifest);
+  group (``AttrsStage.plan_group(i, N)``: since format 2 the upstream pages that hold them; a group is
+  positions ``i::N`` in format 2's first version, a contiguous block (``group_range``) since; before format 2
+  ``plan()[i::N]``, the whole upstream manifest). Also how many bytes of pages it read;
 * **full read**: ``Manifest.read`` of the upstream manifest (both lists, what validate and reports read);
 * **gate look**: ``CheckpointWatcher.look()`` of a fresh watcher on the finished run (a sensor's first
   look at a stage that has ended, and the trigger's last one after the final manifest is written).
@@ -78,7 +80,7 @@ def _build(root: Path, shards: int, records: bool):
     up_uri = up.write(lake.manifest_uri("up", "quality"))
     # The downstream run: every unit checkpointed, its final manifest written.
     stage = _stage(lake, up_uri)
-    units = stage.plan()
+    units = [stage.unit_for(e.shard_id, e) for e in entries]  # what plan() gives, without reading it back
     store = CheckpointStore(lake.checkpoint_dir(stage.name, stage.fingerprint))
     os.makedirs(store.directory, exist_ok=True)
     outs = []
@@ -131,11 +133,12 @@ def worker(root: Path, shards: int, groups: list[int], reps: int) -> dict:
     from airflow_curation.jobs.progress import CheckpointWatcher
 
     lake, up_uri, down_uri = _build(root, shards, records=False)
-    expected = _stage(lake, up_uri).plan()
+    ids = {f"part-{i:06d}" for i in range(shards)}
     out: dict[str, list[float]] = {}
+    read_bytes: dict[str, int] = {}
 
-    def timed(key, fn):
-        for _ in range(reps):
+    def timed(key, fn, n=reps):
+        for _ in range(n):
             started = time.perf_counter()
             result = fn()
             out.setdefault(key, []).append(time.perf_counter() - started)
@@ -144,13 +147,40 @@ def worker(root: Path, shards: int, groups: list[int], reps: int) -> dict:
     for n in groups:
         count = min(n, shards)
         index = count // 2 + 1 if count > 2 else 0  # a group in the middle, never group 0
-        units = timed(f"task_plan_N{n}", lambda c=count, i=index: _task_plan(_stage(lake, up_uri), i, c))
-        assert [u.unit_id for u in units] == [u.unit_id for u in expected[index::count]]
-    full = timed("full_read", lambda: Manifest.read(up_uri))
+        read_bytes[f"task_plan_N{n}"] = _counting_pages()
+        # One group is the whole plan (as long as a full read): one sample a process.
+        plan = lambda c=count, i=index: _task_plan(_stage(lake, up_uri), i, c)  # noqa: E731
+        samples = reps if count > 1 else 1
+        units = timed(f"task_plan_N{n}", plan, samples)
+        read_bytes[f"task_plan_N{n}"] = (_counting_pages() - read_bytes[f"task_plan_N{n}"]) // samples
+        # Both codes' groups (positions i::N, or a block) hold the same number of units, all from the plan.
+        assert len(units) in (shards // count, -(-shards // count)), (len(units), shards, count)
+        assert {u.unit_id for u in units} <= ids
+    full = timed("full_read", lambda: Manifest.read(up_uri), 1)
     assert len(full.shards) == shards
     look = timed("gate_look", lambda: CheckpointWatcher(down_uri).look())
     assert look.done == look.total == shards and look.complete and not look.books, look
-    return {"shards": shards, "seconds": out, "manifest_json_bytes": os.path.getsize(up_uri)}
+    return {"shards": shards, "seconds": out, "manifest_json_bytes": os.path.getsize(up_uri), "read_bytes": read_bytes}
+
+
+_PAGE_BYTES = [0]
+
+
+def _counting_pages() -> int:
+    """Bytes of manifest pages read so far in this process (0 where the code has no pages)."""
+    import airflow_curation.core.manifest as mod
+
+    real = getattr(mod, "_read_ranges", None)
+    if real is not None and not getattr(real, "counted", False):
+
+        def counted(url, ranges, manifest_uri):
+            out = real(url, ranges, manifest_uri)
+            _PAGE_BYTES[0] += sum(len(b) for b in out)
+            return out
+
+        counted.counted = True
+        mod._read_ranges = counted
+    return _PAGE_BYTES[0]
 
 
 # --- the driver ---------------------------------------------------------------------------------------------
@@ -178,7 +208,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,10000,50000")
     ap.add_argument("--groups", default="64,1000,50000", help="array sizes N (capped at the shard count)")
     ap.add_argument("--rounds", type=int, default=3, help="before/after processes per size, alternated")
-    ap.add_argument("--reps", type=int, default=1, help="samples per measurement in each process")
+    ap.add_argument("--reps", type=int, default=1, help="samples per measurement in each process (1 for reads of all)")
     ap.add_argument("--base", default="main", help="the commit measured as 'before'")
     ap.add_argument("--write-results", action="store_true")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
@@ -198,6 +228,7 @@ def main() -> None:
     started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     load = [os.getloadavg()[0]]
     samples: dict[int, dict[str, dict[str, list[float]]]] = {}
+    reads: dict[int, dict[str, dict[str, int]]] = {}  # pages bytes a task read (the same every round)
     try:
         for shards in (int(s) for s in args.sizes.split(",")):
             per = samples.setdefault(shards, {"before": {}, "after": {}})
@@ -206,6 +237,7 @@ def main() -> None:
             for _ in range(args.rounds):
                 for label, code in (("before", base), ("after", REPO)):
                     res = _run(code, root, shards, groups, args.reps)
+                    reads.setdefault(shards, {})[label] = res["read_bytes"]
                     for key, values in res["seconds"].items():
                         per[label].setdefault(key, []).extend(values)
                     load.append(os.getloadavg()[0])
@@ -222,11 +254,12 @@ def main() -> None:
     names = {f"task_plan_N{n}": f"task plan, N={n} groups" for n in groups}
     names |= {"full_read": "full manifest read", "gate_look": "gate look (run ended)"}
     lines = [
-        f"Before: {base_commit} (format 1); after: {head_commit} (format 2). {args.rounds} rounds alternated, "
+        f"Before: {base_commit}; after: {head_commit}. {args.rounds} rounds alternated, "
         f"{args.reps} sample(s) each; load average {min(load):.1f}-{max(load):.1f} (2 cores).",
         "",
-        "| shards | measure | before ms, median (min-max) | after ms, median (min-max) | before / after |",
-        "| --- | --- | --- | --- | --- |",
+        "| shards | measure | before ms, median (min-max) | after ms, median (min-max) | before / after "
+        "| pages read, before / after |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for shards, per in samples.items():
         for key in keys:
@@ -234,14 +267,23 @@ def main() -> None:
             if b and a:
                 ratio = statistics.median(b) / statistics.median(a)
                 label = names[key] if "N" not in key or int(key.split("N")[1]) <= shards else None
+                got = [reads.get(shards, {}).get(x, {}).get(key) for x in ("before", "after")]
+                kb = " / ".join(f"{g / 1024:.0f} KB" for g in got) if None not in got else ""
                 if label:
-                    lines.append(f"| {shards} | {label} | {cell(b)} | {cell(a)} | {ratio:.1f}x |")
+                    lines.append(f"| {shards} | {label} | {cell(b)} | {cell(a)} | {ratio:.1f}x | {kb} |")
     print("\n".join(lines))
     if args.write_results:
         sys.path.insert(0, str(HERE))
         from results import RESULTS, replace_block
 
-        data = {"base": base_commit, "head": head_commit, "started": started, "load": load, "samples": samples}
+        data = {
+            "base": base_commit,
+            "head": head_commit,
+            "started": started,
+            "load": load,
+            "samples": samples,
+            "read_bytes": reads,
+        }
         out = HERE / "results" / "manifest_scale.json"
         out.parent.mkdir(exist_ok=True)
         out.write_text(json.dumps(data, indent=1) + "\n")

@@ -33,6 +33,7 @@ from airflow_curation.backends.base import (
 from airflow_curation.core import credentials, storage
 from airflow_curation.core.manifest import ManifestHead
 from airflow_curation.jobs import group_result_uri
+from airflow_curation.jobs import groups as grp
 from airflow_curation.jobs.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -51,8 +52,10 @@ class KubernetesBackend(Backend):
         storage secret, requests/limits, GPUs, node selectors, tolerations...
     :param launch_kinds: stage name -> ``indexed`` | ``job`` | ``dask`` | ``ray`` (deployment
         configuration, e.g. the helm chart's ``jobs.launchKinds``); ``default_launch_kind`` for others.
-    :param shard_groups: pods of an Indexed Job; 0 sizes it from the input manifest, capped by
-        ``max_shard_groups``. :param parallelism: pods of a sweep running at once.
+    :param shard_groups: pods of an Indexed Job; 0 sizes it from the input manifest's head: one pod per
+        shard, at most ``max_shard_groups``, and at least ``min_group_bytes`` of shards a pod (small shards go
+        several to a pod: a pod's fixed cost is 0.8-2 CPU-s; 0: no floor). :param parallelism: pods of a sweep
+        running at once.
     :param dask_workers: / :param ray_workers: cluster sizes; ``ray_gpus_per_worker`` overrides ``pod.gpus``.
     :param result_root: where job results go; default the lake's ``_jobs`` folder.
     :param host: API server URL (with ``token``/``verify_ssl``); else ``in_cluster`` or a kubeconfig
@@ -83,6 +86,7 @@ class KubernetesBackend(Backend):
         default_launch_kind: str = "indexed",
         shard_groups: int = 0,
         max_shard_groups: int = 64,
+        min_group_bytes: int = grp.MIN_GROUP_BYTES,
         parallelism: int = 4,
         dask_workers: int = 2,
         ray_workers: int = 1,
@@ -121,6 +125,7 @@ class KubernetesBackend(Backend):
             raise ValueError("propagation_policy must be Background or Foreground")
         self.default_launch_kind = default_launch_kind
         self.shard_groups, self.max_shard_groups, self.parallelism = shard_groups, max_shard_groups, parallelism
+        self.min_group_bytes = min_group_bytes
         self.dask_workers, self.ray_workers, self.ray_gpus_per_worker = dask_workers, ray_workers, ray_gpus_per_worker
         self.ray_version = ray_version
         self.result_root = result_root
@@ -207,14 +212,16 @@ class KubernetesBackend(Backend):
     def _groups_for(self, spec: JobSpec) -> int:
         if self.shard_groups:
             return self.shard_groups
-        shards = None
         uri = spec.config.get("input_manifest")
         if uri:
             try:
-                shards = ManifestHead.read(uri).shard_count  # the head: no shard list read
+                head = ManifestHead.read(uri)  # the head: no shard list read
             except Exception as e:  # noqa: BLE001 - sizing is a hint; the job reads the manifest itself
                 log.warning("cannot size the sweep from %s (%s); using parallelism", uri, e)
-        return max(1, min(shards or self.parallelism, self.max_shard_groups))
+            else:
+                if head.shard_count:
+                    return grp.sized_groups(self.max_shard_groups, head.shard_count, head.bytes, self.min_group_bytes)
+        return max(1, min(self.parallelism, self.max_shard_groups))
 
     def build(self, spec: JobSpec, revision: int = 0) -> tuple[JobHandle, list[dict[str, Any]]]:
         """The handle and the objects (spec ConfigMap first) that :meth:`launch` would create."""

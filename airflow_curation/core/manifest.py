@@ -7,11 +7,13 @@ once) and again when the run ends.
 Format 2 splits it so that no reader pays for all of it when it needs a part: ``<stage>.json`` is a small
 *head* (run, config, status, counts, row and byte totals, unit statuses) and the unit and shard lists go
 to one *pages* file each, ``<stage>.index/<generation>.{units,shards}.pages``: JSON lines, one entry a
-line, in pages of :data:`PAGE_ENTRIES` lines whose byte length and xxh64 the head records. One task of an array
-reads the head and the pages that hold its own positions (:meth:`ManifestHead.shards` with its group); a
-gate reads the head (and the unit pages while the run is going); :meth:`Manifest.read` reads it all, as
-before. Pages are never rewritten: each write makes a new generation and the head names it, so a reader
-never mixes two writes; the generation before is kept (a reader may still be on it), older ones removed.
+line, in pages of :data:`PAGE_ENTRIES` lines whose byte length and xxh64 the head records. Group ``i`` of
+``N`` (one task of an array) is a contiguous block of positions (:func:`group_range`), so its task reads the
+head and the few consecutive pages that hold its block, in one ranged read (:meth:`ManifestHead.shards` with
+its group): what it reads grows with its own units, not with the run's. A gate reads the head (and the unit
+pages while the run is going); :meth:`Manifest.read` reads it all, as before. Pages are never rewritten:
+each write makes a new generation and the head names it, so a reader never mixes two writes; the
+generation before is kept (a reader may still be on it), older ones removed.
 Format 1 (one JSON document with both lists) is still read.
 """
 
@@ -39,12 +41,28 @@ RUN_STATUSES = ("planned", "complete", "failed", "superseded")
 # Where a manifest lies below its dataset base: ``_manifests/<run_id>/<stage>.json``.
 _DEPTH = 2
 
-# Entries per page: a task of an array over N groups reads the bytes of about min(S, S/N * PAGE_ENTRIES) of
-# a run's S entries (the pages around its positions i::N; one page when every task runs one unit), hashes
-# them and decodes only its own S/N lines.
+# Entries per page: a task of an array over N groups reads the bytes of its S/N entries plus at most two
+# partial pages at the ends of its block (hashes them whole, decodes only its own lines).
 PAGE_ENTRIES = 64
 KINDS = ("units", "shards")
 FAILED_UNITS_IN_HEAD = 20  # failed unit ids a gate can name without reading the unit pages
+
+
+def group_range(total: int, index: int, count: int) -> range:
+    """Positions of group ``index`` of ``count`` over ``total`` entries: one contiguous block, the blocks in
+    order and within one entry of each other in size. What one task of an array over ``count`` groups runs
+    (``Stage.plan_group``), and what it reads of a manifest: the pages of its block only."""
+    if not 0 <= index < count:
+        raise ValueError(f"group {index}/{count} out of range")
+    return range(index * total // count, (index + 1) * total // count)
+
+
+def group_of(position: int, count: int, total: int) -> int:
+    """The group (of ``count`` over ``total`` entries) whose block holds ``position``: the inverse of
+    :func:`group_range`."""
+    if not 0 <= position < total:
+        raise ValueError(f"position {position} out of range of {total}")
+    return ((position + 1) * count - 1) // total
 
 
 class ManifestError(ValueError):
@@ -251,11 +269,11 @@ class ManifestHead:
         return {"manifest_uri": self.uri, "shards": self.shard_count, "rows": self.rows, "bytes": self.bytes}
 
     def units(self, index: int = 0, count: int = 1) -> list[UnitEntry]:
-        """Units at positions ``index::count`` of the plan (all by default), reading only their pages."""
+        """Units of group ``index`` of ``count`` (:func:`group_range`; all by default), reading only their pages."""
         return [UnitEntry(**u) for u in self.unit_dicts(index, count)]
 
     def shards(self, index: int = 0, count: int = 1) -> list[ShardEntry]:
-        """Shards at positions ``index::count`` (all by default), reading only their pages."""
+        """Shards of group ``index`` of ``count`` (all by default), reading only their pages."""
         return [ShardEntry(**s) for s in self.shard_dicts(index, count)]
 
     def unit_dicts(self, index: int = 0, count: int = 1) -> list[dict[str, Any]]:
@@ -265,41 +283,42 @@ class ManifestHead:
         return self._entries("shards", index, count)
 
     def _entries(self, kind: str, index: int, count: int) -> list[dict[str, Any]]:
-        if not 0 <= index < count:
-            raise ValueError(f"group {index}/{count} out of range")
+        total = len(self.inline[kind]) if self.inline is not None else int(self.data["index"][kind]["count"])
+        positions = group_range(total, index, count)
         if self.inline is not None:
-            return self.inline[kind][index::count]
+            return self.inline[kind][positions.start : positions.stop]
+        if not positions:
+            return []
         meta = self.data["index"][kind]
         per_page = int(self.data["index"]["page_entries"])
-        positions = range(index, int(meta["count"]), count)
-        offsets = [0]
-        for n in meta["lengths"]:
-            offsets.append(offsets[-1] + n)
-        wanted = sorted({p // per_page for p in positions})
+        first, last = positions.start // per_page, (positions.stop - 1) // per_page
+        start = sum(meta["lengths"][:first])
+        wanted = range(first, last + 1)
         where = _sibling(self.uri, meta["file"])
-        pages = _read_ranges(where, [(offsets[p], offsets[p + 1]) for p in wanted], self.uri)
+        ranges, at = [], start
+        for p in wanted:
+            ranges.append((at, at + meta["lengths"][p]))
+            at += meta["lengths"][p]
+        pages = _read_ranges(where, ranges, self.uri)  # consecutive: one read
         for p, data in zip(wanted, pages):
             self._verify(kind, where, p, data)
-        if count == 1:  # every line: one decode for the whole list, as one JSON array
-            whole = b"".join(pages)
-            chunks = [(0, b"[" + whole[:-1].replace(b"\n", b",") + b"]")]
-        else:  # only this group's lines: a page's others are hashed, never decoded
-            lines = {p: bytes(data).split(b"\n") for p, data in zip(wanted, pages)}
-            chunks = [(pos, lines[pos // per_page][pos % per_page]) for pos in positions]
+        whole = b"".join(pages)
+        skip, keep = positions.start - first * per_page, len(positions)
+        if skip or keep != whole.count(b"\n"):  # a block inside its pages: only its own lines are decoded
+            whole = b"\n".join(whole.split(b"\n", skip + keep)[skip : skip + keep]) + b"\n"
+        try:  # one decode for the block, as one JSON array
+            decoded = json.loads(b"[" + whole[:-1].replace(b"\n", b",") + b"]")
+        except ValueError as e:
+            raise ManifestPageError(
+                f"{kind} [{positions.start}:{positions.stop}] in {where}: not valid JSON: {e}"
+            ) from e
+        if len(decoded) != keep:
+            raise ManifestPageError(f"{where}: {len(decoded)} {kind} where the head of {self.uri} lists {keep}")
         check = _check_unit if kind == "units" else _check_shard
-        out: list[dict[str, Any]] = []
-        for first, chunk in chunks:
-            try:
-                decoded = json.loads(chunk)
-            except ValueError as e:
-                raise ManifestPageError(f"{kind} from [{first}] in {where}: not valid JSON: {e}") from e
-            resolve = (lambda u: uris.resolve(u, self.root)) if self.root else (lambda u: u)
-            for i, entry in enumerate(decoded if count == 1 else [decoded]):
-                check(entry, f"{kind}[{first + i}]", lambda msg: _fail(where, msg))
-                out.append(_uris({kind: [entry]}, resolve)[kind][0])
-        if len(out) != len(positions):
-            raise ManifestPageError(f"{where}: {len(out)} {kind} where the head of {self.uri} lists {len(positions)}")
-        return out
+        resolve = (lambda u: uris.resolve(u, self.root)) if self.root else (lambda u: u)
+        for i, entry in enumerate(decoded):
+            check(entry, f"{kind}[{positions.start + i}]", lambda msg: _fail(where, msg))
+        return _uris({kind: decoded}, resolve)[kind]
 
     def _verify(self, kind: str, where: str, page: int, data: bytes | memoryview) -> None:
         """A page's bytes against the checksum its head recorded."""

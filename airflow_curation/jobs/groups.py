@@ -17,13 +17,30 @@ def group_count(requested: int, cap: int | None = None) -> int:
     return max(1, min(requested, cap) if cap else requested)
 
 
+# A group (one task process) reads at least this many bytes of shards where the run has them: a task costs
+# 0.8-2 CPU-s before its first unit (interpreter, imports, plan), and 64 MiB of zstd Parquet (~210 MB of text,
+# ~2.5 CPU-s of preprocess) is more than that; the same floor as ingest's units (stages/ingest/sizing.py).
+MIN_GROUP_BYTES = 64 * 1024 * 1024
+
+
+def sized_groups(cap: int, shards: int, total_bytes: int, min_bytes: int = MIN_GROUP_BYTES) -> int:
+    """Groups for a run over ``shards`` upstream shards holding ``total_bytes``: at most ``cap`` and one per
+    shard, and few enough that each group reads ``min_bytes`` or more (0: no floor), so small shards go
+    several to a task (each still its own unit: checkpointed and retried alone)."""
+    groups = min(cap, shards) if shards else cap
+    if min_bytes > 0:
+        groups = min(groups, total_bytes // min_bytes)
+    return max(1, groups)
+
+
 def run_args(spec: str, result: Arg) -> list[Arg]:
     """The whole stage in one process (one group: plan, units, manifest, budget, finalize)."""
     return ["run", spec, "--result", result]
 
 
 def group_args(spec: str, result: Arg, index: Any, groups: int, pick: Sequence[int] | None = None) -> list[Arg]:
-    """Group ``index`` of ``groups`` (units ``index::groups``). ``result`` should contain :data:`GROUP`.
+    """Group ``index`` of ``groups`` (a block of units: ``core.manifest.group_range``). ``result`` should
+    contain :data:`GROUP`.
     With ``pick``, ``index`` counts through those groups only (a relaunch of some groups)."""
     args = ["run", spec, "--result", result, "--group", (index, f"/{groups}")]
     if pick is not None:

@@ -17,14 +17,9 @@ from airflow_curation.core.accounting import allowed_failures  # noqa: F401 - re
 from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.core.integrity import chain_problem
 from airflow_curation.core.layout import Lake
-from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead, UnitEntry
+from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead, UnitEntry, group_of
 
 ENDED = ("done", "skipped", "failed")  # unit statuses of a run's final reading
-
-
-def group_of(position: int, groups: int) -> int:
-    """The group that runs the unit at ``position`` of the plan: units ``i::N`` belong to group ``i``."""
-    return position % groups
 
 
 def _store(manifest: Manifest | ManifestHead) -> CheckpointStore:
@@ -56,7 +51,8 @@ def unfinished_groups(manifest_uri: str, groups: int) -> list[int]:
     if head is None:
         return list(range(groups))
     done, _ = _store(head).scan()
-    return sorted({group_of(i, groups) for i, u in enumerate(head.unit_dicts()) if u["unit_id"] not in done})
+    units = head.unit_dicts()
+    return sorted({group_of(i, groups, len(units)) for i, u in enumerate(units) if u["unit_id"] not in done})
 
 
 def reopen(manifest_uri: str) -> dict[str, str]:

@@ -37,7 +37,7 @@ from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.integrity import shard_files, verify_files
 from airflow_curation.core.layout import Lake, safe_name
-from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry, UnitEntry
+from airflow_curation.core.manifest import ManifestHead, ShardEntry, UnitEntry, group_range
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text
 from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink, parquet_writer
 from airflow_curation.stages.base import Stage, UnitMapper, UnitResult, local_mapper
@@ -58,8 +58,8 @@ class AttrsFile:
 
 
 # Upstream shards, read once per process: workers (Dask, a process pool) get the stage without them, so
-# that 10,000 shard entries do not travel with every unit. ``group`` (i, n): only the shards at positions
-# i::n, from the manifest pages that hold them (one task of an array reads its slice, not the run).
+# that 10,000 shard entries do not travel with every unit. ``group`` (i, n): only the shards of block i of n
+# (``group_range``), from the manifest pages that hold them (one task of an array reads its slice, not the run).
 @lru_cache(maxsize=8)
 def _manifest_entries(uri: str, group: tuple[int, int] | None = None) -> dict[str, ShardEntry]:
     head = ManifestHead.read(uri)
@@ -160,16 +160,19 @@ class AttrsStage(Stage):
         group = getattr(self, "_group", None)
         if self.config.get("inputs"):
             entries = _file_entries(tuple(self.config["inputs"]))
-            return dict(list(entries.items())[group[0] :: group[1]]) if group else entries
+            if not group:
+                return entries
+            block = group_range(len(entries), *group)
+            return dict(list(entries.items())[block.start : block.stop])
         return _manifest_entries(self.config["input_manifest"], group)
 
-    def _wait_for_upstream(self) -> None:
+    def _wait_for_upstream(self, group: tuple[int, int] | None = None) -> None:
         uri = self.config.get("input_manifest")
         if not uri:
             return
         wait = float(self.config.get("upstream_wait_s") or 0)
         if self.STREAMS and self.config.get("stream"):
-            if self._stream_upstream(uri):
+            if self._stream_upstream(uri, group):
                 wait = 0.0  # already waited that long without a new upstream shard
         deadline = time.monotonic() + wait
         while (upstream := ManifestHead.read(uri)).status == "planned" and time.monotonic() < deadline:
@@ -180,11 +183,17 @@ class AttrsStage(Stage):
             )
 
     # -- streaming -----------------------------------------------------------------------------------
-    def _stream_upstream(self, uri: str) -> bool:
+    def _stream_upstream(self, uri: str, group: tuple[int, int] | None = None) -> bool:
         """While the upstream manifest is ``planned`` (its run still going), process the shards of the upstream
         units already checkpointed, pass after pass, each unit through the same retries and checkpoints as
         the run proper. Returns when the upstream manifest is no longer planned (the normal plan then finds
-        these units done and skips them: False) or no new upstream shard came for ``upstream_wait_s`` (True)."""
+        these units done and skips them: False) or no new upstream shard came for ``upstream_wait_s`` (True).
+
+        One task of an array (``group`` (i, n)) streams the upstream units of block i of n only, read from the
+        pages that hold them, and looks up their records one by one: a pass costs O(its units), not O(the
+        run's), and the n tasks share the work instead of each doing all of it. With one shard per upstream
+        unit (every attrs stage) that block's shards are the ones its plan gets once the upstream completes;
+        otherwise they are near it, and a unit another task did is found checkpointed and skipped."""
         from airflow_curation.stages.base import _attempt_unit  # the runner's own unit step
 
         wait = float(self.config.get("upstream_wait_s") or 0)
@@ -193,11 +202,14 @@ class AttrsStage(Stage):
         seen: set[str] = set()
         self._streamed: dict[str, ShardEntry] = {}
         mapper = None
+        units: list[UnitEntry] | None = None
         while True:
-            if ManifestHead.read(uri).status != "planned":
+            head = ManifestHead.read(uri)
+            if head.status != "planned":
                 return False
-            manifest = Manifest.read(uri)
-            new = {sid: e for sid, e in upstream_checkpointed(manifest).items() if sid not in seen}
+            if units is None or head.data["index"] != getattr(self, "_stream_index", None):
+                units, self._stream_index = head.units(*(group or (0, 1))), head.data["index"]
+            new = {sid: e for sid, e in upstream_checkpointed(head, units, group is None).items() if sid not in seen}
             if not new:
                 if time.monotonic() >= deadline:
                     return True
@@ -261,8 +273,8 @@ class AttrsStage(Stage):
         return self._plan(None)
 
     def plan_group(self, index: int, count: int) -> list[UnitEntry]:
-        """Group ``index`` of ``count``: the units of the upstream shards at positions ``index::count``, read
-        from the upstream manifest's pages that hold them only. A subclass with its own :meth:`plan`
+        """Group ``index`` of ``count``: the units of the upstream shards of block ``index`` of ``count``
+        (``group_range``), read from the upstream manifest's pages that hold them only. A subclass with its own :meth:`plan`
         (dedup's global phases) is sliced from it instead."""
         if type(self).plan is not AttrsStage.plan:
             return super().plan_group(index, count)
@@ -270,7 +282,7 @@ class AttrsStage(Stage):
 
     def _plan(self, group: tuple[int, int] | None) -> list[UnitEntry]:
         clear_caches()  # a rerun in this process must see the inputs as they are now
-        self._wait_for_upstream()
+        self._wait_for_upstream(group)
         self._group = group  # entries() from now on, here and in workers: this group's shards only
         # manifest order: the next manifest keeps it
         return [self.unit_for(shard_id, entry) for shard_id, entry in self.entries().items()]
@@ -314,17 +326,19 @@ class AttrsStage(Stage):
         return result
 
 
-def upstream_checkpointed(manifest: Manifest) -> dict[str, ShardEntry]:
-    """The shards of a still running (``planned``) manifest's units that are checkpointed, in plan order:
-    a record with the manifest's fingerprint and the unit's input checksum means its outputs are complete
-    (what the checkpoint gate counts), and the final manifest will list exactly these entries."""
-    store = Lake.from_dict(manifest.lake).checkpoints(manifest.stage, manifest.fingerprint)
-    done, _ = store.scan()
+def upstream_checkpointed(head: ManifestHead, units: list[UnitEntry], listing: bool = True) -> dict[str, ShardEntry]:
+    """The shards of ``units`` (of a still running, ``planned``, manifest) that are checkpointed, in plan
+    order: a record with the manifest's fingerprint and the unit's input checksum means its outputs are
+    complete (what the checkpoint gate counts), and the final manifest will list exactly these entries.
+    ``listing``: find the records from one listing of the checkpoint folder (all of a run's units); else
+    look each unit's record up (a block of them: no cost that grows with the run's other units)."""
+    store = Lake.from_dict(head.lake).checkpoints(head.stage, head.fingerprint)
+    done = store.scan()[0] if listing else None
     out: dict[str, ShardEntry] = {}
-    for unit in manifest.units:
-        if unit.unit_id not in done:
+    for unit in units:
+        if done is not None and unit.unit_id not in done:
             continue
-        rec = store.is_done(unit.unit_id, unit.input_checksum, manifest.fingerprint)
+        rec = store.is_done(unit.unit_id, unit.input_checksum, head.fingerprint)
         for o in rec.outputs if rec is not None else []:
             entry = ShardEntry(**o)
             out[entry.shard_id] = entry

@@ -25,7 +25,7 @@ from airflow_curation.core.fingerprint import config_fingerprint
 from airflow_curation.core.integrity import IntegrityError, chain_problem
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.lease import Lease
-from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry, UnitEntry
+from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry, UnitEntry, group_range
 from airflow_curation.stages.settings import Setting, Settings, anything
 
 log = logging.getLogger(__name__)
@@ -175,10 +175,12 @@ class Stage:
         raise NotImplementedError
 
     def plan_group(self, index: int, count: int) -> list[UnitEntry]:
-        """The units of group ``index`` of ``count`` (positions ``index::count`` of :meth:`plan`): what one
-        task of an array runs. Stages that can plan a group without the whole plan (attrs stages: only the
-        upstream shards at those positions) override it."""
-        return self.plan()[index::count]
+        """The units of group ``index`` of ``count`` (the block of :meth:`plan` that :func:`group_range` gives):
+        what one task of an array runs. Stages that can plan a group without the whole plan (attrs stages: only
+        the upstream shards of that block, from the manifest pages that hold them) override it."""
+        units = self.plan()
+        block = group_range(len(units), index, count)
+        return units[block.start : block.stop]
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
         raise NotImplementedError
@@ -289,8 +291,8 @@ class StageRunner:
     def run(self, shard_group: tuple[int, int] | None = None, collect: bool = False) -> Manifest:
         """Runs under the stage's lease (one run per stage and snapshot; ``lease_wait_s`` to wait for another).
 
-        :param shard_group: ``(i, n)``: process only group ``i`` of ``n`` (units ``i::n`` of the plan,
-            e.g. one task of a Slurm array); the manifest is not written and any failed unit raises.
+        :param shard_group: ``(i, n)``: process only group ``i`` of ``n`` (the block of the plan that
+            ``group_range`` gives, e.g. one task of a Slurm array); the manifest is not written and any failed unit raises.
         :param collect: process nothing: gather the checkpoints that shard groups left, count the rest
             as failed, then finish the run as usual (manifest, failure budget, :meth:`Stage.collect`).
         """
@@ -331,7 +333,8 @@ class StageRunner:
             config={k: v for k, v in stage.config.items()},
             supersedes=list(stage.supersedes),
         )
-        scope = units[shard_group[0] :: shard_group[1]] if shard_group is not None and whole else units
+        block = group_range(len(units), *shard_group) if shard_group is not None and whole else None
+        scope = units[block.start : block.stop] if block is not None else units
         if shard_group is None or (shard_group[0] == 0 and not collect):
             manifest.write(stage.manifest_uri)
         group = f" (group {shard_group[0]}/{shard_group[1]})" if shard_group is not None and not whole else ""

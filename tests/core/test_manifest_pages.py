@@ -21,6 +21,8 @@ from airflow_curation.core.manifest import (
     ManifestPageError,
     ShardEntry,
     UnitEntry,
+    group_of,
+    group_range,
 )
 from airflow_curation.core.shards import write_parquet
 from airflow_curation.jobs.progress import CheckpointWatcher, unfinished_groups
@@ -28,6 +30,11 @@ from airflow_curation.stages.attrs import AttrsStage
 from airflow_curation.stages.base import StageRunner
 
 S = 2 * PAGE_ENTRIES + 2  # three pages: full, full, two entries
+
+
+def _block(entries: list, index: int, count: int) -> list:
+    block = group_range(len(entries), index, count)
+    return entries[block.start : block.stop]
 
 
 def _manifest(n: int = S, status: str = "complete") -> Manifest:
@@ -83,8 +90,56 @@ def test_a_group_gets_exactly_its_positions(tmp_path, count):
     m.write(uri)
     h = ManifestHead.read(uri)
     for index in range(count):
-        assert h.shards(index, count) == m.shards[index::count]
-        assert h.units(index, count) == m.units[index::count]
+        assert h.shards(index, count) == _block(m.shards, index, count)
+        assert h.units(index, count) == _block(m.units, index, count)
+    # The blocks cover every position once, in order, within one entry of each other in size.
+    blocks = [group_range(S, i, count) for i in range(count)]
+    assert [p for b in blocks for p in b] == list(range(S))
+    assert max(map(len, blocks)) - min(map(len, blocks)) <= 1
+    assert [group_of(p, count, S) for p in range(S)] == [i for i, b in enumerate(blocks) for _ in b]
+
+
+class _ReadCounter:
+    """Counts what the manifest reader fetches from pages files (bytes, and reads)."""
+
+    def __init__(self, monkeypatch) -> None:
+        import airflow_curation.core.manifest as mod
+
+        self.bytes = 0
+        self.calls = 0
+        real = mod._read_ranges
+
+        def counted(url, ranges, manifest_uri):
+            out = real(url, ranges, manifest_uri)
+            self.bytes += sum(len(b) for b in out)
+            self.calls += 1
+            return out
+
+        monkeypatch.setattr(mod, "_read_ranges", counted)
+
+
+@pytest.mark.parametrize("count", [16, 100, 2048])
+def test_a_group_reads_the_bytes_of_its_block_not_of_the_run(tmp_path, monkeypatch, count):
+    """What a task reads grows with its own units: at most its block's pages plus the two it shares with
+    its neighbours, in one read; all groups together read the file about once, not ``count`` times."""
+    n = 32 * PAGE_ENTRIES
+    uri = str(tmp_path / "m.json")
+    m = _manifest(n)
+    m.write(uri)
+    h = ManifestHead.read(uri)
+    lengths = h.data["index"]["shards"]["lengths"]
+    file_bytes, page_max = sum(lengths), max(lengths)
+    reads = _ReadCounter(monkeypatch)
+    total = 0
+    for index in range(count):
+        before = reads.bytes
+        assert h.shards(index, count) == _block(m.shards, index, count)
+        got = reads.bytes - before
+        pages = -(-len(group_range(n, index, count)) // PAGE_ENTRIES) + 1
+        assert got <= pages * page_max, (index, got, pages)
+        total += got
+    assert reads.calls == count  # one ranged read per group
+    assert total <= file_bytes + count * page_max
 
 
 def test_a_group_reads_only_the_pages_of_its_positions(tmp_path):
@@ -125,7 +180,7 @@ def test_pages_on_an_object_store(tmp_path):
     m = _manifest()
     m.write(uri)
     assert Manifest.read(uri) == m
-    assert ManifestHead.read(uri).shards(3, 50) == m.shards[3::50]
+    assert ManifestHead.read(uri).shards(3, 50) == _block(m.shards, 3, 50)
 
 
 def test_a_manifest_of_format_1_still_reads(tmp_path):
@@ -136,7 +191,7 @@ def test_a_manifest_of_format_1_still_reads(tmp_path):
     assert back.units == m.units and back.shards == m.shards and back.format_version == 1
     h = ManifestHead.read(uri)
     assert (h.unit_count, h.shard_count, h.rows, h.status) == (S, S, m.rows, "complete")
-    assert h.shards(4, 7) == m.shards[4::7]
+    assert h.shards(4, 7) == _block(m.shards, 4, 7)
     back.write(uri)  # rewritten: format 2 from then on
     assert json.loads(open(uri).read())["format_version"] == 2 and Manifest.read(uri).shards == m.shards
 
@@ -199,18 +254,18 @@ def _stage(lake: Lake, upstream_uri: str) -> LengthStage:
 def test_a_group_task_plans_from_its_slice_only(upstream):
     lake, uri, _ = upstream
     whole = _stage(lake, uri).plan()
-    count = S - 2  # group 1 holds positions 1 and S - 1: pages 0 and 2
+    count = 3  # group 2 holds positions 86..129: pages 1 and 2
     head = ManifestHead.read(uri)
-    _flip_page(head, "shards", 1)
-    _flip_page(head, "units", 0)  # a task never reads the upstream's units either
-    m = StageRunner(_stage(lake, uri)).run(shard_group=(1, count))
+    _flip_page(head, "shards", 0)
+    _flip_page(head, "units", 1)  # a task never reads the upstream's units either
+    m = StageRunner(_stage(lake, uri)).run(shard_group=(2, count))
     assert [(u.unit_id, u.input_checksum, u.rows) for u in m.units] == [
-        (u.unit_id, u.input_checksum, u.rows) for u in whole[1::count]
+        (u.unit_id, u.input_checksum, u.rows) for u in _block(whole, 2, count)
     ]
-    assert [u.status for u in m.units] == ["done", "done"]
-    assert [s.shard_id for s in m.shards] == ["s0001", f"s{S - 1:04d}"]
-    assert m.shards[1].attrs["lengthtest"] and m.accounting["read"] == 2
-    with pytest.raises(ManifestPageError, match="page 1"):  # the whole plan does read that page
+    assert {u.status for u in m.units} == {"done"} and len(m.units) == S - 86
+    assert [s.shard_id for s in m.shards] == [f"s{i:04d}" for i in range(86, S)]
+    assert m.shards[1].attrs["lengthtest"] and m.accounting["read"] == S - 86
+    with pytest.raises(ManifestPageError, match="page 0"):  # the whole plan does read that page
         _stage(lake, uri).plan()
 
 
@@ -220,9 +275,9 @@ def test_groups_give_the_units_and_shards_of_a_whole_run(upstream):
     count = 3
     for index in range(count):
         m = StageRunner(_stage(lake, uri)).run(shard_group=(index, count))
-        assert [u.unit_id for u in m.units] == [u.unit_id for u in whole[index::count]]
-        assert [u.input_checksum for u in m.units] == [u.input_checksum for u in whole[index::count]]
-        assert [s.shard_id for s in m.shards] == [s.shard_id for s in up.shards[index::count]]
+        assert [u.unit_id for u in m.units] == [u.unit_id for u in _block(whole, index, count)]
+        assert [u.input_checksum for u in m.units] == [u.input_checksum for u in _block(whole, index, count)]
+        assert [s.shard_id for s in m.shards] == [s.shard_id for s in _block(up.shards, index, count)]
     stage = _stage(lake, uri)
     assert unfinished_groups(stage.manifest_uri, count) == []
     final = StageRunner(stage).run(collect=True)
@@ -258,4 +313,29 @@ def test_a_group_task_reads_an_upstream_manifest_of_format_1(upstream):
     storage.write_json(uri, {**up.to_dict(), "format_version": 1})  # written before the split
     stage = _stage(lake, uri)
     whole = stage.plan()
-    assert [u.unit_id for u in _stage(lake, uri).plan_group(2, 7)] == [u.unit_id for u in whole[2::7]]
+    assert [u.unit_id for u in _stage(lake, uri).plan_group(2, 7)] == [u.unit_id for u in _block(whole, 2, 7)]
+
+
+def test_a_streaming_group_task_reads_and_runs_only_its_block_of_upstream_units(upstream, monkeypatch):
+    """While the upstream run goes (manifest planned, records appearing), task i of n streams the upstream units
+    of block i only: it reads only the unit pages that hold them (never the run's other pages) and runs their
+    shards, leaving the other blocks to the other tasks (each used to read the whole manifest and run all)."""
+    from dataclasses import asdict
+
+    from airflow_curation.core.checkpoint import CheckpointRecord
+
+    lake, uri, up = upstream
+    planned = Manifest(**{**up.__dict__, "status": "planned", "shards": [], "units": list(up.units)})
+    planned.write(uri)
+    store = lake.checkpoints(up.stage, up.fingerprint)
+    for unit, shard in zip(up.units, up.shards):
+        store.commit(CheckpointRecord(unit.unit_id, up.stage, up.fingerprint, unit.input_checksum, [asdict(shard)]))
+    _flip_page(ManifestHead.read(uri), "units", 2)  # group 0 of 2 (positions 0..64) never reads page 2
+    reads = _ReadCounter(monkeypatch)
+    stage = LengthStage(lake, {"input_manifest": uri, "upstream_wait_s": 0, "stream_poll_s": 0.01}, "r1")
+    assert stage._stream_upstream(uri, (0, 2)) is True  # no new upstream shard: it stops waiting
+    block = [u.unit_id for u in _block(up.units, 0, 2)]
+    done, _ = stage.checkpoints.scan()
+    assert done == set(block)
+    lengths = ManifestHead.read(uri).data["index"]["units"]["lengths"]
+    assert reads.bytes == lengths[0] + lengths[1]  # its two pages, once (the head's index did not change)

@@ -31,6 +31,7 @@ CHART_LAUNCH_KINDS = {"ingest": "job", "preprocess": "dask", "dedup": "dask", "e
 def make_backend(fake_k8s, lake):
     def make(**kw) -> KubernetesBackend:
         kw.setdefault("pod", {"storage_secret": "lake-creds"})
+        kw.setdefault("min_group_bytes", 1)  # make_spec's shards are 1 byte each: one pod per shard
         kw["launch_kinds"] = {**CHART_LAUNCH_KINDS, **kw.get("launch_kinds", {})}
         return KubernetesBackend(host=fake_k8s.url, namespace="default", retry_backoff=0.01, **kw)
 
@@ -39,9 +40,9 @@ def make_backend(fake_k8s, lake):
 
 @pytest.fixture
 def make_spec(lake):
-    def make(stage: str = "preprocess", shards: int = 3, **config) -> JobSpec:
+    def make(stage: str = "preprocess", shards: int = 3, shard_bytes: int = 1, **config) -> JobSpec:
         manifest = lake / "d" / "_manifests" / "r1" / "ingest.json"
-        # Only the shard count (the manifest's head) is read when sizing a sweep.
+        # Only the shard count and bytes (the manifest's head) are read when sizing a sweep.
         Manifest(
             dataset="d",
             stage="ingest",
@@ -49,7 +50,9 @@ def make_spec(lake):
             fingerprint="f",
             lake={"root": str(lake), "dataset": "d", "snapshot": None},
             shards=[
-                ShardEntry(f"part-{i:05d}", str(lake / "d" / "shards" / f"part-{i:05d}.parquet"), 1, 1, "xxh64:0")
+                ShardEntry(
+                    f"part-{i:05d}", str(lake / "d" / "shards" / f"part-{i:05d}.parquet"), 1, shard_bytes, "xxh64:0"
+                )
                 for i in range(shards)
             ],
             status="complete",

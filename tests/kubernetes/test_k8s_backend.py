@@ -38,6 +38,23 @@ def test_registered_and_rebuildable_from_options(fake_k8s):
     json.dumps(backend.options())  # a trigger carries them serialised
 
 
+def test_small_shards_go_several_to_a_pod(fake_k8s, make_backend, make_spec):
+    """An Indexed Job sized from the input manifest gives each pod at least ``min_group_bytes`` of shards
+    (a pod's fixed cost is paid once for several small shards), one pod per shard where shards are big,
+    never more than ``max_shard_groups``; each shard is still its own unit."""
+    mib = 1 << 20
+    backend = make_backend(launch_kinds={"preprocess": "indexed"}, min_group_bytes=64 * mib, max_shard_groups=64)
+    handle = backend.submit(make_spec("preprocess", shards=300, shard_bytes=mib))
+    assert handle["groups"] == 4  # 300 MiB: four pods of 75 shards, not 64 pods of 4-5 (or 300 of one)
+    assert fake_k8s.get("jobs", handle["name"])["spec"]["completions"] == 4
+    assert backend._groups_for(make_spec("preprocess", shards=10, shard_bytes=mib)) == 1
+    assert backend._groups_for(make_spec("preprocess", shards=40, shard_bytes=100 * mib)) == 40
+    assert backend._groups_for(make_spec("preprocess", shards=200, shard_bytes=100 * mib)) == 64
+    unfloored = make_backend(launch_kinds={"preprocess": "indexed"}, min_group_bytes=0)
+    assert unfloored._groups_for(make_spec("preprocess", shards=10, shard_bytes=mib)) == 10
+    assert get_backend("kubernetes", **backend.options()).min_group_bytes == 64 * mib  # the trigger's copy
+
+
 def test_indexed_groups_then_collect_through_every_state(fake_k8s, make_backend, make_spec):
     backend = make_backend(launch_kinds={"preprocess": "indexed"}, parallelism=2)
     handle = backend.submit(make_spec("preprocess", shards=3))

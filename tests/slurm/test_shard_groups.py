@@ -28,7 +28,7 @@ def test_groups_partition_the_plan_and_collect_writes_the_manifest(tmp_path):
         m = StageRunner(_stage(tmp_path, units=7)).run(shard_group=(i, 3))
         seen.append([u.unit_id for u in m.units])
         assert all(u.status == "done" for u in m.units)
-    assert seen == [["u000", "u003", "u006"], ["u001", "u004"], ["u002", "u005"]]
+    assert seen == [["u000", "u001"], ["u002", "u003"], ["u004", "u005", "u006"]]  # contiguous blocks
     # Only group 0 wrote the (planned) manifest; the collect step completes it without running anything.
     stage = _stage(tmp_path, units=7)
     assert Manifest.read(stage.manifest_uri).status == "planned"
@@ -40,7 +40,7 @@ def test_groups_partition_the_plan_and_collect_writes_the_manifest(tmp_path):
 def test_a_failed_unit_fails_its_group_and_collect_applies_the_budget(tmp_path):
     flag = tmp_path / "flag"
     flag.touch()
-    config = {"units": 4, "fail_units": ["u001"], "fail_flag": str(flag), "max_attempts": 1}
+    config = {"units": 4, "fail_units": ["u002"], "fail_flag": str(flag), "max_attempts": 1}
     StageRunner(_stage(tmp_path, **config)).run(shard_group=(0, 2))
     with pytest.raises(StageFailed, match="shard group 1/2: 1 of 2 units failed"):
         StageRunner(_stage(tmp_path, **config)).run(shard_group=(1, 2))
@@ -49,7 +49,7 @@ def test_a_failed_unit_fails_its_group_and_collect_applies_the_budget(tmp_path):
     m = Manifest.read(_stage(tmp_path, **config).manifest_uri)
     assert m.status == "failed"
     assert {u.unit_id: u.error for u in m.units if u.status == "failed"} == {
-        "u001": f"RuntimeError: u001 fails while {flag} exists"
+        "u002": f"RuntimeError: u002 fails while {flag} exists"
     }
     # Within the budget, collect completes with the missing unit counted as failed.
     m = StageRunner(_stage(tmp_path, **config, max_failed_fraction=0.25)).run(collect=True)
@@ -67,7 +67,7 @@ def test_cli_options(tmp_path):
     spec_path.write_text(spec_for({"root": str(tmp_path / "lake"), "dataset": "ds"}, units=5).to_json())
     assert jobs_main(["run", str(spec_path), "--result", str(tmp_path / "g1.json"), "--shard-group", "1/2"]) == 0
     g1 = json.loads((tmp_path / "g1.json").read_text())
-    assert g1["group"] == "1/2" and g1["kind"] == "group" and g1["shards"] == 2
+    assert g1["group"] == "1/2" and g1["kind"] == "group" and g1["shards"] == 3  # units 2..4 of 5
     for bad in ("2/2", "x/2", "1"):
         proc = subprocess.run(
             [sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path), "--shard-group", bad],
