@@ -113,3 +113,9 @@ def test_three_tasks_and_a_merge_give_the_single_node_report(tmp_path):
     assert cli.main(["collect", spec_again]) == 0
     again = _report(root, "again")
     assert again["verdict_of"]["run_id"] == "three" and _numbers(again) == _numbers(three)
+
+    # The verdict's report lost: the next run counts again (the parts whose keys the merge removed first).
+    os.remove(os.path.join(root, "demo", "_manifests", "three", "report.json"))
+    assert cli.main(["run", _spec(tmp_path, root, uris["dedup"], "lost", part_rows=160)]) == 0
+    lost = _report(root, "lost")
+    assert lost.get("verdict_of") is None and _numbers(lost) == _numbers(three)
