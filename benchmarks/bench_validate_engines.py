@@ -10,8 +10,8 @@ the lake ``bench_validate.generate`` writes (shards of 50,000 rows with attrs/pr
 - ``duckdb-split``: ``--groups`` tasks (``StageRunner.run(shard_group=(i, n))``, what an array task runs),
   one after the other in the process, then the collect step (the merge); each task's and the merge's seconds;
 - ``daft``: ``query_engine: daft``, Daft's native runner;
-- ``daft-ray``: Daft on a local Ray the benchmark starts in the child (``num_cpus`` = the machine's cores;
-  the start-up timed apart, not counted in the stage's seconds).
+- ``daft-ray``: Daft on a local Ray (``num_cpus`` = the machine's cores) the benchmark starts once, before
+  the rounds (start-up timed apart, not counted); each run's driver connects to it.
 
 The engines run in turn within each round (rounds alternate their order), median and min-max of the rounds.
 Every run's counts and verdicts (rows, text bytes, distinct ids, null counts, funnel, duplicates, clusters,
@@ -58,20 +58,8 @@ def child(args) -> None:
     out: dict = {"engine": args.child}
     if args.child.startswith("daft"):
         config["query_engine"] = "daft"
-    if args.child == "daft-ray":
-        import ray
-
-        t = time.perf_counter()
-        for attempt in range(3):  # Ray gives its raylet 30 s to register: a loaded machine can miss it
-            try:
-                ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False)
-                break
-            except Exception:  # noqa: BLE001
-                ray.shutdown()
-                if attempt == 2:
-                    raise
-        config["daft_runner"] = "ray"
-        out["ray_startup_s"] = time.perf_counter() - t
+    if args.child == "daft-ray":  # the benchmark's Ray (started once, outside the timed runs)
+        config["daft_runner"], config["ray_address"] = "ray", args.ray_address
     if args.child == "duckdb-split":
         config["part_rows"] = ROWS_PER_SHARD  # a part per shard, the tasks a part each (or more)
     run_id = f"{args.child}-{time.time_ns()}"
@@ -93,11 +81,47 @@ def child(args) -> None:
     out["numbers"] = {k: report["metrics"][k] for k in COMPARED}
     out["checks"] = {c["name"]: c["status"] for c in report["checks"]}
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    if args.child == "daft-ray":
-        import ray
-
-        ray.shutdown()
     print(json.dumps(out))
+
+
+class _SlowClock:
+    """The ``time`` module, its ``monotonic`` divided by ``factor``."""
+
+    def __init__(self, factor: float) -> None:
+        self.factor = factor
+
+    def monotonic(self) -> float:
+        return time.monotonic() / self.factor
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+
+def start_ray() -> tuple[str, float]:
+    """A local Ray of this machine's cores for the daft-ray runs (their driver connects to it): its address
+    and start-up seconds. Ray gives its raylet 30 s to register; a loaded machine can miss that: retried."""
+    os.environ["RAY_AUTH_MODE"] = "disabled"  # as in the runs' drivers
+    # The raylet waits 30 s for its metrics agent's port file, then aborts: too short on a loaded machine.
+    os.environ.setdefault("RAY_agent_register_timeout_ms", "300000")
+    import ray
+    import ray._private.node as ray_node
+
+    # Ray 2.60 gives the raylet a fixed 30 s to register with the GCS (node.py, not configurable); on a machine
+    # loaded 10x past its cores it misses that every time. Its start-up wait, only, reads a 5x slower clock.
+    ray_node.time = _SlowClock(5.0)
+
+    t = time.perf_counter()
+    for attempt in range(5):
+        try:
+            ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False)
+            break
+        except Exception as e:  # noqa: BLE001
+            ray.shutdown()
+            print(f"Ray start-up failed ({e}), attempt {attempt + 1} of 5", flush=True)
+            if attempt == 4:
+                raise
+            time.sleep(20)
+    return ray.get_runtime_context().gcs_address, time.perf_counter() - t
 
 
 def _cpu() -> float:
@@ -118,18 +142,20 @@ def main() -> None:
     ap.add_argument("--engines", default=",".join(ENGINES), help="comma-separated, of " + ", ".join(ENGINES))
     ap.add_argument("--no-results", dest="results", action="store_false")
     ap.add_argument("--child", choices=ENGINES, help=argparse.SUPPRESS)
+    ap.add_argument("--ray-address", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(args)
     uri, text_bytes = generate(args.workdir, args.gb)
     engines = tuple(args.engines.split(","))
+    ray_address, ray_startup = start_ray() if "daft-ray" in engines else (None, None)
     runs: dict[str, list[dict]] = {e: [] for e in engines}
     ref = None
     for r in range(args.rounds):
         order = engines if r % 2 == 0 else engines[::-1]
         for engine in order:
             cmd = [sys.executable, __file__, "--child", engine, "--gb", str(args.gb), "--workdir", args.workdir]
-            cmd += ["--groups", str(args.groups)]
+            cmd += ["--groups", str(args.groups)] + (["--ray-address", ray_address] if ray_address else [])
             env = {
                 **os.environ,
                 "RAY_AUTH_MODE": "disabled",
@@ -150,7 +176,6 @@ def main() -> None:
                 if "tasks_s" in got
                 else ""
             )
-            extra += f" (Ray start-up {got['ray_startup_s']:.1f} s)" if "ray_startup_s" in got else ""
             print(f"round {r} {engine:13s} {got['seconds']:7.2f} s  {got['cpu_s']:7.2f} CPU-s{extra}", flush=True)
     load = os.getloadavg()
     out = {
@@ -158,6 +183,7 @@ def main() -> None:
         f"--groups {args.groups}",
         "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "load_end": load,
+        "ray_startup_s": ray_startup,
         "cores": os.cpu_count(),
         "text_bytes": text_bytes,
         "rows": ref["numbers"]["rows"],
@@ -170,7 +196,6 @@ def main() -> None:
                 "peak_rss_mib": _stats([g["peak_rss_mib"] for g in rs]),
                 **({"largest_task_s": _stats([max(g["tasks_s"]) for g in rs])} if "tasks_s" in rs[0] else {}),
                 **({"merge_s": _stats([g["merge_s"] for g in rs])} if "merge_s" in rs[0] else {}),
-                **({"ray_startup_s": _stats([g["ray_startup_s"] for g in rs])} if "ray_startup_s" in rs[0] else {}),
             }
             for e, rs in runs.items()
         },
@@ -200,7 +225,8 @@ def write_results(out: dict) -> None:
         "rows (shards of 50,000, attrs/preprocess and attrs/dedup), each run a fresh process, the engines in turn "
         "each round (order reversed every other round), median (min-max). *duckdb-split*: a part per shard, the "
         "array's tasks run one after the other in the process, then the merge (collect). *daft-ray*: a local Ray "
-        f"of {out['cores']} CPUs started by the run (start-up not counted; its workers' CPU not in CPU-s). Every "
+        f"of {out['cores']} CPUs the benchmark starts once ({out['ray_startup_s'] or 0:.0f} s, not counted), each "
+        "run's driver connecting to it (its workers' CPU is not in CPU-s). Every "
         "run gave the same counts and verdicts (rows, bytes, distinct ids, nulls, funnel, duplicates, clusters, "
         "drop reasons, each check's status; quantiles not compared: Daft's are approximate).",
         f"**Machine: {out['cores']} cores shared with other helpers' work (load average {load} at the end).**",
