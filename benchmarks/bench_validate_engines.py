@@ -101,8 +101,6 @@ def start_ray() -> tuple[str, float]:
     """A local Ray of this machine's cores for the daft-ray runs (their driver connects to it): its address
     and start-up seconds. Ray gives its raylet 30 s to register; a loaded machine can miss that: retried."""
     os.environ["RAY_AUTH_MODE"] = "disabled"  # as in the runs' drivers
-    # The raylet waits 30 s for its metrics agent's port file, then aborts: too short on a loaded machine.
-    os.environ.setdefault("RAY_agent_register_timeout_ms", "300000")
     import ray
     import ray._private.node as ray_node
 
