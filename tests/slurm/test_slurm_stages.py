@@ -85,3 +85,19 @@ def test_preprocess_as_an_array_then_on_a_dask_allocation(make_backend, ingested
     manifest = Manifest.read(handle["manifest_uri"])
     assert manifest.status == "complete" and manifest.accounting["read"] == 120
     assert all(u.status == "done" for u in manifest.units)
+
+
+def test_validate_as_an_array_of_parts_and_a_merge(make_backend, ingested):
+    lake, ingest_manifest = ingested
+    shards = len(Manifest.read(ingest_manifest).shards)
+    array = make_backend(shard_groups=2)
+    config = {"input_manifest": ingest_manifest, "part_rows": 1, "min_rows": 100}  # a part per shard
+    handle = array.submit(JobSpec("validate", lake, "v1", config))
+    st = wait_for(array, handle, timeout=600)
+    assert st.state == JobState.SUCCEEDED, (st, array.logs(handle)[0][-3000:])
+    manifest = Manifest.read(handle["manifest_uri"])
+    assert manifest.status == "complete" and len(manifest.units) == shards and manifest.config["validation"] == "passed"
+    groups = [json.loads(Path(handle["job_dir"], f"result-1-group-{g}.json").read_text()) for g in (0, 1)]
+    assert [g["shards"] for g in groups] == [len(range(g, shards, 2)) for g in (0, 1)]  # each task its parts
+    report = storage.read_json(manifest.config["report_json"])  # written by the collect job, the merge
+    assert report["metrics"]["rows"] == report["metrics"]["distinct_ids"] == 120

@@ -18,7 +18,7 @@ from typing import Any
 
 from airflow_curation.core import redact, storage
 from airflow_curation.core.schema import CLUSTER_ID, DROP_REASON, ID, TEXT
-from airflow_curation.stages.validate import bounded, partitions, sandbox
+from airflow_curation.stages.validate import bounded, partials, partitions, sandbox
 from airflow_curation.stages.validate.limits import Bounds, CheckTimedOut, QueryProcess, interrupt_after
 from airflow_curation.stages.validate.view import CuratedView, same_schema
 
@@ -53,6 +53,8 @@ class DuckDBEngine:
     :param spill_dir: local folder for those partitions (default: ``bounds``' temp folder, else the system's).
     :param fanout: partitions one routing level of them writes (:mod:`.partitions`).
     :param trace: DuckDB's query and file-system log (``duckdb_logs``): what each query read.
+    :param views: build the views (``docs``, ``curated``...) and lock the connection for sql checks; False for
+        a part of a split run, which reads only its shards (:meth:`partial`).
     """
 
     def __init__(
@@ -66,6 +68,7 @@ class DuckDBEngine:
         spill_dir: str | None = None,
         fanout: int = partitions.FANOUT,
         trace: bool = False,
+        views: bool = True,
     ) -> None:
         import duckdb
 
@@ -88,9 +91,10 @@ class DuckDBEngine:
             self.con.execute(f"SET temp_directory = {_sql_str(bounds.temp_dir)}")
             self.con.execute(f"SET max_temp_directory_size = '{int(bounds.max_temp_bytes)}B'")
         self._register_filesystems()
-        self._create_views()
-        # From here on, user SQL (sql checks) runs on this connection: lock it to the view's files.
-        sandbox.lock_duckdb(self.con, [storage.local_path(f) for f in view.files()])
+        if views:  # a split run's part (:meth:`partial`) reads its own shards' files only, and runs no user SQL
+            self._create_views()
+            # From here on, user SQL (sql checks) runs on this connection: lock it to the view's files.
+            sandbox.lock_duckdb(self.con, [storage.local_path(f) for f in view.files()])
 
     def _register_filesystems(self) -> None:
         # Remote lakes go through fsspec (credentials and endpoints from storage options): no DuckDB
@@ -167,6 +171,59 @@ class DuckDBEngine:
         statistics under a budget of values per query (:mod:`.bounded`); the numbers are those of one
         query over the whole view."""
         v = self.view
+        out = self._counts(v.shard_groups(self.group_rows))
+        out["attrs_rows"] = {
+            a.stage: int(self.con.execute(f"SELECT count(*) FROM {_q('attrs_' + a.stage)}").fetchone()[0])
+            for a in v.attrs
+        }
+        out["drop_reasons"] = self._drop_reasons()
+        return self.finish(out, self._distinct_ids(), self._clusters(), curated_signals)
+
+    def finish(
+        self, counts: dict[str, Any], distinct_ids: int, clusters: dict | None, curated_signals: list[str] | None
+    ) -> dict[str, Any]:
+        """The metrics from the view's additive counts (:meth:`_counts`, ``attrs_rows``, ``drop_reasons``: one
+        query's, or the sum of the parts' of :meth:`partial`), the key counts, and the signals' statistics
+        (computed here, over the whole view)."""
+        out: dict[str, Any] = {"query_engine": "duckdb", **counts, "distinct_ids": int(distinct_ids)}
+        out["signals"] = self._signals()
+        if curated_signals:
+            out["curated_signals"] = self._signals(curated_signals, groups=self.view.shard_groups(self.group_rows))
+        out["clusters"] = clusters
+        return out
+
+    def partial(self, idx: list[int], parts: int, keys: dict[str, str]) -> dict[str, Any]:
+        """The additive counts of the shards ``idx`` (and their attrs files) for one task of a split run, and
+        their keys written to ``keys`` (``{"ids"|"clusters": local Parquet path}``, what
+        :mod:`.partials` counts across the tasks): ``id`` of the shards, ``cluster_id`` of the dedup attrs,
+        nulls left out, each with ``__p``, its hash partition of ``parts``, sorted by it."""
+        v = self.view
+        groups = [g for g in partials.split(idx, v.rows_by_shard, self.group_rows)]
+        out = self._counts(groups)
+        out["attrs_rows"] = {}
+        sources = {"ids": ([v.shard_files[i] for i in idx], ID)}
+        for a in v.attrs:
+            files = [a.by_shard[i] for i in idx if a.by_shard[i]]
+            out["attrs_rows"][a.stage] = (
+                int(self.con.execute(f"SELECT count(*) FROM {self._read_all(files)}").fetchone()[0]) if files else 0
+            )
+            if CLUSTER_ID in a.columns and "clusters" not in sources:
+                sources["clusters"] = (files, CLUSTER_ID)
+        out["drop_reasons"] = self._drop_reasons(idx)
+        for kind, (files, col) in sources.items():
+            rel = self._read_all(files) if files else f"(SELECT NULL::VARCHAR AS {_q(col)} LIMIT 0)"
+            self.con.execute(
+                f"COPY (SELECT (hash({_q(col)}) % {int(parts)})::UBIGINT AS __p, {_q(col)} AS key FROM {rel} "
+                f"WHERE {_q(col)} IS NOT NULL ORDER BY __p) TO {_sql_str(keys[kind])} "
+                f"(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {partials.ROW_GROUP})"
+            )
+        return out
+
+    def _counts(self, groups: list[list[int]]) -> dict[str, Any]:
+        """Rows, text bytes, null counts, missing attrs, funnel and duplicates of the view over the shards of
+        ``groups``, a query per group (each shard joined with its own attrs files): counts and sums, so the
+        groups (and the parts of a split run) add up."""
+        v = self.view
         cols = [n for n in v.schema().names if not n.startswith("_has_")]
         tb = _q(TEXT_BYTES)  # the groups' text is its length in bytes (see _docs)
         exprs = ["count(*)", f"coalesce(sum({tb}), 0)"]
@@ -179,14 +236,11 @@ class DuckDBEngine:
         dup = next((a.duplicate_column for a in v.attrs if a.duplicate_column), None)
         if dup:
             exprs += [f"count({_q(dup)})", f"count(*) FILTER (WHERE {_q(dup)})"]
-        groups = v.shard_groups(self.group_rows)
         row = [0] * len(exprs)
         for idx in groups:  # every expression is a count or a sum: the groups add up
             part = self.con.execute(f"SELECT {', '.join(exprs)} FROM {self._docs(idx)}").fetchone()
             row = [a + int(b) for a, b in zip(row, part)]
-        out: dict[str, Any] = {"query_engine": "duckdb"}
-        out["rows"], out["text_bytes"] = int(row[0]), int(row[1])
-        out["distinct_ids"] = self._distinct_ids()
+        out: dict[str, Any] = {"rows": int(row[0]), "text_bytes": int(row[1])}
         row = row[2:]
         out["null_counts"] = {c: int(n) for c, n in zip(cols, row)}
         row = row[len(cols) :]
@@ -199,22 +253,7 @@ class DuckDBEngine:
         row = row[2 * len(steps) :]
         out["duplicates"] = None
         if dup:
-            assessed, dups = int(row[0]), int(row[1])
-            out["duplicates"] = {
-                "column": dup,
-                "assessed": assessed,
-                "duplicates": dups,
-                "rate": dups / assessed if assessed else 0.0,
-            }
-        out["attrs_rows"] = {
-            a.stage: int(self.con.execute(f"SELECT count(*) FROM {_q('attrs_' + a.stage)}").fetchone()[0])
-            for a in v.attrs
-        }
-        out["signals"] = self._signals()
-        if curated_signals:
-            out["curated_signals"] = self._signals(curated_signals, groups=groups)
-        out["clusters"] = self._clusters()
-        out["drop_reasons"] = self._drop_reasons()
+            out["duplicates"] = partials.duplicates(dup, int(row[0]), int(row[1]))
         return out
 
     # --- bounded pieces ---------------------------------------------------------------------------
@@ -316,12 +355,21 @@ class DuckDBEngine:
                 return {"clusters": sum(sizes.values()), "sizes": sizes, "largest": max(sizes) if sizes else 0}
         return None
 
-    def _drop_reasons(self) -> dict[str, dict[str, int]]:
+    def _drop_reasons(self, idx: list[int] | None = None) -> dict[str, dict[str, int]]:
+        """Rows per drop reason of each stage that records one; ``idx``: only the attrs files of those shards."""
         out = {}
         for a in self.view.attrs:
             if DROP_REASON in a.columns:
+                files = a.files if idx is None else [a.by_shard[i] for i in idx if a.by_shard[i]]
+                if idx is None:
+                    rel = _q("attrs_" + a.stage)
+                elif files:
+                    rel = self._read_all(files)
+                else:
+                    out[a.stage] = {}
+                    continue
                 rows = self.con.execute(
-                    f"SELECT {DROP_REASON}, count(*) FROM {_q('attrs_' + a.stage)} WHERE {DROP_REASON} IS NOT NULL "
+                    f"SELECT {DROP_REASON}, count(*) FROM {rel} WHERE {DROP_REASON} IS NOT NULL "
                     f"AND {DROP_REASON} <> '' GROUP BY 1 ORDER BY 2 DESC"
                 ).fetchall()
                 out[a.stage] = {str(r): int(n) for r, n in rows}
@@ -427,13 +475,7 @@ class DaftEngine:
         ]
         out["duplicates"] = None
         if dup:
-            assessed, dups = int(g["__dup_assessed"] or 0), int(g["__dup_n"] or 0)
-            out["duplicates"] = {
-                "column": dup,
-                "assessed": assessed,
-                "duplicates": dups,
-                "rate": dups / assessed if assessed else 0.0,
-            }
+            out["duplicates"] = partials.duplicates(dup, int(g["__dup_assessed"] or 0), int(g["__dup_n"] or 0))
         out["attrs_rows"] = {a.stage: int(self._read(a.files).count_rows()) for a in v.attrs}
         out["signals"] = self._signals(None)
         if curated_signals:
@@ -604,11 +646,12 @@ def _daft_io_config(daft, uri: str):
     return daft.io.IOConfig(s3=s3)
 
 
-def make_engine(view: CuratedView, config: dict[str, Any], bounds: Bounds | None = None):
+def make_engine(view: CuratedView, config: dict[str, Any], bounds: Bounds | None = None, views: bool = True):
     engine = config.get("query_engine", "duckdb")
     if engine == "duckdb":
         return DuckDBEngine(
             view,
+            views=views,
             threads=config.get("threads"),
             memory_limit=config.get("memory_limit"),
             group_rows=config.get("group_rows"),

@@ -11,27 +11,33 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 import time
+from dataclasses import replace
 from typing import Any
+
+import xxhash
 
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
-from airflow_curation.core.checkpoint import CheckpointRecord
+from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import canonical_json
 from airflow_curation.core.integrity import IntegrityError, shard_files, verify_files
 from airflow_curation.core.manifest import Manifest, ManifestError, ShardEntry, UnitEntry
-from airflow_curation.stages.base import Stage, UnitResult
+from airflow_curation.stages.base import Stage, UnitResult, _attempt_unit
 from airflow_curation.stages.settings import Setting, anything, size
 from airflow_curation.stages.validate import checks as checks_mod
-from airflow_curation.stages.validate import limits
-from airflow_curation.stages.validate.engines import finite, make_engine
+from airflow_curation.stages.validate import limits, partials
+from airflow_curation.stages.validate.engines import IDS_PER_PASS, finite, make_engine
 from airflow_curation.stages.validate.report import build_report, report_uris, write_report
-from airflow_curation.stages.validate.view import CuratedView
+from airflow_curation.stages.validate.view import CuratedView, row_groups
 
 log = logging.getLogger(__name__)
 
-UNIT_ID = "validate"
+UNIT_ID = "validate"  # the merge's record: the verdict
+PART_ROWS = 10_000_000  # rows of one part (a task of a split run) by default
 
 
 class ValidateStage(Stage):
@@ -44,8 +50,9 @@ class ValidateStage(Stage):
 
     name = "validate"
     # 2: sql checks run in the sandbox; a verdict reached without it is not reused. 3: metrics in bounded memory,
-    # each shard joined with its own attrs files (a repeated id across shards no longer multiplies the rows)
-    version = "3"
+    # each shard joined with its own attrs files (a repeated id across shards no longer multiplies the rows). 4: split
+    # into parts (units) merged by the collect step, the verdict recorded by the merge
+    version = "4"
     SETTINGS = Stage.SETTINGS.extend(
         Setting(
             "query_engine",
@@ -108,6 +115,13 @@ class ValidateStage(Stage):
             "DuckDB: ids per hash partition of the distinct-id and cluster counts (default 1000000; 0: one pass)",
             runtime=True,
         ),
+        Setting(
+            "part_rows",
+            int,
+            None,
+            f"DuckDB: rows of one part, a unit (an array task) of the split run (default {PART_ROWS:,})",
+            runtime=True,
+        ),
         Setting("ray_address", str, None, "Ray cluster for daft_runner ray (default: a local Ray)", runtime=True),
         renamed={"engine": "query_engine"},
     )
@@ -153,60 +167,132 @@ class ValidateStage(Stage):
 
     # --- the stage --------------------------------------------------------------------------------
 
+    def _verdict_checksum(self, m: Manifest, checks: list[dict[str, Any]]) -> str:
+        """What a verdict depends on: every shard and attrs file (checksums), the run's manifests, the checks."""
+        others = {st: (mm.fingerprint, mm.status, mm.accounting) for st, (_, mm) in self.stage_manifests().items()}
+        payload = {"shards": [_shard_key(s) for s in m.shards], "manifests": others, "checks": checks}
+        return _xxh(canonical_json(payload))
+
     def plan(self) -> list[UnitEntry]:
+        """One unit per slice of consecutive shards of about ``part_rows`` rows (Daft: one slice, the whole
+        view: Daft spreads it over its own workers): each checks its files and computes the slice's partial
+        counts (:mod:`.partials`); :meth:`collect` merges them, runs the checks and writes the report."""
         m = self.input_manifest()
         checks = self.declared_checks()  # fail early on a malformed check, before any work
         checks_mod.refuse_unsafe_sql(checks, self.config["query_engine"])
-        others = {st: (mm.fingerprint, mm.status, mm.accounting) for st, (_, mm) in self.stage_manifests().items()}
-        payload = canonical_json(
-            {
-                "shards": [
-                    (s.shard_id, s.checksum, s.rows, sorted(s.attrs.items()), sorted(s.attrs_checksums.items()))
-                    for s in m.shards
-                ],
-                "manifests": others,
-                "checks": checks,
-            }
-        )
-        import xxhash
-
+        rows = None if self.config["query_engine"] != "duckdb" else self.config.get("part_rows") or PART_ROWS
+        slices = row_groups([s.rows for s in m.shards], rows)
+        parts = self._key_partitions(m)
         return [
             UnitEntry(
-                unit_id=UNIT_ID,
+                unit_id=f"part-{k:05d}",
                 inputs=[self.input_manifest_uri],
-                input_checksum=f"xxh64:{xxhash.xxh64(payload.encode()).hexdigest()}",
+                input_checksum=_xxh(canonical_json({"shards": [_shard_key(m.shards[i]) for i in idx], "p": parts})),
             )
+            for k, idx in enumerate(slices)
         ]
 
-    def verify_inputs(self, m: Manifest) -> None:
-        """Re-hash every shard and attrs file the view reads against the checksums ``m`` recorded
-        (:class:`~airflow_curation.core.integrity.IntegrityError` names the first that differs): a verdict
-        is reached, or reused, only over the bytes the stages wrote. One streamed pass per file, on
+    def _key_partitions(self, m: Manifest) -> int:
+        return partials.partition_count(m.rows, int(self.config.get("ids_per_pass") or IDS_PER_PASS))
+
+    def _slice(self, m: Manifest, unit_id: str) -> list[int]:
+        units = self.plan()
+        k = [u.unit_id for u in units].index(unit_id)
+        rows = None if len(units) == 1 else self.config.get("part_rows") or PART_ROWS
+        return row_groups([s.rows for s in m.shards], rows)[k]
+
+    def keys_uri(self, unit_id: str, kind: str) -> str:
+        """Where part ``unit_id`` leaves its ``kind`` keys (ids, clusters) for the merge."""
+        return self.lake.path("_work", "validate", self.fingerprint, f"{unit_id}.{kind}.parquet")
+
+    def verify_inputs(self, m: Manifest, idx: list[int] | None = None) -> None:
+        """Re-hash every shard and attrs file the view reads (of the shards ``idx``) against the checksums
+        ``m`` recorded (:class:`~airflow_curation.core.integrity.IntegrityError` names the first that differs):
+        a verdict is reached, or reused, only over the bytes the stages wrote. One streamed pass per file, on
         ``threads`` threads."""
         threads = int(self.config.get("threads") or os.cpu_count() or 1)
-        verify_files((f for s in m.shards for f in shard_files(s)), threads)
+        shards = m.shards if idx is None else [m.shards[i] for i in idx]
+        verify_files((f for s in shards for f in shard_files(s)), threads)
 
     def reusable(self, unit: UnitEntry, record: CheckpointRecord) -> bool:
-        """An earlier verdict stands only while the files it judged are unchanged (its checkpoint matches the
-        manifests' checksums, not the files)."""
+        """A part stands only while the files it read are unchanged (its checkpoint matches the manifests'
+        checksums, not the files) and its keys are still there for the merge. Checked once per run: the
+        record then says so, so that the collect step does not read every file again."""
+        if record.extra.get("verified_in") == self.run_id:
+            return True
+        m = self.input_manifest()
         try:
-            self.verify_inputs(self.input_manifest())
+            self.verify_inputs(m, self._slice(m, unit.unit_id))
         except IntegrityError as e:
-            log.warning("validate: not reusing the earlier verdict: %s", e)
+            log.warning("validate: not reusing part %s: %s", unit.unit_id, e)
             return False
+        if self.config["query_engine"] == "duckdb" and not all(
+            storage.exists(self.keys_uri(unit.unit_id, kind)) for kind in record.extra.get("keys", [])
+        ):
+            verdict = self._verdict_store().is_done(
+                UNIT_ID, self._verdict_checksum(m, self.declared_checks()), self.fingerprint
+            )
+            if verdict is None:
+                return False  # its keys were merged and removed, and that verdict is not this run's to reuse
+        self.checkpoints.commit(replace(record, extra={**record.extra, "verified_in": self.run_id}))
         return True
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
-        started = time.time()
         m = self.input_manifest()
-        self.verify_inputs(m)
+        idx = self._slice(m, unit.unit_id)
+        self.verify_inputs(m, idx)
+        extra: dict[str, Any] = {"verified_in": self.run_id}
+        if self.config["query_engine"] == "duckdb":
+            view = CuratedView.from_manifest(m, related=[mm for _, mm in self.stage_manifests().values()])
+            with limits.scratch(self.config) as bounds, tempfile.TemporaryDirectory(dir=bounds.temp_dir) as tmp:
+                engine = make_engine(view, self.config, bounds, views=False)
+                try:
+                    keys = {kind: os.path.join(tmp, f"{kind}.parquet") for kind in ("ids", "clusters")}
+                    extra["partial"] = engine.partial(idx, self._key_partitions(m), keys)
+                finally:
+                    engine.close()
+                extra["keys"] = [k for k, path in keys.items() if os.path.exists(path)]
+                for kind in extra["keys"]:
+                    with open(keys[kind], "rb") as src, storage.atomic_open(self.keys_uri(unit.unit_id, kind)) as dst:
+                        shutil.copyfileobj(src, dst, 8 << 20)
+        acc = RowAccounting()
+        acc.keep(sum(m.shards[i].rows for i in idx))
+        return UnitResult(
+            outputs=[ShardEntry(**{**m.shards[i].__dict__, "attrs": dict(m.shards[i].attrs)}) for i in idx],
+            accounting=acc,
+            extra=extra,
+        )
+
+    def _verdict_store(self):
+        """The merge's record (the verdict and its report), beside the parts' checkpoints."""
+        return CheckpointStore(storage.join(self.checkpoints.directory, "_verdict"), self.checkpoints.root)
+
+    def _verdict(self, m: Manifest, checksum: str) -> dict[str, Any]:
+        """The merge: the parts' counts added, the keys counted across them, the signals' statistics, the
+        checks, the report; recorded as the verdict of ``checksum``."""
+        started = time.time()
         manifests = self.stage_manifests()
         view = CuratedView.from_manifest(m, related=[mm for _, mm in manifests.values()])
         declared = self.declared_checks()
+        curated = checks_mod.curated_signal_columns(declared, view)
+        units = self.plan()
         with limits.scratch(self.config) as bounds:
             engine = make_engine(view, self.config, bounds)
             try:
-                metrics = engine.metrics(curated_signals=checks_mod.curated_signal_columns(declared, view))
+                if self.config["query_engine"] == "duckdb":
+                    records = [self.checkpoints.load(u.unit_id) for u in units]
+                    if any(r is None or "partial" not in r.extra for r in records):
+                        raise RuntimeError("validate: a part has no checkpoint with its counts; run the parts first")
+                    kinds = records[0].extra.get("keys", [])
+                    uris = {k: [self.keys_uri(u.unit_id, k) for u in units] for k in kinds}
+                    metrics = engine.finish(
+                        partials.merge([r.extra["partial"] for r in records]),
+                        partials.distinct_ids(uris["ids"]),
+                        partials.cluster_sizes(uris["clusters"]) if "clusters" in uris else None,
+                        curated,
+                    )
+                else:
+                    metrics = engine.metrics(curated_signals=curated)
                 fault_point("validate.during_query")  # the engine is open, the checks' queries still to run
                 ctx = checks_mod.Context(
                     view=view,
@@ -236,29 +322,54 @@ class ValidateStage(Stage):
         fault_point("validate.before_report")
         json_uri, html_uri = write_report(report, self.lake, self.run_id)
         log.info("validate: report %s", html_uri)
-        acc = RowAccounting()
-        acc.keep(metrics["rows"])
-        failed = [r.name for r in results if r.status == "fail"]
-        return UnitResult(
-            outputs=[ShardEntry(**{**s.__dict__, "attrs": dict(s.attrs)}) for s in m.shards],
-            accounting=acc,
-            extra={
-                "status": report["status"],
-                "summary": summary,
-                "failed_checks": failed,
-                "report_json": json_uri,
-                "report_html": html_uri,
-                "funnel": metrics["funnel"],
-                "query_engine": metrics["query_engine"],
-            },
+        extra = {
+            "status": report["status"],
+            "summary": summary,
+            "failed_checks": [r.name for r in results if r.status == "fail"],
+            "report_json": json_uri,
+            "report_html": html_uri,
+            "funnel": metrics["funnel"],
+            "query_engine": metrics["query_engine"],
+            "run_id": self.run_id,
+        }
+        self._verdict_store().commit(
+            CheckpointRecord(
+                unit_id=UNIT_ID,
+                stage=self.name,
+                fingerprint=self.fingerprint,
+                input_checksum=checksum,
+                started_at=started,
+                extra=extra,
+            )
         )
+        for u in units:  # merged: the keys are not needed again (a rerun reuses the verdict)
+            for kind in ("ids", "clusters"):
+                storage.remove(self.keys_uri(u.unit_id, kind))
+        return extra
+
+    def _rerun(self, m: Manifest, checksum: str) -> dict[str, Any]:
+        """The verdict again, from here: first the parts whose keys the last merge removed."""
+        if self.config["query_engine"] == "duckdb":
+            for u in self.plan():
+                rec = self.checkpoints.load(u.unit_id)
+                kinds = rec.extra.get("keys", []) if rec else []
+                if rec is None or not kinds or not all(storage.exists(self.keys_uri(u.unit_id, k)) for k in kinds):
+                    status, payload = _attempt_unit(self, u, int(self.config.get("max_attempts", 2)))
+                    if status != "done":
+                        raise RuntimeError(f"validate: part {u.unit_id} failed again: {payload['error']}")
+        return self._verdict(m, checksum)
 
     def collect(self, manifest: Manifest) -> None:
-        rec = self.checkpoints.load(UNIT_ID)
-        extra = rec.extra if rec else {}
+        m = self.input_manifest()
+        checksum = self._verdict_checksum(m, self.declared_checks())
+        rec = self._verdict_store().is_done(UNIT_ID, checksum, self.fingerprint)
         json_uri, html_uri = report_uris(self.lake, self.run_id)
-        if extra.get("report_json") and extra["report_json"] != json_uri:
-            self._report_reused_verdict(extra["report_json"])
+        if rec is None:
+            extra = self._verdict(m, checksum)
+        else:
+            extra = rec.extra
+            if extra.get("report_json") and extra["report_json"] != json_uri:
+                extra = self._report_reused_verdict(extra, m, checksum)
         manifest.config = {
             **manifest.config,
             "report_json": json_uri,
@@ -274,16 +385,17 @@ class ValidateStage(Stage):
                 f"{extra.get('summary')}\nreport: {html_uri}"
             )
 
-    def _report_reused_verdict(self, src_uri: str) -> None:
-        """This run found another run's checkpoint (same shards, manifests and checks): it still gets a
+    def _report_reused_verdict(self, extra: dict[str, Any], m: Manifest, checksum: str) -> dict[str, Any]:
+        """This run found another run's verdict (same shards, manifests and checks): it still gets a
         report of its own (its run id, manifests and params), with that run's metrics and checks and a
-        line saying whose verdict it is. A verdict whose report is gone is computed again."""
+        line saying whose verdict it is. A verdict whose report is gone is computed again (its parts' keys
+        are gone too: the parts run again first)."""
+        src_uri = extra["report_json"]
         try:
             src = storage.read_json(src_uri)
         except (FileNotFoundError, ValueError) as e:
             log.warning("validate: the reused verdict's report %s is unreadable (%s): checking again", src_uri, e)
-            self.process_unit(self.plan()[0])
-            return
+            return self._rerun(m, checksum)
         verdict_of = src.get("verdict_of") or {
             "run_id": src["run_id"],
             "created_at": src["created_at"],
@@ -306,6 +418,15 @@ class ValidateStage(Stage):
             verdict_of=verdict_of,
         )
         write_report(report, self.lake, self.run_id)
+        return extra
+
+
+def _shard_key(s: ShardEntry) -> tuple:
+    return (s.shard_id, s.checksum, s.rows, sorted(s.attrs.items()), sorted(s.attrs_checksums.items()))
+
+
+def _xxh(payload: str) -> str:
+    return f"xxh64:{xxhash.xxh64(payload.encode()).hexdigest()}"
 
 
 def _json_safe(x: Any) -> Any:

@@ -149,18 +149,7 @@ class CuratedView:
         """The shards' indexes in consecutive groups of about ``rows`` rows each (manifest counts; one
         group when ``rows`` is None): the units a bounded query reads at once."""
         n = len(self.shard_files)
-        if not rows or rows <= 0:
-            return [list(range(n))] if n else []
-        counts = self.rows_by_shard if len(self.rows_by_shard) == n else [0] * n
-        groups: list[list[int]] = [[]]
-        held = 0
-        for i, k in enumerate(counts):
-            if groups[-1] and held + k > rows:
-                groups.append([])
-                held = 0
-            groups[-1].append(i)
-            held += k
-        return groups
+        return row_groups(self.rows_by_shard if len(self.rows_by_shard) == n else [0] * n, rows)
 
     def files(self) -> list[str]:
         """Every file the view reads: the shards and each stage's attrs."""
@@ -225,6 +214,23 @@ class CuratedView:
         for a in self.attrs:
             out[a.stage] = list(a.columns.values())
         return out
+
+
+def row_groups(counts: list[int], rows: int | None) -> list[list[int]]:
+    """Indexes of ``counts`` in consecutive groups of about ``rows`` each (one group when ``rows`` is 0 or
+    None; a group holds at least one index)."""
+    n = len(counts)
+    if not rows or rows <= 0:
+        return [list(range(n))] if n else []
+    groups: list[list[int]] = [[]]
+    held = 0
+    for i, k in enumerate(counts):
+        if groups[-1] and held + k > rows:
+            groups.append([])
+            held = 0
+        groups[-1].append(i)
+        held += k
+    return groups
 
 
 def attrs_order(manifest: Manifest, related: Iterable[Manifest] | None = None) -> list[tuple[str, str]]:
