@@ -38,7 +38,9 @@ class LeaseBusy(RuntimeError):
 
 class Lease:
     """:param uri: the lease file. :param what: names the protected work in messages.
-    :param wait_s: how long to wait for a live holder. :param ttl_s: a holder silent this long is dead."""
+    :param wait_s: how long to wait for a live holder (``inf``: as long as it lives, for work that
+        every waiter needs done once, such as dedup's global phase). :param ttl_s: a holder silent this
+        long is dead."""
 
     def __init__(self, uri: str, what: str, wait_s: float = 0.0, ttl_s: float = 600.0) -> None:
         self.uri = uri
@@ -108,11 +110,11 @@ class Lease:
             holder = self._holder()
             if not waiting and self.wait_s > 0:
                 log.info(
-                    "%s is held by host %s pid %s: waiting up to %.0f s",
+                    "%s is held by host %s pid %s: waiting %s",
                     self.what,
                     (holder or {}).get("host"),
                     (holder or {}).get("pid"),
-                    self.wait_s,
+                    f"up to {self.wait_s:.0f} s" if self.wait_s < float("inf") else "while its holder lives",
                 )
                 waiting = True
             if holder is not None and not storage.is_local(self.uri) and self._dead(holder):

@@ -114,6 +114,10 @@ class Stage:
     FUNNEL_LABEL: str | None = None
     # Manifest URIs this run replaces (``ingest --replace``), set by ``plan``; the run's manifest records them.
     supersedes: tuple[str, ...] = ()
+    # The part of the run this process does, ``(i, n)`` for one task of an array (None: all of it), set by
+    # the runner before it plans: a stage whose planning does work of its own (dedup's signatures) does
+    # only this task's share of it.
+    shard_group: tuple[int, int] | None = None
     SETTINGS: Settings = Settings(
         Setting("workers", int, 1, "parallel workers", runtime=True),
         Setting("max_attempts", int, 2, "attempts per unit before it counts as failed", runtime=True),
@@ -319,6 +323,7 @@ class StageRunner:
         # and leaves the sweep of the lake to group 0 and the collect step: nothing it does grows with
         # the run's other units.
         whole = shard_group is None or collect or shard_group[0] == 0
+        stage.shard_group = None if collect else shard_group
         for folder in stage.work_dirs() if whole else []:
             for path in storage.remove_stale_temps(folder):
                 log.info("%s: removed %s (a temp file its killed writer left)", stage.name, path)

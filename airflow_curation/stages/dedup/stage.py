@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from dataclasses import asdict
 
 from airflow_curation.core import storage, uris
@@ -30,6 +31,7 @@ from airflow_curation.core.components import LABEL_COLUMNS, connected_components
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import config_fingerprint
 from airflow_curation.core.integrity import verify_file
+from airflow_curation.core.lease import Lease
 from airflow_curation.core.lsh import gather_partition, next_power_of_two, partition_ranges, partitions_for
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.minhash import MinHashParams, lsh_params
@@ -351,16 +353,12 @@ class DedupStage(AttrsStage):
             "max_failed_fraction": 0.0,
         }
         sig = DedupSignaturesStage(self.lake, sig_config, self.run_id)
-        StageRunner(sig, self.default_mapper()).run()
-        fault_point("dedup.after_signatures")
-
         run_key = hashlib.sha256(
             (sig.fingerprint + "|" + "|".join(s["input_checksum"] for s in shards)).encode()
         ).hexdigest()[:16]
-        self._global = self._phase2(sig, params, shards, run_key, out_parts)
         self._shards = {s["shard_id"]: s for s in shards}
         self._sig = sig
-        self._prior = self._probe(sig, params, shards, run_key, out_parts) if self.incremental else None
+        self._global_phases(sig, params, shards, run_key, out_parts)
         return [
             UnitEntry(
                 unit_id=s["shard_id"],
@@ -370,6 +368,41 @@ class DedupStage(AttrsStage):
             )
             for s in shards
         ]
+
+    def _global_phases(
+        self, sig: DedupSignaturesStage, params: DedupParams, shards: list[dict], run_key: str, out_parts: int
+    ) -> None:
+        """Phases 1 and 2 (and the probe of earlier snapshots), once for all the tasks of a run.
+
+        One task of an array (``shard_group``) first signs its own shards (positions ``i::n``) beside
+        the other tasks, under the array's run (no lease). The rest is done once, by whoever holds
+        ``_locks/dedup.global.lease`` first; the other tasks wait while it lives (a dead holder's lease is
+        taken over) and then read its ``_SUCCESS.json``. The holder signs what is still missing (the
+        shards of tasks not started yet: with ``array_parallelism`` below the groups, those may never run
+        before it) and runs the global phase. A whole run takes the lease without contention."""
+        if self._globals_done(run_key):
+            self._global = self._phase2(sig, params, shards, run_key, out_parts)  # reads its _SUCCESS.json
+            self._prior = self._probe(sig, params, shards, run_key, out_parts) if self.incremental else None
+            return
+        group = self.shard_group
+        if group is not None and group[1] > 1:
+            StageRunner(sig, self.default_mapper()).run(shard_group=group)
+        lease = Lease(
+            self.lake.path("_locks", "dedup.global.lease"), f"dedup's global phase on {self.lake.base}", math.inf
+        )
+        with lease:
+            if not self._globals_done(run_key):  # else another task did it while this one waited
+                StageRunner(sig, self.default_mapper()).run()
+                fault_point("dedup.after_signatures")
+            self._global = self._phase2(sig, params, shards, run_key, out_parts)
+            self._prior = self._probe(sig, params, shards, run_key, out_parts) if self.incremental else None
+
+    def _globals_done(self, run_key: str) -> bool:
+        """Whether the global phase (and, across snapshots, the probe) of this run key is done."""
+        if not storage.exists(self.lake.path("dedup", run_key, "_SUCCESS.json")):
+            return False
+        probed = not (self.incremental and self.config["prior_indexes"])
+        return probed or storage.exists(storage.join(self._probe_dir(run_key), "_SUCCESS.json"))
 
     def _layout(self, spill_bytes: int) -> tuple[int, int, int]:
         """(LSH partitions, global-phase units, components partitions).
@@ -479,8 +512,7 @@ class DedupStage(AttrsStage):
         priors = self.config["prior_indexes"]
         if not priors:
             return None
-        key = hashlib.sha256((run_key + "|" + repr([(p["snapshot"], p["checksum"]) for p in priors])).encode())
-        pdir = self.lake.path("dedup", run_key, f"prior-{key.hexdigest()[:16]}")
+        pdir = self._probe_dir(run_key)
         done_uri = storage.join(pdir, "_SUCCESS.json")
         if storage.exists(done_uri):
             return self._read_done(done_uri)
@@ -502,6 +534,11 @@ class DedupStage(AttrsStage):
         log.info("dedup: probed %d earlier snapshots: %s", len(priors), counts)
         self._write_done(done_uri, result)
         return result
+
+    def _probe_dir(self, run_key: str) -> str:
+        priors = [(p["snapshot"], p["checksum"]) for p in self.config["prior_indexes"]]
+        key = hashlib.sha256((run_key + "|" + repr(priors)).encode()).hexdigest()[:16]
+        return self.lake.path("dedup", run_key, f"prior-{key}")
 
     # A global phase's ``_SUCCESS.json`` lists the files it made, stored relative to the lake root like a
     # manifest's (``core/uris.py``): a copied lake's rerun reads the copy's.
