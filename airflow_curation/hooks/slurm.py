@@ -86,7 +86,7 @@ class SlurmHook(BaseHook):
                 value = _extra(extra, key)
                 if value not in (None, ""):
                     options[key] = kind(value)
-            for key in ("env", "resubmit_on"):
+            for key in ("env", "resubmit_on", "export_env"):
                 if extra.get(key):
                     options[key] = extra[key]
         options.update({k: v for k, v in self.overrides.items() if v is not None})

@@ -1,7 +1,8 @@
 """What a Slurm submission carries, without a cluster: a recorder in place of ``sbatch`` keeps the
-environment and argv it was run with (what sbatch's default ``--export=ALL`` would put in the job's
-record), and the job folder is read whole. A credential of the submitting process or of ``env`` is in
-the ``0600`` environment file only, and the job still gets it from there."""
+environment and argv it was run with (sbatch hands Slurm the variables its ``--export`` names, which Slurm
+keeps in the job's record), and the job folder is read whole. A credential of the submitting process or
+of ``env`` is in the ``0600`` environment file only, and the job still gets it from there.
+``test_slurm_secrets.py`` reads what a real slurmctld saved."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from airflow_curation.backends.slurm import ENV_FILE, SlurmBackend
+from airflow_curation.backends.slurm import ENV_FILE, EXPORTED, SlurmBackend
 
 from .conftest import spec_for
 
@@ -44,7 +45,9 @@ def test_credentials_reach_the_job_from_its_0600_file_never_sbatch_or_a_script(t
     assert handle["job_id"] == "4242"
 
     sbatch_env = (rec / "sbatch.env").read_text()
-    assert "CURATION_PLAIN_SETTING=kept" in sbatch_env  # the plain environment is exported as before
+    assert "CURATION_PLAIN_SETTING=kept" in sbatch_env  # sbatch runs with the plain environment...
+    exports = [a for a in (rec / "sbatch.argv").read_text().splitlines() if a.startswith("--export=")]
+    assert exports == ["--export=" + ",".join(EXPORTED)]  # ...and hands Slurm only these names of it
     secrets = (worker_key, worker_pw, option_secret)
     for text in (sbatch_env, (rec / "sbatch.argv").read_text(), json.dumps(handle)):
         assert not [s for s in secrets if s in text]

@@ -155,3 +155,70 @@ def test_over_ssh_the_secret_is_on_no_command_line(make_backend, lake, ssh_login
     assert argv_log.exists() and secret.encode() not in argv_log.read_bytes()
     assert _files_holding(tmp_path, secret) == []
     assert os.listdir(work)  # the job folder was there, written over SSH
+
+
+def _saved_environments(*job_ids: str) -> dict[str, dict[str, str]]:
+    """What slurmctld saved of each job's environment (``StateSaveLocation/hash.<id % 10>/job.<id>/
+    environment``: NUL-separated ``NAME=value``, after a leading count), by job id."""
+    import re
+    import subprocess
+
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, check=True).stdout
+    state = re.search(r"^StateSaveLocation\s*=\s*(\S+)", config, re.M).group(1)
+    out = {}
+    for job_id in job_ids:
+        raw = Path(state, f"hash.{int(job_id) % 10}", f"job.{job_id}", "environment").read_bytes()
+        pairs = [p.decode(errors="replace") for p in raw.split(b"\0") if b"=" in p]
+        out[job_id] = dict(p.split("=", 1) for p in pairs)
+    return out
+
+
+@pytest.mark.parametrize("where", ["here", "login node"])
+def test_slurms_saved_job_environment_holds_no_credential(make_backend, lake, tmp_path, monkeypatch, where):
+    """The worker's environment holds a connection with its password and storage options; a login node's
+    (a prefix that runs sbatch with them) likewise. What slurmctld saves of the jobs' environments is only
+    the documented ``--export`` names and Slurm's own: no credential, no other variable; the jobs still get
+    the storage options (from ``secrets.env``) and succeed."""
+    from airflow_curation.backends.slurm import EXPORTED
+
+    password, secret = f"pw-{uuid.uuid4().hex}", f"s3cr3t-{uuid.uuid4().hex}"
+    conn = json.dumps({"conn_type": "generic", "login": "curator", "password": password})
+    options = json.dumps({"key": "AKIA-FAKE", "secret": secret})
+    prefix = []
+    if where == "here":
+        monkeypatch.setenv("AIRFLOW_CONN_CURATION_DEFAULT", conn)
+        monkeypatch.setenv("CURATION_STORAGE_OPTIONS_S3", options)
+        monkeypatch.setenv("CURATION_PLAIN_SETTING", "kept-out")
+    else:
+        prefix = [
+            "env",
+            f"AIRFLOW_CONN_CURATION_DEFAULT={conn}",
+            f"CURATION_STORAGE_OPTIONS_GCS={options}",
+            "bash",
+            "-c",
+        ]
+    backend = make_backend(
+        env={"CURATION_STORAGE_OPTIONS_S3": options},
+        shard_groups=2,
+        command_prefix=prefix,
+        work_dir=str(tmp_path / "jobs"),
+        export_env=["CURATION_EXTRA_NAME"],
+    )
+    handle = backend.submit(spec_for(lake, units=2))
+    st = wait_for(backend, handle)
+    assert st.state == JobState.SUCCEEDED, (st, backend.logs(handle)[0][-3000:])
+    assert _received(lake, handle, {"CURATION_STORAGE_OPTIONS_S3": options}) == {True}
+    saved = _saved_environments(handle["array_job_id"], handle["job_id"])
+    allowed = {*EXPORTED, "CURATION_EXTRA_NAME"}
+    for job_id, env in saved.items():
+        assert "PATH" in env, env  # the right file: sbatch's PATH is there
+        assert not {k for k in env if not k.startswith("SLURM_")} - allowed, (job_id, sorted(env))
+        text = json.dumps(env)
+        assert password not in text and secret not in text and "AIRFLOW_CONN_" not in text
+    assert not _files_holding(tmp_path, secret)  # secrets.env is gone once the run is over
+
+
+def test_export_env_refuses_a_credential_name(make_backend):
+    with pytest.raises(ValueError, match="AWS_SECRET_ACCESS_KEY names a credential"):
+        make_backend(export_env="OMP_NUM_THREADS, AWS_SECRET_ACCESS_KEY")
+    assert make_backend(export_env="OMP_NUM_THREADS,HF_HOME").export_env == ("OMP_NUM_THREADS", "HF_HOME")

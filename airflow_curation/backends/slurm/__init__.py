@@ -1,7 +1,7 @@
 """Slurm backend (``get_backend("slurm", ...)``): states, scripts, transport and the launcher."""
 
 from airflow_curation.backends.slurm.backend import SlurmBackend
-from airflow_curation.backends.slurm.script import ATTEMPT, ENV_FILE, TASK, check_job_dir
+from airflow_curation.backends.slurm.script import ATTEMPT, ENV_FILE, EXPORTED, TASK, check_job_dir
 from airflow_curation.backends.slurm.states import (
     DEFAULT_RESUBMIT_ON,
     FAILURE_NOTES,
@@ -19,6 +19,7 @@ __all__ = [
     "ATTEMPT",
     "DEFAULT_RESUBMIT_ON",
     "ENV_FILE",
+    "EXPORTED",
     "FAILURE_NOTES",
     "SlurmBackend",
     "SlurmError",

@@ -10,7 +10,8 @@ folder (``current.json`` names the latest, so every handle of the run follows it
 
 Secrets: the job's ``env`` goes into a ``0600`` file, :data:`ENV_FILE` (over SSH through stdin), that the
 scripts source, and so do the credentials of this process's environment when sbatch runs here (sbatch
-runs without them, so no job record holds one: :meth:`ScriptMixin.job_env`); the last consumer of an
+runs without them, and hands Slurm only the names of ``--export``, so no job record holds one:
+:meth:`ScriptMixin.job_env`); the last consumer of an
 attempt deletes it unless the run may be relaunched, and :meth:`SlurmBackend.release` (the run is over)
 and ``cancel`` delete it too.
 """
@@ -35,6 +36,7 @@ from airflow_curation.backends.slurm.script import (
     ScriptMixin,
     _check_arg,
     check_job_dir,
+    export_names,
 )
 from airflow_curation.backends.slurm.states import (
     DEFAULT_RESUBMIT_ON,
@@ -90,6 +92,9 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         group per task, ``cpus_per_task`` worker processes each).
     :param remote_work_dir: the work folder exists only where the Slurm commands run (the SSH login
         node and the cluster), not on the Airflow worker: job files are written and read over SSH.
+    :param export_env: names of more variables of the submitting environment that sbatch hands Slurm
+        (``--export``), beside :data:`~.script.EXPORTED`; Slurm saves them in the job record, so a
+        credential's name is refused (put it in ``env``).
     :param engine: ``"dask"``: the one-allocation job first starts a Dask scheduler on its batch node and
         Dask workers on every task of the allocation (``srun``), then runs the stage on that cluster
         (``--scheduler-address``); stages with a Dask engine (preprocess, dedup) spread over all nodes.
@@ -122,6 +127,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         ntasks: int | None = None,
         engine: str | None = None,
         remote_work_dir: bool = False,
+        export_env: Sequence[str] = (),
         transport: Any = None,
     ) -> None:
         self.partition, self.account, self.qos, self.ssh_host = partition, account, qos, ssh_host
@@ -167,6 +173,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
             raise ValueError(f"engine {engine!r}: only 'dask' (a Dask cluster across the allocation) is supported")
         self.engine = engine
         self.remote_work_dir = bool(remote_work_dir)
+        self.export_env = export_names(export_env)
         if self.remote_work_dir and not (self.remote and work_dir):
             raise ValueError(
                 "remote_work_dir needs ssh_host (or command_prefix, or a transport) and a work_dir on that side"

@@ -24,6 +24,31 @@ ATTEMPT = _Placeholder("ATTEMPT")
 ENV_FILE = "secrets.env"
 _EXPANSIONS = {TASK: '"${SLURM_ARRAY_TASK_ID}"', ATTEMPT: '"$1"'}
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# What sbatch hands Slurm of the submitting environment (``--export``; Slurm adds its own ``SLURM_*``), and
+# so all a job record holds of it: where programs and the home are, the locale, the temp folder, and the
+# Python path of the code. Never ``ALL``: the controller saves a job's environment (StateSaveLocation,
+# accounting with ``job_env``), and the submitter's may hold credentials. ``export_env`` adds names; the
+# job's ``env`` and credentials reach it through :data:`ENV_FILE` instead.
+EXPORTED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH")
+
+
+def export_names(names: Sequence[str] | str) -> tuple[str, ...]:
+    """``export_env`` (a list, or one string of names split at commas and spaces) checked: identifiers,
+    none of them a credential's name (those go in ``env``)."""
+    if isinstance(names, str):
+        names = [n for n in re.split(r"[,\s]+", names) if n]
+    out: list[str] = []
+    for name in names:
+        if not isinstance(name, str) or not ENV_NAME.match(name):
+            raise ValueError(f"export_env: {name!r} is not an environment variable name")
+        if credentials.secret_name(name):
+            raise ValueError(
+                f"export_env: {name} names a credential, which Slurm would save in the job record; "
+                "give it in env (the job's 0600 secrets.env) instead"
+            )
+        if name not in EXPORTED and name not in out:
+            out.append(name)
+    return tuple(out)
 
 
 def _check_arg(value: str, what: str) -> str:
@@ -75,6 +100,8 @@ class ScriptMixin:
                 'finished)" >&2; exit 1; }',
                 '. "$env_file"',
             ]
+        # Job steps (srun) take the script's environment, secrets.env included, not sbatch's --export list.
+        lines.append("export SLURM_EXPORT_ENV=ALL")
         lines.append(f"export CURATION_JOB_DIR={shlex.quote(job_dir)}")
         lines.append(f"cd {shlex.quote(job_dir)}")
         py = shlex.quote(_check_arg(self.python, "python"))
@@ -133,10 +160,10 @@ class ScriptMixin:
 
     def job_env(self) -> dict[str, str]:
         """What the environment file holds: ``env`` and, when sbatch runs on this machine, the credentials
-        of this process's environment (:mod:`airflow_curation.core.credentials`). sbatch exports its own
-        environment into the job (``--export=ALL``), and Slurm keeps that in the job's record
-        (``sacct --env-vars``, the controller's state); the Slurm commands run without those variables
-        (:meth:`TransportMixin._exec`), so the job gets them from the ``0600`` file instead, as before."""
+        of this process's environment (:mod:`airflow_curation.core.credentials`). Slurm keeps what sbatch
+        exports in the job's record (``sacct --env-vars``, the controller's state): only the
+        :data:`EXPORTED` and ``export_env`` names (``--export``), and the Slurm commands run without those
+        credentials anyway (:meth:`TransportMixin._exec`), so the job gets them from the ``0600`` file."""
         here = self.transport is None and not self.command_prefix  # sbatch is our child, with our environment
         inherited = credentials.split(os.environ)[1] if here else {}
         return {**{k: v for k, v in inherited.items() if ENV_NAME.match(k) and "\x00" not in v}, **self.env}
@@ -178,5 +205,6 @@ class ScriptMixin:
             "--dependency": dependency,
         }
         argv = ["sbatch", "--parsable", *(f"{flag}={value}" for flag, value in options.items() if value)]
+        argv.append("--export=" + ",".join((*EXPORTED, *self.export_env)))
         argv += ([] if collect else self.sbatch_options) + (["--kill-on-invalid-dep=no"] if dependency else [])
         return [*argv, script, *(_check_arg(a, "script argument") for a in script_args)]
