@@ -226,14 +226,25 @@ class Backend(ABC):
     def settle(self, handle: JobHandle, status: JobStatus) -> JobHandle | None:
         """The follower's decision once ``status`` is finished: the next attempt's handle when the
         failure is retryable and attempts remain, else None (after :meth:`release`). An older attempt's
-        follower gets the newest attempt, which another follower launched."""
+        follower gets the newest attempt, which another follower launched. ``status.message`` then says
+        what was decided (relaunched, attempt n of m; or why not), for the follower's log."""
         latest = self.current(handle)
         if _attempt(latest) > _attempt(handle):
+            status.message = f"{status.message}; relaunched by another follower, attempt {_attempt(latest)}"
             return latest
         if self.can_relaunch(handle, status):
             try:
-                return self.relaunch(handle)
+                new = self.relaunch(handle)
             except Exception as e:  # noqa: BLE001 - reported as the run's end, like any other failure
                 status.message = f"{status.message}; relaunch failed: {e}"
+            else:
+                status.message = f"{status.message}; relaunched, attempt {_attempt(new)} of {self.max_resubmits + 1}"
+                return new
+        elif status.state == JobState.FAILED and status.retryable:
+            spent = _attempt(self.current(handle))
+            status.message = (
+                f"{status.message}; not relaunched: attempt {spent} of {self.max_resubmits + 1} was the last "
+                f"(max_resubmits={self.max_resubmits})"
+            )
         self.release(handle)
         return None

@@ -360,9 +360,7 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
             "backend_options": handle.get("backend_options", {}),
             "submitted_at": handle.get("submitted_at"),
         }
-        self.log.info(
-            "Job %s failed (%s); relaunched as attempt %s", handle.get("job_id"), status.message, new.get("attempt")
-        )
+        self.log.warning("Job %s: %s", handle.get("job_id"), status.message)  # what failed, and the relaunch
         store = context.get("task_state_store") if hasattr(context, "get") else None
         if store is not None and self.durable:
             store.set(self.external_id_key, new)  # a retry reconnects to the new attempt

@@ -163,8 +163,10 @@ class ShardCheckpointSensor(BaseSensorOperator):
         """The job failed in a retryable way: relaunch its unfinished groups (the same decision as the
         stage operator's); True when a new attempt now runs and the gate goes on waiting."""
         job = event["job"]
-        new = self._job_backend(job).settle(job, JobStatus(JobState.FAILED, event.get("reason", ""), retryable=True))
+        status = JobStatus(JobState.FAILED, event.get("reason", ""), retryable=True)
+        new = self._job_backend(job).settle(job, status)
         if new is None:
+            self.log.warning("Job %s: %s", job.get("job_id"), status.message)
             return False
         self._watcher = None  # it holds the failed attempt's final manifest: read the reopened one
         self.job = {
@@ -173,9 +175,7 @@ class ShardCheckpointSensor(BaseSensorOperator):
             "backend_options": job.get("backend_options", {}),
             "submitted_at": job.get("submitted_at"),
         }
-        self.log.info(
-            "Job %s failed (%s); relaunched as attempt %s", job.get("job_id"), event.get("reason"), new.get("attempt")
-        )
+        self.log.warning("Job %s: %s", job.get("job_id"), status.message)  # what failed, and the relaunch
         return True
 
     def poke(self, context: Any) -> bool | PokeReturnValue:

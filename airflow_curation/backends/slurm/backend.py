@@ -46,6 +46,7 @@ from airflow_curation.backends.slurm.states import (
     parse_sacct,
     parse_scontrol_jobs,
     summarize,
+    task_ends,
 )
 from airflow_curation.backends.slurm.transport import SlurmError, TransportMixin, _LocalFiles, _RemoteFiles, log
 from airflow_curation.core import credentials, storage
@@ -83,7 +84,8 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         layer's SSH transport for a login node. Not part of :meth:`options`: whoever rebuilds the
         backend supplies it again.
     :param max_resubmits: how many times the follower (:meth:`Backend.settle`) relaunches a failed run
-        (only its unfinished shard groups) that failed for a reason in ``resubmit_on``.
+        (only its unfinished shard groups) that failed for a reason in ``resubmit_on`` (default 2: three
+        attempts in all, as Slurm's own requeue would give a task lost to a node or a cancel).
     :param resubmit_on: Slurm states reported as ``retryable`` (``GONE``: the job vanished without a result).
     :param collect_time_limit: ``--time`` of the collect job of an array run.
     :param command_timeout: seconds a Slurm command may take.
@@ -119,7 +121,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         env: dict[str, str] | None = None,
         ssh_host: str | None = None,
         command_prefix: Sequence[str] | None = None,
-        max_resubmits: int = 0,
+        max_resubmits: int = 2,
         resubmit_on: Sequence[str] = DEFAULT_RESUBMIT_ON,
         collect_time_limit: str | None = None,
         command_timeout: float = 60.0,
@@ -385,7 +387,9 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
             if not result.succeeded and cancelled:
                 return JobStatus(JobState.CANCELLED, "cancelled", st.result)
             if not result.succeeded:
-                st.retryable = self._retryable(self._array_failure(handle))
+                word, ends = self._array_failure(handle)
+                st.retryable = self._retryable(word)
+                st.message = f"{ends}: {st.message}" if ends else st.message
             return st
         state, message = summarize(records)
         if records and not state.finished:
@@ -415,15 +419,16 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
             retryable=self._retryable("GONE"),
         )
 
-    def _array_failure(self, handle: JobHandle) -> str | None:
-        """Why an attempt whose collect step wrote a failed result failed, from its array tasks."""
+    def _array_failure(self, handle: JobHandle) -> tuple[str | None, str]:
+        """Why an attempt whose collect step wrote a failed result failed, from its array tasks: the Slurm
+        state that explains it, and what happened to each task that did not complete."""
         try:
             records, _ = self.job_records(
                 {**handle, "job_id": handle.get("array_job_id") or handle["job_id"], "array_job_id": None}
             )
         except SlurmError:
-            return None
-        return failure_word(records)
+            return None, ""
+        return failure_word(records), task_ends(records, int(handle.get("groups", 1)))
 
     def cancel(self, handle: JobHandle) -> None:
         handle = self.current(handle)

@@ -34,8 +34,20 @@ FAILURE_NOTES = {
     "REVOKED": "was revoked (federation)",
 }
 # Final states after which running the unfinished units again may well succeed (GONE: the job vanished
-# without a result).
-DEFAULT_RESUBMIT_ON = ("TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "GONE")
+# without a result; CANCELLED: an array task cancelled while the run was not, by an admin or a
+# preemption that cancels: Slurm's requeue semantics, within the follower's max_resubmits).
+DEFAULT_RESUBMIT_ON = ("TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "CANCELLED", "GONE")
+# What happened to an array task that ended in each state, for the follower's log.
+TASK_ENDS = {
+    "CANCELLED": "was cancelled",
+    "NODE_FAIL": "lost its node",
+    "BOOT_FAIL": "lost its node at boot",
+    "PREEMPTED": "was preempted",
+    "TIMEOUT": "hit its time limit",
+    "OUT_OF_MEMORY": "ran out of memory",
+    "DEADLINE": "missed its deadline",
+    "FAILED": "failed",
+}
 _STATES = (
     (_PENDING, JobState.PENDING),
     (_RUNNING, JobState.RUNNING),
@@ -134,13 +146,24 @@ def _label(r: SlurmJobRecord) -> str:
 
 
 def failure_word(records: Sequence[SlurmJobRecord]) -> str | None:
-    """The Slurm state that explains a failure; the most specific cause wins (an infrastructure failure
-    explains a collect job's FAILED)."""
-    words = [r.state.split()[0].upper() for r in records if r.mapped == JobState.FAILED]
-    for word in ("NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE"):
+    """The Slurm state that explains a failure; the most specific cause wins (an infrastructure failure,
+    or an array task cancelled under a run that was not, explains a collect job's FAILED)."""
+    bad = (JobState.FAILED, JobState.CANCELLED)
+    words = [r.state.split()[0].upper() for r in records if r.mapped in bad]
+    for word in ("NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE", "CANCELLED"):
         if word in words:
             return word
     return words[0] if words else None
+
+
+def task_ends(records: Sequence[SlurmJobRecord], groups: int) -> str:
+    """What happened to the array tasks that did not complete: ``group 2/3 was cancelled (CANCELLED by
+    0)``; the task id is the group's index."""
+    bad = [r for r in records if r.array_task_id is not None and r.mapped in (JobState.FAILED, JobState.CANCELLED)]
+    return "; ".join(
+        f"group {r.array_task_id}/{groups} {TASK_ENDS.get(r.state.split()[0].upper(), 'ended')} ({r.state})"
+        for r in bad[:10]
+    )
 
 
 def compress(indices: Sequence[int]) -> str:
