@@ -12,17 +12,21 @@ of log-normal length (median ~1.5 KB, as ``bench_ingest``), never across files. 
 1 GB here, with the duplicates real distributions have (licence texts, translated handbook pages).
 
 Beyond the pool (2, 5, 10 GB) the disk holds no more distinct real text, so the input continues with
-**passes** over the pool, each pass ``r >= 1`` a deterministic letter substitution of it: the 14
-letters that occur in no Gopher stop word (``c g j k l m p q r s u x y z``, both cases) are rotated
-by ``r`` places within that set. Nearly every word changes, so a pass shares no 5-gram shingles with
-the original or with another pass (no cross-pass near duplicates), while the stop words, word
-lengths, punctuation and line structure that preprocess measures are untouched and every pass
-keeps the pool's own duplicate structure; text with no ASCII letters (CJK or Arabic pages, digits)
-is unchanged, so its copies are real exact duplicates across passes. Dedup work per GB therefore
-stays comparable across sizes, and dedup is neither trivially all-duplicate nor duplicate-free.
+**passes** over the pool, as a crawl re-visits pages: in pass ``r >= 1`` each document is either **fresh**,
+a deterministic letter substitution of its pool text (the 14 letters that occur in no Gopher stop word,
+``c g j k l m p q r s u x y z``, both cases, rotated by ``r`` places within that set: nearly every word
+changes, so it shares no 5-gram shingles with any other pass, while stop words, word lengths,
+punctuation and line structure stay), or, with probability ``min(MUTATE_MAX, MUTATE_STEP x r)``, a
+**near duplicate of its own previous pass** (a few words substituted, one short line appended: 5-gram
+Jaccard >= 0.8 with it). The near-duplicate chains span passes, so the clusters grow with the corpus and
+the near-duplicate fraction rises pass after pass (``tests/scripts/test_scale_corpus.py``): dedup's
+work per GB is measured with the structure a growing crawl has, not with disjoint copies. Text with no
+ASCII letters (CJK or Arabic pages, digits) is unchanged by a substitution, so its fresh copies are
+exact duplicates across passes. ``--pool-mb`` caps the pool so that small sizes hold several passes.
 
-Inputs are ``input-NNN.jsonl`` files of 100 MB (``{"text", "url"}``); size ``s`` GB uses the first
-``10 s`` files, so the sizes share their data. Made once; a ``.done`` marker says a file is complete.
+Inputs are ``input-NNN.jsonl`` files of 100 MB (``{"text", "url"}``; the url names the pass); size ``s``
+GB uses the first ``10 s`` files, so the sizes share their data. Made once; a ``.done`` marker says a
+file is complete. A capped pool's inputs go to ``pool<MB>/`` under the workdir (other file sizes: ``-f<bytes>``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,10 @@ REPO = Path(__file__).resolve().parent.parent
 FILE_BYTES = 100 * 1000 * 1000
 SEED = 13
 ROTATED = "cgjklmpqrsuxyz"  # no letter of "the be to of and that have with"
+MUTATE_STEP = 0.15  # pass r re-visits (mutates) this share x r of the pool's documents ...
+MUTATE_MAX = 0.6  # ... up to this share
+WORD_EDITS = 150  # one substituted word per this many words (none in shorter documents)
+_WORD = re.compile(r"[A-Za-z]{4,}")
 _TAG = re.compile(r"<[^>]+>")
 _DROP = re.compile(r"<(script|style|head)\b.*?</\1>", re.S | re.I)
 _BLANK = re.compile(r"\n\s*\n")
@@ -117,53 +125,114 @@ def cipher(r: int) -> dict[int, int]:
     return str.maketrans(ROTATED + ROTATED.upper(), to + to.upper())
 
 
-def generate(workdir: Path, gigabytes: float) -> list[Path]:
-    """The input files for ``gigabytes`` of JSONL (made once). The pool is written first
-    (``pool.jsonl``); the inputs stream it, pass after pass."""
+def _uniform(r: int, i: int) -> random.Random:
+    """The generator of document ``i``'s choices in pass ``r`` (the same on every run)."""
+    return random.Random(f"{SEED}:{r}:{i}")
+
+
+def revisit_share(r: int) -> float:
+    """The share of pass ``r``'s documents that are near duplicates of their previous pass."""
+    return min(MUTATE_MAX, MUTATE_STEP * r) if r > 0 else 0.0
+
+
+def mutate(text: str, rng: random.Random, r: int) -> str:
+    """A near duplicate of ``text``: one word in WORD_EDITS letter-substituted, a short line appended; its
+    5-gram shingle set keeps Jaccard >= 0.8 with the original's at every length (the pool's shortest
+    documents, ~30 words, get only the line)."""
+    words = list(_WORD.finditer(text))
+    if len(words) >= WORD_EDITS:
+        out, last = [], 0
+        picks = sorted(rng.sample(range(len(words)), len(words) // WORD_EDITS))
+        table = cipher(1 + rng.randrange(len(ROTATED) - 1))
+        for k in picks:
+            m = words[k]
+            out += [text[last : m.start()], m.group().translate(table)]
+            last = m.end()
+        text = "".join(out) + text[last:]
+    return f"{text}\n\nRetrieved again, visit {r}."
+
+
+def pass_text(text: str, i: int, r: int) -> str:
+    """Pool document ``i`` (``text``) as pass ``r`` has it: back to the last pass that had it fresh, then its
+    near-duplicate chain forward."""
+    s = r
+    while s > 0 and _uniform(s, i).random() < revisit_share(s):
+        s -= 1
+    out = text.translate(cipher(s)) if s else text
+    for t in range(s + 1, r + 1):
+        rng = _uniform(t, i)
+        rng.random()  # the revisit draw
+        out = mutate(out, rng, t)
+    return out
+
+
+def pool_lines(pool: Path, pool_bytes: int | None = None) -> Iterator[str]:
+    """The pool's lines, the first ``pool_bytes`` of them (whole lines) when capped."""
+    seen = 0
+    with open(pool, encoding="utf-8") as f:
+        for line in f:
+            seen += len(line.encode("utf-8"))
+            if pool_bytes is not None and seen > pool_bytes and seen > len(line.encode("utf-8")):
+                return
+            yield line
+
+
+def passes(pool: Path, pool_bytes: int | None = None) -> Iterator[str]:
+    """The input's JSONL lines, pass after pass over the (capped) pool, without end."""
+    r = 0
+    while True:
+        for i, line in enumerate(pool_lines(pool, pool_bytes)):
+            if r == 0:
+                yield line
+                continue
+            d = json.loads(line)
+            yield (
+                json.dumps({"text": pass_text(d["text"], i, r), "url": f"{d['url']}?pass={r}"}, ensure_ascii=False)
+                + "\n"
+            )
+        r += 1
+
+
+def write_pool(workdir: Path) -> Path:
+    """``pool.jsonl`` under ``workdir`` (made once)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    n_files = max(1, math.ceil(gigabytes * 1e9 / FILE_BYTES))
-    files = [workdir / f"input-{k:03d}.jsonl" for k in range(n_files)]
-    if all((f.parent / (f.name + ".done")).exists() for f in files):
-        return files
     pool = workdir / "pool.jsonl"
     if not (workdir / "pool.jsonl.done").exists():
         n = 0
-        with open(pool, "w", encoding="utf-8") as out:
+        tmp = pool.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as out:
             for url, text in pool_documents():
                 out.write(json.dumps({"text": text, "url": url}, ensure_ascii=False) + "\n")
                 n += 1
+        os.replace(tmp, pool)
         (workdir / "pool.jsonl.done").write_text(json.dumps({"documents": n, "bytes": pool.stat().st_size}))
         print(f"pool: {n} documents, {pool.stat().st_size / 1e6:.0f} MB", flush=True)
+    return pool
 
-    def lines() -> Iterator[str]:
-        r = 0
-        while True:
-            table = cipher(r)
-            with open(pool, encoding="utf-8") as f:
-                for line in f:
-                    if r == 0:
-                        yield line
-                    else:
-                        d = json.loads(line)
-                        yield (
-                            json.dumps(
-                                {"text": d["text"].translate(table), "url": f"{d['url']}?pass={r}"}, ensure_ascii=False
-                            )
-                            + "\n"
-                        )
-            r += 1
 
-    stream = lines()
+def generate(workdir: Path, gigabytes: float, pool_mb: float | None = None, file_bytes: int = FILE_BYTES) -> list[Path]:
+    """The input files for ``gigabytes`` of JSONL (made once). The pool is written first
+    (``pool.jsonl``); the inputs stream it, pass after pass (over its first ``pool_mb`` MB when capped)."""
+    pool = write_pool(workdir)
+    pool_bytes = None if pool_mb is None else int(pool_mb * 1e6)
+    key = ("" if pool_mb is None else f"pool{pool_mb:g}") + ("" if file_bytes == FILE_BYTES else f"-f{file_bytes}")
+    out_dir = workdir / key if key else workdir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    n_files = max(1, math.ceil(gigabytes * 1e9 / file_bytes))
+    files = [out_dir / f"input-{k:03d}.jsonl" for k in range(n_files)]
+    if all((f.parent / (f.name + ".done")).exists() for f in files):
+        return files
+    stream = passes(pool, pool_bytes)
     for f in files:
         done = f.parent / (f.name + ".done")
         written = 0
         if done.exists():  # the stream is deterministic: consume this file's lines, keep the file
-            while written < FILE_BYTES:
+            while written < file_bytes:
                 written += len(next(stream).encode("utf-8"))
             continue
         tmp = f.with_suffix(".tmp")
         with open(tmp, "w", encoding="utf-8") as out:
-            while written < FILE_BYTES:
+            while written < file_bytes:
                 line = next(stream)
                 out.write(line)
                 written += len(line.encode("utf-8"))
@@ -180,9 +249,10 @@ def pool_info(workdir: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gb", type=float, default=10)
+    ap.add_argument("--pool-mb", type=float, help="cap the pool (more passes at small sizes)")
     ap.add_argument("--workdir", default=str(REPO / "benchmarks" / "data" / "scale"))
     args = ap.parse_args()
-    files = generate(Path(args.workdir), args.gb)
+    files = generate(Path(args.workdir), args.gb, args.pool_mb)
     print(f"{len(files)} files, pool {pool_info(Path(args.workdir))}")
 
 
