@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import re
 import shlex
@@ -61,7 +62,8 @@ sys.path.insert(0, str(REPO / "scripts"))  # airflow_stack
 
 from bench_ingest import CURATION, _measure  # noqa: E402
 from results import RESULTS, replace_block  # noqa: E402
-from scale_corpus import FILE_BYTES, generate, pool_info  # noqa: E402
+from scale_corpus import FILE_BYTES, cipher, generate, pool_info, write_pool  # noqa: E402
+from scale_method import aggregate, marginal_table, runs_table  # noqa: E402
 
 from airflow_curation.core.checkpoint import CheckpointStore  # noqa: E402
 from airflow_curation.core.layout import Lake  # noqa: E402
@@ -118,7 +120,9 @@ def _run_stage(
     before = _dedup_dir_bytes(Path(lake.root)) if name == "dedup" else 0
     # -P: the code on PYTHONPATH, not a package in the current folder
     cmd = [CURATION[0], "-P", *CURATION[1:]] if python_p else CURATION
+    load = list(os.getloadavg())
     wall, cpu, rss, out = _measure([*cmd, name, *args], env=env)
+    load += os.getloadavg()  # 1, 5, 15 min before, then after: the machine is shared
     manifest = Manifest.read(lake.manifest_uri(run_id, name))
     if manifest.status != "complete":
         raise RuntimeError(f"{name}: manifest status {manifest.status}")
@@ -132,6 +136,7 @@ def _run_stage(
         "rows": manifest.rows,
         "bytes": manifest.bytes,
         "accounting": manifest.accounting,
+        "load": load,
         **{f"own_{k}": v for k, v in _stage_span(lake, manifest).items()},
     }
     if name == "dedup":
@@ -162,16 +167,18 @@ def run_size(
     validate_args: tuple[str, ...] = (),
     validate_before: str | None = None,
     keep_lake: bool = False,
+    stages_to_run: tuple[str, ...] = STAGES,
+    name: str | None = None,
 ) -> dict:
-    root = work / f"lake-{gb:g}"
+    name = name or f"{gb:g}"
+    root = work / f"lake-{name}"
     shutil.rmtree(root, ignore_errors=True)
     lake = Lake(str(root), DATASET)
-    rid = f"s{gb:g}"
+    rid = f"s{name}"
     common = ["--lake", str(root), "--dataset", DATASET, "--workers", "1"]
     text_bytes = sum(f.stat().st_size for f in files)
     print(
-        f"{gb:g} GB: {len(files)} files, {text_bytes / 1e9:.2f} GB of JSONL  (load {os.getloadavg()[0]:.1f})",
-        flush=True,
+        f"{name}: {len(files)} files, {text_bytes / 1e9:.2f} GB of JSONL  (load {os.getloadavg()[0]:.1f})", flush=True
     )
     stages = {}
     load = [os.getloadavg()[0]]
@@ -192,10 +199,12 @@ def run_size(
     )
     stages["preprocess"] = _run_stage("preprocess", [*common, "--run-id", rid, "--mapper", "local"], lake, rid)
     rows = stages["preprocess"]["rows"]
-    stages["dedup"] = _run_stage("dedup", [*common, "--run-id", rid, "--memory-budget", str(budget)], lake, rid)
-    stages["validate"] = _run_stage(
-        "validate", [*common, "--run-id", rid, "--warn-only", "--threads", "1", *validate_args], lake, rid
-    )
+    if "dedup" in stages_to_run:
+        stages["dedup"] = _run_stage("dedup", [*common, "--run-id", rid, "--memory-budget", str(budget)], lake, rid)
+    if "validate" in stages_to_run:
+        stages["validate"] = _run_stage(
+            "validate", [*common, "--run-id", rid, "--warn-only", "--threads", "1", *validate_args], lake, rid
+        )
     extra_validate = {}
     if validate_before:  # the same lake validated by another copy of the code, and by this one under 512MB
         args = [*common, "--input-manifest", lake.manifest_uri(rid, "dedup"), "--warn-only", "--threads", "1"]
@@ -269,6 +278,89 @@ def run_size(
     if not keep_lake:
         shutil.rmtree(root, ignore_errors=True)
     return result
+
+
+# -- the method: alternated repeats, tiny rows, per-task fixed cost, memory at plan-sized shards ------------------
+TINY_FILE_ROWS = 1_000_000
+
+
+def tiny_inputs(work: Path, rows: int) -> list[Path]:
+    """JSONL of short documents (one line of the pool each, 20-200 characters: ~60 B), 1 M a file, made once;
+    past the pool's lines, letter-substituted passes over them. ``rows`` uses the first files."""
+    pool = write_pool(work)
+    n_files = max(1, math.ceil(rows / TINY_FILE_ROWS))
+    files = [work / "tiny" / f"tiny-{k:03d}.jsonl" for k in range(n_files)]
+    if all((f.parent / (f.name + ".done")).exists() for f in files):
+        return files
+    files[0].parent.mkdir(parents=True, exist_ok=True)
+
+    def lines():
+        r = 0
+        while True:
+            table = cipher(r)
+            with open(pool, encoding="utf-8") as f:
+                for line in f:
+                    for t in json.loads(line)["text"].split("\n"):
+                        t = t.strip()
+                        if 20 <= len(t) <= 200:
+                            yield json.dumps({"text": t.translate(table) if r else t}, ensure_ascii=False) + "\n"
+            r += 1
+
+    stream = lines()
+    for f in files:
+        chunk = [next(stream) for _ in range(TINY_FILE_ROWS)]  # the stream is deterministic: made files skipped
+        if (f.parent / (f.name + ".done")).exists():
+            continue
+        tmp = f.with_suffix(".tmp")
+        tmp.write_text("".join(chunk), encoding="utf-8")
+        os.replace(tmp, f)
+        (f.parent / (f.name + ".done")).write_text(str(len(chunk)))
+    return files
+
+
+def fixed_cost(work: Path, repeats: int, shard_bytes: int, row_group_rows: int) -> dict:
+    """A stage process's own cost: each stage on a lake of 200 short documents (one shard), ``repeats`` times."""
+    src = work / "fixed.jsonl"
+    src.write_text(
+        "".join(json.dumps({"text": f"document {i}: " + "a few words of text " * 3}) + "\n" for i in range(200))
+    )
+    runs = [
+        run_size([src], 0.0, work, shard_bytes, row_group_rows, 128 << 20, False, name="fixed") for _ in range(repeats)
+    ]
+    return aggregate(runs)
+
+
+def alternated(points: list[tuple[str, list[Path]]], repeats: int, run, done) -> None:
+    """``run(label, files)`` for every point, ``repeats`` rounds in alternation (A B C A B C ...); every run
+    kept, reduced by :func:`scale_method.aggregate` and handed to ``done(label, result)`` after each round (a
+    shared machine may not let the last round finish)."""
+    runs: dict[str, list[dict]] = {label: [] for label, _ in points}
+    for k in range(repeats):
+        for label, files in points:
+            print(f"-- round {k + 1}/{repeats}: {label}", flush=True)
+            runs[label].append({**run(label, files), "round": k, "uptime": os.getloadavg()})
+        for label, r in runs.items():
+            done(label, aggregate(r))
+
+
+def rss_at_shards(files: list[Path], work: Path, text_mb: list[float], row_group_rows: int, budget: int) -> dict:
+    """Peak RSS of preprocess and dedup with shards of ``text_mb`` MB of text (the plan's 1 GB, and 256 MB), once
+    each: ingest's target is compressed bytes, so it is the text size over the measured compression ratio."""
+    out = {}
+    for mb in text_mb:
+        probe = run_size(
+            files[:1], 0.0, work, int(1.5e6), row_group_rows, budget, False, stages_to_run=(), name="probe"
+        )
+        ratio = probe["input_bytes"] / probe["stages"]["ingest"]["bytes"]  # JSONL bytes per Parquet byte
+        gb = sum(f.stat().st_size for f in files) / 1e9
+        target = int(mb * 1e6 / ratio)
+        r = run_size(
+            files, gb, work, target, row_group_rows, budget, False, stages_to_run=("dedup",), name=f"rss{mb:g}"
+        )
+        r["text_mb_per_shard"] = r["input_bytes"] / 1e6 / r["stages"]["ingest"]["shards"]
+        r["compression"] = ratio
+        out[f"{mb:g}"] = r
+    return out
 
 
 # -- Airflow --------------------------------------------------------------------------------------
@@ -659,7 +751,75 @@ checkpoint records.
 """
 
 
+METHOD_HEADER = """## Scale method: marginal cost per GB and per row, alternated repeats (`benchmarks/bench_scale.py`)
+
+Commands: {commands}; report: `.venv/bin/python benchmarks/bench_scale.py --report --write-results --json
+benchmarks/results/scale.json`. Each size ran {repeats} times, sizes alternated (A B C A B C ...), every run kept
+in the JSON; a stage is `curation <stage> --workers 1` in a fresh process (CPU = user + system of the process,
+`wait4`). The **marginal** cost between adjacent sizes pairs the k-th run of each (adjacent in time): a linear
+stage has the same marginal cost at every interval, a superlinear one grows (the last column). Text:
+`scale_corpus.py` with the pool capped at {pool_mb} MB, so the sizes hold 1, 2 and more passes whose
+near-duplicate chains span passes (the re-visited share grows 15% a pass). **The machine (2 cores) was shared
+with other sessions' tests and benchmarks: 1-minute load {load_min:.0f}-{load_max:.0f} during these runs** (each
+run's in the tables); CPU seconds include that contention, wall seconds are not used.
+"""
+
+
+def method_report(doc: dict) -> str:
+    """The curvature tables: runs and marginal cost per GB, the tiny-row lake per row, the per-task fixed cost and
+    peak RSS at plan-sized shards (each if present)."""
+    out: list[str] = []
+    sizes = [v for v in (doc.get("sizes") or {}).values() if v.get("runs")]
+    if sizes:
+        out += ["Every run (CPU seconds in run order):", "", *runs_table(sizes, "gb"), "", "Marginal cost per GB:", ""]
+        out += marginal_table(sizes, "gb")
+    tiny = [v for v in (doc.get("tiny") or {}).values() if v.get("runs")]
+    if tiny:
+        out += ["", "Tiny-row lake (one short line of the pool a document, ~60 B), every run:", ""]
+        out += runs_table(tiny, "rows")
+        if len(tiny) > 1:
+            out += ["", "Marginal cost per row:", "", *marginal_table(tiny, "rows")]
+    fixed = doc.get("fixed")
+    if fixed:
+        out += [
+            "",
+            f"Per-task fixed cost: each stage's process on a 200-document lake, {fixed['repeats']} runs:",
+            "",
+            "| stage | CPU s, median | every run | peak RSS MiB |",
+            "| --- | ---: | --- | ---: |",
+        ]
+        for s, x in fixed["stages"].items():
+            out.append(
+                f"| {s} | {x['cpu_s_median']:.2f} | "
+                + ", ".join(f"{c:.2f}" for c in x["cpu_s_runs"])
+                + f" | {max(x['peak_rss_runs']) / 2**20:.0f} |"
+            )
+    rss = doc.get("rss_shards")
+    if rss:
+        out += [
+            "",
+            "Peak RSS per worker at plan-sized shards (one run each):",
+            "",
+            "| text per shard MB | input GB | shards | stage | CPU s | peak RSS MiB | load (1 min) |",
+            "| ---: | ---: | ---: | --- | ---: | ---: | ---: |",
+        ]
+        for r in sorted(rss.values(), key=lambda r: r["text_mb_per_shard"]):
+            for s, x in r["stages"].items():
+                out.append(
+                    f"| {r['text_mb_per_shard']:.0f} | {r['input_bytes'] / 1e9:.2f} | {x['shards']} | {s} | "
+                    f"{x['cpu_s']:.1f} | {x['peak_rss'] / 2**20:.0f} | {x['load'][0]:.1f} |"
+                )
+    return "\n".join(out)
+
+
+def _loads(doc: dict) -> list[float]:
+    runs = [r for k in ("sizes", "tiny") for v in (doc.get(k) or {}).values() for r in v.get("runs", [])]
+    return [x["load"][i] for r in runs for x in r["stages"].values() if x.get("load") for i in (0, 3)]
+
+
 def report(doc: dict) -> str:
+    if any(v.get("runs") for v in (doc.get("sizes") or {}).values()) or doc.get("tiny"):
+        return method_report(doc)
     if not doc.get("sizes"):  # a JSON of DAG runs only
         return "\n".join(airflow_report(doc)[1:])
     sizes = sorted(doc["sizes"].values(), key=lambda r: r["input_bytes"])
@@ -892,6 +1052,12 @@ def _header(template: str, doc: dict, commands: list[str], **fields) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1,2,5,10", help="GB of JSONL, comma-separated")
+    ap.add_argument("--repeats", type=int, default=1, help="runs of every size, alternated (A B C A B C ...)")
+    ap.add_argument("--pool-mb", type=float, help="cap scale_corpus's pool: small sizes hold several passes")
+    ap.add_argument("--file-mb", type=float, default=FILE_BYTES / 1e6, help="JSONL input file size, MB")
+    ap.add_argument("--tiny-rows", default="", help="a lake of short documents at these row counts, e.g. 1e6,4e6,1e7")
+    ap.add_argument("--fixed", action="store_true", help="each stage's process on a 200-row lake (per-task cost)")
+    ap.add_argument("--rss-shard-mb", default="", help="peak RSS of preprocess and dedup at shards of this much text")
     ap.add_argument("--shard-mb", type=float, default=1.5, help="target shard size (zstd Parquet), MB")
     ap.add_argument("--row-group-rows", type=int, default=1024, help="ingest row groups (a shard rolls over at one)")
     ap.add_argument("--budget-mb", type=float, default=128, help="dedup memory budget for the curve, MB")
@@ -925,6 +1091,23 @@ def main() -> None:
         doc = json.loads(Path(args.json).read_text())
         text = report(doc)
         print(text)
+        if any(v.get("runs") for v in (doc.get("sizes") or {}).values()) or doc.get("tiny"):
+            if args.write_results:
+                commands = sorted(
+                    {r["command"] for k in ("sizes", "tiny", "rss_shards") for r in (doc.get(k) or {}).values()}
+                )
+                loads = _loads(doc) or [0.0]
+                header = _header(
+                    METHOD_HEADER,
+                    doc,
+                    commands,
+                    repeats=max(v.get("repeats", 1) for v in doc["sizes"].values()),
+                    pool_mb=f"{doc.get('pool_mb') or doc['pool']['bytes'] / 1e6:g}",
+                    load_min=min(loads),
+                    load_max=max(loads),
+                )
+                replace_block(RESULTS, "bench_scale_method", f"{header}\n{text}\n", after="bench_scale_airflow")
+            return
         if not doc.get("sizes"):  # DAG runs only: their own block, after the Scale ones
             if args.write_results:
                 runs = [*([doc["airflow"]] if doc.get("airflow") else []), *(doc.get("airflow_real") or {}).values()]
@@ -946,7 +1129,8 @@ def main() -> None:
     work = Path(args.workdir)
     sizes = [float(s) for s in args.sizes.split(",") if s]
     compare = {float(s) for s in args.compare.split(",") if s}
-    files = generate(work, max(sizes + [args.airflow_gb or 0]))
+    file_bytes = int(args.file_mb * 1e6)
+    files = generate(work, max(sizes + [args.airflow_gb or 0]), args.pool_mb, file_bytes)
     shard_bytes = int(args.shard_mb * 1e6)
     budget = int(args.budget_mb * 2**20)
     out = Path(args.json)
@@ -957,32 +1141,47 @@ def main() -> None:
         """``doc[under][key] = value`` (``under`` None: ``doc[key]``)."""
         # Re-read first: runs of other sizes may write the same file from another process.
         doc = json.loads(out.read_text()) if out.exists() else {}
-        doc.update({"pool": pool_info(work), "file_bytes": FILE_BYTES, "cpus": os.cpu_count()})
+        doc.update({"pool": pool_info(work), "pool_mb": args.pool_mb, "file_bytes": file_bytes, "cpus": os.cpu_count()})
         value = {**value, "command": command, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         (doc.setdefault(under, {}) if under else doc)[key] = value
         tmp = out.with_suffix(".tmp")
         tmp.write_text(json.dumps(doc, indent=1))
         os.replace(tmp, out)
 
-    for gb in sizes:
-        n = max(1, round(gb * 1e9 / FILE_BYTES))
-        save(
-            f"{gb:g}",
-            run_size(
-                files[:n],
-                gb,
-                work,
-                shard_bytes,
-                args.row_group_rows,
-                budget,
-                gb in compare,
-                ("--memory-limit", args.validate_memory_limit) if args.validate_memory_limit else (),
-                args.validate_before,
-                args.keep_lakes,
-            ),
+    def one(gb: float, files: list[Path], name: str | None = None) -> dict:
+        return run_size(
+            files,
+            gb,
+            work,
+            shard_bytes,
+            args.row_group_rows,
+            budget,
+            gb in compare,
+            ("--memory-limit", args.validate_memory_limit) if args.validate_memory_limit else (),
+            args.validate_before,
+            args.keep_lakes,
+            name=name,
         )
+
+    if args.fixed:
+        save("fixed", fixed_cost(work, max(1, args.repeats), shard_bytes, args.row_group_rows), under=None)
+    points = [(f"{gb:g}", files[: max(1, round(gb * 1e9 / file_bytes))]) for gb in sizes]
+    if points:
+        alternated(points, args.repeats, lambda label, fs: one(float(label), fs), save)
+    tiny = [int(float(x)) for x in args.tiny_rows.split(",") if x]
+    if tiny:
+        tiny_files = tiny_inputs(work, max(tiny))
+        points = [(str(n), tiny_files[: max(1, math.ceil(n / TINY_FILE_ROWS))]) for n in tiny]
+        alternated(
+            points,
+            args.repeats,
+            lambda label, fs: one(0.0, fs, name=f"tiny{label}"),
+            lambda label, r: save(label, r, under="tiny"),
+        )
+    for mb in [float(x) for x in args.rss_shard_mb.split(",") if x]:
+        save(f"{mb:g}", rss_at_shards(files, work, [mb], args.row_group_rows, budget)[f"{mb:g}"], under="rss_shards")
     if args.airflow_gb:
-        n = max(1, round(args.airflow_gb * 1e9 / FILE_BYTES))
+        n = max(1, round(args.airflow_gb * 1e9 / file_bytes))
         if args.airflow_stack in ("dagtest", "both"):
             save(
                 "airflow",

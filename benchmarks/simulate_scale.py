@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -102,6 +103,14 @@ def load_curve(doc: dict) -> dict:
             ),
         }
     curve["rows_per_gb"] = max(r["stages"]["ingest"]["rows"] / (r["input_bytes"] / 1e9) for r in sizes)
+    # bytes each stage writes per GB of input (what the next stages read), from the largest size
+    top = sizes[-1]
+    curve["out_bytes_per_gb"] = {
+        s: top["stages"][s].get("bytes", 0) / (top["input_bytes"] / 1e9) for s in STAGES if s in top["stages"]
+    }
+    # a stage process's own cost (its start, imports, planning one tiny unit): paid once per task
+    fixed = (doc.get("fixed") or {}).get("stages") or {}
+    curve["task_fixed_s"] = {s: fixed[s].get("cpu_s_median", fixed[s]["cpu_s"]) for s in STAGES if s in fixed}
     real = doc.get("airflow_real") or {}  # by size: the real scheduler's run at the largest, else dag.test()'s
     af = real[max(real, key=float)] if real else (doc.get("airflow") or {})
     curve["airflow_tasks"] = int(af.get("task_count") or 2 * (len(STAGES) + 1))  # + enrich's two
@@ -121,6 +130,7 @@ def plan(
     mem_bytes: float,
     max_array: int = 100_000,
     pair_s: float | None = None,
+    micro: dict | None = None,
 ) -> dict:
     """The run on ``nodes`` nodes: per stage units, slots, waves, wall and node-hours; the LSH partitions."""
     gb = total_bytes / 1e9
@@ -131,7 +141,10 @@ def plan(
     memory_partitions = math.ceil(rows * ROW_BYTES * EXPANSION / budget)
     dedup_slots = nodes * max(1, min(cores, int(mem_bytes // max(1, curve["stages"]["dedup"]["peak_rss"]))))
     partitions = max(memory_partitions, dedup_slots)  # global units >= slots, each a range of partitions
-    pair_s = curve.get("cross_s", 0.0) if pair_s is None else pair_s
+    micro = micro or {}
+    if pair_s is None:  # the spill micro-benchmark's at this partition count, else the curve's
+        pair_s = spill_pair_s(micro.get("spill"), partitions) if micro.get("spill") else curve.get("cross_s", 0.0)
+    task_plan_s, gate_look_s = manifest_terms(micro.get("manifest"))
     groups = min(shards, max_array)
     out = {
         "bytes": total_bytes,
@@ -145,6 +158,8 @@ def plan(
         "lsh_partitions": partitions,
         "lsh_memory_partitions": memory_partitions,
         "pair_s": pair_s,
+        "task_plan_s": task_plan_s,
+        "gate_look_s": gate_look_s,
         "lsh_partition_bytes": rows * ROW_BYTES / partitions,
         "lsh_budget_per_worker": budget,
         "phase2_row_group_reads": partitions * shards,
@@ -160,9 +175,20 @@ def plan(
         units = shards  # dedup's global phase has `partitions` units, >= slots by the rule above
         if stage == "validate":  # one DuckDB query over the run: one node, its cores as threads
             per_node, slots, units = cores, cores, 1
+        tasks = 1 if stage == "validate" else groups
+        # each task pays a process's fixed cost and plans its slice of the upstream manifest
+        task_s = curve.get("task_fixed_s", {}).get(stage, 0.0) + task_plan_s
+        fixed_s = task_s * tasks
         waves = math.ceil(units / slots)
         per_unit = cpu_s / cores if stage == "validate" else cpu_s / units  # validate: threads share it
-        wall = waves * per_unit + curve["airflow_overhead_s"].get(stage, 0.0)
+        wall = (
+            waves * per_unit
+            + math.ceil(tasks / slots) * task_s
+            + gate_look_s
+            + curve["airflow_overhead_s"].get(stage, 0.0)
+        )
+        cpu_s += fixed_s
+        reads, gets, puts = io_terms(curve, stage, gb, shards, tasks, partitions)
         nodes_used = 1 if stage == "validate" else nodes
         out["stages"][stage] = {
             "cpu_hours": cpu_s / 3600,
@@ -178,11 +204,68 @@ def plan(
             "dask_workers": slots if stage == "dedup" else None,
             "spill_bytes": c["spill_bytes_per_gb"] * gb,
             "cross_cpu_hours": cross_s / 3600,
+            "task_fixed_cpu_hours": fixed_s / 3600,
+            "tasks": tasks,
+            "read_bytes": reads,
+            "get_requests": gets,
+            "put_requests": puts,
+            "read_gb_per_s": reads / 1e9 / wall if wall else 0.0,
         }
     out["wall_hours"] = sum(s["wall_hours"] for s in out["stages"].values())
+    out["get_requests"] = sum(s["get_requests"] for s in out["stages"].values())
+    out["put_requests"] = sum(s["put_requests"] for s in out["stages"].values())
     out["node_hours"] = sum(s["node_hours"] for s in out["stages"].values())
     out["tokens_per_node_hour"] = tokens / out["node_hours"] if out["node_hours"] else None
     return out
+
+
+def spill_pair_s(spill: dict, partitions: int) -> float:
+    """CPU seconds per (partition, shard) pair from ``bench_spill_reads.py``'s JSON: two single-partition reads
+    (a shard's two spill files), at the measured partition count nearest ``partitions`` from below (the
+    largest measured above it: past it the read is taken as constant, which that benchmark showed from 1,634
+    to 4,096)."""
+    counts = sorted(int(p) for p in spill["partitions"])
+    at = max([p for p in counts if p <= partitions] or counts[:1])
+    return 2 * spill["partitions"][str(at)]["after"]["median_ms"] / 1e3
+
+
+def manifest_terms(manifest: dict | None) -> tuple[float, float]:
+    """(a task's plan of its slice of the upstream manifest, a gate's look at an ended run), seconds, from
+    ``bench_manifest_scale.py``'s JSON at its largest shard count (one task per shard: ``task_plan_N<shards>``)."""
+    if not manifest:
+        return 0.0, 0.0
+    n = max(manifest["samples"], key=int)
+    after = manifest["samples"][n]["after"]
+    return statistics.median(after[f"task_plan_N{n}"]), statistics.median(after["gate_look"])
+
+
+# per task, what a stage reads and writes on the object store (the stated counting: a Parquet file read is a
+# footer GET and one ranged GET of its column chunks; every task reads the upstream manifest's head and one page
+# and writes its checkpoint record)
+MANIFEST_GETS, FILE_GETS = 2, 2
+READS = {  # upstream outputs each stage reads: ingest reads the raw input
+    "ingest": ("input",),
+    "preprocess": ("ingest",),
+    "dedup": ("ingest",),
+    "validate": ("ingest", "preprocess", "dedup"),
+}
+
+
+def io_terms(curve: dict, stage: str, gb: float, shards: int, tasks: int, partitions: int) -> tuple[float, int, int]:
+    """(bytes read, GET requests, PUT requests) of one stage over the run. Dedup's global phase also reads one
+    range of both spill files of every shard per partition: 2 x partitions x shards ranged GETs."""
+    out = curve.get("out_bytes_per_gb", {})
+    reads = sum(gb * 1e9 if s == "input" else out.get(s, 0.0) * gb for s in READS[stage])
+    files = len(READS[stage]) * shards
+    gets = MANIFEST_GETS * tasks + (files if stage == "ingest" else FILE_GETS * files)
+    puts = shards + tasks  # one output file per shard, one checkpoint record per task
+    if stage == "dedup":
+        reads += curve["stages"]["dedup"]["spill_bytes_per_gb"] * gb
+        gets += 2 * partitions * shards
+        puts += 2 * shards  # the per-shard spill files
+    if stage == "validate":
+        puts = 1 + tasks  # the report
+    return reads, gets, puts
 
 
 def markdown(plans: list[dict]) -> str:
@@ -194,15 +277,16 @@ def markdown(plans: list[dict]) -> str:
         "node) and the global phase has at least as many units as slots: "
         + ", ".join(
             f"{p['lsh_partitions']:,} partitions on {p['nodes']} nodes "
-            f"({p['phase2_row_group_reads'] / 1e6:,.0f} M spill (partition, shard) reads)"
+            f"({p['phase2_row_group_reads'] / 1e6:,.0f} M spill (partition, shard) pairs at "
+            f"{p['pair_s'] * 1e3:.2f} ms)"
             for p in plans
         )
-        + f", at {p0['pair_s'] * 1e3:.2f} ms per pair; Airflow tasks: {p0['airflow_tasks']} per run, "
-        "whatever the shard count.",
+        + f"; per task: its plan of the upstream manifest {p0['task_plan_s'] * 1e3:.1f} ms, a gate's look "
+        f"{p0['gate_look_s'] * 1e3:.1f} ms; Airflow tasks: {p0['airflow_tasks']} per run, whatever the shard count.",
         "",
-        "| nodes | stage | CPU-hours (partition x shard reads) | workers/node | slots | units | waves | wall h "
-        "| node-hours | Slurm | Kubernetes |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+        "| nodes | stage | CPU-hours (pair reads; task fixed cost) | workers/node | slots | units | waves | wall h "
+        "| node-hours | GETs (M) | PUTs (M) | read GB/s | Slurm | Kubernetes |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for p in plans:
         for stage, s in p["stages"].items():
@@ -214,20 +298,66 @@ def markdown(plans: list[dict]) -> str:
             if s.get("dask_workers"):
                 slurm = f"one {p['nodes']}-node allocation: Dask scheduler + {s['dask_workers']:,} workers"
                 k8s = f"DaskJob, dask_workers {s['dask_workers']:,}"
+            terms = [f"{s['cross_cpu_hours']:,.0f}"] if s["cross_cpu_hours"] else []
+            terms.append(f"{s.get('task_fixed_cpu_hours', 0.0):,.1f}")
             lines.append(
-                f"| {p['nodes']} | {stage} | {s['cpu_hours']:,.0f}"
-                + (f" ({s['cross_cpu_hours']:,.0f})" if s["cross_cpu_hours"] else "")
+                f"| {p['nodes']} | {stage} | {s['cpu_hours']:,.0f} ({'; '.join(terms)})"
                 + f" | {s['workers_per_node']} | {s['slots']:,} | "
                 f"{s['units']:,} | {s['waves']} | {s['wall_hours']:.2f} | {s['node_hours']:,.0f} | "
-                f"{slurm} | {k8s} |"
+                f"{s.get('get_requests', 0) / 1e6:,.2f} | {s.get('put_requests', 0) / 1e6:,.2f} | "
+                f"{s.get('read_gb_per_s', 0.0):,.1f} | {slurm} | {k8s} |"
             )
         lines.append(
-            f"| {p['nodes']} | **total** |  |  |  |  |  | **{p['wall_hours']:.1f}** | **{p['node_hours']:,.0f}** |  |  |"
+            f"| {p['nodes']} | **total** |  |  |  |  |  | **{p['wall_hours']:.1f}** | **{p['node_hours']:,.0f}** | "
+            f"{p.get('get_requests', 0) / 1e6:,.1f} | {p.get('put_requests', 0) / 1e6:,.2f} |  |  |  |"
         )
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def load_micro(results: Path = RESULTS_DIR) -> dict:
+    """The committed micro-benchmarks the plan's per-unit terms come from (each optional)."""
+    names = {"manifest": "manifest_scale.json", "spill": "spill_reads.json"}
+    return {k: json.loads((results / f).read_text()) for k, f in names.items() if (results / f).exists()}
+
+
+def block(argv: list[str]) -> str:
+    """docs/scale.md's ``simulate`` block for these arguments: the command, then the table."""
+    args = parser().parse_args(argv)
+    text = markdown(plans_for(args))
+    shown = list(argv)
+    if "--write-doc" in shown:  # the command as run, less where it wrote
+        i = shown.index("--write-doc")
+        del shown[i : i + 2]
+    return f"Command: `.venv/bin/python benchmarks/simulate_scale.py {' '.join(shown)} --write-doc docs/scale.md`\n\n{text}"
+
+
+def plans_for(args: argparse.Namespace) -> list[dict]:
+    json_path = Path(args.json)
+    if not json_path.is_absolute() and not json_path.exists():  # relative to the repository, from anywhere
+        json_path = Path(__file__).resolve().parent.parent / json_path
+    curve = load_curve(json.loads(json_path.read_text()))
+    micro = load_micro() if args.micro else {}
+    return [
+        plan(
+            curve,
+            args.tb * 1e12,
+            args.tokens,
+            args.shard_gb * 1e9,
+            int(n),
+            args.cores,
+            args.mem_gb * 1e9,
+            args.max_array,
+            None if args.pair_ms is None else args.pair_ms / 1e3,
+            micro,
+        )
+        for n in args.nodes.split(",")
+    ]
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", default=str(Path(__file__).resolve().parent / "out" / "scale.json"))
     ap.add_argument("--tb", type=float, default=50.0, help="input text, TB")
@@ -240,37 +370,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--pair-ms",
         type=float,
-        help="CPU ms per (LSH partition, shard) pair of spill writes and reads (default: the curve's measured figure)",
+        help="CPU ms per (LSH partition, shard) pair of spill reads (default: the spill micro-benchmark's, else the "
+        "curve's)",
+    )
+    ap.add_argument(
+        "--micro",
+        action="store_true",
+        help="per-unit terms from the committed micro-benchmarks (benchmarks/results/: manifest, spill reads)",
     )
     ap.add_argument("--out", help="write the plans as JSON here")
     ap.add_argument("--write-doc", help="put the table into this Markdown file (docs/scale.md), between its markers")
-    args = ap.parse_args(argv)
-    curve = load_curve(json.loads(Path(args.json).read_text()))
-    plans = [
-        plan(
-            curve,
-            args.tb * 1e12,
-            args.tokens,
-            args.shard_gb * 1e9,
-            int(n),
-            args.cores,
-            args.mem_gb * 1e9,
-            args.max_array,
-            None if args.pair_ms is None else args.pair_ms / 1e3,
-        )
-        for n in args.nodes.split(",")
-    ]
-    text = markdown(plans)
-    print(text)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
+    plans = plans_for(args)
+    print(markdown(plans))
     if args.write_doc:
-        command = (
-            "`.venv/bin/python benchmarks/simulate_scale.py "
-            + " ".join(argv if argv is not None else sys.argv[1:])
-            + "`"
-        )
-        replace_block(Path(args.write_doc), "simulate", f"Command: {command}\n\n{text}")
+        replace_block(Path(args.write_doc), "simulate", block(argv))
     if args.out:
-        Path(args.out).write_text(json.dumps({"curve": curve, "plans": plans}, indent=1))
+        Path(args.out).write_text(json.dumps({"plans": plans}, indent=1))
     return 0
 
 

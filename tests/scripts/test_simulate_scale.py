@@ -163,3 +163,37 @@ def test_the_largest_real_scheduler_run_gives_the_airflow_figures(sim, measured)
     curve = sim.load_curve(doc)
     assert curve["airflow_tasks"] == 19  # not the dag.test() run's 10
     assert curve["airflow_overhead_s"] == {"ingest": 8.7, "dedup": 0.0}  # the 10 GB run's; never negative
+
+
+def test_docs_plan_table_is_regenerated_from_the_committed_json_byte_for_byte(sim):
+    """docs/scale.md's plan is what its own command prints from the JSON committed under benchmarks/results/."""
+    import shlex
+
+    doc = (SCRIPT.parents[1] / "docs" / "scale.md").read_text(encoding="utf-8")
+    start, end = "<!-- simulate:start -->\n", "\n<!-- simulate:end -->"
+    shown = doc[doc.index(start) + len(start) : doc.index(end)]
+    command = shown.splitlines()[0].removeprefix("Command: `").removesuffix("`")
+    argv = shlex.split(command)[2:]  # less the interpreter and the script
+    assert "--json" in argv and argv[argv.index("--json") + 1].startswith("benchmarks/results/")
+    assert sim.block(argv) == shown
+
+
+def test_plan_charges_task_fixed_cost_and_micro_benchmark_terms(sim, measured):
+    doc = json.loads(measured.read_text())
+    doc["fixed"] = {"stages": {s: {"cpu_s": 1.5, "cpu_s_median": 1.5} for s in ("ingest", "preprocess", "dedup")}}
+    curve = sim.load_curve(doc)
+    micro = {
+        "manifest": {"samples": {"50000": {"after": {"task_plan_N50000": [0.01, 0.02, 0.03], "gate_look": [0.5]}}}},
+        "spill": {"partitions": {"1634": {"after": {"median_ms": 0.2}}, "4096": {"after": {"median_ms": 0.25}}}},
+    }
+    p = sim.plan(curve, 50e12, 15e12, 1e9, nodes=64, cores=64, mem_bytes=512e9, micro=micro)
+    s = p["stages"]["preprocess"]
+    # 50,000 tasks, each a process of 1.5 CPU-s plus 20 ms of planning
+    assert s["task_fixed_cpu_hours"] == pytest.approx(50_000 * 1.52 / 3600)
+    assert s["cpu_hours"] == pytest.approx((5 + 20 * 50_000 + 50_000 * 1.52) / 3600)
+    assert s["wall_hours"] == pytest.approx((s["waves"] * (5 + 20 * 50_000) / 50_000 + 13 * 1.52 + 0.5) / 3600)
+    # 4,096 partitions on 64 nodes: the spill reads measured at 4,096, two a pair
+    assert p["pair_s"] == pytest.approx(2 * 0.25e-3)
+    d = p["stages"]["dedup"]
+    assert d["get_requests"] >= 2 * 4096 * 50_000  # a ranged GET per pair and spill file
+    assert s["get_requests"] == 50_000 * (2 + 2) and s["put_requests"] == 2 * 50_000

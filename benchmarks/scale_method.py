@@ -1,0 +1,119 @@
+"""The scale benchmark's method: repeated, alternated runs reduced to medians, spreads and marginal costs.
+
+A curve's CPU at each size says little about curvature: a fixed cost hides a growing term at small sizes,
+and one run per size on a shared machine hides it in noise. ``bench_scale.py`` therefore runs every size
+``repeats`` times in alternation (A B C A B C ...), keeps every run, and reports, per stage, the
+**marginal** cost between adjacent sizes, (CPU_b - CPU_a) / (size_b - size_a), per GB and per row, for
+each repeat k pairing the k-th run of both sizes (adjacent in time, so under similar load): its median
+and spread. A linear stage has the same marginal cost at every interval; a superlinear one grows.
+Pure functions on the JSON, no runs (``simulate_scale.py`` and the tests load them too).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+STAGES = ("ingest", "preprocess", "dedup", "validate")
+PIPELINE = "pipeline"
+
+
+def aggregate(runs: list[dict]) -> dict:
+    """One size's runs (``run_size`` results, in run order) -> the first run's description, ``stages`` with
+    each stage's median run (its record, plus the CPU, wall and RSS of every run), and every run."""
+    out = {k: v for k, v in runs[0].items() if k not in ("stages", "load_average", "compare")}
+    out["stages"] = {}
+    for s in runs[0]["stages"]:
+        recs = [r["stages"][s] for r in runs]
+        cpu = [x["cpu_s"] for x in recs]
+        median = sorted(recs, key=lambda x: x["cpu_s"])[(len(recs) - 1) // 2]
+        out["stages"][s] = {
+            **median,
+            "cpu_s_median": statistics.median(cpu),
+            "cpu_s_runs": cpu,
+            "wall_s_runs": [x["wall_s"] for x in recs],
+            "peak_rss_runs": [x["peak_rss"] for x in recs],
+            "load_runs": [x.get("load") for x in recs],
+        }
+    out["repeats"] = len(runs)
+    out["runs"] = runs
+    return out
+
+
+def _cpu_runs(point: dict, stage: str) -> list[float]:
+    if stage == PIPELINE:
+        stages = [s for s in STAGES if s in point["stages"]]
+        return [sum(r["stages"][s]["cpu_s"] for s in stages) for r in point["runs"]]
+    return [r["stages"][stage]["cpu_s"] for r in point["runs"]]
+
+
+def marginals(points: list[dict], unit: str) -> list[dict]:
+    """Per interval between adjacent points (sorted by ``unit``: ``gb`` of input or ``rows``) and per stage (and
+    the pipeline): the marginal CPU seconds per unit, one per repeat (the k-th run of each size), median,
+    min and max, and the median's ratio to the first interval's."""
+
+    def size(p: dict) -> float:
+        return p["input_bytes"] / 1e9 if unit == "gb" else float(p["stages"]["ingest"]["rows"])
+
+    points = sorted(points, key=size)
+    stages = [s for s in STAGES if all(s in p["stages"] for p in points)] + [PIPELINE]
+    out = []
+    first: dict[str, float] = {}
+    for a, b in zip(points, points[1:]):
+        dx = size(b) - size(a)
+        for s in stages:
+            ca, cb = _cpu_runs(a, s), _cpu_runs(b, s)
+            per = [(y - x) / dx for x, y in zip(ca, cb)]
+            med = statistics.median(per)
+            first.setdefault(s, med)
+            out.append(
+                {
+                    "from": size(a),
+                    "to": size(b),
+                    "stage": s,
+                    "per_unit": per,
+                    "median": med,
+                    "min": min(per),
+                    "max": max(per),
+                    "vs_first": med / first[s] if first[s] else None,
+                }
+            )
+    return out
+
+
+def marginal_table(points: list[dict], unit: str) -> list[str]:
+    """A Markdown table of :func:`marginals`: per GB in CPU-s, per row in CPU-us."""
+    scale, head = (1.0, "CPU-s per GB") if unit == "gb" else (1e6, "CPU-us per row")
+    fmt = (lambda x: f"{x:.2f}") if unit == "gb" else (lambda x: f"{x:,.0f}")
+    out = [
+        f"| {'GB' if unit == 'gb' else 'rows'} from -> to | stage | marginal {head}, median | min - max "
+        "| median / first interval's |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for m in marginals(points, unit):
+        out.append(
+            f"| {fmt(m['from'])} -> {fmt(m['to'])} | {m['stage']} | {m['median'] * scale:.2f} | "
+            f"{m['min'] * scale:.2f} - {m['max'] * scale:.2f} | "
+            + ("" if m["vs_first"] is None else f"{m['vs_first']:.2f}")
+            + " |"
+        )
+    return out
+
+
+def runs_table(points: list[dict], unit: str) -> list[str]:
+    """Per size and stage: CPU median and every run's CPU in run order, peak RSS, the 1-minute load around the
+    runs."""
+    out = [
+        f"| {'GB' if unit == 'gb' else 'rows'} | stage | shards | rows | CPU s, median | CPU s, every run "
+        "| peak RSS MiB, max | load (1 min) before each run |",
+        "| ---: | --- | ---: | ---: | ---: | --- | ---: | --- |",
+    ]
+    for p in sorted(points, key=lambda p: p["input_bytes"]):
+        label = f"{p['input_bytes'] / 1e9:.2f}" if unit == "gb" else f"{p['stages']['ingest']['rows']:,}"
+        for s, x in p["stages"].items():
+            loads = ", ".join(f"{ld[0]:.1f}" for ld in x["load_runs"] if ld)
+            out.append(
+                f"| {label} | {s} | {x['shards']} | {x['rows']:,} | {x['cpu_s_median']:.1f} | "
+                + ", ".join(f"{c:.1f}" for c in x["cpu_s_runs"])
+                + f" | {max(x['peak_rss_runs']) / 2**20:.0f} | {loads} |"
+            )
+    return out
