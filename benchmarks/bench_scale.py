@@ -1058,6 +1058,7 @@ def main() -> None:
     ap.add_argument("--tiny-rows", default="", help="a lake of short documents at these row counts, e.g. 1e6,4e6,1e7")
     ap.add_argument("--fixed", action="store_true", help="each stage's process on a 200-row lake (per-task cost)")
     ap.add_argument("--rss-shard-mb", default="", help="peak RSS of preprocess and dedup at shards of this much text")
+    ap.add_argument("--rss-gb", type=float, default=1.0, help="input of the --rss-shard-mb runs, GB")
     ap.add_argument("--shard-mb", type=float, default=1.5, help="target shard size (zstd Parquet), MB")
     ap.add_argument("--row-group-rows", type=int, default=1024, help="ingest row groups (a shard rolls over at one)")
     ap.add_argument("--budget-mb", type=float, default=128, help="dedup memory budget for the curve, MB")
@@ -1168,6 +1169,11 @@ def main() -> None:
     points = [(f"{gb:g}", files[: max(1, round(gb * 1e9 / file_bytes))]) for gb in sizes]
     if points:
         alternated(points, args.repeats, lambda label, fs: one(float(label), fs), save)
+    for mb in [float(x) for x in args.rss_shard_mb.split(",") if x]:
+        rss_files = generate(work, args.rss_gb, args.pool_mb, file_bytes)
+        save(
+            f"{mb:g}", rss_at_shards(rss_files, work, [mb], args.row_group_rows, budget)[f"{mb:g}"], under="rss_shards"
+        )
     tiny = [int(float(x)) for x in args.tiny_rows.split(",") if x]
     if tiny:
         tiny_files = tiny_inputs(work, max(tiny))
@@ -1178,8 +1184,6 @@ def main() -> None:
             lambda label, fs: one(0.0, fs, name=f"tiny{label}"),
             lambda label, r: save(label, r, under="tiny"),
         )
-    for mb in [float(x) for x in args.rss_shard_mb.split(",") if x]:
-        save(f"{mb:g}", rss_at_shards(files, work, [mb], args.row_group_rows, budget)[f"{mb:g}"], under="rss_shards")
     if args.airflow_gb:
         n = max(1, round(args.airflow_gb * 1e9 / file_bytes))
         if args.airflow_stack in ("dagtest", "both"):

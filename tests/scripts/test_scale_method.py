@@ -1,0 +1,47 @@
+"""benchmarks/scale_method.py: medians of alternated runs and the marginal cost that shows curvature."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "scale_method.py"
+
+
+@pytest.fixture
+def method():
+    spec = importlib.util.spec_from_file_location("scale_method", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(gb: float, noise: float) -> dict:
+    """One run: ingest linear (2 s + 10 s/GB), dedup quadratic (4 s/GB^2), 1 M rows per GB."""
+    rec = {"wall_s": 1.0, "peak_rss": 1 << 20, "shards": 1, "rows": int(gb * 1e6), "load": [1.0] * 6}
+    return {
+        "gb": gb,
+        "input_bytes": gb * 1e9,
+        "stages": {"ingest": {**rec, "cpu_s": 2 + 10 * gb + noise}, "dedup": {**rec, "cpu_s": 4 * gb * gb + noise}},
+    }
+
+
+def test_marginals_pair_the_kth_runs_and_show_a_superlinear_stage(method):
+    noise = [0.0, 0.3, -0.2]  # the same shift for every size in a round: paired, it cancels
+    points = [method.aggregate([_run(gb, n) for n in noise]) for gb in (1, 2, 4)]
+    assert points[0]["stages"]["ingest"]["cpu_s_runs"] == [12.0, 12.3, 11.8]
+    assert points[0]["stages"]["ingest"]["cpu_s"] == 12.0  # the median run's record
+    assert len(points[0]["runs"]) == 3
+    m = {(x["from"], x["stage"]): x for x in method.marginals(points, "gb")}
+    # a linear stage: the same marginal cost per GB at every interval, whatever its fixed cost
+    assert m[(1, "ingest")]["median"] == pytest.approx(10) and m[(2, "ingest")]["median"] == pytest.approx(10)
+    assert m[(2, "ingest")]["vs_first"] == pytest.approx(1)
+    assert m[(2, "ingest")]["min"] == pytest.approx(m[(2, "ingest")]["max"])
+    # a quadratic one: 12 s/GB from 1 to 2 GB, 24 from 2 to 4: the ratio a curve of totals would hide
+    assert m[(1, "dedup")]["median"] == pytest.approx(12) and m[(2, "dedup")]["vs_first"] == pytest.approx(2)
+    per_row = {(x["from"], x["stage"]): x for x in method.marginals(points, "rows")}
+    assert per_row[(1e6, "ingest")]["median"] == pytest.approx(10e-6)
+    assert per_row[(2e6, "pipeline")]["median"] == pytest.approx(34e-6)
+    assert "| 2.00 -> 4.00 | dedup | 24.00 |" in "\n".join(method.marginal_table(points, "gb"))
