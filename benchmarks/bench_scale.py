@@ -754,11 +754,11 @@ checkpoint records.
 METHOD_HEADER = """## Scale method: marginal cost per GB and per row, alternated repeats (`benchmarks/bench_scale.py`)
 
 Commands: {commands}; report: `.venv/bin/python benchmarks/bench_scale.py --report --write-results --json
-benchmarks/results/scale.json`. Each size ran {repeats} times, sizes alternated (A B C A B C ...), every run kept
+benchmarks/results/scale.json`. Rounds completed: {repeats} (sizes alternated, A B C A B C ...), every run kept
 in the JSON; a stage is `curation <stage> --workers 1` in a fresh process (CPU = user + system of the process,
 `wait4`). The **marginal** cost between adjacent sizes pairs the k-th run of each (adjacent in time): a linear
 stage has the same marginal cost at every interval, a superlinear one grows (the last column). Text:
-`scale_corpus.py` with the pool capped at {pool_mb} MB, so the sizes hold 1, 2 and more passes whose
+`scale_corpus.py` with the pool capped at {pool_mb} MB, so that sizes past it hold several passes whose
 near-duplicate chains span passes (the re-visited share grows 15% a pass). **The machine (2 cores) was shared
 with other sessions' tests and benchmarks: 1-minute load {load_min:.0f}-{load_max:.0f} during these runs** (each
 run's in the tables); CPU seconds include that contention, wall seconds are not used.
@@ -1097,9 +1097,8 @@ def main() -> None:
         print(text)
         if any(v.get("runs") for v in (doc.get("sizes") or {}).values()) or doc.get("tiny"):
             if args.write_results:
-                commands = sorted(
-                    {r["command"] for k in ("sizes", "tiny", "rss_shards") for r in (doc.get(k) or {}).values()}
-                )
+                parts = [r for k in ("sizes", "tiny", "rss_shards") for r in (doc.get(k) or {}).values()]
+                commands = sorted({r["command"] for r in [*parts, doc.get("fixed") or {}] if r.get("command")})
                 loads = _loads(doc) or [0.0]
                 header = _header(
                     METHOD_HEADER,

@@ -197,3 +197,12 @@ def test_plan_charges_task_fixed_cost_and_micro_benchmark_terms(sim, measured):
     d = p["stages"]["dedup"]
     assert d["get_requests"] >= 2 * 4096 * 50_000  # a ranged GET per pair and spill file
     assert s["get_requests"] == 50_000 * (2 + 2) and s["put_requests"] == 2 * 50_000
+
+
+def test_repeated_runs_slope_is_the_marginal_from_the_fixed_cost_lake(sim, measured):
+    doc = json.loads(measured.read_text())
+    doc["fixed"] = {"stages": {"ingest": {"cpu_s": 5.0, "cpu_s_median": 5.0}}}
+    top = doc["sizes"]["4"]["stages"]["ingest"]
+    top["cpu_s_runs"] = [85.0, 80.0 + 5, 200.0]  # one slow run (a kernel compiling) is outvoted
+    ingest = sim.load_curve(doc)["stages"]["ingest"]
+    assert ingest["cpu_s_per_gb"] == pytest.approx(20) and ingest["cpu_fixed_s"] == 0.0
