@@ -140,6 +140,22 @@ def test_ray_without_gpus_fails_fast_instead_of_waiting_for_one(tmp_path):
         ray.shutdown()
 
 
+def test_what_a_ray_cluster_has_is_read_from_its_live_nodes(tmp_path):
+    import ray
+
+    from airflow_curation.stages.enrich.resources import ray_available
+
+    ray.init(address="local", num_cpus=1, num_gpus=2, include_dashboard=False)  # GPUs declared, none used
+    try:
+        have = ray_available(None)
+        assert (have.gpus, have.node_gpus, have.cpus, have.where) == (2, 2, 1, "the local Ray")
+        assert place(stage(tmp_path).config, have).gpus_per_replica == 1  # auto: the cluster has GPUs
+        with pytest.raises(ValueError, match="a replica needs 4 GPUs on one node .* the largest node of the local Ray"):
+            place(stage(tmp_path, tensor_parallel_size=4).config, have)
+    finally:
+        ray.shutdown()
+
+
 def test_dtype_auto_differs_between_runtimes_and_dtype_pins_both(llama_causal):
     from vllm.config import ModelConfig
 

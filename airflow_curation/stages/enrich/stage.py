@@ -174,8 +174,10 @@ class EnrichStage(AttrsStage):
 
     @property
     def engine_spec(self) -> EngineSpec:
-        """The engine's spec; the mapper sets its device once the replicas are placed (:mod:`.resources`)."""
+        """The engine's spec; with ``gpus_per_replica: auto`` the mapper sets its device once the replicas are
+        placed (:mod:`.resources`)."""
         c = self.config
+        gpus = c["gpus_per_replica"]
         return EngineSpec(
             engine=c["model_runtime"],
             model=str(c["model"]),
@@ -183,6 +185,7 @@ class EnrichStage(AttrsStage):
             dtype=c["dtype"],
             max_model_len=c["max_model_len"],
             tensor_parallel_size=int(c["tensor_parallel_size"]),
+            device="auto" if gpus == AUTO else ("cuda" if gpus > 0 else "cpu"),
             seed=int(c["seed"] or 0),
             engine_kwargs=json.dumps(c["model_runtime_kwargs"] or {}, sort_keys=True),
         )
