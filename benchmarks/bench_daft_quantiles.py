@@ -53,7 +53,9 @@ def main() -> None:
     pq.write_table(_table(args.rows, args.columns), path)
     names = [f"c{c}" for c in range(args.columns)]
     qs = list(bounded.QUANTILES)
-    want = duckdb.sql("SELECT " + ", ".join(f"quantile_cont({n}, {qs})" for n in names) + f" FROM '{path}'").fetchone()
+    want = duckdb.sql("SELECT " + ", ".join(f"quantile_cont({n}, {qs})" for n in names) + f" FROM '{path}'").fetchall()[
+        0
+    ]
 
     def approx():
         df = daft.read_parquet(path)
