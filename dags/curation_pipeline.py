@@ -259,6 +259,20 @@ with DAG(
             enum=["ray", "local"],
             description="Where the enrich model runs: ray (Ray Data actors) or local (the job process).",
         ),
+        "enrich_gpus_per_replica": Param(
+            "auto",
+            type=["string", "number"],
+            pattern="^auto$",
+            minimum=0,
+            description="GPUs per enrich model replica: auto (tensor_parallel_size when the machine or Ray "
+            "cluster has GPUs, else CPU), 0 (CPU), a number, or a fraction of one GPU.",
+        ),
+        "enrich_tensor_parallel_size": Param(
+            1, type="integer", minimum=1, description="GPUs one enrich model instance spans (vLLM tensor parallel)."
+        ),
+        "enrich_replicas": Param(
+            1, type="integer", minimum=1, description="Enrich model replicas side by side (data parallel, Ray)."
+        ),
         "tokenizer": _optional(
             "tokenizer.json for tokenize (packed training sequences). Empty: the Airflow Variable "
             "curation_tokenizer; none: tokenize is skipped."
@@ -349,6 +363,9 @@ with DAG(
         model="{{ params.enrich_model or var.value.get('curation_enrich_model', '') }}",
         model_runtime="{{ params.enrich_model_runtime }}",
         mapper="{{ params.enrich_mapper }}",
+        gpus_per_replica="{{ params.enrich_gpus_per_replica }}",
+        tensor_parallel_size="{{ params.enrich_tensor_parallel_size }}",
+        replicas="{{ params.enrich_replicas }}",
         skip_without_model=True,
         **LAUNCH,
     )

@@ -38,7 +38,8 @@ class EnrichOperator(CurationStageOperator):
     :param ray_address: an existing Ray cluster for the job's model actors (default: a local Ray).
     :param ray_dashboard_url: the cluster's dashboard, shown as an extra link.
     :param batch_size: rows per model call. :param replicas: model replicas (data parallel).
-    :param gpus_per_replica: GPUs per replica. :param tensor_parallel_size: GPUs one model instance spans.
+    :param gpus_per_replica: GPUs per replica (default ``auto``: ``tensor_parallel_size`` when the machine
+        or Ray cluster has GPUs, else CPU). :param tensor_parallel_size: GPUs one model instance spans.
     :param max_failed_fraction: failure budget, a fraction of the shards.
     :param skip_without_model: skip the task (not fail) when ``model`` renders empty, so that a pipeline
         can carry an enrich step that runs only when a model is configured.

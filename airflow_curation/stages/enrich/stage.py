@@ -30,9 +30,10 @@ from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.schema import ENRICHED, ID, SKIP_REASON, TEXT
 from airflow_curation.core.shards import read_shard, write_parquet
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage
-from airflow_curation.stages.enrich.engines import EngineSpec
+from airflow_curation.stages.enrich.engines import TORCH_DTYPES, EngineSpec
 from airflow_curation.stages.enrich.executors import EXECUTORS, Chunk
 from airflow_curation.stages.enrich.parts import PartStore
+from airflow_curation.stages.enrich.resources import AUTO, check_settings, gpus_setting
 from airflow_curation.stages.enrich.tasks import COMMON_FIELDS, TASKS, make_task
 from airflow_curation.stages.kept import decision_attrs, skip_reasons
 from airflow_curation.stages.settings import Setting
@@ -89,12 +90,15 @@ class EnrichStage(AttrsStage):
         Setting("ray_num_gpus", int, None, "GPUs of the local Ray (default: all)", runtime=True),
         Setting("batch_size", int, 64, "rows per model call / Ray Data batch", runtime=True),
         Setting("replicas", int, 1, "model actors side by side (data parallel; Ray only)", runtime=True),
-        Setting("tensor_parallel_size", int, 1, "GPUs one vLLM instance spans (large models)", runtime=True),
+        Setting(
+            "tensor_parallel_size", int, 1, "GPUs one vLLM instance spans (a model too big for one GPU)", runtime=True
+        ),
         Setting(
             "gpus_per_replica",
-            float,
-            0,
-            "GPUs reserved per actor (0 on CPU; at least tensor_parallel_size on GPU)",
+            gpus_setting,
+            AUTO,
+            "GPUs reserved per replica: auto (tensor_parallel_size when the machine or Ray cluster has GPUs, "
+            "else 0), 0 (CPU), tensor_parallel_size, or a fraction of one GPU",
             runtime=True,
         ),
         Setting("cpus_per_replica", float, 1, "CPUs reserved per actor", runtime=True),
@@ -129,7 +133,14 @@ class EnrichStage(AttrsStage):
             off_flag="--all-rows",
         ),
         Setting("checkpoint_rows", int, 1000, "rows per checkpoint inside a shard (part file)", runtime=True),
-        Setting("dtype", str, "auto", "model dtype (auto, float32, bfloat16...)"),
+        Setting(
+            "dtype",
+            str,
+            "auto",
+            "model dtype for either runtime; auto: vLLM's choice (bfloat16/float16, even for a float32 checkpoint), "
+            "transformers' float32 on CPU and bfloat16 on GPU",
+            choices=("auto", *TORCH_DTYPES),
+        ),
         Setting("max_model_len", int, None, "context cap (vLLM)"),
         Setting(
             "model_runtime_kwargs",
@@ -147,9 +158,11 @@ class EnrichStage(AttrsStage):
         for key in ("batch_size", "replicas", "checkpoint_rows", "max_input_tokens", "max_tokens"):
             if int(c[key]) < 1:
                 raise ValueError(f"enrich: {key} must be at least 1, not {c[key]!r}")
+        check_settings(c)  # GPU and replica settings that cannot work, before any work
         safe_name(self.output_name, "enrich name")
         make_task(c)  # validates the task's own settings (prompt template...) before any work
         self._executor = None
+        self._placement_error: ValueError | None = None
 
     @property
     def output_name(self) -> str:
@@ -161,8 +174,10 @@ class EnrichStage(AttrsStage):
 
     @property
     def engine_spec(self) -> EngineSpec:
+        """The engine's spec; with ``gpus_per_replica: auto`` the mapper sets its device once the replicas are
+        placed (:mod:`.resources`)."""
         c = self.config
-        device = "auto" if float(c["gpus_per_replica"] or 0) > 0 else "cpu"
+        gpus = c["gpus_per_replica"]
         return EngineSpec(
             engine=c["model_runtime"],
             model=str(c["model"]),
@@ -170,7 +185,7 @@ class EnrichStage(AttrsStage):
             dtype=c["dtype"],
             max_model_len=c["max_model_len"],
             tensor_parallel_size=int(c["tensor_parallel_size"]),
-            device=device,
+            device="auto" if gpus == AUTO else ("cuda" if gpus > 0 else "cpu"),
             seed=int(c["seed"] or 0),
             engine_kwargs=json.dumps(c["model_runtime_kwargs"] or {}, sort_keys=True),
         )
@@ -200,7 +215,13 @@ class EnrichStage(AttrsStage):
 
     def _executor_for_run(self):
         if self._executor is None:
-            self._executor = EXECUTORS[self.config["mapper"]](self.config, self.engine_spec)
+            if self._placement_error is not None:  # the cluster cannot hold the replicas: every shard fails at once
+                raise self._placement_error
+            try:
+                self._executor = EXECUTORS[self.config["mapper"]](self.config, self.engine_spec)
+            except ValueError as e:
+                self._placement_error = e
+                raise
         return self._executor
 
     def _part_table(self, ids: list, reasons: list, chunk: Chunk, cols: dict[str, list]) -> pa.Table:

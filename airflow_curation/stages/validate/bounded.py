@@ -77,15 +77,13 @@ def column_stats(
     # One part: columns whose values fit a query's budget get DuckDB's quantile_cont itself, a batch of
     # them per query; the others (and every column of a relation in parts) by selection.
     direct = [k for k, b in enumerate(basics) if len(parts) == 1 and 0 < b["count"] <= values_per_query]
-    values = _quantiles(
-        run,
-        parts,
-        cols,
+    values = rank_quantiles(
         [{**b, "count": 0} if k in direct else b for k, b in enumerate(basics)],
+        _duckdb_scan(run, parts, cols, bins, hists),
+        lambda lo, hi, d: _interpolate(run, lo, hi, d),
         quantiles,
         bins,
         fetch_max,
-        hists,
     )
     batch: list[int] = []
     held = 0
@@ -185,16 +183,23 @@ def _hist_plan(cols: list[tuple[str, dict]]) -> list[tuple[str, dict, list[float
     return plan
 
 
-def _quantiles(
-    run: Run,
-    parts: Sequence[str],
-    cols: list[str],
+# One pass over the relation for a selection step: per request ``(slice, fetch)``, a fetched slice's values
+# (those of its value range, in any order: the slice's own are picked out by ``_Slice.holds``), else the
+# slice's ``(min, max, [(bin, count), ...])`` over the next division (``_Slice.division``); ``first`` is the
+# first pass (DuckDB counts the histograms in it).
+Scan = Callable[[list[tuple["_Slice", bool]], bool], list]
+
+
+def rank_quantiles(
     basics: list[dict[str, Any]],
-    quantiles: Sequence[float],
-    bins: int,
-    fetch_max: int,
-    hists: list[tuple[str, dict, list[float], str]],
+    scan: Scan,
+    interpolate: Callable[[float, float, float], float],
+    quantiles: Sequence[float] = QUANTILES,
+    bins: int = SELECT_BINS,
+    fetch_max: int = FETCH_MAX,
 ) -> list[list[float | None]]:
+    """DuckDB's ``quantile_cont`` of each column (``basics``: count, nan, inf, -inf, fmin, fmax), exactly, by
+    selection over passes of ``scan``: any engine that can filter, bin and count gives the same values."""
     # ranks wanted, in DuckDB's order; the finite ones become selection targets (column, finite rank)
     wanted: dict[tuple[int, int], float | None] = {}
     targets: list[tuple[int, int]] = []
@@ -221,7 +226,7 @@ def _quantiles(
                 else:
                     wanted[(k, r)] = math.nan
         plans.append(plan)
-    found = _select(run, parts, cols, basics, targets, bins, fetch_max, hists)
+    found = _select(basics, targets, bins, fetch_max, scan)
     for (k, rank), v in found.items():
         wanted[(k, rank + basics[k]["-inf"])] = v
     out = []
@@ -235,7 +240,8 @@ def _quantiles(
             if frn == crn:
                 vals.append(lo)
             else:
-                vals.append(_interpolate(run, lo, wanted[(k, crn)], rn - frn))
+                hi = wanted[(k, crn)]
+                vals.append(lo if lo == hi else interpolate(lo, hi, rn - frn))
         out.append(vals)
     return out
 
@@ -301,17 +307,9 @@ def _bin(x: str, start: float, width: float, bins: int) -> str:
 
 
 def _select(
-    run: Run,
-    parts: Sequence[str],
-    cols: list[str],
-    basics: list[dict[str, Any]],
-    targets: list[tuple[int, int]],
-    bins: int,
-    fetch_max: int,
-    hists: list[tuple[str, dict, list[float], str]],
+    basics: list[dict[str, Any]], targets: list[tuple[int, int]], bins: int, fetch_max: int, scan: Scan
 ) -> dict[tuple[int, int], float]:
-    """The finite value at each target ``(column, finite rank)``; the histograms ``hists`` are counted
-    in the first scan."""
+    """The finite value at each target ``(column, finite rank)``."""
     found: dict[tuple[int, int], float] = {}
     at: dict[tuple[int, int], _Slice] = {}
     for k, r in targets:
@@ -319,7 +317,7 @@ def _select(
         odd = bool(b["nan"] or b["inf"] or b["-inf"])
         at[(k, r)] = _Slice(k, b["fmin"], b["fmax"], 0, b["count"] - b["nan"] - b["inf"] - b["-inf"], odd=odd)
     first = True
-    while at or (first and hists):
+    while at or first:
         for t, sl in list(at.items()):
             if sl.lo == sl.hi:
                 found[t] = sl.lo
@@ -327,47 +325,23 @@ def _select(
         slices: dict[tuple, _Slice] = {}
         for sl in at.values():
             slices.setdefault(sl.key(), sl)
-        exprs: list[str] = [h[3] for h in hists] if first else []
-        plan = []  # (slice, fetch?, position of its first expression)
+        plan = []  # (slice, fetch?)
         for sl in slices.values():
-            x = _x(cols[sl.k])
             start, width = sl.division(bins)
-            fetch = sl.count <= fetch_max or not (width > 0 and math.isfinite(width))
-            plan.append((sl, fetch, len(exprs)))
-            if fetch:  # by value range alone (cheap), the slice's own values picked out here
-                lo, hi = sl.range(bins)
-                exprs.append(f"list({x}) FILTER (WHERE {x} >= {dbl(lo)} AND {x} <= {dbl(hi)})")
-            else:
-                where = sl.where(cols[sl.k], bins)
-                hist = f"histogram({_bin(x, start, width, bins)}) FILTER (WHERE {where})"
-                if sl.steps:
-                    exprs += [f"min({x}) FILTER (WHERE {where})", f"max({x}) FILTER (WHERE {where})", hist]
-                else:  # the column's finite range is known
-                    exprs += [dbl(sl.lo), dbl(sl.hi), hist]
-        if not exprs:
+            plan.append((sl, sl.count <= fetch_max or not (width > 0 and math.isfinite(width))))
+        if not plan and not first:
             break
-        rows = [run(f"SELECT {', '.join(exprs)} FROM {p}")[0] for p in parts]
-        if first:
-            for j, (_, stats, _, _) in enumerate(hists):
-                for row in rows:
-                    for b, n in (row[j] or {}).items():
-                        stats["hist"]["counts"][int(b)] += int(n)
-            first = False
+        results = scan(plan, first)
+        first = False
         moved: dict[tuple, Any] = {}
-        for sl, fetch, i in plan:
+        for (sl, fetch), got in zip(plan, results):
             if fetch:
-                vals = sorted(v for row in rows for v in (row[i] or []) if sl.holds(v, bins))
+                vals = sorted(v for v in got if sl.holds(v, bins))
                 if len(vals) != sl.count:  # cannot happen: the bins were counted as they are picked here
-                    raise RuntimeError(f"quantile selection: {len(vals)} values for {sl.count} in {cols[sl.k]}")
+                    raise RuntimeError(f"quantile selection: {len(vals)} values for {sl.count} in column {sl.k}")
                 moved[sl.key()] = vals
-                continue
-            mins = [row[i] for row in rows if row[i] is not None]
-            maxs = [row[i + 1] for row in rows if row[i + 1] is not None]
-            counts: dict[int, int] = {}
-            for row in rows:
-                for b, n in (row[i + 2] or {}).items():
-                    counts[int(b)] = counts.get(int(b), 0) + int(n)
-            moved[sl.key()] = (min(mins), max(maxs), sorted(counts.items()), sl.division(bins))
+            else:
+                moved[sl.key()] = (*got, sl.division(bins))
         for t, sl in list(at.items()):
             got = moved[sl.key()]
             if isinstance(got, list):
@@ -386,5 +360,53 @@ def _select(
                     break
                 under += n
             else:  # cannot happen: the slice's values were counted
-                raise RuntimeError(f"quantile selection lost rank {t[1]} of column {cols[t[0]]}")
+                raise RuntimeError(f"quantile selection lost rank {t[1]} of column {t[0]}")
     return found
+
+
+def _duckdb_scan(
+    run: Run, parts: Sequence[str], cols: list[str], bins: int, hists: list[tuple[str, dict, list[float], str]]
+) -> Scan:
+    """A selection pass as one query per part, every request a filtered aggregate; the histograms ``hists``
+    are counted in the first pass."""
+
+    def scan(plan: list[tuple[_Slice, bool]], first: bool) -> list:
+        exprs: list[str] = [h[3] for h in hists] if first else []
+        at = []  # position of each request's first expression
+        for sl, fetch in plan:
+            x = _x(cols[sl.k])
+            start, width = sl.division(bins)
+            at.append(len(exprs))
+            if fetch:  # by value range alone (cheap), the slice's own values picked out by the caller
+                lo, hi = sl.range(bins)
+                exprs.append(f"list({x}) FILTER (WHERE {x} >= {dbl(lo)} AND {x} <= {dbl(hi)})")
+            else:
+                where = sl.where(cols[sl.k], bins)
+                hist = f"histogram({_bin(x, start, width, bins)}) FILTER (WHERE {where})"
+                if sl.steps:
+                    exprs += [f"min({x}) FILTER (WHERE {where})", f"max({x}) FILTER (WHERE {where})", hist]
+                else:  # the column's finite range is known
+                    exprs += [dbl(sl.lo), dbl(sl.hi), hist]
+        if not exprs:
+            return []
+        rows = [run(f"SELECT {', '.join(exprs)} FROM {p}")[0] for p in parts]
+        if first:
+            for j, (_, stats, _, _) in enumerate(hists):
+                for row in rows:
+                    for b, n in (row[j] or {}).items():
+                        stats["hist"]["counts"][int(b)] += int(n)
+        out: list = []
+        for (sl, fetch), i in zip(plan, at):
+            if fetch:
+                out.append([v for row in rows for v in (row[i] or [])])
+                continue
+            mins = [row[i] for row in rows if row[i] is not None]
+            maxs = [row[i + 1] for row in rows if row[i + 1] is not None]
+            counts: dict[int, int] = {}
+            for row in rows:
+                for b, n in (row[i + 2] or {}).items():
+                    counts[int(b)] = counts.get(int(b), 0) + int(n)
+            out.append((min(mins), max(maxs), sorted(counts.items())))
+        return out
+
+    return scan

@@ -18,7 +18,7 @@ from typing import Any
 
 from airflow_curation.core import redact, storage
 from airflow_curation.core.schema import CLUSTER_ID, DROP_REASON, ID, TEXT
-from airflow_curation.stages.validate import bounded, partials, partitions, sandbox
+from airflow_curation.stages.validate import bounded, daft_stats, partials, partitions, sandbox
 from airflow_curation.stages.validate.limits import Bounds, CheckTimedOut, QueryProcess, interrupt_after
 from airflow_curation.stages.validate.view import CuratedView, same_schema
 
@@ -485,7 +485,8 @@ class DaftEngine:
         return out
 
     def _signals(self, only: list[str] | None, frame=None) -> dict[str, dict]:
-        col = self.daft.col
+        """Count, min, max, mean, quantiles (exact, DuckDB's ``quantile_cont``: :mod:`.daft_stats`) and the
+        histogram of each numeric signal."""
         wanted = list(only) if only is not None else self.view.numeric_columns()
         out = {}
         for a in self.view.attrs:
@@ -493,27 +494,9 @@ class DaftEngine:
             if not names:
                 continue
             df = (frame if frame is not None else self._attrs(a)).select(*names)
-            aggs = []
-            for n in names:
-                c = col(n).cast(self.daft.DataType.float64())
-                aggs += [
-                    c.count().alias(f"{n}__n"),
-                    c.min().alias(f"{n}__min"),
-                    c.max().alias(f"{n}__max"),
-                    c.mean().alias(f"{n}__mean"),
-                    c.approx_percentiles(list(QUANTILES)).alias(f"{n}__q"),
-                ]
-            g = {k: v[0] for k, v in df.agg(*aggs).to_pydict().items()}
-            plan = []
-            for n in names:
-                lo, hi, cnt = g[f"{n}__min"], g[f"{n}__max"], int(g[f"{n}__n"] or 0)
-                stats = {"count": cnt, "min": lo, "max": hi, "mean": g[f"{n}__mean"]}
-                for q, val in zip(QUANTILES, g[f"{n}__q"] or [None] * len(QUANTILES)):
-                    stats[f"p{int(round(q * 100)):02d}"] = val
-                stats["hist"] = {"edges": [], "counts": []}
-                out[n] = stats
-                if cnt:
-                    plan.append((n, _bins(lo, hi)))
+            stats = daft_stats.signal_stats(self.daft, df, names)
+            out.update(stats)
+            plan = [(n, _bins(s["min"], s["max"])) for n, s in stats.items() if s["count"]]
             self._hists(df, plan, out)
         return out
 
