@@ -22,13 +22,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_curation.backends import Backend, JobState, JobStatus
 from airflow_curation.core import storage
 from airflow_curation.core.layout import Lake, sanitize_run_id
-from airflow_curation.hooks.factory import (
-    CurationSettings,
-    backend_for,
-    curation_settings,
-    handle_options,
-    scope_storage,
-)
+from airflow_curation.hooks.factory import CurationSettings, backend_for, curation_settings, handle_options
 from airflow_curation.jobs.spec import JobSpec
 from airflow_curation.links.curation import CurationJobLogLink, CurationManifestLink
 from airflow_curation.operators.lineage import StageLineageMixin
@@ -218,8 +212,6 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
                 f"connection {self.curation_conn_id!r})"
             )
         lake = Lake(root=str(root), dataset=self.dataset, snapshot=self.snapshot or None)
-        # This process reads the lake too (results, input manifests): with the connection's options.
-        scope_storage(settings, lake.root)
         run_id = sanitize_run_id(self.run_id or context["run_id"])
         config = self.build_config(context)
         # Another run of this stage on this snapshot (a manual run beside the scheduled one): wait for it.
@@ -237,7 +229,7 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         if name == "local" and "work_dir" not in options and spec is not None and storage.is_local(spec.lake["root"]):
             # Job folders (spec, log, result) next to the data they produced, under the lake's _jobs/.
             options["work_dir"] = spec.lake_obj.jobs_dir(spec.run_id, spec.stage)
-        self._backend = backend_for(name, options, storage_options=settings.storage_options)
+        self._backend = backend_for(name, options, storage=settings.storage)
         self._backend_options = options
         self.backend = name
         return self._backend
@@ -245,7 +237,10 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
     # -- ResumableJobMixin ---------------------------------------------------------------------------
     def execute(self, context: Any) -> dict[str, Any]:
         self._context = context
-        return self.execute_resumable(context)
+        # This task reads storage too (inputs, input manifests, results): with the connection's options,
+        # in effect for this task only.
+        with storage.using(self._settings().storage):
+            return self.execute_resumable(context)
 
     def submit_job(self, context: Any) -> dict[str, Any]:
         spec = self.build_spec(context)
@@ -291,8 +286,7 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
     def _remember(self, handle: dict[str, Any], context: Any) -> dict[str, Any]:
         """Follow ``handle``'s newest attempt (a checkpoint sensor may have relaunched the job) and return it."""
         if self._backend is None:
-            # A retry reconnecting: the connections are resolved again here, storage scoped to the lake.
-            scope_storage(self._settings(), handle.get("lake_root"))
+            # A retry reconnecting: the connections are resolved again here.
             self._backend = backend_for(handle["backend"], handle.get("backend_options", {}))
         self._handle = handle = self._backend.current(handle)
         CurationManifestLink.persist(context, handle.get("manifest_uri"))
@@ -376,6 +370,10 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         """Resumed from the trigger: the job has ended; relaunch it (and defer again) or finish."""
+        with storage.using(self._settings().storage):
+            return self._complete(context, event)
+
+    def _complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         self._remember(event["handle"], context)
         status = JobStatus(
             JobState(event["status"]),
