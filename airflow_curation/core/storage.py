@@ -75,19 +75,27 @@ def _is_credentials_error(error: BaseException) -> bool:
     return False
 
 
+@contextlib.contextmanager
+def explained(url: str) -> Iterator[None]:
+    """Turn a store's "no credentials" inside the block into :class:`StorageCredentialsError` naming what is
+    missing where (for code that uses a :func:`filesystem` directly)."""
+    try:
+        yield
+    except StorageCredentialsError:
+        raise
+    except Exception as e:
+        if _is_credentials_error(e):
+            raise StorageCredentialsError(url, e) from e
+        raise
+
+
 def _explained(fn):
-    """Turn a store's "no credentials" into :class:`StorageCredentialsError` naming what is missing where."""
+    """:func:`explained` around a function whose first argument is the URL."""
 
     @functools.wraps(fn)
     def wrapper(url: str, *args: Any, **kwargs: Any) -> Any:
-        try:
+        with explained(url):
             return fn(url, *args, **kwargs)
-        except StorageCredentialsError:
-            raise
-        except Exception as e:
-            if _is_credentials_error(e):
-                raise StorageCredentialsError(url, e) from e
-            raise
 
     return wrapper
 

@@ -82,10 +82,17 @@ def test_memory_filesystem_round_trip():
 def test_options_resolve_by_protocol_and_prefix_longest_wins(monkeypatch):
     monkeypatch.setenv("CURATION_STORAGE_OPTIONS_S3", json.dumps({"key": "env-key", "region": "env"}))
     smap = storage.StorageMap(
-        {"s3://bucket/lake-a/": {"key": "a"}, "s3://bucket/lake-a/web": {"key": "a-web"}, "s3://bucket/lake-b": {"key": "b"}}
+        {
+            "s3://bucket/lake-a/": {"key": "a"},
+            "s3://bucket/lake-a/web": {"key": "a-web"},
+            "s3://bucket/lake-b": {"key": "b"},
+        }
     )
     with storage.using(smap):
-        assert storage.options_for("s3://bucket/lake-a/web/_manifests/r/ingest.json") == {"key": "a-web", "region": "env"}
+        assert storage.options_for("s3://bucket/lake-a/web/_manifests/r/ingest.json") == {
+            "key": "a-web",
+            "region": "env",
+        }
         assert storage.options_for("s3://bucket/lake-a/other/x") == {"key": "a", "region": "env"}
         assert storage.options_for("s3://bucket/lake-a") == {"key": "a", "region": "env"}
         assert storage.options_for("s3://bucket/lake-b/x") == {"key": "b", "region": "env"}

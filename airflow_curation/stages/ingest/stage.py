@@ -138,14 +138,15 @@ class IngestStage(Stage):
                 found.update(list_local(path))
                 continue
             prefix = f"{storage.protocol_of(spec)}://"
-            if any(ch in path for ch in "*?["):
-                infos = fs.glob(path, detail=True)
-            elif fs.isdir(path):
-                infos = fs.find(path, detail=True)
-            elif fs.exists(path):
-                infos = {path: fs.info(path)}
-            else:
-                raise FileNotFoundError(f"ingest: input {spec!r} does not exist")
+            with storage.explained(spec):
+                if any(ch in path for ch in "*?["):
+                    infos = fs.glob(path, detail=True)
+                elif fs.isdir(path):
+                    infos = fs.find(path, detail=True)
+                elif fs.exists(path):
+                    infos = {path: fs.info(path)}
+                else:
+                    raise FileNotFoundError(f"ingest: input {spec!r} does not exist")
             for name, info in infos.items():
                 if info.get("type") != "file" or os.path.basename(name).startswith("."):
                     continue
