@@ -87,7 +87,8 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
     :param snapshot: snapshot partition (``"{{ ds }}"`` gives one partition per logical date).
     :param config: the stage's settings (see the stage's ``SETTINGS``); templated values are coerced.
     :param backend: where the job runs: ``local`` (default), ``slurm``, ``kubernetes``...
-    :param backend_options: the backend's constructor options; ``{"slurm_conn_id": ...}`` or
+    :param backend_options: the backend's constructor options, merged over the connection's (a dict, or
+        its JSON text from a template); ``{"slurm_conn_id": ...}`` or
         ``{"kubernetes_conn_id": ...}`` take them (and the client) from an Airflow connection of that
         type, resolved wherever the job is submitted or followed (:mod:`airflow_curation.hooks.factory`).
     :param curation_conn_id: optional ``curation`` connection with lake, backend and storage options.
@@ -142,7 +143,7 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         config: dict[str, Any] | None = None,
         stage: str | None = None,
         backend: str | None = None,
-        backend_options: dict[str, Any] | None = None,
+        backend_options: dict[str, Any] | str | None = None,
         curation_conn_id: str | None = None,
         run_id: str | None = None,
         wait: bool = True,
@@ -170,7 +171,8 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         self.snapshot = snapshot
         self.config = dict(config or {})
         self.backend = backend
-        self.backend_options = dict(backend_options or {})
+        # A dict, or JSON text (a templated value: the DAG's per-stage options rendered with ``tojson``).
+        self.backend_options = backend_options if isinstance(backend_options, str) else dict(backend_options or {})
         self.curation_conn_id = curation_conn_id
         self.run_id = run_id
         self.wait = wait
@@ -220,12 +222,21 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         config["run_context"] = run_context(context, settings, self.curation_conn_id, lake, self.backend)
         return JobSpec(stage=self.stage, lake=lake.to_dict(), run_id=run_id, config=config)
 
+    def _task_backend_options(self) -> dict[str, Any]:
+        """This task's backend options (rendered JSON text allowed; empty text: none)."""
+        raw = self.backend_options
+        if isinstance(raw, str):
+            raw = json.loads(raw) if raw.strip() not in ("", "None", "null") else {}
+        if not isinstance(raw, dict):
+            raise AirflowFailException(f"{self.task_id}: backend_options must be an object, not {raw!r}")
+        return raw
+
     def get_backend(self, spec: JobSpec | None = None) -> Backend:
         if self._backend is not None:
             return self._backend
         settings = self._settings()
         name = self.backend or settings.backend or "local"
-        options = {**settings.backend_options, **self.backend_options}
+        options = {**settings.backend_options, **self._task_backend_options()}
         if name == "local" and "work_dir" not in options and spec is not None and storage.is_local(spec.lake["root"]):
             # Job folders (spec, log, result) next to the data they produced, under the lake's _jobs/.
             options["work_dir"] = spec.lake_obj.jobs_dir(spec.run_id, spec.stage)
