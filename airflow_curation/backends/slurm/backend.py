@@ -18,6 +18,7 @@ and ``cancel`` delete it too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -234,8 +235,12 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         job_dir = check_job_dir(self.job_dir_for(spec))
         self.files.makedirs(job_dir)
         spec_path = os.path.join(job_dir, "spec.json")
-        self.files.write(spec_path, spec.to_json().encode())
         groups = grp.group_count(self.shard_groups, self.max_array_size()) if self.shard_groups > 1 else 1
+        if groups > 1:  # a unit for each array task where the input allows (a small input is else one unit)
+            spec = dataclasses.replace(
+                spec, config={**spec.config, "min_units": max(groups, spec.config.get("min_units") or 1)}
+            )
+        self.files.write(spec_path, spec.to_json().encode())
         base = {
             "backend": self.name,
             "job_dir": job_dir,

@@ -171,7 +171,8 @@ class IngestStage(Stage):
         units: list[UnitEntry] = []
         target = int(self.config["target_shard_bytes"])
         unit_bytes = int(self.config["unit_bytes"]) if self.config["unit_bytes"] else None
-        for group in group_files(files, target, unit_bytes, self.config["format"]):
+        min_units = int(self.config.get("min_units") or 1)
+        for group in group_files(files, target, unit_bytes, self.config["format"], min_units):
             ident = [(_relpath(u, root), i.get("size"), _version_of(i)) for u, i in group]
             checksum = "xxh64:" + xxhash.xxh64(canonical_json(ident).encode()).hexdigest()
             units.append(UnitEntry(unit_id=f"{len(units):05d}", inputs=[u for u, _ in group], input_checksum=checksum))
