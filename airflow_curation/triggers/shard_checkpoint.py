@@ -19,7 +19,7 @@ from airflow_curation.core import storage
 from airflow_curation.core.manifest import ManifestError
 from airflow_curation.jobs.progress import CheckpointWatcher, Progress
 from airflow_curation.triggers.job_log import JobLogRelay, unit_line
-from airflow_curation.triggers.polling import PollSchedule, wait_for_look
+from airflow_curation.triggers.polling import PollSchedule, interruptible_inline, wait_for_look
 
 __all__ = ["CheckpointWatcher", "Progress", "ShardCheckpointTrigger", "decide"]
 
@@ -106,7 +106,7 @@ class ShardCheckpointTrigger(BaseTrigger):
         smap, backend = await asyncio.to_thread(self._connect)
         # In effect for this gate's task only (its threads copy the context): two gates in one triggerer
         # each read their lake with their own connection's options, and nothing outlives the gate.
-        with storage.using(smap):
+        with storage.using(smap), interruptible_inline():
             async for event in self._follow(backend):
                 yield event
 

@@ -18,7 +18,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_curation.core import storage
 from airflow_curation.hooks.factory import backend_for, curation_settings
 from airflow_curation.triggers.job_log import JobLogRelay
-from airflow_curation.triggers.polling import PollSchedule, wait_for_look
+from airflow_curation.triggers.polling import PollSchedule, interruptible_inline, wait_for_look
 
 
 class StageJobTrigger(BaseTrigger):
@@ -78,7 +78,7 @@ class StageJobTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         smap, backend = await asyncio.to_thread(self._connect)
         # In effect for this trigger's task only (its threads copy the context): never process-wide.
-        with storage.using(smap):
+        with storage.using(smap), interruptible_inline():
             async for event in self._follow(backend):
                 yield event
 
