@@ -98,6 +98,12 @@ deployment. The REST equivalent is `POST /api/v2/backfills`.
 `local` (a process on the worker), `slurm`, `kubernetes`, or `ray` (the whole job submitted to a
 Ray cluster through the Ray Job Submission API; `RAY_ADDRESS` or the connection's
 `backend_options`). `enrich_mapper=ray` runs the model on Ray Data actors inside the job.
+
+The connection's `backend_options` apply to every stage; the `backend_options` param sets them per stage
+(keyed by stage), merged over the connection's: `{"preprocess": {"shard_groups": 8}, "dedup":
+{"cpus_per_task": 16}, "enrich": {"partition": "gpu"}}` runs preprocess as an 8-task array, dedup on one
+wide allocation and enrich on the GPU partition. An object-store lake needs no `work_dir` (see
+docs/backends/slurm.md).
 """
 
 # Every stage task shares these; templated, so they follow the run's params and logical date.
@@ -106,6 +112,8 @@ COMMON = dict(
     dataset="{{ params.dataset or var.value.get('curation_dataset', 'sample') }}",
     snapshot="{{ ds }}",
     backend="{{ '' if params.backend in (None, 'connection') else params.backend }}",
+    # This stage's entry of params.backend_options (keyed by task id = stage), merged over the connection's.
+    backend_options="{{ (params.backend_options or {}).get(task.task_id, {}) | tojson }}",
     curation_conn_id=CONN_ID,
     retry_policy=CONFIG_ERRORS_FAIL,
 )
@@ -190,6 +198,13 @@ with DAG(
             description="Where stage jobs run. connection: the curation_default connection's "
             "backend (local when it names none); ray: the whole job is submitted "
             "to a Ray cluster (Ray Job Submission API).",
+        ),
+        "backend_options": Param(
+            {},
+            type="object",
+            description="Backend options per stage, merged over the connection's backend_options: e.g. "
+            '{"preprocess": {"shard_groups": 8}, "dedup": {"cpus_per_task": 16}, '
+            '"enrich": {"partition": "gpu", "extra_args": "--gres=gpu:1"}}.',
         ),
         "max_failed_fraction": Param(
             0.0,

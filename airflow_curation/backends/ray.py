@@ -28,6 +28,7 @@ from typing import Any
 
 from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, slice_log, status_from_result
 from airflow_curation.core import credentials, storage
+from airflow_curation.core.storage_map import SOURCE_ENV
 from airflow_curation.jobs import groups as grp
 from airflow_curation.jobs.spec import JobSpec
 
@@ -148,7 +149,8 @@ class RayJobBackend(Backend):
                 "reads the lake with its own credentials",
                 ", ".join(withheld),
             )
-        runtime_env["env_vars"] = {k: v for k, v in env_vars.items() if k not in withheld}
+        # Where the withheld storage options were configured would only mislead the job's errors.
+        runtime_env["env_vars"] = {k: v for k, v in env_vars.items() if k not in withheld and k != SOURCE_ENV}
         return runtime_env
 
     def status(self, handle: JobHandle) -> JobStatus:

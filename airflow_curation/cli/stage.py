@@ -30,6 +30,7 @@ from airflow_curation.cli.common import (
     print_summary,
     run_id_from_args,
 )
+from airflow_curation.cli.submit import add_backend_args, submit_and_follow
 from airflow_curation.stages import stage_class, stage_names
 from airflow_curation.stages.settings import Setting, Settings
 
@@ -63,6 +64,7 @@ def add_stage_command(sub: argparse._SubParsersAction, name: str) -> None:
     add_setting_args(p, cls.SETTINGS)
     if extras is not None and hasattr(extras, "add_arguments"):
         extras.add_arguments(p)
+    add_backend_args(p)
     p.set_defaults(func=partial(run_stage_command, name, cls, extras))
 
 
@@ -165,7 +167,10 @@ def run_stage_command(name: str, cls: type, extras: ModuleType | None, args: arg
     config.update(source)
     spec = JobSpec(stage=name, lake=lake.to_dict(), run_id=run_id_from_args(args), config=config)
     try:
-        result = run_spec(spec)
+        if getattr(args, "backend", None):
+            result = submit_and_follow(spec, args.backend, args.backend_options)
+        else:
+            result = run_spec(spec)
     except Exception as e:  # noqa: BLE001 - the user gets the reason, and the traceback with -v
         if getattr(args, "verbose", False):
             traceback.print_exc()

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from airflow_curation.core import storage_map
 from airflow_curation.core.fingerprint import checksum_url
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def verify_files(files: Iterable[tuple[str, str | None, str]], threads: int = 1)
         return
     with ThreadPoolExecutor(max_workers=min(threads, len(files))) as pool:
         try:
-            for _ in pool.map(lambda f: verify_file(*f), files):
+            for _ in pool.map(storage_map.carried(lambda f: verify_file(*f)), files):
                 pass
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)

@@ -27,7 +27,7 @@ import time
 import uuid
 from typing import Any
 
-from airflow_curation.core import storage
+from airflow_curation.core import storage, storage_map
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,9 @@ class Lease:
                 )
             time.sleep(min(2.0, max(0.1, self.wait_s / 20)))
         if self._fd is None:  # object stores: the heartbeat keeps the lease alive
-            self._beat = threading.Thread(target=self._heartbeat, name="curation-lease", daemon=True)
+            self._beat = threading.Thread(
+                target=storage_map.carried(self._heartbeat), name="curation-lease", daemon=True
+            )
             self._beat.start()
         return self
 

@@ -70,13 +70,13 @@ def mask(text: str, secrets: Iterable[str]) -> str:
 def known_secrets() -> set[str]:
     """Values this process holds that must never be published: those of the credentials in its
     environment (:mod:`airflow_curation.core.credentials`: storage options, connections, cloud keys,
-    tokens, passwords, URIs with a password) and of every credential-named storage option registered in
-    process for a lake (:func:`airflow_curation.core.storage.register_options`)."""
-    from airflow_curation.core import storage
+    tokens, passwords, URIs with a password) and of every credential-named storage option in effect here
+    (:func:`airflow_curation.core.storage_map.using`)."""
+    from airflow_curation.core import storage_map
 
     found: set[str] = set()
     for name, value in os.environ.items():
         found |= credentials.secret_values(name, value)
-    for options in storage.registered_options().values():
+    for options in storage_map.current().entries.values():
         found.update(credentials.option_secrets(options))
     return found

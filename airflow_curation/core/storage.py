@@ -8,12 +8,12 @@ key directly and let checkpoint records (written last) define "done".
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
 import posixpath
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -23,85 +23,84 @@ import fsspec
 import pyarrow as pa
 from fsspec.core import url_to_fs
 
+from airflow_curation.core import storage_map
 from airflow_curation.core.credentials import STORAGE_OPTIONS_PREFIX
 from airflow_curation.core.faults import fault_point
 
-# fsspec options (credentials, endpoint) registered for the URLs under a prefix: a lake root, a bucket.
-# Keyed by prefix, not by protocol: one process (the Airflow triggerer) serves many connections at
-# once, and two lakes on two S3 endpoints must not overwrite each other's options. Job processes get
-# theirs from the environment instead (``CURATION_STORAGE_OPTIONS_<PROTOCOL>``).
-_SCOPED: dict[str, dict[str, Any]] = {}
-_SCOPED_LOCK = threading.Lock()
 ENV_PREFIX = STORAGE_OPTIONS_PREFIX  # a credential: see core/credentials.py
-
-
-def _norm_prefix(prefix: str) -> str:
-    stripped = prefix.rstrip("/")
-    return prefix if not stripped or stripped.endswith(":") else stripped
-
-
-def _under(url: str, prefix: str) -> bool:
-    return url == prefix or url.startswith(prefix if prefix.endswith("/") else prefix + "/")
-
-
-def register_options(prefix: str, options: Mapping[str, Any]) -> None:
-    """Use ``options`` for every URL under ``prefix`` in this process (the longest registered prefix
-    of a URL wins). Registering a prefix again replaces its options (a rotated credential).
-
-    :param prefix: a lake root or any folder URL (``s3://bucket/lake``); matched at ``/`` boundaries.
-    :param options: fsspec options, e.g. ``{"key": ..., "secret": ..., "endpoint_url": ...}``.
-    """
-    with _SCOPED_LOCK:
-        _SCOPED[_norm_prefix(prefix)] = dict(options)
-
-
-def unregister_options(prefix: str) -> None:
-    """Forget the options registered for exactly ``prefix`` (no error when there are none)."""
-    with _SCOPED_LOCK:
-        _SCOPED.pop(_norm_prefix(prefix), None)
-
-
-@contextlib.contextmanager
-def scoped_options(prefix: str, options: Mapping[str, Any]) -> Iterator[None]:
-    """:func:`register_options` for the duration of a block; what was registered before comes back."""
-    key = _norm_prefix(prefix)
-    with _SCOPED_LOCK:
-        before = _SCOPED.get(key)
-        _SCOPED[key] = dict(options)
-    try:
-        yield
-    finally:
-        with _SCOPED_LOCK:
-            if before is None:
-                _SCOPED.pop(key, None)
-            else:
-                _SCOPED[key] = before
-
-
-def registered_options() -> dict[str, dict[str, Any]]:
-    """A copy of every registered prefix and its options (for scrubbing secrets out of error text)."""
-    with _SCOPED_LOCK:
-        return {k: dict(v) for k, v in _SCOPED.items()}
-
-
-def env_options(protocol: str) -> dict[str, Any]:
-    """The options a job process gets for ``protocol`` from ``$CURATION_STORAGE_OPTIONS_<PROTOCOL>`` (JSON):
-    the environment, so that no secret lands in a job spec."""
-    raw = os.environ.get(f"{ENV_PREFIX}{protocol.upper()}")
-    return json.loads(raw) if raw else {}
+# Which options a URL is opened with: the map in effect (storage_map.using), over the job's environment.
+StorageMap = storage_map.StorageMap
+using = storage_map.using
+current_map = storage_map.current
 
 
 def options_for(url: str) -> dict[str, Any]:
-    """The fsspec options :func:`filesystem` uses for ``url``: the environment's for its protocol, under
-    those registered for the longest prefix of ``url``."""
-    with _SCOPED_LOCK:
-        prefixes = [p for p in _SCOPED if _under(url, p)]
-        scoped = dict(_SCOPED[max(prefixes, key=len)]) if prefixes else {}
-    return {**env_options(protocol_of(url)), **scoped}
+    """The fsspec options :func:`filesystem` uses for ``url``: those of the storage map in effect (every
+    entry whose protocol or prefix covers ``url``, the longest winning)."""
+    return storage_map.current().resolve(url)
 
 
-def protocol_of(url: str) -> str:
-    return url.split("://", 1)[0] if "://" in url else "file"
+class StorageCredentialsError(PermissionError):
+    """An object store refused ``url`` for want of credentials; the message says which and where to put them."""
+
+    def __init__(self, url: str, error: BaseException) -> None:
+        self.url = url
+        smap = storage_map.current()
+        protocol = protocol_of(url)
+        bucket = f"{protocol}://{url.split('://', 1)[1].split('/', 1)[0]}" if "://" in url else url
+        keys = smap.keys_for(url)
+        have = (
+            f"options in effect from {', '.join(repr(k) for k in keys)} hold no key/secret"
+            if keys
+            else (f"no storage options cover it (configured: {', '.join(sorted(smap.entries)) or 'none'})")
+        )
+        where = smap.source or storage_map.ENV_SOURCE
+        super().__init__(
+            f"no credentials for {url} ({type(error).__name__}: {error}); {have}. Put `key` and `secret` "
+            f"(and `endpoint_url` if not AWS) under {bucket!r}, or under {protocol!r} for every bucket, "
+            f"in {where}"
+        )
+
+
+_CREDENTIAL_ERRORS = ("NoCredentialsError", "PartialCredentialsError", "NoAuthTokenError")
+
+
+def _is_credentials_error(error: BaseException) -> bool:
+    seen = 0
+    e: BaseException | None = error
+    while e is not None and seen < 8:
+        if type(e).__name__ in _CREDENTIAL_ERRORS:
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
+@contextlib.contextmanager
+def explained(url: str) -> Iterator[None]:
+    """Turn a store's "no credentials" inside the block into :class:`StorageCredentialsError` naming what is
+    missing where (for code that uses a :func:`filesystem` directly)."""
+    try:
+        yield
+    except StorageCredentialsError:
+        raise
+    except Exception as e:
+        if _is_credentials_error(e):
+            raise StorageCredentialsError(url, e) from e
+        raise
+
+
+def _explained(fn):
+    """:func:`explained` around a function whose first argument is the URL."""
+
+    @functools.wraps(fn)
+    def wrapper(url: str, *args: Any, **kwargs: Any) -> Any:
+        with explained(url):
+            return fn(url, *args, **kwargs)
+
+    return wrapper
+
+
+protocol_of = storage_map.protocol_of
 
 
 def filesystem(url: str, options: Mapping[str, Any] | None = None) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -129,11 +128,13 @@ def join(base: str, *parts: str) -> str:
     return os.path.join(base, *parts)
 
 
+@_explained
 def exists(url: str) -> bool:
     fs, path = filesystem(url)
     return fs.exists(path)
 
 
+@_explained
 def size(url: str) -> int:
     fs, path = filesystem(url)
     return int(fs.size(path))
@@ -144,6 +145,7 @@ def size(url: str) -> int:
 _VERSION_KEYS = ("ETag", "etag", "VersionId", "version_id", "generation")
 
 
+@_explained
 def stat(url: str) -> tuple[int, str | None]:
     """``url``'s size and its *stamp*: a string that changes whenever the file is written again, or None
     where the filesystem gives none.
@@ -169,6 +171,7 @@ def makedirs(url: str) -> None:
     # Object stores have no directories.
 
 
+@_explained
 def listdir(url: str) -> list[str]:
     """Full URLs of the files directly under ``url`` (empty when it does not exist), sorted."""
     fs, path = filesystem(url)
@@ -186,6 +189,7 @@ def _unstrip(url: str, path: str, name: str) -> str:
     return name
 
 
+@_explained
 def open_read(url: str, mode: str = "rb") -> IO:
     fs, path = filesystem(url)
     return fs.open(path, mode)
@@ -209,6 +213,7 @@ def local_path(url: str) -> str:
     return url
 
 
+@_explained
 def read_bytes(url: str) -> bytes:
     """The whole object in one read. Manifests and checkpoints are replaced while triggers poll them; on an
     object store one GET returns one whole version, where a file handle (HEAD, then ranged GETs pinned to
@@ -333,12 +338,14 @@ def write_json(url: str, obj: Any) -> None:
     write_bytes(url, (json.dumps(obj, indent=1, sort_keys=True, default=str) + "\n").encode())
 
 
+@_explained
 def remove(url: str) -> None:
     fs, path = filesystem(url)
     with contextlib.suppress(FileNotFoundError):
         fs.rm(path)
 
 
+@_explained
 def glob(pattern: str) -> list[str]:
     fs, path = filesystem(pattern)
     return sorted(_unstrip(pattern, path, p) for p in fs.glob(path))

@@ -5,12 +5,18 @@ backend options and S3 credentials on every task. Every field is optional; opera
 
 Extra (JSON)::
 
-    {"lake": "s3://bucket/lake", "backend": "slurm", "backend_options": {...},
-     "storage_options": {"s3": {"endpoint_url": "http://127.0.0.1:9000"}}}
+    {"lake": "s3://lake/curated", "backend": "slurm", "backend_options": {...},
+     "storage_options": {"s3": {"endpoint_url": "http://127.0.0.1:9000"},
+                         "s3://raw": {"conn_id": "raw_bucket"},
+                         "s3://partner/drop": {"key": "...", "secret": "...", "endpoint_url": "..."}}}
 
-``login``/``password`` become the ``key``/``secret`` of the lake's storage protocol, so secrets stay in
-the connection's encrypted fields. The hook only reads the connection; :mod:`airflow_curation.hooks.factory`
-scopes its storage options to the lake a task uses and hands them to jobs through their environment.
+``storage_options`` is keyed by protocol (``s3``: every bucket) or by URL prefix (a bucket, a folder); a URL
+gets the options of every key that covers it, the longest winning (:class:`~airflow_curation.core.storage_map.
+StorageMap`). ``login``/``password`` become the ``key``/``secret`` of the lake's protocol, so secrets stay in
+the connection's encrypted fields. ``{"conn_id": X}`` takes a prefix's options from connection ``X`` (any
+type: its login/password as key/secret, its extra as options: one connection per bucket). The hook only
+reads connections; operators, sensors and triggers put the map in effect for their own work
+(:func:`airflow_curation.core.storage_map.using`) and hand it to jobs through their environment.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from airflow_curation.core import storage
+from airflow_curation.core.storage_map import StorageMap
 
 
 class CurationHook(BaseHook):
@@ -42,9 +49,9 @@ class CurationHook(BaseHook):
         if isinstance(extra, str):
             extra = json.loads(extra)
         lake = extra.get("lake") or conn.host or None
-        storage_options: dict[str, dict[str, Any]] = {
-            k: dict(v) for k, v in (extra.get("storage_options") or {}).items()
-        }
+        storage_options: dict[str, dict[str, Any]] = {}
+        for key, value in (extra.get("storage_options") or {}).items():
+            storage_options[key] = self._prefix_options(key, value)
         if lake and not storage.is_local(lake) and (conn.login or conn.password):
             opts = storage_options.setdefault(storage.protocol_of(lake), {})
             if conn.login:
@@ -57,21 +64,44 @@ class CurationHook(BaseHook):
             "backend": backend,
             "backend_options": dict(extra.get("backend_options") or {}),
             "storage_options": storage_options,
+            "storage": StorageMap(storage_options, source=self.storage_source(self.curation_conn_id)),
         }
 
     @staticmethod
-    def job_env(storage_options: dict[str, dict[str, Any]]) -> dict[str, str]:
-        """Environment that gives a job process the same storage options (never put in a job spec)."""
-        return {f"{storage.ENV_PREFIX}{p.upper()}": json.dumps(o) for p, o in storage_options.items()}
+    def storage_source(conn_id: str) -> str:
+        """Where a connection's storage options are set, in the words an error names them."""
+        return (
+            f"the `storage_options` extra of connection {conn_id!r} (keys: a protocol or a URL prefix; "
+            'or its login/password for the lake\'s protocol; or {"conn_id": ...} naming a connection per bucket)'
+        )
+
+    def _prefix_options(self, key: str, value: Any) -> dict[str, Any]:
+        """One ``storage_options`` entry: options as given, or those of the connection it names."""
+        if not isinstance(value, dict):
+            raise ValueError(
+                f"connection {self.curation_conn_id!r}: storage_options[{key!r}] must be an object of fsspec "
+                f'options or {{"conn_id": ...}}, not {type(value).__name__}'
+            )
+        if "conn_id" not in value:
+            return dict(value)
+        other = self.get_connection(value["conn_id"])
+        extra = other.extra_dejson if other.extra else {}
+        opts = {k: v for k, v in extra.items() if k != "region_name"}
+        if extra.get("region_name"):  # the amazon provider's spelling
+            opts.setdefault("client_kwargs", {}).setdefault("region_name", extra["region_name"])
+        if other.login:
+            opts.setdefault("key", other.login)
+        if other.password:
+            opts.setdefault("secret", other.password)
+        return {**opts, **{k: v for k, v in value.items() if k != "conn_id"}}
 
     def test_connection(self) -> tuple[bool, str]:
         settings = self.get_conn()
         lake = settings["lake"]
         if not lake:
             return True, "connection read; no lake set (operators must pass one)"
-        # Explicit options for this one call: testing a connection registers nothing in the process.
-        protocol = storage.protocol_of(lake)
-        options = {**storage.env_options(protocol), **settings["storage_options"].get(protocol, {})}
+        # Explicit options for this one call: testing a connection puts nothing in effect.
+        options = settings["storage"].over(storage.StorageMap.from_env()).resolve(lake)
         try:
             fs, path = storage.filesystem(lake, options)
             fs.ls(path)

@@ -3,10 +3,10 @@
 The operator, the sensor and both triggers resolve connections here, in the process that uses them
 (worker or triggerer), so a connection's secrets never travel in trigger kwargs, XCom or job handles:
 
-* ``curation_conn_id`` -> :class:`CurationSettings` (lake, backend, backend options, storage options);
-  :func:`scope_storage` registers the storage options for the lake's URLs in this process only
-  (:func:`airflow_curation.core.storage.register_options`), and :func:`backend_for` hands them to jobs
-  through their environment (``CURATION_STORAGE_OPTIONS_<PROTOCOL>``).
+* ``curation_conn_id`` -> :class:`CurationSettings` (lake, backend, backend options, and the storage map:
+  fsspec options by protocol or URL prefix). The caller puts the map in effect for its own work only
+  (``with storage.using(settings.storage)``: one task, poke or trigger; nothing process-wide), and
+  :func:`backend_for` hands it to jobs through their environment (:meth:`StorageMap.to_env`).
 * ``kubernetes_conn_id`` (in backend options) -> the cncf-kubernetes ``KubernetesHook``'s API client,
   given to the Kubernetes backend.
 * ``slurm_conn_id`` (in backend options) -> site defaults and, for a login node, an SSH transport over
@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_curation.backends import Backend, get_backend
-from airflow_curation.core import storage
+from airflow_curation.core.storage_map import StorageMap
 
 # Backend options that name an Airflow connection: resolved here, kept (as ids) in job handles.
 CONN_ID_OPTIONS = ("slurm_conn_id", "kubernetes_conn_id")
-MANIFESTS_DIR = "/_manifests/"
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +38,13 @@ class CurationSettings:
     :param lake: the lake's root URL.
     :param backend: the backend's name.
     :param backend_options: the backend's options (may name connections: ``slurm_conn_id``...).
-    :param storage_options: fsspec options by protocol, credentials included: never serialized.
+    :param storage: fsspec options by protocol or URL prefix, credentials included: never serialized.
     """
 
     lake: str | None = None
     backend: str | None = None
     backend_options: dict[str, Any] = field(default_factory=dict)
-    storage_options: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
+    storage: StorageMap = field(default_factory=StorageMap, repr=False)
 
 
 def curation_settings(curation_conn_id: str | None) -> CurationSettings:
@@ -64,42 +63,8 @@ def curation_settings(curation_conn_id: str | None) -> CurationSettings:
         log.info("No connection %r: lake, backend and storage come from the task's arguments", curation_conn_id)
         return CurationSettings()
     return CurationSettings(
-        lake=conf["lake"],
-        backend=conf["backend"],
-        backend_options=conf["backend_options"],
-        storage_options=conf["storage_options"],
+        lake=conf["lake"], backend=conf["backend"], backend_options=conf["backend_options"], storage=conf["storage"]
     )
-
-
-def scope_storage(settings: CurationSettings, lake_root: str | None) -> None:
-    """Use the connection's storage options for the URLs under ``lake_root`` in this process.
-
-    Scoped to the lake, not to the protocol: another connection's lake in the same process (the
-    triggerer) keeps its own options.
-
-    :param settings: the connection's settings.
-    :param lake_root: the lake (or folder) whose URLs get the options; ``None``: the connection's lake.
-    """
-    root = lake_root or settings.lake
-    if not root or storage.is_local(root):
-        return
-    options = settings.storage_options.get(storage.protocol_of(root))
-    if options:
-        storage.register_options(root, options)
-
-
-def lake_root_for(
-    manifest_uri: str, job: Mapping[str, Any] | None = None, settings: CurationSettings | None = None
-) -> str:
-    """The storage scope of a gate on ``manifest_uri``: the job's lake, else the connection's lake when
-    the manifest is in it, else the manifest's dataset folder (which holds its checkpoints)."""
-    if job and job.get("lake_root"):
-        return str(job["lake_root"])
-    lake = settings.lake if settings else None
-    if lake and manifest_uri.startswith(lake.rstrip("/") + "/"):
-        return lake
-    head, sep, _ = manifest_uri.rpartition(MANIFESTS_DIR)
-    return head if sep else manifest_uri.rsplit("/", 1)[0]
 
 
 def connection_ids(options: Mapping[str, Any]) -> dict[str, str]:
@@ -107,26 +72,19 @@ def connection_ids(options: Mapping[str, Any]) -> dict[str, str]:
     return {k: options[k] for k in CONN_ID_OPTIONS if options.get(k)}
 
 
-def backend_for(
-    name: str,
-    options: Mapping[str, Any] | None = None,
-    *,
-    storage_options: Mapping[str, Mapping[str, Any]] | None = None,
-) -> Backend:
+def backend_for(name: str, options: Mapping[str, Any] | None = None, *, storage: StorageMap | None = None) -> Backend:
     """Build backend ``name`` from plain options, resolving the connections they name.
 
     :param name: ``local``, ``slurm``, ``kubernetes``, ``ray``.
     :param options: the backend's options, plus optionally ``slurm_conn_id`` / ``kubernetes_conn_id``
         (their connection's settings lie under the options given).
-    :param storage_options: storage options (by protocol) for the job's environment; only where jobs
-        are submitted, never where they are only followed.
+    :param storage: the storage map for the job's environment; only where jobs are submitted, never
+        where they are only followed.
     """
     opts = dict(options or {})
     ids = {k: opts.pop(k) for k in CONN_ID_OPTIONS if k in opts}
-    if storage_options:
-        from airflow_curation.hooks.curation import CurationHook
-
-        opts["env"] = {**CurationHook.job_env(dict(storage_options)), **(opts.get("env") or {})}
+    if storage:
+        opts["env"] = {**storage.to_env(), **(opts.get("env") or {})}
     if name == "slurm" and ids.get("slurm_conn_id"):
         from airflow_curation.hooks.slurm import SlurmHook
 

@@ -22,13 +22,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_curation.backends import Backend, JobState, JobStatus
 from airflow_curation.core import storage
 from airflow_curation.core.layout import Lake, sanitize_run_id
-from airflow_curation.hooks.factory import (
-    CurationSettings,
-    backend_for,
-    curation_settings,
-    handle_options,
-    scope_storage,
-)
+from airflow_curation.hooks.factory import CurationSettings, backend_for, curation_settings, handle_options
 from airflow_curation.jobs.spec import JobSpec
 from airflow_curation.links.curation import CurationJobLogLink, CurationManifestLink
 from airflow_curation.operators.lineage import StageLineageMixin
@@ -93,7 +87,8 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
     :param snapshot: snapshot partition (``"{{ ds }}"`` gives one partition per logical date).
     :param config: the stage's settings (see the stage's ``SETTINGS``); templated values are coerced.
     :param backend: where the job runs: ``local`` (default), ``slurm``, ``kubernetes``...
-    :param backend_options: the backend's constructor options; ``{"slurm_conn_id": ...}`` or
+    :param backend_options: the backend's constructor options, merged over the connection's (a dict, or
+        its JSON text from a template); ``{"slurm_conn_id": ...}`` or
         ``{"kubernetes_conn_id": ...}`` take them (and the client) from an Airflow connection of that
         type, resolved wherever the job is submitted or followed (:mod:`airflow_curation.hooks.factory`).
     :param curation_conn_id: optional ``curation`` connection with lake, backend and storage options.
@@ -148,7 +143,7 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         config: dict[str, Any] | None = None,
         stage: str | None = None,
         backend: str | None = None,
-        backend_options: dict[str, Any] | None = None,
+        backend_options: dict[str, Any] | str | None = None,
         curation_conn_id: str | None = None,
         run_id: str | None = None,
         wait: bool = True,
@@ -176,7 +171,8 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         self.snapshot = snapshot
         self.config = dict(config or {})
         self.backend = backend
-        self.backend_options = dict(backend_options or {})
+        # A dict, or JSON text (a templated value: the DAG's per-stage options rendered with ``tojson``).
+        self.backend_options = backend_options if isinstance(backend_options, str) else dict(backend_options or {})
         self.curation_conn_id = curation_conn_id
         self.run_id = run_id
         self.wait = wait
@@ -218,8 +214,6 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
                 f"connection {self.curation_conn_id!r})"
             )
         lake = Lake(root=str(root), dataset=self.dataset, snapshot=self.snapshot or None)
-        # This process reads the lake too (results, input manifests): with the connection's options.
-        scope_storage(settings, lake.root)
         run_id = sanitize_run_id(self.run_id or context["run_id"])
         config = self.build_config(context)
         # Another run of this stage on this snapshot (a manual run beside the scheduled one): wait for it.
@@ -228,16 +222,25 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         config["run_context"] = run_context(context, settings, self.curation_conn_id, lake, self.backend)
         return JobSpec(stage=self.stage, lake=lake.to_dict(), run_id=run_id, config=config)
 
+    def _task_backend_options(self) -> dict[str, Any]:
+        """This task's backend options (rendered JSON text allowed; empty text: none)."""
+        raw = self.backend_options
+        if isinstance(raw, str):
+            raw = json.loads(raw) if raw.strip() not in ("", "None", "null") else {}
+        if not isinstance(raw, dict):
+            raise AirflowFailException(f"{self.task_id}: backend_options must be an object, not {raw!r}")
+        return raw
+
     def get_backend(self, spec: JobSpec | None = None) -> Backend:
         if self._backend is not None:
             return self._backend
         settings = self._settings()
         name = self.backend or settings.backend or "local"
-        options = {**settings.backend_options, **self.backend_options}
+        options = {**settings.backend_options, **self._task_backend_options()}
         if name == "local" and "work_dir" not in options and spec is not None and storage.is_local(spec.lake["root"]):
             # Job folders (spec, log, result) next to the data they produced, under the lake's _jobs/.
             options["work_dir"] = spec.lake_obj.jobs_dir(spec.run_id, spec.stage)
-        self._backend = backend_for(name, options, storage_options=settings.storage_options)
+        self._backend = backend_for(name, options, storage=settings.storage)
         self._backend_options = options
         self.backend = name
         return self._backend
@@ -245,7 +248,10 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
     # -- ResumableJobMixin ---------------------------------------------------------------------------
     def execute(self, context: Any) -> dict[str, Any]:
         self._context = context
-        return self.execute_resumable(context)
+        # This task reads storage too (inputs, input manifests, results): with the connection's options,
+        # in effect for this task only.
+        with storage.using(self._settings().storage):
+            return self.execute_resumable(context)
 
     def submit_job(self, context: Any) -> dict[str, Any]:
         spec = self.build_spec(context)
@@ -291,8 +297,7 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
     def _remember(self, handle: dict[str, Any], context: Any) -> dict[str, Any]:
         """Follow ``handle``'s newest attempt (a checkpoint sensor may have relaunched the job) and return it."""
         if self._backend is None:
-            # A retry reconnecting: the connections are resolved again here, storage scoped to the lake.
-            scope_storage(self._settings(), handle.get("lake_root"))
+            # A retry reconnecting: the connections are resolved again here.
             self._backend = backend_for(handle["backend"], handle.get("backend_options", {}))
         self._handle = handle = self._backend.current(handle)
         CurationManifestLink.persist(context, handle.get("manifest_uri"))
@@ -376,6 +381,10 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         """Resumed from the trigger: the job has ended; relaunch it (and defer again) or finish."""
+        with storage.using(self._settings().storage):
+            return self._complete(context, event)
+
+    def _complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         self._remember(event["handle"], context)
         status = JobStatus(
             JobState(event["status"]),

@@ -19,6 +19,8 @@ def missing_inputs(inputs: list[str]) -> list[str]:
     for spec in inputs:
         try:
             found = storage.glob(spec) if any(ch in spec for ch in "*?[") else storage.exists(spec)
+        except storage.StorageCredentialsError:
+            raise  # not "missing": the message says which credential is missing and where it goes
         except (FileNotFoundError, OSError):
             found = False
         if not found:
@@ -70,10 +72,13 @@ class IngestOperator(CurationStageOperator):
         self.replace = replace
 
     def submit_job(self, context: Any) -> dict[str, Any]:
-        """Check that every input exists (with the connection's storage options), then submit."""
+        """Check that every input exists (with the connection's storage options, in effect for this task),
+        then submit."""
         inputs = self.build_config(context)["inputs"]
-        self._settings()
-        missing = missing_inputs(inputs)
+        try:
+            missing = missing_inputs(inputs)
+        except storage.StorageCredentialsError as e:
+            raise AirflowFailException(f"{self.task_id}: {e}") from None
         if missing:
             raise AirflowFailException(f"{self.task_id}: input not found: {', '.join(missing)}")
         return super().submit_job(context)

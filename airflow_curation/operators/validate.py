@@ -220,7 +220,8 @@ class ValidateOperator(CurationStageOperator):
 
         value = task_instance.xcom_pull(task_ids=task_instance.task_id, key=REPORT_XCOM_KEY) or {}
         try:
-            report = storage.read_json(value["json"])
+            with storage.using(self._settings().storage):
+                report = storage.read_json(value["json"])
         except (KeyError, FileNotFoundError, ValueError, TypeError):
             return OperatorLineage()
         lake = Lake.from_dict(report["lake"])

@@ -12,6 +12,8 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_curation.backends.base import JobState, JobStatus
+from airflow_curation.core import storage
+from airflow_curation.core.storage_map import StorageMap
 from airflow_curation.jobs.progress import CheckpointWatcher
 from airflow_curation.metrics import emit_gate_metrics
 from airflow_curation.triggers.job_log import JobLogRelay, unit_line
@@ -63,6 +65,7 @@ class ShardCheckpointSensor(BaseSensorOperator):
         self._watcher: CheckpointWatcher | None = None
         self._relay: JobLogRelay | None = None
         self._log_offset = 0
+        self._storage_map: StorageMap | None = None
 
     # Rendered values may be JSON text (Jinja) rather than objects (XComArg); accept both.
     def _job(self) -> dict[str, Any] | None:
@@ -85,18 +88,22 @@ class ShardCheckpointSensor(BaseSensorOperator):
             raise ValueError(f"quorum must be within (0, 1], not {quorum}")
         return quorum
 
-    def _prepare(self) -> None:
-        # Connections resolved as in the trigger: storage options for this gate's lake, in this process.
-        from airflow_curation.hooks.factory import curation_settings, lake_root_for, scope_storage
+    def _storage(self) -> StorageMap:
+        """The connection's storage map (resolved as in the trigger), for this task's own looks only."""
+        from airflow_curation.hooks.factory import curation_settings
 
-        job = self._job()
-        settings = curation_settings(self.curation_conn_id or (job or {}).get("curation_conn_id"))
-        scope_storage(settings, lake_root_for(self.manifest_uri, job, settings))
+        if self._storage_map is None:
+            job = self._job()
+            self._storage_map = curation_settings(self.curation_conn_id or (job or {}).get("curation_conn_id")).storage
+        return self._storage_map
 
     def execute(self, context: Any) -> Any:
+        with storage.using(self._storage()):
+            return self._execute(context)
+
+    def _execute(self, context: Any) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        self._prepare()
         # One look first: an already finished stage needs no trip to the triggerer.
         verdict = self._look()
         if verdict is not None:
@@ -179,7 +186,10 @@ class ShardCheckpointSensor(BaseSensorOperator):
         return True
 
     def poke(self, context: Any) -> bool | PokeReturnValue:
-        self._prepare()
+        with storage.using(self._storage()):
+            return self._poke(context)
+
+    def _poke(self, context: Any) -> bool | PokeReturnValue:
         verdict = self._look()
         if verdict is not None and verdict["status"] == "relaunch" and self._relaunch(verdict):
             return False
@@ -188,6 +198,10 @@ class ShardCheckpointSensor(BaseSensorOperator):
         return PokeReturnValue(is_done=True, xcom_value=self.execute_complete(context, verdict))
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        with storage.using(self._storage()):
+            return self._complete(context, event)
+
+    def _complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") == "relaunch":
             if self._relaunch(event):
                 return self.execute(context)  # gate the new attempt (defers again)

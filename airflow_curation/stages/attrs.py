@@ -171,6 +171,7 @@ class AttrsStage(Stage):
         if not uri:
             return
         wait = float(self.config.get("upstream_wait_s") or 0)
+        started = time.monotonic()
         if self.STREAMS and self.config.get("stream"):
             if self._stream_upstream(uri, group):
                 wait = 0.0  # already waited that long without a new upstream shard
@@ -178,9 +179,14 @@ class AttrsStage(Stage):
         while (upstream := ManifestHead.read(uri)).status == "planned" and time.monotonic() < deadline:
             time.sleep(1.0)
         if upstream.status != "complete":
-            raise ValueError(
-                f"{self.name}: upstream manifest {uri} is {upstream.status_text}, not complete (waited {wait:g} s)"
+            # The time really waited: a failed upstream ends the wait at once, whatever upstream_wait_s says.
+            waited = time.monotonic() - started
+            why = (
+                f"still planned after {waited:.0f} s (upstream_wait_s={self.config.get('upstream_wait_s') or 0:g})"
+                if upstream.status == "planned"
+                else f"{upstream.status_text} (found after {waited:.0f} s; a finished upstream is not waited for)"
             )
+            raise ValueError(f"{self.name}: upstream manifest {uri} is not complete: {why}")
 
     # -- streaming -----------------------------------------------------------------------------------
     def _stream_upstream(self, uri: str, group: tuple[int, int] | None = None) -> bool:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+import signal
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 FIRST_POLL_S = 0.5
@@ -54,3 +58,41 @@ async def wait_for_look(seconds: float, backend: Any = None, handle: dict | None
         await asyncio.sleep(min(step, seconds - k * step))
         if k + 1 < steps and (await asyncio.to_thread(backend.status, handle)).state.finished:
             return
+
+
+# The task runner's SIGTERM handler: it calls the task's on_kill and returns. dag.test runs a deferred task's
+# trigger inline in that same process, with that handler still in place, so a SIGTERM was "handled" and the
+# trigger went on waiting (25 s+, or for ever on a gate that never opens).
+_TASK_RUNNER = "airflow.sdk.execution_time.task_runner"
+
+
+@contextlib.contextmanager
+def interruptible_inline() -> Iterator[None]:
+    """Around an inline trigger's run (dag.test): a SIGTERM runs the handler that was there (the task's
+    on_kill), then cancels the trigger and ends the process (exit 143). In a triggerer (no task runner's
+    handler in place, or not the main thread) nothing changes: the triggerer handles its own signals."""
+    handler = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread() or getattr(handler, "__module__", "") != _TASK_RUNNER:
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    terminated = []
+
+    def stop() -> None:
+        terminated.append(True)
+        with contextlib.suppress(Exception):
+            handler(signal.SIGTERM, None)  # the task's on_kill (a job's cancel), as before
+        if task is not None:
+            task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, stop)
+    try:
+        yield
+    except asyncio.CancelledError:
+        if terminated:
+            raise SystemExit(128 + signal.SIGTERM) from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, handler)

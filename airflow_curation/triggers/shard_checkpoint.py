@@ -15,10 +15,11 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_curation.backends.base import JobState
+from airflow_curation.core import storage
 from airflow_curation.core.manifest import ManifestError
 from airflow_curation.jobs.progress import CheckpointWatcher, Progress
 from airflow_curation.triggers.job_log import JobLogRelay, unit_line
-from airflow_curation.triggers.polling import PollSchedule, wait_for_look
+from airflow_curation.triggers.polling import PollSchedule, interruptible_inline, wait_for_look
 
 __all__ = ["CheckpointWatcher", "Progress", "ShardCheckpointTrigger", "decide"]
 
@@ -39,7 +40,7 @@ class ShardCheckpointTrigger(BaseTrigger):
     :param backend: backend name, with ``backend_options`` and ``job``: the job to watch for death.
     :param not_before: see :class:`CheckpointWatcher`.
     :param curation_conn_id: optional ``curation`` connection for storage credentials, resolved in the
-        triggerer and used for this gate's lake only (see :func:`~airflow_curation.hooks.factory.lake_root_for`).
+        triggerer and in effect for this gate only (:func:`~airflow_curation.core.storage_map.using`).
     :param quorum: fraction of units that opens the gate (default 1.0: all); see :func:`decide`.
     :param poll_interval: the longest wait between looks: the first look is at once, the next ones after
         0.5 s, doubling up to ``poll_interval`` (:class:`~.polling.PollSchedule`), and 0.5 s again once every
@@ -91,19 +92,25 @@ class ShardCheckpointTrigger(BaseTrigger):
         )
 
     def _connect(self):
-        """Resolve the connections here, in the triggerer (blocking: call it in a thread): storage options
-        for the gate's lake, and the backend of the job to watch (None without one)."""
-        from airflow_curation.hooks.factory import backend_for, curation_settings, lake_root_for, scope_storage
+        """Resolve the connections here, in the triggerer (blocking: call it in a thread): the connection's
+        storage map, and the backend of the job to watch (None without one)."""
+        from airflow_curation.hooks.factory import backend_for, curation_settings
 
         conn_id = self.curation_conn_id or (self.job or {}).get("curation_conn_id")
-        settings = curation_settings(conn_id)
-        scope_storage(settings, lake_root_for(self.manifest_uri, self.job, settings))
+        smap = curation_settings(conn_id).storage
         if self.job is None:
-            return None
-        return backend_for(self.backend or self.job.get("backend", "local"), self.backend_options)
+            return smap, None
+        return smap, backend_for(self.backend or self.job.get("backend", "local"), self.backend_options)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        backend = await asyncio.to_thread(self._connect)
+        smap, backend = await asyncio.to_thread(self._connect)
+        # In effect for this gate's task only (its threads copy the context): two gates in one triggerer
+        # each read their lake with their own connection's options, and nothing outlives the gate.
+        with storage.using(smap), interruptible_inline():
+            async for event in self._follow(backend):
+                yield event
+
+    async def _follow(self, backend) -> AsyncIterator[TriggerEvent]:
         watcher = CheckpointWatcher(self.manifest_uri, self.max_failed_fraction, self.not_before)
         last_line = None
         relay = JobLogRelay(self.log, str((self.job or {}).get("job_id", "?")))

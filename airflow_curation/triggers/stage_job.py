@@ -15,9 +15,10 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_curation.hooks.factory import backend_for, curation_settings, scope_storage
+from airflow_curation.core import storage
+from airflow_curation.hooks.factory import backend_for, curation_settings
 from airflow_curation.triggers.job_log import JobLogRelay
-from airflow_curation.triggers.polling import PollSchedule, wait_for_look
+from airflow_curation.triggers.polling import PollSchedule, interruptible_inline, wait_for_look
 
 
 class StageJobTrigger(BaseTrigger):
@@ -69,14 +70,19 @@ class StageJobTrigger(BaseTrigger):
         if finished:
             relay.flush()
 
-    def _backend(self):
-        """The backend, its connections resolved here (blocking: call it in a thread)."""
+    def _connect(self):
+        """The connection's storage map and the backend, resolved here (blocking: call it in a thread)."""
         conn_id = self.curation_conn_id or self.handle.get("curation_conn_id")
-        scope_storage(curation_settings(conn_id), self.handle.get("lake_root"))
-        return backend_for(self.backend, self.backend_options)
+        return curation_settings(conn_id).storage, backend_for(self.backend, self.backend_options)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        backend = await asyncio.to_thread(self._backend)
+        smap, backend = await asyncio.to_thread(self._connect)
+        # In effect for this trigger's task only (its threads copy the context): never process-wide.
+        with storage.using(smap), interruptible_inline():
+            async for event in self._follow(backend):
+                yield event
+
+    async def _follow(self, backend) -> AsyncIterator[TriggerEvent]:
         relay = JobLogRelay(self.log, str(self.handle.get("job_id", "?")))
         schedule = PollSchedule(self.poll_interval)
         while True:
@@ -103,6 +109,7 @@ class StageJobTrigger(BaseTrigger):
         Not called when the triggerer restarts or hands the trigger to another one, so a rolling deploy
         never cancels running jobs.
         """
-        backend = await asyncio.to_thread(self._backend)
+        smap, backend = await asyncio.to_thread(self._connect)
         self.log.info("Task killed while deferred: cancelling job %s", self.handle.get("job_id"))
-        await asyncio.to_thread(backend.cancel, self.handle)
+        with storage.using(smap):
+            await asyncio.to_thread(backend.cancel, self.handle)

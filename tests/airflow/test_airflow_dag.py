@@ -197,3 +197,34 @@ def test_a_missing_input_fails_ingest_once_with_one_line(pipeline, tmp_path, mon
     assert tis["ingest"].state == "failed" and tis["ingest"].try_number == 1  # not retried
     assert tis["ingest_checkpoints"].state == "upstream_failed"
     assert not (tmp_path / "lake").exists()  # nothing was submitted
+
+
+def test_backend_options_per_stage_are_merged_over_the_connections(pipeline, tmp_path, monkeypatch):
+    """``params.backend_options[<stage>]`` reaches that stage's backend over the connection's options (here
+    the local backend's work_dir), and only that stage's."""
+    write_jsonl(tmp_path / "raw" / "a.jsonl", 12)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CURATION_DEFAULT",
+        json.dumps(
+            {
+                "conn_type": "curation",
+                "extra": {
+                    "lake": str(tmp_path / "lake"),
+                    "backend": "local",
+                    "backend_options": {"work_dir": str(tmp_path / "conn-jobs")},
+                },
+            }
+        ),
+    )
+    dag_run = pipeline.test(
+        logical_date=datetime(2026, 11, 25, tzinfo=timezone.utc),
+        mark_success_pattern=NOT_INGEST,
+        run_conf={
+            "input": str(tmp_path / "raw"),
+            "backend_options": {"ingest": {"work_dir": str(tmp_path / "ingest-jobs")}, "dedup": {"work_dir": "/x"}},
+        },
+    )
+    assert dag_run.state == "success", dag_run.state
+    handle = _task_state(dag_run)[("ingest", "curation_job")]
+    assert handle["job_dir"].startswith(str(tmp_path / "ingest-jobs") + "/")
+    assert not (tmp_path / "conn-jobs").exists()

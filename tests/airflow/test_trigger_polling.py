@@ -87,7 +87,7 @@ def _run_job_trigger(monkeypatch, backend) -> tuple[dict, list[float]]:
     """A job trigger (30 s interval) over ``backend`` to its first event: (its payload, the waits)."""
     waits = _record_sleeps(monkeypatch, stage_job)
     trigger = stage_job.StageJobTrigger(backend="local", backend_options={}, handle={"job_id": "j"}, poll_interval=30)
-    monkeypatch.setattr(trigger, "_backend", lambda: backend)
+    monkeypatch.setattr(trigger, "_connect", lambda: (None, backend))
 
     async def go():
         async for event in trigger.run():

@@ -116,6 +116,7 @@ def test_two_runs_of_one_snapshot_each_get_their_own_report(retry_dag, tmp_path)
 def test_conf_values_airflow_did_not_apply_are_shown(tmp_path):
     """A run whose conf differs from the params it used (a backfill without "override parameters"): the
     run context names each value that was not applied, and the report shows them."""
+    from airflow_curation.core.storage_map import StorageMap
     from airflow_curation.hooks.factory import CurationSettings
     from airflow_curation.operators.base import run_context
     from airflow_curation.stages.validate.report import _run_context_html
@@ -125,7 +126,7 @@ def test_conf_values_airflow_did_not_apply_are_shown(tmp_path):
 
     rc = run_context(
         {"dag_run": Run(), "params": {"min_rows": 1, "dataset": "web"}, "run_id": "backfill__x"},
-        CurationSettings(lake="/l", backend="local", storage_options={"s3": {"secret": "hidden"}}),
+        CurationSettings(lake="/l", backend="local", storage=StorageMap({"s3": {"secret": "hidden"}})),
         "curation_default",
         Lake("/l", "web"),
         None,

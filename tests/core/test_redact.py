@@ -33,18 +33,18 @@ def test_values_of_secret_env_vars_and_storage_options_are_masked(monkeypatch):
             {"key": "id-in-options", "secret": "s3cret-in-options", "client_kwargs": {"region_name": "us-east-1"}}
         ),
     )
-    monkeypatch.setattr(storage, "_SCOPED", {"gs://bucket/lake": {"token": "set-in-process-token"}})
-    out = scrub("saw plain-looking-value, id-in-options, s3cret-in-options and set-in-process-token in us-east-1")
+    with storage.using(storage.StorageMap({"gs://bucket/lake": {"token": "set-in-process-token"}})):
+        out = scrub("saw plain-looking-value, id-in-options, s3cret-in-options and set-in-process-token in us-east-1")
     assert out == "saw ***, ***, *** and *** in us-east-1"
 
 
 def test_short_passwords_of_connections_are_masked(monkeypatch):
     """A connection's 5-character password is masked, whether the connection is a URI (an Airflow
-    connection in the environment, percent-encoded), JSON, or storage options registered in process."""
+    connection in the environment, percent-encoded), JSON, or storage options in effect in process."""
     monkeypatch.setenv("AIRFLOW_CONN_WAREHOUSE", "postgresql://loader:pw%2123@db.internal:5432/lake")
     monkeypatch.setenv("AIRFLOW_CONN_API", json.dumps({"conn_type": "http", "login": "bot", "password": "k3y9z"}))
-    monkeypatch.setattr(storage, "_SCOPED", {"s3://bucket/lake": {"key": "minio", "secret": "hu5ky"}})
-    out = scrub("login as loader with pw!23 failed; api said 'k3y9z' rejected; s3 secret hu5ky (key minio)")
+    with storage.using(storage.StorageMap({"s3://bucket/lake": {"key": "minio", "secret": "hu5ky"}})):
+        out = scrub("login as loader with pw!23 failed; api said 'k3y9z' rejected; s3 secret hu5ky (key minio)")
     assert out == "login as loader with *** failed; api said '***' rejected; s3 secret *** (key ***)"
 
 

@@ -79,43 +79,67 @@ def test_memory_filesystem_round_trip():
     assert not storage.exists(uri)
 
 
-def test_options_are_scoped_by_prefix_longest_wins(monkeypatch):
-    monkeypatch.setattr(storage, "_SCOPED", {})
+def test_options_resolve_by_protocol_and_prefix_longest_wins(monkeypatch):
     monkeypatch.setenv("CURATION_STORAGE_OPTIONS_S3", json.dumps({"key": "env-key", "region": "env"}))
-    storage.register_options("s3://bucket/lake-a/", {"key": "a"})
-    storage.register_options("s3://bucket/lake-a/web", {"key": "a-web"})
-    storage.register_options("s3://bucket/lake-b", {"key": "b"})
-    assert storage.options_for("s3://bucket/lake-a/web/_manifests/r/ingest.json") == {"key": "a-web", "region": "env"}
-    assert storage.options_for("s3://bucket/lake-a/other/x") == {"key": "a", "region": "env"}
-    assert storage.options_for("s3://bucket/lake-a") == {"key": "a", "region": "env"}
-    assert storage.options_for("s3://bucket/lake-b/x") == {"key": "b", "region": "env"}
-    # Prefixes match whole path segments: lake-bb is not under lake-b.
-    assert storage.options_for("s3://bucket/lake-bb/x") == {"key": "env-key", "region": "env"}
-    assert storage.options_for("gs://bucket/lake-a/x") == {}
-    storage.register_options("s3://bucket/lake-b", {"key": "b2"})  # a rotated credential replaces the old
-    assert storage.options_for("s3://bucket/lake-b/x")["key"] == "b2"
-    storage.unregister_options("s3://bucket/lake-b/")
-    assert storage.options_for("s3://bucket/lake-b/x")["key"] == "env-key"
+    smap = storage.StorageMap(
+        {
+            "s3://bucket/lake-a/": {"key": "a"},
+            "s3://bucket/lake-a/web": {"key": "a-web"},
+            "s3://bucket/lake-b": {"key": "b"},
+        }
+    )
+    with storage.using(smap):
+        assert storage.options_for("s3://bucket/lake-a/web/_manifests/r/ingest.json") == {
+            "key": "a-web",
+            "region": "env",
+        }
+        assert storage.options_for("s3://bucket/lake-a/other/x") == {"key": "a", "region": "env"}
+        assert storage.options_for("s3://bucket/lake-a") == {"key": "a", "region": "env"}
+        assert storage.options_for("s3://bucket/lake-b/x") == {"key": "b", "region": "env"}
+        # Prefixes match whole path segments: lake-bb is not under lake-b.
+        assert storage.options_for("s3://bucket/lake-bb/x") == {"key": "env-key", "region": "env"}
+        assert storage.options_for("gs://bucket/lake-a/x") == {}
+    # Nothing outlives the block: the environment's options only.
+    assert storage.options_for("s3://bucket/lake-b/x") == {"key": "env-key", "region": "env"}
 
 
-def test_scoped_options_restore_what_was_there(monkeypatch):
-    monkeypatch.setattr(storage, "_SCOPED", {})
-    storage.register_options("memory://scoped", {"marker": 1})
-    with storage.scoped_options("memory://scoped", {"marker": 2}):
-        assert storage.options_for("memory://scoped/x") == {"marker": 2}
-        with storage.scoped_options("memory://other", {"marker": 3}):
-            assert storage.registered_options() == {"memory://scoped": {"marker": 2}, "memory://other": {"marker": 3}}
-    assert storage.registered_options() == {"memory://scoped": {"marker": 1}}
+def test_a_protocol_entry_covers_every_bucket_under_a_bucket_entry():
+    smap = storage.StorageMap({"s3": {"endpoint_url": "http://e", "key": "k"}, "s3://raw": {"key": "raw-k"}})
+    assert sorted(smap.entries) == ["s3://", "s3://raw"]
+    assert smap.resolve("s3://raw/a.jsonl") == {"endpoint_url": "http://e", "key": "raw-k"}
+    assert smap.resolve("s3://lake/x") == {"endpoint_url": "http://e", "key": "k"}
+    assert smap.resolve("s3://rawer/x") == {"endpoint_url": "http://e", "key": "k"}
+    # What a job process gets back from its environment is the same map.
+    back = storage.StorageMap.from_env(smap.to_env())
+    assert back.entries == smap.entries
+
+
+def test_maps_in_effect_are_per_context_not_process_wide():
+    """Two triggers in one triggerer (two asyncio tasks) each see their own connection's map, also in the
+    threads they start; neither leaves anything behind."""
+    import asyncio
+
+    async def gate(name: str, started: asyncio.Event, other: asyncio.Event) -> str:
+        with storage.using(storage.StorageMap({"memory://lake": {"marker": name}})):
+            started.set()
+            await other.wait()  # the other gate has its map in effect now too
+            return await asyncio.to_thread(lambda: storage.options_for("memory://lake/x")["marker"])
+
+    async def both():
+        a, b = asyncio.Event(), asyncio.Event()
+        return await asyncio.gather(gate("a", a, b), gate("b", b, a))
+
+    assert asyncio.run(both()) == ["a", "b"]
+    assert "marker" not in storage.options_for("memory://lake/x")
 
 
 def test_explicit_options_are_used_as_given(monkeypatch):
-    monkeypatch.setattr(storage, "_SCOPED", {})
     monkeypatch.setenv("CURATION_STORAGE_OPTIONS_S3", json.dumps({"key": "env-key"}))
-    storage.register_options("s3://bucket/lake", {"key": "scoped"})
     seen = []
     monkeypatch.setattr(storage, "url_to_fs", lambda url, **kw: seen.append(kw) or (None, url))
-    storage.filesystem("s3://bucket/lake/x", {"key": "explicit"})
-    storage.filesystem("s3://bucket/lake/x")
+    with storage.using(storage.StorageMap({"s3://bucket/lake": {"key": "scoped"}})):
+        storage.filesystem("s3://bucket/lake/x", {"key": "explicit"})
+        storage.filesystem("s3://bucket/lake/x")
     assert seen == [{"key": "explicit", "use_listings_cache": False}, {"key": "scoped", "use_listings_cache": False}]
 
 

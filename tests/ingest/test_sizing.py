@@ -94,3 +94,17 @@ def test_units_are_sized_by_expected_output():
     assert expected_output("/d/a.jsonl.gz", 1000) > expected_output("/d/a.jsonl", 1000)
     # unit_bytes keeps its meaning: input bytes.
     assert len(group_files(plain, target, unit_bytes=200_000)) == 250
+
+
+def test_an_array_gets_a_unit_per_task_from_a_small_input():
+    """A small input is one unit by default; with ``min_units`` (what a backend running N array tasks sets)
+    it is split into N units where there are N files, never more units than files, order kept."""
+    target = 256 << 20
+    files = [(f"/d/p-{k}.jsonl", {"size": 10_000 + 100 * k}) for k in range(5)]
+    assert len(group_files(files, target)) == 1
+    for n in (2, 3, 4, 5, 8):
+        groups = group_files(files, target, min_units=n)
+        assert len(groups) == min(n, len(files)), n
+        assert [u for g in groups for u, _ in g] == [u for u, _ in files]
+    assert len(group_files(files[:1], target, min_units=4)) == 1
+    assert len(group_files(files, target, unit_bytes=1 << 30, min_units=4)) == 1  # unit_bytes wins

@@ -230,3 +230,18 @@ def test_memory_expansion_is_measured_from_checkpoints(lake, warm_signals):
     # tiny shards under a process of a few hundred MiB: the measured factor is large, and capped
     expected = max((r.extra["peak_rss_mib"] * 1024**2 - 640 * 1024**2) / r.outputs[0]["bytes"] for r in records)
     assert measured == min(64.0, max(1.0, expected))
+
+
+def test_a_failed_upstream_is_reported_as_failed_not_as_a_long_wait(tmp_path):
+    """The message once said "not complete (waited 600 s)" for an upstream that had failed seconds before
+    (the setting, not the wait): a finished upstream is not waited for, and the message says what it is."""
+    lake = Lake(str(tmp_path / "lake"), "docs")
+    m = Manifest(dataset="docs", stage="ingest", run_id="i1", fingerprint="f", lake=lake.to_dict(), status="failed")
+    uri = lake.manifest_uri("i1", "ingest")
+    m.write(uri)
+    stage = PreprocessStage(lake, {"input_manifest": uri, "upstream_wait_s": 600}, "p1")
+    with pytest.raises(ValueError) as e:
+        stage._wait_for_upstream()
+    text = str(e.value)
+    assert "is not complete: 'failed'" in text and "a finished upstream is not waited for" in text
+    assert "600" not in text

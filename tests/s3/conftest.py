@@ -1,8 +1,7 @@
 """A real S3 API on loopback for the whole session: ``moto_server`` on a free 127.0.0.1 port.
 
-Tests get a fresh bucket each (``s3_bucket``) with the storage layer pointed at the server, both in
-this process (registered for the bucket, ``storage.register_options``) and in job subprocesses
-(``CURATION_STORAGE_OPTIONS_S3``).
+Tests get a fresh bucket each (``s3_bucket``) with the storage layer pointed at the server, in this
+process and in job subprocesses alike: through the environment (``CURATION_STORAGE_OPTIONS_S3``).
 """
 
 from __future__ import annotations
@@ -96,8 +95,6 @@ def s3_bucket(s3_endpoint, monkeypatch):
     """A new empty bucket; the storage layer (here and in subprocesses) is configured for the server."""
     import boto3
 
-    from airflow_curation.core import storage
-
     name = f"test-{uuid.uuid4().hex[:12]}"
     # boto3, not s3fs.mkdir: s3fs sends a LocationConstraint that moto refuses for us-east-1.
     boto3.client(
@@ -107,15 +104,10 @@ def s3_bucket(s3_endpoint, monkeypatch):
         aws_secret_access_key=SECRET,
         region_name=REGION,
     ).create_bucket(Bucket=name)
-    opts = storage_options(s3_endpoint)
-    storage.register_options(f"s3://{name}", opts)
-    monkeypatch.setenv("CURATION_STORAGE_OPTIONS_S3", json.dumps(opts))
+    monkeypatch.setenv("CURATION_STORAGE_OPTIONS_S3", json.dumps(storage_options(s3_endpoint)))
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(var, raising=False)  # only the options above may be used
-    try:
-        yield name
-    finally:
-        storage.unregister_options(f"s3://{name}")
+    return name
 
 
 @pytest.fixture

@@ -37,7 +37,6 @@ def second_s3_endpoint(tmp_path_factory):
 @pytest.fixture
 def two_lakes(s3_endpoint, second_s3_endpoint, monkeypatch):
     """``{name: (lake root, fsspec options)}`` for lakes a and b, each bucket on its own server only."""
-    monkeypatch.setattr(storage, "_SCOPED", {})
     for var in ("CURATION_STORAGE_OPTIONS_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(var, raising=False)  # only the connections' options may be used
     lakes = {}
@@ -51,14 +50,17 @@ def two_lakes(s3_endpoint, second_s3_endpoint, monkeypatch):
             f"s3://{bucket}/lake",
             {"key": key, "secret": secret, "endpoint_url": url, "client_kwargs": {"region_name": REGION}},
         )
-    yield lakes
-    monkeypatch.setattr(storage, "_SCOPED", {})
+    return lakes
 
 
 def test_two_lakes_interleaved_in_one_process(two_lakes):
     (root_a, opts_a), (root_b, opts_b) = two_lakes["a"], two_lakes["b"]
-    storage.register_options(root_a, opts_a)
-    storage.register_options(root_b, opts_b)
+    smap = storage.StorageMap({root_a: opts_a, root_b: opts_b})
+    with storage.using(smap):
+        _interleave(root_a, root_b)
+
+
+def _interleave(root_a: str, root_b: str) -> None:
     for i in range(3):  # interleaved: a, b, a, b...
         storage.write_json(f"{root_a}/x/{i}.json", {"lake": "a", "i": i})
         storage.write_json(f"{root_b}/x/{i}.json", {"lake": "b", "i": i})
@@ -83,7 +85,7 @@ def _plan(root: str, opts: dict, rows: int) -> tuple[str, CheckpointStore, list[
         units=units,
         config={"max_failed_fraction": 0.0},
     )
-    with storage.scoped_options(root, opts):
+    with storage.using(storage.StorageMap({root: opts})):
         uri = manifest.write(lake.manifest_uri("r1", "preprocess"))
         store = CheckpointStore(lake.checkpoint_dir("preprocess", FP))
         _commit(store, units[0], rows)
@@ -108,7 +110,7 @@ def _commit(store: CheckpointStore, unit: UnitEntry, rows: int) -> None:
 
 def _finish(uri: str, store: CheckpointStore, unit: UnitEntry, root: str, opts: dict, rows: int) -> None:
     """What the job does last: its second checkpoint, then the complete manifest."""
-    with storage.scoped_options(root, opts):
+    with storage.using(storage.StorageMap({root: opts})):
         _commit(store, unit, rows)
         manifest = Manifest.read(uri)
         manifest.status = "complete"
@@ -140,7 +142,7 @@ def test_two_curation_connections_gate_their_own_lakes_in_one_triggerer(two_lake
             ),
         )
         plans[name] = _plan(root, opts, rows[name])
-    assert storage.registered_options() == {}  # nothing registered: the triggers must resolve
+    assert "key" not in storage.options_for(two_lakes["a"][0])  # nothing in effect here: the triggers must resolve
 
     triggers = {}
     for name, (uri, _, _) in plans.items():
@@ -171,5 +173,5 @@ def test_two_curation_connections_gate_their_own_lakes_in_one_triggerer(two_lake
         assert event["status"] == "done", event
         assert event["summary"]["manifest_uri"] == plans[name][0]
         assert event["summary"]["rows"] == 2 * rows[name]
-    assert storage.options_for(plans["a"][0])["endpoint_url"] == two_lakes["a"][1]["endpoint_url"]
-    assert storage.options_for(plans["b"][0])["key"] == "key-b"
+    # Each gate's options were its own and did not outlive it (a long-lived triggerer keeps nothing).
+    assert storage.options_for(plans["a"][0]) == {} and storage.options_for(plans["b"][0]) == {}

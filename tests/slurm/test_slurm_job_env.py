@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from airflow_curation.backends.slurm import ENV_FILE, EXPORTED, SlurmBackend
 
 from .conftest import spec_for
@@ -75,3 +77,17 @@ def test_a_credential_too_short_to_mask_is_named_in_a_warning(tmp_path, caplog):
     SlurmBackend(work_dir=str(tmp_path), env={"TINY_PASSWORD": "a", "HF_TOKEN": "hf_long_enough"})
     assert "slurm env: TINY_PASSWORD holds a credential shorter than 3 characters" in caplog.text
     assert "HF_TOKEN" not in caplog.text
+
+
+def test_an_object_store_lake_needs_no_work_dir(tmp_path, monkeypatch):
+    """Job files cannot live on S3 (sbatch reads the script, slurmd writes the log): with no work_dir the
+    job folder goes under $CURATION_SLURM_JOBS_DIR (default ~/.airflow-curation/slurm-jobs); only over SSH,
+    where this host's home is not the cluster's, a work_dir must be given."""
+    monkeypatch.setenv("CURATION_SLURM_JOBS_DIR", str(tmp_path / "jobs"))
+    spec = spec_for({"root": "s3://bucket/lake", "dataset": "web", "snapshot": None}, run_id="run1")
+    job_dir = SlurmBackend().job_dir_for(spec)
+    assert job_dir.startswith(str(tmp_path / "jobs" / "run1" / spec.stage) + "/")
+    monkeypatch.delenv("CURATION_SLURM_JOBS_DIR")
+    assert SlurmBackend().job_dir_for(spec).startswith(os.path.expanduser("~/.airflow-curation/slurm-jobs/run1/"))
+    with pytest.raises(ValueError, match="over SSH"):
+        SlurmBackend(command_prefix=["ssh", "login1"]).job_dir_for(spec)

@@ -26,10 +26,10 @@ pytestmark = pytest.mark.slurm
 
 def _secret_env() -> tuple[str, dict[str, str]]:
     """A fake secret in storage options, as the Airflow layer hands them to a backend."""
-    from airflow_curation.hooks.curation import CurationHook
+    from airflow_curation.core.storage_map import StorageMap
 
     secret = f"s3cr3t-{uuid.uuid4().hex}"
-    return secret, CurationHook.job_env({"s3": {"key": "AKIA-FAKE", "secret": secret}})
+    return secret, StorageMap({"s3": {"key": "AKIA-FAKE", "secret": secret}}).to_env()
 
 
 def _files_holding(root: Path, needle: str) -> list[Path]:

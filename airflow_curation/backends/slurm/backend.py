@@ -18,6 +18,7 @@ and ``cancel`` delete it too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -55,6 +56,8 @@ from airflow_curation.jobs import groups as grp
 from airflow_curation.jobs import progress
 from airflow_curation.jobs.spec import JobSpec
 
+SLURM_JOBS_DIR = os.path.join(".airflow-curation", "slurm-jobs")  # under $HOME: the object-store lake default
+
 
 class SlurmBackend(ScriptMixin, TransportMixin, Backend):
     """Run job specs as Slurm batch jobs.
@@ -70,7 +73,9 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
     :param shard_groups: 1 for one allocation, N for an array over N shard groups (capped at MaxArraySize).
     :param array_parallelism: the ``%K`` of ``--array``: at most K tasks at once (0: no limit).
     :param work_dir: a folder every node sees (and, over SSH, the same path here and there) for job
-        scripts, specs, results and logs; default the lake's ``_jobs/`` folder when the lake is local.
+        scripts, specs, results and logs; default the lake's ``_jobs/`` folder when the lake is local,
+        else (an object-store lake) ``$CURATION_SLURM_JOBS_DIR`` or ``~/.airflow-curation/slurm-jobs``
+        (over SSH a work_dir must be given).
     :param python: interpreter on the compute nodes; default this one.
     :param env: environment for the job, secrets included (e.g. ``CURATION_STORAGE_OPTIONS_S3``):
         written to a ``0600`` file that the job sources and that is deleted after the run, never
@@ -190,10 +195,16 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
             return os.path.join(work_dir, safe_name(spec.run_id, "run id"), safe_name(spec.stage, "stage"), key)
         lake = spec.lake_obj
         if not storage.is_local(lake.root):
-            raise ValueError(
-                f"the lake {lake.root} is not a local folder: give the Slurm backend a "
-                "work_dir on a filesystem that the compute nodes share"
-            )
+            if self.remote:
+                raise ValueError(
+                    f"the lake {lake.root} is not a local folder and the Slurm commands run over SSH: give the "
+                    "Slurm backend a work_dir that the login node and the compute nodes share"
+                )
+            # An object-store lake cannot hold job files (sbatch reads the script, slurmd writes the log):
+            # a folder under this user's home, shared with the compute nodes on most clusters.
+            base = os.environ.get("CURATION_SLURM_JOBS_DIR") or os.path.join(os.path.expanduser("~"), SLURM_JOBS_DIR)
+            parts = (safe_name(spec.run_id, "run id"), safe_name(spec.stage, "stage"), key)
+            return os.path.abspath(os.path.join(base, *parts))
         base = lake.jobs_dir(spec.run_id, spec.stage)
         return os.path.abspath(os.path.join(storage.local_path(base), key))
 
@@ -224,8 +235,12 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         job_dir = check_job_dir(self.job_dir_for(spec))
         self.files.makedirs(job_dir)
         spec_path = os.path.join(job_dir, "spec.json")
-        self.files.write(spec_path, spec.to_json().encode())
         groups = grp.group_count(self.shard_groups, self.max_array_size()) if self.shard_groups > 1 else 1
+        if groups > 1:  # a unit for each array task where the input allows (a small input is else one unit)
+            spec = dataclasses.replace(
+                spec, config={**spec.config, "min_units": max(groups, spec.config.get("min_units") or 1)}
+            )
+        self.files.write(spec_path, spec.to_json().encode())
         base = {
             "backend": self.name,
             "job_dir": job_dir,

@@ -41,23 +41,40 @@ def unit_output_bytes(target: int) -> int:
 
 
 def group_files(
-    files: list[tuple[str, dict]], target: int, unit_bytes: int | None = None, fmt: str = "auto"
+    files: list[tuple[str, dict]], target: int, unit_bytes: int | None = None, fmt: str = "auto", min_units: int = 1
 ) -> list[list[tuple[str, dict]]]:
     """Consecutive files grouped into units. ``unit_bytes`` (input bytes) when given; else by expected
-    output, ``unit_output_bytes(target)`` a unit, a last group under half a shard joining the one before."""
+    output, ``unit_output_bytes(target)`` a unit, a last group under half a shard joining the one before.
+
+    :param min_units: without ``unit_bytes``, units are made small enough that there are at least this many
+        where there are that many files (an array of N tasks then has a unit for each): a small input would
+        else be one unit, and the array nothing to split."""
     groups: list[list[tuple[str, dict]]] = []
     group: list[tuple[str, dict]] = []
     amount = 0.0
     limit = unit_bytes if unit_bytes else unit_output_bytes(target)
-    for url, info in files:
+    need = 0 if unit_bytes else min(min_units, len(files))
+    if need > 1:
+        total = sum(expected_output(u, int(i.get("size") or 0), fmt) for u, i in files)
+        limit = min(limit, total / need)
+    for n, (url, info) in enumerate(files, 1):
         size = int(info.get("size") or 0)
         group.append((url, info))
         amount += size if unit_bytes else expected_output(url, size, fmt)
-        if amount >= limit or len(group) >= MAX_FILES_PER_UNIT:
+        # The files left must still make the units min_units asks for.
+        short = len(files) - n <= need - len(groups) - 1
+        if amount >= limit or len(group) >= MAX_FILES_PER_UNIT or short:
             groups.append(group)
             group, amount = [], 0.0
     if group:
-        if groups and not unit_bytes and amount < target / 2 and len(groups[-1]) + len(group) <= MAX_FILES_PER_UNIT:
+        keeps_count = len(groups) >= need  # joining must not undo min_units
+        if (
+            groups
+            and not unit_bytes
+            and keeps_count
+            and amount < target / 2
+            and len(groups[-1]) + len(group) <= MAX_FILES_PER_UNIT
+        ):
             groups[-1].extend(group)
         else:
             groups.append(group)

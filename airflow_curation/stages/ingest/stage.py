@@ -138,14 +138,15 @@ class IngestStage(Stage):
                 found.update(list_local(path))
                 continue
             prefix = f"{storage.protocol_of(spec)}://"
-            if any(ch in path for ch in "*?["):
-                infos = fs.glob(path, detail=True)
-            elif fs.isdir(path):
-                infos = fs.find(path, detail=True)
-            elif fs.exists(path):
-                infos = {path: fs.info(path)}
-            else:
-                raise FileNotFoundError(f"ingest: input {spec!r} does not exist")
+            with storage.explained(spec):
+                if any(ch in path for ch in "*?["):
+                    infos = fs.glob(path, detail=True)
+                elif fs.isdir(path):
+                    infos = fs.find(path, detail=True)
+                elif fs.exists(path):
+                    infos = {path: fs.info(path)}
+                else:
+                    raise FileNotFoundError(f"ingest: input {spec!r} does not exist")
             for name, info in infos.items():
                 if info.get("type") != "file" or os.path.basename(name).startswith("."):
                     continue
@@ -170,7 +171,8 @@ class IngestStage(Stage):
         units: list[UnitEntry] = []
         target = int(self.config["target_shard_bytes"])
         unit_bytes = int(self.config["unit_bytes"]) if self.config["unit_bytes"] else None
-        for group in group_files(files, target, unit_bytes, self.config["format"]):
+        min_units = int(self.config.get("min_units") or 1)
+        for group in group_files(files, target, unit_bytes, self.config["format"], min_units):
             ident = [(_relpath(u, root), i.get("size"), _version_of(i)) for u, i in group]
             checksum = "xxh64:" + xxhash.xxh64(canonical_json(ident).encode()).hexdigest()
             units.append(UnitEntry(unit_id=f"{len(units):05d}", inputs=[u for u, _ in group], input_checksum=checksum))

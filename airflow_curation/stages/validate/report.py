@@ -13,7 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from airflow_curation.core import storage
+from airflow_curation.core import storage, storage_map
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest
 
@@ -28,7 +28,7 @@ def stage_timings(lake: Lake, manifest: Manifest, limit: int = 5000) -> dict[str
     wanted = manifest.units[:limit]
     # Many small reads (object stores: one request each): overlap them.
     with ThreadPoolExecutor(max_workers=16) as pool:
-        records = list(pool.map(lambda u: store.load(u.unit_id), wanted))
+        records = list(pool.map(storage_map.carried(lambda u: store.load(u.unit_id)), wanted))
     for u, rec in zip(wanted, records):
         row: dict[str, Any] = {"unit_id": u.unit_id, "status": u.status, "error": u.error}
         if rec is not None and rec.fingerprint == manifest.fingerprint:

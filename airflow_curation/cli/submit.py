@@ -1,0 +1,119 @@
+"""``curation <stage> --backend NAME [--backend-options ...]``: submit the stage to a backend without Airflow.
+
+The same backend classes the operators use (local, slurm, kubernetes, ray), built from plain options; the
+job gets the storage options of this process's environment through its own (a ``0600`` file on Slurm, a
+Secret on Kubernetes; see core/credentials.py), never in its spec. The command follows the job until it
+ends (its log streamed to stderr), relaunches it where the backend allows, and cancels it on Ctrl-C/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from typing import Any
+
+from airflow_curation.backends import Backend, JobState, get_backend
+from airflow_curation.core import storage_map
+from airflow_curation.jobs.spec import JobSpec
+
+BACKENDS = ("local", "slurm", "kubernetes", "ray")
+
+
+def add_backend_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        help="submit the stage as a job to this backend and follow it (default: run it in this process)",
+    )
+    p.add_argument(
+        "--backend-options",
+        type=backend_options,
+        default={},
+        metavar="JSON|K=V,...",
+        help='the backend\'s options: JSON (\'{"shard_groups": 4, "partition": "debug"}\') or key=value pairs '
+        "(shard_groups=4,partition=debug; values read as JSON where they parse)",
+    )
+
+
+def backend_options(text: str) -> dict[str, Any]:
+    """``--backend-options``: a JSON object, or ``k=v`` pairs separated by commas (each value JSON if it
+    parses, else a string)."""
+    text = text.strip()
+    if not text:
+        return {}
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"not a JSON object: {e}") from None
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError("must be a JSON object")
+        return value
+    out: dict[str, Any] = {}
+    for pair in text.split(","):
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise argparse.ArgumentTypeError(f"expected key=value, got {pair!r}")
+        try:
+            out[key.strip()] = json.loads(raw)
+        except ValueError:
+            out[key.strip()] = raw
+    return out
+
+
+def build_backend(name: str, options: dict[str, Any]) -> Backend:
+    """Backend ``name`` from plain options; the job's environment gets this process's storage options."""
+    opts = dict(options)
+    env = storage_map.current().to_env()
+    if env and name != "ray":  # Ray: a runtime_env is readable by the dashboard's users (core/credentials.py)
+        opts["env"] = {**env, **(opts.get("env") or {})}
+    return get_backend(name, **opts)
+
+
+def submit_and_follow(spec: JobSpec, name: str, options: dict[str, Any], poll_s: float = 2.0) -> dict[str, Any]:
+    """Submit ``spec`` to backend ``name`` and follow it to its end: the job's result summary (raises on
+    failure with the backend's message)."""
+    backend = build_backend(name, options)
+    handle = backend.submit(spec)
+    print(
+        f"submitted {spec.stage} job {handle.get('job_id')} to {name} "
+        f"({handle.get('url') or handle.get('log') or handle.get('job_dir') or 'no log location'})",
+        file=sys.stderr,
+    )
+
+    def stop(signum, _frame):
+        print(f"signal {signum}: cancelling job {handle.get('job_id')}", file=sys.stderr)
+        backend.cancel(handle)
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    offset = 0
+    try:
+        while True:
+            handle = backend.current(handle)
+            status = backend.status(handle)
+            text, offset = backend.logs(handle, offset)
+            if text:
+                sys.stderr.write(text)
+            if status.state.finished:
+                if status.state == JobState.FAILED:
+                    relaunched = backend.settle(handle, status)
+                    if relaunched is not None:
+                        print(f"relaunched as attempt {relaunched.get('attempt')}: {status.message}", file=sys.stderr)
+                        handle, offset = {**handle, **relaunched}, 0
+                        continue
+                if status.state != JobState.SUCCEEDED:
+                    raise RuntimeError(
+                        f"{spec.stage} job {handle.get('job_id')} {status.state.value}: {status.message}"
+                    )
+                return {**(status.result or {}), "job_id": handle.get("job_id"), "backend": name}
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        print(f"interrupted: cancelling job {handle.get('job_id')}", file=sys.stderr)
+        backend.cancel(handle)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
