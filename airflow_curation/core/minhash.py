@@ -26,11 +26,12 @@ import re
 import unicodedata
 from dataclasses import asdict, dataclass
 
-import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
+
+from airflow_curation.core.jit import numba
 
 _WORD, _SPACE = np.uint8(1), np.uint8(2)
 TOKENIZERS = {"word": 0, "space": 1, "char": 2}
@@ -232,43 +233,65 @@ def _decode(data, i, end):
     return b0, 1
 
 
+@numba.njit(inline="always")
+def _ascii8(data, i):
+    """Whether the 8 bytes at ``data[i]`` are all ASCII."""
+    return (
+        (data[i] | data[i + 1] | data[i + 2] | data[i + 3] | data[i + 4] | data[i + 5] | data[i + 6] | data[i + 7])
+        & 0x80
+    ) == 0
+
+
+@numba.njit(inline="always")
+def _line_start(data, known, i, line_start):
+    """Start of the line holding ``data[i]``: after the last line feed in ``data[known:i]`` (plain ASCII
+    bytes), else ``line_start`` (the line's start as of ``known``)."""
+    j = i - 1
+    while j >= known and data[j] != 10:
+        j -= 1
+    return j + 1 if j >= known else line_start
+
+
 @numba.njit(cache=True, nogil=True)
 def _unsafe_lines_kernel(data, offsets, classes, bits):
     """``(docs, starts, ends)``: byte spans of the lines (between line feeds) that hold a code point with
-    one of ``bits``. The arrays grow by doubling (few documents have such a line)."""
+    one of ``bits``. The arrays grow by doubling (few documents have such a line).
+
+    Runs of ASCII bytes (most of the text) are skipped eight at a time without looking for line feeds;
+    a line's start is found by looking back from the first flagged character, and its end by looking
+    forward to the next line feed. Every byte is read at most twice, and the spans are those of a
+    byte-by-byte walk (bytes inside a decoded character are never taken for a line feed)."""
     cap = offsets.size + 16
     docs, starts, ends = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64)
     n = 0
     for d in range(offsets.size - 1):
         i, end = offsets[d], offsets[d + 1]
-        line_start = i
-        flagged = False
+        line_start = i  # the current line's start, as of position ``known``
+        known = i
         while i < end:
-            b0 = data[i]
-            if b0 == 10:
-                if flagged:
-                    if n >= cap:
-                        cap *= 2
-                        docs, starts, ends = _grown(docs, n, cap), _grown(starts, n, cap), _grown(ends, n, cap)
-                    docs[n], starts[n], ends[n] = d, line_start, i
-                    n += 1
-                    flagged = False
-                i += 1
-                line_start = i
-                continue
-            if b0 < 0x80 or flagged:
+            while i + 8 <= end and _ascii8(data, i):
+                i += 8
+            if i >= end:
+                break
+            if data[i] < 0x80:
                 i += 1
                 continue
             cp, w = _decode(data, i, end)
+            line_start = _line_start(data, known, i, line_start)
             if cp >= classes.size or (classes[cp] & bits) != 0:
-                flagged = True
-            i += w
-        if flagged:
-            if n >= cap:
-                cap *= 2
-                docs, starts, ends = _grown(docs, n, cap), _grown(starts, n, cap), _grown(ends, n, cap)
-            docs[n], starts[n], ends[n] = d, line_start, end
-            n += 1
+                k = i + w
+                while k < end and data[k] != 10:
+                    k += 1
+                if n >= cap:
+                    cap *= 2
+                    docs, starts, ends = _grown(docs, n, cap), _grown(starts, n, cap), _grown(ends, n, cap)
+                docs[n], starts[n], ends[n] = d, line_start, k
+                n += 1
+                i = k + 1
+                line_start = i
+            else:
+                i += w
+            known = i
     return docs[:n], starts[:n], ends[:n]
 
 
@@ -355,6 +378,38 @@ def _tokens_to_shingles(data, start, end, table, lowtab, mode, lower, ngram, mul
     i = start
     while i < end:
         b0 = data[i]
+        if mode == 0 and b0 < 0x80:
+            # Word tokens, an ASCII byte: the same steps as the general path below, without decoding
+            # and class checks per byte. A run of ASCII word characters extends the token; a run of other
+            # ASCII bytes ends it once and is skipped.
+            if (table[b0] & _WORD) != 0:
+                while True:
+                    c = np.uint64(b0)
+                    if lower:
+                        c |= np.uint64((c - np.uint64(65)) < np.uint64(26)) << np.uint64(5)
+                    word = (word << np.uint64(8)) | c
+                    nb += 1
+                    if (nb & 7) == 0:
+                        th = (th ^ word) * _FNV_PRIME
+                        word = np.uint64(0)
+                    i += 1
+                    if i >= end:
+                        break
+                    b0 = data[i]
+                    if b0 >= 0x80 or (table[b0] & _WORD) == 0:
+                        break
+                continue
+            if nb > 0:
+                _push(ring, ngram, _fmix((th ^ word) * _FNV_PRIME + np.uint64(nb)))
+                ntok += 1
+                nsh = _emit(ring, ntok, ngram, mul, a, b, sig, out, nsh, collect)
+                th = _FNV_OFFSET
+                word = np.uint64(0)
+                nb = 0
+            i += 1
+            while i < end and data[i] < 0x80 and (table[data[i]] & _WORD) == 0:
+                i += 1
+            continue
         if b0 < 0x80:
             cp = np.int64(b0)
             w = 1
@@ -632,15 +687,26 @@ class MinHasher:
         classes, lower = unicode_tables()
         return classes, lower, TOKENIZERS[p.tokenizer], p.lowercase, p.ngram, self.mul
 
-    def signatures(self, texts, prepared: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def signatures(self, texts, prepared: bool = False, perms: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(signatures (n, num_perm) uint32, shingle counts (n,) int64)``. A document without tokens
         has count 0 and every signature value :data:`EMPTY`. ``prepared``: ``texts`` came from
-        :func:`prepare` with this hasher's normalisation settings."""
+        :func:`prepare` with this hasher's normalisation settings. ``perms``: only the first ``perms``
+        permutations (the same values as the full signature's first columns), e.g. the ``bands x rows``
+        that LSH reads when nothing else needs the signature."""
+        k = self.params.num_perm if perms is None else min(int(perms), self.params.num_perm)
         data, offsets, n = self._prepared(texts, prepared)
-        sig = np.empty((n, self.params.num_perm), np.uint32)
+        sig = np.empty((n, k), np.uint32)
         counts = np.empty(n, np.int64)
         _signatures_kernel(
-            data, offsets[:-1], offsets[1:], np.arange(n, dtype=np.int64), *self._args(), self.a, self.b, sig, counts
+            data,
+            offsets[:-1],
+            offsets[1:],
+            np.arange(n, dtype=np.int64),
+            *self._args(),
+            self.a[:k],
+            self.b[:k],
+            sig,
+            counts,
         )
         return sig, counts
 
