@@ -18,17 +18,30 @@ from airflow_curation.cli.stage import add_stage_command
 from airflow_curation.stages import stage_names
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of command ``only`` alone: a stage's process then imports that
+    stage's modules, not every stage's (a fixed cost paid by every task)."""
     parser = argparse.ArgumentParser(
         prog="curation", description="Curate LLM training data: run any stage without Airflow."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging, tracebacks on failure")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in stage_names():
-        add_stage_command(sub, name)
-    run_command.register(sub)
-    quality_command.register(sub)
+        if only in (None, name):
+            add_stage_command(sub, name)
+    if only in (None, "run"):
+        run_command.register(sub)
+    if only in (None, "quality-train"):
+        quality_command.register(sub)
     return parser
+
+
+def _command(argv: list[str]) -> str | None:
+    """The command named in ``argv`` when it is a known one (the top-level flags take no values)."""
+    words = [a for a in argv if not a.startswith("-")]
+    if words and (words[0] in ("run", "quality-train") or words[0] in stage_names()):
+        return words[0]
+    return None
 
 
 # Two-word spellings of commands: ``curation quality train`` is ``curation quality-train`` (the stage's own
@@ -46,7 +59,8 @@ def _aliased(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(_aliased(list(sys.argv[1:] if argv is None else argv)))
+    argv = _aliased(list(sys.argv[1:] if argv is None else argv))
+    args = build_parser(_command(argv)).parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -15,11 +15,11 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import numba
 import numpy as np
 
 from airflow_curation.core import storage
 from airflow_curation.core.faults import fault_point
+from airflow_curation.core.jit import numba
 from airflow_curation.core.lsh import mix64, partition_of, read_partition, unique_edges, write_partitioned
 
 log = logging.getLogger(__name__)

@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_curation.core.arrays import from_numpy, strings, to_numpy
 from airflow_curation.core.schema import DROP_REASON, KEEP
 
 
@@ -197,7 +198,10 @@ def apply_rules(signals: pa.Table, rules: Sequence[Rule]) -> pa.Table:
             failed = ~np.asarray(pc.fill_null(pc.is_in(col, pa.array(rule.values, col.type)), False))
             reason = np.where((reason < 0) & failed, k, reason)
             continue
-        values = col.to_numpy(zero_copy_only=False)
+        # numbers without nulls read from their buffers (to_numpy would import pandas in the worker)
+        kind = pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_boolean(col.type)
+        plain = col.null_count == 0 and kind
+        values = to_numpy(col) if plain else col.to_numpy(zero_copy_only=False)
         if values.dtype == object:  # nulls in an optional signal (e.g. syntax_ok for prose): never fail
             mask = np.array([v is not None for v in values])
             failed = np.zeros(n, dtype=bool)
@@ -208,10 +212,10 @@ def apply_rules(signals: pa.Table, rules: Sequence[Rule]) -> pa.Table:
                 failed &= ~np.asarray(col.is_null().to_numpy(zero_copy_only=False))
         reason = np.where((reason < 0) & failed, k, reason)
     keep = reason < 0
-    names = pa.array([r.name for r in rules], type=pa.string())
-    indices = pa.array(reason, mask=keep, type=pa.int32())
+    names = strings([r.name for r in rules])
+    indices = from_numpy(reason, pa.int32(), mask=keep)
     drop_reason = names.take(indices) if len(rules) else pa.nulls(n, pa.string())
-    return pa.table({KEEP: pa.array(keep), DROP_REASON: drop_reason})
+    return pa.table({KEEP: from_numpy(keep), DROP_REASON: drop_reason})
 
 
 def rules_to_config(rules: Iterable[Rule]) -> list[dict]:

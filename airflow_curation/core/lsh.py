@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
+from airflow_curation.core.arrays import from_numpy, to_numpy
 from airflow_curation.core.integrity import IntegrityError
 
 _META_KEY = b"curation.partitions"  # JSON {partition: batch}: spill files written before _LIST_KEY
@@ -101,7 +102,7 @@ def write_partitioned(uri: str, columns: dict[str, np.ndarray], partition: np.nd
     sorted_parts = partition[order]
     present, starts = np.unique(sorted_parts, return_index=True)
     ends = np.append(starts[1:], len(sorted_parts)).astype(np.int64)
-    batch = pa.record_batch({name: pa.array(np.asarray(col)[order]) for name, col in columns.items()})
+    batch = pa.record_batch({name: from_numpy(np.asarray(col)[order]) for name, col in columns.items()})
     # Binary, not JSON: a reader decodes it in C (a few microseconds at 4,096 partitions, where parsing a
     # JSON map cost ~0.8 ms per open, paid once per (partition, file) pair: O(P^2 x files) in all).
     schema = batch.schema.with_metadata({_LIST_KEY: present.astype("<i4").tobytes()})
@@ -175,9 +176,7 @@ def read_partitions(
             lo + k,
             {
                 name: (
-                    np.concatenate([t.column(name).to_numpy(zero_copy_only=False) for t in got]).astype(
-                        dtype, copy=False
-                    )
+                    np.concatenate([to_numpy(t.column(name)) for t in got]).astype(dtype, copy=False)
                     if got
                     else np.empty(0, dtype)
                 )

@@ -52,11 +52,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_curation.core.arrays import from_numpy
+
 log = logging.getLogger(__name__)
 
 try:  # numba is the fast path; without it the pure-Python reference computes the same values
-    import numba
-    from numba import njit
+    from airflow_curation.core.jit import numba
+
+    njit = numba.njit
 
     HAVE_NUMBA = True
 except ImportError:  # pragma: no cover - exercised only where numba is absent
@@ -968,11 +971,11 @@ class SignalComputer:
             for j, name in enumerate(_KERNEL_SIGNALS):
                 v = out[:, j]
                 if name in INT_SIGNALS:
-                    cols[name] = pa.array(v.astype(np.int64))
+                    cols[name] = from_numpy(v.astype(np.int64))
                 elif name in BOOL_SIGNALS:
-                    cols[name] = pa.array(v != 0)
+                    cols[name] = from_numpy(v != 0)
                 else:
-                    cols[name] = pa.array(v)
+                    cols[name] = from_numpy(v)
             table = pa.table(cols, schema=signals_schema())
         else:  # pragma: no cover
             table = reference_signals(arr.to_pylist(), self.config)

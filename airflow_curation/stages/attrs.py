@@ -358,7 +358,8 @@ def keep_accounting(result: pa.Table, default_reason: str = "dropped") -> RowAcc
     if KEEP not in result.column_names:
         acc.keep(result.num_rows)
         return acc
-    keep = pc.fill_null(result.column(KEEP), False)
+    keep = result.column(KEEP)
+    keep = pc.fill_null(keep, False) if keep.null_count else keep  # (the fill's scalar would import pandas)
     acc.keep(int(pc.sum(keep).as_py() or 0))
     dropped = result.num_rows - acc.kept
     reasons = (

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
+from airflow_curation.core.arrays import from_numpy, to_numpy
 from airflow_curation.core.components import LABEL_COLUMNS, write_edges
 from airflow_curation.core.lsh import (
     node_keys,
@@ -64,10 +65,10 @@ def read_keep(uri: str | None, column: str, rows: int) -> np.ndarray:
     if uri is None:
         return np.ones(rows, bool)
     with storage.open_read(uri) as f:
-        t = pq.read_table(f, columns=[column], use_threads=False)
+        t = pq.ParquetFile(f).read(columns=[column], use_threads=False)
     if t.num_rows != rows:
         raise ValueError(f"{uri}: {t.num_rows} rows, but its shard has {rows}")
-    return pc.fill_null(t.column(column), False).to_numpy(zero_copy_only=False).astype(bool)
+    return to_numpy(pc.fill_null(t.column(column), False)).astype(bool)
 
 
 def sign_shard(
@@ -94,7 +95,7 @@ def sign_shard(
             n = batch.num_rows
             mask = keep[n_rows : n_rows + n]
             nodes = node_keys(shard_index, np.arange(n_rows, n_rows + n, dtype=np.uint64))[mask]
-            texts = batch.column(0).filter(pa.array(mask)) if not mask.all() else batch.column(0)
+            texts = batch.column(0).filter(from_numpy(mask)) if not mask.all() else batch.column(0)
             n_rows += n
             n_considered += len(nodes)
             if not len(nodes):
@@ -110,7 +111,8 @@ def sign_shard(
                 los.append(keys[:, 1])
                 enodes.append(nodes)
             if params.near:
-                sig, counts = hasher.signatures(texts, prepared=params.exact)
+                # LSH reads bands x rows values (117 of 128 at the default threshold): only those computed
+                sig, counts = hasher.signatures(texts, prepared=params.exact, perms=params.bands * params.rows)
                 has = counts > 0  # a document without tokens has no shingles: nothing to compare
                 n_tokenless += int((~has).sum())
                 bh = band_hashes(sig[has], params.bands, params.rows)
@@ -147,7 +149,7 @@ def _verify(a: np.ndarray, b: np.ndarray, shard_uris: list[str], params: DedupPa
     for s in np.unique(shards):
         rows = row_of(needed[shards == s])
         with storage.open_read(shard_uris[int(s)]) as f:
-            texts = pq.read_table(f, columns=[TEXT], use_threads=False).column(0).take(pa.array(rows))
+            texts = pq.ParquetFile(f).read(columns=[TEXT], use_threads=False).column(0).take(from_numpy(rows))
         for node, text in zip(needed[shards == s].tolist(), texts.to_pylist()):
             shingles[node] = hasher.shingles(text or "")
     return np.array(
@@ -214,7 +216,7 @@ def shard_result(
     considered), ``is_duplicate``, ``exact_duplicate``, ``near_duplicate``, same rows and order as
     the shard."""
     with storage.open_read(shard_uri) as f:
-        ids = pq.read_table(f, columns=[ID], use_threads=False).column(0)
+        ids = pq.ParquetFile(f).read(columns=[ID], use_threads=False).column(0)
     n = len(ids)
     keep = read_keep(keep_uri, keep_column, n)
     q = shard_index % out_partitions
@@ -231,9 +233,9 @@ def shard_result(
     return pa.table(
         {
             ID: ids,
-            CLUSTER_ID: pa.array(cluster, pa.int64(), mask=~keep),
-            IS_DUPLICATE: pa.array(dup & keep),
-            EXACT_DUPLICATE: pa.array(exact & keep),
-            NEAR_DUPLICATE: pa.array(dup & ~exact & keep),
+            CLUSTER_ID: from_numpy(cluster, pa.int64(), mask=~keep),
+            IS_DUPLICATE: from_numpy(dup & keep),
+            EXACT_DUPLICATE: from_numpy(exact & keep),
+            NEAR_DUPLICATE: from_numpy(dup & ~exact & keep),
         }
     )

@@ -27,6 +27,7 @@ from dataclasses import asdict
 
 from airflow_curation.core import storage, uris
 from airflow_curation.core.accounting import RowAccounting
+from airflow_curation.core.arrays import to_numpy
 from airflow_curation.core.components import LABEL_COLUMNS, connected_components
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import config_fingerprint
@@ -601,9 +602,9 @@ class DedupStage(AttrsStage):
         fault_point("dedup.before_attrs")
         nbytes, checksum = write_parquet(uri, table)
         n = table.num_rows
-        n_considered = int(table.column(CLUSTER_ID).is_valid().to_numpy(zero_copy_only=False).sum())
-        exact = int(table.column(EXACT_DUPLICATE).to_numpy(zero_copy_only=False).sum())
-        near = int(table.column(NEAR_DUPLICATE).to_numpy(zero_copy_only=False).sum())
+        n_considered = int(to_numpy(table.column(CLUSTER_ID).is_valid()).sum())
+        exact = int(to_numpy(table.column(EXACT_DUPLICATE)).sum())
+        near = int(to_numpy(table.column(NEAR_DUPLICATE)).sum())
         acc = RowAccounting()
         acc.keep(n_considered - exact - near)
         for reason, count in (

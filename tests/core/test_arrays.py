@@ -1,0 +1,64 @@
+"""NumPy <-> Arrow without pyarrow's pandas shim, and worker processes that import neither pandas nor SciPy's
+linear algebra (a fixed cost of every task of the stages that use neither)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_curation.core.arrays import from_numpy, strings, to_numpy
+
+CASES = [
+    np.arange(13, dtype=np.uint64),
+    np.array([True, False, True] * 7),
+    np.arange(11, dtype=np.int32),
+    np.linspace(0, 1, 9),
+    np.linspace(0, 1, 9, dtype=np.float32),
+    np.zeros(0, bool),
+    np.zeros(0, np.int64),
+]
+
+
+@pytest.mark.parametrize("values", CASES, ids=lambda v: f"{v.dtype}-{len(v)}")
+def test_round_trips_equal_pyarrow(values):
+    a = from_numpy(values)
+    assert a.equals(pa.array(values)) and a.type == pa.array(values).type
+    a.validate(full=True)
+    for part in (a, a.slice(1), a.slice(min(3, len(a)), 4), pa.chunked_array([a, a.slice(1)], a.type)):
+        got, want = to_numpy(part), part.to_numpy(zero_copy_only=False) if len(part) else np.zeros(0, values.dtype)
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_mask_type_and_fallbacks():
+    keep = np.arange(11) % 3 == 0
+    got = from_numpy(np.arange(11), pa.int32(), mask=keep)
+    assert got.equals(pa.array(np.arange(11), pa.int32(), mask=keep)) and got.null_count == 4
+    assert from_numpy(np.array(["a", None], object)).equals(pa.array(["a", None]))  # not numbers: pyarrow's
+    assert list(to_numpy(pa.array(["x", "y"]))) == ["x", "y"]
+    assert np.isnan(to_numpy(pa.array([1.0, None]))[1])  # nulls: pyarrow's conversion, as before
+    assert strings(["gopher", "", "ünï"]).equals(pa.array(["gopher", "", "ünï"], pa.string()))
+
+
+WORKER = r"""
+import json, sys
+from airflow_curation.cli import main
+main(sys.argv[1:])
+print(json.dumps({m: m in sys.modules for m in ("pandas", "scipy.linalg")}), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("stage", ["preprocess", "dedup"])
+def test_stage_worker_imports_no_pandas_nor_scipy_linalg(tmp_path, stage):
+    f = tmp_path / "in.parquet"
+    texts = [f"document {i} with some words that repeat, the end. " * 20 for i in range(50)]
+    pq.write_table(pa.table({"id": [str(i) for i in range(50)], "text": texts}), f)
+    cmd = [sys.executable, "-c", WORKER, stage, str(f), "--output", str(tmp_path / "out"), "--workers", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    assert pq.read_table(tmp_path / "out" / "in.parquet").num_rows == 50
+    assert json.loads(proc.stderr.strip().splitlines()[-1]) == {"pandas": False, "scipy.linalg": False}
