@@ -13,7 +13,15 @@
    1x..10x of real text (Debian handbook + Python docs pages); wall and CPU time (the CPU time is what
    a shared, loaded machine does not distort), their ratio to 1x, and peak RSS of the worker process.
 
-The process is pinned to one CPU: figures are per core.
+3. End to end (``--e2e-mb``): the first N MB of the scale corpus (``scale_corpus.py``: Debian
+   documentation and sources, code and docs of this machine) as zstd Parquet files of ~32 MB of text;
+   ours = ``curation dedup FILE... --no-exact --workers 1`` in a fresh process, datasketch = a fresh
+   process reading the same files, MinHash (128 permutations, word 5-grams of NFKC + lowercase text) and
+   MinHashLSH at threshold 0.8, query then insert. Process start and imports are included on both sides;
+   CPU seconds (user + system, ``wait4``) of each child; the two alternate, ``--e2e-runs`` rounds; median
+   and spread; every run is kept in ``benchmarks/results/near_dedup_e2e_<MB>.json``.
+
+The process is pinned to one CPU (its children inherit it): figures are per core.
 """
 
 from __future__ import annotations
@@ -215,6 +223,72 @@ def scaling(scales: list[int], unit_mb: float, cpu: int) -> None:
         )
 
 
+DATASKETCH = r"""
+import sys, pyarrow.parquet as pq
+from datasketch import MinHash, MinHashLSH
+from tests.dedup.corpus import shingle_set
+lsh, flagged, k = MinHashLSH(threshold=float(sys.argv[1]), num_perm=128), 0, 0
+for f in sys.argv[2:]:
+    for text in pq.read_table(f, columns=["text"]).column(0).to_pylist():
+        m = MinHash(num_perm=128)
+        m.update_batch([" ".join(s).encode() for s in shingle_set(text or "")])
+        flagged += bool(lsh.query(m))
+        lsh.insert(k, m)
+        k += 1
+print(flagged)
+"""
+
+
+def end_to_end(mb: float, runs: int, corpus_dir: Path) -> None:
+    """Ours and datasketch in fresh processes on the same Parquet files, alternated."""
+    from bench_ingest import CURATION, _measure
+    from scale_corpus import parquet_inputs
+
+    files, text_mb = parquet_inputs(corpus_dir, mb, corpus_dir / f"parquet-{mb:g}")
+    names = [str(f) for f in files]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    record: dict = {"mb": text_mb, "files": len(files), "threshold": THRESHOLD, "runs": []}
+    load_before = os.getloadavg()
+    print(f"\nend to end, {text_mb:.1f} MB in {len(files)} files, {runs} alternated rounds")
+    with tempfile.TemporaryDirectory() as work:  # warm: numba's on-disk cache of the kernels
+        _measure([*CURATION, "dedup", names[0], "--output", work, "--no-exact", "--workers", "1"], env)
+    for r in range(runs):
+        for who in ("ours", "datasketch") if r % 2 == 0 else ("datasketch", "ours"):
+            with tempfile.TemporaryDirectory() as work:
+                if who == "ours":
+                    cmd = [*CURATION, "dedup", *names, "--output", work, "--no-exact", "--workers", "1"]
+                    cmd += ["--threshold", str(THRESHOLD), "--mapper", "local"]
+                    wall, cpu, rss, _ = _measure(cmd, env)
+                    out = pq.read_table(work, columns=["is_duplicate"]).column(0)
+                    flagged = int(pa.compute.sum(out).as_py() or 0)
+                else:
+                    wall, cpu, rss, stdout = _measure([sys.executable, "-c", DATASKETCH, str(THRESHOLD), *names], env)
+                    flagged = int(stdout.split()[-1])
+            run = {"round": r, "who": who, "wall_s": wall, "cpu_s": cpu, "peak_rss": rss, "flagged": flagged}
+            record["runs"].append(run)
+            print(json.dumps(run), flush=True)
+    record["load_before"], record["load_after"] = load_before, os.getloadavg()
+    summary = {}
+    for who in ("ours", "datasketch"):
+        cpu = sorted(x["cpu_s"] for x in record["runs"] if x["who"] == who)
+        summary[who] = {"median_cpu_s": float(np.median(cpu)), "min_cpu_s": cpu[0], "max_cpu_s": cpu[-1]}
+    ratios = [
+        d["cpu_s"] / o["cpu_s"]
+        for o, d in zip(*([x for x in record["runs"] if x["who"] == w] for w in ("ours", "datasketch")))
+    ]
+    summary["ratio_of_medians"] = summary["datasketch"]["median_cpu_s"] / summary["ours"]["median_cpu_s"]
+    summary["ratio_per_round"] = ratios
+    record["summary"] = summary
+    o, d = summary["ours"], summary["datasketch"]
+    print(
+        f"ours {o['median_cpu_s']:.2f} CPU s ({o['min_cpu_s']:.2f}-{o['max_cpu_s']:.2f}), datasketch "
+        f"{d['median_cpu_s']:.2f} ({d['min_cpu_s']:.2f}-{d['max_cpu_s']:.2f}): {summary['ratio_of_medians']:.1f}x "
+        f"(rounds {min(ratios):.1f}-{max(ratios):.1f}x); load {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}"
+    )
+    out = ROOT / "benchmarks" / "results" / f"near_dedup_e2e_{mb:g}.json"
+    out.write_text(json.dumps(record, indent=1) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scales", default="1,2,5,10")
@@ -222,6 +296,9 @@ def main() -> None:
     ap.add_argument("--cpu", type=int, default=0)
     ap.add_argument("--skip-quality", action="store_true")
     ap.add_argument("--skip-scaling", action="store_true")
+    ap.add_argument("--e2e-mb", type=float, default=0, help="end to end vs datasketch on this many MB")
+    ap.add_argument("--e2e-runs", type=int, default=5)
+    ap.add_argument("--corpus-dir", default=str(ROOT / "benchmarks" / "data" / "scale"))
     ap.add_argument("--scale-worker", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--work", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -230,6 +307,9 @@ def main() -> None:
         scale_worker(args.scale_worker, args.work)
         return
     print(f"pinned to CPU {args.cpu}; load average {os.getloadavg()[0]:.1f} (other engineers share this machine)")
+    if args.e2e_mb:
+        end_to_end(args.e2e_mb, args.e2e_runs, Path(args.corpus_dir))
+        return
     if not args.skip_quality:
         quality()
     if not args.skip_scaling:

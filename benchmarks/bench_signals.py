@@ -19,6 +19,14 @@ Contenders:
   (``scripts/setup_oracles.sh``).
 
 usage: .venv/bin/python benchmarks/bench_signals.py [--peer-mb 1.5] [--repeat 2] [--no-write]
+       .venv/bin/python benchmarks/bench_signals.py --stage-mb 400 [--runs 5] [--baseline-tree DIR]
+
+``--stage-mb``: the stage level instead. The first N MB of the scale corpus (``scale_corpus.py``: Debian
+documentation and sources) as zstd Parquet files of ~32 MB of text; ``curation preprocess FILE... --workers
+1`` in a fresh process per run (process start, imports and the compiled kernels' loading included), CPU
+seconds (user + system, ``wait4``), MB/s = text MB / CPU s, ``--runs`` runs, median and spread, every run
+in ``benchmarks/results/preprocess_stage_<MB>.json``. ``--baseline-tree``: a checkout of other code (e.g.
+``git archive`` of main) run alternately with this one, on the same files.
 """
 
 from __future__ import annotations
@@ -168,12 +176,58 @@ def datatrove(texts: list[str], tmp: str) -> tuple[float, float] | None:
     return r["cpu"], r["wall"]
 
 
+def stage_level(mb_target: float, runs: int, corpus_dir: str, baseline: str | None, cpu: int) -> None:
+    from pathlib import Path
+
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    from bench_ingest import CURATION, _measure
+    from scale_corpus import parquet_inputs
+
+    files, text_mb = parquet_inputs(Path(corpus_dir), mb_target, Path(corpus_dir) / f"parquet-{mb_target:g}")
+    trees = {"ours": REPO, **({"baseline": os.path.abspath(baseline)} if baseline else {})}
+    os.sched_setaffinity(0, {cpu})  # the children inherit one CPU: per-core figures
+    record = {"mb": text_mb, "files": len(files), "trees": trees, "runs": [], "load_before": os.getloadavg()}
+    print(f"preprocess stage level: {text_mb:.1f} MB in {len(files)} files, {runs} runs per tree")
+    for tree in trees.values():  # warm: numba's on-disk cache of each tree's kernels
+        with tempfile.TemporaryDirectory() as out:
+            _measure([*CURATION, "preprocess", str(files[0]), "--output", out, "--workers", "1", "--mapper", "local"], _env(tree))
+    for r in range(runs):
+        for who in list(trees) if r % 2 == 0 else list(trees)[::-1]:
+            with tempfile.TemporaryDirectory() as out:
+                cmd = [*CURATION, "preprocess", *map(str, files), "--output", out, "--workers", "1", "--mapper", "local"]
+                wall, cpu, rss, _ = _measure(cmd, _env(trees[who]))
+            run = {"round": r, "who": who, "wall_s": wall, "cpu_s": cpu, "peak_rss": rss, "mb_per_cpu_s": text_mb / cpu}
+            record["runs"].append(run)
+            print(json.dumps(run), flush=True)
+    record["load_after"] = os.getloadavg()
+    record["summary"] = {}
+    for who in trees:
+        rates = sorted(x["mb_per_cpu_s"] for x in record["runs"] if x["who"] == who)
+        record["summary"][who] = {"median_mb_per_cpu_s": rates[len(rates) // 2], "min": rates[0], "max": rates[-1]}
+        print(f"{who}: median {rates[len(rates) // 2]:.1f} MB/s per core ({rates[0]:.1f}-{rates[-1]:.1f})")
+    print(f"load {record['load_before'][0]:.1f} -> {record['load_after'][0]:.1f}")
+    out = Path(REPO) / "benchmarks" / "results" / f"preprocess_stage_{mb_target:g}.json"
+    out.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def _env(tree: str) -> dict:
+    return {**os.environ, "PYTHONPATH": tree}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--stage-mb", type=float, default=0, help="stage level on this many MB of the scale corpus")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--baseline-tree", default=None)
+    ap.add_argument("--cpu", type=int, default=0, help="--stage-mb: the CPU the runs are pinned to")
+    ap.add_argument("--corpus-dir", default=os.path.join(REPO, "benchmarks", "data", "scale"))
     ap.add_argument("--peer-mb", type=float, default=1.5, help="MB of text the slow peers get (default 1.5)")
     ap.add_argument("--repeat", type=int, default=2, help="the corpus repeated this many times for ours")
     ap.add_argument("--no-write", action="store_true", help="do not update benchmarks/RESULTS.md")
     args = ap.parse_args()
+    if args.stage_mb:
+        stage_level(args.stage_mb, args.runs, args.corpus_dir, args.baseline_tree, args.cpu)
+        return 0
 
     load_at_start = os.getloadavg()[0]
     texts, what = load_corpus()

@@ -242,6 +242,46 @@ def generate(workdir: Path, gigabytes: float, pool_mb: float | None = None, file
     return files
 
 
+def parquet_inputs(workdir: Path, megabytes: float, out_dir: Path, shard_mb: float = 32.0) -> tuple[list[Path], float]:
+    """The first ``megabytes`` of the corpus's text (documents in input order) as zstd Parquet files of
+    ``id`` and ``text``, about ``shard_mb`` MB of text each (what a stage-level benchmark feeds a stage
+    directly); made once per folder. Returns the files and the MB of UTF-8 text in them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    marker = out_dir / ".done"
+    if marker.exists():
+        return sorted(out_dir.glob("part-*.parquet")), float(marker.read_text())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    limit, total, files, batch, batch_bytes = megabytes * 1e6, 0, [], [], 0
+
+    def flush() -> None:
+        f = out_dir / f"part-{len(files):04d}.parquet"
+        ids = [f"{len(files)}-{k}" for k in range(len(batch))]
+        pq.write_table(pa.table({"id": ids, "text": batch}), f, compression="zstd", row_group_size=1024)
+        files.append(f)
+
+    for f in generate(workdir, megabytes / 1000):
+        with open(f, encoding="utf-8") as lines:
+            for line in lines:
+                text = json.loads(line)["text"]
+                size = len(text.encode("utf-8"))
+                batch.append(text)
+                batch_bytes += size
+                total += size
+                if batch_bytes >= shard_mb * 1e6:
+                    flush()
+                    batch, batch_bytes = [], 0
+                if total >= limit:
+                    break
+        if total >= limit:
+            break
+    if batch:
+        flush()
+    marker.write_text(str(total / 1e6))
+    return files, total / 1e6
+
+
 def pool_info(workdir: Path) -> dict:
     return json.loads((workdir / "pool.jsonl.done").read_text())
 

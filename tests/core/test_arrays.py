@@ -58,7 +58,8 @@ def test_stage_worker_imports_no_pandas_nor_scipy_linalg(tmp_path, stage):
     f = tmp_path / "in.parquet"
     texts = [f"document {i} with some words that repeat, the end. " * 20 for i in range(50)]
     pq.write_table(pa.table({"id": [str(i) for i in range(50)], "text": texts}), f)
-    cmd = [sys.executable, "-c", WORKER, stage, str(f), "--output", str(tmp_path / "out"), "--workers", "1"]
+    out = str(tmp_path / "out")
+    cmd = [sys.executable, "-c", WORKER, stage, str(f), "--output", out, "--workers", "1", "--mapper", "local"]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert pq.read_table(tmp_path / "out" / "in.parquet").num_rows == 50
     assert json.loads(proc.stderr.strip().splitlines()[-1]) == {"pandas": False, "scipy.linalg": False}
