@@ -190,11 +190,24 @@ def stage_level(mb_target: float, runs: int, corpus_dir: str, baseline: str | No
     print(f"preprocess stage level: {text_mb:.1f} MB in {len(files)} files, {runs} runs per tree")
     for tree in trees.values():  # warm: numba's on-disk cache of each tree's kernels
         with tempfile.TemporaryDirectory() as out:
-            _measure([*CURATION, "preprocess", str(files[0]), "--output", out, "--workers", "1", "--mapper", "local"], _env(tree))
+            _measure(
+                [*CURATION, "preprocess", str(files[0]), "--output", out, "--workers", "1", "--mapper", "local"],
+                _env(tree),
+            )
     for r in range(runs):
         for who in list(trees) if r % 2 == 0 else list(trees)[::-1]:
             with tempfile.TemporaryDirectory() as out:
-                cmd = [*CURATION, "preprocess", *map(str, files), "--output", out, "--workers", "1", "--mapper", "local"]
+                cmd = [
+                    *CURATION,
+                    "preprocess",
+                    *map(str, files),
+                    "--output",
+                    out,
+                    "--workers",
+                    "1",
+                    "--mapper",
+                    "local",
+                ]
                 wall, cpu, rss, _ = _measure(cmd, _env(trees[who]))
             run = {"round": r, "who": who, "wall_s": wall, "cpu_s": cpu, "peak_rss": rss, "mb_per_cpu_s": text_mb / cpu}
             record["runs"].append(run)
