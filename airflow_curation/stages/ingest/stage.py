@@ -85,7 +85,11 @@ class IngestStage(Stage):
             keep_old_fingerprint=True,
         ),
         Setting(
-            "html_only", bool, True, "WARC: take only HTML responses (and WET text); off: text/plain responses too"
+            "html_only",
+            bool,
+            True,
+            "WARC: take only HTML responses (and WET text); off: text/plain responses too",
+            keep_old_fingerprint=True,
         ),
         Setting("text_field", str, "text", "the field or column holding the document text"),
         Setting("id_field", str, None, "a field holding your own unique ids (default: ids from source and position)"),
