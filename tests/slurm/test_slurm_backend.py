@@ -15,7 +15,7 @@ from airflow_curation.backends.base import JobState
 from airflow_curation.backends.slurm import SlurmBackend
 from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.core.layout import Lake
-from airflow_curation.core.manifest import Manifest
+from airflow_curation.core.manifest import Manifest, group_of, group_range
 from airflow_curation.jobs import progress
 
 from .conftest import JOB_PYTHONPATH, follow, spec_for, wait_for
@@ -168,13 +168,14 @@ def test_array_over_shard_groups_respects_max_array_size(make_backend, lake):
     assert st.result["shards"] == groups + 3
     manifest = Manifest.read(handle["manifest_uri"])
     records = _records(lake, manifest)
-    # Unit i ran in array task i % groups, and every task wrote its own result.
+    # Unit i ran in the array task whose contiguous block holds it, and every task wrote its own result.
+    total = groups + 3
     for i, unit in enumerate(manifest.units):
-        assert records[unit.unit_id]["extra"]["task"] == str(i % groups)
+        assert records[unit.unit_id]["extra"]["task"] == str(group_of(i, groups, total))
     for g in range(groups):
         group_result = json.loads(Path(handle["job_dir"], f"result-1-group-{g}.json").read_text())
         assert group_result["status"] == "succeeded" and group_result["group"] == f"{g}/{groups}"
-        assert group_result["shards"] == len(range(g, groups + 3, groups))
+        assert group_result["shards"] == len(group_range(total, g, groups))
 
 
 def test_failed_shards_then_resubmit_only_their_groups(make_backend, lake, tmp_path):
@@ -189,7 +190,8 @@ def test_failed_shards_then_resubmit_only_their_groups(make_backend, lake, tmp_p
     manifest = Manifest.read(handle["manifest_uri"])
     assert manifest.status == "failed"
     assert {u.unit_id: u.status for u in manifest.units}["u004"] == "failed"
-    assert progress.unfinished_groups(handle["manifest_uri"], handle["groups"]) == [1]  # u004 is unit 4: group 4 % 3
+    # u004 is unit 4 of 6: the block of group 2 of 3 (units 4 and 5)
+    assert progress.unfinished_groups(handle["manifest_uri"], handle["groups"]) == [2]
     before = _records(lake, manifest)
     assert set(before) == {"u000", "u001", "u002", "u003", "u005"}
 
@@ -206,18 +208,18 @@ def test_failed_shards_then_resubmit_only_their_groups(make_backend, lake, tmp_p
 
     flag.unlink()
     new = backend.relaunch(handle)
-    assert new["attempt"] == 2 and new["array"] == "1"
+    assert new["attempt"] == 2 and new["array"] == "2"
     st = wait_for(backend, handle)  # the first handle follows the latest attempt
     assert st.state == JobState.SUCCEEDED, st
     manifest = Manifest.read(handle["manifest_uri"])
     after = _records(lake, manifest)
     assert manifest.status == "complete" and len(after) == 6
     for unit_id, rec in before.items():
-        assert after[unit_id] == rec  # untouched: only group 1 ran again, and it skipped u001
-    assert after["u004"]["extra"]["task"] == "1"
+        assert after[unit_id] == rec  # untouched: only group 2 ran again, and it skipped u005
+    assert after["u004"]["extra"]["task"] == "2"
     assert not Path(handle["job_dir"], "result-2-group-0.json").exists()  # the group scripts are reused
-    assert Path(handle["job_dir"], "result-2-group-1.json").exists()
-    assert "attempt 2 resubmitted groups 1" in backend.logs(handle)[0]
+    assert Path(handle["job_dir"], "result-2-group-2.json").exists()
+    assert "attempt 2 resubmitted groups 2" in backend.logs(handle)[0]
 
 
 def test_automatic_resubmission(make_backend, lake, tmp_path):
@@ -233,7 +235,7 @@ def test_automatic_resubmission(make_backend, lake, tmp_path):
     flag.unlink()
     st, last = follow(backend, handle)  # the follower (operator, sensor) relaunches the failed group
     assert st.state == JobState.SUCCEEDED, st
-    assert backend.current(handle)["attempt"] == 2 and backend.current(handle)["array"] == "1"
+    assert backend.current(handle)["attempt"] == 2 and backend.current(handle)["array"] == "0"  # u001: group 0
     assert last == backend.current(handle)
 
 
