@@ -19,7 +19,7 @@ EXIT_OK, EXIT_STAGE_FAILED, EXIT_BAD_SPEC = 0, 1, 2
 
 @dataclass
 class JobResult:
-    """:param kind: ``run`` (a whole stage), ``group`` (units ``i::N``) or ``collect`` (the step after
+    """:param kind: ``run`` (a whole stage), ``group`` (the contiguous block of units of group ``i`` of ``N``) or ``collect`` (the step after
         every group: manifest, failure budget, ``finalize``).
     :param status: ``succeeded`` or ``failed``.
     :param returncode: the process's exit code (0 done, 1 stage failed, 2 bad spec).

@@ -375,7 +375,7 @@ class DedupStage(AttrsStage):
     ) -> None:
         """Phases 1 and 2 (and the probe of earlier snapshots), once for all the tasks of a run.
 
-        One task of an array (``shard_group``) first signs its own shards (positions ``i::n``) beside
+        One task of an array (``shard_group``) first signs its own shards (its contiguous block of positions) beside
         the other tasks, under the array's run (no lease). The rest is done once, by whoever holds
         ``_locks/dedup.global.lease`` first; the other tasks wait while it lives (a dead holder's lease is
         taken over) and then read its ``_SUCCESS.json``. The holder signs what is still missing (the
