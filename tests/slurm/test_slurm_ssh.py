@@ -54,10 +54,11 @@ def test_work_folder_only_on_the_login_side(make_backend, lake, ssh_login, tmp_p
     flag.touch()
     work = tmp_path / "remote jobs $(x)"
     backend = make_backend(command_prefix=ssh_login, work_dir=str(work), remote_work_dir=True, shard_groups=2)
-    handle = backend.submit(spec_for(lake, units=4, fail_units=["u001"], fail_flag=str(flag), max_attempts=1))
+    # u003: the block of group 1 of 2 (units 2 and 3)
+    handle = backend.submit(spec_for(lake, units=4, fail_units=["u003"], fail_flag=str(flag), max_attempts=1))
     assert handle["job_dir"].startswith(str(work)) and (Path(handle["job_dir"]) / "group.sh").exists()
     st = wait_for(backend, handle)
-    assert st.state == JobState.FAILED and "u001" in st.message
+    assert st.state == JobState.FAILED and "u003" in st.message
     assert progress.unfinished_groups(handle["manifest_uri"], handle["groups"]) == [1]
     flag.unlink()
     new = backend.relaunch(handle)

@@ -156,7 +156,7 @@ def test_the_installed_entry_points_are_pyprojects_and_the_one_registry():
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"][ENTRY_POINT_GROUP]
     installed = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
     assert installed == declared  # else: `pip install -e .` again
-    assert set(stage_names()) == set(declared)
+    assert set(declared) <= set(stage_names())  # (tests may register more in this process)
     for name in declared:
         assert stage_class(name).name == name
 
