@@ -90,6 +90,17 @@ def storage_options(ep: dict) -> dict:
     }
 
 
+@pytest.fixture(scope="session")
+def second_s3_endpoint(tmp_path_factory):
+    """The endpoint URL of a second moto S3 server, for the session: buckets on a server of their own."""
+    proc, url = start_moto(tmp_path_factory.mktemp("moto-second") / "moto_server.log")
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 @pytest.fixture
 def s3_bucket(s3_endpoint, monkeypatch):
     """A new empty bucket; the storage layer (here and in subprocesses) is configured for the server."""

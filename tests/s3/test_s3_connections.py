@@ -18,20 +18,10 @@ from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest, UnitEntry
 
-from .conftest import REGION, start_moto
+from .conftest import REGION
 
 pytestmark = pytest.mark.s3
 FP = "fp0123456789abcd"
-
-
-@pytest.fixture(scope="session")
-def second_s3_endpoint(tmp_path_factory):
-    proc, url = start_moto(tmp_path_factory.mktemp("moto-b") / "moto_server.log")
-    try:
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 @pytest.fixture

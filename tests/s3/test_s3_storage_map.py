@@ -19,24 +19,14 @@ import pytest
 
 from airflow_curation.core import storage
 
-from .conftest import REGION, start_moto
+from .conftest import REGION
 
 pytestmark = pytest.mark.s3
 DOCS = 30
 
 
-@pytest.fixture(scope="module")
-def raw_endpoint(tmp_path_factory):
-    proc, url = start_moto(tmp_path_factory.mktemp("moto-raw") / "moto_server.log")
-    try:
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 @pytest.fixture
-def buckets(s3_endpoint, raw_endpoint, monkeypatch):
+def buckets(s3_endpoint, second_s3_endpoint, monkeypatch):
     """``{"raw": (bucket URL, options), "lake": (...)}``: the raw bucket on one server, the lake's on another."""
     for var in ("CURATION_STORAGE_OPTIONS_S3", "CURATION_STORAGE_OPTIONS_PREFIXES", "AWS_ACCESS_KEY_ID"):
         monkeypatch.delenv(var, raising=False)  # only the connection's options may be used
@@ -45,7 +35,7 @@ def buckets(s3_endpoint, raw_endpoint, monkeypatch):
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     out = {}
-    for name, url in (("raw", raw_endpoint), ("lake", s3_endpoint["endpoint_url"])):
+    for name, url in (("raw", second_s3_endpoint), ("lake", s3_endpoint["endpoint_url"])):
         bucket = f"{name}-{uuid.uuid4().hex[:8]}"
         key, secret = f"key-{name}", f"secret-{name}"
         boto3.client(
