@@ -187,13 +187,18 @@ def _document(rec: Record, extract) -> Doc | Bad:
                 rec.index, loc, "invalid_utf8", f"text not {rec.charset or 'utf-8'}: {e}", rec.payload[:RAW_HEAD]
             )
         return Doc(rec.index, loc, text, meta, len(rec.payload), raw=rec.payload[:RAW_HEAD])
+    return _page(rec.payload, rec.charset, extract, rec.index, loc, meta)
+
+
+def _page(data: bytes, charset: str | None, extract, position: int, loc: str, meta: dict | None) -> Doc | Bad:
+    """One HTML page's document, or why it has none: what a WARC response and an ``.html`` file share."""
     try:
-        text = extract(decode_html(rec.payload, rec.charset))
+        text = extract(decode_html(data, charset))
     except Exception as e:  # noqa: BLE001 - one page the extractor chokes on is that page's problem only
-        return Bad(rec.index, loc, "html_extraction_failed", f"{type(e).__name__}: {e}", rec.payload[:RAW_HEAD])
+        return Bad(position, loc, "html_extraction_failed", f"{type(e).__name__}: {e}", data[:RAW_HEAD])
     if not text.strip():
-        return Bad(rec.index, loc, "no_text_extracted", "the page has no main text", rec.payload[:RAW_HEAD])
-    return Doc(rec.index, loc, text, meta, len(rec.payload), raw=rec.payload[:RAW_HEAD])
+        return Bad(position, loc, "no_text_extracted", "the page has no main text", data[:RAW_HEAD])
+    return Doc(position, loc, text, meta, len(data), raw=data[:RAW_HEAD])
 
 
 def read_html_file(f: IO[bytes], html_extractor: str, max_record_bytes: int) -> Iterator[Doc | Bad]:
@@ -202,12 +207,4 @@ def read_html_file(f: IO[bytes], html_extractor: str, max_record_bytes: int) -> 
     if len(data) > max_record_bytes:
         yield Bad(0, "file", "record_too_large", f"page exceeds {max_record_bytes} bytes", data[:RAW_HEAD])
         return
-    try:
-        text = extractor(html_extractor)(decode_html(data))
-    except Exception as e:  # noqa: BLE001
-        yield Bad(0, "file", "html_extraction_failed", f"{type(e).__name__}: {e}", data[:RAW_HEAD])
-        return
-    if not text.strip():
-        yield Bad(0, "file", "no_text_extracted", "the page has no main text", data[:RAW_HEAD])
-        return
-    yield Doc(0, "file", text, None, len(data), raw=data[:RAW_HEAD])
+    yield _page(data, None, extractor(html_extractor), 0, "file", None)
