@@ -26,13 +26,11 @@ from airflow_curation.backends.base import (
     JobState,
     JobStatus,
     beside_result,
-    current_uri,
     slice_log,
     status_from_result,
 )
 from airflow_curation.core import credentials, storage
-from airflow_curation.core.manifest import ManifestHead
-from airflow_curation.jobs import group_result_uri
+from airflow_curation.jobs import attempts, group_result_uri
 from airflow_curation.jobs import groups as grp
 from airflow_curation.jobs.spec import JobSpec
 
@@ -68,7 +66,7 @@ class KubernetesBackend(Backend):
     :param validate: check every object against its schema before creating it.
     :param collect_wait_seconds: longest wait of a sweep's collect pod for the groups' results
         (default: ``active_deadline_seconds``, else 7 days).
-    :param max_resubmits: relaunches of groups whose pods were all killed (see :meth:`Backend.settle`).
+    :param max_resubmits: relaunches of groups whose pods were all killed (see :func:`airflow_curation.jobs.attempts.settle`).
     :param env: the job's environment, secrets included (the lake's storage options): a per-job Secret
         read through ``envFrom``, never the pod spec. Credentials in ``pod.env`` (see
         :mod:`airflow_curation.core.credentials`) join it there (over ``env``'s value of the same name, as
@@ -212,16 +210,8 @@ class KubernetesBackend(Backend):
     def _groups_for(self, spec: JobSpec) -> int:
         if self.shard_groups:
             return self.shard_groups
-        uri = spec.config.get("input_manifest")
-        if uri:
-            try:
-                head = ManifestHead.read(uri)  # the head: no shard list read
-            except Exception as e:  # noqa: BLE001 - sizing is a hint; the job reads the manifest itself
-                log.warning("cannot size the sweep from %s (%s); using parallelism", uri, e)
-            else:
-                if head.shard_count:
-                    return grp.sized_groups(self.max_shard_groups, head.shard_count, head.bytes, self.min_group_bytes)
-        return max(1, min(self.parallelism, self.max_shard_groups))
+        sized = grp.groups_for_input(self.max_shard_groups, spec.config.get("input_manifest"), self.min_group_bytes)
+        return sized or max(1, min(self.parallelism, self.max_shard_groups))
 
     def build(self, spec: JobSpec, revision: int = 0) -> tuple[JobHandle, list[dict[str, Any]]]:
         """The handle and the objects (spec ConfigMap first) that :meth:`launch` would create."""
@@ -435,11 +425,11 @@ class KubernetesBackend(Backend):
 
     def _clear_results(self, handle: JobHandle, fresh: bool = True) -> None:
         """Remove the run's result (and cancel marker); a fresh launch also its groups' results and the
-        newest-attempt record that a deleted run of the same name left."""
+        relaunch bookkeeping (newest attempt, attempt locks) that a deleted run of the same name left."""
         uris = [handle["result"], beside_result(handle, CANCELLED)]
         if fresh:
             uris += [group_result_uri(handle["result_dir"], i) for i in range(handle.get("groups", 0))]
-            uris.append(current_uri(handle))
+            uris += attempts.bookkeeping(handle, self.max_resubmits + 1)
         for uri in uris:
             try:
                 storage.remove(uri)

@@ -17,6 +17,7 @@ from typing import Any
 
 from airflow_curation.backends import Backend, JobState, get_backend
 from airflow_curation.core import storage_map
+from airflow_curation.jobs.follow import Follower
 from airflow_curation.jobs.spec import JobSpec
 
 BACKENDS = ("local", "slurm", "kubernetes", "ray")
@@ -77,43 +78,32 @@ def submit_and_follow(spec: JobSpec, name: str, options: dict[str, Any], poll_s:
     """Submit ``spec`` to backend ``name`` and follow it to its end: the job's result summary (raises on
     failure with the backend's message)."""
     backend = build_backend(name, options)
-    handle = backend.submit(spec)
-    print(
-        f"submitted {spec.stage} job {handle.get('job_id')} to {name} "
-        f"({handle.get('url') or handle.get('log') or handle.get('job_dir') or 'no log location'})",
-        file=sys.stderr,
-    )
+    follower = Follower(backend, backend.submit(spec))
+    print(f"submitted {spec.stage} job {follower.record.job_id} to {name} ({follower.record.where})", file=sys.stderr)
 
     def stop(signum, _frame):
-        print(f"signal {signum}: cancelling job {handle.get('job_id')}", file=sys.stderr)
-        backend.cancel(handle)
+        print(f"signal {signum}: cancelling job {follower.record.job_id}", file=sys.stderr)
+        follower.cancel()
         raise SystemExit(128 + signum)
 
     previous = signal.signal(signal.SIGTERM, stop)
-    offset = 0
     try:
         while True:
-            handle = backend.current(handle)
-            status = backend.status(handle)
-            text, offset = backend.logs(handle, offset)
-            if text:
-                sys.stderr.write(text)
-            if status.state.finished:
-                if status.state == JobState.FAILED:
-                    relaunched = backend.settle(handle, status)
-                    if relaunched is not None:
-                        print(f"relaunched as attempt {relaunched.get('attempt')}: {status.message}", file=sys.stderr)
-                        handle, offset = {**handle, **relaunched}, 0
-                        continue
+            look = follower.look()
+            if look.text:
+                sys.stderr.write(look.text)
+            if look.relaunched:
+                print(f"relaunched as attempt {look.record.attempt}: {look.status.message}", file=sys.stderr)
+                continue
+            if look.ended:
+                status = look.status
                 if status.state != JobState.SUCCEEDED:
-                    raise RuntimeError(
-                        f"{spec.stage} job {handle.get('job_id')} {status.state.value}: {status.message}"
-                    )
-                return {**(status.result or {}), "job_id": handle.get("job_id"), "backend": name}
+                    raise RuntimeError(f"{spec.stage} job {look.record.job_id} {status.state.value}: {status.message}")
+                return {**(status.result or {}), "job_id": look.record.job_id, "backend": name}
             time.sleep(poll_s)
     except KeyboardInterrupt:
-        print(f"interrupted: cancelling job {handle.get('job_id')}", file=sys.stderr)
-        backend.cancel(handle)
+        print(f"interrupted: cancelling job {follower.record.job_id}", file=sys.stderr)
+        follower.cancel()
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)

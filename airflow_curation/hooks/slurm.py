@@ -37,6 +37,7 @@ EXTRA_FIELDS: dict[str, Any] = {
     "python": str,
     "cpus_per_task": int,
     "shard_groups": int,
+    "min_group_bytes": int,
     "array_parallelism": int,
     "max_resubmits": int,
     "nodes": int,

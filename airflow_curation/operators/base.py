@@ -23,6 +23,8 @@ from airflow_curation.backends import Backend, JobState, JobStatus
 from airflow_curation.core import storage
 from airflow_curation.core.layout import Lake, sanitize_run_id
 from airflow_curation.hooks.factory import CurationSettings, backend_for, curation_settings, handle_options
+from airflow_curation.jobs.follow import Follower, Look
+from airflow_curation.jobs.run import RunRecord
 from airflow_curation.jobs.spec import JobSpec
 from airflow_curation.links.curation import CurationJobLogLink, CurationManifestLink
 from airflow_curation.operators.lineage import StageLineageMixin
@@ -180,6 +182,7 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         self.poll_interval = poll_interval
         self.lease_wait_s = lease_wait_s
         self._handle: dict[str, Any] | None = None
+        self._follower: Follower | None = None
         self._backend: Backend | None = None
         self._backend_options: dict[str, Any] = {}
         self._curation: CurationSettings | None = None
@@ -256,30 +259,28 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
     def submit_job(self, context: Any) -> dict[str, Any]:
         spec = self.build_spec(context)
         backend = self.get_backend(spec)
-        handle = backend.submit(spec)
-        # What reconnecting needs besides the handle: which backend, with which options and connection
-        # ids (resolved again where the job is followed). The job's environment may hold storage
-        # secrets: it is not needed to poll, log or cancel.
-        handle = {
-            **handle,
-            "backend": backend.name,
-            "backend_options": handle_options(backend, self._backend_options),
-            "curation_conn_id": self.curation_conn_id,
-            "lake_root": spec.lake["root"],
-            "manifest_uri": handle.get("manifest_uri", spec.manifest_uri),
-            "submitted_at": time.time(),
-        }
+        launched = RunRecord.from_dict(backend.submit(spec))
+        # What reconnecting needs besides the backend's handle: which backend, with which options and
+        # connection ids (resolved again where the job is followed). The job's environment may hold
+        # storage secrets: it is not needed to poll, log or cancel.
+        record = launched.with_holder(
+            backend=backend.name,
+            backend_options=handle_options(backend, self._backend_options),
+            curation_conn_id=self.curation_conn_id,
+            lake_root=spec.lake["root"],
+            manifest_uri=launched.manifest_uri or spec.manifest_uri,
+            submitted_at=time.time(),
+        )
         self.log.info(
             "Submitted %s job %s to the %s backend (%s); manifest %s",
             self.stage,
-            handle.get("job_id"),
+            record.job_id,
             backend.name,
-            handle.get("url") or handle.get("log") or handle.get("job_dir") or "no log location",
-            handle["manifest_uri"],
+            record.where,
+            record.manifest_uri,
         )
         self._log_effective(spec)
-        self._remember(handle, context)
-        return handle
+        return self._remember(record.to_dict(), context)
 
     def _log_effective(self, spec: JobSpec) -> None:
         """The values this run really uses: the stage's settings after templating, the run's params, and
@@ -294,21 +295,32 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
                 json.dumps(rc["conf_not_applied"], sort_keys=True, default=str),
             )
 
-    def _remember(self, handle: dict[str, Any], context: Any) -> dict[str, Any]:
-        """Follow ``handle``'s newest attempt (a checkpoint sensor may have relaunched the job) and return it."""
+    def _remember(
+        self, handle: dict[str, Any], context: Any, log_offset: int = 0, newest: bool = True
+    ) -> dict[str, Any]:
+        """Follow ``handle``'s newest attempt (a checkpoint gate may have relaunched the job) and return it.
+        :param newest: False: ``handle``'s own attempt (a trigger's event: its status is that attempt's)."""
         if self._backend is None:
             # A retry reconnecting: the connections are resolved again here.
             self._backend = backend_for(handle["backend"], handle.get("backend_options", {}))
-        self._handle = handle = self._backend.current(handle)
+        # The operator that waits for its job decides its relaunches; one that only launches leaves them
+        # to its full checkpoint gate.
+        self._follower = Follower(self._backend, handle, log_offset=log_offset, relaunch=self.wait)
+        if newest:
+            self._follower.refresh()
+        return self._record_now(context)
+
+    def _record_now(self, context: Any) -> dict[str, Any]:
+        self._handle = handle = self._follower.handle
         CurationManifestLink.persist(context, handle.get("manifest_uri"))
         # A backend may give a web URL for its job (a dashboard); else the log file.
         CurationJobLogLink.persist(context, handle.get("url") or handle.get("log"))
         return handle
 
     def get_job_status(self, external_id: dict[str, Any], context: Any) -> str:
-        external_id = self._remember(external_id, context)
-        status = self._backend.status(external_id)
-        self.log.info("Job %s is %s %s", external_id.get("job_id"), status.state.value, status.message)
+        self._remember(external_id, context)
+        status = self._follower.status()
+        self.log.info("Job %s is %s %s", self._follower.record.job_id, status.state.value, status.message)
         return status.state.value
 
     def is_job_active(self, status: str) -> bool:
@@ -324,17 +336,16 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
             return self.get_job_result(external_id, context)
         if self.deferrable:
             self._defer(external_id)
-        offset = 0
         while True:
-            status = self._backend.status(external_id)
-            text, offset = self._backend.logs(external_id, offset)
-            for line in text.splitlines():
-                self.log.info("[job %s] %s", external_id.get("job_id"), line)
-            if status.state.finished:
-                relaunched = self._settle(external_id, status, context)
-                if relaunched is None:
-                    return self._finish(status.state.value, status.message, status.result, external_id)
-                external_id = relaunched
+            look = self._follower.look()
+            for line in look.text.splitlines():
+                self.log.info("[job %s] %s", look.record.job_id, line)
+            if look.relaunched:
+                self._relaunched(look, context)
+            elif look.ended:
+                return self._finish(
+                    look.status.state.value, look.status.message, look.status.result, look.record.to_dict()
+                )
             time.sleep(self.poll_interval)
 
     def _defer(self, handle: dict[str, Any], log_offset: int = 0) -> None:
@@ -350,34 +361,21 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
             method_name="execute_complete",
         )
 
-    def _settle(self, handle: dict[str, Any], status: JobStatus, context: Any) -> dict[str, Any] | None:
-        """The job has ended: relaunch its unfinished groups when the backend calls the failure retryable
-        and attempts remain (the decision is the operator's, never a side effect of polling); returns
-        the new attempt's handle, already in the task state store, or None when the run is over."""
-        if status.state != JobState.FAILED:
-            return None
-        new = self._backend.settle(handle, status)
-        if new is None:
-            return None
-        new = {
-            **new,
-            "backend": handle["backend"],
-            "backend_options": handle.get("backend_options", {}),
-            "submitted_at": handle.get("submitted_at"),
-        }
-        self.log.warning("Job %s: %s", handle.get("job_id"), status.message)  # what failed, and the relaunch
+    def _relaunched(self, look: Look, context: Any) -> None:
+        """The follower relaunched the job: the new attempt goes to the task state store (a retry
+        reconnects to it) and the log says what failed, and the relaunch."""
+        self.log.warning("Job %s: %s", look.record.job_id, look.status.message)
         store = context.get("task_state_store") if hasattr(context, "get") else None
         if store is not None and self.durable:
-            store.set(self.external_id_key, new)  # a retry reconnects to the new attempt
-        self._remember(new, context)
-        return new
+            store.set(self.external_id_key, look.record.to_dict())
+        self._record_now(context)
 
     def get_job_result(self, external_id: dict[str, Any], context: Any) -> dict[str, Any]:
         external_id = self._handle or external_id  # the latest attempt, when this task relaunched the job
         if not self.wait:
             return {"manifest_uri": external_id["manifest_uri"], "job": external_id}
-        status = self._backend.status(external_id)
-        return self._finish(status.state.value, status.message, status.result, external_id)
+        status = self._follower.status()
+        return self._finish(status.state.value, status.message, status.result, self._follower.handle)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         """Resumed from the trigger: the job has ended; relaunch it (and defer again) or finish."""
@@ -385,17 +383,18 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
             return self._complete(context, event)
 
     def _complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        self._remember(event["handle"], context)
+        self._remember(event["handle"], context, log_offset=int(event.get("log_offset") or 0), newest=False)
         status = JobStatus(
             JobState(event["status"]),
             event.get("message", ""),
             event.get("result"),
             retryable=bool(event.get("retryable")),
         )
-        relaunched = self._settle(event["handle"], status, context)
-        if relaunched is not None:
-            self._defer(relaunched, log_offset=int(event.get("log_offset") or 0))
-        return self._finish(status.state.value, status.message, status.result, event["handle"])
+        look = self._follower.conclude(status)
+        if look.relaunched:
+            self._relaunched(look, context)
+            self._defer(look.record.to_dict(), log_offset=self._follower.log_offset)
+        return self._finish(status.state.value, status.message, status.result, look.record.to_dict())
 
     def _finish(
         self, state: str, message: str, result: dict[str, Any] | None, handle: dict[str, Any]
@@ -413,9 +412,9 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         return summary
 
     def on_kill(self) -> None:
-        if self._handle is not None and self._backend is not None:
-            self.log.info("Cancelling %s job %s", self.stage, self._handle.get("job_id"))
-            self._backend.cancel(self._handle)
+        if self._follower is not None:
+            self.log.info("Cancelling %s job %s", self.stage, self._follower.record.job_id)
+            self._follower.cancel()
 
 
 # The base's own arguments: never stage settings of a subclass (ingest repeats ``dataset``, ``lake``...).

@@ -11,13 +11,13 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_curation.backends.base import JobState, JobStatus
 from airflow_curation.core import storage
 from airflow_curation.core.storage_map import StorageMap
-from airflow_curation.jobs.progress import CheckpointWatcher
+from airflow_curation.jobs.follow import Look
+from airflow_curation.jobs.gate import CheckpointGate
 from airflow_curation.metrics import emit_gate_metrics
 from airflow_curation.triggers.job_log import JobLogRelay, unit_line
-from airflow_curation.triggers.shard_checkpoint import ShardCheckpointTrigger, decide
+from airflow_curation.triggers.shard_checkpoint import ShardCheckpointTrigger
 
 
 class ShardCheckpointSensor(BaseSensorOperator):
@@ -27,7 +27,8 @@ class ShardCheckpointSensor(BaseSensorOperator):
 
     :param manifest_uri: the stage run's manifest, usually ``launch.output["manifest_uri"]``.
     :param job: optional job handle (``launch.output["job"]``): if the job ends before every unit is
-        checkpointed, the sensor fails at once instead of waiting for its timeout.
+        checkpointed, the sensor fails at once instead of waiting for its timeout; a full gate (``quorum``
+        1) relaunches it where its backend calls the failure retryable and attempts remain.
     :param max_failed_fraction: failure budget as a fraction of units; default the manifest's own.
     :param quorum: fraction of units whose checkpoints open the gate (default 1.0: all). With less, the
         summary counts the units done so far, and the next stage must itself wait for the rest.
@@ -62,7 +63,7 @@ class ShardCheckpointSensor(BaseSensorOperator):
         self.curation_conn_id = curation_conn_id
         self.deferrable = deferrable
         self.poll_interval = poll_interval
-        self._watcher: CheckpointWatcher | None = None
+        self._gate: CheckpointGate | None = None
         self._relay: JobLogRelay | None = None
         self._log_offset = 0
         self._storage_map: StorageMap | None = None
@@ -128,36 +129,37 @@ class ShardCheckpointSensor(BaseSensorOperator):
 
     def _look(self) -> dict[str, Any] | None:
         job = self._job()
-        if self._watcher is None:
-            self._watcher = CheckpointWatcher(
-                self.manifest_uri, self._budget(), not_before=job.get("submitted_at") if job else None
+        if self._gate is None:
+            self._gate = CheckpointGate(
+                self.manifest_uri,
+                self._budget(),
+                job.get("submitted_at") if job else None,
+                backend=self._job_backend(job) if job else None,
+                job=job,
+                quorum=self._quorum(),
+                relaunch=True,  # in the worker: a full gate relaunches (a quorum gate never does)
+                log_offset=self._log_offset,
             )
-        job_status = None
-        if job:
-            backend = self._job_backend(job)
+        look = self._gate.look()
+        if look.job is not None:
             # The newest attempt, also when another task (an earlier try of this gate) relaunched the job.
-            job = self.job = backend.current(job)
-            job_status = backend.status(job)
-            self._relay_job_log(backend, job, job_status)
-            if job_status.state == JobState.FAILED and backend.can_relaunch(job, job_status):
-                return {"status": "relaunch", "reason": job_status.message, "job": job}
-        progress = self._watcher.look()
-        for unit_id, info in sorted(self._watcher.new_units.items()):
-            self.log.info("%s", unit_line(progress.stage, unit_id, info))
-        self.log.info("%s", progress.line())
-        return decide(progress, job_status, self._quorum(), job and (lambda: backend.attempts_left(job)))
+            self.job, self._log_offset = self._gate.follower.handle, self._gate.follower.log_offset
+            self._relay_job_log(look.job)
+            if look.job.relaunched:
+                self.log.warning("Job %s: %s", look.job.record.job_id, look.job.status.message)
+        if look.progress is None:
+            return None  # relaunched: the next look gates the new attempt
+        for unit_id, info in sorted(look.new_units.items()):
+            self.log.info("%s", unit_line(look.progress.stage, unit_id, info))
+        self.log.info("%s", look.progress.line())
+        return look.verdict
 
-    def _relay_job_log(self, backend: Any, job: dict[str, Any], job_status: Any) -> None:
+    def _relay_job_log(self, job_look: Look) -> None:
         """The job's log since the last look into this task's log (the trigger goes on from there)."""
         if self._relay is None:
-            self._relay = JobLogRelay(self.log, str(job.get("job_id", "?")))
-        try:
-            text, self._log_offset = backend.logs(job, self._log_offset)
-        except Exception as e:  # noqa: BLE001 - the log is a courtesy
-            self.log.debug("cannot read the job's log: %s", e)
-            return
-        self._relay.feed(text)
-        if job_status.state.finished:
+            self._relay = JobLogRelay(self.log, str(job_look.record.job_id))
+        self._relay.feed(job_look.text)
+        if job_look.status.state.finished:
             self._relay.flush()
 
     @staticmethod
@@ -166,33 +168,12 @@ class ShardCheckpointSensor(BaseSensorOperator):
 
         return backend_for(job.get("backend", "local"), job.get("backend_options", {}))
 
-    def _relaunch(self, event: dict[str, Any]) -> bool:
-        """The job failed in a retryable way: relaunch its unfinished groups (the same decision as the
-        stage operator's); True when a new attempt now runs and the gate goes on waiting."""
-        job = event["job"]
-        status = JobStatus(JobState.FAILED, event.get("reason", ""), retryable=True)
-        new = self._job_backend(job).settle(job, status)
-        if new is None:
-            self.log.warning("Job %s: %s", job.get("job_id"), status.message)
-            return False
-        self._watcher = None  # it holds the failed attempt's final manifest: read the reopened one
-        self.job = {
-            **new,
-            "backend": job.get("backend"),
-            "backend_options": job.get("backend_options", {}),
-            "submitted_at": job.get("submitted_at"),
-        }
-        self.log.warning("Job %s: %s", job.get("job_id"), status.message)  # what failed, and the relaunch
-        return True
-
     def poke(self, context: Any) -> bool | PokeReturnValue:
         with storage.using(self._storage()):
             return self._poke(context)
 
     def _poke(self, context: Any) -> bool | PokeReturnValue:
         verdict = self._look()
-        if verdict is not None and verdict["status"] == "relaunch" and self._relaunch(verdict):
-            return False
         if verdict is None:
             return False
         return PokeReturnValue(is_done=True, xcom_value=self.execute_complete(context, verdict))
@@ -203,9 +184,11 @@ class ShardCheckpointSensor(BaseSensorOperator):
 
     def _complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") == "relaunch":
-            if self._relaunch(event):
-                return self.execute(context)  # gate the new attempt (defers again)
-            event = {**event, "status": "failed"}
+            # The trigger saw a relaunch due: look here, in the worker, where the gate relaunches the job
+            # (or follows another follower's relaunch), then gate the new attempt (defers again).
+            self.job, self._gate = event["job"], None
+            self._log_offset = int(event.get("log_offset") or self._log_offset)  # what the trigger relayed
+            return self._execute(context)
         stage = event.get("stage") or self.task_id.removesuffix("_checkpoints")
         if "total" in event:  # a verdict of decide(), not a read error
             emit_gate_metrics({**event, "stage": stage})

@@ -3,8 +3,9 @@
 It runs in the triggerer, so it holds nothing but JSON: the backend's name and options (with the ids
 of the connections they name) and the job handle. The triggerer resolves those connections itself,
 through :func:`airflow_curation.hooks.factory.backend_for`, so no secret travels in the trigger's
-kwargs; every poll asks the backend's read-only ``status`` (blocking calls go to a thread). It only
-watches: a retryable failure is reported in the event, and the operator decides on a relaunch.
+kwargs; every look is a :class:`~airflow_curation.jobs.follow.Follower` look (the newest attempt, its
+read-only ``status``, the new log text; blocking calls go to a thread). It only watches: a retryable
+failure is reported in the event, and the operator decides on a relaunch.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_curation.core import storage
 from airflow_curation.hooks.factory import backend_for, curation_settings
+from airflow_curation.jobs.follow import Follower
 from airflow_curation.triggers.job_log import JobLogRelay
 from airflow_curation.triggers.polling import PollSchedule, interruptible_inline, wait_for_look
 
@@ -64,12 +66,6 @@ class StageJobTrigger(BaseTrigger):
             },
         )
 
-    def _stream_logs(self, backend, relay: JobLogRelay, finished: bool = False) -> None:
-        text, self.log_offset = backend.logs(self.handle, self.log_offset)
-        relay.feed(text)
-        if finished:
-            relay.flush()
-
     def _connect(self):
         """The connection's storage map and the backend, resolved here (blocking: call it in a thread)."""
         conn_id = self.curation_conn_id or self.handle.get("curation_conn_id")
@@ -83,19 +79,22 @@ class StageJobTrigger(BaseTrigger):
                 yield event
 
     async def _follow(self, backend) -> AsyncIterator[TriggerEvent]:
-        relay = JobLogRelay(self.log, str(self.handle.get("job_id", "?")))
+        # Whether to relaunch is the operator's call (in the worker), not the triggerer's.
+        follower = Follower(backend, self.handle, log_offset=self.log_offset, relaunch=False)
+        relay = JobLogRelay(self.log, str(follower.record.job_id))
         schedule = PollSchedule(self.poll_interval)
         while True:
-            status = await asyncio.to_thread(backend.status, self.handle)
-            await asyncio.to_thread(self._stream_logs, backend, relay, status.state.finished)
-            if status.state.finished:
-                # Whether to relaunch is the operator's call (in the worker), not the triggerer's.
+            look = await asyncio.to_thread(follower.look)
+            self.handle, self.log_offset = follower.handle, follower.log_offset
+            relay.feed(look.text)
+            if look.status.state.finished:
+                relay.flush()
                 yield TriggerEvent(
                     {
-                        "status": status.state.value,
-                        "message": status.message,
-                        "result": status.result,
-                        "retryable": status.retryable,
+                        "status": look.status.state.value,
+                        "message": look.status.message,
+                        "result": look.status.result,
+                        "retryable": look.status.retryable,
                         "handle": self.handle,
                         "log_offset": self.log_offset,
                     }
@@ -111,5 +110,5 @@ class StageJobTrigger(BaseTrigger):
         """
         smap, backend = await asyncio.to_thread(self._connect)
         self.log.info("Task killed while deferred: cancelling job %s", self.handle.get("job_id"))
-        with storage.using(smap):
-            await asyncio.to_thread(backend.cancel, self.handle)
+        with storage.using(smap):  # the newest attempt: a gate may have relaunched the job
+            await asyncio.to_thread(Follower(backend, self.handle, relaunch=False).cancel)

@@ -1,5 +1,6 @@
 """Who relaunches a retryable failure: the operator (after its trigger's event, or polling) and the
-checkpoint sensor, through ``Backend.settle``; never ``status``, which stays read-only."""
+checkpoint sensor, through the jobs layer's follower (``jobs.attempts.settle``); never ``status``, which stays
+read-only."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from airflow.sdk.exceptions import TaskDeferred
 from curation_airflow_helpers import MemoryTaskStateStore, task_context
 
 from airflow_curation.backends import BACKENDS, Backend, JobState, JobStatus
+from airflow_curation.jobs import attempts
 from airflow_curation.jobs.spec import JobSpec
 from airflow_curation.operators.base import CurationStageOperator
 from airflow_curation.sensors.shard_checkpoint import ShardCheckpointSensor
@@ -117,6 +119,20 @@ def test_the_checkpoint_sensor_relaunches_then_keeps_gating(tmp_path):
     assert [h["attempt"] for h in LAUNCHES] == [1, 2]
 
 
+def test_only_the_full_gate_relaunches(tmp_path):
+    """A quorum gate on the same job waits for the relaunch that the full gate makes (one decision per run)."""
+    spec = JobSpec("ingest", {"root": str(tmp_path / "lake"), "dataset": "d", "snapshot": None}, "r1")
+    job = {**FlakyBackend().launch(spec), "backend_options": {"max_resubmits": 1}}
+    first = ShardCheckpointSensor(
+        task_id="first_shards", manifest_uri=spec.manifest_uri, job=job, quorum=0.5, deferrable=False
+    )
+    assert first.poke({}) is False and first.job["attempt"] == 1  # waits; relaunches nothing
+    assert [h["attempt"] for h in LAUNCHES] == [1]
+    full = ShardCheckpointSensor(task_id="gate", manifest_uri=spec.manifest_uri, job=job, deferrable=False)
+    assert full.poke({}) is False and full.job["attempt"] == 2
+    assert [h["attempt"] for h in LAUNCHES] == [1, 2]
+
+
 def test_a_relaunch_by_the_gate_is_followed_by_every_later_reader_of_the_launch_handle(
     airflow_db, tmp_path, monkeypatch
 ):
@@ -162,7 +178,7 @@ def test_a_relaunch_by_the_gate_is_followed_by_every_later_reader_of_the_launch_
     assert launched["attempt"] == 1  # what the launch task stored: never rewritten
     assert len(job_dirs(jobs)) == 2, "a reader of the first attempt's handle relaunched it again"
     backend = get_backend("relaunchable_local", **launched["backend_options"])
-    newest = backend.current(launched)
-    assert newest["attempt"] == 2 and backend.status(newest).state.value == "succeeded"
+    newest = attempts.latest(backend, launched)
+    assert newest.attempt == 2 and backend.status(newest.to_dict()).state.value == "succeeded"
     assert xcoms[("later_reader", "return_value")]["rows"] == 15 == xcoms[("gate", "return_value")]["rows"]
     assert Manifest.read(launched["manifest_uri"]).status == "complete"

@@ -16,12 +16,16 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from airflow_curation.backends import Backend, JobHandle, JobState, JobStatus, get_backend
+from airflow_curation.jobs import attempts
+from airflow_curation.jobs.follow import Follower, Look
+from airflow_curation.jobs.run import RunRecord
 from airflow_curation.jobs.spec import JobSpec
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -102,7 +106,7 @@ class SlurmHarness(Harness):
         return get_backend("slurm", python=sys.executable, env={"PYTHONPATH": JOB_PYTHONPATH}, **options)
 
     def external(self, handle: JobHandle) -> Any:
-        handle = self.backend.current(handle)
+        handle = attempts.latest(self.backend, handle).to_dict()
         ids = [j for j in (handle["job_id"], handle.get("array_job_id")) if j]
         out = subprocess.run(["scontrol", "show", "job", "-o", *ids], capture_output=True, text=True).stdout
         # Slurm's own record of the attempt's jobs (times that only advance while they run excluded).
@@ -280,10 +284,70 @@ def check_failure_message(h: Harness) -> None:
     assert st.result is None or st.result["status"] == "failed"
 
 
+def follow_to_end(h: Harness, follower: Follower, timeout: float = 240.0) -> tuple[Look, str]:
+    """Look until the run is over (what the operator, the CLI and a gate do): the last look, and the
+    log text of every look."""
+    deadline, text = time.time() + timeout, ""
+    while True:
+        h.drive()
+        look = follower.look()
+        text += look.text
+        if look.ended:
+            return look, text
+        assert time.time() < deadline, f"{h.name}: no end in {timeout}s: {look.status}"
+        time.sleep(0.3)
+
+
+def check_follower_streams_the_log_once(h: Harness) -> None:
+    handle = h.backend.launch(h.spec(run_id="r4", units=2))
+    look, text = follow_to_end(h, Follower(h.backend, handle))
+    assert look.status.state == JobState.SUCCEEDED and look.record.job_id == handle["job_id"], look
+    assert LAKE_NAME in text and h.backend.logs(handle, 0)[0].startswith(text)  # each byte once, in order
+
+
+def check_relaunch_is_one_attempt_that_every_holder_follows(h: Harness) -> None:
+    """The jobs layer's relaunch of a failed run: two followers relaunching the same failure at once launch
+    one attempt 2, which runs only what is unfinished; a holder of attempt 1's record follows attempt 2
+    to its end; a running attempt is never relaunched."""
+    flag = h.root / "broken"
+    flag.touch()
+    spec = h.spec(run_id="r3", units=4, fail_units=["u001"], fail_flag=str(flag), max_attempts=1)
+    first = RunRecord.from_dict(h.backend.launch(spec))
+    assert h.wait(first.to_dict()).state == JobState.FAILED
+    flag.unlink()
+    launched, launch = [], h.backend.launch
+
+    def counted(*args: Any, **kwargs: Any) -> JobHandle:
+        launched.append(kwargs.get("previous"))
+        return launch(*args, **kwargs)
+
+    h.backend.launch = counted
+    threads = [threading.Thread(target=attempts.relaunch, args=(h.backend, first)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(launched) == 1 and launched[0]["attempt"] == 1, launched
+    second = attempts.latest(h.backend, first)
+    assert second.attempt == 2 and second.submitted_at == first.submitted_at
+    if not h.backend.status(second.to_dict()).state.finished:
+        try:
+            attempts.relaunch(h.backend, first)
+        except RuntimeError as e:
+            assert "still" in str(e)
+        else:
+            raise AssertionError("a running attempt was relaunched")
+    look, _ = follow_to_end(h, Follower(h.backend, first, relaunch=False))
+    assert look.record.attempt == 2 and look.status.state == JobState.SUCCEEDED, look
+    assert len(launched) == 1
+
+
 CHECKS = {
     "result_after_success": check_result_after_success,
     "status_is_read_only": check_status_is_read_only,
     "cancel_is_idempotent": check_cancel_is_idempotent,
     "logs_by_byte_offsets": check_logs_by_byte_offsets,
     "failure_message": check_failure_message,
+    "follower_streams_the_log_once": check_follower_streams_the_log_once,
+    "relaunch_is_one_attempt_that_every_holder_follows": check_relaunch_is_one_attempt_that_every_holder_follows,
 }

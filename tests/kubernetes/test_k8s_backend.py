@@ -13,6 +13,7 @@ from airflow_curation.backends.base import JobState
 from airflow_curation.backends.k8s_objects import LABEL_JOB
 from airflow_curation.backends.schemas import ManifestInvalid, validate_object
 from airflow_curation.core import storage
+from airflow_curation.jobs import attempts
 
 OK_RESULT = {
     "result_version": 1,
@@ -118,7 +119,7 @@ def test_indexed_groups_then_collect_through_every_state(fake_k8s, make_backend,
     # The follower relaunches (here no manifest exists, so every group), under the same spec; the waiting
     # collect job stays.
     backend.max_resubmits = 1
-    new = backend.settle(handle, st)
+    new = _settle(backend, handle, st)
     assert new["attempt"] == 2 and new["main"] == f"{name}-a2" and new["collect"] == handle["collect"]
     again = fake_k8s.get("jobs", new["main"])
     argv = again["spec"]["template"]["spec"]["containers"][0]["command"]
@@ -128,7 +129,7 @@ def test_indexed_groups_then_collect_through_every_state(fake_k8s, make_backend,
         "--pick",
         "0,1,2",
     ]
-    assert backend.settle(handle, st)["main"] == new["main"]  # a second follower reconnects (409)
+    assert _settle(backend, handle, st)["main"] == new["main"]  # a second follower reconnects (409)
     assert backend.status(new).state == JobState.PENDING
     storage.write_json(f"{handle['result_dir']}/group-1.json", GROUP_OK)
     fake_k8s.set_status("jobs", new["main"], {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]})
@@ -165,7 +166,7 @@ def test_bad_spec_fails_the_groups_and_release_drops_the_collect(fake_k8s, make_
     st = backend.status(handle)
     assert st.state == JobState.FAILED and "exit code 2" in st.message and not st.retryable
     assert fake_k8s.get("jobs", handle["collect"]) is not None  # status deletes nothing
-    assert backend.settle(handle, st) is None  # not retryable: the run is over
+    assert _settle(backend, handle, st) is None  # not retryable: the run is over
     assert fake_k8s.get("jobs", handle["collect"]) is None  # the waiting collect could not help
 
 
@@ -207,19 +208,19 @@ def test_dask_and_ray_jobs_are_relaunched_as_the_next_object_of_the_run(
     st = backend.status(handle)
     assert st.state == JobState.FAILED and st.retryable  # its pods died without writing a result
 
-    new = backend.settle(handle, st)
+    new = _settle(backend, handle, st)
     assert new["attempt"] == 2 and new["main"] == f"{name}-a2" and new["kind"] == handle["kind"]
     obj = fake_k8s.get(plural, new["main"])
     validate_object(obj)  # the CRD's schema (the API server stand-in checked it too)
     assert obj["metadata"]["labels"][LABEL_JOB] == name  # the run's label: logs and clean-up find every attempt
     assert {v["configMap"]["name"] for v in _pod_volumes(obj)} == {f"{name}-spec"}  # the run's spec
-    assert backend.current(handle) == new  # whoever holds attempt 1's handle follows attempt 2
-    assert backend.settle(handle, st) == new  # so does a second follower: no third object
+    assert attempts.latest(backend, handle).to_dict() == new  # whoever holds attempt 1's handle follows attempt 2
+    assert _settle(backend, handle, st) == new  # so does a second follower: no third object
     assert fake_k8s.names(plural) == sorted([name, new["main"]])
     assert backend.status(new).state == JobState.PENDING
 
     fake_k8s.set_status(plural, new["main"], failed)
-    assert backend.settle(new, backend.status(new)) is None  # no attempts left: the run is over
+    assert _settle(backend, new, backend.status(new)) is None  # no attempts left: the run is over
     backend.cancel(new)
     assert fake_k8s.names(plural) == [] and fake_k8s.names("configmaps") == []
 
@@ -229,7 +230,13 @@ def test_a_ray_job_refused_by_validation_is_not_relaunched(fake_k8s, make_backen
     handle = backend.submit(make_spec("enrich"))
     fake_k8s.set_status("rayjobs", handle["name"], {"jobDeploymentStatus": "ValidationFailed"})
     st = backend.status(handle)
-    assert st.state == JobState.FAILED and not st.retryable and backend.settle(handle, st) is None
+    assert st.state == JobState.FAILED and not st.retryable and _settle(backend, handle, st) is None
+
+
+def _settle(backend, handle, st):
+    """The follower's decision (:func:`airflow_curation.jobs.attempts.settle`), as the handle dict."""
+    new = attempts.settle(backend, handle, st)
+    return None if new is None else new.to_dict()
 
 
 def _pod_volumes(obj):

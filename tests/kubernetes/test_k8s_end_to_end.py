@@ -10,6 +10,7 @@ from k8s_fake_kubelet import FakeKubelet
 
 from airflow_curation.backends.base import JobState
 from airflow_curation.core.manifest import Manifest
+from airflow_curation.jobs import attempts
 from airflow_curation.jobs.spec import JobSpec
 
 
@@ -78,8 +79,9 @@ def test_a_killed_group_is_relaunched_by_the_follower(fake_k8s, make_backend, co
     assert kubelet.run_job(handle["name"], kill=frozenset({1})) == [0, 137]  # group 1's pod was OOM-killed
     st = backend.status(handle)
     assert st.state == JobState.FAILED and st.retryable
-    new = backend.settle(handle, st)  # what the operator (or the checkpoint sensor) does with it
-    assert new is not None and new["attempt"] == 2
+    new = attempts.settle(backend, handle, st)  # what the operator (or the checkpoint sensor) does with it
+    assert new is not None and new.attempt == 2
+    new = new.to_dict()
     assert kubelet.run_job(new["main"]) == [0]
     assert kubelet.run_job(new["collect"]) == [0]
     st = backend.status(new)

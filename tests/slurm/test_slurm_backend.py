@@ -18,7 +18,7 @@ from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest, group_of, group_range
 from airflow_curation.jobs import progress
 
-from .conftest import JOB_PYTHONPATH, follow, spec_for, wait_for
+from .conftest import JOB_PYTHONPATH, current, follow, relaunch, spec_for, wait_for
 from .conftest import checkpoint_records as _records
 
 pytestmark = pytest.mark.slurm
@@ -207,7 +207,7 @@ def test_failed_shards_then_resubmit_only_their_groups(make_backend, lake, tmp_p
     assert not failure_marker.exists()
 
     flag.unlink()
-    new = backend.relaunch(handle)
+    new = relaunch(backend, handle)
     assert new["attempt"] == 2 and new["array"] == "2"
     st = wait_for(backend, handle)  # the first handle follows the latest attempt
     assert st.state == JobState.SUCCEEDED, st
@@ -231,12 +231,12 @@ def test_automatic_resubmission(make_backend, lake, tmp_path):
     assert st.state == JobState.FAILED and st.retryable
     for _ in range(20):  # polling is read-only: nothing is resubmitted however often one asks
         assert backend.status(handle).state == JobState.FAILED
-    assert backend.current(handle)["attempt"] == 1
+    assert current(backend, handle)["attempt"] == 1
     flag.unlink()
     st, last = follow(backend, handle)  # the follower (operator, sensor) relaunches the failed group
     assert st.state == JobState.SUCCEEDED, st
-    assert backend.current(handle)["attempt"] == 2 and backend.current(handle)["array"] == "0"  # u001: group 0
-    assert last == backend.current(handle)
+    assert current(backend, handle)["attempt"] == 2 and current(backend, handle)["array"] == "0"  # u001: group 0
+    assert last == current(backend, handle)
 
 
 def test_cancel_a_running_job(make_backend, lake):

@@ -12,7 +12,7 @@ import pytest
 from airflow_curation.backends.base import JobState
 from airflow_curation.core.manifest import Manifest
 
-from .conftest import spec_for, wait_for
+from .conftest import settle, spec_for, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -37,7 +37,7 @@ def _follow(backend, handle: dict) -> tuple[list[str], JobState, dict]:
     said = []
     while True:
         st = wait_for(backend, handle, timeout=600)
-        new = backend.settle(handle, st)
+        new = settle(backend, handle, st)
         said.append(st.message)
         if new is None:
             return said, st.state, handle

@@ -19,7 +19,7 @@ from airflow_curation.backends.base import JobState
 from airflow_curation.backends.slurm import ENV_FILE, SlurmError
 from airflow_curation.core.manifest import Manifest
 
-from .conftest import checkpoint_records, follow, spec_for, wait_for
+from .conftest import checkpoint_records, follow, relaunch, settle, spec_for, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -114,7 +114,7 @@ def test_resubmissions_reuse_the_file_until_the_run_is_over(make_backend, lake, 
     st = wait_for(poller, handle)
     assert st.state == JobState.FAILED and st.retryable, st  # polling alone relaunches nothing
     assert env_file.exists() and _mode(env_file) == 0o600  # attempt 1 failed: kept for attempt 2
-    second = poller.settle(handle, st)  # the follower's decision, without the secrets
+    second = settle(poller, handle, st)  # the follower's decision, without the secrets
     assert second["attempt"] == 2 and env_file.exists()
     st, last = follow(poller, second)
     assert st.state == JobState.FAILED and last["attempt"] == 2, st  # still broken; no relaunch left
@@ -122,8 +122,8 @@ def test_resubmissions_reuse_the_file_until_the_run_is_over(make_backend, lake, 
 
     flag.unlink()
     with pytest.raises(SlurmError, match="env"):
-        poller.relaunch(handle)
-    new = backend.relaunch(handle)  # the Airflow side has the environment: it writes the file again
+        relaunch(poller, handle)
+    new = relaunch(backend, handle)  # the Airflow side has the environment: it writes the file again
     assert new["attempt"] == 3 and _mode(env_file) == 0o600
     st = wait_for(backend, handle)
     assert st.state == JobState.SUCCEEDED, st

@@ -12,7 +12,7 @@ from airflow_curation.backends.base import JobState
 from airflow_curation.core.manifest import Manifest
 from airflow_curation.jobs import progress
 
-from .conftest import spec_for, wait_for
+from .conftest import relaunch, spec_for, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -61,10 +61,10 @@ def test_work_folder_only_on_the_login_side(make_backend, lake, ssh_login, tmp_p
     assert st.state == JobState.FAILED and "u003" in st.message
     assert progress.unfinished_groups(handle["manifest_uri"], handle["groups"]) == [1]
     flag.unlink()
-    new = backend.relaunch(handle)
+    new = relaunch(backend, handle)
     assert new["array"] == "1"
     with pytest.raises(RuntimeError, match="still"):  # never two attempts at once
-        backend.relaunch(handle)
+        relaunch(backend, handle)
     st = wait_for(backend, handle)
     assert st.state == JobState.SUCCEEDED, st
     text, offset = backend.logs(handle)

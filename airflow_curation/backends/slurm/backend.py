@@ -5,8 +5,9 @@
 (``--dependency=afterany``) runs ``jobs collect``; N is capped at the site's ``MaxArraySize``.
 
 :meth:`SlurmBackend.status` only reads: the result file, ``scontrol`` (then ``sacct``), the checkpoints.
-A failure in ``resubmit_on`` is ``retryable``; the follower relaunches it as a new attempt in the same job
-folder (``current.json`` names the latest, so every handle of the run follows it).
+A failure in ``resubmit_on`` is ``retryable``; the follower (:mod:`airflow_curation.jobs.attempts`) relaunches
+it as a new attempt in the same job folder (``current.json`` names the latest, so every handle of the run
+follows it).
 
 Secrets: the job's ``env`` goes into a ``0600`` file, :data:`ENV_FILE` (over SSH through stdin), that the
 scripts source, and so do the credentials of this process's environment when sbatch runs here (sbatch
@@ -19,7 +20,6 @@ and ``cancel`` delete it too.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shlex
 import sys
@@ -71,6 +71,8 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
     :param sbatch_options: more sbatch options, a list of argv elements or one string split like a
         shell would (``"--gres=gpu:1 --constraint=a100"``); never interpreted by a shell.
     :param shard_groups: 1 for one allocation, N for an array over N shard groups (capped at MaxArraySize).
+    :param min_group_bytes: each array task reads at least this many bytes of the input manifest's shards
+        (``shard_groups`` is lowered where the run is smaller; 0: no floor), as a Kubernetes sweep's pods do.
     :param array_parallelism: the ``%K`` of ``--array``: at most K tasks at once (0: no limit).
     :param work_dir: a folder every node sees (and, over SSH, the same path here and there) for job
         scripts, specs, results and logs; default the lake's ``_jobs/`` folder when the lake is local,
@@ -88,9 +90,9 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         raises ``OSError`` or ``subprocess.TimeoutExpired`` when it cannot run it), e.g. the Airflow
         layer's SSH transport for a login node. Not part of :meth:`options`: whoever rebuilds the
         backend supplies it again.
-    :param max_resubmits: how many times the follower (:meth:`Backend.settle`) relaunches a failed run
-        (only its unfinished shard groups) that failed for a reason in ``resubmit_on`` (default 2: three
-        attempts in all, as Slurm's own requeue would give a task lost to a node or a cancel).
+    :param max_resubmits: how many times the follower (:func:`~airflow_curation.jobs.attempts.settle`)
+        relaunches a failed run (only its unfinished shard groups) that failed for a reason in ``resubmit_on``
+        (default 2: three attempts in all, as Slurm's own requeue would give a task lost to a node or a cancel).
     :param resubmit_on: Slurm states reported as ``retryable`` (``GONE``: the job vanished without a result).
     :param collect_time_limit: ``--time`` of the collect job of an array run.
     :param command_timeout: seconds a Slurm command may take.
@@ -120,6 +122,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         mem: str | None = None,
         sbatch_options: Sequence[str] | str | None = None,
         shard_groups: int = 1,
+        min_group_bytes: int = grp.MIN_GROUP_BYTES,
         array_parallelism: int = 0,
         work_dir: str | None = None,
         python: str | None = None,
@@ -152,6 +155,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
             if opt.split("=", 1)[0] in ("--wrap", "--array", "-a", "--dependency", "-d", "--parsable"):
                 raise ValueError(f"sbatch option {opt!r} is set by the backend itself")
         self.shard_groups = int(shard_groups)
+        self.min_group_bytes = int(min_group_bytes)
         self.array_parallelism = int(array_parallelism)
         if self.shard_groups < 1 or self.array_parallelism < 0:
             raise ValueError("shard_groups must be >= 1 and array_parallelism >= 0")
@@ -188,6 +192,15 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         self.files: _LocalFiles | _RemoteFiles = _RemoteFiles(self) if self.remote_work_dir else _LocalFiles()
         self._max_array_size: int | None = None
 
+    def groups_for(self, spec: JobSpec) -> int:
+        """Array tasks of a run: ``shard_groups``, at most MaxArraySize, and (as a Kubernetes sweep) few enough
+        that each task reads ``min_group_bytes`` of its input manifest's shards or more (small shards go
+        several to a task: its fixed cost is paid once for them)."""
+        if self.shard_groups <= 1:
+            return 1
+        cap = grp.group_count(self.shard_groups, self.max_array_size())
+        return grp.groups_for_input(cap, spec.config.get("input_manifest"), self.min_group_bytes) or cap
+
     def job_dir_for(self, spec: JobSpec) -> str:
         key = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         if self.work_dir:
@@ -215,11 +228,8 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
     ) -> JobHandle:
         if previous is None:
             base, attempt = self._prepare(spec), 1
-        else:
+        else:  # the follower has checked the environment (prepare_relaunch) and holds the attempt's lock
             base, attempt = dict(previous), previous["attempt"] + 1
-            self._env_for_resubmit(base)  # before the lock: a refusal must not block a later relaunch
-            if not self.files.create_exclusive(os.path.join(base["job_dir"], f"attempt-{attempt}.lock")):
-                return self.current(previous)  # another follower relaunched first
         n = base["groups"]
         indices = None if n == 1 else sorted(groups) if groups is not None else list(range(n))
         handle = self._submit_attempt(base, attempt, indices)
@@ -235,7 +245,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         job_dir = check_job_dir(self.job_dir_for(spec))
         self.files.makedirs(job_dir)
         spec_path = os.path.join(job_dir, "spec.json")
-        groups = grp.group_count(self.shard_groups, self.max_array_size()) if self.shard_groups > 1 else 1
+        groups = self.groups_for(spec)
         if groups > 1:  # a unit for each array task where the input allows (a small input is else one unit)
             spec = dataclasses.replace(
                 spec, config={**spec.config, "min_units": max(groups, spec.config.get("min_units") or 1)}
@@ -320,9 +330,10 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         if handle.get("env_file"):
             self.files.remove(handle["env_file"])
 
-    def _env_for_resubmit(self, handle: JobHandle) -> None:
-        """Before another attempt: this backend's environment (fresh credentials, say) replaces the
-        file; without one, the file the run kept must still be there."""
+    def prepare_relaunch(self, handle: JobHandle) -> None:
+        """Before another attempt (and before its lock, so a refusal blocks no later relaunch): this
+        backend's environment (fresh credentials, say) replaces the file; without one, the file the run
+        kept must still be there."""
         if not handle.get("env_file"):
             return
         if self.env:
@@ -333,11 +344,8 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
                 "finished; resubmit with a backend that has the job's env (its storage options)"
             )
 
-    def _read_json(self, path: str) -> dict[str, Any] | None:
-        return self.files.read_json(path)
-
-    def _write_json(self, path: str, obj: dict[str, Any]) -> None:
-        self.files.write(path, json.dumps(obj, indent=1, sort_keys=True).encode())
+    def run_files(self) -> _LocalFiles | _RemoteFiles:
+        return self.files  # the job folder, maybe only over SSH
 
     def job_records(self, handle: JobHandle) -> tuple[list[SlurmJobRecord], str]:
         """What Slurm says about the attempt's jobs, and where it came from (scontrol, sacct, none)."""
@@ -368,7 +376,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
     def status(self, handle: JobHandle) -> JobStatus:
         """Reads the attempt's result file, ``scontrol``/``sacct`` and the checkpoints; changes nothing."""
         try:
-            return self._status(self.current(handle))
+            return self._status(handle)
         except SlurmError as e:  # SSH or the controller is down: not a verdict on the job
             return JobStatus(JobState.UNKNOWN, f"cannot reach Slurm: {e}")
 
@@ -376,7 +384,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         # The run is over: the secrets go now, also when the job could not delete them itself (killed at
         # its time limit, a failed attempt that might have been relaunched).
         try:
-            self._drop_env(self.current(handle))
+            self._drop_env(handle)
         except SlurmError as e:
             log.warning("cannot delete %s: %s", handle.get("env_file"), e)
 
@@ -446,7 +454,6 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         return failure_word(records), task_ends(records, int(handle.get("groups", 1)))
 
     def cancel(self, handle: JobHandle) -> None:
-        handle = self.current(handle)
         self._mark_cancelled(handle)
         ids = [j for j in (handle["job_id"], handle.get("array_job_id")) if j]
         self._run(["scancel", *ids], check=False)  # idempotent: finished ids are not an error worth raising

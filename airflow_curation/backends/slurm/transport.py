@@ -101,7 +101,17 @@ def _write_local(path: str, data: bytes, mode: int = 0o640) -> None:
         raise
 
 
-class _LocalFiles:
+class _JobFiles:
+    """The run's files as the jobs layer reads and writes them (:class:`~airflow_curation.jobs.run.RunFiles`)."""
+
+    def write(self, path: str, data: bytes, mode: int = 0o640) -> None:
+        raise NotImplementedError
+
+    def write_json(self, path: str, obj: dict) -> None:
+        self.write(path, json.dumps(obj, indent=1, sort_keys=True).encode())
+
+
+class _LocalFiles(_JobFiles):
     """Job files on a filesystem mounted here (local, or shared with the cluster)."""
 
     def makedirs(self, path: str) -> None:
@@ -142,7 +152,7 @@ class _LocalFiles:
             pass
 
 
-class _RemoteFiles:
+class _RemoteFiles(_JobFiles):
     """Job files where the Slurm commands run, reached through the backend's command prefix (SSH).
     Paths are positional parameters of fixed ``sh -c`` scripts: never part of the script text."""
 
