@@ -24,9 +24,9 @@ class EnrichOperator(CurationStageOperator):
     """Run a model over every kept document; outputs go to ``attrs/enrich-<name>/`` keyed by ``id``.
 
     Deferrable and durable like every stage operator (the job handle survives a worker restart). The job
-    starts a local Ray by default; ``ray_address`` points it at an existing cluster instead (the job's
-    driver connects to it), and the ``ray`` backend submits the whole job through the Ray Job Submission
-    API of that cluster.
+    starts a new local Ray by default; ``ray_address`` points it at an existing cluster instead
+    (``ray://host:10001`` from anywhere, ``host:6379`` from a cluster node), and the ``ray`` backend submits
+    the whole job through the Ray Job Submission API of that cluster (docs/backends/ray.md).
 
     :param input_manifest: the upstream manifest URI (usually the dedup gate's ``manifest_uri``).
     :param task: ``embed``, ``classify``, ``score`` or ``generate``.
@@ -35,7 +35,7 @@ class EnrichOperator(CurationStageOperator):
     :param model_runtime: what runs the model: ``vllm`` (default) or ``transformers``.
     :param mapper: where the model runs: ``ray`` (default: Ray Data model actors) or ``local`` (in the job
         process).
-    :param ray_address: an existing Ray cluster for the job's model actors (default: a local Ray).
+    :param ray_address: an existing Ray cluster for the job's model actors (default: a new local Ray).
     :param ray_dashboard_url: the cluster's dashboard, shown as an extra link.
     :param batch_size: rows per model call. :param replicas: model replicas (data parallel).
     :param gpus_per_replica: GPUs per replica (default ``auto``: ``tensor_parallel_size`` when the machine

@@ -8,12 +8,13 @@ Ray: one ``map_batches`` over an actor class per shard. Each actor loads the eng
 batches of ``batch_size`` rows; ``replicas`` actors run side by side (data parallel), each with
 ``gpus_per_replica`` GPUs (tensor parallel inside vLLM when above one) and ``cpus_per_replica`` CPUs,
 placed (``auto`` resolved, the cluster checked) by ``resources.place`` before any actor starts.
-Order is preserved, so results stream back to the driver and parts are written while later batches
-still run.
+Each chunk is one input block and order is preserved, so a chunk's results come back to the driver as
+soon as it is done and its part is written while later chunks still run (a kill mid-shard keeps them).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections.abc import Iterable, Iterator
@@ -22,9 +23,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_curation.core import faults
+from airflow_curation.core.faults import fault_point
 from airflow_curation.core.schema import TEXT
+from airflow_curation.stages.engines import ray as ray_engine
 from airflow_curation.stages.enrich.engines import EngineSpec, get_engine
-from airflow_curation.stages.enrich.resources import local_available, place, ray_available
+from airflow_curation.stages.enrich.resources import Placement, local_available, place, ray_available
 from airflow_curation.stages.enrich.tasks import make_task
 
 log = logging.getLogger(__name__)
@@ -93,39 +97,101 @@ class _EngineActor:
         self.engine = get_engine(EngineSpec(**spec))
 
     def __call__(self, batch: pa.Table) -> pa.Table:
+        fault_point("enrich.actor_batch")  # a test holds an actor here to kill the driver mid-shard
         cols = self.task.run(self.engine, batch.column(TEXT).to_pylist())
         return pa.table({"_pos": batch.column("_pos"), **cols})
 
 
-def ray_init(address: str | None, num_cpus: int | None, num_gpus: int | None = None) -> bool:
-    """Connect to ``address`` or start a local Ray; returns True when this call started it."""
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # no token file for a local, loopback-only Ray
-    import ray
+def _fault_env() -> dict[str, str]:
+    """The fault-injection variables of this process, for the engine actors (unset in production)."""
+    return {k: v for k in (faults.ENV, faults.HOLD_ENV) if (v := os.environ.get(k))}
 
-    if ray.is_initialized():
-        return False
-    kwargs: dict[str, Any] = {"log_to_driver": True}
-    address = address or os.environ.get("RAY_ADDRESS")  # set when this job runs on a cluster (Ray Jobs)
-    if address:
-        ray.init(address=address, **kwargs)
-        return False
-    kwargs["include_dashboard"] = False
-    if num_cpus:
-        kwargs["num_cpus"] = int(num_cpus)
-    if num_gpus is not None:
-        kwargs["num_gpus"] = int(num_gpus)
-    ray.init(**kwargs)
-    return True
+
+def map_on_ray_data(
+    config: dict[str, Any], spec: dict[str, Any], placement: Placement, chunks: list[Chunk]
+) -> Iterator[dict[str, list]]:
+    """Each chunk's columns, in chunk order, as soon as Ray Data has done the chunk.
+
+    Two things make a chunk come back while later chunks still run (so a job killed mid-shard keeps the
+    parts of the chunks done), both needed:
+
+    - one input block per chunk: a map task returns its output block when its whole input is done, so
+      with the shard as one block nothing comes back before the shard's last row;
+    - ``prefetch_batches=0``: with Ray Data's default prefetch, ``iter_batches`` hands out a block only
+      once the next one is ready too, i.e. a chunk only after the following chunk is done (the last two
+      at the end), so a kill lost one chunk more than it should and a one-chunk-at-a-time test saw none.
+      The actors run ahead regardless; only the driver's fetch of each small result block is not overlapped.
+
+    Must run in a Ray driver or worker, not a Ray Client.
+    """
+    import ray.data
+
+    blocks = [
+        pa.table({"_pos": pa.array(c.positions, pa.int64()), TEXT: pa.array(c.texts, pa.string())})
+        for c in chunks
+        if c.positions
+    ]
+    ctx = ray.data.DataContext.get_current()
+    ctx.execution_options.preserve_order = True  # rows come back in shard order: parts stream out
+    ctx.enable_progress_bars = False
+    ds = ray.data.from_arrow(blocks) if blocks else None
+    remote_args: dict[str, Any] = {}
+    if env := _fault_env():
+        remote_args["runtime_env"] = {"env_vars": env}
+    if ds is not None:
+        ds = ds.map_batches(
+            _EngineActor,
+            fn_constructor_kwargs={"config": dict(config), "spec": spec},
+            batch_size=int(config["batch_size"]),
+            batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=placement.replicas),
+            **placement.ray_map_args(),
+            **remote_args,
+        )
+    batches = iter(
+        ds.iter_batches(batch_format="pyarrow", batch_size=None, prefetch_batches=0) if ds is not None else ()
+    )
+    pending: list[dict[str, list]] = []
+    have = 0
+    for chunk in chunks:
+        while have < len(chunk.positions):
+            batch = next(batches, None)
+            if batch is None:
+                raise RuntimeError(f"ray executor: rows from {chunk.start} on never came back")
+            take = batch.slice(0, len(chunk.positions) - have)
+            if take.num_rows < batch.num_rows:  # a batch spans chunks: keep its rest for the next one
+                batches = itertools.chain([batch.slice(take.num_rows)], batches)
+            have += take.num_rows
+            pending.append({k: take.column(k).to_pylist() for k in take.column_names})
+        cols = _concat(pending)
+        if cols.pop("_pos", []) != chunk.positions:
+            raise RuntimeError("ray executor: rows came back out of order")
+        yield cols
+        pending, have = [], 0
+
+
+class _ShardDriver:
+    """Runs :func:`map_on_ray_data` on the cluster for a Ray Client (``ray://``) driver, which cannot run
+    Ray Data itself; the client pulls each chunk's columns with :meth:`next`."""
+
+    def __init__(self, config: dict[str, Any], spec: dict[str, Any], placement: Placement, chunks: list[Chunk]) -> None:
+        self._results = map_on_ray_data(config, spec, placement, chunks)
+
+    def next(self) -> dict[str, list] | None:
+        return next(self._results, None)
 
 
 class RayExecutor:
-    """Ray Data ``map_batches`` with engine actors, one dataset per shard."""
+    """Ray Data ``map_batches`` with engine actors, one dataset per shard (see ``stages/engines/ray.py`` for
+    which Ray: a new local one, or a cluster by address)."""
 
     def __init__(self, config: dict[str, Any], spec: EngineSpec) -> None:
         self.config = config
         self.spec = spec
         self.rows_computed = 0
-        self._started = ray_init(config.get("ray_address"), config.get("ray_num_cpus"), config.get("ray_num_gpus"))
+        self.target, self._started = ray_engine.connect(
+            config.get("ray_address"), config.get("ray_num_cpus"), config.get("ray_num_gpus")
+        )
         try:  # before any actor asks: Ray would wait forever for resources the cluster does not have
             self.placement = place(config, ray_available(config.get("ray_address")))
         except ValueError:
@@ -134,62 +200,39 @@ class RayExecutor:
         self.spec = replace(spec, device=self.placement.device)
 
     def run_chunks(self, chunks: Iterable[Chunk]) -> Iterator[tuple[Chunk, dict[str, list]]]:
-        import ray.data
-
         chunks = list(chunks)
-        positions = [p for c in chunks for p in c.positions]
-        texts = [t for c in chunks for t in c.texts]
-        if not texts:
-            for c in chunks:
-                yield c, {}
-            return
-        c = self.config
-        ctx = ray.data.DataContext.get_current()
-        ctx.execution_options.preserve_order = True  # rows come back in shard order: parts stream out
-        ctx.enable_progress_bars = False
-        ds = ray.data.from_arrow(pa.table({"_pos": pa.array(positions, pa.int64()), TEXT: texts}))
-        ds = ds.map_batches(
-            _EngineActor,
-            fn_constructor_kwargs={"config": dict(c), "spec": self.spec.to_dict()},
-            batch_size=int(c["batch_size"]),
-            batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=self.placement.replicas),
-            **self.placement.ray_map_args(),
+        if not any(c.positions for c in chunks):
+            results: Iterator[dict[str, list]] = iter([{} for _ in chunks])
+        elif self.target.client:
+            results = self._through_client(chunks)
+        else:
+            results = map_on_ray_data(self.config, self.spec.to_dict(), self.placement, chunks)
+        for chunk, cols in zip(chunks, results, strict=True):
+            self.rows_computed += len(chunk.positions)
+            yield chunk, cols
+
+    def _through_client(self, chunks: list[Chunk]) -> Iterator[dict[str, list]]:
+        import ray
+
+        # num_cpus=0: the driver actor only coordinates; the engine actors hold the CPUs and GPUs. The
+        # client's environment does not reach the cluster: the fault variables (tests) go along explicitly.
+        options: dict[str, Any] = {"num_cpus": 0}
+        if env := _fault_env():
+            options["runtime_env"] = {"env_vars": env}
+        driver = (
+            ray.remote(_ShardDriver)
+            .options(**options)
+            .remote(dict(self.config), self.spec.to_dict(), self.placement, chunks)
         )
-        queue = iter(chunks)
-        current = next(queue)
-        pending: list[dict[str, list]] = []
-        have = 0
-        while current is not None and not current.positions:
-            yield current, {}
-            current = next(queue, None)
-        for batch in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-            offset = 0
-            while offset < batch.num_rows:
-                need = len(current.positions) - have
-                take = batch.slice(offset, need)
-                offset += take.num_rows
-                have += take.num_rows
-                pending.append({k: take.column(k).to_pylist() for k in take.column_names})
-                if have == len(current.positions):
-                    cols = _concat(pending)
-                    if cols.pop("_pos") != current.positions:
-                        raise RuntimeError("ray executor: rows came back out of order")
-                    self.rows_computed += have
-                    yield current, cols
-                    pending, have = [], 0
-                    current = next(queue, None)
-                    while current is not None and not current.positions:
-                        yield current, {}
-                        current = next(queue, None)
-        if current is not None:
-            raise RuntimeError(f"ray executor: rows from {current.start} on never came back")
+        try:
+            for _ in chunks:
+                yield ray.get(driver.next.remote())
+        finally:
+            ray.kill(driver)
 
     def close(self) -> None:
         if self._started:
-            import ray
-
-            ray.shutdown()
+            ray_engine.disconnect()
             self._started = False
 
 

@@ -28,8 +28,9 @@ from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.layout import safe_name
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.schema import ENRICHED, ID, SKIP_REASON, TEXT
-from airflow_curation.core.shards import read_shard, write_parquet
+from airflow_curation.core.shards import write_parquet
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage
+from airflow_curation.stages.engines import ray as ray_engine
 from airflow_curation.stages.enrich.engines import TORCH_DTYPES, EngineSpec
 from airflow_curation.stages.enrich.executors import EXECUTORS, Chunk
 from airflow_curation.stages.enrich.parts import PartStore
@@ -37,6 +38,7 @@ from airflow_curation.stages.enrich.resources import AUTO, check_settings, gpus_
 from airflow_curation.stages.enrich.tasks import COMMON_FIELDS, TASKS, make_task
 from airflow_curation.stages.kept import decision_attrs, skip_reasons
 from airflow_curation.stages.settings import Setting
+from airflow_curation.stages.text import ShardText
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +85,16 @@ class EnrichStage(AttrsStage):
             "ray_address",
             str,
             None,
-            "an existing Ray cluster (ray://host:10001 or auto); default: a local Ray",
+            "an existing Ray cluster: ray://host:10001 (Ray Client) or host:6379 / auto (from a cluster node); "
+            "default: $CURATION_RAY_ADDRESS, else a new local Ray",
             runtime=True,
         ),
-        Setting("ray_num_cpus", int, None, "CPUs of the local Ray (default: all)", runtime=True),
-        Setting("ray_num_gpus", int, None, "GPUs of the local Ray (default: all)", runtime=True),
+        Setting(
+            "ray_num_cpus", int, None, "CPUs of the new local Ray (default: all; not with an address)", runtime=True
+        ),
+        Setting(
+            "ray_num_gpus", int, None, "GPUs of the new local Ray (default: all; not with an address)", runtime=True
+        ),
         Setting("batch_size", int, 64, "rows per model call / Ray Data batch", runtime=True),
         Setting("replicas", int, 1, "model actors side by side (data parallel; Ray only)", runtime=True),
         Setting(
@@ -161,6 +168,8 @@ class EnrichStage(AttrsStage):
         check_settings(c)  # GPU and replica settings that cannot work, before any work
         safe_name(self.output_name, "enrich name")
         make_task(c)  # validates the task's own settings (prompt template...) before any work
+        if c["mapper"] == "ray":
+            ray_engine.check_sizes(c["ray_address"], c["ray_num_cpus"], c["ray_num_gpus"])
         self._executor = None
         self._placement_error: ValueError | None = None
 
@@ -294,9 +303,9 @@ class EnrichStage(AttrsStage):
         resumed_rows = computed = 0
         merged = self._finished_output(unit, out_uri)
         if merged is None:
-            table = read_shard(entry.uri, columns=[ID, TEXT])
+            table = ShardText(entry.uri, self.text_uri(unit, entry)).read([ID, TEXT])
             n = table.num_rows
-            reasons = self._selection(entry, list(self.unit_attrs(unit, entry).values()), table)
+            reasons = self._selection(entry, self.read_attrs_uris(unit, entry), table)
             ids = table.column(ID).to_pylist()
             texts = table.column(TEXT)
             covered = parts.resume(n)
