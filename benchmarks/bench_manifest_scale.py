@@ -12,7 +12,11 @@ test, so each is in that code's format). Measured, in one process per code and r
   ``plan()[i::N]``, the whole upstream manifest). Also how many bytes of pages it read;
 * **full read**: ``Manifest.read`` of the upstream manifest (both lists, what validate and reports read);
 * **gate look**: ``CheckpointWatcher.look()`` of a fresh watcher on the finished run (a sensor's first
-  look at a stage that has ended, and the trigger's last one after the final manifest is written).
+  look at a stage that has ended, and the trigger's last one after the final manifest is written);
+* **gate look mid-run**: the same stage as a second run still going, half through each of 64 blocks (the
+  driver writes the checkpoint records of those units only; the code under test writes the planned manifest
+  and, where it has them, the 64 tasks' tallies): a fresh watcher's look (a poke in reschedule mode, a
+  triggerer's first), and a kept watcher's next look after 64 more units ended (the trigger's steady look).
 
 "Before" is the same script run against ``git archive`` of the base commit (``--base``); rounds alternate
 before/after and the table gives medians with min-max over every sample.
@@ -86,7 +90,7 @@ def _build(root: Path, shards: int, records: bool):
     outs = []
     for u, e in zip(units, entries):
         out = e.with_attrs(stage.name, lake.attrs_uri(stage.name, u.unit_id, stage.fingerprint), "xxh64:0")
-        if records:
+        if records and _half_done_cached(shards)[len(outs)]:  # the mid-run look's; a final look reads the head
             rec = CheckpointRecord(
                 unit_id=u.unit_id,
                 stage=stage.name,
@@ -112,6 +116,123 @@ def _build(root: Path, shards: int, records: bool):
     )
     down.write(stage.manifest_uri)
     return lake, up_uri, stage.manifest_uri
+
+
+MID_GROUPS = 64  # the running stage of the mid-run look: an array of 64 tasks, each half through its block
+
+
+def _half_done(shards: int) -> list[bool]:
+    """Which positions a run half through each of its :data:`MID_GROUPS` blocks has ended (tasks go in order)."""
+    ended = [False] * shards
+    for g in range(MID_GROUPS):
+        start, stop = g * shards // MID_GROUPS, (g + 1) * shards // MID_GROUPS
+        for i in range(start, start + (stop - start) // 2):
+            ended[i] = True
+    return ended
+
+
+def _midrun(lake, up_uri: str, shards: int):
+    """The same stage as a second run ``r2``, still going: its planned manifest (written by the code under
+    test, with tallies where that code has them) over the same checkpoint records, of which the driver wrote
+    those of :func:`_half_done`; the tasks' tallies for those, as each task would have left them."""
+    from airflow_curation.core.manifest import Manifest
+
+    stage = _stage(lake, up_uri)
+    stage.run_id = "r2"
+    from airflow_curation.core.manifest import ManifestHead
+
+    units = ManifestHead.read(lake.manifest_uri("r1", stage.name)).units()
+    for u in units:
+        u.status = "pending"
+    fields = Manifest.__dataclass_fields__
+    extra = {"tallies": True} if "tallies" in fields else {}
+    planned = Manifest(
+        dataset="web",
+        stage=stage.name,
+        run_id="r2",
+        fingerprint=stage.fingerprint,
+        lake=lake.to_dict(),
+        units=units,
+        config={"input_manifest": up_uri},
+        **extra,
+    )
+    uri = planned.write(lake.manifest_uri("r2", stage.name))
+    writers = []
+    if extra:
+        from airflow_curation.core import tally
+
+        shutil.rmtree(tally.folder(uri), ignore_errors=True)
+        for g in range(MID_GROUPS):
+            block = units[g * shards // MID_GROUPS : (g + 1) * shards // MID_GROUPS]
+            writer = tally.TallyWriter(uri, stage.fingerprint, [u.unit_id for u in block])
+            writer.ended({u.unit_id: tally.entry("done", _record(stage, u)) for u in block if _is_ended(u, shards)})
+            writers.append(writer)
+    return stage, units, uri, writers
+
+
+def _is_ended(unit, shards: int) -> bool:
+    return _half_done_cached(shards)[int(unit.unit_id.split("-")[1])]
+
+
+_HALF: dict[int, list[bool]] = {}
+
+
+def _half_done_cached(shards: int) -> list[bool]:
+    if shards not in _HALF:
+        _HALF[shards] = _half_done(shards)
+    return _HALF[shards]
+
+
+def _record(stage, unit) -> dict:
+    """The checkpoint record of ``unit`` as :func:`_build` writes it (a dict)."""
+    out = {"shard_id": unit.unit_id, "rows": unit.rows or 0, "bytes": 512 << 20}
+    return {"outputs": [out], "accounting": {"read": unit.rows, "kept": unit.rows}}
+
+
+def _undo(written: list[str], writers) -> None:
+    """The units :func:`_end_more` ended are running again: their records and tally entries gone."""
+    for path in written:
+        os.remove(path)
+    if writers:
+        from airflow_curation.core import storage
+
+        ids = [Path(p).name.removesuffix(".json") for p in written]
+        for w in writers:
+            chunks = {w._chunk[u] for u in ids if u in w._chunk}
+            for u in ids:
+                if u in w._chunk:
+                    w._entries[w._chunk[u]].pop(u, None)
+            for c in chunks:
+                doc = {"fingerprint": w.fingerprint, "units": w._entries[c]}
+                storage.write_json(f"{w.folder}/{w._names[c]}.json", doc)
+
+
+def _end_more(stage, units, uri, writers, shards: int, n: int) -> list[str]:
+    """``n`` more units end (the next ones in plan order): their records, and their tasks' tallies. Returns
+    the record paths written (removed after the measurement: the records are shared by every process)."""
+    from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore
+
+    ended = _half_done_cached(shards)
+    todo = [u for i, u in enumerate(units) if not ended[i]][:n]
+    store = CheckpointStore(stage.lake.checkpoint_dir(stage.name, stage.fingerprint))
+    paths = []
+    for u in todo:
+        rec = CheckpointRecord(
+            unit_id=u.unit_id,
+            stage=stage.name,
+            fingerprint=stage.fingerprint,
+            input_checksum=u.input_checksum,
+            outputs=[_record(stage, u)["outputs"][0] | {"uri": "x", "checksum": "xxh64:0"}],
+            accounting={"read": u.rows, "kept": u.rows},
+        )
+        Path(store._uri(u.unit_id)).write_text(json.dumps(rec.__dict__))
+        paths.append(store._uri(u.unit_id))
+    if writers:
+        from airflow_curation.core import tally
+
+        for w in writers:  # each unit in its own task's tally
+            w.ended({u.unit_id: tally.entry("done", _record(stage, u)) for u in todo if u.unit_id in w._chunk})
+    return paths
 
 
 def _stage(lake, up_uri):
@@ -160,6 +281,19 @@ def worker(root: Path, shards: int, groups: list[int], reps: int) -> dict:
     assert len(full.shards) == shards
     look = timed("gate_look", lambda: CheckpointWatcher(down_uri).look())
     assert look.done == look.total == shards and look.complete and not look.books, look
+    # While the run goes: half of each of 64 blocks ended. A fresh watcher's look (a poke in reschedule mode,
+    # a triggerer's first), and a kept watcher's next look once 64 more units have ended (the trigger's).
+    stage, units, mid_uri, writers = _midrun(lake, up_uri, shards)
+    half = sum(_half_done_cached(shards))
+    fresh = timed("gate_look_midrun_fresh", lambda: CheckpointWatcher(mid_uri).look())
+    assert (fresh.done, fresh.total, fresh.manifest_status) == (half, shards, "planned"), fresh
+    for _ in range(reps):
+        watcher = CheckpointWatcher(mid_uri)
+        watcher.look()
+        written = _end_more(stage, units, mid_uri, writers, shards, 64)
+        nxt = timed("gate_look_midrun_next", watcher.look, 1)
+        assert nxt.done == half + 64 and len(watcher.new_units) == 64, nxt
+        _undo(written, writers)
     return {"shards": shards, "seconds": out, "manifest_json_bytes": os.path.getsize(up_uri), "read_bytes": read_bytes}
 
 
@@ -251,8 +385,13 @@ def main() -> None:
         return f"{statistics.median(values) * 1000:.1f} ({min(values) * 1000:.1f}-{max(values) * 1000:.1f})"
 
     keys = [f"task_plan_N{n}" for n in groups] + ["full_read", "gate_look"]
+    keys += ["gate_look_midrun_fresh", "gate_look_midrun_next"]
     names = {f"task_plan_N{n}": f"task plan, N={n} groups" for n in groups}
     names |= {"full_read": "full manifest read", "gate_look": "gate look (run ended)"}
+    names |= {
+        "gate_look_midrun_fresh": "gate look, run half done, fresh watcher",
+        "gate_look_midrun_next": "gate look, run half done, next look after 64 more units",
+    }
     lines = [
         f"Before: {base_commit}; after: {head_commit}. {args.rounds} rounds alternated, "
         f"{args.reps} sample(s) each; load average {min(load):.1f}-{max(load):.1f} (2 cores).",

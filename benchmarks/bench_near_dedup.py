@@ -249,6 +249,7 @@ def end_to_end(mb: float, runs: int, corpus_dir: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     record: dict = {"mb": text_mb, "files": len(files), "threshold": THRESHOLD, "runs": []}
     load_before = os.getloadavg()
+    path = ROOT / "benchmarks" / "results" / f"near_dedup_e2e_{mb:g}.json"
     print(f"\nend to end, {text_mb:.1f} MB in {len(files)} files, {runs} alternated rounds")
     with tempfile.TemporaryDirectory() as work:  # warm: numba's on-disk cache of the kernels
         _measure([*CURATION, "dedup", names[0], "--output", work, "--no-exact", "--workers", "1"], env)
@@ -265,8 +266,10 @@ def end_to_end(mb: float, runs: int, corpus_dir: Path) -> None:
                     wall, cpu, rss, stdout = _measure([sys.executable, "-c", DATASKETCH, str(THRESHOLD), *names], env)
                     flagged = int(stdout.split()[-1])
             run = {"round": r, "who": who, "wall_s": wall, "cpu_s": cpu, "peak_rss": rss, "flagged": flagged}
+            run["load"] = os.getloadavg()[0]
             record["runs"].append(run)
             print(json.dumps(run), flush=True)
+            path.write_text(json.dumps(record, indent=1) + "\n")  # every run kept, should the rest not finish
     record["load_before"], record["load_after"] = load_before, os.getloadavg()
     summary = {}
     for who in ("ours", "datasketch"):
@@ -285,8 +288,7 @@ def end_to_end(mb: float, runs: int, corpus_dir: Path) -> None:
         f"{d['median_cpu_s']:.2f} ({d['min_cpu_s']:.2f}-{d['max_cpu_s']:.2f}): {summary['ratio_of_medians']:.1f}x "
         f"(rounds {min(ratios):.1f}-{max(ratios):.1f}x); load {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}"
     )
-    out = ROOT / "benchmarks" / "results" / f"near_dedup_e2e_{mb:g}.json"
-    out.write_text(json.dumps(record, indent=1) + "\n")
+    path.write_text(json.dumps(record, indent=1) + "\n")
 
 
 def main() -> None:

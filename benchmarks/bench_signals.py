@@ -26,7 +26,9 @@ documentation and sources) as zstd Parquet files of ~32 MB of text; ``curation p
 1`` in a fresh process per run (process start, imports and the compiled kernels' loading included), CPU
 seconds (user + system, ``wait4``), MB/s = text MB / CPU s, ``--runs`` runs, median and spread, every run
 in ``benchmarks/results/preprocess_stage_<MB>.json``. ``--baseline-tree``: a checkout of other code (e.g.
-``git archive`` of main) run alternately with this one, on the same files.
+``git archive`` of main) run alternately with this one, on the same files. Each run is followed by the same
+command on 200 rows (the process's fixed cost), so the rate past it (the per-MB term) is reported too, and
+the two trees' CPU-s ratio per round (back to back, under the same load).
 """
 
 from __future__ import annotations
@@ -183,7 +185,16 @@ def stage_level(mb_target: float, runs: int, corpus_dir: str, baseline: str | No
     from bench_ingest import CURATION, _measure
     from scale_corpus import parquet_inputs
 
+    # -P: ``-c`` would put the working directory first on sys.path, and a run started from one checkout
+    # would import that checkout's code whatever PYTHONPATH names (both "trees" measured the same code)
+    CURATION = [CURATION[0], "-P", *CURATION[1:]]
+
     files, text_mb = parquet_inputs(Path(corpus_dir), mb_target, Path(corpus_dir) / f"parquet-{mb_target:g}")
+    tiny = Path(corpus_dir) / "tiny-200.parquet"  # a fresh process's fixed cost: 200 rows
+    if not tiny.exists():
+        import pyarrow.parquet as pq
+
+        pq.write_table(pq.read_table(files[0]).slice(0, 200), tiny)
     trees = {"ours": REPO, **({"baseline": os.path.abspath(baseline)} if baseline else {})}
     os.sched_setaffinity(0, {cpu})  # the children inherit one CPU: per-core figures
     record = {"mb": text_mb, "files": len(files), "trees": trees, "runs": [], "load_before": os.getloadavg()}
@@ -209,15 +220,35 @@ def stage_level(mb_target: float, runs: int, corpus_dir: str, baseline: str | No
                     "local",
                 ]
                 wall, cpu, rss, _ = _measure(cmd, _env(trees[who]))
+                fixed = [*CURATION, "preprocess", str(tiny), "--output", os.path.join(out, "tiny"), "--workers", "1"]
+                _, fixed_cpu, _, _ = _measure([*fixed, "--mapper", "local"], _env(trees[who]))
             run = {"round": r, "who": who, "wall_s": wall, "cpu_s": cpu, "peak_rss": rss, "mb_per_cpu_s": text_mb / cpu}
+            run["fixed_cpu_s"] = fixed_cpu  # the same process on 200 rows
+            run["marginal_mb_per_cpu_s"] = text_mb / (cpu - fixed_cpu)
+            run["load"] = os.getloadavg()[0]
             record["runs"].append(run)
             print(json.dumps(run), flush=True)
     record["load_after"] = os.getloadavg()
     record["summary"] = {}
     for who in trees:
-        rates = sorted(x["mb_per_cpu_s"] for x in record["runs"] if x["who"] == who)
-        record["summary"][who] = {"median_mb_per_cpu_s": rates[len(rates) // 2], "min": rates[0], "max": rates[-1]}
-        print(f"{who}: median {rates[len(rates) // 2]:.1f} MB/s per core ({rates[0]:.1f}-{rates[-1]:.1f})")
+        mine = [x for x in record["runs"] if x["who"] == who]
+        summary = {}
+        for key in ("mb_per_cpu_s", "marginal_mb_per_cpu_s", "cpu_s", "fixed_cpu_s"):
+            v = sorted(x[key] for x in mine)
+            summary[key] = {"median": v[len(v) // 2], "min": v[0], "max": v[-1]}
+        summary["cpu_s_per_mb"] = {k: text_mb and v / text_mb for k, v in summary["cpu_s"].items()}
+        record["summary"][who] = summary
+        print(
+            f"{who}: whole process median {summary['mb_per_cpu_s']['median']:.1f} MB/s per core "
+            f"({summary['mb_per_cpu_s']['min']:.1f}-{summary['mb_per_cpu_s']['max']:.1f}); fixed cost "
+            f"{summary['fixed_cpu_s']['median']:.2f} CPU s; past it {summary['marginal_mb_per_cpu_s']['median']:.1f} MB/s"
+        )
+    if baseline:  # CPU-s ratio per round: the two ran back to back, under the same load
+        pairs = [[x["cpu_s"] for x in record["runs"] if x["round"] == r] for r in range(runs)]
+        order = [[x["who"] for x in record["runs"] if x["round"] == r] for r in range(runs)]
+        ratios = sorted(c[o.index("baseline")] / c[o.index("ours")] for c, o in zip(pairs, order))
+        record["summary"]["baseline_over_ours_cpu"] = {"median": ratios[len(ratios) // 2], "per_round": ratios}
+        print(f"baseline / ours CPU s: median {ratios[len(ratios) // 2]:.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})")
     print(f"load {record['load_before'][0]:.1f} -> {record['load_after'][0]:.1f}")
     out = Path(REPO) / "benchmarks" / "results" / f"preprocess_stage_{mb_target:g}.json"
     out.write_text(json.dumps(record, indent=1) + "\n")

@@ -122,6 +122,7 @@ class Manifest:
     format_version: int = FORMAT_VERSION
     supersedes: list[str] = field(default_factory=list)  # manifest URIs this run replaced (ingest --replace)
     superseded_by: str | None = None  # the run id that replaced this run's outputs
+    tallies: bool = False  # its tasks write tallies as units end (core/tally.py): a gate reads those
 
     @property
     def rows(self) -> int:
@@ -148,7 +149,7 @@ class Manifest:
         in stored form: relative to the lake root (``core/uris.py``), so a copied lake reads its own files."""
         d = _uris(self.to_dict(), lambda u: uris.relativize(u, self.lake["root"]))  # asdict deep-copies: once
         d["format_version"] = FORMAT_VERSION
-        for key, unset in (("supersedes", []), ("superseded_by", None)):
+        for key, unset in (("supersedes", []), ("superseded_by", None), ("tallies", False)):
             if d[key] == unset:  # absent unless used
                 del d[key]
         _validate(d, uri)
@@ -371,7 +372,7 @@ def _uris(d: dict[str, Any], fn) -> dict[str, Any]:
 
 
 _HEAD_FIELDS = ("dataset", "stage", "run_id", "fingerprint", "lake", "status", "config", "accounting", "created_at")
-_OPTIONAL_HEAD_FIELDS = {"supersedes": [], "superseded_by": None}
+_OPTIONAL_HEAD_FIELDS = {"supersedes": [], "superseded_by": None, "tallies": False}
 
 
 def _totals(units: list[dict[str, Any]], shards: list[dict[str, Any]]) -> dict[str, Any]:

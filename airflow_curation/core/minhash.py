@@ -360,6 +360,37 @@ def _emit(ring, ntok, ngram, mul, a, b, sig, out, nsh, collect):
     return nsh
 
 
+@numba.njit(inline="always")
+def _append_byte(th, word, nb, c):
+    """A token's next byte ``c``: packed into ``word``, which joins the hash ``th`` every 8 bytes.
+    Returns the new ``(th, word, nb)``."""
+    word = (word << np.uint64(8)) | np.uint64(c)
+    nb += 1
+    if (nb & 7) == 0:
+        th = (th ^ word) * _FNV_PRIME
+        word = np.uint64(0)
+    return th, word, nb
+
+
+@numba.njit(inline="always")
+def _ascii_lower(b, lower):
+    """ASCII byte ``b``, lowercased when ``lower`` (A-Z only; the kernel's other bytes never change)."""
+    c = np.uint64(b)
+    if lower:
+        c |= np.uint64((c - np.uint64(65)) < np.uint64(26)) << np.uint64(5)
+    return c
+
+
+@numba.njit(inline="always")
+def _end_token(ring, ngram, th, word, nb, ntok, mul, a, b, sig, out, nsh, collect):
+    """The token of ``nb`` bytes hashed so far ends: it joins the ring and the shingle ending with it
+    is emitted. Returns ``(ntok, nsh)`` after it and the next token's empty ``(th, word, nb)``."""
+    _push(ring, ngram, _fmix((th ^ word) * _FNV_PRIME + np.uint64(nb)))
+    ntok += 1
+    nsh = _emit(ring, ntok, ngram, mul, a, b, sig, out, nsh, collect)
+    return ntok, nsh, _FNV_OFFSET, np.uint64(0), 0
+
+
 @numba.njit(cache=True, nogil=True)
 def _tokens_to_shingles(data, start, end, table, lowtab, mode, lower, ngram, mul, a, b, sig, out, collect):
     """One document: tokenize, shingle, and either fold into ``sig`` (MinHash) or, when ``collect``,
@@ -384,14 +415,7 @@ def _tokens_to_shingles(data, start, end, table, lowtab, mode, lower, ngram, mul
             # ASCII bytes ends it once and is skipped.
             if (table[b0] & _WORD) != 0:
                 while True:
-                    c = np.uint64(b0)
-                    if lower:
-                        c |= np.uint64((c - np.uint64(65)) < np.uint64(26)) << np.uint64(5)
-                    word = (word << np.uint64(8)) | c
-                    nb += 1
-                    if (nb & 7) == 0:
-                        th = (th ^ word) * _FNV_PRIME
-                        word = np.uint64(0)
+                    th, word, nb = _append_byte(th, word, nb, _ascii_lower(b0, lower))
                     i += 1
                     if i >= end:
                         break
@@ -400,12 +424,7 @@ def _tokens_to_shingles(data, start, end, table, lowtab, mode, lower, ngram, mul
                         break
                 continue
             if nb > 0:
-                _push(ring, ngram, _fmix((th ^ word) * _FNV_PRIME + np.uint64(nb)))
-                ntok += 1
-                nsh = _emit(ring, ntok, ngram, mul, a, b, sig, out, nsh, collect)
-                th = _FNV_OFFSET
-                word = np.uint64(0)
-                nb = 0
+                ntok, nsh, th, word, nb = _end_token(ring, ngram, th, word, nb, ntok, mul, a, b, sig, out, nsh, collect)
             i += 1
             while i < end and data[i] < 0x80 and (table[data[i]] & _WORD) == 0:
                 i += 1
@@ -422,36 +441,18 @@ def _tokens_to_shingles(data, start, end, table, lowtab, mode, lower, ngram, mul
             is_tok = (cls & _SPACE) == 0
         if nb > 0 and (not is_tok or mode == 2):
             # a token ends here (char tokens: every character ends the previous one)
-            _push(ring, ngram, _fmix((th ^ word) * _FNV_PRIME + np.uint64(nb)))
-            ntok += 1
-            nsh = _emit(ring, ntok, ngram, mul, a, b, sig, out, nsh, collect)
-            th = _FNV_OFFSET
-            word = np.uint64(0)
-            nb = 0
+            ntok, nsh, th, word, nb = _end_token(ring, ngram, th, word, nb, ntok, mul, a, b, sig, out, nsh, collect)
         if is_tok:
             if w == 1:
-                c = np.uint64(b0)
-                if lower:
-                    c |= np.uint64((c - np.uint64(65)) < np.uint64(26)) << np.uint64(5)
-                word = (word << np.uint64(8)) | c
-                nb += 1
-                if (nb & 7) == 0:
-                    th = (th ^ word) * _FNV_PRIME
-                    word = np.uint64(0)
+                th, word, nb = _append_byte(th, word, nb, _ascii_lower(b0, lower))
             else:
                 lc = np.int64(lowtab[cp]) if lower else cp
                 n = _utf8_len(lc)
                 for j in range(n):
-                    word = (word << np.uint64(8)) | np.uint64(_utf8_byte(lc, n, j))
-                    nb += 1
-                    if (nb & 7) == 0:
-                        th = (th ^ word) * _FNV_PRIME
-                        word = np.uint64(0)
+                    th, word, nb = _append_byte(th, word, nb, _utf8_byte(lc, n, j))
         i += w
     if nb > 0:
-        _push(ring, ngram, _fmix((th ^ word) * _FNV_PRIME + np.uint64(nb)))
-        ntok += 1
-        nsh = _emit(ring, ntok, ngram, mul, a, b, sig, out, nsh, collect)
+        ntok, nsh, th, word, nb = _end_token(ring, ngram, th, word, nb, ntok, mul, a, b, sig, out, nsh, collect)
     if 0 < ntok < ngram:
         x = _shingle(ring, ntok, ngram, mul)
         if collect:

@@ -148,13 +148,15 @@ def class_table() -> np.ndarray:
     global _CLASS_TABLE
     if _CLASS_TABLE is None:
         table = np.zeros(0x110000, dtype=np.uint8)
-        # Python's predicates per code point: ~0.5 s once; only non-ASCII letters need it but the
-        # table keeps the kernel branch-free.
-        chars = "".join(map(chr, range(0x110000)))
-        alpha = np.fromiter((c.isalpha() for c in chars), dtype=bool, count=len(chars))
-        alnum = np.fromiter((c.isalnum() for c in chars), dtype=bool, count=len(chars))
-        digit = np.fromiter((c.isdigit() for c in chars), dtype=bool, count=len(chars))
-        space = np.fromiter((c.isspace() for c in chars), dtype=bool, count=len(chars))
+        # Python's predicates per code point, through numpy's string ufuncs (CPython's own Unicode
+        # database calls, on one UTF-32 array): ~0.04 s once per process, where generators over
+        # str methods cost ~0.45 CPU s of every worker's start (tests/preprocess/test_signals.py holds the two
+        # equal). Only non-ASCII letters need it, but the table keeps the kernel branch-free.
+        chars = np.arange(0x110000, dtype=np.uint32).view("<U1")  # every code point, one per element
+        alpha = np.char.isalpha(chars)
+        alnum = np.char.isalnum(chars)
+        digit = np.char.isdigit(chars)
+        space = np.char.isspace(chars)
         table |= alpha * np.uint8(_ALPHA)
         table |= alnum * np.uint8(_ALNUM)
         table |= digit * np.uint8(_DIGIT)
@@ -416,14 +418,13 @@ if HAVE_NUMBA:
             nc = k2
 
     @njit(cache=True)
-    def _signals_kernel(data, offsets, table, stop_hashes, short_line, short_item, out):
-        n_docs = offsets.shape[0] - 1
-        # Scratch capacity: words, lines and paragraphs are each at most (separators + 1), and every
-        # separator is an ASCII control/space byte or starts a multi-byte character. Counting those is
-        # cheap and keeps a 50 MB document's scratch near its word count, not half its bytes. Documents
-        # under 64 KiB skip the count: their byte length bounds it, and the scratch stays a few MB.
+    def _scratch_cap(data, offsets):
+        """Scratch capacity for a batch: words, lines and paragraphs are each at most (separators + 1), and
+        every separator is an ASCII control/space byte or starts a multi-byte character. Counting those is
+        cheap and keeps a 50 MB document's scratch near its word count, not half its bytes. Documents
+        under 64 KiB skip the count: their byte length bounds it, and the scratch stays a few MB."""
         max_sep = 0
-        for d in range(n_docs):
+        for d in range(offsets.shape[0] - 1):
             if offsets[d + 1] - offsets[d] <= 65536:
                 max_sep = max(max_sep, numba.int64(offsets[d + 1] - offsets[d]))
                 continue
@@ -433,22 +434,27 @@ if HAVE_NUMBA:
                 if b <= 32 or b >= 0xC0:
                     sep += 1
             max_sep = max(max_sep, sep)
-        cap = max_sep + 2
-        whash = np.empty(cap, dtype=np.uint64)
-        wlen = np.empty(cap, dtype=np.int64)
-        cum = np.empty(cap + 1, dtype=np.int64)
-        lhash = np.empty(cap, dtype=np.uint64)
-        llen = np.empty(cap, dtype=np.int64)
-        phash = np.empty(cap, dtype=np.uint64)
-        plen = np.empty(cap, dtype=np.int64)
-        g = np.empty(cap, dtype=np.uint64)
-        cand = np.empty(cap, dtype=np.int64)
-        slot = np.empty(cap, dtype=np.uint64)
-        thash = np.empty(cap, dtype=np.uint64)
-        tsize = _table_size(cap)
-        keys = np.zeros(tsize, dtype=np.uint64)
-        counts = np.zeros(tsize, dtype=np.int32)
-        dup_prev = np.zeros(cap + 1, dtype=np.uint8)
+        return max_sep + 2
+
+    @njit(cache=True)
+    def _signals_kernel(
+        data, offsets, table, stop_hashes, short_line, short_item, out, u64, i64, keys, counts, dup_prev
+    ):
+        """``u64``, ``i64`` (rows of at least cap + 1), ``keys``, ``counts`` (at least ``_table_size(cap)``) and
+        ``dup_prev`` (cap + 1) are scratch (:class:`_Scratch`, cap from :func:`_scratch_cap`): every value is
+        written before it is read, so a worker reuses them from batch to batch."""
+        n_docs = offsets.shape[0] - 1
+        whash = u64[0]
+        lhash = u64[1]
+        phash = u64[2]
+        g = u64[3]
+        slot = u64[4]
+        thash = u64[5]
+        wlen = i64[0]
+        cum = i64[1]
+        llen = i64[2]
+        plen = i64[3]
+        cand = i64[4]
         stop_mask = numba.uint64(stop_hashes.shape[0] - 3)  # table size - 1 (the size is a power of two)
         stop_displaced = stop_hashes[stop_hashes.shape[0] - 2] != 0
         max_stop_len = numba.int64(stop_hashes[stop_hashes.shape[0] - 1])  # the longest key's byte length
@@ -945,6 +951,15 @@ def _buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return data, offsets
 
 
+MIN_SCRATCH_ROWS = 65536 + 3  # what any batch of documents under 64 KiB needs (~8 MB): one allocation
+KEEP_SCRATCH_BYTES = 64 << 20
+
+
+def _table_size_py(n: int) -> int:
+    """``_table_size``: the smallest power of two >= max(16, 2 n)."""
+    return max(16, 1 << (2 * n - 1).bit_length())
+
+
 class SignalComputer:
     """Computes :data:`SIGNALS` for batches of documents.
 
@@ -960,13 +975,38 @@ class SignalComputer:
             from tokenizers import Tokenizer
 
             self._hf = Tokenizer.from_file(self.config.tokenizer[3:])
+        self._scratch: tuple[np.ndarray, ...] = ()
+        self._scratch_rows = 0
+
+    def _scratch_for(self, cap: int) -> tuple[np.ndarray, ...]:
+        """The kernel's scratch for ``cap``, kept from batch to batch: allocated afresh per batch, its pages
+        were faulted in and zeroed by the OS every time (on the scale corpus 270 k minor faults, 100 k now;
+        2% of the kernel's CPU at load 15-20). Scratch past :data:`KEEP_SCRATCH_BYTES` (a batch with a
+        multi-MB document) is not kept."""
+        if cap + 1 <= self._scratch_rows:
+            return self._scratch
+        rows = max(cap + 1, MIN_SCRATCH_ROWS)
+        size = _table_size_py(rows)
+        scratch = (
+            np.empty((6, rows), np.uint64),
+            np.empty((5, rows), np.int64),
+            np.empty(size, np.uint64),
+            np.empty(size, np.int32),
+            np.empty(rows, np.uint8),
+        )
+        if sum(a.nbytes for a in scratch) <= KEEP_SCRATCH_BYTES:
+            self._scratch, self._scratch_rows = scratch, rows
+        return scratch
 
     def compute(self, texts: pa.Array | pa.ChunkedArray | Iterable[str]) -> pa.Table:
         arr = _as_string_array(texts)
         if HAVE_NUMBA:
             data, offsets = _buffers(arr)
             out = np.zeros((len(arr), len(_KERNEL_SIGNALS)), dtype=np.float64)
-            _signals_kernel(data, offsets, class_table(), self._stop_hashes, SHORT_LINE_CHARS, SHORT_ITEM_WORDS, out)
+            scratch = self._scratch_for(_scratch_cap(data, offsets))
+            _signals_kernel(
+                data, offsets, class_table(), self._stop_hashes, SHORT_LINE_CHARS, SHORT_ITEM_WORDS, out, *scratch
+            )
             cols = {}
             for j, name in enumerate(_KERNEL_SIGNALS):
                 v = out[:, j]

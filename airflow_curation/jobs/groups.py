@@ -5,8 +5,13 @@ placeholders (the array or completion index, the attempt), which each launcher r
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
+
+from airflow_curation.core.manifest import ManifestHead
+
+log = logging.getLogger(__name__)
 
 Arg = str | tuple[Any, ...]
 GROUP = "{group}"  # in a group's --result: the CLI puts the group's index there
@@ -31,6 +36,22 @@ def sized_groups(cap: int, shards: int, total_bytes: int, min_bytes: int = MIN_G
     if min_bytes > 0:
         groups = min(groups, total_bytes // min_bytes)
     return max(1, groups)
+
+
+def groups_for_input(cap: int, input_manifest: str | None, min_bytes: int = MIN_GROUP_BYTES) -> int | None:
+    """:func:`sized_groups` of the run's input manifest (its head: counts and bytes, no shard list), what
+    every launcher of an array sizes it by (the Kubernetes sweep's default, the Slurm array's ``shard_groups``
+    as a cap); None without an input manifest, or when its head cannot be read (the job reads it itself)."""
+    if not input_manifest:
+        return None
+    try:
+        head = ManifestHead.read(input_manifest)
+    except Exception as e:  # noqa: BLE001 - sizing is a hint; the job reads the manifest and says what is wrong
+        log.warning("cannot size the groups from %s (%s)", input_manifest, e)
+        return None
+    if not head.shard_count:
+        return None
+    return sized_groups(cap, head.shard_count, head.bytes, min_bytes)
 
 
 def run_args(spec: str, result: Arg) -> list[Arg]:

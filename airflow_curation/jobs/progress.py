@@ -18,8 +18,10 @@ from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.core.integrity import chain_problem
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead, UnitEntry, group_of
+from airflow_curation.core.tally import TallyReader, drop_failed
 
 ENDED = ("done", "skipped", "failed")  # unit statuses of a run's final reading
+_SUMS = ("rows", "bytes", "shards")
 
 
 def _store(manifest: Manifest | ManifestHead) -> CheckpointStore:
@@ -58,10 +60,14 @@ def unfinished_groups(manifest_uri: str, groups: int) -> list[int]:
 def reopen(manifest_uri: str) -> dict[str, str]:
     """Before a relaunch: mark the manifest planned again and clear the failure markers of the units
     without a checkpoint, so that checkpoint gates wait for the new attempt instead of failing on the
-    old one. Returns {unit id: previous error} for the units that will run again."""
-    manifest = _read(manifest_uri)
-    if manifest is None:
+    old one. Returns {unit id: previous error} for the units that will run again.
+
+    Reads the head and the unit pages, never the shard list (the reopened run has none): O(units) once per
+    relaunch, not per task."""
+    head = _read(manifest_uri, head=True)
+    if head is None:
         return {}
+    manifest = Manifest._build({**head.data, "units": head.unit_dicts(), "shards": []})
     store = _store(manifest)
     done, failed = store.scan()
     reopened = {}
@@ -72,7 +78,9 @@ def reopen(manifest_uri: str) -> dict[str, str]:
         unit.status, unit.error = "pending", None
         if unit.unit_id in failed:
             storage.remove(storage.join(store.directory, f"{unit.unit_id}.failed.json"))
-    manifest.status, manifest.shards, manifest.accounting = "planned", [], {}
+    if manifest.tallies:  # before the head says planned: a gate reading it then must not find them
+        drop_failed(manifest_uri, set(reopened))
+    manifest.status, manifest.accounting = "planned", {}
     manifest.write(manifest_uri)
     return reopened
 
@@ -147,6 +155,9 @@ class CheckpointWatcher:
         self._units: dict[str, UnitEntry] | None = None  # of the planned head, read when first needed
         self._books: str | None = None
         self._books_checked = False
+        self._tallies: TallyReader | None = None
+        self._failed: dict[str, float] = {}  # unit id -> when its tally said it failed
+        self._sums: dict[str, int] = {}
         #: Units verified by the latest :meth:`look` and not before, with their counts (for progress lines).
         self.new_units: dict[str, dict[str, Any]] = {}
 
@@ -166,7 +177,7 @@ class CheckpointWatcher:
         # Only re-read while the run may still change it (planned), and only when the file changed (the
         # job rewrites it once, at the end).
         if self._head is None or self._head.status == "planned":
-            version = _version(self.manifest_uri)
+            version = storage.version(self.manifest_uri)
             if version is not None and version == self._head_version:
                 return self._head
             head = _read(self.manifest_uri, head=True)
@@ -187,6 +198,8 @@ class CheckpointWatcher:
         statuses = head.unit_statuses
         if head.status != "planned" and sum(statuses.get(s, 0) for s in ENDED) == head.unit_count:
             return self._final(head, budget)
+        if head.tallies:
+            return self._from_tallies(head, budget)
         if self._units is None:  # the unit pages only, once per manifest version: never its shards
             self._units = {u.unit_id: u for u in head.units()}
         units = self._units
@@ -217,6 +230,44 @@ class CheckpointWatcher:
             rows=sum(v["rows"] for v in verified),
             bytes=sum(v["bytes"] for v in verified),
             shards=sum(v["shards"] for v in verified),
+            manifest_status=head.status,
+            failed_units=failed,
+            books=self._check_books(head) if head.status == "complete" else None,
+        )
+
+    def _from_tallies(self, head: ManifestHead, budget: float) -> Progress:
+        """A run whose tasks write tallies (``core/tally.py``): the tally files that changed since the last
+        look, not a listing of every record and a read of each new one; counts kept from look to look."""
+        if self._tallies is None or self._tallies.fingerprint != head.fingerprint:
+            self._tallies, self._failed, self._verified = TallyReader(self.manifest_uri, head.fingerprint), {}, {}
+            self._sums = dict.fromkeys(_SUMS, 0)
+        self.new_units = {}
+        for unit_id, entry in self._tallies.look().items():
+            old = self._verified.pop(unit_id, None)
+            for key in _SUMS if old is not None else ():
+                self._sums[key] -= old[key]
+            self._failed.pop(unit_id, None)
+            if entry.get("status") in ("done", "skipped"):
+                counts = {key: int(entry.get(key, 0)) for key in _SUMS}
+                self._verified[unit_id] = counts
+                for key in _SUMS:
+                    self._sums[key] += counts[key]
+                if old is None:
+                    self.new_units[unit_id] = {**counts, "accounting": entry.get("accounting") or {}}
+            elif entry.get("status") == "failed":
+                self._failed[unit_id] = float(entry.get("at", 0))
+        # A failure before this run's plan is an earlier run's, which this run retries (as with markers).
+        failed = sorted(u for u, at in self._failed.items() if at >= head.created_at)
+        return Progress(
+            manifest_uri=self.manifest_uri,
+            stage=head.stage,
+            total=head.unit_count,
+            done=len(self._verified),
+            failed=len(failed),
+            allowed_failures=allowed_failures(budget, head.unit_count),
+            rows=self._sums["rows"],
+            bytes=self._sums["bytes"],
+            shards=self._sums["shards"],
             manifest_status=head.status,
             failed_units=failed,
             books=self._check_books(head) if head.status == "complete" else None,
@@ -265,19 +316,3 @@ class CheckpointWatcher:
             failed_units=head.failed_units,
             books=self._check_books(head) if head.status == "complete" else None,
         )
-
-
-def _version(uri: str) -> tuple | None:
-    """What changes when a file is rewritten (size, time, ETag), or None when it cannot be told."""
-    try:
-        fs, path = storage.filesystem(uri)
-        info = fs.info(path)
-    except (FileNotFoundError, OSError):
-        return None
-    version = (
-        info.get("size"),
-        info.get("mtime") or info.get("LastModified") or info.get("updated"),
-        info.get("ETag") or info.get("etag"),
-        info.get("ino"),
-    )
-    return version if any(v is not None for v in version[1:]) else None

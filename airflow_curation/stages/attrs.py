@@ -42,6 +42,7 @@ from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_t
 from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink, parquet_writer
 from airflow_curation.stages.base import Stage, UnitMapper, UnitResult, local_mapper
 from airflow_curation.stages.settings import Setting
+from airflow_curation.stages.text import ShardText, clean_text_attrs, clean_text_uri
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +251,7 @@ class AttrsStage(Stage):
     def unit_for(self, shard_id: str, entry: ShardEntry) -> UnitEntry:
         """The unit that processes one upstream shard."""
         attrs = self.reads_attrs(entry)
+        attrs += [k for k in clean_text_attrs(entry, self.attrs_name) if k not in attrs]
         return UnitEntry(
             unit_id=shard_id,
             inputs=[entry.uri, *(entry.attrs[k] for k in attrs)],
@@ -298,6 +300,11 @@ class AttrsStage(Stage):
         """The upstream attrs ``unit`` reads, key -> URI, as planned."""
         return {key: uri for uri in unit.inputs[1:] for key, u in entry.attrs.items() if u == uri}
 
+    def read_attrs_uris(self, unit: UnitEntry, entry: ShardEntry) -> list[str]:
+        """The URIs of the attrs :meth:`reads_attrs` names (not the cleaned text's, unless it names that too)."""
+        wanted = set(self.reads_attrs(entry))
+        return [uri for key, uri in self.unit_attrs(unit, entry).items() if key in wanted]
+
     # -- one shard -----------------------------------------------------------------------------------
     def output_uri(self, shard_id: str) -> str:
         if self.config.get("output_dir"):
@@ -316,8 +323,19 @@ class AttrsStage(Stage):
         """Stream the shard through :meth:`compute` in batches of ``batch_rows`` (default: the whole shard)
         into ``uri``."""
         return write_attrs(
-            entry.uri, uri, self._computed, self.account, self.columns, int(self.config.get("batch_rows") or 0) or None
+            entry.uri,
+            uri,
+            self._computed,
+            self.account,
+            self.columns,
+            int(self.config.get("batch_rows") or 0) or None,
+            self.text_uri(unit, entry),
         )
+
+    def text_uri(self, unit: UnitEntry, entry: ShardEntry) -> str | None:
+        """The cleaned text this unit reads in the place of the shard's ``text`` (planned in its inputs), or
+        None (``stages/text.py``)."""
+        return clean_text_uri(entry, unit.inputs, self.attrs_name)
 
     def _computed(self, table: pa.Table) -> pa.Table:
         result = self.compute(table)
@@ -379,48 +397,41 @@ def write_attrs(
     account: Callable[[pa.Table], RowAccounting],
     columns: Sequence[str],
     batch_rows: int | None = None,
+    text_uri: str | None = None,
 ) -> AttrsFile:
     """Stream a shard (or any Parquet file with ``id`` and ``text``) through ``compute`` and write the results
     to ``out_uri`` as they come, atomically and hashed on the way out: one batch in memory at a time.
 
     :param columns: the columns ``compute`` reads (those the file has).
     :param batch_rows: rows per ``compute`` call and per row group; None: the whole file at once.
+    :param text_uri: an attrs file whose ``clean_text`` is read in the place of ``text`` (:class:`ShardText`).
     """
     started = time.time()
     accounting = RowAccounting()
     text_bytes = 0
     with storage.open_read(shard_uri) as f:
-        pf = pq.ParquetFile(f)
-        check_id_text(pf.schema_arrow, shard_uri)
-        columns = [c for c in columns if c in pf.schema_arrow.names]
-        # One unit is one core's work (units run side by side): Arrow's reader threads only add CPU here.
-        tables = (
-            (
-                pa.Table.from_batches([b])
-                for b in pf.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
-            )
-            if batch_rows
-            else [pf.read(columns=columns, use_threads=False)]
-        )
-        with storage.atomic_open(out_uri) as out:
-            sink = _CountingSink(out)
-            writer = None
-            try:
-                for table in tables:
-                    if TEXT in table.column_names:
-                        text_bytes += _text_bytes(table.column(TEXT))
-                    result = compute(table)
-                    accounting.merge(account(result))
-                    if writer is None:
-                        writer = parquet_writer(sink, result.schema)
-                    writer.write_table(result, row_group_size=batch_rows or DEFAULT_ROW_GROUP_ROWS)
-                if writer is None:  # an empty shard still gets its (empty) attrs file
-                    empty = compute(pf.schema_arrow.empty_table().select(columns))
-                    writer = parquet_writer(sink, empty.schema)
-                    writer.write_table(empty)
-            finally:
-                if writer is not None:
-                    writer.close()
+        schema = pq.ParquetFile(f).schema_arrow
+    check_id_text(schema, shard_uri)
+    columns = [c for c in columns if c in schema.names]
+    with storage.atomic_open(out_uri) as out:
+        sink = _CountingSink(out)
+        writer = None
+        try:
+            for table in ShardText(shard_uri, text_uri).batches(columns, batch_rows):
+                if TEXT in table.column_names:
+                    text_bytes += _text_bytes(table.column(TEXT))
+                result = compute(table)
+                accounting.merge(account(result))
+                if writer is None:
+                    writer = parquet_writer(sink, result.schema)
+                writer.write_table(result, row_group_size=batch_rows or DEFAULT_ROW_GROUP_ROWS)
+            if writer is None:  # an empty shard still gets its (empty) attrs file
+                empty = compute(schema.empty_table().select(columns))
+                writer = parquet_writer(sink, empty.schema)
+                writer.write_table(empty)
+        finally:
+            if writer is not None:
+                writer.close()
     extra = {
         "attrs_bytes": sink.tell(),
         "attrs_checksum": sink.checksum.hexdigest(),

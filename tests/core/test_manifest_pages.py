@@ -339,3 +339,104 @@ def test_a_streaming_group_task_reads_and_runs_only_its_block_of_upstream_units(
     assert done == set(block)
     lengths = ManifestHead.read(uri).data["index"]["units"]["lengths"]
     assert reads.bytes == lengths[0] + lengths[1]  # its two pages, once (the head's index did not change)
+
+
+# --- a gate's look while the run goes: what changed, from the tasks' tallies, not every record ---------------
+
+
+class _NoRecords:
+    """Fails any read of the checkpoint folder (a listing, a record, a failure marker): what a gate's look at
+    a running stage did per look before tallies."""
+
+    def __init__(self, monkeypatch) -> None:
+        from airflow_curation.core.checkpoint import CheckpointStore
+
+        def refuse(*args, **kwargs):
+            raise AssertionError("the gate read the checkpoint folder")
+
+        for name in ("scan", "load", "is_done", "failure"):
+            monkeypatch.setattr(CheckpointStore, name, refuse)
+
+
+def _tally_reads(monkeypatch) -> list[str]:
+    """Paths of the files the gate fetches (``fs.cat``: tallies, never records)."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    got: list[str] = []
+    real = LocalFileSystem.cat
+
+    def cat(self, path, *args, **kwargs):
+        got.extend([path] if isinstance(path, str) else path)
+        return real(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(LocalFileSystem, "cat", cat)
+    return got
+
+
+def test_a_gate_look_while_the_run_goes_reads_the_tallies_that_changed(upstream, monkeypatch):
+    """Two of three groups done, the run still planned: a fresh gate counts their units, rows and shards, and
+    logs each unit's line, without listing or reading the checkpoint folder; its next look reads nothing
+    until a task ends more units, and then only that task's tally files."""
+    lake, uri, _ = upstream
+    stage = _stage(lake, uri)
+    done = [StageRunner(_stage(lake, uri)).run(shard_group=(i, 3)) for i in (0, 1)]
+    records = {u: r for u, r in ((u, stage.checkpoints.load(u)) for u in stage.checkpoints.scan()[0])}
+    expected = [u.unit_id for m in done for u in m.units]
+    with monkeypatch.context() as m:
+        _NoRecords(m)
+        reads = _tally_reads(m)
+        watcher = CheckpointWatcher(stage.manifest_uri)
+        look = watcher.look()
+        assert look.manifest_status == "planned" and not look.complete
+        assert (look.done, look.total, look.failed) == (len(expected), S, 0)
+        assert look.rows == sum(s.rows for m in done for s in m.shards) == len(expected)
+        assert look.shards == len(expected) and look.bytes == sum(s.bytes for m in done for s in m.shards)
+        assert sorted(watcher.new_units) == sorted(expected)
+        assert all(watcher.new_units[u]["accounting"] == records[u].accounting for u in expected)
+        first = len(reads)
+        assert first == 2  # one tally a task here (43 units each, a chunk holds 64)
+        again = watcher.look()
+        assert (again.done, watcher.new_units, len(reads)) == (look.done, {}, first)
+    StageRunner(_stage(lake, uri)).run(shard_group=(2, 3))
+    with monkeypatch.context() as m:
+        _NoRecords(m)
+        reads = _tally_reads(m)
+        last = watcher.look()
+        assert (last.done, last.total, len(reads)) == (S, S, 1)
+        assert sorted(watcher.new_units) == [f"s{i:04d}" for i in range(86, S)]
+    final = StageRunner(_stage(lake, uri)).run(collect=True)
+    closed = watcher.look()  # the final manifest: its head
+    assert closed.complete and (closed.done, closed.rows) == (S, final.rows)
+
+
+class FailingLengthStage(LengthStage):
+    def process_unit(self, unit):
+        if unit.unit_id == "s0005":
+            raise ValueError("boom")
+        return super().process_unit(unit)
+
+
+def test_a_failed_unit_counts_at_once_and_a_reopen_clears_it(upstream):
+    """A unit that failed counts against the budget in the next look (its task's tally says so); once
+    ``jobs reopen`` reopens it for a relaunch, the gate waits for it again instead of failing on it."""
+    from airflow_curation.jobs.progress import reopen
+    from airflow_curation.stages.base import StageFailed
+
+    lake, uri, _ = upstream
+    cfg = {"input_manifest": uri, "stream": False, "max_attempts": 1}
+    with pytest.raises(StageFailed, match="s0005"):
+        StageRunner(FailingLengthStage(lake, cfg, "r1")).run(shard_group=(0, 2))
+    stage = FailingLengthStage(lake, cfg, "r1")
+    kept = CheckpointWatcher(stage.manifest_uri)  # a gate that goes on looking across the relaunch
+    look = kept.look()
+    assert (look.failed, look.failed_units, look.done) == (1, ["s0005"], S // 2 - 1)
+    assert look.over_budget
+    # (a group does not write the manifest: the unit's error is in its failure marker and its tally)
+    assert reopen(stage.manifest_uri) == {"s0005": "not finished", **_pending(S // 2, S)}
+    for watcher in (CheckpointWatcher(stage.manifest_uri), kept):
+        look = watcher.look()
+        assert (look.failed, look.done, look.manifest_status) == (0, S // 2 - 1, "planned")
+
+
+def _pending(start: int, stop: int) -> dict[str, str]:
+    return {f"s{i:04d}": "not finished" for i in range(start, stop)}

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from airflow_curation.core import signals as sig
 from airflow_curation.core.code_signals import compute_code_signals
 from airflow_curation.core.signals import SIGNALS, compute_signals, reference_signals
 
@@ -110,6 +111,16 @@ def test_known_values(warm_signals):
     assert rep["top_2gram_char_frac"] == pytest.approx(4 * len("threefour") / rep["n_chars"])
 
 
+def test_class_table_is_pythons_predicates_at_every_code_point():
+    """The kernel's per-code-point classes (built with numpy's string ufuncs) are str.isalpha, isalnum,
+    isdigit and isspace of each of the 0x110000 code points, surrogates and NUL included."""
+    table = sig.class_table()
+    for cp in range(0x110000):
+        c = chr(cp)
+        want = sig._ALPHA * c.isalpha() | sig._ALNUM * c.isalnum() | sig._DIGIT * c.isdigit() | sig._SPACE * c.isspace()
+        assert table[cp] & (sig._ALPHA | sig._ALNUM | sig._DIGIT | sig._SPACE) == want, hex(cp)
+
+
 def test_non_latin_scripts_count_letters(warm_signals):
     rows = compute_signals(corpus.cjk_docs()).to_pylist()
     assert rows and all(r["alpha_frac"] > 0.3 for r in rows)
@@ -135,6 +146,23 @@ def test_batches_are_independent_of_slicing(warm_signals, prose):
     parts = pa.concat_tables([compute_signals(arr.slice(0, 17)), compute_signals(arr.slice(17))])
     assert whole.equals(parts)
     assert compute_signals(pa.chunked_array([arr.slice(0, 5), arr.slice(5)])).equals(whole)
+
+
+def test_one_computer_gives_each_batch_what_a_fresh_one_does(warm_signals, prose):
+    """The kernel's scratch is kept from batch to batch: a batch after others (larger documents, more
+    repeats, kept or not kept scratch) gets exactly the signals a fresh computer gives it."""
+    from airflow_curation.core.signals import SignalComputer
+
+    line = "the same line of words again and again.\n"
+    big = line * 125_000  # 1 M separators: scratch past the bound (~110 B each), used once, not kept
+    mid = line * 20_000 + "\n".join(prose[:20])  # 160 k separators: scratch grown (~18 MB) and kept
+    batches = [pa.array(prose[:30]), pa.array([mid, "x"]), pa.array([big]), pa.array(prose[30:60]), pa.array([mid])]
+    shared = SignalComputer()
+    kept = []
+    for batch in batches:
+        assert shared.compute(batch).equals(SignalComputer().compute(batch))
+        kept.append(shared._scratch_rows)
+    assert kept[0] < kept[1] == kept[2] == kept[4]  # grown for mid, not for big
 
 
 def test_stop_words_are_configurable(warm_signals):

@@ -17,6 +17,8 @@ import pytest
 
 from airflow_curation.backends.base import JobState, JobStatus
 from airflow_curation.backends.slurm import SlurmBackend
+from airflow_curation.jobs import attempts
+from airflow_curation.jobs.follow import Follower
 from airflow_curation.jobs.spec import JobSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,6 +97,7 @@ def slurm_cluster():
 def make_backend(slurm_cluster, tmp_path):
     def make(**options) -> SlurmBackend:
         env = {"PYTHONPATH": JOB_PYTHONPATH, **options.pop("env", {})}
+        options.setdefault("min_group_bytes", 1)  # the tests' shards are KBs: still one task per shard
         return SlurmBackend(python=sys.executable, env=env, **options)
 
     return make
@@ -114,26 +117,45 @@ def wait_for(
 ) -> JobStatus:
     """Poll status until ``until`` holds (a guard against hanging, not a timing assertion)."""
     deadline = time.time() + timeout
-    st = backend.status(handle)
+    follower = Follower(backend, handle, relaunch=False)  # whoever holds the handle follows the newest attempt
+    follower.refresh()
+    st = follower.status()
     while not until(st):
         if time.time() > deadline:
-            text, _ = backend.logs(handle)
+            text, _ = backend.logs(follower.handle)
             raise AssertionError(f"job did not get there in {timeout}s: {st}\nlog:\n{text[-3000:]}")
         time.sleep(0.5)
-        st = backend.status(handle)
+        follower.refresh()
+        st = follower.status()
     return st
 
 
 def follow(backend: SlurmBackend, handle: dict, timeout: float = 240.0) -> tuple[JobStatus, dict]:
-    """What the operator does: poll the read-only status and, once the job has ended, let the backend
-    settle it (a relaunch of a retryable failure, or the end). Returns the last status and handle."""
+    """What the operator does: poll the read-only status and, once the job has ended, settle it (a
+    relaunch of a retryable failure, or the end). Returns the last status and handle."""
     deadline = time.time() + timeout
     while True:
         st = wait_for(backend, handle, timeout=max(1.0, deadline - time.time()))
-        new = backend.settle(handle, st)
+        new = settle(backend, handle, st)
         if new is None:
             return st, handle
         handle = new
+
+
+def settle(backend: SlurmBackend, handle: dict, st: JobStatus) -> dict | None:
+    """The follower's decision (:func:`airflow_curation.jobs.attempts.settle`), as the handle dict."""
+    new = attempts.settle(backend, handle, st)
+    return None if new is None else new.to_dict()
+
+
+def relaunch(backend: SlurmBackend, handle: dict) -> dict:
+    """The next attempt (:func:`airflow_curation.jobs.attempts.relaunch`), as the handle dict."""
+    return attempts.relaunch(backend, handle).to_dict()
+
+
+def current(backend: SlurmBackend, handle: dict) -> dict:
+    """The newest attempt (:func:`airflow_curation.jobs.attempts.latest`), as the handle dict."""
+    return attempts.latest(backend, handle).to_dict()
 
 
 def checkpoint_records(lake: dict, manifest) -> dict[str, dict]:

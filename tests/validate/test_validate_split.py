@@ -119,3 +119,29 @@ def test_three_tasks_and_a_merge_give_the_single_node_report(tmp_path):
     assert cli.main(["run", _spec(tmp_path, root, uris["dedup"], "lost", part_rows=160)]) == 0
     lost = _report(root, "lost")
     assert lost.get("verdict_of") is None and _numbers(lost) == _numbers(three)
+
+
+def test_a_task_reads_the_manifests_once_not_once_per_part(tmp_path, monkeypatch):
+    """A task of a split run plans, slices and builds its view for each of its parts from the input manifest
+    and its siblings: each is read whole once while its file is unchanged (each part used to read the input
+    manifest again for its plan, its slice and its view: O(parts x shards) per task)."""
+    from collections import Counter
+
+    from airflow_curation.stages.base import StageRunner
+
+    root = str(tmp_path / "lake")
+    uris = _lake(root)
+    reads: Counter[str] = Counter()
+    real = Manifest.read.__func__
+
+    def counted(cls, uri):
+        reads[uri] += 1
+        return real(cls, uri)
+
+    monkeypatch.setattr(Manifest, "read", classmethod(counted))
+    lake = Lake(root, "demo")
+    stage = ValidateStage(lake, {"input_manifest": uris["dedup"], **CONFIG, "part_rows": 160}, "parts")
+    manifest = StageRunner(stage).run()
+    assert len(manifest.units) == 3 and manifest.status == "complete"
+    assert reads[uris["dedup"]] == 1, reads
+    assert all(n == 1 for n in reads.values()), reads

@@ -204,8 +204,10 @@ def test_missing_input_manifest_is_a_clear_error(tmp_path):
         StageRunner(stage).run()
 
 
-def test_daft_on_ray_in_a_job_process(full_run, tmp_path):
-    """The distributed path: a job process (as every backend runs it) with Daft's Ray runner on a local Ray."""
+def test_daft_on_ray_in_a_job_process(full_run, tmp_path, ray_head):
+    """The distributed path: a job process (as every backend runs it) with Daft's Ray runner on a local Ray,
+    its own even while another cluster runs and ``RAY_ADDRESS`` names it (a plain ``ray.init()`` would join
+    that cluster, then refuse ``num_cpus``)."""
     import subprocess
     import sys
 
@@ -224,7 +226,8 @@ def test_daft_on_ray_in_a_job_process(full_run, tmp_path):
     )
     spec_path, result_path = tmp_path / "spec.json", tmp_path / "result.json"
     spec_path.write_text(spec.to_json())
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "CURATION_RAY_NUM_CPUS": "2"}
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "CURATION_RAY_NUM_CPUS": "2", "RAY_ADDRESS": ray_head.gcs}
+    drivers = ray_head.drivers()
     proc = subprocess.run(
         [sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path), "--result", str(result_path)],
         capture_output=True,
@@ -233,6 +236,7 @@ def test_daft_on_ray_in_a_job_process(full_run, tmp_path):
         env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ray_head.drivers() == drivers  # it did not join the cluster
     ray_report, _ = _report(root, "ray")
     assert ray_report["metrics"]["query_engine"] == "daft-ray" and ray_report["status"] == "passed"
     (sql,) = [c for c in ray_report["checks"] if c["name"] == "rows on ray"]

@@ -31,15 +31,8 @@ from airflow_curation.core.lsh import (
     write_partitioned,
 )
 from airflow_curation.core.minhash import MinHasher, MinHashParams, band_hashes, exact_keys, jaccard, prepare
-from airflow_curation.core.schema import (
-    CLUSTER_ID,
-    EXACT_DUPLICATE,
-    ID,
-    IS_DUPLICATE,
-    NEAR_DUPLICATE,
-    TEXT,
-    check_id_text,
-)
+from airflow_curation.core.schema import CLUSTER_ID, EXACT_DUPLICATE, ID, IS_DUPLICATE, NEAR_DUPLICATE, TEXT
+from airflow_curation.stages.text import ShardText
 
 BAND_COLUMNS = {"bucket": np.uint64, "node": np.uint64}
 EXACT_COLUMNS = {"hi": np.uint64, "lo": np.uint64, "node": np.uint64}
@@ -72,7 +65,7 @@ def read_keep(uri: str | None, column: str, rows: int) -> np.ndarray:
 
 
 def sign_shard(
-    shard_uri: str,
+    shard: ShardText,
     shard_index: int,
     keep_uri: str | None,
     keep_column: str,
@@ -85,39 +78,38 @@ def sign_shard(
     hasher = MinHasher(params.minhash)
     buckets, bnodes, his, los, enodes = [], [], [], [], []
     n_rows = n_considered = n_tokenless = 0
-    with storage.open_read(shard_uri) as f:
-        pf = pq.ParquetFile(f)
-        check_id_text(pf.schema_arrow, shard_uri)
-        total = pf.metadata.num_rows
-        keep = read_keep(keep_uri, keep_column, total)
-        # one thread: a worker is one core, and pyarrow's pool costs twice the CPU for the same decode
-        for batch in pf.iter_batches(batch_size=batch_rows, columns=[TEXT], use_threads=False):
-            n = batch.num_rows
-            mask = keep[n_rows : n_rows + n]
-            nodes = node_keys(shard_index, np.arange(n_rows, n_rows + n, dtype=np.uint64))[mask]
-            texts = batch.column(0).filter(from_numpy(mask)) if not mask.all() else batch.column(0)
-            n_rows += n
-            n_considered += len(nodes)
-            if not len(nodes):
-                continue
-            # One normalisation pass for both (the strict one exact keys need is valid for MinHash). Near
-            # dedup alone takes the hasher's own, which sends ~10x fewer lines of multilingual text
-            # through Python's NFKC (only characters that can change a \w+ token).
-            if params.exact:
-                texts = prepare(texts, params.minhash.normalization, params.minhash.lowercase)
-            if params.exact:
-                keys = exact_keys(texts, params.minhash.normalization, params.minhash.lowercase, prepared=True)
-                his.append(keys[:, 0])
-                los.append(keys[:, 1])
-                enodes.append(nodes)
-            if params.near:
-                # LSH reads bands x rows values (117 of 128 at the default threshold): only those computed
-                sig, counts = hasher.signatures(texts, prepared=params.exact, perms=params.bands * params.rows)
-                has = counts > 0  # a document without tokens has no shingles: nothing to compare
-                n_tokenless += int((~has).sum())
-                bh = band_hashes(sig[has], params.bands, params.rows)
-                buckets.append(bh.reshape(-1))
-                bnodes.append(np.repeat(nodes[has], params.bands))
+    with storage.open_read(shard.shard_uri) as f:
+        total = pq.ParquetFile(f).metadata.num_rows
+    keep = read_keep(keep_uri, keep_column, total)
+    # the shard's text, or its cleaned text (stages/text.py); one reader thread, a worker is one core
+    for batch in shard.batches([TEXT], batch_rows):
+        n = batch.num_rows
+        mask = keep[n_rows : n_rows + n]
+        nodes = node_keys(shard_index, np.arange(n_rows, n_rows + n, dtype=np.uint64))[mask]
+        column = batch.column(0).combine_chunks()
+        texts = column.filter(from_numpy(mask)) if not mask.all() else column
+        n_rows += n
+        n_considered += len(nodes)
+        if not len(nodes):
+            continue
+        # One normalisation pass for both (the strict one exact keys need is valid for MinHash). Near
+        # dedup alone takes the hasher's own, which sends ~10x fewer lines of multilingual text
+        # through Python's NFKC (only characters that can change a \w+ token).
+        if params.exact:
+            texts = prepare(texts, params.minhash.normalization, params.minhash.lowercase)
+        if params.exact:
+            keys = exact_keys(texts, params.minhash.normalization, params.minhash.lowercase, prepared=True)
+            his.append(keys[:, 0])
+            los.append(keys[:, 1])
+            enodes.append(nodes)
+        if params.near:
+            # LSH reads bands x rows values (117 of 128 at the default threshold): only those computed
+            sig, counts = hasher.signatures(texts, prepared=params.exact, perms=params.bands * params.rows)
+            has = counts > 0  # a document without tokens has no shingles: nothing to compare
+            n_tokenless += int((~has).sum())
+            bh = band_hashes(sig[has], params.bands, params.rows)
+            buckets.append(bh.reshape(-1))
+            bnodes.append(np.repeat(nodes[has], params.bands))
     empty = np.empty(0, np.uint64)
     if params.near:
         b = np.concatenate(buckets) if buckets else empty
@@ -140,7 +132,7 @@ def sign_shard(
     return {"rows": n_rows, "considered": n_considered, "tokenless": n_tokenless}
 
 
-def _verify(a: np.ndarray, b: np.ndarray, shard_uris: list[str], params: DedupParams) -> np.ndarray:
+def _verify(a: np.ndarray, b: np.ndarray, shard_uris: list[tuple[str, str | None]], params: DedupParams) -> np.ndarray:
     """Which candidate pairs reach the threshold by exact Jaccard of their shingle sets."""
     hasher = MinHasher(params.minhash)
     needed = np.unique(np.concatenate([a, b]))
@@ -148,8 +140,7 @@ def _verify(a: np.ndarray, b: np.ndarray, shard_uris: list[str], params: DedupPa
     shards = shard_of(needed)
     for s in np.unique(shards):
         rows = row_of(needed[shards == s])
-        with storage.open_read(shard_uris[int(s)]) as f:
-            texts = pq.ParquetFile(f).read(columns=[TEXT], use_threads=False).column(0).take(from_numpy(rows))
+        texts = ShardText(*shard_uris[int(s)]).read([TEXT]).column(TEXT).take(from_numpy(rows))
         for node, text in zip(needed[shards == s].tolist(), texts.to_pylist()):
             shingles[node] = hasher.shingles(text or "")
     return np.array(
@@ -162,7 +153,7 @@ def bucket_partitions(
     hi: int,
     band_uris: list[str],
     exact_uris: list[str],
-    shard_uris: list[str],
+    shard_uris: list[tuple[str, str | None]],
     params: DedupParams,
     cc_partitions: int,
     out_partitions: int,

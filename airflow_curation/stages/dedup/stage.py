@@ -43,12 +43,18 @@ from airflow_curation.stages.base import Stage, StageRunner, UnitMapper, UnitRes
 from airflow_curation.stages.dedup import phases, snapshots
 from airflow_curation.stages.dedup.phases import DedupParams
 from airflow_curation.stages.settings import Setting, size
+from airflow_curation.stages.text import ShardText, clean_text_attrs
 
 log = logging.getLogger(__name__)
 
 # Bytes one spilled document costs in phase 2 per band (bucket + node) and for its exact key.
 _BAND_BYTES, _EXACT_BYTES = 16, 24
 _WORKER_BASE = 768 << 20  # a worker process with pyarrow, numba and the kernels loaded
+
+
+def _inputs(s: dict) -> list[str]:
+    """A shard's unit inputs: the shard, its preprocess attrs (keep) and its cleaned text, once each."""
+    return list(dict.fromkeys([s["uri"], *(u for u in (s["keep_uri"], s.get("text_uri")) if u)]))
 
 
 class DedupSignaturesStage(Stage):
@@ -75,11 +81,7 @@ class DedupSignaturesStage(Stage):
 
     def plan(self) -> list[UnitEntry]:
         return [
-            UnitEntry(
-                unit_id=s["shard_id"],
-                inputs=[s["uri"]] + ([s["keep_uri"]] if s["keep_uri"] else []),
-                input_checksum=s["input_checksum"],
-            )
+            UnitEntry(unit_id=s["shard_id"], inputs=_inputs(s), input_checksum=s["input_checksum"])
             for s in self.config["shards"]
         ]
 
@@ -90,9 +92,11 @@ class DedupSignaturesStage(Stage):
         verify_file(s["uri"], s.get("checksum"), f"shard {unit.unit_id}")
         if s["keep_uri"]:
             verify_file(s["keep_uri"], s.get("keep_checksum"), f"preprocess attrs of shard {unit.unit_id}")
+        if s.get("text_uri") and s["text_uri"] != s["keep_uri"]:
+            verify_file(s["text_uri"], s.get("text_checksum"), f"cleaned text of shard {unit.unit_id}")
         bands_uri, exact_uri = self.spill_uris(unit.unit_id)
         stats = phases.sign_shard(
-            s["uri"],
+            ShardText(s["uri"], s.get("text_uri")),
             s["index"],
             s["keep_uri"],
             self.config["keep_column"],
@@ -315,15 +319,20 @@ class DedupStage(AttrsStage):
             keep = self.reads_attrs(e)
             keep_uri = e.attrs[keep[0]] if keep else None
             keep_checksum = self.attrs_checksum(e, keep[0]) if keep else None
-            checksum = f"{e.checksum}+{keep_checksum or '-'}@{index}"
+            text = clean_text_attrs(e)  # the cleaned text, read in the place of the shard's (stages/text.py)
+            text_uri = e.attrs[text[0]] if text else None
+            text_checksum = self.attrs_checksum(e, text[0]) if text else None
+            checksum = f"{e.checksum}+{keep_checksum or '-'}@{index}" + (f"+text:{text_checksum}" if text else "")
             shards.append(
                 {
                     "shard_id": e.shard_id,
                     "uri": e.uri,
                     "index": index,
                     "keep_uri": keep_uri,
+                    "text_uri": text_uri,
                     "checksum": e.checksum,
                     "keep_checksum": keep_checksum,
+                    "text_checksum": text_checksum,
                     "rows": e.rows,
                     "input_checksum": checksum,
                 }
@@ -363,7 +372,7 @@ class DedupStage(AttrsStage):
         return [
             UnitEntry(
                 unit_id=s["shard_id"],
-                inputs=[s["uri"]] + ([s["keep_uri"]] if s["keep_uri"] else []),
+                inputs=_inputs(s),
                 input_checksum=f"{s['input_checksum']}#{run_key}",
                 rows=s["rows"],
             )
@@ -449,7 +458,7 @@ class DedupStage(AttrsStage):
         ranges = partition_ranges(parts, self._units)
         band_uris = [sig.spill_uris(s["shard_id"])[0] for s in shards]
         exact_uris = [sig.spill_uris(s["shard_id"])[1] for s in shards]
-        shard_uris = [s["uri"] for s in shards]
+        shard_uris = [(s["uri"], s.get("text_uri")) for s in shards]
         edge_uris = [storage.join(gdir, "edges", f"unit-{u:05d}.parquet") for u in range(len(ranges))]
         exact_dup_uris = [storage.join(gdir, "exact", f"unit-{u:05d}.parquet") for u in range(len(ranges))]
         stats = list(

@@ -10,18 +10,22 @@ LocalCluster sized from the memory budget, or the cluster at ``scheduler_address
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.code_signals import CODE_SIGNALS, compute_code_signals, language_of
 from airflow_curation.core.filters import DEFAULT_PRESET, Rule, apply_rules, resolve_rules
 from airflow_curation.core.langid import LANG_SIGNALS, lang_rules, lang_signals
-from airflow_curation.core.schema import ID, SOURCE, TEXT
+from airflow_curation.core.line_clean import NORMALIZATIONS, REMOVED_PREFIX, LineCleaner
+from airflow_curation.core.schema import DROP_REASON, ID, KEEP, META, SOURCE, TEXT
 from airflow_curation.core.signals import SignalComputer
+from airflow_curation.core.url_filter import UrlFilter
 from airflow_curation.stages.attrs import AttrsStage, keep_accounting, write_attrs
 from airflow_curation.stages.base import UnitMapper, local_mapper
 from airflow_curation.stages.engines.budget import DEFAULT_BASE_BYTES, MiB
@@ -44,6 +48,16 @@ class Preprocessor:
     :param lang_min_score: drop rows whose language score is below this (rule ``lang_score``).
     :param lang_id: compute ``lang``/``lang_score``: ``True``, ``False`` or ``"auto"`` (when a rule reads one).
     :param lang_max_chars: language ID reads at most this many characters of a text (0: all).
+    :param url_blocklist: a block list folder in the UT1 layout (``<category>/domains``, ``<category>/urls``)
+        checked against each row's ``meta.url``; a blocked row is dropped as ``url_blocklist:<category>``.
+    :param url_categories: only these categories of the block list (default: all).
+    :param url_subwords: drop rows whose URL contains one of these (``url_subword``).
+    :param line_rules: line-cleaning rules or presets (``c4``, ``fineweb``, ``symbols``...,
+        :mod:`airflow_curation.core.line_clean`); with them, ``fix_text`` or ``normalization``, the cleaned
+        text is a ``clean_text`` column, the signals are computed on it, and later stages read it.
+    :param fix_text: repair mojibake (ftfy).
+    :param normalization: Unicode normalisation of the text: ``none``, ``NFC`` or ``NFKC``.
+    :param min_words_per_line: the ``min_words`` line rule's minimum.
     """
 
     def __init__(
@@ -57,7 +71,16 @@ class Preprocessor:
         lang_min_score: float | None = None,
         lang_id: bool | str = "auto",
         lang_max_chars: int = 0,
+        url_blocklist: str | None = None,
+        url_categories: list[str] | None = None,
+        url_subwords: list[str] | None = None,
+        line_rules: str | list[str] | None = None,
+        fix_text: bool = False,
+        normalization: str = "none",
+        min_words_per_line: int = 3,
     ) -> None:
+        self.urls = UrlFilter(url_blocklist, url_categories, url_subwords or ())
+        self.cleaner = LineCleaner(line_rules, fix_text, normalization or "none", min_words_per_line)
         self.rules: list[Rule] = resolve_rules(preset, [*(rules or []), *lang_rules(lang, lang_min_score)])
         self.computer = SignalComputer(signals)
         if code == "auto":
@@ -74,11 +97,20 @@ class Preprocessor:
         cols = [ID, TEXT]
         if self.code and self.code_language == "auto":
             cols.append(SOURCE)
+        if self.urls:
+            cols.append(META)
         return cols
 
     def process(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
         table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
         texts = table.column(TEXT)
+        # Row drops that come before every rule: a blocked URL, then a document a line rule drops.
+        early = self._url_reasons(table)
+        cleaned = None
+        if self.cleaner:
+            cleaned, line_drops = self.cleaner.process(texts)
+            texts = cleaned.column(0)
+            early = line_drops if early is None else pc.coalesce(early, line_drops)
         signals = self.computer.compute(texts)
         if self.code:
             if self.code_language == "auto":
@@ -94,6 +126,12 @@ class Preprocessor:
             for name in lang.column_names:
                 signals = signals.append_column(name, lang.column(name))
         decisions = apply_rules(signals, self.rules)
+        if early is not None:
+            decisions = _with_early_drops(decisions, early)
+        if cleaned is not None:
+            signals = pa.Table.from_arrays(
+                cleaned.columns + signals.columns, names=cleaned.column_names + signals.column_names
+            )
         ids = table.column(ID)
         if not pa.types.is_string(ids.type):
             ids = ids.cast(pa.string())
@@ -101,10 +139,49 @@ class Preprocessor:
             [ids] + signals.columns + decisions.columns, names=[ID] + signals.column_names + decisions.column_names
         )
 
+    def _url_reasons(self, table: pa.Table) -> pa.Array | None:
+        """Per row: why its ``meta.url`` is blocked, or null; None when no URL filter is set."""
+        if not self.urls:
+            return None
+        if META not in table.column_names:
+            raise ValueError("URL filtering reads meta.url: the input has no meta column")
+        reasons = []
+        for meta in table.column(META).to_pylist():
+            url = None
+            if meta:
+                try:
+                    url = json.loads(meta).get("url")
+                except (ValueError, AttributeError):
+                    url = None  # meta that is not a JSON object has no URL: nothing to block
+            reasons.append(self.urls.reason(url) if isinstance(url, str) else None)
+        return pa.array(reasons, pa.string())
+
     def run_file(self, in_uri: str, out_uri: str, batch_rows: int = 4096) -> tuple[RowAccounting, dict[str, Any]]:
         """Stream one Parquet file with ``id`` and ``text`` into ``out_uri`` (written atomically)."""
-        out = write_attrs(in_uri, out_uri, self.process, keep_accounting, self.input_columns, batch_rows)
+        out = write_attrs(in_uri, out_uri, self.process, preprocess_accounting, self.input_columns, batch_rows)
         return out.accounting, out.extra
+
+
+def preprocess_accounting(result: pa.Table) -> RowAccounting:
+    """Rows kept and dropped by reason; lines each cleaning rule removed as notes (``lines_removed:<rule>``:
+    events that are not rows, beside the books), which the CLI summary and validate's report show."""
+    acc = keep_accounting(result, "preprocess")
+    for name in result.column_names:
+        if name.startswith(REMOVED_PREFIX):
+            n = int(pc.sum(result.column(name)).as_py() or 0)
+            if n:
+                acc.note(f"lines_removed:{name.removeprefix(REMOVED_PREFIX)}", n)
+    return acc
+
+
+def _with_early_drops(decisions: pa.Table, early: pa.Array) -> pa.Table:
+    """``keep``/``drop_reason`` with the rows of a non-null ``early`` reason dropped for it (it wins)."""
+    hit = pc.is_valid(early)
+    keep = pc.and_(decisions.column(KEEP), pc.invert(hit))
+    reason = pc.if_else(hit, early, decisions.column(DROP_REASON))
+    return decisions.set_column(decisions.column_names.index(KEEP), KEEP, keep).set_column(
+        decisions.column_names.index(DROP_REASON), DROP_REASON, reason
+    )
 
 
 class PreprocessStage(AttrsStage):
@@ -145,7 +222,8 @@ class PreprocessStage(AttrsStage):
             "lang",
             str_or_list,
             [],
-            "keep only these languages, ISO 639-1 codes, comma-separated (e.g. en,de)",
+            "keep only these languages, ISO 639-1 codes, comma-separated (e.g. en,de); hbs, no and msa keep "
+            "the close languages the model splits (hr/sr/bs/sh, no/nn, ms/id)",
             keep_old_fingerprint=True,
         ),
         Setting(
@@ -170,6 +248,40 @@ class PreprocessStage(AttrsStage):
             "language ID reads at most this many characters of each text (0: all)",
             keep_old_fingerprint=True,
         ),
+        Setting(
+            "url_blocklist",
+            str,
+            None,
+            "a URL block list folder in the UT1 layout (<category>/domains, <category>/urls), checked against "
+            "meta.url; drop reason url_blocklist:<category>",
+            keep_old_fingerprint=True,
+        ),
+        Setting("url_categories", list, [], "only these categories of the block list", keep_old_fingerprint=True),
+        Setting(
+            "url_subwords",
+            list,
+            [],
+            "drop rows whose URL contains one of these sub-words, comma-separated (drop reason url_subword)",
+            keep_old_fingerprint=True,
+        ),
+        Setting(
+            "line_rules",
+            str_or_list,
+            [],
+            "line cleaning before the signals: c4, fineweb, symbols or single rules (docs/preprocess.md); "
+            "the cleaned text is a clean_text column that later stages read",
+            keep_old_fingerprint=True,
+        ),
+        Setting("fix_text", bool, False, "repair mojibake with ftfy before the signals", keep_old_fingerprint=True),
+        Setting(
+            "normalization",
+            str,
+            "none",
+            "Unicode normalisation before the signals: none, NFC or NFKC",
+            choices=NORMALIZATIONS,
+            keep_old_fingerprint=True,
+        ),
+        Setting("min_words_per_line", int, 3, "the min_words line rule's minimum", keep_old_fingerprint=True),
         Setting("batch_rows", int, 4096, "rows per batch and per output row group", runtime=True),
         Setting(
             "mapper",
@@ -212,6 +324,13 @@ class PreprocessStage(AttrsStage):
             lang_min_score=c["lang_min_score"],
             lang_id=c["lang_id"],
             lang_max_chars=c["lang_max_chars"],
+            url_blocklist=c["url_blocklist"],
+            url_categories=c["url_categories"],
+            url_subwords=c["url_subwords"],
+            line_rules=c["line_rules"],
+            fix_text=c["fix_text"],
+            normalization=c["normalization"],
+            min_words_per_line=c["min_words_per_line"],
         )
 
     def default_mapper(self) -> UnitMapper:
@@ -277,3 +396,6 @@ class PreprocessStage(AttrsStage):
 
     def compute(self, table: pa.Table) -> pa.Table:
         return self._preprocessor().process(table)
+
+    def account(self, result: pa.Table) -> RowAccounting:
+        return preprocess_accounting(result)

@@ -12,12 +12,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import tempfile
 from collections.abc import Callable
 from typing import Any
 
 from airflow_curation.core import redact, storage
 from airflow_curation.core.schema import CLUSTER_ID, DROP_REASON, ID, TEXT
+from airflow_curation.stages.engines import ray as ray_engine
 from airflow_curation.stages.validate import bounded, daft_stats, partials, partitions, sandbox
 from airflow_curation.stages.validate.limits import Bounds, CheckTimedOut, QueryProcess, interrupt_after
 from airflow_curation.stages.validate.view import CuratedView, same_schema
@@ -130,7 +132,10 @@ class DuckDBEngine:
             joins.append(f"LEFT JOIN {_q('attrs_' + a.stage)} AS {a.alias} ON {a.alias}.{_q(ID)} = s.{_q(ID)}")
         self.con.execute(f"CREATE VIEW docs AS SELECT {', '.join(select)} FROM shards AS s {' '.join(joins)}")
         where = self._where(v.curated_conditions())
-        self.con.execute(f"CREATE VIEW curated AS SELECT * FROM docs{' WHERE ' + where if where else ''}")
+        clean = v.clean_text_column()
+        # the curated text is the cleaned text where preprocess cleaned lines (what later stages read)
+        fields = f"* REPLACE (coalesce({_q(clean)}, {_q(TEXT)}) AS {_q(TEXT)})" if clean else "*"
+        self.con.execute(f"CREATE VIEW curated AS SELECT {fields} FROM docs{' WHERE ' + where if where else ''}")
         redacted = v.redacted_column()
         if redacted:  # the curated rows with the pii stage's redactions applied to their text
             self.con.execute(
@@ -551,6 +556,11 @@ class DaftEngine:
             "docs": docs,
             "curated": docs.where(self._all(self.view.curated_conditions())),
         }
+        clean = self.view.clean_text_column()
+        if clean:
+            from daft import col
+
+            tables["curated"] = tables["curated"].with_column(TEXT, col(clean).fill_null(col(TEXT)))
         tables.update({f"attrs_{a.stage}": self._read(a.files) for a in self.view.attrs})
         redacted = self.view.redacted_column()
         if redacted:
@@ -592,25 +602,21 @@ def _first_row(engine: DaftEngine, query: str) -> tuple | None:
 
 
 def _set_ray_runner(daft, address: str | None) -> str | None:
-    """Daft on Ray; the cluster's address (a local Ray's too, so that a child process joins the same one)."""
+    """Daft on Ray (``stages/engines/ray.py``: no address is a new local Ray, whatever else runs on the
+    machine); returns the address a child process joins to use the same Ray (a local one's GCS address)."""
     import ray
 
-    if not ray.is_initialized():
-        kwargs: dict[str, Any] = {"include_dashboard": False, "ignore_reinit_error": True}
-        if address:
-            kwargs["address"] = address
-        else:  # a local Ray for this job: its CPUs, not every core of a shared machine
-            import os
-
-            kwargs["num_cpus"] = int(os.environ.get("CURATION_RAY_NUM_CPUS", min(4, os.cpu_count() or 1)))
-        ray.init(**kwargs)
+    # A local Ray for this job: its CPUs, not every core of a shared machine.
+    local_cpus = int(os.environ.get("CURATION_RAY_NUM_CPUS", min(4, os.cpu_count() or 1)))
+    target, _ = ray_engine.connect(address, num_cpus=local_cpus if ray_engine.resolve(address).local else None)
+    joined = None if target.local else target.address
     try:
-        daft.set_runner_ray(address=address)
+        daft.set_runner_ray(address=joined)
     except Exception as e:  # noqa: BLE001 - the runner can be set once per process
         if "already" not in str(e).lower() and "cannot set runner" not in str(e).lower():
             raise
         log.info("daft runner already set: %s", e)
-    return address or ray.get_runtime_context().gcs_address
+    return joined or ray.get_runtime_context().gcs_address
 
 
 def _daft_io_config(daft, uri: str):

@@ -380,6 +380,12 @@ def render_html(r: dict[str, Any]) -> str:
             out.append(_table(["reason", "rows"], [[_e(k), _num(v)] for k, v in quarantined.items()], {1}))
 
     for st, s in r.get("stages", {}).items():
+        notes = (s.get("accounting") or {}).get("notes") or {}
+        if notes:  # events that are not rows: e.g. the lines each cleaning rule removed (lines_removed:<rule>)
+            out.append(f"<h3>Notes ({_e(st)})</h3>")
+            out.append(_table(["note", "count"], [[_e(k), _num(v)] for k, v in notes.items()], {1}))
+
+    for st, s in r.get("stages", {}).items():
         if s.get("counts"):
             out.append(f"<h3>Counts ({_e(st)})</h3>")
             out.append(_table(["count", "value"], [[_e(k), _num(v)] for k, v in s["counts"].items()], {1}))

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import replace
+from functools import lru_cache
 from typing import Any
 
 import xxhash
@@ -38,6 +39,21 @@ log = logging.getLogger(__name__)
 
 UNIT_ID = "validate"  # the merge's record: the verdict
 PART_ROWS = 10_000_000  # rows of one part (a task of a split run) by default
+
+
+def _read_manifest(uri: str) -> Manifest:
+    """A manifest read whole once per process while its file is unchanged: every part (unit) of a split run
+    plans from it, slices it and builds its view from it and its siblings, and a task runs many parts (each
+    used to read them all again: 8 whole reads of a 50,000-shard manifest per part). Shared, never mutated."""
+    version = storage.version(uri)
+    if version is None:
+        return Manifest.read(uri)
+    return _read_cached(uri, version)
+
+
+@lru_cache(maxsize=16)
+def _read_cached(uri: str, version: tuple) -> Manifest:
+    return Manifest.read(uri)
 
 
 class ValidateStage(Stage):
@@ -122,7 +138,14 @@ class ValidateStage(Stage):
             f"DuckDB: rows of one part, a unit (an array task) of the split run (default {PART_ROWS:,})",
             runtime=True,
         ),
-        Setting("ray_address", str, None, "Ray cluster for daft_runner ray (default: a local Ray)", runtime=True),
+        Setting(
+            "ray_address",
+            str,
+            None,
+            "Ray cluster for daft_runner ray: ray://host:10001 or host:6379 "
+            "(default: $CURATION_RAY_ADDRESS, else a new local Ray)",
+            runtime=True,
+        ),
         renamed={"engine": "query_engine"},
     )
 
@@ -136,7 +159,7 @@ class ValidateStage(Stage):
         return uri
 
     def input_manifest(self) -> Manifest:
-        m = Manifest.read(self.input_manifest_uri)
+        m = _read_manifest(self.input_manifest_uri)
         if m.status != "complete":
             raise ManifestError(f"input manifest {self.input_manifest_uri} has status {m.status_text}, not 'complete'")
         return m
@@ -151,7 +174,7 @@ class ValidateStage(Stage):
                 if not name.endswith(".json") or name in ("report.json", f"{self.name}.json"):
                     continue
                 try:
-                    m = Manifest.read(uri)
+                    m = _read_manifest(uri)
                 except ManifestError:
                     continue
                 found[m.stage] = (uri, m)

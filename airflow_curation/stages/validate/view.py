@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from airflow_curation.core import storage
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest, ManifestError
-from airflow_curation.core.schema import CLUSTER_ID, ID, IS_DUPLICATE, KEEP
+from airflow_curation.core.schema import CLEAN_TEXT, CLUSTER_ID, ID, IS_DUPLICATE, KEEP
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +182,11 @@ class CuratedView:
                 if a.stage == st and col in a.columns:
                     return a.columns[col]
         return None
+
+    def clean_text_column(self) -> str | None:
+        """The view column holding preprocess's cleaned text (``stages/text.py``), if any: the curated rows'
+        text, as every stage after preprocess read it."""
+        return self.column(f"preprocess.{CLEAN_TEXT}")
 
     def redacted_column(self) -> str | None:
         """The view column holding the pii stage's redacted text (null on rows without PII), if any."""
