@@ -19,11 +19,18 @@ Definitions:
   model's code for it (ISO 639-3 such as ``ceb``, ``yue``; ``sh`` for Serbo-Croatian); null for a text
   with no non-space character;
 - ``lang_score``: the model's probability for that label, in [0, 1]; 0.0 where ``lang`` is null.
+
+Close languages: lid.176 tells Croatian, Serbian, Bosnian and "Serbo-Croatian" (``sh``) apart poorly, and
+Norwegian Bokmal (which it labels ``no``) from Nynorsk, and Malay from Indonesian. A ``lang`` rule may name
+their ISO 639 macrolanguage instead (``hbs``; ``no``, which takes Nynorsk too; ``msa``), and ``nb`` stands
+for the model's ``no``.
+A rule that names one member of such a group keeps that label only, and says so in the log.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -36,6 +43,13 @@ LANG_SCORE = "lang_score"
 LANG_SIGNALS = (LANG, LANG_SCORE)
 LABEL_PREFIX = "__label__"
 DEFAULT_MAX_CHARS = 0
+
+# ISO 639 macrolanguage -> the lid.176 labels it covers (measured confusions: docs/preprocess.md).
+MACROLANGUAGES: dict[str, tuple[str, ...]] = {"hbs": ("hr", "sr", "bs", "sh"), "no": ("no", "nn"), "msa": ("ms", "id")}
+# Codes the model never outputs, and the label it gives those texts.
+ALIASES = {"nb": "no"}
+
+log = logging.getLogger(__name__)
 
 _MODEL: Any = None
 _LOCK = threading.Lock()
@@ -102,14 +116,36 @@ def lang_signals(
     return pa.table({LANG: pa.array(langs, pa.string()), LANG_SCORE: pa.array(scores, pa.float64())})
 
 
+def model_labels(codes: Sequence[str]) -> list[str]:
+    """The lid.176 labels that ``codes`` stand for, in order, each once: a macrolanguage (``hbs``, ``no``)
+    becomes its members, an alias (``nb``) the model's label; other codes are labels already."""
+    labels: list[str] = []
+    for code in codes:
+        for label in MACROLANGUAGES.get(code, (ALIASES.get(code, code),)):
+            if label not in labels:
+                labels.append(label)
+    groups = {label: group for group, members in MACROLANGUAGES.items() for label in members}
+    for group in sorted({groups[c] for c in codes if c in groups and c != groups[c]}):
+        members = MACROLANGUAGES[group]
+        if not set(members) <= set(labels):
+            strict = ", ".join(c for c in codes if c in members)
+            log.warning(
+                "lang %s: the model confuses it with %s; only that label is kept. %r keeps the whole group.",
+                strict,
+                ", ".join(m for m in members if m not in labels),
+                group,
+            )
+    return labels
+
+
 def lang_rules(lang: str | Sequence[str] | None, min_score: float | None = None) -> list[dict]:
     """The rules ``--lang en,de`` and ``--lang-min-score 0.65`` stand for: ``lang`` (not one of the
-    languages) and ``lang_score`` (below the score)."""
+    languages, macrolanguages expanded by :func:`model_labels`) and ``lang_score`` (below the score)."""
     codes = [c.strip() for c in lang.split(",")] if isinstance(lang, str) else list(lang or [])
     codes = [c for c in codes if c and c != "none"]
     rules: list[dict] = []
     if codes:
-        rules.append({"name": "lang", "signal": LANG, "in": codes})
+        rules.append({"name": "lang", "signal": LANG, "in": model_labels(codes)})
     if min_score is not None:
         rules.append({"name": "lang_score", "signal": LANG_SCORE, "min": float(min_score)})
     return rules

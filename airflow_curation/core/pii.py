@@ -86,13 +86,34 @@ _EMAIL_DOMAIN = re.compile(
 _FILE_TLDS = frozenset("png jpg jpeg gif svg webp bmp ico tif tiff pdf js css ts py txt json html".split())
 _EXAMPLE_DOMAINS = frozenset({"example.com", "example.org", "example.net"})
 _EXAMPLE_SUFFIXES = tuple("." + d for d in sorted(_EXAMPLE_DOMAINS))
+# git@github.com:owner/repo.git is an SSH address (scp syntax), not a mailbox.
+_NOT_EMAIL_AFTER = re.compile(r":[\w~/.-]")
+# https://user:password@host: the part before "@" is a URL's credentials, not a mailbox (the secret kind's job).
+_URL_USERINFO_BEFORE = re.compile(r"[A-Za-z][\w+.-]*://[^\s/@]*\Z")
 
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 _IPV4 = re.compile(rf"(?<![\w.])(?<!\d\.)({_OCTET}(?:\.{_OCTET}){{3}})(?!\.?\d|\.\w|\w)")
 # Words after which a dotted quad numbers something else (a version, a section of a standard).
 _VERSION_WORD = re.compile(
     r"(?i)(?:\b(?:version|ver\.?|v|release|rel\.?|build|update|patch|section|sec\.?|chapter|clause|rule|step|"
-    r"item|figure|fig\.?|table|appendix|page|p\.|para\.?)|§)\s*$"
+    r"item|figure|fig\.?|table|appendix|page|p\.|para\.?)|§)(?:\s|\\[ &])*$"  # (roff: "Section\ \&1.2")
+)
+
+# An identifier or file name ends in the quad (id-1.13.8.16, shadow-4.0.18.1): not an address.
+_IDENTIFIER_BEFORE = re.compile(r"\w\\?-\Z")  # (roff writes a hyphen "\-")
+# A package revision or pre-release after it (1.0.24.2-5, 2.39.90.1~rc1); a range (1.2.3.4-1.2.3.9) is not one.
+_REVISION_AFTER = re.compile(r"-\d+(?![\d.])|~\w")
+_VERSION_NEAR = re.compile(r"(?i)(?<![a-z])(?:upgrade[ds]?|updated?|bump(?:ed)?|version|release[ds]?)(?![a-z])")
+# A numbered heading: "14.3.2.1. Real-time monitoring" at the start of its line.
+_SECTION_AFTER = re.compile(r"\.(?:\s|$)")
+_PORT_OR_PREFIX = re.compile(r":\d{1,5}(?!\d)|/\d{1,2}(?!\d)")
+# Words that say a dotted quad on their line is an address.
+_IP_CONTEXT = re.compile(
+    # a word boundary, or a camelCase one (ControlAddr, remoteAddress, SlurmctldHost)
+    r"(?:(?<![A-Za-z])|(?<=[a-z])(?=[A-Z]))(?i:ip|ipv4|inet|addr|address(?:es)?|hosts?|hostname|server|client|"
+    r"connect\w*|ping|dns|resolv\w*|route[rsd]?|routing|gateway|subnet|netmask|nameserver|proxy|firewall|"
+    r"listen\w*|bind|remote|peer|packets?|src|dst|socket|tcp|udp|ssh|smtp|nat|lan|wan|network|interface|"
+    r"iptables|allow|deny|block\w*|banned|attack\w*|login|visitor|whois|traceroute|nslookup|dig)(?![a-z])"
 )
 
 _IPV6 = re.compile(r"(?<![\w:.])((?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?)(?![\w:])")
@@ -101,7 +122,16 @@ _FULL_GROUP = re.compile(r"(?:^|:)(?=[0-9A-Fa-f]*\d)[0-9A-Fa-f]{4}(?=:|$)")
 _PHONE_NA = re.compile(
     r"(?<![\w+.-])(?:\+?1[ .-]?)?(?:\(\d{3}\)[ ]?|\d{3}([-. ]))\d{3}(?(1)\1|[-. ])\d{4}(?![\w-]|\.\d)"
 )
-_PHONE_INTL = re.compile(r"(?<![\w+])\+\d{1,3}(?:[ .-]?\(\d{1,4}\))?(?:[ .-]\d{1,5}){2,5}(?![\w-]|\.\d)")
+# +CC, an optional area code or trunk prefix in brackets (+44 (0)20 ..., +49 (30) ...), then groups; the
+# last group may be long (+49 30 12345678).
+_PHONE_INTL = re.compile(
+    r"(?<![\w+])\+\d{1,3}(?:[ .-]?\(\d{1,4}\)[ .-]?\d{1,5})?(?:[ .-]\d{1,5}){0,5}(?:[ .-]\d{6,8})?(?![\w-]|\.\d)"
+)
+# A coordinate, not a phone: +48.8566, +40.6894-074.0447 (a decimal point after the first number).
+_COORDINATE = re.compile(r"\+\d{1,3}\.\d{4,}")
+# Space-separated numbers inside a run of numbers (a table, a list of test ids) are no phone.
+_NUMBER_BEFORE = re.compile(r"\d[ \t]\Z")
+_NUMBER_AFTER = re.compile(r"[ \t]\d")
 _NOT_PHONE_BEFORE = re.compile(r"(?i)(?:isbn(?:-1[03])?|issn|doi|ean|upc|patent|serial|no\.?)\s*:?\s*$")
 
 _GITHUB = re.compile(
@@ -120,12 +150,24 @@ _KEY_BODY = re.compile(r"[A-Za-z0-9+/=]{40}")  # a real key block holds long bas
 # A secret assignment is found from its value (cheap: an operator, then 16+ token characters), then
 # the key before the operator is checked; a key word followed by a lower-case letter names something
 # else (tokenizer, secretary).
-_ASSIGN_VALUE = re.compile(r"""(?::=|=>|[:=])[ \t]*(['"]?)([A-Za-z0-9+/=_\-.~]{16,256})(?![A-Za-z0-9+/=_\-.~])""")
+# A quoted value may hold any punctuation ("s3cr3t!P@ssw0rd#2024"); an unquoted one ends at the first.
+_ASSIGN_VALUE = re.compile(
+    r"""(?::=|=>|[:=])[ \t]*(?:(['"])([^'"\s\\]{12,256})\1|([A-Za-z0-9+/=_\-.~]{16,256})(?![A-Za-z0-9+/=_\-.~]))"""
+)
+# The key names where the secret is, not the secret: private_key_path, token_file, password_length.
+_KEY_NAMES_A_PLACE = re.compile(
+    r"""(?i)(?:path|file|filename|dir|directory|url|uri|location|name|length|len|size|type|id)['"]?[ \t]*\Z"""
+)
+# A file path is no secret (it may say where one is): /etc/ssl/private/server.key, ~/.ssh/id_rsa, C:\keys\x.
+# (A base64 secret starts with "/" once in 64: that one is missed.)
+_PATH = re.compile(r"""[/~]|\.{1,2}/|[A-Za-z]:\\|.*/.*\.\w{1,5}\Z""")
 _SECRET_KEY_BEFORE = re.compile(
     r"""(?i)(?:secret|passw(?:or)?d|passwd|pwd|token|api[_-]?key|apikey|access[_-]?key|auth[_-]?key|private[_-]?key
     |credentials?)(?-i:(?![a-z]))[\w.-]{0,40}['"]?[ \t]*$""",
     re.X,
 )
+# The password of a URL (postgres://user:password@host): a secret when it is no placeholder.
+_URL_PASSWORD = re.compile(r"[A-Za-z][\w+.-]*://[^\s/:@]+:([^\s/@]{6,128})@")
 _PLACEHOLDER = re.compile(r"(?i)(x{6,}|\*{4,}|your|example|changeme|placeholder|dummy|redacted|sample|<|\$\{)")
 
 # Cheap superset tests, vectorised over a batch by Arrow (RE2): only documents that pass one run the
@@ -139,7 +181,7 @@ PREFILTERS = {
     ),
     "phone": r"\d{3}[-. )]{1,2}\d{3}[-. ]\d{4}|\+\d{1,3}(?:[ .-]?\(|[ .-]\d)",
     "keys": r"A[BCGIKNOPRS][A-Z][A-Z][A-Z0-9]{16}|gh[pousr]_|github_pat_|PRIVATE KEY|xox[baprs]-|sk_live_|AIza"
-    r"|(?i:secret|passw|pwd|token|api.?key|access.?key|auth.?key|private.?key|credential)",
+    r"|(?i:secret|passw|pwd|token|api.?key|access.?key|auth.?key|private.?key|credential)|://[^\s/@:]+:[^\s/@]+@",
 }
 
 
@@ -148,9 +190,14 @@ def _emails(text: str) -> Iterable[Span]:
     while at != -1:
         dom = _EMAIL_DOMAIN.match(text, at + 1)
         local = _EMAIL_LOCAL.search(text, max(0, at - 64), at) if dom else None
-        if dom and local:
+        if dom and local and not _NOT_EMAIL_AFTER.match(text, dom.end()):
             domain, tld = dom.group(1).lower(), dom.group(2).lower()
-            if tld not in _FILE_TLDS and domain not in _EXAMPLE_DOMAINS and not domain.endswith(_EXAMPLE_SUFFIXES):
+            if (
+                tld not in _FILE_TLDS
+                and domain not in _EXAMPLE_DOMAINS
+                and not domain.endswith(_EXAMPLE_SUFFIXES)
+                and not _URL_USERINFO_BEFORE.search(text, max(0, local.start() - 256), local.start())
+            ):
                 yield Span(local.start(), dom.end(), "email")
         at = text.find("@", at + 1)
 
@@ -165,12 +212,39 @@ def _global(address: str, public_only: bool) -> bool:
 
 def _ipv4(text: str, public_only: bool) -> Iterable[Span]:
     for m in _IPV4.finditer(text):
-        if len(m.group(1)) == 7:  # every octet one digit: a version (GCC 2.7.2.2); of such public addresses
+        quad, start, end = m.group(1), m.start(1), m.end(1)
+        if len(quad) == 7:  # every octet one digit: a version (GCC 2.7.2.2); of such public addresses
             continue  # only resolvers such as 8.8.8.8 and 1.1.1.1 are in use, and they name nobody
-        if _VERSION_WORD.search(text, max(0, m.start() - 16), m.start()):
+        if _VERSION_WORD.search(text, max(0, start - 16), start) or _IDENTIFIER_BEFORE.search(
+            text, max(0, start - 2), start
+        ):
             continue
-        if _global(m.group(1), public_only):
-            yield Span(m.start(1), m.end(1), "ipv4")
+        if _REVISION_AFTER.match(text, end) or (_SECTION_AFTER.match(text, end) and _line_start(text, start)):
+            continue
+        # A small first number is most often a version or a section number (4.5.103.35, 14.3.2.1): then
+        # the line must say it is an address, and no version word may come shortly before.
+        if int(quad[: quad.index(".")]) < 20 and (
+            _VERSION_NEAR.search(text, max(0, start - 30), start) or not _ip_context(text, start, end)
+        ):
+            continue
+        if _global(quad, public_only) and not ipaddress.ip_address(quad).is_multicast:
+            yield Span(start, end, "ipv4")
+
+
+def _line_start(text: str, start: int) -> bool:
+    return not text[text.rfind("\n", 0, start) + 1 : start].strip()
+
+
+def _ip_context(text: str, start: int, end: int) -> bool:
+    """A port or prefix length after the quad, or an address word within 80 characters of it in its
+    paragraph (wrapped lines included; a blank line ends the search)."""
+    if _PORT_OR_PREFIX.match(text, end):
+        return True
+    lo = max(0, start - 80)
+    lo = max(lo, text.rfind("\n\n", lo, start) + 2)
+    hi = min(len(text), end + 80)
+    cut = text.find("\n\n", end, hi)
+    return bool(_IP_CONTEXT.search(text, lo, cut if cut != -1 else hi))
 
 
 def _ipv6(text: str, public_only: bool) -> Iterable[Span]:
@@ -192,6 +266,12 @@ def _phones(text: str) -> Iterable[Span]:
             if not lo <= digits <= hi:
                 continue
             if _NOT_PHONE_BEFORE.search(text, max(0, m.start() - 16), m.start()):
+                continue
+            if pattern is _PHONE_INTL and _COORDINATE.match(m.group(0)):
+                continue
+            if " " in m.group(0).strip() and (
+                _NUMBER_BEFORE.search(text, max(0, m.start() - 2), m.start()) or _NUMBER_AFTER.match(text, m.end())
+            ):
                 continue
             yield Span(m.start(), m.end(), "phone")
 
@@ -217,16 +297,29 @@ def _keys(text: str) -> Iterable[Span]:
     if "xox" in text or "sk_live_" in text or "AIza" in text:
         for m in _VENDOR_SECRET.finditer(text):
             yield Span(m.start(), m.end(), "secret")
+    if "://" in text:
+        for m in _URL_PASSWORD.finditer(text):
+            if _is_secret(m.group(1), min_entropy=2.5):
+                yield Span(m.start(1), m.end(1), "secret")
     for m in _ASSIGN_VALUE.finditer(text):
-        value = m.group(2)
-        if m.group(1) and len(value) == 256:  # a quoted value cut by the bound is something else
+        quoted = m.group(2) is not None
+        value, start = (m.group(2), m.start(2)) if quoted else (m.group(3), m.start(3))
+        key = _SECRET_KEY_BEFORE.search(text, max(0, m.start() - 64), m.start())
+        if key is None or _KEY_NAMES_A_PLACE.search(text, key.start(), m.start()):
             continue
-        if not _SECRET_KEY_BEFORE.search(text, max(0, m.start() - 64), m.start()):
-            continue
-        has_digit = any(c.isdigit() for c in value)
-        has_alpha = any(c.isalpha() for c in value)
-        if has_digit and has_alpha and entropy(value) >= 3.0 and not _PLACEHOLDER.search(value):
-            yield Span(m.start(2), m.end(2), "secret")
+        if _is_secret(value):
+            yield Span(start, start + len(value), "secret")
+
+
+def _is_secret(value: str, min_entropy: float = 3.0) -> bool:
+    """Letters and digits both, ``min_entropy`` bits per character or more, no placeholder, not a path."""
+    return (
+        any(c.isdigit() for c in value)
+        and any(c.isalpha() for c in value)
+        and entropy(value) >= min_entropy
+        and not _PLACEHOLDER.search(value)
+        and not _PATH.match(value)
+    )
 
 
 def find_pii(text: str, kinds: Iterable[str] = KINDS, ip_public_only: bool = True) -> list[Span]:

@@ -27,6 +27,7 @@ PRIOR_SNAPSHOT = "prior_snapshot"  # dedup across snapshots: the earlier snapsho
 PRIOR_ID = "prior_id"  # dedup across snapshots: that document's id
 ENRICHED = "enriched"  # enrich: the model ran on this row
 SKIP_REASON = "skip_reason"  # enrich: why it did not (not_kept, duplicate, empty)
+CLEAN_TEXT = "clean_text"  # preprocess: the normalised, line-cleaned text; later stages read it for TEXT
 
 # Older names, kept for imports elsewhere.
 ID_COLUMN = ID

@@ -338,6 +338,23 @@ def write_json(url: str, obj: Any) -> None:
     write_bytes(url, (json.dumps(obj, indent=1, sort_keys=True, default=str) + "\n").encode())
 
 
+def version(url: str) -> tuple | None:
+    """What changes when a file is rewritten (size, time, ETag, inode), or None when it cannot be told (or the
+    file is missing): what a reader keys a cache of the file's parsed content by."""
+    try:
+        fs, path = filesystem(url)
+        info = fs.info(path)
+    except (FileNotFoundError, OSError):
+        return None
+    stamp = (
+        info.get("size"),
+        info.get("mtime") or info.get("LastModified") or info.get("updated"),
+        info.get("ETag") or info.get("etag"),
+        info.get("ino"),
+    )
+    return stamp if any(v is not None for v in stamp[1:]) else None
+
+
 @_explained
 def remove(url: str) -> None:
     fs, path = filesystem(url)

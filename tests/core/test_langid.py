@@ -86,3 +86,48 @@ def test_in_rule_drops_other_languages_and_null_labels():
 def test_bad_label_rules_are_clear_errors(rule, match):
     with pytest.raises(ValueError, match=match):
         Rule.from_dict(rule)
+
+
+# Close languages: the same sentence in each (Serbian in both scripts), and a Danish control.
+CLOSE = {
+    "hr": "Odbor će idući tjedan objaviti svoje godišnje izvješće o stanju narodnih knjižnica u Hrvatskoj.",
+    "sr": "Одбор ће следеће недеље објавити свој годишњи извештај о стању јавних библиотека.",
+    "sr-Latn": "Odbor će sledeće nedelje objaviti svoj godišnji izveštaj o stanju javnih biblioteka.",
+    "bs": "Odbor će naredne sedmice objaviti svoj godišnji izvještaj o stanju javnih biblioteka u Bosni.",
+    "nb": "Komiteen vil neste uke legge fram sin årlige rapport om tilstanden til de offentlige bibliotekene.",
+    "nn": "Komiteen vil neste veke leggje fram den årlege rapporten sin om tilstanden til dei offentlege biblioteka.",
+    "da": "Udvalget vil i næste uge offentliggøre sin årlige rapport om de offentlige bibliotekers tilstand.",
+}
+
+
+def _kept(lang: str) -> list[str]:
+    table = pa.table({"lang": langid.detect(list(CLOSE.values()))[0]})
+    rules = resolve_rules("none", langid.lang_rules(lang))
+    keep = apply_rules(table, rules).column("keep").to_pylist()
+    return [name for name, k in zip(CLOSE, keep) if k]
+
+
+def test_macrolanguages_expand_to_the_labels_the_model_gives():
+    assert langid.model_labels(["hbs"]) == ["hr", "sr", "bs", "sh"]
+    assert langid.model_labels(["no"]) == ["no", "nn"]
+    assert langid.model_labels(["nb"]) == ["no"]  # the model labels Bokmal "no"
+    assert langid.model_labels(["en", "hbs", "hr"]) == ["en", "hr", "sr", "bs", "sh"]
+
+
+def test_a_macrolanguage_keeps_texts_the_model_splits_between_its_members():
+    labels = dict(zip(CLOSE, langid.detect(list(CLOSE.values()))[0]))
+    assert len({labels[k] for k in ("hr", "sr", "sr-Latn", "bs")}) > 1  # why the group is needed
+    assert _kept("hbs") == ["hr", "sr", "sr-Latn", "bs"]
+    assert _kept("hr") == [k for k in CLOSE if labels[k] == "hr"]
+    assert _kept("no") == ["nb", "nn"]
+    assert _kept("nb") == [k for k in CLOSE if labels[k] == "no"] and "nb" in _kept("nb")
+
+
+def test_naming_one_member_of_a_close_group_says_so(caplog):
+    with caplog.at_level("WARNING", logger=langid.__name__):
+        assert langid.lang_rules("hr")[0]["in"] == ["hr"]
+    assert "'hbs' keeps the whole group" in caplog.text and "sr, bs, sh" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger=langid.__name__):
+        langid.lang_rules("hbs,en")
+    assert caplog.text == ""

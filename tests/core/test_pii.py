@@ -46,6 +46,13 @@ POSITIVES = [
         f"-----BEGIN OPENSSH PRIVATE KEY-----\n{KEY_LINE}\nQyNTUxOQAAACDs\n\nNext paragraph.",
         [("private_key", f"-----BEGIN OPENSSH PRIVATE KEY-----\n{KEY_LINE}\nQyNTUxOQAAACDs")],
     ),
+    # found on real pages (docs/pii.md: what real text taught)
+    ("London +44 (0)20 7946 0958 today", [("phone", "+44 (0)20 7946 0958")]),  # a trunk prefix
+    ("Berlin +49 30 12345678.", [("phone", "+49 30 12345678")]),  # a long last group
+    ('DB_PASSWORD="s3cr3t!P@ssw0rd#2024"', [("secret", "s3cr3t!P@ssw0rd#2024")]),  # punctuation, quoted
+    ("postgres://app:Xk29fLq7@db.corp.io/app", [("secret", "Xk29fLq7")]),  # a URL's password, no e-mail
+    ("SlurmctldHost=dev0(12.34.56.78)", [("ipv4", "12.34.56.78")]),  # small first number, camelCase context
+    ("the server\nat 12.34.56.78 answered", [("ipv4", "12.34.56.78")]),  # the context on the line before
     (
         "Mail bob@example.co.uk or 81.2.69.160, phone 555-867-5309.",
         [("email", "bob@example.co.uk"), ("ipv4", "81.2.69.160"), ("phone", "555-867-5309")],
@@ -64,6 +71,20 @@ NEGATIVES = [
     "private 192.168.1.1, loopback 127.0.0.1, 10.0.0.1 and docs 203.0.113.7",  # not global
     "-----BEGIN RSA PRIVATE KEY-----\n... (private key in base64 encoding) ...\n-----END RSA PRIVATE KEY-----",
     "the value 1.02.3.4 has a leading zero",
+    # dotted quads in real documentation that are no addresses
+    "libxcb1 Breaks alsa-utils (<< 1.0.24.2-5), and 2.39.90.1~rc1",  # package revisions
+    "intro\n\n15.4.1.1. Rules\n\nA Debian package",  # a numbered heading
+    "Upgrade V8 to 4.5.103.35, see the network notes",  # a version, an address word further on
+    "mDNS on 224.0.0.251 and SSDP on 239.255.255.250",  # multicast names no host
+    '<a id="id-1.13.8.16"></a> and shadow-4.0.18.1-findNewUid.patch',  # identifiers
+    "See Section\\ \\&55.2.2.1 for more",  # roff
+    # e-mail look-alikes, key paths, coordinates, runs of numbers
+    "git clone git@github.com:owner/repo.git",
+    "ftp://anonymous@ftp.gnu.org/gnu/ and https://admin:hunter@db.corp.com/x",
+    'private_key = "/etc/ssl/private/server-2024.key"',
+    "SSH_PRIVATE_KEY_PATH=~/.ssh/id_rsa_deploy_2024x and private_key_file: keys/prod/deploy_2024_rsa.pem",
+    "GPS +40.6894-074.0447 and +48.8566, +2.3522",
+    "IGNORED: failed tests: 571 612 1056 1214 tests",
     # dates, times, ISBNs, numbers
     "On 2023-10-12 at 12:30:45 the build 2024.01.15 shipped.",
     "ISBN 978-0-306-40615-7 and ISBN-10: 0-306-40615-2",

@@ -188,3 +188,28 @@ def test_html_files_and_both_extractors_give_the_main_text(tmp_path, extractor):
 def test_an_unknown_extractor_is_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match="html_extractor"):
         ingest(tmp_path, [write_warc(tmp_path / "c.warc")], html_extractor="soup")
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_html_in_a_jsonl_or_parquet_column_goes_through_the_same_extractor(tmp_path, kind):
+    import pyarrow as pa
+
+    rows = [{"text": _page(name).decode("utf-8"), "url": f"https://docs.python.org/3/library/{name}"} for name in PAGES]
+    rows.append({"text": "<html><body></body></html>", "url": "https://e/empty"})
+    path = tmp_path / f"pages.{kind}"
+    if kind == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    lake, m = ingest(tmp_path, [path], text_format="html")
+    got = _rows(m)
+    assert len(got) == len(PAGES) and books_close(m.accounting) and m.accounting["read"] == len(PAGES) + 1
+    for row in got:
+        name = json.loads(row["meta"])["url"].rsplit("/", 1)[-1]
+        assert row["text"] == html_to_text(_page(name)) and EXPECTED[name] in row["text"]  # the same extractor
+        assert "<div" not in row["text"]
+    assert [q["reason"] for q in quarantined(lake)] == ["no_text_extracted"]
+    # without the setting the markup is the text, as before
+    _, plain = ingest(tmp_path / "plain", [path])
+    markup = [r["text"] for r in _rows(plain) if "docs.python.org" in r["meta"]]
+    assert len(markup) == len(PAGES) and all("<div" in text for text in markup)

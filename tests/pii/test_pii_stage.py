@@ -17,7 +17,6 @@ from airflow_curation.core.manifest import Manifest
 from airflow_curation.core.pii import KINDS
 from airflow_curation.stages import stage_class
 from airflow_curation.stages.base import StageRunner
-from airflow_curation.stages.ingest.stage import IngestStage
 from airflow_curation.stages.pii.stage import PiiStage
 from airflow_curation.stages.validate import ValidateStage
 
@@ -42,15 +41,10 @@ REDACTED = [
 
 
 @pytest.fixture
-def ingested(tmp_path) -> tuple[Lake, str]:
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    for k in range(2):
-        (raw / f"part{k}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
-    lake = Lake(str(tmp_path / "lake"), "web")
-    stage = IngestStage(lake, {"inputs": [str(raw)], "unit_bytes": 1}, "r1")
-    assert StageRunner(stage).run().rows == 2 * len(TEXTS)
-    return lake, stage.manifest_uri
+def ingested(ingest_texts) -> tuple[Lake, str]:
+    lake, uri, rows = ingest_texts(TEXTS, "web")
+    assert rows == 2 * len(TEXTS)
+    return lake, uri
 
 
 def test_registered_as_a_builtin_stage():
@@ -170,10 +164,11 @@ def test_pipeline_dag_runs_pii_after_dedup_and_validate_reads_it():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     tasks = module.dag.task_dict
-    # pii streams on dedup's shards as they land (on quality's when a quality model is configured), enrich on
-    # pii's; validate waits for the full gates.
-    assert tasks["dedup_first_shards"].downstream_task_ids == {"quality", "pii"}
-    assert tasks["quality_first_shards"].downstream_task_ids == {"pii"}
+    # pii streams on dedup's shards as they land (on quality's or decontaminate's when they are configured),
+    # enrich on pii's; validate waits for the full gates.
+    assert tasks["dedup_first_shards"].downstream_task_ids == {"quality", "decontaminate", "pii"}
+    assert tasks["quality_first_shards"].downstream_task_ids == {"decontaminate", "pii"}
+    assert tasks["decontaminate_first_shards"].downstream_task_ids == {"pii"}
     assert tasks["pii_first_shards"].downstream_task_ids == {"enrich"}
     assert "validate" in tasks["pii_checkpoints"].downstream_task_ids
     assert {"dedup_checkpoints", "pii_checkpoints", "enrich_checkpoints"} <= tasks["validate"].upstream_task_ids

@@ -38,7 +38,7 @@ from airflow_curation.stages.ingest.readers import (
     sniff,
 )
 from airflow_curation.stages.ingest.sizing import UnitProgress, group_files
-from airflow_curation.stages.ingest.warc import read_html_file, read_warc
+from airflow_curation.stages.ingest.warc import html_fields, read_html_file, read_warc
 from airflow_curation.stages.settings import Setting, size
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,14 @@ class IngestStage(Stage):
             keep_old_fingerprint=True,
         ),
         Setting("text_field", str, "text", "the field or column holding the document text"),
+        Setting(
+            "text_format",
+            str,
+            "text",
+            "JSONL and Parquet: text (as it is) or html (the page's main text, by html_extractor)",
+            choices=("text", "html"),
+            keep_old_fingerprint=True,
+        ),
         Setting("id_field", str, None, "a field holding your own unique ids (default: ids from source and position)"),
         Setting("text_mode", str, "file", "text files: one document per file, or per line", choices=("file", "line")),
         Setting(
@@ -369,20 +377,27 @@ class IngestStage(Stage):
                 yield Bad(0, "file", "empty_file", "the file is empty", rows=0)
                 return
             if fmt == "parquet":
-                yield from _with_row_progress(read_parquet(raw, cfg["text_field"], cfg["id_field"]), raw, progress)
+                rows = _with_row_progress(read_parquet(raw, cfg["text_field"], cfg["id_field"]), raw, progress)
+                yield from self._html_or_text(rows)
                 return
             compression, mismatch = sniff(raw, compression)
             if mismatch:
                 yield mismatch
             stream = decompress(raw, compression)
             if fmt == "jsonl":
-                yield from read_jsonl(stream, cfg["text_field"], cfg["id_field"], max_record)
+                yield from self._html_or_text(read_jsonl(stream, cfg["text_field"], cfg["id_field"], max_record))
             elif fmt in ("warc", "arc"):
                 yield from read_warc(stream, fmt, cfg["html_extractor"], max_record, cfg["html_only"])
             elif fmt == "html":
                 yield from read_html_file(stream, cfg["html_extractor"], max_record)
             else:
                 yield from read_text(stream, cfg["text_mode"], max_record)
+
+    def _html_or_text(self, rows):
+        """JSONL/Parquet rows as they are, or with ``text_format: html`` their HTML text extracted."""
+        if self.config["text_format"] == "html":
+            return html_fields(rows, self.config["html_extractor"])
+        return rows
 
     @staticmethod
     def _size(url: str) -> int | None:

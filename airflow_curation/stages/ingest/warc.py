@@ -190,15 +190,30 @@ def _document(rec: Record, extract) -> Doc | Bad:
     return _page(rec.payload, rec.charset, extract, rec.index, loc, meta)
 
 
-def _page(data: bytes, charset: str | None, extract, position: int, loc: str, meta: dict | None) -> Doc | Bad:
-    """One HTML page's document, or why it has none: what a WARC response and an ``.html`` file share."""
+def _page(
+    data: bytes | str, charset: str | None, extract, position: int, loc: str, meta: dict | None, **doc
+) -> Doc | Bad:
+    """One HTML page's document, or why it has none: what a WARC response, an ``.html`` file and an HTML
+    text field share. ``doc``: more :class:`Doc` fields (an input row's ``raw`` and ``doc_id``)."""
+    raw = doc.pop("raw", None) or (data if isinstance(data, bytes) else data.encode("utf-8", "replace"))[:RAW_HEAD]
     try:
-        text = extract(decode_html(data, charset))
+        text = extract(decode_html(data, charset) if isinstance(data, bytes) else data)
     except Exception as e:  # noqa: BLE001 - one page the extractor chokes on is that page's problem only
-        return Bad(position, loc, "html_extraction_failed", f"{type(e).__name__}: {e}", data[:RAW_HEAD])
+        return Bad(position, loc, "html_extraction_failed", f"{type(e).__name__}: {e}", raw)
     if not text.strip():
-        return Bad(position, loc, "no_text_extracted", "the page has no main text", data[:RAW_HEAD])
-    return Doc(position, loc, text, meta, len(data), raw=data[:RAW_HEAD])
+        return Bad(position, loc, "no_text_extracted", "the page has no main text", raw)
+    return Doc(position, loc, text, meta, len(data), raw=raw, **doc)
+
+
+def html_fields(items: Iterator[Doc | Bad], html_extractor: str) -> Iterator[Doc | Bad]:
+    """JSONL or Parquet rows whose text field holds HTML: each row's text is the page's main text, by the
+    same extractor as crawled pages (a row whose text is not a string is left for the stage to refuse)."""
+    extract = extractor(html_extractor)
+    for item in items:
+        if isinstance(item, Bad) or not isinstance(item.text, str):
+            yield item
+            continue
+        yield _page(item.text, None, extract, item.position, item.location, item.meta, raw=item.raw, doc_id=item.doc_id)
 
 
 def read_html_file(f: IO[bytes], html_extractor: str, max_record_bytes: int) -> Iterator[Doc | Bad]:
