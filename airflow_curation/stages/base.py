@@ -26,6 +26,8 @@ from airflow_curation.core.integrity import IntegrityError, chain_problem
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.lease import Lease
 from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry, UnitEntry, group_range
+from airflow_curation.core.tally import TallyWriter
+from airflow_curation.core.tally import entry as tally_entry
 from airflow_curation.stages.settings import Setting, Settings, anything
 
 log = logging.getLogger(__name__)
@@ -345,6 +347,7 @@ class StageRunner:
             units=units,
             config={k: v for k, v in stage.config.items()},
             supersedes=list(stage.supersedes),
+            tallies=True,
         )
         block = group_range(len(units), *shard_group) if shard_group is not None and whole else None
         scope = units[block.start : block.stop] if block is not None else units
@@ -368,6 +371,10 @@ class StageRunner:
         log.info(
             "%s: %d units already done (checkpoint matches), %d to run", stage.name, len(scope) - len(todo), len(todo)
         )
+        # What a gate reads while the run goes (a look costs what changed, not a listing of every record).
+        tally = None if collect else TallyWriter(stage.manifest_uri, fp, [u.unit_id for u in scope])
+        if tally is not None:
+            tally.ended({uid: tally_entry("skipped", rec) for uid, rec in records.items()})
         if collect:
             for unit in todo:
                 failure = store.failure(unit.unit_id) or {}
@@ -388,6 +395,8 @@ class StageRunner:
                 records[unit_id] = payload
             else:
                 unit.status, unit.error = "failed", payload["error"]
+            if tally is not None:
+                tally.ended({unit_id: tally_entry(unit.status, records.get(unit_id), unit.error)})
             log.info("%s: unit %s %s (%d/%d)", stage.name, unit_id, unit.status, done, len(todo))
 
         accounting = RowAccounting()

@@ -42,6 +42,7 @@ from airflow_curation.stages.attrs import AttrsFile, AttrsStage, keep_accounting
 from airflow_curation.stages.base import UnitResult, file_record
 from airflow_curation.stages.kept import decision_attrs, skip_reasons
 from airflow_curation.stages.settings import Setting
+from airflow_curation.stages.text import ShardText
 from airflow_curation.stages.tokenize.packing import Packer
 
 log = logging.getLogger(__name__)
@@ -162,7 +163,7 @@ class TokenizeStage(AttrsStage):
 
     def write_unit(self, unit: UnitEntry, entry: ShardEntry, uri: str) -> AttrsFile:
         started = time.time()
-        attrs_uris = list(self.unit_attrs(unit, entry).values())
+        attrs_uris = self.read_attrs_uris(unit, entry)
         eos, pad = self.special_ids
         seq_len = int(self.config["seq_len"])
         packer = Packer(seq_len, pad)
@@ -192,7 +193,8 @@ class TokenizeStage(AttrsStage):
                     attrs_writer = RowGroups(attrs_pq, DEFAULT_ROW_GROUP_ROWS)
                     packed_writer = RowGroups(packed_pq, SEQUENCES_PER_ROW_GROUP)
                     row = 0
-                    for batch in pf.iter_batches(batch_size=batch_rows, columns=[ID, TEXT]):
+                    text = ShardText(entry.uri, self.text_uri(unit, entry))
+                    for batch in text.batches([ID, TEXT], batch_rows):
                         n = batch.num_rows
                         reasons = upstream[row : row + n].copy() if upstream is not None else np.full(n, None, object)
                         row += n

@@ -1,0 +1,228 @@
+"""The export stage (issue 24, item 3): a seeded global shuffle of tokenize's packed sequences, written as a
+Megatron-LM indexed dataset, MosaicML streaming (MDS) shards and Parquet; each format read back by the
+real reader (megatron-core's ``IndexedDataset``, mosaicml-streaming's ``StreamingDataset`` in a venv of its
+own), tokens identical to the packed Parquet's, in the documented order."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_curation.core.layout import Lake
+from airflow_curation.core.lsh import mix64
+from airflow_curation.core.manifest import Manifest
+from airflow_curation.stages.base import StageRunner
+from airflow_curation.stages.export.stage import ExportStage
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _export(packed, run_id: str, **config) -> Manifest:
+    config = {"input_manifest": packed["manifest"], **config}
+    return StageRunner(ExportStage(packed["lake"], config, run_id)).run()
+
+
+def _sequences(packed) -> dict[tuple[int, int], np.ndarray]:
+    """(shard index in manifest order, row) -> the real tokens of that packed sequence."""
+    m = packed["tokenize"]
+    shards = m.config["tokens"]["shards"]
+    out = {}
+    for s, unit in enumerate(m.units):
+        t = pq.read_table(shards[unit.unit_id]["packed_uri"])
+        ids = t.column("input_ids").to_pylist()
+        for r, (row, n) in enumerate(zip(ids, t.column("n_tokens").to_pylist())):
+            out[(s, r)] = np.array(row[:n], np.int64)
+    return out
+
+
+def _documented_order(keys, seed: int, buckets: int) -> list[list[tuple[int, int]]]:
+    """docs/export.md: h = mix64(n ^ mix64(seed)), n = shard << 32 | row; bucket h % K, sorted by h."""
+    salt = int(mix64(np.array([seed], np.uint64))[0])
+    out = [[] for _ in range(buckets)]
+    for s, r in sorted(keys, key=lambda k: int(mix64(np.array([(k[0] << 32 | k[1]) ^ salt], np.uint64))[0])):
+        h = int(mix64(np.array([(s << 32 | r) ^ salt], np.uint64))[0])
+        out[h % buckets].append((s, r))
+    return out
+
+
+def _megatron(prefixes: list[str]) -> list[np.ndarray]:
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    seqs = []
+    for prefix in prefixes:
+        ds = IndexedDataset(prefix, mmap=True)
+        seqs.extend(np.asarray(ds[i], np.int64) for i in range(len(ds)))
+    return seqs
+
+
+def _files_digest(folder: str) -> dict[str, str]:
+    root = Path(folder)
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "spill" not in p.parts
+    }
+
+
+def test_megatron_files_read_by_megatron_core_in_the_documented_order(packed):
+    m = _export(packed, "meg", file_size=4096, seed=7)
+    e = m.config["export"]
+    assert m.status == "complete" and e["buckets"] > 3 and e["dtype"] == "uint16"
+    seqs = _sequences(packed)
+    got = _megatron(e["megatron_prefixes"])
+    order = _documented_order(seqs, 7, e["buckets"])
+    want = [seqs[k] for bucket in order for k in bucket]
+    assert len(got) == len(want) == len(seqs) == packed["tokenize"].config["tokens"]["sequences"]
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))
+    # a multiset check that does not lean on the order rule: every sequence once
+    assert sorted(map(bytes, (g.astype(np.int32) for g in got))) == sorted(
+        map(bytes, (s.astype(np.int32) for s in seqs.values()))
+    )
+
+
+def _streaming(folder: str) -> list[np.ndarray]:
+    """The MDS folder as mosaicml-streaming's StreamingDataset reads it (in its own venv)."""
+    venv = REPO / ".venv-streaming"
+    if not (venv / ".stamp-v2").exists():
+        subprocess.run(["bash", str(REPO / "scripts" / "setup_oracles.sh")], check=True)
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), str(Path(__file__).with_name("mds_reader.py")), folder],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [np.array(x, np.int64) for x in json.loads(proc.stdout)]
+
+
+def test_all_three_formats_hold_the_same_sequences_in_the_same_order(packed):
+    # a small MDS size limit: a bucket spans several MDS shards, cut where MDSWriter cuts them
+    m = _export(packed, "all", file_size=8192, seed=3, formats="mds,parquet,megatron", mds_size_limit=3000)
+    e = m.config["export"]
+    assert e["formats"] == ["megatron", "mds", "parquet"]
+    meg = _megatron(e["megatron_prefixes"])
+    mds = _streaming(str(Path(e["mds_index"]).parent))
+    index = json.loads(Path(e["mds_index"]).read_text())
+    assert len(index["shards"]) > e["buckets"]  # some buckets were cut into several shards
+    parquet = [
+        np.array(ids[:n], np.int64)
+        for f in e["parquet"]
+        for ids, n in zip(
+            pq.read_table(f).column("input_ids").to_pylist(), pq.read_table(f).column("n_tokens").to_pylist()
+        )
+    ]
+    seqs = _sequences(packed)
+    want = [seqs[k] for bucket in _documented_order(seqs, 3, e["buckets"]) for k in bucket]
+    for got in (meg, mds, parquet):
+        assert len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want))
+    # the Parquet keeps tokenize's layout: the document boundaries travel with each sequence
+    t = pq.read_table(e["parquet"][0])
+    assert t.schema.equals(
+        pq.read_schema(next(iter(packed["tokenize"].config["tokens"]["shards"].values()))["packed_uri"])
+    )
+
+
+def test_same_seed_same_bytes_other_seed_other_order(packed):
+    a = _export(packed, "det-a", file_size=4096, seed=11, formats="megatron,mds")
+    b = _export(packed, "det-b", file_size=4096, seed=11, formats="megatron,mds", workers=2)
+    c = _export(packed, "det-c", file_size=4096, seed=12, formats="megatron,mds")
+    da, db, dc = (_files_digest(m.config["export"]["output_dir"]) for m in (a, b, c))
+    # same settings, same folder (the fingerprint): b reuses a's checkpoints (a fresh lake: the next test)
+    assert a.config["export"]["output_dir"] == b.config["export"]["output_dir"]
+    assert da == db and da != dc
+    ga = _megatron(a.config["export"]["megatron_prefixes"])
+    gc = _megatron(c.config["export"]["megatron_prefixes"])
+    assert [x.tolist() for x in ga] != [x.tolist() for x in gc]
+    assert sorted(x.tolist() for x in ga) == sorted(x.tolist() for x in gc)
+
+
+def test_a_fresh_lake_gives_the_same_bytes(packed, tmp_path):
+    """Determinism without checkpoints: another lake, the same packed shards, the same files byte for byte."""
+    import shutil
+
+    a = _export(packed, "fresh-a", file_size=4096, seed=5, formats="megatron,mds,parquet")
+    copy = tmp_path / "copy"
+    shutil.copytree(packed["lake"].root, copy)
+    lake = Lake(str(copy), "d")
+    shutil.rmtree(lake.path("export"))
+    for d in Path(lake.path("_checkpoints")).glob("export*"):
+        shutil.rmtree(d)
+    uri = lake.manifest_uri("r", "tokenize")
+    config = {"input_manifest": uri, "file_size": 4096, "seed": 5, "formats": "megatron,mds,parquet", "workers": 2}
+    b = StageRunner(ExportStage(lake, config, "fresh-b")).run()  # and two worker processes
+    assert _files_digest(a.config["export"]["output_dir"]) == _files_digest(b.config["export"]["output_dir"])
+
+
+def test_killed_after_two_scatter_units_resumes_without_redoing_them(packed, tmp_path):
+    lake = packed["lake"]
+    config = {"input_manifest": packed["manifest"], "file_size": 4096, "seed": 99}
+    code = (
+        "import sys; from airflow_curation.core.layout import Lake; from airflow_curation.stages.base import StageRunner;"
+        "from airflow_curation.stages.export.stage import ExportStage;"
+        f"StageRunner(ExportStage(Lake({lake.root!r}, 'd'), {config!r}, 'kill')).run()"
+    )
+    env = {**os.environ, "CURATION_FAULT": "export_scatter.after_commit@2", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -9, proc.stderr[-2000:]  # SIGKILL, as a lost node
+    m = StageRunner(ExportStage(lake, config, "kill")).run()
+    scatter = Manifest.read(lake.manifest_uri("kill", "export_scatter"))
+    statuses = [u.status for u in scatter.units]
+    assert statuses.count("skipped") == 2 and statuses.count("done") == len(statuses) - 2
+    clean = _export(packed, "clean", file_size=4096, seed=99, formats="megatron,mds")
+    seqs = _megatron(m.config["export"]["megatron_prefixes"])
+    assert [x.tolist() for x in seqs] == [x.tolist() for x in _megatron(clean.config["export"]["megatron_prefixes"])]
+
+
+def test_an_empty_packed_shard_is_exported_with_nothing_lost(packed, tmp_path):
+    """A packed shard without a sequence (a shard whose rows were all dropped) between two others."""
+    from airflow_curation.core.fingerprint import checksum_url
+    from airflow_curation.core.manifest import UnitEntry
+    from airflow_curation.stages.tokenize.packing import packed_schema
+
+    lake = packed["lake"]
+    m = Manifest.read(packed["manifest"])
+    empty = str(tmp_path / "empty.parquet")
+    pq.write_table(packed_schema(m.config["tokens"]["seq_len"]).empty_table(), empty)
+    m.units.insert(1, UnitEntry(unit_id="empty", inputs=[], input_checksum="-", status="done", rows=0))
+    m.config["tokens"]["shards"]["empty"] = {
+        "sequences": 0,
+        "packed_uri": empty,
+        "packed_checksum": checksum_url(empty),
+    }
+    m.run_id = "with-empty"
+    uri = m.write(lake.manifest_uri("with-empty", "tokenize"))
+    out = StageRunner(ExportStage(lake, {"input_manifest": uri, "file_size": 4096, "seed": 7}, "empty")).run()
+    scatter = Manifest.read(lake.manifest_uri("empty", "export_scatter"))
+    assert [u.unit_id for u in scatter.units][1] == "empty" and all(u.status != "failed" for u in scatter.units)
+    total = m.config["tokens"]["sequences"]
+    assert out.accounting["kept"] == out.config["export"]["sequences"] == total
+    assert len(_megatron(out.config["export"]["megatron_prefixes"])) == total
+
+
+def test_a_token_outside_the_vocabulary_fails_with_the_file_named(packed):
+    with pytest.raises(Exception, match="outside the vocabulary of 100"):
+        _export(packed, "vocab", vocab_size=100, max_attempts=1)
+
+
+def test_the_cli_reads_the_newest_tokenize_manifest_and_prints_what_it_wrote(packed, capsys):
+    from airflow_curation.cli import main as curation
+
+    lake = packed["lake"]
+    args = ["export", "--lake", lake.root, "--dataset", "d", "--run-id", "cli", "--formats", "megatron,parquet"]
+    code = curation([*args, "--seed", "4", "--file-size", "8KiB"])
+    assert code == 0, capsys.readouterr().err
+    summary = json.loads(capsys.readouterr().out)
+    e = summary["export"]
+    assert e["formats"] == ["megatron", "parquet"] and e["seed"] == 4 and e["dtype"] == "uint16"
+    assert e["sequences"] == packed["tokenize"].config["tokens"]["sequences"]
+    assert curation([*args, "--formats", "megatron,tfrecord"]) == 1
+    assert "formats must be some of" in capsys.readouterr().err
