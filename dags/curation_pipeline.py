@@ -21,8 +21,10 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, AssetAlias, Param
 
 from airflow_curation.operators.base import CurationStageOperator
+from airflow_curation.operators.decontaminate import DecontaminateOperator
 from airflow_curation.operators.dedup import DedupOperator
 from airflow_curation.operators.enrich import EnrichOperator
+from airflow_curation.operators.export import ExportOperator
 from airflow_curation.operators.ingest import IngestOperator
 from airflow_curation.operators.pii import PiiOperator
 from airflow_curation.operators.preprocess import PreprocessOperator
@@ -43,10 +45,12 @@ DOC_MD = """
 # Curation pipeline
 
 One **logical date = one snapshot partition**: every stage writes `<lake>/<dataset>/snapshot=<ds>/`.
-Stages: `ingest` → `preprocess` → `dedup` → `quality` (only with a quality model) → `pii` → `enrich` (only
-with a model) → `validate`; `tokenize` (only with a tokenizer file) packs the kept rows into training
-sequences beside pii and enrich. `pii` and `tokenize` read quality's manifest when quality ran (so that
-tokenize and enrich skip the rows its classifier dropped), else dedup's. Each stage is a
+Stages: `ingest` → `preprocess` → `dedup` → `quality` (only with a quality model) → `decontaminate` (only
+with evaluation sets) → `pii` → `enrich` (only with a model) → `validate`; `tokenize` (only with a tokenizer
+file) packs the kept rows into training sequences beside pii and enrich, and `export` (only with a tokenizer
+and `export_formats`) shuffles them across shards into the trainers' formats. `pii` and `tokenize` read the
+manifest of the last of dedup, quality and decontaminate that ran (so that tokenize and enrich skip the rows
+the classifier or the decontamination dropped). Each stage is a
 *launch* task (submits a job to the backend and returns) and a `<stage>_checkpoints` gate (deferred,
 done when every shard of the run has a checkpoint; it streams the job's log and per-shard progress
 into its own log).
@@ -74,6 +78,8 @@ Leave a param empty to use the deployment's setting, resolved when the run start
 | `quality_model` | Airflow Variable `curation_quality_model`; none: quality is skipped |
 | `enrich_model` | Airflow Variable `curation_enrich_model`; none: enrich is skipped |
 | `tokenizer` | Airflow Variable `curation_tokenizer`; none: tokenize is skipped |
+| `eval_sets` | Airflow Variable `curation_eval_sets`; none: decontaminate is skipped |
+| `export_formats` | none: export is skipped (it also is when tokenize is) |
 
 A missing input or lake fails the `ingest` task at once, with a one-line message, without retries.
 
@@ -138,17 +144,16 @@ def first_shards(launch: CurationStageOperator) -> ShardCheckpointSensor:
     return gate
 
 
-# What the stages after quality read: quality's manifest when it ran (its shards carry dedup's attrs and its
-# own), else dedup's. A skipped gate has no XCom. The complete stages' (tokenize) and the streaming ones' (pii,
-# which starts on the first shards and takes the rest as they land).
-KEPT_MANIFEST = (
-    "{{ ti.xcom_pull(task_ids='quality_checkpoints', key='manifest_uri') "
-    "or ti.xcom_pull(task_ids='dedup_checkpoints', key='manifest_uri') }}"
-)
-KEPT_FIRST_SHARDS = (
-    "{{ ti.xcom_pull(task_ids='quality_first_shards', key='manifest_uri') "
-    "or ti.xcom_pull(task_ids='dedup_first_shards', key='manifest_uri') }}"
-)
+# What a stage after dedup reads: the manifest of the last of ``stages`` that ran (its shards carry the attrs
+# of every stage before it). A skipped gate has no XCom. ``gate`` is ``checkpoints`` for the complete stages
+# (tokenize), ``first_shards`` for the streaming ones (decontaminate, pii: they start on the first shards
+# and take the rest as they land).
+def kept_manifest(stages: tuple[str, ...], gate: str) -> str:
+    pulls = " or ".join(f"ti.xcom_pull(task_ids='{stage}_{gate}', key='manifest_uri')" for stage in stages)
+    return "{{ " + pulls + " }}"
+
+
+KEPT_MANIFEST = kept_manifest(("decontaminate", "quality", "dedup"), "checkpoints")
 
 
 def launch_and_gate(launch: CurationStageOperator, **sensor_kwargs) -> ShardCheckpointSensor:
@@ -255,6 +260,14 @@ with DAG(
             maximum=1,
             description="Quality: lowest quality_score kept. Empty: the quality preset's threshold (0.5).",
         ),
+        "eval_sets": _optional(
+            "Decontaminate: evaluation sets as BENCHMARK=FILE, comma-separated (JSONL or Parquet with a text "
+            "column, e.g. a benchmark's test split). Empty: the Airflow Variable curation_eval_sets; none: "
+            "decontaminate is skipped."
+        ),
+        "decontaminate_ngram": Param(
+            13, type="integer", minimum=1, description="Decontaminate: words per shared n-gram that flags a document."
+        ),
         "enrich_model": _optional(
             "Model folder (Hugging Face layout) for enrich. Empty: the Airflow "
             "Variable curation_enrich_model; none: enrich is skipped."
@@ -293,6 +306,11 @@ with DAG(
             "curation_tokenizer; none: tokenize is skipped."
         ),
         "seq_len": Param(2048, type="integer", minimum=1, description="Tokenize: tokens per packed sequence."),
+        "export_formats": _optional(
+            "Export: megatron, mds and/or parquet (comma-separated): tokenize's sequences globally shuffled in "
+            "those formats. Empty: export is skipped."
+        ),
+        "export_seed": Param(0, type="integer", minimum=0, description="Export: the shuffle seed."),
         "min_rows": Param(1, type="integer", minimum=0, description="Validate: fewest curated rows a run may have."),
         "max_duplicate_rate": Param(
             0.5,
@@ -354,19 +372,35 @@ with DAG(
     scored = launch_and_gate(quality)
     quality_started = first_shards(quality)
 
-    # PII spans, counts per kind and the redacted text beside every shard (additive; no row is dropped),
-    # streaming on quality's shards (dedup's when quality is skipped) as they land; enrich streams on pii's.
-    pii = PiiOperator(
-        task_id="pii",
-        input_manifest=KEPT_FIRST_SHARDS,
+    # Documents that share an n-gram with an evaluation set (a benchmark's test split, given as files) are
+    # marked and dropped before pii, enrich and tokenize see them; skipped when no evaluation set is given.
+    decontaminate = DecontaminateOperator(
+        task_id="decontaminate",
+        input_manifest=kept_manifest(("quality", "dedup"), "first_shards"),
+        eval_sets="{{ params.eval_sets or var.value.get('curation_eval_sets', '') }}",
+        ngram="{{ params.decontaminate_ngram }}",
+        skip_without_eval_sets=True,
         trigger_rule="none_failed",  # runs when quality was skipped
         **LAUNCH,
     )
-    [dedup_started, quality_started] >> pii
+    [dedup_started, quality_started] >> decontaminate
+    decontaminated = launch_and_gate(decontaminate)
+    decontaminate_started = first_shards(decontaminate)
+
+    # PII spans, counts per kind and the redacted text beside every shard (additive; no row is dropped),
+    # streaming on the shards of the last of dedup, quality and decontaminate that ran, as they land; enrich
+    # streams on pii's.
+    pii = PiiOperator(
+        task_id="pii",
+        input_manifest=kept_manifest(("decontaminate", "quality", "dedup"), "first_shards"),
+        trigger_rule="none_failed",  # runs when quality or decontaminate was skipped
+        **LAUNCH,
+    )
+    [dedup_started, quality_started, decontaminate_started] >> pii
     pii_scanned = launch_and_gate(pii)
-    # As for ingest: quality's full gate is watched once pii is under way (a serial dag.test must not block
-    # on it first).
-    pii >> scored
+    # As for ingest: the full gates of quality and decontaminate are watched once pii is under way (a serial
+    # dag.test must not block on them first).
+    pii >> [scored, decontaminated]
     pii_started = first_shards(pii)
 
     # Model outputs (embeddings, labels, scores, instruction pairs) for the rows every upstream stage kept;
@@ -394,11 +428,26 @@ with DAG(
         tokenizer="{{ params.tokenizer or var.value.get('curation_tokenizer', '') }}",
         seq_len="{{ params.seq_len }}",
         skip_without_tokenizer=True,
-        trigger_rule="none_failed",  # runs when quality was skipped
+        trigger_rule="none_failed",  # runs when quality or decontaminate was skipped
         **LAUNCH,
     )
-    [deduped, scored] >> tokenize
+    [deduped, scored, decontaminated] >> tokenize
     tokenized = launch_and_gate(tokenize)
+
+    # The packed sequences globally shuffled, in the trainers' formats; skipped without export_formats or when
+    # tokenize was skipped (its gate has no manifest to hand on).
+    export = ExportOperator(
+        task_id="export",
+        input_manifest="{{ ti.xcom_pull(task_ids='tokenize_checkpoints', key='manifest_uri') "
+        "if params.export_formats else '' }}",
+        formats="{{ params.export_formats or 'megatron' }}",
+        seed="{{ params.export_seed }}",
+        skip_without_input=True,
+        trigger_rule="none_failed",  # runs (and skips itself) when tokenize was skipped
+        **LAUNCH,
+    )
+    tokenized >> export
+    exported = launch_and_gate(export)
 
     # Declared checks gate the run and write the report (JSON + HTML, shown in the run's "Curation report"
     # tab). It reads enrich's manifest when enrich ran, else pii's (both carry quality's attrs when it ran; the
@@ -413,4 +462,4 @@ with DAG(
         outlets=[CURATED],
         **COMMON,
     )
-    [deduped, scored, pii_scanned, enriched, tokenized] >> validate
+    [deduped, scored, decontaminated, pii_scanned, enriched, tokenized, exported] >> validate

@@ -5,6 +5,7 @@
 #                  without declaring), pygount, and tokenizers (datatrove's DocumentTokenizer, in
 #                  benchmarks/bench_tokenize.py)
 #   .venv-dolma:   dolma[code] (boto3==1.26.161 stops pip's resolver loop)
+#   .venv-streaming: mosaicml-streaming (tests/export: its StreamingDataset reads the MDS export)
 # Idempotent: a stamp file per venv makes a second run instant. ORACLES_DIR puts them elsewhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +28,13 @@ setup .venv-oracles "datatrove==0.10.1" spacy regex "pygount==3.2.0" "tokenizers
 "$DIR/.venv-oracles/bin/python" -c "import tokenizers" 2>/dev/null \
   || "$DIR/.venv-oracles/bin/pip" install --quiet --disable-pip-version-check "tokenizers==0.23.3"
 setup .venv-dolma "dolma[code]==1.2.1" "boto3==1.26.161"
+# tests/export: mosaicml-streaming's StreamingDataset reads the MDS export (it pins numpy<2.2: not in the main
+# venv); torch from the CPU wheel, not the CUDA one its unpinned requirement would pull
+setup .venv-streaming "torch==2.13.0+cpu" "mosaicml-streaming==0.13.0"
 # benchmarks/bench_langid_pii.py: datatrove's LanguageFilter wants fasttext (checked by its distribution
 # name) and fasteners; added here, not in the stamp, so that existing venvs get them without a rebuild.
 "$DIR/.venv-oracles/bin/python" -c "import fasttext, fasteners" 2>/dev/null ||
   "$DIR/.venv-oracles/bin/pip" install --quiet --disable-pip-version-check fasttext-numpy2-wheel fasteners
+# tests/decontaminate, benchmarks/bench_decontaminate.py: datatrove hashes n-grams as str, which xxhash 4 refuses
+"$DIR/.venv-oracles/bin/python" -c "import xxhash; xxhash.xxh64_intdigest('')" 2>/dev/null ||
+  "$DIR/.venv-oracles/bin/pip" install --quiet --disable-pip-version-check "xxhash==3.6.0"

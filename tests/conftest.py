@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -70,6 +75,27 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 
 @pytest.fixture
+def ingest_texts(tmp_path):
+    """``ingest_texts(texts, dataset)``: ``texts`` written ``copies`` times as JSONL files and ingested
+    (one unit per file) into a lake under ``tmp_path``; returns the lake, the ingest manifest's URI and the
+    rows it holds."""
+    from airflow_curation.core.layout import Lake
+    from airflow_curation.stages.base import StageRunner
+    from airflow_curation.stages.ingest.stage import IngestStage
+
+    def ingest(texts: list[str], dataset: str = "web", copies: int = 2):
+        raw = tmp_path / "raw"
+        raw.mkdir()
+        for k in range(copies):
+            (raw / f"part{k}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+        lake = Lake(str(tmp_path / "lake"), dataset)
+        stage = IngestStage(lake, {"inputs": [str(raw)], "unit_bytes": 1}, "r1")
+        return lake, stage.manifest_uri, StageRunner(stage).run().rows
+
+    return ingest
+
+
+@pytest.fixture
 def flip_byte():
     """Corrupt a file in place, as a bad disk or a stray write would: one byte in its middle, same size."""
 
@@ -81,3 +107,107 @@ def flip_byte():
             f.write(bytes([byte[0] ^ 0xFF]))
 
     return flip
+
+
+# Ray's own start limits (raylet and agent registration, a worker's start) are far too short for the
+# shared, loaded 2-core test machine: a local Ray or the session head missed them under load.
+for _name, _value in {
+    "RAY_raylet_start_wait_time_s": "180",
+    "RAY_agent_register_timeout_ms": "180000",
+    "RAY_worker_register_timeout_seconds": "180",
+}.items():
+    os.environ.setdefault(_name, _value)
+
+
+@dataclass(frozen=True)
+class RayHead:
+    gcs: str  # host:port, what a driver on this machine joins
+    client: str  # ray://host:port (Ray Client)
+    temp_dir: str
+
+    def driver_pids(self) -> list[int]:
+        """The process of each driver that has joined the cluster so far, from its GCS: a driver on this
+        machine is the process that joined (``host:port``); a Ray Client session's is the client server's
+        process on the head, never the client's."""
+        from ray._raylet import GcsClient
+
+        return [job.driver_pid for job in GcsClient(address=self.gcs).get_all_job_info().values()]
+
+    def drivers(self) -> int:
+        """Drivers that have joined the cluster so far (Ray Client sessions included)."""
+        return len(self.driver_pids())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop_head(proc: subprocess.Popen, temp: str) -> None:
+    proc.terminate()  # `ray start --block` drains and stops this head's processes on SIGTERM
+    try:
+        proc.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # whatever of this head's processes is left
+    except ProcessLookupError:
+        pass
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def _start_head() -> tuple[subprocess.Popen, RayHead]:
+    port, client, agent, dash = (_free_port() for _ in range(4))
+    temp = tempfile.mkdtemp(prefix="rh-", dir="/tmp")  # short: Ray's socket paths have a length limit
+    log_path = Path(temp, "head.log")
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    args = [
+        _venv_bin("ray"), "start", "--head", f"--port={port}", f"--ray-client-server-port={client}",
+        "--include-dashboard=false", f"--dashboard-agent-listen-port={agent}",
+        f"--dashboard-port={dash}",  # a minimal dashboard process runs anyway (8265 by default)
+        f"--temp-dir={temp}", "--num-cpus=2", "--object-store-memory=200000000", "--block",
+    ]  # fmt: skip
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while "--block" not in log_path.read_text():  # printed once the head is up
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(log_path.read_text()[-3000:])
+            time.sleep(0.5)
+        host = re.search(r"ray start --address='([\d.]+):", log_path.read_text()).group(1)
+        # The client server gives up when the head's node takes over 30 s to register (a loaded machine),
+        # and `ray start --block` then stops the head: wait until a client can connect.
+        while True:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", client)) == 0:
+                    break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(log_path.read_text()[-3000:])
+            time.sleep(1)
+        return proc, RayHead(f"{host}:{port}", f"ray://127.0.0.1:{client}", temp)
+    except BaseException:
+        _stop_head(proc, temp)
+        raise
+
+
+@pytest.fixture(scope="session")
+def ray_head():
+    """A Ray cluster of this test session: ``ray start --head --block`` with its own ports and temp dir (never
+    the machine's default ``/tmp/ray``), stopped by SIGTERM to that process at the end (never ``ray stop``,
+    which would stop other users' Ray too). Its workers import this checkout (``PYTHONPATH``). No dashboard:
+    its dozen processes made the head miss Ray's own 30 s startup limits on the loaded 2-core test machine
+    (the ``ray`` backend's test starts a head with one). A start that fails anyway is tried again, twice."""
+    for attempt in range(3):
+        try:
+            proc, head = _start_head()
+            break
+        except RuntimeError:
+            if attempt == 2:
+                raise
+    try:
+        yield head
+    finally:
+        _stop_head(proc, head.temp_dir)

@@ -238,3 +238,58 @@ def test_a_second_ingest_of_other_inputs_fails_unless_it_replaces(tmp_path, smal
     assert replacing.build_spec({"run_id": "third"}).config["replace"] is True
     summary = replacing.execute(_context(MemoryTaskStateStore(), run_id="third"))
     assert summary["rows"] == 5 and Manifest.read(summary["manifest_uri"]).supersedes
+
+
+def test_a_task_deferred_by_the_earlier_version_resumes(tmp_path, small_input):
+    """The trigger kwargs the earlier operator serialized (its flat handle dict, built by hand here as it
+    built it) run in today's triggerer, and today's operator and gate finish the task from their events."""
+    import time
+
+    from airflow_curation.jobs.spec import JobSpec
+    from airflow_curation.sensors.shard_checkpoint import ShardCheckpointSensor
+    from airflow_curation.triggers.shard_checkpoint import ShardCheckpointTrigger
+
+    work = tmp_path / "jobs"
+    op = _operator(tmp_path / "lake", small_input, {"work_dir": str(work)})
+    ctx = {**_context(MemoryTaskStateStore()), "task": op}
+    spec = op.build_spec(ctx)
+    backend = get_backend("local", work_dir=str(work))
+    handle = backend.submit(spec)
+    old = {
+        **handle,
+        "backend": "local",
+        "backend_options": {"work_dir": str(work), "python": backend.python},
+        "curation_conn_id": None,
+        "lake_root": spec.lake["root"],
+        "manifest_uri": spec.manifest_uri,
+        "submitted_at": time.time(),
+    }
+    stage_kwargs = {
+        "backend": "local",
+        "backend_options": old["backend_options"],
+        "handle": old,
+        "poll_interval": 0.05,
+        "log_offset": 0,
+        "curation_conn_id": None,
+    }
+    event = _run_trigger(StageJobTrigger(**stage_kwargs))
+    assert event["status"] == "succeeded" and event["handle"]["job_id"] == old["job_id"], event
+    assert op.execute_complete(ctx, event)["rows"] == 60
+
+    gate_kwargs = {
+        "manifest_uri": old["manifest_uri"],
+        "max_failed_fraction": None,
+        "backend": "local",
+        "backend_options": old["backend_options"],
+        "job": old,
+        "not_before": old["submitted_at"],
+        "curation_conn_id": None,
+        "quorum": 1.0,
+        "poll_interval": 0.05,
+        "log_offset": 0,
+    }
+    gate_event = _run_trigger(ShardCheckpointTrigger(**gate_kwargs))
+    assert gate_event["status"] == "done", gate_event
+    gate = ShardCheckpointSensor(task_id="gate", manifest_uri=old["manifest_uri"], job=old)
+    assert gate.execute_complete(ctx, gate_event)["rows"] == 60
+    assert JobSpec.read(old["spec"]) == spec

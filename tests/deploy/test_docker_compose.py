@@ -182,6 +182,10 @@ def test_connection_and_addresses_point_at_services(config):
     api = urlparse(env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"])
     assert api.hostname == "airflow-api-server" and api.port == 8080
     assert env["RAY_ADDRESS"] == "ray-head:6379" and "--port=6379" in services["ray-head"]["command"]
+    # Ray Client: `ray start --head` serves it on 10001 unless told another port.
+    client = urlparse(env["CURATION_RAY_ADDRESS"])
+    assert client.scheme == "ray" and client.hostname == "ray-head" and client.port == 10001
+    assert not any(a.startswith("--ray-client-server-port") for a in services["ray-head"]["command"])
     dask = urlparse(env["DASK_SCHEDULER_ADDRESS"])
     assert dask.hostname == "dask-scheduler" and str(dask.port) in services["dask-scheduler"]["command"]
     # Every Airflow component shares the JWT secret and the DB, or task tokens fail between them.

@@ -27,7 +27,6 @@ from airflow_curation.core.schema import KEEP, TEXT
 from airflow_curation.stages import STAGES, register_stage, stage_class
 from airflow_curation.stages.attrs import AttrsStage
 from airflow_curation.stages.base import StageRunner
-from airflow_curation.stages.ingest.stage import IngestStage
 from airflow_curation.stages.validate import ValidateStage
 
 from .text_length import TextLengthStage
@@ -53,15 +52,10 @@ def registered(monkeypatch):
 
 
 @pytest.fixture
-def ingested(tmp_path) -> tuple[Lake, str]:
-    raw = tmp_path / "raw"
-    raw.mkdir()
-    for k in range(2):
-        (raw / f"part{k}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
-    lake = Lake(str(tmp_path / "lake"), "toy")
-    stage = IngestStage(lake, {"inputs": [str(raw)], "unit_bytes": 1}, "r1")
-    assert StageRunner(stage).run().rows == 2 * len(TEXTS)
-    return lake, stage.manifest_uri
+def ingested(ingest_texts) -> tuple[Lake, str]:
+    lake, uri, rows = ingest_texts(TEXTS, "toy")
+    assert rows == 2 * len(TEXTS)
+    return lake, uri
 
 
 def _env(**extra: str) -> dict[str, str]:
