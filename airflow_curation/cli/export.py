@@ -10,4 +10,7 @@ def summary(args: argparse.Namespace, result: dict[str, Any]) -> dict[str, Any]:
     from airflow_curation.core.manifest import Manifest
 
     export = Manifest.read(result["manifest_uri"]).config.get("export") or {}
-    return {**result, "export": {k: v for k, v in export.items() if k not in ("megatron_prefixes", "parquet")}}
+    return {
+        **result,
+        "export": {k: v for k, v in export.items() if k not in ("megatron_prefixes", "parquet", "bucket_sequences")},
+    }

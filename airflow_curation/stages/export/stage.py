@@ -268,6 +268,7 @@ class ExportStage(Stage):
             "seed": int(self.config["seed"]),
             "formats": self.config["formats"],
             "output_dir": out,
+            "bucket_sequences": [b["sequences"] for b in buckets],  # where each bucket starts: curation trace
         }
         stems = [phases.bucket_stem(b["bucket"]) for b in buckets]
         if "megatron" in self.config["formats"]:
