@@ -106,6 +106,9 @@ def test_flags_docs_with_benchmark_and_span_and_keeps_the_books(ingested, evals)
     d = report["stages"]["decontaminate"]
     assert d["counts"] == {"contaminated_docs": 6, "matched:mmlu": 6, "matched:gsm8k": 4}
     assert d["accounting"]["dropped"] == {"decontaminated:mmlu": 2, "decontaminated:gsm8k": 4}
+    card = Path(lake.path("_manifests", "r1", "README.md")).read_text()  # the dataset card says the same
+    section = card.split("### Decontamination", 1)[1].split("\n## ", 1)[0]
+    assert "| matched:mmlu | 6 |" in section and "| contaminated_docs | 6 |" in section
     # a rerun skips every shard and builds no index
     index = Path(stage.index_dir, "_SUCCESS.json")
     stamp = index.stat().st_mtime_ns

@@ -36,7 +36,7 @@ from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.fingerprint import checksum_url, config_fingerprint
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
-from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text
+from airflow_curation.core.schema import DROP_REASON, ID, KEEP, SOURCE, TEXT, check_id_text
 from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink, parquet_writer
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, keep_accounting
 from airflow_curation.stages.base import UnitResult, file_record
@@ -175,6 +175,7 @@ class TokenizeStage(AttrsStage):
             pf = pq.ParquetFile(f)
             check_id_text(pf.schema_arrow, entry.uri)
             upstream = skip_reasons(unit.unit_id, pf.read(columns=[ID]).column(ID), attrs_uris) if attrs_uris else None
+            by_source = SourceTally(pf)
             with storage.atomic_open(uri) as attrs_out, storage.atomic_open(packed_uri) as packed_out:
                 attrs_sink, packed_sink = _CountingSink(attrs_out), _CountingSink(packed_out)
                 attrs_schema = pa.schema(
@@ -199,6 +200,7 @@ class TokenizeStage(AttrsStage):
                         reasons = upstream[row : row + n].copy() if upstream is not None else np.full(n, None, object)
                         row += n
                         result, tokens = self._tokenize(batch, reasons, eos, packer)
+                        by_source.add(row - n, result)
                         doc_tokens += tokens
                         accounting.merge(keep_accounting(result, self.name))
                         attrs_writer.write(result.cast(attrs_schema))
@@ -215,6 +217,7 @@ class TokenizeStage(AttrsStage):
             "doc_tokens": doc_tokens,
             "sequences": packer.sequences,
             "padding": packer.padding,
+            "by_source": by_source.totals(),
             "packed_uri": packed_uri,
             "packed_bytes": packed_sink.tell(),
             "packed_checksum": packed_sink.checksum.hexdigest(),
@@ -271,6 +274,7 @@ class TokenizeStage(AttrsStage):
         eos, pad = self.special_ids
         shards: dict[str, dict[str, Any]] = {}
         totals = {"documents": 0, "tokens": 0, "doc_tokens": 0, "sequences": 0, "padding": 0}
+        by_source: dict[str, dict[str, int]] = {}
         for unit in manifest.units:
             rec = self.checkpoints.load(unit.unit_id)
             if rec is None or rec.fingerprint != manifest.fingerprint:
@@ -283,6 +287,10 @@ class TokenizeStage(AttrsStage):
             }
             for k in totals:
                 totals[k] += int(e.get(k, 0))
+            for group, counts in (e.get("by_source") or {}).items():
+                mine = by_source.setdefault(group, {"documents": 0, "doc_tokens": 0})
+                for k in mine:
+                    mine[k] += int(counts[k])
         manifest.config = {
             **manifest.config,
             "tokens": {
@@ -291,8 +299,43 @@ class TokenizeStage(AttrsStage):
                 "eos_id": eos,
                 "pad_id": pad,
                 "tokenizer_checksum": self.tokenizer_checksum,
+                "by_source": dict(sorted(by_source.items())),
                 "shards": shards,
             },
+        }
+
+
+class SourceTally:
+    """Kept documents and their tokens (EOS not counted) per source group of one shard: the first folder
+    of the ``source`` column (the input file, relative to the input root), or ``.`` for a file at the root.
+    Inputs laid out as ``raw/<source>/...`` are counted by source; plain Parquet without ``source`` is one
+    group, ``.``. Small per shard (one entry per group), summed over shards in the manifest."""
+
+    def __init__(self, pf: pq.ParquetFile) -> None:
+        if SOURCE in pf.schema_arrow.names:
+            parts = pc.split_pattern(pf.read(columns=[SOURCE]).column(SOURCE), "/", max_splits=1)
+            groups = pc.if_else(pc.greater(pc.list_value_length(parts), 1), pc.list_element(parts, 0), ".")
+            encoded = pc.dictionary_encode(pc.fill_null(groups, ".")).combine_chunks()
+            self.names = encoded.dictionary.to_pylist()
+            self.codes = encoded.indices.to_numpy(zero_copy_only=False)
+        else:
+            self.names, self.codes = ["."], None
+        self.documents = np.zeros(len(self.names), dtype=np.int64)
+        self.tokens = np.zeros(len(self.names), dtype=np.int64)
+
+    def add(self, first_row: int, result: pa.Table) -> None:
+        """Count a batch's attrs (``result``, rows ``first_row``... of the shard)."""
+        kept = result.column(KEEP).to_numpy(zero_copy_only=False).astype(bool)
+        tokens = pc.fill_null(result.column(TOKEN_COUNT), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        codes = self.codes[first_row : first_row + len(kept)] if self.codes is not None else np.zeros(len(kept), int)
+        np.add.at(self.documents, codes[kept], 1)
+        np.add.at(self.tokens, codes[kept], tokens[kept])
+
+    def totals(self) -> dict[str, dict[str, int]]:
+        return {
+            name: {"documents": int(d), "doc_tokens": int(t)}
+            for name, d, t in zip(self.names, self.documents, self.tokens)
+            if d
         }
 
 

@@ -145,7 +145,10 @@ def build_report(
     connection: the operator's record). :param verdict_of: when the metrics and checks are another run's
     (same shards, manifests and checks: its checkpoint was reused), which run computed them."""
     failed = any(c["status"] == "fail" for c in checks)
-    stages = {st: {"manifest_uri": uri, **stage_timings(lake, m)} for st, (uri, m) in manifests.items()}
+    stages = {
+        st: {"manifest_uri": uri, **stage_timings(lake, m), "config": stage_settings(m)}
+        for st, (uri, m) in manifests.items()
+    }
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -169,6 +172,22 @@ def build_report(
     }
 
 
+def stage_settings(manifest: Manifest) -> dict[str, Any]:
+    """The settings of a stage run that enter its fingerprint (runtime ones left out), for the report and
+    the dataset card; a stage not installed here gives its manifest's config as it is."""
+    from airflow_curation.stages import stage_class
+
+    try:
+        cls = stage_class(manifest.stage)
+    except ValueError:
+        return {}
+    names = {s.name for s in cls.SETTINGS} - set(cls.RUNTIME_KEYS)
+    settings = {k: v for k, v in manifest.config.items() if k in names}
+    if manifest.stage == "ingest":  # where the data came from: a runtime setting, but the card's first line
+        settings["inputs"] = manifest.config.get("inputs")
+    return settings
+
+
 def token_counts(manifests: dict[str, tuple[str, Manifest]], stages: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per stage that packed tokens: the totals of its manifest's ``config["tokens"]`` (not the shards: those
     are in the manifest, and per unit in the stage's timings). A manifest not final yet (its job writes it
@@ -190,10 +209,19 @@ def report_uris(lake: Lake, run_id: str) -> tuple[str, str]:
     return base + ".json", base + ".html"
 
 
+def card_uri(lake: Lake, run_id: str) -> str:
+    """The dataset card beside the report: ``README.md``, the name a Hugging Face dataset repository reads."""
+    return storage.join(report_uris(lake, run_id)[0].rsplit("/", 1)[0], "README.md")
+
+
 def write_report(report: dict[str, Any], lake: Lake, run_id: str) -> tuple[str, str]:
+    """The report (JSON and HTML) and the dataset card built from it."""
+    from airflow_curation.stages.validate.card import render_card
+
     json_uri, html_uri = report_uris(lake, run_id)
     storage.write_json(json_uri, report)
     storage.write_bytes(html_uri, render_html(report).encode())
+    storage.write_bytes(card_uri(lake, run_id), render_card(report).encode())
     return json_uri, html_uri
 
 
