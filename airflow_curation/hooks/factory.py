@@ -100,9 +100,11 @@ def backend_for(name: str, options: Mapping[str, Any] | None = None, *, storage:
     if storage:
         opts["env"] = {**storage.to_env(), **(opts.get("env") or {})}
     if name == "slurm":
+        if not ids.get("slurm_conn_id"):
+            return slurm_backend(None, opts)  # the Slurm commands run here: no Airflow needed
         from airflow_curation.hooks.slurm import SlurmHook
 
-        return slurm_backend(SlurmHook(ids["slurm_conn_id"]) if ids.get("slurm_conn_id") else None, opts)
+        return slurm_backend(SlurmHook(ids["slurm_conn_id"]), opts)
     if name == "kubernetes":
         return kubernetes_backend(ids.get("kubernetes_conn_id"), client_opts, opts)
     return get_backend(name, **opts)
@@ -142,8 +144,14 @@ def kubernetes_client(
     :param in_cluster: / :param config_file: / :param context: as the connection's fields.
     :param host: an API server URL, with ``token`` and ``verify_ssl``: made into a kubeconfig for the hook.
     """
-    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-    from kubernetes import client
+    try:
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+        from kubernetes import client
+    except ImportError as e:
+        raise ImportError(
+            f"the kubernetes backend's API client comes from the cncf-kubernetes provider ({e}): "
+            "pip install 'airflow-curation[kubernetes]'"
+        ) from e
 
     config_dict = _kubeconfig(host, token, verify_ssl) if host else None
     hook = KubernetesHook(
