@@ -178,9 +178,9 @@ def _saved_environments(*job_ids: str) -> dict[str, dict[str, str]]:
 @pytest.mark.parametrize("where", ["here", "login node"])
 def test_slurms_saved_job_environment_holds_no_credential(make_backend, lake, tmp_path, monkeypatch, request, where):
     """The worker's environment holds a connection with its password and storage options; a login node's
-    (sbatch run there over SSH, its sessions holding some) likewise. What slurmctld saves of the jobs' environments is only
-    the documented ``--export`` names and Slurm's own: no credential, no other variable; the jobs still get
-    the storage options (from ``secrets.env``) and succeed."""
+    (sbatch run there over SSH, its sessions holding some) likewise. What slurmctld saves of the jobs'
+    environments is only the documented ``--export`` names and Slurm's own: no credential, no other
+    variable; the jobs still get the storage options (from ``secrets.env``) and succeed."""
     from airflow_curation.backends.slurm import EXPORTED
 
     password, secret = f"pw-{uuid.uuid4().hex}", f"s3cr3t-{uuid.uuid4().hex}"
