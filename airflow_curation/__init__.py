@@ -33,11 +33,7 @@ def get_provider_info() -> dict:
         "hooks": [
             {
                 "integration-name": "Curation",
-                "python-modules": [
-                    "airflow_curation.hooks.curation",
-                    "airflow_curation.hooks.slurm",
-                    "airflow_curation.hooks.kubernetes",
-                ],
+                "python-modules": ["airflow_curation.hooks.curation", "airflow_curation.hooks.slurm"],
             }
         ],
         "connection-types": [

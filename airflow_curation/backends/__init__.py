@@ -7,12 +7,14 @@ from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStat
 BACKENDS = {
     "local": "airflow_curation.backends.local:LocalBackend",
     "slurm": "airflow_curation.backends.slurm:SlurmBackend",
-    "kubernetes": "airflow_curation.backends.kubernetes:from_options",
+    "kubernetes": "airflow_curation.backends.kubernetes:KubernetesBackend",
     "ray": "airflow_curation.backends.ray:RayJobBackend",
 }
 
 
 def get_backend(name: str, **options) -> Backend:
+    """Backend ``name`` from plain options and, where it needs one, a ready client or transport
+    (``api_client``, ``transport``): :func:`airflow_curation.hooks.factory.backend_for` builds those."""
     import importlib
 
     try:

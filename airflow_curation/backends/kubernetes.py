@@ -3,9 +3,11 @@
 
 The lake must be object storage that the pods reach (credentials from a Secret, never the spec); the
 job's result JSON is written into the lake, where :meth:`status` reads it. :meth:`status` only reads;
-the collect Job is created at launch. API calls go through :meth:`KubernetesBackend._call` (429/5xx and
-dropped connections retried with backoff); names are deterministic per spec and attempt, so a launch
-retried after a lost answer gets 409 AlreadyExists and reconnects instead of starting a second job.
+the collect Job is created at launch. The API client is given (built by
+:mod:`airflow_curation.hooks.factory` from the cncf-kubernetes provider's ``KubernetesHook``, with the
+provider's retry of 429/5xx and dropped connections); the backend never builds one. Names are
+deterministic per spec and attempt, so a launch retried after a lost answer gets 409 AlreadyExists and
+reconnects instead of starting a second job.
 """
 
 from __future__ import annotations
@@ -13,10 +15,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
-import time
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import Any
 
 from airflow_curation.backends import k8s_objects as objs
 from airflow_curation.backends.base import (
@@ -36,8 +36,6 @@ from airflow_curation.jobs.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
-ENV_OPTIONS = "CURATION_KUBERNETES_OPTIONS"
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 LOG_CONTAINERS = ("stage", "job", "ray-job-submitter")
 MAX_REVISIONS = 20
 # Job failures that running the groups again cannot cure: a bad spec, the deadline.
@@ -56,13 +54,11 @@ class KubernetesBackend(Backend):
         running at once.
     :param dask_workers: / :param ray_workers: cluster sizes; ``ray_gpus_per_worker`` overrides ``pod.gpus``.
     :param result_root: where job results go; default the lake's ``_jobs`` folder.
-    :param host: API server URL (with ``token``/``verify_ssl``); else ``in_cluster`` or a kubeconfig
-        (``config_file``, ``context``).
-    :param api_client: a ready ``kubernetes.client.ApiClient`` to use instead (the Airflow layer builds
-        it from a ``kubernetes`` connection); not part of :meth:`options`, so whoever rebuilds the
-        backend supplies it again.
+    :param api_client: the ``kubernetes.client.ApiClient`` every call goes through, retries included
+        (required: :func:`airflow_curation.hooks.factory.backend_for` builds it from a ``kubernetes``
+        connection or the client options, and supplies it again wherever the backend is rebuilt); not
+        part of :meth:`options`.
     :param propagation_policy: how ``cancel`` deletes: ``Background`` (default) or ``Foreground``.
-    :param retries: / :param retry_backoff: retries of 429/5xx/connection errors and the first delay (s).
     :param validate: check every object against its schema before creating it.
     :param collect_wait_seconds: longest wait of a sweep's collect pod for the groups' results
         (default: ``active_deadline_seconds``, else 7 days).
@@ -74,7 +70,7 @@ class KubernetesBackend(Backend):
     """
 
     name = "kubernetes"
-    _unshared_options = ("token", "api_client")  # a trigger rebuilds the client from the connection
+    _unshared_options = ("api_client",)  # a trigger's factory builds its own client
 
     def __init__(
         self,
@@ -91,15 +87,7 @@ class KubernetesBackend(Backend):
         ray_gpus_per_worker: int | None = None,
         ray_version: str = "2.60.0",
         result_root: str | None = None,
-        host: str | None = None,
-        token: str | None = None,
-        verify_ssl: bool = True,
-        in_cluster: bool = False,
-        config_file: str | None = None,
-        context: str | None = None,
         propagation_policy: str = "Background",
-        retries: int = 5,
-        retry_backoff: float = 1.0,
         ttl_seconds: int = 86400,
         active_deadline_seconds: int | None = None,
         backoff_limit: int = 2,
@@ -109,6 +97,12 @@ class KubernetesBackend(Backend):
         max_resubmits: int = 0,
         api_client: Any = None,
     ) -> None:
+        if api_client is None:
+            raise TypeError(
+                "KubernetesBackend needs an api_client: build the backend with "
+                "airflow_curation.hooks.factory.backend_for (a kubernetes_conn_id, in_cluster, config_file/context "
+                "or host), which makes the client with the cncf-kubernetes provider's hook and retry"
+            )
         self.namespace = namespace
         pod = dict(pod or {})
         pod["env"], pod_secrets = credentials.split(pod.get("env") or {})
@@ -127,10 +121,7 @@ class KubernetesBackend(Backend):
         self.dask_workers, self.ray_workers, self.ray_gpus_per_worker = dask_workers, ray_workers, ray_gpus_per_worker
         self.ray_version = ray_version
         self.result_root = result_root
-        self.host, self.token, self.verify_ssl = host, token, verify_ssl
-        self.in_cluster, self.config_file, self.context = in_cluster, config_file, context
         self.propagation_policy = propagation_policy
-        self.retries, self.retry_backoff = retries, retry_backoff
         self.ttl_seconds, self.active_deadline_seconds = ttl_seconds, active_deadline_seconds
         self.backoff_limit = backoff_limit
         self.validate = validate
@@ -139,65 +130,13 @@ class KubernetesBackend(Backend):
         # How long a sweep's collect pod waits for the groups' results before collecting what there is.
         self.collect_wait_seconds = collect_wait_seconds or active_deadline_seconds or 7 * 86400
         self.max_resubmits = int(max_resubmits)
-        self._api_client = api_client
-
-    # -- client -------------------------------------------------------------------------------
-    @property
-    def api_client(self):
-        if self._api_client is None:
-            self._api_client = self._make_client()
-        return self._api_client
-
-    def _make_client(self):
-        from kubernetes import client, config
-
-        cfg = client.Configuration()
-        if self.host:
-            cfg.host = self.host
-            cfg.verify_ssl = self.verify_ssl
-            if self.token:
-                cfg.api_key = {"authorization": f"Bearer {self.token}"}
-        elif self.in_cluster:
-            config.load_incluster_config(client_configuration=cfg)
-        else:
-            config.load_kube_config(config_file=self.config_file, context=self.context, client_configuration=cfg)
-        cfg.retries = 0  # retries are ours (_call), with backoff and 5xx handling
-        return client.ApiClient(cfg)
+        self.api_client = api_client
 
     @property
     def core(self):
         from kubernetes import client
 
         return client.CoreV1Api(self.api_client)
-
-    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Call the API, retrying transient failures (429, 5xx, dropped connections)."""
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError as Urllib3Error
-
-        delay = self.retry_backoff
-        for attempt in range(self.retries + 1):
-            try:
-                return fn(*args, **kwargs)
-            except ApiException as e:
-                if e.status not in RETRY_STATUSES or attempt == self.retries:
-                    raise
-                why = f"HTTP {e.status} {e.reason}"
-            except (Urllib3Error, ConnectionError) as e:
-                if attempt == self.retries:
-                    raise
-                why = f"{type(e).__name__}: {e}"
-            log.warning(
-                "kubernetes API %s failed (%s); retry %d/%d in %.1fs",
-                getattr(fn, "__name__", fn),
-                why,
-                attempt + 1,
-                self.retries,
-                delay,
-            )
-            time.sleep(delay)
-            delay = min(delay * 2, 30.0)
-        raise AssertionError("unreachable")
 
     # -- objects ------------------------------------------------------------------------------
     def launch_kind_for(self, stage: str) -> str:
@@ -318,12 +257,12 @@ class KubernetesBackend(Backend):
             group, version, plural = objs.CRDS[kind]
             method = f"{'get' if verb == 'read' else verb}_namespaced_custom_object"
             fn = getattr(client.CustomObjectsApi(self.api_client), method)
-            return self._call(fn, group, version, namespace, plural, *args, **kwargs)
+            return fn(group, version, namespace, plural, *args, **kwargs)
         api = (client.BatchV1Api if kind == "Job" else client.CoreV1Api)(self.api_client)
         noun = {"Job": "job", "ConfigMap": "config_map", "Secret": "secret"}[kind]
         fn = getattr(api, f"{verb}_namespaced_{noun}" + ("_status" if (verb, kind) == ("read", "Job") else ""))
         args = (namespace, *args) if verb == "create" else (args[0], namespace, *args[1:])
-        return self.api_client.sanitize_for_serialization(self._call(fn, *args, **kwargs))
+        return self.api_client.sanitize_for_serialization(fn(*args, **kwargs))
 
     def _create(self, obj: dict[str, Any], reconnect: bool = False) -> dict[str, Any] | None:
         """Create ``obj``; with ``reconnect``, one that exists already (409: same name, same spec) is fine."""
@@ -563,9 +502,7 @@ class KubernetesBackend(Backend):
         The API has no byte offsets, so each call reads the logs whole and slices them."""
         from kubernetes.client.exceptions import ApiException
 
-        pods = self._call(
-            self.core.list_namespaced_pod, handle["namespace"], label_selector=f"{objs.LABEL_JOB}={handle['name']}"
-        )
+        pods = self.core.list_namespaced_pod(handle["namespace"], label_selector=f"{objs.LABEL_JOB}={handle['name']}")
         items = sorted(pods.items, key=lambda p: (p.metadata.creation_timestamp or 0, p.metadata.name))
         parts = []
         for p in items:
@@ -574,12 +511,8 @@ class KubernetesBackend(Backend):
                     continue
                 try:
                     # Raw bytes: client versions differ in how they decode a text/plain answer.
-                    resp = self._call(
-                        self.core.read_namespaced_pod_log,
-                        p.metadata.name,
-                        handle["namespace"],
-                        container=c.name,
-                        _preload_content=False,
+                    resp = self.core.read_namespaced_pod_log(
+                        p.metadata.name, handle["namespace"], container=c.name, _preload_content=False
                     )
                     text = resp.data.decode("utf-8", "replace")
                 except ApiException as e:
@@ -589,20 +522,6 @@ class KubernetesBackend(Backend):
                 end = "\n" if text and not text.endswith("\n") else ""
                 parts.append(f"==> pod {p.metadata.name} ({c.name}) <==\n{text}{end}")
         return slice_log("".join(parts).encode(), offset)
-
-
-def from_options(**options: Any) -> KubernetesBackend:
-    """The registry's constructor: deployment defaults from ``$CURATION_KUBERNETES_OPTIONS`` (JSON; the
-    helm chart sets it for the Airflow components), under the options given (``pod`` merged key by key)."""
-    raw = os.environ.get(ENV_OPTIONS)
-    if raw:
-        try:
-            defaults = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"${ENV_OPTIONS} is not valid JSON: {e}") from None
-        pod = {**(defaults.get("pod") or {}), **(options.get("pod") or {})}
-        options = {**defaults, **options, **({"pod": pod} if pod else {})}
-    return KubernetesBackend(**options)
 
 
 def _condition(obj: dict[str, Any], ctype: str, reason: set[str] | None = None) -> dict[str, Any] | None:

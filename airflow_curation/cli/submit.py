@@ -1,6 +1,7 @@
 """``curation <stage> --backend NAME [--backend-options ...]``: submit the stage to a backend without Airflow.
 
-The same backend classes the operators use (local, slurm, kubernetes, ray), built from plain options; the
+The same backend classes the operators use (local, slurm, kubernetes, ray), built by the same factory
+(:func:`airflow_curation.hooks.factory.backend_for`: a login node or a cluster from its connection); the
 job gets the storage options of this process's environment through its own (a ``0600`` file on Slurm, a
 Secret on Kubernetes; see core/credentials.py), never in its spec. The command follows the job until it
 ends (its log streamed to stderr), relaunches it where the backend allows, and cancels it on Ctrl-C/SIGTERM.
@@ -15,7 +16,7 @@ import sys
 import time
 from typing import Any
 
-from airflow_curation.backends import Backend, JobState, get_backend
+from airflow_curation.backends import Backend, JobState
 from airflow_curation.core import storage_map
 from airflow_curation.jobs.follow import Follower
 from airflow_curation.jobs.spec import JobSpec
@@ -66,12 +67,17 @@ def backend_options(text: str) -> dict[str, Any]:
 
 
 def build_backend(name: str, options: dict[str, Any]) -> Backend:
-    """Backend ``name`` from plain options; the job's environment gets this process's storage options."""
-    opts = dict(options)
-    env = storage_map.current().to_env()
-    if env and name != "ray":  # Ray: a runtime_env is readable by the dashboard's users (core/credentials.py)
-        opts["env"] = {**env, **(opts.get("env") or {})}
-    return get_backend(name, **opts)
+    """Backend ``name`` built by the factory, as the operators build it (clients and transports come from
+    connections or client options there: ``slurm_conn_id``, ``kubernetes_conn_id``, ``in_cluster``...);
+    the job's environment gets this process's storage options. Airflow is imported only where a
+    connection or client is asked for."""
+    # The Airflow layer's module, the one exception to the layers (pyproject.toml's import contracts):
+    # its top level imports no Airflow, so local, Slurm-here and Ray submissions run without Airflow.
+    from airflow_curation.hooks.factory import backend_for
+
+    smap = storage_map.current()
+    # Ray: a runtime_env is readable by the dashboard's users (core/credentials.py).
+    return backend_for(name, options, storage=smap if name != "ray" else None)
 
 
 def submit_and_follow(spec: JobSpec, name: str, options: dict[str, Any], poll_s: float = 2.0) -> dict[str, Any]:

@@ -7,12 +7,18 @@ The operator, the sensor and both triggers resolve connections here, in the proc
   fsspec options by protocol or URL prefix). The caller puts the map in effect for its own work only
   (``with storage.using(settings.storage)``: one task, poke or trigger; nothing process-wide), and
   :func:`backend_for` hands it to jobs through their environment (:meth:`StorageMap.to_env`).
-* ``kubernetes_conn_id`` (in backend options) -> the cncf-kubernetes ``KubernetesHook``'s API client,
-  given to the Kubernetes backend.
+* ``kubernetes_conn_id`` (or, without a connection, the client options ``in_cluster``, ``config_file``/
+  ``context``, ``host``/``token``/``verify_ssl``) -> an API client from the cncf-kubernetes provider's
+  ``KubernetesHook``, every call retried by the provider's ``generic_api_retry``, given to the
+  Kubernetes backend.
 * ``slurm_conn_id`` (in backend options) -> site defaults and, for a login node, an SSH transport over
-  Airflow's ``SSHHook``, given to the Slurm backend.
+  Airflow's SSH provider (``SSHHook``), given to the Slurm backend.
 
-Backends get clients and plain options only; they import nothing from here.
+This is the one place that builds backends and their clients: the operator, the sensor, both triggers,
+:class:`~airflow_curation.hooks.slurm.SlurmHook` and the CLI (``curation <stage> --backend``) all come here.
+Backends take a client or transport and plain options only, import nothing from here, and refuse to
+build a client themselves. Airflow is imported only to resolve a connection or build a client, so the
+CLI's local, Slurm-here and Ray paths run without it.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ from airflow_curation.core.storage_map import StorageMap
 
 # Backend options that name an Airflow connection: resolved here, kept (as ids) in job handles.
 CONN_ID_OPTIONS = ("slurm_conn_id", "kubernetes_conn_id")
+# How to reach the Kubernetes API without a connection: the factory builds the client from them.
+KUBERNETES_CLIENT_OPTIONS = ("in_cluster", "config_file", "context", "host", "token", "verify_ssl")
+UNKEPT_OPTIONS = ("token",)  # a secret: never in a handle (a connection holds it instead)
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +76,11 @@ def curation_settings(curation_conn_id: str | None) -> CurationSettings:
     )
 
 
-def connection_ids(options: Mapping[str, Any]) -> dict[str, str]:
-    """The connection ids among backend options (what a handle keeps to resolve them again)."""
-    return {k: options[k] for k in CONN_ID_OPTIONS if options.get(k)}
+def connection_ids(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The connection ids and client options among backend options (what a handle keeps to resolve them
+    again), secrets excepted."""
+    keys = [k for k in (*CONN_ID_OPTIONS, *KUBERNETES_CLIENT_OPTIONS) if k not in UNKEPT_OPTIONS]
+    return {k: options[k] for k in keys if options.get(k) is not None}
 
 
 def backend_for(name: str, options: Mapping[str, Any] | None = None, *, storage: StorageMap | None = None) -> Backend:
@@ -77,28 +88,135 @@ def backend_for(name: str, options: Mapping[str, Any] | None = None, *, storage:
 
     :param name: ``local``, ``slurm``, ``kubernetes``, ``ray``.
     :param options: the backend's options, plus optionally ``slurm_conn_id`` / ``kubernetes_conn_id``
-        (their connection's settings lie under the options given).
+        (their connection's settings lie under the options given) and the Kubernetes client options.
     :param storage: the storage map for the job's environment; only where jobs are submitted, never
         where they are only followed.
     """
     opts = dict(options or {})
     ids = {k: opts.pop(k) for k in CONN_ID_OPTIONS if k in opts}
+    client_opts = {k: opts.pop(k) for k in KUBERNETES_CLIENT_OPTIONS if k in opts}
+    if client_opts and name != "kubernetes":
+        raise ValueError(f"backend {name!r}: {sorted(client_opts)} are options of the kubernetes backend only")
     if storage:
         opts["env"] = {**storage.to_env(), **(opts.get("env") or {})}
-    if name == "slurm" and ids.get("slurm_conn_id"):
+    if name == "slurm":
+        if not ids.get("slurm_conn_id"):
+            return slurm_backend(None, opts)  # the Slurm commands run here: no Airflow needed
         from airflow_curation.hooks.slurm import SlurmHook
 
-        hook = SlurmHook(ids["slurm_conn_id"])
-        return get_backend(name, **{**hook.backend_options(), **opts}, transport=hook.transport())
-    if name == "kubernetes" and ids.get("kubernetes_conn_id"):
-        from airflow_curation.hooks.kubernetes import CurationKubernetesHook
-
-        return CurationKubernetesHook(conn_id=ids["kubernetes_conn_id"]).get_backend(**opts)
+        return slurm_backend(SlurmHook(ids["slurm_conn_id"]), opts)
+    if name == "kubernetes":
+        return kubernetes_backend(ids.get("kubernetes_conn_id"), client_opts, opts)
     return get_backend(name, **opts)
+
+
+def slurm_backend(hook: Any, options: Mapping[str, Any]) -> Backend:
+    """The Slurm backend on a ``SlurmHook``'s site defaults (under ``options``) and the transport to its
+    login node; ``hook`` None: no connection, the Slurm commands run here."""
+    if hook is None:
+        return get_backend("slurm", **options)
+    return get_backend("slurm", **{**hook.backend_options(), **options}, transport=hook.transport())
+
+
+def kubernetes_backend(conn_id: str | None, client_options: Mapping[str, Any], options: dict[str, Any]) -> Backend:
+    """The Kubernetes backend on the client of :func:`kubernetes_client`; ``namespace`` defaults to the
+    connection's (then ``default``)."""
+    hook, api_client = kubernetes_client(conn_id, **client_options)
+    if not options.get("namespace") and hook.get_namespace():
+        options = {**options, "namespace": hook.get_namespace()}
+    return get_backend("kubernetes", **options, api_client=api_client)
+
+
+def kubernetes_client(
+    conn_id: str | None = None,
+    *,
+    in_cluster: bool | None = None,
+    config_file: str | None = None,
+    context: str | None = None,
+    host: str | None = None,
+    token: str | None = None,
+    verify_ssl: bool = True,
+) -> tuple[Any, Any]:
+    """The provider's ``KubernetesHook`` and its API client, every call retried by ``generic_api_retry``.
+
+    :param conn_id: a ``kubernetes`` connection (in-cluster, kubeconfig path or inline, context,
+        namespace); ``None``: the options below, else the default kubeconfig.
+    :param in_cluster: / :param config_file: / :param context: as the connection's fields.
+    :param host: an API server URL, with ``token`` and ``verify_ssl``: made into a kubeconfig for the hook.
+    """
+    try:
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+        from kubernetes import client
+    except ImportError as e:
+        raise ImportError(
+            f"the kubernetes backend's API client comes from the cncf-kubernetes provider ({e}): "
+            "pip install 'airflow-curation[kubernetes]'"
+        ) from e
+
+    config_dict = _kubeconfig(host, token, verify_ssl) if host else None
+    hook = KubernetesHook(
+        conn_id=conn_id,
+        kubernetes_conn_id=None,  # no connection named: no lookup of kubernetes_default
+        in_cluster=in_cluster or None,
+        config_file=config_file,
+        cluster_context=context,
+        config_dict=config_dict,
+    )
+    if not hook._coalesce_param(hook.in_cluster, hook._get_field("in_cluster")):
+        # A configuration of its own: the provider would load a kubeconfig into the process-wide default,
+        # and a triggerer serving two clusters would mix them up (in-cluster is one cluster either way).
+        hook.client_configuration = client.Configuration()
+        hook.client_configuration.retries = 0  # one retry policy: the provider's, not urllib3's under it
+    return hook, _with_provider_retry(hook.get_conn())
+
+
+def _kubeconfig(host: str, token: str | None, verify_ssl: bool) -> dict[str, Any]:
+    cluster = {"server": host, **({} if verify_ssl else {"insecure-skip-tls-verify": True})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "api", "cluster": cluster}],
+        "users": [{"name": "user", "user": {"token": token} if token else {}}],
+        "contexts": [{"name": "api", "context": {"cluster": "api", "user": "user"}}],
+        "current-context": "api",
+    }
+
+
+class _Exists(Exception):
+    """A create answered 409 AlreadyExists: a final answer (the object is there), not a transient one."""
+
+
+def _with_provider_retry(api_client: Any) -> Any:
+    """Every API call of ``api_client`` retried as the provider retries its own (``generic_api_retry``:
+    429 honouring Retry-After, 5xx and dropped connections with exponential backoff, ``[workers]
+    api_retries`` attempts). A create's 409 is the backend's reconnect signal, so it is not retried."""
+    from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import generic_api_retry
+    from kubernetes.client.exceptions import ApiException
+
+    call_api = api_client.call_api
+
+    @generic_api_retry
+    def attempt(resource_path: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return call_api(resource_path, method, *args, **kwargs)
+        except ApiException as e:
+            if e.status == 409 and method == "POST":
+                raise _Exists() from e
+            raise
+
+    def call(resource_path: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return attempt(resource_path, method, *args, **kwargs)
+        except _Exists as e:
+            raise e.__cause__ from None
+
+    api_client.call_api = call
+    return api_client
 
 
 def handle_options(backend: Backend, options: Mapping[str, Any]) -> dict[str, Any]:
     """What a job handle keeps to rebuild ``backend`` in a trigger or a retry: its plain options without
-    the job's environment (storage secrets), plus the connection ids of ``options`` to resolve again."""
+    the job's environment (storage secrets), plus the connection ids and client options of ``options``
+    (a token excepted) to resolve again."""
     kept = {k: v for k, v in backend.options().items() if k != "env"}
     return {**kept, **connection_ids(options)}

@@ -122,7 +122,10 @@ class SlurmHook(BaseHook):
         return SSHTransport(hook) if hook is not None else None
 
     def get_backend(self) -> SlurmBackend:
-        return SlurmBackend(**self.backend_options(), transport=self.transport())
+        """The backend on this connection, built by the factory (the one place backends are built)."""
+        from airflow_curation.hooks.factory import slurm_backend
+
+        return slurm_backend(self, {})
 
     def get_conn(self) -> SlurmBackend:
         return self.get_backend()

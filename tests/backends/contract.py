@@ -22,7 +22,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from airflow_curation.backends import Backend, JobHandle, JobState, JobStatus, get_backend
+from airflow_curation.backends import Backend, JobHandle, JobState, JobStatus
+from airflow_curation.hooks.factory import backend_for
 from airflow_curation.jobs import attempts
 from airflow_curation.jobs.follow import Follower, Look
 from airflow_curation.jobs.run import RunRecord
@@ -96,14 +97,15 @@ class LocalHarness(Harness):
     name = "local"
 
     def make(self, **options: Any) -> Backend:
-        return get_backend("local", work_dir=str(self.root / "jobs"), env={"PYTHONPATH": JOB_PYTHONPATH}, **options)
+        options = {"work_dir": str(self.root / "jobs"), "env": {"PYTHONPATH": JOB_PYTHONPATH}, **options}
+        return backend_for("local", options)
 
 
 class SlurmHarness(Harness):
     name = "slurm"
 
     def make(self, **options: Any) -> Backend:
-        return get_backend("slurm", python=sys.executable, env={"PYTHONPATH": JOB_PYTHONPATH}, **options)
+        return backend_for("slurm", {"python": sys.executable, "env": {"PYTHONPATH": JOB_PYTHONPATH}, **options})
 
     def external(self, handle: JobHandle) -> Any:
         handle = attempts.latest(self.backend, handle).to_dict()
@@ -135,15 +137,17 @@ class KubernetesHarness(Harness):
         super().__init__(root)
 
     def make(self, **options: Any) -> Backend:
-        return get_backend(
+        # The factory's client: the cncf-kubernetes provider's hook on a kubeconfig for the loopback server.
+        return backend_for(
             "kubernetes",
-            host=self.fake.url,
-            namespace="default",
-            retry_backoff=0.01,
-            launch_kinds={"slurmtest": "indexed"},
-            shard_groups=2,
-            pod={"env": {"PYTHONPATH": JOB_PYTHONPATH}},  # the pods' test stage (site/sitecustomize.py)
-            **options,
+            {
+                "host": self.fake.url,
+                "namespace": "default",
+                "launch_kinds": {"slurmtest": "indexed"},
+                "shard_groups": 2,
+                "pod": {"env": {"PYTHONPATH": JOB_PYTHONPATH}},  # the pods' test stage (site/sitecustomize.py)
+                **options,
+            },
         )
 
     def drive(self) -> None:
@@ -206,9 +210,8 @@ class RayHarness(Harness):
 
     def make(self, **options: Any) -> Backend:
         self.client = getattr(self, "client", None) or LocalRayClient(self.root / "ray")
-        backend = get_backend(
-            "ray", address="http://ray-head:8265", python=sys.executable, env={"PYTHONPATH": JOB_PYTHONPATH}, **options
-        )
+        options = {"address": "http://ray-head:8265", "python": sys.executable, **options}
+        backend = backend_for("ray", {"env": {"PYTHONPATH": JOB_PYTHONPATH}, **options})
         backend._client = lambda: self.client
         return backend
 

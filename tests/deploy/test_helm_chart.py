@@ -12,6 +12,7 @@ import yaml
 
 from airflow_curation.backends.kubernetes import KubernetesBackend  # noqa: E402
 from airflow_curation.backends.schemas import validate_object  # noqa: E402
+from airflow_curation.hooks.factory import backend_for  # noqa: E402
 from airflow_curation.jobs.spec import JobSpec  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,9 +135,13 @@ def test_backend_options_build_a_working_backend(rendered, tmp_path):
     assert config["AIRFLOW_VAR_CURATION_DATASET"]
     assert config["AIRFLOW__METRICS__STATSD_ON"] == "True" and config["AIRFLOW__METRICS__STATSD_PORT"] == "9125"
     assert json.loads(config["AIRFLOW__OPENLINEAGE__TRANSPORT"])["type"] == "console"
-    options = json.loads(config["CURATION_KUBERNETES_OPTIONS"])
+    # The backend's options live in one place: the curation connection (the factory builds the client).
+    assert "CURATION_KUBERNETES_OPTIONS" not in config
+    secret = next(d for d in by_kind(docs, "Secret") if d["metadata"]["name"].endswith("-connection"))
+    options = json.loads(secret["stringData"]["AIRFLOW_CONN_CURATION_DEFAULT"])["extra"]["backend_options"]
     assert options["namespace"] == "curation-jobs" and options["in_cluster"] is True
-    backend = KubernetesBackend(**{**options, "in_cluster": False, "host": "http://127.0.0.1:1"})
+    backend = backend_for("kubernetes", {**options, "in_cluster": None, "host": "http://127.0.0.1:1"})
+    assert isinstance(backend, KubernetesBackend)
     pod = backend.pod
     sa = by_kind(docs, "ServiceAccount")[0]
     lake_secret = next(d for d in by_kind(docs, "Secret") if d["metadata"]["name"] == pod.storage_secret)

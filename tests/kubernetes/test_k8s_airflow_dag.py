@@ -28,27 +28,24 @@ def test_pipeline_dag_on_kubernetes(airflow_db, fake_k8s, tmp_path, monkeypatch)
             "".join(json.dumps({"text": f"doc {i} {j} " + "w " * j}) + "\n" for j in range(10))
         )
     monkeypatch.setenv("CURATION_POLL_INTERVAL", "0.2")
-    # Deployment defaults, as the helm chart sets them for the Airflow components.
-    monkeypatch.setenv(
-        "CURATION_KUBERNETES_OPTIONS",
-        json.dumps(
-            {
-                "host": fake_k8s.url,
-                "namespace": "default",
-                "shard_groups": 2,
-                # Only Jobs can run here (no Dask or KubeRay operator): sweeps, and one pod for global dedup.
-                "launch_kinds": {
-                    "ingest": "indexed",
-                    "preprocess": "indexed",
-                    "dedup": "job",
-                    "enrich": "job",
-                    "validate": "job",
-                },
-                "retry_backoff": 0.01,
-                "pod": {"service_account": "airflow-curation-job"},
-            }
-        ),
-    )
+    # Deployment defaults, as the helm chart sets them: the curation connection's backend options, from
+    # which the factory builds the backend and its API client (the provider's hook on a kubeconfig for ``host``).
+    backend_options = {
+        "host": fake_k8s.url,
+        "namespace": "default",
+        "shard_groups": 2,
+        # Only Jobs can run here (no Dask or KubeRay operator): sweeps, and one pod for global dedup.
+        "launch_kinds": {
+            "ingest": "indexed",
+            "preprocess": "indexed",
+            "dedup": "job",
+            "enrich": "job",
+            "validate": "job",
+        },
+        "pod": {"service_account": "airflow-curation-job"},
+    }
+    connection = {"conn_type": "curation", "extra": {"backend": "kubernetes", "backend_options": backend_options}}
+    monkeypatch.setenv("AIRFLOW_CONN_CURATION_DEFAULT", json.dumps(connection))
     spec = importlib.util.spec_from_file_location(
         "curation_pipeline_k8s_under_test", REPO / "dags" / "curation_pipeline.py"
     )

@@ -8,11 +8,11 @@ import json
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from airflow_curation.backends import get_backend
 from airflow_curation.backends.base import JobState
 from airflow_curation.backends.k8s_objects import LABEL_JOB
 from airflow_curation.backends.schemas import ManifestInvalid, validate_object
 from airflow_curation.core import storage
+from airflow_curation.hooks.factory import backend_for
 from airflow_curation.jobs import attempts
 
 OK_RESULT = {
@@ -33,9 +33,9 @@ def _write_result(handle, result=OK_RESULT):
 
 
 def test_registered_and_rebuildable_from_options(fake_k8s):
-    backend = get_backend("kubernetes", host=fake_k8s.url, namespace="ns1", parallelism=3)
-    again = get_backend("kubernetes", **backend.options())
-    assert again.options() == backend.options()
+    backend = backend_for("kubernetes", {"host": fake_k8s.url, "namespace": "ns1", "parallelism": 3})
+    again = backend_for("kubernetes", {**backend.options(), "host": fake_k8s.url})
+    assert again.options() == backend.options() and "api_client" not in backend.options()
     json.dumps(backend.options())  # a trigger carries them serialised
 
 
@@ -53,7 +53,8 @@ def test_small_shards_go_several_to_a_pod(fake_k8s, make_backend, make_spec):
     assert backend._groups_for(make_spec("preprocess", shards=200, shard_bytes=100 * mib)) == 64
     unfloored = make_backend(launch_kinds={"preprocess": "indexed"}, min_group_bytes=0)
     assert unfloored._groups_for(make_spec("preprocess", shards=10, shard_bytes=mib)) == 10
-    assert get_backend("kubernetes", **backend.options()).min_group_bytes == 64 * mib  # the trigger's copy
+    again = backend_for("kubernetes", {**backend.options(), "host": fake_k8s.url})  # the trigger's copy
+    assert again.min_group_bytes == 64 * mib
 
 
 def test_indexed_groups_then_collect_through_every_state(fake_k8s, make_backend, make_spec):
@@ -282,15 +283,19 @@ def test_lost_create_response_is_retried_into_a_reconnect(fake_k8s, make_backend
     assert fake_k8s.get("configmaps", f"{handle['name']}-spec")["metadata"]["ownerReferences"]
 
 
-def test_5xx_is_retried_then_surfaces(fake_k8s, make_backend, make_spec):
-    backend = make_backend(retries=3)
+def test_5xx_is_retried_by_the_provider_then_surfaces(fake_k8s, make_backend, make_spec):
+    """The factory's client retries as the cncf-kubernetes provider does (``generic_api_retry``: its
+    attempts, its transient statuses); the backend has no retry of its own."""
+    from airflow.providers.cncf.kubernetes.kubernetes_helper_functions import API_RETRIES
+
+    backend = make_backend()
     handle = backend.submit(make_spec("dedup"))
-    fake_k8s.fault("GET", r"/daskjobs/", 503, count=3)
-    assert backend.status(handle).state == JobState.PENDING  # 3 failures, 4th try answers
-    fake_k8s.fault("GET", r"/daskjobs/", 502, count=4)
+    fake_k8s.fault("GET", r"/daskjobs/", 503, count=API_RETRIES - 1)
+    assert backend.status(handle).state == JobState.PENDING  # every attempt but the last failed
+    fake_k8s.fault("GET", r"/daskjobs/", 502, count=API_RETRIES)
     with pytest.raises(ApiException) as e:
         backend.status(handle)
-    assert e.value.status == 502
+    assert e.value.status == 502 and not fake_k8s.faults[-1].count
     fake_k8s.fault("GET", r"/daskjobs/", 403, count=1)  # not transient: no retry
     with pytest.raises(ApiException) as e:
         backend.status(handle)

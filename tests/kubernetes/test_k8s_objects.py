@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_curation.backends import k8s_objects as o
-from airflow_curation.backends.kubernetes import KubernetesBackend
 from airflow_curation.backends.schemas import ManifestInvalid, crd_schemas, validate_object
+from airflow_curation.hooks.factory import backend_for
 from airflow_curation.jobs.spec import JobSpec
 
 POD_SETTINGS = [
@@ -33,6 +33,11 @@ POD_SETTINGS = [
         "limits": {"cpu": "8", "memory": "32Gi"},
     },
 ]
+
+
+def _backend(**options):
+    """A backend on the factory's client for an API server that is never called: objects are only built."""
+    return backend_for("kubernetes", {"host": "http://127.0.0.1:1", **options})
 
 
 def _spec(stage: str = "preprocess") -> JobSpec:
@@ -82,14 +87,7 @@ def _pod_specs(obj: dict) -> list[dict]:
 @pytest.mark.parametrize("engine", o.LAUNCH_KINDS)
 def test_every_engine_builds_valid_non_root_objects(engine, pod):
     stage = "enrich" if engine == "ray" else "preprocess"
-    backend = KubernetesBackend(
-        host="http://127.0.0.1:1",
-        namespace="curation",
-        pod=pod,
-        launch_kinds={stage: engine},
-        shard_groups=6,
-        parallelism=4,
-    )
+    backend = _backend(namespace="curation", pod=pod, launch_kinds={stage: engine}, shard_groups=6, parallelism=4)
     handle, objects = backend.build(_spec(stage))
     assert [x["kind"] for x in objects][0] == "ConfigMap"
     for obj in objects:
@@ -266,8 +264,7 @@ def test_secret_env_reaches_every_container_by_reference_only(engine):
     secret = "s3cr3t-value-8c1f"
     env = {"CURATION_STORAGE_OPTIONS_S3": json.dumps({"key": "AKIA-FAKE", "secret": secret})}
     stage = "enrich" if engine == "ray" else "preprocess"
-    backend = KubernetesBackend(
-        host="http://127.0.0.1:1",
+    backend = _backend(
         namespace="curation",
         pod={"storage_secret": "lake-creds"},
         launch_kinds={stage: engine},
@@ -296,8 +293,7 @@ def test_credentials_of_pod_env_and_of_env_are_read_from_a_secret_only(engine):
     every object validates against its schema. Plain ``pod.env`` variables stay literal."""
     aws, hf, pw = "wJalrXUtnFEMI-fake-4c1e", "hf_fake_token_77a0", "pw123"
     stage = "enrich" if engine == "ray" else "preprocess"
-    backend = KubernetesBackend(
-        host="http://127.0.0.1:1",
+    backend = _backend(
         namespace="curation",
         pod={
             "storage_secret": "lake-creds",
@@ -334,5 +330,5 @@ def test_credentials_are_refused_as_literal_pod_env():
         with pytest.raises(ValueError, match="credentials .* would be written into the pod spec"):
             o.PodSettings(env=env)
     # The backend moves them into the job's Secret instead (above).
-    backend = KubernetesBackend(host="http://127.0.0.1:1", pod={"env": {"curation_storage_options_gcs": "{}"}})
+    backend = _backend(pod={"env": {"curation_storage_options_gcs": "{}"}})
     assert backend.pod.env == {} and backend.env == {"curation_storage_options_gcs": "{}"}

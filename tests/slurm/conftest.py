@@ -98,7 +98,12 @@ def make_backend(slurm_cluster, tmp_path):
     def make(**options) -> SlurmBackend:
         env = {"PYTHONPATH": JOB_PYTHONPATH, **options.pop("env", {})}
         options.setdefault("min_group_bytes", 1)  # the tests' shards are KBs: still one task per shard
-        return SlurmBackend(python=sys.executable, env=env, **options)
+        # Through the factory, as everywhere: a slurm_conn_id becomes the SSH provider's transport.
+        from airflow_curation.hooks.factory import backend_for
+
+        backend = backend_for("slurm", {"python": sys.executable, "env": env, **options})
+        assert isinstance(backend, SlurmBackend)
+        return backend
 
     return make
 
@@ -178,6 +183,14 @@ def finished_ok(st: JobStatus) -> bool:
     return st.state == JobState.SUCCEEDED
 
 
+# In every session on the loopback login node: credentials of that machine, which sbatch run there must
+# not hand to Slurm's job record (tests/slurm/test_slurm_secrets.py).
+LOGIN_NODE_CREDENTIALS = {
+    "AIRFLOW_CONN_CURATION_DEFAULT": "generic://curator:pw-login-3f9c@db",
+    "CURATION_STORAGE_OPTIONS_GCS": "login-secret-8d21",
+}
+
+
 @pytest.fixture(scope="session")
 def ssh_login(slurm_cluster, tmp_path_factory):
     """A real sshd on 127.0.0.1 (key auth only) whose sessions see the test cluster: the "login node"
@@ -210,7 +223,7 @@ PermitRootLogin prohibit-password
 UsePAM no
 StrictModes no
 PidFile {d}/sshd.pid
-SetEnv SLURM_CONF={slurm_cluster}
+SetEnv SLURM_CONF={slurm_cluster} {" ".join(f"{k}={v}" for k, v in LOGIN_NODE_CREDENTIALS.items())}
 """)
     proc = subprocess.Popen(
         [sshd, "-D", "-e", "-f", str(d / "sshd_config")], stdout=subprocess.DEVNULL, stderr=open(d / "sshd.log", "wb")

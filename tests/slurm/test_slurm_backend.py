@@ -133,7 +133,7 @@ def test_bad_options_are_refused():
         SlurmBackend(env={"A;B": "x"})
     with pytest.raises(ValueError, match="NUL"):
         SlurmBackend(partition="de\x00bug")
-    with pytest.raises(ValueError, match="not a host name"):
+    with pytest.raises(TypeError, match="ssh_host"):  # no ssh command line: a login node is a transport
         SlurmBackend(ssh_host="-oProxyCommand=touch /tmp/x")
 
 
@@ -305,10 +305,11 @@ def test_job_forgotten_by_slurm_without_accounting(make_backend, lake):
     assert "3/3 units checkpointed" in status.message and "no record" in status.message
 
 
-def test_environment_values_reach_the_job_literally(make_backend, lake, tmp_path):
+def test_environment_values_reach_the_job_literally(make_backend, lake, tmp_path, ssh_conn_id):
     canary = tmp_path / "pwned"
     evil = f"a'b\"c $(touch {canary}) `touch {canary}` ${{HOME}} \\ ;|&\n<>*?"
-    backend = make_backend(env={"CURATION_TEST_ECHO": evil}, command_prefix=["bash", "-c"])
+    # Through the login node's shell (the factory's SSH transport), the harder path for quoting.
+    backend = make_backend(env={"CURATION_TEST_ECHO": evil}, slurm_conn_id=ssh_conn_id)
     handle = backend.submit(spec_for(lake, units=1))
     assert wait_for(backend, handle).state == JobState.SUCCEEDED
     manifest = Manifest.read(handle["manifest_uri"])
@@ -325,8 +326,10 @@ def test_unreachable_controller_is_unknown_not_a_failure(make_backend, lake):
     backend = make_backend()
     handle = backend.submit(spec_for(lake, units=1, sleep_s=60))
     # scontrol keeps retrying without a configuration: the command time-out is what ends it.
-    broken = make_backend(command_prefix=["env", "SLURM_CONF=/nonexistent/slurm.conf", "bash", "-c"], command_timeout=3)
-    st = broken.status(handle)
+    broken = make_backend(command_timeout=3)
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("SLURM_CONF", "/nonexistent/slurm.conf")
+        st = broken.status(handle)
     assert st.state == JobState.UNKNOWN and "cannot reach Slurm" in st.message
     backend.cancel(handle)
     assert wait_for(backend, handle).state == JobState.CANCELLED

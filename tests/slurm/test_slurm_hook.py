@@ -86,7 +86,7 @@ def test_hook_builds_the_backend_from_the_connection(monkeypatch):
         "curation",
         2222,
     )
-    assert backend.command_prefix == [] and backend.remote
+    assert backend.remote
     assert "transport" not in backend.options()
 
 
@@ -121,7 +121,6 @@ def test_legacy_ssh_fields_go_through_the_ssh_provider(monkeypatch):
     backend = SlurmHook("slurm_old").get_backend()
     hook = backend.transport.hook
     assert (hook.remote_host, hook.username, hook.port) == ("login1", "-oProxyCommand=touch /tmp/pwned", 2222)
-    assert backend.command_prefix == []
 
 
 def test_hook_without_host_submits_locally(monkeypatch, make_backend, lake):
@@ -132,6 +131,6 @@ def test_hook_without_host_submits_locally(monkeypatch, make_backend, lake):
     ok, message = hook.test_connection()
     assert ok and "debug" in message
     backend = hook.get_backend()
-    assert backend.command_prefix == [] and backend.transport is None and not backend.remote
+    assert backend.transport is None and not backend.remote
     handle = backend.submit(spec_for(lake, units=2))
     assert wait_for(backend, handle).result["shards"] == 2

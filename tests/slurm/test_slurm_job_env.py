@@ -89,5 +89,9 @@ def test_an_object_store_lake_needs_no_work_dir(tmp_path, monkeypatch):
     assert job_dir.startswith(str(tmp_path / "jobs" / "run1" / spec.stage) + "/")
     monkeypatch.delenv("CURATION_SLURM_JOBS_DIR")
     assert SlurmBackend().job_dir_for(spec).startswith(os.path.expanduser("~/.airflow-curation/slurm-jobs/run1/"))
-    with pytest.raises(ValueError, match="over SSH"):
-        SlurmBackend(command_prefix=["ssh", "login1"]).job_dir_for(spec)
+    from airflow.providers.ssh.hooks.ssh import SSHHook
+
+    from airflow_curation.hooks.ssh_transport import SSHTransport
+
+    with pytest.raises(ValueError, match="over SSH"):  # a login node: nothing connects until a command runs
+        SlurmBackend(transport=SSHTransport(SSHHook(remote_host="login1"))).job_dir_for(spec)

@@ -5,6 +5,7 @@ check that every value arrives as one literal argument."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -142,7 +143,6 @@ def test_remote_command_line_keeps_every_value_literal(partition, account, qos, 
             time_limit=time_limit or None,
             mem=mem or None,
             sbatch_options=extra,
-            command_prefix=["bash", "-c"],
         )
         try:
             check_job_dir(job_dir)
@@ -158,8 +158,8 @@ def test_remote_command_line_keeps_every_value_literal(partition, account, qos, 
             script_args=["3"],
         )
         assert argv[-2:] == [f"{job_dir}/job.sh", "3"]
-        full = backend.command_argv([rec, *argv[1:]])
-        assert full[:2] == ["bash", "-c"] and len(full) == 3
+        # What the SSH transport hands the login node's shell: one command line, shlex.join(argv).
+        full = ["bash", "-c", shlex.join([rec, *argv[1:]])]
         out = base / "argv"
         proc = subprocess.run(
             full, capture_output=True, cwd=base, env={"PATH": os.environ["PATH"], "REC_OUT": str(out)}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import stat
 import time
 import uuid
@@ -19,7 +20,7 @@ from airflow_curation.backends.base import JobState
 from airflow_curation.backends.slurm import ENV_FILE, SlurmError
 from airflow_curation.core.manifest import Manifest
 
-from .conftest import checkpoint_records, follow, relaunch, settle, spec_for, wait_for
+from .conftest import LOGIN_NODE_CREDENTIALS, checkpoint_records, follow, relaunch, settle, spec_for, wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -132,19 +133,20 @@ def test_resubmissions_reuse_the_file_until_the_run_is_over(make_backend, lake, 
     assert _files_holding(tmp_path, secret) == []
 
 
-def test_over_ssh_the_secret_is_on_no_command_line(make_backend, lake, ssh_login, tmp_path):
-    """The work folder only on the login side: the file is streamed through stdin; every argv that
-    ran locally (what ``ps`` shows here and, as the remote command string, on the login node) is
-    recorded and free of the secret."""
+def test_over_ssh_the_secret_is_on_no_command_line(make_backend, lake, ssh_conn_id, tmp_path):
+    """The work folder only on the login side: the file is streamed through stdin; every command line the
+    factory's SSH transport sent to the login node (what ``ps`` shows there) is recorded and free of the
+    secret, and nothing runs here."""
     secret, env = _secret_env()
-    argv_log = tmp_path / "argv.log"
-    recorder = tmp_path / "record-argv"
-    recorder.write_text(f'#!/bin/sh\nprintf "%s\\0" "$@" >> {argv_log}\nexec "$@"\n')
-    recorder.chmod(0o755)
     work = tmp_path / "remote-jobs"
-    backend = make_backend(
-        env=env, command_prefix=[str(recorder), *ssh_login], work_dir=str(work), remote_work_dir=True, shard_groups=2
-    )
+    backend = make_backend(env=env, slurm_conn_id=ssh_conn_id, work_dir=str(work), remote_work_dir=True, shard_groups=2)
+    sent, run = [], backend.transport.run
+
+    def recorded(argv, data=None, timeout=None):
+        sent.append(shlex.join(argv))  # the remote command line, as SSHTransport sends it
+        return run(argv, data, timeout)
+
+    backend.transport.run = recorded
     handle = backend.submit(spec_for(lake, units=2))
     env_file = Path(handle["job_dir"], ENV_FILE)
     assert _mode(env_file) == 0o600 and _files_holding(tmp_path, secret) == [env_file]
@@ -152,7 +154,7 @@ def test_over_ssh_the_secret_is_on_no_command_line(make_backend, lake, ssh_login
     assert st.state == JobState.SUCCEEDED, st
     assert _received(lake, handle, env) == {True}
     assert not env_file.exists()
-    assert argv_log.exists() and secret.encode() not in argv_log.read_bytes()
+    assert any("sbatch" in line for line in sent) and not [line for line in sent if secret in line]
     assert _files_holding(tmp_path, secret) == []
     assert os.listdir(work)  # the job folder was there, written over SSH
 
@@ -174,33 +176,29 @@ def _saved_environments(*job_ids: str) -> dict[str, dict[str, str]]:
 
 
 @pytest.mark.parametrize("where", ["here", "login node"])
-def test_slurms_saved_job_environment_holds_no_credential(make_backend, lake, tmp_path, monkeypatch, where):
+def test_slurms_saved_job_environment_holds_no_credential(make_backend, lake, tmp_path, monkeypatch, request, where):
     """The worker's environment holds a connection with its password and storage options; a login node's
-    (a prefix that runs sbatch with them) likewise. What slurmctld saves of the jobs' environments is only
-    the documented ``--export`` names and Slurm's own: no credential, no other variable; the jobs still get
-    the storage options (from ``secrets.env``) and succeed."""
+    (sbatch run there over SSH, its sessions holding some) likewise. What slurmctld saves of the jobs'
+    environments is only the documented ``--export`` names and Slurm's own: no credential, no other
+    variable; the jobs still get the storage options (from ``secrets.env``) and succeed."""
     from airflow_curation.backends.slurm import EXPORTED
 
     password, secret = f"pw-{uuid.uuid4().hex}", f"s3cr3t-{uuid.uuid4().hex}"
     conn = json.dumps({"conn_type": "generic", "login": "curator", "password": password})
     options = json.dumps({"key": "AKIA-FAKE", "secret": secret})
-    prefix = []
+    login = {}
+    ambient = [password, secret]
     if where == "here":
         monkeypatch.setenv("AIRFLOW_CONN_CURATION_DEFAULT", conn)
         monkeypatch.setenv("CURATION_STORAGE_OPTIONS_S3", options)
         monkeypatch.setenv("CURATION_PLAIN_SETTING", "kept-out")
-    else:
-        prefix = [
-            "env",
-            f"AIRFLOW_CONN_CURATION_DEFAULT={conn}",
-            f"CURATION_STORAGE_OPTIONS_GCS={options}",
-            "bash",
-            "-c",
-        ]
+    else:  # sbatch runs on the login node (the factory's SSH transport), whose sessions hold credentials
+        login = {"slurm_conn_id": request.getfixturevalue("ssh_conn_id")}
+        ambient += list(LOGIN_NODE_CREDENTIALS.values())
     backend = make_backend(
         env={"CURATION_STORAGE_OPTIONS_S3": options},
         shard_groups=2,
-        command_prefix=prefix,
+        **login,
         work_dir=str(tmp_path / "jobs"),
         export_env=["CURATION_EXTRA_NAME"],
     )
@@ -214,7 +212,7 @@ def test_slurms_saved_job_environment_holds_no_credential(make_backend, lake, tm
         assert "PATH" in env, env  # the right file: sbatch's PATH is there
         assert not {k for k in env if not k.startswith("SLURM_")} - allowed, (job_id, sorted(env))
         text = json.dumps(env)
-        assert password not in text and secret not in text and "AIRFLOW_CONN_" not in text
+        assert not [v for v in ambient if v in text] and "AIRFLOW_CONN_" not in text
     assert not _files_holding(tmp_path, secret)  # secrets.env is gone once the run is over
 
 

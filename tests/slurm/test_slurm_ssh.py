@@ -17,11 +17,11 @@ from .conftest import relaunch, spec_for, wait_for
 pytestmark = pytest.mark.slurm
 
 
-def test_submit_status_logs_over_ssh(make_backend, lake, ssh_login, tmp_path):
+def test_submit_status_logs_over_ssh(make_backend, lake, ssh_conn_id, tmp_path):
     canary = tmp_path / "pwned"
     evil = f'x\' "$(touch {canary})" `touch {canary}`; touch {canary} #'
     backend = make_backend(
-        command_prefix=ssh_login, env={"CURATION_TEST_ECHO": evil}, sbatch_options=[f"--comment={evil}"]
+        slurm_conn_id=ssh_conn_id, env={"CURATION_TEST_ECHO": evil}, sbatch_options=[f"--comment={evil}"]
     )
     assert backend.max_array_size() >= 1  # scontrol show config, over SSH
     handle = backend.submit(spec_for(lake, units=2))
@@ -39,21 +39,21 @@ def test_submit_status_logs_over_ssh(make_backend, lake, ssh_login, tmp_path):
     assert backend.read_remote(handle["log"] + ".missing") == b""
 
 
-def test_cancel_over_ssh(make_backend, lake, ssh_login):
-    backend = make_backend(command_prefix=ssh_login)
+def test_cancel_over_ssh(make_backend, lake, ssh_conn_id):
+    backend = make_backend(slurm_conn_id=ssh_conn_id)
     handle = backend.submit(spec_for(lake, units=1, sleep_s=60))
     wait_for(backend, handle, until=lambda st: st.state == JobState.RUNNING)
     backend.cancel(handle)
     assert wait_for(backend, handle).state == JobState.CANCELLED
 
 
-def test_work_folder_only_on_the_login_side(make_backend, lake, ssh_login, tmp_path):
+def test_work_folder_only_on_the_login_side(make_backend, lake, ssh_conn_id, tmp_path):
     """remote_work_dir: every job file (spec, scripts, results, log, markers) is written and read over
     SSH; a failed shard is resubmitted through it too."""
     flag = tmp_path / "broken"
     flag.touch()
     work = tmp_path / "remote jobs $(x)"
-    backend = make_backend(command_prefix=ssh_login, work_dir=str(work), remote_work_dir=True, shard_groups=2)
+    backend = make_backend(slurm_conn_id=ssh_conn_id, work_dir=str(work), remote_work_dir=True, shard_groups=2)
     # u003: the block of group 1 of 2 (units 2 and 3)
     handle = backend.submit(spec_for(lake, units=4, fail_units=["u003"], fail_flag=str(flag), max_attempts=1))
     assert handle["job_dir"].startswith(str(work)) and (Path(handle["job_dir"]) / "group.sh").exists()
@@ -100,7 +100,7 @@ def test_the_airflow_ssh_connection_runs_the_slurm_commands(slurm_cluster, ssh_c
         "env": {"PYTHONPATH": JOB_PYTHONPATH, "CURATION_TEST_ECHO": evil},
     }
     backend = backend_for("slurm", options)
-    assert isinstance(backend.transport, SSHTransport) and backend.command_prefix == []
+    assert isinstance(backend.transport, SSHTransport) and backend.remote
     handle = backend.submit(spec_for(lake, units=2))
     assert (Path(handle["job_dir"]) / "spec.json").exists()  # written over the SSH channel's stdin
     st = wait_for(backend, handle)

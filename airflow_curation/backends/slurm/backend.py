@@ -82,14 +82,11 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
     :param env: environment for the job, secrets included (e.g. ``CURATION_STORAGE_OPTIONS_S3``):
         written to a ``0600`` file that the job sources and that is deleted after the run, never
         into the script.
-    :param ssh_host: run the Slurm commands on this host over SSH (``ssh -o BatchMode=yes HOST``).
-    :param command_prefix: argv that runs one shell command line somewhere (overrides ``ssh_host``);
-        the Slurm command is appended as a single, fully quoted string, exactly as ssh passes it.
-    :param transport: runs the Slurm commands instead of a local process (overrides ``command_prefix``
-        and ``ssh_host``): an object with ``run(argv, data, timeout) -> CompletedProcess`` (bytes out;
-        raises ``OSError`` or ``subprocess.TimeoutExpired`` when it cannot run it), e.g. the Airflow
-        layer's SSH transport for a login node. Not part of :meth:`options`: whoever rebuilds the
-        backend supplies it again.
+    :param transport: runs the Slurm commands instead of a local process: an object with ``run(argv,
+        data, timeout) -> CompletedProcess`` (bytes out; raises ``OSError`` or ``subprocess.TimeoutExpired``
+        when it cannot run it). The factory (:func:`airflow_curation.hooks.factory.backend_for`) builds
+        it from a ``slurm_conn_id``: the SSH provider's connection to a login node. Not part of
+        :meth:`options`: whoever rebuilds the backend supplies it again.
     :param max_resubmits: how many times the follower (:func:`~airflow_curation.jobs.attempts.settle`)
         relaunches a failed run (only its unfinished shard groups) that failed for a reason in ``resubmit_on``
         (default 2: three attempts in all, as Slurm's own requeue would give a task lost to a node or a cancel).
@@ -127,8 +124,6 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         work_dir: str | None = None,
         python: str | None = None,
         env: dict[str, str] | None = None,
-        ssh_host: str | None = None,
-        command_prefix: Sequence[str] | None = None,
         max_resubmits: int = 2,
         resubmit_on: Sequence[str] = DEFAULT_RESUBMIT_ON,
         collect_time_limit: str | None = None,
@@ -140,9 +135,9 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         export_env: Sequence[str] = (),
         transport: Any = None,
     ) -> None:
-        self.partition, self.account, self.qos, self.ssh_host = partition, account, qos, ssh_host
+        self.partition, self.account, self.qos = partition, account, qos
         self.time_limit, self.mem, self.collect_time_limit = time_limit, mem, collect_time_limit
-        for what in ("partition", "account", "qos", "time_limit", "mem", "ssh_host", "collect_time_limit"):
+        for what in ("partition", "account", "qos", "time_limit", "mem", "collect_time_limit"):
             if getattr(self, what) is not None:
                 _check_arg(getattr(self, what), what)
         self.cpus_per_task = int(cpus_per_task) if cpus_per_task else None
@@ -167,14 +162,9 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
                 raise ValueError(f"environment variable name {key!r} is not a valid identifier")
             _check_arg(value, f"env {key}")
         credentials.warn_unmaskable(self.env, "slurm env")
-        if ssh_host is not None and (not ssh_host or ssh_host.startswith("-") or any(c.isspace() for c in ssh_host)):
-            raise ValueError(f"ssh_host {ssh_host!r} is not a host name (ssh would read it as an option)")
-        if command_prefix is None:
-            command_prefix = ["ssh", "-o", "BatchMode=yes", ssh_host] if ssh_host else []
-        self.command_prefix = [_check_arg(a, "command_prefix") for a in command_prefix]
         self.transport = transport
         # Whether the Slurm commands (and so the paths they name) are on another host.
-        self.remote = bool(self.command_prefix) or (transport is not None and getattr(transport, "remote", True))
+        self.remote = transport is not None and getattr(transport, "remote", True)
         self.max_resubmits = int(max_resubmits)
         self.resubmit_on = tuple(s.upper() for s in resubmit_on)
         self.command_timeout = command_timeout
@@ -187,7 +177,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         self.export_env = export_names(export_env)
         if self.remote_work_dir and not (self.remote and work_dir):
             raise ValueError(
-                "remote_work_dir needs ssh_host (or command_prefix, or a transport) and a work_dir on that side"
+                "remote_work_dir needs a login node (slurm_conn_id: the factory's SSH transport) and a work_dir on that side"
             )
         self.files: _LocalFiles | _RemoteFiles = _RemoteFiles(self) if self.remote_work_dir else _LocalFiles()
         self._max_array_size: int | None = None

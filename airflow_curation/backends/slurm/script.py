@@ -164,7 +164,7 @@ class ScriptMixin:
         exports in the job's record (``sacct --env-vars``, the controller's state): only the
         :data:`EXPORTED` and ``export_env`` names (``--export``), and the Slurm commands run without those
         credentials anyway (:meth:`TransportMixin._exec`), so the job gets them from the ``0600`` file."""
-        here = self.transport is None and not self.command_prefix  # sbatch is our child, with our environment
+        here = self.transport is None  # sbatch is our child, with our environment
         inherited = credentials.split(os.environ)[1] if here else {}
         return {**{k: v for k, v in inherited.items() if ENV_NAME.match(k) and "\x00" not in v}, **self.env}
 

@@ -1,5 +1,6 @@
-"""How the Slurm backend reaches Slurm and the job folder: commands here or through a prefix (SSH), and
-job files on a mounted filesystem or, with ``remote_work_dir``, over that same prefix."""
+"""How the Slurm backend reaches Slurm and the job folder: commands here or through the given transport
+(the factory's SSH transport to a login node), and job files on a mounted filesystem or, with
+``remote_work_dir``, over that same transport."""
 
 from __future__ import annotations
 
@@ -26,29 +27,25 @@ class SlurmError(RuntimeError):
 class TransportMixin:
     """Running Slurm commands (mixed into :class:`SlurmBackend`)."""
 
-    def command_argv(self, argv: Sequence[str]) -> list[str]:
-        """The argv that runs ``argv`` here or, through the prefix, as one quoted remote command line."""
-        argv = [_check_arg(a, "argument") for a in argv]
-        return [*self.command_prefix, shlex.join(argv)] if self.command_prefix else argv
-
     def _exec(self, argv: Sequence[str], data: bytes | None = None) -> subprocess.CompletedProcess:
-        """Run ``argv`` where the Slurm commands run (the transport, the prefix, or here), bytes in and
-        out; raises ``OSError`` or ``subprocess.TimeoutExpired`` when it cannot."""
+        """Run ``argv`` where the Slurm commands run (the given transport, or here), bytes in and out;
+        raises ``OSError`` or ``subprocess.TimeoutExpired`` when it cannot."""
+        argv = [_check_arg(a, "argument") for a in argv]
         if self.transport is not None:
-            return self.transport.run([_check_arg(a, "argument") for a in argv], data, self.command_timeout)
+            return self.transport.run(argv, data, self.command_timeout)
         stdin = {"input": data} if data is not None else {"stdin": subprocess.DEVNULL}
         # Without this process's credentials: sbatch would export them into the job, and Slurm records a
         # job's environment (the job gets them from its 0600 environment file instead: job_env).
         env = credentials.split(os.environ)[0]
-        return subprocess.run(
-            self.command_argv(argv), capture_output=True, timeout=self.command_timeout, env=env, **stdin
-        )
+        return subprocess.run(argv, capture_output=True, timeout=self.command_timeout, env=env, **stdin)
 
     def _run(self, argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
         try:
             raw = self._exec(argv)
         except OSError as e:
-            hint = " (is Slurm installed, or set ssh_host?)" if isinstance(e, FileNotFoundError) else ""
+            hint = (
+                " (is Slurm installed here, or is slurm_conn_id missing?)" if isinstance(e, FileNotFoundError) else ""
+            )
             raise SlurmError(f"cannot run {argv[0]!r}: {e}{hint}") from e
         except subprocess.TimeoutExpired as e:
             raise SlurmError(f"{shlex.join(argv)} took longer than {self.command_timeout}s") from e
@@ -153,7 +150,7 @@ class _LocalFiles(_JobFiles):
 
 
 class _RemoteFiles(_JobFiles):
-    """Job files where the Slurm commands run, reached through the backend's command prefix (SSH).
+    """Job files where the Slurm commands run, reached through the backend's transport (SSH).
     Paths are positional parameters of fixed ``sh -c`` scripts: never part of the script text."""
 
     def __init__(self, backend: TransportMixin) -> None:
