@@ -1,6 +1,6 @@
 """Boilerplate across documents: lines that many documents of a snapshot share (menus, footers, cookie banners).
 
-A line's key is the 64-bit xxh3 hash of the line with surrounding whitespace stripped (blank lines have no
+A line's key is a 64-bit hash of the line's UTF-8 bytes with surrounding whitespace stripped (blank lines have no
 key and are never removed). A line counts once per document however often that document repeats it, so
 its count is the number of documents holding it. Lines held by at least ``min_documents`` documents are
 removed from every document; the other lines, blank ones included, are kept as they were, so a document
@@ -22,30 +22,109 @@ from collections.abc import Iterable
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import xxhash
 
-from airflow_curation.core.arrays import from_numpy, to_numpy
+from airflow_curation.core.arrays import from_numpy
+from airflow_curation.core.jit import numba
 
 KEY_COLUMNS = {"key": np.uint64, "docs": np.uint64}
 
 
-def split_lines(texts: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
-    """Every line of every text (split on ``\\n``, a null text has none) and each line's document index."""
+def _large(texts: pa.Array | pa.ChunkedArray) -> pa.Array:
     if isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks() if texts.num_chunks else pa.array([], pa.string())
-    texts = pc.fill_null(texts, "") if texts.null_count else texts
-    parts = pc.split_pattern(texts, "\n")
-    lines = parts.flatten()
-    lengths = to_numpy(pc.list_value_length(parts)).astype(np.int64)
-    return lines, np.repeat(np.arange(len(texts), dtype=np.int64), lengths)
+    return texts.cast(pa.large_string()) if pa.types.is_string(texts.type) else texts
+
+
+def _buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(data bytes, int64 offsets) of a large_string array."""
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], np.int64, count=len(arr) + 1, offset=arr.offset * 8)
+    data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None and offsets[-1] > 0 else np.zeros(1, np.uint8)
+    return data, offsets
+
+
+@numba.njit(cache=True, nogil=True)
+def _split(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+    """(the bytes without the newlines, line offsets into them, lines per string): a string of k newlines
+    has k + 1 lines."""
+    n = len(offsets) - 1
+    counts = np.ones(n, np.int64)
+    newlines = 0
+    for i in range(offsets[0], offsets[n]):
+        if data[i] == 10:
+            newlines += 1
+    packed = np.empty(offsets[n] - offsets[0] - newlines, np.uint8)
+    line_offsets = np.empty(n + newlines + 1, np.int64)
+    line_offsets[0] = 0
+    k = 1
+    j = 0
+    for d in range(n):
+        for i in range(offsets[d], offsets[d + 1]):
+            c = data[i]
+            if c == 10:
+                line_offsets[k] = j
+                k += 1
+                counts[d] += 1
+            else:
+                packed[j] = c
+                j += 1
+        line_offsets[k] = j
+        k += 1
+    return packed, line_offsets, counts
+
+
+def split_lines(texts: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
+    """Every line of every text (split on ``\n``; a null text is one empty line) and each line's document
+    index."""
+    texts = _large(texts)
+    data, offsets = _buffers(texts)
+    packed, line_offsets, counts = _split(data, offsets)
+    lines = pa.LargeStringArray.from_buffers(len(line_offsets) - 1, pa.py_buffer(line_offsets), pa.py_buffer(packed))
+    return lines, np.repeat(np.arange(len(texts), dtype=np.int64), counts)
+
+
+_M1 = np.uint64(0x9E3779B97F4A7C15)
+_M2 = np.uint64(0xBF58476D1CE4E5B9)
+_M3 = np.uint64(0x94D049BB133111EB)
+
+
+@numba.njit(cache=True, nogil=True)
+def _hash_lines(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """A 64-bit hash of each string's bytes: 8-byte words folded with multiply-xorshift steps (splitmix64's
+    finaliser), the length mixed in. Not cryptographic; well spread for text, and the same on every machine."""
+    n = len(offsets) - 1
+    out = np.empty(n, np.uint64)
+    for d in range(n):
+        start, end = offsets[d], offsets[d + 1]
+        h = np.uint64(end - start) * _M1
+        w = np.uint64(0)
+        k = 0
+        for i in range(start, end):
+            w = (w << np.uint64(8)) | np.uint64(data[i])
+            k += 1
+            if k == 8:
+                h = (h ^ w) * _M2
+                h ^= h >> np.uint64(31)
+                w = np.uint64(0)
+                k = 0
+        if k:
+            h = (h ^ w ^ (np.uint64(k) << np.uint64(59))) * _M2
+            h ^= h >> np.uint64(31)
+        h ^= h >> np.uint64(30)
+        h *= _M2
+        h ^= h >> np.uint64(27)
+        h *= _M3
+        h ^= h >> np.uint64(31)
+        out[d] = h
+    return out
 
 
 def line_keys(lines: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """``(keys, has_key)``: the xxh3-64 of each stripped line, and False for blank lines (key 0)."""
-    stripped = pc.utf8_trim_whitespace(lines).to_pylist()
-    digest = xxhash.xxh3_64_intdigest
-    keys = np.fromiter((digest(s.encode()) if s else 0 for s in stripped), np.uint64, len(stripped))
-    has_key = np.fromiter((bool(s) for s in stripped), bool, len(stripped))
+    """``(keys, has_key)``: the hash of each stripped line, and False for blank lines (key 0)."""
+    data, offsets = _buffers(_large(pc.utf8_trim_whitespace(lines)))
+    has_key = np.diff(offsets) > 0
+    keys = _hash_lines(data, offsets)
+    keys[~has_key] = 0
     return keys, has_key
 
 
@@ -59,17 +138,18 @@ def document_line_counts(batches: Iterable[pa.Array | pa.ChunkedArray]) -> tuple
         keys, has_key = line_keys(lines)
         keys, doc = keys[has_key], doc[has_key]
         lines_seen += int(has_key.sum())
-        # One (document, key) pair per document that holds the line, however often it repeats it.
-        order = np.lexsort((keys, doc))
+        # One (document, key) pair per document that holds the line, however often it repeats it: sorted
+        # by key, stably, the pairs of a key are in document order, so a repeat follows its first.
+        order = np.argsort(keys, kind="stable")
         keys, doc = keys[order], doc[order]
         first = np.ones(len(keys), bool)
         first[1:] = (keys[1:] != keys[:-1]) | (doc[1:] != doc[:-1])
         per_doc.append(keys[first])
         docs_seen += len(texts)
     keys = np.concatenate(per_doc) if per_doc else np.empty(0, np.uint64)
-    unique, docs = np.unique(keys, return_counts=True)
+    unique, docs = sum_counts(keys, np.ones(len(keys), np.uint64))
     stats = {"documents": docs_seen, "lines": lines_seen, "distinct_lines": int(len(unique))}
-    return unique, docs.astype(np.uint64), stats
+    return unique, docs, stats
 
 
 def sum_counts(keys: np.ndarray, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -101,7 +181,9 @@ def remove_lines(texts: pa.Array | pa.ChunkedArray, frequent: np.ndarray) -> tup
     lengths = np.bincount(doc[~hit], minlength=n).astype(np.int32)
     offsets = np.zeros(n + 1, np.int32)
     np.cumsum(lengths, out=offsets[1:])
-    joined = pc.binary_join(pa.ListArray.from_arrays(from_numpy(offsets), kept), "\n")
+    joined = pc.binary_join(
+        pa.ListArray.from_arrays(from_numpy(offsets), kept), pa.scalar("\n", pa.large_string())
+    ).cast(texts.type)
     if texts.null_count:
         joined = pc.if_else(texts.is_null(), pa.scalar(None, pa.string()), joined)
     return joined, removed
