@@ -82,7 +82,9 @@ class BoilerplateCountStage(Stage):
         ]
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
-        s = next(s for s in self.config["shards"] if s["shard_id"] == unit.unit_id)
+        if getattr(self, "_by_id", None) is None:  # once per process, not a scan per unit
+            self._by_id = {s["shard_id"]: s for s in self.config["shards"]}
+        s = self._by_id[unit.unit_id]
         verify_file(s["uri"], s.get("checksum"), f"shard {unit.unit_id}")
         if s.get("text_uri"):
             verify_file(s["text_uri"], s.get("text_checksum"), f"cleaned text of shard {unit.unit_id}")
