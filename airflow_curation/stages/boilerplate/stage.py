@@ -127,7 +127,7 @@ class BoilerplateStage(AttrsStage):
     """Lines held by at least min_documents documents of the snapshot (menus, footers, cookie banners)
     removed from every document: clean_text beside the shard, boilerplate_lines_removed per document.
 
-    Exact line keys (xxh3-64 of the stripped line), counted once per document, spilled by key partition and
+    Exact line keys (a 64-bit hash of the stripped line), counted once per document, spilled by key partition and
     summed in a global step bounded by memory_budget; documents that are boilerplate only are dropped. Later
     stages read the cleaned text. See docs/boilerplate.md.
     """
