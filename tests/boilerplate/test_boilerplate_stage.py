@@ -5,6 +5,7 @@ a rerun redoes nothing; a kill after the counts resumes; dedup reads the cleaned
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ from airflow_curation.stages.boilerplate.stage import REMOVED, BoilerplateStage
 from airflow_curation.stages.dedup.stage import DedupStage
 from airflow_curation.stages.ingest.stage import IngestStage
 from airflow_curation.stages.text import ShardText
+from airflow_curation.stages.validate import ValidateStage
 
 XSLT = Path("/usr/share/doc/libxslt1-dev/html")
 XSLT_PAGES = ["FAQ", "bugs", "contribs", "docbook", "docs", "downloads", "help", "index", "intro", "API", "extensions"]
@@ -137,8 +139,8 @@ def test_pages_that_differ_only_by_their_menus_are_exact_duplicates_for_dedup(in
     texts = [f"{menu}\nThe article number {i} says something of its own.\n{footer}" for i in range(8)]
     texts += [f"{menu}\nTwo pages carry this same article body.", f"Two pages carry this same article body.\n{footer}"]
     lake, ingested, _ = ingest_texts(texts, "web", copies=1)
-    _run(lake, ingested)
-    d = DedupStage(lake, {"input_manifest": lake.manifest_uri("b1", "boilerplate"), "near": False}, "d1")
+    _run(lake, ingested, "r1")  # the ingest's run: validate reports on the stages of its run
+    d = DedupStage(lake, {"input_manifest": lake.manifest_uri("r1", "boilerplate"), "near": False}, "r1")
     dm = StageRunner(d).run()
     rows = []
     for s in dm.shards:
@@ -149,3 +151,8 @@ def test_pages_that_differ_only_by_their_menus_are_exact_duplicates_for_dedup(in
     assert sorted(same) == [False, True]  # one keeper, one exact duplicate: the menus made them differ
     assert not any(flag for text, flag in rows if "says something of its own" in text)
     assert all(menu not in text and footer not in text for text, _ in rows)
+    # validate's report: the lines removed, and the curated view's text is the cleaned text
+    StageRunner(ValidateStage(lake, {"input_manifest": lake.manifest_uri("r1", "dedup")}, "r1")).run()
+    report = json.loads(Path(lake.path("_manifests", "r1", "report.json")).read_text())
+    assert report["stages"]["boilerplate"]["accounting"]["notes"]["lines_removed:boilerplate"] == 18
+    assert "boilerplate_lines_removed" in report["columns"]["boilerplate"]
