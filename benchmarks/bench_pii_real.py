@@ -28,6 +28,7 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))  # (python -P leaves the script's folder out)
 
 from results import RESULTS, replace_block  # noqa: E402  (benchmarks/ is this script's folder)
 
