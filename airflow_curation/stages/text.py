@@ -1,7 +1,8 @@
 """The text a stage reads for a shard: the shard's ``text``, or the cleaned text beside it when there is one.
 
 Preprocess with line cleaning or normalisation (docs/preprocess.md, *Line cleaning*) writes the cleaned
-text as the ``clean_text`` column of its attrs file; shards are never rewritten. Every later stage reads
+text as the ``clean_text`` column of its attrs file, and the boilerplate stage (lines repeated across
+documents removed) writes its own from it; shards are never rewritten. Every later stage reads
 its text through :class:`ShardText`, which puts that column in the place of ``text`` (same rows, same
 order: the attrs contract), so dedup, PII, quality, enrich and tokenize all see the cleaned text without
 knowing where it came from. :func:`clean_text_attrs` says which attrs hold it, for a unit's inputs (its
@@ -20,13 +21,14 @@ from airflow_curation.core.manifest import ShardEntry
 from airflow_curation.core.schema import CLEAN_TEXT, ID, TEXT, check_id_text
 from airflow_curation.core.shards import column_names
 
-# The attrs that may hold the cleaned text (only their footers are read to find out).
-WRITERS = ("preprocess",)
+# The attrs that may hold the cleaned text (only their footers are read to find out), the latest writer
+# first: boilerplate cleans preprocess's cleaned text further.
+WRITERS = ("boilerplate", "preprocess")
 
 
 def clean_text_attrs(entry: ShardEntry, reader: str | None = None) -> list[str]:
-    """``["preprocess"]`` when ``entry``'s preprocess attrs hold ``clean_text``, else ``[]`` (never for the
-    stage ``reader`` that writes it)."""
+    """``[key]`` of the first of :data:`WRITERS` whose attrs of ``entry`` hold ``clean_text``, else ``[]``
+    (never the stage ``reader`` itself: boilerplate reads preprocess's)."""
     for key in WRITERS:
         uri = entry.attrs.get(key)
         if uri and key != reader and CLEAN_TEXT in column_names(uri, entry.attrs_checksums.get(key), f"{key} attrs"):

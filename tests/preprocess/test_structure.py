@@ -90,7 +90,14 @@ def test_empty_and_blank_documents_give_zeros(warm_signals):
 
 def test_structure_preset_rules_and_default():
     names = [r.name for r in resolve_rules("structure")]
-    assert names == ["empty", "structure_words_per_line", "structure_short_items", "structure_line_templates"]
+    assert names == [
+        "empty",
+        "structure_min_words",
+        "structure_words_per_line",
+        "structure_short_items",
+        "structure_line_templates",
+        "structure_list_lines",
+    ]
     assert [r.name for r in resolve_rules()] == [r.name for r in resolve_rules(DEFAULT_PRESET)]
     assert "structure_words_per_line" in [r.name for r in resolve_rules()]
 

@@ -184,9 +184,9 @@ class CuratedView:
         return None
 
     def clean_text_column(self) -> str | None:
-        """The view column holding preprocess's cleaned text (``stages/text.py``), if any: the curated rows'
-        text, as every stage after preprocess read it."""
-        return self.column(f"preprocess.{CLEAN_TEXT}")
+        """The view column holding the cleaned text (``stages/text.py``: boilerplate's, else preprocess's), if
+        any: the curated rows' text, as every stage after them read it."""
+        return self.column(f"boilerplate.{CLEAN_TEXT}") or self.column(f"preprocess.{CLEAN_TEXT}")
 
     def redacted_column(self) -> str | None:
         """The view column holding the pii stage's redacted text (null on rows without PII), if any."""

@@ -1,0 +1,1 @@
+"""Boilerplate across documents (``stage.py``)."""

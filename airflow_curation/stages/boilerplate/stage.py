@@ -1,0 +1,292 @@
+"""Boilerplate: lines repeated across many documents of the snapshot removed, as a ``clean_text`` column.
+
+Three steps, each resumable (``core/boilerplate.py`` holds the array functions):
+
+1. counts, per shard (parallel, checkpointed as the ``boilerplate_counts`` sub-stage): the shard's distinct
+   line keys and how many of its documents hold each, spilled to ``boilerplate/<fingerprint>/spill/`` by
+   key partition (the layout of dedup's spills, ``core/lsh.py``);
+2. global (the barrier): in units of contiguous partition ranges, every shard's counts of a partition
+   summed and the keys held by at least ``min_documents`` documents written to
+   ``boilerplate/<run key>/frequent/``, marked done by ``_SUCCESS.json``;
+3. per shard (the stage's own checkpointed units): ``id``, ``clean_text`` (the text without those lines),
+   ``boilerplate_lines_removed``, and ``keep``/``drop_reason`` (a document whose every line is boilerplate
+   is dropped as ``boilerplate_only``).
+
+The text read is preprocess's cleaned text when it wrote one, else the shard's; later stages read this
+stage's ``clean_text`` in its place (``stages/text.py``). Run it after preprocess and before dedup, so that
+two pages that differ only by their menus are exact duplicates. The result does not depend on shard,
+worker or partition counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_curation.core import storage, uris
+from airflow_curation.core.accounting import RowAccounting
+from airflow_curation.core.boilerplate import KEY_COLUMNS, document_line_counts, remove_lines, sum_counts
+from airflow_curation.core.faults import fault_point
+from airflow_curation.core.integrity import verify_file
+from airflow_curation.core.lease import Lease
+from airflow_curation.core.lsh import (
+    partition_of,
+    partition_ranges,
+    partitions_for,
+    read_partition,
+    read_partitions,
+    write_partitioned,
+)
+from airflow_curation.core.manifest import ShardEntry, UnitEntry
+from airflow_curation.core.schema import CLEAN_TEXT, DROP_REASON, KEEP, TEXT
+from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches, keep_accounting, write_attrs
+from airflow_curation.stages.base import Stage, StageRunner, UnitResult
+from airflow_curation.stages.settings import Setting, size
+from airflow_curation.stages.text import ShardText, clean_text_attrs
+
+log = logging.getLogger(__name__)
+
+REMOVED = "boilerplate_lines_removed"
+ONLY_BOILERPLATE = "boilerplate_only"
+_SPILL_BYTES = 16  # one spilled (key, docs) pair
+
+
+def _inputs(s: dict) -> list[str]:
+    return [s["uri"], *([s["text_uri"]] if s.get("text_uri") else [])]
+
+
+class BoilerplateCountStage(Stage):
+    """Step 1 as a stage of its own, so that each shard's spill is checkpointed and a rerun counts only
+    the shards not done yet. Built and run by :class:`BoilerplateStage`."""
+
+    name = "boilerplate_counts"
+    version = "1"
+    SETTINGS = Stage.SETTINGS.extend(
+        Setting("partitions", int, 1, "key partitions of the spill", cli=False),
+        Setting("shards", list, [], "the shards to count (BoilerplateStage's plan)", runtime=True, cli=False),
+        Setting("batch_rows", int, 8192, "rows per batch", runtime=True, cli=False),
+    )
+
+    def spill_uri(self, shard_id: str) -> str:
+        return storage.join(self.lake.path("boilerplate", self.fingerprint, "spill"), f"{shard_id}.keys.arrow")
+
+    def plan(self) -> list[UnitEntry]:
+        return [
+            UnitEntry(unit_id=s["shard_id"], inputs=_inputs(s), input_checksum=s["input_checksum"], rows=s["rows"])
+            for s in self.config["shards"]
+        ]
+
+    def process_unit(self, unit: UnitEntry) -> UnitResult:
+        if getattr(self, "_by_id", None) is None:  # once per process, not a scan per unit
+            self._by_id = {s["shard_id"]: s for s in self.config["shards"]}
+        s = self._by_id[unit.unit_id]
+        verify_file(s["uri"], s.get("checksum"), f"shard {unit.unit_id}")
+        if s.get("text_uri"):
+            verify_file(s["text_uri"], s.get("text_checksum"), f"cleaned text of shard {unit.unit_id}")
+        text = ShardText(s["uri"], s.get("text_uri"))
+        batches = (t.column(TEXT) for t in text.batches([TEXT], int(self.config["batch_rows"])))
+        keys, docs, stats = document_line_counts(batches)
+        write_partitioned(
+            self.spill_uri(unit.unit_id),
+            {"key": keys, "docs": docs},
+            partition_of(keys, int(self.config["partitions"])),
+        )
+        acc = RowAccounting()
+        acc.keep(stats["documents"])
+        return UnitResult(outputs=[], accounting=acc, extra=stats)
+
+
+def _blank(texts: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Whether each text is null or whitespace only."""
+    return pc.equal(pc.utf8_trim_whitespace(pc.fill_null(texts, "")), "")
+
+
+def merge_partitions(lo: int, hi: int, spill_uris: list[str], min_documents: int, out_uri: str) -> dict:
+    """Step 2 for the partitions ``lo <= p < hi`` (one unit): counts summed over every shard; the keys held
+    by at least ``min_documents`` documents, with their counts, to ``out_uri``."""
+    keys, docs = [], []
+    distinct = 0
+    for _, part in read_partitions(spill_uris, lo, hi, KEY_COLUMNS):
+        k, d = sum_counts(part["key"], part["docs"])
+        distinct += len(k)
+        frequent = d >= np.uint64(min_documents)
+        keys.append(k[frequent])
+        docs.append(d[frequent])
+    k = np.concatenate(keys) if keys else np.empty(0, np.uint64)
+    d = np.concatenate(docs) if docs else np.empty(0, np.uint64)
+    write_partitioned(out_uri, {"key": k, "docs": d}, np.zeros(len(k), np.int64))
+    return {"distinct_lines": distinct, "frequent_lines": int(len(k)), "frequent_line_docs": int(d.sum())}
+
+
+class BoilerplateStage(AttrsStage):
+    """Lines held by at least min_documents documents of the snapshot (menus, footers, cookie banners)
+    removed from every document: clean_text beside the shard, boilerplate_lines_removed per document.
+
+    Exact line keys (a 64-bit hash of the stripped line), counted once per document, spilled by key partition and
+    summed in a global step bounded by memory_budget; documents that are boilerplate only are dropped. Later
+    stages read the cleaned text. See docs/boilerplate.md.
+    """
+
+    name = "boilerplate"
+    version = "1"
+    UPSTREAM = ("preprocess", "ingest")
+    STREAMS = False  # a global barrier: a line's count needs every shard
+    SETTINGS = AttrsStage.SETTINGS.extend(
+        Setting("min_documents", int, 10, "a line held by at least this many documents is boilerplate"),
+        Setting(
+            "memory_budget",
+            size,
+            512 << 20,
+            "memory for one partition of the global step, e.g. 256MB; sets the partition count",
+            runtime=True,
+        ),
+        Setting("partitions", int, None, "force the partition count", runtime=True),
+        Setting("batch_rows", int, 8192, "rows per batch", runtime=True),
+    )
+
+    def __init__(self, lake, config, run_id) -> None:
+        super().__init__(lake, config, run_id)
+        if int(self.config["min_documents"]) < 2:
+            raise ValueError(f"boilerplate: min_documents must be at least 2, got {self.config['min_documents']}")
+
+    # -- steps 1 and 2 happen while planning step 3 ------------------------------------------------
+    def plan(self) -> list[UnitEntry]:
+        clear_caches()  # a rerun in this process must see the inputs as they are now
+        self._wait_for_upstream()
+        shards = []
+        for e in self.entries().values():
+            text = clean_text_attrs(e, self.attrs_name)
+            text_checksum = self.attrs_checksum(e, text[0]) if text else None
+            shards.append(
+                {
+                    "shard_id": e.shard_id,
+                    "uri": e.uri,
+                    "text_uri": e.attrs[text[0]] if text else None,
+                    "checksum": e.checksum,
+                    "text_checksum": text_checksum,
+                    "rows": e.rows,
+                    "input_checksum": e.checksum + (f"+{text_checksum}" if text else ""),
+                }
+            )
+        rows = sum(s["rows"] for s in shards)
+        # A document has tens of distinct lines; their pairs are what a partition holds while it is summed.
+        spill_bytes = rows * 64 * _SPILL_BYTES
+        parts = int(self.config["partitions"] or partitions_for(spill_bytes, int(self.config["memory_budget"])))
+        counts = BoilerplateCountStage(
+            self.lake,
+            {
+                "partitions": parts,
+                "shards": shards,
+                "batch_rows": self.config["batch_rows"],
+                "workers": self.config.get("workers", 1),
+                "max_attempts": self.config.get("max_attempts", 2),
+                "max_failed_fraction": 0.0,
+            },
+            self.run_id,
+        )
+        run_key = hashlib.sha256(
+            (
+                f"{counts.fingerprint}|{self.config['min_documents']}|" + "|".join(s["input_checksum"] for s in shards)
+            ).encode()
+        ).hexdigest()[:16]
+        self._global = self._global_step(counts, shards, run_key, parts)
+        return [
+            UnitEntry(
+                unit_id=s["shard_id"],
+                inputs=_inputs(s),
+                input_checksum=f"{s['input_checksum']}#{run_key}",
+                rows=s["rows"],
+            )
+            for s in shards
+        ]
+
+    def _global_step(self, counts: BoilerplateCountStage, shards: list[dict], run_key: str, parts: int) -> dict:
+        """Steps 1 and 2, once for all the tasks of a run (under ``_locks/boilerplate.global.lease``)."""
+        gdir = self.lake.path("boilerplate", run_key)
+        done_uri = storage.join(gdir, "_SUCCESS.json")
+        if storage.exists(done_uri):
+            return self._read_done(done_uri)
+        lease = Lease(
+            self.lake.path("_locks", "boilerplate.global.lease"),
+            f"boilerplate's global step on {self.lake.base}",
+            math.inf,
+        )
+        with lease:
+            if storage.exists(done_uri):  # another task did it while this one waited
+                return self._read_done(done_uri)
+            manifest = StageRunner(counts, self.default_mapper()).run()
+            if manifest.status != "complete":
+                raise RuntimeError(f"boilerplate: counting the lines of some shards failed ({manifest.status})")
+            fault_point("boilerplate.after_counts")
+            spills = [counts.spill_uri(s["shard_id"]) for s in shards]
+            ranges = partition_ranges(parts, max(1, int(self.config.get("workers") or 1)))
+            outs = [storage.join(gdir, "frequent", f"unit-{u:05d}.arrow") for u in range(len(ranges))]
+            stats = list(
+                self.default_mapper()(
+                    merge_partitions,
+                    [(lo, hi, spills, int(self.config["min_documents"]), outs[u]) for u, (lo, hi) in enumerate(ranges)],
+                )
+            )
+            result = {
+                "frequent": outs,
+                "partitions": parts,
+                **{k: sum(s[k] for s in stats) for k in ("distinct_lines", "frequent_lines", "frequent_line_docs")},
+            }
+            log.info("boilerplate: global step done: %s", {k: v for k, v in result.items() if k != "frequent"})
+            storage.write_json(done_uri, {**result, "frequent": [uris.relativize(u, self.lake.root) for u in outs]})
+            return result
+
+    def _read_done(self, uri: str) -> dict:
+        doc = storage.read_json(uri)
+        return {**doc, "frequent": [uris.resolve(u, self.lake.root) for u in doc["frequent"]]}
+
+    # -- step 3 ------------------------------------------------------------------------------------
+    def frequent_keys(self) -> np.ndarray:
+        """Every boilerplate key, sorted (read once per process)."""
+        if getattr(self, "_frequent", None) is None:
+            got = read_partition(self._global["frequent"], 0, KEY_COLUMNS)["key"]
+            self._frequent = np.sort(got)
+        return self._frequent
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_frequent"}
+
+    def compute(self, table: pa.Table) -> pa.Table:
+        text = table.column(TEXT)
+        clean, removed = remove_lines(text, self.frequent_keys())
+        # Dropped: a document that had lines and has none left (every one was boilerplate).
+        only = pc.and_(pa.array(removed > 0), _blank(clean))
+        return pa.table(
+            {
+                CLEAN_TEXT: clean,
+                REMOVED: pa.array(removed, pa.int32()),
+                KEEP: pc.invert(only),
+                DROP_REASON: pc.if_else(only, ONLY_BOILERPLATE, pa.scalar(None, pa.string())),
+            }
+        )
+
+    def account(self, result: pa.Table) -> RowAccounting:
+        acc = keep_accounting(result, ONLY_BOILERPLATE)
+        removed = result.column(REMOVED)
+        acc.note("lines_removed:boilerplate", int(pc.sum(removed).as_py() or 0))
+        acc.note("documents_with_boilerplate", int(pc.sum(pc.greater(removed, 0)).as_py() or 0))
+        return acc
+
+    def write_unit(self, unit: UnitEntry, entry: ShardEntry, uri: str) -> AttrsFile:
+        fault_point("boilerplate.before_attrs")
+        out = write_attrs(
+            entry.uri,
+            uri,
+            self._computed,
+            self.account,
+            self.columns,
+            int(self.config.get("batch_rows") or 0) or None,
+            self.text_uri(unit, entry),
+        )
+        out.extra["frequent_lines"] = self._global.get("frequent_lines")
+        return out

@@ -1,0 +1,249 @@
+"""Label real HTML pages as navigation (index, table of contents, menu) or prose, from their paths and markup,
+never from the structure signals: ``benchmarks/labels/structure_pages.json``.
+
+Rules, in order (``reason`` in the file says which one decided):
+
+1. by name: general and module indexes (``genindex*``, ``*modindex*``, ``Index.html`` of texinfo,
+   libxslt's ``API*.html`` symbol indexes, gtk-doc's ``general.html`` module list), a Sphinx ``contents``
+   page: navigation; ``search.html`` (empty without JavaScript): left out;
+2. by markup: the share of the page's visible text inside navigation containers (an element whose
+   class names a table of contents or an index: ``toc``, ``toctree-wrapper``, ``menu``, ``mini-toc``,
+   ``indextable``, ``genindextable``, ``modindextable``; or a ``<nav>``); at least 0.5: navigation
+   (a book's or a chapter's table of contents, a section page that lists its pages); below 0.15:
+   prose; in between (a chapter page: its table of contents, then prose): left out.
+
+Sets: ``tuning`` (the Python 3.11 documentation and the Debian handbook in en-US), ``held-out``
+(every other package's HTML under /usr/share/doc: libxslt, libffi, Node.js, Valgrind, gtk-doc...) and
+``held-out-languages`` (the Debian handbook in its 25 other languages: the same pages translated).
+A sample of every rule's pages was read (the file's ``checked`` list).
+
+usage: python -P benchmarks/label_structure.py
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import sys
+from html.parser import HTMLParser
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "labels", "structure_pages.json")
+NAV_CLASSES = re.compile(r"(^|[\s-])(toc|toctree-wrapper|menu|mini-toc|indextable|genindextable|modindextable)($|\s)")
+SKIP = {"script", "style", "head", "title", "noscript"}
+VOID = {"br", "hr", "img", "meta", "link", "input", "col", "area", "base", "wbr", "source", "embed", "param"}
+
+
+class _NavShare(HTMLParser):
+    """Visible text characters in all, and inside navigation containers."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[tuple[str, bool]] = []
+        self.total = self.nav = 0
+        self.skip = 0
+        self.nav_text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in VOID:
+            return
+        cls = dict(attrs).get("class") or ""
+        is_nav = tag == "nav" or bool(NAV_CLASSES.search(cls))
+        self.stack.append((tag, is_nav))
+        self.skip += tag in SKIP
+
+    def handle_endtag(self, tag):
+        for i in range(len(self.stack) - 1, -1, -1):
+            if self.stack[i][0] == tag:
+                for t, _ in self.stack[i:]:
+                    self.skip -= t in SKIP
+                del self.stack[i:]
+                return
+
+    def handle_data(self, data):
+        if self.skip:
+            return
+        n = len(data.strip())
+        self.total += n
+        if any(nav for _, nav in self.stack):
+            self.nav += n
+            if n:
+                self.nav_text.append(" ".join(data.split()))
+
+
+def nav_share(raw: str) -> float:
+    p = _NavShare()
+    p.feed(raw)
+    return p.nav / p.total if p.total else 0.0
+
+
+def kept_navigation(raw: str, text: str) -> float:
+    """The share of a page's navigation text (its navigation containers' strings, by characters) that its
+    extracted ``text`` still holds: an extractor that drops a table of contents leaves the page's
+    introduction, which is prose to any filter."""
+    p = _NavShare()
+    p.feed(raw)
+    flat = " ".join(text.split())
+    strings = [s for s in p.nav_text if len(s) > 2]
+    total = sum(len(s) for s in strings)
+    return sum(len(s) for s in strings if s in flat) / total if total else 1.0
+
+
+# Read by a person (the page and its extracted text); where the rules above get it wrong.
+OVERRIDES = {
+    "/usr/share/doc/python3/python-policy.html": (
+        "prose",
+        "a single-page policy document (an unclosed element misleads the markup count)",
+    ),
+    "/usr/share/doc/python3/index.html": ("prose", "the same single-page policy document"),
+    "/usr/share/doc/libxslt1-dev/html/html/index.html": ("nav", "the API reference's table of contents"),
+    "/usr/share/doc/python3.11/html/index.html": ("nav", "the documentation's front page: a list of its parts"),
+    "/usr/share/doc/libxslt1-dev/gtk-doc/html/libxslt/index.html": (
+        "left_out",
+        "a table-of-contents page whose extracted text is its introduction paragraph only",
+    ),
+    "/usr/share/doc/libxslt1-dev/gtk-doc/html/libexslt/index.html": (
+        "left_out",
+        "a table-of-contents page whose extracted text is its introduction paragraph only",
+    ),
+    "/usr/share/gtk-doc/html/libtasn1/index.html": ("nav", "the reference manual's table of contents"),
+    "/usr/share/doc/nodejs/api/index.html": ("nav", "the API's table of contents (extracts to nothing)"),
+    "/usr/share/doc/valgrind/html/index.html": ("nav", "the documentation's table of contents after a licence note"),
+    "/usr/share/doc/valgrind/html/QuickStart.html": ("nav", "the quick start guide's table of contents"),
+    "/usr/share/doc/valgrind/html/licenses.html": ("nav", "a table of contents of two licences"),
+}
+
+
+# Pages whose extracted text (and markup, where it disagreed) was read to check the rules, beside the
+# overrides above: the rules' label held for each.
+CHECKED = [
+    "/usr/share/doc/debian-handbook/html/en-US/index.html",
+    "/usr/share/doc/python3.11/html/genindex.html",
+    "/usr/share/doc/python3.11/html/genindex-A.html",
+    "/usr/share/doc/python3.11/html/contents.html",
+    "/usr/share/doc/python3.11/html/py-modindex.html",
+    "/usr/share/doc/python3.11/html/library/netdata.html",
+    "/usr/share/doc/python3.11/html/library/allos.html",
+    "/usr/share/doc/python3.11/html/c-api/index.html",
+    "/usr/share/doc/valgrind/html/manual.html",
+    "/usr/share/doc/valgrind/html/dist.html",
+    "/usr/share/doc/valgrind/html/tech-docs.html",
+    "/usr/share/doc/libxslt1-dev/html/docs.html",
+    "/usr/share/doc/libxslt1-dev/html/EXSLT/index.html",
+    "/usr/share/doc/libxslt1-dev/gtk-doc/html/libxslt/general.html",
+    "/usr/share/doc/libffi8/html/index.html",
+    "/usr/share/doc/libffi8/html/Using-libffi.html",
+    "/usr/share/gtk-doc/html/libtasn1/ch01.html",
+    "/usr/share/doc/adduser/examples/adduser.local.conf.examples/skel.other/index.html",
+]
+
+
+def by_name(path: str) -> str | None:
+    name = os.path.basename(path)
+    if name == "search.html":
+        return "left_out"
+    if (
+        name.startswith("genindex")
+        or "modindex" in name
+        or name in ("Index.html", "contents.html")
+        or (path.startswith("/usr/share/doc/python3.11/") and name.endswith("-index.html"))
+    ):
+        return "nav"
+    if "/libxslt1-dev/html/" in path and name.startswith("API"):
+        return "nav"
+    if "/gtk-doc/" in path and (name == "general.html" or "api-index" in name):
+        return "nav"
+    return None
+
+
+def label(path: str) -> tuple[str, str, float]:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        raw = f.read()
+    share = nav_share(raw)
+    named = by_name(path)
+    if named:
+        return named, "name", share
+    if share >= 0.5:
+        return "nav", "markup", share
+    if share < 0.15:
+        return "prose", "markup", share
+    return "left_out", "markup", share
+
+
+def source_set(path: str) -> str:
+    if path.startswith("/usr/share/doc/python3.11/") or path.startswith("/usr/share/doc/debian-handbook/html/en-US/"):
+        return "tuning"
+    if path.startswith("/usr/share/doc/debian-handbook/"):
+        return "held-out-languages"
+    return "held-out"
+
+
+def extracted_check(path: str, lab: str, reason: str) -> tuple[str, str]:
+    """A navigation page whose extracted text kept under half of its navigation and still has 20 words or more
+    (its introduction: prose to any filter) is left out; one where only a title remains stays navigation."""
+    if lab != "nav" or reason.startswith("read"):
+        return lab, reason
+    from airflow_curation.core.html_text import html_to_text
+
+    with open(path, "rb") as f:
+        data = f.read()
+    text = html_to_text(data)
+    kept = kept_navigation(data.decode("utf-8", "replace"), text)
+    if kept < 0.5 and len(text.split()) >= 20:
+        return "left_out", f"{reason}; the extractor kept {kept:.0%} of its navigation (its introduction remains)"
+    if kept < 0.5:
+        return lab, f"{reason}; the extractor kept {kept:.0%} of its navigation (a title remains)"
+    return lab, f"{reason}; the extractor kept {kept:.0%} of its navigation"
+
+
+def main() -> int:
+    old = {}
+    if os.path.exists(OUT):
+        with open(OUT) as fh:
+            old = json.load(fh)
+    known = {r["path"]: r for r in old.get("pages", [])}  # a page's label is a function of its file
+    rows, seen = [], set()
+    for path in sorted(glob.glob("/usr/share/doc/**/*.html", recursive=True)):
+        real = os.path.realpath(path)
+        # Packages that link another's documentation (python3.11-doc -> python3.11) hold no page of their own.
+        if not os.path.isfile(path) or real in seen:
+            continue
+        seen.add(real)
+        path = real
+        if path in OVERRIDES:
+            lab, reason, share = OVERRIDES[path][0], "read: " + OVERRIDES[path][1], 0.0
+        elif by_name(path):
+            k = known.get(path, {})
+            lab, reason, share = (
+                (k["label"], k["reason"], k["nav_share"])
+                if k.get("reason", "").startswith("name")
+                else (by_name(path), "name", 0.0)
+            )
+        elif path in known and known[path]["reason"].startswith("markup") and known[path]["label"] != "left_out":
+            lab, reason, share = known[path]["label"], known[path]["reason"], known[path]["nav_share"]
+        else:
+            lab, reason, share = label(path)
+        if "extractor kept" in reason:
+            lab, reason = extracted_check(path, "nav", reason.split(";")[0])
+        elif lab == "nav":
+            lab, reason = extracted_check(path, lab, reason)
+        rows.append(
+            {"path": path, "set": source_set(path), "label": lab, "reason": reason, "nav_share": round(share, 3)}
+        )
+    counts: dict[str, dict[str, int]] = {}
+    for r in rows:
+        c = counts.setdefault(r["set"], {})
+        c[r["label"]] = c.get(r["label"], 0) + 1
+    checked = [{"path": p, "note": "read; the rule's label held"} for p in CHECKED]
+    checked += [{"path": p, "note": "read; overridden: " + note} for p, (_, note) in OVERRIDES.items()]
+    doc = {"counts": counts, "checked": checked, "pages": rows}
+    with open(OUT + ".tmp", "w") as fh:
+        json.dump(doc, fh, indent=0)
+    os.replace(OUT + ".tmp", OUT)
+    print(json.dumps(counts, indent=1), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""Boilerplate across documents (issue 23, item 5): on real pages (libxslt's and Python's HTML documentation
+as Debian ships it, extracted by ingest's HTML extractor), the menu and footer lines every libxslt page
+repeats are removed and each page's own prose is kept; the result does not depend on the partition count;
+a rerun redoes nothing; a kill after the counts resumes; dedup reads the cleaned text."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_curation.core.layout import Lake
+from airflow_curation.core.manifest import Manifest
+from airflow_curation.core.schema import CLEAN_TEXT, TEXT
+from airflow_curation.stages.base import StageRunner
+from airflow_curation.stages.boilerplate.stage import REMOVED, BoilerplateStage
+from airflow_curation.stages.dedup.stage import DedupStage
+from airflow_curation.stages.ingest.stage import IngestStage
+from airflow_curation.stages.text import ShardText
+from airflow_curation.stages.validate import ValidateStage
+
+XSLT = Path("/usr/share/doc/libxslt1-dev/html")
+XSLT_PAGES = ["FAQ", "bugs", "contribs", "docbook", "docs", "downloads", "help", "index", "intro", "API", "extensions"]
+PYTHON = Path("/usr/share/doc/python3.11/html/library")
+PYTHON_PAGES = ["json", "gzip", "zlib"]
+# What every libxslt page carries around its content (its navigation box and footer).
+MENU_LINES = {"Main Menu", "Related links", "API Indexes", "Daniel Veillard"}
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(
+    not (XSLT.is_dir() and PYTHON.is_dir()), reason="needs Debian's libxslt1-dev and python3.11-doc HTML"
+)
+
+
+def _ingest(tmp_path: Path) -> tuple[Lake, str]:
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name in XSLT_PAGES:
+        shutil.copy(XSLT / f"{name}.html", raw / f"xslt-{name}.html")
+    for name in PYTHON_PAGES:
+        shutil.copy(PYTHON / f"{name}.html", raw / f"py-{name}.html")
+    lake = Lake(str(tmp_path / "lake"), "docs")
+    stage = IngestStage(lake, {"inputs": [str(raw)], "unit_bytes": 40_000}, "r1")
+    StageRunner(stage).run()
+    return lake, stage.manifest_uri
+
+
+def _rows(manifest: Manifest) -> list[dict]:
+    """Every row of the run: the shard's text and meta beside the stage's columns."""
+    out = []
+    for s in manifest.shards:
+        shard = pq.read_table(s.uri, columns=["id", TEXT]).to_pylist()
+        attrs = pq.read_table(s.attrs["boilerplate"]).to_pylist()
+        out += [{**a, **r} for a, r in zip(attrs, shard, strict=True)]
+    return out
+
+
+def _lines(text: str) -> set[str]:
+    return {line.strip() for line in text.split("\n") if line.strip()}
+
+
+def _run(lake: Lake, manifest: str, run: str = "b1", **config) -> Manifest:
+    stage = BoilerplateStage(lake, {"input_manifest": manifest, "min_documents": 5, **config}, run)
+    return StageRunner(stage).run()
+
+
+def test_menu_and_footer_lines_of_real_pages_are_removed_and_their_prose_kept(tmp_path):
+    lake, ingested = _ingest(tmp_path)
+    m = _run(lake, ingested)
+    rows = _rows(m)
+    assert m.status == "complete" and len(rows) == len(XSLT_PAGES) + len(PYTHON_PAGES)
+    held = Counter(line for r in rows for line in _lines(r[TEXT]))
+    xslt = [r for r in rows if "The XSLT C library for GNOME" in r[TEXT]]  # the libxslt pages' title
+    assert len(xslt) == len(XSLT_PAGES)
+    for r in xslt:
+        before, after = _lines(r[TEXT]), _lines(r[CLEAN_TEXT])
+        assert MENU_LINES <= before and not (MENU_LINES & after), r["id"]
+        # every line of fewer than 5 pages is kept, in order: the page's own prose
+        own = [line for line in r[TEXT].split("\n") if line.strip() and held[line.strip()] < 5]
+        assert own and [line for line in r[CLEAN_TEXT].split("\n") if line.strip()] == own
+        assert r[REMOVED] == sum(1 for line in r[TEXT].split("\n") if line.strip() and held[line.strip()] >= 5)
+        assert r["keep"]
+    for r in rows:
+        if r not in xslt:  # Python's pages share no line with 5 pages: untouched, byte for byte
+            assert r[CLEAN_TEXT] == r[TEXT] and r[REMOVED] == 0
+    assert m.accounting["notes"]["lines_removed:boilerplate"] == sum(r[REMOVED] for r in rows)
+
+
+def test_partitions_do_not_change_the_result_and_a_rerun_redoes_nothing(tmp_path):
+    lake, ingested = _ingest(tmp_path)
+    one = _rows(_run(lake, ingested, partitions=1))
+    seven = _rows(_run(lake, ingested, "b2", partitions=7, memory_budget=1))
+    assert [(r["id"], r[CLEAN_TEXT], r[REMOVED]) for r in one] == [(r["id"], r[CLEAN_TEXT], r[REMOVED]) for r in seven]
+    again = BoilerplateStage(lake, {"input_manifest": ingested, "min_documents": 5, "partitions": 7}, "b3")
+    m = StageRunner(again).run()
+    assert m.status == "complete" and all(u.status == "skipped" for u in m.units)
+
+
+def test_a_kill_after_the_counts_resumes_from_them(tmp_path):
+    lake, ingested = _ingest(tmp_path)
+    code = (
+        "import sys; from airflow_curation.core.layout import Lake; "
+        "from airflow_curation.stages.base import StageRunner; "
+        "from airflow_curation.stages.boilerplate.stage import BoilerplateStage; "
+        f"s = BoilerplateStage(Lake({str(tmp_path / 'lake')!r}, 'docs'), "
+        f"{{'input_manifest': {ingested!r}, 'min_documents': 5}}, 'k1'); "
+        "print(StageRunner(s).run().status)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CURATION_FAULT": "boilerplate.after_counts"}
+    killed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    counts = lake.checkpoints("boilerplate_counts", _counts_fingerprint(lake))
+    done_before = set(counts.scan()[0])
+    assert done_before  # the counts were checkpointed before the kill
+    env.pop("CURATION_FAULT")
+    rerun = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.stdout.strip() == "complete", rerun.stderr[-2000:]
+    reference = _rows(_run(lake, ingested, "ref", partitions=3))
+    resumed = _rows(Manifest.read(lake.manifest_uri("k1", "boilerplate")))
+    assert [(r["id"], r[CLEAN_TEXT]) for r in resumed] == [(r["id"], r[CLEAN_TEXT]) for r in reference]
+
+
+def _counts_fingerprint(lake: Lake) -> str:
+    """The counting sub-stage's fingerprint: it names the one spill folder under ``boilerplate/``."""
+    found = [p.parent.name for p in Path(lake.path("boilerplate")).glob("*/spill")]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_pages_that_differ_only_by_their_menus_are_exact_duplicates_for_dedup(ingest_texts):
+    menu, footer = "Home | Docs | Blog | Contact", "Copyright 2024 Example Corp. All rights reserved."
+    texts = [f"{menu}\nThe article number {i} says something of its own.\n{footer}" for i in range(8)]
+    texts += [f"{menu}\nTwo pages carry this same article body.", f"Two pages carry this same article body.\n{footer}"]
+    lake, ingested, _ = ingest_texts(texts, "web", copies=1)
+    _run(lake, ingested, "r1")  # the ingest's run: validate reports on the stages of its run
+    d = DedupStage(lake, {"input_manifest": lake.manifest_uri("r1", "boilerplate"), "near": False}, "r1")
+    dm = StageRunner(d).run()
+    rows = []
+    for s in dm.shards:
+        text = ShardText(s.uri, s.attrs["boilerplate"]).read(["id", TEXT]).column(TEXT).to_pylist()
+        rows += zip(text, pq.read_table(s.attrs["dedup"]).column("exact_duplicate").to_pylist())
+    assert len(rows) == len(texts)
+    same = [flag for text, flag in rows if text == "Two pages carry this same article body."]
+    assert sorted(same) == [False, True]  # one keeper, one exact duplicate: the menus made them differ
+    assert not any(flag for text, flag in rows if "says something of its own" in text)
+    assert all(menu not in text and footer not in text for text, _ in rows)
+    # validate's report: the lines removed, and the curated view's text is the cleaned text
+    StageRunner(ValidateStage(lake, {"input_manifest": lake.manifest_uri("r1", "dedup")}, "r1")).run()
+    report = json.loads(Path(lake.path("_manifests", "r1", "report.json")).read_text())
+    assert report["stages"]["boilerplate"]["accounting"]["notes"]["lines_removed:boilerplate"] == 18
+    assert "boilerplate_lines_removed" in report["columns"]["boilerplate"]
