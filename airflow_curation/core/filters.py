@@ -143,7 +143,52 @@ PRESETS: dict[str, tuple[Rule, ...]] = {
         Rule("code_syntax_error", "syntax_ok", min=1),
     ),
     "quality": (Rule("quality_classifier", "quality_score", min=0.5),),
+    # Reference-compatible presets: datatrove 0.10.1's filters at their defaults, over its definitions
+    # (core/compat.py, dt_* signals); each rule is named after the reason datatrove gives.
+    "gopher_compat": (
+        EMPTY,
+        Rule("gopher_short_doc", "dt_n_words", min=50),
+        Rule("gopher_long_doc", "dt_n_words", max=100_000),
+        Rule("gopher_below_avg_threshold", "dt_mean_word_len", min=3),
+        Rule("gopher_above_avg_threshold", "dt_mean_word_len", max=10),
+        Rule("gopher_too_many_hashes", "dt_hash_word_ratio", max=0.1),
+        Rule("gopher_too_many_ellipsis", "dt_ellipsis_word_ratio", max=0.1),
+        Rule("gopher_too_many_bullets", "dt_bullet_line_frac", max=0.9),
+        Rule("gopher_too_many_end_ellipsis", "dt_ellipsis_line_frac", max=0.3),
+        Rule("gopher_below_alpha_threshold", "dt_alpha_word_frac", min=0.8),
+        Rule("gopher_enough_stop_words", "dt_n_stop_words", min=2),
+        Rule("dup_para_frac", "dt_dup_para_frac", max=0.3),
+        Rule("dup_para_char_frac", "dt_dup_para_char_frac", max=0.2),
+        Rule("dup_line_frac", "dt_dup_line_frac", max=0.3),
+        Rule("dup_line_char_frac", "dt_dup_line_char_frac", max=0.2),
+        Rule("top_2_gram", "dt_top_2gram_char_frac", max=0.20),
+        Rule("top_3_gram", "dt_top_3gram_char_frac", max=0.18),
+        Rule("top_4_gram", "dt_top_4gram_char_frac", max=0.16),
+        Rule("duplicated_5_n_grams", "dt_dup_5gram_char_frac", max=0.15),
+        Rule("duplicated_6_n_grams", "dt_dup_6gram_char_frac", max=0.14),
+        Rule("duplicated_7_n_grams", "dt_dup_7gram_char_frac", max=0.13),
+        Rule("duplicated_8_n_grams", "dt_dup_8gram_char_frac", max=0.12),
+        Rule("duplicated_9_n_grams", "dt_dup_9gram_char_frac", max=0.11),
+        Rule("duplicated_10_n_grams", "dt_dup_10gram_char_frac", max=0.10),
+    ),
+    "c4_compat": (
+        EMPTY,
+        Rule("lorem_ipsum", "dt_c4_lorem_ipsum", max=0),
+        Rule("curly_bracket", "dt_c4_curly_bracket", max=0),
+        Rule("too_few_sentences", "dt_c4_n_sentences", min=5),
+    ),
+    "fineweb_compat": (
+        EMPTY,
+        Rule("line_punct_ratio", "dt_line_punct_frac", min=0.12),
+        Rule("short_line_ratio", "dt_short_line_frac", max=0.67),
+        Rule("char_dup_ratio", "dt_char_dup_frac", max=0.01),
+        Rule("list_ratio", "dt_newline_word_ratio", max=0.3),
+    ),
 }
+# The presets named after a reference whose own definitions differ from it on purpose (whitespace words,
+# every word under a repeat counted once, no line removal in the document rules...), and the preset that
+# reproduces the reference: docs/preprocess.md, "Reference-compatible presets", has the measured agreement.
+COMPAT_OF = {"gopher": "gopher_compat", "c4": "c4_compat", "fineweb": "fineweb_compat"}
 
 
 # What the stage runs unless told otherwise: Gopher's rules, then the structure rules (which cost ~1% of
