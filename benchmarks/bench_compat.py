@@ -227,7 +227,8 @@ def render(r: dict) -> str:
         for preset, per in a["presets"].items():
             cells = [f"{per[c]['agreement']:.2%} ({per[c]['kappa']:.2f})" for c in (*compat_corpus.CLASSES, "all")]
             same = per["all"]["same_reason"]
-            lines.append(f"| `{preset}` | " + " | ".join(cells) + f" | {same:.2%} |" if same is not None else " | - |")
+            shown = "own names" if not preset.endswith("_compat") else "-" if same is None else f"{same:.2%}"
+            lines.append(f"| `{preset}` | " + " | ".join(cells) + f" | {shown} |")
         lines.append("")
         worst = [
             (p, c, per[c]["disagreements"])

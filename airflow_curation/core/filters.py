@@ -19,6 +19,11 @@ Presets (thresholds as published; see docs/preprocess.md for how each maps to it
 - ``structure``: navigation and index pages (one short item per line, lines sharing one template),
   which pass Gopher's word, stop-word and symbol rules. Thresholds measured on real index pages
   against real prose (docs/preprocess.md); part of :data:`DEFAULT_PRESET`.
+- ``gopher_compat``, ``c4_compat``, ``fineweb_compat``: the reference's decisions, as datatrove 0.10.1's
+  ``GopherQualityFilter`` + ``GopherRepetitionFilter``, ``C4QualityFilter`` (line removal included) and
+  ``FineWebQualityFilter`` make them at their defaults, over datatrove's own definitions
+  (:mod:`airflow_curation.core.compat`); drop reasons are datatrove's. ``gopher``, ``c4`` and ``fineweb`` are
+  the project's variants, which differ on purpose (:data:`COMPAT_OF`; selecting one logs how).
 - ``quality``: the classifier's threshold on ``quality_score`` (the ``quality`` stage's column, P(good)
   from a model trained with ``curation quality-train``; FineWeb-Edu keeps documents above its
   classifier's threshold the same way). Only the quality stage computes that column.
@@ -28,6 +33,7 @@ Every heuristic preset starts with ``empty`` (no non-space character), so empty 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -37,6 +43,8 @@ import pyarrow.compute as pc
 
 from airflow_curation.core.arrays import from_numpy, strings, to_numpy
 from airflow_curation.core.schema import DROP_REASON, KEEP
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -212,6 +220,13 @@ def resolve_rules(preset: str | Sequence[str] | None = DEFAULT_PRESET, rules: It
     for name in names:
         if name not in PRESETS:
             raise ValueError(f"unknown filter preset {name!r}; known: {sorted(PRESETS)}")
+        if name in COMPAT_OF:
+            log.info(
+                "preset %r is the project's variant of the reference (its own word and repetition definitions, "
+                "docs/preprocess.md); %r reproduces datatrove 0.10.1's decisions",
+                name,
+                COMPAT_OF[name],
+            )
         for r in PRESETS[name]:
             if r.name not in seen:
                 out.append(r)

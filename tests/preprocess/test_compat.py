@@ -121,3 +121,19 @@ def test_compat_signals_only_asked_columns_and_unknown_refused():
     with pytest.raises(ValueError, match="unknown compat signals"):
         compat_signals(["x"], ["dt_nope"])
     assert set(COMPAT_SIGNALS) >= {r.signal for p in COMPAT for r in PRESETS[p] if r is not EMPTY}
+
+
+def test_preprocessor_computes_the_compat_columns_its_rules_read(rule_docs):
+    import pyarrow as pa
+
+    from airflow_curation.stages.preprocess.stage import Preprocessor
+
+    names = [n for n in rule_docs if n != "empty"]
+    table = pa.table({"id": names, "text": [rule_docs[n] for n in names]})
+    out = Preprocessor(preset="fineweb_compat").process(table)
+    assert {c for c in out.column_names if c.startswith("dt_")} == {r.signal for r in PRESETS["fineweb_compat"][1:]}
+    for name, reason in zip(names, out.column("drop_reason").to_pylist()):
+        if name in {r.name for r in PRESETS["fineweb_compat"]}:
+            assert reason == name
+    # the project's own presets compute no dt_ column
+    assert not [c for c in Preprocessor(preset="gopher").process(table).column_names if c.startswith("dt_")]
