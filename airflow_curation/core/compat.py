@@ -29,7 +29,10 @@ from __future__ import annotations
 
 import re
 import string
+from collections import Counter
 from collections.abc import Iterable
+from itertools import compress
+from operator import itemgetter
 
 import pyarrow as pa
 
@@ -97,45 +100,61 @@ def _duplicates(items: Iterable[str]) -> tuple[int, int]:
 
 def gopher_quality(text: str, ws: list[str]) -> dict:
     n = len(ws)
-    content = [w for w in ws if not all(c in PUNCTUATION for c in w)]
+    # per distinct word (a text repeats its words): is it all punctuation, has it a letter
+    tally = Counter(ws)
+    n_content = content_chars = n_alpha = 0
+    for w, k in tally.items():
+        if not PUNCTUATION.issuperset(w):
+            n_content += k
+            content_chars += k * len(w)
+        if not w.isalpha() and not any(c.isalpha() for c in w):
+            continue
+        n_alpha += k
     lines = text.splitlines()
     return {
-        "dt_n_words": len(content),
-        "dt_mean_word_len": _frac(sum(map(len, content)), len(content)),
+        "dt_n_words": n_content,
+        "dt_mean_word_len": _frac(content_chars, n_content),
         "dt_hash_word_ratio": _frac(text.count("#"), n),
         "dt_ellipsis_word_ratio": _frac(text.count("...") + text.count("…"), n),
         "dt_bullet_line_frac": _frac(sum(ln.lstrip().startswith(("•", "-")) for ln in lines), len(lines)),
         "dt_ellipsis_line_frac": _frac(sum(ln.rstrip().endswith(("...", "…")) for ln in lines), len(lines)),
-        "dt_alpha_word_frac": _frac(sum(any(c.isalpha() for c in w) for w in ws), n),
-        "dt_n_stop_words": len(STOP_WORDS.intersection(ws)),
+        "dt_alpha_word_frac": _frac(n_alpha, n),
+        "dt_n_stop_words": len(STOP_WORDS.intersection(tally)),
     }
 
 
-def _top_ngram_chars(ws: list[str], n: int) -> int:
-    counts: dict[tuple[str, ...], int] = {}
-    for i in range(len(ws) - n + 1):
-        g = tuple(ws[i : i + n])
-        counts[g] = counts.get(g, 0) + 1
-    if not counts:
+def _ngrams(ws: list[str], n: int) -> list[tuple[str, ...]]:
+    return list(zip(*(ws[k:] for k in range(n))))
+
+
+def _top_ngram_chars(grams: list[tuple[str, ...]], n: int) -> int:
+    if not grams:
         return 0
-    best_g, best_c = None, 0
-    for g, c in counts.items():  # insertion order: ties go to the n-gram seen first
-        if c > best_c:
-            best_g, best_c = g, c
-    return (sum(map(len, best_g)) + n - 1) * best_c
+    # Counter keeps first-seen order and max() returns the first maximum: ties go to the n-gram seen first
+    best, count = max(Counter(grams).items(), key=itemgetter(1))
+    return (sum(map(len, best)) + n - 1) * count
 
 
-def _greedy_dup_chars(ws: list[str], n: int) -> int:
+def _greedy_dup_chars(grams: list[tuple[str, ...]], n: int) -> int:
+    """Characters of repeated n-grams met left to right, a repeat skipping its n words; an n-gram is its words
+    joined without spaces (so two splits of the same characters match, as in datatrove). Only keys seen twice
+    or more can repeat, so the walk visits those positions only (the others would only be remembered)."""
+    keys = list(map("".join, grams))
+    counts = Counter(keys)
+    if len(counts) == len(keys):
+        return 0
     seen: set[str] = set()
-    chars = i = 0
-    while i < len(ws) - n + 1:
-        g = "".join(ws[i : i + n])
+    chars = 0
+    resume = 0
+    for i in compress(range(len(keys)), map((1).__lt__, map(counts.__getitem__, keys))):
+        if i < resume:
+            continue
+        g = keys[i]
         if g in seen:
             chars += len(g)
-            i += n
+            resume = i + n
         else:
             seen.add(g)
-            i += 1
     return chars
 
 
@@ -152,9 +171,9 @@ def gopher_repetition(text: str, ws: list[str]) -> dict:
         "dt_dup_line_char_frac": _frac(dlc, size),
     }
     for n in TOP_NGRAMS:
-        out[f"dt_top_{n}gram_char_frac"] = _frac(_top_ngram_chars(ws, n), size)
+        out[f"dt_top_{n}gram_char_frac"] = _frac(_top_ngram_chars(_ngrams(ws, n), n), size)
     for n in DUP_NGRAMS:
-        out[f"dt_dup_{n}gram_char_frac"] = _frac(_greedy_dup_chars(ws, n), size)
+        out[f"dt_dup_{n}gram_char_frac"] = _frac(_greedy_dup_chars(_ngrams(ws, n), n), size)
     return out
 
 
