@@ -19,6 +19,11 @@ Presets (thresholds as published; see docs/preprocess.md for how each maps to it
 - ``structure``: navigation and index pages (one short item per line, lines sharing one template),
   which pass Gopher's word, stop-word and symbol rules. Thresholds measured on real index pages
   against real prose (docs/preprocess.md); part of :data:`DEFAULT_PRESET`.
+- ``gopher_compat``, ``c4_compat``, ``fineweb_compat``: the reference's decisions, as datatrove 0.10.1's
+  ``GopherQualityFilter`` + ``GopherRepetitionFilter``, ``C4QualityFilter`` (line removal included) and
+  ``FineWebQualityFilter`` make them at their defaults, over datatrove's own definitions
+  (:mod:`airflow_curation.core.compat`); drop reasons are datatrove's. ``gopher``, ``c4`` and ``fineweb`` are
+  the project's variants, which differ on purpose (:data:`COMPAT_OF`; selecting one logs how).
 - ``quality``: the classifier's threshold on ``quality_score`` (the ``quality`` stage's column, P(good)
   from a model trained with ``curation quality-train``; FineWeb-Edu keeps documents above its
   classifier's threshold the same way). Only the quality stage computes that column.
@@ -28,6 +33,7 @@ Every heuristic preset starts with ``empty`` (no non-space character), so empty 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -37,6 +43,8 @@ import pyarrow.compute as pc
 
 from airflow_curation.core.arrays import from_numpy, strings, to_numpy
 from airflow_curation.core.schema import DROP_REASON, KEEP
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -145,7 +153,52 @@ PRESETS: dict[str, tuple[Rule, ...]] = {
         Rule("code_syntax_error", "syntax_ok", min=1),
     ),
     "quality": (Rule("quality_classifier", "quality_score", min=0.5),),
+    # Reference-compatible presets: datatrove 0.10.1's filters at their defaults, over its definitions
+    # (core/compat.py, dt_* signals); each rule is named after the reason datatrove gives.
+    "gopher_compat": (
+        EMPTY,
+        Rule("gopher_short_doc", "dt_n_words", min=50),
+        Rule("gopher_long_doc", "dt_n_words", max=100_000),
+        Rule("gopher_below_avg_threshold", "dt_mean_word_len", min=3),
+        Rule("gopher_above_avg_threshold", "dt_mean_word_len", max=10),
+        Rule("gopher_too_many_hashes", "dt_hash_word_ratio", max=0.1),
+        Rule("gopher_too_many_ellipsis", "dt_ellipsis_word_ratio", max=0.1),
+        Rule("gopher_too_many_bullets", "dt_bullet_line_frac", max=0.9),
+        Rule("gopher_too_many_end_ellipsis", "dt_ellipsis_line_frac", max=0.3),
+        Rule("gopher_below_alpha_threshold", "dt_alpha_word_frac", min=0.8),
+        Rule("gopher_enough_stop_words", "dt_n_stop_words", min=2),
+        Rule("dup_para_frac", "dt_dup_para_frac", max=0.3),
+        Rule("dup_para_char_frac", "dt_dup_para_char_frac", max=0.2),
+        Rule("dup_line_frac", "dt_dup_line_frac", max=0.3),
+        Rule("dup_line_char_frac", "dt_dup_line_char_frac", max=0.2),
+        Rule("top_2_gram", "dt_top_2gram_char_frac", max=0.20),
+        Rule("top_3_gram", "dt_top_3gram_char_frac", max=0.18),
+        Rule("top_4_gram", "dt_top_4gram_char_frac", max=0.16),
+        Rule("duplicated_5_n_grams", "dt_dup_5gram_char_frac", max=0.15),
+        Rule("duplicated_6_n_grams", "dt_dup_6gram_char_frac", max=0.14),
+        Rule("duplicated_7_n_grams", "dt_dup_7gram_char_frac", max=0.13),
+        Rule("duplicated_8_n_grams", "dt_dup_8gram_char_frac", max=0.12),
+        Rule("duplicated_9_n_grams", "dt_dup_9gram_char_frac", max=0.11),
+        Rule("duplicated_10_n_grams", "dt_dup_10gram_char_frac", max=0.10),
+    ),
+    "c4_compat": (
+        EMPTY,
+        Rule("lorem_ipsum", "dt_c4_lorem_ipsum", max=0),
+        Rule("curly_bracket", "dt_c4_curly_bracket", max=0),
+        Rule("too_few_sentences", "dt_c4_n_sentences", min=5),
+    ),
+    "fineweb_compat": (
+        EMPTY,
+        Rule("line_punct_ratio", "dt_line_punct_frac", min=0.12),
+        Rule("short_line_ratio", "dt_short_line_frac", max=0.67),
+        Rule("char_dup_ratio", "dt_char_dup_frac", max=0.01),
+        Rule("list_ratio", "dt_newline_word_ratio", max=0.3),
+    ),
 }
+# The presets named after a reference whose own definitions differ from it on purpose (whitespace words,
+# every word under a repeat counted once, no line removal in the document rules...), and the preset that
+# reproduces the reference: docs/preprocess.md, "Reference-compatible presets", has the measured agreement.
+COMPAT_OF = {"gopher": "gopher_compat", "c4": "c4_compat", "fineweb": "fineweb_compat"}
 
 
 # What the stage runs unless told otherwise: Gopher's rules, then the structure rules (which cost ~1% of
@@ -169,6 +222,13 @@ def resolve_rules(preset: str | Sequence[str] | None = DEFAULT_PRESET, rules: It
     for name in names:
         if name not in PRESETS:
             raise ValueError(f"unknown filter preset {name!r}; known: {sorted(PRESETS)}")
+        if name in COMPAT_OF:
+            log.info(
+                "preset %r is the project's variant of the reference (its own word and repetition definitions, "
+                "docs/preprocess.md); %r reproduces datatrove 0.10.1's decisions",
+                name,
+                COMPAT_OF[name],
+            )
         for r in PRESETS[name]:
             if r.name not in seen:
                 out.append(r)

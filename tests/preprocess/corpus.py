@@ -178,3 +178,96 @@ def labelled_pages(prose_every: int = 1, skip_larger: int | None = None) -> list
                     continue
             out.append((path, label, html_to_text(raw)))
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Documents that trip each rule of the reference-compatible presets (tests/preprocess/test_compat.py), built
+# from real prose. Each generator yields candidates from mild to strong; the test keeps, per rule, the first
+# candidate whose first failing rule (ours) is that rule, and asks datatrove whether it agrees.
+
+
+def _sentences(prose: list[str]) -> list[str]:
+    out = []
+    for doc in prose:
+        for s in re.split(r"(?<=[.!?])\s+", " ".join(doc.split())):
+            # plain sentences (letters and spaces, a comma at most): a base that trips no word rule
+            if 8 <= len(s.split()) <= 30 and re.fullmatch(r"[A-Za-z ]+,?[A-Za-z ]+\.", s):
+                out.append(s)
+    return list(dict.fromkeys(out))
+
+
+def rule_candidates(prose: list[str]) -> dict[str, list[str]]:
+    """Candidate texts per rule name of ``gopher_compat``, ``c4_compat`` and ``fineweb_compat``."""
+    sents = _sentences(prose)
+    words = " ".join(sents).split()
+    body = " ".join(sents[:40])  # ~600 words of ordinary prose
+    lines = "\n".join(sents[40:80])
+    short_words = [w for w in words if len(w) <= 2 and w.isalpha()]
+    long_words = list(dict.fromkeys(w for w in words if len(w) >= 13 and w.isalpha()))
+    no_stop = " ".join(
+        w
+        for w in body.split()
+        if w.lower().strip(".,;:") not in {"the", "be", "to", "of", "and", "that", "have", "with"}
+    )
+    c: dict[str, list[str]] = {"empty": ["", "   \n  "]}
+    c["gopher_short_doc"] = [sents[0], " ".join(sents[:2])]
+    c["gopher_long_doc"] = [" ".join(sents[k % len(sents)] + f" Item {k}." for k in range(8000))]
+    c["gopher_below_avg_threshold"] = [" ".join(short_words[:400])]
+    c["gopher_above_avg_threshold"] = [" ".join(w for w in words if len(w) >= 12 and w.isalpha())]
+    c["gopher_too_many_hashes"] = [
+        " ".join(("#" + w if i % k == 0 else w) for i, w in enumerate(body.split())) for k in (9, 6, 4)
+    ]
+    c["gopher_too_many_ellipsis"] = [
+        " ".join((w + " ..." if i % k == 0 else w) for i, w in enumerate(body.split())) for k in (9, 6, 4)
+    ]
+    c["gopher_too_many_bullets"] = ["\n".join("- " + s for s in sents[:60]), "\n".join("• " + s for s in sents[:60])]
+    c["gopher_too_many_end_ellipsis"] = [
+        "\n".join(s[:-1] + ("..." if i % 2 else ".") for i, s in enumerate(sents[:60]))
+    ]
+    c["gopher_below_alpha_threshold"] = [
+        " ".join(f"{w} {i}" if i % k == 0 else w for i, w in enumerate(body.split())) for k in (3, 2, 1)
+    ]
+    c["gopher_enough_stop_words"] = [no_stop]
+    paras = sents[:12]
+    c["dup_para_frac"] = ["\n\n".join(paras[:6] + paras[:4])]
+    c["dup_para_char_frac"] = [
+        "\n\n".join([" ".join(sents[100:108])] + [f"Part {k}." for k in range(8)] + [" ".join(sents[100:108])])
+    ]
+    c["dup_line_frac"] = ["\n".join(paras[:6] + paras[:4])]
+    c["dup_line_char_frac"] = [
+        "\n".join([" ".join(sents[100:108])] + [f"Part {k}." for k in range(8)] + [" ".join(sents[100:108])])
+    ]
+    filler = body.split()
+    for n, name in ((2, "top_2_gram"), (3, "top_3_gram"), (4, "top_4_gram")):
+        gram = ["over", "the", "horizontal", "counterbalances"][:n]
+        if n == 3:
+            gram = ["in", "a", "counterbalancing"]
+        if n == 4:
+            gram = ["a", "b", "c", "counterbalancing"]
+        c[name] = []
+        for every in (12, 10, 8, 7, 6, 5, 4):
+            out = []
+            for i, w in enumerate(filler):
+                out.append(w)
+                if i % every == 0:
+                    out.extend(gram)
+            c[name].append(" ".join(out))
+    phrase = "alpha bravo charlie delta echo foxtrot golf hotel india juliett kilo lima".split()
+    for n in range(5, 11):
+        c[f"duplicated_{n}_n_grams"] = []
+        for reps in range(2, 40):
+            out = list(filler)
+            step = max(1, len(out) // reps)
+            for r in range(reps):
+                out[r * step : r * step] = phrase[:n] + [f"x{r}"]
+            c[f"duplicated_{n}_n_grams"].append(" ".join(out))
+    c["lorem_ipsum"] = [lines + "\nLorem ipsum dolor sit amet, consectetur adipiscing elit.\n" + lines]
+    c["curly_bracket"] = [lines + "\nThe template replaces {name} with the value given.\n" + lines]
+    c["too_few_sentences"] = [" ".join(sents[:3]), "\n".join(sents[:4])]
+    c["line_punct_ratio"] = ["\n".join(s.rstrip(".") for s in sents[:60])]
+    c["short_line_ratio"] = [
+        "\n".join((s[:25].rstrip() + ".") if i % k else s for i, s in enumerate(sents[:60])) for k in (4, 8)
+    ]
+    c["char_dup_ratio"] = [lines + "\n" + sents[40]]
+    c["list_ratio"] = ["\n".join(f"{a} {b}." for a, b in zip(long_words[0::2], long_words[1::2]))]
+    return c

@@ -10,7 +10,12 @@ import sys
 
 def datatrove(docs):
     from datatrove.data import Document
-    from datatrove.pipeline.filters import FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
+    from datatrove.pipeline.filters import (
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+    )
 
     filters = {
         "gopher_quality": GopherQualityFilter(),
@@ -18,6 +23,7 @@ def datatrove(docs):
         "gopher_quality_no_alpha": GopherQualityFilter(max_non_alpha_words_ratio=None),
         "gopher_repetition": GopherRepetitionFilter(),
         "fineweb": FineWebQualityFilter(),
+        "c4": C4QualityFilter(),  # its defaults: line removal, then at least five sentences
     }
     from datatrove.utils.word_tokenizers import load_word_tokenizer
 

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.code_signals import CODE_SIGNALS, compute_code_signals, language_of
+from airflow_curation.core.compat import COMPAT_SIGNALS, compat_signals
 from airflow_curation.core.filters import DEFAULT_PRESET, Rule, apply_rules, resolve_rules
 from airflow_curation.core.langid import LANG_SIGNALS, lang_rules, lang_signals
 from airflow_curation.core.line_clean import NORMALIZATIONS, REMOVED_PREFIX, LineCleaner
@@ -91,6 +92,8 @@ class Preprocessor:
             lang_id = any(r.signal in LANG_SIGNALS for r in self.rules)
         self.lang_id = bool(lang_id)
         self.lang_max_chars = int(lang_max_chars or 0)
+        # datatrove-definition signals (the *_compat presets): only those a rule reads
+        self.compat = sorted({r.signal for r in self.rules} & set(COMPAT_SIGNALS))
 
     @property
     def input_columns(self) -> list[str]:
@@ -125,6 +128,10 @@ class Preprocessor:
             lang = lang_signals(texts, self.lang_max_chars)
             for name in lang.column_names:
                 signals = signals.append_column(name, lang.column(name))
+        if self.compat:
+            dt = compat_signals(texts, self.compat)
+            for name in dt.column_names:
+                signals = signals.append_column(name, dt.column(name))
         decisions = apply_rules(signals, self.rules)
         if early is not None:
             decisions = _with_early_drops(decisions, early)
@@ -202,7 +209,8 @@ class PreprocessStage(AttrsStage):
             "preset",
             str_or_list,
             DEFAULT_PRESET,
-            "filter preset(s), comma-separated: gopher, structure, c4, fineweb, code, or none",
+            "filter preset(s), comma-separated: gopher, structure, c4, fineweb, code, gopher_compat, c4_compat, "
+            "fineweb_compat (datatrove's decisions), or none",
         ),
         Setting("rules", list, [], "extra rules, a JSON list of {name, signal, min, max}, applied after the preset's"),
         Setting(

@@ -1,0 +1,316 @@
+"""English words and sentences as datatrove 0.10.1 counts them, without spaCy.
+
+datatrove's filters split text with spaCy's blank English tokenizer: whitespace first, then each piece
+loses its prefixes (opening brackets and quotes, currency signs, ``§ % = — –``, ellipses) and suffixes
+(closing punctuation, quotes, ``'s``, units and currency after a number, a period after a lower-case letter,
+a digit or punctuation, or after two capitals), then splits at infixes (ellipses, a hyphen or ``: < > = /``
+between letters, a comma between letters, a period between a lower-case and an upper-case letter, an
+operator between digits). Special cases keep English contractions apart (``don't`` -> ``do n't``, ``dont`` ->
+``do nt``, ``I'm`` -> ``I 'm``), abbreviations and emoticons whole, and URLs whole. This module states those
+rules on its own terms (Unicode categories where spaCy lists characters): the words match spaCy's on the
+great majority of texts and the decisions they feed match datatrove's on >= 99% (docs/preprocess.md,
+*Reference-compatible presets*), which is what they are for.
+
+Sentences are counted as spaCy's sentencizer cuts them: a sentence starts at the first token that is not
+punctuation after a token that is a sentence terminal.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+# Unicode's Sentence_Terminal characters as datatrove's TERMINAL_PUNCTUATION lists them (the property as of
+# its Unicode version, plus three Khmer signs): FineWeb's line-end rule and the sentence cuts read it.
+SENTENCE_TERMINALS = frozenset(
+    "!.?\u0589\u061d\u061e\u061f\u06d4\u0700\u0701\u0702\u07f9\u0837\u0839\u083d\u083e\u0964\u0965\u104a"
+    "\u104b\u1362\u1367\u1368\u166e\u1735\u1736\u17d4\u17d5\u17d6\u17d9\u17da\u1803\u1809\u1944\u1945\u1aa8"
+    "\u1aa9\u1aaa\u1aab\u1b5a\u1b5b\u1b5e\u1b5f\u1b7d\u1b7e\u1c3b\u1c3c\u1c7e\u1c7f\u203c\u203d\u2047\u2048"
+    "\u2049\u2e2e\u2e3c\u2e53\u2e54\u3002\ua4ff\ua60e\ua60f\ua6f3\ua6f7\ua876\ua877\ua8ce\ua8cf\ua92f\ua9c8"
+    "\ua9c9\uaa5d\uaa5e\uaa5f\uaaf0\uaaf1\uabeb\ufe52\ufe56\ufe57\uff01\uff0e\uff1f\uff61\U00010a56\U00010a57"
+    "\U00010f55\U00010f56\U00010f57\U00010f58\U00010f59\U00010f86\U00010f87\U00010f88\U00010f89\U00011047"
+    "\U00011048\U000110be\U000110bf\U000110c0\U000110c1\U00011141\U00011142\U00011143\U000111c5\U000111c6"
+    "\U000111cd\U000111de\U000111df\U00011238\U00011239\U0001123b\U0001123c\U000112a9\U0001144b\U0001144c"
+    "\U000115c2\U000115c3\U000115c9\U000115ca\U000115cb\U000115cc\U000115cd\U000115ce\U000115cf\U000115d0"
+    "\U000115d1\U000115d2\U000115d3\U000115d4\U000115d5\U000115d6\U000115d7\U00011641\U00011642\U0001173c"
+    "\U0001173d\U0001173e\U00011944\U00011946\U00011a42\U00011a43\U00011a9b\U00011a9c\U00011c41\U00011c42"
+    "\U00011ef7\U00011ef8\U00011f43\U00011f44\U00016a6e\U00016a6f\U00016af5\U00016b37\U00016b38\U00016b44"
+    "\U00016e98\U0001bc9f\U0001da88"
+)
+
+# Marks split off the edges of a piece (spaCy's punctuation and quote lists, written out here).
+_PUNCT = "…,:;!?¿؟¡()[]{}<>_#*&。？！，、；：～·।،۔؛٪"
+_QUOTES = "'\"”“`‘´’‚,„»«「」『』（）〔〕【】《》〈〉〈〉⟦⟧"
+_HYPHENS = ("---", "--", "——", "-", "–", "—", "~")
+_UNITS = (
+    "km km² km³ m m² m³ dm dm² dm³ cm cm² cm³ mm mm² mm³ ha µm nm yd in ft kg g mg µg t lb oz m/s km/h kmh mph "
+    "hPa Pa mbar mb MB kb KB gb GB tb TB T G M K %"
+).split()
+
+
+def _cls(chars: str) -> str:
+    return "".join("\\" + c if c in "\\]^-[" else c for c in chars)
+
+
+_P, _Q = _cls(_PUNCT), _cls(_QUOTES)
+# \p{} is not in Python's re: currency and symbol classes are expanded from unicodedata once.
+_SC = "".join(chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) == "Sc")
+_SO = "".join(chr(c) for c in range(0x80, 0x110000) if unicodedata.category(chr(c)) == "So")
+
+
+def _ranges(chars: str) -> str:
+    out, cps = [], sorted(map(ord, chars))
+    i = 0
+    while i < len(cps):
+        j = i
+        while j + 1 < len(cps) and cps[j + 1] == cps[j] + 1:
+            j += 1
+        a, b = cps[i], cps[j]
+        out.append(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}")
+        i = j + 1
+    return "".join(out)
+
+
+_SC_CLS, _SO_CLS = _ranges(_SC), _ranges(_SO)
+_LETTER = r"[^\W\d_]"  # a letter: Python's \w less digits and underscore
+_LETTER_OR_DIGIT = r"(?:(?<=[^\W\d_])|(?<=[0-9]))"  # lookbehind: a letter or an ASCII digit before
+# scripts without case count as both lower and upper case (Arabic, Hebrew, Indic, Ethiopic, Hangul, kana, CJK)
+_UNCASED = (
+    r"\u0590-\u05ff\u0600-\u06ff\u0750-\u077f\u0900-\u097f\u0980-\u09ff\u0b80-\u0bff\u0c00-\u0c7f"
+    r"\u0c80-\u0cff\u0d80-\u0dff\u1100-\u11ff\u1200-\u137f\u3040-\u30ff\u3130-\u318f\u4e00-\u9fff"
+    r"\uac00-\ud7af\ufb50-\ufdff\ufe70-\ufeff"
+)
+_LOWER = r"a-zß-öø-ÿ\u0100-\u024f\u0370-\u03ff\u0400-\u04ff" + _UNCASED
+_UPPER = r"A-ZÀ-ÖØ-Þ\u0100-\u024f\u0370-\u03ff\u0400-\u04ff" + _UNCASED
+
+_PREFIX = re.compile(
+    "|".join(
+        [
+            r"§",
+            "%",
+            "=",
+            "—",
+            "–",
+            r"\+(?![0-9])",
+            f"[{_P}]",
+            r"\.\.+",
+            f"[{_Q}]",
+            r"US\$|C\$|A\$",
+            f"[{_SC_CLS}]",
+            f"[{_SO_CLS}]",
+        ]
+    )
+)
+_UNIT_ALT = "|".join(re.escape(u) for u in _UNITS)
+_SUFFIX = re.compile(
+    "|".join(
+        f"(?:{p})$"
+        for p in [
+            f"[{_P}]",
+            r"\.\.+",
+            "…",
+            f"[{_Q}]",
+            f"[{_SO_CLS}]",
+            "'s|'S|’s|’S",
+            "—|–",
+            r"(?<=[0-9])\+",
+            r"(?<=°[FfCcKk])\.",
+            rf"(?<=[0-9])(?:US\$|C\$|A\$|[{_SC_CLS}])",
+            rf"(?<=[0-9])(?:{_UNIT_ALT})",
+            rf"(?<=[0-9{_LOWER}%²\-+{_P}{_Q}])\.",
+            rf"(?<=[{_UPPER}][{_UPPER}])\.",
+        ]
+    )
+)
+_HYPH = "|".join(re.escape(h) for h in _HYPHENS)
+_INFIX = re.compile(
+    "|".join(
+        [
+            r"\.\.+",
+            "…",
+            f"[{_SO_CLS}]",
+            r"(?<=[0-9])[+\-*^](?=[0-9-])",
+            rf"(?<=[{_LOWER}{_Q}])\.(?=[{_UPPER}{_Q}])",
+            rf"(?<={_LETTER}),(?={_LETTER})",
+            rf"{_LETTER_OR_DIGIT}(?:{_HYPH})(?={_LETTER})",
+            rf"{_LETTER_OR_DIGIT}[:<>=/](?={_LETTER})",
+        ]
+    )
+)
+# A URL, a bare domain or an e-mail address stays one token (spaCy's URL match, stated loosely): an optional
+# scheme and user, a dotted host whose last label is 2+ lower-case letters, an optional port and path.
+_URL = re.compile(
+    r"(?:[a-zA-Z][a-zA-Z0-9+.-]*://)?(?:[^\s:@/]+(?::[^\s:@/]*)?@)?"
+    r"(?:(?:[0-9]{1,3}\.){3}[0-9]{1,3}|(?:[^\W_](?:[\w-]*[^\W_])?\.)+[a-z\u00a1-\uffff]{2,63})"
+    r"(?::[0-9]{2,5})?(?:[/?#]\S*)?"
+)
+
+# Special cases: English contractions (split), abbreviations and emoticons (kept whole).
+_NEG_BASES = {
+    "do": "do", "does": "does", "did": "did", "is": "is", "are": "are", "was": "was", "were": "were",
+    "have": "have", "has": "has", "had": "had", "could": "could", "would": "would", "should": "should",
+    "must": "must", "might": "might", "need": "need", "ai": "ai", "ca": "ca", "wo": "wo", "sha": "sha",
+    "dare": "dare", "ought": "ought", "may": "may",
+}  # fmt: skip
+_PRONOUN_CLITICS = {
+    "i": ("m", "ll", "ve", "d"), "you": ("re", "ll", "ve", "d"), "he": ("s", "ll", "d"), "she": ("s", "ll", "d"),
+    "it": ("s", "ll", "d"), "we": ("re", "ll", "ve", "d"), "they": ("re", "ll", "ve", "d"),
+    "who": ("s", "ll", "ve", "d", "re"), "what": ("s", "ll", "ve", "d", "re"), "there": ("s", "ll", "ve", "d", "re"),
+    "that": ("s", "ll", "ve", "d"), "where": ("s", "ll", "ve", "d"), "when": ("s", "ll", "ve", "d"),
+    "why": ("s", "ll", "ve", "d"), "how": ("s", "ll", "ve", "d"), "could": ("ve",), "would": ("ve",),
+    "should": ("ve",), "might": ("ve",), "must": ("ve",), "let": ("s",),
+}  # fmt: skip
+_WHOLE = set(
+    (
+        "e.g. i.e. vs. Mr. Mrs. Ms. Dr. Prof. Jr. Sr. St. Mt. Inc. Ltd. Co. Corp. a.m. p.m. U.S. Jan. Feb. Mar. "
+        "Apr. Jun. Jul. Aug. Sep. Sept. Oct. Nov. Dec. Ala. Ariz. Ark. Calif. Colo. Conn. Del. Fla. Ga. Ill. Ind. "
+        "Kan. Ky. La. Md. Mass. Mich. Minn. Miss. Mo. Mont. Neb. Nev. N.C. N.D. N.H. N.J. N.M. N.Y. Okla. Ore. Pa. "
+        "Tenn. Va. Wash. Wis. Gen. Gov. Rep. Sen. Rev. vs e.g i.e o'clock ma'am 'em 'Cause 'cause 'bout "
+        ":) :-) :( :-( ;) ;-) =) =( :P :p :-P :D :-D xD XD ^_^ ^__^ :/ :-/ 8) 8-) <3 </3 :o :O :-O :'( :') :| :-| "
+        "(: ): (; =D =| :] :[ :> :< <33 V_V o.O O.O o_o O_O -_- o.0 :3 :* (= :’) '' E.G. I.E. E.g. I.e. and/or w/o w/ "
+        "'s 'S 'm 'M 'd 'D 'll 'LL 've 'VE 're 'RE n't N'T ’s ’m ’d ’ll ’ve ’re n’t"
+    ).split()
+    + [f"{c}." for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"]
+)
+_SPLIT_WHOLE = {
+    "cannot": ("can", "not"), "Cannot": ("Can", "not"), "gonna": ("gon", "na"), "Gonna": ("Gon", "na"),
+    "gotta": ("got", "ta"), "Gotta": ("Got", "ta"), "y'all": ("y'", "all"), "Y'all": ("Y'", "all"),
+}  # fmt: skip
+# without the apostrophe (lower or title case only) every such pair splits but where the joined form is a
+# common word of its own
+_NOT_CONTRACTIONS = {"shed", "were", "well", "ill", "hell", "shell", "its", "lets", "wholl"}
+
+
+@lru_cache(maxsize=65536)
+def _special(s: str) -> tuple[str, ...] | None:
+    """The tokens of a special case, or None."""
+    if s in _WHOLE:
+        return (s,)
+    if s in _SPLIT_WHOLE:
+        return _SPLIT_WHOLE[s]
+    low = s.lower()
+    if not (s == low or s == s.upper() or s == s[0].upper() + s[1:].lower()):
+        return None
+    for apo in ("'", "’"):
+        neg = "n" + apo + "t"
+        if low.endswith(neg) and low[:-3] in _NEG_BASES:
+            return (s[:-3], s[-3:])
+        if apo in s:
+            head, _, tail = s.partition(apo)
+            if tail and head.lower() in _PRONOUN_CLITICS and tail.lower() in _PRONOUN_CLITICS[head.lower()]:
+                if tail.lower() != "s":  # 's is a suffix rule for every word
+                    return (head, apo + tail)
+    if s == s.upper() and len(s) > 1 or low in _NOT_CONTRACTIONS:
+        return None
+    if low.endswith("nt") and low[:-2] in _NEG_BASES:
+        return (s[:-2], s[-2:])
+    for k in range(1, min(len(low), 6)):
+        head, tail = low[:k], low[k:]
+        if head in _PRONOUN_CLITICS and tail in _PRONOUN_CLITICS[head]:
+            return (s[:k], s[k:])
+    return None
+
+
+def _infix_split(s: str) -> list[str]:
+    out, start = [], 0
+    for m in _INFIX.finditer(s):
+        if m.start() == 0 and m.end() == 0:
+            continue
+        if m.start() > start:
+            out.append(s[start : m.start()])
+        if m.end() > m.start():
+            out.append(m.group())
+        start = m.end()
+    if start < len(s):
+        out.append(s[start:])
+    return out
+
+
+@lru_cache(maxsize=262144)
+def _piece_tokens(s: str) -> tuple[str, ...]:
+    prefixes: list[str] = []
+    suffixes: list[str] = []
+    while s:
+        if _special(s):  # a URL is matched only once the edges are off
+            break
+        last = len(s)
+        m = _PREFIX.match(s)
+        pre = m.end() if m else 0
+        if pre and s[pre:] and _special(s[pre:]):
+            prefixes.append(s[:pre])
+            s = s[pre:]
+            break
+        m = _SUFFIX.search(s[pre:])
+        suf = len(s) - pre - m.start() if m and m.start() < len(s) - pre else 0
+        if suf and s[:-suf] and _special(s[:-suf]):
+            suffixes.append(s[-suf:])
+            s = s[:-suf]
+            break
+        if pre and suf and pre + suf <= len(s):
+            prefixes.append(s[:pre])
+            suffixes.append(s[-suf:])
+            s = s[pre:-suf]
+        elif pre:
+            prefixes.append(s[:pre])
+            s = s[pre:]
+        elif suf:
+            suffixes.append(s[-suf:])
+            s = s[:-suf]
+        if len(s) == last or _special(s):
+            break
+    middle: list[str] = []
+    if s:
+        sp = _special(s)
+        if sp:
+            middle = list(sp)
+        elif _URL.fullmatch(s):
+            middle = [s]
+        else:
+            middle = _infix_split(s)
+    return _merge_specials(prefixes + middle + suffixes[::-1])
+
+
+def _merge_specials(tokens: list[str]) -> tuple[str, ...]:
+    """Adjacent tokens of one piece that together spell a kept-whole special case (``):``, ``8)``) are one."""
+    if len(tokens) < 2:
+        return tuple(tokens)
+    out: list[str] = []
+    i = 0
+    while i < len(tokens):
+        for k in (4, 3, 2):
+            if i + k <= len(tokens) and "".join(tokens[i : i + k]) in _WHOLE:
+                out.append("".join(tokens[i : i + k]))
+                i += k
+                break
+        else:
+            out.append(tokens[i])
+            i += 1
+    return tuple(out)
+
+
+def words(text: str) -> list[str]:
+    """datatrove's English words of ``text`` (spaCy's tokens, whitespace ones left out)."""
+    out: list[str] = []
+    for piece in text.split():
+        out.extend(_piece_tokens(piece))
+    return out
+
+
+def _is_punct(token: str) -> bool:
+    return all(unicodedata.category(c).startswith("P") for c in token)
+
+
+def count_sentences(text: str) -> int:
+    """Sentences of ``text`` as spaCy's sentencizer cuts them (at least 1 for a text with a token)."""
+    n, seen_terminal = 0, False
+    for token in words(text):
+        if n == 0:
+            n = 1
+        is_term = token in SENTENCE_TERMINALS
+        if seen_terminal and not is_term and not _is_punct(token):
+            n += 1
+            seen_terminal = False
+        elif is_term:
+            seen_terminal = True
+    return max(n, 1)

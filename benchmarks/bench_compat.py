@@ -1,0 +1,294 @@
+"""Reference-compatible presets against datatrove 0.10.1: decisions per class, and speed per core.
+
+    .venv/bin/python benchmarks/bench_compat.py agree --split heldout     # agreement table (per class)
+    .venv/bin/python benchmarks/bench_compat.py speed --rounds 5          # MB/s per core, side by side
+    .venv/bin/python benchmarks/bench_compat.py --render                  # RESULTS.md block from the JSON
+
+Documents: ``benchmarks/compat_corpus.py`` (documentation pages, the Debian handbook in 25 languages,
+READMEs/changelogs/NEWS and man pages), split once by a hash of each name into ``tune`` (looked at while the
+word splitter and the rules were written) and ``heldout`` (only measured, after).
+
+``agree``: datatrove's ``GopherQualityFilter`` + ``GopherRepetitionFilter`` (as one decision: kept by both),
+``C4QualityFilter`` and ``FineWebQualityFilter``, at their defaults, run once per split in the oracle venv
+(``.venv-oracles``, scripts/setup_oracles.sh; cached under ``benchmarks/data/compat/``), against the
+``*_compat`` presets and, for the record, the project's own ``gopher``, ``c4`` and ``fineweb``. A document
+agrees when both keep it or both drop it; the reason is compared too (``reason``: same first failing rule,
+over the documents both drop).
+
+``speed``: one fresh process per contender (``python -P``), CPU seconds of the filtering loop only
+(``time.process_time``), contenders alternated within each round, median and spread of ``--rounds``:
+datatrove's four filters (one ``Document`` per filter, as a pipeline would pass it on), the three ``*_compat``
+presets (``dt_*`` signals + rules), and the project's ``gopher,c4,fineweb`` (the compiled kernel). The text
+is the held-out split's first ``--mb`` MB. Load averages are recorded per round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+import compat_corpus  # noqa: E402
+from results import RESULTS, replace_block  # noqa: E402
+
+OUT = HERE / "results" / "compat.json"
+DATA = HERE / "data" / "compat"
+ORACLE = ROOT / ".venv-oracles" / "bin" / "python"
+PAIRS = {  # ours -> datatrove filter(s) it reproduces
+    "gopher_compat": ("gopher_quality", "gopher_repetition"),
+    "c4_compat": ("c4",),
+    "fineweb_compat": ("fineweb",),
+    "gopher": ("gopher_quality", "gopher_repetition"),
+    "c4": ("c4",),
+    "fineweb": ("fineweb",),
+}
+
+
+def oracle(split: str, texts: list[str]) -> list[dict]:
+    path = DATA / f"datatrove_{split}.json"
+    if not path.exists():
+        src = DATA / f"texts_{split}.json"
+        src.write_text(json.dumps(texts))
+        cmd = [str(ORACLE), "-P", str(HERE / "compat_oracle.py"), str(src), str(path)]
+        subprocess.run(cmd, check=True)
+    got = json.loads(path.read_text())["results"]
+    if len(got) != len(texts):
+        raise RuntimeError(f"{path}: {len(got)} results for {len(texts)} texts; delete it to rerun the oracle")
+    return got
+
+
+def ours(texts: list[str]) -> dict[str, list[tuple[bool, str | None]]]:
+    import pyarrow as pa
+
+    from airflow_curation.core.line_clean import LineCleaner
+    from airflow_curation.stages.preprocess.stage import Preprocessor
+
+    out = {}
+    table = pa.table({"id": [str(i) for i in range(len(texts))], "text": texts})
+    for preset in PAIRS:
+        # the project's c4 removes lines with line_rules="c4" and applies the document rules to what is left
+        cleaner = {"line_rules": "c4"} if preset == "c4" else {}
+        res = Preprocessor(preset=preset, **cleaner).process(table)
+        out[preset] = list(zip(res.column("keep").to_pylist(), res.column("drop_reason").to_pylist()))
+    del LineCleaner
+    return out
+
+
+def _kappa(a: list[bool], b: list[bool]) -> float:
+    n = len(a)
+    po = sum(x == y for x, y in zip(a, b)) / n
+    pa_, pb = sum(a) / n, sum(b) / n
+    pe = pa_ * pb + (1 - pa_) * (1 - pb)
+    return round((po - pe) / (1 - pe), 4) if pe < 1 else 1.0
+
+
+def agree(split: str) -> dict:
+    docs = [d for d in compat_corpus.load() if d["split"] == split]
+    texts = [d["text"] for d in docs]
+    theirs = oracle(split, texts)
+    mine = ours(texts)
+    table: dict = {}
+    for preset, filters in PAIRS.items():
+        per_class = {}
+        for cls in (*compat_corpus.CLASSES, "all"):
+            idx = [i for i, d in enumerate(docs) if cls == "all" or d["cls"] == cls]
+            ref = [all(theirs[i][f][0] for f in filters) for i in idx]
+            ref_reason = [next((theirs[i][f][1] for f in filters if not theirs[i][f][0]), None) for i in idx]
+            got = [mine[preset][i][0] for i in idx]
+            got_reason = [mine[preset][i][1] for i in idx]
+            both_drop = [(a, b) for a, b, x, y in zip(ref_reason, got_reason, ref, got) if not x and not y]
+            per_class[cls] = {
+                "documents": len(idx),
+                "agreement": round(sum(a == b for a, b in zip(ref, got)) / len(idx), 4),
+                "kappa": _kappa(ref, got),
+                "kept_datatrove": sum(ref),
+                "kept_ours": sum(got),
+                "same_reason": round(sum(a == b for a, b in both_drop) / len(both_drop), 4) if both_drop else None,
+                "disagreements": dict(
+                    Counter(
+                        f"{b or 'kept'} / datatrove {a or 'kept'}"
+                        for a, b, x, y in zip(ref_reason, got_reason, ref, got)
+                        if x != y
+                    ).most_common(8)
+                ),
+            }
+        table[preset] = per_class
+    return {
+        "split": split,
+        "documents": len(docs),
+        "mb": round(sum(len(t.encode()) for t in texts) / 1e6, 2),
+        "presets": table,
+    }
+
+
+DATATROVE_RUN = """
+import json, sys, time
+from datatrove.data import Document
+from datatrove.pipeline.filters import C4QualityFilter, FineWebQualityFilter, GopherQualityFilter, GopherRepetitionFilter
+texts = json.load(open(sys.argv[1]))
+filters = [GopherQualityFilter(), GopherRepetitionFilter(), C4QualityFilter(), FineWebQualityFilter()]
+filters[0].filter(Document(text="warm up the tokenizer. " * 20, id="w"))
+t = time.process_time()
+kept = 0
+for i, x in enumerate(texts):
+    kept += all(f.filter(Document(text=x, id=str(i))) is True for f in filters)
+print(json.dumps({"seconds": time.process_time() - t, "kept": kept}))
+"""
+OURS_RUN = """
+import json, sys, time
+sys.path.insert(0, sys.argv[3])
+import pyarrow as pa
+from airflow_curation.stages.preprocess.stage import Preprocessor
+texts = json.load(open(sys.argv[1]))
+p = Preprocessor(preset=sys.argv[2])
+table = pa.table({"id": [str(i) for i in range(len(texts))], "text": texts})
+p.process(table.slice(0, 8))  # warm up: the kernel's compile cache, the regexes
+t = time.process_time()
+res = p.process(table)
+print(json.dumps({"seconds": time.process_time() - t, "kept": sum(res.column("keep").to_pylist())}))
+"""
+CONTENDERS = {
+    "datatrove (4 filters)": None,
+    "ours gopher_compat,c4_compat,fineweb_compat": "gopher_compat,c4_compat,fineweb_compat",
+    "ours gopher,c4,fineweb (kernel)": "gopher,c4,fineweb",
+}
+
+
+def speed(rounds: int, mb: float) -> dict:
+    docs = [d["text"] for d in compat_corpus.load() if d["split"] == "heldout"]
+    texts, size = [], 0
+    for t in docs:
+        texts.append(t)
+        size += len(t.encode())
+        if size >= mb * 1e6:
+            break
+    path = DATA / "speed_texts.json"
+    path.write_text(json.dumps(texts))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+    seconds: dict[str, list[float]] = {n: [] for n in CONTENDERS}
+    kept: dict[str, int] = {}
+    load = []
+    names = list(CONTENDERS)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            preset = CONTENDERS[name]
+            if preset is None:
+                cmd = [str(ORACLE), "-P", "-c", DATATROVE_RUN, str(path)]
+            else:
+                cmd = [sys.executable, "-P", "-c", OURS_RUN, str(path), preset, str(ROOT)]
+            got = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout)
+            seconds[name].append(round(got["seconds"], 3))
+            kept[name] = got["kept"]
+        load.append([round(x, 2) for x in os.getloadavg()])
+    return {
+        "documents": len(texts),
+        "mb": round(size / 1e6, 2),
+        "rounds": rounds,
+        "load_avg_1_5_15": load,
+        "kept": kept,
+        "seconds": {
+            n: {"median": statistics.median(s), "min": min(s), "max": max(s), "runs": s} for n, s in seconds.items()
+        },
+        "mb_per_s": {n: round(size / 1e6 / statistics.median(s), 3) for n, s in seconds.items()},
+    }
+
+
+def render(r: dict) -> str:
+    lines = ["## Reference-compatible presets (datatrove 0.10.1)", ""]
+    for split in ("heldout", "tune"):
+        a = r.get("agree", {}).get(split)
+        if not a:
+            continue
+        lines += [
+            f"`{a['command']}` ({a['when']}): {a['documents']} documents ({a['mb']} MB) of the **{split}** split "
+            f"({'never looked at while tuning' if split == 'heldout' else 'looked at while tuning'}). Agreement of "
+            "keep/drop with datatrove at its default thresholds (kappa in brackets); `same reason`: over the "
+            "documents both drop, the same first failing rule.",
+            "",
+            "| preset | "
+            + " | ".join(
+                f"{c} ({a['presets']['gopher']['all' if c == 'all' else c]['documents']})"
+                for c in (*compat_corpus.CLASSES, "all")
+            )
+            + " | same reason (all) |",
+            "| --- | " + " | ".join("---:" for _ in (*compat_corpus.CLASSES, "all")) + " | ---: |",
+        ]
+        for preset, per in a["presets"].items():
+            cells = [f"{per[c]['agreement']:.2%} ({per[c]['kappa']:.2f})" for c in (*compat_corpus.CLASSES, "all")]
+            same = per["all"]["same_reason"]
+            shown = "own names" if not preset.endswith("_compat") else "-" if same is None else f"{same:.2%}"
+            lines.append(f"| `{preset}` | " + " | ".join(cells) + f" | {shown} |")
+        lines.append("")
+        worst = [
+            (p, c, per[c]["disagreements"])
+            for p, per in a["presets"].items()
+            if p.endswith("_compat")
+            for c in compat_corpus.CLASSES
+            if per[c]["disagreements"]
+        ]
+        if worst:
+            lines.append("Disagreements of the compat presets (ours / datatrove):")
+            lines += [f"- `{p}`, {c}: " + "; ".join(f"{k}: {v}" for k, v in d.items()) for p, c, d in worst]
+            lines.append("")
+    s = r.get("speed")
+    if s:
+        lines += [
+            f"Speed: `{s['command']}` ({s['when']}), {s['documents']} held-out documents, {s['mb']} MB, one core per "
+            f"process, CPU seconds of the filtering loop, {s['rounds']} rounds alternated; load averages per round "
+            f"{s['load_avg_1_5_15']}.",
+            "",
+            "| contender | MB/s per core | CPU s median (min-max) | kept |",
+            "| --- | ---: | ---: | ---: |",
+        ]
+        for n, v in s["seconds"].items():
+            lines.append(f"| {n} | {s['mb_per_s'][n]} | {v['median']} ({v['min']}-{v['max']}) | {s['kept'][n]} |")
+        lines.append("")
+    lines.append("JSON: `benchmarks/results/compat.json`.")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", nargs="?", choices=("agree", "speed"))
+    ap.add_argument("--split", default="heldout", choices=("tune", "heldout"))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--mb", type=float, default=2.0)
+    ap.add_argument("--render", action="store_true")
+    args = ap.parse_args()
+    r = json.loads(OUT.read_text()) if OUT.exists() else {}
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    if args.what == "agree":
+        got = agree(args.split)
+        got.update(command=f".venv/bin/python benchmarks/bench_compat.py agree --split {args.split}", when=when)
+        r.setdefault("agree", {})[args.split] = got
+        print(
+            json.dumps({p: {c: v["agreement"] for c, v in per.items()} for p, per in got["presets"].items()}, indent=1)
+        )
+    elif args.what == "speed":
+        got = speed(args.rounds, args.mb)
+        got.update(
+            command=f".venv/bin/python benchmarks/bench_compat.py speed --rounds {args.rounds} --mb {args.mb}",
+            when=when,
+        )
+        r["speed"] = got
+        print(json.dumps(got["mb_per_s"], indent=1))
+    if args.what:
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text(json.dumps(r, indent=1))
+    if args.render or args.what:
+        replace_block(RESULTS, "bench_compat", render(r))
+
+
+if __name__ == "__main__":
+    main()
