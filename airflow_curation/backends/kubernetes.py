@@ -154,9 +154,13 @@ class KubernetesBackend(Backend):
 
     def build(self, spec: JobSpec, revision: int = 0) -> tuple[JobHandle, list[dict[str, Any]]]:
         """The handle and the objects (spec ConfigMap first) that :meth:`launch` would create."""
+        kind = self.launch_kind_for(spec.stage)
+        groups = self._groups_for(spec) if kind == "indexed" else 1
+        # A unit for each completion index where the input allows (as the Slurm backend does for its array
+        # tasks): a small ingest input is else one unit, and every other pod of the Indexed Job idles.
+        spec = grp.with_min_units(spec, groups)
         spec_json = spec.to_json()
         name = objs.object_name(spec.stage, spec_json, revision)
-        kind = self.launch_kind_for(spec.stage)
         result_dir = self._result_dir(spec, name)
         result_uri = storage.join(result_dir, "result.json")
         ns, stage = self.namespace, spec.stage
@@ -180,7 +184,7 @@ class KubernetesBackend(Backend):
         cm = objs.spec_config_map(name, ns, stage, spec_json, self._pod_for(handle))
         extras = []
         if kind == "indexed":
-            handle["groups"] = self._groups_for(spec)
+            handle["groups"] = groups
             handle["collect"] = f"{name}-collect"
             extras.append(self._collect_job(handle, spec))
         main = self._main(handle, spec)

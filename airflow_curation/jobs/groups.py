@@ -5,11 +5,13 @@ placeholders (the array or completion index, the attempt), which each launcher r
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 from airflow_curation.core.manifest import ManifestHead
+from airflow_curation.jobs.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,16 @@ def groups_for_input(cap: int, input_manifest: str | None, min_bytes: int = MIN_
     if not head.shard_count:
         return None
     return sized_groups(cap, head.shard_count, head.bytes, min_bytes)
+
+
+def with_min_units(spec: JobSpec, groups: int) -> JobSpec:
+    """The spec a launch over ``groups`` groups runs: ``min_units`` raised to ``groups``, so that a stage that
+    sizes its own units (ingest) splits even a small input into one unit per group where it has the files
+    for it, and no array task or indexed pod is left without work. One group: the spec as it is."""
+    if groups <= 1:
+        return spec
+    floor = max(groups, int(spec.config.get("min_units") or 1))
+    return dataclasses.replace(spec, config={**spec.config, "min_units": floor})
 
 
 def run_args(spec: str, result: Arg) -> list[Arg]:

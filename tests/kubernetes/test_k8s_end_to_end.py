@@ -147,3 +147,32 @@ def test_collect_waits_for_every_group_then_gives_up_at_its_timeout(corpus, lake
     assert "gave up waiting for groups [1]" in proc.stderr
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["status"] == "failed" and result["kind"] == "collect" and "2 of 4 units failed" in result["error"]
+
+
+def test_a_small_input_gives_every_indexed_pod_a_unit(fake_k8s, make_backend, corpus, lake, tmp_path):
+    """Four small files are one ingest unit by default; an Indexed Job of 3 completions (the sweep's size from
+    ``parallelism``, as a Slurm array's from ``shard_groups``) makes the spec ask for ``min_units=3``, so each
+    pod ingests a unit of its own instead of two of them starting, finding nothing and leaving."""
+    from airflow_curation.backends.schemas import validate_object
+
+    backend = make_backend(launch_kinds={"ingest": "indexed"}, parallelism=3, pod={})
+    spec = JobSpec("ingest", {"root": str(lake), "dataset": "d", "snapshot": None}, "r1", {"inputs": [str(corpus)]})
+    handle, objects = backend.build(spec)
+    for obj in objects:
+        validate_object(obj)
+    sweep = next(o for o in objects if o["metadata"]["name"] == handle["main"])
+    assert sweep["spec"]["completions"] == handle["groups"] == 3 and sweep["spec"]["completionMode"] == "Indexed"
+    (config_map,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    assert json.loads(config_map["data"]["spec.json"])["config"]["min_units"] == 3
+
+    handle = backend.submit(spec)
+    kubelet = FakeKubelet(fake_k8s, tmp_path / "kubelet")
+    assert kubelet.run_job(handle["name"]) == [0, 0, 0]
+    assert kubelet.run_job(handle["collect"]) == [0]
+    st = backend.status(handle)
+    assert st.state == JobState.SUCCEEDED and st.result["rows"] == 20, st.message
+    manifest = Manifest.read(spec.manifest_uri)
+    assert len(manifest.units) == 3 and manifest.rows == 20
+    text, _ = backend.logs(handle)
+    assert text.count("0 units already done (checkpoint matches), 1 to run") == 3, text  # one unit in each pod
+    assert "3 units already done (checkpoint matches), 0 to run" in text  # the collect pod ran none

@@ -26,6 +26,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest
@@ -134,11 +135,11 @@ def curated_view(manifest_uri: str) -> dict[str, str]:
     manifest = Manifest.read(manifest_uri)
     rows: dict[str, str] = {}
     for shard in manifest.shards:
-        table = pq.read_table(shard.uri)
+        table = _table(shard.uri)
         ids = table.column("id")
         attrs = {}
         for stage, uri in sorted(shard.attrs.items()):
-            a = pq.read_table(uri)
+            a = _table(uri)
             assert a.column("id").equals(ids), f"{uri}: not the rows of {shard.uri} in its order"
             attrs[stage] = a.drop_columns(["id"]).to_pylist()
         for i, row in enumerate(table.to_pylist()):
@@ -146,6 +147,12 @@ def curated_view(manifest_uri: str) -> dict[str, str]:
             assert row["id"] not in rows, f"id {row['id']} appears twice"
             rows[row["id"]] = json.dumps(row, sort_keys=True, default=repr)
     return rows
+
+
+def _table(uri: str):
+    """A Parquet file of any storage (a local path, or an object store through the options in effect)."""
+    with storage.open_read(uri) as f:
+        return pq.read_table(f)
 
 
 def view_differences(got: dict[str, str], want: dict[str, str], limit: int = 5) -> list[str]:
