@@ -363,7 +363,9 @@ def write_warc(path: Path, pages: list[dict], extras: bool = True) -> dict:
         # WARC-Identified-Payload-Type: the sniffed media type Common Crawl adds (datatrove's reader uses it)
         media = ("WARC-Identified-Payload-Type", content_type.split(";")[0])
         recs.append(
-            _warc_record("response", url, _http(status, content_type, body), "application/http; msgtype=response", media)
+            _warc_record(
+                "response", url, _http(status, content_type, body), "application/http; msgtype=response", media
+            )
         )
 
     for p in pages:
@@ -380,7 +382,10 @@ def write_warc(path: Path, pages: list[dict], extras: bool = True) -> dict:
         fetch(info["duplicate"]["url"], "200 OK", "text/html; charset=utf-8", src["body"])
         info["no_text"] = "https://empty.doc.example/app.html"
         fetch(info["no_text"], "200 OK", "text/html", b"<html><body><script>render()</script></body></html>")
-        info["not_documents"] = {"response 404": "https://gone.doc.example/", "response image/png": "https://img.doc.example/x.png"}
+        info["not_documents"] = {
+            "response 404": "https://gone.doc.example/",
+            "response image/png": "https://img.doc.example/x.png",
+        }
         fetch("https://gone.doc.example/", "404 Not Found", "text/html", b"<html><body>Not found</body></html>")
         fetch("https://img.doc.example/x.png", "200 OK", "image/png", b"\x89PNG\r\n\x1a\n" + bytes(32))
     tmp = path.with_name(path.name + ".tmp")
