@@ -517,25 +517,34 @@ def render(r: dict) -> str:
         "",
         "Ours: the ingest reader (`stages/ingest/warc.py`: FastWARC, every HTML response, the extractor); "
         "datatrove: `WarcReader` -> `Trafilatura(favour_precision=True)` (FineWeb's), its extraction in its "
-        "sandbox child process (the child's CPU counted). "
+        "sandbox child process (the child's CPU counted); ours runs trafilatura without `favor_precision` and "
+        "without its cross-document `deduplicate` (`core/html_text.py`), so the two trafilatura rows do not do "
+        "exactly the same work. "
         f"{len(cpu['ours resiliparse']['runs'])} rounds, each contender once per round in turn.",
         "",
         "### (b) FineWeb-style recipe: extract -> English -> Gopher -> C4 -> FineWeb -> MinHash",
         "",
     ]
     runs = r["recipe"]["runs"]
+
+    def spread(xs: list[float]) -> str:
+        return f"{statistics.median(xs):.1f} ({min(xs):.1f}-{max(xs):.1f})"
+
     ours_cpu = [sum(x["cpu_s"].values()) for x in runs["ours"]]
-    dt_cpu = [x["process_cpu_s"] for x in runs["datatrove"]]
-    stages = ", ".join(f"{k} {v:.1f}" for k, v in runs["ours"][-1]["cpu_s"].items())
-    dt = runs["datatrove"][-1]
+    ours_stage = {k: [x["cpu_s"][k] for x in runs["ours"]] for k in runs["ours"][0]["cpu_s"]}
+    dt = {k: [x[k] for x in runs["datatrove"]] for k in ("extract_cpu_s", "filter_cpu_s", "dedup_cpu_s")}
     lines += [
-        "| side | CPU s (all runs) | where |",
+        f"CPU seconds, median (min-max) of {len(ours_cpu)} alternated runs per side:",
+        "",
+        "| side | CPU s | where (median) |",
         "| --- | --- | --- |",
-        f"| ours: `curation ingest`, `preprocess`, `dedup` (3 processes) | {', '.join(f'{x:.1f}' for x in ours_cpu)} "
-        f"| {stages} (whole processes, imports and manifests included) |",
+        f"| ours: `curation ingest`, `preprocess`, `dedup` (3 processes) | {spread(ours_cpu)} | "
+        + ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in ours_stage.items())
+        + " (whole processes: imports, manifests and checkpoints included) |",
         f"| datatrove: reader + extractor + filters, 4 MinHash steps (1 process) | "
-        f"{', '.join(f'{x:.1f}' for x in dt_cpu)} | extract {dt['extract_cpu_s']:.1f}, filters "
-        f"{dt['filter_cpu_s']:.1f}, MinHash {dt['dedup_cpu_s']:.1f} |",
+        f"{spread([x['process_cpu_s'] for x in runs['datatrove']])} | extract "
+        f"{statistics.median(dt['extract_cpu_s']):.1f}, filters {statistics.median(dt['filter_cpu_s']):.1f}, "
+        f"MinHash {statistics.median(dt['dedup_cpu_s']):.1f} (whole process) |",
         "",
         f"**Agreement: {ag['agreement']:.1%} of {ag['pages']} pages** get the same final decision (kept after "
         f"MinHash, or dropped); kept: ours {ag['kept']['ours']}, datatrove {ag['kept']['datatrove']}, both "
