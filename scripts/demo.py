@@ -153,6 +153,25 @@ def _bundled_embedding_model() -> str:
     return ""
 
 
+def run_conf(input: str, lake: str, dataset: str, max_failed_fraction: float, enrich_model: str) -> dict:
+    """The DAG run's conf of the demo (tests/scripts/test_demo_web.py runs the DAG with it).
+
+    :param enrich_model: embedding model folder; "" skips enrich.
+    """
+    return {
+        "input": input,
+        "lake": lake,
+        "dataset": dataset,
+        "backend": "local",
+        "max_failed_fraction": max_failed_fraction,
+        # enrich: embed the curated rows with vLLM on CPU, in the job process (no Ray start for a demo)
+        "enrich_model": enrich_model,
+        "enrich_task": "embed",
+        "enrich_model_runtime": "vllm",
+        "enrich_mapper": "local",
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--input", default=str(REPO / "sample_corpus" / "data"), help="input files or folder")
@@ -181,18 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     dag_run = dag.test(
         logical_date=logical,
-        run_conf={
-            "input": args.input,
-            "lake": args.lake,
-            "dataset": args.dataset,
-            "backend": "local",
-            "max_failed_fraction": args.max_failed_fraction,
-            # enrich: embed the curated rows with vLLM on CPU, in the job process (no Ray start for a demo)
-            "enrich_model": args.enrich_model,
-            "enrich_task": "embed",
-            "enrich_model_runtime": "vllm",
-            "enrich_mapper": "local",
-        },
+        run_conf=run_conf(args.input, args.lake, args.dataset, args.max_failed_fraction, args.enrich_model),
     )
     state = str(getattr(dag_run.state, "value", dag_run.state))
     print(f"\ndemo: DAG run {dag_run.run_id} finished: {state} in {time.time() - started:.0f} s")

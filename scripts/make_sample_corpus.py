@@ -13,7 +13,12 @@ sample_corpus/
     data/stdlib-004.jsonl.gz  gzip-compressed JSONL
     data/stdlib-005.parquet   Parquet with id and text columns (plus url, kind, module)
     data/notes-*.txt          plain text files, one document each
+    data/web-000.warc.gz      a small gzipped WARC of HTML pages found on this machine (see web_pages)
 ```
+
+The WARC is what a crawler writes (warcinfo, then a request and a response per page), so the demo runs the
+web path end to end: ingest extracts each HTML response's main text; the planted copy of one page under
+another URL is dropped by dedup; the 404 and the image are counted as records that are not documents.
 
 Usage: ``python scripts/make_sample_corpus.py [--out sample_corpus] [--modules 300]``
 """
@@ -23,6 +28,8 @@ from __future__ import annotations
 import argparse
 import ast
 import gzip
+import hashlib
+import html
 import json
 import os
 import random
@@ -42,6 +49,13 @@ BOILERPLATE = (
     "service. All rights reserved. Subscribe to our newsletter. Sign in. Register. Contact us."
 )
 
+
+# HTML pages for the WARC: documentation Debian ships (python3.11-doc, debian-handbook; both installed by
+# scripts/install_system_deps.sh) and any other package's HTML under /usr/share/doc.
+WEB_ROOT = Path("/usr/share/doc")
+WEB_SOURCES = ("python3.11/html", "debian-handbook/html/en-US")
+WEB_MIN_BYTES, WEB_MAX_BYTES = 3_000, 150_000
+WARC_DATE = "2026-11-30T00:00:00Z"
 
 SKIP_DIRS = {
     "test",
@@ -127,7 +141,7 @@ def near_duplicate(text: str, rng: random.Random) -> tuple[str, str]:
     return "  " + text.replace("\n", "\n ").rstrip() + "\n", "whitespace changed (indentation)"
 
 
-def build(out: Path, modules: int) -> dict:
+def build(out: Path, modules: int, web: int = 30) -> dict:
     rng = random.Random(SEED)
     originals: list[dict] = []
     for path in stdlib_modules(modules):
@@ -218,6 +232,11 @@ def build(out: Path, modules: int) -> dict:
         files[name] = 1
         d["file"] = name
 
+    # The WARC: its own seeded choice, so the JSONL, Parquet and text parts do not depend on it.
+    warc = write_warc(data / "web-000.warc.gz", web_pages(web, originals, random.Random(SEED + 1))) if web else {}
+    if warc:
+        files[warc["file"]] = len(warc["pages"]) + 1  # the pages and the planted copy (the empty page: quarantined)
+
     where = {}
     for k, part in enumerate(parts[:6]):
         fname = [
@@ -246,10 +265,134 @@ def build(out: Path, modules: int) -> dict:
         "bytes": sum(p.stat().st_size for p in data.iterdir()),
         "planted": planted,
         "text_files": {d["file"]: d["id"] for d in text_docs},
+        "warc": warc,
     }
     (out / "planted.json").write_text(json.dumps(summary, indent=1) + "\n")
     (out / "README.md").write_text(_readme(summary))
     return summary
+
+
+def html_candidates(root: Path = WEB_ROOT) -> dict[str, list[Path]]:
+    """The HTML pages under ``root`` that could go into the WARC, per source, sorted: each of
+    :data:`WEB_SOURCES`, then ``other`` (every other package's pages). Each file once, links resolved."""
+    seen: set[Path] = set()
+    found: dict[str, list[Path]] = {}
+    for source in (*WEB_SOURCES, ""):
+        pages = []
+        for p in sorted((root / source).rglob("*.htm*")) if (root / source).is_dir() else []:
+            real = p.resolve()
+            if real in seen or not real.is_file() or not WEB_MIN_BYTES <= real.stat().st_size <= WEB_MAX_BYTES:
+                continue
+            seen.add(real)
+            pages.append(p)
+        found[source or "other"] = pages
+    return found
+
+
+def web_pages(n: int, originals: list[dict], rng: random.Random) -> list[dict]:
+    """``n`` pages for the WARC: a seeded choice spread over the sources found on this machine; where it has
+    too few, pages rendered from the corpus's own docstrings make up the number (so the WARC always has
+    ``n`` pages, and the same ones on the same machine)."""
+    found = html_candidates()
+    share = -(-n // len(found))
+    chosen: list[Path] = []
+    for pages in found.values():
+        chosen += sorted(rng.sample(pages, min(share, len(pages))))
+    spare = sorted(set(p for pages in found.values() for p in pages) - set(chosen))
+    chosen += sorted(rng.sample(spare, min(n - len(chosen), len(spare)))) if len(chosen) < n else []
+    out = []
+    for p in chosen[:n]:
+        rel = p.relative_to(WEB_ROOT).as_posix()
+        host, _, path = rel.partition("/")
+        out.append({"url": f"https://{host}.doc.example/{path}", "source": str(p), "body": p.read_bytes()})
+    prose = [d for d in originals if d["kind"] == "docstring"]
+    for d in prose[: max(0, n - len(out))]:
+        out.append({"url": f"https://{d['module']}.doc.example/index.html", "source": d["url"], "body": _page(d)})
+    return out
+
+
+def _page(doc: dict) -> bytes:
+    """A docstring as a web page, with the navigation and footer a real page has around its text."""
+    paras = "".join(f"<p>{html.escape(p)}</p>\n" for p in doc["text"].split("\n\n") if p.strip())
+    return (
+        f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{doc['module']}</title></head><body>\n"
+        f"<nav><a href='/'>Home</a> | <a href='/modules'>Modules</a> | <a href='/search'>Search</a></nav>\n"
+        f"<main><h1>{html.escape(doc['module'])}</h1>\n{paras}</main>\n"
+        "<footer>Copyright the Python Software Foundation. All rights reserved.</footer></body></html>\n"
+    ).encode()
+
+
+def _warc_record(kind: str, url: str | None, block: bytes, content_type: str, *extra: tuple[str, str]) -> bytes:
+    """One gzip member holding one WARC/1.0 record; ids and dates fixed, so the file is the same every build."""
+    import base64
+    import uuid
+
+    headers = [
+        ("WARC-Type", kind),
+        ("WARC-Record-ID", f"<urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, f'{kind} {url}')}>"),
+        ("WARC-Date", WARC_DATE),
+        *([("WARC-Target-URI", url)] if url else []),
+        *extra,
+        ("WARC-Block-Digest", "sha1:" + base64.b32encode(hashlib.sha1(block).digest()).decode()),
+        ("Content-Type", content_type),
+        ("Content-Length", str(len(block))),
+    ]
+    head = "WARC/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n"
+    return gzip.compress(head.encode() + block + b"\r\n\r\n", mtime=0)
+
+
+def _http(status: str, content_type: str, body: bytes) -> bytes:
+    head = f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+def write_warc(path: Path, pages: list[dict], extras: bool = True) -> dict:
+    """A gzipped WARC as a crawler writes it: a warcinfo record, then a request and a response per page.
+
+    :param pages: ``url`` and ``body`` (HTML bytes) each; a body that is not UTF-8 gets no declared charset.
+    :param extras: also plant a copy of the page with the most paragraphs under another URL (dedup drops it), a 404, an image
+        and a page with no main text (ingest quarantines it), and say so in the returned summary.
+    :return: what is in the file: urls of the pages and of each planted record.
+    """
+    recs = [_warc_record("warcinfo", None, b"software: airflow-curation sample corpus\r\n", "application/warc-fields")]
+
+    def fetch(url: str, status: str, content_type: str, body: bytes) -> None:
+        host, _, rest = url.partition("://")[2].partition("/")
+        req = f"GET /{rest} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: sample-crawler\r\n\r\n".encode()
+        recs.append(_warc_record("request", url, req, "application/http; msgtype=request"))
+        # WARC-Identified-Payload-Type: the sniffed media type Common Crawl adds (datatrove's reader uses it)
+        media = ("WARC-Identified-Payload-Type", content_type.split(";")[0])
+        recs.append(
+            _warc_record(
+                "response", url, _http(status, content_type, body), "application/http; msgtype=response", media
+            )
+        )
+
+    for p in pages:
+        try:
+            p["body"].decode("utf-8")
+            ctype = "text/html; charset=utf-8"
+        except UnicodeDecodeError:
+            ctype = "text/html"
+        fetch(p["url"], "200 OK", ctype, p["body"])
+    info: dict = {"file": path.name, "pages": [p["url"] for p in pages]}
+    if extras and pages:
+        src = max(pages, key=lambda p: (p["body"].count(b"<p"), p["url"]))  # prose: most paragraphs
+        info["duplicate"] = {"url": src["url"] + "?utm_source=mirror", "duplicate_of": src["url"]}
+        fetch(info["duplicate"]["url"], "200 OK", "text/html; charset=utf-8", src["body"])
+        info["no_text"] = "https://empty.doc.example/app.html"
+        fetch(info["no_text"], "200 OK", "text/html", b"<html><body><script>render()</script></body></html>")
+        info["not_documents"] = {
+            "response 404": "https://gone.doc.example/",
+            "response image/png": "https://img.doc.example/x.png",
+        }
+        fetch("https://gone.doc.example/", "404 Not Found", "text/html", b"<html><body>Not found</body></html>")
+        fetch("https://img.doc.example/x.png", "200 OK", "image/png", b"\x89PNG\r\n\x1a\n" + bytes(32))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(b"".join(recs))
+    os.replace(tmp, path)
+    info["records"] = len(recs)
+    return info
 
 
 def _plant_bad_lines(payload: bytes, planted: dict, name: str) -> bytes:
@@ -280,6 +423,24 @@ def _readme(s: dict) -> str:
     )
     junk = "\n".join(f"| `{d['id']}` | {d['junk']} | `{d['file']}` |" for d in p["junk"])
     bad = "\n".join(f"| `{d['file']}` | {d['line']} | {d['reason']} |" for d in p["bad_records"])
+    w = s.get("warc") or {}
+    web = (
+        f"""
+## Web pages: `{w["file"]}` ({len(w["pages"])} HTML pages, {w["records"]} WARC records)
+
+HTML pages found on this machine (a seeded choice from the documentation under /usr/share/doc; pages
+rendered from the corpus's docstrings make up the number where there are too few), each as a request and an
+HTTP 200 response. Ingest extracts each page's main text (`meta.url` is the page's URL). Planted:
+
+| record | what happens |
+| --- | --- |
+| `{w["duplicate"]["url"]}` | the page `{w["duplicate"]["duplicate_of"]}` again: dedup drops one of them |
+| `{w["no_text"]}` | a page with no main text: quarantined as `no_text_extracted` |
+| {", ".join(f"`{u}` ({k})" for k, u in w["not_documents"].items())} | not documents: counted in the file's `records_not_documents` note |
+"""
+        if w
+        else ""
+    )
     return f"""# Sample corpus (generated: do not edit, do not commit)
 
 Built by `scripts/make_sample_corpus.py` from the standard library of Python {s["python"]}
@@ -312,18 +473,19 @@ Each JSONL record has `id`, `text`, `url`, `kind` (`docstring`, `code` or `junk`
 | file | line | reason |
 | --- | --- | --- |
 {bad}
-"""
+{web}"""
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="sample_corpus", help="output folder (replaced if it exists)")
     ap.add_argument("--modules", type=int, default=600, help="how many stdlib modules to read")
+    ap.add_argument("--web-pages", type=int, default=30, help="HTML pages in the WARC (0: no WARC)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    summary = build(tmp, args.modules)
+    summary = build(tmp, args.modules, args.web_pages)
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)  # a half-built corpus never looks finished
     print(

@@ -38,3 +38,8 @@ setup .venv-streaming "torch==2.13.0+cpu" "mosaicml-streaming==0.13.0"
 # tests/decontaminate, benchmarks/bench_decontaminate.py: datatrove hashes n-grams as str, which xxhash 4 refuses
 "$DIR/.venv-oracles/bin/python" -c "import xxhash; xxhash.xxh64_intdigest('')" 2>/dev/null ||
   "$DIR/.venv-oracles/bin/pip" install --quiet --disable-pip-version-check "xxhash==3.6.0"
+# benchmarks/bench_web_recipe.py: datatrove's WarcReader (warcio, cchardet, python-magic), Trafilatura (trafilatura,
+# which needs lxml's html cleaner as a separate package) and its MinHash steps' JsonlWriter (orjson)
+"$DIR/.venv-oracles/bin/python" -c "import warcio, cchardet, magic, trafilatura, orjson" 2>/dev/null ||
+  "$DIR/.venv-oracles/bin/pip" install --quiet --disable-pip-version-check warcio faust-cchardet python-magic \
+    trafilatura lxml_html_clean orjson
