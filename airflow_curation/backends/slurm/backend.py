@@ -164,17 +164,17 @@ class SlurmBackend(Backend):
         launch_kind = _launch_kind(launch_kind, engine)
         # The sbatch options, checked once (before any connection is made).
         self.sbatch = SbatchOptions(
-            partition,
-            account,
-            qos,
-            time_limit,
-            cpus_per_task,
-            mem,
-            sbatch_options,
-            nodes,
-            ntasks,
-            collect_time_limit,
-            export_env,
+            partition=partition,
+            account=account,
+            qos=qos,
+            time_limit=time_limit,
+            cpus_per_task=cpus_per_task,
+            mem=mem,
+            extra=sbatch_options,
+            nodes=nodes,
+            ntasks=ntasks,
+            collect_time_limit=collect_time_limit,
+            export_env=export_env,
         )
         self.shard_groups = int(shard_groups)
         self.min_group_bytes = int(min_group_bytes)
@@ -193,11 +193,14 @@ class SlurmBackend(Backend):
         self.transport = transport
         # Whether the Slurm commands (and so the paths they name) are on another host.
         self.remote = bool(self.command_prefix) or (transport is not None and getattr(transport, "remote", True))
-        self.commands = SlurmCommands(self.command_prefix, transport, command_timeout)
+        self.commands = SlurmCommands(prefix=self.command_prefix, transport=transport, timeout=command_timeout)
         self.max_resubmits = int(max_resubmits)
         self.resubmit_on = tuple(s.upper() for s in resubmit_on)
         self.script = ScriptRenderer(
-            python or sys.executable, env, self.max_resubmits, inherit_credentials=self.commands.here
+            python=python or sys.executable,
+            env=env,
+            max_resubmits=self.max_resubmits,
+            inherit_credentials=self.commands.here,
         )
         credentials.warn_unmaskable(self.script.env, "slurm env")
         self.launch_kind = launch_kind
