@@ -119,7 +119,7 @@ def bench_embed(docs: list[str], work: str, batches: list[int], replicas: list[i
     from enrich_models import minilm_path
     from sentence_transformers import SentenceTransformer
 
-    from airflow_curation.stages.enrich.engines import EngineSpec, get_engine
+    from airflow_curation.stages.enrich.model_runtimes import EngineSpec, get_engine
 
     model = minilm_path()
     max_tokens = 256
@@ -181,7 +181,7 @@ def bench_generate(docs: list[str], work: str, batches: list[int], max_new: int 
     from enrich_models import build_llama
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from airflow_curation.stages.enrich.engines import EngineSpec, get_engine
+    from airflow_curation.stages.enrich.model_runtimes import EngineSpec, get_engine
 
     model = build_llama(os.path.join(work, "llama"), "causal")
     max_in = 64

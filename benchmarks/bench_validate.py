@@ -260,7 +260,7 @@ def scaling_child(manifest_uri: str, threads: int) -> None:
     import hashlib
     import resource
 
-    from airflow_curation.stages.validate.engines import DuckDBEngine
+    from airflow_curation.stages.validate.query_engines import DuckDBEngine
     from airflow_curation.stages.validate.view import CuratedView
 
     def cpu() -> float:

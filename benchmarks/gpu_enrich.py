@@ -249,7 +249,7 @@ def run_phase(name: str, model: str, docs: list[str], work: Path, sampler: GpuSa
         },
         f"gpu-{name}",
     )
-    from airflow_curation.stages.enrich.engines import get_engine
+    from airflow_curation.stages.enrich.model_runtimes import get_engine
 
     t0 = time.time()
     if not use_ray:

@@ -42,7 +42,8 @@ EXTRA_FIELDS: dict[str, Any] = {
     "max_resubmits": int,
     "nodes": int,
     "ntasks": int,
-    "engine": str,
+    "launch_kind": str,
+    "engine": str,  # launch_kind's old name: the backend warns and takes it as launch_kind
     "collect_time_limit": str,
     "remote_work_dir": _flag,
 }
@@ -134,7 +135,8 @@ class SlurmHook(BaseHook):
         """Asks the controller for the partitions (``sinfo``) where the jobs would be submitted."""
         try:
             backend = self.get_backend()
-            out = backend._run(["sinfo", "-h", "-o", "%P %a %D"]).stdout.strip()
-            return True, f"Slurm reachable; partitions: {out or '(none)'}; MaxArraySize {backend.max_array_size()}"
+            out = backend.commands.run(["sinfo", "-h", "-o", "%P %a %D"]).stdout.strip()
+            size = backend.commands.max_array_size()
+            return True, f"Slurm reachable; partitions: {out or '(none)'}; MaxArraySize {size}"
         except Exception as e:  # noqa: BLE001 - reported to the UI
             return False, str(e)

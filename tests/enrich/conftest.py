@@ -1,7 +1,7 @@
 """Shared fixtures of the enrich tests: tiny offline models, built once per session.
 
 vLLM engines load in ~25 s on CPU, so each model's engine is loaded once per session (the engine cache
-in ``engines.py``) and released when the test module that uses it ends (``release_engines_after``),
+in ``model_runtimes.py``) and released when the test module that uses it ends (``release_engines_after``),
 so that no more than one or two engines hold memory at any time.
 """
 
@@ -52,6 +52,6 @@ def minilm():
 def release_engines_after():
     """Close every cached engine when the module ends (one model's engine alive at a time)."""
     yield
-    from airflow_curation.stages.enrich.engines import release_engines
+    from airflow_curation.stages.enrich.model_runtimes import release_engines
 
     release_engines()

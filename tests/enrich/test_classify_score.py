@@ -12,7 +12,7 @@ from enrich_helpers import make_docs, read_attrs, run_enrich, write_lake
 from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.core.manifest import Manifest
 from airflow_curation.stages.base import StageFailed
-from airflow_curation.stages.enrich.engines import ModelLoadError, release_engines
+from airflow_curation.stages.enrich.model_runtimes import ModelLoadError, release_engines
 
 pytestmark = pytest.mark.usefixtures("release_engines_after")
 
@@ -117,11 +117,11 @@ def test_broken_model_folder_fails_with_a_clear_error_and_no_checkpoint(lake, tm
     assert store.load("s0") is None and store.failure("s0") is not None
     assert not os.path.exists(stage.output_uri("s0"))
     # The engine cache remembers the failure: the retry did not try to load it again.
-    from airflow_curation.stages.enrich import engines
+    from airflow_curation.stages.enrich import model_runtimes
 
-    assert any(s.model == str(broken) for s in engines._FAILED)
+    assert any(s.model == str(broken) for s in model_runtimes._FAILED)
     with pytest.raises(ModelLoadError):
-        engines.get_engine(stage.engine_spec)
+        model_runtimes.get_engine(stage.engine_spec)
 
 
 def test_cli_on_a_lake(lake, llama_score, capsys):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_curation.stages.enrich.engines import EngineSpec, get_engine
+from airflow_curation.stages.enrich.model_runtimes import EngineSpec, get_engine
 
 pytestmark = pytest.mark.usefixtures("release_engines_after")
 

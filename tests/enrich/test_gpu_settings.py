@@ -17,7 +17,12 @@ from enrich_helpers import make_docs, run_enrich, write_lake
 
 from airflow_curation.core.layout import Lake
 from airflow_curation.stages.base import StageFailed
-from airflow_curation.stages.enrich.engines import EngineSpec, TransformersEngine, transformers_dtype, vllm_engine_args
+from airflow_curation.stages.enrich.model_runtimes import (
+    EngineSpec,
+    TransformersEngine,
+    transformers_dtype,
+    vllm_engine_args,
+)
 from airflow_curation.stages.enrich.resources import Available, place
 from airflow_curation.stages.enrich.stage import EnrichStage
 

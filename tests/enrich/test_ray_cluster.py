@@ -75,20 +75,20 @@ def _new(head, before: list[int]) -> list[int]:
 
 
 def test_a_cluster_addressed_by_ray_client_gives_the_same_output(ray_head, unkilled, tmp_path, llama_score):
-    from airflow_curation.stages.engines import ray as ray_engine
+    from airflow_curation.stages.mappers import ray as ray_cluster
 
     lake, uri = _lake(tmp_path)
     # This process is a driver of the cluster by its GCS address first (as an earlier stage leaves it): the
     # run must not reuse that connection but take the ray:// path, a Ray Client session (whose driver is
     # the client server's process, not this one) with the shard's Ray Data pipeline in a driver actor
     # (Ray Data itself fails through a client).
-    ray_engine.connect(ray_head.gcs)
+    ray_cluster.connect(ray_head.gcs)
     try:
         before = ray_head.driver_pids()
         stage, manifest = run_enrich(lake, uri, run_id="client", **_config(llama_score, ray_address=ray_head.client))
         stage.close()
     finally:
-        ray_engine.disconnect()
+        ray_cluster.disconnect()
     (client,) = _new(ray_head, before)
     assert client != os.getpid()
     assert _output(stage, manifest) == unkilled
@@ -119,23 +119,23 @@ def test_no_address_starts_a_local_ray_beside_a_running_cluster(ray_head, monkey
 def test_a_process_on_another_ray_is_moved_to_the_one_asked_for_or_refused(ray_head):
     import ray
 
-    from airflow_curation.stages.engines import ray as ray_engine
+    from airflow_curation.stages.mappers import ray as ray_cluster
 
-    _, started = ray_engine.connect(None, num_cpus=1)  # a local Ray, as an earlier stage leaves it
+    _, started = ray_cluster.connect(None, num_cpus=1)  # a local Ray, as an earlier stage leaves it
     try:
         assert started and ray.get_runtime_context().gcs_address != ray_head.gcs
-        target, started = ray_engine.connect(ray_head.gcs)
+        target, started = ray_cluster.connect(ray_head.gcs)
         assert started and ray.get_runtime_context().gcs_address == ray_head.gcs
-        assert ray_engine.connect(ray_head.gcs) == (target, False)  # the same cluster: kept
-        _, started = ray_engine.connect(None, num_cpus=1)
+        assert ray_cluster.connect(ray_head.gcs) == (target, False)  # the same cluster: kept
+        _, started = ray_cluster.connect(None, num_cpus=1)
         assert started and ray.get_runtime_context().gcs_address != ray_head.gcs
     finally:
-        ray_engine.disconnect()
+        ray_cluster.disconnect()
     ray.init(address="local", num_cpus=1, include_dashboard=False)  # the process owner's own Ray
     try:
         with pytest.raises(ValueError, match=r"already connected to the Ray at .* \(ray.init outside the stage\)"):
-            ray_engine.connect(ray_head.gcs)
-        assert ray_engine.connect(None) == (ray_engine.resolve(None), False)  # no address: the owner's Ray
+            ray_cluster.connect(ray_head.gcs)
+        assert ray_cluster.connect(None) == (ray_cluster.resolve(None), False)  # no address: the owner's Ray
         assert ray.is_initialized()
     finally:
         ray.shutdown()

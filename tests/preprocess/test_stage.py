@@ -17,7 +17,7 @@ from airflow_curation.core.schema import SHARD_SCHEMA
 from airflow_curation.core.shards import read_shard, write_parquet
 from airflow_curation.core.signals import compute_signals
 from airflow_curation.stages.base import StageRunner
-from airflow_curation.stages.engines.budget import plan_workers
+from airflow_curation.stages.mappers.budget import plan_workers
 from airflow_curation.stages.preprocess.stage import PreprocessStage
 
 from .conftest import REPO

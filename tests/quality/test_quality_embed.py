@@ -42,7 +42,7 @@ MAX_TOKENS = "128"  # keeps the CPU forward passes short
 @pytest.fixture(scope="module", autouse=True)
 def _release_engines():
     yield
-    from airflow_curation.stages.enrich.engines import release_engines
+    from airflow_curation.stages.enrich.model_runtimes import release_engines
 
     release_engines()
 

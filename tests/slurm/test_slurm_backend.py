@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -119,9 +121,59 @@ def test_a_job_with_a_one_minute_limit_starts(timeout_run):
 def test_registered_and_options_round_trip(slurm_cluster):
     backend = get_backend("slurm", partition="debug", shard_groups=3, sbatch_options="--nice=5 --comment='a b'")
     assert isinstance(backend, SlurmBackend)
-    assert backend.sbatch_options == ["--nice=5", "--comment=a b"]
+    assert backend.sbatch.extra == ["--nice=5", "--comment=a b"]
     again = get_backend("slurm", **json.loads(json.dumps(backend.options())))
     assert again.options() == backend.options()
+
+
+def test_options_hand_on_every_constructor_argument():
+    """``options()`` is assembled from the composed parts: every argument is there (but the live
+    ``transport`` and ``engine``, ``launch_kind``'s old name), and a rebuilt backend builds the same parts."""
+    backend = SlurmBackend(
+        partition="debug",
+        qos="high",
+        time_limit="00:10:00",
+        cpus_per_task=2,
+        mem="1G",
+        sbatch_options=["--nice=5"],
+        nodes=2,
+        ntasks=4,
+        collect_time_limit="00:05:00",
+        export_env="OMP_NUM_THREADS",
+        shard_groups=3,
+        python="/opt/py/bin/python",
+        env={"A": "1"},
+        max_resubmits=4,
+        command_timeout=5.0,
+        launch_kind="dask",
+    )
+    options = backend.options()
+    arguments = set(inspect.signature(SlurmBackend.__init__).parameters) - {"self", "transport", "engine"}
+    assert set(options) == arguments
+    again = SlurmBackend(**json.loads(json.dumps(options)))
+    assert again.options() == options
+    assert again.sbatch.argv("s.sh", "n", "l", "d") == backend.sbatch.argv("s.sh", "n", "l", "d")
+    assert (again.script.python, again.script.env, again.script.max_resubmits) == ("/opt/py/bin/python", {"A": "1"}, 4)
+    assert again.commands.timeout == 5.0 and again.launch_kind == "dask"
+
+
+def test_engine_is_the_deprecated_name_of_launch_kind(tmp_path, lake):
+    """``engine="dask"`` (the option's old name) still starts a Dask cluster, with a warning naming
+    ``launch_kind``; the backend hands it on as ``launch_kind`` (a rebuilt backend warns no more)."""
+    with pytest.warns(FutureWarning, match="renamed to 'launch_kind'"):
+        old = SlurmBackend(engine="dask", work_dir=str(tmp_path / "jobs"))
+    assert old.launch_kind == "dask" and "engine" not in old.options()
+    base = old._prepare(spec_for(lake))  # writes the job folder; submits nothing
+    assert "distributed.cli.dask_scheduler" in Path(base["job_dir"], "job.sh").read_text()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert SlurmBackend(**old.options()).launch_kind == "dask"
+    with pytest.raises(ValueError, match="disagree"):
+        SlurmBackend(engine="dask", launch_kind="ray")
+    with pytest.raises(ValueError, match="only 'dask'"):
+        SlurmBackend(launch_kind="ray")
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="only 'dask'"):
+        SlurmBackend(engine="ray")
 
 
 def test_bad_options_are_refused():
@@ -157,7 +209,7 @@ def test_single_job_submit_status_logs(make_backend, lake):
 
 def test_array_over_shard_groups_respects_max_array_size(make_backend, lake):
     backend = make_backend(shard_groups=50, array_parallelism=2)
-    cap = backend.max_array_size()
+    cap = backend.commands.max_array_size()
     config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
     assert f"MaxArraySize            = {cap}" in config
     groups = min(50, cap)

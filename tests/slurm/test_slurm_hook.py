@@ -74,8 +74,13 @@ def test_hook_builds_the_backend_from_the_connection(monkeypatch):
     )
     backend = SlurmHook("slurm_site", shard_groups=4).get_backend()
     assert isinstance(backend, SlurmBackend)
-    assert (backend.partition, backend.account, backend.qos, backend.time_limit) == ("gpu", "llm", "high", "02:00:00")
-    assert backend.sbatch_options == ["--gres=gpu:1", "--comment=curation run"]
+    assert (backend.sbatch.partition, backend.sbatch.account, backend.sbatch.qos, backend.sbatch.time_limit) == (
+        "gpu",
+        "llm",
+        "high",
+        "02:00:00",
+    )
+    assert backend.sbatch.extra == ["--gres=gpu:1", "--comment=curation run"]
     assert backend.shard_groups == 4 and backend.array_parallelism == 4  # the override wins
     assert backend.remote_work_dir is True and backend.work_dir == "/shared/jobs"
     # Commands go through Airflow's SSH provider on the ssh connection (nothing connects until used).
@@ -88,6 +93,17 @@ def test_hook_builds_the_backend_from_the_connection(monkeypatch):
     )
     assert backend.remote
     assert "transport" not in backend.options()
+
+
+def test_a_connections_launch_kind_and_its_deprecated_name(monkeypatch):
+    from airflow_curation.hooks.slurm import SlurmHook
+
+    _set_conn(monkeypatch, "slurm_dask", extra={"launch_kind": "dask", "ntasks": "2"})
+    assert SlurmHook("slurm_dask").get_backend().launch_kind == "dask"
+    _set_conn(monkeypatch, "slurm_engine", extra={"engine": "dask"})  # a connection made before the rename
+    with pytest.warns(FutureWarning, match="launch_kind"):
+        backend = SlurmHook("slurm_engine").get_backend()
+    assert backend.launch_kind == "dask" and backend.options()["launch_kind"] == "dask"
 
 
 def test_stage_operator_takes_the_backend_from_a_slurm_connection(monkeypatch):
@@ -104,7 +120,11 @@ def test_stage_operator_takes_the_backend_from_a_slurm_connection(monkeypatch):
     )
     backend = op.get_backend()
     assert isinstance(backend, SlurmBackend)
-    assert (backend.partition, backend.account, backend.qos) == ("cpu", "llm", "high")  # explicit wins
+    assert (backend.sbatch.partition, backend.sbatch.account, backend.sbatch.qos) == (
+        "cpu",
+        "llm",
+        "high",
+    )  # explicit wins
     assert "slurm_conn_id" not in backend.options()  # the backend knows no connection
     from airflow_curation.hooks.factory import handle_options
 

@@ -86,14 +86,14 @@ def test_job_script_keeps_every_value_literal(python_dir, job_name, spec_name, e
             (TASK, "/1000"),
         ]
         script = job_dir / "job.sh"
-        script.write_text(backend.render_script(str(job_dir), args))
+        script.write_text(backend.script.render(str(job_dir), args))
         assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
         dask_script = job_dir / "dask.sh"  # the variant that starts a Dask cluster in the allocation
-        dask_script.write_text(backend.render_script(str(job_dir), args, dask_cluster=True))
+        dask_script.write_text(backend.script.render(str(job_dir), args, dask_cluster=True))
         assert subprocess.run(["bash", "-n", str(dask_script)], capture_output=True).returncode == 0
         assert "CURATION_TEST_ECHO" not in script.read_text()  # the environment is in its own file
         env_file = job_dir / ENV_FILE
-        env_file.write_bytes(backend.render_env())
+        env_file.write_bytes(backend.script.render_env())
         out = base / "argv"
         proc = subprocess.run(
             ["bash", str(script), str(attempt)],
@@ -148,7 +148,7 @@ def test_remote_command_line_keeps_every_value_literal(partition, account, qos, 
             check_job_dir(job_dir)
         except ValueError:
             assert any(c in job_dir for c in "%\\\n\r")
-        argv = backend.sbatch_argv(
+        argv = backend.sbatch.argv(
             f"{job_dir}/job.sh",
             "curation-x",
             f"{job_dir}/job.log",

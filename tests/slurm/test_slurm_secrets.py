@@ -219,4 +219,4 @@ def test_slurms_saved_job_environment_holds_no_credential(make_backend, lake, tm
 def test_export_env_refuses_a_credential_name(make_backend):
     with pytest.raises(ValueError, match="AWS_SECRET_ACCESS_KEY names a credential"):
         make_backend(export_env="OMP_NUM_THREADS, AWS_SECRET_ACCESS_KEY")
-    assert make_backend(export_env="OMP_NUM_THREADS,HF_HOME").export_env == ("OMP_NUM_THREADS", "HF_HOME")
+    assert make_backend(export_env="OMP_NUM_THREADS,HF_HOME").sbatch.export_env == ("OMP_NUM_THREADS", "HF_HOME")

@@ -23,7 +23,7 @@ def test_submit_status_logs_over_ssh(make_backend, lake, ssh_conn_id, tmp_path):
     backend = make_backend(
         slurm_conn_id=ssh_conn_id, env={"CURATION_TEST_ECHO": evil}, sbatch_options=[f"--comment={evil}"]
     )
-    assert backend.max_array_size() >= 1  # scontrol show config, over SSH
+    assert backend.commands.max_array_size() >= 1  # scontrol show config, over SSH
     handle = backend.submit(spec_for(lake, units=2))
     st = wait_for(backend, handle)
     assert st.state == JobState.SUCCEEDED, st
@@ -34,9 +34,9 @@ def test_submit_status_logs_over_ssh(make_backend, lake, ssh_conn_id, tmp_path):
     assert not canary.exists()
     # Logs read where the job ran (as when the work folder is not mounted on the Airflow worker).
     local = Path(handle["log"]).read_bytes()
-    assert backend.read_remote(handle["log"]) == local
-    assert backend.read_remote(handle["log"], 10) == local[10:]
-    assert backend.read_remote(handle["log"] + ".missing") == b""
+    assert backend.commands.read(handle["log"]) == local
+    assert backend.commands.read(handle["log"], 10) == local[10:]
+    assert backend.commands.read(handle["log"] + ".missing") == b""
 
 
 def test_cancel_over_ssh(make_backend, lake, ssh_conn_id):
@@ -143,7 +143,7 @@ def test_a_slurm_connection_names_its_login_node(slurm_cluster, ssh_conn_id, lak
     ok, message = hook.test_connection()
     assert ok and "debug" in message, message
     backend = hook.get_backend()
-    assert backend.partition == "debug" and backend.transport.host == "127.0.0.1"
+    assert backend.sbatch.partition == "debug" and backend.transport.host == "127.0.0.1"
     assert wait_for(backend, backend.submit(spec_for(lake, units=1))).state == JobState.SUCCEEDED
 
 

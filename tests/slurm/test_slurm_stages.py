@@ -43,7 +43,7 @@ def ingested(tmp_path) -> tuple[dict, str]:
 def test_one_allocation_running_a_dask_cluster(make_backend, lake):
     # (Here rather than in test_slurm_backend.py: it needs both CPU slots, which that module's
     # one-minute-limit job holds for a while.)
-    backend = make_backend(engine="dask", ntasks=2, cpus_per_task=1)
+    backend = make_backend(launch_kind="dask", ntasks=2, cpus_per_task=1)
     handle = backend.submit(spec_for(lake, units=4, sleep_s=0.5))
     st = wait_for(backend, handle)
     assert st.state == JobState.SUCCEEDED, (st, backend.logs(handle)[0][-3000:])
@@ -74,7 +74,7 @@ def test_preprocess_as_an_array_then_on_a_dask_allocation(make_backend, ingested
     groups = [json.loads(Path(handle["job_dir"], f"result-1-group-{g}.json").read_text()) for g in (0, 1)]
     assert sum(g["shards"] for g in groups) == shards
 
-    dask = make_backend(engine="dask", ntasks=2, cpus_per_task=1)
+    dask = make_backend(launch_kind="dask", ntasks=2, cpus_per_task=1)
     handle = dask.submit(
         JobSpec("preprocess", lake, "r2", {"input_manifest": ingest_manifest, "preset": "c4"})
     )  # new fingerprint: recomputed

@@ -162,7 +162,7 @@ def test_partitioned_metrics_equal_the_global_views(tmp_path):
     uris = build_run(root, shards=4, rows=70, stages=("preprocess", "dedup"))
     report = _run(root, uris["dedup"], "parted", group_rows=100, ids_per_pass=64)
     m = report["metrics"]
-    from airflow_curation.stages.validate.engines import DuckDBEngine
+    from airflow_curation.stages.validate.query_engines import DuckDBEngine
     from airflow_curation.stages.validate.view import CuratedView
 
     view = CuratedView.from_manifest(Manifest.read(uris["dedup"]))
@@ -184,7 +184,7 @@ def test_attrs_files_read_by_position_where_their_schemas_agree_and_by_name_wher
     """A stage's attrs files agree on their schema as a rule, and the view reads them by position (no
     footer re-read per query); where one differs (its columns in another order, one more column: a
     schema change mid-run), they are still unified by name and every value lands in its column."""
-    from airflow_curation.stages.validate.engines import DuckDBEngine
+    from airflow_curation.stages.validate.query_engines import DuckDBEngine
     from airflow_curation.stages.validate.view import CuratedView, same_schema
 
     uris = build_run(str(tmp_path), shards=4, rows=50, stages=("preprocess",))

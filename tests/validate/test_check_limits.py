@@ -20,7 +20,7 @@ from airflow_curation.core.manifest import Manifest
 from airflow_curation.stages.base import StageRunner
 from airflow_curation.stages.validate import ValidateStage, ValidationFailed, limits
 from airflow_curation.stages.validate.checks import CheckSpecError
-from airflow_curation.stages.validate.engines import make_engine
+from airflow_curation.stages.validate.query_engines import make_engine
 from airflow_curation.stages.validate.sandbox import SqlFailed
 from airflow_curation.stages.validate.view import CuratedView
 
@@ -167,7 +167,7 @@ def test_duckdb_memory_limit_is_the_one_set(view, tmp_path, memory_limit):
     if memory_limit:
         assert bounds.memory_bytes == 300_000_000 and got == "286.1 MiB"
     else:  # within the job's budget: a share of the memory available, not DuckDB's 80% of the RAM
-        from airflow_curation.stages.engines.budget import available_memory
+        from airflow_curation.stages.mappers.budget import available_memory
 
         assert bounds.memory_bytes < available_memory()
     assert got == _shown(bounds.memory_bytes)

@@ -15,7 +15,7 @@ import pytest
 
 from airflow_curation.core.manifest import Manifest
 from airflow_curation.stages.validate import partitions
-from airflow_curation.stages.validate.engines import DuckDBEngine
+from airflow_curation.stages.validate.query_engines import DuckDBEngine
 from airflow_curation.stages.validate.view import CuratedView
 
 from .synth import build_run, record_checksums

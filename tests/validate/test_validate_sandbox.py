@@ -25,7 +25,7 @@ from airflow_curation.jobs.spec import JobSpec
 from airflow_curation.stages.base import StageRunner
 from airflow_curation.stages.validate import ValidateStage, ValidationFailed
 from airflow_curation.stages.validate.checks import CheckSpecError
-from airflow_curation.stages.validate.engines import make_engine
+from airflow_curation.stages.validate.query_engines import make_engine
 from airflow_curation.stages.validate.view import CuratedView
 
 from .synth import build_run

@@ -16,7 +16,7 @@ from airflow_curation.core.manifest import Manifest
 from airflow_curation.jobs import cli
 from airflow_curation.jobs.spec import JobSpec
 from airflow_curation.stages.validate import ValidateStage, checks
-from airflow_curation.stages.validate.engines import DuckDBEngine
+from airflow_curation.stages.validate.query_engines import DuckDBEngine
 from airflow_curation.stages.validate.stage import _json_safe
 from airflow_curation.stages.validate.view import CuratedView
 

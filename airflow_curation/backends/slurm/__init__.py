@@ -1,7 +1,8 @@
-"""Slurm backend (``get_backend("slurm", ...)``): states, scripts, transport and the launcher."""
+"""Slurm backend (``get_backend("slurm", ...)``): states, sbatch options, scripts, transport and the launcher."""
 
 from airflow_curation.backends.slurm.backend import SlurmBackend
-from airflow_curation.backends.slurm.script import ATTEMPT, ENV_FILE, EXPORTED, TASK, check_job_dir
+from airflow_curation.backends.slurm.sbatch import SbatchOptions
+from airflow_curation.backends.slurm.script import ATTEMPT, ENV_FILE, EXPORTED, TASK, ScriptRenderer, check_job_dir
 from airflow_curation.backends.slurm.states import (
     DEFAULT_RESUBMIT_ON,
     FAILURE_NOTES,
@@ -13,7 +14,7 @@ from airflow_curation.backends.slurm.states import (
     parse_scontrol_jobs,
     summarize,
 )
-from airflow_curation.backends.slurm.transport import SlurmError
+from airflow_curation.backends.slurm.transport import SlurmCommands, SlurmError
 
 __all__ = [
     "ATTEMPT",
@@ -21,7 +22,10 @@ __all__ = [
     "ENV_FILE",
     "EXPORTED",
     "FAILURE_NOTES",
+    "SbatchOptions",
+    "ScriptRenderer",
     "SlurmBackend",
+    "SlurmCommands",
     "SlurmError",
     "SlurmJobRecord",
     "TASK",

@@ -12,32 +12,25 @@ follows it).
 Secrets: the job's ``env`` goes into a ``0600`` file, :data:`ENV_FILE` (over SSH through stdin), that the
 scripts source, and so do the credentials of this process's environment when sbatch runs here (sbatch
 runs without them, and hands Slurm only the names of ``--export``, so no job record holds one:
-:meth:`ScriptMixin.job_env`); the last consumer of an
+:meth:`~.script.ScriptRenderer.job_env`); the last consumer of an
 attempt deletes it unless the run may be relaunched, and :meth:`SlurmBackend.release` (the run is over)
 and ``cancel`` delete it too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import shlex
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from airflow_curation.backends.base import Backend, JobHandle, JobState, JobStatus, read_log, status_from_result
-from airflow_curation.backends.slurm.script import (
-    ATTEMPT,
-    ENV_FILE,
-    ENV_NAME,
-    TASK,
-    ScriptMixin,
-    _check_arg,
-    check_job_dir,
-    export_names,
-)
+from airflow_curation.backends.slurm.sbatch import SbatchOptions
+from airflow_curation.backends.slurm.script import ATTEMPT, ENV_FILE, TASK, ScriptRenderer, check_job_dir
 from airflow_curation.backends.slurm.states import (
     DEFAULT_RESUBMIT_ON,
     SlurmJobRecord,
@@ -48,7 +41,7 @@ from airflow_curation.backends.slurm.states import (
     summarize,
     task_ends,
 )
-from airflow_curation.backends.slurm.transport import SlurmError, TransportMixin, _LocalFiles, _RemoteFiles, log
+from airflow_curation.backends.slurm.transport import SlurmCommands, SlurmError, _LocalFiles, _RemoteFiles, log
 from airflow_curation.core import credentials, storage
 from airflow_curation.core.layout import safe_name
 from airflow_curation.jobs import groups as grp
@@ -56,9 +49,31 @@ from airflow_curation.jobs import progress
 from airflow_curation.jobs.spec import JobSpec
 
 SLURM_JOBS_DIR = os.path.join(".airflow-curation", "slurm-jobs")  # under $HOME: the object-store lake default
+LAUNCH_KINDS = ("dask",)  # beside None: one job, or an array and its collect job (by shard_groups)
 
 
-class SlurmBackend(ScriptMixin, TransportMixin, Backend):
+def _launch_kind(launch_kind: str | None, engine: str | None) -> str | None:
+    """``launch_kind``, or its deprecated old name ``engine`` (with a warning); never both, never another."""
+    if engine is not None:
+        if launch_kind is not None and launch_kind != engine:
+            raise ValueError(
+                f"launch_kind={launch_kind!r} and its old name engine={engine!r} disagree: give launch_kind"
+            )
+        warnings.warn(
+            "the Slurm backend's option 'engine' was renamed to 'launch_kind' (docs/glossary.md); "
+            f"give launch_kind={engine!r}",
+            FutureWarning,
+            stacklevel=3,
+        )
+        launch_kind = engine
+    if launch_kind not in (None, *LAUNCH_KINDS):
+        raise ValueError(
+            f"launch_kind {launch_kind!r}: only 'dask' (a Dask cluster across the allocation) is supported"
+        )
+    return launch_kind
+
+
+class SlurmBackend(Backend):
     """Run job specs as Slurm batch jobs.
 
     :param partition: ``--partition``.
@@ -93,16 +108,22 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
     :param collect_time_limit: ``--time`` of the collect job of an array run.
     :param command_timeout: seconds a Slurm command may take.
     :param nodes: ``--nodes`` of a one-allocation job.
-    :param ntasks: ``--ntasks`` of a one-allocation job (with ``engine="dask"``: one Dask worker process
-        group per task, ``cpus_per_task`` worker processes each).
+    :param ntasks: ``--ntasks`` of a one-allocation job (with ``launch_kind="dask"``: one Dask worker
+        process group per task, ``cpus_per_task`` worker processes each).
     :param remote_work_dir: the work folder exists only where the Slurm commands run (the SSH login
         node and the cluster), not on the Airflow worker: job files are written and read over SSH.
     :param export_env: names of more variables of the submitting environment that sbatch hands Slurm
         (``--export``), beside :data:`~.script.EXPORTED`; Slurm saves them in the job record, so a
         credential's name is refused (put it in ``env``).
-    :param engine: ``"dask"``: the one-allocation job first starts a Dask scheduler on its batch node and
-        Dask workers on every task of the allocation (``srun``), then runs the stage on that cluster
-        (``--scheduler-address``); stages with a Dask engine (preprocess, dedup) spread over all nodes.
+    :param launch_kind: ``None``: one job (``shard_groups=1``) or an array and its collect job;
+        ``"dask"``: the one-allocation job first starts a Dask scheduler on its batch node and Dask
+        workers on every task of the allocation (``srun``), then runs the stage on that cluster
+        (``--scheduler-address``); stages with the Dask mapper (preprocess, dedup) spread over all nodes.
+    :param engine: the old name of ``launch_kind`` (deprecated: a warning, then taken as ``launch_kind``).
+
+    The backend is composed of its :class:`~.sbatch.SbatchOptions` (``self.sbatch``), its
+    :class:`~.script.ScriptRenderer` (``self.script``) and its :class:`~.transport.SlurmCommands`
+    (``self.commands``), each built here from these arguments.
     """
 
     name = "slurm"
@@ -129,57 +150,71 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         command_timeout: float = 60.0,
         nodes: int | None = None,
         ntasks: int | None = None,
-        engine: str | None = None,
+        launch_kind: str | None = None,
         remote_work_dir: bool = False,
         export_env: Sequence[str] = (),
         transport: Any = None,
+        engine: str | None = None,
     ) -> None:
-        self.partition, self.account, self.qos = partition, account, qos
-        self.time_limit, self.mem, self.collect_time_limit = time_limit, mem, collect_time_limit
-        for what in ("partition", "account", "qos", "time_limit", "mem", "collect_time_limit"):
-            if getattr(self, what) is not None:
-                _check_arg(getattr(self, what), what)
-        self.cpus_per_task = int(cpus_per_task) if cpus_per_task else None
-        if isinstance(sbatch_options, str):
-            sbatch_options = shlex.split(sbatch_options)
-        self.sbatch_options = [_check_arg(o, "sbatch option") for o in (sbatch_options or [])]
-        for opt in self.sbatch_options:
-            if not opt.startswith("-"):
-                raise ValueError(f"sbatch option {opt!r} does not start with '-' (sbatch would take it for the script)")
-            if opt.split("=", 1)[0] in ("--wrap", "--array", "-a", "--dependency", "-d", "--parsable"):
-                raise ValueError(f"sbatch option {opt!r} is set by the backend itself")
+        launch_kind = _launch_kind(launch_kind, engine)
+        # The sbatch options, checked once (before any connection is made).
+        self.sbatch = SbatchOptions(
+            partition=partition,
+            account=account,
+            qos=qos,
+            time_limit=time_limit,
+            cpus_per_task=cpus_per_task,
+            mem=mem,
+            extra=sbatch_options,
+            nodes=nodes,
+            ntasks=ntasks,
+            collect_time_limit=collect_time_limit,
+            export_env=export_env,
+        )
         self.shard_groups = int(shard_groups)
         self.min_group_bytes = int(min_group_bytes)
         self.array_parallelism = int(array_parallelism)
         if self.shard_groups < 1 or self.array_parallelism < 0:
             raise ValueError("shard_groups must be >= 1 and array_parallelism >= 0")
         self.work_dir = work_dir
-        self.python = _check_arg(python or sys.executable, "python")
-        self.env = dict(env or {})
-        for key, value in self.env.items():
-            if not ENV_NAME.match(str(key)):
-                raise ValueError(f"environment variable name {key!r} is not a valid identifier")
-            _check_arg(value, f"env {key}")
-        credentials.warn_unmaskable(self.env, "slurm env")
         self.transport = transport
         # Whether the Slurm commands (and so the paths they name) are on another host.
         self.remote = transport is not None and getattr(transport, "remote", True)
+        self.commands = SlurmCommands(transport=transport, timeout=command_timeout)
         self.max_resubmits = int(max_resubmits)
         self.resubmit_on = tuple(s.upper() for s in resubmit_on)
-        self.command_timeout = command_timeout
-        self.nodes = int(nodes) if nodes else None
-        self.ntasks = int(ntasks) if ntasks else None
-        if engine not in (None, "dask"):
-            raise ValueError(f"engine {engine!r}: only 'dask' (a Dask cluster across the allocation) is supported")
-        self.engine = engine
+        self.script = ScriptRenderer(
+            python=python or sys.executable,
+            env=env,
+            max_resubmits=self.max_resubmits,
+            inherit_credentials=self.commands.here,
+        )
+        credentials.warn_unmaskable(self.script.env, "slurm env")
+        self.launch_kind = launch_kind
         self.remote_work_dir = bool(remote_work_dir)
-        self.export_env = export_names(export_env)
         if self.remote_work_dir and not (self.remote and work_dir):
             raise ValueError(
                 "remote_work_dir needs a login node (slurm_conn_id: the factory's SSH transport) and a work_dir on that side"
             )
-        self.files: _LocalFiles | _RemoteFiles = _RemoteFiles(self) if self.remote_work_dir else _LocalFiles()
-        self._max_array_size: int | None = None
+        self.files: _LocalFiles | _RemoteFiles = _RemoteFiles(self.commands) if self.remote_work_dir else _LocalFiles()
+
+    def options(self) -> dict[str, Any]:
+        """Constructor options (JSON-able), so the triggerer rebuilds the backend: the composed parts' own
+        and the backend's (not ``transport``, a live connection, nor ``engine``, ``launch_kind``'s old name)."""
+        return {
+            **self.sbatch.options(),
+            "shard_groups": self.shard_groups,
+            "min_group_bytes": self.min_group_bytes,
+            "array_parallelism": self.array_parallelism,
+            "work_dir": self.work_dir,
+            "python": self.script.python,
+            "env": dict(self.script.env),
+            "max_resubmits": self.max_resubmits,
+            "resubmit_on": list(self.resubmit_on),
+            "command_timeout": self.commands.timeout,
+            "launch_kind": self.launch_kind,
+            "remote_work_dir": self.remote_work_dir,
+        }
 
     def groups_for(self, spec: JobSpec) -> int:
         """Array tasks of a run: ``shard_groups``, at most MaxArraySize, and (as a Kubernetes sweep) few enough
@@ -187,7 +222,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         several to a task: its fixed cost is paid once for them)."""
         if self.shard_groups <= 1:
             return 1
-        cap = grp.group_count(self.shard_groups, self.max_array_size())
+        cap = grp.group_count(self.shard_groups, self.commands.max_array_size())
         return grp.groups_for_input(cap, spec.config.get("input_manifest"), self.min_group_bytes) or cap
 
     def job_dir_for(self, spec: JobSpec) -> str:
@@ -235,7 +270,10 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         self.files.makedirs(job_dir)
         spec_path = os.path.join(job_dir, "spec.json")
         groups = self.groups_for(spec)
-        spec = grp.with_min_units(spec, groups)  # a unit for each array task where the input allows
+        if groups > 1:  # a unit for each array task where the input allows (a small input is else one unit)
+            spec = dataclasses.replace(
+                spec, config={**spec.config, "min_units": max(groups, spec.config.get("min_units") or 1)}
+            )
         self.files.write(spec_path, spec.to_json().encode())
         base = {
             "backend": self.name,
@@ -248,12 +286,13 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
             "lake": spec.lake,
             "groups": groups,
         }
-        if self.job_env():
+        if self.script.job_env():
             base["env_file"] = os.path.join(job_dir, ENV_FILE)
-            self.files.write(base["env_file"], self.render_env(), mode=0o600)  # the owner's only
+            self.files.write(base["env_file"], self.script.render_env(), mode=0o600)  # the owner's only
         result = (os.path.join(job_dir, "result-"), ATTEMPT, ".json")
         if groups == 1:
-            self._write_script(job_dir, "job.sh", grp.run_args(spec_path, result), dask_cluster=self.engine == "dask")
+            dask_cluster = self.launch_kind == "dask"
+            self._write_script(job_dir, "job.sh", grp.run_args(spec_path, result), dask_cluster=dask_cluster)
         else:
             group_result = (os.path.join(job_dir, "result-"), ATTEMPT, f"-group-{grp.GROUP}.json")
             self._write_script(
@@ -281,10 +320,10 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         }
 
         def sbatch(script: str, job_name: str = name, **options: Any) -> str:
-            argv = self.sbatch_argv(
+            argv = self.sbatch.argv(
                 os.path.join(job_dir, script), job_name, base["log"], job_dir, script_args=[str(attempt)], **options
             )
-            return self._sbatch(argv)
+            return self.commands.sbatch(argv)
 
         if base["groups"] == 1:
             handle["job_id"] = sbatch("job.sh")
@@ -295,12 +334,10 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
             handle["array_job_id"] = sbatch("group.sh", array=handle["array"])
             dependency = f"afterany:{handle['array_job_id']}"
         try:
-            handle["job_id"] = sbatch(
-                "collect.sh", f"{name}-collect", dependency=dependency, time_limit=self.collect_time_limit, collect=True
-            )
+            handle["job_id"] = sbatch("collect.sh", f"{name}-collect", dependency=dependency, collect=True)
         except SlurmError:
             if handle["array_job_id"]:
-                self._run(["scancel", handle["array_job_id"]], check=False)
+                self.commands.run(["scancel", handle["array_job_id"]], check=False)
             raise
         return handle
 
@@ -308,7 +345,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         self, job_dir: str, name: str, args: list[str | tuple], dask_cluster: bool = False, last_consumer: bool = True
     ) -> str:
         path = check_job_dir(os.path.join(job_dir, name))
-        self.files.write(path, self.render_script(job_dir, args, dask_cluster, last_consumer).encode(), mode=0o750)
+        self.files.write(path, self.script.render(job_dir, args, dask_cluster, last_consumer).encode(), mode=0o750)
         return path
 
     def _drop_env(self, handle: JobHandle) -> None:
@@ -322,8 +359,8 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         kept must still be there."""
         if not handle.get("env_file"):
             return
-        if self.env:
-            self.files.write(handle["env_file"], self.render_env(), mode=0o600)
+        if self.script.env:
+            self.files.write(handle["env_file"], self.script.render_env(), mode=0o600)
         elif not self.files.exists(handle["env_file"]):
             raise SlurmError(
                 f"the job's environment file {handle['env_file']} was deleted when the run "
@@ -339,7 +376,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
         records: list[SlurmJobRecord] = []
         missing = []
         for job_id in ids:
-            proc = self._run(["scontrol", "show", "job", "-o", job_id], check=False)
+            proc = self.commands.run(["scontrol", "show", "job", "-o", job_id], check=False)
             if proc.returncode == 0:
                 records += parse_scontrol_jobs(proc.stdout)
             elif "Invalid job id" in (proc.stderr + proc.stdout):
@@ -350,7 +387,7 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
             return records, "scontrol"
         # sacct looks at today only unless told where to start.
         since = handle.get("submitted") or time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 7 * 86400))
-        proc = self._run(
+        proc = self.commands.run(
             ["sacct", "-n", "-P", "-X", "-o", "JobID,State,ExitCode,Reason", "-S", since, "-j", ",".join(missing)],
             check=False,
         )
@@ -442,12 +479,12 @@ class SlurmBackend(ScriptMixin, TransportMixin, Backend):
     def cancel(self, handle: JobHandle) -> None:
         self._mark_cancelled(handle)
         ids = [j for j in (handle["job_id"], handle.get("array_job_id")) if j]
-        self._run(["scancel", *ids], check=False)  # idempotent: finished ids are not an error worth raising
+        self.commands.run(["scancel", *ids], check=False)  # idempotent: finished ids are not an error worth raising
         self.release(handle)  # running tasks have read it; tasks not started yet must not start
 
     def logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
         path = handle["log"]
         if self.remote_work_dir or (self.remote and not os.path.exists(path)):
-            data = self.read_remote(path, offset)  # the work folder is not mounted here
+            data = self.commands.read(path, offset)  # the work folder is not mounted here
             return data.decode("utf-8", "replace"), offset + len(data)
         return read_log(path, offset)

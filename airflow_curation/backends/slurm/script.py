@@ -1,5 +1,5 @@
-"""The Slurm job scripts and sbatch command lines. No parameter ever reaches a shell unquoted: sbatch
-options are argv elements (never ``#SBATCH`` lines) and the script quotes every value with
+"""The Slurm job scripts and the environment file they source. No parameter ever reaches a shell
+unquoted: sbatch options are argv elements (:mod:`.sbatch`) and the script quotes every value with
 :func:`shlex.quote`; the only expansions are the array task id and the attempt (the script's ``$1``)."""
 
 from __future__ import annotations
@@ -72,10 +72,30 @@ def check_job_dir(path: str) -> str:
     return path
 
 
-class ScriptMixin:
-    """Rendering of scripts, environment file and sbatch argv (mixed into :class:`SlurmBackend`)."""
+class ScriptRenderer:
+    """The text of a run's batch scripts and of its environment file.
 
-    def render_script(
+    :param python: interpreter on the compute nodes.
+    :param env: the job's environment, secrets included (checked: names are identifiers, no NUL).
+    :param max_resubmits: the follower's relaunch budget: a failed attempt up to it keeps the environment
+        file for the next one.
+    :param inherit_credentials: sbatch runs here, as this process's child: the credentials of this
+        process's environment go into the environment file too (over SSH they are not the job's).
+    """
+
+    def __init__(
+        self, python: str, env: dict[str, str] | None = None, max_resubmits: int = 0, inherit_credentials: bool = False
+    ) -> None:
+        self.python = _check_arg(python, "python")
+        self.env = dict(env or {})
+        for key, value in self.env.items():
+            if not ENV_NAME.match(str(key)):
+                raise ValueError(f"environment variable name {key!r} is not a valid identifier")
+            _check_arg(value, f"env {key}")
+        self.max_resubmits = int(max_resubmits)
+        self.inherit_credentials = bool(inherit_credentials)
+
+    def render(
         self, job_dir: str, args: Sequence[str | tuple], dask_cluster: bool = False, last_consumer: bool = True
     ) -> str:
         """The batch script: sources the job's environment file and runs the jobs entrypoint with ``args``.
@@ -163,48 +183,12 @@ class ScriptMixin:
         of this process's environment (:mod:`airflow_curation.core.credentials`). Slurm keeps what sbatch
         exports in the job's record (``sacct --env-vars``, the controller's state): only the
         :data:`EXPORTED` and ``export_env`` names (``--export``), and the Slurm commands run without those
-        credentials anyway (:meth:`TransportMixin._exec`), so the job gets them from the ``0600`` file."""
-        here = self.transport is None  # sbatch is our child, with our environment
-        inherited = credentials.split(os.environ)[1] if here else {}
+        credentials anyway (:meth:`~.transport.SlurmCommands.exec`), so the job gets them from the ``0600``
+        file."""
+        inherited = credentials.split(os.environ)[1] if self.inherit_credentials else {}
         return {**{k: v for k, v in inherited.items() if ENV_NAME.match(k) and "\x00" not in v}, **self.env}
 
     def render_env(self) -> bytes:
         """The environment file's text: one ``export NAME=value`` line per variable, values quoted."""
         env = self.job_env()
         return "".join(f"export {key}={shlex.quote(env[key])}\n" for key in sorted(env)).encode()
-
-    def sbatch_argv(
-        self,
-        script: str,
-        job_name: str,
-        log_path: str,
-        job_dir: str,
-        array: str | None = None,
-        dependency: str | None = None,
-        time_limit: str | None = None,
-        collect: bool = False,
-        script_args: Sequence[str] = (),
-    ) -> list[str]:
-        # The collect job runs the stage's finalize (e.g. dedup's global phase): it keeps the CPUs and
-        # memory, but not what the shard work asked for (nodes, tasks, GPUs, constraints).
-        whole = not collect and not array  # one allocation runs the whole stage
-        options = {
-            "--job-name": job_name,
-            "--output": log_path,
-            "--open-mode": "append",
-            "--chdir": job_dir,
-            "--partition": self.partition,
-            "--account": self.account,
-            "--qos": self.qos,
-            "--time": time_limit or self.time_limit,
-            "--cpus-per-task": self.cpus_per_task,
-            "--mem": self.mem,
-            "--nodes": whole and self.nodes,
-            "--ntasks": whole and self.ntasks,
-            "--array": array,
-            "--dependency": dependency,
-        }
-        argv = ["sbatch", "--parsable", *(f"{flag}={value}" for flag, value in options.items() if value)]
-        argv.append("--export=" + ",".join((*EXPORTED, *self.export_env)))
-        argv += ([] if collect else self.sbatch_options) + (["--kill-on-invalid-dep=no"] if dependency else [])
-        return [*argv, script, *(_check_arg(a, "script argument") for a in script_args)]

@@ -12,6 +12,7 @@ import shlex
 import subprocess
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from airflow_curation.backends.slurm.script import _check_arg
 from airflow_curation.core import credentials
@@ -24,31 +25,47 @@ class SlurmError(RuntimeError):
     """A Slurm command failed (submission refused, controller unreachable...)."""
 
 
-class TransportMixin:
-    """Running Slurm commands (mixed into :class:`SlurmBackend`)."""
+class SlurmCommands:
+    """Runs the Slurm commands: through ``transport`` (the factory's SSH transport), or here.
 
-    def _exec(self, argv: Sequence[str], data: bytes | None = None) -> subprocess.CompletedProcess:
+    :param transport: an object with ``run(argv, data, timeout) -> CompletedProcess`` (bytes out) that
+        runs them instead of a local process.
+    :param timeout: seconds a command may take.
+    """
+
+    def __init__(self, transport: Any = None, timeout: float = 60.0) -> None:
+        self.transport = transport
+        self.timeout = timeout
+        self._max_array_size: int | None = None
+
+    @property
+    def here(self) -> bool:
+        """sbatch is this process's child, with this process's environment."""
+        return self.transport is None
+
+    def exec(self, argv: Sequence[str], data: bytes | None = None) -> subprocess.CompletedProcess:
         """Run ``argv`` where the Slurm commands run (the given transport, or here), bytes in and out;
         raises ``OSError`` or ``subprocess.TimeoutExpired`` when it cannot."""
         argv = [_check_arg(a, "argument") for a in argv]
         if self.transport is not None:
-            return self.transport.run(argv, data, self.command_timeout)
+            return self.transport.run(argv, data, self.timeout)
         stdin = {"input": data} if data is not None else {"stdin": subprocess.DEVNULL}
         # Without this process's credentials: sbatch would export them into the job, and Slurm records a
         # job's environment (the job gets them from its 0600 environment file instead: job_env).
         env = credentials.split(os.environ)[0]
-        return subprocess.run(argv, capture_output=True, timeout=self.command_timeout, env=env, **stdin)
+        return subprocess.run(argv, capture_output=True, timeout=self.timeout, env=env, **stdin)
 
-    def _run(self, argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
+    def run(self, argv: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
+        """Run ``argv`` as text; :class:`SlurmError` when it cannot run or (``check``) exits non-zero."""
         try:
-            raw = self._exec(argv)
+            raw = self.exec(argv)
         except OSError as e:
             hint = (
                 " (is Slurm installed here, or is slurm_conn_id missing?)" if isinstance(e, FileNotFoundError) else ""
             )
             raise SlurmError(f"cannot run {argv[0]!r}: {e}{hint}") from e
         except subprocess.TimeoutExpired as e:
-            raise SlurmError(f"{shlex.join(argv)} took longer than {self.command_timeout}s") from e
+            raise SlurmError(f"{shlex.join(argv)} took longer than {self.timeout}s") from e
         proc = subprocess.CompletedProcess(
             raw.args, raw.returncode, raw.stdout.decode("utf-8", "replace"), raw.stderr.decode("utf-8", "replace")
         )
@@ -59,25 +76,26 @@ class TransportMixin:
     def run_raw(self, argv: Sequence[str], data: bytes | None = None) -> subprocess.CompletedProcess:
         """Run ``argv`` where the Slurm commands run, with bytes in and out (no check)."""
         try:
-            return self._exec(argv, data if data is not None else b"")
+            return self.exec(argv, data if data is not None else b"")
         except (OSError, subprocess.TimeoutExpired) as e:
             raise SlurmError(f"{shlex.join(argv)}: {e}") from e
 
-    def read_remote(self, path: str, offset: int = 0) -> bytes:
+    def read(self, path: str, offset: int = 0) -> bytes:
         """Bytes of a file where the Slurm commands run, from ``offset`` (empty if it does not exist)."""
         proc = self.run_raw(["tail", "-c", f"+{int(offset) + 1}", "--", path])
         return proc.stdout if proc.returncode == 0 else b""
 
     def max_array_size(self) -> int:
-        """The site's MaxArraySize (array indices go up to MaxArraySize - 1)."""
+        """The site's MaxArraySize (array indices go up to MaxArraySize - 1), asked once."""
         if self._max_array_size is None:
-            text = self._run(["scontrol", "show", "config"]).stdout
+            text = self.run(["scontrol", "show", "config"]).stdout
             m = re.search(r"^\s*MaxArraySize\s*=\s*(\d+)", text, re.M)
             self._max_array_size = int(m.group(1)) if m else 1001  # Slurm's default
         return self._max_array_size
 
-    def _sbatch(self, argv: list[str]) -> str:
-        out = self._run(argv).stdout.strip()
+    def sbatch(self, argv: list[str]) -> str:
+        """Submit (an ``sbatch --parsable`` argv): the job id."""
+        out = self.run(argv).stdout.strip()
         job_id = out.split(";", 1)[0].strip()  # --parsable prints "id" or "id;cluster"
         if not _JOB_ID.match(job_id):
             raise SlurmError(f"sbatch printed {out!r}, not a job id")
@@ -150,14 +168,14 @@ class _LocalFiles(_JobFiles):
 
 
 class _RemoteFiles(_JobFiles):
-    """Job files where the Slurm commands run, reached through the backend's transport (SSH).
+    """Job files where the Slurm commands run, reached through ``commands`` (its SSH transport).
     Paths are positional parameters of fixed ``sh -c`` scripts: never part of the script text."""
 
-    def __init__(self, backend: TransportMixin) -> None:
-        self.backend = backend
+    def __init__(self, commands: SlurmCommands) -> None:
+        self.commands = commands
 
     def _sh(self, script: str, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess:
-        return self.backend.run_raw(["sh", "-c", script, "sh", *args], data)
+        return self.commands.run_raw(["sh", "-c", script, "sh", *args], data)
 
     def makedirs(self, path: str) -> None:
         proc = self._sh('mkdir -p -- "$1"', path)

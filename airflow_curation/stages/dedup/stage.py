@@ -257,7 +257,7 @@ class DedupStage(AttrsStage):
         in :meth:`collect` or at exit), through the shared Dask mapper."""
         if self.config["mapper"] != "dask":
             return local_mapper(int(self.config.get("workers", 1)))
-        from airflow_curation.stages.engines.dask import dask_mapper
+        from airflow_curation.stages.mappers.dask import dask_mapper
 
         address = self.config.get("scheduler_address")
         if not address:
@@ -270,7 +270,7 @@ class DedupStage(AttrsStage):
 
             from distributed import LocalCluster
 
-            from airflow_curation.stages.engines.budget import available_memory, plan_workers
+            from airflow_curation.stages.mappers.budget import available_memory, plan_workers
 
             self._wait_for_upstream()  # the runner asks for its mapper before it plans
             # A worker holds one shard's batch (phases 1, 3) or one partition (phase 2, sized by

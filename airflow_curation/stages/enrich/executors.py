@@ -26,10 +26,10 @@ import pyarrow as pa
 from airflow_curation.core import faults
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.schema import TEXT
-from airflow_curation.stages.engines import ray as ray_engine
-from airflow_curation.stages.enrich.engines import EngineSpec, get_engine
+from airflow_curation.stages.enrich.model_runtimes import EngineSpec, get_engine
 from airflow_curation.stages.enrich.resources import Placement, local_available, place, ray_available
 from airflow_curation.stages.enrich.tasks import make_task
+from airflow_curation.stages.mappers import ray as ray_cluster
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class LocalExecutor:
             yield chunk, cols
 
     def close(self) -> None:
-        """Engines stay cached for the process; see ``engines.release_engines``."""
+        """Engines stay cached for the process; see ``model_runtimes.release_engines``."""
 
 
 class _EngineActor:
@@ -182,14 +182,14 @@ class _ShardDriver:
 
 
 class RayExecutor:
-    """Ray Data ``map_batches`` with engine actors, one dataset per shard (see ``stages/engines/ray.py`` for
+    """Ray Data ``map_batches`` with engine actors, one dataset per shard (see ``stages/mappers/ray.py`` for
     which Ray: a new local one, or a cluster by address)."""
 
     def __init__(self, config: dict[str, Any], spec: EngineSpec) -> None:
         self.config = config
         self.spec = spec
         self.rows_computed = 0
-        self.target, self._started = ray_engine.connect(
+        self.target, self._started = ray_cluster.connect(
             config.get("ray_address"), config.get("ray_num_cpus"), config.get("ray_num_gpus")
         )
         try:  # before any actor asks: Ray would wait forever for resources the cluster does not have
@@ -232,7 +232,7 @@ class RayExecutor:
 
     def close(self) -> None:
         if self._started:
-            ray_engine.disconnect()
+            ray_cluster.disconnect()
             self._started = False
 
 

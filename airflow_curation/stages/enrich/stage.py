@@ -30,13 +30,13 @@ from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.schema import ENRICHED, ID, SKIP_REASON, TEXT
 from airflow_curation.core.shards import write_parquet
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage
-from airflow_curation.stages.engines import ray as ray_engine
-from airflow_curation.stages.enrich.engines import TORCH_DTYPES, EngineSpec
 from airflow_curation.stages.enrich.executors import EXECUTORS, Chunk
+from airflow_curation.stages.enrich.model_runtimes import TORCH_DTYPES, EngineSpec
 from airflow_curation.stages.enrich.parts import PartStore
 from airflow_curation.stages.enrich.resources import AUTO, check_settings, gpus_setting
 from airflow_curation.stages.enrich.tasks import COMMON_FIELDS, TASKS, make_task
 from airflow_curation.stages.kept import decision_attrs, skip_reasons
+from airflow_curation.stages.mappers import ray as ray_cluster
 from airflow_curation.stages.settings import Setting
 from airflow_curation.stages.text import ShardText
 
@@ -169,7 +169,7 @@ class EnrichStage(AttrsStage):
         safe_name(self.output_name, "enrich name")
         make_task(c)  # validates the task's own settings (prompt template...) before any work
         if c["mapper"] == "ray":
-            ray_engine.check_sizes(c["ray_address"], c["ray_num_cpus"], c["ray_num_gpus"])
+            ray_cluster.check_sizes(c["ray_address"], c["ray_num_cpus"], c["ray_num_gpus"])
         self._executor = None
         self._placement_error: ValueError | None = None
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from airflow_curation.stages.enrich.engines import Engine
+from airflow_curation.stages.enrich.model_runtimes import Engine
 
 DEFAULT_PROMPT = (
     "Rewrite the document below as one instruction a user could give and the response that answers it. "

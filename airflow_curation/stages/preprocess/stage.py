@@ -29,7 +29,7 @@ from airflow_curation.core.signals import SignalComputer
 from airflow_curation.core.url_filter import UrlFilter
 from airflow_curation.stages.attrs import AttrsStage, keep_accounting, write_attrs
 from airflow_curation.stages.base import UnitMapper, local_mapper
-from airflow_curation.stages.engines.budget import DEFAULT_BASE_BYTES, MiB
+from airflow_curation.stages.mappers.budget import DEFAULT_BASE_BYTES, MiB
 from airflow_curation.stages.settings import Setting, auto_or_bool, str_or_list
 
 DEFAULT_EXPANSION = 8.0
@@ -346,7 +346,7 @@ class PreprocessStage(AttrsStage):
     def default_mapper(self) -> UnitMapper:
         if self.config["mapper"] == "local":
             return local_mapper(int(self.config.get("workers") or 1))
-        from airflow_curation.stages.engines.dask import dask_mapper
+        from airflow_curation.stages.mappers.dask import dask_mapper
 
         return dask_mapper(
             self.config.get("scheduler_address"),

@@ -142,8 +142,8 @@ class EmbeddingFeatures:
         """A dense (rows x dim) float32 matrix; a null text is an empty document."""
         # The enrich stage's own pieces: one cached engine per process, EmbedTask's truncation and
         # pooling, length-sorted batches.
-        from airflow_curation.stages.enrich.engines import EngineSpec, get_engine
         from airflow_curation.stages.enrich.executors import run_batches
+        from airflow_curation.stages.enrich.model_runtimes import EngineSpec, get_engine
         from airflow_curation.stages.enrich.tasks import EmbedTask
 
         if not texts:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_curation.core import storage
-from airflow_curation.stages.engines.budget import available_memory
+from airflow_curation.stages.mappers.budget import available_memory
 from airflow_curation.stages.validate.sandbox import SqlFailed
 
 log = logging.getLogger(__name__)

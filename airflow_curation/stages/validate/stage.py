@@ -31,7 +31,7 @@ from airflow_curation.stages.base import Stage, UnitResult, _attempt_unit
 from airflow_curation.stages.settings import Setting, anything, size
 from airflow_curation.stages.validate import checks as checks_mod
 from airflow_curation.stages.validate import limits, partials
-from airflow_curation.stages.validate.engines import IDS_PER_PASS, finite, make_engine
+from airflow_curation.stages.validate.query_engines import IDS_PER_PASS, finite, make_engine
 from airflow_curation.stages.validate.report import build_report, report_uris, write_report
 from airflow_curation.stages.validate.view import CuratedView, row_groups
 

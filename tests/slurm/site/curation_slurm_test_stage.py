@@ -27,7 +27,7 @@ class SleepyStage(Stage):
 
     def default_mapper(self):
         if self.config.get("scheduler_address"):  # a Dask cluster, e.g. the one a Slurm allocation started
-            from airflow_curation.stages.engines.dask import dask_mapper
+            from airflow_curation.stages.mappers.dask import dask_mapper
 
             return dask_mapper(self.config["scheduler_address"])
         return super().default_mapper()

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from airflow_curation.stages.engines.budget import WorkerPlan, plan_workers
+from airflow_curation.stages.mappers.budget import WorkerPlan, plan_workers
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from airflow_curation.core import redact, storage
 from airflow_curation.core.schema import CLUSTER_ID, DROP_REASON, ID, TEXT
-from airflow_curation.stages.engines import ray as ray_engine
+from airflow_curation.stages.mappers import ray as ray_cluster
 from airflow_curation.stages.validate import bounded, daft_stats, partials, partitions, sandbox
 from airflow_curation.stages.validate.limits import Bounds, CheckTimedOut, QueryProcess, interrupt_after
 from airflow_curation.stages.validate.view import CuratedView, same_schema
@@ -602,13 +602,13 @@ def _first_row(engine: DaftEngine, query: str) -> tuple | None:
 
 
 def _set_ray_runner(daft, address: str | None) -> str | None:
-    """Daft on Ray (``stages/engines/ray.py``: no address is a new local Ray, whatever else runs on the
+    """Daft on Ray (``stages/mappers/ray.py``: no address is a new local Ray, whatever else runs on the
     machine); returns the address a child process joins to use the same Ray (a local one's GCS address)."""
     import ray
 
     # A local Ray for this job: its CPUs, not every core of a shared machine.
     local_cpus = int(os.environ.get("CURATION_RAY_NUM_CPUS", min(4, os.cpu_count() or 1)))
-    target, _ = ray_engine.connect(address, num_cpus=local_cpus if ray_engine.resolve(address).local else None)
+    target, _ = ray_cluster.connect(address, num_cpus=local_cpus if ray_cluster.resolve(address).local else None)
     joined = None if target.local else target.address
     try:
         daft.set_runner_ray(address=joined)
