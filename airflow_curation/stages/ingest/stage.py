@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -209,7 +210,17 @@ class IngestStage(Stage):
         pages that hold them and the heads, so what it reads grows with its own units. Every position is
         checked by some group, and group 0 checks the whole run. Returns False where the whole check must run
         (a conflict under ``replace``: superseding reads the other manifests' shards)."""
-        plan = {(u.unit_id, u.input_checksum) for u in units}
+        whole: set[tuple[str, str]] | None = None  # the plan's (id, checksum) pairs, built only when needed
+
+        def planned(position: int, u: dict[str, Any]) -> bool:
+            # This run's units are numbered by position, as every earlier run's: look there first.
+            nonlocal whole
+            if position < len(units) and units[position].unit_id == u["unit_id"]:
+                return units[position].input_checksum == u["input_checksum"]
+            if whole is None:
+                whole = {(x.unit_id, x.input_checksum) for x in units}
+            return (u["unit_id"], u["input_checksum"]) in whole
+
         block = group_range(len(units), index, count)
         superseded: list[str] = []
         for uri in storage.glob(self.lake.path("_manifests", "*", f"{self.name}.json")):
@@ -228,9 +239,8 @@ class IngestStage(Stage):
                 continue  # as the whole check: a manifest it cannot read pins nothing
             changed = {
                 u["unit_id"]
-                for u in earlier
-                if u["status"] in ("done", "skipped")
-                and (head.fingerprint != self.fingerprint or (u["unit_id"], u["input_checksum"]) not in plan)
+                for k, u in enumerate(earlier, start=block.start)
+                if u["status"] in ("done", "skipped") and (head.fingerprint != self.fingerprint or not planned(k, u))
             }
             if changed and self.config["replace"]:
                 return False
