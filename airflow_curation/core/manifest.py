@@ -283,9 +283,18 @@ class ManifestHead:
     def shard_dicts(self, index: int = 0, count: int = 1) -> list[dict[str, Any]]:
         return self._entries("shards", index, count)
 
+    def unit_dicts_at(self, positions: range) -> list[dict[str, Any]]:
+        """The units at ``positions`` (a step-1 range, clipped to the list), reading only their pages: what a
+        task checks of another run's manifest whose groups do not line up with its own."""
+        return self._entries_at("units", positions)
+
     def _entries(self, kind: str, index: int, count: int) -> list[dict[str, Any]]:
         total = len(self.inline[kind]) if self.inline is not None else int(self.data["index"][kind]["count"])
-        positions = group_range(total, index, count)
+        return self._entries_at(kind, group_range(total, index, count))
+
+    def _entries_at(self, kind: str, positions: range) -> list[dict[str, Any]]:
+        total = len(self.inline[kind]) if self.inline is not None else int(self.data["index"][kind]["count"])
+        positions = range(max(0, positions.start), max(0, min(positions.stop, total)))
         if self.inline is not None:
             return self.inline[kind][positions.start : positions.stop]
         if not positions:

@@ -34,7 +34,7 @@ from airflow_curation.core.fingerprint import config_fingerprint
 from airflow_curation.core.integrity import verify_file
 from airflow_curation.core.lease import Lease
 from airflow_curation.core.lsh import gather_partition, next_power_of_two, partition_ranges, partitions_for
-from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
+from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry, UnitEntry, group_range
 from airflow_curation.core.minhash import MinHashParams, lsh_params
 from airflow_curation.core.schema import CLUSTER_ID, EXACT_DUPLICATE, KEEP, NEAR_DUPLICATE
 from airflow_curation.core.shards import column_names, write_parquet
@@ -308,38 +308,109 @@ class DedupStage(AttrsStage):
         names = column_names(uri, entry.attrs_checksums.get("preprocess"), "preprocess attrs")
         return ["preprocess"] if self.config["keep_column"] in names else []
 
+    def _shard(self, e: ShardEntry, index: int) -> tuple[dict, bool]:
+        """What phases 1 and 3 know of the shard at position ``index``, and whether its input checksum follows
+        from the manifest alone (every attrs checksum recorded there, none hashed from the file)."""
+        keep = self.reads_attrs(e)
+        keep_uri = e.attrs[keep[0]] if keep else None
+        keep_checksum = self.attrs_checksum(e, keep[0]) if keep else None
+        text = clean_text_attrs(e)  # the cleaned text, read in the place of the shard's (stages/text.py)
+        text_uri = e.attrs[text[0]] if text else None
+        text_checksum = self.attrs_checksum(e, text[0]) if text else None
+        checksum = f"{e.checksum}+{keep_checksum or '-'}@{index}" + (f"+text:{text_checksum}" if text else "")
+        recorded = all(e.attrs_checksums.get(k) for k in (*keep, *text))
+        return {
+            "shard_id": e.shard_id,
+            "uri": e.uri,
+            "index": index,
+            "keep_uri": keep_uri,
+            "text_uri": text_uri,
+            "checksum": e.checksum,
+            "keep_checksum": keep_checksum,
+            "text_checksum": text_checksum,
+            "rows": e.rows,
+            "input_checksum": checksum,
+        }, recorded
+
+    def _sig_stage(self, rows: int, shards: list[dict]) -> tuple[DedupSignaturesStage, DedupParams, int]:
+        """Phase 1's stage for ``rows`` rows in all (its partitions follow from them), and the output partitions."""
+        spill_bytes = rows * (_BAND_BYTES * self.params.bands * self.params.near + _EXACT_BYTES * self.params.exact)
+        parts, self._units, self._cc_parts = self._layout(spill_bytes)
+        params = DedupParams(**{**asdict(self.params), "minhash": self.params.minhash, "partitions": parts})
+        sig_config = {
+            "params": {**asdict(params)},
+            "keep_column": self.config["keep_column"],
+            "shards": shards,
+            "batch_rows": self.config["batch_rows"],
+            "max_attempts": self.config.get("max_attempts", 2),
+            "max_failed_fraction": 0.0,
+        }
+        return DedupSignaturesStage(self.lake, sig_config, self.run_id), params, parts
+
+    def _plan_key_uri(self, sig: DedupSignaturesStage) -> str | None:
+        """Where the run key of this plan is kept for the tasks of an array, named by what decides it: phase
+        1's fingerprint and the upstream manifest's shard pages (their checksums, recorded in its head). None
+        for plain-file inputs (no pages)."""
+        uri = self.config.get("input_manifest")
+        if not uri:
+            return None
+        meta = ManifestHead.read(uri).data["index"].get("shards") or {}
+        if "checksums" not in meta:  # format 1: no pages to name it by
+            return None
+        ident = "|".join([sig.fingerprint, self.fingerprint, str(meta["count"]), *meta["checksums"]])
+        return self.lake.path("dedup", "plans", hashlib.sha256(ident.encode()).hexdigest()[:24] + ".json")
+
+    def plan_group(self, index: int, count: int) -> list[UnitEntry]:
+        """Group ``index`` of ``count`` once the global phase of this plan is done (a rerun, a task that starts
+        after the barrier): its units from the upstream manifest's pages of its block only, the run key from
+        the file the whole plan left (:meth:`_plan_key_uri`); what it reads grows with its own shards. Before
+        that, the whole plan (phases 1 and 2 need every shard)."""
+        if self.config.get("inputs"):
+            return super().plan_group(index, count)
+        clear_caches()
+        self._wait_for_upstream()
+        head = ManifestHead.read(self.config["input_manifest"])
+        sig, params, parts = self._sig_stage(head.rows, [])
+        key_uri = self._plan_key_uri(sig)
+        try:
+            run_key = storage.read_json(key_uri)["run_key"] if key_uri else None
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            run_key = None
+        if not run_key or not self._globals_done(run_key):
+            return super().plan_group(index, count)
+        self._group = (index, count)  # entries(): this block's shards only, here and in workers
+        start = group_range(head.shard_count, index, count).start
+        shards = [self._shard(e, start + k)[0] for k, e in enumerate(self.entries().values())]
+        sig.config["shards"] = shards
+        self._shards = {s["shard_id"]: s for s in shards}
+        self._sig = sig
+        out_parts = max(1, min(head.shard_count, 256))
+        self._global = self._phase2(sig, params, shards, run_key, out_parts)  # reads its _SUCCESS.json
+        self._prior = self._probe(sig, params, shards, run_key, out_parts) if self.incremental else None
+        log.info(
+            "dedup: group %d/%d: %d shards planned from their pages (run key %s)", index, count, len(shards), run_key
+        )
+        return [
+            UnitEntry(
+                unit_id=s["shard_id"],
+                inputs=_inputs(s),
+                input_checksum=f"{s['input_checksum']}#{run_key}",
+                rows=s["rows"],
+            )
+            for s in shards
+        ]
+
     # -- phases 1 and 2 happen while planning phase 3 ----------------------------------------------
     def plan(self) -> list[UnitEntry]:
         clear_caches()  # a rerun in this process must see the inputs as they are now
         self._wait_for_upstream()
+        self._group = None
         # Manifest order (shard, then row) decides each cluster's keeper: the order is kept as listed.
         entries = list(self.entries().values())
-        shards = []
-        for index, e in enumerate(entries):
-            keep = self.reads_attrs(e)
-            keep_uri = e.attrs[keep[0]] if keep else None
-            keep_checksum = self.attrs_checksum(e, keep[0]) if keep else None
-            text = clean_text_attrs(e)  # the cleaned text, read in the place of the shard's (stages/text.py)
-            text_uri = e.attrs[text[0]] if text else None
-            text_checksum = self.attrs_checksum(e, text[0]) if text else None
-            checksum = f"{e.checksum}+{keep_checksum or '-'}@{index}" + (f"+text:{text_checksum}" if text else "")
-            shards.append(
-                {
-                    "shard_id": e.shard_id,
-                    "uri": e.uri,
-                    "index": index,
-                    "keep_uri": keep_uri,
-                    "text_uri": text_uri,
-                    "checksum": e.checksum,
-                    "keep_checksum": keep_checksum,
-                    "text_checksum": text_checksum,
-                    "rows": e.rows,
-                    "input_checksum": checksum,
-                }
-            )
+        planned = [self._shard(e, index) for index, e in enumerate(entries)]
+        shards = [s for s, _ in planned]
         rows = sum(e.rows for e in entries)
-        spill_bytes = rows * (_BAND_BYTES * self.params.bands * self.params.near + _EXACT_BYTES * self.params.exact)
-        parts, self._units, self._cc_parts = self._layout(spill_bytes)
+        sig, params, parts = self._sig_stage(rows, shards)
         out_parts = max(1, min(len(entries), 256))
         log.info(
             "dedup: %d shards, %d rows, %d bands x %d rows, %d partitions in %d units, %d for the components "
@@ -353,22 +424,15 @@ class DedupStage(AttrsStage):
             self._cc_parts,
             self.config["memory_budget"],
         )
-        params = DedupParams(**{**asdict(self.params), "minhash": self.params.minhash, "partitions": parts})
-        sig_config = {
-            "params": {**asdict(params)},
-            "keep_column": self.config["keep_column"],
-            "shards": shards,
-            "batch_rows": self.config["batch_rows"],
-            "max_attempts": self.config.get("max_attempts", 2),
-            "max_failed_fraction": 0.0,
-        }
-        sig = DedupSignaturesStage(self.lake, sig_config, self.run_id)
         run_key = hashlib.sha256(
             (sig.fingerprint + "|" + "|".join(s["input_checksum"] for s in shards)).encode()
         ).hexdigest()[:16]
         self._shards = {s["shard_id"]: s for s in shards}
         self._sig = sig
         self._global_phases(sig, params, shards, run_key, out_parts)
+        key_uri = self._plan_key_uri(sig) if all(recorded for _, recorded in planned) else None
+        if key_uri:  # the tasks of an array that plan after this find the run key without the whole plan
+            storage.write_json(key_uri, {"run_key": run_key, "shards": len(shards)})
         return [
             UnitEntry(
                 unit_id=s["shard_id"],

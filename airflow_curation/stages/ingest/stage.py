@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -21,7 +22,7 @@ from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.fingerprint import canonical_json
 from airflow_curation.core.html_text import EXTRACTORS
-from airflow_curation.core.manifest import Manifest, ManifestError, ShardEntry, UnitEntry
+from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead, ShardEntry, UnitEntry, group_range
 from airflow_curation.core.quarantine import QuarantineWriter, utf8_safe
 from airflow_curation.core.schema import ID, META, SHARD_SCHEMA, SOURCE, TEXT
 from airflow_curation.core.shards import ShardWriter
@@ -188,8 +189,75 @@ class IngestStage(Stage):
             ident = [(_relpath(u, root), i.get("size"), _version_of(i)) for u, i in group]
             checksum = "xxh64:" + xxhash.xxh64(canonical_json(ident).encode()).hexdigest()
             units.append(UnitEntry(unit_id=f"{len(units):05d}", inputs=[u for u, _ in group], input_checksum=checksum))
-        self._guard_earlier_runs(units)
+        group = getattr(self, "_guard_group", None)
+        if group is None or not self._guard_group_only(units, *group):
+            self._guard_earlier_runs(units)
         return units
+
+    def plan_group(self, index: int, count: int) -> list[UnitEntry]:
+        """Group ``index`` of ``count`` (a task of an array that is not group 0): the whole plan (the files'
+        grouping depends on all of them), but the check against earlier runs reads only their units at its
+        block's positions (:meth:`_guard_group_only`)."""
+        self._guard_group = (index, count)
+        try:
+            return super().plan_group(index, count)
+        finally:
+            self._guard_group = None
+
+    def _guard_group_only(self, units: list[UnitEntry], index: int, count: int) -> bool:
+        """:meth:`_guard_earlier_runs` for one task of an array: each earlier complete ingest run's units at the
+        positions of this group's block (the last group: to their end) against the whole plan, from the unit
+        pages that hold them and the heads, so what it reads grows with its own units. Every position is
+        checked by some group, and group 0 checks the whole run. Returns False where the whole check must run
+        (a conflict under ``replace``: superseding reads the other manifests' shards)."""
+        whole: set[tuple[str, str]] | None = None  # the plan's (id, checksum) pairs, built only when needed
+
+        def planned(position: int, u: dict[str, Any]) -> bool:
+            # This run's units are numbered by position, as every earlier run's: look there first.
+            nonlocal whole
+            if position < len(units) and units[position].unit_id == u["unit_id"]:
+                return units[position].input_checksum == u["input_checksum"]
+            if whole is None:
+                whole = {(x.unit_id, x.input_checksum) for x in units}
+            return (u["unit_id"], u["input_checksum"]) in whole
+
+        block = group_range(len(units), index, count)
+        superseded: list[str] = []
+        for uri in storage.glob(self.lake.path("_manifests", "*", f"{self.name}.json")):
+            try:
+                head = ManifestHead.read(uri)
+            except ManifestError:
+                continue  # a torn or foreign file pins nothing
+            if head.status == "superseded" and head.superseded_by == self.run_id:
+                superseded.append(uri)
+            if head.status != "complete":
+                continue
+            stop = head.unit_count if index == count - 1 else block.stop
+            try:
+                earlier = head.unit_dicts_at(range(block.start, stop))
+            except ManifestError:
+                continue  # as the whole check: a manifest it cannot read pins nothing
+            changed = {
+                u["unit_id"]
+                for k, u in enumerate(earlier, start=block.start)
+                if u["status"] in ("done", "skipped") and (head.fingerprint != self.fingerprint or not planned(k, u))
+            }
+            if changed and self.config["replace"]:
+                return False
+            if changed:
+                raise ReplaceRefused(self._refusal(uri, head.run_id, len(changed), 0))
+        self.supersedes = tuple(u for u in dict.fromkeys(superseded) if u != self.manifest_uri)
+        return True
+
+    def _refusal(self, uri: str, run_id: str, changed: int, more: int) -> str:
+        where = self.lake.dataset + (f" snapshot {self.lake.snapshot}" if self.lake.snapshot else "")
+        others = f" (and {more} more)" if more else ""
+        return (
+            f"ingest: {where} already holds the complete run {run_id} ({uri}){others}, made from other "
+            f"inputs or settings: this run would overwrite or remove {changed} of its units' shards, "
+            f"and every manifest that reads them would fail. Ingest into another --snapshot (or dataset), "
+            f"or pass --replace (replace=True) to supersede that run."
+        )
 
     def _guard_earlier_runs(self, units: list[UnitEntry]) -> None:
         """Refuse to overwrite a complete run's shards, unless ``replace``: then supersede it.
@@ -221,14 +289,7 @@ class IngestStage(Stage):
                 conflicts.append((uri, m, changed))
         if conflicts and not self.config["replace"]:
             uri, m, changed = conflicts[0]
-            where = self.lake.dataset + (f" snapshot {self.lake.snapshot}" if self.lake.snapshot else "")
-            others = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
-            raise ReplaceRefused(
-                f"ingest: {where} already holds the complete run {m.run_id} ({uri}){others}, made from other "
-                f"inputs or settings: this run would overwrite or remove {len(changed)} of its units' shards, "
-                f"and every manifest that reads them would fail. Ingest into another --snapshot (or dataset), "
-                f"or pass --replace (replace=True) to supersede that run."
-            )
+            raise ReplaceRefused(self._refusal(uri, m.run_id, len(changed), len(conflicts) - 1))
         if conflicts:
             superseded += self._supersede(conflicts)
         self.supersedes = tuple(u for u in dict.fromkeys(superseded) if u != self.manifest_uri)

@@ -1,0 +1,124 @@
+"""A task of a dedup array plans from its slice (issue 20: "a task reads only its slice"): once the global
+phase of a plan is done, group ``i`` of ``n`` reads the upstream manifest's pages of its own block and the
+run key the whole plan left, and gets the same units, checksums and labels as the whole plan."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_curation.core import storage
+from airflow_curation.core.layout import Lake
+from airflow_curation.core.manifest import (
+    PAGE_ENTRIES,
+    Manifest,
+    ManifestHead,
+    ManifestPageError,
+    ShardEntry,
+    group_range,
+)
+from airflow_curation.core.shards import write_parquet
+from airflow_curation.stages.base import StageRunner
+from airflow_curation.stages.dedup.stage import DedupStage
+
+S = 2 * PAGE_ENTRIES + 2  # three pages of shards
+
+
+def _flip_page(head: ManifestHead, kind: str, page: int) -> None:
+    """Change one byte inside page ``page`` of the ``kind`` pages file: a read of it raises."""
+    meta = head.data["index"][kind]
+    path = storage.join(os.path.dirname(head.uri), meta["file"])
+    offset = sum(meta["lengths"][:page]) + meta["lengths"][page] // 2
+    data = bytearray(open(path, "rb").read())
+    data[offset] ^= 0x01
+    open(path, "wb").write(bytes(data))
+
+
+@pytest.fixture
+def lake(nd_corpus, tmp_path) -> tuple[Lake, str]:
+    """S shards of the near-duplicate corpus (rows spread over all of them, so clusters cross shards), each
+    with preprocess attrs whose checksum the complete upstream manifest records."""
+    ids, texts, _ = nd_corpus
+    lake = Lake(str(tmp_path / "lake"), "ds")
+    entries = []
+    for k in range(S):
+        sid = f"part-{k:05d}"
+        t = pa.table({"id": ids[k::S], "text": texts[k::S]})
+        n, ck = write_parquet(lake.shard_uri(sid), t)
+        _, keep_ck = write_parquet(
+            lake.attrs_uri("preprocess", sid), pa.table({"id": ids[k::S], "keep": [True] * t.num_rows})
+        )
+        entries.append(
+            ShardEntry(
+                sid,
+                lake.shard_uri(sid),
+                rows=t.num_rows,
+                bytes=n,
+                checksum=ck,
+                attrs={"preprocess": lake.attrs_uri("preprocess", sid)},
+                attrs_checksums={"preprocess": keep_ck},
+            )
+        )
+    m = Manifest(
+        dataset="ds",
+        stage="preprocess",
+        run_id="r1",
+        fingerprint="f",
+        lake=lake.to_dict(),
+        shards=entries,
+        status="complete",
+    )
+    return lake, m.write(lake.manifest_uri("r1", "preprocess"))
+
+
+def _stage(lake: Lake, uri: str) -> DedupStage:
+    return DedupStage(lake, {"input_manifest": uri}, "r2")
+
+
+def test_a_group_plans_from_its_pages_once_the_global_phase_is_done(lake):
+    lake, uri = lake
+    whole = StageRunner(_stage(lake, uri)).run()
+    assert whole.status == "complete" and len(whole.units) == S
+    labels = {s.shard_id: pq.read_table(s.attrs["dedup"]) for s in whole.shards}
+    assert sum(t.column("near_duplicate").to_pylist().count(True) for t in labels.values()) > 0  # clusters cross shards
+    count, index = 3, 2  # group 2 holds positions 86..129: shard pages 1 and 2 only
+    head = ManifestHead.read(uri)
+    _flip_page(head, "shards", 0)  # a task of group 2 that read the whole run would fail on this page
+    for sid in (f"part-{k:05d}" for k in range(10)):  # nor does it open other shards' files
+        os.remove(lake.attrs_uri("preprocess", sid))
+    group = StageRunner(_stage(lake, uri)).run(shard_group=(index, count))
+    block = group_range(S, index, count)
+    assert [(u.unit_id, u.input_checksum, u.rows) for u in group.units] == [
+        (u.unit_id, u.input_checksum, u.rows) for u in whole.units[block.start : block.stop]
+    ]
+    assert {u.status for u in group.units} == {"skipped"}  # the whole run's checkpoints match: same keys
+    with pytest.raises(ManifestPageError, match="page 0"):  # the whole plan does read that page
+        _stage(lake, uri).plan()
+
+
+def test_a_group_task_runs_phase_3_of_its_block_alone(lake):
+    """With the global phase done but no phase-3 checkpoints (a task that starts after the barrier), the group
+    writes the same labels for its shards as the whole run."""
+    lake, uri = lake
+    whole = StageRunner(_stage(lake, uri)).run()
+    labels = {s.shard_id: pq.read_table(s.attrs["dedup"]).to_pylist() for s in whole.shards}
+    shutil.rmtree(_stage(lake, uri).checkpoints.directory)  # phase 3 not done; phases 1 and 2 are
+    head = ManifestHead.read(uri)
+    _flip_page(head, "shards", 2)  # group 1 holds positions 43..85: pages 0 and 1
+    group = StageRunner(_stage(lake, uri)).run(shard_group=(1, 3))
+    block = group_range(S, 1, 3)
+    assert [s.shard_id for s in group.shards] == [s.shard_id for s in whole.shards[block.start : block.stop]]
+    for s in group.shards:
+        assert pq.read_table(s.attrs["dedup"]).to_pylist() == labels[s.shard_id]
+
+
+def test_before_the_global_phase_a_group_plans_the_whole_run(lake):
+    lake, uri = lake
+    group = StageRunner(_stage(lake, uri)).run(shard_group=(1, 3))
+    block = group_range(S, 1, 3)
+    assert [u.unit_id for u in group.units] == [f"part-{k:05d}" for k in block]
+    assert {u.status for u in group.units} == {"done"}
