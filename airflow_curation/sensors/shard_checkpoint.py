@@ -211,10 +211,7 @@ def _stage_of(task_id: str) -> str:
 def verdict_line(stage: str, event: dict[str, Any]) -> str:
     """The open gate's sentence: how many units are checkpointed, what they hold and where the manifest is."""
     summary = event.get("summary") or {}
-    held = (
-        f"{summary.get('rows') or 0:,} rows in {summary.get('shards') or 0:,} shards"
-        f" ({(summary.get('bytes') or 0) / 2**20:,.1f} MiB)"
-    )
+    held = f"{summary.get('rows') or 0:,} rows in {summary.get('shards') or 0:,} shards ({_size(summary.get('bytes'))})"
     failed = int(event.get("failed") or 0)
     if event.get("partial"):
         return (
@@ -226,3 +223,12 @@ def verdict_line(stage: str, event: dict[str, Any]) -> str:
         f"{stage} is done: all {event.get('total', 0)} units checkpointed{within}; {held}; "
         f"manifest {summary.get('manifest_uri')}."
     )
+
+
+def _size(nbytes: int | None) -> str:
+    n = float(nbytes or 0)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} TiB"

@@ -335,7 +335,7 @@ def test_links_render_in_the_ui_and_the_plugin_serves_them(airflow_stack, journe
 def test_gates_stream_the_job_log_and_no_task_logs_xcom_errors(airflow_stack, journey):
     s, j = airflow_stack, journey
     run = _by_date(j["pipeline"], "backfill")[BACKFILL_DATES[1]]
-    _, gate = _log(s, PIPELINE, run, "ingest_checkpoints")
+    _, gate = _log(s, PIPELINE, run, "ingest.checkpoints")
     assert "[job ingest-" in gate and "units planned" in gate, gate[-3000:]
     assert "ingest: unit " in gate and "checkpointed: " in gate and "read " in gate
     for ti in s.request("GET", f"/api/v2/dags/{PIPELINE}/dagRuns/{quote(run['dag_run_id'])}/taskInstances")[
@@ -364,8 +364,8 @@ def test_metrics_and_lineage_for_every_stage(airflow_stack, journey):
             done.setdefault(e["job"]["name"].split(".", 1)[1], e)
     part = f"{PIPELINE_DATASET}/snapshot="
     io = {
-        t: ([i["name"] for i in done[t]["inputs"]], [o["name"] for o in done[t]["outputs"]])
-        for t in ("ingest", "preprocess", "dedup", "validate")
+        t.split(".")[0]: ([i["name"] for i in done[t]["inputs"]], [o["name"] for o in done[t]["outputs"]])
+        for t in ("ingest.launch", "preprocess.launch", "dedup.launch", "validate")
     }
     assert io["ingest"][0][0].endswith("input.jsonl") and io["ingest"][1][0].endswith("/shards")
     assert io["preprocess"][0][0].endswith("/shards") and io["preprocess"][1][0].endswith("/attrs/preprocess")
@@ -405,7 +405,7 @@ def test_plugin_serves_the_report_only_to_authorised_users(airflow_stack, journe
     import urllib.error
     import urllib.request
 
-    for p in (path, f"/curation/manifest/{PIPELINE}/{quote(run['dag_run_id'], safe='')}/ingest"):
+    for p in (path, f"/curation/manifest/{PIPELINE}/{quote(run['dag_run_id'], safe='')}/ingest.launch"):
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(s.url + p, timeout=30)
         assert e.value.code in (401, 403)
@@ -418,7 +418,7 @@ def test_plugin_serves_the_report_only_to_authorised_users(airflow_stack, journe
 def test_ui_grid_and_report_tab(airflow_stack, journey, ui):
     s, j, By = airflow_stack, journey, ui.By
     ui.d.get(f"{s.url}/dags/{PIPELINE}")
-    ui.wait.until(lambda drv: "preprocess_checkpoints" in ui.body())
+    ui.wait.until(lambda drv: "preprocess" in ui.body() and "validate" in ui.body())  # one group per stage
     time.sleep(2)  # let the grid's bars paint before the screenshot
     ui.shot("journey_dag_grid.png")
     run = _by_date(j["pipeline"], "backfill")[BACKFILL_DATES[1]]
