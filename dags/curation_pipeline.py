@@ -50,18 +50,18 @@ with evaluation sets) → `pii` → `enrich` (only with a model) → `validate`;
 file) packs the kept rows into training sequences beside pii and enrich, and `export` (only with a tokenizer
 and `export_formats`) shuffles them across shards into the trainers' formats. `pii` and `tokenize` read the
 manifest of the last of dedup, quality and decontaminate that ran (so that tokenize and enrich skip the rows
-the classifier or the decontamination dropped). Each stage is a
-*launch* task (submits a job to the backend and returns) and a `<stage>_checkpoints` gate (deferred,
-done when every shard of the run has a checkpoint; it streams the job's log and per-shard progress
-into its own log).
+the classifier or the decontamination dropped). Each stage is a group named after it: `<stage>.launch`
+(submits a job to the backend and returns; its log says where the job runs and where to follow it) and
+`<stage>.checkpoints` (deferred, done when every shard of the run has a checkpoint; it streams the job's
+log and per-shard progress into its own log). An optional stage left unconfigured is one skipped group.
 
 ## Streaming between stages
 
-Preprocess does not wait for the whole of ingest: `ingest_first_shards` opens once `stream_quorum` of
+Preprocess does not wait for the whole of ingest: `ingest.first_shards` opens once `stream_quorum` of
 ingest's units are checkpointed, preprocess's job starts on those shards and takes the rest as their
-checkpoints appear; `ingest_checkpoints` still fails the run if ingest does. Dedup is a barrier (a shard's
+checkpoints appear; `ingest.checkpoints` still fails the run if ingest does. Dedup is a barrier (a shard's
 clusters depend on every other shard), but its per-shard results land one by one after its global phase:
-`dedup_first_shards` starts quality (or pii, without a quality model) on them the same way, and pii and
+`dedup.first_shards` starts quality (or pii, without a quality model) on them the same way, and pii and
 enrich follow on their upstream's first shards. The report's *timeline* shows each stage's
 first start and last end and how many seconds the stages overlapped. `stream_quorum = 1` turns it off.
 
