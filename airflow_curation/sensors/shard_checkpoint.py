@@ -226,9 +226,9 @@ def verdict_line(stage: str, event: dict[str, Any]) -> str:
 
 
 def _size(nbytes: int | None) -> str:
-    n = float(nbytes or 0)
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return f"{n:,.1f} TiB"
+    n, unit = float(nbytes or 0), "bytes"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if n < 1024:
+            break
+        n, unit = n / 1024, bigger
+    return f"{n:,.0f} bytes" if unit == "bytes" else f"{n:,.1f} {unit}"
