@@ -218,11 +218,13 @@ def verdict_line(stage: str, event: dict[str, Any]) -> str:
             f"{stage} has {event.get('done', 0)} of {event.get('total', 0)} units checkpointed, enough to start "
             f"the next stage on them: {held} so far; manifest {summary.get('manifest_uri')}."
         )
-    within = f", {failed} failed within the failure budget" if failed else ""
-    return (
-        f"{stage} is done: all {event.get('total', 0)} units checkpointed{within}; {held}; "
-        f"manifest {summary.get('manifest_uri')}."
+    total = int(event.get("total") or 0)
+    units = (
+        f"{total - failed} of {total} units checkpointed, {failed} failed within the failure budget"
+        if failed
+        else f"all {total} units checkpointed"
     )
+    return f"{stage} is done: {units}; {held}; manifest {summary.get('manifest_uri')}."
 
 
 def _size(nbytes: int | None) -> str:
