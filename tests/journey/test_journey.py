@@ -160,7 +160,7 @@ def journey(airflow_stack, ui):
     plugins = s.request("GET", "/api/v2/plugins")["plugins"]
     assert "curation" in [p["name"] for p in plugins], plugins
     # The api-server loaded this checkout's plugin (its link routes answer with their own message).
-    status, text = s.get_text(f"/curation/manifest/{PIPELINE}/no-run/ingest")
+    status, text = s.get_text(f"/curation/manifest/{PIPELINE}/no-run/ingest.launch")
     assert status == 404 and "has no manifest" in text, text
 
     # The small DAG: a passing run and one with a stricter param, through the REST API.
@@ -303,7 +303,7 @@ def test_links_render_in_the_ui_and_the_plugin_serves_them(airflow_stack, journe
     s, j, By = airflow_stack, journey, ui.By
     run = _by_date(j["pipeline"], "backfill")[BACKFILL_DATES[0]]
     rid = quote(run["dag_run_id"], safe="")
-    ui.d.get(f"{s.url}/dags/{PIPELINE}/runs/{rid}/tasks/ingest/details")  # the Extra Links
+    ui.d.get(f"{s.url}/dags/{PIPELINE}/runs/{rid}/tasks/ingest.launch/details")  # the Extra Links
     ui.wait.until(lambda drv: drv.find_elements(By.LINK_TEXT, "Curation job log"))
     time.sleep(1)
     ui.shot("journey_task_links.png")
@@ -316,7 +316,7 @@ def test_links_render_in_the_ui_and_the_plugin_serves_them(airflow_stack, journe
     ui.d.get(job_log)
     assert "units planned" in ui.body()
     # The skipped enrich shows no link (and read no XCom for one).
-    links = s.request("GET", f"/api/v2/dags/{PIPELINE}/dagRuns/{rid}/taskInstances/enrich/links")["extra_links"]
+    links = s.request("GET", f"/api/v2/dags/{PIPELINE}/dagRuns/{rid}/taskInstances/enrich.launch/links")["extra_links"]
     assert not any(links.values()), links
     # Validate's report link opens the run's "Curation report" tab; the page offers a tab of its own.
     ui.d.get(f"{s.url}/dags/{PIPELINE}/runs/{rid}/tasks/validate/details")
