@@ -452,7 +452,11 @@ def _airflow_figures(res: dict, root: Path) -> dict:
         results = list(Path(lake.jobs_dir(rid, stage)).rglob("result.json"))
         job_s = max((json.loads(f.read_text()).get("seconds", 0.0) for f in results), default=0.0)
         job_end = max((f.stat().st_mtime for f in results), default=None)
-        ts = [tasks[k] for k in (stage, f"{stage}_checkpoints") if k in tasks and tasks[k]["start"]]
+        # Task ids: <stage>.launch / <stage>.checkpoints (a TaskGroup per stage); runs recorded before the
+        # groups have <stage> / <stage>_checkpoints.
+        launch = tasks.get(f"{stage}.launch") or tasks[stage]
+        full_gate = tasks.get(f"{stage}.checkpoints") or tasks.get(f"{stage}_checkpoints")
+        ts = [t for t in (launch, full_gate) if t and t["start"]]
         airflow_s = max(x["end"] for x in ts) - min(x["start"] for x in ts)
         x = per_stage[stage] = {
             "shards": len(manifest.shards),
@@ -461,11 +465,11 @@ def _airflow_figures(res: dict, root: Path) -> dict:
             "job_s": job_s,
             "airflow_s": airflow_s,
             "overhead_s": airflow_s - max(job_s, own_span),
-            "launch_s": tasks[stage]["end"] - tasks[stage]["start"],
+            "launch_s": launch["end"] - launch["start"],
             "job_end": job_end,
         }
         # The task that waits for the job's end: the gate (validate waits itself, deferred like a gate).
-        gate = tasks.get(f"{stage}_checkpoints") or tasks[stage]
+        gate = full_gate or launch
         if job_end is not None and gate.get("end"):
             x["gate"] = gate["task_id"]
             x["gate_lag_s"] = gate["end"] - job_end

@@ -1,9 +1,10 @@
 """The curation pipeline: one logical date = one snapshot partition of the lake.
 
-Every stage is two tasks: a launch (submits the stage's job, durable, returns at once) and a gate
-(:class:`ShardCheckpointSensor`, deferred, done when every shard of that run's manifest has a
-checkpoint). A later stage is a few lines: an operator that reads the previous gate's
-``manifest_uri``, passed through :func:`launch_and_gate`.
+Every stage is a TaskGroup named after it: ``<stage>.launch`` (submits the stage's job, durable, returns
+at once) and ``<stage>.checkpoints`` (:class:`ShardCheckpointSensor`, deferred, done when every shard of
+that run's manifest has a checkpoint), plus ``<stage>.first_shards`` where a later stage streams on it.
+Their order and inputs follow from each stage's declarations (:mod:`airflow_curation.pipeline`): a new
+stage is one ``pipeline.add(...)`` line.
 
 Nothing here depends on where this file lies: the defaults come from the deployment, at run time,
 so the file can be copied into any dags folder. The lake (and backend, and the lake's storage
@@ -20,7 +21,6 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, AssetAlias, Param
 
-from airflow_curation.operators.base import CurationStageOperator
 from airflow_curation.operators.decontaminate import DecontaminateOperator
 from airflow_curation.operators.dedup import DedupOperator
 from airflow_curation.operators.enrich import EnrichOperator
@@ -32,7 +32,7 @@ from airflow_curation.operators.quality import QualityOperator
 from airflow_curation.operators.retry import CONFIG_ERRORS_FAIL
 from airflow_curation.operators.tokenize import TokenizeOperator
 from airflow_curation.operators.validate import ValidateOperator
-from airflow_curation.sensors.shard_checkpoint import ShardCheckpointSensor
+from airflow_curation.pipeline import Pipeline
 
 CONN_ID = "curation_default"
 POLL = float(os.environ.get("CURATION_POLL_INTERVAL", "5"))
@@ -50,18 +50,18 @@ with evaluation sets) → `pii` → `enrich` (only with a model) → `validate`;
 file) packs the kept rows into training sequences beside pii and enrich, and `export` (only with a tokenizer
 and `export_formats`) shuffles them across shards into the trainers' formats. `pii` and `tokenize` read the
 manifest of the last of dedup, quality and decontaminate that ran (so that tokenize and enrich skip the rows
-the classifier or the decontamination dropped). Each stage is a
-*launch* task (submits a job to the backend and returns) and a `<stage>_checkpoints` gate (deferred,
-done when every shard of the run has a checkpoint; it streams the job's log and per-shard progress
-into its own log).
+the classifier or the decontamination dropped). Each stage is a group named after it: `<stage>.launch`
+(submits a job to the backend and returns; its log says where the job runs and where to follow it) and
+`<stage>.checkpoints` (deferred, done when every shard of the run has a checkpoint; it streams the job's
+log and per-shard progress into its own log). An optional stage left unconfigured is one skipped group.
 
 ## Streaming between stages
 
-Preprocess does not wait for the whole of ingest: `ingest_first_shards` opens once `stream_quorum` of
+Preprocess does not wait for the whole of ingest: `ingest.first_shards` opens once `stream_quorum` of
 ingest's units are checkpointed, preprocess's job starts on those shards and takes the rest as their
-checkpoints appear; `ingest_checkpoints` still fails the run if ingest does. Dedup is a barrier (a shard's
+checkpoints appear; `ingest.checkpoints` still fails the run if ingest does. Dedup is a barrier (a shard's
 clusters depend on every other shard), but its per-shard results land one by one after its global phase:
-`dedup_first_shards` starts quality (or pii, without a quality model) on them the same way, and pii and
+`dedup.first_shards` starts quality (or pii, without a quality model) on them the same way, and pii and
 enrich follow on their upstream's first shards. The report's *timeline* shows each stage's
 first start and last end and how many seconds the stages overlapped. `stream_quorum = 1` turns it off.
 
@@ -118,60 +118,14 @@ COMMON = dict(
     dataset="{{ params.dataset or var.value.get('curation_dataset', 'sample') }}",
     snapshot="{{ ds }}",
     backend="{{ '' if params.backend in (None, 'connection') else params.backend }}",
-    # This stage's entry of params.backend_options (keyed by task id = stage), merged over the connection's.
-    backend_options="{{ (params.backend_options or {}).get(task.task_id, {}) | tojson }}",
+    # This stage's entry of params.backend_options (keyed by stage), merged over the connection's.
+    backend_options="{{ (params.backend_options or {}).get(task.stage, {}) | tojson }}",
     curation_conn_id=CONN_ID,
     retry_policy=CONFIG_ERRORS_FAIL,
 )
-# Every stage launched and then gated: the task submits the job and returns (wait=False); its gates wait.
-LAUNCH = dict(COMMON, max_failed_fraction="{{ params.max_failed_fraction }}", wait=False, poll_interval=POLL)
-
-
-def first_shards(launch: CurationStageOperator) -> ShardCheckpointSensor:
-    """A second gate on the launched stage that opens on a quorum of its units (``params.stream_quorum``):
-    the next stage starts on the shards already checkpointed and its job consumes the rest as their
-    checkpoints appear (the stage's ``stream`` setting). The full gate still tells whether the stage
-    succeeded."""
-    gate = ShardCheckpointSensor(
-        task_id=f"{launch.task_id}_first_shards",
-        manifest_uri=launch.output["manifest_uri"],
-        job=launch.output["job"],
-        max_failed_fraction="{{ params.max_failed_fraction }}",
-        quorum="{{ params.stream_quorum }}",
-        poll_interval=POLL,
-    )
-    launch >> gate
-    return gate
-
-
-# What a stage after dedup reads: the manifest of the last of ``stages`` that ran (its shards carry the attrs
-# of every stage before it). A skipped gate has no XCom. ``gate`` is ``checkpoints`` for the complete stages
-# (tokenize), ``first_shards`` for the streaming ones (decontaminate, pii: they start on the first shards
-# and take the rest as they land).
-def kept_manifest(stages: tuple[str, ...], gate: str) -> str:
-    pulls = " or ".join(f"ti.xcom_pull(task_ids='{stage}_{gate}', key='manifest_uri')" for stage in stages)
-    return "{{ " + pulls + " }}"
-
-
-KEPT_MANIFEST = kept_manifest(("decontaminate", "quality", "dedup"), "checkpoints")
-
-
-def launch_and_gate(launch: CurationStageOperator, **sensor_kwargs) -> ShardCheckpointSensor:
-    """Gate on the launched stage's checkpoints; the gate's XCom is the next stage's input.
-
-    :param launch: the stage's launch task (``wait=False``).
-    :param sensor_kwargs: more :class:`ShardCheckpointSensor` arguments.
-    """
-    gate = ShardCheckpointSensor(
-        task_id=f"{launch.task_id}_checkpoints",
-        manifest_uri=launch.output["manifest_uri"],
-        job=launch.output["job"],
-        max_failed_fraction="{{ params.max_failed_fraction }}",
-        poll_interval=POLL,
-        **sensor_kwargs,
-    )
-    launch >> gate
-    return gate
+# Every stage's launch submits its job and returns (wait=False); its gates wait, in the stage's TaskGroup.
+GATE = dict(max_failed_fraction="{{ params.max_failed_fraction }}", poll_interval=POLL)
+LAUNCH = dict(GATE, wait=False)
 
 
 def _optional(description: str, **kwargs) -> Param:
@@ -322,92 +276,35 @@ with DAG(
     },
     tags=["curation"],
 ) as dag:
-    ingest = IngestOperator(
-        task_id="ingest",
+    # Where each stage sits, what it reads and when it is skipped come from its stage's declarations (UPSTREAM,
+    # STREAMS, OPTIONAL_WITHOUT: airflow_curation/pipeline.py); here only what each stage is given.
+    pipeline = Pipeline(common=COMMON, launch=LAUNCH, gate=GATE, quorum="{{ params.stream_quorum }}")
+    pipeline.add(
+        IngestOperator,
         inputs="{{ params.input or var.value.get('curation_input', '') }}",
         config={"unit_bytes": "{{ params.ingest_unit_size or '' }}"},
-        **LAUNCH,
     )
-    ingested = launch_and_gate(ingest)
-    # Preprocess starts on ingest's first checkpointed shards while ingest still runs (per-shard streaming).
-    ingest_started = first_shards(ingest)
-
-    preprocess = PreprocessOperator(
-        task_id="preprocess",
-        input_manifest=ingest_started.output["manifest_uri"],
-        preset="{{ params.preset }}",
-        **LAUNCH,
-    )
-    preprocessed = launch_and_gate(preprocess)
-    # The full ingest gate (did every unit land?) is watched once preprocess is under way: it gates nothing
-    # downstream, and a serial runner (dag.test) must not block on it before preprocess has started.
-    preprocess >> ingested
-
-    # Global exact + near dedup: a barrier over every preprocessed shard (rows preprocess dropped are
-    # not considered), then per-shard attrs/dedup/ that the gate counts as they land.
-    dedup = DedupOperator(
-        task_id="dedup",
-        input_manifest=preprocessed.output["manifest_uri"],
+    pipeline.add(PreprocessOperator, preset="{{ params.preset }}")
+    # Global exact + near dedup: a barrier over every preprocessed shard, then per-shard attrs that land one by
+    # one after its global phase (the later stages stream on them). See docs/dedup.md.
+    pipeline.add(
+        DedupOperator,
         threshold="{{ params.dedup_threshold }}",
         config={"across_snapshots": "{{ params.dedup_across_snapshots }}"},
-        **LAUNCH,
     )
-    deduped = launch_and_gate(dedup)
-    # Dedup is a barrier (every shard's clusters need all shards), but its per-shard attrs land one by one
-    # after the global phase: enrich streams on them. Per LSH partition is not possible: see docs/dedup.md.
-    dedup_started = first_shards(dedup)
-
-    # The quality classifier's score and keep/drop for every row (attrs/quality/), streaming on dedup's shards;
-    # skipped when no model is configured. After dedup, not beside it: the manifests the later stages read
-    # then carry dedup's decisions and quality's (kept rows: every upstream keep/is_duplicate), and an
-    # embedding model embeds after the cheap filters.
-    quality = QualityOperator(
-        task_id="quality",
-        input_manifest=dedup_started.output["manifest_uri"],
+    pipeline.add(
+        QualityOperator,
         model="{{ params.quality_model or var.value.get('curation_quality_model', '') }}",
         min_score="{{ '' if params.quality_min_score is none else params.quality_min_score }}",
-        skip_without_model=True,
-        **LAUNCH,
     )
-    scored = launch_and_gate(quality)
-    quality_started = first_shards(quality)
-
-    # Documents that share an n-gram with an evaluation set (a benchmark's test split, given as files) are
-    # marked and dropped before pii, enrich and tokenize see them; skipped when no evaluation set is given.
-    decontaminate = DecontaminateOperator(
-        task_id="decontaminate",
-        input_manifest=kept_manifest(("quality", "dedup"), "first_shards"),
+    pipeline.add(
+        DecontaminateOperator,
         eval_sets="{{ params.eval_sets or var.value.get('curation_eval_sets', '') }}",
         ngram="{{ params.decontaminate_ngram }}",
-        skip_without_eval_sets=True,
-        trigger_rule="none_failed",  # runs when quality was skipped
-        **LAUNCH,
     )
-    [dedup_started, quality_started] >> decontaminate
-    decontaminated = launch_and_gate(decontaminate)
-    decontaminate_started = first_shards(decontaminate)
-
-    # PII spans, counts per kind and the redacted text beside every shard (additive; no row is dropped),
-    # streaming on the shards of the last of dedup, quality and decontaminate that ran, as they land; enrich
-    # streams on pii's.
-    pii = PiiOperator(
-        task_id="pii",
-        input_manifest=kept_manifest(("decontaminate", "quality", "dedup"), "first_shards"),
-        trigger_rule="none_failed",  # runs when quality or decontaminate was skipped
-        **LAUNCH,
-    )
-    [dedup_started, quality_started, decontaminate_started] >> pii
-    pii_scanned = launch_and_gate(pii)
-    # As for ingest: the full gates of quality and decontaminate are watched once pii is under way (a serial
-    # dag.test must not block on them first).
-    pii >> [scored, decontaminated]
-    pii_started = first_shards(pii)
-
-    # Model outputs (embeddings, labels, scores, instruction pairs) for the rows every upstream stage kept;
-    # skipped when no model is configured, so the pipeline runs on machines without one.
-    enrich = EnrichOperator(
-        task_id="enrich",
-        input_manifest=pii_started.output["manifest_uri"],
+    pipeline.add(PiiOperator)
+    pipeline.add(
+        EnrichOperator,
         task="{{ params.enrich_task }}",
         model="{{ params.enrich_model or var.value.get('curation_enrich_model', '') }}",
         model_runtime="{{ params.enrich_model_runtime }}",
@@ -415,51 +312,20 @@ with DAG(
         gpus_per_replica="{{ params.enrich_gpus_per_replica }}",
         tensor_parallel_size="{{ params.enrich_tensor_parallel_size }}",
         replicas="{{ params.enrich_replicas }}",
-        skip_without_model=True,
-        **LAUNCH,
     )
-    enriched = launch_and_gate(enrich)
-
-    # Packed training sequences of the kept rows (token counts in its manifest and the report); skipped when
-    # no tokenizer file is configured.
-    tokenize = TokenizeOperator(
-        task_id="tokenize",
-        input_manifest=KEPT_MANIFEST,
+    pipeline.add(
+        TokenizeOperator,
         tokenizer="{{ params.tokenizer or var.value.get('curation_tokenizer', '') }}",
         seq_len="{{ params.seq_len }}",
-        skip_without_tokenizer=True,
-        trigger_rule="none_failed",  # runs when quality or decontaminate was skipped
-        **LAUNCH,
     )
-    [deduped, scored, decontaminated] >> tokenize
-    tokenized = launch_and_gate(tokenize)
-
-    # The packed sequences globally shuffled, in the trainers' formats; skipped without export_formats or when
-    # tokenize was skipped (its gate has no manifest to hand on).
-    export = ExportOperator(
-        task_id="export",
-        input_manifest="{{ ti.xcom_pull(task_ids='tokenize_checkpoints', key='manifest_uri') "
-        "if params.export_formats else '' }}",
-        formats="{{ params.export_formats or 'megatron' }}",
-        seed="{{ params.export_seed }}",
-        skip_without_input=True,
-        trigger_rule="none_failed",  # runs (and skips itself) when tokenize was skipped
-        **LAUNCH,
-    )
-    tokenized >> export
-    exported = launch_and_gate(export)
-
-    # Declared checks gate the run and write the report (JSON + HTML, shown in the run's "Curation report"
-    # tab). It reads enrich's manifest when enrich ran, else pii's (both carry quality's attrs when it ran; the
-    # report also shows tokenize's token counts, from the run's manifests); the curated asset alias is its outlet.
-    validate = ValidateOperator(
-        task_id="validate",
-        input_task_id=["enrich_checkpoints", "pii_checkpoints"],  # the first that succeeded
+    pipeline.add(ExportOperator, formats="{{ params.export_formats or '' }}", seed="{{ params.export_seed }}")
+    # Declared checks gate the run and write the report (the run's "Curation report" tab); the curated asset
+    # alias is its outlet.
+    pipeline.add(
+        ValidateOperator,
         min_rows="{{ params.min_rows }}",
         max_duplicate_rate="{{ params.max_duplicate_rate }}",
-        trigger_rule="none_failed",
         poll_interval=POLL,
         outlets=[CURATED],
-        **COMMON,
     )
-    [deduped, scored, decontaminated, pii_scanned, enriched, tokenized, exported] >> validate
+    STAGES = pipeline.build()

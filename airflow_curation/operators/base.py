@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import inspect
 import json
+import socket
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, ResumableJobMixin
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from airflow_curation.backends import Backend, JobState, JobStatus
 from airflow_curation.core import storage
@@ -70,6 +71,40 @@ def run_context(
     )
 
 
+# Backend options and handle keys that say where a job runs, in the order a person would name them.
+WHERE_KEYS = (
+    "cluster",
+    "ssh_host",
+    "host",
+    "address",
+    "namespace",
+    "partition",
+    "slurm_conn_id",
+    "kubernetes_conn_id",
+    "ssh_conn_id",
+)
+
+
+def launched_line(stage: str, record: RunRecord, options: dict[str, Any]) -> str:
+    """The launch task's sentence: which job, where it runs (backend and host or cluster), where to follow it,
+    and the manifest it will write.
+
+    :param options: the backend's options as the task resolved them (connection ids, hosts; no secrets).
+    """
+    found = {
+        **{k: v for k, v in options.items() if k in WHERE_KEYS},
+        **{k: v for k, v in record.extra.items() if k in WHERE_KEYS},
+    }
+    where = ", ".join(f"{k.replace('_', ' ')} {found[k]}" for k in WHERE_KEYS if found.get(k))
+    if record.backend == "local" and not where:
+        where = f"host {socket.gethostname()}"
+    link = record.url or record.log or record.extra.get("job_dir")
+    return (
+        f"Launched the {stage} job {record.job_id} on the {record.backend} backend ({where or 'its default'}); "
+        f"follow it at {link or 'the gate task (no log location)'}; it writes {record.manifest_uri}."
+    )
+
+
 def summary_of(result: dict[str, Any] | None) -> dict[str, Any]:
     """Only the pointer and the counts go to XCom, whatever else the job reported."""
     result = result or {}
@@ -102,6 +137,9 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
     :param poll_interval: seconds between status polls.
     :param lease_wait_s: how long the job waits for another run of this stage on the same snapshot to
         finish before it refuses (one run per stage and snapshot holds the lake's lease).
+    :param optional: skip the task (not fail) when the stage has nothing to do here: the setting its stage
+        declares as ``OPTIONAL_WITHOUT`` (a model, a tokenizer, evaluation sets) renders empty, or its
+        ``input_manifest`` does (no upstream stage ran). A pipeline sets it for its optional stages.
     """
 
     stage: str = ""
@@ -114,6 +152,13 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
     airflow_params: tuple[str, ...] = ()
     # Arguments renamed with the stage settings (old -> new): refused with the new name.
     renamed_params: dict[str, str] = {}
+    # The per-operator skip switches of earlier versions, all one declared thing now (``optional``).
+    SKIP_SWITCHES = {
+        "skip_without_model": "optional",
+        "skip_without_tokenizer": "optional",
+        "skip_without_eval_sets": "optional",
+        "skip_without_input": "optional",
+    }
     external_id_key = "curation_job"
     template_fields: Sequence[str] = ("lake", "dataset", "snapshot", "config", "backend", "backend_options", "run_id")
     template_fields_renderers = {"config": "json", "backend_options": "json"}
@@ -153,13 +198,14 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         durable: bool = True,
         poll_interval: float = 5.0,
         lease_wait_s: float = 6 * 3600.0,
+        optional: bool = False,
         **kwargs: Any,
     ) -> None:
-        renamed = sorted(set(kwargs) & set(self.renamed_params))
+        renames = {**self.SKIP_SWITCHES, **self.renamed_params}
+        renamed = sorted(set(kwargs) & set(renames))
         if renamed:
             raise TypeError(
-                f"{type(self).__name__}: "
-                + "; ".join(f"argument {k!r} was renamed to {self.renamed_params[k]!r}" for k in renamed)
+                f"{type(self).__name__}: " + "; ".join(f"argument {k!r} was renamed to {renames[k]!r}" for k in renamed)
             )
         # Each key of the returned dict is also its own XCom, so that ``op.output["manifest_uri"]`` works.
         kwargs.setdefault("multiple_outputs", True)
@@ -181,6 +227,7 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         self.lease_wait_s = lease_wait_s
+        self.optional = optional
         self._handle: dict[str, Any] | None = None
         self._follower: Follower | None = None
         self._backend: Backend | None = None
@@ -188,6 +235,20 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         self._curation: CurationSettings | None = None
 
     # -- what a subclass may change ----------------------------------------------------------------
+    def skip_reason(self) -> str | None:
+        """Why this ``optional`` task has nothing to do (after templating), or None: the stage's declared
+        ``OPTIONAL_WITHOUT`` setting is empty (as an argument, or in ``config``), or no upstream ran."""
+        if not self.optional:
+            return None
+        from airflow_curation.stages import stage_class
+
+        setting = stage_class(self.stage).OPTIONAL_WITHOUT
+        if setting and _unset(getattr(self, setting, None)) and _unset(self.config.get(setting)):
+            return f"{self.stage} skipped: no {setting} configured"
+        if "input_manifest" in self.settings_params and _unset(getattr(self, "input_manifest", None)):
+            return f"{self.stage} skipped: no upstream stage ran (no input manifest)"
+        return None
+
     def build_config(self, context: Any) -> dict[str, Any]:
         """The stage's settings for this run (after templating): ``config``, then the ``settings_params``,
         checked and typed by the stage's settings (a templated ``"0.7"`` becomes ``0.7``, once, here), so an
@@ -250,6 +311,9 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
 
     # -- ResumableJobMixin ---------------------------------------------------------------------------
     def execute(self, context: Any) -> dict[str, Any]:
+        reason = self.skip_reason()
+        if reason:
+            raise AirflowSkipException(reason)
         self._context = context
         # This task reads storage too (inputs, input manifests, results): with the connection's options,
         # in effect for this task only.
@@ -271,14 +335,7 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
             manifest_uri=launched.manifest_uri or spec.manifest_uri,
             submitted_at=time.time(),
         )
-        self.log.info(
-            "Submitted %s job %s to the %s backend (%s); manifest %s",
-            self.stage,
-            record.job_id,
-            backend.name,
-            record.where,
-            record.manifest_uri,
-        )
+        self.log.info("%s", launched_line(self.stage, record, self._backend_options))
         self._log_effective(spec)
         return self._remember(record.to_dict(), context)
 
@@ -415,6 +472,13 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         if self._follower is not None:
             self.log.info("Cancelling %s job %s", self.stage, self._follower.record.job_id)
             self._follower.cancel()
+
+
+def _unset(value: Any) -> bool:
+    """A rendered value that means "nothing": empty, blank, ``None``, an empty list or object."""
+    if isinstance(value, str):
+        return value.strip() in ("", "None", "null", "[]", "{}")
+    return not value
 
 
 # The base's own arguments: never stage settings of a subclass (ingest repeats ``dataset``, ``lake``...).

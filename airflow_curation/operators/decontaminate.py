@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowSkipException
-
 from airflow_curation.operators.base import CurationStageOperator
 
 
@@ -25,13 +23,10 @@ class DecontaminateOperator(CurationStageOperator):
         row that cannot be read.
     :param workers: parallel local workers (one shard each).
     :param max_failed_fraction: failure budget, a fraction of the shards.
-    :param skip_without_eval_sets: skip the task (not fail) when ``eval_sets`` renders empty, so that a
-        pipeline can carry a decontaminate step that runs only when evaluation files are configured.
     :param config: any other decontaminate setting (``memory_budget``, ``batch_rows``...).
     """
 
     stage = "decontaminate"
-    airflow_params = ("skip_without_eval_sets",)
     ui_color = "#eef2e0"
 
     def __init__(
@@ -45,7 +40,6 @@ class DecontaminateOperator(CurationStageOperator):
         bad_eval_rows: str | None = None,
         workers: int | str | None = None,
         max_failed_fraction: float | str | None = None,
-        skip_without_eval_sets: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -57,13 +51,3 @@ class DecontaminateOperator(CurationStageOperator):
         self.bad_eval_rows = bad_eval_rows
         self.workers = workers
         self.max_failed_fraction = max_failed_fraction
-        self.skip_without_eval_sets = skip_without_eval_sets
-
-    def execute(self, context: Any) -> dict[str, Any]:
-        sets = self.eval_sets
-        if self.skip_without_eval_sets and (not sets or (isinstance(sets, str) and sets.strip() in _EMPTY)):
-            raise AirflowSkipException("no evaluation sets configured: decontaminate skipped")
-        return super().execute(context)
-
-
-_EMPTY = ("", "None", "{}", "[]")

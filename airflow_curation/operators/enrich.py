@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowSkipException
-
 from airflow_curation.links.curation import CurationPluginLink
 from airflow_curation.operators.base import CurationStageOperator
 
@@ -41,13 +39,11 @@ class EnrichOperator(CurationStageOperator):
     :param gpus_per_replica: GPUs per replica (default ``auto``: ``tensor_parallel_size`` when the machine
         or Ray cluster has GPUs, else CPU). :param tensor_parallel_size: GPUs one model instance spans.
     :param max_failed_fraction: failure budget, a fraction of the shards.
-    :param skip_without_model: skip the task (not fail) when ``model`` renders empty, so that a pipeline
-        can carry an enrich step that runs only when a model is configured.
     :param config: any other enrich setting (``prompt_template``, ``max_tokens``, ``labels``...).
     """
 
     stage = "enrich"
-    airflow_params = ("ray_dashboard_url", "skip_without_model")
+    airflow_params = ("ray_dashboard_url",)
     renamed_params = {"engine": "model_runtime", "engine_executor": "mapper"}
     operator_extra_links = (*CurationStageOperator.operator_extra_links, RayDashboardLink())
     ui_color = "#f3e8f8"
@@ -68,7 +64,6 @@ class EnrichOperator(CurationStageOperator):
         gpus_per_replica: float | str | None = None,
         tensor_parallel_size: int | str | None = None,
         max_failed_fraction: float | str | None = None,
-        skip_without_model: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -85,12 +80,6 @@ class EnrichOperator(CurationStageOperator):
         self.gpus_per_replica = gpus_per_replica
         self.tensor_parallel_size = tensor_parallel_size
         self.max_failed_fraction = max_failed_fraction
-        self.skip_without_model = skip_without_model
-
-    def execute(self, context: Any) -> dict[str, Any]:
-        if self.skip_without_model and not (self.model or "").strip():
-            raise AirflowSkipException("no enrich model configured: enrich skipped")
-        return super().execute(context)
 
     def submit_job(self, context: Any) -> dict[str, Any]:
         handle = super().submit_job(context)

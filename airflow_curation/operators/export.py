@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowSkipException
-
 from airflow_curation.operators.base import CurationStageOperator
 
 
@@ -19,13 +17,10 @@ class ExportOperator(CurationStageOperator):
     :param seed: the shuffle seed.
     :param file_size: target bytes of tokens per output file (``1GiB``): sets the number of files.
     :param max_failed_fraction: failure budget, a fraction of the units.
-    :param skip_without_input: skip the task (not fail) when ``input_manifest`` renders empty (no tokenize
-        ran), so that a pipeline can carry an export step that runs only after a tokenize step.
     :param config: any other export setting (``vocab_size``, ``mds_size_limit``, ``memory_budget``...).
     """
 
     stage = "export"
-    airflow_params = ("skip_without_input",)
     ui_color = "#f0e8f8"
 
     def __init__(
@@ -36,7 +31,6 @@ class ExportOperator(CurationStageOperator):
         seed: int | str | None = None,
         file_size: int | str | None = None,
         max_failed_fraction: float | str | None = None,
-        skip_without_input: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -45,9 +39,3 @@ class ExportOperator(CurationStageOperator):
         self.seed = seed
         self.file_size = file_size
         self.max_failed_fraction = max_failed_fraction
-        self.skip_without_input = skip_without_input
-
-    def execute(self, context: Any) -> dict[str, Any]:
-        if self.skip_without_input and (self.input_manifest or "").strip() in ("", "None"):
-            raise AirflowSkipException("no tokenize manifest: export skipped")
-        return super().execute(context)

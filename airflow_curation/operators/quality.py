@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowSkipException
-
 from airflow_curation.operators.base import CurationStageOperator
 
 
@@ -22,13 +20,10 @@ class QualityOperator(CurationStageOperator):
     :param min_score: the lowest score kept, instead of the preset's.
     :param rules: extra rules ``{name, signal, min, max}`` over ``quality_score``.
     :param max_failed_fraction: failure budget, a fraction of the shards.
-    :param skip_without_model: skip the task (not fail) when ``model`` renders empty, so that a pipeline
-        can carry a quality step that runs only when a model is configured.
     :param config: any other quality setting (``batch_rows``, ``workers``, ``embed_model``...).
     """
 
     stage = "quality"
-    airflow_params = ("skip_without_model",)
     ui_color = "#eef8e8"
 
     def __init__(
@@ -40,7 +35,6 @@ class QualityOperator(CurationStageOperator):
         min_score: float | str | None = None,
         rules: list[dict] | None = None,
         max_failed_fraction: float | str | None = None,
-        skip_without_model: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -50,9 +44,3 @@ class QualityOperator(CurationStageOperator):
         self.min_score = min_score
         self.rules = rules
         self.max_failed_fraction = max_failed_fraction
-        self.skip_without_model = skip_without_model
-
-    def execute(self, context: Any) -> dict[str, Any]:
-        if self.skip_without_model and not (self.model or "").strip():
-            raise AirflowSkipException("no quality model configured: quality skipped")
-        return super().execute(context)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowSkipException
-
 from airflow_curation.operators.base import CurationStageOperator
 
 
@@ -19,13 +17,10 @@ class TokenizeOperator(CurationStageOperator):
     :param seq_len: tokens per packed sequence (default 2048).
     :param eos_token: the token appended to every document (default: the tokenizer's EOS).
     :param max_failed_fraction: failure budget, a fraction of the shards.
-    :param skip_without_tokenizer: skip the task (not fail) when ``tokenizer`` renders empty, so that a
-        pipeline can carry a tokenize step that runs only when a tokenizer is configured.
     :param config: any other tokenize setting (``pad_token``, ``only_kept``, ``batch_rows``...).
     """
 
     stage = "tokenize"
-    airflow_params = ("skip_without_tokenizer",)
     ui_color = "#f8f0e8"
 
     def __init__(
@@ -36,7 +31,6 @@ class TokenizeOperator(CurationStageOperator):
         seq_len: int | str | None = None,
         eos_token: str | None = None,
         max_failed_fraction: float | str | None = None,
-        skip_without_tokenizer: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -45,9 +39,3 @@ class TokenizeOperator(CurationStageOperator):
         self.seq_len = seq_len
         self.eos_token = eos_token
         self.max_failed_fraction = max_failed_fraction
-        self.skip_without_tokenizer = skip_without_tokenizer
-
-    def execute(self, context: Any) -> dict[str, Any]:
-        if self.skip_without_tokenizer and not (self.tokenizer or "").strip():
-            raise AirflowSkipException("no tokenizer configured: tokenize skipped")
-        return super().execute(context)

@@ -26,7 +26,7 @@ class ValidateOperator(CurationStageOperator):
     :param input_manifest: manifest of the last stage to validate; default: the ``manifest_uri`` that
         ``input_task_id`` returned.
     :param input_task_id: the upstream stage task whose manifest to validate; a list: the first of these
-        tasks that succeeded in the run (``["enrich_checkpoints", "dedup_checkpoints"]``: enrich's output
+        tasks that succeeded in the run (``["enrich.checkpoints", "pii.checkpoints"]``: enrich's output
         when enrich ran), so that a skipped task is never pulled from.
     :param checks: check dicts (or YAML text); see ``docs/validate.md``.
     :param checks_file: URL of a YAML/JSON file of checks.

@@ -189,7 +189,7 @@ class ShardCheckpointSensor(BaseSensorOperator):
             self.job, self._gate = event["job"], None
             self._log_offset = int(event.get("log_offset") or self._log_offset)  # what the trigger relayed
             return self._execute(context)
-        stage = event.get("stage") or self.task_id.removesuffix("_checkpoints")
+        stage = event.get("stage") or _stage_of(self.task_id)
         if "total" in event:  # a verdict of decide(), not a read error
             emit_gate_metrics({**event, "stage": stage})
         if event.get("status") != "done":
@@ -198,18 +198,39 @@ class ShardCheckpointSensor(BaseSensorOperator):
                 # that (rerun the launch task), so no retries.
                 raise AirflowFailException(f"{stage} gate: {event.get('reason', event)}")
             raise AirflowException(f"{self.manifest_uri}: {event.get('reason', event)}")
-        if event.get("partial"):
-            self.log.info(
-                "Quorum reached: %d of %d units checkpointed: %s",
-                event.get("done", 0),
-                event.get("total", 0),
-                event["summary"],
-            )
-        else:
-            self.log.info(
-                "All %d units checkpointed (%d failed within budget): %s",
-                event.get("total", 0),
-                event.get("failed", 0),
-                event["summary"],
-            )
+        self.log.info("%s", verdict_line(stage, event))
         return event["summary"]
+
+
+def _stage_of(task_id: str) -> str:
+    """The stage a gate's task id names: ``dedup.checkpoints`` (a stage's TaskGroup), or ``dedup_checkpoints``."""
+    group, dot, _ = task_id.rpartition(".")
+    return group if dot else task_id.removesuffix("_checkpoints").removesuffix("_first_shards")
+
+
+def verdict_line(stage: str, event: dict[str, Any]) -> str:
+    """The open gate's sentence: how many units are checkpointed, what they hold and where the manifest is."""
+    summary = event.get("summary") or {}
+    held = f"{summary.get('rows') or 0:,} rows in {summary.get('shards') or 0:,} shards ({_size(summary.get('bytes'))})"
+    failed = int(event.get("failed") or 0)
+    if event.get("partial"):
+        return (
+            f"{stage} has {event.get('done', 0)} of {event.get('total', 0)} units checkpointed, enough to start "
+            f"the next stage on them: {held} so far; manifest {summary.get('manifest_uri')}."
+        )
+    total = int(event.get("total") or 0)
+    units = (
+        f"{total - failed} of {total} units checkpointed, {failed} failed within the failure budget"
+        if failed
+        else f"all {total} units checkpointed"
+    )
+    return f"{stage} is done: {units}; {held}; manifest {summary.get('manifest_uri')}."
+
+
+def _size(nbytes: int | None) -> str:
+    n, unit = float(nbytes or 0), "bytes"
+    for bigger in ("KiB", "MiB", "GiB", "TiB"):
+        if n < 1024:
+            break
+        n, unit = n / 1024, bigger
+    return f"{n:,.0f} bytes" if unit == "bytes" else f"{n:,.1f} {unit}"

@@ -121,7 +121,7 @@ class AttrsStage(Stage):
         ),
         Setting("stream_poll_s", float, 2.0, "seconds between looks at the upstream checkpoints", runtime=True),
     )
-    # Whether the stage can start on single upstream shards (False: a global step needs all of them first).
+    # Attrs stages start on single upstream shards unless they say otherwise (dedup: a global step first).
     STREAMS = True
     # The shard columns compute() is given (those the shard has).
     columns: tuple[str, ...] = (ID, TEXT)

@@ -109,9 +109,19 @@ class Stage:
     # What a run reads, for ``curation <stage>``: "raw" (input files: ingest), "manifest" (an upstream
     # manifest: validate) or "manifest_or_files" (an upstream manifest, or plain Parquet files).
     INPUTS: str = "manifest"
-    # Stages whose newest complete manifest ``curation <stage> --lake`` reads when none is named
-    # (None: any stage but this one).
+    # What the stage reads: the stages whose output is its input, nearest first. In a pipeline
+    # (:class:`airflow_curation.pipeline.Pipeline`) its input is the manifest of the first of these that ran, and
+    # its place and wiring follow from it; ``curation <stage> --lake`` reads the newest complete manifest of any
+    # of them when none is named (None: any stage but this one; in a pipeline, the first stage).
     UPSTREAM: tuple[str, ...] | None = None
+    # The setting without which the stage has nothing to do (a model, a tokenizer, evaluation sets): a pipeline
+    # carries the stage and skips it where that setting is empty. None: the stage always runs.
+    OPTIONAL_WITHOUT: str | None = None
+    # Whether the stage can start on single upstream shards as their checkpoints land (a pipeline then starts
+    # it on its upstream's first shards); False: it starts on the complete upstream.
+    STREAMS: bool = False
+    # A stage that reports on the whole run (validate): in a pipeline it runs after every other stage.
+    AFTER_ALL: bool = False
     # What validate's funnel calls the rows this stage keeps (None: the stage's attrs name).
     FUNNEL_LABEL: str | None = None
     # Manifest URIs this run replaces (``ingest --replace``), set by ``plan``; the run's manifest records them.

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import socket
 from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+import structlog
 from curation_airflow_helpers import write_jsonl
 
 from airflow_curation.core import storage
@@ -24,6 +26,9 @@ from airflow_curation.core.manifest import Manifest
 pytestmark = pytest.mark.airflow
 REPO = Path(__file__).resolve().parents[2]
 NOT_INGEST = r"(?!ingest).*"  # fullmatch: every task id not starting with "ingest"
+# ... nor the launch of a stage that is optional (they run, and skip themselves: nothing is configured)
+OPTIONAL = ("quality", "decontaminate", "enrich", "tokenize", "export")
+NOT_INGEST_NOR_OPTIONAL = rf"(?!ingest|({'|'.join(OPTIONAL)})\.launch).*"
 
 
 @pytest.fixture
@@ -46,6 +51,16 @@ def _xcoms(dag_run) -> dict[tuple[str, str], object]:
         return {(r.task_id, r.key): XComModel.deserialize_value(r) for r in rows}
 
 
+def _states(dag_run) -> dict[str, str]:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        tis = session.scalars(select(TaskInstance).where(TaskInstance.run_id == dag_run.run_id)).all()
+        return {ti.task_id: str(ti.state) for ti in tis}
+
+
 def _task_state(dag_run) -> dict[tuple[str, str], object]:
     from airflow.models.task_state_store import TaskStateStoreModel
     from airflow.utils.session import create_session
@@ -64,12 +79,15 @@ def test_pipeline_dag_ingests_one_snapshot(pipeline, tmp_path):
     lake_root = tmp_path / "lake"
     logical = datetime(2026, 11, 29, tzinfo=timezone.utc)
 
-    dag_run = pipeline.test(
-        logical_date=logical,
-        mark_success_pattern=NOT_INGEST,
-        run_conf={"input": str(inputs), "lake": str(lake_root), "dataset": "web", "max_failed_fraction": 0.0},
-    )
+    with structlog.testing.capture_logs() as captured:
+        dag_run = pipeline.test(
+            logical_date=logical,
+            mark_success_pattern=NOT_INGEST_NOR_OPTIONAL,
+            run_conf={"input": str(inputs), "lake": str(lake_root), "dataset": "web", "max_failed_fraction": 0.0},
+        )
     assert dag_run.state == "success", dag_run.state
+    logged = [str(e.get("event")) for e in captured]
+    skipped = {e.get("reason") for e in captured if e.get("event") == "Skipping task."}
 
     lake = Lake(str(lake_root), "web", "2026-11-29")  # the logical date is the snapshot partition
     manifest_uri = lake.manifest_uri(sanitize_run_id(dag_run.run_id), "ingest")
@@ -82,29 +100,48 @@ def test_pipeline_dag_ingests_one_snapshot(pipeline, tmp_path):
 
     xcoms = _xcoms(dag_run)
     # The gate's XCom is the summary only: a pointer and counts.
-    summary = xcoms[("ingest_checkpoints", "return_value")]
+    summary = xcoms[("ingest.checkpoints", "return_value")]
     assert summary == {
         "manifest_uri": manifest_uri,
         "shards": len(manifest.shards),
         "rows": 81,
         "bytes": manifest.bytes,
     }
-    launch = xcoms[("ingest", "return_value")]
+    launch = xcoms[("ingest.launch", "return_value")]
     assert set(launch) == {"manifest_uri", "job"} and launch["manifest_uri"] == manifest_uri
     assert len(json.dumps(summary)) < 1000
     # Extra links point at the curation plugin, which serves what the task recorded (no file:// URL).
-    link = xcoms[("ingest", "_link_CurationManifestLink")]
-    assert link.endswith(f"/curation/manifest/curation_pipeline/{quote(dag_run.run_id, safe='')}/ingest"), link
-    assert xcoms[("ingest", "curation_links")]["manifest"] == manifest_uri
-    assert xcoms[("ingest", "curation_links")]["job_log"] == launch["job"]["log"]
+    link = xcoms[("ingest.launch", "_link_CurationManifestLink")]
+    assert link.endswith(f"/curation/manifest/curation_pipeline/{quote(dag_run.run_id, safe='')}/ingest.launch"), link
+    assert xcoms[("ingest.launch", "curation_links")]["manifest"] == manifest_uri
+    assert xcoms[("ingest.launch", "curation_links")]["job_log"] == launch["job"]["log"]
     # A task with nothing to link pushes an empty link (not shown), and reads no XCom for it.
-    assert not xcoms.get(("ingest_checkpoints", "_link_CurationManifestLink"))
+    assert not xcoms.get(("ingest.checkpoints", "_link_CurationManifestLink"))
 
     # The launch's job handle went to Airflow's real task state store.
     state = _task_state(dag_run)
-    assert state[("ingest", "curation_job")]["job_id"] == launch["job"]["job_id"]
+    assert state[("ingest.launch", "curation_job")]["job_id"] == launch["job"]["job_id"]
     # Local job folders live under the lake's _jobs/ for this run.
     assert Path(launch["job"]["job_dir"]).parent == Path(lake.jobs_dir(sanitize_run_id(dag_run.run_id), "ingest"))
+
+    # The DAG a user sees: a group per stage; an unconfigured optional stage is one skipped group (its launch
+    # says why), the stages after it run anyway.
+    states = _states(dag_run)
+    for stage in OPTIONAL:
+        group = {t: st for t, st in states.items() if t.startswith(f"{stage}.")}
+        assert set(group.values()) == {"skipped"} and f"{stage}.launch" in group, (stage, group)
+    assert {states[t] for t in ("pii.launch", "validate", "dedup.checkpoints")} == {"success"}
+    assert {"quality skipped: no model configured", "export skipped: no formats configured"} <= skipped
+    # The launch says where the job runs, its id, where to follow it and the manifest; the gates speak in
+    # sentences (the job's result JSON is one readable line, never raw).
+    job = launch["job"]
+    assert (
+        f"Launched the ingest job {job['job_id']} on the local backend (host {socket.gethostname()}); "
+        f"follow it at {job['log']}; it writes {manifest_uri}." in logged
+    ), [e for e in logged if "Launched" in e]
+    done = f"ingest is done: all {len(manifest.units)} units checkpointed; 81 rows in {len(manifest.shards)} shards ("
+    assert any(e.startswith(done) and e.endswith(f"manifest {manifest_uri}.") for e in logged), logged[-20:]
+    assert not [e for e in logged if '"manifest_uri"' in e or "{'manifest_uri'" in e]
 
     # The next logical date (a backfill or the next schedule) is its own snapshot partition.
     next_run = pipeline.test(
@@ -194,8 +231,8 @@ def test_a_missing_input_fails_ingest_once_with_one_line(pipeline, tmp_path, mon
         tis = {
             ti.task_id: ti for ti in session.scalars(select(TaskInstance).where(TaskInstance.run_id == dag_run.run_id))
         }
-    assert tis["ingest"].state == "failed" and tis["ingest"].try_number == 1  # not retried
-    assert tis["ingest_checkpoints"].state == "upstream_failed"
+    assert tis["ingest.launch"].state == "failed" and tis["ingest.launch"].try_number == 1  # not retried
+    assert tis["ingest.checkpoints"].state == "upstream_failed"
     assert not (tmp_path / "lake").exists()  # nothing was submitted
 
 
@@ -225,6 +262,6 @@ def test_backend_options_per_stage_are_merged_over_the_connections(pipeline, tmp
         },
     )
     assert dag_run.state == "success", dag_run.state
-    handle = _task_state(dag_run)[("ingest", "curation_job")]
+    handle = _task_state(dag_run)[("ingest.launch", "curation_job")]
     assert handle["job_dir"].startswith(str(tmp_path / "ingest-jobs") + "/")
     assert not (tmp_path / "conn-jobs").exists()

@@ -72,6 +72,6 @@ def test_the_dag_folder_imports_cleanly(airflow_db):
     assert not bag.import_errors, bag.import_errors
     dag = bag.get_dag("curation_pipeline")
     assert dag is not None
-    assert {"ingest", "ingest_checkpoints"} <= set(dag.task_ids)
+    assert {"ingest.launch", "ingest.checkpoints"} <= set(dag.task_ids)
     assert dag.catchup is False
     assert set(dag.params) >= {"input", "lake", "dataset", "backend", "max_failed_fraction"}

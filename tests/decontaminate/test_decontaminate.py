@@ -209,9 +209,9 @@ def test_operator_is_declared_from_the_settings():
     for unset in ("", " {} ", "None", None):
         skip = DecontaminateOperator(
             task_id="d2", dataset="web", lake="/l", input_manifest="/m.json", eval_sets=unset,
-            skip_without_eval_sets=True,
+            optional=True,
         )  # fmt: skip
-        with pytest.raises(AirflowSkipException, match="no evaluation sets configured"):
+        with pytest.raises(AirflowSkipException, match="decontaminate skipped: no eval_sets configured"):
             skip.execute({})
 
 

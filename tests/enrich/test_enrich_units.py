@@ -127,7 +127,7 @@ def test_enrich_operator_config_and_skip_without_model():
     }
     assert any(isinstance(link, RayDashboardLink) for link in op.operator_extra_links)
     skipping = EnrichOperator(
-        task_id="e2", dataset="ds", lake="/lake", input_manifest="m", task="embed", model="  ", skip_without_model=True
+        task_id="e2", dataset="ds", lake="/lake", input_manifest="m", task="embed", model="  ", optional=True
     )
-    with pytest.raises(AirflowSkipException, match="no enrich model"):
+    with pytest.raises(AirflowSkipException, match="enrich skipped: no model configured"):
         skipping.execute({})

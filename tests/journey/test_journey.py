@@ -160,7 +160,7 @@ def journey(airflow_stack, ui):
     plugins = s.request("GET", "/api/v2/plugins")["plugins"]
     assert "curation" in [p["name"] for p in plugins], plugins
     # The api-server loaded this checkout's plugin (its link routes answer with their own message).
-    status, text = s.get_text(f"/curation/manifest/{PIPELINE}/no-run/ingest")
+    status, text = s.get_text(f"/curation/manifest/{PIPELINE}/no-run/ingest.launch")
     assert status == 404 and "has no manifest" in text, text
 
     # The small DAG: a passing run and one with a stricter param, through the REST API.
@@ -303,7 +303,7 @@ def test_links_render_in_the_ui_and_the_plugin_serves_them(airflow_stack, journe
     s, j, By = airflow_stack, journey, ui.By
     run = _by_date(j["pipeline"], "backfill")[BACKFILL_DATES[0]]
     rid = quote(run["dag_run_id"], safe="")
-    ui.d.get(f"{s.url}/dags/{PIPELINE}/runs/{rid}/tasks/ingest/details")  # the Extra Links
+    ui.d.get(f"{s.url}/dags/{PIPELINE}/runs/{rid}/tasks/ingest.launch/details")  # the Extra Links
     ui.wait.until(lambda drv: drv.find_elements(By.LINK_TEXT, "Curation job log"))
     time.sleep(1)
     ui.shot("journey_task_links.png")
@@ -316,7 +316,7 @@ def test_links_render_in_the_ui_and_the_plugin_serves_them(airflow_stack, journe
     ui.d.get(job_log)
     assert "units planned" in ui.body()
     # The skipped enrich shows no link (and read no XCom for one).
-    links = s.request("GET", f"/api/v2/dags/{PIPELINE}/dagRuns/{rid}/taskInstances/enrich/links")["extra_links"]
+    links = s.request("GET", f"/api/v2/dags/{PIPELINE}/dagRuns/{rid}/taskInstances/enrich.launch/links")["extra_links"]
     assert not any(links.values()), links
     # Validate's report link opens the run's "Curation report" tab; the page offers a tab of its own.
     ui.d.get(f"{s.url}/dags/{PIPELINE}/runs/{rid}/tasks/validate/details")
@@ -335,7 +335,7 @@ def test_links_render_in_the_ui_and_the_plugin_serves_them(airflow_stack, journe
 def test_gates_stream_the_job_log_and_no_task_logs_xcom_errors(airflow_stack, journey):
     s, j = airflow_stack, journey
     run = _by_date(j["pipeline"], "backfill")[BACKFILL_DATES[1]]
-    _, gate = _log(s, PIPELINE, run, "ingest_checkpoints")
+    _, gate = _log(s, PIPELINE, run, "ingest.checkpoints")
     assert "[job ingest-" in gate and "units planned" in gate, gate[-3000:]
     assert "ingest: unit " in gate and "checkpointed: " in gate and "read " in gate
     for ti in s.request("GET", f"/api/v2/dags/{PIPELINE}/dagRuns/{quote(run['dag_run_id'])}/taskInstances")[
@@ -364,8 +364,8 @@ def test_metrics_and_lineage_for_every_stage(airflow_stack, journey):
             done.setdefault(e["job"]["name"].split(".", 1)[1], e)
     part = f"{PIPELINE_DATASET}/snapshot="
     io = {
-        t: ([i["name"] for i in done[t]["inputs"]], [o["name"] for o in done[t]["outputs"]])
-        for t in ("ingest", "preprocess", "dedup", "validate")
+        t.split(".")[0]: ([i["name"] for i in done[t]["inputs"]], [o["name"] for o in done[t]["outputs"]])
+        for t in ("ingest.launch", "preprocess.launch", "dedup.launch", "validate")
     }
     assert io["ingest"][0][0].endswith("input.jsonl") and io["ingest"][1][0].endswith("/shards")
     assert io["preprocess"][0][0].endswith("/shards") and io["preprocess"][1][0].endswith("/attrs/preprocess")
@@ -405,7 +405,7 @@ def test_plugin_serves_the_report_only_to_authorised_users(airflow_stack, journe
     import urllib.error
     import urllib.request
 
-    for p in (path, f"/curation/manifest/{PIPELINE}/{quote(run['dag_run_id'], safe='')}/ingest"):
+    for p in (path, f"/curation/manifest/{PIPELINE}/{quote(run['dag_run_id'], safe='')}/ingest.launch"):
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(s.url + p, timeout=30)
         assert e.value.code in (401, 403)
@@ -418,7 +418,7 @@ def test_plugin_serves_the_report_only_to_authorised_users(airflow_stack, journe
 def test_ui_grid_and_report_tab(airflow_stack, journey, ui):
     s, j, By = airflow_stack, journey, ui.By
     ui.d.get(f"{s.url}/dags/{PIPELINE}")
-    ui.wait.until(lambda drv: "preprocess_checkpoints" in ui.body())
+    ui.wait.until(lambda drv: "preprocess" in ui.body() and "validate" in ui.body())  # one group per stage
     time.sleep(2)  # let the grid's bars paint before the screenshot
     ui.shot("journey_dag_grid.png")
     run = _by_date(j["pipeline"], "backfill")[BACKFILL_DATES[1]]

@@ -166,10 +166,15 @@ def test_pipeline_dag_runs_pii_after_dedup_and_validate_reads_it():
     tasks = module.dag.task_dict
     # pii streams on dedup's shards as they land (on quality's or decontaminate's when they are configured),
     # enrich on pii's; validate waits for the full gates.
-    assert tasks["dedup_first_shards"].downstream_task_ids == {"quality", "decontaminate", "pii"}
-    assert tasks["quality_first_shards"].downstream_task_ids == {"decontaminate", "pii"}
-    assert tasks["decontaminate_first_shards"].downstream_task_ids == {"pii"}
-    assert tasks["pii_first_shards"].downstream_task_ids == {"enrich"}
-    assert "validate" in tasks["pii_checkpoints"].downstream_task_ids
-    assert {"dedup_checkpoints", "pii_checkpoints", "enrich_checkpoints"} <= tasks["validate"].upstream_task_ids
-    assert tasks["validate"].input_task_id == ["enrich_checkpoints", "pii_checkpoints"]
+    assert tasks["dedup.first_shards"].downstream_task_ids == {"quality.launch", "decontaminate.launch", "pii.launch"}
+    assert tasks["quality.first_shards"].downstream_task_ids == {"decontaminate.launch", "pii.launch"}
+    assert tasks["decontaminate.first_shards"].downstream_task_ids == {"pii.launch"}
+    assert tasks["pii.first_shards"].downstream_task_ids == {"enrich.launch"}
+    assert "validate" in tasks["pii.checkpoints"].downstream_task_ids
+    assert {"dedup.checkpoints", "pii.checkpoints", "enrich.checkpoints"} <= tasks["validate"].upstream_task_ids
+    # pii reads the first of decontaminate, quality and dedup that ran; validate enrich's, else pii's
+    assert tasks["pii.launch"].input_manifest.count("xcom_pull") == 3
+    assert tasks["validate"].input_manifest == (
+        "{{ ti.xcom_pull(task_ids='enrich.checkpoints', key='manifest_uri') or "
+        "ti.xcom_pull(task_ids='pii.checkpoints', key='manifest_uri') }}"
+    )

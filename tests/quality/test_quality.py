@@ -232,8 +232,6 @@ def test_operator_skips_without_a_model_when_asked():
 
     from airflow_curation.operators.quality import QualityOperator
 
-    op = QualityOperator(
-        task_id="q", dataset="d", lake="/l", input_manifest="/m.json", model=" ", skip_without_model=True
-    )
-    with pytest.raises(AirflowSkipException, match="no quality model"):
+    op = QualityOperator(task_id="q", dataset="d", lake="/l", input_manifest="/m.json", model=" ", optional=True)
+    with pytest.raises(AirflowSkipException, match="quality skipped: no model configured"):
         op.execute({})

@@ -63,7 +63,7 @@ def test_pipeline_dag_on_slurm(pipeline, tmp_path):
     with create_session() as session:
         rows = session.scalars(XComModel.get_many(run_id=dag_run.run_id, dag_ids=dag_run.dag_id)).all()
         xcoms = {(r.task_id, r.key): XComModel.deserialize_value(r) for r in rows}
-    job = xcoms[("ingest", "return_value")]["job"]
+    job = xcoms[("ingest.launch", "return_value")]["job"]
     assert job["backend"] == "slurm" and job["job_id"].isdigit()
     out = subprocess.run(["scontrol", "show", "job", "-o", job["job_id"]], capture_output=True, text=True).stdout
     assert "JobState=COMPLETED" in out and "JobName=curation-ingest" in out
@@ -73,7 +73,7 @@ def test_pipeline_dag_on_slurm(pipeline, tmp_path):
     assert manifest.status == "complete" and manifest.rows == 66
     assert manifest.accounting["read"] == 67 and sum(manifest.accounting["quarantined"].values()) == 1
     assert all(storage.exists(s.uri) for s in manifest.shards)
-    assert xcoms[("ingest_checkpoints", "return_value")]["rows"] == 66
+    assert xcoms[("ingest.checkpoints", "return_value")]["rows"] == 66
     # The job's folder (script, spec, log, result) is under the lake's _jobs/ for this run.
     job_dir = Path(job["job_dir"])
     assert job_dir.parent == Path(lake.jobs_dir(sanitize_run_id(dag_run.run_id), "ingest"))

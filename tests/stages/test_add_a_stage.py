@@ -177,7 +177,7 @@ def test_cli_finds_it_through_an_entry_point(ingested, tmp_path):
 
     helped = curation("text_length", "--help")
     assert helped.returncode == 0 and "--min-chars" in helped.stdout and "shortest text kept" in helped.stdout
-    # On the lake: the newest complete manifest of another stage (ingest's) when none is named.
+    # On the lake: the newest complete manifest of its UPSTREAM (ingest's, here) when none is named.
     done = curation(
         "text_length", "--lake", lake.root, "--dataset", lake.dataset, "--run-id", "cli", "--min-chars", "6"
     )
@@ -193,3 +193,47 @@ def test_cli_finds_it_through_an_entry_point(ingested, tmp_path):
     assert out.column("text_length").to_pylist() == [11, 2] and out.column(KEEP).to_pylist() == [True, False]
     bad = curation("text_length", str(src), "--output", str(tmp_path / "out2"), "--min-chars", "lots")
     assert bad.returncode == 2 and "integer" in bad.stderr
+
+
+def test_an_installed_stage_lands_in_the_pipeline_where_its_upstream_says(tmp_path, monkeypatch):
+    """Registered only through an entry point of an installed distribution, the stage is one ``pipeline.add``:
+    its group streams on dedup's first shards (its UPSTREAM), dedup's full gate waits for it to start, and
+    validate waits for its gate; the order it was added in does not matter."""
+    from datetime import datetime
+
+    from airflow.sdk import DAG
+
+    import airflow_curation.stages as registry
+    from airflow_curation.operators.dedup import DedupOperator
+    from airflow_curation.operators.ingest import IngestOperator
+    from airflow_curation.operators.pii import PiiOperator
+    from airflow_curation.operators.preprocess import PreprocessOperator
+    from airflow_curation.operators.validate import ValidateOperator
+    from airflow_curation.pipeline import Pipeline
+
+    from .text_length_operator import TextLengthOperator
+
+    monkeypatch.syspath_prepend(str(HERE))
+    monkeypatch.syspath_prepend(str(_plugin_site(tmp_path)))
+    monkeypatch.delitem(STAGES, "text_length", raising=False)
+    registry._entry_points.cache_clear()
+    try:
+        assert "text_length" in registry._entry_points()  # found as an installed plugin, nothing else
+        with DAG("toy_pipeline", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
+            pipeline = Pipeline(common={"dataset": "toy", "lake": "/l"}, launch={"wait": False})
+            pipeline.add(TextLengthOperator, min_chars=200)  # before its upstream: the declarations order it
+            for op in (IngestOperator, PreprocessOperator, DedupOperator, PiiOperator, ValidateOperator):
+                pipeline.add(op, **({"inputs": "/in"} if op is IngestOperator else {}))
+            built = pipeline.build()
+    finally:
+        registry._entry_points.cache_clear()
+    order = list(built)
+    assert order.index("dedup") < order.index("text_length") < order.index("validate")
+    tasks = dag.task_dict
+    launch = tasks["text_length.launch"]
+    assert dag.task_group_dict["text_length"].children.keys() == {"text_length.launch", "text_length.checkpoints"}
+    assert launch.upstream_task_ids == {"dedup.first_shards"}
+    assert launch.input_manifest == "{{ ti.xcom_pull(task_ids='dedup.first_shards', key='manifest_uri') }}"
+    assert launch.min_chars == 200 and not launch.optional
+    assert "text_length.launch" in tasks["dedup.checkpoints"].upstream_task_ids
+    assert "text_length.checkpoints" in tasks["validate"].upstream_task_ids

@@ -94,3 +94,42 @@ def test_cli_extras_are_found_by_module_name():
     assert stage_extras("preprocess").__name__ == "airflow_curation.cli.preprocess"
     assert stage_extras("quality") is None  # cli/quality.py is `curation quality-train`, not extras
     assert stage_extras("dedup") is None and stage_extras("no-such") is None
+
+
+OPTIONAL = [n for n in INSTALLED if stage_class(n).OPTIONAL_WITHOUT]
+
+
+def test_the_optional_stages_are_declared_by_their_stage():
+    assert {n: stage_class(n).OPTIONAL_WITHOUT for n in OPTIONAL} == {
+        "decontaminate": "eval_sets",
+        "enrich": "model",
+        "export": "formats",
+        "quality": "model",
+        "tokenize": "tokenizer",
+    }
+    for name in OPTIONAL:  # the setting named is one of the stage's, and an argument of its operator
+        assert stage_class(name).OPTIONAL_WITHOUT in stage_class(name).SETTINGS
+        assert stage_class(name).OPTIONAL_WITHOUT in _operator_of(name).settings_params
+
+
+@pytest.mark.parametrize("name", OPTIONAL)
+def test_one_skip_rule_in_the_base_operator(name):
+    """``optional=True`` skips an operator whose stage's declared setting renders empty, or whose input does;
+    without it an empty setting is the stage's business (no skip); the old per-operator switches are refused."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    op_cls, setting = _operator_of(name), stage_class(name).OPTIONAL_WITHOUT
+    sig = inspect.signature(op_cls.__init__).parameters
+    base = {"task_id": f"o-{name}", "dataset": "d", "lake": "/l"}
+    base |= {p: f"/v-{p}" for p, v in sig.items() if v.kind is v.KEYWORD_ONLY and v.default is v.empty}
+    for empty in ("", " ", "None", None):
+        op = op_cls(**{**base, setting: empty}, optional=True)
+        with pytest.raises(AirflowSkipException, match=f"{name} skipped: no {setting} configured"):
+            op.execute({})
+        assert op_cls(**{**base, setting: empty}).skip_reason() is None
+    configured = op_cls(**{**base, setting: "/x"}, optional=True)
+    assert configured.skip_reason() is None
+    no_input = op_cls(**{**base, setting: "/x", "input_manifest": "None"}, optional=True)
+    assert no_input.skip_reason() == f"{name} skipped: no upstream stage ran (no input manifest)"
+    with pytest.raises(TypeError, match="'skip_without_model' was renamed to 'optional'"):
+        op_cls(**base, skip_without_model=True)

@@ -18,6 +18,9 @@ class TextLengthStage(AttrsStage):
     """Characters per document; documents shorter than min_chars are not kept."""
 
     name = "text_length"
+    # What it reads, nearest first: in a pipeline, dedup's shards (it streams on them, as an attrs stage);
+    # on the command line, the newest complete manifest of any of these.
+    UPSTREAM = ("dedup", "preprocess", "ingest")
     SETTINGS = AttrsStage.SETTINGS.extend(
         Setting("min_chars", int, 1, "shortest text kept, in characters"),
         Setting("batch_rows", int, 1000, "rows per batch", runtime=True),

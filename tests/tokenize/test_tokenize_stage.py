@@ -230,7 +230,7 @@ def test_operator_coerces_settings_and_skips_without_a_tokenizer():
     )
     assert op.build_config({}) == {"input_manifest": "/m.json", "tokenizer": "/t.json", "seq_len": 512}
     skip = TokenizeOperator(
-        task_id="t2", dataset="d", lake="/l", input_manifest="/m.json", tokenizer=" ", skip_without_tokenizer=True
+        task_id="t2", dataset="d", lake="/l", input_manifest="/m.json", tokenizer=" ", optional=True
     )
-    with pytest.raises(AirflowSkipException):
+    with pytest.raises(AirflowSkipException, match="tokenize skipped: no tokenizer configured"):
         skip.execute({})

@@ -49,6 +49,8 @@ def test_passing_run_writes_report_with_funnel_signals_and_clusters(full_run):
     assert [f["label"] for f in funnel] == ["ingested", "preprocess", "dedup"]
     assert funnel[0]["rows"] == 360 and funnel[0]["rows"] > funnel[1]["rows"] > funnel[2]["rows"] > 0
     assert all(f["bytes"] > 0 for f in funnel)
+    # The summary speaks in curated rows (the funnel's last step, by the stage's name), then the checks.
+    assert report["summary"].startswith(f"{funnel[2]['rows']:,} curated rows of 360 ingested (after dedup); ")
     # The funnel agrees with the rows the stages themselves kept.
     pre = Manifest.read(uris["preprocess"])
     assert funnel[1]["rows"] == pre.accounting["kept"]

@@ -88,7 +88,8 @@ class DecontaminateStage(AttrsStage):
 
     name = "decontaminate"
     version = "1"
-    UPSTREAM = ("dedup", "preprocess", "ingest")
+    UPSTREAM = ("quality", "dedup", "preprocess", "ingest")
+    OPTIONAL_WITHOUT = "eval_sets"
     FUNNEL_LABEL = "decontaminated"
     SETTINGS = AttrsStage.SETTINGS.extend(
         Setting(

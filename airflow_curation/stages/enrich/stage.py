@@ -56,6 +56,7 @@ class EnrichStage(AttrsStage):
     name = "enrich"
     version = "1"
     UPSTREAM = ("pii", "dedup", "preprocess", "ingest")
+    OPTIONAL_WITHOUT = "model"
     SETTINGS = AttrsStage.SETTINGS.extend(
         Setting("task", str, None, "what the model does", choices=tuple(sorted(TASKS)), required=True),
         Setting(

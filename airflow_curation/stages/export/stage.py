@@ -84,6 +84,7 @@ class ExportStage(Stage):
     version = "1"
     INPUTS = "manifest"
     UPSTREAM = ("tokenize",)
+    OPTIONAL_WITHOUT = "formats"
     SETTINGS = Stage.SETTINGS.extend(
         Setting("formats", list, ["megatron"], "any of megatron, mds, parquet (comma-separated)"),
         Setting("seed", int, 0, "shuffle seed: the same seed and input give the same bytes"),

@@ -37,6 +37,7 @@ class QualityStage(AttrsStage):
     name = "quality"
     version = "1"
     UPSTREAM = ("dedup", "preprocess", "ingest")
+    OPTIONAL_WITHOUT = "model"
     SETTINGS = AttrsStage.SETTINGS.extend(
         Setting("model", str, None, "quality model folder (written by curation quality-train)", required=True),
         Setting("preset", str_or_list, "quality", "filter preset(s) over quality_score: quality, or none"),

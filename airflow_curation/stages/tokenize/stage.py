@@ -90,7 +90,10 @@ class TokenizeStage(AttrsStage):
 
     name = "tokenize"
     version = "1"
-    UPSTREAM = ("quality", "dedup", "preprocess", "ingest")
+    UPSTREAM = ("decontaminate", "quality", "dedup", "preprocess", "ingest")
+    OPTIONAL_WITHOUT = "tokenizer"
+    # A pipeline starts it on its upstream's complete checkpoints (as the DAG always has), not on first shards.
+    STREAMS = False
     FUNNEL_LABEL = "tokenized"
     SETTINGS = AttrsStage.SETTINGS.extend(
         Setting("tokenizer", str, None, "tokenizer file (a tokenizers tokenizer.json)", required=True),

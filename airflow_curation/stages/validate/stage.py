@@ -65,6 +65,8 @@ class ValidateStage(Stage):
     """
 
     name = "validate"
+    UPSTREAM = ("enrich", "pii", "decontaminate", "quality", "dedup", "preprocess", "ingest")
+    AFTER_ALL = True
     # 2: sql checks run in the sandbox; a verdict reached without it is not reused. 3: metrics in bounded memory,
     # each shard joined with its own attrs files (a repeated id across shards no longer multiplies the rows). 4: split
     # into parts (units) merged by the collect step, the verdict recorded by the merge
@@ -328,7 +330,8 @@ class ValidateStage(Stage):
                 results = checks_mod.run_checks(declared, ctx)
             finally:
                 engine.close()
-        summary = checks_mod.summary(results)
+        # What the run delivers first (the funnel's last step, by the stage's name), then the checks.
+        summary = f"{curated_sentence(metrics['funnel'])}; {checks_mod.summary(results)}"
         log.info("validate: %s", summary)
         report = build_report(
             lake=self.lake,
@@ -463,3 +466,9 @@ def _json_safe(x: Any) -> Any:
         except (AttributeError, ValueError):
             pass
     return finite(x)
+
+
+def curated_sentence(funnel: list[dict[str, Any]]) -> str:
+    """``1,234 curated rows of 2,000 ingested (after pii scanned)``: the funnel's last step against its first."""
+    first, last = funnel[0], funnel[-1]
+    return f"{last['rows']:,} curated rows of {first['rows']:,} ingested (after {last['label']})"
