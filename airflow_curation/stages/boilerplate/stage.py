@@ -44,7 +44,7 @@ from airflow_curation.core.lsh import (
 )
 from airflow_curation.core.manifest import ShardEntry, UnitEntry
 from airflow_curation.core.schema import CLEAN_TEXT, DROP_REASON, KEEP, TEXT
-from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches, keep_accounting, write_attrs
+from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches, keep_accounting
 from airflow_curation.stages.base import Stage, StageRunner, UnitResult
 from airflow_curation.stages.settings import Setting, size
 from airflow_curation.stages.text import ShardText, clean_text_attrs
@@ -279,14 +279,6 @@ class BoilerplateStage(AttrsStage):
 
     def write_unit(self, unit: UnitEntry, entry: ShardEntry, uri: str) -> AttrsFile:
         fault_point("boilerplate.before_attrs")
-        out = write_attrs(
-            entry.uri,
-            uri,
-            self._computed,
-            self.account,
-            self.columns,
-            int(self.config.get("batch_rows") or 0) or None,
-            self.text_uri(unit, entry),
-        )
+        out = super().write_unit(unit, entry, uri)
         out.extra["frequent_lines"] = self._global.get("frequent_lines")
         return out

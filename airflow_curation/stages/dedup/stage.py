@@ -57,6 +57,16 @@ def _inputs(s: dict) -> list[str]:
     return list(dict.fromkeys([s["uri"], *(u for u in (s["keep_uri"], s.get("text_uri")) if u)]))
 
 
+def _units(shards: list[dict], run_key: str) -> list[UnitEntry]:
+    """A unit per shard; its checksum joins the shard's with the run key, so a new run redoes every unit."""
+    return [
+        UnitEntry(
+            unit_id=s["shard_id"], inputs=_inputs(s), input_checksum=f"{s['input_checksum']}#{run_key}", rows=s["rows"]
+        )
+        for s in shards
+    ]
+
+
 class DedupSignaturesStage(Stage):
     """Phase 1 as a stage of its own, so that each shard's spill files are checkpointed and a rerun
     signs only the shards not done yet. Built and run by :class:`DedupStage`."""
@@ -390,15 +400,7 @@ class DedupStage(AttrsStage):
         log.info(
             "dedup: group %d/%d: %d shards planned from their pages (run key %s)", index, count, len(shards), run_key
         )
-        return [
-            UnitEntry(
-                unit_id=s["shard_id"],
-                inputs=_inputs(s),
-                input_checksum=f"{s['input_checksum']}#{run_key}",
-                rows=s["rows"],
-            )
-            for s in shards
-        ]
+        return _units(shards, run_key)
 
     # -- phases 1 and 2 happen while planning phase 3 ----------------------------------------------
     def plan(self) -> list[UnitEntry]:
@@ -433,15 +435,7 @@ class DedupStage(AttrsStage):
         key_uri = self._plan_key_uri(sig) if all(recorded for _, recorded in planned) else None
         if key_uri:  # the tasks of an array that plan after this find the run key without the whole plan
             storage.write_json(key_uri, {"run_key": run_key, "shards": len(shards)})
-        return [
-            UnitEntry(
-                unit_id=s["shard_id"],
-                inputs=_inputs(s),
-                input_checksum=f"{s['input_checksum']}#{run_key}",
-                rows=s["rows"],
-            )
-            for s in shards
-        ]
+        return _units(shards, run_key)
 
     def _global_phases(
         self, sig: DedupSignaturesStage, params: DedupParams, shards: list[dict], run_key: str, out_parts: int
