@@ -26,6 +26,7 @@ from airflow_curation.backends import Backend, JobHandle, JobState, JobStatus
 from airflow_curation.hooks.factory import backend_for
 from airflow_curation.jobs import attempts
 from airflow_curation.jobs.follow import Follower, Look
+from airflow_curation.jobs.groups import with_min_units
 from airflow_curation.jobs.run import RunRecord
 from airflow_curation.jobs.spec import JobSpec
 
@@ -237,7 +238,11 @@ def check_result_after_success(h: Harness) -> None:
     assert st.state == JobState.SUCCEEDED, st
     assert st.result["status"] == "succeeded" and st.result["result_version"] == 1
     assert st.result["rows"] == 12 and st.result["manifest_uri"] == spec.manifest_uri
-    assert h.backend.spec_of(handle) == spec
+    # The spec the job runs: the one launched, but for min_units, raised to the groups it runs in (a small
+    # input still gives every array task or indexed pod a unit: jobs.groups.with_min_units).
+    ran = h.backend.spec_of(handle)
+    assert int(ran.config.get("min_units") or 1) >= int(spec.config.get("min_units") or 1)
+    assert ran == with_min_units(spec, int(ran.config.get("min_units") or 1))
 
 
 def check_status_is_read_only(h: Harness, polls: int = 1000) -> None:
