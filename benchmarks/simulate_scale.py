@@ -246,6 +246,7 @@ def manifest_terms(manifest: dict | None) -> tuple[float, float]:
     ``bench_manifest_scale.py``'s JSON at its largest shard count (one task per shard: ``task_plan_N<shards>``)."""
     if not manifest:
         return 0.0, 0.0
+    manifest = manifest["runs"]["all"] if "runs" in manifest else manifest  # the JSON keeps each --measures run
     n = max(manifest["samples"], key=int)
     after = manifest["samples"][n]["after"]
     return statistics.median(after[f"task_plan_N{n}"]), statistics.median(after["gate_look"])
