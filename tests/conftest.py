@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from process_helpers import free_port, stop_group
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -138,27 +138,13 @@ class RayHead:
         return len(self.driver_pids())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _stop_head(proc: subprocess.Popen, temp: str) -> None:
     proc.terminate()  # `ray start --block` drains and stops this head's processes on SIGTERM
-    try:
-        proc.wait(timeout=90)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # whatever of this head's processes is left
-    except ProcessLookupError:
-        pass
-    shutil.rmtree(temp, ignore_errors=True)
+    stop_group(proc, temp, wait_s=90)
 
 
 def _start_head() -> tuple[subprocess.Popen, RayHead]:
-    port, client, agent, dash = (_free_port() for _ in range(4))
+    port, client, agent, dash = (free_port() for _ in range(4))
     temp = tempfile.mkdtemp(prefix="rh-", dir="/tmp")  # short: Ray's socket paths have a length limit
     log_path = Path(temp, "head.log")
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0"}

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +17,7 @@ import time
 import pyarrow.parquet as pq
 import pytest
 from enrich_helpers import make_docs, write_lake
+from process_helpers import free_port, stop_group
 
 from airflow_curation.backends import JobState, get_backend
 from airflow_curation.core.manifest import Manifest
@@ -35,15 +33,9 @@ ray.shutdown()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ray_cluster():
-    port = _free_port()
+    port = free_port()
     temp = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # short: Ray's socket paths have a length limit
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     proc = subprocess.Popen(
@@ -71,16 +63,8 @@ def ray_cluster():
                 time.sleep(1)
         yield address
     finally:
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # whatever of this head's processes is left
-        except ProcessLookupError:
-            pass
-        shutil.rmtree(temp, ignore_errors=True)
+        proc.stdin.close()  # the head script shuts Ray down and exits
+        stop_group(proc, temp, wait_s=60)
 
 
 def test_enrich_job_runs_on_an_existing_ray_cluster(ray_cluster, tmp_path, llama_score):

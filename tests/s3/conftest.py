@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -18,14 +17,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from process_helpers import free_port
 
 KEY, SECRET, REGION = "testing", "testing", "us-east-1"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _moto_command(port: int) -> list[str]:
@@ -42,7 +36,7 @@ def start_moto(log_path: Path) -> tuple[subprocess.Popen, str]:
     """A moto S3 server on a free loopback port: (process, endpoint URL)."""
     last = ""
     for _ in range(3):  # the free port can be taken between probing and binding: try another
-        port = _free_port()
+        port = free_port()
         log = open(log_path, "ab")
         proc = subprocess.Popen(
             _moto_command(port),
