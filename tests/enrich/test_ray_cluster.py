@@ -149,19 +149,24 @@ def test_an_address_with_local_sizes_is_refused_before_any_work(address, tmp_pat
 
 
 def _job(tmp_path, spec: JobSpec, name: str, env: dict) -> subprocess.Popen:
+    """A job process whose output goes to ``<name>.log`` (read with :func:`_log`). Not a pipe: a job held
+    mid-shard is not read while it waits, and Ray's warnings could fill a pipe's buffer and block it."""
     spec_path = tmp_path / f"{name}.json"
     spec_path.write_text(spec.to_json())
     cmd = [sys.executable, "-m", "airflow_curation.jobs", "run", str(spec_path), "--result", str(tmp_path / "r.json")]
-    return subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
+    with open(tmp_path / f"{name}.log", "w") as log:
+        return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _log(tmp_path, name: str) -> str:
+    return (tmp_path / f"{name}.log").read_text()[-5000:]
 
 
 def _run_job(tmp_path, spec: JobSpec, name: str) -> int:
     """Run a job process to its end (as every backend runs one); its pid."""
     proc = _job(tmp_path, spec, name, _ENV)
-    out, _ = proc.communicate(timeout=900)
-    assert proc.returncode == 0, out[-3000:]
+    proc.wait(timeout=900)
+    assert proc.returncode == 0, _log(tmp_path, name)
     return proc.pid
 
 
@@ -187,8 +192,8 @@ def _kill_mid_shard(tmp_path, lake, spec: JobSpec) -> str:
     try:
         deadline = time.monotonic() + 600
         while not glob.glob(parts_glob):
-            assert held.poll() is None, f"the job ended before committing a part mid-shard:\n{held.stdout.read()}"
-            assert time.monotonic() < deadline, "no part committed while the shard's second chunk was running"
+            assert held.poll() is None, f"the job ended before committing a part mid-shard:\n{_log(tmp_path, 'held')}"
+            assert time.monotonic() < deadline, f"no part committed mid-shard; the job's log:\n{_log(tmp_path, 'held')}"
             time.sleep(0.5)
         os.killpg(held.pid, signal.SIGKILL)
         held.wait()

@@ -47,13 +47,11 @@ def test_enrich_starts_on_dedup_shards_before_dedup_ends(tmp_path, minilm):
     spec.write_text(JobSpec("dedup", lake.to_dict(), "r", {"input_manifest": ingest_uri}).to_json())
     env = {**os.environ, "CURATION_HOLD": f"dedup.before_attrs@2={release}"}
     env.pop("CURATION_FAULT", None)
-    dedup = subprocess.Popen(
-        [sys.executable, "-m", "airflow_curation.jobs", "run", str(spec)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    log_path = tmp_path / "dedup.log"  # a file, not a pipe: the held job is not read while it waits
+    with open(log_path, "w") as log:
+        dedup = subprocess.Popen(
+            [sys.executable, "-m", "airflow_curation.jobs", "run", str(spec)], env=env, stdout=log, stderr=log
+        )
     dedup_uri = lake.manifest_uri("r", "dedup")
     try:
         deadline = time.monotonic() + 300  # only against a hang
@@ -84,7 +82,8 @@ def test_enrich_starts_on_dedup_shards_before_dedup_ends(tmp_path, minilm):
         enrich = EnrichStage(lake, config, "r")
         manifest = StageRunner(enrich).run()
         watcher.join()
-        out, _ = dedup.communicate(timeout=300)
+        dedup.wait(timeout=300)
+        out = log_path.read_text()
         assert dedup.returncode == 0, out[-3000:]
     finally:
         release.touch()
