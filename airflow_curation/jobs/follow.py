@@ -106,6 +106,8 @@ class Follower:
             return Look(looked, status, text)
         if not self.relaunch:
             due = attempts.can_relaunch(self.backend, looked, status)
+            if not due:  # final: no follower will relaunch it (a reader of its manifest stops waiting)
+                attempts.decline(looked, status.message)
             return Look(looked, status, text, relaunch_due=due)
         new = attempts.settle(self.backend, looked, status)
         if new is None:

@@ -298,7 +298,10 @@ class SlurmBackend(Backend):
             self._write_script(
                 job_dir, "group.sh", grp.group_args(spec_path, group_result, TASK, groups), last_consumer=False
             )
-            self._write_script(job_dir, "collect.sh", grp.collect_args(spec_path, result))
+            # The follower's budget: a collect before the last attempt that lost units says a relaunch is
+            # pending, so a stage streaming from this run waits for the reopen instead of giving up.
+            attempts = ((ATTEMPT,), self.max_resubmits + 1)
+            self._write_script(job_dir, "collect.sh", grp.collect_args(spec_path, result, attempts=attempts))
         return base
 
     def spec_of(self, handle: JobHandle) -> JobSpec:
