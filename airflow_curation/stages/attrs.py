@@ -218,6 +218,10 @@ class AttrsStage(Stage):
             head = ManifestHead.read(uri)
             if not _going(head):
                 return False
+            if head.relaunch_pending != getattr(self, "_saw_pending", False):
+                self._saw_pending = head.relaunch_pending
+                if head.relaunch_pending:
+                    log.info("%s: streaming: the upstream run failed; its relaunch is pending: waiting", self.name)
             if units is None or head.data["index"] != getattr(self, "_stream_index", None):
                 units, self._stream_index = head.units(*(group or (0, 1))), head.data["index"]
             new = {sid: e for sid, e in upstream_checkpointed(head, units, group is None).items() if sid not in seen}
