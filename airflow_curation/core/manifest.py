@@ -123,6 +123,9 @@ class Manifest:
     supersedes: list[str] = field(default_factory=list)  # manifest URIs this run replaced (ingest --replace)
     superseded_by: str | None = None  # the run id that replaced this run's outputs
     tallies: bool = False  # its tasks write tallies as units end (core/tally.py): a gate reads those
+    # A failed run's relaunch: {"pending": True, ...} while its follower may still relaunch it (a reader
+    # waits for the reopen), {"pending": False, "why": ...} once it decided not to (:attr:`ManifestHead.relaunch_pending`).
+    relaunch: dict[str, Any] | None = None
 
     @property
     def rows(self) -> int:
@@ -149,7 +152,7 @@ class Manifest:
         in stored form: relative to the lake root (``core/uris.py``), so a copied lake reads its own files."""
         d = _uris(self.to_dict(), lambda u: uris.relativize(u, self.lake["root"]))  # asdict deep-copies: once
         d["format_version"] = FORMAT_VERSION
-        for key, unset in (("supersedes", []), ("superseded_by", None), ("tallies", False)):
+        for key, unset in (("supersedes", []), ("superseded_by", None), ("tallies", False), ("relaunch", None)):
             if d[key] == unset:  # absent unless used
                 del d[key]
         _validate(d, uri)
@@ -239,6 +242,12 @@ class ManifestHead:
         if name in _OPTIONAL_HEAD_FIELDS:
             return self.data.get(name, _OPTIONAL_HEAD_FIELDS[name])
         raise AttributeError(name)
+
+    @property
+    def relaunch_pending(self) -> bool:
+        """The run failed and its follower may still relaunch it (reopen it, ``planned``): a downstream reader
+        waits for that rather than giving up (``stages/attrs.py``)."""
+        return self.data["status"] == "failed" and bool((self.data.get("relaunch") or {}).get("pending"))
 
     @property
     def unit_count(self) -> int:
@@ -381,7 +390,7 @@ def _uris(d: dict[str, Any], fn) -> dict[str, Any]:
 
 
 _HEAD_FIELDS = ("dataset", "stage", "run_id", "fingerprint", "lake", "status", "config", "accounting", "created_at")
-_OPTIONAL_HEAD_FIELDS = {"supersedes": [], "superseded_by": None, "tallies": False}
+_OPTIONAL_HEAD_FIELDS = {"supersedes": [], "superseded_by": None, "tallies": False, "relaunch": None}
 
 
 def _totals(units: list[dict[str, Any]], shards: list[dict[str, Any]]) -> dict[str, Any]:

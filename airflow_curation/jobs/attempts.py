@@ -144,12 +144,26 @@ def settle(backend: Any, record: RunRecord | Mapping[str, Any], status: JobStatu
             f"{status.message}; not relaunched: attempt {newest.attempt} of {most} was the last "
             f"(max_resubmits={most - 1})"
         )
+    if status.state == JobState.FAILED:
+        decline(record, status.message)
     backend.release(record.to_dict())
     return None
+
+
+def decline(record: RunRecord | Mapping[str, Any], why: str) -> None:
+    """The run is over without another attempt: its failed manifest no longer says a relaunch is pending, so
+    a downstream reader that waits for the reopen fails now, with ``why`` (never fails the follower)."""
+    record = _record(record)
+    try:
+        if record.manifest_uri and progress.decline_relaunch(record.manifest_uri, why):
+            log.info("%s: no relaunch; its manifest says so (%s)", record.job_id, why)
+    except Exception as e:  # noqa: BLE001 - a courtesy to readers: they time out (upstream_wait_s) without it
+        log.warning("cannot mark %s as not relaunched: %s", record.manifest_uri, e)
 
 
 def cancel(backend: Any, record: RunRecord | Mapping[str, Any]) -> RunRecord:
     """Cancel the run's newest attempt (idempotent); returns the attempt cancelled."""
     record = latest(backend, record)
     backend.cancel(record.to_dict())
+    decline(record, f"job {record.job_id} was cancelled")
     return record

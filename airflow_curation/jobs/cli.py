@@ -2,10 +2,11 @@
 
 * ``run SPEC [--group I/N] [--result R]``: run a stage (or only units ``I::N`` of its plan: one task of
   a Slurm array or pod of a Kubernetes Indexed Job) and write a :class:`JobResult`.
-* ``collect SPEC [--result R] [--wait-groups N --group-results DIR]``: the step after every group: run
-  no unit, gather the checkpoints into the manifest, count units without one as failed, apply the
-  failure budget and the stage's ``finalize``. With ``--wait-groups`` it first waits until every
-  group has written its result (a collect pod created together with its sweep).
+* ``collect SPEC [--result R] [--wait-groups N --group-results DIR] [--attempt N --attempts M]``: the step
+  after every group: run no unit, gather the checkpoints into the manifest, count units without one as
+  failed, apply the failure budget and the stage's ``finalize``. With ``--wait-groups`` it first waits until
+  every group has written its result (a collect pod created together with its sweep). Attempt N of M < N
+  that failed with units lost marks the manifest's relaunch pending (``core/manifest.py``).
 * ``reopen SPEC``: before a relaunch, mark the manifest planned again and clear the failure markers
   of its unfinished units.
 
@@ -29,17 +30,21 @@ from airflow_curation.jobs.spec import JobSpec
 log = logging.getLogger("airflow_curation.jobs")
 
 
-def run_spec(spec: JobSpec, shard_group: tuple[int, int] | None = None, collect: bool = False) -> dict:
+def run_spec(
+    spec: JobSpec, shard_group: tuple[int, int] | None = None, collect: bool = False, relaunchable: bool = False
+) -> dict:
     """Run one job spec in this process and return its result summary (raises on failure).
 
     :param shard_group: ``(i, n)``: run only group ``i`` of ``n`` of the units (one array task).
     :param collect: run no unit; gather the groups' checkpoints into the manifest.
+    :param relaunchable: (collect) the run's follower may relaunch this attempt: a failed manifest with
+        units lost (no checkpoint, no failure of their own) says a relaunch is pending.
     """
     from airflow_curation.stages import stage_class
     from airflow_curation.stages.base import StageRunner
 
     stage = stage_class(spec.stage)(spec.lake_obj, spec.config, spec.run_id)
-    manifest = StageRunner(stage).run(shard_group=shard_group, collect=collect)
+    manifest = StageRunner(stage).run(shard_group=shard_group, collect=collect, relaunchable=relaunchable)
     result = {
         **manifest.summary(stage.manifest_uri),
         "accounting": manifest.accounting,
@@ -102,6 +107,13 @@ def parser() -> argparse.ArgumentParser:
     collect.add_argument("--group-results", metavar="DIR", help="where the groups write group-<i>.json")
     collect.add_argument("--timeout", type=float, default=7 * 86400.0, help="longest wait for the groups (s)")
     collect.add_argument("--poll", type=float, default=10.0)
+    collect.add_argument("--attempt", type=int, metavar="N", help="this attempt of the run (1 for the first)")
+    collect.add_argument(
+        "--attempts",
+        type=int,
+        metavar="M",
+        help="attempts the follower may make: before the last, a failure that lost units says a relaunch is pending",
+    )
     return p
 
 
@@ -160,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_BAD_SPEC
         _wait_for_groups(args.group_results, args.wait_groups, args.timeout, args.poll)
     try:
-        summary = run_spec(spec, shard_group=group, collect=args.command == "collect")
+        attempt, most = getattr(args, "attempt", None), getattr(args, "attempts", None)
+        relaunchable = attempt is not None and most is not None and attempt < most
+        summary = run_spec(spec, shard_group=group, collect=args.command == "collect", relaunchable=relaunchable)
     except Exception as e:  # noqa: BLE001
         # The job log and the result file are read by others: secrets masked, bounded.
         print(redact.scrub(traceback.format_exc(), limit=redact.TRACEBACK_LIMIT), file=sys.stderr)

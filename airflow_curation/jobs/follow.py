@@ -5,7 +5,9 @@ A :meth:`Follower.look` is: the run's newest attempt (:func:`~.attempts.latest`)
 the log text since the last look, and, once the attempt has failed, the relaunch decision
 (:func:`~.attempts.settle`) where this follower may relaunch. Who may: the operator that waits for its job,
 the full checkpoint gate and the CLI; a quorum gate and the triggers only watch (a trigger hands the
-decision to its task in the worker, which looks again). The checkpoint gate's own look, on top of this
+decision to its task in the worker, which looks again). Any follower that sees a failure no one will relaunch
+tells the run's manifest (:func:`~.attempts.decline`), so that a downstream reader waiting for a relaunch stops
+waiting (``docs/backends/slurm.md``). The checkpoint gate's own look, on top of this
 one, is :class:`airflow_curation.jobs.gate.CheckpointGate`.
 """
 
@@ -106,6 +108,8 @@ class Follower:
             return Look(looked, status, text)
         if not self.relaunch:
             due = attempts.can_relaunch(self.backend, looked, status)
+            if not due:  # final: no follower will relaunch it (a reader of its manifest stops waiting)
+                attempts.decline(looked, status.message)
             return Look(looked, status, text, relaunch_due=due)
         new = attempts.settle(self.backend, looked, status)
         if new is None:

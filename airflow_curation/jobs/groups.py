@@ -81,10 +81,16 @@ def group_args(spec: str, result: Arg, index: Any, groups: int, pick: Sequence[i
     return args
 
 
-def collect_args(spec: str, result: Arg, wait: tuple[str, int, float] | None = None) -> list[Arg]:
+def collect_args(
+    spec: str, result: Arg, wait: tuple[str, int, float] | None = None, attempts: tuple[Arg, int] | None = None
+) -> list[Arg]:
     """The step after every group; ``wait=(folder, groups, timeout_s)``: first wait for the groups'
-    results (a collect started together with its groups, not after them)."""
+    results (a collect started together with its groups, not after them). ``attempts=(this attempt, attempts
+    the follower may make)``: a failure before the last that lost units says a relaunch is pending."""
     args = ["collect", spec, "--result", result]
+    if attempts is not None:
+        attempt, most = attempts
+        args += ["--attempt", attempt, "--attempts", str(int(most))]
     if wait is not None:
         folder, groups, timeout = wait
         args += ["--wait-groups", str(int(groups)), "--group-results", folder, "--timeout", str(int(timeout))]

@@ -80,9 +80,25 @@ def reopen(manifest_uri: str) -> dict[str, str]:
             storage.remove(storage.join(store.directory, f"{unit.unit_id}.failed.json"))
     if manifest.tallies:  # before the head says planned: a gate reading it then must not find them
         drop_failed(manifest_uri, set(reopened))
-    manifest.status, manifest.accounting = "planned", {}
+    manifest.status, manifest.accounting, manifest.relaunch = "planned", {}, None
     manifest.write(manifest_uri)
     return reopened
+
+
+def decline_relaunch(manifest_uri: str, why: str) -> bool:
+    """The run's follower will not relaunch it: a failed manifest that said a relaunch was pending says so
+    no more, and why (a downstream reader waiting for the reopen then fails at once, naming it). Rewrites the
+    head only (its pages stay); a no-op for any other manifest. Returns whether it changed the head."""
+    try:
+        raw = storage.read_json(manifest_uri)
+    except (FileNotFoundError, ValueError):
+        return False
+    if not isinstance(raw, dict) or raw.get("format_version") != 2 or raw.get("status") != "failed":
+        return False
+    if not (raw.get("relaunch") or {}).get("pending"):
+        return False
+    storage.write_json(manifest_uri, {**raw, "relaunch": {**raw["relaunch"], "pending": False, "why": why}})
+    return True
 
 
 @dataclass

@@ -168,39 +168,43 @@ class AttrsStage(Stage):
         return _manifest_entries(self.config["input_manifest"], group)
 
     def _wait_for_upstream(self, group: tuple[int, int] | None = None) -> None:
+        """Wait while the upstream run goes on (streaming its checkpointed shards meanwhile, where the stage
+        streams): while its manifest is ``planned``, or ``failed`` with a relaunch pending (its follower
+        reopens it for the next attempt; :attr:`ManifestHead.relaunch_pending`). A failed upstream that no
+        follower will relaunch ends the wait at once.
+
+        :param group: the group whose plan this is (None: the whole plan). One task of an array streams its
+            own block of the upstream only, also group 0, which plans every unit (``shard_group``)."""
         uri = self.config.get("input_manifest")
         if not uri:
             return
         wait = float(self.config.get("upstream_wait_s") or 0)
         started = time.monotonic()
-        if self.STREAMS and self.config.get("stream"):
-            if self._stream_upstream(uri, group):
+        if self.STREAMS and self.config.get("stream") and not self.collecting:
+            if self._stream_upstream(uri, group or self.shard_group):
                 wait = 0.0  # already waited that long without a new upstream shard
         deadline = time.monotonic() + wait
-        while (upstream := ManifestHead.read(uri)).status == "planned" and time.monotonic() < deadline:
+        while _going(upstream := ManifestHead.read(uri)) and time.monotonic() < deadline:
             time.sleep(1.0)
         if upstream.status != "complete":
-            # The time really waited: a failed upstream ends the wait at once, whatever upstream_wait_s says.
-            waited = time.monotonic() - started
-            why = (
-                f"still planned after {waited:.0f} s (upstream_wait_s={self.config.get('upstream_wait_s') or 0:g})"
-                if upstream.status == "planned"
-                else f"{upstream.status_text} (found after {waited:.0f} s; a finished upstream is not waited for)"
-            )
-            raise ValueError(f"{self.name}: upstream manifest {uri} is not complete: {why}")
+            setting = float(self.config.get("upstream_wait_s") or 0)
+            raise ValueError(f"{self.name}: {upstream_problem(upstream, time.monotonic() - started, setting)}")
 
     # -- streaming -----------------------------------------------------------------------------------
     def _stream_upstream(self, uri: str, group: tuple[int, int] | None = None) -> bool:
-        """While the upstream manifest is ``planned`` (its run still going), process the shards of the upstream
-        units already checkpointed, pass after pass, each unit through the same retries and checkpoints as
-        the run proper. Returns when the upstream manifest is no longer planned (the normal plan then finds
-        these units done and skips them: False) or no new upstream shard came for ``upstream_wait_s`` (True).
+        """While the upstream run goes on (its manifest ``planned``, or failed with a relaunch pending), process
+        the shards of the upstream units already checkpointed, pass after pass, each unit through the same
+        retries and checkpoints as the run proper. Returns when the upstream run is over (complete: the normal
+        plan then finds these units done and skips them; or failed for good: False) or no new upstream shard
+        came for ``upstream_wait_s`` (True).
 
-        One task of an array (``group`` (i, n)) streams the upstream units of block i of n only, read from the
-        pages that hold them, and looks up their records one by one: a pass costs O(its units), not O(the
-        run's), and the n tasks share the work instead of each doing all of it. With one shard per upstream
-        unit (every attrs stage) that block's shards are the ones its plan gets once the upstream completes;
-        otherwise they are near it, and a unit another task did is found checkpointed and skipped."""
+        One task of an array (``group`` (i, n)) streams the upstream units of block i of n only (group 0 too,
+        although it plans the whole run: its ``shard_group``), read from the pages that hold them, and looks up
+        their records one by one: a pass costs O(its units), not O(the run's), and the n tasks share the work
+        instead of each doing all of it (no unit is run by two tasks at once). A collect step streams nothing.
+        With one shard per upstream unit (every attrs stage) that block's shards are the ones its plan gets once
+        the upstream completes; otherwise they are near it, and a unit another task did is found checkpointed
+        and skipped."""
         from airflow_curation.stages.base import _attempt_unit  # the runner's own unit step
 
         wait = float(self.config.get("upstream_wait_s") or 0)
@@ -212,8 +216,12 @@ class AttrsStage(Stage):
         units: list[UnitEntry] | None = None
         while True:
             head = ManifestHead.read(uri)
-            if head.status != "planned":
+            if not _going(head):
                 return False
+            if head.relaunch_pending != getattr(self, "_saw_pending", False):
+                self._saw_pending = head.relaunch_pending
+                if head.relaunch_pending:
+                    log.info("%s: streaming: the upstream run failed; its relaunch is pending: waiting", self.name)
             if units is None or head.data["index"] != getattr(self, "_stream_index", None):
                 units, self._stream_index = head.units(*(group or (0, 1))), head.data["index"]
             new = {sid: e for sid, e in upstream_checkpointed(head, units, group is None).items() if sid not in seen}
@@ -348,6 +356,33 @@ class AttrsStage(Stage):
             ids = table.column(ID)
             result = result.add_column(0, ID, ids if pa.types.is_string(ids.type) else ids.cast(pa.string()))
         return result
+
+
+def _going(head: ManifestHead) -> bool:
+    """The upstream run may still add shards: planned, or failed with a relaunch pending."""
+    return head.status == "planned" or head.relaunch_pending
+
+
+def upstream_problem(head: ManifestHead, waited: float, wait: float) -> str:
+    """Why a downstream stage cannot read the upstream run ``head`` (not complete), for its error: the
+    manifest, its status, the failed units and whether a relaunch was pending, declined or never in sight."""
+    where = f"upstream manifest {head.uri} is not complete"
+    if head.status == "planned":
+        return f"{where}: still planned after {waited:.0f} s (upstream_wait_s={wait:g})"
+    found = f"{where}: {head.status_text} (found after {waited:.0f} s)"
+    if head.status != "failed":
+        return f"{found}; a finished upstream is not waited for"
+    failed = head.unit_statuses.get("failed", 0)
+    names = ", ".join(head.failed_units[:5]) + (", ..." if failed > 5 else "")
+    units = f"{failed} of {head.unit_count} units failed: {names}" if failed else "no unit failed"
+    relaunch = head.relaunch or {}
+    if head.relaunch_pending:
+        then = f"its relaunch was still pending after upstream_wait_s={wait:g}: no follower reopened it"
+    elif relaunch.get("why"):
+        then = f"not relaunched ({relaunch['why']}), so a finished upstream is not waited for"
+    else:
+        then = "a finished upstream is not waited for"
+    return f"{found}: the {head.stage} run failed, {units}; {then}"
 
 
 def upstream_checkpointed(head: ManifestHead, units: list[UnitEntry], listing: bool = True) -> dict[str, ShardEntry]:

@@ -130,6 +130,7 @@ class Stage:
     # the runner before it plans: a stage whose planning does work of its own (dedup's signatures) does
     # only this task's share of it.
     shard_group: tuple[int, int] | None = None
+    collecting = False  # a collect step (StageRunner): it plans every unit and runs none
     SETTINGS: Settings = Settings(
         Setting("workers", int, 1, "parallel workers", runtime=True),
         Setting("max_attempts", int, 2, "attempts per unit before it counts as failed", runtime=True),
@@ -312,26 +313,31 @@ class StageRunner:
         self.stage = stage
         self.mapper = mapper or stage.default_mapper()
 
-    def run(self, shard_group: tuple[int, int] | None = None, collect: bool = False) -> Manifest:
+    def run(
+        self, shard_group: tuple[int, int] | None = None, collect: bool = False, relaunchable: bool = False
+    ) -> Manifest:
         """Runs under the stage's lease (one run per stage and snapshot; ``lease_wait_s`` to wait for another).
 
         :param shard_group: ``(i, n)``: process only group ``i`` of ``n`` (the block of the plan that
             ``group_range`` gives, e.g. one task of a Slurm array); the manifest is not written and any failed unit raises.
         :param collect: process nothing: gather the checkpoints that shard groups left, count the rest
             as failed, then finish the run as usual (manifest, failure budget, :meth:`Stage.collect`).
+        :param relaunchable: (collect) the run's follower may relaunch this attempt: when the run fails with
+            units lost (neither checkpoint nor failure marker: their task was cancelled, preempted or killed),
+            its manifest says a relaunch is pending (``Manifest.relaunch``), which the follower resolves.
         """
         if shard_group is not None and not collect:
             # Array tasks of one run run side by side: the run's launcher, not each task, holds the lease.
-            return self._run(shard_group, collect)
+            return self._run(shard_group, collect, relaunchable)
         lease = Lease(
             self.stage.lake.path("_locks", f"{self.stage.name}.lease"),
             f"{self.stage.name} on {self.stage.lake.base}",
             wait_s=float(self.stage.config.get("lease_wait_s") or 0),
         )
         with lease:
-            return self._run(shard_group, collect)
+            return self._run(shard_group, collect, relaunchable)
 
-    def _run(self, shard_group: tuple[int, int] | None, collect: bool) -> Manifest:
+    def _run(self, shard_group: tuple[int, int] | None, collect: bool, relaunchable: bool = False) -> Manifest:
         stage = self.stage
         fp = stage.fingerprint
         if shard_group is not None:
@@ -344,6 +350,7 @@ class StageRunner:
         # the run's other units.
         whole = shard_group is None or collect or shard_group[0] == 0
         stage.shard_group = None if collect else shard_group
+        stage.collecting = collect
         for folder in stage.work_dirs() if whole else []:
             for path in storage.remove_stale_temps(folder):
                 log.info("%s: removed %s (a temp file its killed writer left)", stage.name, path)
@@ -385,9 +392,11 @@ class StageRunner:
         tally = None if collect else TallyWriter(stage.manifest_uri, fp, [u.unit_id for u in scope])
         if tally is not None:
             tally.ended({uid: tally_entry("skipped", rec) for uid, rec in records.items()})
+        lost = 0  # units whose task ended before they did (no failure of their own): a relaunch reruns them
         if collect:
             for unit in todo:
                 failure = store.failure(unit.unit_id) or {}
+                lost += not failure
                 unit.status = "failed"
                 unit.error = failure.get("error") or "no checkpoint: its shard group did not finish it"
             todo = []
@@ -433,6 +442,8 @@ class StageRunner:
         budget = float(stage.config.get("max_failed_fraction", 0.0))
         allowed = allowed_failures(budget, len(units))
         manifest.status = "failed" if len(failed) > allowed else "complete"
+        if manifest.status == "failed" and relaunchable and lost:
+            manifest.relaunch = {"pending": True, "lost_units": lost}
         upstream = stage.upstream_manifest() if manifest.status == "complete" else None
         broken = chain_problem(manifest, upstream) if upstream is not None else None
         if broken:

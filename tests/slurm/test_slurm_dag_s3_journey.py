@@ -3,7 +3,9 @@ Slurm, input and lake on S3 (moto on loopback), the credentials only in the ``cu
 connection (its password is the S3 secret). Every stage that runs (ingest, preprocess, dedup, pii,
 validate) is an array of two groups plus its collect job; ingest's array tasks are held at their first unit
 (``CURATION_HOLD``, set through the DAG's per-stage ``backend_options`` param) and group 1 is ``scancel``-ed
-there, as an admin or a preemption would. The checkpoint gate relaunches that group within the same run.
+there, as an admin or a preemption would. The checkpoint gate relaunches that group within the same run, while
+preprocess, started on ingest's first shards (the default ``stream_quorum``), waits for it: the cancelled
+attempt's manifest says a relaunch is pending.
 
 Asserted: the run succeeds; the relaunch is said in the ingest job's log (which the gate streams into its
 task log) and in its run record (``current.json``: attempt 2, group 1 only); the curated output (every row
@@ -153,10 +155,6 @@ def test_pipeline_dag_on_slurm_arrays_with_an_s3_lake_and_a_cancelled_group(
         # shards, so the same layout makes them comparable (a Slurm array would else split the input into as
         # many units as it has tasks, min_units, and the local run keep it one).
         "ingest_unit_size": "1",
-        # No stage starts on its upstream's first shards: a streaming reader that finds the upstream run
-        # failed (the cancelled attempt's collect), before the gate reopens it for the relaunch, gives up
-        # instead of waiting (a known gap, docs/backends/slurm.md).
-        "stream_quorum": 1,
         "dedup_threshold": 0.7,
         "max_duplicate_rate": 0.9,
     }
@@ -179,12 +177,15 @@ def test_pipeline_dag_on_slurm_arrays_with_an_s3_lake_and_a_cancelled_group(
     # Per stage (the DAG's backend_options param, merged over the connection's): ingest's tasks stop at their
     # first unit until `go` exists, so that one of them is cancelled mid-run.
     hold = {"env": {**job_env, "CURATION_HOLD": f"{CANCELLED_STAGE}.before_unit={go}"}}
+    # Preprocess streams ingest's first shards: its tasks hold their CPUs while ingest's relaunch, submitted after
+    # them, queues. On this 2-CPU node one preprocess task at a time leaves a CPU for it (docs/backends/slurm.md).
+    stages = {CANCELLED_STAGE: hold, "preprocess": {"array_parallelism": 1}}
     said: dict = {}
     stop = threading.Event()
     watcher = threading.Thread(target=_cancel_when_running, args=(jobs, go, said, stop), daemon=True)
     watcher.start()
     try:
-        run = pipeline.test(logical_date=logical_date, run_conf={**params, "backend_options": {CANCELLED_STAGE: hold}})
+        run = pipeline.test(logical_date=logical_date, run_conf={**params, "backend_options": stages})
     finally:
         stop.set()
         go.touch()
@@ -221,6 +222,13 @@ def test_pipeline_dag_on_slurm_arrays_with_an_s3_lake_and_a_cancelled_group(
         assert f"attempt 2 resubmitted groups {CANCELLED_GROUP} as job {current['job_id']}" in log, log[-3000:]
         said_in_log = f"group {CANCELLED_GROUP}/2 was cancelled (CANCELLED)"
         assert said_in_log in task_log and "relaunched, attempt 2 of 3" in task_log
+
+        # Preprocess started on ingest's first shards (stream_quorum's default) and went on through the relaunch;
+        # each of its units ran once, by the task whose block holds it (group 0 streams its own block only).
+        pre_log = (Path(handles["preprocess"]["job_dir"]) / "job.log").read_text()
+        assert "preprocess: streaming: unit" in pre_log, pre_log[-3000:]
+        ran = re.findall(r"preprocess: (?:streaming: )?unit (\S+) done", pre_log)
+        assert ran and len(ran) == len(set(ran)), ran
 
         # Row for row what the local backend curated (every row of pii's manifest, the attrs of every stage).
         got = curated_view(lake.manifest_uri(run_id, "pii"))

@@ -298,7 +298,10 @@ class SlurmBackend(Backend):
             self._write_script(
                 job_dir, "group.sh", grp.group_args(spec_path, group_result, TASK, groups), last_consumer=False
             )
-            self._write_script(job_dir, "collect.sh", grp.collect_args(spec_path, result))
+            # The follower's budget: a collect before the last attempt that lost units says a relaunch is
+            # pending, so a stage streaming from this run waits for the reopen instead of giving up.
+            attempts = ((ATTEMPT,), self.max_resubmits + 1)
+            self._write_script(job_dir, "collect.sh", grp.collect_args(spec_path, result, attempts=attempts))
         return base
 
     def spec_of(self, handle: JobHandle) -> JobSpec:
@@ -435,6 +438,7 @@ class SlurmBackend(Backend):
             if not result.succeeded:
                 word, ends = self._array_failure(handle)
                 st.retryable = self._retryable(word)
+                ends = "; ".join(x for x in (ends, self._advice(word)) if x)
                 st.message = f"{ends}: {st.message}" if ends else st.message
             return st
         state, message = summarize(records)
@@ -463,6 +467,16 @@ class SlurmBackend(Backend):
             f"job {handle['job_id']} ended without a result ({where}); "
             f"{done}/{total} units checkpointed; log: {handle['log']}",
             retryable=self._retryable("GONE"),
+        )
+
+    def _advice(self, word: str | None) -> str:
+        """What to change after a failure that a relaunch as it is would repeat (an array task's OOM)."""
+        if word != "OUT_OF_MEMORY":
+            return ""
+        now = f"now {self.sbatch.mem}" if self.sbatch.mem else "unset: the partition's default"
+        return (
+            f"out of memory (OOM): raise the Slurm backend's mem option (sbatch --mem, {now}) or spread the run "
+            "over more shard_groups; not relaunched as it is"
         )
 
     def _array_failure(self, handle: JobHandle) -> tuple[str | None, str]:

@@ -26,7 +26,7 @@ _RUNNING = {"RUNNING", "COMPLETING", "STOPPED"}
 FAILURE_NOTES = {
     "FAILED": "a task exited non-zero",
     "TIMEOUT": "hit its time limit; raise --time (resubmission resumes from the checkpoints)",
-    "OUT_OF_MEMORY": "ran out of memory; raise --mem or use more shard groups",
+    "OUT_OF_MEMORY": "ran out of memory (OOM); raise the backend option mem (sbatch --mem) or use more shard_groups",
     "NODE_FAIL": "its node failed",
     "BOOT_FAIL": "its node failed to boot",
     "PREEMPTED": "was preempted by a higher-priority job",
