@@ -9,8 +9,9 @@ stage is one ``pipeline.add(...)`` line.
 Nothing here depends on where this file lies: the defaults come from the deployment, at run time,
 so the file can be copied into any dags folder. The lake (and backend, and the lake's storage
 credentials) come from the ``curation_default`` connection; the input, dataset and models from the
-Airflow Variables ``curation_input``, ``curation_dataset``, ``curation_quality_model``,
-``curation_enrich_model`` and ``curation_tokenizer``. A param given in the trigger form wins over both.
+Airflow Variables ``curation_input``, ``curation_dataset``, ``curation_boilerplate_min_documents``,
+``curation_quality_model``, ``curation_enrich_model`` and ``curation_tokenizer``. A param given in the
+trigger form wins over both.
 The full guide is ``DOC_MD`` below (the DAG's Docs tab).
 """
 
@@ -21,6 +22,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, AssetAlias, Param
 
+from airflow_curation.operators.boilerplate import BoilerplateOperator
 from airflow_curation.operators.decontaminate import DecontaminateOperator
 from airflow_curation.operators.dedup import DedupOperator
 from airflow_curation.operators.enrich import EnrichOperator
@@ -45,15 +47,17 @@ DOC_MD = """
 # Curation pipeline
 
 One **logical date = one snapshot partition**: every stage writes `<lake>/<dataset>/snapshot=<ds>/`.
-Stages: `ingest` → `preprocess` → `dedup` → `quality` (only with a quality model) → `decontaminate` (only
-with evaluation sets) → `pii` → `enrich` (only with a model) → `validate`; `tokenize` (only with a tokenizer
-file) packs the kept rows into training sequences beside pii and enrich, and `export` (only with a tokenizer
-and `export_formats`) shuffles them across shards into the trainers' formats. `pii` and `tokenize` read the
-manifest of the last of dedup, quality and decontaminate that ran (so that tokenize and enrich skip the rows
-the classifier or the decontamination dropped). Each stage is a group named after it: `<stage>.launch`
-(submits a job to the backend and returns; its log says where the job runs and where to follow it) and
-`<stage>.checkpoints` (deferred, done when every shard of the run has a checkpoint; it streams the job's
-log and per-shard progress into its own log). An optional stage left unconfigured is one skipped group.
+Stages: `ingest` → `preprocess` → `boilerplate` (only with `boilerplate_min_documents`: lines held by that
+many pages, menus and footers, removed before dedup, which then reads the cleaned text) → `dedup` → `quality`
+(only with a quality model) → `decontaminate` (only with evaluation sets) → `pii` → `enrich` (only with a
+model) → `validate`; `tokenize` (only with a tokenizer file) packs the kept rows into training sequences
+beside pii and enrich, and `export` (only with a tokenizer and `export_formats`) shuffles them across shards
+into the trainers' formats. `pii` and `tokenize` read the manifest of the last of dedup, quality and
+decontaminate that ran (so that tokenize and enrich skip the rows the classifier or the decontamination
+dropped). Each stage is a group named after it: `<stage>.launch` (submits a job to the backend and returns;
+its log says where the job runs and where to follow it) and `<stage>.checkpoints` (deferred, done when every
+shard of the run has a checkpoint; it streams the job's log and per-shard progress into its own log). An
+optional stage left unconfigured is one skipped group.
 
 ## Streaming between stages
 
@@ -75,6 +79,7 @@ Leave a param empty to use the deployment's setting, resolved when the run start
 | `lake` | the `curation_default` connection's lake (its host, or `lake` in its extra) |
 | `dataset` | Airflow Variable `curation_dataset`, else `sample` |
 | `backend` (`connection`) | the connection's `backend`, else `local` |
+| `boilerplate_min_documents` | Airflow Variable `curation_boilerplate_min_documents`; none: boilerplate is skipped |
 | `quality_model` | Airflow Variable `curation_quality_model`; none: quality is skipped |
 | `enrich_model` | Airflow Variable `curation_enrich_model`; none: enrich is skipped |
 | `tokenizer` | Airflow Variable `curation_tokenizer`; none: tokenize is skipped |
@@ -190,6 +195,14 @@ with DAG(
             type="string",
             description="Preprocess quality filter preset(s): gopher, structure, c4, fineweb, code, comma-separated.",
         ),
+        "boilerplate_min_documents": Param(
+            None,
+            type=["null", "integer"],
+            minimum=2,
+            description="Boilerplate: a line held by at least this many documents (menus, footers, cookie banners) "
+            "is removed before dedup. Empty: the Airflow Variable curation_boilerplate_min_documents; none: "
+            "boilerplate is skipped.",
+        ),
         "dedup_threshold": Param(
             0.8,
             type="number",
@@ -285,6 +298,11 @@ with DAG(
         config={"unit_bytes": "{{ params.ingest_unit_size or '' }}"},
     )
     pipeline.add(PreprocessOperator, preset="{{ params.preset }}")
+    # Lines repeated across many pages removed before dedup, which reads the cleaned text (docs/boilerplate.md).
+    pipeline.add(
+        BoilerplateOperator,
+        min_documents="{{ params.boilerplate_min_documents or var.value.get('curation_boilerplate_min_documents', '') }}",
+    )
     # Global exact + near dedup: a barrier over every preprocessed shard, then per-shard attrs that land one by
     # one after its global phase (the later stages stream on them). See docs/dedup.md.
     pipeline.add(

@@ -139,10 +139,10 @@ PRESETS: dict[str, tuple[Rule, ...]] = {
     "structure": (
         EMPTY,
         Rule("structure_min_words", "n_words", min=20),
-        Rule("structure_words_per_line", "words_per_line", min=4),
+        Rule("structure_words_per_line", "words_per_line", min=3.75),
         Rule("structure_short_items", "short_item_char_frac", max=0.45),
         Rule("structure_line_templates", "template_dup_line_frac", max=0.8),
-        Rule("structure_list_lines", "list_line_frac", max=0.7),
+        Rule("structure_list_lines", "list_line_frac", max=0.8),
     ),
     "code": (
         EMPTY,

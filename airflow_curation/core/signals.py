@@ -30,9 +30,12 @@ Definitions (all deterministic; an empty text gives zeros, never a division erro
   after its first; a word counts once).
 - ``n_sentences`` (``. ! ?`` runs followed by whitespace or the end), ``has_curly_bracket``,
   ``has_lorem_ipsum`` (case-insensitive) for the C4 rules.
-- structure (navigation/index pages), over non-blank lines: ``words_per_line`` (n_words / lines);
+- structure (navigation/index pages), over the non-blank lines that are not code (a line of two words
+  or more holding ``;``, ``{``, ``}`` or ``=``, a ``*`` after its first character, starting with ``#`` or ending with ``,``: API
+  signatures and examples, whose short lines are not navigation): ``words_per_line``
+  (their words / lines; over every line when all are code);
   ``short_item_line_frac`` / ``short_item_char_frac`` (lines of at most 3 words not ending in terminal
-  punctuation, by count / by chars over the chars of non-blank lines); ``ident_line_frac`` (one word of
+  punctuation, by count / by chars over those lines' chars); ``ident_line_frac`` (one word of
   alphanumerics and ``_.:/-()[]``); ``url_line_frac`` (one word starting ``http://``, ``https://`` or
   ``www.``, ASCII case-insensitive); ``list_line_frac`` (a bullet, or a first word like ``1.``, ``2)``,
   ``6.2.1.``); ``template_dup_line_frac`` (lines whose template, each run of word characters one
@@ -525,7 +528,10 @@ if HAVE_NUMBA:
             fw_pre = numba.uint64(0)
             t_hash = FNV0
             t_pend = False
-            # structure: per document
+            line_code = False
+            # structure: per document, over the lines that are not code (_is_code_line)
+            n_sl = 0
+            sl_words = 0
             n_item = 0
             item_chars = 0
             text_line_chars = 0
@@ -734,22 +740,29 @@ if HAVE_NUMBA:
                                     n_term_line += 1
                                 if line_chars <= short_line:
                                     n_short += 1
-                                text_line_chars += line_chars
-                                if line_words <= short_item and not (line_last_cls & 32):
-                                    n_item += 1
-                                    item_chars += line_chars
-                                if line_words == 1:
-                                    if line_ident:
-                                        n_ident += 1
-                                    if (
-                                        (fw_pre & numba.uint64(0xFFFFFFFFFFFFFF)) == HTTP
-                                        or (fw_len >= 8 and fw_pre == HTTPS)
-                                        or (fw_pre & numba.uint64(0xFFFFFFFF)) == WWW
-                                    ):
-                                        n_url += 1
-                                if (line_first & 16) or line_num:
-                                    n_list += 1
-                                thash[numba.uint64(nl_text - 1)] = t_hash if t_hash != 0 else ONE
+                                # a line of code (signatures, examples) is not navigation: the structure counts
+                                # leave it out (_is_code_line); here the last test, a line ending with ','
+                                if last_ns - 1 >= line_start and data[numba.uint64(last_ns - 1)] == 44:
+                                    line_code = True
+                                if line_words < 2 or not line_code:
+                                    n_sl += 1
+                                    sl_words += line_words
+                                    text_line_chars += line_chars
+                                    if line_words <= short_item and not (line_last_cls & 32):
+                                        n_item += 1
+                                        item_chars += line_chars
+                                    if line_words == 1:
+                                        if line_ident:
+                                            n_ident += 1
+                                        if (
+                                            (fw_pre & numba.uint64(0xFFFFFFFFFFFFFF)) == HTTP
+                                            or (fw_len >= 8 and fw_pre == HTTPS)
+                                            or (fw_pre & numba.uint64(0xFFFFFFFF)) == WWW
+                                        ):
+                                            n_url += 1
+                                    if (line_first & 16) or line_num:
+                                        n_list += 1
+                                    thash[numba.uint64(n_sl - 1)] = t_hash if t_hash != 0 else ONE
                             if line_chars == 0:
                                 # an empty line ends the paragraph
                                 if para_text:
@@ -780,6 +793,7 @@ if HAVE_NUMBA:
                         t_pend = False
                         line_first = 0
                         line_last_cls = 0
+                        line_code = False
                         if not real:
                             if para_text:
                                 phash[numba.uint64(npara)] = para_hash
@@ -828,6 +842,7 @@ if HAVE_NUMBA:
                             num_state = 2 if cp == 46 else 3
                         else:
                             num_state = -1
+                    first_ns = line_blank
                     if line_blank:
                         line_first = cls
                         line_blank = False
@@ -854,6 +869,11 @@ if HAVE_NUMBA:
                         n_other += 1
                         n_tokens += 1
                         t_hash = (t_hash ^ numba.uint64(cp)) * FNVP
+                        # code syntax (_is_code_line): ; { } =, a * after the line's first character, a leading #
+                        if cp == 59 or cp == 123 or cp == 125 or cp == 61:
+                            line_code = True
+                        elif (cp == 42 and not first_ns) or (cp == 35 and first_ns):
+                            line_code = True
                         if not (
                             cp == 46 or cp == 58 or cp == 47 or cp == 45 or cp == 40 or cp == 41 or cp == 91 or cp == 93
                         ):
@@ -914,14 +934,15 @@ if HAVE_NUMBA:
             row[35] = n_sent
             row[36] = has_curly
             # structure
-            row[37] = nw / nl_text if nl_text else 0.0
-            row[38] = n_item / nl_text if nl_text else 0.0
+            # over the lines that are not code; a text of code only: words_per_line over all its lines
+            row[37] = sl_words / n_sl if n_sl else (nw / nl_text if nl_text else 0.0)
+            row[38] = n_item / n_sl if n_sl else 0.0
             row[39] = item_chars / text_line_chars if text_line_chars else 0.0
-            row[40] = n_ident / nl_text if nl_text else 0.0
-            row[41] = n_url / nl_text if nl_text else 0.0
-            row[42] = n_list / nl_text if nl_text else 0.0
-            dt, _ = _dup_counts(thash, llen, nl_text, keys)
-            row[43] = dt / nl_text if nl_text else 0.0
+            row[40] = n_ident / n_sl if n_sl else 0.0
+            row[41] = n_url / n_sl if n_sl else 0.0
+            row[42] = n_list / n_sl if n_sl else 0.0
+            dt, _ = _dup_counts(thash, llen, n_sl, keys)
+            row[43] = dt / n_sl if n_sl else 0.0
             row[44] = has_lorem
 
 
@@ -1177,8 +1198,21 @@ def _template(line: str) -> str:
     return re.sub(r" +", " ", "".join(out))
 
 
-def _ref_structure(text_lines: list[str], nw: int) -> dict:
+def _is_code_line(line: str) -> bool:
+    """A line of code (a signature, an example) rather than of words: of two words or more, it holds ``;``,
+    ``{``, ``}`` or ``=``, a ``*`` after its first character, starts with ``#`` or ends with ``,`` (a wrapped
+    argument list)."""
+    s = line.strip()
+    if len(s.split()) < 2:  # one word (an identifier, a URL with a query) is an item, not code
+        return False
+    return any(c in s for c in ";{}=") or "*" in s[1:] or s.startswith("#") or s.endswith(",")
+
+
+def _ref_structure(all_lines: list[str], nw_all: int) -> dict:
+    text_lines = [ln for ln in all_lines if not _is_code_line(ln)]
     ntl = len(text_lines)
+    nw = sum(len(ln.split()) for ln in text_lines) if ntl else nw_all
+    wpl_lines = ntl if ntl else len(all_lines)
     n_item = item_chars = n_ident = n_url = n_list = 0
     for ln in text_lines:
         words = ln.split()
@@ -1198,7 +1232,7 @@ def _ref_structure(text_lines: list[str], nw: int) -> dict:
         seen.add(t)
     text_chars = sum(map(len, text_lines))
     return {
-        "words_per_line": nw / ntl if ntl else 0.0,
+        "words_per_line": nw / wpl_lines if wpl_lines else 0.0,
         "short_item_line_frac": n_item / ntl if ntl else 0.0,
         "short_item_char_frac": item_chars / text_chars if text_chars else 0.0,
         "ident_line_frac": n_ident / ntl if ntl else 0.0,

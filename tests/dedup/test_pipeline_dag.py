@@ -65,6 +65,11 @@ def test_pipeline_runs_ingest_preprocess_dedup(airflow_db, tmp_path, monkeypatch
         assert time.monotonic() < deadline, "the dedup job never finished its manifest"
         time.sleep(0.2)
     assert manifest.status == "complete"
+    # boilerplate_min_documents unset: that stage is one skipped group that wrote nothing, and dedup read preprocess
+    states = {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+    assert states["boilerplate.launch"] == states["boilerplate.checkpoints"] == "skipped"
+    assert not Path(lake.manifest_uri(run_id, "boilerplate")).exists() and not Path(lake.path("boilerplate")).exists()
+    assert manifest.config["input_manifest"] == lake.manifest_uri(run_id, "preprocess")
     acc = manifest.accounting
     assert acc["read"] == len(docs) + 2 == acc["kept"] + sum(acc["dropped"].values())
     rows = {}

@@ -60,6 +60,33 @@ def test_line_templates_mask_words_and_fold_spaces(warm_signals):
     assert _row("abs()\nlen()\nmax()\n")["template_dup_line_frac"] == pytest.approx(2 / 3)
 
 
+# A reference page: its signature and example lines are code, left out of the structure counts.
+API = (
+    "Synopsis\n"
+    "void\tfoo\t(int a,\n"  # ends with ','
+    "\t\tint b);\n"  # ';'
+    "int x = 1\n"  # '='
+    "#define MAX 4\n"  # a leading '#'
+    "char *name\n"  # a '*' after the first character
+    "* a bullet item\n"  # a leading '*' is a bullet: not code
+    "https://example.org/?a=b\n"  # one word: an item, '=' or not
+    "Returns the sum of the two numbers given.\n"
+)
+
+
+def test_code_lines_are_left_out_of_the_structure_counts(warm_signals):
+    row = _row(API)
+    # Synopsis (1 word), "* a bullet item" (4), the URL (1), the sentence (8): 4 lines, 14 words
+    assert row["words_per_line"] == pytest.approx(14 / 4)
+    assert row["url_line_frac"] == pytest.approx(1 / 4)
+    assert row["list_line_frac"] == pytest.approx(1 / 4)
+    assert row["template_dup_line_frac"] == 0.0
+    # code only: words_per_line over all its lines, the fractions 0
+    code = _row("int x = 1;\nint y = 2;\n")
+    assert code["words_per_line"] == pytest.approx(4.0)
+    assert code["template_dup_line_frac"] == code["short_item_line_frac"] == 0.0
+
+
 @pytest.mark.parametrize(
     ("line", "url", "ident", "listed"),
     [

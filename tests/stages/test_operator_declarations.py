@@ -101,6 +101,7 @@ OPTIONAL = [n for n in INSTALLED if stage_class(n).OPTIONAL_WITHOUT]
 
 def test_the_optional_stages_are_declared_by_their_stage():
     assert {n: stage_class(n).OPTIONAL_WITHOUT for n in OPTIONAL} == {
+        "boilerplate": "min_documents",
         "decontaminate": "eval_sets",
         "enrich": "model",
         "export": "formats",

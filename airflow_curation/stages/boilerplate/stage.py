@@ -135,6 +135,9 @@ class BoilerplateStage(AttrsStage):
     name = "boilerplate"
     version = "1"
     UPSTREAM = ("preprocess", "ingest")
+    # In a pipeline it runs only when min_documents is given (the DAG's boilerplate_min_documents); the CLI
+    # and a stage built by hand have the default.
+    OPTIONAL_WITHOUT = "min_documents"
     STREAMS = False  # a global barrier: a line's count needs every shard
     SETTINGS = AttrsStage.SETTINGS.extend(
         Setting("min_documents", int, 10, "a line held by at least this many documents is boilerplate"),

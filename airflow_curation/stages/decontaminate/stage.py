@@ -88,7 +88,7 @@ class DecontaminateStage(AttrsStage):
 
     name = "decontaminate"
     version = "1"
-    UPSTREAM = ("quality", "dedup", "preprocess", "ingest")
+    UPSTREAM = ("quality", "dedup", "boilerplate", "preprocess", "ingest")
     OPTIONAL_WITHOUT = "eval_sets"
     FUNNEL_LABEL = "decontaminated"
     SETTINGS = AttrsStage.SETTINGS.extend(

@@ -133,7 +133,8 @@ class DedupStage(AttrsStage):
 
     name = "dedup"
     version = "1"
-    UPSTREAM = ("preprocess", "ingest")
+    # boilerplate first: two pages that differ only by their menus are exact duplicates once it ran
+    UPSTREAM = ("boilerplate", "preprocess", "ingest")
     # A global barrier: a shard's clusters depend on every other shard (the components of all partitions),
     # so it cannot start on single upstream shards; its per-shard attrs stream out to enrich.
     STREAMS = False

@@ -55,7 +55,7 @@ class EnrichStage(AttrsStage):
 
     name = "enrich"
     version = "1"
-    UPSTREAM = ("pii", "dedup", "preprocess", "ingest")
+    UPSTREAM = ("pii", "dedup", "boilerplate", "preprocess", "ingest")
     OPTIONAL_WITHOUT = "model"
     SETTINGS = AttrsStage.SETTINGS.extend(
         Setting("task", str, None, "what the model does", choices=tuple(sorted(TASKS)), required=True),

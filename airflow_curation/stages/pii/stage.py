@@ -45,7 +45,7 @@ class PiiStage(AttrsStage):
 
     name = "pii"
     version = "1"
-    UPSTREAM = ("decontaminate", "quality", "dedup", "preprocess", "ingest")
+    UPSTREAM = ("decontaminate", "quality", "dedup", "boilerplate", "preprocess", "ingest")
     FUNNEL_LABEL = "pii scanned"
     SETTINGS = AttrsStage.SETTINGS.extend(
         Setting("kinds", _kinds, list(KINDS), f"PII kinds to find, comma-separated: {', '.join(KINDS)}"),

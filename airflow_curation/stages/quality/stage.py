@@ -36,7 +36,7 @@ class QualityStage(AttrsStage):
 
     name = "quality"
     version = "1"
-    UPSTREAM = ("dedup", "preprocess", "ingest")
+    UPSTREAM = ("dedup", "boilerplate", "preprocess", "ingest")
     OPTIONAL_WITHOUT = "model"
     SETTINGS = AttrsStage.SETTINGS.extend(
         Setting("model", str, None, "quality model folder (written by curation quality-train)", required=True),

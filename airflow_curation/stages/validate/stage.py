@@ -65,7 +65,7 @@ class ValidateStage(Stage):
     """
 
     name = "validate"
-    UPSTREAM = ("enrich", "pii", "decontaminate", "quality", "dedup", "preprocess", "ingest")
+    UPSTREAM = ("enrich", "pii", "decontaminate", "quality", "dedup", "boilerplate", "preprocess", "ingest")
     AFTER_ALL = True
     # 2: sql checks run in the sandbox; a verdict reached without it is not reused. 3: metrics in bounded memory,
     # each shard joined with its own attrs files (a repeated id across shards no longer multiplies the rows). 4: split
