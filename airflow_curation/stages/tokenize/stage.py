@@ -90,7 +90,7 @@ class TokenizeStage(AttrsStage):
 
     name = "tokenize"
     version = "1"
-    UPSTREAM = ("decontaminate", "quality", "dedup", "preprocess", "ingest")
+    UPSTREAM = ("mix", "decontaminate", "quality", "dedup", "preprocess", "ingest")
     OPTIONAL_WITHOUT = "tokenizer"
     # A pipeline starts it on its upstream's complete checkpoints (as the DAG always has), not on first shards.
     STREAMS = False
