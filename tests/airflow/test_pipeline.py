@@ -29,7 +29,7 @@ def dag():
 def test_one_group_per_stage_and_validate_after_all(dag):
     groups = {g: set(tg.children) for g, tg in dag.task_group_dict.items()}
     streamed_on = {"ingest", "dedup", "quality", "decontaminate", "pii"}  # a later stage streams on their shards
-    stages = ("ingest", "preprocess", "dedup", "quality", "decontaminate", "pii", "enrich", "tokenize", "export")
+    stages = ("ingest", "preprocess", "dedup", "quality", "decontaminate", "pii", "mix", "enrich", "tokenize", "export")
     assert set(groups) == set(stages)
     for stage in stages:
         gates = {"launch", "checkpoints"} | ({"first_shards"} if stage in streamed_on else set())
@@ -41,13 +41,17 @@ def test_one_group_per_stage_and_validate_after_all(dag):
 
 def test_optional_stages_and_their_readers(dag):
     t = dag.task_dict
-    optional = {s for s in ("quality", "decontaminate", "enrich", "tokenize", "export") if t[f"{s}.launch"].optional}
-    assert optional == {"quality", "decontaminate", "enrich", "tokenize", "export"}
+    optional = {
+        s for s in ("quality", "decontaminate", "mix", "enrich", "tokenize", "export") if t[f"{s}.launch"].optional
+    }
+    assert optional == {"quality", "decontaminate", "mix", "enrich", "tokenize", "export"}
     assert not any(t[f"{s}.launch"].optional for s in ("ingest", "preprocess", "dedup", "pii"))
     # a stage that reads an optional one runs when it was skipped; one that reads only required stages does not
-    none_failed = {s for s in ("preprocess", "dedup", "quality", "pii", "enrich", "tokenize", "export")
+    none_failed = {s for s in ("preprocess", "dedup", "quality", "pii", "mix", "enrich", "tokenize", "export")
                    if t[f"{s}.launch"].trigger_rule == "none_failed"}  # fmt: skip
-    assert none_failed == {"pii", "tokenize", "export"}
+    assert none_failed == {"pii", "mix", "tokenize", "export"}
+    # tokenize reads mix's selection when it ran, else what it read before
+    assert "'mix.checkpoints'" in t["tokenize.launch"].input_manifest
     assert t["validate"].trigger_rule == "none_failed"
     # backend options are keyed by stage, not by task id
     assert "task.stage" in t["dedup.launch"].backend_options
