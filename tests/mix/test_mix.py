@@ -222,6 +222,10 @@ def test_validate_checks_the_mixture_against_its_targets(lake):
     report = json.loads(Path(ok.config["report_json"]).read_text())
     mixture = [c for c in report["checks"] if c["type"] == "mixture"]
     assert len(mixture) == 1 and mixture[0]["status"] == "pass"
+    # the report and the dataset card carry the mixture
+    assert set(report["mixture"]["by_key"]) == {"web", "code", "books"} and report["mixture"]["unit"] == "tokens"
+    assert "<h2>Mixture</h2>" in Path(ok.config["report_html"]).read_text()
+    assert "### Mixture" in (Path(ok.config["report_json"]).parent / "README.md").read_text()
     # a tolerance the mixture misses (token counts do not split exactly): the check fails and gates the run
     strict = [{"type": "mixture", "tolerance": 1e-9}]
     with pytest.raises(ValidationFailed, match="mixture"):
