@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import random
+import sys
+from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -21,8 +23,12 @@ from airflow_curation.stages.ingest.stage import IngestStage
 from airflow_curation.stages.mix.stage import MixStage
 from airflow_curation.stages.mix.targets import MixError
 from airflow_curation.stages.preprocess.stage import PreprocessStage
+from airflow_curation.stages.tokenize.stage import TokenizeStage
 from airflow_curation.stages.validate import ValidateStage
 from airflow_curation.stages.validate.checks import ValidationFailed
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tokenize"))
+from tokenizer_files import train_bpe  # noqa: E402
 
 TARGET = "airflow_curation.stages.mix.stage:MixStage"
 SOURCES = {"web": 600, "code": 200, "books": 100}
@@ -256,3 +262,21 @@ def test_cli(lake, capsys):
     assert '"mixture"' in out and '"web"' in out
     m = Manifest.read(lk.manifest_uri("cli", "mix"))
     assert m.status == "complete" and m.config["mixture"]["seed"] == 3
+
+
+def test_tokenize_packs_each_selected_row_its_epochs_times(lake, tmp_path):
+    lk, upstream = lake
+    m = run_mix(lk, upstream, "tok", targets="web=0.5,books=0.5", total=500)  # books: 100 rows for 250
+    by = m.config["mixture"]["by_key"]
+    assert by["books"]["whole_epochs"] == 2 and by["books"]["selected_copies"] == 250
+    texts = [" ".join(WORDS)] * 5 + [f"{w} {i}" for i, w in enumerate(WORDS * 20)]
+    tokenizer = train_bpe(str(tmp_path / "tokenizer.json"), texts, vocab_size=300)
+    config = {"input_manifest": lk.manifest_uri("tok", "mix"), "tokenizer": tokenizer, "seq_len": 64}
+    tok = StageRunner(TokenizeStage(lk, config, "tok")).run()
+    assert tok.accounting["kept"] == m.accounting["kept"] == 500 - 250 + 100
+    starts: Counter[str] = Counter()
+    for s in tok.config["tokens"]["shards"].values():
+        for r in pq.read_table(s["packed_uri"], columns=["doc_ids", "doc_offsets"]).to_pylist():
+            starts.update(d for d, off in zip(r["doc_ids"], r["doc_offsets"]) if off == 0)
+    assert starts == Counter(selection(m))  # every selected row packed exactly its epochs times
+    assert tok.config["tokens"]["repeats"] == sum(selection(m).values()) - tok.accounting["kept"] == 150
