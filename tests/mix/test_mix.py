@@ -194,7 +194,7 @@ def test_key_from_an_attrs_column_in_buckets(lake):
         "bins",
         key="preprocess.n_words",
         key_bins=[60, 120],
-        targets={"<60": 0.3, "60-120": 0.4, ">=120": 0.3},
+        targets="<60=0.3,60-120=0.4,>=120=0.3",  # bucket names hold "=" and "<"
     )
     by = m.config["mixture"]["by_key"]
     assert set(by) == {"<60", "60-120", ">=120"}

@@ -38,7 +38,7 @@ def parse_targets(value: Any) -> dict[str, float]:
         else:
             value = {}
             for item in (p for p in text.split(",") if p.strip()):
-                key, sep, prop = item.partition("=")
+                key, sep, prop = item.rpartition("=")  # a bucket key may hold "=" (">=0.8")
                 if not sep or not key.strip():
                     raise ValueError(f"target {item!r}: expected KEY=PROPORTION")
                 value[key.strip()] = prop
