@@ -287,16 +287,17 @@ class MixStage(AttrsStage):
         n = len(ids)
         epochs = np.zeros(n, dtype=np.int64)
         live = np.flatnonzero(np.fromiter((r is None for r in reasons), dtype=bool, count=n))
+        names, inverse = np.unique(np.asarray(keys, dtype=object)[live], return_inverse=True)
         if len(live):
+            # each live row's key plan, by its key's index: whole epochs, then one more below the threshold
+            plans = [self.plans.get(k) for k in names]
+            whole = np.array([p.whole if p else 0 for p in plans], dtype=np.int64)[inverse]
+            threshold = np.array([p.threshold if p else 0 for p in plans], dtype=np.int64)[inverse]
             bins = mt.doc_bins(int(self.config["seed"]), [ids[i] for i in live])
-            for j, i in enumerate(live):
-                plan = self.plans.get(keys[i])
-                if plan is None:
-                    reasons[i] = UNTARGETED
-                    continue
-                epochs[i] = plan.whole + (1 if bins[j] < plan.threshold else 0)
-                if epochs[i] == 0:
-                    reasons[i] = DOWNSAMPLED
+            epochs[live] = whole + (bins < threshold)
+            targeted = np.array([p is not None for p in plans], dtype=bool)[inverse]
+            reasons[live[~targeted]] = UNTARGETED
+            reasons[live[targeted & (epochs[live] == 0)]] = DOWNSAMPLED
         cols: dict[str, Any] = {
             ID: pa.array(ids, pa.string()),
             MIX_KEY: pa.array(keys, pa.string()),
@@ -312,18 +313,17 @@ class MixStage(AttrsStage):
             sink = _CountingSink(out)
             with parquet_writer(sink, table.schema) as writer:
                 writer.write_table(table)
-        per_key: dict[str, dict[str, int]] = {}
-        karr = np.asarray(keys, dtype=object)
-        for i in live:
-            k = karr[i]
-            d = per_key.setdefault(k, {"rows": 0, "available": 0, "selected_rows": 0, "copies": 0, "selected": 0})
-            d["rows"] += 1
-            d["available"] += int(weights[i])
-            if epochs[i]:
-                d["selected_rows"] += 1
-                d["copies"] += int(epochs[i])
-                d["selected"] += int(epochs[i] * weights[i])
-        extra = {"input": self.input_of(unit.unit_id), "by_key": dict(sorted(per_key.items()))}
+        # per key of the mixed rows: what was there and what was taken (sums over the key's rows)
+        e, w, m = epochs[live], weights[live], len(names)
+        sums = {
+            "rows": np.bincount(inverse, minlength=m),
+            "available": np.bincount(inverse, weights=w, minlength=m),
+            "selected_rows": np.bincount(inverse, weights=e > 0, minlength=m),
+            "copies": np.bincount(inverse, weights=e, minlength=m),
+            "selected": np.bincount(inverse, weights=e * w, minlength=m),
+        }
+        by_key = {str(k): {f: int(round(v[j])) for f, v in sums.items()} for j, k in enumerate(names)}
+        extra = {"input": self.input_of(unit.unit_id), "by_key": by_key}
         return AttrsFile(sink.tell(), sink.checksum.hexdigest(), accounting, extra)
 
     # -- after all shards ----------------------------------------------------------------------------
