@@ -68,6 +68,7 @@ class MixStage(AttrsStage):
 
     name = "mix"
     version = "1"
+    INPUTS = "manifest"  # lake manifests only: the tally and the input key need them
     UPSTREAM = ("decontaminate", "quality", "dedup", "preprocess", "ingest")
     OPTIONAL_WITHOUT = "targets"
     STREAMS = False  # the rates need the whole input's tally first
