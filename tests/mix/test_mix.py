@@ -280,3 +280,34 @@ def test_tokenize_packs_each_selected_row_its_epochs_times(lake, tmp_path):
             starts.update(d for d, off in zip(r["doc_ids"], r["doc_offsets"]) if off == 0)
     assert starts == Counter(selection(m))  # every selected row packed exactly its epochs times
     assert tok.config["tokens"]["repeats"] == sum(selection(m).values()) - tok.accounting["kept"] == 150
+
+
+def test_array_groups_and_collect_select_what_one_run_selects(lake, tmp_path):
+    lk, upstream = lake
+    targets = "web=0.4,code=0.4,books=0.2"
+    whole = selection(run_mix(lk, upstream, "whole", targets=targets, seed=11))
+    # the same input in a fresh lake (no checkpoints to reuse), run as 3 array tasks and a collect step
+    raw = write_sources(tmp_path)
+    other, other_upstream = ingest(tmp_path, raw, unit_bytes=1)
+    config = {"input_manifest": other_upstream, "targets": targets, "seed": 11}
+    for i in range(3):
+        part = StageRunner(MixStage(other, config, "grouped")).run(shard_group=(i, 3))
+        assert {u.status for u in part.units} == {"done"} and len(part.units) == 2
+    grouped = StageRunner(MixStage(other, config, "grouped")).run(collect=True)
+    assert grouped.status == "complete" and selection(grouped) == whole
+
+
+def test_tokens_from_the_tokenize_attrs(lake, tmp_path):
+    lk, upstream = lake
+    tokenizer = train_bpe(str(tmp_path / "tokenizer.json"), [" ".join(WORDS)] * 5, vocab_size=200)
+    config = {"input_manifest": upstream, "tokenizer": tokenizer, "seq_len": 64}
+    StageRunner(TokenizeStage(lk, config, "pre")).run()
+    m = run_mix(lk, lk.manifest_uri("pre", "tokenize"), "bytok", targets="web=0.5,code=0.5", unit="tokens",
+                token_column="tokenize.token_count")  # fmt: skip
+    by = m.config["mixture"]["by_key"]
+    tokens = sum(
+        sum(pq.read_table(sh.attrs["tokenize"], columns=["token_count"]).column(0).fill_null(0).to_pylist())
+        for sh in Manifest.read(lk.manifest_uri("pre", "tokenize")).shards
+    )
+    assert by["web"]["available"] + by["code"]["available"] + by["books"]["available"] == tokens > 0
+    assert abs(by["web"]["achieved"] - 0.5) <= 0.01 and by["code"]["whole_epochs"] == 1
