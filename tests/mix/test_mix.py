@@ -166,6 +166,12 @@ def test_rerun_skips_done_units(lake):
     )
     # books untargeted: dropped with its reason, counted
     assert again.accounting["dropped"]["untargeted"] == 100
+    # the tally of each unit is kept: another split of the same keys reads it instead of the shards
+    tallies = {p: p.stat().st_mtime_ns for p in Path(lk.base).glob("mix/_tally/*/*.npz")}
+    assert len(tallies) >= 6
+    other = run_mix(lk, upstream, "r3", targets="web=0.7,code=0.3")
+    assert {u.status for u in other.units} == {"done"} and other.config["mixture"]["by_key"]["web"]["target"] == 0.7
+    assert {p: p.stat().st_mtime_ns for p in tallies} == tallies
 
 
 def test_several_input_manifests_keyed_by_input(tmp_path):

@@ -2,10 +2,11 @@
 
 Two phases:
 
-1. the tally (once per run, in the planner): every unit's key, size (tokens or 1) and hash bin, summed over
-   all inputs into the mass available per key and, for the targeted keys, per hash bin; from it each key's
-   rate (``target x total / available``), cut into whole epochs and a hash threshold for the fraction
-   (:mod:`.targets`). Reads only the key, size and keep columns;
+1. the tally (once per run, planned on the stage's workers; each unit's kept in ``mix/_tally/`` for reruns):
+   every unit's key, size (tokens or 1) and hash bin, summed over all inputs into the mass available per
+   key and, for the targeted keys, per hash bin; from it each key's rate (``target x total / available``),
+   cut into whole epochs and a hash threshold for the fraction (:mod:`.targets`). Reads only the key, size
+   and keep columns;
 2. per shard (checkpointed units, :class:`AttrsStage`): each row's epochs from ``hash(seed, id)``, written to
    ``attrs/mix/<fingerprint>/<shard>.parquet`` (``id``, ``mix_key``, ``mix_epochs``, ``mix_tokens`` in token
    mode, ``keep``/``drop_reason``); no shard is rewritten. ``collect`` writes the mixture manifest (per key:
@@ -18,6 +19,7 @@ shard order, grouping or number of workers. See docs/mix.md.
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 from collections import defaultdict
@@ -52,6 +54,28 @@ NULL_KEY = "(null)"
 # Keys that are not columns: the input a row came from, and the first folder of its source file.
 INPUT_KEY, SOURCE_DIR_KEY = "input", "source_dir"
 MIXTURE_KEY = "mixture"  # the manifest's config entry
+
+
+def _unit_tally(stage: "MixStage", unit: UnitEntry) -> tuple[list[str], np.ndarray, list[str], np.ndarray]:
+    """A unit's tally, from its file when it was counted from the same input, else counted and kept (atomic):
+    a rerun reads the tallies instead of the shards' key columns again."""
+    uri = storage.join(stage.tally_dir, f"{unit.unit_id}.npz")
+    if storage.exists(uri):
+        with np.load(io.BytesIO(storage.read_bytes(uri)), allow_pickle=False) as f:
+            if str(f["input_checksum"]) == unit.input_checksum:
+                return list(f["keys"]), f["amounts"], list(f["hist_keys"]), f["hist"]
+    keys, amounts, hist_keys, hist = stage.unit_tally(unit)
+    buf = io.BytesIO()
+    np.savez_compressed(
+        buf,
+        input_checksum=np.array(unit.input_checksum),
+        keys=np.array(keys, dtype=str),
+        amounts=amounts,
+        hist_keys=np.array(hist_keys, dtype=str),
+        hist=hist,
+    )
+    storage.write_bytes(uri, buf.getvalue())
+    return keys, amounts, hist_keys, hist
 
 
 class MixStage(AttrsStage):
@@ -169,34 +193,49 @@ class MixStage(AttrsStage):
 
     plan_group = Stage.plan_group  # a group needs the whole tally: it slices the whole plan
 
-    def _tally(self, units: list[UnitEntry]) -> None:
+    @property
+    def tally_dir(self) -> str:
+        """Where each unit's tally is kept: named by what a tally depends on besides its unit's input (the
+        targets' proportions and the total do not enter it: a retargeted mix reuses every tally)."""
         c = self.config
-        targets = c["targets"]
+        deps = {k: c[k] for k in ("key", "key_bins", "unit", "token_column", "chars_per_token", "seed", "only_kept")}
+        deps["targeted"] = sorted(c["targets"])
+        return self.lake.path("mix", "_tally", config_fingerprint("mix-tally", deps, self.version))
+
+    def _tally(self, units: list[UnitEntry]) -> None:
+        """Sum the units' tallies (each read from its file when its input is unchanged, else counted on the
+        stage's workers and kept), then plan every key."""
+        c = self.config
         available: dict[str, int] = defaultdict(int)
         hists: dict[str, np.ndarray] = {}
-        for unit in units:
-            entry = self.entry(unit)
-            ids, keys, weights, reasons = self.read_rows(unit, entry)
-            live = np.fromiter((r is None for r in reasons), dtype=bool, count=len(ids))
-            if not live.any():
-                continue
-            bins = mt.doc_bins(int(c["seed"]), [i for i, ok in zip(ids, live) if ok])
-            kk = np.asarray(keys, dtype=object)[live]
-            ww = weights[live]
-            for key in np.unique(kk):
-                at = kk == key
-                available[key] += int(ww[at].sum())
-                if key in targets:
-                    hist = hists.setdefault(key, np.zeros(mt.BINS, dtype=np.int64))
-                    hist += np.bincount(bins[at], weights=ww[at], minlength=mt.BINS).astype(np.int64)
+        for keys, amounts, hist_keys, hist in self.default_mapper()(_unit_tally, ((self, u) for u in units)):
+            for key, amount in zip(keys, amounts):
+                available[key] += int(amount)
+            for key, h in zip(hist_keys, hist):
+                hists[key] = hists[key] + h if key in hists else h.astype(np.int64)
         self.available = dict(sorted(available.items()))
-        self.plans = mt.plan_keys(targets, self.available, hists, c["total"], c["max_epochs"])
+        self.plans = mt.plan_keys(c["targets"], self.available, hists, c["total"], c["max_epochs"])
         log.info(
             "mix: %s available by %s; plan %s",
             self.available,
             c["key"],
             {k: (round(p.rate, 4), p.whole, p.threshold) for k, p in self.plans.items()},
         )
+
+    def unit_tally(self, unit: UnitEntry) -> tuple[list[str], np.ndarray, list[str], np.ndarray]:
+        """One unit's mixed rows: the mass per key, and per targeted key per hash bin."""
+        ids, keys, weights, reasons = self.read_rows(unit, self.entry(unit))
+        live = np.flatnonzero(np.fromiter((r is None for r in reasons), dtype=bool, count=len(ids)))
+        names, inverse = np.unique(np.asarray(keys, dtype=object)[live], return_inverse=True)
+        ww = weights[live]
+        amounts = np.bincount(inverse, weights=ww, minlength=len(names)).round().astype(np.int64)
+        bins = mt.doc_bins(int(self.config["seed"]), [ids[i] for i in live])
+        targeted = [j for j, k in enumerate(names) if k in self.config["targets"]]
+        hist = np.zeros((len(targeted), mt.BINS), dtype=np.int64)
+        for row, j in enumerate(targeted):
+            at = inverse == j
+            hist[row] = np.bincount(bins[at], weights=ww[at], minlength=mt.BINS).round().astype(np.int64)
+        return [str(k) for k in names], amounts, [str(names[j]) for j in targeted], hist
 
     # -- one shard's rows ----------------------------------------------------------------------------
     def read_rows(self, unit: UnitEntry, entry: ShardEntry) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
