@@ -28,6 +28,7 @@ from airflow_curation.operators.dedup import DedupOperator
 from airflow_curation.operators.enrich import EnrichOperator
 from airflow_curation.operators.export import ExportOperator
 from airflow_curation.operators.ingest import IngestOperator
+from airflow_curation.operators.mix import MixOperator
 from airflow_curation.operators.pii import PiiOperator
 from airflow_curation.operators.preprocess import PreprocessOperator
 from airflow_curation.operators.quality import QualityOperator
@@ -85,6 +86,7 @@ Leave a param empty to use the deployment's setting, resolved when the run start
 | `tokenizer` | Airflow Variable `curation_tokenizer`; none: tokenize is skipped |
 | `eval_sets` | Airflow Variable `curation_eval_sets`; none: decontaminate is skipped |
 | `export_formats` | none: export is skipped (it also is when tokenize is) |
+| `mix_targets` | none: mix is skipped |
 
 A missing input or lake fails the `ingest` task at once, with a one-line message, without retries.
 
@@ -268,6 +270,19 @@ with DAG(
         "enrich_replicas": Param(
             1, type="integer", minimum=1, description="Enrich model replicas side by side (data parallel, Ray)."
         ),
+        "mix_targets": _optional(
+            "Mix: target proportions by mix_key, KEY=PROPORTION comma-separated (summing to 1) or JSON: the kept "
+            "rows down- and up-sampled to them from mix_seed (tokenize then reads the selection). Empty: mix is "
+            "skipped."
+        ),
+        "mix_key": Param(
+            "source_dir",
+            type="string",
+            description="Mix: what the targets are keyed by: a column, STAGE.COLUMN (an attrs column), input or "
+            "source_dir (the source file's first folder).",
+        ),
+        "mix_unit": Param("documents", enum=["documents", "tokens"], description="Mix: proportions of what."),
+        "mix_seed": Param(0, type="integer", minimum=0, description="Mix: the sampling seed."),
         "tokenizer": _optional(
             "tokenizer.json for tokenize (packed training sequences). Empty: the Airflow Variable "
             "curation_tokenizer; none: tokenize is skipped."
@@ -321,6 +336,13 @@ with DAG(
         ngram="{{ params.decontaminate_ngram }}",
     )
     pipeline.add(PiiOperator)
+    pipeline.add(
+        MixOperator,
+        targets="{{ params.mix_targets or '' }}",
+        key="{{ params.mix_key }}",
+        unit="{{ params.mix_unit }}",
+        seed="{{ params.mix_seed }}",
+    )
     pipeline.add(
         EnrichOperator,
         task="{{ params.enrich_task }}",

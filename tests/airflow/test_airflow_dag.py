@@ -27,7 +27,7 @@ pytestmark = pytest.mark.airflow
 REPO = Path(__file__).resolve().parents[2]
 NOT_INGEST = r"(?!ingest).*"  # fullmatch: every task id not starting with "ingest"
 # ... nor the launch of a stage that is optional (they run, and skip themselves: nothing is configured)
-OPTIONAL = ("quality", "decontaminate", "enrich", "tokenize", "export")
+OPTIONAL = ("quality", "decontaminate", "mix", "enrich", "tokenize", "export")
 NOT_INGEST_NOR_OPTIONAL = rf"(?!ingest|({'|'.join(OPTIONAL)})\.launch).*"
 
 

@@ -37,6 +37,7 @@ def test_one_group_per_stage_and_validate_after_all(dag):
         "quality",
         "decontaminate",
         "pii",
+        "mix",
         "enrich",
         "tokenize",
         "export",
@@ -52,20 +53,22 @@ def test_one_group_per_stage_and_validate_after_all(dag):
 
 def test_optional_stages_and_their_readers(dag):
     t = dag.task_dict
-    candidates = ("boilerplate", "quality", "decontaminate", "enrich", "tokenize", "export")
+    candidates = ("boilerplate", "quality", "decontaminate", "mix", "enrich", "tokenize", "export")
     optional = {s for s in candidates if t[f"{s}.launch"].optional}
     assert optional == set(candidates)
     assert not any(t[f"{s}.launch"].optional for s in ("ingest", "preprocess", "dedup", "pii"))
     # a stage that reads an optional one runs when it was skipped; one that reads only required stages does not
-    none_failed = {s for s in ("preprocess", "dedup", "quality", "pii", "enrich", "tokenize", "export")
+    none_failed = {s for s in ("preprocess", "dedup", "quality", "pii", "mix", "enrich", "tokenize", "export")
                    if t[f"{s}.launch"].trigger_rule == "none_failed"}  # fmt: skip
-    assert none_failed == {"dedup", "pii", "tokenize", "export"}
+    assert none_failed == {"dedup", "pii", "mix", "tokenize", "export"}
     # dedup reads boilerplate's cleaned text when it ran, else preprocess's manifest
     assert t["dedup.launch"].upstream_task_ids == {"boilerplate.checkpoints", "preprocess.checkpoints"}
     assert t["dedup.launch"].input_manifest == (
         "{{ ti.xcom_pull(task_ids='boilerplate.checkpoints', key='manifest_uri') or "
         "ti.xcom_pull(task_ids='preprocess.checkpoints', key='manifest_uri') }}"
     )
+    # tokenize reads mix's selection when it ran, else what it read before
+    assert "'mix.checkpoints'" in t["tokenize.launch"].input_manifest
     assert t["validate"].trigger_rule == "none_failed"
     # backend options are keyed by stage, not by task id
     assert "task.stage" in t["dedup.launch"].backend_options

@@ -105,6 +105,7 @@ def test_the_optional_stages_are_declared_by_their_stage():
         "decontaminate": "eval_sets",
         "enrich": "model",
         "export": "formats",
+        "mix": "targets",
         "quality": "model",
         "tokenize": "tokenizer",
     }

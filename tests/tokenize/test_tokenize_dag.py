@@ -30,8 +30,11 @@ def _final(lake: Lake, run_id: str, stage: str) -> Manifest:
 
 def test_pipeline_decontaminates_then_tokenizes_what_was_kept(airflow_db, tmp_path, monkeypatch):
     monkeypatch.setenv("CURATION_POLL_INTERVAL", "0.2")
-    # the export stage for job processes of a checkout whose installed entry points predate it (a no-op else)
-    monkeypatch.setenv("CURATION_STAGES", "export=airflow_curation.stages.export.stage:ExportStage")
+    # the export and mix stages for job processes of a checkout whose installed entry points predate it (a no-op else)
+    monkeypatch.setenv(
+        "CURATION_STAGES",
+        "export=airflow_curation.stages.export.stage:ExportStage,mix=airflow_curation.stages.mix.stage:MixStage",
+    )
     spec = importlib.util.spec_from_file_location(
         "curation_pipeline_tokenize_test", REPO / "dags" / "curation_pipeline.py"
     )

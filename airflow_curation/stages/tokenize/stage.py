@@ -13,6 +13,9 @@ each atomically:
   was not tokenized), ``keep`` and ``drop_reason`` (``not_kept``, ``duplicate``, ``empty``: no text,
   ``empty_after_tokenize``: text without a single token).
 
+A row the mix stage up-sampled (``mix_epochs`` > 1 in its attrs) is packed that many times: epoch k packs,
+after the whole shard, again the rows with at least k epochs (``repeats`` counts the extra copies).
+
 Every row read is kept (packed) or dropped with its reason. Token counts per shard and in total go in
 the manifest (``config["tokens"]``) and in validate's report. The tokenizer file's checksum is part of
 the fingerprint: another tokenizer is another configuration.
@@ -37,7 +40,7 @@ from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.fingerprint import checksum_url, config_fingerprint
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, SOURCE, TEXT, check_id_text
-from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink, parquet_writer
+from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink, column_names, parquet_writer, read_shard
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, keep_accounting
 from airflow_curation.stages.base import UnitResult, file_record
 from airflow_curation.stages.kept import decision_attrs, skip_reasons
@@ -46,6 +49,8 @@ from airflow_curation.stages.text import ShardText
 from airflow_curation.stages.tokenize.packing import Packer
 
 log = logging.getLogger(__name__)
+
+MIX, MIX_EPOCHS = "mix", "mix_epochs"  # the mix stage's attrs and its per-row epochs (stages/mix)
 
 TOKEN_COUNT = "token_count"
 EMPTY = "empty"
@@ -90,7 +95,7 @@ class TokenizeStage(AttrsStage):
 
     name = "tokenize"
     version = "1"
-    UPSTREAM = ("decontaminate", "quality", "dedup", "boilerplate", "preprocess", "ingest")
+    UPSTREAM = ("mix", "decontaminate", "quality", "dedup", "boilerplate", "preprocess", "ingest")
     OPTIONAL_WITHOUT = "tokenizer"
     # A pipeline starts it on its upstream's complete checkpoints (as the DAG always has), not on first shards.
     STREAMS = False
@@ -173,7 +178,7 @@ class TokenizeStage(AttrsStage):
         accounting = RowAccounting()
         batch_rows = int(self.config["batch_rows"] or 1000)
         packed_uri = self.packed_uri(unit.unit_id)
-        doc_tokens = 0
+        doc_tokens = repeats = 0
         with storage.open_read(entry.uri) as f:
             pf = pq.ParquetFile(f)
             check_id_text(pf.schema_arrow, entry.uri)
@@ -197,18 +202,36 @@ class TokenizeStage(AttrsStage):
                     attrs_writer = RowGroups(attrs_pq, DEFAULT_ROW_GROUP_ROWS)
                     packed_writer = RowGroups(packed_pq, SEQUENCES_PER_ROW_GROUP)
                     row = 0
+                    packed: list[np.ndarray] = []  # per row: packed in the first pass (only those repeat)
                     text = ShardText(entry.uri, self.text_uri(unit, entry))
                     for batch in text.batches([ID, TEXT], batch_rows):
                         n = batch.num_rows
                         reasons = upstream[row : row + n].copy() if upstream is not None else np.full(n, None, object)
                         row += n
                         result, tokens = self._tokenize(batch, reasons, eos, packer)
+                        packed.append(result.column(KEEP).to_numpy(zero_copy_only=False).astype(bool))
                         by_source.add(row - n, result)
                         doc_tokens += tokens
                         accounting.merge(keep_accounting(result, self.name))
                         attrs_writer.write(result.cast(attrs_schema))
                         for table in packer.full():
                             packed_writer.write(table)
+                    # Up-sampled rows (mix's mix_epochs > 1): epoch k packs, after the whole shard, again the rows
+                    # with at least k epochs, so that a document's copies land apart, not back to back.
+                    epochs = self._mix_epochs(unit, entry, row)
+                    if epochs is not None:
+                        epochs = np.where(np.concatenate(packed) if packed else np.zeros(0, bool), epochs, 0)
+                    for k in range(2, int(epochs.max()) + 1 if epochs is not None and len(epochs) else 0):
+                        first = 0
+                        for batch in text.batches([ID, TEXT], batch_rows):
+                            pick = np.flatnonzero(epochs[first : first + batch.num_rows] >= k)
+                            first += batch.num_rows
+                            if len(pick):
+                                copies, tokens = self._copies(batch.take(pa.array(pick)), eos, packer)
+                                repeats += copies
+                                doc_tokens += tokens
+                                for table in packer.full():
+                                    packed_writer.write(table)
                     for table in packer.flush():
                         packed_writer.write(table)
                     attrs_writer.close()
@@ -218,6 +241,7 @@ class TokenizeStage(AttrsStage):
             "documents": accounting.kept,
             "tokens": packer.tokens,  # EOS included: what the sequences hold
             "doc_tokens": doc_tokens,
+            "repeats": repeats,  # extra copies of up-sampled rows (mix_epochs - 1 each)
             "sequences": packer.sequences,
             "padding": packer.padding,
             "by_source": by_source.totals(),
@@ -271,12 +295,37 @@ class TokenizeStage(AttrsStage):
         )
         return result, tokens
 
+    def _mix_epochs(self, unit: UnitEntry, entry: ShardEntry, rows: int) -> np.ndarray | None:
+        """Per row, the epochs the mix stage gave it (its attrs' ``mix_epochs``), or None without mix."""
+        uri = self.unit_attrs(unit, entry).get(MIX) if self.config["only_kept"] else None
+        if uri is None or MIX_EPOCHS not in column_names(uri):
+            return None
+        epochs = read_shard(uri, [MIX_EPOCHS]).column(MIX_EPOCHS)
+        if len(epochs) != rows:
+            raise ValueError(f"tokenize: mix attrs {uri} hold {len(epochs)} rows for {rows} in shard {unit.unit_id}")
+        return np.asarray(epochs.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+    def _copies(self, batch: pa.Table, eos: int, packer: Packer) -> tuple[int, int]:
+        """Pack one more copy of each document of ``batch``; returns the copies and their tokens (EOS not
+        counted). Only rows tokenized in the first pass come here (mix keeps them), so none is empty but
+        one without a token, which is skipped again."""
+        texts = batch.column(TEXT).to_pylist()
+        encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=bool(self.config["add_special_tokens"]))
+        id_lists = [e.ids for e in encodings]
+        lengths = np.fromiter((len(x) for x in id_lists), dtype=np.int64, count=len(id_lists))
+        some = lengths > 0
+        ids = [i for i, ok in zip(batch.column(ID).cast(pa.string()).to_pylist(), some) if ok]
+        flat = np.fromiter(chain.from_iterable(id_lists), dtype=np.int32, count=int(lengths.sum()))
+        flat = np.insert(flat, np.cumsum(lengths[some]), eos)
+        packer.add(ids, flat, lengths[some] + 1)
+        return len(ids), int(lengths.sum())
+
     # -- after all shards ----------------------------------------------------------------------------
     def collect(self, manifest: Manifest) -> None:
         """Token counts per shard and in total, in the manifest (``config["tokens"]``)."""
         eos, pad = self.special_ids
         shards: dict[str, dict[str, Any]] = {}
-        totals = {"documents": 0, "tokens": 0, "doc_tokens": 0, "sequences": 0, "padding": 0}
+        totals = {"documents": 0, "repeats": 0, "tokens": 0, "doc_tokens": 0, "sequences": 0, "padding": 0}
         by_source: dict[str, dict[str, int]] = {}
         for unit in manifest.units:
             rec = self.checkpoints.load(unit.unit_id)

@@ -112,6 +112,7 @@ def render_card(report: dict[str, Any]) -> str:
             [[f["label"], f["stage"], f["rows"], f.get("bytes")] for f in funnel],
         )
     out += _tokens(report)
+    out += _mixture(report)
     out += _counts_section(stages, "decontaminate", "### Decontamination", "Documents matching evaluation sets")
     out += _counts_section(stages, "pii", "## Personal and Sensitive Information", "PII found (counts per kind)")
     checks = report.get("checks") or []
@@ -142,6 +143,25 @@ def _tokens(report: dict[str, Any]) -> list[str]:
                 ),
             ]
     return out
+
+
+def _mixture(report: dict[str, Any]) -> list[str]:
+    mix = report.get("mixture")
+    if not mix:
+        return []
+    lead = f"Sampled to target proportions of {mix['unit']} by `{mix['key']}` (seed {mix['seed']}):"
+    rows = [
+        [k, v.get("target"), v.get("available"), v.get("selected"), v.get("epochs"), v.get("achieved")]
+        for k, v in mix["by_key"].items()
+    ]
+    return [
+        "",
+        "### Mixture",
+        "",
+        lead,
+        "",
+        *_table(["key", "target", "available", "selected", "epochs", "achieved"], rows),
+    ]
 
 
 def _counts_section(stages: dict[str, Any], stage: str, title: str, lead: str) -> list[str]:

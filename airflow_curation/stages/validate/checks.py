@@ -23,6 +23,8 @@ checks:
     max: 0
   - type: accounting          # every manifest's books close; attrs cover every row
   - type: unique_ids
+  - type: mixture             # the mix stage's achieved share per key within its declared tolerance
+    tolerance: 0.01           # (default: the tolerance the mix run declared); added by itself when mix ran
 ```
 
 Every check may carry ``name``, ``severity`` (``error``, the default, fails the stage; ``warn``
@@ -382,7 +384,7 @@ def _check_accounting(c, ctx):
             )
         if stage == "ingest" and m.status == "complete" and acc.kept != m.rows:
             problems.append(f"ingest: kept {acc.kept} rows but its shards hold {m.rows}")
-        upstream = _upstream_of(m)
+        upstream = _upstream_of(m) if not m.config.get("manifests") else None  # several inputs: mix checks them
         if upstream is not None and (broken := chain_problem(m, upstream)):
             problems.append(broken)
     rows, manifest_rows = ctx.metrics["rows"], ctx.input_manifest.rows
@@ -403,8 +405,27 @@ def _check_accounting(c, ctx):
     )
 
 
+def _check_mixture(c, ctx):
+    m = ctx.manifests.get("mix")
+    mixture = (m.config.get("mixture") if m is not None and m.status == "complete" else None) or {}
+    if not mixture:
+        return False, None, "a complete mix run", "no complete mix manifest in this run", {}
+    tol = float(c["tolerance"]) if c.get("tolerance") is not None else float(mixture["tolerance"])
+    by_key = mixture["by_key"]
+    missed = {k: v for k, v in by_key.items() if v.get("error") is not None and v["error"] > tol + 1e-12}
+    worst = max((v["error"] for v in by_key.values() if v.get("error") is not None), default=0.0)
+    message = (
+        f"every key within {tol:g} of its target ({mixture['unit']} by {mixture['key']})"
+        if not missed
+        else "; ".join(f"{k}: {v['achieved']:.4g} for target {v['target']:.4g}" for k, v in sorted(missed.items()))
+    )
+    details = {k: {f: v.get(f) for f in ("target", "achieved", "error", "epochs")} for k, v in by_key.items()}
+    return not missed, worst, f"<= {tol:g} per key", message, {"mixture": details}
+
+
 CHECKS = {
     "accounting": _check_accounting,
+    "mixture": _check_mixture,
     "min_rows": _check_min_rows,
     "null_rate": _check_null_rate,
     "bounds": _check_bounds,

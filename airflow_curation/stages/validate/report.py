@@ -166,6 +166,7 @@ def build_report(
         "columns": columns,
         "stages": stages,
         "tokens": token_counts(manifests, stages),
+        "mixture": mixture_of(manifests),
         "timeline": timeline(manifests, stages),
         "run_context": run_context or {},
         "verdict_of": verdict_of,
@@ -202,6 +203,13 @@ def token_counts(manifests: dict[str, tuple[str, Manifest]], stages: dict[str, A
         if counted:
             out[st] = {"tokens": sum(counted), "shards_counted": len(counted), "manifest_status": m.status}
     return out
+
+
+def mixture_of(manifests: dict[str, tuple[str, Manifest]]) -> dict[str, Any] | None:
+    """The mix stage's mixture manifest (per key: target, available, selected, epochs, achieved), or None."""
+    m = manifests.get("mix", (None, None))[1]
+    mixture = m.config.get("mixture") if m is not None else None
+    return {k: v for k, v in mixture.items() if k != "plans"} if isinstance(mixture, dict) else None
 
 
 def report_uris(lake: Lake, run_id: str) -> tuple[str, str]:
@@ -431,6 +439,19 @@ def render_html(r: dict[str, Any]) -> str:
                     for st, t in r["tokens"].items()
                 ],
                 {1, 2, 3, 4, 5, 6},
+            )
+        )
+
+    mix = r.get("mixture")
+    if mix:
+        out.append(f"<h2>Mixture</h2><p>{_e(mix['unit'])} by {_e(mix['key'])}, seed {_num(mix['seed'])}, "
+                   f"tolerance {_e(mix['tolerance'])}</p>")  # fmt: skip
+        cols = ("target", "available_rows", "available", "selected_rows", "selected", "epochs", "achieved")
+        out.append(
+            _table(
+                ["key", *cols],
+                [[_e(k), *(_e(v.get(c)) for c in cols)] for k, v in mix["by_key"].items()],
+                set(range(1, len(cols) + 1)),
             )
         )
 

@@ -188,7 +188,9 @@ class ValidateStage(Stage):
         declared = checks_mod.load_checks(self.config.get("checks"))
         if self.config.get("checks_file"):
             declared += checks_mod.load_checks(self.config["checks_file"])
-        return checks_mod.default_checks(self.config) + declared
+        # A run that mixed gets its mixture checked against the targets, unless a declared check does it.
+        mixed = "mix" in self.stage_manifests() and not any(c.get("type") == "mixture" for c in declared)
+        return checks_mod.default_checks(self.config) + ([{"type": "mixture"}] if mixed else []) + declared
 
     # --- the stage --------------------------------------------------------------------------------
 
