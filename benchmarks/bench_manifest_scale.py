@@ -259,28 +259,31 @@ def _task_plan(stage, index: int, count: int):
 
 def worker(root: Path, shards: int, groups: list[int], reps: int, measures: str = "all") -> dict:
     from airflow_curation.core.manifest import Manifest
-    from airflow_curation.jobs.progress import CheckpointWatcher
 
     lake, up_uri, down_uri = _build(root, shards, records=False)
     ids = {f"part-{i:06d}" for i in range(shards)}
     out: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}  # CPU seconds of the same samples (wall time queues on a loaded machine)
     read_bytes: dict[str, int] = {}
 
     def timed(key, fn, n=reps):
         for _ in range(n):
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             result = fn()
             out.setdefault(key, []).append(time.perf_counter() - started)
+            cpu.setdefault(key, []).append(time.process_time() - started_cpu)
         return result
+
+    def result() -> dict:
+        size = os.path.getsize(up_uri)
+        return {"shards": shards, "seconds": out, "cpu": cpu, "manifest_json_bytes": size, "read_bytes": read_bytes}
 
     if measures == "slice":
         _slice_measures(lake, up_uri, shards, groups, reps, timed, read_bytes)
-        return {
-            "shards": shards,
-            "seconds": out,
-            "manifest_json_bytes": os.path.getsize(up_uri),
-            "read_bytes": read_bytes,
-        }
+        return result()
+    if measures == "gate":
+        _gate_measures(lake, up_uri, down_uri, shards, reps, timed)
+        return result()
 
     for n in groups:
         count = min(n, shards)
@@ -296,6 +299,14 @@ def worker(root: Path, shards: int, groups: list[int], reps: int, measures: str 
         assert {u.unit_id for u in units} <= ids
     full = timed("full_read", lambda: Manifest.read(up_uri), 1)
     assert len(full.shards) == shards
+    _gate_measures(lake, up_uri, down_uri, shards, reps, timed)
+    return result()
+
+
+def _gate_measures(lake, up_uri: str, down_uri: str, shards: int, reps: int, timed) -> None:
+    """A gate's looks: at the ended run, and at a run half through each of its 64 blocks (fresh, next)."""
+    from airflow_curation.jobs.progress import CheckpointWatcher
+
     look = timed("gate_look", lambda: CheckpointWatcher(down_uri).look())
     assert look.done == look.total == shards and look.complete and not look.books, look
     # While the run goes: half of each of 64 blocks ended. A fresh watcher's look (a poke in reschedule mode,
@@ -311,7 +322,6 @@ def worker(root: Path, shards: int, groups: list[int], reps: int, measures: str 
         nxt = timed("gate_look_midrun_next", watcher.look, 1)
         assert nxt.done == half + 64 and len(watcher.new_units) == 64, nxt
         _undo(written, writers)
-    return {"shards": shards, "seconds": out, "manifest_json_bytes": os.path.getsize(up_uri), "read_bytes": read_bytes}
 
 
 def _middle(n: int, shards: int) -> tuple[int, int]:
@@ -449,8 +459,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=1, help="samples per measurement in each process (1 for reads of all)")
     ap.add_argument("--base", default="main", help="the commit measured as 'before'")
     ap.add_argument(
-        "--measures", default="all", choices=("all", "slice"), help="slice: dedup's and ingest's task plans"
+        "--measures",
+        default="all",
+        choices=("all", "slice", "gate"),
+        help="slice: dedup's and ingest's task plans; gate: the gate's looks only",
     )
+    ap.add_argument("--key", help="the run's key in the JSON (default: the measures); earlier runs are kept")
     ap.add_argument("--write-results", action="store_true")
     ap.add_argument("--render", action="store_true", help="rewrite the RESULTS.md section from the committed JSON")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
@@ -473,10 +487,12 @@ def main() -> None:
     started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     load = [os.getloadavg()[0]]
     samples: dict[int, dict[str, dict[str, list[float]]]] = {}
+    cpu: dict[int, dict[str, dict[str, list[float]]]] = {}
     reads: dict[int, dict[str, dict[str, int]]] = {}  # pages bytes a task read (the same every round)
     try:
         for shards in (int(s) for s in args.sizes.split(",")):
             per = samples.setdefault(shards, {"before": {}, "after": {}})
+            per_cpu = cpu.setdefault(shards, {"before": {}, "after": {}})
             root = Path(tempfile.mkdtemp(prefix="bench-manifest-"))
             _preprocess_attrs(root, shards)  # every stage's plan reads their footers (cleaned text: issue 23)
             _build(root, shards, records=True)
@@ -486,6 +502,8 @@ def main() -> None:
                     reads.setdefault(shards, {})[label] = res["read_bytes"]
                     for key, values in res["seconds"].items():
                         per[label].setdefault(key, []).extend(values)
+                    for key, values in res.get("cpu", {}).items():
+                        per_cpu[label].setdefault(key, []).extend(values)
                     load.append(os.getloadavg()[0])
                     got = ", ".join(f"{k} {statistics.median(v):.4f}" for k, v in res["seconds"].items())
                     print(f"{shards} {label}: {got}", file=sys.stderr)
@@ -495,7 +513,7 @@ def main() -> None:
 
     run = {
         "command": f"--sizes {args.sizes} --groups {args.groups} --rounds {args.rounds} --reps {args.reps} "
-        f"--base {args.base} --measures {args.measures}",
+        f"--base {args.base} --measures {args.measures}" + (f" --key {args.key}" if args.key else ""),
         "groups": groups,
         "rounds": args.rounds,
         "reps": args.reps,
@@ -504,12 +522,13 @@ def main() -> None:
         "started": started,
         "load": load,
         "samples": samples,
+        "cpu": cpu,
         "read_bytes": reads,
     }
     print("\n".join(_table(run)))
     if args.write_results:
         data = json.loads(RESULT_JSON.read_text()) if RESULT_JSON.exists() else {"runs": {}}
-        data["runs"][args.measures] = json.loads(json.dumps(run))  # int keys as the JSON has them
+        data["runs"][args.key or args.measures] = json.loads(json.dumps(run))  # int keys as the JSON has them
         RESULT_JSON.parent.mkdir(exist_ok=True)
         RESULT_JSON.write_text(json.dumps(data, indent=1) + "\n")
         _render(data)
@@ -539,13 +558,14 @@ def _table(run: dict) -> list[str]:
     keys = [f"{p}_N{n}" for p in _PREFIXES for n in groups] + list(_NAMES)
     names = dict(_NAMES) | {f"{p}_N{n}": f"{name}, N={n} groups" for p, name in _PREFIXES.items() for n in groups}
     load = run["load"]
+    cpu = run.get("cpu")  # CPU time of the same samples (runs from before it was recorded have none)
     lines = [
         f"Before: {run['base']}; after: {run['head']}. {run['rounds']} rounds alternated, "
         f"{run['reps']} sample(s) each; load average {min(load):.1f}-{max(load):.1f} (2 cores).",
         "",
         "| shards | measure | before ms, median (min-max) | after ms, median (min-max) | before / after "
-        "| pages read, before / after |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| pages read, before / after |" + (" CPU ms, before / after (medians) |" if cpu else ""),
+        "| --- | --- | --- | --- | --- | --- |" + (" --- |" if cpu else ""),
     ]
     for shards, per in run["samples"].items():
         for key in keys:
@@ -558,7 +578,12 @@ def _table(run: dict) -> list[str]:
                 for x in ("before", "after")
             ]
             kb = " / ".join(f"{g / 1024:.0f} KB" for g in got) if None not in got else ""
-            lines.append(f"| {shards} | {names[key]} | {cell(b)} | {cell(a)} | {ratio:.1f}x | {kb} |")
+            row = f"| {shards} | {names[key]} | {cell(b)} | {cell(a)} | {ratio:.1f}x | {kb} |"
+            if cpu:
+                per_cpu = cpu.get(str(shards)) or cpu.get(int(shards)) or {}
+                c = [per_cpu.get(x, {}).get(key) for x in ("before", "after")]
+                row += " " + " / ".join(f"{statistics.median(v) * 1000:.1f}" if v else "-" for v in c) + " |"
+            lines.append(row)
     return lines
 
 
