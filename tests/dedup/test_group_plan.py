@@ -122,3 +122,76 @@ def test_before_the_global_phase_a_group_plans_the_whole_run(lake):
     block = group_range(S, 1, 3)
     assert [u.unit_id for u in group.units] == [f"part-{k:05d}" for k in block]
     assert {u.status for u in group.units} == {"done"}
+
+
+def _opened(monkeypatch) -> list[str]:
+    """Every file opened for reading through the lake's storage from now on (footers included)."""
+    opened: list[str] = []
+    real = storage.open_read
+
+    def counting(uri, *args, **kwargs):
+        opened.append(str(uri))
+        return real(uri, *args, **kwargs)
+
+    monkeypatch.setattr(storage, "open_read", counting)
+    return opened
+
+
+def test_a_group_plan_opens_no_attrs_footer(lake, monkeypatch):
+    """Which attrs a shard reads (the keep column, the cleaned text) is in its attrs files' footers; the whole
+    plan records it with the run key, so a group's plan opens none of them (two footers a shard before)."""
+    lake, uri = lake
+    whole = StageRunner(_stage(lake, uri)).run()
+    opened = _opened(monkeypatch)
+    units = _stage(lake, uri).plan_group(1, 3)
+    block = group_range(S, 1, 3)
+    assert [(u.unit_id, u.inputs, u.input_checksum) for u in units] == [
+        (u.unit_id, u.inputs, u.input_checksum) for u in whole.units[block.start : block.stop]
+    ]
+    assert not [f for f in opened if "/attrs/" in f], opened
+    monkeypatch.undo()  # a key file without the record (older code): the footers are read, same units
+    key = next(iter(storage.glob(lake.path("dedup", "plans", "*.json"))))
+    storage.write_json(key, {k: v for k, v in storage.read_json(key).items() if k != "reads"})
+    opened = _opened(monkeypatch)
+    again = _stage(lake, uri).plan_group(1, 3)
+    assert [(u.unit_id, u.input_checksum) for u in again] == [(u.unit_id, u.input_checksum) for u in units]
+    assert len([f for f in opened if "/attrs/preprocess/" in f]) >= len(block)
+
+
+def test_group_plans_of_shards_whose_attrs_differ_match_the_whole_plan(tmp_path, monkeypatch):
+    """Shards whose preprocess attrs have the keep column or not, and the cleaned text or not (runs of each):
+    every group's plan, from the recorded runs, gives the whole plan's inputs and checksums."""
+    lake = Lake(str(tmp_path / "lake"), "ds")
+    layouts = [{"keep"}] * 3 + [set()] * 2 + [{"keep", "clean_text"}] * 4 + [{"clean_text"}] + [{"keep"}] * 2
+    entries = []
+    for k, cols in enumerate(layouts):
+        sid = f"part-{k:05d}"
+        ids = [f"{sid}-{i}" for i in range(3)]
+        texts = [f"document {k} number {i} of a shard of the test lake" for i in range(3)]
+        n, ck = write_parquet(lake.shard_uri(sid), pa.table({"id": ids, "text": texts}))
+        cols_ = {"id": ids} | ({"keep": [True] * 3} if "keep" in cols else {"lang": ["en"] * 3})
+        cols_ |= {"clean_text": texts} if "clean_text" in cols else {}
+        _, ack = write_parquet(lake.attrs_uri("preprocess", sid), pa.table(cols_))
+        entries.append(
+            ShardEntry(
+                sid,
+                lake.shard_uri(sid),
+                3,
+                n,
+                ck,
+                attrs={"preprocess": lake.attrs_uri("preprocess", sid)},
+                attrs_checksums={"preprocess": ack},
+            )
+        )
+    m = Manifest("ds", "preprocess", "r1", "f", lake.to_dict(), shards=entries, status="complete")
+    uri = m.write(lake.manifest_uri("r1", "preprocess"))
+    whole = StageRunner(_stage(lake, uri)).run()
+    kinds = {("+-@" not in u.input_checksum, "+text:" in u.input_checksum) for u in whole.units}
+    assert kinds == {(True, False), (False, False), (True, True), (False, True)}  # (keep, text): all four
+    opened = _opened(monkeypatch)
+    for count in (1, 2, 5, len(layouts)):
+        got = [u for i in range(count) for u in _stage(lake, uri).plan_group(i, count)]
+        assert [(u.unit_id, u.inputs, u.input_checksum) for u in got] == [
+            (u.unit_id, u.inputs, u.input_checksum) for u in whole.units
+        ]
+    assert not [f for f in opened if "/attrs/" in f], opened

@@ -67,6 +67,38 @@ def _units(shards: list[dict], run_key: str) -> list[UnitEntry]:
     ]
 
 
+def _encode_reads(reads: list[tuple[str, str]]) -> list[list]:
+    """Which attrs each shard of a plan reads (``(keep key, cleaned-text key)``, in manifest order) as runs
+    ``[count, keep, text]``: the shards of one upstream run share their attrs' columns, so a plan is a few
+    runs whatever its shard count, and a task decodes its block's without reading every shard's."""
+    runs: list[list] = []
+    for keep, text in reads:
+        if runs and runs[-1][1:] == [keep, text]:
+            runs[-1][0] += 1
+        else:
+            runs.append([1, keep, text])
+    return runs
+
+
+def _decode_reads(runs, block: range, total: int) -> list[tuple[str, str]] | None:
+    """The pairs of :func:`_encode_reads` at the positions of ``block``; None where ``runs`` is absent or does
+    not cover ``total`` shards (a key file written before it was recorded, or not by this code)."""
+    try:
+        if sum(int(r[0]) for r in runs) != total or any(len(r) != 3 for r in runs):
+            return None
+    except (TypeError, ValueError, IndexError):
+        return None
+    out: list[tuple[str, str]] = []
+    at = 0
+    for count, keep, text in runs:
+        lo, hi = max(at, block.start), min(at + count, block.stop)
+        out += [(keep, text)] * max(0, hi - lo)
+        at += count
+        if at >= block.stop:
+            break
+    return out
+
+
 class DedupSignaturesStage(Stage):
     """Phase 1 as a stage of its own, so that each shard's spill files are checkpointed and a rerun
     signs only the shards not done yet. Built and run by :class:`DedupStage`."""
@@ -319,29 +351,40 @@ class DedupStage(AttrsStage):
         names = column_names(uri, entry.attrs_checksums.get("preprocess"), "preprocess attrs")
         return ["preprocess"] if self.config["keep_column"] in names else []
 
-    def _shard(self, e: ShardEntry, index: int) -> tuple[dict, bool]:
-        """What phases 1 and 3 know of the shard at position ``index``, and whether its input checksum follows
-        from the manifest alone (every attrs checksum recorded there, none hashed from the file)."""
-        keep = self.reads_attrs(e)
+    def _shard(self, e: ShardEntry, index: int, read: tuple[str, str] | None = None) -> tuple[dict, bool, tuple]:
+        """What phases 1 and 3 know of the shard at position ``index``, whether its input checksum follows
+        from the manifest alone (every attrs checksum recorded there, none hashed from the file), and which
+        attrs it reads: ``(keep key, cleaned-text key)``, ``""`` for none.
+
+        :param read: that pair as the whole plan found it in the attrs files' footers (:func:`_encode_reads`):
+            given, no footer is opened."""
+        if read is None:
+            keep = self.reads_attrs(e)  # a footer read: does preprocess's attrs have the keep column?
+            text = clean_text_attrs(e)  # footer reads: the cleaned text, read in the place of the shard's
+        else:
+            keep, text = ([read[0]] if read[0] else []), ([read[1]] if read[1] else [])
         keep_uri = e.attrs[keep[0]] if keep else None
         keep_checksum = self.attrs_checksum(e, keep[0]) if keep else None
-        text = clean_text_attrs(e)  # the cleaned text, read in the place of the shard's (stages/text.py)
         text_uri = e.attrs[text[0]] if text else None
         text_checksum = self.attrs_checksum(e, text[0]) if text else None
         checksum = f"{e.checksum}+{keep_checksum or '-'}@{index}" + (f"+text:{text_checksum}" if text else "")
         recorded = all(e.attrs_checksums.get(k) for k in (*keep, *text))
-        return {
-            "shard_id": e.shard_id,
-            "uri": e.uri,
-            "index": index,
-            "keep_uri": keep_uri,
-            "text_uri": text_uri,
-            "checksum": e.checksum,
-            "keep_checksum": keep_checksum,
-            "text_checksum": text_checksum,
-            "rows": e.rows,
-            "input_checksum": checksum,
-        }, recorded
+        return (
+            {
+                "shard_id": e.shard_id,
+                "uri": e.uri,
+                "index": index,
+                "keep_uri": keep_uri,
+                "text_uri": text_uri,
+                "checksum": e.checksum,
+                "keep_checksum": keep_checksum,
+                "text_checksum": text_checksum,
+                "rows": e.rows,
+                "input_checksum": checksum,
+            },
+            recorded,
+            (keep[0] if keep else "", text[0] if text else ""),
+        )
 
     def _sig_stage(self, rows: int, shards: list[dict]) -> tuple[DedupSignaturesStage, DedupParams, int]:
         """Phase 1's stage for ``rows`` rows in all (its partitions follow from them), and the output partitions."""
@@ -384,14 +427,21 @@ class DedupStage(AttrsStage):
         sig, params, parts = self._sig_stage(head.rows, [])
         key_uri = self._plan_key_uri(sig)
         try:
-            run_key = storage.read_json(key_uri)["run_key"] if key_uri else None
+            doc = storage.read_json(key_uri) if key_uri else {}
+            run_key = doc["run_key"]
         except (FileNotFoundError, ValueError, KeyError, TypeError):
-            run_key = None
+            doc, run_key = {}, None
         if not run_key or not self._globals_done(run_key):
             return super().plan_group(index, count)
         self._group = (index, count)  # entries(): this block's shards only, here and in workers
-        start = group_range(head.shard_count, index, count).start
-        shards = [self._shard(e, start + k)[0] for k, e in enumerate(self.entries().values())]
+        block = group_range(head.shard_count, index, count)
+        # Which attrs each shard reads, as the whole plan found them (a key file from before it recorded
+        # them: the footers are read, as then).
+        reads = _decode_reads(doc.get("reads"), block, head.shard_count)
+        shards = [
+            self._shard(e, block.start + k, reads[k] if reads else None)[0]
+            for k, e in enumerate(self.entries().values())
+        ]
         sig.config["shards"] = shards
         self._shards = {s["shard_id"]: s for s in shards}
         self._sig = sig
@@ -411,7 +461,7 @@ class DedupStage(AttrsStage):
         # Manifest order (shard, then row) decides each cluster's keeper: the order is kept as listed.
         entries = list(self.entries().values())
         planned = [self._shard(e, index) for index, e in enumerate(entries)]
-        shards = [s for s, _ in planned]
+        shards = [s for s, _, _ in planned]
         rows = sum(e.rows for e in entries)
         sig, params, parts = self._sig_stage(rows, shards)
         out_parts = max(1, min(len(entries), 256))
@@ -433,9 +483,11 @@ class DedupStage(AttrsStage):
         self._shards = {s["shard_id"]: s for s in shards}
         self._sig = sig
         self._global_phases(sig, params, shards, run_key, out_parts)
-        key_uri = self._plan_key_uri(sig) if all(recorded for _, recorded in planned) else None
-        if key_uri:  # the tasks of an array that plan after this find the run key without the whole plan
-            storage.write_json(key_uri, {"run_key": run_key, "shards": len(shards)})
+        key_uri = self._plan_key_uri(sig) if all(recorded for _, recorded, _ in planned) else None
+        if key_uri:  # the tasks of an array that plan after this find the run key without the whole plan,
+            # and which attrs each shard reads without opening their footers (two a shard: issue 20)
+            reads = _encode_reads([read for _, _, read in planned])
+            storage.write_json(key_uri, {"run_key": run_key, "shards": len(shards), "reads": reads})
         return _units(shards, run_key)
 
     def _global_phases(
