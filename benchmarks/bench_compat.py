@@ -48,6 +48,7 @@ ORACLE = ROOT / ".venv-oracles" / "bin" / "python"
 PAIRS = {  # ours -> datatrove filter(s) it reproduces
     "gopher_compat": ("gopher_quality", "gopher_repetition"),
     "c4_compat": ("c4",),
+    "c4_compat_fineweb": ("c4_fineweb",),
     "fineweb_compat": ("fineweb",),
     "gopher": ("gopher_quality", "gopher_repetition"),
     "c4": ("c4",),
@@ -227,13 +228,13 @@ def render(r: dict) -> str:
         for preset, per in a["presets"].items():
             cells = [f"{per[c]['agreement']:.2%} ({per[c]['kappa']:.2f})" for c in (*compat_corpus.CLASSES, "all")]
             same = per["all"]["same_reason"]
-            shown = "own names" if not preset.endswith("_compat") else "-" if same is None else f"{same:.2%}"
+            shown = "own names" if "_compat" not in preset else "-" if same is None else f"{same:.2%}"
             lines.append(f"| `{preset}` | " + " | ".join(cells) + f" | {shown} |")
         lines.append("")
         worst = [
             (p, c, per[c]["disagreements"])
             for p, per in a["presets"].items()
-            if p.endswith("_compat")
+            if "_compat" in p
             for c in compat_corpus.CLASSES
             if per[c]["disagreements"]
         ]

@@ -4,7 +4,7 @@ The words of a whitespace piece depend on the piece alone, so each distinct piec
 words once per process and remembered with what the kernel reads of it: its words (ids into a word table
 holding each word's length, whether it is all punctuation, whether it has a letter, its stop-word index and
 its hash for joined n-grams) and how it moves spaCy's sentence cut. The tables are append-only numpy arrays
-(regrown by doubling) and start over past :data:`MAX_PIECES`, so a long-running worker stays bounded.
+(Python lists while a batch adds, numpy arrays for the kernel) and start over past :data:`MAX_PIECES`, so a long-running worker stays bounded.
 """
 
 from __future__ import annotations
@@ -28,22 +28,19 @@ def _classes() -> np.ndarray:
     return _CLS
 
 
-class _Grow:
-    """An append-only numpy array with amortised growth."""
+class _Table:
+    """An append-only column: a Python list while a batch adds to it, a numpy array for the kernel."""
 
-    def __init__(self, dtype: type, width: int = 0) -> None:
-        self.shape = (1024, width) if width else (1024,)
-        self.a = np.zeros(self.shape, dtype=dtype)
-        self.n = 0
-
-    def append(self, value) -> None:
-        if self.n == self.a.shape[0]:
-            self.a = np.concatenate([self.a, np.zeros_like(self.a)])
-        self.a[self.n] = value
-        self.n += 1
+    def __init__(self, dtype: type, first: tuple = ()) -> None:
+        self.dtype = dtype
+        self.items: list = list(first)
+        self.array = np.zeros(0, dtype=dtype)
 
     def view(self) -> np.ndarray:
-        return self.a[: self.n]
+        if len(self.array) < len(self.items):  # only the new tail is converted
+            tail = np.array(self.items[len(self.array) :], dtype=self.dtype)
+            self.array = np.concatenate([self.array, tail])
+        return self.array
 
 
 class Vocab:
@@ -56,15 +53,15 @@ class Vocab:
         self._stop = {w: i for i, w in enumerate(sorted(STOP_WORDS))}
         self.pieces: dict[str, int] = {}
         self.words: dict[str, int] = {}
-        self.pt_off = _Grow(np.int64)
-        self.pt_off.append(0)
-        self.pt_tok = _Grow(np.int64)
-        self.p_sent = _Grow(np.int64, 4)
-        self.tlen = _Grow(np.int64)
-        self.tflag = _Grow(np.uint8)
-        self.tstop = _Grow(np.int8)
-        self.th = _Grow(np.uint64)
-        self.tpw = _Grow(np.uint64)
+        self.pt_off = _Table(np.int64, (0,))
+        self.pt_tok = _Table(np.int64)
+        self.p_sent = _Table(np.int64)  # 4 per piece: (sentences, state) after it from state 0, from state 1
+        self.tlen = _Table(np.int64)
+        self.tflag = _Table(np.uint8)
+        self.tstop = _Table(np.int8)
+        self.th = _Table(np.uint64)
+        self.tpw = _Table(np.uint64)
+        self._term: list[bool] = []
         self._is_punct: list[bool] = []
 
     def _word(self, w: str) -> int:
@@ -75,34 +72,31 @@ class Vocab:
         h = 0
         for c in w:
             h = (h * k.BASE + ord(c)) % k.MERSENNE
-        self.tlen.append(len(w))
-        flag = (k.T_PUNCT if self._punct.issuperset(w) else 0) | (k.T_ALPHA if any(c.isalpha() for c in w) else 0)
-        self.tflag.append(flag)
-        self.tstop.append(self._stop.get(w, -1))
-        self.th.append(h)
-        self.tpw.append(pow(k.BASE, len(w), k.MERSENNE))
-        self._is_punct.append(all(unicodedata.category(c).startswith("P") for c in w))
+        self.tlen.items.append(len(w))
+        alpha = w.isalpha() or any(c.isalpha() for c in w)
+        self.tflag.items.append((k.T_PUNCT if self._punct.issuperset(w) else 0) | (k.T_ALPHA if alpha else 0))
+        self.tstop.items.append(self._stop.get(w, -1))
+        self.th.items.append(h)
+        self.tpw.items.append(pow(k.BASE, len(w), k.MERSENNE))
+        self._term.append(w in SENTENCE_TERMINALS)
+        self._is_punct.append(not alpha and all(unicodedata.category(c)[0] == "P" for c in w))
         return i
 
     def add(self, piece: str) -> int:
         """The id of ``piece``, splitting it into words the first time."""
         ids = [self._word(w) for w in _piece_tokens(piece)]
-        for t in ids:
-            self.pt_tok.append(t)
-        self.pt_off.append(self.pt_tok.n)
+        self.pt_tok.items += ids
+        self.pt_off.items.append(len(self.pt_tok.items))
         # spaCy's sentencizer: after a terminal, the next word that is not punctuation opens a sentence
-        moves = []
         for state in (0, 1):
             add = 0
-            for t, w in zip(ids, _piece_tokens(piece)):
-                term = w in SENTENCE_TERMINALS
-                if state and not term and not self._is_punct[t]:
+            for t in ids:
+                if state and not self._term[t] and not self._is_punct[t]:
                     add += 1
                     state = 0
-                elif term:
+                elif self._term[t]:
                     state = 1
-            moves += [add, state]
-        self.p_sent.append(moves)
+            self.p_sent.items += (add, state)
         i = self.pieces[piece] = len(self.pieces)
         return i
 
@@ -147,7 +141,7 @@ def kernel_rows(texts: Sequence[str], groups: tuple[bool, bool, bool, bool]) -> 
         np.array(poff, dtype=np.int64),
         v.pt_off.view(),
         v.pt_tok.view(),
-        v.p_sent.view(),
+        v.p_sent.view().reshape(-1, 4),
         v.tlen.view(),
         v.tflag.view(),
         v.tstop.view(),

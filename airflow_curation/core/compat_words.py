@@ -229,6 +229,9 @@ def _infix_split(s: str) -> list[str]:
 
 @lru_cache(maxsize=262144)
 def _piece_tokens(s: str) -> tuple[str, ...]:
+    if s.isalpha():  # letters only: no prefix, suffix, infix or URL rule applies, only a special case
+        sp = _special(s)
+        return _merge_specials(list(sp)) if sp else (s,)
     prefixes: list[str] = []
     suffixes: list[str] = []
     while s:

@@ -21,6 +21,7 @@ from .conftest import run_oracle
 COMPAT = {
     "gopher_compat": ("gopher_quality", "gopher_repetition"),
     "c4_compat": ("c4",),
+    "c4_compat_fineweb": ("c4_fineweb",),
     "fineweb_compat": ("fineweb",),
 }
 
@@ -86,6 +87,27 @@ def test_decisions_agree_with_datatrove_on_prose(preset, prose, datatrove_result
     assert all(a == b for a, b in both), [p for p in both if p[0] != p[1]][:5]
     # the comparison is not vacuous: datatrove keeps some and drops some, and so do we
     assert 0 < sum(k for k, _ in theirs) < len(theirs) and 0 < sum(k for k, _ in ours) < len(ours)
+
+
+def test_c4_fineweb_setting_is_datatrove_without_the_terminal_punctuation_rule(prose, tmp_path_factory):
+    """``c4_compat_fineweb`` is ``C4QualityFilter(filter_no_terminal_punct=False)``: on pages where that
+    setting changes datatrove's decision (lines without terminal punctuation count sentences; a "{" in one
+    drops the page), ours changes the same way."""
+    sents = corpus._sentences(prose)
+    unterminated = "\n".join(s.rstrip(".!?") for s in sents[:12])
+    docs = [
+        unterminated,  # default: no line kept, too few sentences; FineWeb's setting: kept
+        "\n".join(sents[:8]) + "\nconfig = {debug: true} for every host in the list\n",  # FineWeb's: curly_bracket
+        "Lorem ipsum dolor sit amet consectetur\n" + "\n".join(sents[:8]),  # FineWeb's: lorem_ipsum
+    ]
+    got = run_oracle("datatrove", [{"text": t} for t in docs], tmp_path_factory)
+    theirs = [_theirs(r, ("c4_fineweb",)) for r in got]
+    assert _decide(docs, "c4_compat_fineweb") == theirs
+    assert theirs == [(True, None), (False, "curly_bracket"), (False, "lorem_ipsum")]
+    # the documents are ones the setting decides: at its default datatrove (and c4_compat) decide otherwise
+    default = [_theirs(r, ("c4",)) for r in got]
+    assert _decide(docs, "c4_compat") == default
+    assert all(a != b for a, b in zip(default, theirs))
 
 
 def test_words_are_datatrove_words(prose, datatrove_results):
