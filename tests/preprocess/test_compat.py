@@ -110,6 +110,35 @@ def test_c4_fineweb_setting_is_datatrove_without_the_terminal_punctuation_rule(p
     assert all(a != b for a, b in zip(default, theirs))
 
 
+EDGE_TEXTS = [
+    "",
+    " \n\n ",
+    "One line.\r\nTwo lines, with a carriage return.\rThree?\x0bFour\x1cFive\u2028six.\n",
+    "Cited line one has a mark.[1] And more words here.\nA cited line[edit]\nNo [citation needed] here, ok.\n"
+    "Empty mark [] and [12] inside a kept line ends here.\nx[0] = y[1] + z[2] is code.\n",
+    "Privacy Policy and our use of cookies apply to every visitor here.\nThis \u212aelvin line uses cookies.\n",
+    "\u0130stanbul lorem \u0130psum line has words.\nLorem ipsum dolor sit amet again.\n",
+    "- a\n- b\n\u2022 c\n  - d...\n e\u2026\n.....\n#tag #tag ... \u2026\n",
+    "word " * 30 + "\n\n\n" + "word " * 30 + "\n\n" + ("same line\n" * 5) + "\n",
+    "a b c d e f g h i j k " * 6 + "ab c d e f g h i j k",  # joined n-grams: 'ab c' and 'a bc' are one key
+    "Don't stop. It's 5km away... Really?! (Yes.) \u00bbQuoted.\u00ab Done\u3002 Next\uff01 \ud800 end",
+]
+
+
+def test_compiled_pass_equals_the_python_definitions(prose, rule_docs):
+    """The compiled pass (core/compat_kernel.py) and the per-document Python definitions (compat_doc) give
+    the same value for every signal, on prose, the rule documents and edge cases of its line and word rules."""
+    from airflow_curation.core.compat import compat_doc
+
+    texts = list(prose) + list(rule_docs.values()) + EDGE_TEXTS
+    table = compat_signals(texts)
+    for name in COMPAT_SIGNALS:
+        got = table.column(name).to_pylist()
+        want = [compat_doc(t)[name] for t in texts]
+        bad = [(i, a, b) for i, (a, b) in enumerate(zip(got, want)) if a != pytest.approx(b, rel=1e-12, abs=0)]
+        assert not bad, f"{name}: {bad[:3]}"
+
+
 def test_words_are_datatrove_words(prose, datatrove_results):
     same = sum(words(t) == r["words"] for t, r in zip(prose, datatrove_results))
     assert same / len(prose) >= 0.97, f"{same}/{len(prose)} texts split into datatrove's exact words"
