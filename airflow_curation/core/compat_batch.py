@@ -123,12 +123,9 @@ def kernel_rows(texts: Sequence[str], groups: tuple[bool, bool, bool, bool]) -> 
     for t in texts:
         pieces += t.split()
         poff.append(len(pieces))
-    ids = list(map(v.pieces.get, pieces))
-    if None in ids:
-        add = v.add
-        for i, x in enumerate(ids):
-            if x is None:
-                ids[i] = v.pieces.get(pieces[i]) if pieces[i] in v.pieces else add(pieces[i])
+    for piece in set(pieces).difference(v.pieces):  # a piece new to the process: its words, once
+        v.add(piece)
+    ids = list(map(v.pieces.__getitem__, pieces))
     doff = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum([len(t) for t in texts], out=doff[1:])
     joined = "".join(texts)
