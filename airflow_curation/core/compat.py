@@ -16,13 +16,16 @@ definitions differ from the project's own signals (:mod:`airflow_curation.core.s
   newlines (an empty first/last piece counts); the top n-gram is the most frequent, ties to the one seen
   first, its characters counted with the joining spaces; duplicated n-grams are counted greedily (a repeat
   skips its n words) with the words joined without spaces;
-- C4: the line rules (``core/line_clean.py``'s ``c4``) run first, a ``{`` or "lorem ipsum" in a line they keep
+- C4: the line rules (``core/line_clean.py``'s ``c4``; ``dt_c4fw_*``: without the terminal-punctuation rule, as
+  FineWeb runs the filter) run first, a ``{`` or "lorem ipsum" in a line they keep
   drops the document, and sentences are counted in each kept line (spaCy's sentencizer, restated);
 - FineWeb: lines end in one of Unicode's sentence terminals (no quotes, no ``…``), unstripped; duplicated line
   characters over the characters that are not newlines; newlines per word.
 
-Pure Python over one word split per document (shared by the four filters; datatrove splits three times):
-the speed is in ``benchmarks/RESULTS.md`` (*Reference-compatible presets*).
+:func:`compat_signals` runs the compiled pass (:mod:`airflow_curation.core.compat_kernel`, fed by
+:mod:`airflow_curation.core.compat_batch`: each distinct whitespace piece is split into words once per process);
+the per-document functions here (:func:`compat_doc`) are the definitions it is tested against. The speed is in
+``benchmarks/RESULTS.md`` (*Reference-compatible presets*).
 """
 
 from __future__ import annotations
