@@ -9,6 +9,7 @@ its hash for joined n-grams) and how it moves spaCy's sentence cut. The tables a
 
 from __future__ import annotations
 
+import threading
 import unicodedata
 from collections.abc import Sequence
 
@@ -102,6 +103,7 @@ class Vocab:
 
 
 _VOCAB: Vocab | None = None
+_LOCK = threading.Lock()
 
 
 def vocab() -> Vocab:
@@ -117,15 +119,27 @@ def kernel_rows(texts: Sequence[str], groups: tuple[bool, bool, bool, bool]) -> 
     :param texts: the documents.
     :param groups: which groups to compute: Gopher quality, Gopher repetition, C4, FineWeb.
     """
-    v = vocab()
     pieces: list[str] = []
     poff = [0]
     for t in texts:
         pieces += t.split()
         poff.append(len(pieces))
-    for piece in set(pieces).difference(v.pieces):  # a piece new to the process: its words, once
-        v.add(piece)
-    ids = list(map(v.pieces.__getitem__, pieces))
+    # the tables grow under a lock (threads of one worker share them); the kernel reads this snapshot
+    with _LOCK:
+        v = vocab()
+        for piece in set(pieces).difference(v.pieces):  # a piece new to the process: its words, once
+            v.add(piece)
+        ids = np.array(list(map(v.pieces.__getitem__, pieces)), dtype=np.int64)
+        tables = (
+            v.pt_off.view(),
+            v.pt_tok.view(),
+            v.p_sent.view().reshape(-1, 4),
+            v.tlen.view(),
+            v.tflag.view(),
+            v.tstop.view(),
+            v.th.view(),
+            v.tpw.view(),
+        )
     doff = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum([len(t) for t in texts], out=doff[1:])
     joined = "".join(texts)
@@ -134,16 +148,9 @@ def kernel_rows(texts: Sequence[str], groups: tuple[bool, bool, bool, bool]) -> 
         cps,
         doff,
         _classes(),
-        np.array(ids, dtype=np.int64),
+        ids,
         np.array(poff, dtype=np.int64),
-        v.pt_off.view(),
-        v.pt_tok.view(),
-        v.p_sent.view().reshape(-1, 4),
-        v.tlen.view(),
-        v.tflag.view(),
-        v.tstop.view(),
-        v.th.view(),
-        v.tpw.view(),
+        *tables,
         k.PATTERNS,
         k.PATTERN_LEN,
         k.CITES,
