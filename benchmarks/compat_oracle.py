@@ -4,7 +4,7 @@
 usage: .venv-oracles/bin/python benchmarks/compat_oracle.py TEXTS.json OUT.json [--words]
 
 Writes per text ``{filter: [keep, reason]}`` for ``gopher_quality``, ``gopher_repetition``, ``c4`` (its
-defaults: line removal, five sentences) and ``fineweb``; with ``--words`` also datatrove's English words
+defaults: line removal, five sentences), ``c4_fineweb`` (``filter_no_terminal_punct=False``) and ``fineweb``; with ``--words`` also datatrove's English words
 (spaCy) per text, for tuning the word splitter. Prints the CPU seconds of the filter loop.
 """
 
@@ -24,6 +24,7 @@ FILTERS = {
     "gopher_quality": GopherQualityFilter,
     "gopher_repetition": GopherRepetitionFilter,
     "c4": C4QualityFilter,
+    "c4_fineweb": lambda: C4QualityFilter(filter_no_terminal_punct=False),  # FineWeb's setting
     "fineweb": FineWebQualityFilter,
 }
 

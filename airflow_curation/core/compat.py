@@ -16,13 +16,16 @@ definitions differ from the project's own signals (:mod:`airflow_curation.core.s
   newlines (an empty first/last piece counts); the top n-gram is the most frequent, ties to the one seen
   first, its characters counted with the joining spaces; duplicated n-grams are counted greedily (a repeat
   skips its n words) with the words joined without spaces;
-- C4: the line rules (``core/line_clean.py``'s ``c4``) run first, a ``{`` or "lorem ipsum" in a line they keep
+- C4: the line rules (``core/line_clean.py``'s ``c4``; ``dt_c4fw_*``: without the terminal-punctuation rule, as
+  FineWeb runs the filter) run first, a ``{`` or "lorem ipsum" in a line they keep
   drops the document, and sentences are counted in each kept line (spaCy's sentencizer, restated);
 - FineWeb: lines end in one of Unicode's sentence terminals (no quotes, no ``…``), unstripped; duplicated line
   characters over the characters that are not newlines; newlines per word.
 
-Pure Python over one word split per document (shared by the four filters; datatrove splits three times):
-the speed is in ``benchmarks/RESULTS.md`` (*Reference-compatible presets*).
+:func:`compat_signals` runs the compiled pass (:mod:`airflow_curation.core.compat_kernel`, fed by
+:mod:`airflow_curation.core.compat_batch`: each distinct whitespace piece is split into words once per process);
+the per-document functions here (:func:`compat_doc`) are the definitions it is tested against. The speed is in
+``benchmarks/RESULTS.md`` (*Reference-compatible presets*).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from collections.abc import Iterable
 from itertools import compress
 from operator import itemgetter
 
+import numpy as np
 import pyarrow as pa
 
 from airflow_curation.core.compat_words import SENTENCE_TERMINALS, count_sentences, words
@@ -75,10 +79,13 @@ GOPHER_REPETITION_SIGNALS = (
     *(f"dt_dup_{n}gram_char_frac" for n in DUP_NGRAMS),
 )
 C4_SIGNALS = ("dt_c4_lorem_ipsum", "dt_c4_curly_bracket", "dt_c4_n_sentences")
+# C4QualityFilter(filter_no_terminal_punct=False), as FineWeb's recipe runs it: a line without terminal
+# punctuation stays (its sentences count, a "{" in it drops the page)
+C4_FINEWEB_SIGNALS = ("dt_c4fw_lorem_ipsum", "dt_c4fw_curly_bracket", "dt_c4fw_n_sentences")
 FINEWEB_SIGNALS = ("dt_line_punct_frac", "dt_short_line_frac", "dt_char_dup_frac", "dt_newline_word_ratio")
-COMPAT_SIGNALS = GOPHER_QUALITY_SIGNALS + GOPHER_REPETITION_SIGNALS + C4_SIGNALS + FINEWEB_SIGNALS
-_INT = {"dt_n_words", "dt_n_stop_words", "dt_c4_n_sentences"}
-_BOOL = {"dt_c4_lorem_ipsum", "dt_c4_curly_bracket"}
+COMPAT_SIGNALS = GOPHER_QUALITY_SIGNALS + GOPHER_REPETITION_SIGNALS + C4_SIGNALS + C4_FINEWEB_SIGNALS + FINEWEB_SIGNALS
+_INT = {"dt_n_words", "dt_n_stop_words", "dt_c4_n_sentences", "dt_c4fw_n_sentences"}
+_BOOL = {"dt_c4_lorem_ipsum", "dt_c4_curly_bracket", "dt_c4fw_lorem_ipsum", "dt_c4fw_curly_bracket"}
 
 
 def _frac(a: float, b: float) -> float:
@@ -177,8 +184,12 @@ def gopher_repetition(text: str, ws: list[str]) -> dict:
     return out
 
 
-def c4(text: str, min_words: int = 3, max_word_length: int = 1000) -> dict:
-    """The C4 filter's document outcome: which line, if any, drops the page, and the kept lines' sentences."""
+def c4(text: str, min_words: int = 3, max_word_length: int = 1000, terminal_punct: bool = True) -> dict:
+    """The C4 filter's document outcome: which line, if any, drops the page, and the kept lines' sentences.
+
+    :param terminal_punct: datatrove's ``filter_no_terminal_punct``: remove a line that does not end in
+        terminal punctuation (its default); ``False`` is FineWeb's setting (the ``dt_c4fw_*`` columns).
+    """
     sentences = 0
     lorem = curly = False
     for line in text.splitlines():
@@ -188,7 +199,7 @@ def c4(text: str, min_words: int = 3, max_word_length: int = 1000) -> dict:
             continue
         if "[" in line:
             line = CITATION.sub("", line)
-        if not line.endswith(END_PUNCTUATION) or line.endswith(ELLIPSIS):
+        if terminal_punct and (not line.endswith(END_PUNCTUATION) or line.endswith(ELLIPSIS)):
             continue
         if len(parts) < min_words:
             continue
@@ -204,7 +215,8 @@ def c4(text: str, min_words: int = 3, max_word_length: int = 1000) -> dict:
         if any(p in low for p in POLICY_SUBSTRINGS):
             continue
         sentences += count_sentences(line)
-    return {"dt_c4_lorem_ipsum": lorem, "dt_c4_curly_bracket": curly, "dt_c4_n_sentences": sentences}
+    names = C4_SIGNALS if terminal_punct else C4_FINEWEB_SIGNALS
+    return dict(zip(names, (lorem, curly, sentences)))
 
 
 def fineweb(text: str, ws: list[str]) -> dict:
@@ -229,6 +241,8 @@ def compat_doc(text: str, names: frozenset[str] | set[str] = frozenset(COMPAT_SI
         out.update(gopher_repetition(text, ws))
     if not names.isdisjoint(C4_SIGNALS):
         out.update(c4(text))
+    if not names.isdisjoint(C4_FINEWEB_SIGNALS):
+        out.update(c4(text, terminal_punct=False))
     if not names.isdisjoint(FINEWEB_SIGNALS):
         out.update(fineweb(text, ws))
     return out
@@ -251,5 +265,58 @@ def compat_signals(
     if unknown:
         raise ValueError(f"unknown compat signals {sorted(unknown)}; known: {', '.join(COMPAT_SIGNALS)}")
     values = texts.to_pylist() if isinstance(texts, (pa.Array, pa.ChunkedArray)) else list(texts)
-    rows = [compat_doc(t or "", frozenset(wanted)) for t in values]
-    return pa.table({n: pa.array([r[n] for r in rows], _type(n)) for n in wanted})
+    values = [t or "" for t in values]
+    got = _kernel_signals(values, frozenset(wanted))
+    return pa.table({n: pa.array(got[n], _type(n)) for n in wanted})
+
+
+def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a / b per row, 0 where b is 0 (:func:`_frac`)."""
+    return np.divide(a, b, out=np.zeros(len(a)), where=b != 0)
+
+
+def _kernel_signals(values: list[str], names: frozenset[str]) -> dict[str, np.ndarray]:
+    """The ``dt_*`` columns of the groups ``names`` touches, from the compiled pass (what it leaves to
+    Python, the C4 group of a text with a citation mark, is recomputed here by :func:`c4`)."""
+    from airflow_curation.core.compat_batch import kernel_rows
+    from airflow_curation.core.compat_kernel import COL
+
+    groups = (
+        not names.isdisjoint(GOPHER_QUALITY_SIGNALS),
+        not names.isdisjoint(GOPHER_REPETITION_SIGNALS),
+        not names.isdisjoint(C4_SIGNALS + C4_FINEWEB_SIGNALS),
+        not names.isdisjoint(FINEWEB_SIGNALS),
+    )
+    rows = kernel_rows(values, groups)
+
+    def col(name: str) -> np.ndarray:
+        return rows[:, COL[name]]
+
+    out: dict[str, np.ndarray] = {}
+    n = col("n_tokens")
+    if groups[0]:
+        out["dt_n_words"] = col("dt_n_words")
+        out["dt_mean_word_len"] = _ratio(col("content_chars"), col("dt_n_words"))
+        out["dt_hash_word_ratio"] = _ratio(col("hashes"), n)
+        out["dt_ellipsis_word_ratio"] = _ratio(col("ellipses"), n)
+        out["dt_bullet_line_frac"] = _ratio(col("bullet_lines"), col("n_lines"))
+        out["dt_ellipsis_line_frac"] = _ratio(col("ellipsis_lines"), col("n_lines"))
+        out["dt_alpha_word_frac"] = _ratio(col("n_alpha"), n)
+        out["dt_n_stop_words"] = col("dt_n_stop_words")
+    if groups[1]:
+        for name in GOPHER_REPETITION_SIGNALS:
+            out[name] = col(name)
+    if groups[2]:
+        for names_, prefix in ((C4_SIGNALS, "c4"), (C4_FINEWEB_SIGNALS, "c4nt")):
+            for name, kcol in zip(names_, ("lorem", "curly", "sentences")):
+                out[name] = col(f"{prefix}_{kcol}").copy()
+        for i in np.flatnonzero(col("c4_fallback")):
+            for value in (c4(values[i]), c4(values[i], terminal_punct=False)):
+                for name, v in value.items():
+                    out[name][i] = v
+    if groups[3]:
+        out["dt_line_punct_frac"] = _ratio(col("fw_punct"), col("fw_lines"))
+        out["dt_short_line_frac"] = _ratio(col("fw_short"), col("fw_lines"))
+        out["dt_char_dup_frac"] = _ratio(col("fw_dup_chars"), col("n_chars") - col("newlines"))
+        out["dt_newline_word_ratio"] = _ratio(col("newlines"), n)
+    return out

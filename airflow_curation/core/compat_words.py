@@ -227,8 +227,22 @@ def _infix_split(s: str) -> list[str]:
     return out
 
 
+_TRAILING = frozenset(",;:)!?")
+
+
 @lru_cache(maxsize=262144)
 def _piece_tokens(s: str) -> tuple[str, ...]:
+    # Shortcuts (the loop below gives the same words): letters only, where no prefix, suffix, infix or URL
+    # rule applies, only a special case; letters after "(" or before one of ,;:)!? (no special case ends or
+    # starts that way), where that mark alone comes off.
+    if s.isalpha():
+        sp = _special(s)
+        return _merge_specials(list(sp)) if sp else (s,)
+    if len(s) > 1:
+        if s[-1] in _TRAILING and s[:-1].isalpha():
+            return _merge_specials([*(_special(s[:-1]) or (s[:-1],)), s[-1]])
+        if s[0] == "(" and s[1:].isalpha():
+            return _merge_specials(["(", *(_special(s[1:]) or (s[1:],))])
     prefixes: list[str] = []
     suffixes: list[str] = []
     while s:

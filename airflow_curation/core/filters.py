@@ -24,6 +24,7 @@ Presets (thresholds as published; see docs/preprocess.md for how each maps to it
   ``FineWebQualityFilter`` make them at their defaults, over datatrove's own definitions
   (:mod:`airflow_curation.core.compat`); drop reasons are datatrove's. ``gopher``, ``c4`` and ``fineweb`` are
   the project's variants, which differ on purpose (:data:`COMPAT_OF`; selecting one logs how).
+  ``c4_compat_fineweb`` is ``C4QualityFilter(filter_no_terminal_punct=False)``, the setting FineWeb runs.
 - ``quality``: the classifier's threshold on ``quality_score`` (the ``quality`` stage's column, P(good)
   from a model trained with ``curation quality-train``; FineWeb-Edu keeps documents above its
   classifier's threshold the same way). Only the quality stage computes that column.
@@ -186,6 +187,15 @@ PRESETS: dict[str, tuple[Rule, ...]] = {
         Rule("lorem_ipsum", "dt_c4_lorem_ipsum", max=0),
         Rule("curly_bracket", "dt_c4_curly_bracket", max=0),
         Rule("too_few_sentences", "dt_c4_n_sentences", min=5),
+    ),
+    # C4QualityFilter(filter_no_terminal_punct=False), as FineWeb's recipe runs it (datatrove's
+    # examples/fineweb.py): a line without terminal punctuation is kept, so it counts sentences and a "{" in it
+    # drops the page
+    "c4_compat_fineweb": (
+        EMPTY,
+        Rule("lorem_ipsum", "dt_c4fw_lorem_ipsum", max=0),
+        Rule("curly_bracket", "dt_c4fw_curly_bracket", max=0),
+        Rule("too_few_sentences", "dt_c4fw_n_sentences", min=5),
     ),
     "fineweb_compat": (
         EMPTY,

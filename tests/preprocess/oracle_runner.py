@@ -24,6 +24,7 @@ def datatrove(docs):
         "gopher_repetition": GopherRepetitionFilter(),
         "fineweb": FineWebQualityFilter(),
         "c4": C4QualityFilter(),  # its defaults: line removal, then at least five sentences
+        "c4_fineweb": C4QualityFilter(filter_no_terminal_punct=False),  # as FineWeb's recipe runs it
     }
     from datatrove.utils.word_tokenizers import load_word_tokenizer
 

@@ -21,6 +21,7 @@ from .conftest import run_oracle
 COMPAT = {
     "gopher_compat": ("gopher_quality", "gopher_repetition"),
     "c4_compat": ("c4",),
+    "c4_compat_fineweb": ("c4_fineweb",),
     "fineweb_compat": ("fineweb",),
 }
 
@@ -86,6 +87,56 @@ def test_decisions_agree_with_datatrove_on_prose(preset, prose, datatrove_result
     assert all(a == b for a, b in both), [p for p in both if p[0] != p[1]][:5]
     # the comparison is not vacuous: datatrove keeps some and drops some, and so do we
     assert 0 < sum(k for k, _ in theirs) < len(theirs) and 0 < sum(k for k, _ in ours) < len(ours)
+
+
+def test_c4_fineweb_setting_is_datatrove_without_the_terminal_punctuation_rule(prose, tmp_path_factory):
+    """``c4_compat_fineweb`` is ``C4QualityFilter(filter_no_terminal_punct=False)``: on pages where that
+    setting changes datatrove's decision (lines without terminal punctuation count sentences; a "{" in one
+    drops the page), ours changes the same way."""
+    sents = corpus._sentences(prose)
+    unterminated = "\n".join(s.rstrip(".!?") for s in sents[:12])
+    docs = [
+        unterminated,  # default: no line kept, too few sentences; FineWeb's setting: kept
+        "\n".join(sents[:8]) + "\nconfig = {debug: true} for every host in the list\n",  # FineWeb's: curly_bracket
+        "Lorem ipsum dolor sit amet consectetur\n" + "\n".join(sents[:8]),  # FineWeb's: lorem_ipsum
+    ]
+    got = run_oracle("datatrove", [{"text": t} for t in docs], tmp_path_factory)
+    theirs = [_theirs(r, ("c4_fineweb",)) for r in got]
+    assert _decide(docs, "c4_compat_fineweb") == theirs
+    assert theirs == [(True, None), (False, "curly_bracket"), (False, "lorem_ipsum")]
+    # the documents are ones the setting decides: at its default datatrove (and c4_compat) decide otherwise
+    default = [_theirs(r, ("c4",)) for r in got]
+    assert _decide(docs, "c4_compat") == default
+    assert all(a != b for a, b in zip(default, theirs))
+
+
+EDGE_TEXTS = [
+    "",
+    " \n\n ",
+    "One line.\r\nTwo lines, with a carriage return.\rThree?\x0bFour\x1cFive\u2028six.\n",
+    "Cited line one has a mark.[1] And more words here.\nA cited line[edit]\nNo [citation needed] here, ok.\n"
+    "Empty mark [] and [12] inside a kept line ends here.\nx[0] = y[1] + z[2] is code.\n",
+    "Privacy Policy and our use of cookies apply to every visitor here.\nThis \u212aelvin line uses cookies.\n",
+    "\u0130stanbul lorem \u0130psum line has words.\nLorem ipsum dolor sit amet again.\n",
+    "- a\n- b\n\u2022 c\n  - d...\n e\u2026\n.....\n#tag #tag ... \u2026\n",
+    "word " * 30 + "\n\n\n" + "word " * 30 + "\n\n" + ("same line\n" * 5) + "\n",
+    "a b c d e f g h i j k " * 6 + "ab c d e f g h i j k",  # joined n-grams: 'ab c' and 'a bc' are one key
+    "Don't stop. It's 5km away... Really?! (Yes.) \u00bbQuoted.\u00ab Done\u3002 Next\uff01 \ud800 end",
+]
+
+
+def test_compiled_pass_equals_the_python_definitions(prose, rule_docs):
+    """The compiled pass (core/compat_kernel.py) and the per-document Python definitions (compat_doc) give
+    the same value for every signal, on prose, the rule documents and edge cases of its line and word rules."""
+    from airflow_curation.core.compat import compat_doc
+
+    texts = list(prose) + list(rule_docs.values()) + EDGE_TEXTS
+    table = compat_signals(texts)
+    for name in COMPAT_SIGNALS:
+        got = table.column(name).to_pylist()
+        want = [compat_doc(t)[name] for t in texts]
+        bad = [(i, a, b) for i, (a, b) in enumerate(zip(got, want)) if a != pytest.approx(b, rel=1e-12, abs=0)]
+        assert not bad, f"{name}: {bad[:3]}"
 
 
 def test_words_are_datatrove_words(prose, datatrove_results):

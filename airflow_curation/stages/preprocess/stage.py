@@ -210,7 +210,7 @@ class PreprocessStage(AttrsStage):
             str_or_list,
             DEFAULT_PRESET,
             "filter preset(s), comma-separated: gopher, structure, c4, fineweb, code, gopher_compat, c4_compat, "
-            "fineweb_compat (datatrove's decisions), or none",
+            "c4_compat_fineweb (C4 as FineWeb runs it), fineweb_compat (datatrove's decisions), or none",
         ),
         Setting("rules", list, [], "extra rules, a JSON list of {name, signal, min, max}, applied after the preset's"),
         Setting(

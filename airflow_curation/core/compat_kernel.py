@@ -1,0 +1,684 @@
+"""The compiled pass of the reference-compatible signals (:mod:`airflow_curation.core.compat`).
+
+Python does what only Python states exactly: ``str.split()`` of each document into whitespace pieces, and
+each *new* piece's datatrove words (:func:`~airflow_curation.core.compat_words.words`), kept in a table that
+grows across batches (a piece is split once per process). This kernel gets the batch's code points (UTF-32,
+so a character is an index), the piece ids in order and the tables, and computes every ``dt_*`` value of a
+document in one call: the line rules over code points, the word counts and n-gram repetition over the
+pieces' words. Equality of lines, paragraphs and top n-grams is exact (hash, then a compare); duplicated
+5..10-grams are keyed as datatrove keys them, the words joined without spaces, by a polynomial hash modulo
+the Mersenne prime 2^61-1 of their characters (a collision needs two different strings with one hash).
+
+Documents the kernel does not state exactly fall back to the pure-Python definitions for the C4 group only
+(``C4_FALLBACK``): a line with a citation mark (``[1]``, ``[edit]``; datatrove removes it before counting
+sentences, which changes the words) or a capital dotted I (whose lower case is two characters).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from airflow_curation.core.jit import numba
+
+njit = numba.njit
+
+# per code point flags (class table)
+SPACE, BREAK, DIGIT, TERM = 1, 2, 4, 8
+# per token flags
+T_PUNCT, T_ALPHA = 1, 2
+MERSENNE = (1 << 61) - 1
+BASE = 0x1F3D5B79A3C2E1  # < 2^61-1, odd
+
+# output columns, in order
+COLUMNS = (
+    "n_tokens",
+    "dt_n_words",
+    "content_chars",
+    "n_alpha",
+    "dt_n_stop_words",
+    "hashes",
+    "ellipses",
+    "n_lines",
+    "bullet_lines",
+    "ellipsis_lines",
+    "dt_dup_para_frac",
+    "dt_dup_para_char_frac",
+    "dt_dup_line_frac",
+    "dt_dup_line_char_frac",
+    "dt_top_2gram_char_frac",
+    "dt_top_3gram_char_frac",
+    "dt_top_4gram_char_frac",
+    "dt_dup_5gram_char_frac",
+    "dt_dup_6gram_char_frac",
+    "dt_dup_7gram_char_frac",
+    "dt_dup_8gram_char_frac",
+    "dt_dup_9gram_char_frac",
+    "dt_dup_10gram_char_frac",
+    "c4_lorem",
+    "c4_curly",
+    "c4_sentences",
+    "c4nt_lorem",
+    "c4nt_curly",
+    "c4nt_sentences",
+    "c4_fallback",
+    "fw_lines",
+    "fw_punct",
+    "fw_short",
+    "fw_dup_chars",
+    "newlines",
+    "n_chars",
+)
+COL = {name: i for i, name in enumerate(COLUMNS)}
+NCOL = len(COLUMNS)
+
+# C4's patterns, in code points: what a lower-cased kept line is searched for
+_C4_PATTERNS = ("lorem ipsum", "javascript", "terms of use", "privacy policy", "cookie policy", "uses cookies")
+_C4_PATTERNS += ("use of cookies", "use cookies")
+PATTERNS = np.zeros((len(_C4_PATTERNS), max(map(len, _C4_PATTERNS))), dtype=np.uint32)
+CITES = np.zeros((2, 17), dtype=np.uint32)  # datatrove's citation marks without digits
+CITES[0, :6] = [ord(c) for c in "[edit]"]
+CITES[1, :17] = [ord(c) for c in "[citation needed]"]
+PATTERN_LEN = np.array([len(p) for p in _C4_PATTERNS], dtype=np.int64)
+for _i, _p in enumerate(_C4_PATTERNS):
+    PATTERNS[_i, : len(_p)] = [ord(c) for c in _p]
+
+
+def class_table(terminals: frozenset[str]) -> np.ndarray:
+    """Flags per code point: ``str.isspace``, a ``splitlines`` boundary, a decimal digit (``re``'s ``\\d``),
+    a sentence terminal of ``terminals``."""
+    cps = np.arange(0x110000)
+    out = np.zeros(0x110000, dtype=np.uint8)
+    for c in range(0x3001):  # every space and line boundary is below U+3001
+        ch = chr(c)
+        if ch.isspace():
+            out[c] |= SPACE
+        if c != 32 and len(("a" + ch + "b").splitlines()) == 2:
+            out[c] |= BREAK
+    digits = [c for c in cps.tolist() if chr(c).isdecimal()]
+    out[digits] |= DIGIT
+    out[[ord(t) for t in terminals]] |= TERM
+    return out
+
+
+@njit(cache=True, inline="always")
+def _mix(h, x):
+    h = (h * np.uint64(0x9E3779B97F4A7C15)) ^ np.uint64(x)
+    h *= np.uint64(0xBF58476D1CE4E5B9)
+    h ^= h >> np.uint64(31)
+    if h == 0:
+        h = np.uint64(1)
+    return h
+
+
+@njit(cache=True, inline="always")
+def _mulmod(a, b):
+    """a * b mod 2^61-1 for a, b < 2^61-1, without 128-bit integers."""
+    m31 = np.uint64((1 << 31) - 1)
+    m30 = np.uint64((1 << 30) - 1)
+    au = a >> np.uint64(31)
+    ad = a & m31
+    bu = b >> np.uint64(31)
+    bd = b & m31
+    mid = ad * bu + au * bd
+    x = (au * bu << np.uint64(1)) + (mid >> np.uint64(30)) + ((mid & m30) << np.uint64(31)) + ad * bd
+    p = np.uint64(MERSENNE)
+    x = (x >> np.uint64(61)) + (x & p)
+    if x >= p:
+        x -= p
+    return x
+
+
+@njit(cache=True, inline="always")
+def _size(n):
+    size = 16
+    while size < 2 * n:
+        size *= 2
+    return size
+
+
+@njit(cache=True)
+def _dup_spans(cps, starts, ends, n):
+    """(spans equal to an earlier one, their characters): exact, over code point ranges."""
+    if n < 2:
+        return 0, 0
+    size = _size(n)
+    mask = np.uint64(size - 1)
+    keys = np.zeros(size, dtype=np.uint64)
+    first = np.empty(size, dtype=np.int64)
+    dup = 0
+    chars = 0
+    for i in range(n):
+        s, e = starts[i], ends[i]
+        h = np.uint64(e - s + 1)
+        for k in range(s, e):
+            h = _mix(h, cps[k])
+        slot = h & mask
+        found = False
+        while keys[slot] != 0:
+            if keys[slot] == h:
+                j = first[slot]
+                s2, e2 = starts[j], ends[j]
+                if e2 - s2 == e - s:
+                    same = True
+                    for k in range(e - s):
+                        if cps[s + k] != cps[s2 + k]:
+                            same = False
+                            break
+                    if same:
+                        found = True
+                        break
+            slot = (slot + np.uint64(1)) & mask
+        if found:
+            dup += 1
+            chars += e - s
+        else:
+            keys[slot] = h
+            first[slot] = i
+    return dup, chars
+
+
+ID_BASE = 0x100000001B3  # the polynomial base of the word-id prefix hashes (mod 2^64)
+
+
+@njit(cache=True)
+def _top_ngram_chars(toks, tlen, hid, nt, n, keys, tab, gen):
+    """(characters of the most frequent n-gram with its joining spaces) * its count; ties to the first seen.
+    ``hid``: prefix hashes of the word ids; ``keys``, ``tab`` (stamp, first, count): scratch, ``gen`` new."""
+    m = nt - n + 1
+    if m <= 0:
+        return 0
+    mask = np.uint64(_size(m) - 1)
+    stamp, first, count = tab[0], tab[1], tab[2]
+    pw = np.uint64(1)
+    for _ in range(n):
+        pw *= np.uint64(ID_BASE)
+    best_count = 0
+    best_first = 0
+    for i in range(m):
+        h = _mix(hid[i + n] - hid[i] * pw, n)
+        slot = h & mask
+        while stamp[slot] == gen:
+            if keys[slot] == h:
+                j = first[slot]
+                same = True
+                for k in range(n):
+                    if toks[i + k] != toks[j + k]:
+                        same = False
+                        break
+                if same:
+                    break
+            slot = (slot + np.uint64(1)) & mask
+        if stamp[slot] != gen:
+            stamp[slot] = gen
+            keys[slot] = h
+            first[slot] = i
+            count[slot] = 0
+        c = count[slot] + 1
+        count[slot] = c
+        f = first[slot]
+        if c > best_count or (c == best_count and f < best_first):
+            best_count = c
+            best_first = f
+    chars = n - 1
+    for k in range(n):
+        chars += tlen[toks[best_first + k]]
+    return chars * best_count
+
+
+@njit(cache=True)
+def _greedy_dup_chars(cum, hp, pows, nt, n, keys, tab, gen):
+    """datatrove's duplicated n-gram characters: left to right, a repeat (its words joined without spaces)
+    counts its characters and skips its n words; a skipped position is never remembered. ``hp``: prefix
+    hashes (mod 2^61-1) of the joined words, ``cum``: their prefix character counts, ``pows``: BASE^length."""
+    m = nt - n + 1
+    if m <= 1:
+        return 0
+    mask = np.uint64(_size(m) - 1)
+    stamp, klen = tab[0], tab[1]
+    p = np.uint64(MERSENNE)
+    chars = 0
+    i = 0
+    while i < m:
+        ln = cum[i + n] - cum[i]
+        h = hp[i + n] + p - _mulmod(hp[i], pows[ln])
+        if h >= p:
+            h -= p
+        key = h + np.uint64(1)
+        slot = _mix(key, ln) & mask
+        while stamp[slot] == gen and not (keys[slot] == key and klen[slot] == ln):
+            slot = (slot + np.uint64(1)) & mask
+        if stamp[slot] == gen:
+            chars += ln
+            i += n
+        else:
+            stamp[slot] = gen
+            keys[slot] = key
+            klen[slot] = ln
+            i += 1
+    return chars
+
+
+@njit(cache=True)
+def _repetition(toks, tlen, th, tpw, nt, size, keys, tab, gen, row):
+    """top_{2,3,4}gram and dup_{5..10}gram character fractions into row[14:23]; returns the next ``gen``."""
+    hid = np.empty(nt + 1, dtype=np.uint64)
+    hp = np.empty(nt + 1, dtype=np.uint64)
+    cum = np.empty(nt + 1, dtype=np.int64)
+    hid[0] = 0
+    hp[0] = 0
+    cum[0] = 0
+    p = np.uint64(MERSENNE)
+    for i in range(nt):
+        t = toks[i]
+        hid[i + 1] = hid[i] * np.uint64(ID_BASE) + np.uint64(t + 1)
+        h = _mulmod(hp[i], tpw[t]) + th[t]
+        hp[i + 1] = h - p if h >= p else h
+        cum[i + 1] = cum[i] + tlen[t]
+    longest = 0
+    for i in range(nt):
+        longest = max(longest, cum[min(i + 10, nt)] - cum[i])
+    pows = np.empty(longest + 1, dtype=np.uint64)
+    pows[0] = 1
+    for i in range(longest):
+        pows[i + 1] = _mulmod(pows[i], np.uint64(BASE))
+    for g in range(3):
+        gen += 1
+        row[14 + g] = _top_ngram_chars(toks, tlen, hid, nt, g + 2, keys, tab, gen) / size if size else 0.0
+    for g in range(6):
+        gen += 1
+        row[17 + g] = _greedy_dup_chars(cum, hp, pows, nt, g + 5, keys, tab, gen) / size if size else 0.0
+    return gen
+
+
+@njit(cache=True, inline="always")
+def _lower(c):
+    if 65 <= c <= 90:
+        return c + 32
+    if c == 0x212A:  # KELVIN SIGN lower-cases to "k"
+        return 107
+    return c
+
+
+@njit(cache=True)
+def _contains(cps, s, e, pats, plen, p):
+    n = plen[p]
+    for i in range(s, e - n + 1):
+        ok = True
+        for k in range(n):
+            if _lower(cps[i + k]) != pats[p, k]:
+                ok = False
+                break
+        if ok:
+            return True
+    return False
+
+
+@njit(cache=True)
+def _citation_at(cps, cls, c, e, cites):
+    """The end of datatrove's citation mark starting at ``c`` (``[`` digits ``]``, ``[edit]``, ``[citation
+    needed]``, tried in that order), or -1."""
+    k = c + 1
+    while k < e and cls[cps[k]] & 4:
+        k += 1
+    if k < e and cps[k] == 93:
+        return k + 1
+    for w in range(cites.shape[0]):
+        n = 0
+        while n < cites.shape[1] and cites[w, n] != 0:
+            n += 1
+        if c + n <= e:
+            ok = True
+            for q in range(n):
+                if cps[c + q] != cites[w, q]:
+                    ok = False
+                    break
+            if ok:
+                return c + n
+    return -1
+
+
+@njit(cache=True)
+def _without_citations(cps, cls, a, b, cites, buf):
+    """CITATION.sub("", line) of ``cps[a:b]`` into ``buf``: (its length, whether a mark was removed)."""
+    n = 0
+    removed = False
+    c = a
+    while c < b:
+        if cps[c] == 91:
+            e = _citation_at(cps, cls, c, b, cites)
+            if e >= 0:
+                removed = True
+                c = e
+                continue
+        buf[n] = cps[c]
+        n += 1
+        c += 1
+    return n, removed
+
+
+@njit(cache=True)
+def _c4(cps, cls, s0, s1, pids, p0, p_sent, terminal, min_words, max_word_len, pats, plen, cites, out, col, pend):
+    """C4QualityFilter's outcome over splitlines(): (lorem, curly, sentences) into out[col:col+3]; the pieces
+    of each line are the next ones of the document's pieces (line boundaries are whitespace). A kept line a
+    citation mark was removed from has other words: its (start, end) goes to ``pend`` for Python to count
+    its sentences; returns how many were added."""
+    cursor = p0
+    sentences = 0
+    lorem = 0
+    curly = 0
+    n_pend = 0
+    buf = np.empty(s1 - s0 + 1, dtype=np.uint32)
+    i = s0
+    while i < s1:
+        # one line: [i, j), then the boundary
+        j = i
+        while j < s1 and not (cls[cps[j]] & 2):
+            j += 1
+        nxt = j + 1
+        if j < s1 and cps[j] == 13 and j + 1 < s1 and cps[j + 1] == 10:
+            nxt = j + 2
+        # its pieces, the longest one, its stripped ends
+        n_pieces = 0
+        longest = 0
+        run = 0
+        a = i
+        b = i
+        bracket = False
+        for k in range(i, j):
+            x = cps[k]
+            if cls[x] & 1:
+                run = 0
+            else:
+                if run == 0:
+                    n_pieces += 1
+                    if n_pieces == 1:
+                        a = k
+                run += 1
+                if run > longest:
+                    longest = run
+                b = k + 1
+                if x == 91:
+                    bracket = True
+        first_piece = cursor
+        cursor += n_pieces
+        i = nxt
+        if longest > max_word_len:
+            continue
+        # the line the rules read: stripped, its citation marks removed
+        arr = cps
+        la = a
+        lb = b
+        cited = False
+        if bracket:
+            nb, cited = _without_citations(cps, cls, a, b, cites, buf)
+            if cited:
+                arr = buf
+                la = 0
+                lb = nb
+        if terminal:
+            if lb == la:
+                continue
+            last = arr[lb - 1]
+            if not (last == 46 or last == 63 or last == 33 or last == 34 or last == 39):
+                continue
+            if lb - la >= 3 and arr[lb - 1] == 46 and arr[lb - 2] == 46 and arr[lb - 3] == 46:
+                continue
+        if n_pieces < min_words:
+            continue
+        if _contains(arr, la, lb, pats, plen, 0):
+            lorem = 1
+            break
+        if _contains(arr, la, lb, pats, plen, 1):
+            continue
+        has_curly = False
+        for k in range(la, lb):
+            if arr[k] == 123:
+                has_curly = True
+                break
+        if has_curly:
+            curly = 1
+            break
+        policy = False
+        for p in range(2, pats.shape[0]):
+            if _contains(arr, la, lb, pats, plen, p):
+                policy = True
+                break
+        if policy:
+            continue
+        if cited:
+            pend.append((col, a, b))
+            n_pend += 1
+            continue
+        # spaCy's sentencizer over the line's words: each piece moves (sentences, after-a-terminal) on
+        n = 1
+        state = 0
+        for q in range(first_piece, first_piece + n_pieces):
+            pid = pids[q]
+            n += p_sent[pid, 2 * state]
+            state = p_sent[pid, 2 * state + 1]
+        sentences += n
+    out[col] = lorem
+    out[col + 1] = curly
+    out[col + 2] = sentences
+    return n_pend
+
+
+@njit(cache=True)
+def compat_kernel(
+    cps,
+    doff,
+    cls,
+    pids,
+    poff,
+    pt_off,
+    pt_tok,
+    p_sent,
+    tlen,
+    tflag,
+    tstop,
+    th,
+    tpw,
+    pats,
+    plen,
+    cites,
+    want,
+    min_words,
+    mwl,
+):
+    """Every column of :data:`COLUMNS` per document (``want``: gopher quality, gopher repetition, c4, fineweb)."""
+    nd = doff.shape[0] - 1
+    out = np.zeros((nd, NCOL), dtype=np.float64)
+    pend = [(0, 0, 0)]  # (column, start, end) of the kept lines whose citation marks Python removes
+    pend.pop()
+    # n-gram tables shared by every document, a slot taken when its stamp is the current generation
+    most = 0
+    for d in range(nd):
+        nt = 0
+        for q in range(poff[d], poff[d + 1]):
+            nt += pt_off[pids[q] + 1] - pt_off[pids[q]]
+        most = max(most, nt)
+    keys = np.zeros(_size(most), dtype=np.uint64)
+    tab = np.zeros((3, _size(most)), dtype=np.int64)
+    gen = 0
+    for d in range(nd):
+        row = out[d]
+        s0 = doff[d]
+        s1 = doff[d + 1]
+        size = s1 - s0
+        row[35] = size
+        # the document's words, in order
+        nt = 0
+        for q in range(poff[d], poff[d + 1]):
+            pid = pids[q]
+            nt += pt_off[pid + 1] - pt_off[pid]
+        toks = np.empty(nt, dtype=np.int64)
+        k = 0
+        for q in range(poff[d], poff[d + 1]):
+            pid = pids[q]
+            for r in range(pt_off[pid], pt_off[pid + 1]):
+                toks[k] = pt_tok[r]
+                k += 1
+        row[0] = nt
+        newlines = 0
+        for c in range(s0, s1):
+            if cps[c] == 10:
+                newlines += 1
+        row[34] = newlines
+        if want[0]:
+            n_content = 0
+            content_chars = 0
+            n_alpha = 0
+            stops = 0
+            for r in range(nt):
+                t = toks[r]
+                if not (tflag[t] & 1):
+                    n_content += 1
+                    content_chars += tlen[t]
+                if tflag[t] & 2:
+                    n_alpha += 1
+                if tstop[t] >= 0:
+                    stops |= 1 << tstop[t]
+            row[1] = n_content
+            row[2] = content_chars
+            row[3] = n_alpha
+            n_stop = 0
+            while stops:
+                n_stop += stops & 1
+                stops >>= 1
+            row[4] = n_stop
+            hashes = 0
+            ellipses = 0
+            dots = 0
+            for c in range(s0, s1):
+                x = cps[c]
+                if x == 35:
+                    hashes += 1
+                elif x == 0x2026:
+                    ellipses += 1
+                if x == 46:
+                    dots += 1
+                else:
+                    ellipses += dots // 3
+                    dots = 0
+            ellipses += dots // 3
+            row[5] = hashes
+            row[6] = ellipses
+            # splitlines(): lines whose lstrip() starts with a bullet, whose rstrip() ends with an ellipsis
+            n_lines = 0
+            bullets = 0
+            ell_lines = 0
+            i = s0
+            while i < s1:
+                j = i
+                while j < s1 and not (cls[cps[j]] & 2):
+                    j += 1
+                n_lines += 1
+                a = i
+                while a < j and cls[cps[a]] & 1:
+                    a += 1
+                if a < j and (cps[a] == 0x2022 or cps[a] == 45):
+                    bullets += 1
+                b = j
+                while b > i and cls[cps[b - 1]] & 1:
+                    b -= 1
+                if b > i and (
+                    cps[b - 1] == 0x2026 or (b - i >= 3 and cps[b - 1] == 46 and cps[b - 2] == 46 and cps[b - 3] == 46)
+                ):
+                    ell_lines += 1
+                i = j + 1
+                if j < s1 and cps[j] == 13 and j + 1 < s1 and cps[j + 1] == 10:
+                    i = j + 2
+            row[7] = n_lines
+            row[8] = bullets
+            row[9] = ell_lines
+        if want[1]:
+            # paragraphs: text.strip() split at runs of 2+ newlines
+            a = s0
+            while a < s1 and cls[cps[a]] & 1:
+                a += 1
+            b = s1
+            while b > a and cls[cps[b - 1]] & 1:
+                b -= 1
+            starts = np.empty(b - a + 1, dtype=np.int64)
+            ends = np.empty(b - a + 1, dtype=np.int64)
+            n = 0
+            start = a
+            c = a
+            while c < b:
+                if cps[c] == 10:
+                    e = c
+                    while e < b and cps[e] == 10:
+                        e += 1
+                    if e - c >= 2:
+                        starts[n] = start
+                        ends[n] = c
+                        n += 1
+                        start = e
+                    c = e
+                else:
+                    c += 1
+            starts[n] = start
+            ends[n] = b
+            n += 1
+            dp, dpc = _dup_spans(cps, starts, ends, n)
+            row[10] = dp / n
+            row[11] = dpc / size if size else 0.0
+            # lines: text split at runs of newlines (an empty first/last piece counts)
+            starts = np.empty(size + 1, dtype=np.int64)
+            ends = np.empty(size + 1, dtype=np.int64)
+            n = 0
+            start = s0
+            c = s0
+            while c < s1:
+                if cps[c] == 10:
+                    starts[n] = start
+                    ends[n] = c
+                    n += 1
+                    while c < s1 and cps[c] == 10:
+                        c += 1
+                    start = c
+                else:
+                    c += 1
+            starts[n] = start
+            ends[n] = s1
+            n += 1
+            dl, dlc = _dup_spans(cps, starts, ends, n)
+            row[12] = dl / n
+            row[13] = dlc / size if size else 0.0
+            gen = _repetition(toks, tlen, th, tpw, nt, size, keys, tab, gen, row)
+        if want[2]:
+            _c4(cps, cls, s0, s1, pids, poff[d], p_sent, True, min_words, mwl, pats, plen, cites, row, 23, pend)
+            _c4(cps, cls, s0, s1, pids, poff[d], p_sent, False, min_words, mwl, pats, plen, cites, row, 26, pend)
+            # a capital dotted I lower-cases to two characters: the Python definition decides (docstring)
+            for c in range(s0, s1):
+                if cps[c] == 0x130:
+                    row[29] = 1
+                    break
+        if want[3]:
+            starts = np.empty(newlines + 1, dtype=np.int64)
+            ends = np.empty(newlines + 1, dtype=np.int64)
+            n = 0
+            punct = 0
+            short = 0
+            start = s0
+            for c in range(s0, s1 + 1):
+                if c == s1 or cps[c] == 10:
+                    blank = True
+                    for k in range(start, c):
+                        if not (cls[cps[k]] & 1):
+                            blank = False
+                            break
+                    if not blank:
+                        starts[n] = start
+                        ends[n] = c
+                        n += 1
+                        if cls[cps[c - 1]] & 8:
+                            punct += 1
+                        if c - start <= 30:
+                            short += 1
+                    start = c + 1
+            row[30] = n
+            row[31] = punct
+            row[32] = short
+            row[33] = _dup_spans(cps, starts, ends, n)[1]
+    return out, pend
