@@ -6,13 +6,17 @@ import json
 import os
 import stat
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from airflow_curation.backends import JobState, JobStatus
 from airflow_curation.backends.local import LocalBackend
 
-RUN_ID = "scheduled__2026-11-30T00:00:00+00:00"
+# The daily scheduled run of 2026-11-30: Airflow names it by the time it was due (the interval's end).
+RUN_ID = "scheduled__2026-12-01T00:00:00+00:00"
+LOGICAL_DATE = datetime(2026, 11, 30, tzinfo=timezone.utc)
 
 
 def write_jsonl(path: Path, n: int, start: int = 0) -> Path:
@@ -93,7 +97,15 @@ class RecordingTI:
 
 def task_context(store: MemoryTaskStateStore, run_id: str = RUN_ID) -> dict[str, Any]:
     """What the task runner hands ``execute()``, as far as the stage operator uses it."""
-    return {"run_id": run_id, "task_state_store": store, "ti": RecordingTI()}
+    return {
+        "run_id": run_id,
+        "logical_date": LOGICAL_DATE,
+        "dag_run": SimpleNamespace(
+            dag_id="curation_test", run_type=run_id.partition("__")[0] if "__" in run_id else "manual", conf={}
+        ),
+        "task_state_store": store,
+        "ti": RecordingTI(),
+    }
 
 
 class RelaunchableLocalBackend(LocalBackend):
