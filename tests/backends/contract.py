@@ -35,8 +35,6 @@ REPO = TESTS.parent
 SITE = str(TESTS / "slurm" / "site")
 JOB_PYTHONPATH = os.pathsep.join([SITE, str(REPO)])
 LAKE_NAME = "lac-été-湖"
-if str(TESTS / "kubernetes") not in sys.path:  # the API server and kubelet stand-ins (test helpers, not stages)
-    sys.path.insert(0, str(TESTS / "kubernetes"))
 
 
 def load_module(name: str, path: Path):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,8 +28,6 @@ REPO = Path(__file__).resolve().parents[2]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, str(REPO / "tests" / "tokenize"))
-sys.path.insert(0, str(REPO / "tests" / "enrich"))
 from enrich_models import minilm_path  # noqa: E402
 from tokenizer_files import train_bpe  # noqa: E402
 
