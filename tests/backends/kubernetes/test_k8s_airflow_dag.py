@@ -17,7 +17,7 @@ from airflow_curation.core.layout import Lake, curation_run_id
 from airflow_curation.core.manifest import Manifest
 
 pytestmark = pytest.mark.airflow
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_pipeline_dag_on_kubernetes(airflow_db, fake_k8s, tmp_path, monkeypatch):

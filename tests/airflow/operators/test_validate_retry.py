@@ -18,7 +18,7 @@ from curation_airflow_helpers import write_jsonl
 from airflow_curation.core.layout import Lake, curation_run_id
 
 pytestmark = pytest.mark.airflow
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
