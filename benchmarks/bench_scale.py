@@ -431,10 +431,10 @@ def _airflow_figures(res: dict, root: Path) -> dict:
     """Per stage, from the run's task instances (``res["tasks"]``: task_id, start, end and, from the REST API,
     scheduled) and its lake: the stage's own time (its job's wall from result.json, its checkpoints' span),
     the launch + gate tasks' span, the overhead, and each gate's lag after its job ended."""
-    from airflow_curation.core.layout import sanitize_run_id
+    from airflow_curation.core.layout import curation_run_id
 
     lake = Lake(str(root), DATASET, "2026-12-01")
-    rid = sanitize_run_id(res["run_id"])
+    rid = curation_run_id(res["run_id"], lake.snapshot)
     tasks = {x["task_id"]: x for x in res["tasks"]}
     per_stage = {}
     for stage in ("ingest", "preprocess", "dedup", "quality", "pii", "enrich", "tokenize", "validate"):

@@ -77,6 +77,7 @@ Leave a param empty to use the deployment's setting, resolved when the run start
 | param | when empty |
 | --- | --- |
 | `input` | Airflow Variable `curation_input` |
+| `snapshot` | the run's logical date (`ds`) |
 | `lake` | the `curation_default` connection's lake (its host, or `lake` in its extra) |
 | `dataset` | Airflow Variable `curation_dataset`, else `sample` |
 | `backend` (`connection`) | the connection's `backend`, else `local` |
@@ -97,6 +98,14 @@ A missing input or lake fails the `ingest` task at once, with a one-line message
 applies the params typed in the dialog **only** when *Override parameters on existing runs* is
 ticked; otherwise backfilled runs use the defaults above, which is why they come from the
 deployment. The REST equivalent is `POST /api/v2/backfills`.
+
+## Run ids
+
+A run's manifests, report and dataset card lie in `snapshot=<snapshot>/_manifests/<run id>/`, and the run id
+starts with the snapshot it curates: `2026-11-30__scheduled`, `2026-11-30__backfill`, or, for a manual run
+(or any other run of a snapshot), `2026-11-30__manual-1a2b3c4d` (a digest of the Airflow run id, so that two
+runs never share a folder). Clearing or retrying a run keeps its id: it resumes where it stopped. To curate a
+given snapshot by hand, trigger with the `snapshot` param (empty: the logical date).
 
 ## Where the results are
 
@@ -123,7 +132,8 @@ docs/backends/slurm.md).
 COMMON = dict(
     lake="{{ params.lake or '' }}",
     dataset="{{ params.dataset or var.value.get('curation_dataset', 'sample') }}",
-    snapshot="{{ ds }}",
+    # The snapshot this run curates: the one the user names, else the logical date (a backfill's dates).
+    snapshot="{{ params.snapshot or ds }}",
     backend="{{ '' if params.backend in (None, 'connection') else params.backend }}",
     # This stage's entry of params.backend_options (keyed by stage), merged over the connection's.
     backend_options="{{ (params.backend_options or {}).get(task.stage, {}) | tojson }}",
@@ -154,6 +164,11 @@ with DAG(
             "Input files, folders or globs, comma-separated. Empty: the Airflow Variable curation_input."
         ),
         "lake": _optional("Lake root, a folder or s3://bucket/prefix. Empty: the curation_default connection's lake."),
+        "snapshot": _optional(
+            "Snapshot partition this run curates (snapshot=<name>/, and the run id's first part). Empty: the "
+            "run's logical date (YYYY-MM-DD): a scheduled run or each date of a backfill curates its own.",
+            pattern=r"^[A-Za-z0-9_.=:+@-]+$",
+        ),
         "dataset": _optional(
             "Dataset name in the lake. Empty: the Airflow Variable curation_dataset, else 'sample'.",
             pattern=r"^[A-Za-z0-9_.=:+@-]+$",

@@ -90,11 +90,11 @@ def _created_at(path: Path) -> float:
 
 
 def _report(lake_root: Path, dataset: str, snapshot: str, run_id: str) -> None:
-    from airflow_curation.core.layout import Lake, sanitize_run_id
+    from airflow_curation.core.layout import Lake, curation_run_id
     from airflow_curation.core.manifest import Manifest
 
     lake = Lake(str(lake_root), dataset, snapshot)
-    manifests_dir = Path(lake.path("_manifests", sanitize_run_id(run_id)))
+    manifests_dir = Path(lake.path("_manifests", curation_run_id(run_id, snapshot)))
     print("\n=== curation demo: where everything is ===")
     print(f"lake (this snapshot):  {lake.base}")
     print(f"shards:                {lake.path('shards')}/")

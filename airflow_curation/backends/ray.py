@@ -19,7 +19,6 @@ when the backend is built, since the job would run without what its configuratio
 from __future__ import annotations
 
 import logging
-import os
 import shlex
 import time
 import uuid
@@ -48,8 +47,8 @@ def _storage_options(name: str) -> bool:
 
 
 class RayJobBackend(Backend):
-    """:param address: the cluster's dashboard / job server, e.g. ``http://head:8265`` (default
-        ``$RAY_API_SERVER_ADDRESS`` or ``$RAY_ADDRESS`` or ``http://127.0.0.1:8265``).
+    """:param address: the cluster's dashboard / job server, e.g. ``http://head:8265`` (where the job's
+        dashboard link points; the factory resolves it and its default).
     :param python: interpreter on the cluster that has airflow-curation installed (default ``python``).
     :param env: extra environment variables of the job, sent in its runtime environment (visible in the
         dashboard): not secrets. Storage options (``CURATION_STORAGE_OPTIONS_*``) are left out; any other
@@ -58,9 +57,13 @@ class RayJobBackend(Backend):
         same goes for its ``env_vars``.
     :param agent_wait_s: how long to retry a submission that the cluster refuses because its job agent is
         not up yet (a freshly started head).
+    :param client: the Job Submission client every call goes through (``submit_job``, ``get_job_info``,
+        ``get_job_logs``, ``stop_job``): :func:`airflow_curation.hooks.factory.ray_client` builds it, from a
+        ``ray_conn_id`` connection (address, token, headers) or the address.
     """
 
     name = "ray"
+    _unshared_options = ("client",)  # a live client: the triggerer's factory builds its own
 
     def __init__(
         self,
@@ -69,13 +72,15 @@ class RayJobBackend(Backend):
         env: dict[str, str] | None = None,
         runtime_env: dict[str, Any] | None = None,
         agent_wait_s: float = 120.0,
+        client: Any = None,
     ) -> None:
-        self.address = (
-            address
-            or os.environ.get("RAY_API_SERVER_ADDRESS")
-            or os.environ.get("RAY_ADDRESS")
-            or "http://127.0.0.1:8265"
-        )
+        if client is None:
+            raise ValueError(
+                "RayJobBackend needs a client: build the backend with "
+                "airflow_curation.hooks.factory.backend_for('ray', options), which makes one"
+            )
+        self.client = client
+        self.address = address or getattr(client, "address", None) or ""
         self.python = python
         self.env = env or {}
         self.runtime_env = runtime_env or {}
@@ -88,12 +93,6 @@ class RayJobBackend(Backend):
                 "by anyone who reaches the dashboard or the job API); give the cluster's nodes these "
                 "credentials in their own environment (a Secret of the RayCluster, the head's environment)"
             )
-
-    def _client(self):
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        from ray.job_submission import JobSubmissionClient
-
-        return JobSubmissionClient(self.address)
 
     def dashboard_url(self, job_id: str) -> str:
         return f"{self.address.rstrip('/')}/#/jobs/{job_id}"
@@ -108,7 +107,7 @@ class RayJobBackend(Backend):
         storage.write_bytes(spec_uri, spec.to_json().encode())
         entrypoint = shlex.join(grp.command(grp.run_args(spec_uri, result_uri), self.python))
         runtime_env = self.job_runtime_env()
-        client = self._client()
+        client = self.client
         deadline = time.monotonic() + self.agent_wait_s
         while True:
             try:
@@ -155,7 +154,7 @@ class RayJobBackend(Backend):
 
     def status(self, handle: JobHandle) -> JobStatus:
         try:
-            info = self._client().get_job_info(handle["job_id"])
+            info = self.client.get_job_info(handle["job_id"])
         except Exception as e:  # noqa: BLE001 - an unreachable cluster is "unknown", not "failed"
             return JobStatus(JobState.UNKNOWN, f"cannot reach Ray at {self.address}: {e}")
         state = _STATES.get(str(getattr(info.status, "value", info.status)), JobState.UNKNOWN)
@@ -175,13 +174,13 @@ class RayJobBackend(Backend):
 
     def cancel(self, handle: JobHandle) -> None:
         try:
-            self._client().stop_job(handle["job_id"])
+            self.client.stop_job(handle["job_id"])
         except Exception:  # noqa: BLE001 - already gone: cancelling is idempotent
             pass
 
     def logs(self, handle: JobHandle, offset: int = 0) -> tuple[str, int]:
         try:
-            text = self._client().get_job_logs(handle["job_id"])
+            text = self.client.get_job_logs(handle["job_id"])
         except Exception:  # noqa: BLE001
             return "", offset
         # Ray returns the log whole, as text: offsets count its UTF-8 bytes, as for every backend.

@@ -14,9 +14,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from typing import Any
 
 from airflow_curation.core import storage
 from airflow_curation.core.checkpoint import CheckpointStore
@@ -93,3 +96,48 @@ class Lake:
 def sanitize_run_id(run_id: str) -> str:
     """Airflow run ids contain characters such as ``:`` and ``+``; keep them readable but path-safe."""
     return re.sub(r"[^A-Za-z0-9_.=:+@-]", "_", run_id)
+
+
+_RUN_KIND = re.compile(r"^([a-z_]+?)__")
+# Run types of which Airflow makes at most one run per logical date (a backfill reruns a date's run in place).
+_ONE_PER_DATE = ("scheduled", "backfill")
+
+
+def curation_run_id(
+    airflow_run_id: str, snapshot: str | None, *, run_type: Any = None, logical_date: Any = None
+) -> str:
+    """The run id a user sees (manifest folder, report, dataset card): the snapshot the run curates, then how
+    Airflow started it, e.g. ``2026-11-30__scheduled`` or ``2026-11-30__backfill``, not the trigger time
+    (Airflow's own ids carry the time the run was due: a daily run of 2026-11-30 is ``scheduled__2026-12-01...``).
+
+    Unique per Airflow run and the same on every retry or clear of it (a rerun resumes in the same folder):
+    the short form is only for the one run of its kind whose logical date is the snapshot's midnight (UTC),
+    with an id Airflow made; any other run of the snapshot (a manual trigger, an hourly schedule, another date naming this snapshot)
+    adds a digest of its Airflow run id: ``2026-11-30__manual-1a2b3c4d``.
+
+    :param airflow_run_id: the Airflow run id.
+    :param snapshot: the snapshot the run writes; None or empty: the Airflow run id, made path-safe.
+    :param run_type: the run's type (``scheduled``, ``backfill``, ``manual``...); default read from the id.
+    :param logical_date: the run's logical date (a datetime or ISO text); None: a digest is added.
+    """
+    if not snapshot:
+        return sanitize_run_id(airflow_run_id)
+    found = _RUN_KIND.match(airflow_run_id)
+    kind = str(getattr(run_type, "value", run_type) or (found.group(1) if found else "run"))
+    made_by_airflow = airflow_run_id.startswith(f"{kind}__")  # an id given through the API may repeat
+    if kind in _ONE_PER_DATE and made_by_airflow and _is_midnight_of(logical_date, snapshot):
+        return safe_name(f"{snapshot}__{kind}", "run id")
+    digest = hashlib.sha256(airflow_run_id.encode()).hexdigest()[:8]
+    return safe_name(f"{snapshot}__{sanitize_run_id(kind)}-{digest}", "run id")
+
+
+def _is_midnight_of(logical_date: Any, snapshot: str) -> bool:
+    """Whether ``logical_date`` is 00:00 UTC of the day ``snapshot`` names (False when it names none)."""
+    try:
+        day = date.fromisoformat(snapshot)
+        when = logical_date if isinstance(logical_date, datetime) else datetime.fromisoformat(str(logical_date))
+    except ValueError:
+        return False
+    if when.tzinfo is None:
+        return False
+    return when.astimezone(timezone.utc) == datetime.combine(day, datetime.min.time(), timezone.utc)

@@ -13,6 +13,9 @@ The operator, the sensor and both triggers resolve connections here, in the proc
   Kubernetes backend.
 * ``slurm_conn_id`` (in backend options) -> site defaults and, for a login node, an SSH transport over
   Airflow's SSH provider (``SSHHook``), given to the Slurm backend.
+* ``ray_conn_id`` (or, without a connection, the ``address`` option, then ``$RAY_API_SERVER_ADDRESS`` /
+  ``$RAY_ADDRESS``) -> a Ray Job Submission client (address, and the connection's token and headers),
+  given to the Ray backend.
 
 This is the one place that builds backends and their clients: the operator, the sensor, both triggers,
 :class:`~airflow_curation.hooks.slurm.SlurmHook` and the CLI (``curation <stage> --backend``) all come here.
@@ -24,6 +27,7 @@ CLI's local, Slurm-here and Ray paths run without it.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +36,7 @@ from airflow_curation.backends import Backend, get_backend
 from airflow_curation.core.storage_map import StorageMap
 
 # Backend options that name an Airflow connection: resolved here, kept (as ids) in job handles.
-CONN_ID_OPTIONS = ("slurm_conn_id", "kubernetes_conn_id")
+CONN_ID_OPTIONS = ("slurm_conn_id", "kubernetes_conn_id", "ray_conn_id")
 # How to reach the Kubernetes API without a connection: the factory builds the client from them.
 KUBERNETES_CLIENT_OPTIONS = ("in_cluster", "config_file", "context", "host", "token", "verify_ssl")
 UNKEPT_OPTIONS = ("token",)  # a secret: never in a handle (a connection holds it instead)
@@ -87,8 +91,9 @@ def backend_for(name: str, options: Mapping[str, Any] | None = None, *, storage:
     """Build backend ``name`` from plain options, resolving the connections they name.
 
     :param name: ``local``, ``slurm``, ``kubernetes``, ``ray``.
-    :param options: the backend's options, plus optionally ``slurm_conn_id`` / ``kubernetes_conn_id``
-        (their connection's settings lie under the options given) and the Kubernetes client options.
+    :param options: the backend's options, plus optionally ``slurm_conn_id`` / ``kubernetes_conn_id`` /
+        ``ray_conn_id`` (their connection's settings lie under the options given) and the Kubernetes client
+        options.
     :param storage: the storage map for the job's environment; only where jobs are submitted, never
         where they are only followed.
     """
@@ -107,7 +112,82 @@ def backend_for(name: str, options: Mapping[str, Any] | None = None, *, storage:
         return slurm_backend(SlurmHook(ids["slurm_conn_id"]), opts)
     if name == "kubernetes":
         return kubernetes_backend(ids.get("kubernetes_conn_id"), client_opts, opts)
+    if name == "ray":
+        client = ray_client(ids.get("ray_conn_id"), address=opts.get("address"))
+        return get_backend("ray", **{**opts, "address": client.address}, client=client)
     return get_backend(name, **opts)
+
+
+DEFAULT_RAY_ADDRESS = "http://127.0.0.1:8265"
+
+
+def ray_client(conn_id: str | None = None, *, address: str | None = None) -> RayJobClient:
+    """The Ray Job Submission client of one cluster, for the Ray backend.
+
+    :param conn_id: an Airflow connection: its host (``http://head:8265``, or host, port and schema
+        ``https``) is the job server's address; its password, a token sent as ``Authorization: Bearer``;
+        its extra ``headers`` (an object), more headers; extra ``verify``, TLS verification (a bool or
+        a CA bundle's path). None: no Airflow needed.
+    :param address: the job server's address; over the connection's. Neither: ``$RAY_API_SERVER_ADDRESS``,
+        ``$RAY_ADDRESS``, then ``http://127.0.0.1:8265``.
+    """
+    headers: dict[str, str] = {}
+    verify: bool | str = True
+    if conn_id:
+        from airflow.sdk import BaseHook
+
+        conn = BaseHook.get_connection(conn_id)
+        extra = conn.extra_dejson or {}
+        host = conn.host or ""
+        if host and "://" not in host:
+            host = f"{conn.schema or 'http'}://{host}" + (f":{conn.port}" if conn.port else "")
+        address = address or host or None
+        headers = {str(k): str(v) for k, v in (extra.get("headers") or {}).items()}
+        if conn.password:
+            headers.setdefault("Authorization", f"Bearer {conn.password}")
+        verify = extra.get("verify", True)
+    address = address or os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS")
+    return RayJobClient(address or DEFAULT_RAY_ADDRESS, headers=headers, verify=verify)
+
+
+class RayJobClient:
+    """Ray's ``JobSubmissionClient`` for one cluster, made on first use (making it calls the cluster, and a
+    backend is also built where no call follows: a handle's options, the CLI) and again after a failed make.
+
+    :param address: the job server's address. :param headers: sent with every request (a token).
+    :param verify: TLS verification, as ``requests`` takes it.
+    """
+
+    def __init__(self, address: str, headers: Mapping[str, str] | None = None, verify: bool | str = True) -> None:
+        self.address = address
+        self.headers = dict(headers or {})
+        self.verify = verify
+        self._client: Any = None
+
+    def __repr__(self) -> str:  # never the headers: they may hold a token
+        return f"RayJobClient({self.address!r})"
+
+    def connect(self) -> Any:
+        """The ``JobSubmissionClient`` (made now if not yet)."""
+        if self._client is None:
+            # Ray's own token mode would want RAY_AUTH_TOKEN in this process; a token comes in the headers.
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            from ray.job_submission import JobSubmissionClient
+
+            self._client = JobSubmissionClient(self.address, headers=self.headers or None, verify=self.verify)
+        return self._client
+
+    def submit_job(self, **kwargs: Any) -> str:
+        return self.connect().submit_job(**kwargs)
+
+    def get_job_info(self, job_id: str) -> Any:
+        return self.connect().get_job_info(job_id)
+
+    def get_job_logs(self, job_id: str) -> str:
+        return self.connect().get_job_logs(job_id)
+
+    def stop_job(self, job_id: str) -> bool:
+        return self.connect().stop_job(job_id)
 
 
 def slurm_backend(hook: Any, options: Mapping[str, Any]) -> Backend:

@@ -22,7 +22,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from airflow_curation.backends import Backend, JobState, JobStatus
 from airflow_curation.core import storage
-from airflow_curation.core.layout import Lake, sanitize_run_id
+from airflow_curation.core.layout import Lake, curation_run_id, sanitize_run_id
 from airflow_curation.hooks.factory import CurationSettings, backend_for, curation_settings, handle_options
 from airflow_curation.jobs.follow import Follower, Look
 from airflow_curation.jobs.run import RunRecord
@@ -129,7 +129,8 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
         ``{"kubernetes_conn_id": ...}`` take them (and the client) from an Airflow connection of that
         type, resolved wherever the job is submitted or followed (:mod:`airflow_curation.hooks.factory`).
     :param curation_conn_id: optional ``curation`` connection with lake, backend and storage options.
-    :param run_id: names the manifest; default the Airflow run id made path-safe.
+    :param run_id: names the manifest; default the snapshot and how the run started
+        (:func:`~airflow_curation.core.layout.curation_run_id`: ``2026-11-30__scheduled``).
     :param wait: ``True``: finish when the job finishes and return ``{manifest_uri, shards, rows,
         bytes}``; ``False``: return ``{manifest_uri, job}`` once the job is launched.
     :param deferrable: wait in the triggerer instead of holding a worker slot (default).
@@ -278,13 +279,20 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
                 f"connection {self.curation_conn_id!r})"
             )
         lake = Lake(root=str(root), dataset=self.dataset, snapshot=self.snapshot or None)
-        run_id = sanitize_run_id(self.run_id or context["run_id"])
+        # The snapshot leads the run id a user sees, not the trigger time; a retry or clear keeps it.
+        run_id = sanitize_run_id(self.run_id) if self.run_id else self._curation_run_id(context, lake.snapshot)
         config = self.build_config(context)
         # Another run of this stage on this snapshot (a manual run beside the scheduled one): wait for it.
         config.setdefault("lease_wait_s", self.lease_wait_s)
         # What the run was launched with, recorded in its manifest and report (never part of a fingerprint).
         config["run_context"] = run_context(context, settings, self.curation_conn_id, lake, self.backend)
         return JobSpec(stage=self.stage, lake=lake.to_dict(), run_id=run_id, config=config)
+
+    @staticmethod
+    def _curation_run_id(context: Any, snapshot: str | None) -> str:
+        get = context.get if hasattr(context, "get") else (lambda _k, _d=None: _d)
+        run_type = getattr(get("dag_run"), "run_type", None)
+        return curation_run_id(context["run_id"], snapshot, run_type=run_type, logical_date=get("logical_date"))
 
     def _task_backend_options(self) -> dict[str, Any]:
         """This task's backend options (rendered JSON text allowed; empty text: none)."""

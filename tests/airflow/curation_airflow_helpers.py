@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from airflow_curation.backends import JobState, JobStatus
 from airflow_curation.backends.local import LocalBackend
+from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore
+from airflow_curation.core.layout import Lake
+from airflow_curation.core.manifest import Manifest, UnitEntry
+from airflow_curation.triggers.shard_checkpoint import ShardCheckpointTrigger
 
-RUN_ID = "scheduled__2026-11-30T00:00:00+00:00"
+# The daily scheduled run of 2026-11-30: Airflow names it by the time it was due (the interval's end).
+RUN_ID = "scheduled__2026-12-01T00:00:00+00:00"
+LOGICAL_DATE = datetime(2026, 11, 30, tzinfo=timezone.utc)
 
 
 def write_jsonl(path: Path, n: int, start: int = 0) -> Path:
@@ -93,7 +102,15 @@ class RecordingTI:
 
 def task_context(store: MemoryTaskStateStore, run_id: str = RUN_ID) -> dict[str, Any]:
     """What the task runner hands ``execute()``, as far as the stage operator uses it."""
-    return {"run_id": run_id, "task_state_store": store, "ti": RecordingTI()}
+    return {
+        "run_id": run_id,
+        "logical_date": LOGICAL_DATE,
+        "dag_run": SimpleNamespace(
+            dag_id="curation_test", run_type=run_id.partition("__")[0] if "__" in run_id else "manual", conf={}
+        ),
+        "task_state_store": store,
+        "ti": RecordingTI(),
+    }
 
 
 class RelaunchableLocalBackend(LocalBackend):
@@ -116,3 +133,71 @@ class RelaunchableLocalBackend(LocalBackend):
         if previous is not None:
             Path(spec.config["fail_flag"]).unlink(missing_ok=True)
         return super().launch(spec, groups, previous=previous)
+
+
+# A planned stage run for the gate tests (sensor, triggers).
+FP = "fp0123456789abcd"
+
+
+class Run:
+    """A planned stage run: a manifest with ``n`` units, and its checkpoint store."""
+
+    def __init__(self, root, n: int, budget: float = 0.0, stage: str = "preprocess") -> None:
+        self.lake = Lake(str(root), "web", "2026-11-30")
+        self.units = [UnitEntry(unit_id=f"part-{i:05d}", inputs=[f"in-{i}"], input_checksum=f"c{i}") for i in range(n)]
+        self.manifest = Manifest(
+            dataset="web",
+            stage=stage,
+            run_id="r1",
+            fingerprint=FP,
+            lake=self.lake.to_dict(),
+            units=self.units,
+            config={"max_failed_fraction": budget},
+        )
+        self.uri = self.manifest.write(self.lake.manifest_uri("r1", stage))
+        self.store = CheckpointStore(self.lake.checkpoint_dir(stage, FP))
+
+    def commit(self, i: int, rows: int = 10, checksum: str | None = None) -> None:
+        unit = self.units[i]
+        out = {
+            "shard_id": unit.unit_id,
+            "uri": f"/x/{unit.unit_id}.parquet",
+            "rows": rows,
+            "bytes": rows * 100,
+            "checksum": "s",
+            "unit_id": unit.unit_id,
+        }
+        self.store.commit(
+            CheckpointRecord(
+                unit_id=unit.unit_id,
+                stage=self.manifest.stage,
+                fingerprint=FP,
+                input_checksum=checksum or unit.input_checksum,
+                outputs=[out],
+            )
+        )
+        self._finish_when_all_accounted()
+
+    def fail(self, i: int) -> None:
+        self.store.mark_failed(self.units[i].unit_id, "ValueError: boom", 2)
+        self._finish_when_all_accounted()
+
+    def _finish_when_all_accounted(self) -> None:
+        """What the job does after its last unit: the final manifest, complete or failed by budget."""
+        if not self.auto_finish:
+            return
+        done, failed = self.store.scan()
+        if len(done) + len(failed) == len(self.units):
+            allowed = int(self.manifest.config["max_failed_fraction"] * len(self.units))
+            self.manifest.status = "failed" if len(failed) > allowed else "complete"
+            self.manifest.write(self.uri)
+
+    auto_finish = True
+
+
+def _first_event(trigger: ShardCheckpointTrigger) -> dict:
+    async def go():
+        async for event in trigger.run():
+            return event.payload
+
+    return asyncio.run(go())

@@ -20,7 +20,7 @@ import structlog
 from curation_airflow_helpers import write_jsonl
 
 from airflow_curation.core import storage
-from airflow_curation.core.layout import Lake, sanitize_run_id
+from airflow_curation.core.layout import Lake, curation_run_id
 from airflow_curation.core.manifest import Manifest
 
 pytestmark = pytest.mark.airflow
@@ -90,7 +90,7 @@ def test_pipeline_dag_ingests_one_snapshot(pipeline, tmp_path):
     skipped = {e.get("reason") for e in captured if e.get("event") == "Skipping task."}
 
     lake = Lake(str(lake_root), "web", "2026-11-29")  # the logical date is the snapshot partition
-    manifest_uri = lake.manifest_uri(sanitize_run_id(dag_run.run_id), "ingest")
+    manifest_uri = lake.manifest_uri(curation_run_id(dag_run.run_id, lake.snapshot), "ingest")
     manifest = Manifest.read(manifest_uri)
     assert manifest.status == "complete"
     assert manifest.rows == 81  # 50 + 30 + the one good line of bad.jsonl
@@ -122,7 +122,9 @@ def test_pipeline_dag_ingests_one_snapshot(pipeline, tmp_path):
     state = _task_state(dag_run)
     assert state[("ingest.launch", "curation_job")]["job_id"] == launch["job"]["job_id"]
     # Local job folders live under the lake's _jobs/ for this run.
-    assert Path(launch["job"]["job_dir"]).parent == Path(lake.jobs_dir(sanitize_run_id(dag_run.run_id), "ingest"))
+    assert Path(launch["job"]["job_dir"]).parent == Path(
+        lake.jobs_dir(curation_run_id(dag_run.run_id, lake.snapshot), "ingest")
+    )
 
     # The DAG a user sees: a group per stage; an unconfigured optional stage is one skipped group (its launch
     # says why), the stages after it run anyway.
@@ -151,7 +153,9 @@ def test_pipeline_dag_ingests_one_snapshot(pipeline, tmp_path):
     )
     assert next_run.state == "success"
     next_lake = Lake(str(lake_root), "web", "2026-11-30")
-    assert Manifest.read(next_lake.manifest_uri(sanitize_run_id(next_run.run_id), "ingest")).rows == 30
+    assert (
+        Manifest.read(next_lake.manifest_uri(curation_run_id(next_run.run_id, next_lake.snapshot), "ingest")).rows == 30
+    )
     assert Manifest.read(manifest_uri).rows == 81  # the earlier partition is untouched
     assert sorted(p.name for p in (lake_root / "web").iterdir()) == ["snapshot=2026-11-29", "snapshot=2026-11-30"]
 
@@ -187,7 +191,7 @@ def test_a_retry_after_a_worker_crash_reconnects_through_the_real_task_state_sto
         ).all()
     assert ti.try_number == 2 and len(earlier) == 1  # the first try really failed and was retried
 
-    run_id = sanitize_run_id(dag_run.run_id)
+    run_id = curation_run_id(dag_run.run_id, "2026-11-28")
     jobs = Path(Lake(str(lake_root), "web", "2026-11-28").jobs_dir(run_id, "ingest"))
     assert len([p for p in jobs.iterdir() if p.is_dir()]) == 1, "the retry submitted a second job"
     assert _task_state(dag_run)[("ingest", "curation_job")]["job_dir"].startswith(str(jobs))
@@ -211,7 +215,7 @@ def test_defaults_come_from_the_connection_and_variables_not_the_dags_folder(pip
     dag_run = pipeline.test(logical_date=datetime(2026, 11, 27, tzinfo=timezone.utc), mark_success_pattern=NOT_INGEST)
     assert dag_run.state == "success", dag_run.state
     lake = Lake(str(lake_root), "fromvar", "2026-11-27")
-    assert Manifest.read(lake.manifest_uri(sanitize_run_id(dag_run.run_id), "ingest")).rows == 12
+    assert Manifest.read(lake.manifest_uri(curation_run_id(dag_run.run_id, lake.snapshot), "ingest")).rows == 12
 
 
 def test_a_missing_input_fails_ingest_once_with_one_line(pipeline, tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_curation.core.layout import Lake, sanitize_run_id
+from airflow_curation.core.layout import Lake, curation_run_id
 from airflow_curation.core.manifest import Manifest
 
 pytestmark = pytest.mark.airflow
@@ -78,7 +78,7 @@ def test_preprocess_starts_while_ingest_still_runs(airflow_db, tmp_path, monkeyp
         watcher.join()
     assert dag_run.state == "success", dag_run.state
 
-    run_id = sanitize_run_id(dag_run.run_id)
+    run_id = curation_run_id(dag_run.run_id, snapshot.snapshot)
     ingest = Manifest.read(snapshot.manifest_uri(run_id, "ingest"))
     pre = Manifest.read(snapshot.manifest_uri(run_id, "preprocess"))
     assert ingest.status == "complete" and len(ingest.units) == 3

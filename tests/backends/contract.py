@@ -22,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from airflow_curation.backends import Backend, JobHandle, JobState, JobStatus
+from airflow_curation.backends import Backend, JobHandle, JobState, JobStatus, get_backend
 from airflow_curation.hooks.factory import backend_for
 from airflow_curation.jobs import attempts
 from airflow_curation.jobs.follow import Follower, Look
@@ -35,8 +35,6 @@ REPO = TESTS.parent
 SITE = str(TESTS / "slurm" / "site")
 JOB_PYTHONPATH = os.pathsep.join([SITE, str(REPO)])
 LAKE_NAME = "lac-été-湖"
-if str(TESTS / "kubernetes") not in sys.path:  # the API server and kubelet stand-ins (test helpers, not stages)
-    sys.path.insert(0, str(TESTS / "kubernetes"))
 
 
 def load_module(name: str, path: Path):
@@ -212,9 +210,8 @@ class RayHarness(Harness):
     def make(self, **options: Any) -> Backend:
         self.client = getattr(self, "client", None) or LocalRayClient(self.root / "ray")
         options = {"address": "http://ray-head:8265", "python": sys.executable, **options}
-        backend = backend_for("ray", {"env": {"PYTHONPATH": JOB_PYTHONPATH}, **options})
-        backend._client = lambda: self.client
-        return backend
+        # The client the factory would build, injected: a stand-in whose jobs are local processes.
+        return get_backend("ray", env={"PYTHONPATH": JOB_PYTHONPATH}, **options, client=self.client)
 
     def external(self, handle: JobHandle) -> Any:
         return {k: (j["proc"].poll(), j["stopped"]) for k, j in self.client.jobs.items()}

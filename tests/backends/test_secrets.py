@@ -69,14 +69,14 @@ class _RecordingRayClient:
 
 def test_ray_runtime_env_carries_no_storage_options(tmp_path, monkeypatch, caplog):
     secret, env = _secret_env()
+    client = _RecordingRayClient()
     backend = get_backend(
         "ray",
         address="http://ray-head:8265",
         env={**env, "PLAIN": "1"},
         runtime_env={"env_vars": {"CURATION_STORAGE_OPTIONS_GCS": secret, "OTHER": "2"}, "pip": ["x"]},
+        client=client,
     )
-    client = _RecordingRayClient()
-    monkeypatch.setattr(backend, "_client", lambda: client)
     spec = JobSpec("validate", Lake(str(tmp_path / "lake"), "web").to_dict(), "run-r", {})
     handle = backend.submit(spec)
     [sent] = client.submitted
@@ -101,7 +101,6 @@ def test_ray_refuses_credentials_it_would_have_to_send(tmp_path, monkeypatch, op
     leaves out) would be shown in the dashboard: the backend refuses it, naming it, before any submit."""
     client = _RecordingRayClient()
     with pytest.raises(ValueError, match=r"(AWS_SECRET_ACCESS_KEY|HF_TOKEN|AIRFLOW_CONN_DB|DATABASE_URL): credentials"):
-        backend = get_backend("ray", address="http://ray-head:8265", **options)
-        monkeypatch.setattr(backend, "_client", lambda: client)
+        backend = get_backend("ray", address="http://ray-head:8265", **options, client=client)
         backend.submit(JobSpec("validate", Lake(str(tmp_path / "lake"), "web").to_dict(), "run-r", {}))
     assert client.submitted == []

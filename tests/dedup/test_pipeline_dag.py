@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_curation.core.layout import Lake, sanitize_run_id
+from airflow_curation.core.layout import Lake, curation_run_id
 from airflow_curation.core.manifest import Manifest
 
 from .corpus import handbook_docs
@@ -59,7 +59,7 @@ def test_pipeline_runs_ingest_preprocess_dedup(airflow_db, tmp_path, monkeypatch
     assert dag_run.state == "success", dag_run.state
 
     lake = Lake(str(tmp_path / "lake"), "web", "2026-11-25")
-    run_id = sanitize_run_id(dag_run.run_id)
+    run_id = curation_run_id(dag_run.run_id, lake.snapshot)
     deadline = time.monotonic() + 300
     while (manifest := Manifest.read(lake.manifest_uri(run_id, "dedup"))).status == "planned":
         assert time.monotonic() < deadline, "the dedup job never finished its manifest"

@@ -8,7 +8,6 @@ so that no more than one or two engines hold memory at any time.
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
@@ -17,8 +16,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-sys.path.insert(0, os.path.dirname(__file__))
 
 from enrich_models import build_llama, minilm_path  # noqa: E402
 

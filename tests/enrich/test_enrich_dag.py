@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_curation.core.layout import Lake, sanitize_run_id
+from airflow_curation.core.layout import Lake, curation_run_id
 from airflow_curation.core.manifest import Manifest
 
 pytestmark = pytest.mark.airflow
@@ -64,7 +64,7 @@ def test_pipeline_runs_through_enrich(pipeline, tmp_path, minilm):
     assert dag_run.state == "success", dag_run.state
 
     lake = Lake(str(lake_root), "web", "2026-11-29")
-    manifest = Manifest.read(lake.manifest_uri(sanitize_run_id(dag_run.run_id), "enrich"))
+    manifest = Manifest.read(lake.manifest_uri(curation_run_id(dag_run.run_id, lake.snapshot), "enrich"))
     assert manifest.status == "complete" and manifest.rows == 34
     enriched_total = 0
     for shard in manifest.shards:
@@ -82,7 +82,7 @@ def test_pipeline_runs_through_enrich(pipeline, tmp_path, minilm):
     )
     assert manifest.accounting["kept"] == enriched_total > 0
     # validate ran last, on enrich's manifest (so its view joins every stage's columns), and passed.
-    report = json.loads(Path(lake.manifest_uri(sanitize_run_id(dag_run.run_id), "report")).read_text())
+    report = json.loads(Path(lake.manifest_uri(curation_run_id(dag_run.run_id, lake.snapshot), "report")).read_text())
     assert report["status"] == "passed"
     assert {"ingest", "preprocess", "dedup", "enrich"} <= set(report["stages"])
     assert {"preprocess", "dedup", "enrich-embed"} <= set(report["columns"])

@@ -19,8 +19,9 @@ import pytest
 from enrich_helpers import make_docs, write_lake
 from process_helpers import free_port, stop_group
 
-from airflow_curation.backends import JobState, get_backend
+from airflow_curation.backends import JobState
 from airflow_curation.core.manifest import Manifest
+from airflow_curation.hooks.factory import backend_for
 from airflow_curation.jobs.spec import JobSpec
 
 HEAD = r"""
@@ -87,14 +88,16 @@ def test_enrich_job_runs_on_an_existing_ray_cluster(ray_cluster, tmp_path, llama
     )
     # Storage options as a curation connection would add them: the cluster must never be sent them.
     secret = "s3cr3t-not-for-the-dashboard"
-    backend = get_backend(
+    backend = backend_for(
         "ray",
-        address=ray_cluster,
-        python=sys.executable,
-        env={
-            "RAY_AUTH_MODE": "disabled",
-            "PYTHONPATH": os.getcwd(),
-            "CURATION_STORAGE_OPTIONS_S3": json.dumps({"key": "AKIA-FAKE", "secret": secret}),
+        {
+            "address": ray_cluster,
+            "python": sys.executable,
+            "env": {
+                "RAY_AUTH_MODE": "disabled",
+                "PYTHONPATH": os.getcwd(),
+                "CURATION_STORAGE_OPTIONS_S3": json.dumps({"key": "AKIA-FAKE", "secret": secret}),
+            },
         },
     )
     handle = backend.submit(spec)
@@ -105,7 +108,7 @@ def test_enrich_job_runs_on_an_existing_ray_cluster(ray_cluster, tmp_path, llama
     assert info.runtime_env["env_vars"]["PYTHONPATH"] == os.getcwd()
     assert secret not in json.dumps(info.runtime_env) and secret not in (info.entrypoint or "")
     # A restarted worker rebuilds the backend from the handle's options alone.
-    again = get_backend("ray", **backend.options())
+    again = backend_for("ray", backend.options())
     deadline = time.monotonic() + 400
     while not (status := again.status(handle)).state.finished:
         assert time.monotonic() < deadline, again.logs(handle)[0][-3000:]

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import pytest
+from tokenizer_files import stdlib_prose, train_bpe
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "tokenize"))
-
-from tokenizer_files import stdlib_prose, train_bpe  # noqa: E402
-
-from airflow_curation.core.layout import Lake  # noqa: E402
-from airflow_curation.stages import register_stage, stage_class  # noqa: E402
-from airflow_curation.stages.base import StageRunner  # noqa: E402
-from airflow_curation.stages.export.stage import ExportStage  # noqa: E402
+from airflow_curation.core.layout import Lake
+from airflow_curation.stages import register_stage, stage_class
+from airflow_curation.stages.base import StageRunner
+from airflow_curation.stages.export.stage import ExportStage
 
 SEQ_LEN = 64
 

@@ -9,16 +9,14 @@ import json
 import os
 import shutil
 import socket
-import sys
 import tempfile
 import threading
 from pathlib import Path
 
 import pytest
+from airflow_stack import airflow_stack as start_stack  # scripts/ (pyproject.toml: pythonpath)
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
-from airflow_stack import airflow_stack as start_stack  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ARTIFACTS = REPO / "tests" / "artifacts"

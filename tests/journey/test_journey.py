@@ -17,7 +17,7 @@ from urllib.parse import quote, unquote
 
 import pytest
 
-from airflow_curation.core.layout import sanitize_run_id
+from airflow_curation.core.layout import curation_run_id
 from airflow_curation.core.manifest import Manifest
 
 from .conftest import ARTIFACTS, PASSWORD, PIPELINE_DATASET, USER
@@ -241,9 +241,14 @@ def _log(s, dag_id: str, run: dict, task_id: str, try_number: int = 1) -> tuple[
     )
 
 
+def _run_id(run: dict, date: str) -> str:
+    """The curation run id of a DAG run (REST fields): the snapshot first (``2026-11-30__scheduled``)."""
+    return curation_run_id(run["dag_run_id"], date, run_type=run["run_type"], logical_date=run["logical_date"])
+
+
 def _report(s, run: dict, dataset: str) -> tuple[dict, str]:
     date = run["logical_date"][:10]
-    base = s.lake / dataset / f"snapshot={date}" / "_manifests" / sanitize_run_id(run["dag_run_id"])
+    base = s.lake / dataset / f"snapshot={date}" / "_manifests" / _run_id(run, date)
     return json.loads((base / "report.json").read_text()), (base / "report.html").read_text()
 
 
@@ -273,14 +278,7 @@ def test_backfill_from_the_dialog_runs_each_date_into_its_own_partition(airflow_
         report, page = _report(s, run, PIPELINE_DATASET)
         assert report["status"] == "passed" and report["snapshot"] == date and f"snapshot={date}" in page
         ingest = Manifest.read(
-            str(
-                s.lake
-                / PIPELINE_DATASET
-                / f"snapshot={date}"
-                / "_manifests"
-                / sanitize_run_id(run["dag_run_id"])
-                / "ingest.json"
-            )
+            str(s.lake / PIPELINE_DATASET / f"snapshot={date}" / "_manifests" / _run_id(run, date) / "ingest.json")
         )
         assert all(f"snapshot={date}/" in sh.uri for sh in ingest.shards)
     partitions = {p.name for p in (s.lake / PIPELINE_DATASET).iterdir()}

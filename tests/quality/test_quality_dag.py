@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 import quality_corpus
 
-from airflow_curation.core.layout import Lake, sanitize_run_id
+from airflow_curation.core.layout import Lake, curation_run_id
 from airflow_curation.core.manifest import Manifest
 from airflow_curation.stages.quality.model import train_parquet
 
@@ -29,8 +28,6 @@ REPO = Path(__file__).resolve().parents[2]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, str(REPO / "tests" / "tokenize"))
-sys.path.insert(0, str(REPO / "tests" / "enrich"))
 from enrich_models import minilm_path  # noqa: E402
 from tokenizer_files import train_bpe  # noqa: E402
 
@@ -86,7 +83,7 @@ def test_pipeline_drops_what_the_classifier_rejects_before_tokenize_and_enrich(a
     )
     assert dag_run.state == "success", dag_run.state
     lake = Lake(str(tmp_path / "lake"), "web", "2026-11-25")
-    run_id = sanitize_run_id(dag_run.run_id)
+    run_id = curation_run_id(dag_run.run_id, lake.snapshot)
     dedup, quality = _final(lake, run_id, "dedup"), _final(lake, run_id, "quality")
     tok, pii, enrich = _final(lake, run_id, "tokenize"), _final(lake, run_id, "pii"), _final(lake, run_id, "enrich")
     assert dedup.rows == len(docs) and quality.status == "complete"

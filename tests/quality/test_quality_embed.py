@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +31,6 @@ from airflow_curation.stages.quality.stage import QualityStage
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "enrich"))
 from enrich_models import minilm_path  # noqa: E402
 
 AUC_MIN = 0.8  # well above chance (0.5) on modules the head never saw

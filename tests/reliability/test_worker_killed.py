@@ -1,7 +1,7 @@
 """Issue 9: the worker process running a stage operator is SIGKILLed while its job runs; the task's
 retry reconnects to that same job, and exactly one job process ever ran.
 
-tests/airflow/test_airflow_operator.py plays the crash with two operator instances in one process (and
+tests/airflow/operators/test_airflow_operator.py plays the crash with two operator instances in one process (and
 tests/airflow/test_airflow_dag.py with an exception in a real DAG run); here the worker is a real
 process (``airflow_worker.py``), polling its job in place (``deferrable=False``), and dies by SIGKILL.
 The job waits at a gate (``Gate`` of tests/airflow) so that it is certainly still running when the

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from validate.synth import build_run  # tests/ is on sys.path (rootdir-relative packages)
+from validate.synth import build_run  # tests/ is on the path (pyproject.toml: pythonpath)
 
 from airflow_curation.core import storage
 from airflow_curation.jobs.spec import JobSpec

@@ -8,11 +8,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from bench_scale import CpuSampler  # noqa: E402
+from bench_scale import CpuSampler
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\n"
 # The job burns 1.5 CPU-s, then says so and idles, so that a sample sees all of it before it ends.

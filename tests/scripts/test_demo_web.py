@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_curation.core.layout import Lake, sanitize_run_id
+from airflow_curation.core.layout import Lake, curation_run_id
 from airflow_curation.core.manifest import Manifest
 from airflow_curation.stages.kept import decision_attrs, skip_reasons
 
@@ -58,7 +58,7 @@ def test_the_demo_dag_ingests_the_sample_warc_and_curates_its_pages(airflow_db, 
     assert dag_run.state == "success", dag_run.state
 
     lake = Lake(str(lake_root), "sample", "2026-11-30")
-    run_id = sanitize_run_id(dag_run.run_id)
+    run_id = curation_run_id(dag_run.run_id, lake.snapshot)
     ingest = _final(lake.manifest_uri(run_id, "ingest"))
     # Every WARC record accounted for: the page without text quarantined, the 404 and the image noted.
     assert ingest.accounting["quarantined"].get("no_text_extracted") == 1

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from airflow_curation.core import storage
-from airflow_curation.core.layout import Lake, sanitize_run_id
+from airflow_curation.core.layout import Lake, curation_run_id
 from airflow_curation.core.manifest import Manifest
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slurm]
@@ -69,12 +69,12 @@ def test_pipeline_dag_on_slurm(pipeline, tmp_path):
     assert "JobState=COMPLETED" in out and "JobName=curation-ingest" in out
 
     lake = Lake(str(lake_root), "web", "2026-11-27")
-    manifest = Manifest.read(lake.manifest_uri(sanitize_run_id(dag_run.run_id), "ingest"))
+    manifest = Manifest.read(lake.manifest_uri(curation_run_id(dag_run.run_id, lake.snapshot), "ingest"))
     assert manifest.status == "complete" and manifest.rows == 66
     assert manifest.accounting["read"] == 67 and sum(manifest.accounting["quarantined"].values()) == 1
     assert all(storage.exists(s.uri) for s in manifest.shards)
     assert xcoms[("ingest.checkpoints", "return_value")]["rows"] == 66
     # The job's folder (script, spec, log, result) is under the lake's _jobs/ for this run.
     job_dir = Path(job["job_dir"])
-    assert job_dir.parent == Path(lake.jobs_dir(sanitize_run_id(dag_run.run_id), "ingest"))
+    assert job_dir.parent == Path(lake.jobs_dir(curation_run_id(dag_run.run_id, lake.snapshot), "ingest"))
     assert (job_dir / "job.sh").exists() and "ingest" in (job_dir / "job.log").read_text()

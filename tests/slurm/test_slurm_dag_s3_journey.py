@@ -32,7 +32,7 @@ from reliability.pipeline import curated_view, view_differences
 from s3.conftest import REGION, s3_client, s3_endpoint  # noqa: F401 - the moto S3 fixtures
 
 from airflow_curation.core import storage
-from airflow_curation.core.layout import Lake, sanitize_run_id
+from airflow_curation.core.layout import Lake, curation_run_id
 from airflow_curation.core.manifest import Manifest
 from airflow_curation.core.storage_map import StorageMap
 
@@ -196,7 +196,7 @@ def test_pipeline_dag_on_slurm_arrays_with_an_s3_lake_and_a_cancelled_group(
 
     task_log = capfd.readouterr().out  # dag.test() writes the task logs here
     xcoms = _xcoms(run)
-    run_id = sanitize_run_id(run.run_id)
+    run_id = curation_run_id(run.run_id, "2026-12-01")
     lake = Lake(lake_root, "web", "2026-12-01")
     s3 = StorageMap({"s3": {"key": "journey", "secret": password, "endpoint_url": endpoint}})
     # Every stage ran as an array of two groups plus its collect job (validate waits on its job itself: its
@@ -233,7 +233,7 @@ def test_pipeline_dag_on_slurm_arrays_with_an_s3_lake_and_a_cancelled_group(
         # Row for row what the local backend curated (every row of pii's manifest, the attrs of every stage).
         got = curated_view(lake.manifest_uri(run_id, "pii"))
     want = curated_view(
-        Lake(str(local_root), "web", "2026-12-01").manifest_uri(sanitize_run_id(local_run.run_id), "pii")
+        Lake(str(local_root), "web", "2026-12-01").manifest_uri(curation_run_id(local_run.run_id, "2026-12-01"), "pii")
     )
     assert got and not view_differences(got, want), view_differences(got, want)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from tokenizer_files import stdlib_prose, train_bpe
 
-from airflow_curation.core.layout import Lake, sanitize_run_id
+from airflow_curation.core.layout import Lake, curation_run_id
 from airflow_curation.core.manifest import Manifest
 
 pytestmark = pytest.mark.airflow
@@ -64,7 +64,7 @@ def test_pipeline_decontaminates_then_tokenizes_what_was_kept(airflow_db, tmp_pa
     )
     assert dag_run.state == "success", dag_run.state
     lake = Lake(str(tmp_path / "lake"), "web", "2026-11-26")
-    run_id = sanitize_run_id(dag_run.run_id)
+    run_id = curation_run_id(dag_run.run_id, lake.snapshot)
     dedup, tok = _final(lake, run_id, "dedup"), _final(lake, run_id, "tokenize")
     decon = _final(lake, run_id, "decontaminate")
     assert decon.status == "complete" and decon.config["input_manifest"] == lake.manifest_uri(run_id, "dedup")

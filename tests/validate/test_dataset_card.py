@@ -5,23 +5,18 @@ equal to what the run itself recorded."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
+from tokenizer_files import stdlib_prose, train_bpe
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "tokenize"))
-
-from tokenizer_files import stdlib_prose, train_bpe  # noqa: E402
-
-from airflow_curation.core.layout import Lake  # noqa: E402
-from airflow_curation.core.manifest import Manifest  # noqa: E402
-from airflow_curation.stages import stage_class  # noqa: E402
-from airflow_curation.stages.base import StageRunner  # noqa: E402
-from airflow_curation.stages.tokenize.stage import load_tokenizer  # noqa: E402
-from airflow_curation.stages.validate import ValidateStage  # noqa: E402
-from airflow_curation.stages.validate.card import size_category  # noqa: E402
+from airflow_curation.core.layout import Lake
+from airflow_curation.core.manifest import Manifest
+from airflow_curation.stages import stage_class
+from airflow_curation.stages.base import StageRunner
+from airflow_curation.stages.tokenize.stage import load_tokenizer
+from airflow_curation.stages.validate import ValidateStage
+from airflow_curation.stages.validate.card import size_category
 
 
 @pytest.fixture(scope="module")

@@ -32,12 +32,13 @@ with DAG(
 ) as dag:
 
     @task
-    def make_shards(ds=None, run_id=None) -> dict:
+    def make_shards(ds=None, run_id=None, dag_run=None, logical_date=None) -> dict:
         from journey_synth import build_run
 
-        from airflow_curation.core.layout import sanitize_run_id
+        from airflow_curation.core.layout import curation_run_id
 
-        uris = build_run(LAKE, DATASET, snapshot=ds, run_id=sanitize_run_id(run_id), shards=2, rows=60)
+        rid = curation_run_id(run_id, ds, run_type=dag_run.run_type, logical_date=logical_date)
+        uris = build_run(LAKE, DATASET, snapshot=ds, run_id=rid, shards=2, rows=60)
         return {"manifest_uri": uris["dedup"]}
 
     shards = make_shards()

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from k8s_fake_kubelet import AutoKubelet
 
-from airflow_curation.core.layout import Lake, sanitize_run_id
+from airflow_curation.core.layout import Lake, curation_run_id
 from airflow_curation.core.manifest import Manifest
 
 pytestmark = pytest.mark.airflow
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_pipeline_dag_on_kubernetes(airflow_db, fake_k8s, tmp_path, monkeypatch):
@@ -78,5 +78,5 @@ def test_pipeline_dag_on_kubernetes(airflow_db, fake_k8s, tmp_path, monkeypatch)
     assert ingest["spec"]["completionMode"] == "Indexed" and ingest["spec"]["completions"] == 2
     assert f"{ingest['metadata']['name']}-collect" in jobs
     lake = Lake(str(lake_root), "web", "2026-11-27")
-    manifest = Manifest.read(lake.manifest_uri(sanitize_run_id(dag_run.run_id), "ingest"))
+    manifest = Manifest.read(lake.manifest_uri(curation_run_id(dag_run.run_id, lake.snapshot), "ingest"))
     assert manifest.status == "complete" and manifest.rows == 30

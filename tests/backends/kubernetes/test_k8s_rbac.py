@@ -14,7 +14,7 @@ import yaml
 from airflow_curation.backends.k8s_objects import LABEL_JOB
 from airflow_curation.core import storage
 
-CHART = Path(__file__).resolve().parents[2] / "helm" / "airflow-curation"
+CHART = Path(__file__).resolve().parents[3] / "helm" / "airflow-curation"
 VERBS = {"POST": "create", "PATCH": "patch", "DELETE": "delete", "PUT": "update"}
 
 

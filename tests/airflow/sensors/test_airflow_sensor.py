@@ -12,74 +12,16 @@ import time
 import pytest
 import structlog
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
+from curation_airflow_helpers import FP, Run, _first_event
 
 from airflow_curation.backends import get_backend
-from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore
+from airflow_curation.core.checkpoint import CheckpointRecord
 from airflow_curation.core.layout import Lake
-from airflow_curation.core.manifest import Manifest, UnitEntry
 from airflow_curation.jobs.spec import JobSpec
 from airflow_curation.sensors.shard_checkpoint import ShardCheckpointSensor
 from airflow_curation.triggers.shard_checkpoint import ShardCheckpointTrigger
 
 pytestmark = pytest.mark.airflow
-
-FP = "fp0123456789abcd"
-
-
-class Run:
-    """A planned stage run: a manifest with ``n`` units, and its checkpoint store."""
-
-    def __init__(self, root, n: int, budget: float = 0.0, stage: str = "preprocess") -> None:
-        self.lake = Lake(str(root), "web", "2026-11-30")
-        self.units = [UnitEntry(unit_id=f"part-{i:05d}", inputs=[f"in-{i}"], input_checksum=f"c{i}") for i in range(n)]
-        self.manifest = Manifest(
-            dataset="web",
-            stage=stage,
-            run_id="r1",
-            fingerprint=FP,
-            lake=self.lake.to_dict(),
-            units=self.units,
-            config={"max_failed_fraction": budget},
-        )
-        self.uri = self.manifest.write(self.lake.manifest_uri("r1", stage))
-        self.store = CheckpointStore(self.lake.checkpoint_dir(stage, FP))
-
-    def commit(self, i: int, rows: int = 10, checksum: str | None = None) -> None:
-        unit = self.units[i]
-        out = {
-            "shard_id": unit.unit_id,
-            "uri": f"/x/{unit.unit_id}.parquet",
-            "rows": rows,
-            "bytes": rows * 100,
-            "checksum": "s",
-            "unit_id": unit.unit_id,
-        }
-        self.store.commit(
-            CheckpointRecord(
-                unit_id=unit.unit_id,
-                stage=self.manifest.stage,
-                fingerprint=FP,
-                input_checksum=checksum or unit.input_checksum,
-                outputs=[out],
-            )
-        )
-        self._finish_when_all_accounted()
-
-    def fail(self, i: int) -> None:
-        self.store.mark_failed(self.units[i].unit_id, "ValueError: boom", 2)
-        self._finish_when_all_accounted()
-
-    def _finish_when_all_accounted(self) -> None:
-        """What the job does after its last unit: the final manifest, complete or failed by budget."""
-        if not self.auto_finish:
-            return
-        done, failed = self.store.scan()
-        if len(done) + len(failed) == len(self.units):
-            allowed = int(self.manifest.config["max_failed_fraction"] * len(self.units))
-            self.manifest.status = "failed" if len(failed) > allowed else "complete"
-            self.manifest.write(self.uri)
-
-    auto_finish = True
 
 
 def _trigger(run: Run, **kwargs) -> ShardCheckpointTrigger:
@@ -87,14 +29,6 @@ def _trigger(run: Run, **kwargs) -> ShardCheckpointTrigger:
     classpath, kw = trigger.serialize()  # what the triggerer gets
     assert classpath == "airflow_curation.triggers.shard_checkpoint.ShardCheckpointTrigger"
     return ShardCheckpointTrigger(**kw)
-
-
-def _first_event(trigger: ShardCheckpointTrigger) -> dict:
-    async def go():
-        async for event in trigger.run():
-            return event.payload
-
-    return asyncio.run(go())
 
 
 def test_done_when_every_unit_is_checkpointed(tmp_path):

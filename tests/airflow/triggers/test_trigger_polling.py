@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from test_airflow_sensor import Run, _first_event
+from curation_airflow_helpers import Run, _first_event
 
 from airflow_curation.triggers import shard_checkpoint, stage_job
 from airflow_curation.triggers.polling import PollSchedule

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -70,9 +71,10 @@ def test_defers_then_returns_only_the_summary(tmp_path, small_input):
     assert summary["rows"] == manifest.rows == 60
     assert summary["shards"] == len(manifest.shards) > 1
     assert all(storage.exists(s.uri) for s in manifest.shards)
-    # The run id is the Airflow run id made path-safe, under the snapshot partition.
+    # The run id is the snapshot and the run's kind (not Airflow's due time), under the snapshot partition.
+    assert RUN_ID == "scheduled__2026-12-01T00:00:00+00:00"
     assert summary["manifest_uri"] == str(
-        tmp_path / "lake" / "web" / "snapshot=2026-11-30" / "_manifests" / RUN_ID / "ingest.json"
+        tmp_path / "lake" / "web" / "snapshot=2026-11-30" / "_manifests" / "2026-11-30__scheduled" / "ingest.json"
     )
     # What the manifest link serves (through the curation plugin), recorded at run time.
     assert ctx["ti"].pushed["curation_links"]["manifest"] == summary["manifest_uri"]
@@ -216,7 +218,15 @@ def test_templated_fields_and_run_id(tmp_path):
     for name in ("inputs", "lake", "dataset", "snapshot", "config", "backend"):
         assert name in op.template_fields
     spec = op.build_spec({"run_id": "manual__2026-11-30T10:00:00+00:00"})
-    assert spec.run_id == "manual__2026-11-30T10:00:00+00:00"
+    assert spec.run_id == "manual__2026-11-30T10:00:00+00:00"  # no snapshot: the Airflow run id, path-safe
+    # With a snapshot, the run id a user sees starts with it, whatever the trigger time.
+    dated = IngestOperator(task_id="ingest", inputs="a.jsonl", lake=str(tmp_path), dataset="web", snapshot="2026-11-29")
+    midnight = datetime(2026, 11, 29, tzinfo=timezone.utc)
+    backfill = {"run_id": "backfill__2026-11-30T00:00:00+00:00", "logical_date": midnight}
+    assert dated.build_spec(backfill).run_id == "2026-11-29__backfill"
+    assert dated.build_spec({"run_id": "manual__2026-12-03T06:12:25+00:00"}).run_id.startswith("2026-11-29__manual-")
+    named = IngestOperator(task_id="i", inputs="a", lake=str(tmp_path), dataset="web", snapshot="s", run_id="mine/1")
+    assert named.build_spec({"run_id": "manual__x"}).run_id == "mine_1"  # a given run_id wins
     assert spec.config["inputs"] == ["a.jsonl", "b.jsonl"]
     assert spec.config["max_failed_fraction"] == 0.25
     with pytest.raises(ValueError, match="invalid dataset"):
@@ -230,7 +240,7 @@ def test_a_second_ingest_of_other_inputs_fails_unless_it_replaces(tmp_path, smal
     other = tmp_path / "other.jsonl"
     other.write_text("".join(json.dumps({"text": f"another document {i}"}) + "\n" for i in range(5)))
     again = _operator(tmp_path / "lake", other, {"work_dir": str(tmp_path / "jobs2")}, deferrable=False)
-    with pytest.raises(Exception, match=r"complete run first .*--replace \(replace=True\)"):
+    with pytest.raises(Exception, match=r"complete run 2026-11-30__manual-[0-9a-f]{8} .*--replace \(replace=True\)"):
         again.execute(_context(MemoryTaskStateStore(), run_id="second"))
     replacing = _operator(
         tmp_path / "lake", other, {"work_dir": str(tmp_path / "jobs3")}, deferrable=False, replace="true"

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from curation_airflow_helpers import write_jsonl
 
-from airflow_curation.core.layout import Lake, sanitize_run_id
+from airflow_curation.core.layout import Lake, curation_run_id
 
 pytestmark = pytest.mark.airflow
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def _xcom(dag_run, task_id: str, key: str):
 
 
 def _job_dirs(lake: Lake, dag_run) -> list[Path]:
-    jobs = Path(lake.jobs_dir(sanitize_run_id(dag_run.run_id), "validate"))
+    jobs = Path(lake.jobs_dir(curation_run_id(dag_run.run_id, lake.snapshot), "validate"))
     return [p for p in jobs.iterdir() if p.is_dir()]
 
 
@@ -83,7 +83,7 @@ def test_a_retried_validate_takes_its_jobs_verdict_and_submits_one_job(retry_dag
     pushed = _report_xcom(dag_run)
     assert pushed["status"] == ("passed" if passes else "failed")
     report = json.loads(Path(pushed["json"]).read_text())
-    assert report["run_id"] == sanitize_run_id(dag_run.run_id)
+    assert report["run_id"] == curation_run_id(dag_run.run_id, lake.snapshot)
     assert report["run_context"]["params"]["min_rows"] == min_rows
     if passes:  # the task's summary speaks in curated rows, beside the rows validate read
         summary = _xcom(dag_run, "validate", "return_value")
@@ -103,7 +103,10 @@ def test_two_runs_of_one_snapshot_each_get_their_own_report(retry_dag, tmp_path)
     reports = [_report_xcom(r) for r in (first, second)]
     assert reports[0]["json"] != reports[1]["json"]
     one, two = (json.loads(Path(r["json"]).read_text()) for r in reports)
-    assert (one["run_id"], two["run_id"]) == (sanitize_run_id(first.run_id), sanitize_run_id(second.run_id))
+    # Both ids start with the snapshot and say the runs were manual; a digest, not a time, tells them apart.
+    assert one["run_id"] == curation_run_id(first.run_id, "2026-11-21")
+    assert two["run_id"] == curation_run_id(second.run_id, "2026-11-21") != one["run_id"]
+    assert all(r["run_id"].startswith("2026-11-21__manual-") for r in (one, two))
     assert one["verdict_of"] is None
     assert two["verdict_of"]["run_id"] == one["run_id"]  # it says whose verdict it shows
     assert two["checks"] == one["checks"] and two["metrics"] == one["metrics"]
