@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_curation.core.layout import Lake, sanitize_run_id
+from airflow_curation.core.layout import Lake, curation_run_id
 from airflow_curation.core.manifest import Manifest
 from tests.dedup.corpus import handbook_docs
 
@@ -76,7 +76,7 @@ def test_boilerplate_lines_are_removed_before_dedup_and_reported(airflow_db, tmp
     )
     assert dag_run.state == "success", dag_run.state
     lake = Lake(str(tmp_path / "lake"), "web", "2026-11-25")
-    run_id = sanitize_run_id(dag_run.run_id)
+    run_id = curation_run_id(dag_run.run_id, lake.snapshot)
     boilerplate, dedup = _final(lake, run_id, "boilerplate"), _final(lake, run_id, "dedup")
     assert boilerplate.status == dedup.status == "complete"
     assert boilerplate.config["min_documents"] == MIN_DOCUMENTS

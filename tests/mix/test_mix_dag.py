@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_curation.core.layout import Lake, sanitize_run_id
+from airflow_curation.core.layout import Lake, curation_run_id
 from airflow_curation.core.manifest import Manifest
 
 pytestmark = pytest.mark.airflow
@@ -59,7 +59,7 @@ def test_pipeline_mixes_then_tokenizes_the_selection(airflow_db, tmp_path, monke
     )
     assert dag_run.state == "success", dag_run.state
     lake = Lake(str(tmp_path / "lake"), "mixed", "2026-12-01")
-    run_id = sanitize_run_id(dag_run.run_id)
+    run_id = curation_run_id(dag_run.run_id, lake.snapshot)
     mix = _final(lake, run_id, "mix")
     assert mix.status == "complete" and mix.config["input_manifest"] == lake.manifest_uri(run_id, "dedup")
     mixture = mix.config["mixture"]
