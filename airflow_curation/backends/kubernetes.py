@@ -32,6 +32,7 @@ from airflow_curation.backends.base import (
 from airflow_curation.core import credentials, storage
 from airflow_curation.jobs import attempts, group_result_uri
 from airflow_curation.jobs import groups as grp
+from airflow_curation.jobs.run import RunRecord
 from airflow_curation.jobs.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -250,6 +251,8 @@ class KubernetesBackend(Backend):
             base_name=handle["name"],
             collect=(handle["result_dir"], handle["groups"], self.collect_wait_seconds),
             attempts=(int(handle.get("attempt", 1)), self.max_resubmits + 1),
+            # It may wait through relaunches of its groups (_relaunch keeps a waiting collect): the newest counts.
+            newest=RunRecord.from_dict(handle).current_uri,
         )
 
     def spec_of(self, handle: JobHandle) -> JobSpec:

@@ -140,6 +140,30 @@ def test_a_lost_pod_leaves_a_relaunch_pending_until_the_last_attempt(fake_k8s, m
     assert attempts.settle(backend, new, st) is None and "attempt 2 of 2 was the last" in st.message
 
 
+def test_a_collect_pod_that_waited_through_the_relaunch_collects_the_newest_attempt(
+    fake_k8s, make_backend, corpus, lake, tmp_path
+):
+    """The relaunch keeps a collect pod that is still waiting (created by attempt 1: ``--attempt 1``). When it
+    collects after the last attempt lost its pod as well, the run's ``current.json`` (``--newest``) says attempt
+    2 of 2: no relaunch pending (a reader fails at once instead of waiting for a relaunch that cannot come)."""
+    backend = make_backend(
+        launch_kinds={"ingest": "indexed"}, shard_groups=2, pod={}, max_resubmits=1, collect_wait_seconds=0.01
+    )
+    spec = _ingest_spec(lake, corpus)
+    handle = backend.submit(spec)
+    kubelet = FakeKubelet(fake_k8s, tmp_path / "kubelet")
+    assert kubelet.run_job(handle["name"], kill=frozenset({1})) == [0, 137]
+    st = backend.status(handle)  # the collect pod has not run yet: it is still waiting
+    new = attempts.settle(backend, handle, st)
+    assert new is not None and new.attempt == 2 and new.to_dict()["collect"] == handle["collect"], st.message
+    argv = fake_k8s.get("jobs", handle["collect"])["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert argv[argv.index("--attempt") + 1] == "1" and argv[argv.index("--newest") + 1] == new.current_uri
+    assert kubelet.run_job(new.to_dict()["main"], kill=frozenset({0})) == [137]
+    assert kubelet.run_job(handle["collect"]) == [1]
+    head = ManifestHead.read(spec.manifest_uri)
+    assert head.status == "failed" and head.relaunch is None
+
+
 def test_a_cancelled_run_declines_its_pending_relaunch(fake_k8s, make_backend, corpus, lake, tmp_path):
     """A run cancelled after its collect pod wrote a relaunch pending will not be relaunched: the cancel says so
     in the manifest (``attempts.decline``), and a reader waiting for the reopen fails at once."""
