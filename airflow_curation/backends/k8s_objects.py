@@ -361,14 +361,24 @@ def stage_job(
     ttl_seconds: int = 86400,
     base_name: str | None = None,
     collect: tuple[str, int, float] | None = None,
+    attempts: tuple[int, int] | None = None,
+    newest: str | None = None,
 ) -> dict:
     """One pod. Alone (``launch_kind`` ``job``) it runs the whole stage; with ``collect=(result_dir,
     groups, timeout_s)`` it is the collect step of a sweep: it waits for every group's result, then
-    writes the manifest, applies the failure budget and runs ``finalize``."""
+    writes the manifest, applies the failure budget and runs ``finalize``.
+
+    :param attempts: (collect) ``(this attempt, attempts the follower may make)``: a collect before the last
+        attempt that lost units writes a failed manifest saying a relaunch is pending (``jobs collect --attempt``).
+    :param newest: (collect) the run's ``current.json``: the collect pod waits through relaunches of its
+        groups, and then collects the newest attempt, not its own.
+    """
     if collect is None:
         role, command = "job", grp.command(grp.run_args(SPEC_PATH, result_uri))
     else:
-        role, command = "collect", grp.command(grp.collect_args(SPEC_PATH, result_uri, wait=collect))
+        budget = (str(attempts[0]), attempts[1]) if attempts is not None else None
+        args = grp.collect_args(SPEC_PATH, result_uri, wait=collect, attempts=budget, newest=newest)
+        role, command = "collect", grp.command(args)
     return _job(
         name,
         namespace,

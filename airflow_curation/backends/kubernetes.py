@@ -32,6 +32,7 @@ from airflow_curation.backends.base import (
 from airflow_curation.core import credentials, storage
 from airflow_curation.jobs import attempts, group_result_uri
 from airflow_curation.jobs import groups as grp
+from airflow_curation.jobs.run import RunRecord
 from airflow_curation.jobs.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -234,7 +235,10 @@ class KubernetesBackend(Backend):
         )
 
     def _collect_job(self, handle: JobHandle, spec: JobSpec) -> dict[str, Any]:
-        # Not owned by the group Job: the group Job's TTL must not take the waiting collect with it.
+        # Not owned by the group Job: the group Job's TTL must not take the waiting collect with it. It carries
+        # the attempt that created it and the follower's budget: a collect before the last attempt that lost
+        # units (a killed pod) says in the failed manifest that a relaunch is pending, so a stage streaming
+        # from this run waits for the reopen instead of giving up.
         return objs.stage_job(
             handle["collect"],
             handle["namespace"],
@@ -246,6 +250,9 @@ class KubernetesBackend(Backend):
             ttl_seconds=self.ttl_seconds,
             base_name=handle["name"],
             collect=(handle["result_dir"], handle["groups"], self.collect_wait_seconds),
+            attempts=(int(handle.get("attempt", 1)), self.max_resubmits + 1),
+            # It may wait through relaunches of its groups (_relaunch keeps a waiting collect): the newest counts.
+            newest=RunRecord.from_dict(handle).current_uri,
         )
 
     def spec_of(self, handle: JobHandle) -> JobSpec:

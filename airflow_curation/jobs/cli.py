@@ -2,11 +2,12 @@
 
 * ``run SPEC [--group I/N] [--result R]``: run a stage (or only units ``I::N`` of its plan: one task of
   a Slurm array or pod of a Kubernetes Indexed Job) and write a :class:`JobResult`.
-* ``collect SPEC [--result R] [--wait-groups N --group-results DIR] [--attempt N --attempts M]``: the step
-  after every group: run no unit, gather the checkpoints into the manifest, count units without one as
+* ``collect SPEC [--result R] [--wait-groups N --group-results DIR] [--attempt N --attempts M [--newest U]]``:
+  the step after every group: run no unit, gather the checkpoints into the manifest, count units without one as
   failed, apply the failure budget and the stage's ``finalize``. With ``--wait-groups`` it first waits until
-  every group has written its result (a collect pod created together with its sweep). Attempt N of M < N
-  that failed with units lost marks the manifest's relaunch pending (``core/manifest.py``).
+  every group has written its result (a collect pod created together with its sweep). Attempt N < M
+  that failed with units lost marks the manifest's relaunch pending (``core/manifest.py``); ``--newest``: the
+  run's ``current.json``, whose later attempt counts (a collect pod that waited through a relaunch).
 * ``reopen SPEC``: before a relaunch, mark the manifest planned again and clear the failure markers
   of its unfinished units.
 
@@ -25,6 +26,7 @@ import traceback
 from airflow_curation.core import redact, storage
 from airflow_curation.jobs import progress
 from airflow_curation.jobs.result import EXIT_BAD_SPEC, EXIT_OK, EXIT_STAGE_FAILED, JobResult
+from airflow_curation.jobs.run import LakeFiles
 from airflow_curation.jobs.spec import JobSpec
 
 log = logging.getLogger("airflow_curation.jobs")
@@ -114,6 +116,11 @@ def parser() -> argparse.ArgumentParser:
         metavar="M",
         help="attempts the follower may make: before the last, a failure that lost units says a relaunch is pending",
     )
+    collect.add_argument(
+        "--newest",
+        metavar="URI",
+        help="the run's newest-attempt record (current.json): a later attempt there than --attempt counts",
+    )
     return p
 
 
@@ -137,6 +144,15 @@ def _wait_for_groups(folder: str, groups: int, timeout: float, poll: float) -> N
             log.info("waiting for groups %s of %d", missing, groups)
             reported = missing
         time.sleep(poll)
+
+
+def _attempt(attempt: int | None, newest_uri: str | None) -> int | None:
+    """The attempt a collect gathers: its own, or a later one of the run's record. A Kubernetes collect pod,
+    created with attempt *n*, waits through the relaunches of its groups and then collects the newest."""
+    if attempt is None or not newest_uri:
+        return attempt
+    newest = LakeFiles().read_json(newest_uri) or {}
+    return max(attempt, int(newest.get("attempt") or 1))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_BAD_SPEC
         _wait_for_groups(args.group_results, args.wait_groups, args.timeout, args.poll)
     try:
-        attempt, most = getattr(args, "attempt", None), getattr(args, "attempts", None)
+        attempt = _attempt(getattr(args, "attempt", None), getattr(args, "newest", None))
+        most = getattr(args, "attempts", None)
         relaunchable = attempt is not None and most is not None and attempt < most
         summary = run_spec(spec, shard_group=group, collect=args.command == "collect", relaunchable=relaunchable)
     except Exception as e:  # noqa: BLE001

@@ -82,15 +82,23 @@ def group_args(spec: str, result: Arg, index: Any, groups: int, pick: Sequence[i
 
 
 def collect_args(
-    spec: str, result: Arg, wait: tuple[str, int, float] | None = None, attempts: tuple[Arg, int] | None = None
+    spec: str,
+    result: Arg,
+    wait: tuple[str, int, float] | None = None,
+    attempts: tuple[Arg, int] | None = None,
+    newest: str | None = None,
 ) -> list[Arg]:
     """The step after every group; ``wait=(folder, groups, timeout_s)``: first wait for the groups'
     results (a collect started together with its groups, not after them). ``attempts=(this attempt, attempts
-    the follower may make)``: a failure before the last that lost units says a relaunch is pending."""
+    the follower may make)``: a failure before the last that lost units says a relaunch is pending.
+    ``newest``: the run's newest-attempt record (``current.json``), for a collect that may outlive its attempt
+    (a Kubernetes collect pod waits through relaunches of its groups): a newer attempt there counts."""
     args = ["collect", spec, "--result", result]
     if attempts is not None:
         attempt, most = attempts
         args += ["--attempt", attempt, "--attempts", str(int(most))]
+        if newest:
+            args += ["--newest", newest]
     if wait is not None:
         folder, groups, timeout = wait
         args += ["--wait-groups", str(int(groups)), "--group-results", folder, "--timeout", str(int(timeout))]

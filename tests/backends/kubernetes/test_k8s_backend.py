@@ -146,6 +146,49 @@ def test_indexed_groups_then_collect_through_every_state(fake_k8s, make_backend,
     assert st.state == JobState.SUCCEEDED and st.result["rows"] == 30
 
 
+def _collect_argv(fake_k8s, name):
+    return fake_k8s.get("jobs", name)["spec"]["template"]["spec"]["containers"][0]["command"]
+
+
+def _flag(argv, name):
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+def test_collect_pods_carry_their_attempt_and_the_followers_budget(fake_k8s, make_backend, make_spec):
+    """A sweep's collect pod says which attempt it collects and how many the follower may make (``jobs collect
+    --attempt N --attempts M``, as Slurm's collect job): before the last, a failure that lost units writes a
+    relaunch pending into the manifest. A relaunch whose collect had ended creates one for its own attempt."""
+    backend = make_backend(launch_kinds={"preprocess": "indexed"}, max_resubmits=2)
+    spec = make_spec("preprocess")
+    handle, objects = backend.build(spec)
+    for obj in objects:
+        validate_object(obj)
+    (collect,) = [o for o in objects if o["metadata"]["name"] == handle["collect"]]
+    argv = collect["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert argv[:4] == ["python", "-m", "airflow_curation.jobs", "collect"]
+    assert (_flag(argv, "--attempt"), _flag(argv, "--attempts")) == ("1", "3")
+    group_argv = next(o for o in objects if o["metadata"]["name"] == handle["main"])["spec"]["template"]["spec"]
+    assert "--attempt" not in group_argv["containers"][0]["command"]  # a group pod writes no manifest head
+
+    handle = backend.submit(spec)
+    argv = _collect_argv(fake_k8s, handle["collect"])
+    assert (_flag(argv, "--attempt"), _flag(argv, "--attempts")) == ("1", "3")
+    # Every group pod killed, and the collect has ended (its wait ran out): the relaunch needs a fresh collect.
+    failed = {"failed": 3, "failedIndexes": "0-2", "conditions": [{"type": "Failed", "status": "True"}]}
+    fake_k8s.set_status("jobs", handle["name"], failed)
+    fake_k8s.set_status("jobs", handle["collect"], {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]})
+    st = backend.status(handle)
+    assert st.state == JobState.FAILED and st.retryable, st.message
+    new = _settle(backend, handle, st)
+    assert new["attempt"] == 2 and new["collect"] == f"{handle['name']}-collect-a2"
+    validate_object(fake_k8s.get("jobs", new["collect"]))
+    argv = _collect_argv(fake_k8s, new["collect"])
+    assert (_flag(argv, "--attempt"), _flag(argv, "--attempts")) == ("2", "3")
+    assert _flag(argv, "--wait-groups") == "3" and _flag(argv, "--result") == handle["result"]
+    # The first collect's arguments are as they were (a pod's command is fixed once created).
+    assert _flag(_collect_argv(fake_k8s, handle["collect"]), "--attempt") == "1"
+
+
 def test_bad_spec_fails_the_groups_and_release_drops_the_collect(fake_k8s, make_backend, make_spec):
     backend = make_backend(launch_kinds={"preprocess": "indexed"}, max_resubmits=3)
     handle = backend.submit(make_spec())

@@ -4,12 +4,13 @@ each pod's command as written (argv, env, envFrom, mounted spec), on a real inge
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from k8s_fake_kubelet import FakeKubelet
 
 from airflow_curation.backends.base import JobState
-from airflow_curation.core.manifest import Manifest
+from airflow_curation.core.manifest import Manifest, ManifestHead
 from airflow_curation.jobs import attempts
 from airflow_curation.jobs.spec import JobSpec
 
@@ -90,6 +91,95 @@ def test_a_killed_group_is_relaunched_by_the_follower(fake_k8s, make_backend, co
     assert "1 units already done (checkpoint matches), 1 to run" in text or "0 units already done" in text
     manifest = Manifest.read(spec.manifest_uri)
     assert manifest.status == "complete" and manifest.rows == 20
+
+
+def _ingest_spec(lake, corpus):
+    return JobSpec(
+        "ingest",
+        {"root": str(lake), "dataset": "d", "snapshot": None},
+        "r1",
+        {"inputs": [str(corpus)], "unit_bytes": 1},
+    )
+
+
+def test_a_lost_pod_leaves_a_relaunch_pending_until_the_last_attempt(fake_k8s, make_backend, corpus, lake, tmp_path):
+    """A group pod killed (no checkpoint, no failure of its own) and the collect pod's wait ended: the collect
+    pod, run as rendered (``jobs collect --attempt 1 --attempts 2``), writes the failed manifest saying a
+    relaunch is pending, so a stage streaming from it waits for the reopen. The follower's relaunch reopens it
+    (the field goes) and runs a fresh collect for attempt 2, the last: its failed manifest says nothing of a
+    relaunch, and the follower ends the run."""
+    # No wait for a missing group (the tests play the controllers: a killed group never reports).
+    backend = make_backend(
+        launch_kinds={"ingest": "indexed"}, shard_groups=2, pod={}, max_resubmits=1, collect_wait_seconds=0.01
+    )
+    spec = _ingest_spec(lake, corpus)
+    handle = backend.submit(spec)
+    kubelet = FakeKubelet(fake_k8s, tmp_path / "kubelet")
+    assert kubelet.run_job(handle["name"], kill=frozenset({1})) == [0, 137]
+    assert kubelet.run_job(handle["collect"]) == [1]  # gave up on group 1: its 2 units failed
+    head = ManifestHead.read(spec.manifest_uri)
+    assert head.status == "failed" and head.relaunch_pending and head.relaunch == {"pending": True, "lost_units": 2}
+
+    st = backend.status(handle)
+    assert st.state == JobState.FAILED and st.retryable, st.message
+    new = attempts.settle(backend, handle, st)
+    assert new is not None and new.attempt == 2, st.message
+    new = new.to_dict()
+    head = ManifestHead.read(spec.manifest_uri)
+    assert head.status == "planned" and head.relaunch is None  # reopened: nothing pending any more
+
+    # Attempt 2 (group 1 only) loses its pod too: the last attempt's collect says nothing of a relaunch.
+    assert new["collect"] == f"{handle['name']}-collect-a2"
+    assert kubelet.run_job(new["main"], kill=frozenset({0})) == [137]
+    assert kubelet.run_job(new["collect"]) == [1]
+    head = ManifestHead.read(spec.manifest_uri)
+    assert head.status == "failed" and head.relaunch is None and not head.relaunch_pending
+    assert "relaunch" not in json.loads(Path(spec.manifest_uri).read_text())
+    st = backend.status(new)
+    assert st.state == JobState.FAILED and st.retryable
+    assert attempts.settle(backend, new, st) is None and "attempt 2 of 2 was the last" in st.message
+
+
+def test_a_collect_pod_that_waited_through_the_relaunch_collects_the_newest_attempt(
+    fake_k8s, make_backend, corpus, lake, tmp_path
+):
+    """The relaunch keeps a collect pod that is still waiting (created by attempt 1: ``--attempt 1``). When it
+    collects after the last attempt lost its pod as well, the run's ``current.json`` (``--newest``) says attempt
+    2 of 2: no relaunch pending (a reader fails at once instead of waiting for a relaunch that cannot come)."""
+    backend = make_backend(
+        launch_kinds={"ingest": "indexed"}, shard_groups=2, pod={}, max_resubmits=1, collect_wait_seconds=0.01
+    )
+    spec = _ingest_spec(lake, corpus)
+    handle = backend.submit(spec)
+    kubelet = FakeKubelet(fake_k8s, tmp_path / "kubelet")
+    assert kubelet.run_job(handle["name"], kill=frozenset({1})) == [0, 137]
+    st = backend.status(handle)  # the collect pod has not run yet: it is still waiting
+    new = attempts.settle(backend, handle, st)
+    assert new is not None and new.attempt == 2 and new.to_dict()["collect"] == handle["collect"], st.message
+    argv = fake_k8s.get("jobs", handle["collect"])["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert argv[argv.index("--attempt") + 1] == "1" and argv[argv.index("--newest") + 1] == new.current_uri
+    assert kubelet.run_job(new.to_dict()["main"], kill=frozenset({0})) == [137]
+    assert kubelet.run_job(handle["collect"]) == [1]
+    head = ManifestHead.read(spec.manifest_uri)
+    assert head.status == "failed" and head.relaunch is None
+
+
+def test_a_cancelled_run_declines_its_pending_relaunch(fake_k8s, make_backend, corpus, lake, tmp_path):
+    """A run cancelled after its collect pod wrote a relaunch pending will not be relaunched: the cancel says so
+    in the manifest (``attempts.decline``), and a reader waiting for the reopen fails at once."""
+    backend = make_backend(
+        launch_kinds={"ingest": "indexed"}, shard_groups=2, pod={}, max_resubmits=2, collect_wait_seconds=0.01
+    )
+    spec = _ingest_spec(lake, corpus)
+    handle = backend.submit(spec)
+    kubelet = FakeKubelet(fake_k8s, tmp_path / "kubelet")
+    assert kubelet.run_job(handle["name"], kill=frozenset({0})) == [137, 0]
+    assert kubelet.run_job(handle["collect"]) == [1]
+    assert ManifestHead.read(spec.manifest_uri).relaunch == {"pending": True, "lost_units": 2}
+    attempts.cancel(backend, handle)
+    head = ManifestHead.read(spec.manifest_uri)
+    assert head.status == "failed" and not head.relaunch_pending
+    assert head.relaunch["pending"] is False and "cancelled" in head.relaunch["why"]
 
 
 def test_collect_waits_for_every_group_then_gives_up_at_its_timeout(corpus, lake, tmp_path):
