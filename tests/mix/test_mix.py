@@ -190,6 +190,31 @@ def test_several_input_manifests_keyed_by_input(tmp_path):
     assert any(s.shard_id.startswith("in1-") for s in m.shards)
 
 
+def test_several_inputs_as_array_tasks_select_what_one_run_selects(tmp_path):
+    sources = {"web": {"web": 300}, "code": {"code": 100}, "books": {"books": 60}}
+    uris = {
+        name: ingest(tmp_path / name, write_sources(tmp_path / name, s), name, unit_bytes=1)
+        for name, s in sources.items()
+    }
+    lk, first = uris["web"]
+    extra = {
+        "targets": "web=0.5,code=0.3,books=0.2",
+        "key": "input",
+        "seed": 4,
+        "manifests": [uris["code"][1], uris["books"][1]],
+    }
+    config = {"input_manifest": first, **extra}
+    whole = selection(run_mix(lk, first, "one", **extra))
+    # 6 shards in 4 groups: blocks that span two inputs; the plan file comes from the first task
+    for i in (2, 0, 3, 1):
+        part = StageRunner(MixStage(lk, config, "arr")).run(shard_group=(i, 4))
+        assert {u.status for u in part.units} == {"skipped"}  # the one run did them: same plans, same units
+    ids = [u.unit_id for i in range(4) for u in StageRunner(MixStage(lk, config, "arr2")).run(shard_group=(i, 4)).units]
+    assert ids == [u.unit_id for u in Manifest.read(lk.manifest_uri("one", "mix")).units]
+    grouped = StageRunner(MixStage(lk, config, "arr2")).run(collect=True)
+    assert grouped.status == "complete" and selection(grouped) == whole and len(whole) > 0
+
+
 def test_key_from_an_attrs_column_in_buckets(lake):
     lk, upstream = lake
     pre = StageRunner(
