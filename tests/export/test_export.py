@@ -226,3 +226,55 @@ def test_the_cli_reads_the_newest_tokenize_manifest_and_prints_what_it_wrote(pac
     assert e["sequences"] == packed["tokenize"].config["tokens"]["sequences"]
     assert curation([*args, "--formats", "megatron,tfrecord"]) == 1
     assert "formats must be some of" in capsys.readouterr().err
+
+
+def test_array_tasks_scatter_their_own_block_and_write_the_same_bytes(packed, tmp_path, monkeypatch):
+    """A task of an array scatters the shards of its block only (read from their pages); the first task to
+    find the scatter unfinished finishes it under the lease, the others find it done; the files are those of
+    a one-process run, byte for byte."""
+    import shutil
+    import threading
+    import time
+
+    from airflow_curation.core.lease import Lease
+    from airflow_curation.core.manifest import group_range
+
+    fmts = "megatron,mds,parquet"
+    whole = _export(packed, "arr-whole", file_size=4096, seed=21, formats=fmts)
+    copy = tmp_path / "copy"
+    shutil.copytree(packed["lake"].root, copy)
+    lake = Lake(str(copy), "d")
+    shutil.rmtree(lake.path("export"))
+    for d in Path(lake.path("_checkpoints")).glob("export*"):
+        shutil.rmtree(d)
+    config = {"input_manifest": lake.manifest_uri("r", "tokenize"), "file_size": 4096, "seed": 21, "formats": fmts}
+    n = len(packed["tokenize"].units)
+    assert n >= 3
+    read: list[range] = []  # the positions of the tokenize units each plan read
+    real = ExportStage._shards
+    monkeypatch.setattr(
+        ExportStage, "_shards", lambda self, positions: (read.append(positions), real(self, positions))[1]
+    )
+    spills = lambda: sorted(p.stem for p in Path(lake.path("export")).glob("*/spill/*.arrow"))  # noqa: E731
+    # another holder of the scatter lease: task 1 scatters its block, then waits for it
+    holder = Lease(lake.path("_locks", "export.scatter.lease"), "the test", 0).acquire()
+    out: list = []
+    task = threading.Thread(
+        target=lambda: out.append(StageRunner(ExportStage(lake, config, "arr")).run(shard_group=(1, 3)))
+    )
+    task.start()
+    block = group_range(n, 1, 3)
+    mine = sorted(u.unit_id for u in packed["tokenize"].units[block.start : block.stop])
+    deadline = time.monotonic() + 300
+    while spills() != mine and task.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert spills() == mine and read == [block]  # its own block, nothing else, while the lease is held
+    holder.release()
+    task.join()
+    assert read == [block, range(0, n)] and out  # then, holding the lease, what was still missing
+    for i in (0, 2):
+        StageRunner(ExportStage(lake, config, "arr")).run(shard_group=(i, 3))
+    assert read == [block, range(0, n)]  # the scatter was done: no other task read a shard of it
+    grouped = StageRunner(ExportStage(lake, config, "arr")).run(collect=True)
+    assert grouped.status == "complete"
+    assert _files_digest(grouped.config["export"]["output_dir"]) == _files_digest(whole.config["export"]["output_dir"])

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_curation.cli import main as curation
+from airflow_curation.core import storage
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest
 from airflow_curation.stages import STAGES
@@ -189,6 +190,31 @@ def test_several_input_manifests_keyed_by_input(tmp_path):
     assert any(s.shard_id.startswith("in1-") for s in m.shards)
 
 
+def test_several_inputs_as_array_tasks_select_what_one_run_selects(tmp_path):
+    sources = {"web": {"web": 300}, "code": {"code": 100}, "books": {"books": 60}}
+    uris = {
+        name: ingest(tmp_path / name, write_sources(tmp_path / name, s), name, unit_bytes=1)
+        for name, s in sources.items()
+    }
+    lk, first = uris["web"]
+    extra = {
+        "targets": "web=0.5,code=0.3,books=0.2",
+        "key": "input",
+        "seed": 4,
+        "manifests": [uris["code"][1], uris["books"][1]],
+    }
+    config = {"input_manifest": first, **extra}
+    whole = selection(run_mix(lk, first, "one", **extra))
+    # 6 shards in 4 groups: blocks that span two inputs; the plan file comes from the first task
+    for i in (2, 0, 3, 1):
+        part = StageRunner(MixStage(lk, config, "arr")).run(shard_group=(i, 4))
+        assert {u.status for u in part.units} == {"skipped"}  # the one run did them: same plans, same units
+    ids = [u.unit_id for i in range(4) for u in StageRunner(MixStage(lk, config, "arr2")).run(shard_group=(i, 4)).units]
+    assert ids == [u.unit_id for u in Manifest.read(lk.manifest_uri("one", "mix")).units]
+    grouped = StageRunner(MixStage(lk, config, "arr2")).run(collect=True)
+    assert grouped.status == "complete" and selection(grouped) == whole and len(whole) > 0
+
+
 def test_key_from_an_attrs_column_in_buckets(lake):
     lk, upstream = lake
     pre = StageRunner(
@@ -301,6 +327,43 @@ def test_array_groups_and_collect_select_what_one_run_selects(lake, tmp_path):
         assert {u.status for u in part.units} == {"done"} and len(part.units) == 2
     grouped = StageRunner(MixStage(other, config, "grouped")).run(collect=True)
     assert grouped.status == "complete" and selection(grouped) == whole
+
+
+def test_array_tasks_read_no_tally_once_the_plan_exists(tmp_path, monkeypatch):
+    raw = write_sources(tmp_path)
+    lk, upstream = ingest(tmp_path, raw, unit_bytes=1)  # 6 shards
+    config = {"input_manifest": upstream, "targets": "web=0.5,code=0.3,books=0.2", "seed": 3}
+    one, one_upstream = ingest(tmp_path / "one", write_sources(tmp_path / "one"), unit_bytes=1)
+    whole = selection(run_mix(one, one_upstream, "whole", **{**config, "input_manifest": one_upstream}))
+    read, counted = [], []  # tally files read, units tallied from their shards
+    real_read, real_tally = storage.read_bytes, MixStage.unit_tally
+
+    def reading(url: str) -> bytes:
+        if "/_tally/" in url:
+            read.append(url)
+        return real_read(url)
+
+    def tallying(self, unit):
+        counted.append(unit.unit_id)
+        return real_tally(self, unit)
+
+    monkeypatch.setattr(storage, "read_bytes", reading)
+    monkeypatch.setattr(MixStage, "unit_tally", tallying)
+    # the first task to plan (group 1 here) tallies the whole input once and leaves the plan file
+    first = StageRunner(MixStage(lk, config, "arr")).run(shard_group=(1, 3))
+    assert len(counted) == 6 and not read and len(first.units) == 2
+    assert len(list(Path(lk.base).glob("mix/*/plans/*.json"))) == 1
+    # every other task, group 0 (which plans every unit) included, and the collect step read that file only
+    for group in ((0, 3), (2, 3)):
+        read.clear(), counted.clear()
+        part = StageRunner(MixStage(lk, config, "arr")).run(shard_group=group)
+        assert not read and not counted and {u.status for u in part.units} == {"done"} and len(part.units) == 2
+    grouped = StageRunner(MixStage(lk, config, "arr")).run(collect=True)
+    assert not read and not counted and grouped.status == "complete"
+    assert selection(grouped) == whole and len(whole) > 0
+    # a rerun of a task skips its done units, still without a tally
+    again = StageRunner(MixStage(lk, config, "arr2")).run(shard_group=(2, 3))
+    assert not read and not counted and {u.status for u in again.units} == {"skipped"}
 
 
 def test_tokens_from_the_tokenize_attrs(lake, tmp_path):

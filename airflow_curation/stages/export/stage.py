@@ -3,7 +3,10 @@
 Two phases, each resumable (see :mod:`.phases` for the order rule and docs/export.md):
 
 1. scatter, per packed shard (parallel, checkpointed as the ``export_scatter`` sub-stage): the shard's
-   sequences spilled to ``export/<fingerprint>/spill/<shard>.arrow``, one batch per bucket;
+   sequences spilled to ``export/<fingerprint>/spill/<shard>.arrow``, one batch per bucket. One task of an
+   array scatters its own block of shards (read from the tokenize manifest's pages of that block); the
+   first to find the scatter unfinished afterwards takes a lease and scatters what is still missing, and
+   every task waits for ``spill/_done/<run key>.json`` before it gathers;
 2. gather, per contiguous range of buckets (the stage's own checkpointed units): one ranged read of every
    spill file, then per bucket the seeded order and one file per format: ``megatron/<bucket>.bin/.idx``,
    ``mds/shard.<bucket>.<k>.mds`` (``mds/index.json`` after the last unit), ``parquet/<bucket>.parquet``,
@@ -15,6 +18,7 @@ sequences: every sequence of the tokenize manifest is written exactly once (chec
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import math
@@ -27,9 +31,10 @@ from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.integrity import verify_file
+from airflow_curation.core.lease import Lease
 from airflow_curation.core.lsh import partition_ranges
-from airflow_curation.core.manifest import Manifest, ManifestError, UnitEntry
-from airflow_curation.stages.base import Stage, StageFailed, StageRunner, UnitResult, file_record
+from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead, UnitEntry, group_range
+from airflow_curation.stages.base import Stage, StageFailed, StageRunner, UnitResult, _attempt_unit, file_record
 from airflow_curation.stages.export import formats, phases
 from airflow_curation.stages.settings import Setting, size
 
@@ -63,7 +68,10 @@ class ExportScatterStage(Stage):
         ]
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
-        s = next(s for s in self.config["shards"] if s["shard_id"] == unit.unit_id)
+        shards = self.config["shards"]
+        if getattr(self, "_by_id", (None,))[0] is not shards:  # one lookup per unit, not a scan of the list
+            self._by_id = (shards, {s["shard_id"]: s for s in shards})
+        s = self._by_id[1][unit.unit_id]
         verify_file(s["uri"], s["checksum"], f"packed shard {unit.unit_id}")
         uri = self.spill_uri(unit.unit_id)
         c = self.config
@@ -138,12 +146,13 @@ class ExportStage(Stage):
 
     # -- inputs --------------------------------------------------------------------------------------
     @cached_property
-    def tokenize_manifest(self) -> Manifest:
+    def tokenize_head(self) -> ManifestHead:
+        """The tokenize manifest's head (its units are read page by page: a task reads its block's only)."""
         uri = self.config.get("tokenize_manifest")
         if not uri:
             raise ValueError("export needs input_manifest, a tokenize manifest")
         deadline = time.monotonic() + float(self.config["upstream_wait_s"] or 0)
-        while (m := Manifest.read(uri)).status == "planned" and time.monotonic() < deadline:
+        while (m := ManifestHead.read(uri)).status == "planned" and time.monotonic() < deadline:
             time.sleep(1.0)
         if m.status != "complete" or "tokens" not in m.config:
             raise ManifestError(f"export: {uri} is not a complete tokenize manifest (status {m.status_text})")
@@ -155,7 +164,7 @@ class ExportStage(Stage):
             return int(self.config["vocab_size"])
         from airflow_curation.stages.tokenize.stage import load_tokenizer
 
-        tokenizer = self.tokenize_manifest.config.get("tokenizer")
+        tokenizer = self.tokenize_head.config.get("tokenizer")
         if not tokenizer:
             raise ValueError("export: the tokenize manifest names no tokenizer file; give vocab_size (--vocab-size)")
         try:
@@ -171,16 +180,38 @@ class ExportStage(Stage):
 
     # -- phase 1 while planning phase 2 --------------------------------------------------------------
     def plan(self) -> list[UnitEntry]:
-        tokens = self.tokenize_manifest.config["tokens"]
-        by_shard = tokens["shards"]
+        """Phase 1 (the scatter: this task's block first in a task of an array), then the gather units."""
+        group = self.shard_group if self.shard_group is not None and self.shard_group[1] > 1 else None
+        return self._plan_run(group)
+
+    def plan_group(self, index: int, count: int) -> list[UnitEntry]:
+        """One task of an array: it scatters its own block of packed shards, waits for the whole scatter (or
+        finishes it, :meth:`_scatter`), and returns its block of the gather units."""
+        units = self._plan_run((index, count) if count > 1 else None)
+        block = group_range(len(units), index, count)
+        return units[block.start : block.stop]
+
+    def _shards(self, positions: range) -> list[dict[str, Any]]:
+        """The packed shards at ``positions`` of the tokenize manifest (its units' pages of them only)."""
+        by_shard = self.tokenize_head.config["tokens"]["shards"]
         shards = []
-        for index, unit in enumerate(self.tokenize_manifest.units):
-            rec = by_shard.get(unit.unit_id)
+        for k, unit in enumerate(self.tokenize_head.unit_dicts_at(positions)):
+            rec = by_shard.get(unit["unit_id"])
             if rec is None:
-                raise ManifestError(f"export: shard {unit.unit_id} has no packed file in the tokenize manifest")
+                raise ManifestError(f"export: shard {unit['unit_id']} has no packed file in the tokenize manifest")
             shards.append(
-                {"shard_id": unit.unit_id, "uri": rec["packed_uri"], "checksum": rec["packed_checksum"], "index": index}
+                {
+                    "shard_id": unit["unit_id"],
+                    "uri": rec["packed_uri"],
+                    "checksum": rec["packed_checksum"],
+                    "index": positions.start + k,
+                }
             )
+        return shards
+
+    def _plan_run(self, group: tuple[int, int] | None) -> list[UnitEntry]:
+        head = self.tokenize_head
+        tokens = head.config["tokens"]
         self._sequences = int(tokens["sequences"])
         seq_len = int(tokens["seq_len"])
         dtype = formats.token_dtype(self.vocab_size)
@@ -194,27 +225,35 @@ class ExportStage(Stage):
                 "dtype": dtype.name,
                 "vocab_size": self.vocab_size,
                 "boundaries": "parquet" in self.config["formats"],
-                "shards": shards,
+                "shards": [],
                 "workers": self.config["workers"],
                 "max_attempts": self.config["max_attempts"],
             },
             self.run_id,
         )
-        StageRunner(scatter, self.default_mapper()).run()
+        # Every shard's packed checksum (from the head) and the units' order (their pages' checksums, or the
+        # ids of a manifest without pages) name the scatter: a changed or reordered shard is another run.
+        units_meta = head.data["index"]["units"]
+        order = units_meta.get("checksums") or [u["unit_id"] for u in head.unit_dicts()]
+        run_key = hashlib.sha256(
+            "|".join(
+                [scatter.fingerprint, str(head.unit_count), *order]
+                + [f"{k}={v['packed_checksum']}" for k, v in sorted(tokens["shards"].items())]
+            ).encode()
+        ).hexdigest()[:16]
+        self._scatter(scatter, run_key, group)
         fault_point("export.after_scatter")
         # A unit holds its range of every spill file, the sorted copy, the cut-off padding and the bytes it
         # writes: about four times its buckets' tokens.
         memory_units = math.ceil(4 * total / int(self.config["memory_budget"]))
         ranges = partition_ranges(buckets, max(memory_units, int(self.config["workers"] or 1)))
         self._gather = {
-            "spill_uris": [scatter.spill_uri(s["shard_id"]) for s in shards],
+            # every spill file (the order of reading does not enter the written order: phases)
+            "spill_uris": [scatter.spill_uri(shard_id) for shard_id in sorted(tokens["shards"])],
             "seq_len": seq_len,
             "dtype": dtype.name,
             "buckets": buckets,
         }
-        run_key = hashlib.sha256(
-            "|".join([scatter.fingerprint, *(s["checksum"] for s in shards)]).encode()
-        ).hexdigest()[:16]
         log.info(
             "export: %d sequences, %d buckets (%s tokens) in %d units",
             self._sequences,
@@ -226,6 +265,49 @@ class ExportStage(Stage):
             UnitEntry(unit_id=f"buckets-{lo:05d}-{hi:05d}", inputs=[], input_checksum=f"{run_key}:{lo}-{hi}")
             for lo, hi in ranges
         ]
+
+    def _scatter(self, scatter: ExportScatterStage, run_key: str, group: tuple[int, int] | None) -> None:
+        """Phase 1, once for all the tasks of a run, marked done by ``spill/_done/<run key>.json`` (in the
+        spill folder: removing the spills removes it).
+
+        A task of an array (``group``) first scatters its own block of shards (read from the pages of that
+        block), beside the other tasks. The rest is done once, by whoever holds ``_locks/export.scatter.lease``
+        first while the mark is missing: it scatters what is still missing (the blocks of tasks not started
+        yet; checkpoints skip the others) and leaves the mark; the other tasks wait while it lives (a dead
+        holder's lease is taken over), then find the mark. A whole run does it all without contention."""
+        done = storage.join(self.lake.path("export", scatter.fingerprint, "spill"), "_done", f"{run_key}.json")
+        if storage.exists(done):
+            log.info("export: scatter already done (%s)", done)
+            return
+        if group is not None:
+            block = group_range(self.tokenize_head.unit_count, *group)
+            scatter.config["shards"] = self._shards(block)
+            self._scatter_block(scatter)
+        lease = Lease(
+            self.lake.path("_locks", "export.scatter.lease"), f"export's scatter on {self.lake.base}", math.inf
+        )
+        with lease if group is not None else contextlib.nullcontext():
+            if storage.exists(done):  # another task finished it while this one waited
+                return
+            scatter.config["shards"] = self._shards(range(self.tokenize_head.unit_count))
+            StageRunner(scatter, self.default_mapper()).run()
+            storage.write_json(done, {"run_key": run_key, "shards": len(scatter.config["shards"])})
+
+    def _scatter_block(self, scatter: ExportScatterStage) -> None:
+        """Scatter the shards ``scatter`` lists that have no checkpoint yet, through the runner's own unit step
+        (retries, checkpoints), without a manifest or a sweep of the lake: what the task's block costs only."""
+        store, fp = scatter.checkpoints, scatter.fingerprint
+        todo = [u for u in scatter.plan() if store.is_done(u.unit_id, u.input_checksum, fp) is None]
+        attempts = int(scatter.config["max_attempts"])
+        results = self.default_mapper()(_attempt_unit, ((scatter, u, attempts) for u in todo))
+        failed = [(u.unit_id, p.get("error")) for u, (status, p) in zip(todo, results) if status != "done"]
+        if failed:
+            raise StageFailed(f"export: {len(failed)} of {len(todo)} scatter units of this task failed: {failed[:5]}")
+        log.info(
+            "export: scattered %d shards of this task's block (%d already done)",
+            len(todo),
+            len(scatter.plan()) - len(todo),
+        )
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
         lo, hi = (int(x) for x in unit.unit_id.removeprefix("buckets-").split("-"))

@@ -6,7 +6,8 @@ Two phases:
    every unit's key, size (tokens or 1) and hash bin, summed over all inputs into the mass available per
    key and, for the targeted keys, per hash bin; from it each key's rate (``target x total / available``),
    cut into whole epochs and a hash threshold for the fraction (:mod:`.targets`). Reads only the key, size
-   and keep columns;
+   and keep columns. The key plans are kept in ``mix/<fingerprint>/plans/<inputs key>.json``: one task of
+   an array computes them under a lease, the others read that file and plan their own block only;
 2. per shard (checkpointed units, :class:`AttrsStage`): each row's epochs from ``hash(seed, id)``, written to
    ``attrs/mix/<fingerprint>/<shard>.parquet`` (``id``, ``mix_key``, ``mix_epochs``, ``mix_tokens`` in token
    mode, ``keep``/``drop_reason``); no shard is rewritten. ``collect`` writes the mixture manifest (per key:
@@ -19,6 +20,8 @@ shard order, grouping or number of workers. See docs/mix.md.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
 import logging
 import math
@@ -36,7 +39,8 @@ from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.fingerprint import canonical_json, config_fingerprint
 from airflow_curation.core.integrity import handed_rows
-from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry, UnitEntry
+from airflow_curation.core.lease import Lease
+from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry, UnitEntry, group_range
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, SOURCE, TEXT, check_id_text
 from airflow_curation.core.shards import _CountingSink, column_names, parquet_writer, read_shard
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, _manifest_entries, keep_accounting
@@ -150,11 +154,37 @@ class MixStage(AttrsStage):
         ]
 
     def entries(self) -> dict[str, ShardEntry]:
-        """The first input's shards under their own ids; another input's as ``in<k>-<shard id>``."""
+        """The first input's shards under their own ids; another input's as ``in<k>-<shard id>``. In a group's
+        plan (:meth:`plan_group`) only that block of them (the inputs' shards in order), read from its pages."""
+        group = getattr(self, "_group", None)
+        if group:
+            return self._block_entries(group)
         out = dict(_manifest_entries(self.input_uris[0], None))
         for k, uri in enumerate(self.input_uris[1:], 1):
             for sid, e in _manifest_entries(uri, None).items():
                 out[f"in{k}-{sid}"] = replace(e, shard_id=f"in{k}-{sid}")
+        return out
+
+    def _block_entries(self, group: tuple[int, int]) -> dict[str, ShardEntry]:
+        """Block ``group`` of the inputs' shards taken in order, read from the pages that hold it (per process)."""
+        cached = getattr(self, "_block", None)
+        if cached is not None and cached[0] == group:
+            return cached[1]
+        heads = [ManifestHead.read(u) for u in self.input_uris]
+        for h in heads:
+            if h.status != "complete":
+                raise ValueError(f"upstream manifest {h.uri} is {h.status_text}, not complete")
+        block = group_range(sum(h.shard_count for h in heads), *group)
+        out: dict[str, ShardEntry] = {}
+        offset = 0
+        for k, h in enumerate(heads):
+            lo, hi = max(block.start, offset), min(block.stop, offset + h.shard_count)
+            for d in h.shard_dicts_at(range(lo - offset, hi - offset)) if lo < hi else []:
+                e = ShardEntry(**d)
+                e = replace(e, shard_id=f"in{k}-{e.shard_id}") if k else e
+                out[e.shard_id] = e
+            offset += h.shard_count
+        self._block = (group, out)
         return out
 
     def input_of(self, unit_id: str) -> int:
@@ -182,16 +212,88 @@ class MixStage(AttrsStage):
 
     # -- phase 1: the tally --------------------------------------------------------------------------
     def plan(self) -> list[UnitEntry]:
+        """Every unit, and the key plans: read from the plan file when one was left for these inputs, else
+        from the whole tally (under the plan lease in a task of an array) and left for the other tasks."""
+        return self._whole_plan(lock=self.shard_group is not None and self.shard_group[1] > 1)
+
+    def _whole_plan(self, lock: bool) -> list[UnitEntry]:
         units = self._plan(None)
-        self._tally(units)
-        digest = canonical_json({k: [p.whole, p.threshold] for k, p in self.plans.items()})
+        uri = self._plan_uri()
+        if not (uri and self._load_plan(uri)):
+            with self._plan_lease() if lock else contextlib.nullcontext():
+                if not (uri and self._load_plan(uri)):  # else another task made it while this one waited
+                    self._tally(units)
+                    if uri and self._recorded(units):
+                        self._write_plan(uri)
+        return self._marked(units)
+
+    def plan_group(self, index: int, count: int) -> list[UnitEntry]:
+        """Group ``index`` of ``count`` (one task of an array): its block of units from the inputs' pages, and
+        the key plans from the plan file (one small read: no other unit's tally). The first task without it
+        takes ``_locks/mix.plan.lease`` (waiting while another holder lives, as dedup's global phase does),
+        and, unless the holder before it left the file, tallies the whole input once and leaves it. Inputs
+        whose manifests have no page checksums (format 1) slice the whole plan."""
+        self._wait_for_upstream((index, count))  # the plan file is named by the complete inputs' pages
+        uri = self._plan_uri()
+        if uri is None:
+            return Stage.plan_group(self, index, count)
+        if not self._load_plan(uri):
+            with self._plan_lease():
+                if not self._load_plan(uri):
+                    units = self._whole_plan(lock=False)
+                    block = group_range(len(units), index, count)
+                    return units[block.start : block.stop]
+        self._block = None
+        return self._marked(self._plan((index, count)))
+
+    def _marked(self, units: list[UnitEntry]) -> list[UnitEntry]:
         # A unit's decisions depend on the whole input's tally: another tally (a changed shard elsewhere) that
         # moves a key's plan redoes the units; one that does not leaves them done.
+        digest = canonical_json({k: [p.whole, p.threshold] for k, p in self.plans.items()})
+        mark = "+mix:" + config_fingerprint("mix-plan", {"plans": digest}, self.version)
         for u in units:
-            u.input_checksum += "+mix:" + config_fingerprint("mix-plan", {"plans": digest}, self.version)
+            u.input_checksum += mark
         return units
 
-    plan_group = Stage.plan_group  # a group needs the whole tally: it slices the whole plan
+    # -- the plan file: the whole tally's result, once per run ------------------------------------------
+    def _plan_lease(self) -> Lease:
+        return Lease(self.lake.path("_locks", "mix.plan.lease"), f"mix's plan on {self.lake.base}", math.inf)
+
+    def _plan_uri(self) -> str | None:
+        """Where the key plans of these inputs are kept, named by the fingerprint and every input manifest's
+        shard pages (their checksums, in the heads: what each unit's input checksum is made of). None where a
+        manifest has no page checksums."""
+        ident = [self.fingerprint]
+        for uri in self.input_uris:
+            meta = ManifestHead.read(uri).data["index"].get("shards") or {}
+            if "checksums" not in meta:
+                return None
+            ident += [str(meta["count"]), *meta["checksums"]]
+        key = hashlib.sha256("|".join(ident).encode()).hexdigest()[:24]
+        return self.lake.path("mix", self.fingerprint, "plans", f"{key}.json")
+
+    def _recorded(self, units: list[UnitEntry]) -> bool:
+        """Whether every unit's input checksum follows from the pages alone (each attrs checksum it reads was
+        recorded in the manifest, none hashed from its file): only then may the pages name the plan."""
+        entries = self.entries()
+        for u in units:
+            e = entries[u.unit_id]
+            if not all(e.attrs_checksums.get(k) for k in self.unit_attrs(u, e)):
+                return False
+        return True
+
+    def _load_plan(self, uri: str) -> bool:
+        try:
+            doc = storage.read_json(uri)
+        except FileNotFoundError:
+            return False
+        self.available = dict(doc["available"])
+        self.plans = {k: mt.KeyPlan(**p) for k, p in doc["plans"].items()}
+        log.info("mix: key plans read from %s", uri)
+        return True
+
+    def _write_plan(self, uri: str) -> None:
+        storage.write_json(uri, {"available": self.available, "plans": {k: asdict(p) for k, p in self.plans.items()}})
 
     @property
     def tally_dir(self) -> str:
