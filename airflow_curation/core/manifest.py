@@ -297,6 +297,11 @@ class ManifestHead:
         task checks of another run's manifest whose groups do not line up with its own."""
         return self._entries_at("units", positions)
 
+    def shards_at(self, positions: range) -> list[ShardEntry]:
+        """The shards at ``positions`` (a step-1 range, clipped to the list), reading only their pages: what a
+        task whose units name their own block of shards (validate's parts) reads."""
+        return [ShardEntry(**s) for s in self._entries_at("shards", positions)]
+
     def _entries(self, kind: str, index: int, count: int) -> list[dict[str, Any]]:
         total = len(self.inline[kind]) if self.inline is not None else int(self.data["index"][kind]["count"])
         return self._entries_at(kind, group_range(total, index, count))
