@@ -213,6 +213,8 @@ class ValidateStage(Stage):
         checks_mod.refuse_unsafe_sql(checks, self.config["query_engine"])
         rows = None if self.config["query_engine"] != "duckdb" else self.config.get("part_rows") or PART_ROWS
         slices = row_groups([s.rows for s in m.shards], rows)
+        if not slices:  # nothing to validate: the merge says so (CuratedView)
+            return []
         spec, parts = self._layout(m)
         pages = _pages_ident(ManifestHead.read(self.input_manifest_uri))
         if pages is not None and self.config["query_engine"] == "duckdb" and self.shard_group is not None:
