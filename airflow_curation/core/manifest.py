@@ -302,6 +302,11 @@ class ManifestHead:
         block when its groups span several manifests (mix's inputs)."""
         return self._entries_at("shards", positions)
 
+    def shards_at(self, positions: range) -> list[ShardEntry]:
+        """:meth:`shard_dicts_at` as entries: what a task whose units name their own block of shards (validate's
+        parts) reads."""
+        return [ShardEntry(**s) for s in self.shard_dicts_at(positions)]
+
     def _entries(self, kind: str, index: int, count: int) -> list[dict[str, Any]]:
         total = len(self.inline[kind]) if self.inline is not None else int(self.data["index"][kind]["count"])
         return self._entries_at(kind, group_range(total, index, count))

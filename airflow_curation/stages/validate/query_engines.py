@@ -281,7 +281,7 @@ class DuckDBEngine:
         shard column other than ``id`` is only whether it is null (true or null), and the text's length
         is ``__text_bytes``, so a join holds a few bytes per row whichever side it builds on."""
         v = self.view
-        rel = self._rel([v.shard_files[i] for i in idx], [v.shard_files[0]], idx)
+        rel = self._rel([v.shard_files[i] for i in idx], [v.schema_file], idx)
         lean = [f"{_q(ID)}", "__k", f"strlen({_q(TEXT)}) AS {_q(TEXT_BYTES)}"]
         lean += [
             f"(CASE WHEN {_q(c)} IS NULL THEN NULL ELSE true END) AS {_q(c)}" for c in v.shard_schema.names if c != ID
@@ -291,7 +291,7 @@ class DuckDBEngine:
         joins = []
         for a in v.attrs:
             have = [(a.by_shard[i], i) for i in idx if a.by_shard[i]]
-            rel = self._rel([f for f, _ in have], list(dict.fromkeys([a.files[0], a.files[-1]])), [k for _, k in have])
+            rel = self._rel([f for f, _ in have], a.schema_files, [k for _, k in have])
             select += [f"{a.alias}.{_q(src)} AS {_q(dst)}" for src, dst in a.columns.items()]
             select.append(f"({a.alias}.{_q(ID)} IS NOT NULL) AS {_q(a.has_flag)}")
             joins.append(f"LEFT JOIN {rel} AS {a.alias} ON {a.alias}.{_q(ID)} = s.{_q(ID)} AND {a.alias}.__k = s.__k")

@@ -26,14 +26,14 @@ from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import canonical_json
 from airflow_curation.core.integrity import IntegrityError, shard_files, verify_files
-from airflow_curation.core.manifest import Manifest, ManifestError, ShardEntry, UnitEntry
+from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead, ShardEntry, UnitEntry
 from airflow_curation.stages.base import Stage, UnitResult, _attempt_unit
 from airflow_curation.stages.settings import Setting, anything, size
 from airflow_curation.stages.validate import checks as checks_mod
 from airflow_curation.stages.validate import limits, partials
 from airflow_curation.stages.validate.query_engines import IDS_PER_PASS, finite, make_engine
 from airflow_curation.stages.validate.report import build_report, report_uris, write_report
-from airflow_curation.stages.validate.view import CuratedView, row_groups
+from airflow_curation.stages.validate.view import CuratedView, row_groups, view_spec
 
 log = logging.getLogger(__name__)
 
@@ -203,30 +203,101 @@ class ValidateStage(Stage):
     def plan(self) -> list[UnitEntry]:
         """One unit per slice of consecutive shards of about ``part_rows`` rows (Daft: one slice, the whole
         view: Daft spreads it over its own workers): each checks its files and computes the slice's partial
-        counts (:mod:`.partials`); :meth:`collect` merges them, runs the checks and writes the report."""
+        counts (:mod:`.partials`); :meth:`collect` merges them, runs the checks and writes the report.
+
+        Each unit names its block of the input's shards (:func:`_shard_range`), and the layout every part
+        shares (the view's, the key partitions) is left in :meth:`_plan_uri`: a task of an array plans from
+        those, its own unit pages and the input's head (:meth:`plan_group`)."""
         m = self.input_manifest()
         checks = self.declared_checks()  # fail early on a malformed check, before any work
         checks_mod.refuse_unsafe_sql(checks, self.config["query_engine"])
         rows = None if self.config["query_engine"] != "duckdb" else self.config.get("part_rows") or PART_ROWS
         slices = row_groups([s.rows for s in m.shards], rows)
-        parts = self._key_partitions(m)
+        if not slices:  # nothing to validate: the merge says so (CuratedView)
+            return []
+        spec, parts = self._layout(m)
+        pages = _pages_ident(ManifestHead.read(self.input_manifest_uri))
+        if pages is not None and self.config["query_engine"] == "duckdb" and self.shard_group is not None:
+            # A task of an array (group 0): the other tasks plan from this. A whole run needs none.
+            doc = {"input_manifest": self.input_manifest_uri, "shard_pages": pages, "spec": spec, "partitions": parts}
+            storage.write_json(self._plan_uri(), doc)
         return [
             UnitEntry(
                 unit_id=f"part-{k:05d}",
-                inputs=[self.input_manifest_uri],
+                inputs=[self.input_manifest_uri, _range_ref(self.input_manifest_uri, idx, pages)],
                 input_checksum=_xxh(canonical_json({"shards": [_shard_key(m.shards[i]) for i in idx], "p": parts})),
             )
             for k, idx in enumerate(slices)
         ]
 
+    def plan_group(self, index: int, count: int) -> list[UnitEntry]:
+        """Group ``index`` of ``count`` (a task of an array that is not group 0) from its slice: the units of its
+        block of this run's manifest pages (group 0 wrote them), the layout the whole plan left and the input
+        manifest's head; its parts then read their own shards' pages (:meth:`_unit_shards`). What it reads
+        grows with its own parts, not with the run's shards. Before group 0 planned (or where anything differs:
+        another plan, the input rewritten since), the whole plan, as before."""
+        units = self._plan_from_pages(index, count)
+        return units if units is not None else super().plan_group(index, count)
+
+    def _plan_from_pages(self, index: int, count: int) -> list[UnitEntry] | None:
+        if self.config["query_engine"] != "duckdb":
+            return None
+        try:
+            own = ManifestHead.read(self.manifest_uri)
+            head = ManifestHead.read(self.input_manifest_uri)
+            doc = storage.read_json(self._plan_uri())
+        except (ManifestError, FileNotFoundError, ValueError):
+            return None
+        pages = _pages_ident(head)
+        if (
+            own.run_id != self.run_id
+            or own.fingerprint != self.fingerprint
+            or head.status != "complete"
+            or pages is None
+            or doc.get("input_manifest") != self.input_manifest_uri
+            or doc.get("shard_pages") != pages
+        ):
+            return None
+        units = own.units(index, count)
+        if any(_shard_range(u, pages) is None for u in units):  # planned from another version of the input
+            return None
+        for u in units:
+            u.status, u.error = "pending", None
+        self._part = (head, pages, doc["spec"], int(doc["partitions"]))
+        log.info("validate: group %d/%d: %d parts planned from their pages", index, count, len(units))
+        return units
+
+    def _plan_uri(self) -> str:
+        """Where the whole plan leaves the layout its parts share, for the tasks of this run's array."""
+        return self.lake.path("_work", "validate", self.fingerprint, f"{self.run_id}.plan.json")
+
+    def _layout(self, m: Manifest) -> tuple[dict[str, Any], int]:
+        """The view's layout (:func:`~.view.view_spec`) and the key partitions of ``m``, once per manifest read."""
+        cached = getattr(self, "_layout_of", None)
+        if cached is None or cached[0] is not m:
+            spec = view_spec(m, related=[mm for _, mm in self.stage_manifests().values()])
+            cached = self._layout_of = (m, spec, self._key_partitions(m))
+        return cached[1], cached[2]
+
     def _key_partitions(self, m: Manifest) -> int:
         return partials.partition_count(m.rows, int(self.config.get("ids_per_pass") or IDS_PER_PASS))
 
-    def _slice(self, m: Manifest, unit_id: str) -> list[int]:
-        units = self.plan()
-        k = [u.unit_id for u in units].index(unit_id)
-        rows = None if len(units) == 1 else self.config.get("part_rows") or PART_ROWS
-        return row_groups([s.rows for s in m.shards], rows)[k]
+    def _unit_shards(self, unit: UnitEntry) -> tuple[list[ShardEntry], dict[str, Any], int]:
+        """The shards of part ``unit`` with the view's layout and the key partitions: from the pages of its
+        block of the input manifest in a task that planned from its slice, else from the manifest read whole."""
+        part = getattr(self, "_part", None)
+        if part is not None:
+            head, pages, spec, parts = part
+            block = _shard_range(unit, pages)
+            if block is not None:
+                return head.shards_at(block), spec, parts
+        m = self.input_manifest()
+        spec, parts = self._layout(m)
+        block = _shard_range(unit, _pages_ident(ManifestHead.read(self.input_manifest_uri)))
+        if block is None:
+            units = self.plan()
+            block = _shard_range(units[[u.unit_id for u in units].index(unit.unit_id)], None)
+        return m.shards[block.start : block.stop], spec, parts
 
     def keys_uri(self, unit_id: str, kind: str) -> str:
         """Where part ``unit_id`` leaves its ``kind`` keys (ids, clusters) for the merge."""
@@ -237,8 +308,10 @@ class ValidateStage(Stage):
         ``m`` recorded (:class:`~airflow_curation.core.integrity.IntegrityError` names the first that differs):
         a verdict is reached, or reused, only over the bytes the stages wrote. One streamed pass per file, on
         ``threads`` threads."""
+        self._verify_shards(m.shards if idx is None else [m.shards[i] for i in idx])
+
+    def _verify_shards(self, shards: list[ShardEntry]) -> None:
         threads = int(self.config.get("threads") or os.cpu_count() or 1)
-        shards = m.shards if idx is None else [m.shards[i] for i in idx]
         verify_files((f for s in shards for f in shard_files(s)), threads)
 
     def reusable(self, unit: UnitEntry, record: CheckpointRecord) -> bool:
@@ -247,15 +320,15 @@ class ValidateStage(Stage):
         record then says so, so that the collect step does not read every file again."""
         if record.extra.get("verified_in") == self.run_id:
             return True
-        m = self.input_manifest()
         try:
-            self.verify_inputs(m, self._slice(m, unit.unit_id))
+            self._verify_shards(self._unit_shards(unit)[0])
         except IntegrityError as e:
             log.warning("validate: not reusing part %s: %s", unit.unit_id, e)
             return False
         if self.config["query_engine"] == "duckdb" and not all(
             storage.exists(self.keys_uri(unit.unit_id, kind)) for kind in record.extra.get("keys", [])
         ):
+            m = self.input_manifest()
             verdict = self._verdict_store().is_done(
                 UNIT_ID, self._verdict_checksum(m, self.declared_checks()), self.fingerprint
             )
@@ -265,17 +338,18 @@ class ValidateStage(Stage):
         return True
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
-        m = self.input_manifest()
-        idx = self._slice(m, unit.unit_id)
-        self.verify_inputs(m, idx)
+        shards, spec, parts = self._unit_shards(unit)
+        self._verify_shards(shards)
         extra: dict[str, Any] = {"verified_in": self.run_id}
         if self.config["query_engine"] == "duckdb":
-            view = CuratedView.from_manifest(m, related=[mm for _, mm in self.stage_manifests().values()])
+            # The part's own shards, laid out as the whole view: its counts are what the whole view's
+            # query over them gives, whichever task runs it.
+            view = CuratedView.from_shards(shards, spec)
             with limits.scratch(self.config) as bounds, tempfile.TemporaryDirectory(dir=bounds.temp_dir) as tmp:
                 engine = make_engine(view, self.config, bounds, views=False)
                 try:
                     keys = {kind: os.path.join(tmp, f"{kind}.parquet") for kind in ("ids", "clusters")}
-                    extra["partial"] = engine.partial(idx, self._key_partitions(m), keys)
+                    extra["partial"] = engine.partial(list(range(len(shards))), parts, keys)
                 finally:
                     engine.close()
                 extra["keys"] = [k for k, path in keys.items() if os.path.exists(path)]
@@ -283,11 +357,9 @@ class ValidateStage(Stage):
                     with open(keys[kind], "rb") as src, storage.atomic_open(self.keys_uri(unit.unit_id, kind)) as dst:
                         shutil.copyfileobj(src, dst, 8 << 20)
         acc = RowAccounting()
-        acc.keep(sum(m.shards[i].rows for i in idx))
+        acc.keep(sum(s.rows for s in shards))
         return UnitResult(
-            outputs=[ShardEntry(**{**m.shards[i].__dict__, "attrs": dict(m.shards[i].attrs)}) for i in idx],
-            accounting=acc,
-            extra=extra,
+            outputs=[ShardEntry(**{**s.__dict__, "attrs": dict(s.attrs)}) for s in shards], accounting=acc, extra=extra
         )
 
     def _verdict_store(self):
@@ -388,6 +460,7 @@ class ValidateStage(Stage):
         return self._verdict(m, checksum)
 
     def collect(self, manifest: Manifest) -> None:
+        storage.remove(self._plan_uri())  # every part is done: no task plans from it again
         m = self.input_manifest()
         checksum = self._verdict_checksum(m, self.declared_checks())
         rec = self._verdict_store().is_done(UNIT_ID, checksum, self.fingerprint)
@@ -447,6 +520,34 @@ class ValidateStage(Stage):
         )
         write_report(report, self.lake, self.run_id)
         return extra
+
+
+_RANGE = "#shards="
+
+
+def _pages_ident(head: ManifestHead) -> str | None:
+    """What names the input's shard list as written (its pages' checksums, which its head records); None for
+    a format-1 manifest (no pages)."""
+    meta = head.data["index"].get("shards") or {}
+    if "checksums" not in meta:
+        return None
+    return _xxh("|".join([str(meta["count"]), *meta["checksums"]]))
+
+
+def _range_ref(uri: str, idx: list[int], pages: str | None) -> str:
+    """A part's block of the input's shards, as a unit input: ``<manifest>#shards=<start>:<stop>:<pages>``."""
+    return f"{uri}{_RANGE}{idx[0]}:{idx[-1] + 1}:{pages or ''}"
+
+
+def _shard_range(unit: UnitEntry, pages: str | None) -> range | None:
+    """The block of the input's shards part ``unit`` reads, where it was planned from the input whose shard
+    pages are ``pages`` (None: any), else None."""
+    for ref in unit.inputs[1:]:
+        if _RANGE in ref:
+            start, stop, planned = ref.rsplit(_RANGE, 1)[1].split(":", 2)
+            if pages is None or planned == pages:
+                return range(int(start), int(stop))
+    return None
 
 
 def _shard_key(s: ShardEntry) -> tuple:

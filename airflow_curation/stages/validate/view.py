@@ -16,13 +16,14 @@ import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
 from airflow_curation.core.layout import Lake
-from airflow_curation.core.manifest import Manifest, ManifestError
+from airflow_curation.core.manifest import Manifest, ManifestError, ShardEntry
 from airflow_curation.core.schema import CLEAN_TEXT, CLUSTER_ID, ID, IS_DUPLICATE, KEEP
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,13 @@ class AttrsSource:
     shards_covered: int
     label: str = ""  # the funnel's name for its survivors (default: the key)
     by_shard: list[str | None] = field(default_factory=list)  # per shard of the view: its attrs file, or None
+    # The files whose footers give its columns (the whole view's first and last): a part's view, which holds a
+    # block of the files, still reads them as the whole view does.
+    schema_files: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.schema_files and self.files:
+            self.schema_files = list(dict.fromkeys([self.files[0], self.files[-1]]))
 
     @property
     def alias(self) -> str:
@@ -100,24 +108,35 @@ class CuratedView:
     shard_bytes: int = 0
     rows_by_shard: list[int] = field(default_factory=list)  # the manifest's row count of each shard
 
+    schema_file: str = ""  # the shard whose footer gives the shard columns (default: the first listed)
+
+    def __post_init__(self) -> None:
+        if not self.schema_file and self.shard_files:
+            self.schema_file = self.shard_files[0]
+
     @classmethod
     def from_manifest(cls, manifest: Manifest, related: Iterable[Manifest] | None = None) -> "CuratedView":
         """:param related: the run's other manifests, which place each stage in the funnel (default: those
         in ``manifest``'s run folder); the chain of ``input_manifest`` links is always followed."""
-        if not manifest.shards:
-            raise ValueError(
-                f"manifest of stage {manifest.stage!r} (run {manifest.run_id}) lists no shards: nothing to validate"
-            )
-        shard_files = [s.uri for s in manifest.shards]
-        shard_schema = _read_schema(shard_files[0])
+        view = cls.from_shards(manifest.shards, view_spec(manifest, related))
+        view.shard_rows, view.shard_bytes = manifest.rows, manifest.bytes
+        return view
+
+    @classmethod
+    def from_shards(cls, shards: list[ShardEntry], spec: dict[str, Any]) -> "CuratedView":
+        """The view of ``shards`` (all of a manifest's, or one part's block of them) laid out as ``spec``
+        (:func:`view_spec` of the whole manifest) says: the columns, their names and the funnel are the whole
+        view's, whichever shards a part holds, so the parts' counts add up to the whole view's."""
+        shard_schema = _read_schema(spec["schema_file"])
         taken = set(shard_schema.names)
         attrs = []
-        for st, label in attrs_order(manifest, related):
-            by_shard = [s.attrs.get(st) for s in manifest.shards]
-            files = [f for f in by_shard if f]
-            schema = _unify([_read_schema(files[0]), _read_schema(files[-1])])
+        for a in spec["attrs"]:
+            st = a["stage"]
+            by_shard = [s.attrs.get(st) for s in shards]
+            schema_files = list(dict.fromkeys([a["first"], a["last"]]))
+            schema = _unify([_read_schema(f) for f in (a["first"], a["last"])])
             if ID not in schema.names:
-                raise ValueError(f"attrs of stage {st!r} ({files[0]}) have no 'id' column: cannot join them")
+                raise ValueError(f"attrs of stage {st!r} ({a['first']}) have no 'id' column: cannot join them")
             columns = {}
             for name in schema.names:
                 if name == ID:
@@ -125,6 +144,7 @@ class CuratedView:
                 view_name = name if name not in taken else f"{st}_{name}"
                 taken.add(view_name)
                 columns[name] = view_name
+            files = [f for f in by_shard if f]
             attrs.append(
                 AttrsSource(
                     stage=st,
@@ -132,17 +152,19 @@ class CuratedView:
                     schema=schema,
                     columns=columns,
                     shards_covered=len(files),
-                    label=label,
+                    label=a["label"],
                     by_shard=by_shard,
+                    schema_files=schema_files,
                 )
             )
         return cls(
-            shard_files=shard_files,
+            shard_files=[s.uri for s in shards],
             shard_schema=shard_schema,
             attrs=attrs,
-            shard_rows=manifest.rows,
-            shard_bytes=manifest.bytes,
-            rows_by_shard=[s.rows for s in manifest.shards],
+            shard_rows=sum(s.rows for s in shards),
+            shard_bytes=sum(s.bytes for s in shards),
+            rows_by_shard=[s.rows for s in shards],
+            schema_file=spec["schema_file"],
         )
 
     def shard_groups(self, rows: int | None) -> list[list[int]]:
@@ -236,6 +258,24 @@ def row_groups(counts: list[int], rows: int | None) -> list[list[int]]:
         groups[-1].append(i)
         held += k
     return groups
+
+
+def view_spec(manifest: Manifest, related: Iterable[Manifest] | None = None) -> dict[str, Any]:
+    """What lays out the view of ``manifest`` beyond its shards' own entries, as JSON: the shard whose footer
+    gives the shard columns and, per attrs key in funnel order (:func:`attrs_order`), its label and the first
+    and last attrs files (whose footers give its columns). A part of a split run builds its view from its own
+    shards and this (:meth:`CuratedView.from_shards`), without the whole manifest or its siblings.
+
+    :param related: as in :meth:`CuratedView.from_manifest`."""
+    if not manifest.shards:
+        raise ValueError(
+            f"manifest of stage {manifest.stage!r} (run {manifest.run_id}) lists no shards: nothing to validate"
+        )
+    attrs = []
+    for st, label in attrs_order(manifest, related):
+        files = [s.attrs[st] for s in manifest.shards if s.attrs.get(st)]
+        attrs.append({"stage": st, "label": label, "first": files[0], "last": files[-1]})
+    return {"schema_file": manifest.shards[0].uri, "attrs": attrs}
 
 
 def attrs_order(manifest: Manifest, related: Iterable[Manifest] | None = None) -> list[tuple[str, str]]:
