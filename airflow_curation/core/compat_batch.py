@@ -1,10 +1,11 @@
 """A batch of texts through the compiled compat pass (:mod:`airflow_curation.core.compat_kernel`).
 
 The words of a whitespace piece depend on the piece alone, so each distinct piece is split into datatrove's
-words once per process and remembered with what the kernel reads of it: its words (ids into a word table
-holding each word's length, whether it is all punctuation, whether it has a letter, its stop-word index and
-its hash for joined n-grams) and how it moves spaCy's sentence cut. The tables are append-only numpy arrays
-(Python lists while a batch adds, numpy arrays for the kernel) and start over past :data:`MAX_PIECES`, so a long-running worker stays bounded.
+words once per process (the new pieces of a batch together, :func:`compat_split.split_pieces`) and remembered
+with what the kernel reads of it: its words (ids into a word table holding each word's length, whether it is
+all punctuation, whether it has a letter, its stop-word index and its hash for joined n-grams) and how it moves
+spaCy's sentence cut. The tables are append-only numpy arrays (Python lists while a batch adds, numpy arrays
+for the kernel) and start over past :data:`MAX_PIECES`, so a long-running worker stays bounded.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from airflow_curation.core import compat_kernel as k
+from airflow_curation.core.compat_split import split_pieces
 from airflow_curation.core.compat_words import SENTENCE_TERMINALS, _piece_tokens
 
 MAX_PIECES = 2_000_000
@@ -83,9 +85,13 @@ class Vocab:
         self._is_punct.append(not alpha and all(unicodedata.category(c)[0] == "P" for c in w))
         return i
 
-    def add(self, piece: str) -> int:
-        """The id of ``piece``, splitting it into words the first time."""
-        ids = [self._word(w) for w in _piece_tokens(piece)]
+    def add(self, piece: str, words: tuple[str, ...] | None = None) -> int:
+        """The id of a new ``piece``.
+
+        :param piece: a whitespace piece not seen before.
+        :param words: its words if known (:func:`compat_split.split_pieces`), else split here.
+        """
+        ids = [self._word(w) for w in (_piece_tokens(piece) if words is None else words)]
         self.pt_tok.items += ids
         self.pt_off.items.append(len(self.pt_tok.items))
         # spaCy's sentencizer: after a terminal, the next word that is not punctuation opens a sentence
@@ -127,8 +133,9 @@ def kernel_rows(texts: Sequence[str], groups: tuple[bool, bool, bool, bool]) -> 
     # the tables grow under a lock (threads of one worker share them); the kernel reads this snapshot
     with _LOCK:
         v = vocab()
-        for piece in set(pieces).difference(v.pieces):  # a piece new to the process: its words, once
-            v.add(piece)
+        new = list(set(pieces).difference(v.pieces))  # pieces new to the process: their words, once
+        for piece, words in zip(new, split_pieces(new), strict=True):
+            v.add(piece, words)
         ids = np.array(list(map(v.pieces.__getitem__, pieces)), dtype=np.int64)
         tables = (
             v.pt_off.view(),
