@@ -66,21 +66,30 @@ class Vocab:
         self.tpw = _Table(np.uint64)
         self._term: list[bool] = []
         self._is_punct: list[bool] = []
+        self._unhashed: list[str] = []
+
+    def flush(self) -> None:
+        """Hash the words added since the last flush (one compiled pass: their hash and BASE^length)."""
+        if not self._unhashed:
+            return
+        cps = np.frombuffer("".join(self._unhashed).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        off = np.zeros(len(self._unhashed) + 1, dtype=np.int64)
+        np.cumsum([len(w) for w in self._unhashed], out=off[1:])
+        h, pw = k.word_hashes(cps, off)
+        self.th.items += h.tolist()
+        self.tpw.items += pw.tolist()
+        self._unhashed = []
 
     def _word(self, w: str) -> int:
         i = self.words.get(w)
         if i is not None:
             return i
         i = self.words[w] = len(self.words)
-        h = 0
-        for c in w:
-            h = (h * k.BASE + ord(c)) % k.MERSENNE
+        self._unhashed.append(w)  # hashed with the rest of the batch's new words (flush)
         self.tlen.items.append(len(w))
         alpha = w.isalpha() or any(c.isalpha() for c in w)
         self.tflag.items.append((k.T_PUNCT if self._punct.issuperset(w) else 0) | (k.T_ALPHA if alpha else 0))
         self.tstop.items.append(self._stop.get(w, -1))
-        self.th.items.append(h)
-        self.tpw.items.append(pow(k.BASE, len(w), k.MERSENNE))
         self._term.append(w in SENTENCE_TERMINALS)
         self._is_punct.append(not alpha and all(unicodedata.category(c)[0] == "P" for c in w))
         return i
@@ -136,6 +145,7 @@ def kernel_rows(texts: Sequence[str], groups: tuple[bool, bool, bool, bool]) -> 
         new = list(set(pieces).difference(v.pieces))  # pieces new to the process: their words, once
         for piece, words in zip(new, split_pieces(new), strict=True):
             v.add(piece, words)
+        v.flush()
         ids = np.array(list(map(v.pieces.__getitem__, pieces)), dtype=np.int64)
         tables = (
             v.pt_off.view(),
