@@ -295,6 +295,17 @@ def render(r: dict) -> str:
             for n, v in s["seconds"].items():
                 lines.append(f"| {n} | {s['mb_per_s'][n]} | {v['median']} ({v['min']}-{v['max']}) | {s['kept'][n]} |")
         lines.append("")
+    for h in r.get("speed_history", []):
+        lines.append(
+            f"Earlier: `{h['command']}` ({h['when']}): "
+            + ", ".join(
+                f"{n} {v} MB/s cold" + (f" / {h['mb_per_s_warm'][n]} warm" if "mb_per_s_warm" in h else "")
+                for n, v in h["mb_per_s"].items()
+            )
+            + "."
+        )
+    if r.get("speed_history"):
+        lines.append("")
     lines.append("JSON: `benchmarks/results/compat.json`.")
     return "\n".join(lines)
 
@@ -324,6 +335,8 @@ def main() -> None:
             command=f".venv/bin/python benchmarks/bench_compat.py speed --rounds {args.rounds} --mb {args.mb}{base}",
             when=when,
         )
+        if "speed" in r:  # every run is kept: the earlier ones move to the history
+            r.setdefault("speed_history", []).append(r["speed"])
         r["speed"] = got
         print(json.dumps(got["mb_per_s"], indent=1))
     if args.what:

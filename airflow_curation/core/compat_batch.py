@@ -1,10 +1,11 @@
 """A batch of texts through the compiled compat pass (:mod:`airflow_curation.core.compat_kernel`).
 
 The words of a whitespace piece depend on the piece alone, so each distinct piece is split into datatrove's
-words once per process and remembered with what the kernel reads of it: its words (ids into a word table
-holding each word's length, whether it is all punctuation, whether it has a letter, its stop-word index and
-its hash for joined n-grams) and how it moves spaCy's sentence cut. The tables are append-only numpy arrays
-(Python lists while a batch adds, numpy arrays for the kernel) and start over past :data:`MAX_PIECES`, so a long-running worker stays bounded.
+words once per process (the new pieces of a batch together, :func:`compat_split.split_pieces`) and remembered
+with what the kernel reads of it: its words (ids into a word table holding each word's length, whether it is
+all punctuation, whether it has a letter, its stop-word index and its hash for joined n-grams) and how it moves
+spaCy's sentence cut. The tables are append-only numpy arrays (Python lists while a batch adds, numpy arrays
+for the kernel) and start over past :data:`MAX_PIECES`, so a long-running worker stays bounded.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from airflow_curation.core import compat_kernel as k
+from airflow_curation.core.compat_split import split_pieces
 from airflow_curation.core.compat_words import SENTENCE_TERMINALS, _piece_tokens
 
 MAX_PIECES = 2_000_000
@@ -64,28 +66,41 @@ class Vocab:
         self.tpw = _Table(np.uint64)
         self._term: list[bool] = []
         self._is_punct: list[bool] = []
+        self._unhashed: list[str] = []
+
+    def flush(self) -> None:
+        """Hash the words added since the last flush (one compiled pass: their hash and BASE^length)."""
+        if not self._unhashed:
+            return
+        cps = np.frombuffer("".join(self._unhashed).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        off = np.zeros(len(self._unhashed) + 1, dtype=np.int64)
+        np.cumsum([len(w) for w in self._unhashed], out=off[1:])
+        h, pw = k.word_hashes(cps, off)
+        self.th.items += h.tolist()
+        self.tpw.items += pw.tolist()
+        self._unhashed = []
 
     def _word(self, w: str) -> int:
         i = self.words.get(w)
         if i is not None:
             return i
         i = self.words[w] = len(self.words)
-        h = 0
-        for c in w:
-            h = (h * k.BASE + ord(c)) % k.MERSENNE
+        self._unhashed.append(w)  # hashed with the rest of the batch's new words (flush)
         self.tlen.items.append(len(w))
         alpha = w.isalpha() or any(c.isalpha() for c in w)
         self.tflag.items.append((k.T_PUNCT if self._punct.issuperset(w) else 0) | (k.T_ALPHA if alpha else 0))
         self.tstop.items.append(self._stop.get(w, -1))
-        self.th.items.append(h)
-        self.tpw.items.append(pow(k.BASE, len(w), k.MERSENNE))
         self._term.append(w in SENTENCE_TERMINALS)
         self._is_punct.append(not alpha and all(unicodedata.category(c)[0] == "P" for c in w))
         return i
 
-    def add(self, piece: str) -> int:
-        """The id of ``piece``, splitting it into words the first time."""
-        ids = [self._word(w) for w in _piece_tokens(piece)]
+    def add(self, piece: str, words: tuple[str, ...] | None = None) -> int:
+        """The id of a new ``piece``.
+
+        :param piece: a whitespace piece not seen before.
+        :param words: its words if known (:func:`compat_split.split_pieces`), else split here.
+        """
+        ids = [self._word(w) for w in (_piece_tokens(piece) if words is None else words)]
         self.pt_tok.items += ids
         self.pt_off.items.append(len(self.pt_tok.items))
         # spaCy's sentencizer: after a terminal, the next word that is not punctuation opens a sentence
@@ -127,8 +142,10 @@ def kernel_rows(texts: Sequence[str], groups: tuple[bool, bool, bool, bool]) -> 
     # the tables grow under a lock (threads of one worker share them); the kernel reads this snapshot
     with _LOCK:
         v = vocab()
-        for piece in set(pieces).difference(v.pieces):  # a piece new to the process: its words, once
-            v.add(piece)
+        new = list(set(pieces).difference(v.pieces))  # pieces new to the process: their words, once
+        for piece, words in zip(new, split_pieces(new), strict=True):
+            v.add(piece, words)
+        v.flush()
         ids = np.array(list(map(v.pieces.__getitem__, pieces)), dtype=np.int64)
         tables = (
             v.pt_off.view(),

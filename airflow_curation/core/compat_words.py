@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from functools import lru_cache
+from typing import NamedTuple
 
 # Unicode's Sentence_Terminal characters as datatrove's TERMINAL_PUNCTUATION lists them (the property as of
 # its Unicode version, plus three Khmer signs): FineWeb's line-end rule and the sentence cuts read it.
@@ -84,67 +85,74 @@ _UNCASED = (
 _LOWER = r"a-zß-öø-ÿ\u0100-\u024f\u0370-\u03ff\u0400-\u04ff" + _UNCASED
 _UPPER = r"A-ZÀ-ÖØ-Þ\u0100-\u024f\u0370-\u03ff\u0400-\u04ff" + _UNCASED
 
-_PREFIX = re.compile(
-    "|".join(
-        [
-            r"§",
-            "%",
-            "=",
-            "—",
-            "–",
-            r"\+(?![0-9])",
-            f"[{_P}]",
-            r"\.\.+",
-            f"[{_Q}]",
-            r"US\$|C\$|A\$",
-            f"[{_SC_CLS}]",
-            f"[{_SO_CLS}]",
-        ]
+
+class _Rules(NamedTuple):
+    """The prefix, suffix, infix and URL patterns, stated over some character classes."""
+
+    prefix: re.Pattern
+    suffix: re.Pattern
+    infix: re.Pattern
+    url: re.Pattern
+
+
+def _rules(sc: str, so: str | None, lower: str, upper: str, host_end: str) -> _Rules:
+    """The patterns over the given classes (``so`` None: no symbol alternatives at all).
+
+    :param sc: currency signs (class body).
+    :param so: other symbols (class body), or None where no such character can occur.
+    :param lower: lower-case letters (class body).
+    :param upper: upper-case letters (class body).
+    :param host_end: what the last label of a host is made of (class body).
+    """
+    sym = [f"[{so}]"] if so else []
+    unit_alt = "|".join(re.escape(u) for u in _UNITS)
+    hyph = "|".join(re.escape(h) for h in _HYPHENS)
+    prefix = "|".join(["§", "%", "=", "—", "–", r"\+(?![0-9])", f"[{_P}]", r"\.\.+", f"[{_Q}]", r"US\$|C\$|A\$"])
+    prefix += f"|[{sc}]" + "".join(f"|{x}" for x in sym)
+    suffix = [
+        f"[{_P}]",
+        r"\.\.+",
+        "…",
+        f"[{_Q}]",
+        *sym,
+        "'s|'S|’s|’S",
+        "—|–",
+        r"(?<=[0-9])\+",
+        r"(?<=°[FfCcKk])\.",
+        rf"(?<=[0-9])(?:US\$|C\$|A\$|[{sc}])",
+        rf"(?<=[0-9])(?:{unit_alt})",
+        rf"(?<=[0-9{lower}%²\-+{_P}{_Q}])\.",
+        rf"(?<=[{upper}][{upper}])\.",
+    ]
+    infix = [
+        r"\.\.+",
+        "…",
+        *sym,
+        r"(?<=[0-9])[+\-*^](?=[0-9-])",
+        rf"(?<=[{lower}{_Q}])\.(?=[{upper}{_Q}])",
+        rf"(?<={_LETTER}),(?={_LETTER})",
+        rf"{_LETTER_OR_DIGIT}(?:{hyph})(?={_LETTER})",
+        rf"{_LETTER_OR_DIGIT}[:<>=/](?={_LETTER})",
+    ]
+    # A URL, a bare domain or an e-mail address stays one token (spaCy's URL match, stated loosely): an
+    # optional scheme and user, a dotted host whose last label is 2+ lower-case letters, an optional port, path.
+    url = (
+        r"(?:[a-zA-Z][a-zA-Z0-9+.-]*://)?(?:[^\s:@/]+(?::[^\s:@/]*)?@)?"
+        rf"(?:(?:[0-9]{{1,3}}\.){{3}}[0-9]{{1,3}}|(?:[^\W_](?:[\w-]*[^\W_])?\.)+[{host_end}]{{2,63}})"
+        r"(?::[0-9]{2,5})?(?:[/?#]\S*)?"
     )
-)
-_UNIT_ALT = "|".join(re.escape(u) for u in _UNITS)
-_SUFFIX = re.compile(
-    "|".join(
-        f"(?:{p})$"
-        for p in [
-            f"[{_P}]",
-            r"\.\.+",
-            "…",
-            f"[{_Q}]",
-            f"[{_SO_CLS}]",
-            "'s|'S|’s|’S",
-            "—|–",
-            r"(?<=[0-9])\+",
-            r"(?<=°[FfCcKk])\.",
-            rf"(?<=[0-9])(?:US\$|C\$|A\$|[{_SC_CLS}])",
-            rf"(?<=[0-9])(?:{_UNIT_ALT})",
-            rf"(?<=[0-9{_LOWER}%²\-+{_P}{_Q}])\.",
-            rf"(?<=[{_UPPER}][{_UPPER}])\.",
-        ]
+    return _Rules(
+        re.compile(prefix),
+        re.compile("|".join(f"(?:{p})$" for p in suffix)),
+        re.compile("|".join(infix)),
+        re.compile(url),
     )
-)
-_HYPH = "|".join(re.escape(h) for h in _HYPHENS)
-_INFIX = re.compile(
-    "|".join(
-        [
-            r"\.\.+",
-            "…",
-            f"[{_SO_CLS}]",
-            r"(?<=[0-9])[+\-*^](?=[0-9-])",
-            rf"(?<=[{_LOWER}{_Q}])\.(?=[{_UPPER}{_Q}])",
-            rf"(?<={_LETTER}),(?={_LETTER})",
-            rf"{_LETTER_OR_DIGIT}(?:{_HYPH})(?={_LETTER})",
-            rf"{_LETTER_OR_DIGIT}[:<>=/](?={_LETTER})",
-        ]
-    )
-)
-# A URL, a bare domain or an e-mail address stays one token (spaCy's URL match, stated loosely): an optional
-# scheme and user, a dotted host whose last label is 2+ lower-case letters, an optional port and path.
-_URL = re.compile(
-    r"(?:[a-zA-Z][a-zA-Z0-9+.-]*://)?(?:[^\s:@/]+(?::[^\s:@/]*)?@)?"
-    r"(?:(?:[0-9]{1,3}\.){3}[0-9]{1,3}|(?:[^\W_](?:[\w-]*[^\W_])?\.)+[a-z\u00a1-\uffff]{2,63})"
-    r"(?::[0-9]{2,5})?(?:[/?#]\S*)?"
-)
+
+
+_UNICODE = _rules(_SC_CLS, _SO_CLS, _LOWER, _UPPER, "a-z\u00a1-\uffff")
+# The same patterns on a piece that is all ASCII: each class cut to its ASCII members (the only ones such a
+# piece can match) gives the same matches, without testing every character against hundreds of ranges.
+_ASCII = _rules(r"\$", None, "a-z", "A-Z", "a-z")
 
 # Special cases: English contractions (split), abbreviations and emoticons (kept whole).
 _NEG_BASES = {
@@ -212,9 +220,9 @@ def _special(s: str) -> tuple[str, ...] | None:
     return None
 
 
-def _infix_split(s: str) -> list[str]:
+def _infix_split(s: str, infix: re.Pattern) -> list[str]:
     out, start = [], 0
-    for m in _INFIX.finditer(s):
+    for m in infix.finditer(s):
         if m.start() == 0 and m.end() == 0:
             continue
         if m.start() > start:
@@ -232,6 +240,11 @@ _TRAILING = frozenset(",;:)!?")
 
 @lru_cache(maxsize=262144)
 def _piece_tokens(s: str) -> tuple[str, ...]:
+    return _split(s, _ASCII if s.isascii() else _UNICODE)
+
+
+def _split(s: str, rules: _Rules) -> tuple[str, ...]:
+    """The words of one whitespace piece, matched with ``rules`` (:data:`_ASCII` only for an ASCII piece)."""
     # Shortcuts (the loop below gives the same words): letters only, where no prefix, suffix, infix or URL
     # rule applies, only a special case; letters after "(" or before one of ,;:)!? (no special case ends or
     # starts that way), where that mark alone comes off.
@@ -249,13 +262,13 @@ def _piece_tokens(s: str) -> tuple[str, ...]:
         if _special(s):  # a URL is matched only once the edges are off
             break
         last = len(s)
-        m = _PREFIX.match(s)
+        m = rules.prefix.match(s)
         pre = m.end() if m else 0
         if pre and s[pre:] and _special(s[pre:]):
             prefixes.append(s[:pre])
             s = s[pre:]
             break
-        m = _SUFFIX.search(s[pre:])
+        m = rules.suffix.search(s[pre:])
         suf = len(s) - pre - m.start() if m and m.start() < len(s) - pre else 0
         if suf and s[:-suf] and _special(s[:-suf]):
             suffixes.append(s[-suf:])
@@ -278,10 +291,10 @@ def _piece_tokens(s: str) -> tuple[str, ...]:
         sp = _special(s)
         if sp:
             middle = list(sp)
-        elif _URL.fullmatch(s):
+        elif rules.url.fullmatch(s):
             middle = [s]
         else:
-            middle = _infix_split(s)
+            middle = _infix_split(s, rules.infix)
     return _merge_specials(prefixes + middle + suffixes[::-1])
 
 

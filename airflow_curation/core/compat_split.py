@@ -1,0 +1,442 @@
+"""datatrove's words of ASCII whitespace pieces, compiled: :func:`compat_words._split` for a batch at once.
+
+:func:`split_pieces` runs the prefix, suffix, infix and URL rules of :mod:`airflow_curation.core.compat_words`
+(their ASCII form, :data:`compat_words._ASCII`) in one numba pass over many distinct pieces. The special cases
+(contractions, abbreviations, emoticons) stay in Python: a piece that holds anything one of them could match
+(:data:`SPECIALS`, looked for loosely so that none is missed) is answered by the Python splitter, as
+is every piece that is not ASCII. ``tests/preprocess/test_compat_split.py`` holds the two to the same words.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from airflow_curation.core import compat_words as cw
+from airflow_curation.core.jit import numba
+
+njit = numba.njit
+
+# per ASCII character: what the patterns test it for
+_PU, _QU, _LO, _UP, _DI, _HOST = 1, 2, 4, 8, 16, 32
+
+
+def _class_table() -> np.ndarray:
+    t = np.zeros(128, dtype=np.uint8)
+    for c in range(128):
+        ch = chr(c)
+        t[c] = (
+            (_PU if ch in cw._PUNCT else 0)
+            | (_QU if ch in cw._QUOTES else 0)
+            | (_LO if "a" <= ch <= "z" else 0)
+            | (_UP if "A" <= ch <= "Z" else 0)
+            | (_DI if "0" <= ch <= "9" else 0)
+            | (_HOST if ch.isalnum() or ch in "_-." else 0)
+        )
+    return t
+
+
+CLASSES = _class_table()
+_UNITS_ASCII = [u for u in cw._UNITS if u.isascii()]
+UNITS = np.frombuffer("".join(_UNITS_ASCII).encode(), dtype=np.uint8).copy()
+UNIT_OFF = np.cumsum([0] + [len(u) for u in _UNITS_ASCII]).astype(np.int64)
+
+
+def _special_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What a special case could match, case folded (so more than the exact forms), by first character.
+
+    A word starts only after a non-letter (prefixes and infixes end in one, units follow a digit), so a case
+    that starts with a letter is looked for only after a non-letter; contractions written without the
+    apostrophe only as a whole run of letters.
+
+    :returns: the cases' bytes, their offsets, their flags (1: a non-letter before, 2: a non-letter after)
+        and, per first character, where its cases start in that order.
+    """
+    cases = set()
+    for w in cw._WHOLE | set(cw._SPLIT_WHOLE):
+        if w.isascii():
+            cases.add((w.lower(), 1 if w[0].isalpha() else 0))
+    cases.add(("n't", 0))
+    joined = {b + "nt" for b in cw._NEG_BASES} | {h + t for h, ts in cw._PRONOUN_CLITICS.items() for t in ts}
+    cases |= {(w, 3) for w in joined}
+    ordered = sorted(cases)
+    data = np.frombuffer("".join(w for w, _ in ordered).encode(), dtype=np.uint8).copy()
+    off = np.cumsum([0] + [len(w) for w, _ in ordered]).astype(np.int64)
+    flags = np.array([f for _, f in ordered], dtype=np.uint8)
+    first = np.searchsorted(np.array([ord(w[0]) for w, _ in ordered]), np.arange(129)).astype(np.int64)
+    return data, off, flags, first
+
+
+SPECIALS = _special_table()
+
+
+@njit(cache=True, inline="always")
+def _is(cls: np.ndarray, s: np.ndarray, i: int, flag: int) -> bool:
+    return (cls[s[i]] & flag) != 0
+
+
+@njit(cache=True)
+def _prefix(s: np.ndarray, a: int, b: int, cls: np.ndarray) -> int:
+    """Length of the prefix match at ``a`` in ``s[a:b]``: the first alternative of ``_ASCII.prefix`` that matches."""
+    c = s[a]
+    if c == 37 or c == 61:  # % =
+        return 1
+    if c == 43:  # + not before a digit
+        return 1 if a + 1 >= b or not _is(cls, s, a + 1, _DI) else 0
+    if _is(cls, s, a, _PU):
+        return 1
+    if c == 46:  # .. and more
+        j = a
+        while j < b and s[j] == 46:
+            j += 1
+        if j - a >= 2:
+            return j - a
+    if _is(cls, s, a, _QU):
+        return 1
+    if c == 85 and a + 2 < b and s[a + 1] == 83 and s[a + 2] == 36:  # US$
+        return 3
+    if (c == 67 or c == 65) and a + 1 < b and s[a + 1] == 36:  # C$ A$
+        return 2
+    if c == 36:  # $
+        return 1
+    return 0
+
+
+@njit(cache=True)
+def _suffix(s: np.ndarray, a: int, b: int, cls: np.ndarray, units: np.ndarray, unit_off: np.ndarray) -> int:
+    """Length of ``_ASCII.suffix``'s leftmost match in ``s[a:b]`` (all its alternatives end at the end: the longest).
+
+    Lookbehinds see ``s[a:b]`` only, as on the slice the Python splitter searches.
+    """
+    best = 0
+    last = s[b - 1]
+    if _is(cls, s, b - 1, _PU) or _is(cls, s, b - 1, _QU):
+        best = 1
+    if last == 46:
+        j = b
+        while j > a and s[j - 1] == 46:
+            j -= 1
+        if b - j >= 2:
+            best = max(best, b - j)
+        elif b - 1 > a:
+            p = b - 2
+            if cls[s[p]] & (_DI | _LO | _PU | _QU) or s[p] == 37 or s[p] == 45 or s[p] == 43:
+                best = max(best, 1)
+            elif p - 1 >= a and _is(cls, s, p, _UP) and _is(cls, s, p - 1, _UP):
+                best = max(best, 1)
+    if b - a >= 2 and s[b - 2] == 39 and (last == 115 or last == 83):  # 's 'S
+        best = max(best, 2)
+    if last == 43 and b - 1 > a and _is(cls, s, b - 2, _DI):  # digit +
+        best = max(best, 1)
+    # after a digit: currency, units
+    for tail in range(1, 5):
+        p = b - tail
+        if p - 1 < a:
+            break
+        if not _is(cls, s, p - 1, _DI):
+            continue
+        if tail == 1 and last == 36:
+            best = max(best, 1)
+        if tail == 2 and (s[p] == 67 or s[p] == 65) and last == 36:
+            best = max(best, 2)
+        if tail == 3 and s[p] == 85 and s[p + 1] == 83 and last == 36:
+            best = max(best, 3)
+        for u in range(len(unit_off) - 1):
+            if unit_off[u + 1] - unit_off[u] != tail:
+                continue
+            same = True
+            for k in range(tail):
+                if s[p + k] != units[unit_off[u] + k]:
+                    same = False
+                    break
+            if same:
+                best = max(best, tail)
+    return best
+
+
+@njit(cache=True)
+def _host(s: np.ndarray, a: int, b: int, cls: np.ndarray) -> bool:
+    """``s[a:b]`` is an IPv4 address or a dotted host ending in 2-63 lower-case letters (``_ASCII.url``'s host)."""
+    if a >= b:
+        return False
+    # IPv4: four groups of 1-3 digits
+    parts, run, ok = 0, 0, True
+    for i in range(a, b):
+        if s[i] == 46:
+            if run < 1 or run > 3:
+                ok = False
+                break
+            parts += 1
+            run = 0
+        elif _is(cls, s, i, _DI):
+            run += 1
+        else:
+            ok = False
+            break
+    if ok and parts == 3 and 1 <= run <= 3:
+        return True
+    # labels: alphanumeric at both ends, word characters or '-' between, each followed by '.'
+    last_dot = -1
+    for i in range(b - 1, a - 1, -1):
+        if s[i] == 46:
+            last_dot = i
+            break
+    if last_dot < 0:
+        return False
+    tld = b - last_dot - 1
+    if tld < 2 or tld > 63:
+        return False
+    for i in range(last_dot + 1, b):
+        if not _is(cls, s, i, _LO):
+            return False
+    start = a
+    for i in range(a, last_dot + 1):
+        if s[i] == 46:
+            if i == start:
+                return False
+            if not (cls[s[start]] & (_LO | _UP | _DI)) or not (cls[s[i - 1]] & (_LO | _UP | _DI)):
+                return False
+            start = i + 1
+    return True
+
+
+@njit(cache=True)
+def _after_host(s: np.ndarray, h: int, b: int) -> bool:
+    """``s[h:b]`` is an optional ``:port`` (2-5 digits) and an optional path starting with / ? or #."""
+    if h == b:
+        return True
+    if s[h] == 58:
+        j = h + 1
+        while j < b and 48 <= s[j] <= 57:
+            j += 1
+        if j - h - 1 < 2 or j - h - 1 > 5:
+            return False
+        h = j
+        if h == b:
+            return True
+    return s[h] == 47 or s[h] == 63 or s[h] == 35
+
+
+@njit(cache=True)
+def _url(s: np.ndarray, a: int, b: int, cls: np.ndarray) -> bool:
+    """``_ASCII.url.fullmatch(s[a:b])``: some optional scheme, optional user, then a host and what may follow it."""
+    # where the user part may start: 0, or after each "scheme://"
+    for z in range(a - 1, b):
+        if z >= a:
+            if not (z + 2 < b and s[z] == 58 and s[z + 1] == 47 and s[z + 2] == 47) or z == a:
+                continue
+            if not (_is(cls, s, a, _LO) or _is(cls, s, a, _UP)):
+                continue
+            good = True
+            for i in range(a + 1, z):
+                c = s[i]
+                if not (cls[c] & (_LO | _UP | _DI) or c == 43 or c == 46 or c == 45):
+                    good = False
+                    break
+            if not good:
+                continue
+            u0 = z + 3
+        else:
+            u0 = a
+        # where the host may start: u0, or after each '@' ending a valid user[:password]
+        for at in range(u0 - 1, b):
+            if at >= u0:
+                if s[at] != 64 or at == u0 or s[u0] == 58:
+                    continue
+                good, colons = True, 0
+                for i in range(u0, at):
+                    c = s[i]
+                    if c == 64 or c == 47:
+                        good = False
+                        break
+                    if c == 58:
+                        colons += 1
+                if not good or colons > 1:
+                    continue
+                h0 = at + 1
+            else:
+                h0 = u0
+            h = h0
+            while h < b and _is(cls, s, h, _HOST):
+                h += 1
+            if _host(s, h0, h, cls) and _after_host(s, h, b):
+                return True
+    return False
+
+
+@njit(cache=True)
+def _infix(s: np.ndarray, i: int, a: int, b: int, cls: np.ndarray) -> int:
+    """Length of ``_ASCII.infix``'s match at ``i`` in ``s[a:b]`` (0: none there)."""
+    c = s[i]
+    if c == 46 and i + 1 < b and s[i + 1] == 46:
+        j = i
+        while j < b and s[j] == 46:
+            j += 1
+        return j - i
+    prev = s[i - 1] if i > a else 0
+    nxt = s[i + 1] if i + 1 < b else 0
+    prev_digit = i > a and _is(cls, s, i - 1, _DI)
+    prev_letter = i > a and (cls[prev] & (_LO | _UP)) != 0
+    if (
+        (c == 43 or c == 45 or c == 42 or c == 94)
+        and prev_digit
+        and i + 1 < b
+        and (_is(cls, s, i + 1, _DI) or nxt == 45)
+    ):
+        return 1
+    if c == 46 and i > a and i + 1 < b and cls[prev] & (_LO | _QU) and cls[nxt] & (_UP | _QU):
+        return 1
+    if c == 44 and prev_letter and i + 1 < b and cls[nxt] & (_LO | _UP):
+        return 1
+    if (prev_letter or prev_digit) and (c == 45 or c == 126):
+        if c == 45:
+            for n in (3, 2):
+                if i + n < b:
+                    same = True
+                    for k in range(n):
+                        if s[i + k] != 45:
+                            same = False
+                    if same and cls[s[i + n]] & (_LO | _UP):
+                        return n
+        if i + 1 < b and cls[nxt] & (_LO | _UP):
+            return 1
+    if (prev_letter or prev_digit) and (c == 58 or c == 60 or c == 62 or c == 61 or c == 47):
+        if i + 1 < b and cls[nxt] & (_LO | _UP):
+            return 1
+    return 0
+
+
+@njit(cache=True)
+def _maybe_special(
+    s: np.ndarray,
+    a: int,
+    b: int,
+    cls: np.ndarray,
+    sp: np.ndarray,
+    sp_off: np.ndarray,
+    sp_flag: np.ndarray,
+    first: np.ndarray,
+) -> bool:
+    """Whether ``s[a:b]`` holds, case folded, something a special case could match (:func:`_special_table`)."""
+    for i in range(a, b):
+        c = s[i] + 32 if _is(cls, s, i, _UP) else s[i]
+        for e in range(first[c], first[c + 1]):
+            n = sp_off[e + 1] - sp_off[e]
+            if i + n > b:
+                continue
+            if sp_flag[e] & 1 and i > a and cls[s[i - 1]] & (_LO | _UP):
+                continue
+            if sp_flag[e] & 2 and i + n < b and cls[s[i + n]] & (_LO | _UP):
+                continue
+            same = True
+            for k in range(n):
+                x = s[i + k] + 32 if _is(cls, s, i + k, _UP) else s[i + k]
+                if x != sp[sp_off[e] + k]:
+                    same = False
+                    break
+            if same:
+                return True
+    return False
+
+
+@njit(cache=True)
+def _split_all(
+    s: np.ndarray,
+    off: np.ndarray,
+    cls: np.ndarray,
+    units: np.ndarray,
+    unit_off: np.ndarray,
+    sp: np.ndarray,
+    sp_off: np.ndarray,
+    sp_flag: np.ndarray,
+    first: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Token ends (absolute offsets into ``s``), the first token per piece (``tok_off``, one past the last)
+    and which pieces are left to the Python splitter (no tokens here)."""
+    ends = np.empty(len(s), dtype=np.int64)
+    tok_off = np.zeros(len(off), dtype=np.int64)
+    sfx = np.empty(len(s), dtype=np.int64)  # suffix starts of the current piece, outermost first
+    python = np.zeros(len(off) - 1, dtype=np.bool_)
+    n = 0
+    for p in range(len(off) - 1):
+        a, b = off[p], off[p + 1]
+        if _maybe_special(s, a, b, cls, sp, sp_off, sp_flag, first):
+            python[p] = True
+            tok_off[p + 1] = n
+            continue
+        ns = 0
+        while a < b:
+            last = b - a
+            pre = _prefix(s, a, b, cls)
+            suf = _suffix(s, a + pre, b, cls, units, unit_off) if a + pre < b else 0
+            if pre and suf and pre + suf <= b - a:
+                ends[n] = a + pre
+                n += 1
+                sfx[ns] = b - suf
+                ns += 1
+                a, b = a + pre, b - suf
+            elif pre:
+                ends[n] = a + pre
+                n += 1
+                a = a + pre
+            elif suf:
+                sfx[ns] = b - suf
+                ns += 1
+                b = b - suf
+            if b - a == last:
+                break
+        if a < b:
+            if _url(s, a, b, cls):
+                ends[n] = b
+                n += 1
+            else:
+                i = a
+                start = a
+                while i < b:
+                    m = _infix(s, i, a, b, cls)
+                    if m:
+                        if i > start:
+                            ends[n] = i
+                            n += 1
+                        ends[n] = i + m
+                        n += 1
+                        i += m
+                        start = i
+                    else:
+                        i += 1
+                if start < b:
+                    ends[n] = b
+                    n += 1
+        for k in range(ns - 1, -1, -1):
+            ends[n] = off[p + 1] if k == 0 else sfx[k - 1]
+            n += 1
+        tok_off[p + 1] = n
+    return ends[:n], tok_off, python
+
+
+def split_pieces(pieces: list[str]) -> list[tuple[str, ...]]:
+    """datatrove's words of each piece (the compiled path where it decides, the Python splitter elsewhere).
+
+    :param pieces: whitespace pieces (no whitespace inside).
+    """
+    out: list[tuple[str, ...] | None] = [None] * len(pieces)
+    fast = []
+    for i, p in enumerate(pieces):
+        if p.isascii():
+            fast.append(i)
+        else:
+            out[i] = cw._piece_tokens(p)
+    if fast:
+        chosen = [pieces[i] for i in fast]
+        data = np.frombuffer("".join(chosen).encode("ascii"), dtype=np.uint8)
+        off = np.zeros(len(chosen) + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in chosen], out=off[1:])
+        ends, tok_off, python = _split_all(data, off, CLASSES, UNITS, UNIT_OFF, *SPECIALS)
+        rel = (ends - np.repeat(off[:-1], np.diff(tok_off))).tolist()  # token ends within their piece
+        bounds = tok_off.tolist()
+        for j, (i, p, py) in enumerate(zip(fast, chosen, python.tolist(), strict=True)):
+            if py:
+                out[i] = cw._piece_tokens(p)
+                continue
+            e = rel[bounds[j] : bounds[j + 1]]
+            out[i] = (p,) if len(e) == 1 else tuple(p[a:b] for a, b in zip([0, *e[:-1]], e, strict=True))
+    return out  # type: ignore[return-value]
