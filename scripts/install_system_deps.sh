@@ -9,9 +9,9 @@ PACKAGES=(
     python3.11-venv   # `python3.11 -m venv .venv` (Debian splits ensurepip out of python3.11)
     make
     procps            # ps/pkill used when tests stop their own servers
-    slurm-wlm         # tests/slurm: one-node Slurm (slurmctld, slurmd, clients) started by scripts/slurm_up.sh
-    munge             # tests/slurm: Slurm's authentication daemon
-    openssh-server    # tests/slurm: a loopback sshd as the Slurm login node (backend over SSH)
+    slurm-wlm         # tests/backends/slurm: one-node Slurm (slurmctld, slurmd, clients) started by scripts/slurm_up.sh
+    munge             # tests/backends/slurm: Slurm's authentication daemon
+    openssh-server    # tests/backends/slurm: a loopback sshd as the Slurm login node (backend over SSH)
     postgresql        # tests/journey: Airflow's metadata DB for the real scheduler/api-server run
     chromium          # tests/journey: headless browser for the Airflow UI screenshots
     chromium-driver   # tests/journey: selenium drives chromium through it

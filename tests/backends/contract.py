@@ -1,6 +1,6 @@
 """The contract every backend keeps, and one harness per backend to run it on.
 
-A harness builds the backend (its jobs run the test stage of ``tests/slurm/site``: N units that sleep,
+A harness builds the backend (its jobs run the test stage of ``tests/backends/slurm/site``: N units that sleep,
 fail while a flag file exists...), plays whatever the test machine lacks (the Kubernetes kubelet, the Ray
 cluster) and snapshots the state outside the lake that ``status`` must never change (the API server's
 objects, Slurm's view of the job, the Ray job table). The lake's folder has a non-ASCII name, so every
@@ -32,7 +32,7 @@ from airflow_curation.jobs.spec import JobSpec
 
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
-SITE = str(TESTS / "slurm" / "site")
+SITE = str(TESTS / "backends" / "slurm" / "site")
 JOB_PYTHONPATH = os.pathsep.join([SITE, str(REPO)])
 LAKE_NAME = "lac-été-湖"
 

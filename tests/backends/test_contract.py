@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from contract import CHECKS, HARNESSES, REPO, load_module
 
-_slurm = load_module("curation_slurm_conftest_for_contract", REPO / "tests" / "slurm" / "conftest.py")
-slurm_cluster = _slurm.slurm_cluster  # the one-node Slurm of tests/slurm, started on demand
+_slurm = load_module("curation_slurm_conftest_for_contract", REPO / "tests" / "backends" / "slurm" / "conftest.py")
+slurm_cluster = _slurm.slurm_cluster  # the one-node Slurm of tests/backends/slurm, started on demand
 
 
 @pytest.fixture(params=["local", pytest.param("slurm", marks=pytest.mark.slurm), "kubernetes", "ray"])

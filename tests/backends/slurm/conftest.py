@@ -21,7 +21,7 @@ from airflow_curation.jobs import attempts
 from airflow_curation.jobs.follow import Follower
 from airflow_curation.jobs.spec import JobSpec
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SITE = str(Path(__file__).parent / "site")
 # The jobs' PYTHONPATH: the test stage, then the code under test (not whatever checkout the venv's
 # editable install points at).
@@ -184,7 +184,7 @@ def finished_ok(st: JobStatus) -> bool:
 
 
 # In every session on the loopback login node: credentials of that machine, which sbatch run there must
-# not hand to Slurm's job record (tests/slurm/test_slurm_secrets.py).
+# not hand to Slurm's job record (tests/backends/slurm/test_slurm_secrets.py).
 LOGIN_NODE_CREDENTIALS = {
     "AIRFLOW_CONN_CURATION_DEFAULT": "generic://curator:pw-login-3f9c@db",
     "CURATION_STORAGE_OPTIONS_GCS": "login-secret-8d21",

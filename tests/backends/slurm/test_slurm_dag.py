@@ -16,7 +16,7 @@ from airflow_curation.core.layout import Lake, curation_run_id
 from airflow_curation.core.manifest import Manifest
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slurm]
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _write_jsonl(path: Path, n: int, start: int = 0) -> None:

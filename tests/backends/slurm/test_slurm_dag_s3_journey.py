@@ -39,7 +39,7 @@ from airflow_curation.core.storage_map import StorageMap
 from .conftest import JOB_PYTHONPATH
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slurm, pytest.mark.s3]
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CANCELLED_STAGE, CANCELLED_GROUP = "ingest", 1
 WORDS = (
     "curation keeps the documents that teach a model something and drops the noise the web is full of "
