@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import stat
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from airflow_curation.backends import JobState, JobStatus
@@ -201,3 +203,23 @@ def _first_event(trigger: ShardCheckpointTrigger) -> dict:
             return event.payload
 
     return asyncio.run(go())
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def pipeline_module(name: str) -> ModuleType:
+    """The shipped ``dags/curation_pipeline.py`` loaded as module ``name`` (its ``dag`` for ``dag.test()``)."""
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "dags" / "curation_pipeline.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def final_manifest(uri: str, timeout: float = 300.0) -> Manifest:
+    """A stage's manifest once its job has written the final one (its gate opens a moment before)."""
+    deadline = time.monotonic() + timeout
+    while (manifest := Manifest.read(uri)).status == "planned":
+        assert time.monotonic() < deadline, f"{uri}: the job never finished its manifest"
+        time.sleep(0.2)
+    return manifest

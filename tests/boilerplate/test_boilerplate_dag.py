@@ -5,21 +5,18 @@ the stage is one skipped group that writes nothing: tests/dedup/test_pipeline_da
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from curation_airflow_helpers import final_manifest, pipeline_module
 
 from airflow_curation.core.layout import Lake, curation_run_id
-from airflow_curation.core.manifest import Manifest
 from tests.dedup.corpus import handbook_docs
 
 pytestmark = pytest.mark.airflow
-REPO = Path(__file__).resolve().parents[2]
 MENU_A = ["Home | Packages | Documentation | Support", "Search this site", "Skip to main content"]
 MENU_B = ["Start | Downloads | Forum | Contact us", "Sign in to your account", "Language: English"]
 FOOTER = ["Copyright 2026 Example Project. All rights reserved.", "Privacy policy | Terms of use"]
@@ -38,21 +35,9 @@ def _page(menu: list[str], body: str) -> str:
     return "\n".join([*menu, "", body, "", *FOOTER])
 
 
-def _final(lake: Lake, run_id: str, stage: str) -> Manifest:
-    deadline = time.monotonic() + 300
-    while (manifest := Manifest.read(lake.manifest_uri(run_id, stage))).status == "planned":
-        assert time.monotonic() < deadline, f"the {stage} job never finished its manifest"
-        time.sleep(0.2)
-    return manifest
-
-
 def test_boilerplate_lines_are_removed_before_dedup_and_reported(airflow_db, tmp_path, monkeypatch):
     monkeypatch.setenv("CURATION_POLL_INTERVAL", "0.2")
-    spec = importlib.util.spec_from_file_location(
-        "curation_pipeline_boilerplate", REPO / "dags" / "curation_pipeline.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = pipeline_module("curation_pipeline_boilerplate")
     assert module.dag.params["boilerplate_min_documents"] is None  # unset: the stage is skipped
 
     bodies = _bodies(24)
@@ -77,7 +62,10 @@ def test_boilerplate_lines_are_removed_before_dedup_and_reported(airflow_db, tmp
     assert dag_run.state == "success", dag_run.state
     lake = Lake(str(tmp_path / "lake"), "web", "2026-11-25")
     run_id = curation_run_id(dag_run.run_id, lake.snapshot)
-    boilerplate, dedup = _final(lake, run_id, "boilerplate"), _final(lake, run_id, "dedup")
+    boilerplate, dedup = (
+        final_manifest(lake.manifest_uri(run_id, "boilerplate")),
+        final_manifest(lake.manifest_uri(run_id, "dedup")),
+    )
     assert boilerplate.status == dedup.status == "complete"
     assert boilerplate.config["min_documents"] == MIN_DOCUMENTS
     assert boilerplate.config["input_manifest"] == lake.manifest_uri(run_id, "preprocess")

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from tokenizer_files import train_bpe
 
 from airflow_curation.cli import main as curation
 from airflow_curation.core import storage
@@ -27,9 +27,6 @@ from airflow_curation.stages.preprocess.stage import PreprocessStage
 from airflow_curation.stages.tokenize.stage import TokenizeStage
 from airflow_curation.stages.validate import ValidateStage
 from airflow_curation.stages.validate.checks import ValidationFailed
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tokenize"))
-from tokenizer_files import train_bpe  # noqa: E402
 
 TARGET = "airflow_curation.stages.mix.stage:MixStage"
 SOURCES = {"web": 600, "code": 200, "books": 100}

@@ -4,40 +4,25 @@ carries the mixture check, passed."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from curation_airflow_helpers import final_manifest, pipeline_module
 
 from airflow_curation.core.layout import Lake, curation_run_id
-from airflow_curation.core.manifest import Manifest
 
 pytestmark = pytest.mark.airflow
-REPO = Path(__file__).resolve().parents[2]
 TARGET = "airflow_curation.stages.mix.stage:MixStage"
-sys.path.insert(0, str(REPO / "tests" / "tokenize"))
-from tokenizer_files import stdlib_prose, train_bpe  # noqa: E402
-
-
-def _final(lake: Lake, run_id: str, stage: str) -> Manifest:
-    deadline = time.monotonic() + 300
-    while (manifest := Manifest.read(lake.manifest_uri(run_id, stage))).status == "planned":
-        assert time.monotonic() < deadline, f"the {stage} job never finished its manifest"
-        time.sleep(0.2)
-    return manifest
+from tokenizer_files import stdlib_prose, train_bpe
 
 
 def test_pipeline_mixes_then_tokenizes_the_selection(airflow_db, tmp_path, monkeypatch):
     monkeypatch.setenv("CURATION_POLL_INTERVAL", "0.2")
     # the mix stage for a checkout whose installed entry points predate it (a no-op once installed)
     monkeypatch.setenv("CURATION_STAGES", f"mix={TARGET}")
-    spec = importlib.util.spec_from_file_location("curation_pipeline_mix_test", REPO / "dags" / "curation_pipeline.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = pipeline_module("curation_pipeline_mix_test")
     prose = [t for t in stdlib_prose(120) if len(t.split()) >= 80][:30]
     tokenizer = train_bpe(str(tmp_path / "tokenizer.json"), prose)
     for source, docs in {"manuals": prose[:20], "notes": prose[20:30]}.items():
@@ -60,7 +45,7 @@ def test_pipeline_mixes_then_tokenizes_the_selection(airflow_db, tmp_path, monke
     assert dag_run.state == "success", dag_run.state
     lake = Lake(str(tmp_path / "lake"), "mixed", "2026-12-01")
     run_id = curation_run_id(dag_run.run_id, lake.snapshot)
-    mix = _final(lake, run_id, "mix")
+    mix = final_manifest(lake.manifest_uri(run_id, "mix"))
     assert mix.status == "complete" and mix.config["input_manifest"] == lake.manifest_uri(run_id, "dedup")
     mixture = mix.config["mixture"]
     assert mixture["seed"] == 5 and mixture["within_tolerance"]
@@ -72,7 +57,7 @@ def test_pipeline_mixes_then_tokenizes_the_selection(airflow_db, tmp_path, monke
     assert mix.accounting["read"] == 30 == mix.accounting["kept"] + sum(dropped.values())
     assert dropped["downsampled"] == by["manuals"]["available_rows"] - 15 + by["notes"]["available_rows"] - 10
     # tokenize read mix's manifest and packed exactly the selection
-    tok = _final(lake, run_id, "tokenize")
+    tok = final_manifest(lake.manifest_uri(run_id, "tokenize"))
     assert tok.config["input_manifest"] == lake.manifest_uri(run_id, "mix")
     assert tok.accounting["kept"] == mix.accounting["kept"] == 25
     report = json.loads(Path(lake.manifest_uri(run_id, "report")).read_text())

@@ -7,10 +7,8 @@ tests/tokenize/test_tokenize_dag.py and tests/enrich/test_enrich_dag.py run.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,26 +16,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import quality_corpus
+from curation_airflow_helpers import final_manifest, pipeline_module
 
 from airflow_curation.core.layout import Lake, curation_run_id
-from airflow_curation.core.manifest import Manifest
 from airflow_curation.stages.quality.model import train_parquet
 
 pytestmark = pytest.mark.airflow
-REPO = Path(__file__).resolve().parents[2]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from enrich_models import minilm_path  # noqa: E402
 from tokenizer_files import train_bpe  # noqa: E402
-
-
-def _final(lake: Lake, run_id: str, stage: str) -> Manifest:
-    deadline = time.monotonic() + 300
-    while (manifest := Manifest.read(lake.manifest_uri(run_id, stage))).status == "planned":
-        assert time.monotonic() < deadline, f"the {stage} job never finished its manifest"
-        time.sleep(0.2)
-    return manifest
 
 
 def _column(uri: str, name: str) -> list:
@@ -46,11 +35,7 @@ def _column(uri: str, name: str) -> list:
 
 def test_pipeline_drops_what_the_classifier_rejects_before_tokenize_and_enrich(airflow_db, tmp_path, monkeypatch):
     monkeypatch.setenv("CURATION_POLL_INTERVAL", "0.2")
-    spec = importlib.util.spec_from_file_location(
-        "curation_pipeline_quality_test", REPO / "dags" / "curation_pipeline.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = pipeline_module("curation_pipeline_quality_test")
     assert module.dag.params["quality_model"] is None  # unset: the step is skipped
 
     train, held = quality_corpus.split(quality_corpus.labelled(200))
@@ -84,8 +69,15 @@ def test_pipeline_drops_what_the_classifier_rejects_before_tokenize_and_enrich(a
     assert dag_run.state == "success", dag_run.state
     lake = Lake(str(tmp_path / "lake"), "web", "2026-11-25")
     run_id = curation_run_id(dag_run.run_id, lake.snapshot)
-    dedup, quality = _final(lake, run_id, "dedup"), _final(lake, run_id, "quality")
-    tok, pii, enrich = _final(lake, run_id, "tokenize"), _final(lake, run_id, "pii"), _final(lake, run_id, "enrich")
+    dedup, quality = (
+        final_manifest(lake.manifest_uri(run_id, "dedup")),
+        final_manifest(lake.manifest_uri(run_id, "quality")),
+    )
+    tok, pii, enrich = (
+        final_manifest(lake.manifest_uri(run_id, "tokenize")),
+        final_manifest(lake.manifest_uri(run_id, "pii")),
+        final_manifest(lake.manifest_uri(run_id, "enrich")),
+    )
     assert dedup.rows == len(docs) and quality.status == "complete"
     assert quality.config["input_manifest"] == lake.manifest_uri(run_id, "dedup")
     for consumer in (tok, pii):

@@ -7,15 +7,14 @@ import importlib.util
 import json
 import subprocess
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from curation_airflow_helpers import final_manifest
 
 from airflow_curation.core.layout import Lake, curation_run_id
-from airflow_curation.core.manifest import Manifest
 from airflow_curation.stages.kept import decision_attrs, skip_reasons
 
 pytestmark = pytest.mark.airflow
@@ -27,15 +26,6 @@ def _module(name: str, path: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _final(uri: str) -> Manifest:
-    """A stage's manifest once the job has written its final one (the gate opens a moment before)."""
-    deadline = time.monotonic() + 120
-    while (m := Manifest.read(uri)).status == "planned":
-        assert time.monotonic() < deadline, f"{uri} never finished"
-        time.sleep(0.2)
-    return m
 
 
 def test_the_demo_dag_ingests_the_sample_warc_and_curates_its_pages(airflow_db, tmp_path, monkeypatch):
@@ -59,11 +49,11 @@ def test_the_demo_dag_ingests_the_sample_warc_and_curates_its_pages(airflow_db, 
 
     lake = Lake(str(lake_root), "sample", "2026-11-30")
     run_id = curation_run_id(dag_run.run_id, lake.snapshot)
-    ingest = _final(lake.manifest_uri(run_id, "ingest"))
+    ingest = final_manifest(lake.manifest_uri(run_id, "ingest"))
     # Every WARC record accounted for: the page without text quarantined, the 404 and the image noted.
     assert ingest.accounting["quarantined"].get("no_text_extracted") == 1
     # The curated output: the rows of the last stage before validate that every upstream stage kept.
-    pii = _final(lake.manifest_uri(run_id, "pii"))
+    pii = final_manifest(lake.manifest_uri(run_id, "pii"))
     kept_urls, duplicate_urls = set(), set()
     for shard in pii.shards:
         table = pq.read_table(shard.uri, columns=["id", "meta"])

@@ -4,28 +4,17 @@ passage with the evaluation set, tokenize packs what dedup and decontaminate kep
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from curation_airflow_helpers import final_manifest, pipeline_module
 from tokenizer_files import stdlib_prose, train_bpe
 
 from airflow_curation.core.layout import Lake, curation_run_id
-from airflow_curation.core.manifest import Manifest
 
 pytestmark = pytest.mark.airflow
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _final(lake: Lake, run_id: str, stage: str) -> Manifest:
-    deadline = time.monotonic() + 300
-    while (manifest := Manifest.read(lake.manifest_uri(run_id, stage))).status == "planned":
-        assert time.monotonic() < deadline, f"the {stage} job never finished its manifest"
-        time.sleep(0.2)
-    return manifest
 
 
 def test_pipeline_decontaminates_then_tokenizes_what_was_kept(airflow_db, tmp_path, monkeypatch):
@@ -35,11 +24,7 @@ def test_pipeline_decontaminates_then_tokenizes_what_was_kept(airflow_db, tmp_pa
         "CURATION_STAGES",
         "export=airflow_curation.stages.export.stage:ExportStage,mix=airflow_curation.stages.mix.stage:MixStage",
     )
-    spec = importlib.util.spec_from_file_location(
-        "curation_pipeline_tokenize_test", REPO / "dags" / "curation_pipeline.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = pipeline_module("curation_pipeline_tokenize_test")
     prose = [t for t in stdlib_prose(80) if len(t.split()) >= 80][:20]
     tokenizer = train_bpe(str(tmp_path / "tokenizer.json"), prose)
     inputs = tmp_path / "in"
@@ -65,14 +50,17 @@ def test_pipeline_decontaminates_then_tokenizes_what_was_kept(airflow_db, tmp_pa
     assert dag_run.state == "success", dag_run.state
     lake = Lake(str(tmp_path / "lake"), "web", "2026-11-26")
     run_id = curation_run_id(dag_run.run_id, lake.snapshot)
-    dedup, tok = _final(lake, run_id, "dedup"), _final(lake, run_id, "tokenize")
-    decon = _final(lake, run_id, "decontaminate")
+    dedup, tok = (
+        final_manifest(lake.manifest_uri(run_id, "dedup")),
+        final_manifest(lake.manifest_uri(run_id, "tokenize")),
+    )
+    decon = final_manifest(lake.manifest_uri(run_id, "decontaminate"))
     assert decon.status == "complete" and decon.config["input_manifest"] == lake.manifest_uri(run_id, "dedup")
     assert decon.accounting["dropped"] == {"decontaminated:mmlu": 1}
     assert tok.status == "complete" and tok.config["input_manifest"] == lake.manifest_uri(run_id, "decontaminate")
     acc = tok.accounting
     assert acc["read"] == dedup.rows == len(docs) and acc["dropped"].get("duplicate") == 2
-    preprocessed = _final(lake, run_id, "preprocess")
+    preprocessed = final_manifest(lake.manifest_uri(run_id, "preprocess"))
     assert preprocessed.accounting["kept"] == preprocessed.rows - 3  # gopher drops three short documents
     assert acc["dropped"].get("not_kept") == 3 + 1  # and the contaminated one
     assert tok.config["tokens"]["documents"] == acc["kept"] and tok.config["tokens"]["tokens"] > 0
@@ -80,7 +68,7 @@ def test_pipeline_decontaminates_then_tokenizes_what_was_kept(airflow_db, tmp_pa
     assert "decontaminate" in report["stages"]
     assert "tokenize" in report["stages"] and report["tokens"]["tokenize"]["tokens"] == tok.config["tokens"]["tokens"]
     # export ran after tokenize, on its manifest: every packed sequence written once
-    export = _final(lake, run_id, "export")
+    export = final_manifest(lake.manifest_uri(run_id, "export"))
     assert export.status == "complete" and export.config["tokenize_manifest"] == lake.manifest_uri(run_id, "tokenize")
     assert export.config["export"]["sequences"] == tok.config["tokens"]["sequences"] > 0
     assert Path(export.config["export"]["mds_index"]).exists()
