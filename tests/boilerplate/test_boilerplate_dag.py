@@ -12,9 +12,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from curation_airflow_helpers import final_manifest, pipeline_module
+from dedup.corpus import handbook_docs
 
 from airflow_curation.core.layout import Lake, curation_run_id
-from tests.dedup.corpus import handbook_docs
 
 pytestmark = pytest.mark.airflow
 MENU_A = ["Home | Packages | Documentation | Support", "Search this site", "Skip to main content"]

@@ -190,7 +190,7 @@ def test_word_spans_cover_the_words_of_the_normalised_text(text):
 
 
 def test_operator_is_declared_from_the_settings():
-    from tests.stages.test_operator_declarations import (
+    from stages.test_operator_declarations import (
         test_operator_arguments_are_the_stages_settings_documented_and_templated as declared,
     )
 
@@ -230,7 +230,7 @@ def test_cli_on_plain_parquet(evals, tmp_path):
 
 
 def test_same_flagged_documents_as_datatrove(tmp_path):
-    from tests.preprocess.conftest import _oracle_python
+    from preprocess.conftest import _oracle_python
 
     evals, texts, expected = gen.make(7, 300, {"mmlu": 40, "gsm8k": 30}, 13)
     spec = tmp_path / "spec.json"
