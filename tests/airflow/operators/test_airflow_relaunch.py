@@ -150,7 +150,7 @@ def test_a_relaunch_by_the_gate_is_followed_by_every_later_reader_of_the_launch_
     from airflow_curation.stages import STAGES
 
     repo = Path(__file__).resolve().parents[3]
-    site = repo / "tests" / "slurm" / "site"
+    site = repo / "tests" / "backends" / "slurm" / "site"
     spec = importlib.util.spec_from_file_location("curation_slurm_test_stage", site / "curation_slurm_test_stage.py")
     stage_module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(stage_module)
