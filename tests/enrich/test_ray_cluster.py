@@ -186,8 +186,10 @@ def _kill_mid_shard(tmp_path, lake, spec: JobSpec) -> str:
     """Run ``spec`` with an engine actor held at the shard's second chunk, wait for the first chunk's part,
     SIGKILL the job (as a pre-empted node: no handler runs); the glob of the part files."""
     release = tmp_path / "release"
-    # The engine actor's 3rd batch is the first of the second chunk (2 batches of 2 rows per chunk of 4).
-    held = _job(tmp_path, spec, "held", {**_ENV, "CURATION_HOLD": f"enrich.actor_batch@3={release}"})
+    # Held: the first batch the engine actor gets past the first chunk (by row position: the actor runs several
+    # chunks' tasks at once, so counting its calls could hold one inside the first chunk).
+    hold = f"enrich.actor_batch_after_first_chunk@1={release}"
+    held = _job(tmp_path, spec, "held", {**_ENV, "CURATION_HOLD": hold})
     parts_glob = os.path.join(lake.path("attrs", "enrich-score"), "_parts", "*", "*", "*.parquet")
     try:
         deadline = time.monotonic() + 600

@@ -95,9 +95,14 @@ class _EngineActor:
     def __init__(self, config: dict[str, Any], spec: dict[str, Any]) -> None:
         self.task = make_task(config)
         self.engine = get_engine(EngineSpec(**spec))
+        self.chunk_rows = int(config.get("checkpoint_rows") or 0)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        fault_point("enrich.actor_batch")  # a test holds an actor here to kill the driver mid-shard
+        fault_point("enrich.actor_batch")
+        # A test holds the first batch past the shard's first chunk to kill the driver mid-shard. By position,
+        # not by call count: an actor runs several of its tasks (chunks) at once, so its calls interleave.
+        if self.chunk_rows and batch.num_rows and batch.column("_pos")[0].as_py() >= self.chunk_rows:
+            fault_point("enrich.actor_batch_after_first_chunk")
         cols = self.task.run(self.engine, batch.column(TEXT).to_pylist())
         return pa.table({"_pos": batch.column("_pos"), **cols})
 
