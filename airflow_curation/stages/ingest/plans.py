@@ -28,7 +28,7 @@ import time
 from airflow_curation.core import storage
 from airflow_curation.core.fingerprint import canonical_json
 from airflow_curation.core.lease import Lease
-from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead, UnitEntry
+from airflow_curation.core.manifest import PAGE_ENTRIES, Manifest, ManifestError, ManifestHead, UnitEntry
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,10 @@ class RunPlans:
                 units=[UnitEntry(u.unit_id, list(u.inputs), u.input_checksum) for u in units],
                 config={"source_root": root, "plan_key": key, "files": sum(len(u.inputs) for u in units)},
             )
-            head = ManifestHead.read(plan.write(storage.join(self.folder, name)))
+            # About PAGE_ENTRIES input files a page: a task whose units are few and large reads its own.
+            files = max(1, plan.config["files"])
+            per_page = max(1, min(PAGE_ENTRIES, PAGE_ENTRIES * len(units) // files))
+            head = ManifestHead.read(plan.write(storage.join(self.folder, name), page_entries=per_page))
             log.info("ingest: plan %s written: %d units, %d files", name, len(units), plan.config["files"])
         else:
             log.info("ingest: plan %s reused (the same inputs and grouping)", head.uri.rsplit("/", 1)[-1])

@@ -196,24 +196,27 @@ class IngestStage(Stage):
     def _in_array(self) -> bool:
         return self.shard_group is not None and self.shard_group[1] > 1
 
-    def _run_plan(self) -> ManifestHead:
+    def _run_plan(self) -> tuple[ManifestHead, list[UnitEntry] | None]:
         """The plan this run's tasks share (``plans.py``): read where a task of the run wrote it, else listed and
-        written under the plan lease by this task, the first to hold it (sets ``_root``)."""
+        written under the plan lease by this task, the first to hold it; with the units where this task listed
+        them (sets ``_root``)."""
         store = RunPlans(self)
-        head = store.current()
+        head, listed = store.current(), None
         if head is None:
             with store.lease():
                 head = store.current()  # else another task wrote it while this one waited
                 if head is None:
-                    head = store.publish(self._listed_plan(), self._root)
+                    listed = self._listed_plan()
+                    head = store.publish(listed, self._root)
         self._root = head.config["source_root"]
-        return head
+        return head, listed
 
     def plan(self) -> list[UnitEntry]:
         """Every unit: listed (a whole run, and the collect step, which leaves its listing to a relaunch where
         the inputs changed), or, in group 0 of an array, the run's shared plan."""
         if self._in_array():
-            units = self._run_plan().units()
+            head, units = self._run_plan()
+            units = units if units is not None else head.units()
         else:
             units = self._listed_plan()
             if self.collecting:
@@ -225,7 +228,7 @@ class IngestStage(Stage):
         """Group ``index`` of ``count`` (a task of an array that is not group 0): its block of the run's shared
         plan, read from the pages that hold it, listing nothing where another task wrote the plan; the check
         against earlier runs reads only their units at its block's positions (:meth:`_guard_group_only`)."""
-        head = self._run_plan()
+        head, _ = self._run_plan()
         block = group_range(head.unit_count, index, count)
         units = [UnitEntry(**u) for u in head.unit_dicts_at(block)]
         if not self._guard_group_only(units, block, head, index, count):
