@@ -110,6 +110,19 @@ def _mix(h, x):
     return h
 
 
+FNV_OFFSET, FNV_PRIME = 0xCBF29CE484222325, 0x100000001B3
+
+
+@njit(cache=True, inline="always")
+def span_hash(arr, s, e):
+    """A hash of ``arr[s:e]``, never 0: FNV-1a over the code points (one multiply each), then one ``_mix`` with
+    the length. Tables compare the items on a hit, so a collision costs a compare, never a wrong answer."""
+    h = np.uint64(FNV_OFFSET)
+    for k in range(s, e):
+        h = (h ^ np.uint64(arr[k])) * np.uint64(FNV_PRIME)
+    return _mix(h, e - s + 1)
+
+
 @njit(cache=True, inline="always")
 def _mulmod(a, b):
     """a * b mod 2^61-1 for a, b < 2^61-1, without 128-bit integers."""
@@ -169,9 +182,7 @@ def _dup_spans(cps, starts, ends, n):
     chars = 0
     for i in range(n):
         s, e = starts[i], ends[i]
-        h = np.uint64(e - s + 1)
-        for k in range(s, e):
-            h = _mix(h, cps[k])
+        h = span_hash(cps, s, e)
         slot = h & mask
         found = False
         while keys[slot] != 0:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from airflow_curation.core.compat_kernel import BASE, MERSENNE, SPACE, T_ALPHA, T_PUNCT, _mix, _mulmod
+from airflow_curation.core.compat_kernel import BASE, MERSENNE, SPACE, T_ALPHA, T_PUNCT, _mulmod, span_hash
 from airflow_curation.core.jit import numba
 
 njit = numba.njit
@@ -34,14 +34,6 @@ def _grow(a, need):
     while a.shape[0] < need:
         a = np.concatenate((a, np.empty_like(a)))
     return a
-
-
-@njit(cache=True, inline="always")
-def _hash(arr, s, e):
-    h = np.uint64(e - s + 1)
-    for k in range(s, e):
-        h = _mix(h, arr[k])
-    return h
 
 
 @njit(cache=True)
@@ -111,7 +103,7 @@ def scan(cps, doff, cls, ptab, phash, pchars, pcoff, counts):
             s = c
             while c < end and not (cls[cps[c]] & SPACE):
                 c += 1
-            h = _hash(cps, s, c)
+            h = span_hash(cps, s, c)
             count = counts[N_PIECES]
             ptab = _rehash(ptab, phash, count, 1)
             slot = _find(ptab, phash, pchars, pcoff, h, cps, s, c)
@@ -158,7 +150,7 @@ def _word_id(arr, s, e, attr, wt, wchars, wcoff, wlen, wflag, wstop, wterm, wpun
     """The id of the word ``arr[s:e]``, added with ``attr`` (flag, stop, terminal, punctuation) when new; the
     word tables (``wt``: the slot table and the hashes) have room (:func:`add_pieces` grew them)."""
     tab, whash = wt
-    h = _hash(arr, s, e)
+    h = span_hash(arr, s, e)
     slot = _find(tab, whash, wchars, wcoff, h, arr, s, e)
     if tab[slot]:
         return tab[slot] - 1
