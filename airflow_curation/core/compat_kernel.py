@@ -86,7 +86,6 @@ for _i, _p in enumerate(_C4_PATTERNS):
 def class_table(terminals: frozenset[str]) -> np.ndarray:
     """Flags per code point: ``str.isspace``, a ``splitlines`` boundary, a decimal digit (``re``'s ``\\d``),
     a sentence terminal of ``terminals``."""
-    cps = np.arange(0x110000)
     out = np.zeros(0x110000, dtype=np.uint8)
     for c in range(0x3001):  # every space and line boundary is below U+3001
         ch = chr(c)
@@ -94,8 +93,10 @@ def class_table(terminals: frozenset[str]) -> np.ndarray:
             out[c] |= SPACE
         if c != 32 and len(("a" + ch + "b").splitlines()) == 2:
             out[c] |= BREAK
-    digits = [c for c in cps.tolist() if chr(c).isdecimal()]
-    out[digits] |= DIGIT
+    # str.isdecimal of every code point through numpy's string ufunc (the same Unicode database), ~0.03 s where
+    # a generator over chr() costs ~0.1 s of each process's start
+    chars = np.arange(0x110000, dtype=np.uint32).view("<U1")
+    out |= np.char.isdecimal(chars) * np.uint8(DIGIT)
     out[[ord(t) for t in terminals]] |= TERM
     return out
 
