@@ -409,7 +409,8 @@ CAUSES.update(
         "FineWeb reads the extracted text": "one preprocess run reads one text for every rule: in `compat` and `compat_fw` that is "
         "the extracted text, so FineWeb's rules see the short, `javascript` and policy lines that datatrove's C4 "
         "filter removes before its FineWeb filter; datatrove's `FineWebQualityFilter` on our text of each of "
-        "these pages drops it as ours does, and keeps it after datatrove's C4 line removal (checked page by page)",
+        "these pages drops it as ours does, and keeps it after datatrove's C4 line removal (checked page by page: "
+        "`benchmarks/web_recipe_fineweb_check.py`)",
         "Gopher and language ID read the cleaned text": "with `--line-rules fineweb` every rule reads the cleaned "
         "text; datatrove's language ID and Gopher filters read the extracted text, where whitespace-only and "
         "short lines (`\\t\\t`, a bare `- ` bullet) are lines in the duplicate-line fraction and the punctuation "
