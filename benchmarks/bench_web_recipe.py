@@ -1,7 +1,7 @@
 """Web crawl to curated text side by side with datatrove, on the same WARC files.
 
     .venv/bin/python benchmarks/bench_web_recipe.py [--pages 1600] [--rounds 3] [--recipe-rounds 1]
-        [--variants default,compat,compat_lines]
+        [--variants default,compat,compat_lines,compat_fw,compat_fw_lines]
     .venv/bin/python benchmarks/bench_web_recipe.py --render      # RESULTS.md block from the JSON
     .venv/bin/python benchmarks/bench_web_recipe.py --analyze     # recount the causes from the last decisions
 
@@ -23,7 +23,8 @@ MinHash dedup (5-grams, 14 bands x 8 rows). Ours: the ``curation`` CLI stages (`
 trafilatura``; ``preprocess --preset gopher,c4,fineweb --line-rules fineweb --lang en --lang-min-score 0.65``;
 ``dedup --num-perm 112 --bands 14 --rows 8 --ngram 5``), each a ``python -P`` subprocess, and the same ingest
 through ``preprocess`` + ``dedup`` again per other setting of :data:`VARIANTS` (the reference-compatible
-presets ``gopher_compat,c4_compat,fineweb_compat``, without and with ``--line-rules fineweb``); datatrove: its
+presets ``gopher_compat,c4_compat,fineweb_compat`` and, with C4 as FineWeb runs it,
+``gopher_compat,c4_compat_fineweb,fineweb_compat``, each without and with ``--line-rules fineweb``); datatrove: its
 reader, extractor and filters in one process, then its four MinHash steps on a local executor. Both
 language IDs run fastText's ``lid.176.ftz`` (datatrove's ``lid.176.bin`` is downloaded at run time; the
 bundled file is handed to its own class). Every page gets a decision on each side (kept, or the step that
@@ -232,11 +233,14 @@ def datatrove_run(mode: str, pattern: str, tmp: Path) -> dict:
 # reference-compatible ones (docs/preprocess.md, "Reference-compatible presets") without and with FineWeb's line
 # rules. datatrove's recipe reads two texts: language ID and Gopher the extracted text, FineWeb the text its C4
 # filter (``filter_no_terminal_punct=False``) left; one preprocess run reads one text for every rule, so
-# ``compat`` matches the first half and ``compat_lines`` the second.
+# ``compat`` matches the first half and ``compat_lines`` the second. ``compat_fw`` and ``compat_fw_lines`` run
+# C4 as FineWeb's recipe does (``c4_compat_fineweb``: ``C4QualityFilter(filter_no_terminal_punct=False)``).
 VARIANTS = {
     "default": ["--preset", "gopher,c4,fineweb", "--line-rules", "fineweb"],
     "compat": ["--preset", "gopher_compat,c4_compat,fineweb_compat"],
     "compat_lines": ["--preset", "gopher_compat,c4_compat,fineweb_compat", "--line-rules", "fineweb"],
+    "compat_fw": ["--preset", "gopher_compat,c4_compat_fineweb,fineweb_compat"],
+    "compat_fw_lines": ["--preset", "gopher_compat,c4_compat_fineweb,fineweb_compat", "--line-rules", "fineweb"],
 }
 
 
@@ -402,10 +406,11 @@ CAUSES.update(
         "the sentence count; FineWeb's recipe runs it with `False`, so such lines add sentences (ours: too few) and "
         "a `{` in one drops the page (ours: kept). datatrove's own `C4QualityFilter()` on datatrove's text of each "
         "of these pages makes our decision (checked page by page)",
-        "FineWeb reads the extracted text": "one preprocess run reads one text for every rule: in `compat` that is "
+        "FineWeb reads the extracted text": "one preprocess run reads one text for every rule: in `compat` and `compat_fw` that is "
         "the extracted text, so FineWeb's rules see the short, `javascript` and policy lines that datatrove's C4 "
         "filter removes before its FineWeb filter; datatrove's `FineWebQualityFilter` on our text of each of "
-        "these pages drops it as ours does, and keeps it after datatrove's C4 line removal (checked page by page)",
+        "these pages drops it as ours does, and keeps it after datatrove's C4 line removal (checked page by page: "
+        "`benchmarks/web_recipe_fineweb_check.py`)",
         "Gopher and language ID read the cleaned text": "with `--line-rules fineweb` every rule reads the cleaned "
         "text; datatrove's language ID and Gopher filters read the extracted text, where whitespace-only and "
         "short lines (`\\t\\t`, a bare `- ` bullet) are lines in the duplicate-line fraction and the punctuation "
@@ -420,14 +425,15 @@ CAUSES.update(
 
 def _compat_cause(a: str, b: str, same_text: bool, variant: str) -> str:
     """The cause of a page the reference-compatible presets (``variant``) decided ``a`` and datatrove ``b``."""
-    if (a in C4_REASONS and b == "kept") or (a == "kept" and b.startswith("C4QualityFilter")):
+    c4 = (a in C4_REASONS and b == "kept") or (a == "kept" and b.startswith("C4QualityFilter"))
+    if c4 and variant in ("compat", "compat_lines"):
         return "C4 terminal-punctuation setting"
-    if variant == "compat" and (
+    if variant in ("compat", "compat_fw") and (
         (a in FINEWEB_REASONS and b == "kept") or (a == "kept" and b.startswith("FineWebQualityFilter"))
     ):
         return "FineWeb reads the extracted text"
     gopher_or_lang = ("GopherQualityFilter", "GopherRepetitionFilter", "LanguageFilter")
-    if variant == "compat_lines" and a == "kept" and b.startswith(gopher_or_lang):
+    if variant in ("compat_lines", "compat_fw_lines") and a == "kept" and b.startswith(gopher_or_lang):
         return "Gopher and language ID read the cleaned text"
     if a.startswith("gopher_") and b == "kept":
         return "extracted text differs (ours dropped)"

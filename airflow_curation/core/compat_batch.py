@@ -1,11 +1,13 @@
 """A batch of texts through the compiled compat pass (:mod:`airflow_curation.core.compat_kernel`).
 
 The words of a whitespace piece depend on the piece alone, so each distinct piece is split into datatrove's
-words once per process (the new pieces of a batch together, :func:`compat_split.split_pieces`) and remembered
-with what the kernel reads of it: its words (ids into a word table holding each word's length, whether it is
-all punctuation, whether it has a letter, its stop-word index and its hash for joined n-grams) and how it moves
-spaCy's sentence cut. The tables are append-only numpy arrays (Python lists while a batch adds, numpy arrays
-for the kernel) and start over past :data:`MAX_PIECES`, so a long-running worker stays bounded.
+words once per process and remembered with what the kernel reads of it: its words (ids into a word table
+holding each word's length, whether it is all punctuation, whether it has a letter, its stop-word index and
+its hash for joined n-grams) and how it moves spaCy's sentence cut. Cutting the documents into pieces, looking
+them up and storing the new ones is compiled (:mod:`airflow_curation.core.compat_vocab`); so is splitting a new
+ASCII piece into words (:mod:`airflow_curation.core.compat_split`), and Python splits only the pieces that
+one cannot (past ASCII, or a possible special case). The tables are append-only numpy arrays and start over
+past :data:`MAX_PIECES`, so a long-running worker stays bounded.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from airflow_curation.core import compat_kernel as k
-from airflow_curation.core.compat_split import split_pieces
+from airflow_curation.core import compat_split as cs
+from airflow_curation.core import compat_vocab as cv
 from airflow_curation.core.compat_words import SENTENCE_TERMINALS, _piece_tokens
 
 MAX_PIECES = 2_000_000
@@ -31,90 +34,110 @@ def _classes() -> np.ndarray:
     return _CLS
 
 
-class _Table:
-    """An append-only column: a Python list while a batch adds to it, a numpy array for the kernel."""
-
-    def __init__(self, dtype: type, first: tuple = ()) -> None:
-        self.dtype = dtype
-        self.items: list = list(first)
-        self.array = np.zeros(0, dtype=dtype)
-
-    def view(self) -> np.ndarray:
-        if len(self.array) < len(self.items):  # only the new tail is converted
-            tail = np.array(self.items[len(self.array) :], dtype=self.dtype)
-            self.array = np.concatenate([self.array, tail])
-        return self.array
-
-
 class Vocab:
-    """Pieces and words seen so far, with what the kernel reads of them."""
+    """Pieces and words seen so far, with what the kernel reads of them (:mod:`compat_vocab`'s tables)."""
 
     def __init__(self) -> None:
         from airflow_curation.core.compat import PUNCTUATION, STOP_WORDS
 
         self._punct = PUNCTUATION
-        self._stop = {w: i for i, w in enumerate(sorted(STOP_WORDS))}
-        self.pieces: dict[str, int] = {}
-        self.words: dict[str, int] = {}
-        self.pt_off = _Table(np.int64, (0,))
-        self.pt_tok = _Table(np.int64)
-        self.p_sent = _Table(np.int64)  # 4 per piece: (sentences, state) after it from state 0, from state 1
-        self.tlen = _Table(np.int64)
-        self.tflag = _Table(np.uint8)
-        self.tstop = _Table(np.int8)
-        self.th = _Table(np.uint64)
-        self.tpw = _Table(np.uint64)
-        self._term: list[bool] = []
-        self._is_punct: list[bool] = []
-        self._unhashed: list[str] = []
+        stops = sorted(STOP_WORDS)
+        self._stop = {w: i for i, w in enumerate(stops)}
+        self.stops = np.zeros((len(stops), max(map(len, stops))), dtype=np.uint32)
+        for i, w in enumerate(stops):
+            self.stops[i, : len(w)] = [ord(c) for c in w]
+        self.stop_len = np.array([len(w) for w in stops], dtype=np.int64)
+        self.achr = cv.ascii_attrs(PUNCTUATION, SENTENCE_TERMINALS)
+        self.counts = np.zeros(5, dtype=np.int64)
+        # pieces: slot table, hash per id, characters, character offsets per id
+        self.ptab = np.zeros(1 << 12, dtype=np.int64)
+        self.phash = np.zeros(1024, dtype=np.uint64)
+        self.pchars = np.zeros(1 << 14, dtype=np.uint32)
+        self.pcoff = np.zeros(1024, dtype=np.int64)
+        # words: slot table, hash, characters, offsets, length, flags, stop index, terminal, punctuation, n-gram
+        # hash and BASE^length
+        i64 = np.int64
+        self.words = (
+            np.zeros(1 << 12, dtype=i64),
+            np.zeros(1024, dtype=np.uint64),
+            np.zeros(1 << 13, dtype=np.uint32),
+            np.zeros(1024, dtype=i64),
+            *(np.zeros(1024, dtype=i64) for _ in range(5)),
+            np.zeros(1024, dtype=np.uint64),
+            np.zeros(1024, dtype=np.uint64),
+        )
+        # pieces' words: first word per piece, word ids, (sentences, state) after the piece from state 0 and 1
+        self.pieces = (np.zeros(1024, dtype=i64), np.zeros(1 << 12, dtype=i64), np.zeros((1024, 4), dtype=i64))
 
-    def flush(self) -> None:
-        """Hash the words added since the last flush (one compiled pass: their hash and BASE^length)."""
-        if not self._unhashed:
-            return
-        cps = np.frombuffer("".join(self._unhashed).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-        off = np.zeros(len(self._unhashed) + 1, dtype=np.int64)
-        np.cumsum([len(w) for w in self._unhashed], out=off[1:])
-        h, pw = k.word_hashes(cps, off)
-        self.th.items += h.tolist()
-        self.tpw.items += pw.tolist()
-        self._unhashed = []
-
-    def _word(self, w: str) -> int:
-        i = self.words.get(w)
-        if i is not None:
-            return i
-        i = self.words[w] = len(self.words)
-        self._unhashed.append(w)  # hashed with the rest of the batch's new words (flush)
-        self.tlen.items.append(len(w))
+    def _attrs(self, w: str) -> tuple[int, int, int, int]:
+        """A word's (flags, stop index, is a terminal, is spaCy punctuation), as :func:`compat_vocab._word_id`
+        reads them."""
         alpha = w.isalpha() or any(c.isalpha() for c in w)
-        self.tflag.items.append((k.T_PUNCT if self._punct.issuperset(w) else 0) | (k.T_ALPHA if alpha else 0))
-        self.tstop.items.append(self._stop.get(w, -1))
-        self._term.append(w in SENTENCE_TERMINALS)
-        self._is_punct.append(not alpha and all(unicodedata.category(c)[0] == "P" for c in w))
-        return i
+        flag = (k.T_PUNCT if self._punct.issuperset(w) else 0) | (k.T_ALPHA if alpha else 0)
+        punct = not alpha and all(unicodedata.category(c)[0] == "P" for c in w)
+        return flag, self._stop.get(w, -1), int(w in SENTENCE_TERMINALS), int(punct)
 
-    def add(self, piece: str, words: tuple[str, ...] | None = None) -> int:
-        """The id of a new ``piece``.
+    def scan(self, text: str, cps: np.ndarray, doff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Piece ids of the documents ``cps[doff[d]:doff[d + 1]]`` and the first piece per document; the new
+        pieces' words are added to the tables.
 
-        :param piece: a whitespace piece not seen before.
-        :param words: its words if known (:func:`compat_split.split_pieces`), else split here.
+        :param text: the documents one after another.
+        :param cps: its code points.
         """
-        ids = [self._word(w) for w in (_piece_tokens(piece) if words is None else words)]
-        self.pt_tok.items += ids
-        self.pt_off.items.append(len(self.pt_tok.items))
-        # spaCy's sentencizer: after a terminal, the next word that is not punctuation opens a sentence
-        for state in (0, 1):
-            add = 0
-            for t in ids:
-                if state and not self._term[t] and not self._is_punct[t]:
-                    add += 1
-                    state = 0
-                elif self._term[t]:
-                    state = 1
-            self.p_sent.items += (add, state)
-        i = self.pieces[piece] = len(self.pieces)
-        return i
+        got = cv.scan(cps, doff, _classes(), self.ptab, self.phash, self.pchars, self.pcoff, self.counts)
+        pids, poff, new_s, new_e, self.ptab, self.phash, self.pchars, self.pcoff = got
+        if len(new_s):
+            self._add(text, cps, new_s, new_e)
+        return pids, poff
+
+    def _add(self, text: str, cps: np.ndarray, new_s: np.ndarray, new_e: np.ndarray) -> None:
+        tok_ends, tok_off, python = cs._split_all(cps, new_s, new_e, cs.CLASSES, cs.UNITS, cs.UNIT_OFF, *cs.SPECIALS)
+        # the pieces the compiled splitter leaves to Python: their words and the words' attributes
+        words: list[str] = []
+        count: list[int] = []
+        for a, b in zip(new_s[python].tolist(), new_e[python].tolist(), strict=True):
+            ws = _piece_tokens(text[a:b])
+            words += ws
+            count.append(len(ws))
+        py_coff = np.zeros(len(words) + 1, dtype=np.int64)
+        np.cumsum([len(w) for w in words], out=py_coff[1:])
+        py_chars = np.frombuffer("".join(words).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        py_attr = np.array([self._attrs(w) for w in words], dtype=np.int64).reshape(-1, 4)
+        self.words, self.pieces = cv.add_pieces(
+            cps,
+            new_s,
+            new_e,
+            tok_ends,
+            tok_off,
+            python,
+            py_chars,
+            py_coff,
+            np.array(count, dtype=np.int64),
+            py_attr,
+            self.achr,
+            self.stops,
+            self.stop_len,
+            self.words,
+            self.pieces,
+            self.counts,
+        )
+
+    def tables(self) -> tuple[np.ndarray, ...]:
+        """The kernel's view: first word per piece, word ids, sentence moves, and per word: length, flags, stop
+        index, n-gram hash, BASE^length (the used prefixes)."""
+        n_pieces, _, n_tok, n_words, _ = self.counts.tolist()
+        pt_off, pt_tok, p_sent = self.pieces
+        w = self.words
+        return (
+            pt_off[: n_pieces + 1],
+            pt_tok[:n_tok],
+            p_sent[:n_pieces],
+            w[4][:n_words],
+            w[5][:n_words],
+            w[6][:n_words],
+            w[9][:n_words],
+            w[10][:n_words],
+        )
 
 
 _VOCAB: Vocab | None = None
@@ -123,7 +146,7 @@ _LOCK = threading.Lock()
 
 def vocab() -> Vocab:
     global _VOCAB
-    if _VOCAB is None or len(_VOCAB.pieces) > MAX_PIECES:
+    if _VOCAB is None or _VOCAB.counts[cv.N_PIECES] > MAX_PIECES:
         _VOCAB = Vocab()
     return _VOCAB
 
@@ -134,39 +157,21 @@ def kernel_rows(texts: Sequence[str], groups: tuple[bool, bool, bool, bool]) -> 
     :param texts: the documents.
     :param groups: which groups to compute: Gopher quality, Gopher repetition, C4, FineWeb.
     """
-    pieces: list[str] = []
-    poff = [0]
-    for t in texts:
-        pieces += t.split()
-        poff.append(len(pieces))
-    # the tables grow under a lock (threads of one worker share them); the kernel reads this snapshot
-    with _LOCK:
-        v = vocab()
-        new = list(set(pieces).difference(v.pieces))  # pieces new to the process: their words, once
-        for piece, words in zip(new, split_pieces(new), strict=True):
-            v.add(piece, words)
-        v.flush()
-        ids = np.array(list(map(v.pieces.__getitem__, pieces)), dtype=np.int64)
-        tables = (
-            v.pt_off.view(),
-            v.pt_tok.view(),
-            v.p_sent.view().reshape(-1, 4),
-            v.tlen.view(),
-            v.tflag.view(),
-            v.tstop.view(),
-            v.th.view(),
-            v.tpw.view(),
-        )
     doff = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum([len(t) for t in texts], out=doff[1:])
     joined = "".join(texts)
     cps = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    # the tables grow under a lock (threads of one worker share them); the kernel reads this snapshot
+    with _LOCK:
+        v = vocab()
+        ids, poff = v.scan(joined, cps, doff)
+        tables = v.tables()
     rows, pending = k.compat_kernel(
         cps,
         doff,
         _classes(),
         ids,
-        np.array(poff, dtype=np.int64),
+        poff,
         *tables,
         k.PATTERNS,
         k.PATTERN_LEN,

@@ -86,7 +86,6 @@ for _i, _p in enumerate(_C4_PATTERNS):
 def class_table(terminals: frozenset[str]) -> np.ndarray:
     """Flags per code point: ``str.isspace``, a ``splitlines`` boundary, a decimal digit (``re``'s ``\\d``),
     a sentence terminal of ``terminals``."""
-    cps = np.arange(0x110000)
     out = np.zeros(0x110000, dtype=np.uint8)
     for c in range(0x3001):  # every space and line boundary is below U+3001
         ch = chr(c)
@@ -94,8 +93,10 @@ def class_table(terminals: frozenset[str]) -> np.ndarray:
             out[c] |= SPACE
         if c != 32 and len(("a" + ch + "b").splitlines()) == 2:
             out[c] |= BREAK
-    digits = [c for c in cps.tolist() if chr(c).isdecimal()]
-    out[digits] |= DIGIT
+    # str.isdecimal of every code point through numpy's string ufunc (the same Unicode database), ~0.03 s where
+    # a generator over chr() costs ~0.1 s of each process's start
+    chars = np.arange(0x110000, dtype=np.uint32).view("<U1")
+    out |= np.char.isdecimal(chars) * np.uint8(DIGIT)
     out[[ord(t) for t in terminals]] |= TERM
     return out
 
@@ -108,6 +109,19 @@ def _mix(h, x):
     if h == 0:
         h = np.uint64(1)
     return h
+
+
+FNV_OFFSET, FNV_PRIME = 0xCBF29CE484222325, 0x100000001B3
+
+
+@njit(cache=True, inline="always")
+def span_hash(arr, s, e):
+    """A hash of ``arr[s:e]``, never 0: FNV-1a over the code points (one multiply each), then one ``_mix`` with
+    the length. Tables compare the items on a hit, so a collision costs a compare, never a wrong answer."""
+    h = np.uint64(FNV_OFFSET)
+    for k in range(s, e):
+        h = (h ^ np.uint64(arr[k])) * np.uint64(FNV_PRIME)
+    return _mix(h, e - s + 1)
 
 
 @njit(cache=True, inline="always")
@@ -169,9 +183,7 @@ def _dup_spans(cps, starts, ends, n):
     chars = 0
     for i in range(n):
         s, e = starts[i], ends[i]
-        h = np.uint64(e - s + 1)
-        for k in range(s, e):
-            h = _mix(h, cps[k])
+        h = span_hash(cps, s, e)
         slot = h & mask
         found = False
         while keys[slot] != 0:
@@ -320,17 +332,26 @@ def _lower(c):
 
 
 @njit(cache=True)
-def _contains(cps, s, e, pats, plen, p):
-    n = plen[p]
-    for i in range(s, e - n + 1):
-        ok = True
-        for k in range(n):
-            if _lower(cps[i + k]) != pats[p, k]:
-                ok = False
-                break
-        if ok:
-            return True
-    return False
+def _patterns_in(arr, s, e, pats, plen):
+    """Which of C4's patterns the lower-cased ``arr[s:e]`` contains, as a bit mask (bit p: ``pats[p]``); one
+    pass, each position tried against the patterns that start with its character."""
+    found = 0
+    for i in range(s, e):
+        c = _lower(arr[i])
+        for p in range(pats.shape[0]):
+            if pats[p, 0] != c or found & (1 << p):
+                continue
+            n = plen[p]
+            if i + n > e:
+                continue
+            ok = True
+            for k in range(1, n):
+                if _lower(arr[i + k]) != pats[p, k]:
+                    ok = False
+                    break
+            if ok:
+                found |= 1 << p
+    return found
 
 
 @njit(cache=True)
@@ -377,19 +398,20 @@ def _without_citations(cps, cls, a, b, cites, buf):
 
 
 @njit(cache=True)
-def _c4(cps, cls, s0, s1, pids, p0, p_sent, terminal, min_words, max_word_len, pats, plen, cites, out, col, pend):
-    """C4QualityFilter's outcome over splitlines(): (lorem, curly, sentences) into out[col:col+3]; the pieces
-    of each line are the next ones of the document's pieces (line boundaries are whitespace). A kept line a
-    citation mark was removed from has other words: its (start, end) goes to ``pend`` for Python to count
-    its sentences; returns how many were added."""
+def _c4(cps, cls, s0, s1, pids, p0, p_sent, min_words, max_word_len, pats, plen, cites, out, col, pend):
+    """C4QualityFilter's outcome over splitlines() with ``filter_no_terminal_punct`` True and False, in one pass
+    over the lines: (lorem, curly, sentences) of each into out[col:col+3] and out[col+3:col+6]; the pieces of
+    each line are the next ones of the document's pieces (line boundaries are whitespace). A kept line a
+    citation mark was removed from has other words: its (column, start, end) goes to ``pend`` for Python to
+    count its sentences."""
     cursor = p0
-    sentences = 0
-    lorem = 0
-    curly = 0
-    n_pend = 0
+    sentences = np.zeros(2, dtype=np.int64)
+    lorem = np.zeros(2, dtype=np.int64)
+    curly = np.zeros(2, dtype=np.int64)
+    done = np.zeros(2, dtype=np.bool_)  # a setting whose page a line has dropped reads no further line
     buf = np.empty(s1 - s0 + 1, dtype=np.uint32)
     i = s0
-    while i < s1:
+    while i < s1 and not (done[0] and done[1]):
         # one line: [i, j), then the boundary
         j = i
         while j < s1 and not (cls[cps[j]] & 2):
@@ -422,7 +444,7 @@ def _c4(cps, cls, s0, s1, pids, p0, p_sent, terminal, min_words, max_word_len, p
         first_piece = cursor
         cursor += n_pieces
         i = nxt
-        if longest > max_word_len:
+        if longest > max_word_len or n_pieces < min_words:
             continue
         # the line the rules read: stripped, its citation marks removed
         arr = cps
@@ -435,52 +457,79 @@ def _c4(cps, cls, s0, s1, pids, p0, p_sent, terminal, min_words, max_word_len, p
                 arr = buf
                 la = 0
                 lb = nb
-        if terminal:
-            if lb == la:
-                continue
+        # the terminal-punctuation rule (setting 0 only): ends in . ? ! " ' and not in ...
+        ends = False
+        if lb > la:
             last = arr[lb - 1]
-            if not (last == 46 or last == 63 or last == 33 or last == 34 or last == 39):
-                continue
-            if lb - la >= 3 and arr[lb - 1] == 46 and arr[lb - 2] == 46 and arr[lb - 3] == 46:
-                continue
-        if n_pieces < min_words:
+            ends = last == 46 or last == 63 or last == 33 or last == 34 or last == 39
+            if lb - la >= 3 and last == 46 and arr[lb - 2] == 46 and arr[lb - 3] == 46:
+                ends = False
+        if done[1] and not ends:
             continue
-        if _contains(arr, la, lb, pats, plen, 0):
-            lorem = 1
-            break
-        if _contains(arr, la, lb, pats, plen, 1):
-            continue
+        found = _patterns_in(arr, la, lb, pats, plen)
         has_curly = False
-        for k in range(la, lb):
-            if arr[k] == 123:
-                has_curly = True
-                break
-        if has_curly:
-            curly = 1
-            break
-        policy = False
-        for p in range(2, pats.shape[0]):
-            if _contains(arr, la, lb, pats, plen, p):
-                policy = True
-                break
-        if policy:
-            continue
-        if cited:
-            pend.append((col, a, b))
-            n_pend += 1
-            continue
-        # spaCy's sentencizer over the line's words: each piece moves (sentences, after-a-terminal) on
-        n = 1
-        state = 0
-        for q in range(first_piece, first_piece + n_pieces):
-            pid = pids[q]
-            n += p_sent[pid, 2 * state]
-            state = p_sent[pid, 2 * state + 1]
-        sentences += n
-    out[col] = lorem
-    out[col + 1] = curly
-    out[col + 2] = sentences
-    return n_pend
+        if not found & 3:
+            for k in range(la, lb):
+                if arr[k] == 123:
+                    has_curly = True
+                    break
+        n = -1
+        for m in range(2):
+            if done[m] or (m == 0 and not ends):
+                continue
+            if found & 1:  # lorem ipsum
+                lorem[m] = 1
+                done[m] = True
+                continue
+            if found & 2:  # javascript: the line goes
+                continue
+            if has_curly:
+                curly[m] = 1
+                done[m] = True
+                continue
+            if found > 3:  # a policy line goes
+                continue
+            if cited:
+                pend.append((col + 3 * m, a, b))
+                continue
+            if n < 0:
+                # spaCy's sentencizer over the line's words: each piece moves (sentences, after-a-terminal) on
+                n = 1
+                state = 0
+                for q in range(first_piece, first_piece + n_pieces):
+                    pid = pids[q]
+                    n += p_sent[pid, 2 * state]
+                    state = p_sent[pid, 2 * state + 1]
+            sentences[m] += n
+    for m in range(2):
+        out[col + 3 * m] = lorem[m]
+        out[col + 3 * m + 1] = curly[m]
+        out[col + 3 * m + 2] = sentences[m]
+
+
+@njit(cache=True)
+def _split_runs(cps, a, b, min_run, starts, ends):
+    """``cps[a:b]`` cut at every run of at least ``min_run`` newlines (shorter runs stay inside a piece), as
+    ``re.split("\\n{min_run,}")`` cuts it: the pieces' bounds into ``starts``/``ends``; returns how many."""
+    n = 0
+    start = a
+    c = a
+    while c < b:
+        if cps[c] == 10:
+            e = c
+            while e < b and cps[e] == 10:
+                e += 1
+            if e - c >= min_run:
+                starts[n] = start
+                ends[n] = c
+                n += 1
+                start = e
+            c = e
+        else:
+            c += 1
+    starts[n] = start
+    ends[n] = b
+    return n + 1
 
 
 @njit(cache=True)
@@ -619,56 +668,20 @@ def compat_kernel(
             b = s1
             while b > a and cls[cps[b - 1]] & 1:
                 b -= 1
-            starts = np.empty(b - a + 1, dtype=np.int64)
-            ends = np.empty(b - a + 1, dtype=np.int64)
-            n = 0
-            start = a
-            c = a
-            while c < b:
-                if cps[c] == 10:
-                    e = c
-                    while e < b and cps[e] == 10:
-                        e += 1
-                    if e - c >= 2:
-                        starts[n] = start
-                        ends[n] = c
-                        n += 1
-                        start = e
-                    c = e
-                else:
-                    c += 1
-            starts[n] = start
-            ends[n] = b
-            n += 1
+            starts = np.empty(size + 1, dtype=np.int64)
+            ends = np.empty(size + 1, dtype=np.int64)
+            n = _split_runs(cps, a, b, 2, starts, ends)
             dp, dpc = _dup_spans(cps, starts, ends, n)
             row[10] = dp / n
             row[11] = dpc / size if size else 0.0
             # lines: text split at runs of newlines (an empty first/last piece counts)
-            starts = np.empty(size + 1, dtype=np.int64)
-            ends = np.empty(size + 1, dtype=np.int64)
-            n = 0
-            start = s0
-            c = s0
-            while c < s1:
-                if cps[c] == 10:
-                    starts[n] = start
-                    ends[n] = c
-                    n += 1
-                    while c < s1 and cps[c] == 10:
-                        c += 1
-                    start = c
-                else:
-                    c += 1
-            starts[n] = start
-            ends[n] = s1
-            n += 1
+            n = _split_runs(cps, s0, s1, 1, starts, ends)
             dl, dlc = _dup_spans(cps, starts, ends, n)
             row[12] = dl / n
             row[13] = dlc / size if size else 0.0
             gen = _repetition(toks, tlen, th, tpw, nt, size, keys, tab, gen, row)
         if want[2]:
-            _c4(cps, cls, s0, s1, pids, poff[d], p_sent, True, min_words, mwl, pats, plen, cites, row, 23, pend)
-            _c4(cps, cls, s0, s1, pids, poff[d], p_sent, False, min_words, mwl, pats, plen, cites, row, 26, pend)
+            _c4(cps, cls, s0, s1, pids, poff[d], p_sent, min_words, mwl, pats, plen, cites, row, 23, pend)
             # a capital dotted I lower-cases to two characters: the Python definition decides (docstring)
             for c in range(s0, s1):
                 if cps[c] == 0x130:

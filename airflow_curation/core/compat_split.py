@@ -341,7 +341,8 @@ def _maybe_special(
 @njit(cache=True)
 def _split_all(
     s: np.ndarray,
-    off: np.ndarray,
+    starts: np.ndarray,
+    stops: np.ndarray,
     cls: np.ndarray,
     units: np.ndarray,
     unit_off: np.ndarray,
@@ -351,15 +352,26 @@ def _split_all(
     first: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Token ends (absolute offsets into ``s``), the first token per piece (``tok_off``, one past the last)
-    and which pieces are left to the Python splitter (no tokens here)."""
-    ends = np.empty(len(s), dtype=np.int64)
-    tok_off = np.zeros(len(off), dtype=np.int64)
-    sfx = np.empty(len(s), dtype=np.int64)  # suffix starts of the current piece, outermost first
-    python = np.zeros(len(off) - 1, dtype=np.bool_)
+    and which pieces are left to the Python splitter (no tokens here): a piece with a character past ASCII, or
+    with something a special case could match. Piece ``p`` is ``s[starts[p]:stops[p]]``."""
+    most = 0
+    widest = 0
+    for p in range(len(starts)):
+        most += stops[p] - starts[p]
+        widest = max(widest, stops[p] - starts[p])
+    ends = np.empty(most, dtype=np.int64)
+    tok_off = np.zeros(len(starts) + 1, dtype=np.int64)
+    sfx = np.empty(widest, dtype=np.int64)  # suffix starts of the current piece, outermost first
+    python = np.zeros(len(starts), dtype=np.bool_)
     n = 0
-    for p in range(len(off) - 1):
-        a, b = off[p], off[p + 1]
-        if _maybe_special(s, a, b, cls, sp, sp_off, sp_flag, first):
+    for p in range(len(starts)):
+        a, b = starts[p], stops[p]
+        wide = False
+        for i in range(a, b):
+            if s[i] > 127:
+                wide = True
+                break
+        if wide or _maybe_special(s, a, b, cls, sp, sp_off, sp_flag, first):
             python[p] = True
             tok_off[p + 1] = n
             continue
@@ -407,7 +419,7 @@ def _split_all(
                     ends[n] = b
                     n += 1
         for k in range(ns - 1, -1, -1):
-            ends[n] = off[p + 1] if k == 0 else sfx[k - 1]
+            ends[n] = stops[p] if k == 0 else sfx[k - 1]
             n += 1
         tok_off[p + 1] = n
     return ends[:n], tok_off, python
@@ -430,7 +442,7 @@ def split_pieces(pieces: list[str]) -> list[tuple[str, ...]]:
         data = np.frombuffer("".join(chosen).encode("ascii"), dtype=np.uint8)
         off = np.zeros(len(chosen) + 1, dtype=np.int64)
         np.cumsum([len(p) for p in chosen], out=off[1:])
-        ends, tok_off, python = _split_all(data, off, CLASSES, UNITS, UNIT_OFF, *SPECIALS)
+        ends, tok_off, python = _split_all(data, off[:-1], off[1:], CLASSES, UNITS, UNIT_OFF, *SPECIALS)
         rel = (ends - np.repeat(off[:-1], np.diff(tok_off))).tolist()  # token ends within their piece
         bounds = tok_off.tolist()
         for j, (i, p, py) in enumerate(zip(fast, chosen, python.tolist(), strict=True)):

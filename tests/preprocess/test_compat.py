@@ -139,6 +139,22 @@ def test_compiled_pass_equals_the_python_definitions(prose, rule_docs):
         assert not bad, f"{name}: {bad[:3]}"
 
 
+def test_tables_kept_across_batches_give_the_values_of_empty_ones(prose):
+    """The piece and word tables a process keeps (core/compat_vocab.py) grow across batches: a batch whose
+    pieces are half known, in another order, gives the values that empty tables give."""
+    from airflow_curation.core import compat_batch, compat_vocab
+
+    texts = list(prose[:80]) + EDGE_TEXTS
+    compat_batch._VOCAB = None
+    fresh = compat_signals(texts).to_pylist()
+    counts = compat_batch.vocab().counts
+    # the tables started small (1,024 items, 4,096 slots, rehashed past half full): these texts made them grow
+    assert counts[compat_vocab.N_PIECES] > 2048 and counts[compat_vocab.N_WORDS] > 2048
+    compat_batch._VOCAB = None
+    compat_signals(texts[::2])
+    assert compat_signals(texts[::-1]).to_pylist()[::-1] == fresh
+
+
 def test_words_are_datatrove_words(prose, datatrove_results):
     same = sum(words(t) == r["words"] for t, r in zip(prose, datatrove_results))
     assert same / len(prose) >= 0.97, f"{same}/{len(prose)} texts split into datatrove's exact words"

@@ -199,7 +199,7 @@ def test_compiled_path_decides_most_ascii_pieces(pieces):
     data = np.frombuffer("".join(ascii_pieces).encode(), dtype=np.uint8)
     off = np.zeros(len(ascii_pieces) + 1, dtype=np.int64)
     np.cumsum([len(p) for p in ascii_pieces], out=off[1:])
-    ends, tok_off, python = cs._split_all(data, off, cs.CLASSES, cs.UNITS, cs.UNIT_OFF, *cs.SPECIALS)
+    ends, tok_off, python = cs._split_all(data, off[:-1], off[1:], cs.CLASSES, cs.UNITS, cs.UNIT_OFF, *cs.SPECIALS)
     decided = [i for i in range(len(ascii_pieces)) if not python[i]]
     assert len(decided) > 0.8 * len(ascii_pieces)
     for i in decided:
@@ -230,5 +230,5 @@ def test_special_cases_go_to_python(piece, python):
     a case (``dontcare``) or ends in a one-letter abbreviation's letter (``data.``) is not."""
     data = np.frombuffer(piece.encode(), dtype=np.uint8)
     off = np.array([0, len(piece)], dtype=np.int64)
-    _, _, flags = cs._split_all(data, off, cs.CLASSES, cs.UNITS, cs.UNIT_OFF, *cs.SPECIALS)
+    _, _, flags = cs._split_all(data, off[:-1], off[1:], cs.CLASSES, cs.UNITS, cs.UNIT_OFF, *cs.SPECIALS)
     assert bool(flags[0]) is python

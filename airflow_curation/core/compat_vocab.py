@@ -1,0 +1,311 @@
+"""The process's tables of whitespace pieces and datatrove words, kept and searched in compiled code.
+
+:mod:`airflow_curation.core.compat_batch` keeps them across batches (a piece is split into words once per
+process). :func:`scan` cuts each document into whitespace pieces (``str.split()``: every ``str.isspace``
+character separates) and looks each one up in an open-addressing table of the pieces seen so far, giving a new
+one the next id; :func:`add_pieces` stores the words of the new ones: ids into a word table (looked up the
+same way) that holds, per word, what the compat kernel reads: its length, whether it is all punctuation, has a
+letter, is a stop word, a sentence terminal, spaCy punctuation, and its polynomial hash for joined n-grams.
+
+Equality is exact: a table hit compares the stored characters, not only the hash. Every table is a numpy
+array that only grows (a kernel returns the grown array; the used prefix never changes), so a snapshot the
+compat kernel reads stays valid while a later batch adds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from airflow_curation.core.compat_kernel import BASE, MERSENNE, SPACE, T_ALPHA, T_PUNCT, _mulmod, span_hash
+from airflow_curation.core.jit import numba
+
+njit = numba.njit
+
+# the counters of the tables (an int64 array the kernels update in place)
+N_PIECES, N_PCHARS, N_PTOK, N_WORDS, N_WCHARS = range(5)
+# per ASCII character (:func:`ascii_attrs`): in datatrove's punctuation set, a letter, Unicode category P,
+# a sentence terminal
+A_PUNCTSET, A_ALPHA, A_CATP, A_TERM = 1, 2, 4, 8
+
+
+@njit(cache=True)
+def _grow(a, need):
+    """``a``, or a copy at least twice as long when it holds fewer than ``need`` items (its prefix kept)."""
+    while a.shape[0] < need:
+        a = np.concatenate((a, np.empty_like(a)))
+    return a
+
+
+@njit(cache=True)
+def _find(tab, hashes, chars, coff, h, arr, s, e):
+    """The slot of the item ``arr[s:e]`` (hash ``h``) in ``tab`` (slot -> id + 1, 0 empty), or the empty slot
+    where it goes."""
+    mask = np.uint64(tab.shape[0] - 1)
+    slot = h & mask
+    while tab[slot]:
+        i = tab[slot] - 1
+        if hashes[i] == h and coff[i + 1] - coff[i] == e - s:
+            base = coff[i]
+            same = True
+            for k in range(e - s):
+                if chars[base + k] != arr[s + k]:
+                    same = False
+                    break
+            if same:
+                return slot
+        slot = (slot + np.uint64(1)) & mask
+    return slot
+
+
+@njit(cache=True)
+def _rehash(tab, hashes, n, room):
+    """``tab`` with room for ``room`` more items at a load of at most one half (a new, larger table if needed)."""
+    size = tab.shape[0]
+    if 2 * (n + room) <= size:
+        return tab
+    while 2 * (n + room) > size:
+        size *= 2
+    new = np.zeros(size, dtype=np.int64)
+    mask = np.uint64(size - 1)
+    for i in range(n):
+        slot = hashes[i] & mask
+        while new[slot]:
+            slot = (slot + np.uint64(1)) & mask
+        new[slot] = i + 1
+    return new
+
+
+@njit(cache=True)
+def scan(cps, doff, cls, ptab, phash, pchars, pcoff, counts):
+    """Each document's whitespace pieces as piece ids (a piece not in the table is added with the next id).
+
+    :param cps: the documents' code points, one after another; document ``d`` is ``cps[doff[d]:doff[d + 1]]``.
+    :param cls: per code point flags (:func:`compat_kernel.class_table`; ``SPACE``: ``str.isspace``).
+    :returns: piece ids in order, the first piece per document (one past the last), the new pieces' starts
+        and ends in ``cps`` (in id order), and the piece table's arrays (grown where they had to).
+    """
+    nd = doff.shape[0] - 1
+    bound = cps.shape[0] // 2 + nd + 1  # a piece and the space after it
+    pids = np.empty(bound, dtype=np.int64)
+    poff = np.zeros(nd + 1, dtype=np.int64)
+    new_s = np.empty(bound, dtype=np.int64)
+    new_e = np.empty(bound, dtype=np.int64)
+    n = 0
+    n_new = 0
+    for d in range(nd):
+        c = doff[d]
+        end = doff[d + 1]
+        while c < end:
+            while c < end and cls[cps[c]] & SPACE:
+                c += 1
+            if c == end:
+                break
+            s = c
+            while c < end and not (cls[cps[c]] & SPACE):
+                c += 1
+            h = span_hash(cps, s, c)
+            count = counts[N_PIECES]
+            ptab = _rehash(ptab, phash, count, 1)
+            slot = _find(ptab, phash, pchars, pcoff, h, cps, s, c)
+            if ptab[slot]:
+                pid = ptab[slot] - 1
+            else:
+                pid = count
+                used = counts[N_PCHARS]
+                phash = _grow(phash, pid + 1)
+                pcoff = _grow(pcoff, pid + 2)
+                pchars = _grow(pchars, used + c - s)
+                pchars[used : used + c - s] = cps[s:c]
+                pcoff[pid + 1] = used + c - s
+                phash[pid] = h
+                ptab[slot] = pid + 1
+                counts[N_PIECES] = pid + 1
+                counts[N_PCHARS] = used + c - s
+                new_s[n_new] = s
+                new_e[n_new] = c
+                n_new += 1
+            pids[n] = pid
+            n += 1
+        poff[d + 1] = n
+    return pids[:n], poff, new_s[:n_new], new_e[:n_new], ptab, phash, pchars, pcoff
+
+
+@njit(cache=True)
+def _stop_index(arr, s, e, stops, stop_len):
+    for w in range(stops.shape[0]):
+        if stop_len[w] != e - s:
+            continue
+        same = True
+        for k in range(e - s):
+            if arr[s + k] != stops[w, k]:
+                same = False
+                break
+        if same:
+            return w
+    return -1
+
+
+@njit(cache=True)
+def _word_id(arr, s, e, attr, wt, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw, counts):
+    """The id of the word ``arr[s:e]``, added with ``attr`` (flag, stop, terminal, punctuation) when new; the
+    word tables (``wt``: the slot table and the hashes) have room (:func:`add_pieces` grew them)."""
+    tab, whash = wt
+    h = span_hash(arr, s, e)
+    slot = _find(tab, whash, wchars, wcoff, h, arr, s, e)
+    if tab[slot]:
+        return tab[slot] - 1
+    i = counts[N_WORDS]
+    used = counts[N_WCHARS]
+    wchars[used : used + e - s] = arr[s:e]
+    wcoff[i + 1] = used + e - s
+    whash[i] = h
+    tab[slot] = i + 1
+    counts[N_WORDS] = i + 1
+    counts[N_WCHARS] = used + e - s
+    wlen[i] = e - s
+    wflag[i] = attr[0]
+    wstop[i] = attr[1]
+    wterm[i] = attr[2]
+    wpunct[i] = attr[3]
+    # the polynomial hash mod 2^61-1 of its characters and BASE^length (the joined n-grams' keys)
+    p = np.uint64(MERSENNE)
+    x = np.uint64(0)
+    q = np.uint64(1)
+    for k in range(s, e):
+        x = _mulmod(x, np.uint64(BASE)) + np.uint64(arr[k])
+        if x >= p:
+            x -= p
+        q = _mulmod(q, np.uint64(BASE))
+    th[i] = x
+    tpw[i] = q
+    return i
+
+
+@njit(cache=True)
+def add_pieces(
+    cps,
+    new_s,
+    new_e,
+    tok_ends,
+    tok_off,
+    python,
+    py_chars,
+    py_coff,
+    py_count,
+    py_attr,
+    achr,
+    stops,
+    stop_len,
+    words,
+    pieces,
+    counts,
+):
+    """The words of the new pieces (``scan``'s, in id order), into the piece and word tables.
+
+    A piece the compiled splitter decided (``python`` false) has its words' ends in ``tok_ends[tok_off[j]:
+    tok_off[j + 1]]``; the others, in order, have ``py_count`` words each, whose characters are
+    ``py_chars[py_coff[q]:py_coff[q + 1]]`` and attributes ``py_attr[q]`` (Python's). ``words`` and ``pieces``
+    are the tables' arrays (:class:`compat_batch.Vocab`); returns them, grown.
+
+    :param achr: per ASCII character, ``A_*`` flags.
+    :param stops: the stop words' code points, one per row (``stop_len`` long).
+    """
+    wtab, whash, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw = words
+    pt_off, pt_tok, p_sent = pieces
+    m = new_s.shape[0]
+    n_tok = tok_off[m] + py_coff.shape[0] - 1
+    n_chars = 0
+    for j in range(m):
+        n_chars += new_e[j] - new_s[j]
+    n_chars += py_chars.shape[0]
+    nw = counts[N_WORDS]
+    wtab = _rehash(wtab, whash, nw, n_tok)
+    whash = _grow(whash, nw + n_tok)
+    wcoff = _grow(wcoff, nw + n_tok + 1)
+    wchars = _grow(wchars, counts[N_WCHARS] + n_chars)
+    wlen = _grow(wlen, nw + n_tok)
+    wflag = _grow(wflag, nw + n_tok)
+    wstop = _grow(wstop, nw + n_tok)
+    wterm = _grow(wterm, nw + n_tok)
+    wpunct = _grow(wpunct, nw + n_tok)
+    th = _grow(th, nw + n_tok)
+    tpw = _grow(tpw, nw + n_tok)
+    wt = (wtab, whash)
+    first = counts[N_PIECES] - m  # the first new piece's id
+    pt_off = _grow(pt_off, first + m + 1)
+    pt_tok = _grow(pt_tok, counts[N_PTOK] + n_tok)
+    while p_sent.shape[0] < first + m:
+        p_sent = np.concatenate((p_sent, np.empty_like(p_sent)))
+    ids = np.empty(max(n_tok, 1), dtype=np.int64)
+    attr = np.empty(4, dtype=np.int64)
+    q = 0  # the next word from Python
+    qp = 0  # the next piece from Python
+    for j in range(m):
+        k = 0
+        if python[j]:
+            for _ in range(py_count[qp]):
+                ids[k] = _word_id(
+                    py_chars, py_coff[q], py_coff[q + 1], py_attr[q], wt, wchars, wcoff, wlen, wflag, wstop, wterm,
+                    wpunct, th, tpw, counts,
+                )  # fmt: skip
+                k += 1
+                q += 1
+            qp += 1
+        else:
+            a = new_s[j]
+            for r in range(tok_off[j], tok_off[j + 1]):
+                b = tok_ends[r]
+                punctset, alpha, catp = True, False, True
+                for x in range(a, b):
+                    f = achr[cps[x]]
+                    punctset = punctset and (f & A_PUNCTSET) != 0
+                    alpha = alpha or (f & A_ALPHA) != 0
+                    catp = catp and (f & A_CATP) != 0
+                attr[0] = (T_PUNCT if punctset else 0) | (T_ALPHA if alpha else 0)
+                attr[1] = _stop_index(cps, a, b, stops, stop_len)
+                attr[2] = 1 if b - a == 1 and achr[cps[a]] & A_TERM else 0
+                attr[3] = 1 if catp and not alpha else 0
+                ids[k] = _word_id(
+                    cps, a, b, attr, wt, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw, counts
+                )
+                k += 1
+                a = b
+        pid = first + j
+        used = counts[N_PTOK]
+        pt_tok[used : used + k] = ids[:k]
+        pt_off[pid + 1] = used + k
+        counts[N_PTOK] = used + k
+        # spaCy's sentencizer: after a terminal, the next word that is not punctuation opens a sentence
+        for state0 in range(2):
+            state = state0
+            add = 0
+            for r in range(k):
+                t = ids[r]
+                if state and not wterm[t] and not wpunct[t]:
+                    add += 1
+                    state = 0
+                elif wterm[t]:
+                    state = 1
+            p_sent[pid, 2 * state0] = add
+            p_sent[pid, 2 * state0 + 1] = state
+    words = (wt[0], whash, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw)
+    return words, (pt_off, pt_tok, p_sent)
+
+
+def ascii_attrs(punctuation: frozenset[str], terminals: frozenset[str]) -> np.ndarray:
+    """``A_*`` flags per ASCII character."""
+    import unicodedata
+
+    out = np.zeros(128, dtype=np.int64)
+    for c in range(128):
+        ch = chr(c)
+        out[c] = (
+            (A_PUNCTSET if ch in punctuation else 0)
+            | (A_ALPHA if ch.isalpha() else 0)
+            | (A_CATP if unicodedata.category(ch)[0] == "P" else 0)
+            | (A_TERM if ch in terminals else 0)
+        )
+    return out
+
+
+__all__ = ["SPACE", "add_pieces", "ascii_attrs", "scan"]
