@@ -37,7 +37,7 @@ from airflow_curation.core.lsh import gather_partition, next_power_of_two, parti
 from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry, UnitEntry, group_range
 from airflow_curation.core.minhash import MinHashParams, lsh_params
 from airflow_curation.core.schema import CLUSTER_ID, EXACT_DUPLICATE, KEEP, NEAR_DUPLICATE
-from airflow_curation.core.shards import column_names, write_parquet
+from airflow_curation.core.shards import attrs_columns, write_parquet
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches
 from airflow_curation.stages.base import Stage, StageRunner, UnitMapper, UnitResult, local_mapper
 from airflow_curation.stages.dedup import phases, snapshots
@@ -348,7 +348,7 @@ class DedupStage(AttrsStage):
         uri = entry.attrs.get("preprocess") if self.config["only_kept"] else None
         if not uri:
             return []
-        names = column_names(uri, entry.attrs_checksums.get("preprocess"), "preprocess attrs")
+        names = attrs_columns(entry, "preprocess")  # recorded in the entry: no footer read
         return ["preprocess"] if self.config["keep_column"] in names else []
 
     def _shard(self, e: ShardEntry, index: int, read: tuple[str, str] | None = None) -> tuple[dict, bool, tuple]:
