@@ -183,21 +183,24 @@ class ExportStage(Stage):
     def plan(self) -> list[UnitEntry]:
         """Phase 1 (the scatter: this task's block first in a task of an array), then the gather units."""
         group = self.shard_group if self.shard_group is not None and self.shard_group[1] > 1 else None
-        return self._with_spills(self._plan_run(group))
+        return self._plan_run(group)
 
     def plan_group(self, index: int, count: int) -> list[UnitEntry]:
         """One task of an array: it scatters its own block of packed shards, waits for the whole scatter (or
         finishes it, :meth:`_scatter`), and returns its block of the gather units."""
         units = self._plan_run((index, count) if count > 1 else None)
         block = group_range(len(units), index, count)
-        return self._with_spills(units[block.start : block.stop])
+        return units[block.start : block.stop]
 
-    def _with_spills(self, units: list[UnitEntry]) -> list[UnitEntry]:
-        """``units``, the spill file of every packed shard listed for them once there are any: a gather unit
-        reads every spill file, a task without one needs none of their names (nor the pages they come from)."""
-        if units:
-            self._gather["spill_uris"] = [self._scatter_stage.spill_uri(sid) for sid, _ in self._packed(None)]
-        return units
+    def _spill_uris(self) -> list[str]:
+        """The spill file of every packed shard, listed by the first gather unit (which reads them all): a
+        task's plan needs none of their names, nor the pages they come from."""
+        if self._gather.get("spill_uris") is None:
+            fp = self._gather["scatter_fingerprint"]  # ExportScatterStage.spill_uri's, without that stage
+            self._gather["spill_uris"] = [
+                self.lake.path("export", fp, "spill", f"{sid}.arrow") for sid, _ in self._packed(None)
+            ]
+        return self._gather["spill_uris"]
 
     @property
     def _packed_in_head(self) -> dict[str, Any] | None:
@@ -269,11 +272,11 @@ class ExportStage(Stage):
         # writes: about four times its buckets' tokens.
         memory_units = math.ceil(4 * total / int(self.config["memory_budget"]))
         ranges = partition_ranges(buckets, max(memory_units, int(self.config["workers"] or 1)))
-        self._scatter_stage = scatter
         self._gather = {
-            # every spill file, listed once the task has a gather unit (:meth:`_with_spills`; the order of
-            # reading does not enter the written order: phases)
+            # every spill file, listed by the first gather unit (:meth:`_spill_uris`; the order of reading does
+            # not enter the written order: phases)
             "spill_uris": None,
+            "scatter_fingerprint": scatter.fingerprint,
             "seq_len": seq_len,
             "dtype": dtype.name,
             "buckets": buckets,
@@ -354,7 +357,7 @@ class ExportStage(Stage):
         result = phases.gather_buckets(
             lo,
             hi,
-            g["spill_uris"],
+            self._spill_uris(),
             int(self.config["seed"]),
             g["seq_len"],
             g["dtype"],
