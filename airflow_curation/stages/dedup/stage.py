@@ -359,8 +359,10 @@ class DedupStage(AttrsStage):
         :param read: that pair as the whole plan found it in the attrs files' footers (:func:`_encode_reads`):
             given, no footer is opened."""
         if read is None:
-            keep = self.reads_attrs(e)  # a footer read: does preprocess's attrs have the keep column?
-            text = clean_text_attrs(e)  # footer reads: the cleaned text, read in the place of the shard's
+            # the entry's recorded attrs columns (footer reads for an entry without them): does preprocess's
+            # attrs have the keep column? which holds the cleaned text, read in the place of the shard's?
+            keep = self.reads_attrs(e)
+            text = clean_text_attrs(e)
         else:
             keep, text = ([read[0]] if read[0] else []), ([read[1]] if read[1] else [])
         keep_uri = e.attrs[keep[0]] if keep else None
