@@ -84,6 +84,14 @@ def test_a_group_plan_opens_no_footer_and_plans_what_the_whole_plan_does(chain, 
     assert not [f for f in opened if "/attrs/" in f or f.startswith("footer:")], opened
 
 
+def test_the_recorded_columns_are_those_of_the_files(chain):
+    """Every attrs stage of the chain (preprocess, dedup, tokenize) recorded its file's columns as written."""
+    for s in chain["tokenize"].shards:
+        assert set(s.attrs_columns) == set(s.attrs) == {"preprocess", "dedup", "tokenize"}
+        for key, columns in s.attrs_columns.items():
+            assert columns == pq.read_schema(s.attrs[key]).names, (s.shard_id, key)
+
+
 def test_an_old_manifest_without_recorded_columns_is_planned_from_the_footers(chain, monkeypatch):
     """A lake written before the columns were recorded: the same units, its footers read as then."""
     lake, config, tok = chain["lake"], chain["config"], chain["tokenize"]

@@ -736,4 +736,5 @@ class DedupStage(AttrsStage):
         ):
             if count:
                 acc.drop(reason, count)
-        return AttrsFile(nbytes, checksum, acc, {"exact_duplicates": exact, "near_duplicates": near})
+        extra = {"exact_duplicates": exact, "near_duplicates": near}
+        return AttrsFile(nbytes, checksum, acc, extra, table.column_names)  # its columns, for the entry

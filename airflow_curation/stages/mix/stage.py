@@ -466,7 +466,7 @@ class MixStage(AttrsStage):
         }
         by_key = {str(k): {f: int(round(v[j])) for f, v in sums.items()} for j, k in enumerate(names)}
         extra = {"input": self.input_of(unit.unit_id), "by_key": by_key}
-        return AttrsFile(sink.tell(), sink.checksum.hexdigest(), accounting, extra)
+        return AttrsFile(sink.tell(), sink.checksum.hexdigest(), accounting, extra, table.column_names)
 
     # -- after all shards ----------------------------------------------------------------------------
     def collect(self, manifest: Manifest) -> None:
