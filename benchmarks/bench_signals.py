@@ -220,12 +220,14 @@ def stage_level(mb_target: float, runs: int, corpus_dir: str, baseline: str | No
                     "local",
                 ]
                 wall, cpu, rss, _ = _measure(cmd, _env(trees[who]))
+                digest = _outputs_sha256(out, len(files))
                 fixed = [*CURATION, "preprocess", str(tiny), "--output", os.path.join(out, "tiny"), "--workers", "1"]
                 _, fixed_cpu, _, _ = _measure([*fixed, "--mapper", "local"], _env(trees[who]))
             run = {"round": r, "who": who, "wall_s": wall, "cpu_s": cpu, "peak_rss": rss, "mb_per_cpu_s": text_mb / cpu}
             run["fixed_cpu_s"] = fixed_cpu  # the same process on 200 rows
             run["marginal_mb_per_cpu_s"] = text_mb / (cpu - fixed_cpu)
             run["load"] = os.getloadavg()[0]
+            run["outputs_sha256"] = digest
             record["runs"].append(run)
             print(json.dumps(run), flush=True)
     record["load_after"] = os.getloadavg()
@@ -249,9 +251,32 @@ def stage_level(mb_target: float, runs: int, corpus_dir: str, baseline: str | No
         ratios = sorted(c[o.index("baseline")] / c[o.index("ours")] for c, o in zip(pairs, order))
         record["summary"]["baseline_over_ours_cpu"] = {"median": ratios[len(ratios) // 2], "per_round": ratios}
         print(f"baseline / ours CPU s: median {ratios[len(ratios) // 2]:.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})")
+    digests = {x["outputs_sha256"] for x in record["runs"]}
+    record["summary"]["outputs_identical"] = len(digests) == 1  # every run of every tree: the same tables
+    print(f"outputs: {'identical' if len(digests) == 1 else 'DIFFERENT'} in every run ({sorted(digests)})")
     print(f"load {record['load_before'][0]:.1f} -> {record['load_after'][0]:.1f}")
     out = Path(REPO) / "benchmarks" / "results" / f"preprocess_stage_{mb_target:g}.json"
     out.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def _outputs_sha256(out: str, n_files: int) -> str:
+    """SHA-256 of the output tables (every column's values, in file and row order; Arrow IPC bytes), so that
+    trees are compared on what they wrote, not on Parquet's file metadata."""
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    paths = sorted(glob.glob(os.path.join(out, "*.parquet")))
+    if len(paths) != n_files:
+        raise RuntimeError(f"{out}: {len(paths)} output files for {n_files} inputs")
+    h = hashlib.sha256()
+    for path in paths:
+        table = pq.read_table(path).combine_chunks()
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        h.update(os.path.basename(path).encode() + b"\0" + sink.getvalue().to_pybytes())
+    return h.hexdigest()
 
 
 def _env(tree: str) -> dict:

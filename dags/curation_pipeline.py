@@ -298,6 +298,10 @@ with DAG(
         ),
         "mix_unit": Param("documents", enum=["documents", "tokens"], description="Mix: proportions of what."),
         "mix_seed": Param(0, type="integer", minimum=0, description="Mix: the sampling seed."),
+        "mix_manifests": _optional(
+            "Mix: more input manifests (other datasets' or snapshots' final manifests), comma-separated URIs, mixed "
+            "with this run's rows (mix_key input keys by them)."
+        ),
         "tokenizer": _optional(
             "tokenizer.json for tokenize (packed training sequences). Empty: the Airflow Variable "
             "curation_tokenizer; none: tokenize is skipped."
@@ -357,6 +361,7 @@ with DAG(
         key="{{ params.mix_key }}",
         unit="{{ params.mix_unit }}",
         seed="{{ params.mix_seed }}",
+        manifests="{{ params.mix_manifests or '' }}",
     )
     pipeline.add(
         EnrichOperator,

@@ -40,6 +40,16 @@ from operator import itemgetter
 import numpy as np
 import pyarrow as pa
 
+from airflow_curation.core.compat_names import (  # noqa: F401  (the names are this module's API too)
+    C4_FINEWEB_SIGNALS,
+    C4_SIGNALS,
+    COMPAT_SIGNALS,
+    DUP_NGRAMS,
+    FINEWEB_SIGNALS,
+    GOPHER_QUALITY_SIGNALS,
+    GOPHER_REPETITION_SIGNALS,
+    TOP_NGRAMS,
+)
 from airflow_curation.core.compat_words import SENTENCE_TERMINALS, count_sentences, words
 from airflow_curation.core.line_clean import CITATION, ELLIPSIS, END_PUNCTUATION, POLICY_SUBSTRINGS
 
@@ -54,36 +64,10 @@ PUNCTUATION = (
     )
     | SENTENCE_TERMINALS
 )
-TOP_NGRAMS = (2, 3, 4)
-DUP_NGRAMS = (5, 6, 7, 8, 9, 10)
 _PARAGRAPHS = re.compile(r"\n{2,}")
 _LINES = re.compile(r"\n+")
 _TERMINALS = tuple(SENTENCE_TERMINALS)
 
-GOPHER_QUALITY_SIGNALS = (
-    "dt_n_words",
-    "dt_mean_word_len",
-    "dt_hash_word_ratio",
-    "dt_ellipsis_word_ratio",
-    "dt_bullet_line_frac",
-    "dt_ellipsis_line_frac",
-    "dt_alpha_word_frac",
-    "dt_n_stop_words",
-)
-GOPHER_REPETITION_SIGNALS = (
-    "dt_dup_para_frac",
-    "dt_dup_para_char_frac",
-    "dt_dup_line_frac",
-    "dt_dup_line_char_frac",
-    *(f"dt_top_{n}gram_char_frac" for n in TOP_NGRAMS),
-    *(f"dt_dup_{n}gram_char_frac" for n in DUP_NGRAMS),
-)
-C4_SIGNALS = ("dt_c4_lorem_ipsum", "dt_c4_curly_bracket", "dt_c4_n_sentences")
-# C4QualityFilter(filter_no_terminal_punct=False), as FineWeb's recipe runs it: a line without terminal
-# punctuation stays (its sentences count, a "{" in it drops the page)
-C4_FINEWEB_SIGNALS = ("dt_c4fw_lorem_ipsum", "dt_c4fw_curly_bracket", "dt_c4fw_n_sentences")
-FINEWEB_SIGNALS = ("dt_line_punct_frac", "dt_short_line_frac", "dt_char_dup_frac", "dt_newline_word_ratio")
-COMPAT_SIGNALS = GOPHER_QUALITY_SIGNALS + GOPHER_REPETITION_SIGNALS + C4_SIGNALS + C4_FINEWEB_SIGNALS + FINEWEB_SIGNALS
 _INT = {"dt_n_words", "dt_n_stop_words", "dt_c4_n_sentences", "dt_c4fw_n_sentences"}
 _BOOL = {"dt_c4_lorem_ipsum", "dt_c4_curly_bracket", "dt_c4fw_lorem_ipsum", "dt_c4fw_curly_bracket"}
 

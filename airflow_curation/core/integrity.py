@@ -8,9 +8,9 @@ hands on.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_curation.core import storage_map
 from airflow_curation.core.fingerprint import checksum_url
@@ -77,18 +77,27 @@ def handed_rows(manifest: "Manifest | ManifestHead") -> int:
     return manifest.rows
 
 
-def chain_problem(manifest: "Manifest | ManifestHead", upstream: "Manifest | ManifestHead") -> str | None:
-    """Why ``manifest``'s books disagree with its upstream's, or None.
+def input_manifest_uris(config: Mapping[str, Any]) -> list[str]:
+    """The manifests a stage run reads, from its config: ``input_manifest`` and, for a stage that takes
+    several (mix), ``manifests``."""
+    first = config.get("input_manifest")
+    return [*([first] if first else []), *(config.get("manifests") or [])]
 
-    A stage that reads an upstream manifest reads every row of every shard it lists: its ``read`` must be
-    exactly those rows (rows of units that failed within the budget are counted as quarantined
-    ``failed_unit``, so they are not lost either).
+
+def chain_problem(manifest: "Manifest | ManifestHead", *upstreams: "Manifest | ManifestHead") -> str | None:
+    """Why ``manifest``'s books disagree with its upstream manifests', or None.
+
+    A stage that reads upstream manifests reads every row of every shard they list: its ``read`` must be
+    exactly those rows, summed over its inputs (rows of units that failed within the budget are counted as
+    quarantined ``failed_unit``, so they are not lost either).
     """
     read = int(manifest.accounting.get("read", -1)) if manifest.accounting else -1
-    expected = handed_rows(upstream)
+    expected = sum(handed_rows(u) for u in upstreams)
     if read != expected:
+        names = " + ".join(f"{u.stage}" for u in upstreams)
+        several = "s" if len(upstreams) > 1 else ""
         return (
-            f"{manifest.stage} read {read} rows but its upstream {upstream.stage} manifest hands on "
-            f"{expected}: rows were lost or invented between the stages"
+            f"{manifest.stage} read {read} rows but its upstream {names} manifest{several} hand{'' if several else 's'} "
+            f"on {expected}: rows were lost or invented between the stages"
         )
     return None

@@ -168,9 +168,10 @@ class Manifest:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def write(self, uri: str) -> str:
+    def write(self, uri: str, page_entries: int = PAGE_ENTRIES) -> str:
         """The pages of a new generation, then the head that names them (atomically: the commit), every URI
-        in stored form: relative to the lake root (``core/uris.py``), so a copied lake reads its own files."""
+        in stored form: relative to the lake root (``core/uris.py``), so a copied lake reads its own files.
+        :param page_entries: entries a page (fewer for large entries: a reader of a block reads whole pages)."""
         d = _uris(self.to_dict(), lambda u: uris.relativize(u, self.lake["root"]))  # asdict deep-copies: once
         d["format_version"] = FORMAT_VERSION
         for key, unset in (("supersedes", []), ("superseded_by", None), ("tallies", False), ("relaunch", None)):
@@ -180,10 +181,10 @@ class Manifest:
         lists = {kind: d.pop(kind) for kind in KINDS}
         lists["shards"] = [_compact(s) for s in lists["shards"]]
         generation = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
-        d["index"] = {"page_entries": PAGE_ENTRIES}
+        d["index"] = {"page_entries": page_entries}
         for kind, entries in lists.items():
             rel = f"{_index_dir(uri)}/{generation}.{kind}.pages"
-            lengths, checksums, data = _pages(entries)
+            lengths, checksums, data = _pages(entries, page_entries)
             storage.write_bytes(_sibling(uri, rel), data)
             d["index"][kind] = {"count": len(entries), "file": rel, "lengths": lengths, "checksums": checksums}
         d["totals"] = _totals(lists["units"], lists["shards"])
@@ -444,12 +445,12 @@ def _sibling(uri: str, rel: str) -> str:
     return storage.join(uri.rsplit("/", 1)[0], rel) if "/" in uri else rel
 
 
-def _pages(entries: list[dict[str, Any]]) -> tuple[list[int], list[str], bytes]:
+def _pages(entries: list[dict[str, Any]], per_page: int = PAGE_ENTRIES) -> tuple[list[int], list[str], bytes]:
     encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
     lengths, checksums, chunks = [], [], []
-    for start in range(0, len(entries), PAGE_ENTRIES):
+    for start in range(0, len(entries), per_page):
         # One entry a line (JSON escapes every newline inside): a reader decodes only the lines it needs.
-        data = "".join(encode(e) + "\n" for e in entries[start : start + PAGE_ENTRIES]).encode()
+        data = "".join(encode(e) + "\n" for e in entries[start : start + per_page]).encode()
         lengths.append(len(data))
         checksums.append(f"xxh64:{xxhash.xxh64(data).hexdigest()}")
         chunks.append(data)

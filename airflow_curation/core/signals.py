@@ -453,11 +453,10 @@ if HAVE_NUMBA:
         g = u64[3]
         slot = u64[4]
         thash = u64[5]
-        wlen = i64[0]
-        cum = i64[1]
-        llen = i64[2]
-        plen = i64[3]
-        cand = i64[4]
+        cum = i64[0]  # cum[k]: chars of words 0..k-1, written as words end (no per-word length pass)
+        llen = i64[1]
+        plen = i64[2]
+        cand = i64[3]
         stop_mask = numba.uint64(stop_hashes.shape[0] - 3)  # table size - 1 (the size is a power of two)
         stop_displaced = stop_hashes[stop_hashes.shape[0] - 2] != 0
         max_stop_len = numba.int64(stop_hashes[stop_hashes.shape[0] - 1])  # the longest key's byte length
@@ -489,6 +488,8 @@ if HAVE_NUMBA:
             has_curly = 0
             has_lorem = 0
             nw = 0
+            word_chars = 0
+            cum[0] = 0
             in_word = False
             wh = FNV0
             wl = 0
@@ -652,7 +653,8 @@ if HAVE_NUMBA:
                     n_space += 1  # the virtual newline's is taken back after the loop
                     if in_word:
                         whash[numba.uint64(nw)] = wh if wh != 0 else ONE
-                        wlen[numba.uint64(nw)] = wl
+                        word_chars += wl
+                        cum[numba.uint64(nw + 1)] = word_chars
                         # a word joins the line hash as one value: the line is its whitespace bytes and
                         # words in order, so equal lines hash equal and no per-byte line chain runs
                         line_hash = _mix(line_hash, wh)
@@ -905,11 +907,6 @@ if HAVE_NUMBA:
             row[5] = n_alnum / n_chars if n_chars else 0.0
             row[6] = n_digit / n_chars if n_chars else 0.0
             row[7] = n_space / n_chars if n_chars else 0.0
-            word_chars = 0
-            cum[0] = 0
-            for k in range(nw):
-                word_chars += wlen[k]
-                cum[k + 1] = word_chars
             row[8] = word_chars / nw if nw else 0.0
             row[9] = n_alpha_words / nw if nw else 0.0
             row[10] = n_stop
@@ -973,7 +970,6 @@ def _buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 MIN_SCRATCH_ROWS = 65536 + 3  # what any batch of documents under 64 KiB needs (~8 MB): one allocation
-KEEP_SCRATCH_BYTES = 64 << 20
 
 
 def _table_size_py(n: int) -> int:
@@ -1000,24 +996,27 @@ class SignalComputer:
         self._scratch_rows = 0
 
     def _scratch_for(self, cap: int) -> tuple[np.ndarray, ...]:
-        """The kernel's scratch for ``cap``, kept from batch to batch: allocated afresh per batch, its pages
-        were faulted in and zeroed by the OS every time (on the scale corpus 270 k minor faults, 100 k now;
-        2% of the kernel's CPU at load 15-20). Scratch past :data:`KEEP_SCRATCH_BYTES` (a batch with a
-        multi-MB document) is not kept."""
+        """The kernel's scratch for ``cap``, kept from batch to batch, whatever its size: allocated afresh per
+        batch, its pages were faulted in and zeroed by the OS every time. A batch with a multi-MB document
+        needs hundreds of MB (~30 bytes per text byte), and zeroing fresh pages costs 1-3 ms of system time
+        per MB here: on the scale corpus, whose multi-MB documents sit in 5 of 12 shards, ~1 CPU s per
+        process went to re-faulting it. Kept, the process's peak RSS is what its largest batch needed anyway
+        (it was allocated then too). It grows by at least 2x, so a run of ever larger documents faults in
+        each page once; pages a batch does not touch are never faulted in."""
         if cap + 1 <= self._scratch_rows:
             return self._scratch
-        rows = max(cap + 1, MIN_SCRATCH_ROWS)
+        rows = max(cap + 1, MIN_SCRATCH_ROWS, 2 * self._scratch_rows)
         size = _table_size_py(rows)
-        scratch = (
+        self._scratch = ()  # the old scratch goes before the new one is touched
+        self._scratch = (
             np.empty((6, rows), np.uint64),
-            np.empty((5, rows), np.int64),
+            np.empty((4, rows), np.int64),
             np.empty(size, np.uint64),
             np.empty(size, np.int32),
             np.empty(rows, np.uint8),
         )
-        if sum(a.nbytes for a in scratch) <= KEEP_SCRATCH_BYTES:
-            self._scratch, self._scratch_rows = scratch, rows
-        return scratch
+        self._scratch_rows = rows
+        return self._scratch
 
     def compute(self, texts: pa.Array | pa.ChunkedArray | Iterable[str]) -> pa.Table:
         arr = _as_string_array(texts)

@@ -15,7 +15,7 @@ from typing import Any
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import allowed_failures  # noqa: F401 - re-exported for the gates
 from airflow_curation.core.checkpoint import CheckpointStore
-from airflow_curation.core.integrity import chain_problem
+from airflow_curation.core.integrity import chain_problem, input_manifest_uris
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead, UnitEntry, group_of
 from airflow_curation.core.tally import TallyReader, drop_failed
@@ -178,12 +178,12 @@ class CheckpointWatcher:
         self.new_units: dict[str, dict[str, Any]] = {}
 
     def _check_books(self, head: ManifestHead) -> str | None:
-        """Once, for a complete manifest: does it read every row its upstream manifest hands on?"""
+        """Once, for a complete manifest: does it read every row its upstream manifests hand on?"""
         if not self._books_checked:
-            upstream_uri = head.config.get("input_manifest")
-            if upstream_uri:
+            upstream_uris = input_manifest_uris(head.config)
+            if upstream_uris:
                 try:
-                    self._books = chain_problem(head, ManifestHead.read(upstream_uri))
+                    self._books = chain_problem(head, *(ManifestHead.read(u) for u in upstream_uris))
                 except ManifestError as e:
                     self._books = f"cannot check its rows against the upstream manifest: {e}"
             self._books_checked = True

@@ -22,7 +22,7 @@ from airflow_curation.core.accounting import AccountingError, RowAccounting, all
 from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import config_fingerprint
-from airflow_curation.core.integrity import IntegrityError, chain_problem
+from airflow_curation.core.integrity import IntegrityError, chain_problem, input_manifest_uris
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.lease import Lease
 from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry, UnitEntry, group_range
@@ -226,10 +226,10 @@ class Stage:
         """The collect step: runs once after every unit is checkpointed (checks across units, clean-up),
         before the final manifest is written; :class:`StageFailed` fails the run."""
 
-    def upstream_manifest(self) -> ManifestHead | None:
-        """The head of the manifest this run reads (its ``input_manifest``), for the cross-stage row check."""
-        uri = self.config.get("input_manifest")
-        return ManifestHead.read(uri) if uri else None
+    def upstream_manifests(self) -> list[ManifestHead]:
+        """The heads of the manifests this run reads (``input_manifest``, and ``manifests`` where a stage takes
+        several), for the cross-stage row check."""
+        return [ManifestHead.read(u) for u in input_manifest_uris(self.config)]
 
     def work_dirs(self) -> list[str]:
         """Folders swept at the start of a run for temp files that killed writers left (a live writer's,
@@ -450,8 +450,8 @@ class StageRunner:
         manifest.status = "failed" if len(failed) > allowed else "complete"
         if manifest.status == "failed" and relaunchable and lost:
             manifest.relaunch = {"pending": True, "lost_units": lost}
-        upstream = stage.upstream_manifest() if manifest.status == "complete" else None
-        broken = chain_problem(manifest, upstream) if upstream is not None else None
+        upstreams = stage.upstream_manifests() if manifest.status == "complete" else []
+        broken = chain_problem(manifest, *upstreams) if upstreams else None
         if broken:
             manifest.status = "failed"
             manifest.write(stage.manifest_uri)

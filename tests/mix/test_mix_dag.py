@@ -1,6 +1,7 @@
 """The pipeline DAG with mix targets, in a real ``dag.test()`` (local backend, the session's SQLite DB): mix runs
 on dedup's manifest (quality and decontaminate skipped), tokenize reads mix's selection, and validate's report
-carries the mixture check, passed."""
+carries the mixture check, passed. A second dataset's manifest (``mix_manifests``) is mixed in beside the run's
+own rows."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 from curation_airflow_helpers import final_manifest, pipeline_module
 
 from airflow_curation.core.layout import Lake, curation_run_id
+from airflow_curation.stages.base import StageRunner
+from airflow_curation.stages.ingest.stage import IngestStage
 
 pytestmark = pytest.mark.airflow
 TARGET = "airflow_curation.stages.mix.stage:MixStage"
@@ -29,6 +32,18 @@ def test_pipeline_mixes_then_tokenizes_the_selection(airflow_db, tmp_path, monke
         (tmp_path / "in" / source).mkdir(parents=True)
         (tmp_path / "in" / source / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
 
+    # another dataset, ingested on its own: its manifest is mixed in through the mix_manifests param
+    (tmp_path / "other" / "recipes").mkdir(parents=True)
+    (tmp_path / "other" / "recipes" / "docs.jsonl").write_text(
+        "".join(json.dumps({"text": t}) + "\n" for t in prose[:10])
+    )
+    other = IngestStage(
+        Lake(str(tmp_path / "lake"), "other"),
+        {"inputs": [str(tmp_path / "other")], "input_root": str(tmp_path / "other")},
+        "o1",
+    )
+    StageRunner(other).run()
+
     dag_run = module.dag.test(
         logical_date=datetime(2026, 12, 1, tzinfo=timezone.utc),
         run_conf={
@@ -38,7 +53,8 @@ def test_pipeline_mixes_then_tokenizes_the_selection(airflow_db, tmp_path, monke
             "preset": "structure",
             "tokenizer": tokenizer,
             "seq_len": 256,
-            "mix_targets": "manuals=0.6,notes=0.4",
+            "mix_targets": "manuals=0.5,notes=0.3,recipes=0.2",
+            "mix_manifests": other.manifest_uri,
             "mix_seed": 5,
         },
     )
@@ -50,16 +66,20 @@ def test_pipeline_mixes_then_tokenizes_the_selection(airflow_db, tmp_path, monke
     mixture = mix.config["mixture"]
     assert mixture["seed"] == 5 and mixture["within_tolerance"]
     by = mixture["by_key"]
-    # notes (10 for 0.4) is the scarcer: taken whole; manuals cut to 15 of those the preset kept
-    assert by["notes"]["selected_rows"] == 10 and by["manuals"]["selected_rows"] == 15
-    # every row read is kept or dropped with a reason: downsampled, or dropped upstream (the preset may drop one)
+    # notes (10 rows for 0.3) is the scarcest: taken whole, so 33 rows in all; manuals (0.5) cut to 17 of those
+    # the preset kept, recipes (0.2, the other dataset's manifest) to 7 of its 10
+    assert by["notes"]["selected_rows"] == 10 and by["manuals"]["selected_rows"] == 17
+    assert by["recipes"]["selected_rows"] == 7 and by["recipes"]["available_rows"] == 10
+    assert [i["rows"] for i in mixture["inputs"]] == [30, 10]
+    # every row read (both inputs) is kept or dropped with a reason: downsampled, or dropped upstream (the preset
+    # may drop one); the gate's row check summed both inputs' manifests
     dropped = mix.accounting["dropped"]
-    assert mix.accounting["read"] == 30 == mix.accounting["kept"] + sum(dropped.values())
-    assert dropped["downsampled"] == by["manuals"]["available_rows"] - 15 + by["notes"]["available_rows"] - 10
+    assert mix.accounting["read"] == 40 == mix.accounting["kept"] + sum(dropped.values())
+    assert dropped["downsampled"] == by["manuals"]["available_rows"] - 17 + 10 - 7
     # tokenize read mix's manifest and packed exactly the selection
     tok = final_manifest(lake.manifest_uri(run_id, "tokenize"))
     assert tok.config["input_manifest"] == lake.manifest_uri(run_id, "mix")
-    assert tok.accounting["kept"] == mix.accounting["kept"] == 25
+    assert tok.accounting["kept"] == mix.accounting["kept"] == 34
     report = json.loads(Path(lake.manifest_uri(run_id, "report")).read_text())
     checks = {c["type"]: c for c in report["checks"]}
     assert checks["mixture"]["status"] == "pass"

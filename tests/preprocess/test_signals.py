@@ -150,11 +150,11 @@ def test_batches_are_independent_of_slicing(warm_signals, prose):
 
 def test_one_computer_gives_each_batch_what_a_fresh_one_does(warm_signals, prose):
     """The kernel's scratch is kept from batch to batch: a batch after others (larger documents, more
-    repeats, kept or not kept scratch) gets exactly the signals a fresh computer gives it."""
+    repeats, scratch grown or kept from a larger batch) gets exactly the signals a fresh computer gives it."""
     from airflow_curation.core.signals import SignalComputer
 
     line = "the same line of words again and again.\n"
-    big = line * 125_000  # 1 M separators: scratch past the bound (~110 B each), used once, not kept
+    big = line * 125_000  # 1 M separators: scratch grown again (~100 B each) and kept
     mid = line * 20_000 + "\n".join(prose[:20])  # 160 k separators: scratch grown (~18 MB) and kept
     batches = [pa.array(prose[:30]), pa.array([mid, "x"]), pa.array([big]), pa.array(prose[30:60]), pa.array([mid])]
     shared = SignalComputer()
@@ -162,7 +162,7 @@ def test_one_computer_gives_each_batch_what_a_fresh_one_does(warm_signals, prose
     for batch in batches:
         assert shared.compute(batch).equals(SignalComputer().compute(batch))
         kept.append(shared._scratch_rows)
-    assert kept[0] < kept[1] == kept[2] == kept[4]  # grown for mid, not for big
+    assert kept[0] < kept[1] < kept[2] == kept[3] == kept[4]  # grown for mid, then for big; never shrunk
 
 
 def test_stop_words_are_configurable(warm_signals):

@@ -115,3 +115,43 @@ def test_local_inputs_into_s3_lake_with_the_cli(s3_bucket, tmp_path):
     assert summary["rows"] == 31
     m = Manifest.read(Lake(lake_root, "local").manifest_uri("cli1", "ingest"))
     assert m.rows == 31 and all(storage.exists(s.uri) for s in m.shards)
+
+
+class _Spy:
+    """A filesystem that records which method each call made on which path (then does it)."""
+
+    def __init__(self, fs, calls: list[tuple[str, str]]) -> None:
+        self._fs, self._calls = fs, calls
+
+    def __getattr__(self, name):
+        real = getattr(self._fs, name)
+        if not callable(real):
+            return real
+
+        def call(*args, **kwargs):
+            paths = args[0] if args and isinstance(args[0], list) else args[:1]
+            self._calls.extend((name, str(p)) for p in paths)
+            return real(*args, **kwargs)
+
+        return call
+
+
+def test_a_later_task_of_an_s3_array_lists_no_input_and_reads_only_its_block(s3_bucket, monkeypatch):
+    """Issue 20, "a task reads only its slice": a task of an ingest array other than the first to plan makes no
+    listing request under the inputs, and stats and opens the files of its own block only."""
+    base = f"s3://{s3_bucket}/raw"
+    for f in range(9):
+        storage.write_bytes(f"{base}/{f // 3}/{f:02d}.jsonl", (json.dumps({"text": f"document {f}"}) + "\n").encode())
+    lake = Lake(f"s3://{s3_bucket}/lake", "web")
+    config = {"inputs": [base], "unit_bytes": 1, "min_units": 3}
+    StageRunner(IngestStage(lake, config, "r1")).run(shard_group=(0, 3))  # the first task: it lists
+    calls: list[tuple[str, str]] = []
+    real = storage.filesystem
+    monkeypatch.setattr(
+        storage, "filesystem", lambda url, options=None: (lambda fs, p: (_Spy(fs, calls), p))(*real(url, options))
+    )
+    StageRunner(IngestStage(lake, config, "r1")).run(shard_group=(2, 3))
+    raw = [(name, path) for name, path in calls if "/raw" in path]
+    assert {name for name, _ in raw} - {"size", "info", "open"} == set(), raw  # no find, glob, ls, isdir
+    mine = {f"{s3_bucket}/raw/2/{f:02d}.jsonl" for f in (6, 7, 8)}
+    assert {p.removeprefix("s3://") for _, p in raw} == mine, raw

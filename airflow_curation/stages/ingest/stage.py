@@ -28,6 +28,7 @@ from airflow_curation.core.schema import ID, META, SHARD_SCHEMA, SOURCE, TEXT
 from airflow_curation.core.shards import ShardWriter
 from airflow_curation.stages.base import Stage, StageFailed, UnitResult, file_record
 from airflow_curation.stages.ingest.inputs import link_outside, list_local, open_local
+from airflow_curation.stages.ingest.plans import RunPlans
 from airflow_curation.stages.ingest.readers import (
     Bad,
     Doc,
@@ -178,7 +179,8 @@ class IngestStage(Stage):
             return urls[0].rsplit("/", 1)[0]
         return os.path.commonpath(urls) if all("://" not in u for u in urls) else _common_url_prefix(urls)
 
-    def plan(self) -> list[UnitEntry]:
+    def _listed_plan(self) -> list[UnitEntry]:
+        """The units of a listing of every input: consecutive files grouped (sets ``_root``)."""
         files = self._list_inputs()
         root = self._root = self._source_root([u for u, _ in files])
         units: list[UnitEntry] = []
@@ -189,39 +191,71 @@ class IngestStage(Stage):
             ident = [(_relpath(u, root), i.get("size"), _version_of(i)) for u, i in group]
             checksum = "xxh64:" + xxhash.xxh64(canonical_json(ident).encode()).hexdigest()
             units.append(UnitEntry(unit_id=f"{len(units):05d}", inputs=[u for u, _ in group], input_checksum=checksum))
-        group = getattr(self, "_guard_group", None)
-        if group is None or not self._guard_group_only(units, *group):
-            self._guard_earlier_runs(units)
+        return units
+
+    def _in_array(self) -> bool:
+        return self.shard_group is not None and self.shard_group[1] > 1
+
+    def _run_plan(self) -> tuple[ManifestHead, list[UnitEntry] | None]:
+        """The plan this run's tasks share (``plans.py``): read where a task of the run wrote it, else listed and
+        written under the plan lease by this task, the first to hold it; with the units where this task listed
+        them (sets ``_root``)."""
+        store = RunPlans(self)
+        head, listed = store.current(), None
+        if head is None:
+            with store.lease():
+                head = store.current()  # else another task wrote it while this one waited
+                if head is None:
+                    listed = self._listed_plan()
+                    head = store.publish(listed, self._root)
+        self._root = head.config["source_root"]
+        return head, listed
+
+    def plan(self) -> list[UnitEntry]:
+        """Every unit: listed (a whole run, and the collect step, which leaves its listing to a relaunch where
+        the inputs changed), or, in group 0 of an array, the run's shared plan."""
+        if self._in_array():
+            head, units = self._run_plan()
+            units = units if units is not None else head.units()
+        else:
+            units = self._listed_plan()
+            if self.collecting:
+                RunPlans(self).reconcile(units, self._root)
+        self._guard_earlier_runs(units)
         return units
 
     def plan_group(self, index: int, count: int) -> list[UnitEntry]:
-        """Group ``index`` of ``count`` (a task of an array that is not group 0): the whole plan (the files'
-        grouping depends on all of them), but the check against earlier runs reads only their units at its
-        block's positions (:meth:`_guard_group_only`)."""
-        self._guard_group = (index, count)
-        try:
-            return super().plan_group(index, count)
-        finally:
-            self._guard_group = None
+        """Group ``index`` of ``count`` (a task of an array that is not group 0): its block of the run's shared
+        plan, read from the pages that hold it, listing nothing where another task wrote the plan; the check
+        against earlier runs reads only their units at its block's positions (:meth:`_guard_group_only`)."""
+        head, _ = self._run_plan()
+        block = group_range(head.unit_count, index, count)
+        units = [UnitEntry(**u) for u in head.unit_dicts_at(block)]
+        if not self._guard_group_only(units, block, head, index, count):
+            self._guard_earlier_runs(head.units())
+        return units
 
-    def _guard_group_only(self, units: list[UnitEntry], index: int, count: int) -> bool:
+    def _guard_group_only(
+        self, units: list[UnitEntry], block: range, plan: ManifestHead, index: int, count: int
+    ) -> bool:
         """:meth:`_guard_earlier_runs` for one task of an array: each earlier complete ingest run's units at the
-        positions of this group's block (the last group: to their end) against the whole plan, from the unit
-        pages that hold them and the heads, so what it reads grows with its own units. Every position is
-        checked by some group, and group 0 checks the whole run. Returns False where the whole check must run
-        (a conflict under ``replace``: superseding reads the other manifests' shards)."""
-        whole: set[tuple[str, str]] | None = None  # the plan's (id, checksum) pairs, built only when needed
+        positions of this group's block (the last group: to their end) against the plan's (``units``: this
+        block's), from the unit pages that hold them and the heads, so what it reads grows with its own units.
+        Every position is checked by some group, and group 0 checks the whole run. Returns False where the
+        whole check must run (a conflict under ``replace``: superseding reads the other manifests' shards)."""
 
         def planned(position: int, u: dict[str, Any]) -> bool:
-            # This run's units are numbered by position, as every earlier run's: look there first.
-            nonlocal whole
-            if position < len(units) and units[position].unit_id == u["unit_id"]:
-                return units[position].input_checksum == u["input_checksum"]
-            if whole is None:
-                whole = {(x.unit_id, x.input_checksum) for x in units}
-            return (u["unit_id"], u["input_checksum"]) in whole
+            # Unit ids are positions, in this run's plan as in every earlier run's: look there.
+            if position in block and units[position - block.start].unit_id == u["unit_id"]:
+                return units[position - block.start].input_checksum == u["input_checksum"]
+            at = int(u["unit_id"]) if str(u["unit_id"]).isdigit() else -1
+            found = plan.unit_dicts_at(range(at, at + 1)) if at >= 0 else []  # one page; none past the end
+            return bool(found) and (found[0]["unit_id"], found[0]["input_checksum"]) == (
+                u["unit_id"],
+                u["input_checksum"],
+            )
 
-        block = group_range(len(units), index, count)
+        total = plan.unit_count
         superseded: list[str] = []
         for uri in storage.glob(self.lake.path("_manifests", "*", f"{self.name}.json")):
             try:
@@ -240,7 +274,8 @@ class IngestStage(Stage):
             changed = {
                 u["unit_id"]
                 for k, u in enumerate(earlier, start=block.start)
-                if u["status"] in ("done", "skipped") and (head.fingerprint != self.fingerprint or not planned(k, u))
+                if u["status"] in ("done", "skipped")
+                and (head.fingerprint != self.fingerprint or k >= total or not planned(k, u))
             }
             if changed and self.config["replace"]:
                 return False
@@ -484,7 +519,10 @@ class IngestStage(Stage):
 
     def collect(self, manifest: Manifest) -> None:
         """Check that caller ids are unique across units, then remove shards a previous run of this dataset
-        left that this run's manifest does not name."""
+        left that this run's manifest does not name. The collect step of an array ends the run's shared plan
+        (a later run of the same id lists again)."""
+        if self.collecting:
+            RunPlans(self).drop()
         if self.config["id_field"]:
             self._check_ids_across_units(manifest)
         keep = {s.uri.rsplit("/", 1)[-1] for s in manifest.shards}

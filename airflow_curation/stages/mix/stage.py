@@ -206,10 +206,6 @@ class MixStage(AttrsStage):
                 found.append(stage)
         return found
 
-    def upstream_manifest(self) -> ManifestHead | None:
-        # One input: the runner's row check against it. Several: collect checks against their sum.
-        return super().upstream_manifest() if len(self.input_uris) == 1 else None
-
     # -- phase 1: the tally --------------------------------------------------------------------------
     def plan(self) -> list[UnitEntry]:
         """Every unit, and the key plans: read from the plan file when one was left for these inputs, else

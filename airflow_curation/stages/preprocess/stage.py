@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.code_signals import CODE_SIGNALS, compute_code_signals, language_of
-from airflow_curation.core.compat import COMPAT_SIGNALS, compat_signals
+from airflow_curation.core.compat_names import COMPAT_SIGNALS
 from airflow_curation.core.filters import DEFAULT_PRESET, Rule, apply_rules, resolve_rules
 from airflow_curation.core.langid import LANG_SIGNALS, lang_rules, lang_signals
 from airflow_curation.core.line_clean import NORMALIZATIONS, REMOVED_PREFIX, LineCleaner
@@ -129,6 +129,9 @@ class Preprocessor:
             for name in lang.column_names:
                 signals = signals.append_column(name, lang.column(name))
         if self.compat:
+            # imported here: the module builds its rules at import (~0.4 CPU s), which only these rules need
+            from airflow_curation.core.compat import compat_signals
+
             dt = compat_signals(texts, self.compat)
             for name in dt.column_names:
                 signals = signals.append_column(name, dt.column(name))

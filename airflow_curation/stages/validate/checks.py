@@ -39,7 +39,7 @@ from typing import Any
 
 from airflow_curation.core import redact, storage
 from airflow_curation.core.accounting import RowAccounting
-from airflow_curation.core.integrity import chain_problem
+from airflow_curation.core.integrity import chain_problem, input_manifest_uris
 from airflow_curation.core.manifest import Manifest, ManifestError
 from airflow_curation.core.schema import ID, SOURCE, TEXT
 from airflow_curation.stages.validate import limits, sandbox
@@ -359,14 +359,14 @@ def _check_unique_ids(c, ctx):
     return rows == distinct, rows - distinct, "0", f"{rows - distinct} repeated ids among {rows} rows", {}
 
 
-def _upstream_of(m: Manifest) -> Manifest | None:
-    uri = m.config.get("input_manifest")
-    if not uri or m.status != "complete":
-        return None
+def _upstreams_of(m: Manifest) -> list[Manifest]:
+    uris = input_manifest_uris(m.config)
+    if not uris or m.status != "complete":
+        return []
     try:
-        return Manifest.read(uri)
+        return [Manifest.read(u) for u in uris]
     except ManifestError:
-        return None  # its own problem is reported by the stage that reads it
+        return []  # its own problem is reported by the stage that reads it
 
 
 def _check_accounting(c, ctx):
@@ -384,8 +384,8 @@ def _check_accounting(c, ctx):
             )
         if stage == "ingest" and m.status == "complete" and acc.kept != m.rows:
             problems.append(f"ingest: kept {acc.kept} rows but its shards hold {m.rows}")
-        upstream = _upstream_of(m) if not m.config.get("manifests") else None  # several inputs: mix checks them
-        if upstream is not None and (broken := chain_problem(m, upstream)):
+        upstreams = _upstreams_of(m)
+        if upstreams and (broken := chain_problem(m, *upstreams)):
             problems.append(broken)
     rows, manifest_rows = ctx.metrics["rows"], ctx.input_manifest.rows
     if rows != manifest_rows:

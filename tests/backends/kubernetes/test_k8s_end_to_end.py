@@ -102,20 +102,31 @@ def _ingest_spec(lake, corpus):
     )
 
 
+def _lose_a_pod(fake_k8s, make_backend, lake, corpus, tmp_path, lost: int, max_resubmits: int, codes: list[int]):
+    """An ingest Indexed Job of 2 groups whose group ``lost`` pod is killed (exit codes ``codes``): its backend,
+    spec, handle and kubelet. The collect pod does not wait for a missing group (the tests play the
+    controllers: a killed group never reports)."""
+    backend = make_backend(
+        launch_kinds={"ingest": "indexed"},
+        shard_groups=2,
+        pod={},
+        max_resubmits=max_resubmits,
+        collect_wait_seconds=0.01,
+    )
+    spec = _ingest_spec(lake, corpus)
+    handle = backend.submit(spec)
+    kubelet = FakeKubelet(fake_k8s, tmp_path / "kubelet")
+    assert kubelet.run_job(handle["name"], kill=frozenset({lost})) == codes
+    return backend, spec, handle, kubelet
+
+
 def test_a_lost_pod_leaves_a_relaunch_pending_until_the_last_attempt(fake_k8s, make_backend, corpus, lake, tmp_path):
     """A group pod killed (no checkpoint, no failure of its own) and the collect pod's wait ended: the collect
     pod, run as rendered (``jobs collect --attempt 1 --attempts 2``), writes the failed manifest saying a
     relaunch is pending, so a stage streaming from it waits for the reopen. The follower's relaunch reopens it
     (the field goes) and runs a fresh collect for attempt 2, the last: its failed manifest says nothing of a
     relaunch, and the follower ends the run."""
-    # No wait for a missing group (the tests play the controllers: a killed group never reports).
-    backend = make_backend(
-        launch_kinds={"ingest": "indexed"}, shard_groups=2, pod={}, max_resubmits=1, collect_wait_seconds=0.01
-    )
-    spec = _ingest_spec(lake, corpus)
-    handle = backend.submit(spec)
-    kubelet = FakeKubelet(fake_k8s, tmp_path / "kubelet")
-    assert kubelet.run_job(handle["name"], kill=frozenset({1})) == [0, 137]
+    backend, spec, handle, kubelet = _lose_a_pod(fake_k8s, make_backend, lake, corpus, tmp_path, 1, 1, [0, 137])
     assert kubelet.run_job(handle["collect"]) == [1]  # gave up on group 1: its 2 units failed
     head = ManifestHead.read(spec.manifest_uri)
     assert head.status == "failed" and head.relaunch_pending and head.relaunch == {"pending": True, "lost_units": 2}
@@ -146,13 +157,7 @@ def test_a_collect_pod_that_waited_through_the_relaunch_collects_the_newest_atte
     """The relaunch keeps a collect pod that is still waiting (created by attempt 1: ``--attempt 1``). When it
     collects after the last attempt lost its pod as well, the run's ``current.json`` (``--newest``) says attempt
     2 of 2: no relaunch pending (a reader fails at once instead of waiting for a relaunch that cannot come)."""
-    backend = make_backend(
-        launch_kinds={"ingest": "indexed"}, shard_groups=2, pod={}, max_resubmits=1, collect_wait_seconds=0.01
-    )
-    spec = _ingest_spec(lake, corpus)
-    handle = backend.submit(spec)
-    kubelet = FakeKubelet(fake_k8s, tmp_path / "kubelet")
-    assert kubelet.run_job(handle["name"], kill=frozenset({1})) == [0, 137]
+    backend, spec, handle, kubelet = _lose_a_pod(fake_k8s, make_backend, lake, corpus, tmp_path, 1, 1, [0, 137])
     st = backend.status(handle)  # the collect pod has not run yet: it is still waiting
     new = attempts.settle(backend, handle, st)
     assert new is not None and new.attempt == 2 and new.to_dict()["collect"] == handle["collect"], st.message
@@ -167,13 +172,7 @@ def test_a_collect_pod_that_waited_through_the_relaunch_collects_the_newest_atte
 def test_a_cancelled_run_declines_its_pending_relaunch(fake_k8s, make_backend, corpus, lake, tmp_path):
     """A run cancelled after its collect pod wrote a relaunch pending will not be relaunched: the cancel says so
     in the manifest (``attempts.decline``), and a reader waiting for the reopen fails at once."""
-    backend = make_backend(
-        launch_kinds={"ingest": "indexed"}, shard_groups=2, pod={}, max_resubmits=2, collect_wait_seconds=0.01
-    )
-    spec = _ingest_spec(lake, corpus)
-    handle = backend.submit(spec)
-    kubelet = FakeKubelet(fake_k8s, tmp_path / "kubelet")
-    assert kubelet.run_job(handle["name"], kill=frozenset({0})) == [137, 0]
+    backend, spec, handle, kubelet = _lose_a_pod(fake_k8s, make_backend, lake, corpus, tmp_path, 0, 2, [137, 0])
     assert kubelet.run_job(handle["collect"]) == [1]
     assert ManifestHead.read(spec.manifest_uri).relaunch == {"pending": True, "lost_units": 2}
     attempts.cancel(backend, handle)

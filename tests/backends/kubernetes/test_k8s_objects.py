@@ -49,23 +49,6 @@ def _spec(stage: str = "preprocess") -> JobSpec:
     )
 
 
-def _containers(obj: dict) -> list[dict]:
-    out = []
-
-    def walk(x):
-        if isinstance(x, dict):
-            if "containers" in x and isinstance(x["containers"], list):
-                out.extend(x["containers"])
-            for v in x.values():
-                walk(v)
-        elif isinstance(x, list):
-            for v in x:
-                walk(v)
-
-    walk(obj)
-    return out
-
-
 def _pod_specs(obj: dict) -> list[dict]:
     out = []
 
@@ -81,6 +64,10 @@ def _pod_specs(obj: dict) -> list[dict]:
 
     walk(obj)
     return out
+
+
+def _containers(obj: dict) -> list[dict]:
+    return [c for ps in _pod_specs(obj) for c in ps["containers"]]
 
 
 @pytest.mark.parametrize("pod", POD_SETTINGS, ids=["defaults", "full"])

@@ -10,7 +10,10 @@ import pytest
 
 from airflow_curation.cli import main as curation
 from airflow_curation.cli.submit import backend_options
+from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest
+from airflow_curation.stages.base import StageRunner
+from airflow_curation.stages.ingest.stage import IngestStage
 
 from .conftest import JOB_PYTHONPATH
 
@@ -53,3 +56,14 @@ def test_cli_runs_ingest_on_slurm_as_an_array(slurm_cluster, tmp_path, capsys):
     # collect step wrote the manifest.
     assert '"group": "0/2"' in captured.err and '"group": "1/2"' in captured.err
     assert summary["kind"] == "collect"
+    # The inputs were listed once, by the task that took the plan lease first; the other task read its
+    # block of that plan (issue 20: a task reads only its slice). The result is one process's.
+    assert captured.err.count("written: 2 units, 3 files") == 1, captured.err[-3000:]
+    one = Lake(str(tmp_path / "one"), "web")
+    alone = StageRunner(IngestStage(one, {"inputs": [str(inputs)], "min_units": 2}, "cli1")).run()
+    assert [(s.shard_id, s.rows, s.checksum) for s in manifest.shards] == [
+        (s.shard_id, s.rows, s.checksum) for s in alone.shards
+    ]
+    assert [(u.unit_id, u.input_checksum) for u in manifest.units] == [
+        (u.unit_id, u.input_checksum) for u in alone.units
+    ]
