@@ -83,14 +83,35 @@ class ShardEntry:
     unit_id: str = ""
     attrs: dict[str, str] = field(default_factory=dict)  # stage -> URI of that stage's additive columns
     attrs_checksums: dict[str, str] = field(default_factory=dict)  # stage -> checksum of that attrs file
+    # stage -> the columns of that attrs file, as its writer knew them: a downstream plan learns which attrs
+    # hold keep, is_duplicate, clean_text... without opening their footers (a stage absent, e.g. in a
+    # manifest written before they were recorded: its footer is read, :func:`~airflow_curation.core.shards.attrs_columns`).
+    attrs_columns: dict[str, list[str]] = field(default_factory=dict)
+    # Other files the unit that handed this shard on wrote for it, by role, each {uri, checksum, bytes}
+    # (tokenize's ``packed`` sequences): in the shard pages, so that a task reads its block's only.
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def with_attrs(self, stage: str, uri: str, checksum: str) -> "ShardEntry":
-        """This shard with one more stage's additive columns (what an attrs stage hands on)."""
+    def with_attrs(
+        self,
+        stage: str,
+        uri: str,
+        checksum: str,
+        columns: list[str] | None = None,
+        files: dict[str, dict[str, Any]] | None = None,
+    ) -> "ShardEntry":
+        """This shard with one more stage's additive columns (what an attrs stage hands on).
+
+        :param columns: the columns of that stage's attrs file (None: not known, a reader opens its footer).
+        :param files: the other files that stage's unit wrote for the shard (the entry's ``files`` become these).
+        """
+        known = {k: v for k, v in self.attrs_columns.items() if k != stage}
         return ShardEntry(
             **{
                 **asdict(self),
                 "attrs": {**self.attrs, stage: uri},
                 "attrs_checksums": {**self.attrs_checksums, stage: checksum},
+                "attrs_columns": {**known, **({stage: list(columns)} if columns is not None else {})},
+                "files": dict(files or {}),
             }
         )
 
@@ -158,6 +179,7 @@ class Manifest:
                 del d[key]
         _validate(d, uri)
         lists = {kind: d.pop(kind) for kind in KINDS}
+        lists["shards"] = [_compact(s) for s in lists["shards"]]
         generation = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
         d["index"] = {"page_entries": page_entries}
         for kind, entries in lists.items():
@@ -555,6 +577,24 @@ def _check_shard(s: Any, at: str, fail) -> None:
             fail(f"{at}.{key} missing or not {typ.__name__}")
     if s["rows"] < 0 or s["bytes"] < 0:
         fail(f"{at} has negative counts")
+    columns = s.get("attrs_columns", {})
+    if not isinstance(columns, dict) or not all(
+        isinstance(v, list) and all(isinstance(c, str) for c in v) for v in columns.values()
+    ):
+        fail(f"{at}.attrs_columns is not a dict of column name lists")
+    files = s.get("files", {})
+    if not isinstance(files, dict) or not all(
+        isinstance(f, dict) and isinstance(f.get("uri"), str) for f in files.values()
+    ):
+        fail(f"{at}.files is not a dict of {{uri, checksum, bytes}} records")
+
+
+def _compact(shard: dict[str, Any]) -> dict[str, Any]:
+    """A shard entry without its optional fields where they are empty (most stages' entries have none)."""
+    return {k: v for k, v in shard.items() if v or k not in _OPTIONAL_SHARD_FIELDS}
+
+
+_OPTIONAL_SHARD_FIELDS = ("attrs_columns", "files")
 
 
 def _check_unique(d: dict[str, Any], where: str) -> None:

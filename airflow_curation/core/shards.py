@@ -218,6 +218,16 @@ def read_shard(uri: str, columns: list[str] | None = None) -> pa.Table:
         return pq.read_table(f, columns=columns)
 
 
+def attrs_columns(entry: ShardEntry, key: str) -> list[str]:
+    """The columns of ``entry``'s ``key`` attrs file: as its writer recorded them in the entry
+    (``attrs_columns``), else from the file's footer (an entry written before they were recorded). What a plan
+    asks of every shard of its block (which attrs hold ``keep``, ``clean_text``...): recorded, it opens no file."""
+    recorded = entry.attrs_columns.get(key)
+    if recorded is not None:
+        return list(recorded)
+    return column_names(entry.attrs[key], entry.attrs_checksums.get(key), f"{key} attrs")
+
+
 def column_names(uri: str, checksum: str | None = None, what: str = "file") -> list[str]:
     """The top-level columns of a Parquet file, from its footer alone (no data is read).
 

@@ -40,12 +40,17 @@ def resolve(uri: str, root: str) -> str:
 
 def map_shard(shard: dict[str, Any], fn: Callable[[str], str]) -> dict[str, Any]:
     """A shard entry (a manifest's ``shards[i]``, a checkpoint record's ``outputs[i]``) with ``fn`` applied to
-    every URI it holds: the shard's and each stage's attrs file."""
+    every URI it holds: the shard's, each stage's attrs file and the unit's other files (``files``)."""
     out = dict(shard)
     if isinstance(out.get("uri"), str):
         out["uri"] = fn(out["uri"])
     if isinstance(out.get("attrs"), dict):
         out["attrs"] = {k: fn(v) if isinstance(v, str) else v for k, v in out["attrs"].items()}
+    if isinstance(out.get("files"), dict):
+        out["files"] = {
+            k: {**f, "uri": fn(f["uri"])} if isinstance(f, dict) and isinstance(f.get("uri"), str) else f
+            for k, f in out["files"].items()
+        }
     return out
 
 

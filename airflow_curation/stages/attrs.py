@@ -39,7 +39,7 @@ from airflow_curation.core.integrity import shard_files, verify_files
 from airflow_curation.core.layout import Lake, safe_name
 from airflow_curation.core.manifest import ManifestHead, ShardEntry, UnitEntry, group_range
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text
-from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink, parquet_writer
+from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink, column_names, parquet_writer
 from airflow_curation.stages.base import Stage, UnitMapper, UnitResult, local_mapper
 from airflow_curation.stages.settings import Setting
 from airflow_curation.stages.text import ShardText, clean_text_attrs, clean_text_uri
@@ -56,6 +56,8 @@ class AttrsFile:
     checksum: str
     accounting: RowAccounting
     extra: dict[str, Any] = field(default_factory=dict)
+    columns: list[str] | None = None  # the file's columns (None: its footer is read once, by the writer's unit)
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)  # other files for the shard, by role
 
 
 # Upstream shards, read once per process: workers (Dask, a process pool) get the stage without them, so
@@ -325,7 +327,11 @@ class AttrsStage(Stage):
         uri = self.output_uri(unit.unit_id)
         out = self.write_unit(unit, entry, uri)
         fault_point(f"{self.name}.after_attrs_write")
-        return UnitResult.attrs(self.attrs_name, entry, uri, out.nbytes, out.checksum, out.accounting, out.extra)
+        # Its columns go in the entry it hands on: every later plan reads them there, not in the file's footer.
+        columns = out.columns if out.columns is not None else column_names(uri, out.checksum, f"{self.name} attrs")
+        return UnitResult.attrs(
+            self.attrs_name, entry, uri, out.nbytes, out.checksum, out.accounting, out.extra, columns, out.files
+        )
 
     def write_unit(self, unit: UnitEntry, entry: ShardEntry, uri: str) -> AttrsFile:
         """Stream the shard through :meth:`compute` in batches of ``batch_rows`` (default: the whole shard)
@@ -474,7 +480,7 @@ def write_attrs(
         "seconds": round(time.time() - started, 3),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
-    return AttrsFile(sink.tell(), sink.checksum.hexdigest(), accounting, extra)
+    return AttrsFile(sink.tell(), sink.checksum.hexdigest(), accounting, extra, writer.schema.names)
 
 
 def _text_bytes(col: pa.ChunkedArray | pa.Array) -> int:

@@ -55,13 +55,19 @@ class UnitResult:
         checksum: str,
         accounting: RowAccounting,
         extra: dict[str, Any] | None = None,
+        columns: list[str] | None = None,
+        files: dict[str, dict[str, Any]] | None = None,
     ) -> "UnitResult":
-        """The result of an attrs stage: ``entry`` handed on with ``stage``'s additive-columns file."""
+        """The result of an attrs stage: ``entry`` handed on with ``stage``'s additive-columns file.
+
+        :param columns: that file's columns, recorded in the entry (later plans read no footer for them).
+        :param files: the unit's other files for the shard, by role, recorded in the entry too."""
         return cls(
-            outputs=[entry.with_attrs(stage, uri, checksum)],
+            outputs=[entry.with_attrs(stage, uri, checksum, columns, files)],
             accounting=accounting,
             extra={"attrs_uri": uri, **(extra or {})},
-            files=[file_record(uri, nbytes, checksum)],
+            files=[file_record(uri, nbytes, checksum)]
+            + [file_record(f["uri"], f["bytes"], f["checksum"]) for f in (files or {}).values()],
         )
 
 

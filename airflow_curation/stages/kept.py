@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from airflow_curation.core.manifest import ShardEntry
 from airflow_curation.core.schema import ID, IS_DUPLICATE, KEEP
-from airflow_curation.core.shards import column_names, read_shard
+from airflow_curation.core.shards import attrs_columns, column_names, read_shard
 
 NOT_KEPT = "not_kept"
 DUPLICATE = "duplicate"
@@ -24,10 +24,10 @@ def decision_attrs(entry: ShardEntry, skip: Callable[[str], bool] = lambda key: 
     """The keys of ``entry``'s attrs whose files hold ``keep`` or ``is_duplicate`` (sorted), but those
     ``skip`` refuses."""
     found = []
-    for key, uri in sorted(entry.attrs.items()):
+    for key in sorted(entry.attrs):
         if skip(key):
             continue
-        names = column_names(uri, entry.attrs_checksums.get(key), f"{key} attrs")
+        names = attrs_columns(entry, key)  # recorded in the entry: no footer read
         if KEEP in names or IS_DUPLICATE in names:
             found.append(key)
     return found

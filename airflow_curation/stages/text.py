@@ -19,10 +19,10 @@ import pyarrow.parquet as pq
 from airflow_curation.core import storage
 from airflow_curation.core.manifest import ShardEntry
 from airflow_curation.core.schema import CLEAN_TEXT, ID, TEXT, check_id_text
-from airflow_curation.core.shards import column_names
+from airflow_curation.core.shards import attrs_columns
 
-# The attrs that may hold the cleaned text (only their footers are read to find out), the latest writer
-# first: boilerplate cleans preprocess's cleaned text further.
+# The attrs that may hold the cleaned text (the columns their entry records say; an entry without the record:
+# their footers), the latest writer first: boilerplate cleans preprocess's cleaned text further.
 WRITERS = ("boilerplate", "preprocess")
 
 
@@ -31,7 +31,7 @@ def clean_text_attrs(entry: ShardEntry, reader: str | None = None) -> list[str]:
     (never the stage ``reader`` itself: boilerplate reads preprocess's)."""
     for key in WRITERS:
         uri = entry.attrs.get(key)
-        if uri and key != reader and CLEAN_TEXT in column_names(uri, entry.attrs_checksums.get(key), f"{key} attrs"):
+        if uri and key != reader and CLEAN_TEXT in attrs_columns(entry, key):
             return [key]
     return []
 

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -33,10 +34,9 @@ def _export(packed, run_id: str, **config) -> Manifest:
 def _sequences(packed) -> dict[tuple[int, int], np.ndarray]:
     """(shard index in manifest order, row) -> the real tokens of that packed sequence."""
     m = packed["tokenize"]
-    shards = m.config["tokens"]["shards"]
     out = {}
-    for s, unit in enumerate(m.units):
-        t = pq.read_table(shards[unit.unit_id]["packed_uri"])
+    for s, shard in enumerate(m.shards):
+        t = pq.read_table(shard.files["packed"]["uri"])
         ids = t.column("input_ids").to_pylist()
         for r, (row, n) in enumerate(zip(ids, t.column("n_tokens").to_pylist())):
             out[(s, r)] = np.array(row[:n], np.int64)
@@ -126,9 +126,7 @@ def test_all_three_formats_hold_the_same_sequences_in_the_same_order(packed):
         assert len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want))
     # the Parquet keeps tokenize's layout: the document boundaries travel with each sequence
     t = pq.read_table(e["parquet"][0])
-    assert t.schema.equals(
-        pq.read_schema(next(iter(packed["tokenize"].config["tokens"]["shards"].values()))["packed_uri"])
-    )
+    assert t.schema.equals(pq.read_schema(packed["tokenize"].shards[0].files["packed"]["uri"]))
 
 
 def test_same_seed_same_bytes_other_seed_other_order(packed):
@@ -193,11 +191,8 @@ def test_an_empty_packed_shard_is_exported_with_nothing_lost(packed, tmp_path):
     empty = str(tmp_path / "empty.parquet")
     pq.write_table(packed_schema(m.config["tokens"]["seq_len"]).empty_table(), empty)
     m.units.insert(1, UnitEntry(unit_id="empty", inputs=[], input_checksum="-", status="done", rows=0))
-    m.config["tokens"]["shards"]["empty"] = {
-        "sequences": 0,
-        "packed_uri": empty,
-        "packed_checksum": checksum_url(empty),
-    }
+    packed_file = {"uri": empty, "checksum": checksum_url(empty), "bytes": Path(empty).stat().st_size}
+    m.shards.insert(1, replace(m.shards[0], shard_id="empty", rows=0, files={"packed": packed_file}))
     m.run_id = "with-empty"
     uri = m.write(lake.manifest_uri("with-empty", "tokenize"))
     out = StageRunner(ExportStage(lake, {"input_manifest": uri, "file_size": 4096, "seed": 7}, "empty")).run()
@@ -250,7 +245,7 @@ def test_array_tasks_scatter_their_own_block_and_write_the_same_bytes(packed, tm
     config = {"input_manifest": lake.manifest_uri("r", "tokenize"), "file_size": 4096, "seed": 21, "formats": fmts}
     n = len(packed["tokenize"].units)
     assert n >= 3
-    read: list[range] = []  # the positions of the tokenize units each plan read
+    read: list[range | None] = []  # the positions of the tokenize shards each plan scattered (None: all)
     real = ExportStage._shards
     monkeypatch.setattr(
         ExportStage, "_shards", lambda self, positions: (read.append(positions), real(self, positions))[1]
@@ -271,10 +266,10 @@ def test_array_tasks_scatter_their_own_block_and_write_the_same_bytes(packed, tm
     assert spills() == mine and read == [block]  # its own block, nothing else, while the lease is held
     holder.release()
     task.join()
-    assert read == [block, range(0, n)] and out  # then, holding the lease, what was still missing
+    assert read == [block, None] and out  # then, holding the lease, what was still missing (all: None)
     for i in (0, 2):
         StageRunner(ExportStage(lake, config, "arr")).run(shard_group=(i, 3))
-    assert read == [block, range(0, n)]  # the scatter was done: no other task read a shard of it
+    assert read == [block, None]  # the scatter was done: no other task read a shard of it
     grouped = StageRunner(ExportStage(lake, config, "arr")).run(collect=True)
     assert grouped.status == "complete"
     assert _files_digest(grouped.config["export"]["output_dir"]) == _files_digest(whole.config["export"]["output_dir"])

@@ -304,8 +304,8 @@ def test_tokenize_packs_each_selected_row_its_epochs_times(lake, tmp_path):
     tok = StageRunner(TokenizeStage(lk, config, "tok")).run()
     assert tok.accounting["kept"] == m.accounting["kept"] == 500 - 250 + 100
     starts: Counter[str] = Counter()
-    for s in tok.config["tokens"]["shards"].values():
-        for r in pq.read_table(s["packed_uri"], columns=["doc_ids", "doc_offsets"]).to_pylist():
+    for s in tok.shards:
+        for r in pq.read_table(s.files["packed"]["uri"], columns=["doc_ids", "doc_offsets"]).to_pylist():
             starts.update(d for d, off in zip(r["doc_ids"], r["doc_offsets"]) if off == 0)
     assert starts == Counter(selection(m))  # every selected row packed exactly its epochs times
     assert tok.config["tokens"]["repeats"] == sum(selection(m).values()) - tok.accounting["kept"] == 150

@@ -20,6 +20,7 @@ from tokenizer_files import EOS, PAD, stdlib_prose, train_bpe, train_wordpiece
 from tokenizers import Tokenizer
 
 from airflow_curation.cli import main as curation
+from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest
 from airflow_curation.core.schema import DROP_REASON, KEEP
@@ -92,7 +93,7 @@ def test_every_row_is_accounted_for_and_only_kept_rows_are_packed(pipeline, bpe)
                 assert row["token_count"] == len(tok.encode(kept[row["id"]], add_special_tokens=False).ids)
             else:
                 assert row["id"] not in kept and row[DROP_REASON] in {"not_kept", "duplicate"}
-        packed = pq.read_table(m.config["tokens"]["shards"][shard.shard_id]["packed_uri"])
+        packed = pq.read_table(shard.files["packed"]["uri"])
         assert packed.schema.field("input_ids").type == pa.list_(pa.int32(), SEQ_LEN)
         for ids, n, doc_ids in zip(*(packed.column(c).to_pylist() for c in ("input_ids", "n_tokens", "doc_ids"))):
             stream += ids[:n]
@@ -108,8 +109,16 @@ def test_every_row_is_accounted_for_and_only_kept_rows_are_packed(pipeline, bpe)
 def test_token_counts_in_the_manifest_and_the_report(pipeline):
     lake, m = pipeline["lake"], pipeline["tokenize"]
     tokens = m.config["tokens"]
-    shards = tokens["shards"]
-    assert set(shards) == {s.shard_id for s in m.shards}
+    assert "shards" not in tokens  # per shard: in the checkpoint records and the entries (the head stays small)
+    stage = TokenizeStage(lake, pipeline["config"], "pipe")
+    shards = {s.shard_id: stage.checkpoints.load(s.shard_id).extra for s in m.shards}
+    for s in m.shards:  # each entry names its packed file as the unit wrote it
+        assert s.files["packed"] == {
+            "uri": shards[s.shard_id]["packed_uri"],
+            "checksum": shards[s.shard_id]["packed_checksum"],
+            "bytes": Path(shards[s.shard_id]["packed_uri"]).stat().st_size,
+        }
+    assert checksum_url(m.shards[0].files["packed"]["uri"]) == m.shards[0].files["packed"]["checksum"]
     assert tokens["tokens"] == sum(s["tokens"] for s in shards.values()) == tokens["doc_tokens"] + tokens["documents"]
     assert tokens["documents"] == m.accounting["kept"] and tokens["seq_len"] == SEQ_LEN
     assert tokens["sequences"] * SEQ_LEN == tokens["tokens"] + tokens["padding"]
@@ -129,14 +138,14 @@ def test_token_counts_in_the_manifest_and_the_report(pipeline):
 def test_rerun_skips_and_recomputing_is_byte_identical(pipeline, bpe, tmp_path):
     lake, m, config = pipeline["lake"], pipeline["tokenize"], pipeline["config"]
     assert {u.status for u in _run(lake, "tokenize", config).units} == {"skipped"}
-    before = {sid: Path(s["packed_uri"]).read_bytes() for sid, s in m.config["tokens"]["shards"].items()}
+    before = {s.shard_id: Path(s.files["packed"]["uri"]).read_bytes() for s in m.shards}
     attrs_before = {s.shard_id: Path(s.attrs["tokenize"]).read_bytes() for s in m.shards}
     stage = TokenizeStage(lake, config, "again")
     shutil.rmtree(lake.checkpoint_dir("tokenize", stage.fingerprint))
     # Another batch size and a process pool (runtime settings): the same configuration, the same bytes.
     again = _run(lake, "tokenize", {**config, "batch_rows": 7, "workers": 2}, run_id="again")
     assert {u.status for u in again.units} == {"done"}
-    assert {sid: Path(s["packed_uri"]).read_bytes() for sid, s in again.config["tokens"]["shards"].items()} == before
+    assert {s.shard_id: Path(s.files["packed"]["uri"]).read_bytes() for s in again.shards} == before
     assert {s.shard_id: Path(s.attrs["tokenize"]).read_bytes() for s in again.shards} == attrs_before
 
     # Another tokenizer file at the same path is another configuration.

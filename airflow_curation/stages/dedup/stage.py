@@ -37,7 +37,7 @@ from airflow_curation.core.lsh import gather_partition, next_power_of_two, parti
 from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry, UnitEntry, group_range
 from airflow_curation.core.minhash import MinHashParams, lsh_params
 from airflow_curation.core.schema import CLUSTER_ID, EXACT_DUPLICATE, KEEP, NEAR_DUPLICATE
-from airflow_curation.core.shards import column_names, write_parquet
+from airflow_curation.core.shards import attrs_columns, write_parquet
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches
 from airflow_curation.stages.base import Stage, StageRunner, UnitMapper, UnitResult, local_mapper
 from airflow_curation.stages.dedup import phases, snapshots
@@ -348,7 +348,7 @@ class DedupStage(AttrsStage):
         uri = entry.attrs.get("preprocess") if self.config["only_kept"] else None
         if not uri:
             return []
-        names = column_names(uri, entry.attrs_checksums.get("preprocess"), "preprocess attrs")
+        names = attrs_columns(entry, "preprocess")  # recorded in the entry: no footer read
         return ["preprocess"] if self.config["keep_column"] in names else []
 
     def _shard(self, e: ShardEntry, index: int, read: tuple[str, str] | None = None) -> tuple[dict, bool, tuple]:
@@ -359,8 +359,10 @@ class DedupStage(AttrsStage):
         :param read: that pair as the whole plan found it in the attrs files' footers (:func:`_encode_reads`):
             given, no footer is opened."""
         if read is None:
-            keep = self.reads_attrs(e)  # a footer read: does preprocess's attrs have the keep column?
-            text = clean_text_attrs(e)  # footer reads: the cleaned text, read in the place of the shard's
+            # the entry's recorded attrs columns (footer reads for an entry without them): does preprocess's
+            # attrs have the keep column? which holds the cleaned text, read in the place of the shard's?
+            keep = self.reads_attrs(e)
+            text = clean_text_attrs(e)
         else:
             keep, text = ([read[0]] if read[0] else []), ([read[1]] if read[1] else [])
         keep_uri = e.attrs[keep[0]] if keep else None
@@ -734,4 +736,5 @@ class DedupStage(AttrsStage):
         ):
             if count:
                 acc.drop(reason, count)
-        return AttrsFile(nbytes, checksum, acc, {"exact_duplicates": exact, "near_duplicates": near})
+        extra = {"exact_duplicates": exact, "near_duplicates": near}
+        return AttrsFile(nbytes, checksum, acc, extra, table.column_names)  # its columns, for the entry

@@ -37,6 +37,7 @@ from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead
 from airflow_curation.stages.base import Stage, StageFailed, StageRunner, UnitResult, _attempt_unit, file_record
 from airflow_curation.stages.export import formats, phases
 from airflow_curation.stages.settings import Setting, size
+from airflow_curation.stages.tokenize.packing import PACKED
 
 log = logging.getLogger(__name__)
 
@@ -191,23 +192,56 @@ class ExportStage(Stage):
         block = group_range(len(units), index, count)
         return units[block.start : block.stop]
 
-    def _shards(self, positions: range) -> list[dict[str, Any]]:
-        """The packed shards at ``positions`` of the tokenize manifest (its units' pages of them only)."""
-        by_shard = self.tokenize_head.config["tokens"]["shards"]
+    def _spill_uris(self) -> list[str]:
+        """The spill file of every packed shard, listed by the first gather unit (which reads them all): a
+        task's plan needs none of their names, nor the pages they come from."""
+        if self._gather.get("spill_uris") is None:
+            fp = self._gather["scatter_fingerprint"]  # ExportScatterStage.spill_uri's, without that stage
+            self._gather["spill_uris"] = [
+                self.lake.path("export", fp, "spill", f"{sid}.arrow") for sid, _ in self._packed(None)
+            ]
+        return self._gather["spill_uris"]
+
+    @property
+    def _packed_in_head(self) -> dict[str, Any] | None:
+        """The packed file per shard in the tokenize head (``tokens.shards``): where manifests written before
+        they went to the shard entries list them (every task read them all); None for the others."""
+        return self.tokenize_head.config["tokens"].get("shards")
+
+    def _shards(self, positions: range | None) -> list[dict[str, Any]]:
+        """The packed shards at ``positions`` (None: all) of the tokenize manifest to scatter, each with its
+        position (``index``, which keys its sequences' order)."""
+        start = positions.start if positions is not None else 0
         shards = []
-        for k, unit in enumerate(self.tokenize_head.unit_dicts_at(positions)):
-            rec = by_shard.get(unit["unit_id"])
+        for k, (shard_id, rec) in enumerate(self._packed(positions)):
             if rec is None:
-                raise ManifestError(f"export: shard {unit['unit_id']} has no packed file in the tokenize manifest")
-            shards.append(
-                {
-                    "shard_id": unit["unit_id"],
-                    "uri": rec["packed_uri"],
-                    "checksum": rec["packed_checksum"],
-                    "index": positions.start + k,
-                }
-            )
+                raise ManifestError(
+                    f"export: shard {shard_id} has no packed file in the tokenize manifest {self.tokenize_head.uri}"
+                )
+            shards.append({"shard_id": shard_id, "uri": rec["uri"], "checksum": rec["checksum"], "index": start + k})
         return shards
+
+    def _packed(self, positions: range | None) -> list[tuple[str, dict[str, Any] | None]]:
+        """``(shard id, {uri, checksum} of its packed file)`` at ``positions`` (None: all) of the tokenize
+        manifest: from its shard pages of them only, where each entry names its packed file (``files["packed"]``);
+        a manifest from before lists them in its head, by unit."""
+        head = self.tokenize_head
+        old = self._packed_in_head
+        if old is None:
+            if head.shard_count != head.unit_count:
+                raise ManifestError(
+                    f"export: the tokenize manifest {head.uri} has {head.shard_count} shards for {head.unit_count} "
+                    f"units: some shard has no packed file (failed units: {head.failed_units[:5]})"
+                )
+            entries = head.shard_dicts_at(positions if positions is not None else range(head.shard_count))
+            records = [(s["shard_id"], (s.get("files") or {}).get(PACKED)) for s in entries]
+        else:
+            units = head.unit_dicts_at(positions if positions is not None else range(head.unit_count))
+            records = [(u["unit_id"], old.get(u["unit_id"])) for u in units]
+            records = [
+                (sid, rec and {"uri": rec["packed_uri"], "checksum": rec["packed_checksum"]}) for sid, rec in records
+            ]
+        return records
 
     def _plan_run(self, group: tuple[int, int] | None) -> list[UnitEntry]:
         head = self.tokenize_head
@@ -231,16 +265,7 @@ class ExportStage(Stage):
             },
             self.run_id,
         )
-        # Every shard's packed checksum (from the head) and the units' order (their pages' checksums, or the
-        # ids of a manifest without pages) name the scatter: a changed or reordered shard is another run.
-        units_meta = head.data["index"]["units"]
-        order = units_meta.get("checksums") or [u["unit_id"] for u in head.unit_dicts()]
-        run_key = hashlib.sha256(
-            "|".join(
-                [scatter.fingerprint, str(head.unit_count), *order]
-                + [f"{k}={v['packed_checksum']}" for k, v in sorted(tokens["shards"].items())]
-            ).encode()
-        ).hexdigest()[:16]
+        run_key = self._run_key(scatter)
         self._scatter(scatter, run_key, group)
         fault_point("export.after_scatter")
         # A unit holds its range of every spill file, the sorted copy, the cut-off padding and the bytes it
@@ -248,8 +273,10 @@ class ExportStage(Stage):
         memory_units = math.ceil(4 * total / int(self.config["memory_budget"]))
         ranges = partition_ranges(buckets, max(memory_units, int(self.config["workers"] or 1)))
         self._gather = {
-            # every spill file (the order of reading does not enter the written order: phases)
-            "spill_uris": [scatter.spill_uri(shard_id) for shard_id in sorted(tokens["shards"])],
+            # every spill file, listed by the first gather unit (:meth:`_spill_uris`; the order of reading does
+            # not enter the written order: phases)
+            "spill_uris": None,
+            "scatter_fingerprint": scatter.fingerprint,
             "seq_len": seq_len,
             "dtype": dtype.name,
             "buckets": buckets,
@@ -265,6 +292,21 @@ class ExportStage(Stage):
             UnitEntry(unit_id=f"buckets-{lo:05d}-{hi:05d}", inputs=[], input_checksum=f"{run_key}:{lo}-{hi}")
             for lo, hi in ranges
         ]
+
+    def _run_key(self, scatter: ExportScatterStage) -> str:
+        """What names the scatter: a changed or reordered packed shard is another run. The shard pages'
+        checksums (in the head) cover every entry, so its packed file's checksum, in order: no page is read. A
+        manifest from before (packed files in its head) by its units' order and its head's packed checksums."""
+        head = self.tokenize_head
+        old = self._packed_in_head
+        if old is None:
+            parts = [scatter.fingerprint, "shards", str(head.shard_count), *head.data["index"]["shards"]["checksums"]]
+        else:
+            units_meta = head.data["index"]["units"]
+            order = units_meta.get("checksums") or [u["unit_id"] for u in head.unit_dicts()]
+            parts = [scatter.fingerprint, str(head.unit_count), *order]
+            parts += [f"{k}={v['packed_checksum']}" for k, v in sorted(old.items())]
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
     def _scatter(self, scatter: ExportScatterStage, run_key: str, group: tuple[int, int] | None) -> None:
         """Phase 1, once for all the tasks of a run, marked done by ``spill/_done/<run key>.json`` (in the
@@ -289,7 +331,7 @@ class ExportStage(Stage):
         with lease if group is not None else contextlib.nullcontext():
             if storage.exists(done):  # another task finished it while this one waited
                 return
-            scatter.config["shards"] = self._shards(range(self.tokenize_head.unit_count))
+            scatter.config["shards"] = self._shards(None)
             StageRunner(scatter, self.default_mapper()).run()
             storage.write_json(done, {"run_key": run_key, "shards": len(scatter.config["shards"])})
 
@@ -315,7 +357,7 @@ class ExportStage(Stage):
         result = phases.gather_buckets(
             lo,
             hi,
-            g["spill_uris"],
+            self._spill_uris(),
             int(self.config["seed"]),
             g["seq_len"],
             g["dtype"],

@@ -107,6 +107,15 @@ def _documents(shard_uri: str, ids: list[str]) -> dict[str, dict[str, Any]]:
     return {r[ID]: {"source": r.get(SOURCE), "meta": r.get(META)} for r in table.to_pylist()}
 
 
+def packed_file(tokenize: Manifest, shard: int) -> str:
+    """The packed file of the tokenize manifest's shard number ``shard`` (export's order): its entry's
+    ``files["packed"]``, or, in a manifest from before those, its head's ``tokens.shards`` by unit."""
+    old = tokenize.config["tokens"].get("shards")
+    if old is not None:
+        return old[tokenize.units[shard].unit_id]["packed_uri"]
+    return tokenize.shards[shard].files[packing.PACKED]["uri"]
+
+
 def trace(
     export_manifest_uri: str, sequence: int | None = None, bucket: int | None = None, index: int | None = None
 ) -> TracedSequence:
@@ -125,7 +134,7 @@ def trace(
         order = pq.read_table(f).slice(i, 1).to_pylist()[0]
     tokenize = Manifest.read(export_manifest.config["tokenize_manifest"])
     unit = tokenize.units[int(order["shard"])]
-    packed_uri = tokenize.config["tokens"]["shards"][unit.unit_id]["packed_uri"]
+    packed_uri = packed_file(tokenize, int(order["shard"]))
     with storage.open_read(packed_uri) as f:
         cols = [packing.N_TOKENS, packing.DOC_IDS, packing.DOC_STARTS, packing.DOC_OFFSETS]
         row = pq.read_table(f, columns=cols).slice(int(order["row"]), 1).to_pylist()[0]

@@ -42,7 +42,7 @@ from airflow_curation.core.integrity import handed_rows
 from airflow_curation.core.lease import Lease
 from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry, UnitEntry, group_range
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, SOURCE, TEXT, check_id_text
-from airflow_curation.core.shards import _CountingSink, column_names, parquet_writer, read_shard
+from airflow_curation.core.shards import _CountingSink, attrs_columns, parquet_writer, read_shard
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, _manifest_entries, keep_accounting
 from airflow_curation.stages.base import Stage, StageFailed
 from airflow_curation.stages.kept import decision_attrs, skip_reasons
@@ -409,7 +409,7 @@ class MixStage(AttrsStage):
                 f"mix: {what} {ref!r} is neither a column of shard {unit.unit_id} ({entry.uri}; columns "
                 f"{schema.names}) nor STAGE.COLUMN of its attrs (stages {sorted(entry.attrs)})"
             )
-        names = column_names(uri, entry.attrs_checksums.get(stage), f"{stage} attrs")
+        names = attrs_columns(entry, stage)
         if column not in names:
             raise mt.MixError(
                 f"mix: {what} {ref!r}: the {stage} attrs of shard {unit.unit_id} have no {column!r} ({names})"
@@ -462,7 +462,7 @@ class MixStage(AttrsStage):
         }
         by_key = {str(k): {f: int(round(v[j])) for f, v in sums.items()} for j, k in enumerate(names)}
         extra = {"input": self.input_of(unit.unit_id), "by_key": by_key}
-        return AttrsFile(sink.tell(), sink.checksum.hexdigest(), accounting, extra)
+        return AttrsFile(sink.tell(), sink.checksum.hexdigest(), accounting, extra, table.column_names)
 
     # -- after all shards ----------------------------------------------------------------------------
     def collect(self, manifest: Manifest) -> None:

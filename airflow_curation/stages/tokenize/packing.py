@@ -28,6 +28,7 @@ N_TOKENS = "n_tokens"
 DOC_IDS = "doc_ids"
 DOC_STARTS = "doc_starts"
 DOC_OFFSETS = "doc_offsets"
+PACKED = "packed"  # the role of a shard's packed file in its manifest entry's ``files`` (tokenize -> export)
 
 
 def packed_schema(seq_len: int) -> pa.Schema:

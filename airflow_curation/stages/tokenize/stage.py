@@ -28,7 +28,6 @@ import resource
 import time
 from functools import cached_property
 from itertools import chain
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -40,13 +39,18 @@ from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.fingerprint import checksum_url, config_fingerprint
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, SOURCE, TEXT, check_id_text
-from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink, column_names, parquet_writer, read_shard
+from airflow_curation.core.shards import (
+    DEFAULT_ROW_GROUP_ROWS,
+    _CountingSink,
+    attrs_columns,
+    parquet_writer,
+    read_shard,
+)
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, keep_accounting
-from airflow_curation.stages.base import UnitResult, file_record
 from airflow_curation.stages.kept import decision_attrs, skip_reasons
 from airflow_curation.stages.settings import Setting
 from airflow_curation.stages.text import ShardText
-from airflow_curation.stages.tokenize.packing import Packer
+from airflow_curation.stages.tokenize.packing import PACKED, Packer
 
 log = logging.getLogger(__name__)
 
@@ -163,12 +167,6 @@ class TokenizeStage(AttrsStage):
         return self.lake.path("packed", self.fingerprint, f"{shard_id}.parquet")
 
     # -- one shard -----------------------------------------------------------------------------------
-    def process_unit(self, unit: UnitEntry) -> UnitResult:
-        result = super().process_unit(unit)
-        extra = result.extra
-        result.files.append(file_record(extra["packed_uri"], extra["packed_bytes"], extra["packed_checksum"]))
-        return result
-
     def write_unit(self, unit: UnitEntry, entry: ShardEntry, uri: str) -> AttrsFile:
         started = time.time()
         attrs_uris = self.read_attrs_uris(unit, entry)
@@ -252,7 +250,16 @@ class TokenizeStage(AttrsStage):
             "seconds": round(time.time() - started, 3),
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         }
-        return AttrsFile(attrs_sink.tell(), attrs_sink.checksum.hexdigest(), accounting, extra)
+        # The packed file goes in the shard's entry (its manifest page): export's tasks read their block's only.
+        packed_file = {"uri": packed_uri, "checksum": extra["packed_checksum"], "bytes": extra["packed_bytes"]}
+        return AttrsFile(
+            attrs_sink.tell(),
+            attrs_sink.checksum.hexdigest(),
+            accounting,
+            extra,
+            attrs_schema.names,
+            {PACKED: packed_file},
+        )
 
     def _tokenize(self, batch: pa.RecordBatch, reasons: np.ndarray, eos: int, packer: Packer) -> tuple[pa.Table, int]:
         """Tokenize the rows of ``batch`` not already skipped, pack them; returns the batch's attrs and
@@ -298,7 +305,7 @@ class TokenizeStage(AttrsStage):
     def _mix_epochs(self, unit: UnitEntry, entry: ShardEntry, rows: int) -> np.ndarray | None:
         """Per row, the epochs the mix stage gave it (its attrs' ``mix_epochs``), or None without mix."""
         uri = self.unit_attrs(unit, entry).get(MIX) if self.config["only_kept"] else None
-        if uri is None or MIX_EPOCHS not in column_names(uri):
+        if uri is None or MIX_EPOCHS not in attrs_columns(entry, MIX):
             return None
         epochs = read_shard(uri, [MIX_EPOCHS]).column(MIX_EPOCHS)
         if len(epochs) != rows:
@@ -322,9 +329,10 @@ class TokenizeStage(AttrsStage):
 
     # -- after all shards ----------------------------------------------------------------------------
     def collect(self, manifest: Manifest) -> None:
-        """Token counts per shard and in total, in the manifest (``config["tokens"]``)."""
+        """Token counts in total and per source group, in the manifest (``config["tokens"]``). Per shard they
+        are in its checkpoint record, and its packed file in its entry (``files["packed"]``): the head stays
+        small whatever the shard count (every export task reads it)."""
         eos, pad = self.special_ids
-        shards: dict[str, dict[str, Any]] = {}
         totals = {"documents": 0, "repeats": 0, "tokens": 0, "doc_tokens": 0, "sequences": 0, "padding": 0}
         by_source: dict[str, dict[str, int]] = {}
         for unit in manifest.units:
@@ -332,11 +340,6 @@ class TokenizeStage(AttrsStage):
             if rec is None or rec.fingerprint != manifest.fingerprint:
                 continue
             e = rec.extra
-            shards[unit.unit_id] = {
-                **{k: int(e.get(k, 0)) for k in totals},
-                "packed_uri": e.get("packed_uri"),
-                "packed_checksum": e.get("packed_checksum"),
-            }
             for k in totals:
                 totals[k] += int(e.get(k, 0))
             for group, counts in (e.get("by_source") or {}).items():
@@ -352,7 +355,6 @@ class TokenizeStage(AttrsStage):
                 "pad_id": pad,
                 "tokenizer_checksum": self.tokenizer_checksum,
                 "by_source": dict(sorted(by_source.items())),
-                "shards": shards,
             },
         }
 
