@@ -1,4 +1,5 @@
-"""Helpers for tests that start servers of their own (Ray heads): free ports, and stopping a process group."""
+"""Helpers for tests that start processes of their own: free ports, stopping a process group (Ray heads), and
+``python -m airflow_curation.jobs`` processes with their output in a log."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -27,3 +30,24 @@ def stop_group(proc: subprocess.Popen, temp: str, wait_s: float) -> None:
     except ProcessLookupError:
         pass
     shutil.rmtree(temp, ignore_errors=True)
+
+
+def start_job(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """``python -P -m airflow_curation.jobs ARGS`` with stdout and stderr in ``log`` (a file: a pipe nobody reads
+    would block a chatty job)."""
+    return subprocess.Popen(
+        [sys.executable, "-P", "-m", "airflow_curation.jobs", *args],
+        env=env if env is not None else dict(os.environ),
+        stdout=open(log, "wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def wait_job(proc: subprocess.Popen, log: Path, timeout: float = 300) -> None:
+    """Wait for a :func:`start_job` process and assert it succeeded, its log's tail in the message."""
+    try:
+        rc = proc.wait(timeout=timeout)  # a guard against hanging, not a timing assertion
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"no end after {timeout}s:\n{log.read_text()[-3000:]}") from None
+    assert rc == 0, log.read_text()[-4000:]

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from ingest_helpers import books_close, quarantined
+from process_helpers import start_job, wait_job
 
 from airflow_curation.core import storage
 from airflow_curation.core.layout import Lake
@@ -47,21 +47,7 @@ def _view(m: Manifest) -> dict:
 
 
 def _job(args: list[str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-P", "-m", "airflow_curation.jobs", *args],
-        env={**os.environ, "PYTHONPATH": str(Path(ingest_stage.__file__).parents[3])},
-        stdout=open(log, "wb"),
-        stderr=subprocess.STDOUT,
-    )
-
-
-def _wait(proc: subprocess.Popen, log: Path, timeout: float = 300) -> None:
-    try:
-        rc = proc.wait(timeout=timeout)  # a guard against hanging, not a timing assertion
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise AssertionError(f"no end after {timeout}s:\n{log.read_text()[-3000:]}") from None
-    assert rc == 0, log.read_text()[-4000:]
+    return start_job(args, log, {**os.environ, "PYTHONPATH": str(Path(ingest_stage.__file__).parents[3])})
 
 
 def test_three_group_processes_make_what_one_process_makes(tmp_path):
@@ -77,10 +63,10 @@ def test_three_group_processes_make_what_one_process_makes(tmp_path):
     logs = [tmp_path / f"group{i}.log" for i in range(3)]
     procs = [_job(["run", str(spec), "--group", f"{i}/3"], logs[i]) for i in range(3)]
     for proc, log in zip(procs, logs):
-        _wait(proc, log)
+        wait_job(proc, log)
     texts = [log.read_text() for log in logs]
     assert sum("ingest: plan " in t and " written: " in t for t in texts) == 1, texts  # one listing
-    _wait(_job(["collect", str(spec)], tmp_path / "collect.log"), tmp_path / "collect.log")
+    wait_job(_job(["collect", str(spec)], tmp_path / "collect.log"), tmp_path / "collect.log")
 
     got = Manifest.read(lake.manifest_uri("r1", "ingest"))
     assert got.status == "complete" and {u.status for u in got.units} == {"skipped"}

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from process_helpers import start_job, wait_job
 
 from airflow_curation.core import storage
 from airflow_curation.core.layout import Lake
@@ -51,21 +51,7 @@ def _labels(manifest: Manifest) -> dict[str, tuple]:
 
 
 def _job(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "airflow_curation.jobs", *args],
-        env=env,
-        stdout=open(log, "wb"),
-        stderr=subprocess.STDOUT,
-    )
-
-
-def _wait(proc: subprocess.Popen, log: Path, timeout: float = 300) -> None:
-    try:
-        rc = proc.wait(timeout=timeout)  # a guard against hanging, not a timing assertion
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise AssertionError(f"no end after {timeout}s:\n{log.read_text()[-3000:]}") from None
-    assert rc == 0, log.read_text()[-4000:]
+    return start_job(args, log, env)
 
 
 def test_two_array_tasks_of_dedup_side_by_side_on_s3(s3_bucket, tmp_path):
@@ -93,16 +79,16 @@ def test_two_array_tasks_of_dedup_side_by_side_on_s3(s3_bucket, tmp_path):
     )
     try:
         other = _job(["run", str(spec_path), "--group", "1/2"], env, tmp_path / "group1.log")
-        _wait(other, tmp_path / "group1.log")
+        wait_job(other, tmp_path / "group1.log")
         assert held.poll() is None  # task 0 is still held: task 1 signed its shards and ran the global phase
     finally:
         go.touch()
-    _wait(held, tmp_path / "group0.log")
+    wait_job(held, tmp_path / "group0.log")
     text0 = (tmp_path / "group0.log").read_text()
     assert "dedup: global phase already done" in text0  # task 0 read task 1's global phase
 
     collect = _job(["collect", str(spec_path)], env, tmp_path / "collect.log")
-    _wait(collect, tmp_path / "collect.log")
+    wait_job(collect, tmp_path / "collect.log")
     m = Manifest.read(lake.manifest_uri("d1", "dedup"))
     assert m.status == "complete" and {u.status for u in m.units} == {"skipped"}
     assert _labels(m) == want
@@ -135,9 +121,9 @@ def test_a_task_waits_on_the_global_phase_another_task_holds(s3_bucket, tmp_path
             time.sleep(0.2)
     finally:
         go.touch()
-    _wait(held, tmp_path / "group0.log")
-    _wait(other, tmp_path / "group1.log")
+    wait_job(held, tmp_path / "group0.log")
+    wait_job(other, tmp_path / "group1.log")
     text1 = (tmp_path / "group1.log").read_text()
     assert "waiting while its holder lives" in text1 and "dedup: global phase already done" in text1
-    _wait(_job(["collect", str(spec_path)], env, tmp_path / "collect.log"), tmp_path / "collect.log")
+    wait_job(_job(["collect", str(spec_path)], env, tmp_path / "collect.log"), tmp_path / "collect.log")
     assert Manifest.read(lake.manifest_uri("d1", "dedup")).status == "complete"
