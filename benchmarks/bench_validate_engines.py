@@ -226,7 +226,7 @@ def write_results(out: dict) -> None:
         f"of {out['cores']} CPUs the benchmark starts once ({out['ray_startup_s'] or 0:.0f} s, not counted), each "
         "run's driver connecting to it (its workers' CPU is not in CPU-s). Every "
         "run gave the same counts and verdicts (rows, bytes, distinct ids, nulls, funnel, duplicates, clusters, "
-        "drop reasons, each check's status; quantiles not compared: Daft's are approximate).",
+        "drop reasons, each check's status; the quantiles, exact in both, are compared by `bench_daft_quantiles.py`).",
         f"**Machine: {out['cores']} cores shared with other helpers' work (load average {load} at the end).**",
         "",
         f"| engine | seconds | vs {next(iter(e))} | CPU-s | peak RSS MiB | largest task s | merge s |",
