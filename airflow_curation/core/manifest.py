@@ -32,8 +32,10 @@ from airflow_curation.core import storage, uris
 from airflow_curation.core.integrity import IntegrityError
 
 FORMAT = "airflow-curation/manifest"
-FORMAT_VERSION = 2
-READ_VERSIONS = (1, 2)  # format 1: both lists inline (before the split)
+# 1: both lists inline (before the split); 2: paged lists; 3: shard entries may carry ``attrs_columns`` and
+# ``files`` (a reader of 2 would refuse those fields with a TypeError: the version makes it a clear error)
+FORMAT_VERSION = 3
+READ_VERSIONS = (1, 2, 3)
 
 UNIT_STATUSES = ("pending", "done", "skipped", "failed")
 # "superseded": a later run replaced this run's outputs (``ingest --replace``); ``superseded_by`` names it.
@@ -531,7 +533,12 @@ def _validate_common(d: Any, where: str) -> None:
     if d.get("format") != FORMAT:
         fail(f"format is {d.get('format')!r}, expected {FORMAT!r}")
     if d.get("format_version") not in READ_VERSIONS:
-        fail(f"format_version {d.get('format_version')!r} is not supported (this reader knows {READ_VERSIONS})")
+        v = d.get("format_version")
+        newer = isinstance(v, int) and v > FORMAT_VERSION
+        fail(
+            f"format_version {v!r} is not supported (this reader knows {READ_VERSIONS})"
+            + ("; it was written by a newer airflow-curation: upgrade this one" if newer else "")
+        )
     for key, typ in _REQUIRED.items():
         if not isinstance(d.get(key), typ):
             fail(f"field {key!r} missing or not {getattr(typ, '__name__', typ)}")

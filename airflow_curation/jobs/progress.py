@@ -93,7 +93,7 @@ def decline_relaunch(manifest_uri: str, why: str) -> bool:
         raw = storage.read_json(manifest_uri)
     except (FileNotFoundError, ValueError):
         return False
-    if not isinstance(raw, dict) or raw.get("format_version") != 2 or raw.get("status") != "failed":
+    if not isinstance(raw, dict) or raw.get("format_version") in (None, 1) or raw.get("status") != "failed":
         return False
     if not (raw.get("relaunch") or {}).get("pending"):
         return False

@@ -14,6 +14,7 @@ from airflow_curation.core import storage
 from airflow_curation.core.integrity import IntegrityError
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import (
+    FORMAT_VERSION,
     PAGE_ENTRIES,
     Manifest,
     ManifestError,
@@ -193,7 +194,7 @@ def test_a_manifest_of_format_1_still_reads(tmp_path):
     assert (h.unit_count, h.shard_count, h.rows, h.status) == (S, S, m.rows, "complete")
     assert h.shards(4, 7) == _block(m.shards, 4, 7)
     back.write(uri)  # rewritten: format 2 from then on
-    assert json.loads(open(uri).read())["format_version"] == 2 and Manifest.read(uri).shards == m.shards
+    assert json.loads(open(uri).read())["format_version"] == FORMAT_VERSION and Manifest.read(uri).shards == m.shards
 
 
 def test_each_write_is_a_new_generation_and_the_previous_one_is_kept(tmp_path):
@@ -440,3 +441,14 @@ def test_a_failed_unit_counts_at_once_and_a_reopen_clears_it(upstream):
 
 def _pending(start: int, stop: int) -> dict[str, str]:
     return {f"s{i:04d}": "not finished" for i in range(start, stop)}
+
+
+def test_a_manifest_of_a_newer_format_is_refused_by_name(tmp_path):
+    """A reader older than the writer says so (a shard entry's new fields would otherwise fail as a TypeError)."""
+    m = _manifest(3)
+    uri = str(tmp_path / "m.json")
+    m.write(uri)
+    head = json.loads(open(uri).read())
+    storage.write_json(uri, {**head, "format_version": FORMAT_VERSION + 1})
+    with pytest.raises(ManifestError, match=r"format_version .* not supported .*written by a newer airflow-curation"):
+        Manifest.read(uri)

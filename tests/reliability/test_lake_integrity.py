@@ -20,7 +20,7 @@ import pytest
 
 from airflow_curation.core import storage
 from airflow_curation.core.layout import Lake
-from airflow_curation.core.manifest import Manifest, latest_manifest
+from airflow_curation.core.manifest import FORMAT_VERSION, Manifest, latest_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 DATASET = "web"
@@ -166,7 +166,7 @@ def test_manifests_with_absolute_uris_still_read(lake):
         # The old form: format 1 (both lists inline), every URI absolute, as in memory.
         storage.write_json(m_uri, {**m.to_dict(), "format_version": 1})
         assert json.loads(Path(m_uri).read_text())["shards"][0]["uri"].startswith(str(root) + "/")
-        assert {**Manifest.read(m_uri).to_dict(), "format_version": 2} == m.to_dict()
+        assert {**Manifest.read(m_uri).to_dict(), "format_version": FORMAT_VERSION} == m.to_dict()
     proc = validate(root, uri(root, "r1", "dedup"), "v1")
     assert proc.returncode == 0, proc.stderr[-3000:]
 
