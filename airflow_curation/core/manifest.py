@@ -170,10 +170,12 @@ class Manifest:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def write(self, uri: str, page_entries: int = PAGE_ENTRIES) -> str:
+    def write(self, uri: str, page_entries: int | None = None) -> str:
         """The pages of a new generation, then the head that names them (atomically: the commit), every URI
         in stored form: relative to the lake root (``core/uris.py``), so a copied lake reads its own files.
-        :param page_entries: entries a page (fewer for large entries: a reader of a block reads whole pages)."""
+        :param page_entries: entries a page (fewer for large entries: a reader of a block reads whole pages);
+            default :data:`PAGE_ENTRIES` (read at the call)."""
+        page_entries = page_entries or PAGE_ENTRIES
         d = _uris(self.to_dict(), lambda u: uris.relativize(u, self.lake["root"]))  # asdict deep-copies: once
         d["format_version"] = FORMAT_VERSION
         for key, unset in (("supersedes", []), ("superseded_by", None), ("tallies", False), ("relaunch", None)):
@@ -447,7 +449,7 @@ def _sibling(uri: str, rel: str) -> str:
     return storage.join(uri.rsplit("/", 1)[0], rel) if "/" in uri else rel
 
 
-def _pages(entries: list[dict[str, Any]], per_page: int = PAGE_ENTRIES) -> tuple[list[int], list[str], bytes]:
+def _pages(entries: list[dict[str, Any]], per_page: int) -> tuple[list[int], list[str], bytes]:
     encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
     lengths, checksums, chunks = [], [], []
     for start in range(0, len(entries), per_page):
