@@ -40,7 +40,7 @@ from typing import Any
 from airflow_curation.core import redact, storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.integrity import chain_problem, input_manifest_uris
-from airflow_curation.core.manifest import Manifest, ManifestError
+from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead
 from airflow_curation.core.schema import ID, SOURCE, TEXT
 from airflow_curation.stages.validate import limits, sandbox
 from airflow_curation.stages.validate.view import CuratedView
@@ -359,12 +359,13 @@ def _check_unique_ids(c, ctx):
     return rows == distinct, rows - distinct, "0", f"{rows - distinct} repeated ids among {rows} rows", {}
 
 
-def _upstreams_of(m: Manifest) -> list[Manifest]:
+def _upstreams_of(m: Manifest) -> list[ManifestHead]:
+    # Heads only: the row check needs their totals, not their shard pages.
     uris = input_manifest_uris(m.config)
     if not uris or m.status != "complete":
         return []
     try:
-        return [Manifest.read(u) for u in uris]
+        return [ManifestHead.read(u) for u in uris]
     except ManifestError:
         return []  # its own problem is reported by the stage that reads it
 
