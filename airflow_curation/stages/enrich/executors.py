@@ -99,8 +99,8 @@ class _EngineActor:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         fault_point("enrich.actor_batch")
-        # A test holds the first batch past the shard's first chunk to kill the driver mid-shard. By position,
-        # not by call count: an actor runs several of its tasks (chunks) at once, so its calls interleave.
+        # A test holds the first batch past the shard's first chunk to kill the driver mid-shard (by position:
+        # a chunk's rows come in one or more batches).
         if self.chunk_rows and batch.num_rows and batch.column("_pos")[0].as_py() >= self.chunk_rows:
             fault_point("enrich.actor_batch_after_first_chunk")
         cols = self.task.run(self.engine, batch.column(TEXT).to_pylist())
@@ -110,6 +110,14 @@ class _EngineActor:
 def _fault_env() -> dict[str, str]:
     """The fault-injection variables of this process, for the engine actors (unset in production)."""
     return {k: v for k in (faults.ENV, faults.HOLD_ENV) if (v := os.environ.get(k))}
+
+
+def _in_order() -> dict[str, Any]:
+    """The engine actors' options: their tasks run in submission order (Ray Data lets an actor run them out of
+    order by default). Chunks come back in order anyway (``preserve_order``), so a later chunk done first only
+    waits, and a kill loses it; the blocks are in the object store before the first task, so no task waits on an
+    argument behind another."""
+    return {"allow_out_of_order_execution": False}
 
 
 def map_on_ray_data(
@@ -140,9 +148,7 @@ def map_on_ray_data(
     ctx.execution_options.preserve_order = True  # rows come back in shard order: parts stream out
     ctx.enable_progress_bars = False
     ds = ray.data.from_arrow(blocks) if blocks else None
-    remote_args: dict[str, Any] = {}
-    if env := _fault_env():
-        remote_args["runtime_env"] = {"env_vars": env}
+    env = _fault_env()
     if ds is not None:
         ds = ds.map_batches(
             _EngineActor,
@@ -150,8 +156,9 @@ def map_on_ray_data(
             batch_size=int(config["batch_size"]),
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=placement.replicas),
+            runtime_env={"env_vars": env} if env else None,
+            ray_remote_args_fn=_in_order,
             **placement.ray_map_args(),
-            **remote_args,
         )
     batches = iter(
         ds.iter_batches(batch_format="pyarrow", batch_size=None, prefetch_batches=0) if ds is not None else ()
