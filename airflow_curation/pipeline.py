@@ -165,6 +165,13 @@ class Pipeline:
                     # nothing the reader needs, and a serial runner (dag.test) must not block on it first. Only
                     # a reader that always runs: a skipped one would skip the gate with it.
                     task >> source.checkpoints
+                if gate == FIRST_SHARDS and not self.optional(upstream) and source.checkpoints is not None:
+                    # ...and before the reader's own full gate: a serial runner runs one gate's trigger at a time,
+                    # to its end, and the reader's gate waits for the reader, which waits for the source's run,
+                    # whose relaunch (a cancelled task) only the source's full gate makes. A deployment loses
+                    # nothing: the reader cannot complete before its source. Not from an optional source: its
+                    # skip would skip the reader's gate.
+                    source.checkpoints >> tasks.checkpoints
             built[name] = tasks
         return built
 
