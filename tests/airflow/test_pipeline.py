@@ -51,6 +51,19 @@ def test_one_group_per_stage_and_validate_after_all(dag):
     assert dag.task_dict["validate"].upstream_task_ids >= {f"{s}.checkpoints" for s in stages}
 
 
+def test_a_streamed_on_stages_full_gate_runs_between_its_readers_launch_and_gate(dag):
+    """dag.test() runs one deferred gate at a time: the upstream's full gate (the one that relaunches a cancelled
+    task) must come after its reader's launch (the reader streams meanwhile) and before its reader's full gate
+    (which would wait inline for a reader that waits on that relaunch). Not from an optional upstream: its skip
+    would skip the reader's gate."""
+    t = dag.task_dict
+    for upstream, reader in (("ingest", "preprocess"), ("dedup", "pii")):  # readers that always run
+        assert f"{reader}.launch" in t[f"{upstream}.checkpoints"].upstream_task_ids, (upstream, reader)
+    for upstream, reader in (("ingest", "preprocess"), ("dedup", "pii"), ("dedup", "quality"), ("pii", "enrich")):
+        assert f"{upstream}.checkpoints" in t[f"{reader}.checkpoints"].upstream_task_ids, (upstream, reader)
+    assert "quality.checkpoints" not in t["pii.checkpoints"].upstream_task_ids  # quality is optional
+
+
 def test_optional_stages_and_their_readers(dag):
     t = dag.task_dict
     candidates = ("boilerplate", "quality", "decontaminate", "mix", "enrich", "tokenize", "export")
