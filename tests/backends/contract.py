@@ -242,7 +242,7 @@ def check_result_after_success(h: Harness) -> None:
     assert ran == with_min_units(spec, int(ran.config.get("min_units") or 1))
 
 
-def check_status_is_read_only(h: Harness, polls: int = 1000) -> None:
+def check_status_is_read_only(h: Harness, polls: int = 200) -> None:
     flag = h.root / "broken"
     flag.touch()
     handle = h.backend.launch(h.spec(units=4, fail_units=["u001"], fail_flag=str(flag), max_attempts=1))

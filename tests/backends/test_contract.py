@@ -1,5 +1,5 @@
 """Every backend passes the same contract (tests/backends/contract.py): launch, a read-only status
-(polled a thousand times, nothing on disk, in the API server's store or in Slurm changes), an idempotent
+(polled two hundred times, nothing on disk, in the API server's store or in Slurm changes), an idempotent
 cancel, logs by byte offsets with non-ASCII text, the result after success, the message after a failure; and
 under the jobs layer's follower: the log streamed once, a relaunch that is one attempt every holder follows."""
 
