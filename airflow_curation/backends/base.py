@@ -63,7 +63,11 @@ class Backend(ABC):
     status_poll_s: float | None = None
 
     def submit(self, spec: JobSpec) -> JobHandle:
-        """Launch the whole stage (every group, then collect): attempt 1."""
+        """Launch the whole stage (every group, then collect): attempt 1, after the stage's
+        :meth:`~airflow_curation.stages.base.Stage.new_launch` (ingest forgets a killed launch's plan)."""
+        from airflow_curation.stages import stage_class
+
+        stage_class(spec.stage).new_launch(spec.lake_obj, spec.run_id)
         return self.launch(spec)
 
     @abstractmethod

@@ -222,6 +222,12 @@ class Stage:
         its inputs here; False runs the unit again."""
         return True
 
+    @classmethod
+    def new_launch(cls, lake: Lake, run_id: str) -> None:
+        """What a new launch of run ``run_id`` (attempt 1, not a relaunch of some of its tasks) does before any
+        task starts: forget what an earlier, killed launch of the same run shared among its tasks. Nothing by
+        default."""
+
     def collect(self, manifest: Manifest) -> None:
         """The collect step: runs once after every unit is checkpointed (checks across units, clean-up),
         before the final manifest is written; :class:`StageFailed` fails the run."""

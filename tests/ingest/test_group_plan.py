@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,50 @@ def test_collect_finds_inputs_changed_under_a_run_and_its_relaunch_runs_them(tmp
     done = StageRunner(IngestStage(lake, config, "r1")).run(collect=True)
     assert done.status == "complete" and books_close(done.accounting)
     assert done.rows == FILES * 30 - 29
+
+
+def test_a_new_launch_after_a_killed_one_lists_again(tmp_path):
+    """The killed launch's first task wrote the run's plan pointer; the inputs change; a new launch of the same
+    run id (``Stage.new_launch``, which ``Backend.submit`` calls: below) forgets the pointer, so the new
+    launch's array tasks list again and the run completes in one attempt with the changed file's rows (no
+    failed collect first, as when the inputs change under one launch: the test above)."""
+    src = _inputs(tmp_path / "in")
+    lake = Lake(str(tmp_path / "lake"), "web")
+    config = {"inputs": [str(src)], **CONFIG}
+    StageRunner(IngestStage(lake, config, "r1")).run(shard_group=(0, 3))  # then the launch was killed
+    pointers = storage.join(lake.path("ingest", "plans"), "runs", "*.json")
+    other = RunPlans(IngestStage(lake, config, "r0"))  # another run's pointer: kept
+    storage.write_json(other.pointer_uri, {"plan": "x.json", "run_id": "r0"})
+    assert len(storage.glob(pointers)) == 2
+    (src / "011.jsonl").write_text(json.dumps({"text": "changed " + "words " * 20}) + "\n")
+
+    IngestStage.new_launch(lake, "r1")
+    assert storage.glob(pointers) == [other.pointer_uri]
+    for i in range(3):
+        StageRunner(IngestStage(lake, config, "r1")).run(shard_group=(i, 3))
+    done = StageRunner(IngestStage(lake, config, "r1")).run(collect=True)
+    assert done.status == "complete" and books_close(done.accounting)
+    assert done.rows == FILES * 30 - 29
+
+
+def test_a_backends_submit_is_a_new_launch(tmp_path):
+    """``Backend.submit`` (attempt 1) runs the stage's ``new_launch`` before the job starts: the real local
+    backend here, whose job then runs the whole stage."""
+    from airflow_curation.backends.local import LocalBackend
+    from airflow_curation.jobs.status import JobState
+
+    src = _inputs(tmp_path / "in")
+    lake = Lake(str(tmp_path / "lake"), "web")
+    config = {"inputs": [str(src)], **CONFIG}
+    StageRunner(IngestStage(lake, config, "r1")).run(shard_group=(0, 3))  # a killed launch's first task
+    pointer = RunPlans(IngestStage(lake, config, "r1")).pointer_uri
+    assert storage.exists(pointer)
+    backend = LocalBackend(str(tmp_path / "jobs"), env={"PYTHONPATH": str(Path(ingest_stage.__file__).parents[3])})
+    handle = backend.submit(JobSpec(stage="ingest", lake=lake.to_dict(), run_id="r1", config=config))
+    assert not storage.exists(pointer)
+    deadline = time.monotonic() + 300
+    while not (st := backend.status(handle)).state.finished:
+        assert time.monotonic() < deadline, st
+        time.sleep(0.3)
+    assert st.state == JobState.SUCCEEDED, backend.logs(handle)[0][-3000:]
+    assert Manifest.read(lake.manifest_uri("r1", "ingest")).rows == FILES * 30

@@ -11,11 +11,12 @@ is named by a small pointer per run (its id, fingerprint, inputs and ``min_units
 ``ingest/plans/runs/<scope>.json``; relaunched tasks of the run read the same plan.
 
 Only the holder lists: a task that finds the run's pointer does not list at all. A changed input set is
-found by the listings that happen anyway once per run: the holder's (a new run, or a rerun after a complete
-one, whose collect step removed the pointer), and the collect step's, which lists as a whole run does and,
-where that differs from the pointer's plan (inputs changed while the run went, or since a killed launch of
-the same run id), moves the pointer to the new plan: units the tasks ran under the old plan then have no
-checkpoint under the new one and fail, and a relaunch (or rerun) of the run runs the new plan.
+found by the listings that happen anyway once per run: the holder's (a new run, a rerun after a complete
+one, whose collect step removed the pointer, or a new launch of the same run id after a killed one:
+``Backend.submit`` calls ``IngestStage.new_launch``, which removes the run's pointer), and the collect
+step's, which lists as a whole run does and, where that differs from the pointer's plan (inputs changed
+while the launch went), moves the pointer to the new plan: units the tasks ran under the old plan then have
+no checkpoint under the new one and fail, and a relaunch (or rerun) of the run runs the new plan.
 """
 
 from __future__ import annotations
@@ -121,6 +122,19 @@ class RunPlans:
         """The run is complete: its pointer goes (a later run of the same id lists again); the plan stays
         for a rerun with the same inputs."""
         storage.remove(self.pointer_uri)
+
+    @staticmethod
+    def forget(lake, run_id: str) -> None:
+        """Remove every pointer of run ``run_id`` in ``lake`` (whatever its fingerprint or inputs): its next
+        task to plan lists again. The plans stay (one of the same content is reused)."""
+        for uri in storage.glob(storage.join(lake.path("ingest", "plans"), "runs", "*.json")):
+            try:
+                named = storage.read_json(uri).get("run_id")
+            except (FileNotFoundError, ValueError, AttributeError):
+                continue
+            if named == run_id:
+                storage.remove(uri)
+                log.info("ingest: a new launch of %s: its earlier launch's plan pointer removed", run_id)
 
     def _find(self, key: str) -> ManifestHead | None:
         for uri in sorted(storage.glob(storage.join(self.folder, f"*-{key}.json"))):

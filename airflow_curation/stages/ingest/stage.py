@@ -22,6 +22,7 @@ from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.fingerprint import canonical_json
 from airflow_curation.core.html_text import EXTRACTORS
+from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead, ShardEntry, UnitEntry, group_range
 from airflow_curation.core.quarantine import QuarantineWriter, utf8_safe
 from airflow_curation.core.schema import ID, META, SHARD_SCHEMA, SOURCE, TEXT
@@ -192,6 +193,13 @@ class IngestStage(Stage):
             checksum = "xxh64:" + xxhash.xxh64(canonical_json(ident).encode()).hexdigest()
             units.append(UnitEntry(unit_id=f"{len(units):05d}", inputs=[u for u, _ in group], input_checksum=checksum))
         return units
+
+    @classmethod
+    def new_launch(cls, lake: Lake, run_id: str) -> None:
+        """A new launch lists the inputs again: the run's plan pointer, left by a killed launch of the same run
+        id, goes (its tasks would else follow a plan of inputs that may have changed since, and only the
+        collect step would notice, one failed attempt later). A relaunch of some tasks keeps it."""
+        RunPlans.forget(lake, run_id)
 
     def _in_array(self) -> bool:
         return self.shard_group is not None and self.shard_group[1] > 1
