@@ -11,10 +11,12 @@ from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
+from airflow_curation.core import storage
 from airflow_curation.core.manifest import ShardEntry
 from airflow_curation.core.schema import ID, IS_DUPLICATE, KEEP
-from airflow_curation.core.shards import attrs_columns, column_names, read_shard
+from airflow_curation.core.shards import attrs_columns
 
 NOT_KEPT = "not_kept"
 DUPLICATE = "duplicate"
@@ -37,20 +39,13 @@ def skip_reasons(shard_id: str, ids: pa.ChunkedArray | pa.Array, attrs_uris: lis
     """Per row of the shard (whose ``id`` column is ``ids``): None to keep it, else why it is skipped.
 
     The attrs files must have the shard's ids in the shard's order (the attrs contract); a file that does
-    not is refused rather than joined wrongly.
+    not is refused rather than joined wrongly. Each file is opened once: its footer says which of the
+    decision columns it has and the same open reads them (on object storage a second open would be a
+    second round of requests per file and unit).
     """
     n = len(ids)
     reasons = np.full(n, None, dtype=object)
-    tables = []
-    for uri in attrs_uris:
-        names = column_names(uri)
-        attrs = read_shard(uri, columns=[c for c in (ID, KEEP, IS_DUPLICATE) if c in names])
-        if attrs.num_rows != n or not attrs.column(ID).equals(_chunked(ids)):
-            raise ValueError(
-                f"attrs {uri} do not match shard {shard_id} row for row "
-                f"(attrs must have the shard's ids in the shard's order)"
-            )
-        tables.append(attrs)
+    tables = [_decision_columns(uri, shard_id, ids) for uri in attrs_uris]
     unset = np.ones(n, dtype=bool)
     for col, drop_when, reason in ((KEEP, False, NOT_KEPT), (IS_DUPLICATE, True, DUPLICATE)):
         for attrs in tables:
@@ -62,6 +57,23 @@ def skip_reasons(shard_id: str, ids: pa.ChunkedArray | pa.Array, attrs_uris: lis
                 reasons[hit] = reason
                 unset &= ~hit
     return reasons
+
+
+def _decision_columns(uri: str, shard_id: str, ids: pa.ChunkedArray | pa.Array) -> pa.Table:
+    """``id`` and those of ``keep`` / ``is_duplicate`` that the attrs file ``uri`` has, from one open of it;
+    refused unless its ids are ``ids``, in that order."""
+    with storage.open_read(uri) as f:
+        pf = pq.ParquetFile(f)
+        names = pf.schema_arrow.names
+        if ID not in names:
+            raise ValueError(f"attrs {uri} of shard {shard_id} have no {ID!r} column (columns {names})")
+        attrs = pf.read(columns=[c for c in (ID, KEEP, IS_DUPLICATE) if c in names])
+    if attrs.num_rows != len(ids) or not attrs.column(ID).equals(_chunked(ids)):
+        raise ValueError(
+            f"attrs {uri} do not match shard {shard_id} row for row "
+            f"(attrs must have the shard's ids in the shard's order)"
+        )
+    return attrs
 
 
 def _chunked(ids: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray:

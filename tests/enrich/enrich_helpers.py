@@ -43,11 +43,14 @@ def write_lake(
     keep: dict[str, set[str]] | None = None,
     duplicates: dict[str, set[str]] | None = None,
     run_id: str = "r1",
+    recorded: bool = False,
 ) -> tuple[Lake, str]:
     """Shards plus an upstream ``dedup`` manifest whose entries carry preprocess/dedup attrs.
 
     :param keep: shard -> ids that preprocess drops (``keep = false``).
     :param duplicates: shard -> ids that dedup marks ``is_duplicate``.
+    :param recorded: the entries record their attrs files' checksums and columns (``attrs_columns``), as the
+        stages write them now; without, as a manifest from before: a plan hashes the files and reads their footers.
     """
     lake = Lake(root=root, dataset="ds")
     entries = []
@@ -63,20 +66,22 @@ def write_lake(
         )
         uri = lake.shard_uri(shard_id)
         nbytes, checksum = write_parquet(uri, table, row_group_rows=64)
-        attrs = {}
+        attrs, columns, checksums = {}, {}, {}
         if keep is not None:
             dropped = keep.get(shard_id, set())
             attrs["preprocess"] = lake.attrs_uri("preprocess", shard_id)
-            write_parquet(
+            _, checksums["preprocess"] = write_parquet(
                 attrs["preprocess"],
                 pa.table({"id": table.column("id"), "keep": [d["id"] not in dropped for d in docs]}),
             )
+            columns["preprocess"] = ["id", "keep"]
         if duplicates is not None:
             dup = duplicates.get(shard_id, set())
             attrs["dedup"] = lake.attrs_uri("dedup", shard_id)
-            write_parquet(
+            _, checksums["dedup"] = write_parquet(
                 attrs["dedup"], pa.table({"id": table.column("id"), "is_duplicate": [d["id"] in dup for d in docs]})
             )
+            columns["dedup"] = ["id", "is_duplicate"]
         entries.append(
             ShardEntry(
                 shard_id=shard_id,
@@ -86,6 +91,8 @@ def write_lake(
                 checksum=checksum,
                 unit_id=shard_id,
                 attrs=attrs,
+                attrs_checksums=checksums if recorded else {},
+                attrs_columns=columns if recorded else {},
             )
         )
     manifest = Manifest(

@@ -9,15 +9,17 @@ from dataclasses import asdict
 
 import pyarrow.parquet as pq
 import pytest
+from opened_files import record_opens
 from tokenizer_files import stdlib_prose, train_bpe
 
-from airflow_curation.core import storage
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest, ManifestHead, group_range
 from airflow_curation.stages import stage_class
 from airflow_curation.stages.attrs import clear_caches
 from airflow_curation.stages.base import StageRunner
 from airflow_curation.stages.export.stage import ExportStage
+from airflow_curation.stages.export.trace import trace
+from airflow_curation.stages.tokenize import packing
 from airflow_curation.stages.tokenize.stage import TokenizeStage
 
 GROUPS = 3
@@ -49,24 +51,6 @@ def chain(tmp_path_factory):
     return {"lake": lake, "config": config, "tokenize": tok}
 
 
-def _opened(monkeypatch) -> list[str]:
-    """Every file opened for reading through the lake's storage, and every Parquet footer parsed, from now on."""
-    opened: list[str] = []
-    real_open, real_pf = storage.open_read, pq.ParquetFile
-
-    def counting_open(uri, *args, **kwargs):
-        opened.append(str(uri))
-        return real_open(uri, *args, **kwargs)
-
-    def counting_pf(source, *args, **kwargs):
-        opened.append(f"footer:{getattr(source, 'path', source)}")
-        return real_pf(source, *args, **kwargs)
-
-    monkeypatch.setattr(storage, "open_read", counting_open)
-    monkeypatch.setattr(pq, "ParquetFile", counting_pf)
-    return opened
-
-
 def _units(stage: TokenizeStage, index: int, count: int) -> list[tuple]:
     clear_caches()
     return [(u.unit_id, u.inputs, u.input_checksum) for u in stage.plan_group(index, count)]
@@ -77,7 +61,7 @@ def test_a_group_plan_opens_no_footer_and_plans_what_the_whole_plan_does(chain, 
     whole = [(u.unit_id, u.inputs, u.input_checksum) for u in tok.units]
     # every unit reads the keep/is_duplicate attrs and the cleaned text: the footers a plan used to open
     assert all(len(inputs) == 3 for _, inputs, _ in whole)
-    opened = _opened(monkeypatch)
+    opened = record_opens(monkeypatch)
     stage = TokenizeStage(lake, {**config, "upstream_wait_s": 0}, "again")
     got = [u for i in range(GROUPS) for u in _units(stage, i, GROUPS)]
     assert got == whole
@@ -101,7 +85,7 @@ def test_an_old_manifest_without_recorded_columns_is_planned_from_the_footers(ch
     dedup.run_id = "old"
     uri = dedup.write(lake.manifest_uri("old", "dedup"))
     assert all("attrs_columns" not in s for s in ManifestHead.read(uri).shard_dicts())
-    opened = _opened(monkeypatch)
+    opened = record_opens(monkeypatch)
     stage = TokenizeStage(lake, {**config, "input_manifest": uri, "upstream_wait_s": 0}, "old")
     block = group_range(len(dedup.shards), 1, GROUPS)
     got = _units(stage, 1, GROUPS)
@@ -114,7 +98,7 @@ def test_the_tokenize_head_lists_no_packed_file_and_an_export_task_reads_its_blo
     head = ManifestHead.read(lake.manifest_uri("pipe", "tokenize"))
     assert "shards" not in head.config["tokens"]
     assert all(s.files["packed"]["uri"].endswith(f"{s.shard_id}.parquet") for s in tok.shards)
-    opened = _opened(monkeypatch)
+    opened = record_opens(monkeypatch)
     stage = ExportStage(lake, {"input_manifest": head.uri, "file_size": 1 << 40}, "exp")
     stage.tokenize_head  # noqa: B018 - the head is read once, as a task does
     block = group_range(head.shard_count, 1, GROUPS)
@@ -124,10 +108,8 @@ def test_the_tokenize_head_lists_no_packed_file_and_an_export_task_reads_its_blo
     assert not [f for f in opened if "/packed/" in f]
 
 
-def test_export_of_an_old_tokenize_manifest_writes_the_same_bytes(chain):
-    """A tokenize manifest from before (its head lists every packed file, the entries none): exported as the
-    new one is, byte for byte."""
-    lake, tok = chain["lake"], chain["tokenize"]
+def _old_tokenize(lake: Lake) -> str:
+    """The chain's tokenize manifest as one from before: its head lists every packed file, the entries none."""
     old = Manifest.read(lake.manifest_uri("pipe", "tokenize"))
     old.config["tokens"]["shards"] = {
         s.shard_id: {"packed_uri": s.files["packed"]["uri"], "packed_checksum": s.files["packed"]["checksum"]}
@@ -136,12 +118,46 @@ def test_export_of_an_old_tokenize_manifest_writes_the_same_bytes(chain):
     for s in old.shards:
         s.files = {}
     old.run_id = "oldtok"
-    old_uri = old.write(lake.manifest_uri("oldtok", "tokenize"))
-    assert all("files" not in s for s in ManifestHead.read(old_uri).shard_dicts())
-    outs = {}
+    uri = old.write(lake.manifest_uri("oldtok", "tokenize"))
+    assert all("files" not in s for s in ManifestHead.read(uri).shard_dicts())
+    return uri
+
+
+def test_one_reader_finds_the_packed_files_of_both_layouts(chain):
+    """packing.packed_files, what export's plan and trace both read: the same files at the same positions from
+    the shard entries (the new layout) and from the head of a manifest from before."""
+    lake, tok = chain["lake"], chain["tokenize"]
+    new, old = ManifestHead.read(lake.manifest_uri("pipe", "tokenize")), ManifestHead.read(_old_tokenize(lake))
+    assert packing.packed_in_head(new) is None and len(packing.packed_in_head(old)) == len(tok.shards)
+    whole = [(s.shard_id, s.files["packed"]["uri"], s.files["packed"]["checksum"]) for s in tok.shards]
+    for positions in (None, range(1, 3), range(len(tok.shards) - 1, len(tok.shards))):
+        block = whole[positions.start : positions.stop] if positions is not None else whole
+        for head in (new, old):
+            got = [(sid, rec["uri"], rec["checksum"]) for sid, rec in packing.packed_files(head, positions)]
+            assert got == block, (head.uri, positions)
+
+
+def test_export_of_an_old_tokenize_manifest_writes_the_same_bytes_and_traces_the_same(chain, monkeypatch):
+    """A tokenize manifest from before (its head lists every packed file, the entries none): exported as the
+    new one is, byte for byte, and its sequences traced to the same documents, from manifest heads and the
+    pages of the traced shard (no whole manifest read)."""
+    lake, tok = chain["lake"], chain["tokenize"]
+    old_uri = _old_tokenize(lake)
+    outs, exports = {}, {}
     for name, uri in (("new", lake.manifest_uri("pipe", "tokenize")), ("old", old_uri)):
         config = {"input_manifest": uri, "file_size": 4096, "seed": 5, "output_dir": str(lake.root) + f"/out-{name}"}
         e = StageRunner(ExportStage(lake, config, f"exp-{name}")).run().config["export"]
         outs[name] = [open(p + ".bin", "rb").read() for p in e["megatron_prefixes"]]
+        exports[name] = lake.manifest_uri(f"exp-{name}", "export")
     assert outs["new"] == outs["old"] and sum(len(b) for b in outs["new"]) > 0
     assert asdict(tok.shards[0])["files"]  # the new manifest's entries name their packed file
+
+    def whole(cls, uri):
+        raise AssertionError(f"trace read the whole manifest {uri}")
+
+    monkeypatch.setattr(Manifest, "read", classmethod(whole))
+    sequences = int(ManifestHead.read(exports["new"]).config["export"]["sequences"])
+    for k in (0, sequences // 2, sequences - 1):
+        new, old = trace(exports["new"], k).as_dict(), trace(exports["old"], k).as_dict()
+        assert new == old and new["documents"], k
+        assert new["packed_shard"] in {s.shard_id for s in tok.shards}

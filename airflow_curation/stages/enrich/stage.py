@@ -346,9 +346,10 @@ class EnrichStage(AttrsStage):
             else:
                 acc.keep()
         truncated = sum(1 for v in merged.column("truncated").to_pylist() if v)
-        return AttrsFile(
-            nbytes, checksum, acc, {"rows_resumed": resumed_rows, "rows_computed": computed, "truncated": truncated}
-        )
+        extra = {"rows_resumed": resumed_rows, "rows_computed": computed, "truncated": truncated}
+        # The columns of the table just written (or just read back, finished): the entry records them with no
+        # footer read of the file (AttrsStage.process_unit reads it back only when a writer gives none).
+        return AttrsFile(nbytes, checksum, acc, extra, merged.column_names)
 
     def collect(self, manifest: Manifest) -> None:
         self.close()

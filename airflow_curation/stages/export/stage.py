@@ -37,7 +37,7 @@ from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead
 from airflow_curation.stages.base import Stage, StageFailed, StageRunner, UnitResult, _attempt_unit, file_record
 from airflow_curation.stages.export import formats, phases
 from airflow_curation.stages.settings import Setting, size
-from airflow_curation.stages.tokenize.packing import PACKED
+from airflow_curation.stages.tokenize.packing import packed_files, packed_in_head
 
 log = logging.getLogger(__name__)
 
@@ -198,50 +198,22 @@ class ExportStage(Stage):
         if self._gather.get("spill_uris") is None:
             fp = self._gather["scatter_fingerprint"]  # ExportScatterStage.spill_uri's, without that stage
             self._gather["spill_uris"] = [
-                self.lake.path("export", fp, "spill", f"{sid}.arrow") for sid, _ in self._packed(None)
+                self.lake.path("export", fp, "spill", f"{sid}.arrow") for sid, _ in packed_files(self.tokenize_head)
             ]
         return self._gather["spill_uris"]
-
-    @property
-    def _packed_in_head(self) -> dict[str, Any] | None:
-        """The packed file per shard in the tokenize head (``tokens.shards``): where manifests written before
-        they went to the shard entries list them (every task read them all); None for the others."""
-        return self.tokenize_head.config["tokens"].get("shards")
 
     def _shards(self, positions: range | None) -> list[dict[str, Any]]:
         """The packed shards at ``positions`` (None: all) of the tokenize manifest to scatter, each with its
         position (``index``, which keys its sequences' order)."""
         start = positions.start if positions is not None else 0
         shards = []
-        for k, (shard_id, rec) in enumerate(self._packed(positions)):
+        for k, (shard_id, rec) in enumerate(packed_files(self.tokenize_head, positions)):
             if rec is None:
                 raise ManifestError(
                     f"export: shard {shard_id} has no packed file in the tokenize manifest {self.tokenize_head.uri}"
                 )
             shards.append({"shard_id": shard_id, "uri": rec["uri"], "checksum": rec["checksum"], "index": start + k})
         return shards
-
-    def _packed(self, positions: range | None) -> list[tuple[str, dict[str, Any] | None]]:
-        """``(shard id, {uri, checksum} of its packed file)`` at ``positions`` (None: all) of the tokenize
-        manifest: from its shard pages of them only, where each entry names its packed file (``files["packed"]``);
-        a manifest from before lists them in its head, by unit."""
-        head = self.tokenize_head
-        old = self._packed_in_head
-        if old is None:
-            if head.shard_count != head.unit_count:
-                raise ManifestError(
-                    f"export: the tokenize manifest {head.uri} has {head.shard_count} shards for {head.unit_count} "
-                    f"units: some shard has no packed file (failed units: {head.failed_units[:5]})"
-                )
-            entries = head.shard_dicts_at(positions if positions is not None else range(head.shard_count))
-            records = [(s["shard_id"], (s.get("files") or {}).get(PACKED)) for s in entries]
-        else:
-            units = head.unit_dicts_at(positions if positions is not None else range(head.unit_count))
-            records = [(u["unit_id"], old.get(u["unit_id"])) for u in units]
-            records = [
-                (sid, rec and {"uri": rec["packed_uri"], "checksum": rec["packed_checksum"]}) for sid, rec in records
-            ]
-        return records
 
     def _plan_run(self, group: tuple[int, int] | None) -> list[UnitEntry]:
         head = self.tokenize_head
@@ -298,14 +270,14 @@ class ExportStage(Stage):
         checksums (in the head) cover every entry, so its packed file's checksum, in order: no page is read. A
         manifest from before (packed files in its head) by its units' order and its head's packed checksums."""
         head = self.tokenize_head
-        old = self._packed_in_head
+        old = packed_in_head(head)
         if old is None:
             parts = [scatter.fingerprint, "shards", str(head.shard_count), *head.data["index"]["shards"]["checksums"]]
         else:
             units_meta = head.data["index"]["units"]
             order = units_meta.get("checksums") or [u["unit_id"] for u in head.unit_dicts()]
             parts = [scatter.fingerprint, str(head.unit_count), *order]
-            parts += [f"{k}={v['packed_checksum']}" for k, v in sorted(old.items())]
+            parts += [f"{k}={v['checksum']}" for k, v in sorted(old.items())]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
     def _scatter(self, scatter: ExportScatterStage, run_key: str, group: tuple[int, int] | None) -> None:

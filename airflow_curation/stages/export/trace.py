@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
-from airflow_curation.core.manifest import Manifest, ManifestError
+from airflow_curation.core.manifest import ManifestError, ManifestHead, UnitEntry
 from airflow_curation.core.schema import ID, META, SOURCE
 from airflow_curation.stages.export.phases import bucket_stem
 from airflow_curation.stages.ingest.locate import locate
@@ -57,7 +57,7 @@ def bucket_sizes(export: dict[str, Any]) -> list[int]:
     return sizes
 
 
-def _export_summary(manifest: Manifest) -> dict[str, Any]:
+def _export_summary(manifest: ManifestHead) -> dict[str, Any]:
     export = manifest.config.get("export")
     if manifest.stage != "export" or manifest.status != "complete" or not export:
         raise ManifestError(f"trace needs a complete export manifest, not a {manifest.stage} run ({manifest.status})")
@@ -88,7 +88,7 @@ def _ingest_config(manifest_uri: str | None) -> dict[str, Any] | None:
     seen = set()
     while manifest_uri and manifest_uri not in seen:
         seen.add(manifest_uri)
-        m = Manifest.read(manifest_uri)
+        m = ManifestHead.read(manifest_uri)  # its config: no unit or shard page is read
         if m.stage == "ingest":
             return m.config
         manifest_uri = m.config.get("input_manifest")
@@ -107,15 +107,6 @@ def _documents(shard_uri: str, ids: list[str]) -> dict[str, dict[str, Any]]:
     return {r[ID]: {"source": r.get(SOURCE), "meta": r.get(META)} for r in table.to_pylist()}
 
 
-def packed_file(tokenize: Manifest, shard: int) -> str:
-    """The packed file of the tokenize manifest's shard number ``shard`` (export's order): its entry's
-    ``files["packed"]``, or, in a manifest from before those, its head's ``tokens.shards`` by unit."""
-    old = tokenize.config["tokens"].get("shards")
-    if old is not None:
-        return old[tokenize.units[shard].unit_id]["packed_uri"]
-    return tokenize.shards[shard].files[packing.PACKED]["uri"]
-
-
 def trace(
     export_manifest_uri: str, sequence: int | None = None, bucket: int | None = None, index: int | None = None
 ) -> TracedSequence:
@@ -126,15 +117,20 @@ def trace(
     :param bucket: or its bucket (output file number)...
     :param index: ...and its index within that bucket's files (Megatron's index in one prefix).
     """
-    export_manifest = Manifest.read(export_manifest_uri)
+    export_manifest = ManifestHead.read(export_manifest_uri)
     export = _export_summary(export_manifest)
     g, b, i = _position(bucket_sizes(export), sequence, bucket, index)
     order_uri = storage.join(export["output_dir"], "order", bucket_stem(b) + ".parquet")
     with storage.open_read(order_uri) as f:
         order = pq.read_table(f).slice(i, 1).to_pylist()[0]
-    tokenize = Manifest.read(export_manifest.config["tokenize_manifest"])
-    unit = tokenize.units[int(order["shard"])]
-    packed_uri = packed_file(tokenize, int(order["shard"]))
+    # The shard's position in the tokenize manifest: its unit and packed file from the pages that hold it only.
+    tokenize = ManifestHead.read(export_manifest.config["tokenize_manifest"])
+    at = range(int(order["shard"]), int(order["shard"]) + 1)
+    unit = UnitEntry(**tokenize.unit_dicts_at(at)[0])
+    (_, packed), *_ = packing.packed_files(tokenize, at)
+    if packed is None:
+        raise ManifestError(f"shard {unit.unit_id} has no packed file in the tokenize manifest {tokenize.uri}")
+    packed_uri = packed["uri"]
     with storage.open_read(packed_uri) as f:
         cols = [packing.N_TOKENS, packing.DOC_IDS, packing.DOC_STARTS, packing.DOC_OFFSETS]
         row = pq.read_table(f, columns=cols).slice(int(order["row"]), 1).to_pylist()[0]

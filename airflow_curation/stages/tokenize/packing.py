@@ -19,9 +19,12 @@ The same documents in the same order give the same sequences, byte for byte.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from airflow_curation.core.manifest import ManifestError, ManifestHead
 
 INPUT_IDS = "input_ids"
 N_TOKENS = "n_tokens"
@@ -29,6 +32,35 @@ DOC_IDS = "doc_ids"
 DOC_STARTS = "doc_starts"
 DOC_OFFSETS = "doc_offsets"
 PACKED = "packed"  # the role of a shard's packed file in its manifest entry's ``files`` (tokenize -> export)
+
+
+def packed_in_head(head: ManifestHead) -> dict[str, dict[str, str]] | None:
+    """``unit id -> {uri, checksum}`` of every packed file, from a tokenize manifest written before the shard
+    entries named them (its head's ``tokens.shards``); None for a newer one (:func:`packed_files`)."""
+    old = head.config["tokens"].get("shards")
+    if old is None:
+        return None
+    return {unit: {"uri": rec["packed_uri"], "checksum": rec["packed_checksum"]} for unit, rec in old.items()}
+
+
+def packed_files(head: ManifestHead, positions: range | None = None) -> list[tuple[str, dict[str, Any] | None]]:
+    """``(shard id, {uri, checksum...} of its packed file, or None)`` at ``positions`` (None: all) of a tokenize
+    manifest, in its order (the position keys a sequence's order in export, and trace finds it by it).
+
+    The one reader of both layouts: each shard entry's ``files["packed"]``, read from the pages of those
+    positions only; or, in a manifest from before, its head's ``tokens.shards`` by the unit at each position.
+    """
+    old = packed_in_head(head)
+    if old is None:
+        if head.shard_count != head.unit_count:
+            raise ManifestError(
+                f"the tokenize manifest {head.uri} has {head.shard_count} shards for {head.unit_count} units: some "
+                f"shard has no packed file (failed units: {head.failed_units[:5]})"
+            )
+        entries = head.shard_dicts_at(positions if positions is not None else range(head.shard_count))
+        return [(s["shard_id"], (s.get("files") or {}).get(PACKED)) for s in entries]
+    units = head.unit_dicts_at(positions if positions is not None else range(head.unit_count))
+    return [(u["unit_id"], old.get(u["unit_id"])) for u in units]
 
 
 def packed_schema(seq_len: int) -> pa.Schema:
