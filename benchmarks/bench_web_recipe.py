@@ -407,7 +407,7 @@ CAUSES.update(
         "the sentence count; FineWeb's recipe runs it with `False`, so such lines add sentences (ours: too few) and "
         "a `{` in one drops the page (ours: kept). datatrove's own `C4QualityFilter()` on datatrove's text of each "
         "of these pages makes our decision (checked page by page)",
-        "FineWeb reads the extracted text": "one preprocess run reads one text for every rule: in `compat` and `compat_fw` that is "
+        "FineWeb reads the extracted text": "without `--line-rules` there is one text: in `compat` and `compat_fw` every rule reads "
         "the extracted text, so FineWeb's rules see the short, `javascript` and policy lines that datatrove's C4 "
         "filter removes before its FineWeb filter; datatrove's `FineWebQualityFilter` on our text of each of "
         "these pages drops it as ours does, and keeps it after datatrove's C4 line removal (checked page by page: "
