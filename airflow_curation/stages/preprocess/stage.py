@@ -130,7 +130,8 @@ class Preprocessor:
     def process(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
         table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
         texts = table.column(TEXT)
-        # Row drops that come before every rule: a blocked URL, then a document a line rule drops.
+        # Row drops that come before every rule: a blocked URL; then a document a line rule drops (after the rules
+        # on the extracted text when some rule reads it).
         early = self._url_reasons(table)
         cleaned = line_drops = None
         extracted = texts  # what the rules on the extracted text read: the text before the line rules
