@@ -231,10 +231,11 @@ def datatrove_run(mode: str, pattern: str, tmp: Path) -> dict:
 
 # Our preprocess settings per variant, all on one ingest: the project's own presets (the default), and the
 # reference-compatible ones (docs/preprocess.md, "Reference-compatible presets") without and with FineWeb's line
-# rules. datatrove's recipe reads two texts: language ID and Gopher the extracted text, FineWeb the text its C4
-# filter (``filter_no_terminal_punct=False``) left; one preprocess run reads one text for every rule, so
-# ``compat`` matches the first half and ``compat_lines`` the second. ``compat_fw`` and ``compat_fw_lines`` run
-# C4 as FineWeb's recipe does (``c4_compat_fineweb``: ``C4QualityFilter(filter_no_terminal_punct=False)``).
+# rules. datatrove's recipe reads two texts: language ID, Gopher and C4 the extracted text, FineWeb the text its C4
+# filter (``filter_no_terminal_punct=False``) left. Without line rules every rule reads the extracted text
+# (``compat``, ``compat_fw``); with them each compat preset reads the text its reference reads there (docs/preprocess.md,
+# "Which text a preset reads"). ``compat_fw`` and ``compat_fw_lines`` run C4 as FineWeb's recipe does
+# (``c4_compat_fineweb``: ``C4QualityFilter(filter_no_terminal_punct=False)``).
 VARIANTS = {
     "default": ["--preset", "gopher,c4,fineweb", "--line-rules", "fineweb"],
     "compat": ["--preset", "gopher_compat,c4_compat,fineweb_compat"],
@@ -406,15 +407,11 @@ CAUSES.update(
         "the sentence count; FineWeb's recipe runs it with `False`, so such lines add sentences (ours: too few) and "
         "a `{` in one drops the page (ours: kept). datatrove's own `C4QualityFilter()` on datatrove's text of each "
         "of these pages makes our decision (checked page by page)",
-        "FineWeb reads the extracted text": "one preprocess run reads one text for every rule: in `compat` and `compat_fw` that is "
+        "FineWeb reads the extracted text": "without `--line-rules` there is one text: in `compat` and `compat_fw` every rule reads "
         "the extracted text, so FineWeb's rules see the short, `javascript` and policy lines that datatrove's C4 "
         "filter removes before its FineWeb filter; datatrove's `FineWebQualityFilter` on our text of each of "
         "these pages drops it as ours does, and keeps it after datatrove's C4 line removal (checked page by page: "
         "`benchmarks/web_recipe_fineweb_check.py`)",
-        "Gopher and language ID read the cleaned text": "with `--line-rules fineweb` every rule reads the cleaned "
-        "text; datatrove's language ID and Gopher filters read the extracted text, where whitespace-only and "
-        "short lines (`\\t\\t`, a bare `- ` bullet) are lines in the duplicate-line fraction and the punctuation "
-        "words of removed lines count in the alpha-word rule",
         "extracted text differs (ours dropped)": "our trafilatura text (no `favour_precision`, no cross-document "
         "`deduplicate`) of this page is close to datatrove's (bag-of-words F1 >= 0.95) but not the same, and "
         "datatrove's own `GopherQualityFilter` drops our text (under 80% of its words with a letter) while it "
@@ -432,9 +429,6 @@ def _compat_cause(a: str, b: str, same_text: bool, variant: str) -> str:
         (a in FINEWEB_REASONS and b == "kept") or (a == "kept" and b.startswith("FineWebQualityFilter"))
     ):
         return "FineWeb reads the extracted text"
-    gopher_or_lang = ("GopherQualityFilter", "GopherRepetitionFilter", "LanguageFilter")
-    if variant in ("compat_lines", "compat_fw_lines") and a == "kept" and b.startswith(gopher_or_lang):
-        return "Gopher and language ID read the cleaned text"
     if a.startswith("gopher_") and b == "kept":
         return "extracted text differs (ours dropped)"
     if not same_text:

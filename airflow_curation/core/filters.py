@@ -211,6 +211,49 @@ PRESETS: dict[str, tuple[Rule, ...]] = {
 COMPAT_OF = {"gopher": "gopher_compat", "c4": "c4_compat", "fineweb": "fineweb_compat"}
 
 
+# The text a preset reads when preprocess cleans lines (``line_rules``): the one its reference reads at its
+# position in the reference's pipeline. datatrove's recipes run LanguageFilter -> GopherRepetitionFilter ->
+# GopherQualityFilter -> C4QualityFilter (which removes lines and rewrites the text) -> FineWebQualityFilter:
+# Gopher and C4 read the extracted text (C4 *is* the line cleaning, so it reads the text before it), FineWeb what
+# C4 left. The project's presets read the cleaned text (the point of cleaning first). Without line rules there
+# is one text. docs/preprocess.md, "Which text a preset reads".
+EXTRACTED = "extracted"
+CLEANED = "cleaned"
+PRESET_TEXT: dict[str, str] = {
+    "gopher_compat": EXTRACTED,
+    "c4_compat": EXTRACTED,
+    "c4_compat_fineweb": EXTRACTED,
+    "fineweb_compat": CLEANED,
+}
+# Presets that stand for a reference's pipeline: selecting one makes language ID read the extracted text too
+# (every datatrove recipe runs its LanguageFilter first, before any line is removed).
+REFERENCE_PRESETS = frozenset(PRESET_TEXT)
+
+
+def preset_names(preset: str | Sequence[str] | None) -> list[str]:
+    """The preset names of a ``preset`` setting (``"gopher,c4"``, a list, ``None`` or ``"none"``)."""
+    if isinstance(preset, str):
+        return [p.strip() for p in preset.split(",") if p.strip() and p.strip() != "none"]
+    return list(preset or [])
+
+
+def extracted_signals(preset: str | Sequence[str] | None) -> frozenset[str]:
+    """The signals the selected presets read from the extracted text (before the line rules), per
+    :data:`PRESET_TEXT`; ``empty``'s ``n_words``, which every preset shares, stays on the cleaned text."""
+    names = preset_names(preset)
+    out = {r.signal for n in names if PRESET_TEXT.get(n) == EXTRACTED for r in PRESETS.get(n, ()) if r != EMPTY}
+    cleaned = {r.signal for n in names if PRESET_TEXT.get(n, CLEANED) == CLEANED for r in PRESETS.get(n, ())}
+    both = out & cleaned
+    if both:  # no two presets share a signal today (a test holds this); one column cannot be on both texts
+        raise ValueError(f"signals {sorted(both)} are read from the extracted text by one preset, cleaned by another")
+    return frozenset(out)
+
+
+def is_reference_recipe(preset: str | Sequence[str] | None) -> bool:
+    """Whether the selection holds a preset that stands for a reference's pipeline (:data:`REFERENCE_PRESETS`)."""
+    return not REFERENCE_PRESETS.isdisjoint(preset_names(preset))
+
+
 # What the stage runs unless told otherwise: Gopher's rules, then the structure rules (which cost ~1% of
 # prose and catch the index pages Gopher keeps; docs/preprocess.md).
 DEFAULT_PRESET = "gopher,structure"
@@ -222,11 +265,7 @@ def resolve_rules(preset: str | Sequence[str] | None = DEFAULT_PRESET, rules: It
     :param preset: preset name(s); ``None`` or ``"none"`` for custom rules only.
     :param rules: extra rules, as :class:`Rule` or dicts ``{name, signal, min, max}``.
     """
-    names: list[str] = []
-    if isinstance(preset, str):
-        names = [p.strip() for p in preset.split(",") if p.strip() and p.strip() != "none"]
-    elif preset:
-        names = list(preset)
+    names = preset_names(preset)
     out: list[Rule] = []
     seen: set[str] = set()
     for name in names:

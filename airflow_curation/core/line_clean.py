@@ -144,7 +144,10 @@ class LineCleaner:
 
     def clean(self, text: str) -> tuple[str, dict[str, int], str | None]:
         """``(cleaned text, lines removed per counted rule, drop reason or None)``."""
-        text = self._normalize(text)
+        return self._clean_lines(self._normalize(text))
+
+    def _clean_lines(self, text: str) -> tuple[str, dict[str, int], str | None]:
+        """The line rules over an already normalised text (:meth:`clean`'s result)."""
         removed = dict.fromkeys(self.counted, 0)
         if not self.rules:
             return text, removed, None
@@ -190,13 +193,22 @@ class LineCleaner:
             return "", removed, ALL_REMOVED
         return "\n".join(kept).strip(), removed, None
 
-    def process(self, texts: pa.ChunkedArray | pa.Array) -> tuple[pa.Table, pa.Array]:
-        """The cleaned text and per-rule counts as columns, and the drop reason per row (null: none)."""
+    def process(
+        self, texts: pa.ChunkedArray | pa.Array, normalized: list[str] | None = None
+    ) -> tuple[pa.Table, pa.Array]:
+        """The cleaned text and per-rule counts as columns, and the drop reason per row (null: none).
+
+        :param normalized: a list that gets each text as the line rules read it (normalised and repaired, no
+            line removed; nulls as empty text): what the rules placed before line cleaning read.
+        """
         out: list[str] = []
         reasons: list[str | None] = []
         counts: dict[str, list[int]] = {rule: [] for rule in self.counted}
         for text in texts.to_pylist():
-            cleaned, removed, reason = self.clean(text or "")
+            text = self._normalize(text or "")
+            if normalized is not None:
+                normalized.append(text)
+            cleaned, removed, reason = self._clean_lines(text)
             out.append(cleaned)
             reasons.append(reason)
             for rule, n in removed.items():

@@ -1,7 +1,7 @@
 """Runs the oracles in their own venv (see scripts/setup_oracles.sh): reads a JSON list of documents,
 prints a JSON list of results. Not imported by the tests: executed by the oracle venv's Python.
 
-usage: python oracle_runner.py datatrove|pygount|dolma DOCS.json
+usage: python oracle_runner.py datatrove|datatrove_fineweb|pygount|dolma DOCS.json
 """
 
 import json
@@ -38,6 +38,39 @@ def datatrove(docs):
             row[name] = {"keep": bool(keep), "reason": reason}
         # datatrove's own English word tokens (spaCy), so the tests can separate tokenizer from definition
         row["words"] = tokenizer.word_tokenize(d["text"])
+        out.append(row)
+    return out
+
+
+def datatrove_fineweb(docs):
+    """datatrove's FineWeb recipe filters in its order (examples/fineweb.py, without the language filter): each
+    reads the text the filter before it left; C4 rewrites it. Per document: kept, the first ``Filter:reason``
+    and the text after the chain."""
+    from datatrove.data import Document
+    from datatrove.pipeline.filters import (
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+    )
+
+    chain = [
+        GopherRepetitionFilter(),
+        GopherQualityFilter(),
+        C4QualityFilter(filter_no_terminal_punct=False),
+        FineWebQualityFilter(),
+    ]
+    out = []
+    for i, d in enumerate(docs):
+        doc = Document(text=d["text"], id=str(i))
+        row = {"keep": True, "reason": None}
+        for f in chain:
+            r = f.filter(doc)
+            keep, reason = (r, None) if isinstance(r, bool) else (r[0], r[1])
+            if not keep:
+                row = {"keep": False, "reason": f"{type(f).__name__}:{reason}"}
+                break
+        row["text"] = doc.text
         out.append(row)
     return out
 
@@ -83,4 +116,5 @@ if __name__ == "__main__":
     which, path = sys.argv[1], sys.argv[2]
     with open(path, encoding="utf-8") as f:
         documents = json.load(f)
-    json.dump({"datatrove": datatrove, "pygount": pygount, "dolma": dolma}[which](documents), sys.stdout)
+    runners = {"datatrove": datatrove, "datatrove_fineweb": datatrove_fineweb, "pygount": pygount, "dolma": dolma}
+    json.dump(runners[which](documents), sys.stdout)

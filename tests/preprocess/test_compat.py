@@ -204,3 +204,96 @@ def test_preprocessor_computes_the_compat_columns_its_rules_read(rule_docs):
             assert reason == name
     # the project's own presets compute no dt_ column
     assert not [c for c in Preprocessor(preset="gopher").process(table).column_names if c.startswith("dt_")]
+
+
+RECIPE = "gopher_compat,c4_compat_fineweb,fineweb_compat"
+
+
+def _web_page(i: int, text: str) -> str:
+    """A prose document framed as extracted web pages are: whitespace-only lines and bare bullets (what
+    trafilatura leaves of a menu), short navigation lines, a script or cookie line, a short code line."""
+    frames = [
+        ["\t\t", "- "] * (3 + i % 6),
+        ["Home", "Index", "Modules", "Next", "Previous", "Home"],
+        ["Enable JavaScript to use the search on this page.", "This site uses cookies to work well.", ":: >> ::"],
+        ["x = {", "}"] if i % 8 == 3 else ["-> see also: 1.2.3", "(c) 2024", "| | |"],
+    ]
+    menu = frames[i % len(frames)]
+    return "\n".join([*menu, *text.split("\n"), *menu])
+
+
+def _recipe_reason(reason: str) -> str:
+    name, why = reason.split(":")
+    return "Gopher" if name.startswith("Gopher") else why
+
+
+def test_recipe_with_line_rules_reads_each_text_where_datatrove_does(prose, tmp_path_factory):
+    """With ``--line-rules fineweb``, ``gopher_compat`` and ``c4_compat_fineweb`` read the extracted text and
+    ``fineweb_compat`` what the line rules left, as in datatrove's FineWeb recipe (Gopher -> C4, which removes lines
+    -> FineWeb): same decision and first reason on every page, and the same cleaned text on the kept ones."""
+    import pyarrow as pa
+
+    from airflow_curation.stages.preprocess.stage import Preprocessor
+
+    pages = [_web_page(i, t) for i, t in enumerate(prose[:96])]
+    theirs = run_oracle("datatrove_fineweb", [{"text": t} for t in pages], tmp_path_factory)
+    out = Preprocessor(preset=RECIPE, line_rules="fineweb").process(
+        pa.table({"id": list(map(str, range(len(pages)))), "text": pages})
+    )
+    # the recipe runs Gopher's repetition filter before its quality filter, the preset the other way round: a
+    # page both drop is Gopher's on both sides, under either rule's name
+    gopher = {r.name for r in PRESETS["gopher_compat"]}
+    ours = [
+        (k, "Gopher" if r in gopher else r) for k, r in zip(out["keep"].to_pylist(), out["drop_reason"].to_pylist())
+    ]
+    expected = [(r["keep"], r["reason"] and _recipe_reason(r["reason"])) for r in theirs]
+    assert ours == expected, [(i, a, b) for i, (a, b) in enumerate(zip(ours, expected)) if a != b][:5]
+    cleaned = out.column("clean_text").to_pylist()
+    assert all(cleaned[i] == r["text"] for i, r in enumerate(theirs) if r["keep"])
+    # not vacuous: some pages are kept and some dropped by each filter, and Gopher on the cleaned text (what every
+    # rule read before) keeps pages datatrove's Gopher drops on the extracted text
+    firsts = {r["reason"].split(":")[0] for r in theirs if not r["keep"]}
+    assert any(r["keep"] for r in theirs) and {"GopherRepetitionFilter", "C4QualityFilter"} <= firsts
+    on_cleaned = _decide(cleaned, "gopher_compat")
+    assert any(kept and r["reason"].startswith("Gopher") for (kept, _), r in zip(on_cleaned, theirs) if not r["keep"])
+
+
+def test_language_id_reads_the_extracted_text_in_a_reference_recipe():
+    """In a reference recipe with line rules, language ID reads the text before them (datatrove's LanguageFilter
+    runs first); the project's presets keep reading the cleaned text, and without line rules there is one text."""
+    import pyarrow as pa
+
+    from airflow_curation.stages.preprocess.stage import Preprocessor
+
+    german = "Dieser Satz ist auf Deutsch geschrieben und hat keinen Punkt am Ende"
+    english = "This sentence is written in plain English and it ends with a full stop."
+    table = pa.table({"id": ["a"], "text": ["\n".join([german] * 6 + [english])]})
+    # C4's line rules keep the one terminated English line; the German lines have no terminal punctuation
+    for preset, expected in (("fineweb_compat", "de"), ("fineweb", "en")):
+        out = Preprocessor(preset=preset, line_rules="c4", lang_id=True).process(table)
+        assert out.column("lang").to_pylist() == [expected], preset
+        assert out.column("clean_text").to_pylist() == [english]
+    assert Preprocessor(preset="fineweb_compat", lang_id=True).extracted == frozenset()
+
+
+def test_rules_on_the_extracted_text_decide_before_the_line_rules_drops():
+    """datatrove's order: a page Gopher drops is Gopher's even when C4 would drop it too; the cleaner's own
+    document drops (``lines_curly_bracket``) still decide for the project's presets."""
+    import pyarrow as pa
+
+    from airflow_curation.stages.preprocess.stage import Preprocessor
+
+    table = pa.table({"id": ["a"], "text": ["short page with x = { y } inside it"]})
+    compat = Preprocessor(preset=RECIPE, line_rules="fineweb").process(table)
+    assert compat.column("drop_reason").to_pylist() == ["gopher_short_doc"]
+    native = Preprocessor(preset="gopher", line_rules="fineweb").process(table)
+    assert native.column("drop_reason").to_pylist() == ["lines_curly_bracket"]
+
+
+def test_no_signal_is_read_from_both_texts():
+    from airflow_curation.core.filters import CLEANED, PRESET_TEXT, extracted_signals
+
+    extracted = extracted_signals(list(PRESETS))
+    cleaned = {r.signal for p, rules in PRESETS.items() if PRESET_TEXT.get(p, CLEANED) == CLEANED for r in rules}
+    assert extracted and not extracted & cleaned
+    assert extracted_signals("gopher,fineweb_compat") == frozenset()

@@ -21,7 +21,14 @@ from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.code_signals import CODE_SIGNALS, compute_code_signals, language_of
 from airflow_curation.core.compat_names import COMPAT_SIGNALS
-from airflow_curation.core.filters import DEFAULT_PRESET, Rule, apply_rules, resolve_rules
+from airflow_curation.core.filters import (
+    DEFAULT_PRESET,
+    Rule,
+    apply_rules,
+    extracted_signals,
+    is_reference_recipe,
+    resolve_rules,
+)
 from airflow_curation.core.langid import LANG_SIGNALS, lang_rules, lang_signals
 from airflow_curation.core.line_clean import NORMALIZATIONS, REMOVED_PREFIX, LineCleaner
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, META, SOURCE, TEXT
@@ -55,7 +62,10 @@ class Preprocessor:
     :param url_subwords: drop rows whose URL contains one of these (``url_subword``).
     :param line_rules: line-cleaning rules or presets (``c4``, ``fineweb``, ``symbols``...,
         :mod:`airflow_curation.core.line_clean`); with them, ``fix_text`` or ``normalization``, the cleaned
-        text is a ``clean_text`` column, the signals are computed on it, and later stages read it.
+        text is a ``clean_text`` column, the signals are computed on it, and later stages read it; a preset that
+        reads the extracted text (:data:`~airflow_curation.core.filters.PRESET_TEXT`: the compat presets placed
+        before the line cleaning in their reference) reads the text before the line rules, and so does language ID
+        when a reference preset is selected; those rules decide before the line rules' document drops.
     :param fix_text: repair mojibake (ftfy).
     :param normalization: Unicode normalisation of the text: ``none``, ``NFC`` or ``NFKC``.
     :param min_words_per_line: the ``min_words`` line rule's minimum.
@@ -94,6 +104,19 @@ class Preprocessor:
         self.lang_max_chars = int(lang_max_chars or 0)
         # datatrove-definition signals (the *_compat presets): only those a rule reads
         self.compat = sorted({r.signal for r in self.rules} & set(COMPAT_SIGNALS))
+        # The signals read from the extracted text (after normalisation, before the line rules): only when lines
+        # are cleaned, else there is one text. docs/preprocess.md, "Which text a preset reads".
+        extracted: frozenset[str] = frozenset()
+        if self.cleaner.rules:
+            extracted = extracted_signals(preset)
+            if is_reference_recipe(preset):
+                extracted |= frozenset(LANG_SIGNALS)
+        self.extracted = extracted
+        # Rules on the extracted text decide first (language ID first of them, as in the reference), then the line
+        # rules' document drops, then the rules on the cleaned text; each group in its listed order.
+        before = [r for r in self.rules if r.signal in extracted]
+        self.rules_before = sorted(before, key=lambda r: r.signal not in LANG_SIGNALS)
+        self.rules_after = [r for r in self.rules if r.signal not in extracted]
 
     @property
     def input_columns(self) -> list[str]:
@@ -107,13 +130,17 @@ class Preprocessor:
     def process(self, batch: pa.RecordBatch | pa.Table) -> pa.Table:
         table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
         texts = table.column(TEXT)
-        # Row drops that come before every rule: a blocked URL, then a document a line rule drops.
+        # Row drops that come before every rule: a blocked URL; then a document a line rule drops (after the rules
+        # on the extracted text when some rule reads it).
         early = self._url_reasons(table)
-        cleaned = None
+        cleaned = line_drops = None
+        extracted = texts  # what the rules on the extracted text read: the text before the line rules
         if self.cleaner:
-            cleaned, line_drops = self.cleaner.process(texts)
+            normalized: list[str] | None = [] if self.extracted else None
+            cleaned, line_drops = self.cleaner.process(texts, normalized)
             texts = cleaned.column(0)
-            early = line_drops if early is None else pc.coalesce(early, line_drops)
+            if normalized is not None:
+                extracted = pa.array(normalized, pa.string())
         signals = self.computer.compute(texts)
         if self.code:
             if self.code_language == "auto":
@@ -125,19 +152,32 @@ class Preprocessor:
             for name in code.column_names:
                 signals = signals.append_column(name, code.column(name))
         if self.lang_id:
-            lang = lang_signals(texts, self.lang_max_chars)
+            lang = lang_signals(extracted if LANG_SIGNALS[0] in self.extracted else texts, self.lang_max_chars)
             for name in lang.column_names:
                 signals = signals.append_column(name, lang.column(name))
         if self.compat:
             # imported here: the module builds its rules at import (~0.4 CPU s), which only these rules need
             from airflow_curation.core.compat import compat_signals
 
-            dt = compat_signals(texts, self.compat)
-            for name in dt.column_names:
-                signals = signals.append_column(name, dt.column(name))
-        decisions = apply_rules(signals, self.rules)
-        if early is not None:
-            decisions = _with_early_drops(decisions, early)
+            on_extracted = [n for n in self.compat if n in self.extracted]
+            on_cleaned = [n for n in self.compat if n not in self.extracted]
+            for source, names in ((extracted, on_extracted), (texts, on_cleaned)):
+                if names:
+                    dt = compat_signals(source, names)
+                    for name in dt.column_names:
+                        signals = signals.append_column(name, dt.column(name))
+        if self.rules_before:
+            # the first reason wins: URL, rules on the extracted text, line rules' drops, rules on the cleaned text
+            first = apply_rules(signals, self.rules_before).column(DROP_REASON)
+            rest = apply_rules(signals, self.rules_after).column(DROP_REASON)
+            reason = pc.coalesce(*[r for r in (early, first, line_drops, rest) if r is not None])
+            decisions = pa.table({KEEP: pc.is_null(reason), DROP_REASON: reason})
+        else:
+            decisions = apply_rules(signals, self.rules)
+            if line_drops is not None:
+                early = line_drops if early is None else pc.coalesce(early, line_drops)
+            if early is not None:
+                decisions = _with_early_drops(decisions, early)
         if cleaned is not None:
             signals = pa.Table.from_arrays(
                 cleaned.columns + signals.columns, names=cleaned.column_names + signals.column_names
@@ -204,8 +244,9 @@ class PreprocessStage(AttrsStage):
 
     name = "preprocess"
     # 2: seven line-structure signal columns (attrs of version 1 have 38 columns, not 45); 3: the structure
-    # preset's thresholds and rules changed (measured on extracted web pages), so its decisions did too
-    version = "3"
+    # preset's thresholds and rules changed (measured on extracted web pages), so its decisions did too; 4: with
+    # line rules, the compat presets before the line cleaning (and language ID beside them) read the extracted text
+    version = "4"
     UPSTREAM = ("ingest",)
     SETTINGS = AttrsStage.SETTINGS.extend(
         Setting(
