@@ -116,8 +116,8 @@ def test_fingerprints_did_not_change_with_the_settings_schema():
 
     cases = {
         "ingest": ({"inputs": ["/x"]}, "5c78db5a3afe1618"),
-        # new on purpose: version 3, the structure preset's rules changed (version 2 added the structure signals)
-        "preprocess": ({"input_manifest": "/m.json"}, "f4461046bdcf7772"),
+        # new on purpose: version 4, compat presets read the text their reference reads (3: structure rules)
+        "preprocess": ({"input_manifest": "/m.json"}, "c05b9d25a15309a7"),
         "dedup": ({"input_manifest": "/m.json"}, "20c04ef953e4bce0"),
     }
     for name, (config, fp) in cases.items():
@@ -129,8 +129,8 @@ def test_fingerprints_did_not_change_with_the_settings_schema():
         "rules": [{"name": "r", "signal": "n_words", "min": 3}],
     }
     assert (
-        stage_class("preprocess")(LAKE, pre, "r").fingerprint == "edf4c49470d60a16"
-    )  # version 3 (structure preset rules)
+        stage_class("preprocess")(LAKE, pre, "r").fingerprint == "849633f3d5d6ea12"
+    )  # version 4 (compat presets' texts)
     dedup = {"input_manifest": "/m.json", "threshold": 0.7, "num_perm": 64, "verify": True, "only_kept": False}
     assert stage_class("dedup")(LAKE, dedup, "r").fingerprint == "dc33d8f594660a1c"
     assert DedupSignaturesStage(LAKE, {"params": {"a": 1}, "shards": []}, "r").fingerprint == "c20170946e63172b"
