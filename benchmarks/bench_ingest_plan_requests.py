@@ -24,12 +24,10 @@ import argparse
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -44,27 +42,12 @@ _LINE = re.compile(r'"(GET|HEAD|PUT|POST|DELETE) (\S+) HTTP')
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # the server colours some lines (404s, partial GETs)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start_moto(log: Path) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    exe = Path(sys.executable).with_name("moto_server")
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"{url}/moto-api/", timeout=2).read()
-            return proc, url
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError(f"moto_server did not start:\n{log.read_text()[-2000:]}")
+    """The tests' moto server (``tests/s3/conftest.py``), its access log in ``log``."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from s3.conftest import start_moto
+
+    return start_moto(log)
 
 
 def _requests(log: Path, start: int, bucket: str) -> dict[str, dict[str, int]]:
