@@ -81,6 +81,42 @@ def _upload(endpoint: str, bucket: str, files: int) -> None:
         list(pool.map(put, range(files)))
 
 
+def _plan_requests(log: Path, bucket: str, groups: int) -> dict:
+    """The requests of one listing, the first task's plan and a later task's plan (the storage map in effect)."""
+    from airflow_curation.core.layout import Lake
+    from airflow_curation.core.manifest import group_range
+    from airflow_curation.stages.ingest.stage import IngestStage
+
+    lake = Lake(f"s3://{bucket}/lake", "web", "2026-12-03")
+    config = {"inputs": [f"s3://{bucket}/raw"], "min_units": groups}
+    out: dict = {}
+
+    def counted(name: str, fn):
+        time.sleep(0.5)  # the server flushes its log line by line: let the last request's line land
+        start = log.stat().st_size
+        result = fn()
+        time.sleep(0.5)
+        out[name] = _requests(log, start, bucket)
+        return result
+
+    units = counted("listing", lambda: IngestStage(lake, config, "listing")._listed_plan())
+
+    def first() -> list:
+        stage = IngestStage(lake, config, "r1")
+        stage.shard_group = (0, groups)
+        return stage.plan()
+
+    planned = counted("first", first)
+    index = groups // 2
+    mine = counted("later", lambda: IngestStage(lake, config, "r1").plan_group(index, groups))
+    assert len(units) == len(planned) >= groups, (len(units), len(planned), groups)
+    block = group_range(len(planned), index, groups)
+    assert [u.input_checksum for u in mine] == [planned[k].input_checksum for k in block]
+    out["units"], out["block_units"] = len(planned), len(mine)
+    out["block_files"] = sum(len(u.inputs) for u in mine)
+    return out
+
+
 def measure(files: int, groups: int) -> dict:
     """Requests of one listing, the first task's plan and a later task's plan over ``files`` inputs."""
     tmp = Path(tempfile.mkdtemp(prefix="plan-requests-"))
@@ -90,42 +126,10 @@ def measure(files: int, groups: int) -> dict:
         bucket = f"plans-{files}"
         _upload(endpoint, bucket, files)
         from airflow_curation.core import storage
-        from airflow_curation.core.layout import Lake
         from airflow_curation.core.storage_map import StorageMap
-        from airflow_curation.stages.ingest.stage import IngestStage
 
-        creds = StorageMap({"s3": {"key": KEY, "secret": SECRET, "endpoint_url": endpoint}})
-        lake = Lake(f"s3://{bucket}/lake", "web", "2026-12-03")
-        config = {"inputs": [f"s3://{bucket}/raw"], "min_units": groups}
-        out: dict = {"files": files, "groups": groups}
-        scope = storage.using(creds)
-        scope.__enter__()
-
-        def counted(name: str, fn):
-            time.sleep(0.5)  # the server flushes its log line by line: let the last request's line land
-            start = log.stat().st_size
-            result = fn()
-            time.sleep(0.5)
-            out[name] = _requests(log, start, bucket)
-            return result
-
-        units = counted("listing", lambda: IngestStage(lake, config, "listing")._listed_plan())
-
-        def first() -> list:
-            stage = IngestStage(lake, config, "r1")
-            stage.shard_group = (0, groups)
-            return stage.plan()
-
-        planned = counted("first", first)
-        index = groups // 2
-        mine = counted("later", lambda: IngestStage(lake, config, "r1").plan_group(index, groups))
-        assert len(units) == len(planned) >= groups, (len(units), len(planned), groups)
-        block = range(index * len(planned) // groups, (index + 1) * len(planned) // groups)
-        assert [u.input_checksum for u in mine] == [planned[k].input_checksum for k in block]
-        out["units"], out["block_units"] = len(planned), len(mine)
-        out["block_files"] = sum(len(u.inputs) for u in mine)
-        scope.__exit__(None, None, None)
-        return out
+        with storage.using(StorageMap({"s3": {"key": KEY, "secret": SECRET, "endpoint_url": endpoint}})):
+            return {"files": files, "groups": groups, **_plan_requests(log, bucket, groups)}
     finally:
         proc.terminate()
         proc.wait(timeout=30)

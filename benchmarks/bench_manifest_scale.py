@@ -467,6 +467,7 @@ def _ingest_plan_measures(root: Path, files: int, groups: list[int], reps: int, 
     """An ingest array's task plans over ``files`` inputs: the first task's (group 0, nothing planned yet) and a
     later one's (group ``i`` of ``N``, not 0). Each process starts from no plan (the plans folder removed)."""
     from airflow_curation.core.layout import Lake
+    from airflow_curation.core.manifest import group_range
     from airflow_curation.stages.ingest.stage import IngestStage
 
     lake = Lake(str(root / "lake"), "web", "2026-12-02")
@@ -491,7 +492,7 @@ def _ingest_plan_measures(root: Path, files: int, groups: list[int], reps: int, 
         before = _counting_pages()
         mine = timed(key, lambda c=count, i=index: IngestStage(lake, config, "ri").plan_group(i, c))
         read_bytes[key] = (_counting_pages() - before) // reps
-        block = range(index * len(units) // count, (index + 1) * len(units) // count)
+        block = group_range(len(units), index, count)
         assert [u.input_checksum for u in mine] == [units[k].input_checksum for k in block]
 
 
