@@ -134,7 +134,7 @@ def test_a_truncated_warc_keeps_what_came_before_and_quarantines_the_rest_with_w
     cut.write_bytes(gzip.compress(whole)[: int(len(gzip.compress(whole)) * 0.85)])
     lake, m = ingest(tmp_path, [cut])
     kept = _rows(m)
-    assert 1 <= len(kept) < len(PAGES)
+    assert kept and len(kept) < len(PAGES)  # some pages before the cut, not all
     bad = [q for q in quarantined(lake) if q["reason"] in ("malformed_record", "truncated_input")]
     assert bad and "record" in bad[0]["location"] and "cut.warc.gz" in bad[0]["source"]
     assert books_close(m.accounting) and m.accounting["read"] == len(kept) + len(bad)
