@@ -763,9 +763,9 @@ in the JSON; a stage is `curation <stage> --workers 1` in a fresh process (CPU =
 `wait4`). The **marginal** cost between adjacent sizes pairs the k-th run of each (adjacent in time): a linear
 stage has the same marginal cost at every interval, a superlinear one grows (the last column). Text:
 `scale_corpus.py` with the pool capped at {pool_mb} MB, so that sizes past it hold several passes whose
-near-duplicate chains span passes (the re-visited share grows 15% a pass). **The machine (2 cores) was shared
-with other sessions' tests and benchmarks: 1-minute load {load_min:.0f}-{load_max:.0f} during these runs** (each
-run's in the tables); CPU seconds include that contention, wall seconds are not used.
+near-duplicate chains span passes (the re-visited share grows 15% a pass). **Machine: 2 cores, 1-minute load
+{load_min:.1f}-{load_max:.1f} during these runs** (each run's in the tables; the notes below say what else ran);
+CPU seconds include any contention, wall seconds are not used.
 """
 
 
