@@ -8,12 +8,15 @@ hands on.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from airflow_curation.core import storage_map
-from airflow_curation.core.fingerprint import checksum_url
+import pyarrow as pa
+
+from airflow_curation.core import storage, storage_map
+from airflow_curation.core.fingerprint import StreamChecksum, checksum_url
 
 if TYPE_CHECKING:
     from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry
@@ -34,13 +37,64 @@ def verify_file(uri: str, expected: str | None, what: str = "file") -> None:
     try:
         actual = checksum_url(uri)
     except FileNotFoundError:
-        raise IntegrityError(f"{what} {uri} is missing; its manifest lists it with checksum {expected}") from None
+        raise _missing(uri, expected, what) from None
+    _compare(uri, actual, expected, what)
+
+
+def _missing(uri: str, expected: str, what: str) -> IntegrityError:
+    return IntegrityError(f"{what} {uri} is missing; its manifest lists it with checksum {expected}")
+
+
+def _compare(uri: str, actual: str, expected: str, what: str) -> None:
     if actual != expected:
         raise IntegrityError(
             f"{what} {uri} has checksum {actual} but its manifest recorded {expected}: it was "
             f"corrupted or replaced after it was written; rerun the stage that wrote it (a unit whose "
             f"output no longer matches its checkpoint is redone; delete the file first if it is skipped)"
         )
+
+
+def read_verified(uri: str, expected: str | None, what: str = "file") -> pa.Buffer:
+    """``uri``'s whole content, fetched once (:func:`~airflow_curation.core.storage.fetch`: one GET on an
+    object store) and checked against ``expected`` (the xxh64 its manifest recorded, as :func:`verify_file`
+    does): the bytes a reader then parses (``pa.BufferReader``), so the file is not read a second time.
+
+    Memory: the whole (compressed) file is held while it is parsed, up to ingest's shard target (256-512 MB).
+    ``expected`` None or empty (no checksum recorded): the bytes, unchecked.
+
+    :raises IntegrityError: the file is missing or its checksum is not ``expected`` (:func:`verify_file`'s messages).
+    """
+    try:
+        buffer = storage.fetch(uri)
+    except FileNotFoundError:
+        if not expected:
+            raise
+        raise _missing(uri, expected, what) from None
+    if expected:
+        c = StreamChecksum()
+        c.update(memoryview(buffer))
+        _compare(uri, c.hexdigest(), expected, what)
+    return buffer
+
+
+@contextlib.contextmanager
+def verified_reads(files: Iterable[tuple[str, str | None, str]], threads: int = 1) -> Iterator[None]:
+    """:func:`verify_files`, keeping the bytes: inside the block, the storage layer's opens of these files
+    (``storage.open_read`` / ``open_arrow``: every stage reader) parse the verified bytes instead of fetching
+    the files again, so a unit reads each input once. A file with no recorded checksum is neither fetched
+    here nor held: it is read as it is opened.
+
+    Memory: every checked file of the unit (its shard and attrs: compressed, up to ingest's 256-512 MB shard
+    target) is held until the block ends.
+    """
+    checked = [f for f in files if f[1]]
+    if threads <= 1 or len(checked) <= 1:
+        buffers = [read_verified(*f) for f in checked]
+    else:
+        with ThreadPoolExecutor(max_workers=min(threads, len(checked))) as pool:
+            buffers = list(pool.map(storage_map.carried(lambda f: read_verified(*f)), checked))
+    with storage.holding({f[0]: b for f, b in zip(checked, buffers)}):
+        yield
 
 
 def shard_files(

@@ -8,6 +8,7 @@ key directly and let checkpoint records (written last) define "done".
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import io
 import json
@@ -189,8 +190,53 @@ def _unstrip(url: str, path: str, name: str) -> str:
     return name
 
 
+# Files whose whole content a unit already fetched (and verified: core/integrity.py), URL -> buffer: opening
+# one of them inside :func:`holding` reads that buffer, not the file again.
+_HELD: contextvars.ContextVar[Mapping[str, pa.Buffer]] = contextvars.ContextVar("curation_held_files", default={})
+
+
+@contextlib.contextmanager
+def holding(buffers: Mapping[str, pa.Buffer]) -> Iterator[None]:
+    """Within the block (this thread's context), :func:`open_read` and :func:`open_arrow` of a URL in
+    ``buffers`` return a reader over its buffer: the bytes fetched once serve every later parse of the file.
+
+    :param buffers: URL -> the file's whole content, as :func:`fetch` returns it.
+    """
+    token = _HELD.set({**_HELD.get(), **buffers})
+    try:
+        yield
+    finally:
+        _HELD.reset(token)
+
+
+def held(url: str) -> pa.Buffer | None:
+    """The buffer :func:`holding` holds for ``url`` here, or None."""
+    return _HELD.get().get(url)
+
+
+@_explained
+def fetch(url: str) -> pa.Buffer:
+    """The whole of ``url`` in one sequential read: on an object store one GET of the object (no HEAD, no
+    footer then column-chunk ranged GETs); a local file memory-mapped (its pages are the page cache's, read
+    from disk once however often they are parsed). The caller holds the whole file while it uses the buffer.
+
+    :raises FileNotFoundError: ``url`` does not exist.
+    """
+    if is_local(url):
+        with pa.memory_map(local_path(url), "r") as m:
+            return m.read_buffer()  # the mapping outlives the file object while the buffer lives
+    fs, path = filesystem(url)
+    # s3fs would HEAD the object first and split one past its block size into concurrent ranged GETs: one
+    # GET instead (a node runs several units side by side, which fill its bandwidth with one stream each).
+    options = {"max_concurrency": 1} if protocol_of(url) in ("s3", "s3a") else {}
+    return pa.py_buffer(fs.cat_file(path, **options))
+
+
 @_explained
 def open_read(url: str, mode: str = "rb") -> IO:
+    buffer = held(url) if mode == "rb" else None
+    if buffer is not None:
+        return pa.BufferReader(buffer)
     fs, path = filesystem(url)
     return fs.open(path, mode)
 
@@ -199,7 +245,11 @@ def open_arrow(url: str) -> Any:
     """``url`` opened for pyarrow's readers: a native file where it is local (pyarrow then reads the disk
     with no Python file object in between: a small Parquet row group costs ~40% less to read), else the
     fsspec file. A local path is taken from the URL as it is, without fsspec: resolving the filesystem costs
-    more than reading a spill file's small batch (dedup opens one per (partition, shard) pair)."""
+    more than reading a spill file's small batch (dedup opens one per (partition, shard) pair). A file
+    :func:`holding` holds is read from its buffer."""
+    buffer = held(url)
+    if buffer is not None:
+        return pa.BufferReader(buffer)
     if is_local(url):
         return pa.OSFile(local_path(url), "rb")
     return open_read(url)

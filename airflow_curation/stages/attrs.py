@@ -35,7 +35,7 @@ from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import checksum_url
-from airflow_curation.core.integrity import shard_files, verify_files
+from airflow_curation.core.integrity import shard_files, verified_reads
 from airflow_curation.core.layout import Lake, safe_name
 from airflow_curation.core.manifest import ManifestHead, ShardEntry, UnitEntry, group_range
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text
@@ -323,9 +323,10 @@ class AttrsStage(Stage):
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
         entry = self.entry(unit)
-        verify_files(shard_files(entry, self.unit_attrs(unit, entry), unit.unit_id))
         uri = self.output_uri(unit.unit_id)
-        out = self.write_unit(unit, entry, uri)
+        # The shard and attrs are fetched once, verified, and parsed from those bytes (held while the unit runs).
+        with verified_reads(shard_files(entry, self.unit_attrs(unit, entry), unit.unit_id)):
+            out = self.write_unit(unit, entry, uri)
         fault_point(f"{self.name}.after_attrs_write")
         # Its columns go in the entry it hands on: every later plan reads them there, not in the file's footer.
         columns = out.columns if out.columns is not None else column_names(uri, out.checksum, f"{self.name} attrs")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 from enrich_helpers import make_docs, read_attrs, run_enrich, write_lake
-from opened_files import footers_of, opens_of, record_opens
+from opened_files import footers_of, held_of, opens_of, record_opens
 
 COMMON = {
     "task": "score",
@@ -40,12 +40,12 @@ def test_an_enrich_unit_does_not_read_back_what_it_wrote(tmp_path, llama_score, 
         # the columns recorded for the next plans are those of the file, as its footer has them
         assert s.attrs_columns["enrich-score"] == pq.read_schema(out).names
         assert {"id", "enriched", "skip_reason", "score"} <= set(s.attrs_columns["enrich-score"])
-        # each decision file: hashed by the unit's check of its inputs, then opened once to read it, the columns
-        # it has from that open's footer (an entry from before, with no columns nor checksum recorded, has its
-        # footer read by the plan as before: only what it enriches is checked of it)
+        # each decision file: read once, by the unit's check of its inputs, then parsed from those held bytes,
+        # the columns it has from that parse's footer (an entry from before, with no columns nor checksum
+        # recorded, has its footer read by the plan as before: only what it enriches is checked of it)
         for key in ("preprocess", "dedup") if recorded else ():
-            counts = opens_of(opened, s.attrs[key]), footers_of(opened, s.attrs[key])
-            assert counts == (2, 1), (key, opened)
+            counts = opens_of(opened, s.attrs[key]), held_of(opened, s.attrs[key]), footers_of(opened, s.attrs[key])
+            assert counts == (1, 1, 1), (key, opened)
     reasons = {}
     for s in m.shards:
         attrs = read_attrs(s.attrs["enrich-score"])

@@ -32,7 +32,7 @@ from airflow_curation.core import storage, uris
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.boilerplate import KEY_COLUMNS, document_line_counts, remove_lines, sum_counts
 from airflow_curation.core.faults import fault_point
-from airflow_curation.core.integrity import verify_file
+from airflow_curation.core.integrity import verified_reads
 from airflow_curation.core.lease import Lease
 from airflow_curation.core.lsh import (
     partition_of,
@@ -85,12 +85,13 @@ class BoilerplateCountStage(Stage):
         if getattr(self, "_by_id", None) is None:  # once per process, not a scan per unit
             self._by_id = {s["shard_id"]: s for s in self.config["shards"]}
         s = self._by_id[unit.unit_id]
-        verify_file(s["uri"], s.get("checksum"), f"shard {unit.unit_id}")
+        inputs = [(s["uri"], s.get("checksum"), f"shard {unit.unit_id}")]
         if s.get("text_uri"):
-            verify_file(s["text_uri"], s.get("text_checksum"), f"cleaned text of shard {unit.unit_id}")
-        text = ShardText(s["uri"], s.get("text_uri"))
-        batches = (t.column(TEXT) for t in text.batches([TEXT], int(self.config["batch_rows"])))
-        keys, docs, stats = document_line_counts(batches)
+            inputs.append((s["text_uri"], s.get("text_checksum"), f"cleaned text of shard {unit.unit_id}"))
+        with verified_reads(inputs):  # each input fetched once: verified, then parsed from those bytes
+            text = ShardText(s["uri"], s.get("text_uri"))
+            batches = (t.column(TEXT) for t in text.batches([TEXT], int(self.config["batch_rows"])))
+            keys, docs, stats = document_line_counts(batches)
         write_partitioned(
             self.spill_uri(unit.unit_id),
             {"key": keys, "docs": docs},

@@ -22,6 +22,7 @@ A later snapshot N (:func:`find_priors` lists the indexes of snapshots that sort
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import asdict
@@ -34,7 +35,7 @@ import pyarrow.parquet as pq
 from airflow_curation.core import storage, uris
 from airflow_curation.core.components import LABEL_COLUMNS
 from airflow_curation.core.fingerprint import checksum_url, config_fingerprint
-from airflow_curation.core.integrity import IntegrityError, verify_file
+from airflow_curation.core.integrity import IntegrityError, read_verified, verify_file
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.lsh import (
     partition_sources,
@@ -138,8 +139,7 @@ def load_priors(priors: list[dict[str, str]], key: str) -> list[dict[str, Any]]:
     docs = []
     for p in priors:
         what = f"dedup index of snapshot {p['snapshot']}"
-        verify_file(p["index"], p["checksum"], what)
-        doc = storage.read_json(p["index"])
+        doc = json.loads(read_verified(p["index"], p["checksum"], what).to_pybytes())  # one read: checked, parsed
         if doc.get("format") != INDEX_FORMAT or doc.get("index_key") != key:
             raise IntegrityError(f"{what} {p['index']} is not a dedup index with key {key}")
         root = uris.root_of(p["index"], doc, _INDEX_DEPTH)
@@ -272,9 +272,8 @@ class _PriorAttrs:
     def rows(self, o: int, shard: int) -> dict[str, list]:
         if (o, shard) not in self._cache:
             ref = self.docs[o]["shards"][shard]["attrs"]
-            verify_file(ref["uri"], ref["checksum"], f"dedup attrs of snapshot {self.docs[o]['snapshot']}")
-            with storage.open_read(ref["uri"]) as f:
-                t = pq.read_table(f)
+            what = f"dedup attrs of snapshot {self.docs[o]['snapshot']}"
+            t = pq.read_table(pa.BufferReader(read_verified(ref["uri"], ref["checksum"], what)))  # one read
             names = [c for c in (ID, CLUSTER_ID, PRIOR_SNAPSHOT, PRIOR_ID) if c in t.column_names]
             self._cache[(o, shard)] = {c: t.column(c).to_pylist() for c in names}
         return self._cache[(o, shard)]

@@ -31,7 +31,7 @@ from airflow_curation.core.arrays import to_numpy
 from airflow_curation.core.components import LABEL_COLUMNS, connected_components
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import config_fingerprint
-from airflow_curation.core.integrity import verify_file
+from airflow_curation.core.integrity import verified_reads
 from airflow_curation.core.lease import Lease
 from airflow_curation.core.lsh import gather_partition, next_power_of_two, partition_ranges, partitions_for
 from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry, UnitEntry, group_range
@@ -131,22 +131,23 @@ class DedupSignaturesStage(Stage):
         if getattr(self, "_by_id", None) is None:
             self._by_id = {s["shard_id"]: s for s in self.config["shards"]}
         s = self._by_id[unit.unit_id]
-        verify_file(s["uri"], s.get("checksum"), f"shard {unit.unit_id}")
+        inputs = [(s["uri"], s.get("checksum"), f"shard {unit.unit_id}")]
         if s["keep_uri"]:
-            verify_file(s["keep_uri"], s.get("keep_checksum"), f"preprocess attrs of shard {unit.unit_id}")
+            inputs.append((s["keep_uri"], s.get("keep_checksum"), f"preprocess attrs of shard {unit.unit_id}"))
         if s.get("text_uri") and s["text_uri"] != s["keep_uri"]:
-            verify_file(s["text_uri"], s.get("text_checksum"), f"cleaned text of shard {unit.unit_id}")
+            inputs.append((s["text_uri"], s.get("text_checksum"), f"cleaned text of shard {unit.unit_id}"))
         bands_uri, exact_uri = self.spill_uris(unit.unit_id)
-        stats = phases.sign_shard(
-            ShardText(s["uri"], s.get("text_uri")),
-            s["index"],
-            s["keep_uri"],
-            self.config["keep_column"],
-            self.params,
-            bands_uri,
-            exact_uri,
-            int(self.config["batch_rows"]),
-        )
+        with verified_reads(inputs):  # each input fetched once: verified, then parsed from those bytes
+            stats = phases.sign_shard(
+                ShardText(s["uri"], s.get("text_uri")),
+                s["index"],
+                s["keep_uri"],
+                self.config["keep_column"],
+                self.params,
+                bands_uri,
+                exact_uri,
+                int(self.config["batch_rows"]),
+            )
         acc = RowAccounting()
         acc.keep(stats["considered"])
         if stats["rows"] > stats["considered"]:

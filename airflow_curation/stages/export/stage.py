@@ -30,7 +30,7 @@ from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import checksum_url
-from airflow_curation.core.integrity import verify_file
+from airflow_curation.core.integrity import verified_reads
 from airflow_curation.core.lease import Lease
 from airflow_curation.core.lsh import partition_ranges
 from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead, UnitEntry, group_range
@@ -73,12 +73,12 @@ class ExportScatterStage(Stage):
         if getattr(self, "_by_id", (None,))[0] is not shards:  # one lookup per unit, not a scan of the list
             self._by_id = (shards, {s["shard_id"]: s for s in shards})
         s = self._by_id[1][unit.unit_id]
-        verify_file(s["uri"], s["checksum"], f"packed shard {unit.unit_id}")
         uri = self.spill_uri(unit.unit_id)
         c = self.config
-        stats = phases.scatter_shard(
-            s["uri"], s["index"], c["seed"], c["buckets"], c["dtype"], c["vocab_size"], c["boundaries"], uri
-        )
+        with verified_reads([(s["uri"], s["checksum"], f"packed shard {unit.unit_id}")]):  # one fetch: checked, parsed
+            stats = phases.scatter_shard(
+                s["uri"], s["index"], c["seed"], c["buckets"], c["dtype"], c["vocab_size"], c["boundaries"], uri
+            )
         nbytes, _ = storage.stat(uri)
         acc = RowAccounting()
         acc.keep(stats["sequences"])
