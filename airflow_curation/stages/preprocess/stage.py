@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
+from airflow_curation.core.allocator import use_system_allocator
 from airflow_curation.core.code_signals import CODE_SIGNALS, compute_code_signals, language_of
 from airflow_curation.core.compat_names import COMPAT_SIGNALS
 from airflow_curation.core.filters import (
@@ -31,10 +32,11 @@ from airflow_curation.core.filters import (
 )
 from airflow_curation.core.langid import LANG_SIGNALS, lang_rules, lang_signals
 from airflow_curation.core.line_clean import NORMALIZATIONS, REMOVED_PREFIX, LineCleaner
+from airflow_curation.core.manifest import ShardEntry, UnitEntry
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, META, SOURCE, TEXT
 from airflow_curation.core.signals import SignalComputer
 from airflow_curation.core.url_filter import UrlFilter
-from airflow_curation.stages.attrs import AttrsStage, keep_accounting, write_attrs
+from airflow_curation.stages.attrs import AttrsFile, AttrsStage, keep_accounting, write_attrs
 from airflow_curation.stages.base import UnitMapper, local_mapper
 from airflow_curation.stages.mappers.budget import DEFAULT_BASE_BYTES, MiB
 from airflow_curation.stages.settings import Setting, auto_or_bool, str_or_list
@@ -208,6 +210,7 @@ class Preprocessor:
 
     def run_file(self, in_uri: str, out_uri: str, batch_rows: int = 4096) -> tuple[RowAccounting, dict[str, Any]]:
         """Stream one Parquet file with ``id`` and ``text`` into ``out_uri`` (written atomically)."""
+        use_system_allocator()  # batch after batch of fresh pages otherwise (core.allocator)
         out = write_attrs(in_uri, out_uri, self.process, preprocess_accounting, self.input_columns, batch_rows)
         return out.accounting, out.extra
 
@@ -447,6 +450,10 @@ class PreprocessStage(AttrsStage):
         entries = self.entries()
         self._unit_bytes = {u.unit_id: entries[u.unit_id].bytes for u in units}
         return units
+
+    def write_unit(self, unit: UnitEntry, entry: ShardEntry, uri: str) -> AttrsFile:
+        use_system_allocator()  # batch after batch of fresh pages otherwise (core.allocator)
+        return super().write_unit(unit, entry, uri)
 
     def compute(self, table: pa.Table) -> pa.Table:
         return self._preprocessor().process(table)
