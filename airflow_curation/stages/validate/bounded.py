@@ -84,7 +84,8 @@ def column_stats(
     direct = [k for k, b in enumerate(basics) if len(parts) == 1 and b["count"]]
     if sum(basics[k]["count"] for k in direct) > values_per_query:
         direct = []
-    if files is not None:
+    # Arrow and numpy for selection; DuckDB's histogram() alone (no column by selection) costs less than a read
+    if files is not None and len(direct) < sum(1 for b in basics if b["count"]):
         from airflow_curation.stages.validate.arrow_scan import arrow_scan  # it imports this module
 
         scan = arrow_scan(files, cols, bins, _hist_doubles(hists))
