@@ -351,32 +351,53 @@ def scaling(args) -> None:
         "table": table,
         "runs": runs,
     }
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "bench_validate_scaling.json")
+    path = _scaling_json(args.name)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
     print(f"wrote {path}")
     if args.results:
-        write_scaling_results(out)
+        write_scaling_results(out, args.name)
 
 
-def write_scaling_results(out: dict) -> None:
-    """The ``bench_validate_scaling`` block of RESULTS.md, from the JSON ``scaling`` writes."""
+def _scaling_json(name: str) -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", f"{name}.json")
+
+
+# --name: each comparison's RESULTS.md block and JSON, and what its *before* and *after* codes are
+SCALING_SECTIONS = {
+    "bench_validate_scaling": (
+        "Validate: linear in rows (`benchmarks/bench_validate.py --scaling`)",
+        "*before* (one filtered scan per 1 M ids) and *after* (one scan routed into spilled hash partitions)",
+    ),
+    "bench_validate_select": (
+        "Validate: quantiles by selection in Arrow/numpy (`benchmarks/bench_validate.py --scaling --name "
+        "bench_validate_select`)",
+        "*before* (main: DuckDB `quantile_cont` in batches of columns of at most 8 M values, one scan of every "
+        "attrs file per batch) and *after* (`quantile_cont` only where every column fits one query, else selection "
+        "passes read in Arrow and counted in numpy: `stages/validate/arrow_scan.py`)",
+    ),
+}
+
+
+def write_scaling_results(out: dict, name: str = "bench_validate_scaling") -> None:
+    """The ``name`` block of RESULTS.md, from the JSON ``scaling`` writes."""
+    title, codes = SCALING_SECTIONS[name]
     load = ", ".join(f"{x:.1f}" for x in out["load_average"])
     lines = [
-        "## Validate: linear in rows (`benchmarks/bench_validate.py --scaling`)",
+        f"## {title}",
         "",
         f"Command: `.venv/bin/python {out['command']}` (run {out['when']}; JSON: "
-        "`benchmarks/results/bench_validate_scaling.json`). Lakes of tiny documents "
+        f"`benchmarks/results/{name}.json`). Lakes of tiny documents "
         f"({out['doc_bytes']} bytes of text, shards of {ROWS_PER_SHARD:,} rows, attrs/preprocess and attrs/dedup); "
-        "each run a fresh process; *before* (one filtered scan per 1 M ids) and *after* (one scan routed into "
-        f"spilled hash partitions) alternated (each round runs every size with each code), median of "
+        f"each run a fresh process; {codes} alternated (each round runs every size with each code), median of "
         f"{len(next(iter(out['runs'].values()))['after'])} rounds (min-max); DuckDB threads={out['threads']}, "
         "default `ids_per_pass` (1 M). *counts*: the distinct ids and "
         "cluster sizes alone; *metrics*: every metric of the report (which counts them again). Both codes gave "
         "the same metrics at every size (a digest of the whole block, means to 12 digits: DuckDB's parallel `avg` "
         "moves their last bits from run to run of the same code).",
         f"**Machine: 2 cores shared with other helpers' work (load average {load} at the end).**",
+        *([f"Note: {out['note']}"] if out.get("note") else []),
         "",
         "| rows | code | counts CPU-s | counts CPU-s per M rows | metrics CPU-s | metrics CPU-s per M rows | peak RSS MiB |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -389,8 +410,8 @@ def write_scaling_results(out: dict) -> None:
             f"({r['metrics_cpu_s'][0]:.2f}-{r['metrics_cpu_s'][1]:.2f}) | {m['metrics_cpu_s'] / mrows:.2f} | "
             f"{m['peak_rss_mib']:.0f} |"
         )
-    replace_block(RESULTS, "bench_validate_scaling", "\n".join(lines), after="bench_validate")
-    print(f"wrote the bench_validate_scaling section of {RESULTS}")
+    replace_block(RESULTS, name, "\n".join(lines), after="bench_validate")
+    print(f"wrote the {name} section of {RESULTS}")
 
 
 def main() -> None:
@@ -407,12 +428,22 @@ def main() -> None:
     ap.add_argument("--rows", default="1e6,4e6,10e6", help="--scaling: row counts, comma-separated")
     ap.add_argument("--repeats", type=int, default=3, help="--scaling: runs per row count and code (median)")
     ap.add_argument("--before", help="--scaling: a copy of the package to compare with (alternated)")
+    ap.add_argument(
+        "--name",
+        default="bench_validate_scaling",
+        choices=sorted(SCALING_SECTIONS),
+        help="--scaling: the RESULTS.md block and results/NAME.json",
+    )
+    ap.add_argument("--render", action="store_true", help="--scaling: rewrite the NAME block from its JSON only")
     ap.add_argument("--scaling-child", help=argparse.SUPPRESS)  # one --scaling measurement: the manifest
     args = ap.parse_args()
     if args.daft_ray_only:
         return daft_ray_child(args)
     if args.scaling_child:
         return scaling_child(args.scaling_child, args.threads)
+    if args.scaling and args.render:
+        with open(_scaling_json(args.name)) as f:
+            return write_scaling_results(json.load(f), args.name)
     if args.scaling:
         return scaling(args)
 

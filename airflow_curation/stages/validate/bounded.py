@@ -59,13 +59,17 @@ def column_stats(
     bins: int = SELECT_BINS,
     fetch_max: int = FETCH_MAX,
     values_per_query: int = VALUES_PER_QUERY,
+    files: Sequence[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``{out name: {count, min, max, mean, p01.., hist}}`` of ``columns`` (``(column in the parts, out
     name)``, cast to DOUBLE) over the union of ``parts``.
 
     Scans: one for count, min, max and mean (and one more where a column holds an infinity or NaN),
     one for the histograms with the first selection step, then one per further step (one, as a rule:
-    the values of the bins that hold the ranks)."""
+    the values of the bins that hold the ranks).
+
+    :param files: the Parquet files whose union is the one part, if it is that: the histograms and
+        selection passes then read them in Arrow and numpy (:mod:`.arrow_scan`), not in DuckDB."""
     if not columns:
         return {}
     cols = [c for c, _ in columns]
@@ -74,12 +78,22 @@ def column_stats(
     for (_, name), b in zip(columns, basics):
         out[name] = {"count": b["count"], "min": b["min"], "max": b["max"], "mean": b["mean"]}
     hists = _hist_plan([(c, out[name]) for c, name in columns])
-    # One part: columns whose values fit a query's budget get DuckDB's quantile_cont itself, a batch of
-    # them per query; the others (and every column of a relation in parts) by selection.
-    direct = [k for k, b in enumerate(basics) if len(parts) == 1 and 0 < b["count"] <= values_per_query]
+    # One part whose columns' values all fit one query's budget: DuckDB's quantile_cont itself, one query.
+    # Else every column by selection: a few scans, however many rows (a batch of columns per query was one
+    # scan of every file per batch, the batches growing with the rows).
+    direct = [k for k, b in enumerate(basics) if len(parts) == 1 and b["count"]]
+    if sum(basics[k]["count"] for k in direct) > values_per_query:
+        direct = []
+    # Arrow and numpy for selection; DuckDB's histogram() alone (no column by selection) costs less than a read
+    if files is not None and len(direct) < sum(1 for b in basics if b["count"]):
+        from airflow_curation.stages.validate.arrow_scan import arrow_scan  # it imports this module
+
+        scan = arrow_scan(files, cols, bins, _hist_doubles(hists))
+    else:
+        scan = _duckdb_scan(run, parts, cols, bins, hists)
     values = rank_quantiles(
         [{**b, "count": 0} if k in direct else b for k, b in enumerate(basics)],
-        _duckdb_scan(run, parts, cols, bins, hists),
+        scan,
         lambda lo, hi, d: _interpolate(run, lo, hi, d),
         quantiles,
         bins,
@@ -101,6 +115,11 @@ def column_stats(
         for qq, val in zip(quantiles, vals):
             out[name][f"p{int(round(qq * 100)):02d}"] = val
     return out
+
+
+def _hist_doubles(hists: list[tuple[str, dict, list[float], str]]) -> list[tuple[str, dict, float, float]]:
+    """``(column, stats, start, width)`` of each histogram: the doubles its SQL computes the bins with."""
+    return [(src, stats, edges[0], (edges[-1] - edges[0]) / (len(edges) - 1)) for src, stats, edges, _ in hists]
 
 
 def _x(col: str) -> str:
@@ -173,10 +192,11 @@ def _hist_plan(cols: list[tuple[str, dict]]) -> list[tuple[str, dict, list[float
         nb = len(edges) - 1
         width = (edges[-1] - edges[0]) / nb
         x = f"{q(src)}::DOUBLE"
-        # a null has no bin (greatest() would skip it and put it in bin 0)
+        # a null has no bin (greatest() would skip it and put it in bin 0); exact DOUBLE literals (a bare
+        # 0.1 is a DECIMAL, and a bare inf, a width past the largest double, no literal at all)
         expr = (
             f"histogram(CASE WHEN {x} IS NULL THEN NULL"
-            f" ELSE least(greatest(floor(({x} - {edges[0]!r}) / {width!r}), 0), {nb - 1}) END::INTEGER)"
+            f" ELSE least(greatest(floor(({x} - {dbl(edges[0])}) / {dbl(width)}), 0), {nb - 1}) END::INTEGER)"
         )
         stats["hist"] = {"edges": edges, "counts": [0] * nb}
         plan.append((src, stats, edges, expr))

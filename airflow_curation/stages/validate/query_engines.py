@@ -334,7 +334,7 @@ class DuckDBEngine:
         if groups is None:
             for a in self.view.attrs:
                 pairs = [(src, dst) for src, dst in a.columns.items() if dst in wanted]
-                out.update(bounded.column_stats(run, [_q("attrs_" + a.stage)], pairs))
+                out.update(bounded.column_stats(run, [_q("attrs_" + a.stage)], pairs, files=a.files))
             return out
         names = [dst for a in self.view.attrs for dst in a.columns.values() if dst in wanted]
         if not names:

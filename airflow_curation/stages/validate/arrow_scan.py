@@ -1,0 +1,131 @@
+"""The selection passes of :func:`.bounded.rank_quantiles` over Parquet files, in Arrow and numpy.
+
+DuckDB answers a pass as filtered ``histogram()`` aggregates, which cost far more per value than reading
+it; here one pass streams the requested numeric columns of the files in record batches (only those
+columns) and counts each request's slice per bin with numpy. The bins are DuckDB's to the bit: the same
+IEEE subtraction, division and floor of the same doubles (``floor((x - start) / width)`` clamped to
+``[0, bins - 1]``), and a value is cast to DOUBLE as DuckDB casts it (an integer rounded to nearest).
+Memory holds one record batch and, per request, ``bins`` counts (or a fetched slice's values).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_curation.core import storage
+from airflow_curation.stages.validate import bounded
+
+BATCH_ROWS = 256 * 1024  # rows of one record batch: a few MB per column
+
+
+def _columns(files: Sequence[str], cols: Sequence[str], batch_rows: int) -> Iterator[dict[str, np.ndarray]]:
+    """Per record batch of ``files``, the non-null values of each of ``cols`` that the file holds, as float64.
+
+    :param files: Parquet files (URLs), read in order; a file without a column has only nulls in it
+        (``union_by_name``).
+    :param cols: columns to read.
+    :param batch_rows: rows per record batch.
+    """
+    for url in files:
+        with storage.open_arrow(url) as fh:
+            pf = pq.ParquetFile(fh)
+            names = set(pf.schema_arrow.names)
+            present = [c for c in dict.fromkeys(cols) if c in names]
+            if not present:
+                continue
+            for batch in pf.iter_batches(batch_size=batch_rows, columns=present):
+                out = {}
+                for c in present:
+                    arr = batch.column(c)
+                    if arr.null_count:
+                        arr = arr.drop_null()
+                    if arr.type != pa.float64():  # int64 past 2**53 rounds to nearest, as DuckDB's cast
+                        arr = pc.cast(arr, pa.float64(), safe=False)
+                    out[c] = arr.to_numpy(zero_copy_only=False)
+                yield out
+
+
+def _bin(x: np.ndarray, start: float, width: float, bins: int) -> np.ndarray:
+    """DuckDB's ``least(greatest(floor((x - start) / width), 0), bins - 1)``: NaN (an overflowed ``inf / inf``)
+    sorts above every number there, so it lands in the last bin."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        f = np.floor((x - start) / width)
+    f[np.isnan(f)] = bins - 1
+    return np.clip(f, 0, bins - 1).astype(np.int64)
+
+
+def arrow_scan(
+    files: Sequence[str],
+    cols: list[str],
+    bins: int,
+    hists: list[tuple[str, dict, float, float]],
+    batch_rows: int = BATCH_ROWS,
+) -> bounded.Scan:
+    """A selection pass as one read of ``files``; the histograms ``hists`` are counted in the first pass.
+
+    :param files: the relation's Parquet files.
+    :param cols: the columns, by index (a slice's ``k``).
+    :param bins: bins of one selection step.
+    :param hists: ``(column, stats, start, width)``: the histogram to add to ``stats["hist"]["counts"]``,
+        ``start`` and ``width`` the doubles DuckDB's histogram query computes with.
+    :param batch_rows: rows per record batch.
+    """
+
+    def scan(plan: list[tuple[bounded._Slice, bool]], first: bool) -> list:
+        todo_hists = hists if first else []
+        if not plan and not todo_hists:
+            return []
+        need = [h[0] for h in todo_hists] + [cols[sl.k] for sl, _ in plan]
+        fetched: list[list[np.ndarray]] = [[] for _ in plan]
+        counts = [np.zeros(bins, np.int64) for _ in plan]
+        lows: list[list[float]] = [[] for _ in plan]
+        highs: list[list[float]] = [[] for _ in plan]
+        hist_counts = [np.zeros(len(h[1]["hist"]["counts"]), np.int64) for h in todo_hists]
+        for got in _columns(files, need, batch_rows):
+            for (src, stats, start, width), acc in zip(todo_hists, hist_counts):
+                x = got.get(src)
+                if x is not None and len(x):
+                    acc += np.bincount(_bin(x, start, width, len(acc)), minlength=len(acc))
+            for i, (sl, fetch) in enumerate(plan):
+                x = got.get(cols[sl.k])
+                if x is None or not len(x):
+                    continue
+                if fetch:  # by value range alone, the slice's own values picked out by the caller
+                    lo, hi = sl.range(bins)
+                    fetched[i].append(x[(x >= lo) & (x <= hi)])
+                    continue
+                if sl.steps:
+                    lo, hi = sl.range(bins)
+                    x = x[(x >= lo) & (x <= hi)]  # the cheap comparisons first, then the bins above
+                    for st, w, b in sl.steps:
+                        x = x[_bin(x, st, w, bins) == b]
+                    if not len(x):
+                        continue
+                    lows[i].append(float(x.min()))
+                    highs[i].append(float(x.max()))
+                elif sl.odd:
+                    x = x[np.isfinite(x)]
+                start, width = sl.division(bins)
+                counts[i] += np.bincount(_bin(x, start, width, bins), minlength=bins)
+        for (_, stats, _, _), acc in zip(todo_hists, hist_counts):
+            stats["hist"]["counts"] = [a + int(n) for a, n in zip(stats["hist"]["counts"], acc)]
+        out: list[Any] = []
+        for i, (sl, fetch) in enumerate(plan):
+            if fetch:
+                out.append([float(v) for part in fetched[i] for v in part])
+                continue
+            nz = np.flatnonzero(counts[i])
+            pairs = [(int(b), int(counts[i][b])) for b in nz]
+            if sl.steps:
+                out.append((min(lows[i], key=bounded._order), max(highs[i], key=bounded._order), pairs))
+            else:  # the column's finite range is known
+                out.append((sl.lo, sl.hi, pairs))
+        return out
+
+    return scan
