@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from pathlib import Path
 
@@ -135,12 +136,24 @@ print(rows)
 """
 
 
-CURATION = [sys.executable, "-c", "import sys; from airflow_curation.cli import main; sys.exit(main())"]
+# The child writes its own peak RSS (VmHWM) where BENCH_PEAK_FILE says, at exit: the ru_maxrss that wait4
+# reports carries over exec the RSS the benchmark process had when it forked, so a benchmark holding more
+# than a stage (a corpus's inputs built in memory) would hide the stage's own peak.
+_PEAK_AT_EXIT = (
+    "import atexit, os\n"
+    "if os.environ.get('BENCH_PEAK_FILE'):\n"
+    "    atexit.register(lambda: open(os.environ['BENCH_PEAK_FILE'], 'w').write(next("
+    "(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:')), '')))\n"
+)
+CURATION = [sys.executable, "-c", _PEAK_AT_EXIT + "import sys; from airflow_curation.cli import main; sys.exit(main())"]
 
 
 def _measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int, str]:
     """Wall seconds, CPU seconds (user + system, all threads), peak RSS (bytes) of the child, its stdout."""
     started = time.perf_counter()
+    peak_fd, peak_file = tempfile.mkstemp(prefix="bench-peak-")
+    os.close(peak_fd)
+    env = {**(os.environ if env is None else env), "BENCH_PEAK_FILE": peak_file}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     # Read the pipes from threads so a chatty child cannot block on a full pipe before wait4.
     import threading
@@ -158,9 +171,14 @@ def _measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int
         t.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - started
+    with open(peak_file) as f:
+        own_kb = f.read().strip()
+    os.unlink(peak_file)
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[:4]} failed ({proc.returncode}):\n{chunks.get('err', b'').decode()[-3000:]}")
-    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024, chunks.get("out", b"").decode()
+    # the child's own VmHWM where it wrote one (a CURATION command), else wait4's figure
+    peak = int(own_kb) * 1024 if own_kb else usage.ru_maxrss * 1024
+    return seconds, usage.ru_utime + usage.ru_stime, peak, chunks.get("out", b"").decode()
 
 
 def run_ours(files: list[Path], out: Path, workers: int = 1) -> tuple[float, float, int, int]:
