@@ -88,7 +88,7 @@ def column_stats(
     if files is not None and len(direct) < sum(1 for b in basics if b["count"]):
         from airflow_curation.stages.validate.arrow_scan import arrow_scan  # it imports this module
 
-        scan = arrow_scan(files, cols, bins, _hist_doubles(hists))
+        scan = arrow_scan(files, cols, bins, hists)
     else:
         scan = _duckdb_scan(run, parts, cols, bins, hists)
     values = rank_quantiles(
@@ -115,11 +115,6 @@ def column_stats(
         for qq, val in zip(quantiles, vals):
             out[name][f"p{int(round(qq * 100)):02d}"] = val
     return out
-
-
-def _hist_doubles(hists: list[tuple[str, dict, list[float], str]]) -> list[tuple[str, dict, float, float]]:
-    """``(column, stats, start, width)`` of each histogram: the doubles its SQL computes the bins with."""
-    return [(src, stats, edges[0], (edges[-1] - edges[0]) / (len(edges) - 1)) for src, stats, edges, _ in hists]
 
 
 def _x(col: str) -> str:
@@ -180,9 +175,10 @@ def _basics(run: Run, parts: Sequence[str], cols: list[str]) -> list[dict[str, A
     return out
 
 
-def _hist_plan(cols: list[tuple[str, dict]]) -> list[tuple[str, dict, list[float], str]]:
-    """``(column, stats, edges, expression)``: the equal-width histograms (``HIST_BINS`` bins from min to
-    max) to count, each part's counts summed; a column with no value, or an infinity, gets none."""
+def _hist_plan(cols: list[tuple[str, dict]]) -> list[tuple[str, dict, float, float]]:
+    """``(column, stats, start, width)``: the equal-width histograms (``HIST_BINS`` bins from min to max) to
+    count, each part's counts summed, ``start`` and ``width`` the doubles every scan bins with (DuckDB's SQL,
+    :mod:`.arrow_scan`); a column with no value, or an infinity, gets none."""
     plan = []
     for src, stats in cols:
         if not stats["count"] or not (math.isfinite(stats["min"]) and math.isfinite(stats["max"])):
@@ -190,17 +186,20 @@ def _hist_plan(cols: list[tuple[str, dict]]) -> list[tuple[str, dict, list[float
             continue
         edges = hist_bins(stats["min"], stats["max"])
         nb = len(edges) - 1
-        width = (edges[-1] - edges[0]) / nb
-        x = f"{q(src)}::DOUBLE"
-        # a null has no bin (greatest() would skip it and put it in bin 0); exact DOUBLE literals (a bare
-        # 0.1 is a DECIMAL, and a bare inf, a width past the largest double, no literal at all)
-        expr = (
-            f"histogram(CASE WHEN {x} IS NULL THEN NULL"
-            f" ELSE least(greatest(floor(({x} - {dbl(edges[0])}) / {dbl(width)}), 0), {nb - 1}) END::INTEGER)"
-        )
         stats["hist"] = {"edges": edges, "counts": [0] * nb}
-        plan.append((src, stats, edges, expr))
+        plan.append((src, stats, edges[0], (edges[-1] - edges[0]) / nb))
     return plan
+
+
+def _hist_expr(src: str, start: float, width: float, nb: int) -> str:
+    """DuckDB's count of ``src`` in ``nb`` bins of ``width`` from ``start``."""
+    x = f"{q(src)}::DOUBLE"
+    # a null has no bin (greatest() would skip it and put it in bin 0); exact DOUBLE literals (a bare
+    # 0.1 is a DECIMAL, and a bare inf, a width past the largest double, no literal at all)
+    return (
+        f"histogram(CASE WHEN {x} IS NULL THEN NULL"
+        f" ELSE least(greatest(floor(({x} - {dbl(start)}) / {dbl(width)}), 0), {nb - 1}) END::INTEGER)"
+    )
 
 
 # One pass over the relation for a selection step: per request ``(slice, fetch)``, a fetched slice's values
@@ -385,13 +384,13 @@ def _select(
 
 
 def _duckdb_scan(
-    run: Run, parts: Sequence[str], cols: list[str], bins: int, hists: list[tuple[str, dict, list[float], str]]
+    run: Run, parts: Sequence[str], cols: list[str], bins: int, hists: list[tuple[str, dict, float, float]]
 ) -> Scan:
     """A selection pass as one query per part, every request a filtered aggregate; the histograms ``hists``
     are counted in the first pass."""
 
     def scan(plan: list[tuple[_Slice, bool]], first: bool) -> list:
-        exprs: list[str] = [h[3] for h in hists] if first else []
+        exprs = [_hist_expr(src, st, w, len(stats["hist"]["counts"])) for src, stats, st, w in hists] if first else []
         at = []  # position of each request's first expression
         for sl, fetch in plan:
             x = _x(cols[sl.k])
