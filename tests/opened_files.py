@@ -16,11 +16,6 @@ import pyarrow.parquet as pq
 from airflow_curation.core import storage
 
 
-def _held(url: str) -> bool:
-    held = getattr(storage, "held", None)  # absent before the verified reads: nothing held
-    return held is not None and held(url) is not None
-
-
 def record_opens(monkeypatch) -> list[str]:
     """Every open and footer from now on (until ``monkeypatch`` is undone), in order."""
     opened: list[str] = []
@@ -34,7 +29,7 @@ def record_opens(monkeypatch) -> list[str]:
     def counting(real, label: str):
         def wrapper(source: Any, *args, **kwargs):
             path = path_of(source)
-            held = not label and isinstance(source, str) and _held(source)
+            held = not label and isinstance(source, str) and storage.held(source) is not None
             opened.append(f"{'held:' if held else label}{path}")
             result = real(source, *args, **kwargs)
             if held:
@@ -45,8 +40,7 @@ def record_opens(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(storage, "open_read", counting(storage.open_read, ""))
     monkeypatch.setattr(storage, "open_arrow", counting(storage.open_arrow, ""))
-    if hasattr(storage, "fetch"):  # the one read of a file a unit verifies and holds
-        monkeypatch.setattr(storage, "fetch", counting(storage.fetch, ""))
+    monkeypatch.setattr(storage, "fetch", counting(storage.fetch, ""))  # the one read of a file a unit verifies
     monkeypatch.setattr(pq, "ParquetFile", counting(pq.ParquetFile, "footer:"))
     for name in ("read_table", "read_schema", "read_metadata"):
         monkeypatch.setattr(pq, name, counting(getattr(pq, name), "footer:"))
