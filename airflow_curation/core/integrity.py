@@ -78,7 +78,7 @@ def read_verified(uri: str, expected: str | None, what: str = "file") -> pa.Buff
 
 
 @contextlib.contextmanager
-def verified_reads(files: Iterable[tuple[str, str | None, str]], threads: int = 1) -> Iterator[None]:
+def verified_reads(files: Iterable[tuple[str, str | None, str]]) -> Iterator[None]:
     """:func:`verify_files`, keeping the bytes: inside the block, the storage layer's opens of these files
     (``storage.open_read`` / ``open_arrow``: every stage reader) parse the verified bytes instead of fetching
     the files again, so a unit reads each input once. A file with no recorded checksum is neither fetched
@@ -87,13 +87,8 @@ def verified_reads(files: Iterable[tuple[str, str | None, str]], threads: int = 
     Memory: every checked file of the unit (its shard and attrs: compressed, up to ingest's 256-512 MB shard
     target) is held until the block ends.
     """
-    checked = [f for f in files if f[1]]
-    if threads <= 1 or len(checked) <= 1:
-        buffers = [read_verified(*f) for f in checked]
-    else:
-        with ThreadPoolExecutor(max_workers=min(threads, len(checked))) as pool:
-            buffers = list(pool.map(storage_map.carried(lambda f: read_verified(*f)), checked))
-    with storage.holding({f[0]: b for f, b in zip(checked, buffers)}):
+    held = {f[0]: read_verified(*f) for f in files if f[1]}
+    with storage.holding(held):
         yield
 
 
