@@ -1077,6 +1077,13 @@ def main() -> None:
         "--validate-before",
         help="a copy of the code (its PYTHONPATH) that validates the same lake too, for a before/after",
     )
+    ap.add_argument(
+        "--structure",
+        choices=("growing", "stationary"),
+        default="growing",
+        help="the corpus's near duplicates: growing across passes, or a fixed share (scale_corpus.py)",
+    )
+    ap.add_argument("--stages", default=",".join(STAGES), help="stages run at every size (ingest, preprocess always)")
     ap.add_argument("--keep-lakes", action="store_true", help="leave each size's lake under --workdir")
     ap.add_argument("--compare", default="10", help="sizes at which dedup also runs unconstrained and at 1/4")
     ap.add_argument("--airflow-gb", type=float, default=None, help="run this size through the pipeline DAG too")
@@ -1137,7 +1144,8 @@ def main() -> None:
     sizes = [float(s) for s in args.sizes.split(",") if s]
     compare = {float(s) for s in args.compare.split(",") if s}
     file_bytes = int(args.file_mb * 1e6)
-    files = generate(work, max(sizes + [args.airflow_gb or 0]), args.pool_mb, file_bytes)
+    files = generate(work, max(sizes + [args.airflow_gb or 0]), args.pool_mb, file_bytes, args.structure)
+    stages_to_run = tuple(s for s in STAGES if s in args.stages.split(","))
     shard_bytes = int(args.shard_mb * 1e6)
     budget = int(args.budget_mb * 2**20)
     out = Path(args.json)
@@ -1148,7 +1156,15 @@ def main() -> None:
         """``doc[under][key] = value`` (``under`` None: ``doc[key]``)."""
         # Re-read first: runs of other sizes may write the same file from another process.
         doc = json.loads(out.read_text()) if out.exists() else {}
-        doc.update({"pool": pool_info(work), "pool_mb": args.pool_mb, "file_bytes": file_bytes, "cpus": os.cpu_count()})
+        doc.update(
+            {
+                "pool": pool_info(work),
+                "pool_mb": args.pool_mb,
+                "file_bytes": file_bytes,
+                "structure": args.structure,
+                "cpus": os.cpu_count(),
+            }
+        )
         value = {**value, "command": command, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         (doc.setdefault(under, {}) if under else doc)[key] = value
         tmp = out.with_suffix(".tmp")
@@ -1167,6 +1183,7 @@ def main() -> None:
             ("--memory-limit", args.validate_memory_limit) if args.validate_memory_limit else (),
             args.validate_before,
             args.keep_lakes,
+            stages_to_run,
             name=name,
         )
 

@@ -24,6 +24,12 @@ work per GB is measured with the structure a growing crawl has, not with disjoin
 ASCII letters (CJK or Arabic pages, digits) is unchanged by a substitution, so its fresh copies are
 exact duplicates across passes. ``--pool-mb`` caps the pool so that small sizes hold several passes.
 
+``--structure stationary`` is the control for that design: in every pass ``r >= 1`` each document is fresh
+(the cipher of pass ``r``), and a fixed share (``STATIONARY_SHARE``) of them is followed by a near duplicate
+of the *previous* pass's fresh copy (``mutate`` of it). Every near-duplicate cluster then has two documents,
+and the near-duplicate share per GB is the same at every size past the first pass: a dedup cost per GB that
+still rises on it is the algorithm's, not the data's. Its inputs go to a ``-stationary`` folder.
+
 Inputs are ``input-NNN.jsonl`` files of 100 MB (``{"text", "url"}``; the url names the pass); size ``s``
 GB uses the first ``10 s`` files, so the sizes share their data. Made once; a ``.done`` marker says a
 file is complete. A capped pool's inputs go to ``pool<MB>/`` under the workdir (other file sizes: ``-f<bytes>``).
@@ -49,6 +55,7 @@ SEED = 13
 ROTATED = "cgjklmpqrsuxyz"  # no letter of "the be to of and that have with"
 MUTATE_STEP = 0.15  # pass r re-visits (mutates) this share x r of the pool's documents ...
 MUTATE_MAX = 0.6  # ... up to this share
+STATIONARY_SHARE = 0.3  # --structure stationary: documents of a pass followed by a near duplicate of the last
 WORD_EDITS = 150  # one substituted word per this many words (none in shorter documents)
 _WORD = re.compile(r"[A-Za-z]{4,}")
 _TAG = re.compile(r"<[^>]+>")
@@ -177,7 +184,17 @@ def pool_lines(pool: Path, pool_bytes: int | None = None) -> Iterator[str]:
             yield line
 
 
-def passes(pool: Path, pool_bytes: int | None = None) -> Iterator[str]:
+def stationary_texts(text: str, i: int, r: int) -> list[str]:
+    """Pool document ``i`` in pass ``r`` of the stationary structure: its fresh copy, then (a fixed share of
+    documents) a near duplicate of pass ``r - 1``'s fresh copy: clusters of two, whatever the pass."""
+    out = [text.translate(cipher(r))]
+    rng = _uniform(r, i)
+    if rng.random() < STATIONARY_SHARE:
+        out.append(mutate(text.translate(cipher(r - 1)) if r > 1 else text, rng, r))
+    return out
+
+
+def passes(pool: Path, pool_bytes: int | None = None, structure: str = "growing") -> Iterator[str]:
     """The input's JSONL lines, pass after pass over the (capped) pool, without end."""
     r = 0
     while True:
@@ -186,10 +203,10 @@ def passes(pool: Path, pool_bytes: int | None = None) -> Iterator[str]:
                 yield line
                 continue
             d = json.loads(line)
-            yield (
-                json.dumps({"text": pass_text(d["text"], i, r), "url": f"{d['url']}?pass={r}"}, ensure_ascii=False)
-                + "\n"
-            )
+            texts = stationary_texts(d["text"], i, r) if structure == "stationary" else [pass_text(d["text"], i, r)]
+            for k, text in enumerate(texts):
+                url = f"{d['url']}?pass={r}" + (f"&copy={k}" if k else "")
+                yield json.dumps({"text": text, "url": url}, ensure_ascii=False) + "\n"
         r += 1
 
 
@@ -210,19 +227,30 @@ def write_pool(workdir: Path) -> Path:
     return pool
 
 
-def generate(workdir: Path, gigabytes: float, pool_mb: float | None = None, file_bytes: int = FILE_BYTES) -> list[Path]:
+def generate(
+    workdir: Path,
+    gigabytes: float,
+    pool_mb: float | None = None,
+    file_bytes: int = FILE_BYTES,
+    structure: str = "growing",
+) -> list[Path]:
     """The input files for ``gigabytes`` of JSONL (made once). The pool is written first
-    (``pool.jsonl``); the inputs stream it, pass after pass (over its first ``pool_mb`` MB when capped)."""
+    (``pool.jsonl``); the inputs stream it, pass after pass (over its first ``pool_mb`` MB when capped),
+    with near duplicates that grow across passes, or (``structure="stationary"``) a fixed share of them."""
+    if structure not in ("growing", "stationary"):
+        raise ValueError(f"structure {structure!r}: 'growing' or 'stationary'")
     pool = write_pool(workdir)
     pool_bytes = None if pool_mb is None else int(pool_mb * 1e6)
     key = ("" if pool_mb is None else f"pool{pool_mb:g}") + ("" if file_bytes == FILE_BYTES else f"-f{file_bytes}")
+    key += "" if structure == "growing" else f"-{structure}"
+    key = key.lstrip("-")
     out_dir = workdir / key if key else workdir
     out_dir.mkdir(parents=True, exist_ok=True)
     n_files = max(1, math.ceil(gigabytes * 1e9 / file_bytes))
     files = [out_dir / f"input-{k:03d}.jsonl" for k in range(n_files)]
     if all((f.parent / (f.name + ".done")).exists() for f in files):
         return files
-    stream = passes(pool, pool_bytes)
+    stream = passes(pool, pool_bytes, structure)
     for f in files:
         done = f.parent / (f.name + ".done")
         written = 0
@@ -291,8 +319,9 @@ def main() -> None:
     ap.add_argument("--gb", type=float, default=10)
     ap.add_argument("--pool-mb", type=float, help="cap the pool (more passes at small sizes)")
     ap.add_argument("--workdir", default=str(REPO / "benchmarks" / "data" / "scale"))
+    ap.add_argument("--structure", choices=("growing", "stationary"), default="growing", help="near duplicates")
     args = ap.parse_args()
-    files = generate(Path(args.workdir), args.gb, args.pool_mb)
+    files = generate(Path(args.workdir), args.gb, args.pool_mb, structure=args.structure)
     print(f"{len(files)} files, pool {pool_info(Path(args.workdir))}")
 
 

@@ -48,7 +48,7 @@ def _near_duplicate_share(files: list[Path]) -> dict[int, float]:
         for line in f.read_text(encoding="utf-8").splitlines():
             d = json.loads(line)
             base, _, p = d["url"].partition("?pass=")
-            r = int(p or 0)
+            r = int(p.partition("&")[0] or 0)  # "&copy=1": the stationary structure's near duplicate
             sh = hasher.shingles(d["text"])
             if r:
                 near[r].append(any(jaccard(sh, old) >= 0.8 for old in seen[base]))
@@ -78,3 +78,27 @@ def test_near_duplicates_grow_across_passes(corpus, tmp_path):
     total = {n: _near_duplicate_share(files) for n, files in (("three", three), ("six", six))}
     mean = {n: sum(v.values()) / len(v) for n, v in total.items()}
     assert mean["six"] > mean["three"]
+
+
+def test_stationary_structure_keeps_the_near_duplicate_share_flat(corpus, tmp_path):
+    """The control corpus: the same share of near duplicates in every pass, each in a cluster of two."""
+    pool_bytes = _pool(tmp_path)
+    files = corpus.generate(tmp_path, 6 * pool_bytes / 1e9, file_bytes=pool_bytes // 2, structure="stationary")
+    assert all(f.parent.name.endswith("stationary") for f in files)  # apart from the growing corpus's inputs
+    share = _near_duplicate_share(files)
+    assert len(share) >= 5
+    expected = corpus.STATIONARY_SHARE / (1 + corpus.STATIONARY_SHARE)  # a pass's documents that are copies
+    for r, s in share.items():
+        assert abs(s - expected) < 0.08, (r, s)
+    # clusters of two: a document is near only the previous pass's fresh copy, never a chain of passes
+    hasher = MinHasher()
+    by_base: dict[str, list] = defaultdict(list)
+    for f in files:
+        for line in f.read_text(encoding="utf-8").splitlines():
+            d = json.loads(line)
+            by_base[d["url"].partition("?")[0]].append(hasher.shingles(d["text"]))
+    for docs in list(by_base.values())[:100]:
+        for k, sh in enumerate(docs):
+            assert sum(jaccard(sh, other) >= 0.8 for j, other in enumerate(docs) if j != k) <= 1
+    with pytest.raises(ValueError, match="structure"):
+        corpus.generate(tmp_path, 0.001, structure="shuffled")
