@@ -343,6 +343,41 @@ def alternated(points: list[tuple[str, list[Path]]], repeats: int, run, done) ->
             done(label, aggregate(r))
 
 
+def dedup_curve(
+    points: list[tuple[str, list[Path]]],
+    repeats: int,
+    work: Path,
+    shard_bytes: int,
+    row_group_rows: int,
+    budget: int,
+    tag: str,
+    done,
+) -> None:
+    """Dedup alone, alternated over sizes: each size's lake is ingested and preprocessed once (kept under
+    ``work``), then every round removes dedup's state (spills, global phase, checkpoints, attrs) and runs the
+    stage again on the same preprocess manifest, under a run id of its own."""
+    bases = {}
+    for label, files in points:
+        bases[label] = run_size(
+            files, float(label), work, shard_bytes, row_group_rows, budget, False, (), None, True, (), f"{tag}{label}"
+        )
+
+    def one(label: str, files: list[Path]) -> dict:
+        name = f"{tag}{label}"
+        lake = Lake(str(work / f"lake-{name}"), DATASET)
+        for parts in (("dedup",), ("attrs", "dedup"), ("_checkpoints", "dedup"), ("_checkpoints", "dedup_signatures")):
+            shutil.rmtree(lake.path(*parts), ignore_errors=True)
+        rid = f"s{name}-r{time.time_ns()}"
+        args = ["--lake", lake.root, "--dataset", DATASET, "--workers", "1", "--run-id", rid]
+        args += ["--input-manifest", lake.manifest_uri(f"s{name}", "preprocess"), "--memory-budget", str(budget)]
+        load = [os.getloadavg()[0]]
+        rec = _run_stage("dedup", args, lake, rid)
+        base = {k: v for k, v in bases[label].items() if k not in ("stages", "load_average")}
+        return {**base, "stages": {"dedup": rec}, "load_average": [*load, os.getloadavg()[0]]}
+
+    alternated(points, repeats, one, done)
+
+
 def rss_at_shards(files: list[Path], work: Path, text_mb: list[float], row_group_rows: int, budget: int) -> dict:
     """Peak RSS of preprocess and dedup with shards of ``text_mb`` MB of text (the plan's 1 GB, and 256 MB), once
     each: ingest's target is compressed bytes, so it is the text size over the measured compression ratio."""
@@ -779,6 +814,31 @@ def method_report(doc: dict) -> str:
         out += ["Every run (CPU seconds in run order):", "", *runs_table(sizes, "gb"), ""]
         out += ["Marginal cost per GB (the first interval from the 200-row lake of the fixed-cost runs):", ""]
         out += marginal_table(base + sizes, "gb")
+    curve = [v for v in (doc.get("dedup_curve") or {}).values() if v.get("runs")]
+    if curve:
+        out += [
+            "",
+            f"Dedup alone ({doc.get('structure', 'growing')} near duplicates; each size's lake made once, dedup's "
+            "state removed before every run), every run:",
+            "",
+            *runs_table(curve, "gb"),
+            "",
+            "Marginal cost per GB:",
+            "",
+            *marginal_table(curve, "gb"),
+        ]
+    curve = [v for v in (doc.get("dedup_curve_tiny") or {}).values() if v.get("runs")]
+    if curve:
+        out += [
+            "",
+            "Dedup alone on the tiny-row lakes (each made once, dedup's state removed before every run), every run:",
+            "",
+            *runs_table(curve, "rows"),
+            "",
+            "Marginal cost per row:",
+            "",
+            *marginal_table(curve, "rows"),
+        ]
     tiny = [v for v in (doc.get("tiny") or {}).values() if v.get("runs")]
     if tiny:
         out += ["", "Tiny-row lake (one short line of the pool a document, ~60 B), every run:", ""]
@@ -825,7 +885,9 @@ def _loads(doc: dict) -> list[float]:
 
 
 def report(doc: dict) -> str:
-    if any(v.get("runs") for v in (doc.get("sizes") or {}).values()) or doc.get("tiny"):
+    if any(v.get("runs") for v in (doc.get("sizes") or {}).values()) or any(
+        doc.get(k) for k in ("tiny", "dedup_curve", "dedup_curve_tiny")
+    ):
         return method_report(doc)
     if not doc.get("sizes"):  # a JSON of DAG runs only
         return "\n".join(airflow_report(doc)[1:])
@@ -1084,6 +1146,11 @@ def main() -> None:
         help="the corpus's near duplicates: growing across passes, or a fixed share (scale_corpus.py)",
     )
     ap.add_argument("--stages", default=",".join(STAGES), help="stages run at every size (ingest, preprocess always)")
+    ap.add_argument(
+        "--dedup-curve",
+        action="store_true",
+        help="the sizes' lakes made once, then dedup alone run --repeats times alternated (its state removed each time)",
+    )
     ap.add_argument("--keep-lakes", action="store_true", help="leave each size's lake under --workdir")
     ap.add_argument("--compare", default="10", help="sizes at which dedup also runs unconstrained and at 1/4")
     ap.add_argument("--airflow-gb", type=float, default=None, help="run this size through the pipeline DAG too")
@@ -1190,6 +1257,19 @@ def main() -> None:
     if args.fixed:
         save("fixed", fixed_cost(work, max(1, args.repeats), shard_bytes, args.row_group_rows), under=None)
     points = [(f"{gb:g}", files[: max(1, round(gb * 1e9 / file_bytes))]) for gb in sizes]
+    if points and args.dedup_curve:
+        tag = f"dedup-{args.structure}-"
+        dedup_curve(
+            points,
+            args.repeats,
+            work,
+            shard_bytes,
+            args.row_group_rows,
+            budget,
+            tag,
+            lambda label, r: save(label, r, under="dedup_curve"),
+        )
+        points = []
     if points:
         alternated(points, args.repeats, lambda label, fs: one(float(label), fs), save)
     for mb in [float(x) for x in args.rss_shard_mb.split(",") if x]:
@@ -1201,6 +1281,18 @@ def main() -> None:
     if tiny:
         tiny_files = tiny_inputs(work, max(tiny))
         points = [(str(n), tiny_files[: max(1, math.ceil(n / TINY_FILE_ROWS))]) for n in tiny]
+    if tiny and args.dedup_curve:
+        dedup_curve(
+            points,
+            args.repeats,
+            work,
+            shard_bytes,
+            args.row_group_rows,
+            budget,
+            "dedup-tiny",
+            lambda label, r: save(label, r, under="dedup_curve_tiny"),
+        )
+    elif tiny:
         alternated(
             points,
             args.repeats,

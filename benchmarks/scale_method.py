@@ -52,10 +52,11 @@ def marginals(points: list[dict], unit: str) -> list[dict]:
     min and max, and the median's ratio to the first interval's."""
 
     def size(p: dict) -> float:
-        return p["input_bytes"] / 1e9 if unit == "gb" else float(p["stages"]["ingest"]["rows"])
+        return p["input_bytes"] / 1e9 if unit == "gb" else float(next(iter(p["stages"].values()))["rows"])
 
     points = sorted(points, key=size)
-    stages = [s for s in STAGES if all(s in p["stages"] for p in points)] + [PIPELINE]
+    stages = [s for s in STAGES if all(s in p["stages"] for p in points)]
+    stages += [PIPELINE] if len(stages) > 1 else []  # one stage alone: no pipeline row that repeats it
     out = []
     first: dict[str, float] = {}
     for a, b in zip(points, points[1:]):
@@ -108,7 +109,7 @@ def runs_table(points: list[dict], unit: str) -> list[str]:
         "| ---: | --- | ---: | ---: | ---: | --- | ---: | --- |",
     ]
     for p in sorted(points, key=lambda p: p["input_bytes"]):
-        label = f"{p['input_bytes'] / 1e9:.2f}" if unit == "gb" else f"{p['stages']['ingest']['rows']:,}"
+        label = f"{p['input_bytes'] / 1e9:.2f}" if unit == "gb" else f"{next(iter(p['stages'].values()))['rows']:,}"
         for s, x in p["stages"].items():
             loads = ", ".join(f"{ld[0]:.1f}" for ld in x["load_runs"] if ld)
             out.append(

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_curation.core.layout import Lake
+from airflow_curation.core.lsh import partitions_for
 from airflow_curation.core.manifest import Manifest, ShardEntry
 from airflow_curation.core.shards import write_parquet
 from airflow_curation.jobs import run_spec
@@ -204,6 +205,48 @@ def test_only_rows_kept_by_preprocess_in_a_lake(nd_corpus, tmp_path):
     # the attrs keep shard order and rows
     for s in manifest.shards:
         assert pq.read_table(s.attrs["dedup"]).column("id").equals(pq.read_table(s.uri).column("id"))
+
+
+@pytest.mark.parametrize("kept", ["none", "a quarter"])
+def test_the_global_phase_is_sized_by_the_rows_kept_upstream(nd_corpus, tmp_path, kept):
+    """The partitions are planned for every row (before phase 1 knows what preprocess kept); the units and the
+    components' partitions follow the rows phase 1 signed, so a corpus mostly dropped upstream does not pay a
+    global phase (units x shards spill reads, components partitions squared) sized for rows it never spilled."""
+    ids, texts, _ = nd_corpus
+
+    def lake_keeping(root: Path) -> Lake:
+        lake = _preprocessed_lake(root, ids, texts)
+        for k in range(2):
+            keep = [kept == "a quarter" and n % 4 == 0 for n in range(len(ids[k::2]))]
+            write_parquet(lake.attrs_uri("preprocess", f"part-{k:05d}"), pa.table({"id": ids[k::2], "keep": keep}))
+        return lake
+
+    lake = lake_keeping(tmp_path / "lake")
+    budget = 20_000  # every row's spill needs many partitions under it
+    config = {"input_manifest": lake.manifest_uri("r1", "preprocess"), "memory_budget": budget}
+    manifest = Manifest.read(
+        run_spec(JobSpec(stage="dedup", lake=lake.to_dict(), run_id="r1", config=config))["manifest_uri"]
+    )
+    done = json.loads(next(Path(lake.path("dedup")).glob("*/_SUCCESS.json")).read_text())
+    signed = manifest.accounting["kept"] + sum(
+        manifest.accounting["dropped"].get(k, 0) for k in ("exact_duplicate", "near_duplicate")
+    )
+    per_row = 16 * done["bands"] + 24  # the planner's spill bytes per row (bands x 16 B, the exact key)
+    assert done["partitions"] == partitions_for(len(ids) * per_row, budget) > 4
+    assert done["units"] == done["components_partitions"] == partitions_for(signed * per_row, budget)
+    if kept == "none":
+        assert signed == 0 and done["units"] == 1 and not done["gathered"]
+    else:
+        assert 1 < done["units"] < done["partitions"]
+        # the same labels as one unit holding the whole global phase
+        single = tmp_path / "single"
+        lake1 = lake_keeping(single)
+        config1 = {"input_manifest": lake1.manifest_uri("r1", "preprocess"), "partitions": 1}
+        m1 = Manifest.read(
+            run_spec(JobSpec(stage="dedup", lake=lake1.to_dict(), run_id="r1", config=config1))["manifest_uri"]
+        )
+        for a, b in zip(manifest.shards, m1.shards):
+            assert pq.read_table(a.attrs["dedup"]).equals(pq.read_table(b.attrs["dedup"]))
 
 
 def test_bad_input_fails_clearly_and_empty_files_work(tmp_path):

@@ -391,8 +391,7 @@ class DedupStage(AttrsStage):
 
     def _sig_stage(self, rows: int, shards: list[dict]) -> tuple[DedupSignaturesStage, DedupParams, int]:
         """Phase 1's stage for ``rows`` rows in all (its partitions follow from them), and the output partitions."""
-        spill_bytes = rows * (_BAND_BYTES * self.params.bands * self.params.near + _EXACT_BYTES * self.params.exact)
-        parts, self._units, self._cc_parts = self._layout(spill_bytes)
+        parts, self._units, self._cc_parts = self._layout(self._spill_bytes(rows))
         params = DedupParams(**{**asdict(self.params), "minhash": self.params.minhash, "partitions": parts})
         sig_config = {
             "params": {**asdict(params)},
@@ -403,6 +402,19 @@ class DedupStage(AttrsStage):
             "max_failed_fraction": 0.0,
         }
         return DedupSignaturesStage(self.lake, sig_config, self.run_id), params, parts
+
+    def _spill_bytes(self, rows: int) -> int:
+        return rows * (_BAND_BYTES * self.params.bands * self.params.near + _EXACT_BYTES * self.params.exact)
+
+    def _fit_to_signed(self, signed: Manifest, parts: int) -> None:
+        """Units and components partitions for the rows phase 1 signed (those kept upstream), not for every row
+        as planned: a corpus that preprocess mostly dropped gets a global phase of its own size, not units x
+        shards spill reads and components partitions squared sized for rows it never spilled. The partitions
+        stay as planned (they are in the spill files and the fingerprint); no label depends on either."""
+        signed_rows = int(signed.accounting.get("kept", 0))
+        _, units, cc_parts = self._layout(self._spill_bytes(signed_rows))
+        self._units, self._cc_parts = min(units, parts), min(cc_parts, parts)
+        log.info("dedup: %d rows signed: %d units, %d for the components", signed_rows, self._units, self._cc_parts)
 
     def _plan_key_uri(self, sig: DedupSignaturesStage) -> str | None:
         """Where the run key of this plan is kept for the tasks of an array, named by what decides it: phase
@@ -516,7 +528,7 @@ class DedupStage(AttrsStage):
         )
         with lease:
             if not self._globals_done(run_key):  # else another task did it while this one waited
-                StageRunner(sig, self.default_mapper()).run()
+                self._fit_to_signed(StageRunner(sig, self.default_mapper()).run(), params.partitions)
                 fault_point("dedup.after_signatures")
             self._global = self._phase2(sig, params, shards, run_key, out_parts)
             self._prior = self._probe(sig, params, shards, run_key, out_parts) if self.incremental else None
