@@ -44,14 +44,16 @@ BEFORE = [
 # The thresholds of the last change (words_per_line >= 4, list lines <= 0.7) over today's signals (code lines left
 # out): the grid ties them with today's on the tuning set; scored after today's held-out figure was seen, so
 # its held-out row is not a held-out measurement (docs/preprocess.md).
-# Today's preset without its last rule (item pairs, added with held-out-fresh): what the fresh set is scored against.
-BEFORE_PAIRS = [
+# Today's preset plus the item-pair rule, designed on held-out-new (seen) and scored once on held-out-fresh: it
+# did not generalise (no javadoc page changed), so it is not in the preset.
+WITH_PAIRS = [
     {"name": "empty", "signal": "n_words", "min": 1},
     {"name": "structure_min_words", "signal": "n_words", "min": 20},
     {"name": "structure_words_per_line", "signal": "words_per_line", "min": 3.75},
     {"name": "structure_short_items", "signal": "short_item_char_frac", "max": 0.45},
     {"name": "structure_line_templates", "signal": "template_dup_line_frac", "max": 0.8},
     {"name": "structure_list_lines", "signal": "list_line_frac", "max": 0.8},
+    {"name": "structure_item_pairs", "signal": "item_pair_line_frac", "max": 0.5},
 ]
 PREVIOUS_THRESHOLDS = [
     {"name": "empty", "signal": "n_words", "min": 1},
@@ -148,8 +150,8 @@ def main() -> int:
         result = {"pages": len(pages), "presets": {}}
         for name, rules in (
             ("structure (before)", resolve_rules("none", BEFORE)),
-            ("structure, without item pairs", resolve_rules("none", BEFORE_PAIRS)),
             ("structure", resolve_rules("structure")),
+            ("structure + item pairs (designed on held-out-new)", resolve_rules("none", WITH_PAIRS)),
             ("structure, previous thresholds (seen)", resolve_rules("none", PREVIOUS_THRESHOLDS)),
             ("gopher", resolve_rules("gopher")),
             ("gopher,structure (default)", resolve_rules("gopher,structure")),
@@ -181,11 +183,11 @@ def render(r: dict) -> str:
         "Rust toolchain's ten mdBook books (the book and its old editions' notice pages, the reference, the",
         "nomicon, cargo, the edition guide, embedded, rustc, rustdoc, style guide, clippy); `toc.html` is navigation.",
         "`held-out-new` (npm, uniseg, httplib2, IDLE, Jetty, Rust std module pages, Rust error codes) was scored once",
-        "on branch h-structure and has been tuning data since: the item-pair rule (`item_pair_line_frac <= 0.5`, the",
-        "`structure` preset's last rule) was designed on it. `held-out-fresh` (javadoc of eight JDK modules, labelled",
-        "and committed before that rule was written) was scored once, by the run that wrote this table;",
-        "`held-out-fresh, item tables` is that set without its 27 package/overview trees (navigation whose extracted",
-        "text is their headings). `structure, without item pairs` is today's preset less that rule.",
+        "on branch h-structure and has been tuning data since: `structure + item pairs` (`item_pair_line_frac <= 0.5`",
+        "added) was designed on it. `held-out-fresh` (javadoc of eight JDK modules, labelled and committed before",
+        "that rule was written) was scored once with it, then the rule left the preset (it changed no fresh page);",
+        "`held-out-fresh, item tables` is that set without its 28 package/overview trees (navigation whose extracted",
+        "text is their headings).",
         "",
         "| preset | set | nav pages | nav dropped | prose pages | prose kept |",
         "| --- | --- | ---: | ---: | ---: | ---: |",

@@ -23,9 +23,9 @@ class and package lists and the hierarchy trees (``package-tree.html``, ``overvi
 the constants and serialized-form listings and the search pages left out; by markup, the share above with
 javadoc's item tables (``summary-table``, ``hierarchy``, ``index``) as navigation containers and its
 ``<header>``/``<nav>`` (navigation bar, sidebar table of contents: chrome the extractor drops) not counted; then
-the extracted-text check below. 27 of its navigation pages are package trees whose extracted text is their
-headings only (the extractor drops the tree's links); the item-table pages (the layout the preset misses on
-rustdoc) are the other 14, reported on their own beside the set.
+the extracted-text check below. 28 of its navigation pages are hierarchy trees (27 packages' and the overview's)
+whose extracted text is their headings only (the extractor drops the tree's links); the item tables and indexes
+(the layout the preset misses on rustdoc) are the other 13, reported on their own beside the set.
 A sample of every rule's pages was read (the file's ``checked`` list).
 
 usage: python -P benchmarks/label_structure.py

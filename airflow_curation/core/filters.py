@@ -144,7 +144,6 @@ PRESETS: dict[str, tuple[Rule, ...]] = {
         Rule("structure_short_items", "short_item_char_frac", max=0.45),
         Rule("structure_line_templates", "template_dup_line_frac", max=0.8),
         Rule("structure_list_lines", "list_line_frac", max=0.8),
-        Rule("structure_item_pairs", "item_pair_line_frac", max=0.5),
     ),
     "code": (
         EMPTY,

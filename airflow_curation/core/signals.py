@@ -79,7 +79,8 @@ TOP_NGRAMS = (2, 3, 4)
 DUP_NGRAMS = (5, 6, 7, 8, 9, 10)
 SHORT_ITEM_WORDS = 3
 # item_pair_line_frac: a description is a line of at most this many words ending in terminal punctuation, and
-# pairs count in runs of at least PAIR_RUN (rustdoc's and javadoc's item lists: a name line, a one-sentence summary)
+# pairs count in runs of at least PAIR_RUN (rustdoc's item lists: a name line, a one-sentence summary). In no
+# preset: it did not generalise to a fresh set (docs/preprocess.md)
 PAIR_DESC_WORDS = 25
 PAIR_RUN = 2
 IDENT_PUNCT = "_.:/-()[]"
