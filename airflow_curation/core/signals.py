@@ -39,10 +39,7 @@ Definitions (all deterministic; an empty text gives zeros, never a division erro
   alphanumerics and ``_.:/-()[]``); ``url_line_frac`` (one word starting ``http://``, ``https://`` or
   ``www.``, ASCII case-insensitive); ``list_line_frac`` (a bullet, or a first word like ``1.``, ``2)``,
   ``6.2.1.``); ``template_dup_line_frac`` (lines whose template, each run of word characters one
-  symbol and each whitespace run one space, edges stripped, equals an earlier line's);
-  ``item_pair_line_frac`` (lines in runs of at least 2 consecutive pairs of an item line, one identifier word
-  not ending in terminal punctuation, then a description line, at most 25 words ending in terminal
-  punctuation: an API index's name and one-sentence summary).
+  symbol and each whitespace run one space, edges stripped, equals an earlier line's).
 
 Code signals (``code=True``) live in :mod:`airflow_curation.core.code_signals`.
 """
@@ -78,11 +75,6 @@ SHORT_LINE_CHARS = 30
 TOP_NGRAMS = (2, 3, 4)
 DUP_NGRAMS = (5, 6, 7, 8, 9, 10)
 SHORT_ITEM_WORDS = 3
-# item_pair_line_frac: a description is a line of at most this many words ending in terminal punctuation, and
-# pairs count in runs of at least PAIR_RUN (rustdoc's item lists: a name line, a one-sentence summary). In no
-# preset: it did not generalise to a fresh set (docs/preprocess.md)
-PAIR_DESC_WORDS = 25
-PAIR_RUN = 2
 IDENT_PUNCT = "_.:/-()[]"
 URL_PREFIXES = ("http://", "https://", "www.")
 # Line-structure signals for navigation/index pages (docs/preprocess.md, "Structure signals").
@@ -94,7 +86,6 @@ STRUCTURE_SIGNALS = (
     "url_line_frac",
     "list_line_frac",
     "template_dup_line_frac",
-    "item_pair_line_frac",
 )
 
 INT_SIGNALS = ("n_chars", "n_words", "n_tokens", "n_lines", "max_line_len", "n_stop_words", "n_sentences")
@@ -548,9 +539,6 @@ if HAVE_NUMBA:
             n_ident = 0
             n_url = 0
             n_list = 0
-            pair_pend = False  # the last structure line was an item line, not yet paired
-            pair_run = 0  # consecutive (item, description) pairs so far
-            n_pair_lines = 0
 
             i = s0
             while True:
@@ -776,19 +764,6 @@ if HAVE_NUMBA:
                                             n_url += 1
                                     if (line_first & 16) or line_num:
                                         n_list += 1
-                                    # item_pair_line_frac: a run of (item, description) pairs
-                                    is_desc = line_words <= PAIR_DESC_WORDS and (line_last_cls & 32) != 0
-                                    is_item = line_words == 1 and line_ident and not (line_last_cls & 32)
-                                    if pair_pend and is_desc:
-                                        pair_run += 1
-                                        pair_pend = False
-                                    elif is_item and not pair_pend:  # the next pair's item: the run goes on
-                                        pair_pend = True
-                                    else:
-                                        if pair_run >= PAIR_RUN:
-                                            n_pair_lines += 2 * pair_run
-                                        pair_run = 0
-                                        pair_pend = is_item
                                     thash[numba.uint64(n_sl - 1)] = t_hash if t_hash != 0 else ONE
                             if line_chars == 0:
                                 # an empty line ends the paragraph
@@ -965,10 +940,7 @@ if HAVE_NUMBA:
             row[42] = n_list / n_sl if n_sl else 0.0
             dt, _ = _dup_counts(thash, llen, n_sl, keys)
             row[43] = dt / n_sl if n_sl else 0.0
-            if pair_run >= PAIR_RUN:
-                n_pair_lines += 2 * pair_run
-            row[44] = n_pair_lines / n_sl if n_sl else 0.0
-            row[45] = has_lorem
+            row[44] = has_lorem
 
 
 def _as_string_array(texts) -> pa.Array:
@@ -1251,20 +1223,6 @@ def _ref_structure(all_lines: list[str], nw_all: int) -> dict:
             n_ident += all(c.isalnum() or c in IDENT_PUNCT for c in w)
             n_url += w[:8].translate(_ASCII_LOWER).startswith(URL_PREFIXES)
         n_list += ln.lstrip()[0] in BULLETS or bool(_LIST_NUMBER.fullmatch(words[0]))
-    n_pair_lines = pair_run = 0
-    pair_pend = False
-    for ln in text_lines:  # runs of (item, description) pairs: the kernel's state machine
-        words = ln.split()
-        last = ln.rstrip()[-1] in TERMINAL_PUNCT
-        item = len(words) == 1 and all(c.isalnum() or c in IDENT_PUNCT for c in words[0]) and not last
-        if pair_pend and len(words) <= PAIR_DESC_WORDS and last:
-            pair_run, pair_pend = pair_run + 1, False
-        elif item and not pair_pend:
-            pair_pend = True
-        else:
-            n_pair_lines += 2 * pair_run if pair_run >= PAIR_RUN else 0
-            pair_run, pair_pend = 0, item
-    n_pair_lines += 2 * pair_run if pair_run >= PAIR_RUN else 0
     seen: set[str] = set()
     dup_templates = 0
     for ln in text_lines:
@@ -1280,7 +1238,6 @@ def _ref_structure(all_lines: list[str], nw_all: int) -> dict:
         "url_line_frac": n_url / ntl if ntl else 0.0,
         "list_line_frac": n_list / ntl if ntl else 0.0,
         "template_dup_line_frac": dup_templates / ntl if ntl else 0.0,
-        "item_pair_line_frac": n_pair_lines / ntl if ntl else 0.0,
     }
 
 

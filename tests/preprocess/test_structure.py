@@ -109,55 +109,6 @@ def test_url_identifier_and_list_lines(warm_signals, line, url, ident, listed):
     assert (row["url_line_frac"], row["ident_line_frac"], row["list_line_frac"]) == (url, ident, listed)
 
 
-# An API index (rustdoc's module page): a name line, then its one-sentence summary.
-ITEMS = (
-    "Module btree_map\n"
-    "An ordered map based on a B-Tree.\n"
-    "Structs\n"
-    "BTreeMap\n"
-    "An ordered map based on a B-Tree.\n"
-    "IntoIter\n"
-    "An owning iterator over the entries of a BTreeMap, sorted by key.\n"
-    "Keys\n"
-    "An iterator over the keys of a BTreeMap.\n"
-    "Range\n"
-    "An iterator over a sub-range of entries in a BTreeMap.\n"
-)
-
-
-def test_item_pairs_count_runs_of_name_then_summary(warm_signals):
-    row = _row(ITEMS)
-    # "Module btree_map" is two words (no item); "Structs" is an item followed by an item: no pair; then
-    # four (item, description) pairs in a row: 8 of 11 lines
-    assert row["item_pair_line_frac"] == pytest.approx(8 / 11)
-    # as a custom rule (not in the preset: it did not generalise, docs/preprocess.md) it drops the page
-    pairs = [{"name": "item_pairs", "signal": "item_pair_line_frac", "max": 0.5}]
-    keep = apply_rules(compute_signals([ITEMS]), resolve_rules("none", pairs)).column("keep").to_pylist()
-    assert keep == [False]
-    # the same sentences as a paragraph of prose: no item lines, no pairs
-    prose = " ".join(ITEMS.split("\n")) + "\n"
-    assert _row(prose)["item_pair_line_frac"] == 0.0
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("Intro\nOne sentence here.\nBody text that goes on.\n", 0.0),  # one pair: no run
-        ("a\nFirst one.\nb\nSecond one.\n", 1.0),  # a run of two pairs
-        ("a\nFirst one.\nb\nSecond one.\nclosing words of prose\n", 4 / 5),
-        ("a\nFirst one.\nb c\nSecond one.\n", 0.0),  # a two-word line is no item: the run breaks
-        ("a\nFirst one.\nb\nNo terminal punctuation\n", 0.0),  # a description ends in terminal punctuation
-        ("a\nFirst one.\nb\n" + "word " * 25 + "end.\n", 0.0),  # 26 words: no description
-        ("a\nFirst one.\nb\n" + "word " * 24 + "end.\n", 1.0),  # 25 words: a description
-        ("a\nFirst one.\nint x = 1;\nb\nSecond one.\n", 1.0),  # a code line is no line here
-        ("a\n\nFirst one.\n\nb\n\nSecond one.\n", 1.0),  # blank lines are no lines either
-        ("a.\nFirst one.\nb.\nSecond one.\n", 0.0),  # an item ends in no terminal punctuation
-    ],
-)
-def test_item_pair_rules(warm_signals, text, expected):
-    assert _row(text)["item_pair_line_frac"] == pytest.approx(expected)
-
-
 def test_empty_and_blank_documents_give_zeros(warm_signals):
     for text in ("", "\n\n", "  \t \n"):
         row = _row(text)
