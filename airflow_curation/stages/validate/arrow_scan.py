@@ -55,33 +55,64 @@ def _columns(files: Sequence[str], cols: Sequence[str], batch_rows: int) -> Iter
                 yield out
 
 
-def relation_batches(con: Any, parts: Sequence[str], batch_rows: int = BATCH_ROWS) -> Batches:
+def relation_batches(
+    con: Any, parts: Sequence[str], cols: Sequence[str], spill: str | None = None, batch_rows: int = BATCH_ROWS
+) -> Batches:
     """Batches of the SQL relations ``parts`` (DuckDB's, on ``con``), streamed a record batch at a time: the
     columns cast to DOUBLE by DuckDB itself (the value :func:`.bounded.column_stats`' queries see).
 
+    With ``spill``, the first pass also writes ``cols`` of every part there (one Parquet file), and the later
+    passes read that file instead of running the parts' queries again (each a join of shards and attrs:
+    most of a pass's cost).
+
     :param con: the DuckDB connection the relations are defined on (a cursor of its own streams each).
     :param parts: SQL relations whose union is the whole.
+    :param cols: every column a pass may ask for.
+    :param spill: a local Parquet path to write the first pass to (its folder the caller's to remove).
     :param batch_rows: rows per record batch."""
+    cols = list(dict.fromkeys(cols))
+    select = ", ".join(f"{bounded.q(c)}::DOUBLE AS {bounded.q(c)}" for c in cols)
+    written: list[str] = []  # the spill file, once a pass has written all of it
 
-    def batches(cols: list[str]) -> Iterator[dict[str, np.ndarray]]:
-        cols = list(dict.fromkeys(cols))
-        select = ", ".join(f"{bounded.q(c)}::DOUBLE AS {bounded.q(c)}" for c in cols)
-        for part in parts:
-            # a cursor of its own: DuckDB refuses a streamed result on a connection holding an unfinished one
-            cur = con.cursor()
-            try:
-                reader = cur.sql(f"SELECT {select} FROM {part}").to_arrow_reader(batch_rows)
-                for batch in reader:
-                    out = {}
-                    for c, arr in zip(cols, batch.columns):
-                        if arr.null_count:
-                            arr = arr.drop_null()
-                        out[c] = arr.to_numpy(zero_copy_only=False)
-                    yield out
-            finally:
-                cur.close()
+    def stream(need: list[str]) -> Iterator[dict[str, np.ndarray]]:
+        writer = None
+        try:
+            for part in parts:
+                # a cursor of its own: DuckDB refuses a streamed result on a connection holding an unfinished one
+                cur = con.cursor()
+                try:
+                    reader = cur.sql(f"SELECT {select} FROM {part}").to_arrow_reader(batch_rows)
+                    if spill is not None and writer is None:
+                        writer = pq.ParquetWriter(spill, reader.schema, compression="zstd")
+                    for batch in reader:
+                        if writer is not None and batch.num_rows:
+                            writer.write_batch(batch)
+                        yield _values(batch, need)
+                finally:
+                    cur.close()
+        finally:
+            if writer is not None:
+                writer.close()
+        if writer is not None:  # the whole relation: later passes read it
+            written.append(spill)
+
+    def batches(need: list[str]) -> Iterator[dict[str, np.ndarray]]:
+        if written:
+            return _columns(written, need, batch_rows)
+        return stream(need)
 
     return batches
+
+
+def _values(batch: pa.RecordBatch, need: list[str]) -> dict[str, np.ndarray]:
+    """The non-null values of the ``need`` columns of ``batch`` (DOUBLE), as numpy."""
+    out = {}
+    for c in dict.fromkeys(need):
+        arr = batch.column(c)
+        if arr.null_count:
+            arr = arr.drop_null()
+        out[c] = arr.to_numpy(zero_copy_only=False)
+    return out
 
 
 def file_batches(files: Sequence[str], batch_rows: int = BATCH_ROWS) -> Batches:
