@@ -291,6 +291,35 @@ def scaling_child(manifest_uri: str, threads: int) -> None:
     )
 
 
+CURATED_SIGNALS = ["preprocess.alpha_ratio", "preprocess.word_count"]
+
+
+def curated_child(manifest_uri: str, threads: int) -> None:
+    """One measurement of the curated rows' statistics alone (what a curated ``bounds`` check, and so a split
+    run's merge, computes: each group of shards joined with its attrs and filtered, several passes)."""
+    import hashlib
+    import resource
+
+    from airflow_curation.stages.validate.query_engines import DuckDBEngine
+    from airflow_curation.stages.validate.view import CuratedView
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    view = CuratedView.from_manifest(Manifest.read(manifest_uri), related=[])
+    engine = DuckDBEngine(view, threads=threads)
+    cols = [view.column(c) for c in CURATED_SIGNALS]
+    t0 = cpu()
+    stats = engine._signals(cols, groups=view.shard_groups(engine.group_rows))
+    t1 = cpu()
+    engine.close()
+    digest = hashlib.sha256(json.dumps(stats, sort_keys=True, default=repr).encode()).hexdigest()[:16]
+    with open("/proc/self/status") as f:
+        rss = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+    print(json.dumps({"curated_cpu_s": t1 - t0, "peak_rss_mib": rss, "digest": digest, "stats": stats}, default=repr))
+
+
 def _stable(x):
     """The metrics but the means to 12 digits: DuckDB's ``avg`` of doubles over several threads adds in the order
     the threads finish, so a mean's last bits differ from run to run of the same code."""
@@ -316,8 +345,9 @@ def scaling(args) -> None:
     for rep in range(args.repeats):  # alternated: every size and code once per round, so load drifts touch all
         for rows in sizes:
             for name, code in codes.items():
+                child = "--curated-child" if args.curated else "--scaling-child"
                 proc = subprocess.run(
-                    [sys.executable, __file__, "--scaling-child", uris[rows], "--threads", str(args.threads)],
+                    [sys.executable, __file__, child, uris[rows], "--threads", str(args.threads)],
                     capture_output=True,
                     text=True,
                     env={**os.environ, "BENCH_VALIDATE_CODE": code, "PYTHONPATH": code},
@@ -331,12 +361,16 @@ def scaling(args) -> None:
         digests = {r["digest"] for name in codes for r in runs[str(rows)][name]}
         assert len(digests) == 1, f"the metrics differ at {rows} rows: {digests}"
     table = []
+    cpus = ("curated_cpu_s",) if args.curated else ("counts_cpu_s", "metrics_cpu_s")
     for rows in sizes:
         for name in codes:
             rs = runs[str(rows)][name]
-            med = {k: statistics.median(r[k] for r in rs) for k in ("counts_cpu_s", "metrics_cpu_s", "peak_rss_mib")}
-            spread = {k: (min(r[k] for r in rs), max(r[k] for r in rs)) for k in ("counts_cpu_s", "metrics_cpu_s")}
+            med = {k: statistics.median(r[k] for r in rs) for k in (*cpus, "peak_rss_mib")}
+            spread = {k: (min(r[k] for r in rs), max(r[k] for r in rs)) for k in (*cpus, "peak_rss_mib")}
             table.append({"rows": rows, "code": name, "median": med, "range": spread})
+            if args.curated:
+                print(f"{rows:>11,} rows  {name:6s} {json.dumps(med)}", flush=True)
+                continue
             print(
                 f"{rows:>11,} rows  {name:6s} counts {med['counts_cpu_s'] / rows * 1e6:6.3f} CPU-s/M rows, "
                 f"metrics {med['metrics_cpu_s'] / rows * 1e6:6.3f} CPU-s/M rows, peak RSS {med['peak_rss_mib']:.0f} MiB",
@@ -357,7 +391,7 @@ def scaling(args) -> None:
         json.dump(out, f, indent=1)
     print(f"wrote {path}")
     if args.results:
-        write_scaling_results(out, args.name)
+        (write_curated_results if args.curated else write_scaling_results)(out, args.name)
 
 
 def _scaling_json(name: str) -> str:
@@ -376,6 +410,14 @@ SCALING_SECTIONS = {
         "*before* (main: DuckDB `quantile_cont` in batches of columns of at most 8 M values, one scan of every "
         "attrs file per batch) and *after* (`quantile_cont` only where every column fits one query, else selection "
         "passes read in Arrow and counted in numpy: `stages/validate/arrow_scan.py`)",
+    ),
+    "bench_validate_curated": (
+        "Validate: the curated rows' statistics in Arrow/numpy (`benchmarks/bench_validate.py --scaling --curated "
+        "--name bench_validate_curated`)",
+        "*before* (main: the histogram and selection passes as DuckDB's filtered `histogram()`/`list()` aggregates, "
+        "one query per part and pass) and *after* (each part's rows streamed from DuckDB as Arrow record batches, "
+        "binned in numpy by `stages/validate/arrow_scan.py`, the first pass spilling the signals to a local Parquet "
+        "file that the later passes read instead of joining again)",
     ),
 }
 
@@ -414,6 +456,37 @@ def write_scaling_results(out: dict, name: str = "bench_validate_scaling") -> No
     print(f"wrote the {name} section of {RESULTS}")
 
 
+def write_curated_results(out: dict, name: str) -> None:
+    """The ``name`` block of RESULTS.md for ``--curated`` (the curated rows' statistics alone)."""
+    title, codes = SCALING_SECTIONS[name]
+    load = ", ".join(f"{x:.1f}" for x in out["load_average"])
+    lines = [
+        f"## {title}",
+        "",
+        f"Command: `.venv/bin/python {out['command']}` (run {out['when']}; JSON: `benchmarks/results/{name}.json`). "
+        f"Lakes of tiny documents ({out['doc_bytes']} bytes of text, shards of {ROWS_PER_SHARD:,} rows, "
+        "attrs/preprocess and attrs/dedup); the statistics of `alpha_ratio` and `word_count` over the curated rows "
+        "(`DuckDBEngine._signals(groups=...)`: what a curated `bounds` check, and so a split run's merge, computes; "
+        "default `group_rows`, 100,000 rows per part); each run a fresh process; "
+        f"{codes} alternated, median of {len(next(iter(out['runs'].values()))['after'])} runs (min-max); DuckDB "
+        f"threads={out['threads']}. Both codes gave the same statistics, bit for bit (a digest of them).",
+        f"**Machine: 2 cores shared with other helpers' work (load average {load} at the end).**",
+        *([f"Note: {out['note']}"] if out.get("note") else []),
+        "",
+        "| rows | code | CPU-s | CPU-s per M rows | peak RSS MiB |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for t in out["table"]:
+        m, r, mrows = t["median"], t["range"], t["rows"] / 1e6
+        lines.append(
+            f"| {t['rows']:,} | {t['code']} | {m['curated_cpu_s']:.2f} ({r['curated_cpu_s'][0]:.2f}-"
+            f"{r['curated_cpu_s'][1]:.2f}) | {m['curated_cpu_s'] / mrows:.2f} | {m['peak_rss_mib']:.0f} "
+            f"({r['peak_rss_mib'][0]:.0f}-{r['peak_rss_mib'][1]:.0f}) |"
+        )
+    replace_block(RESULTS, name, "\n".join(lines), after="bench_validate_select")
+    print(f"wrote the {name} section of {RESULTS}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gb", type=float, default=1.0, help="text bytes of the view, in GB (default 1)")
@@ -435,15 +508,19 @@ def main() -> None:
         help="--scaling: the RESULTS.md block and results/NAME.json",
     )
     ap.add_argument("--render", action="store_true", help="--scaling: rewrite the NAME block from its JSON only")
+    ap.add_argument("--curated", action="store_true", help="--scaling: the curated rows' statistics alone")
+    ap.add_argument("--curated-child", help=argparse.SUPPRESS)  # one --curated measurement: the manifest
     ap.add_argument("--scaling-child", help=argparse.SUPPRESS)  # one --scaling measurement: the manifest
     args = ap.parse_args()
     if args.daft_ray_only:
         return daft_ray_child(args)
+    if args.curated_child:
+        return curated_child(args.curated_child, args.threads)
     if args.scaling_child:
         return scaling_child(args.scaling_child, args.threads)
     if args.scaling and args.render:
         with open(_scaling_json(args.name)) as f:
-            return write_scaling_results(json.load(f), args.name)
+            return (write_curated_results if args.curated else write_scaling_results)(json.load(f), args.name)
     if args.scaling:
         return scaling(args)
 

@@ -145,3 +145,44 @@ def test_a_task_reads_the_manifests_once_not_once_per_part(tmp_path, monkeypatch
     assert len(manifest.units) == 3 and manifest.status == "complete"
     assert reads[uris["dedup"]] == 1, reads
     assert all(n == 1 for n in reads.values()), reads
+
+
+def test_split_merge_of_the_curated_rows_by_selection_equals_the_single_task_and_duckdb(tmp_path):
+    """Parts of one shard each (``group_rows``): the curated rows' statistics go by selection, each part's rows
+    streamed from DuckDB as Arrow batches and binned in numpy (the merge of a split run, over the whole lake).
+    The merged report equals the single-task one number for number, and its statistics are DuckDB's own over
+    the curated view in one query (``quantile_cont``, ``histogram``; the mean to the last bits: one part's
+    ``avg`` adds in another order than the parts' sums)."""
+    import pytest
+
+    config = {"group_rows": 100}
+    root1 = str(tmp_path / "lake1")
+    uris = _lake(root1)
+    assert cli.main(["run", _spec(tmp_path, root1, uris["dedup"], "one", part_rows=160, **config)]) == 0
+    one = _report(root1, "one")
+
+    root3 = str(tmp_path / "lake3")
+    uris3 = _lake(root3)
+    spec3 = _spec(tmp_path, root3, uris3["dedup"], "three", part_rows=160, max_attempts=1, **config)
+    for i in range(3):
+        assert cli.main(["run", spec3, "--group", f"{i}/3"]) == 0
+    assert cli.main(["collect", spec3]) == 0
+    three = _report(root3, "three")
+    assert _numbers(three) == _numbers(one)
+
+    view = CuratedView.from_manifest(Manifest.read(uris["dedup"]))
+    assert len(view.shard_groups(100)) == 6  # six parts: the selection path, not one query's quantile_cont
+    engine = DuckDBEngine(view, threads=1, group_rows=0)  # one part: DuckDB's quantile_cont and histogram
+    try:
+        whole = engine.metrics(curated_signals=checks.curated_signal_columns(CURATED_BOUNDS, view))
+    finally:
+        engine.close()
+    whole = json.loads(json.dumps(_json_safe(whole)))["curated_signals"]
+    merged = three["metrics"]["curated_signals"]
+    assert merged.keys() == whole.keys() and merged["alpha_ratio"]["count"] > 0
+    for col, stats in whole.items():
+        for stat, v in stats.items():
+            if stat == "mean":
+                assert merged[col][stat] == pytest.approx(v, rel=1e-12)
+            else:
+                assert merged[col][stat] == v, (col, stat)

@@ -1,8 +1,9 @@
-"""The selection passes of :func:`.bounded.rank_quantiles` over Parquet files, in Arrow and numpy.
+"""The selection passes of :func:`.bounded.rank_quantiles` in Arrow and numpy, over Parquet files or over
+SQL relations streamed from DuckDB (the curated rows: each part a join of shards and attrs).
 
 DuckDB answers a pass as filtered ``histogram()`` aggregates, which cost far more per value than reading
-it; here one pass streams the requested numeric columns of the files in record batches (only those
-columns) and counts each request's slice per bin with numpy. The bins are DuckDB's to the bit: the same
+it; here one pass streams the requested numeric columns in record batches (only those columns: a file's,
+or a relation's cast to DOUBLE by DuckDB) and counts each request's slice per bin with numpy. The bins are DuckDB's to the bit: the same
 IEEE subtraction, division and floor of the same doubles (``floor((x - start) / width)`` clamped to
 ``[0, bins - 1]``), and a value is cast to DOUBLE as DuckDB casts it (an integer rounded to nearest).
 Memory holds one record batch and, per request, ``bins`` counts (or a fetched slice's values).
@@ -10,7 +11,7 @@ Memory holds one record batch and, per request, ``bins`` counts (or a fetched sl
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,9 @@ from airflow_curation.core import storage
 from airflow_curation.stages.validate import bounded
 
 BATCH_ROWS = 256 * 1024  # rows of one record batch: a few MB per column
+
+# The columns a pass needs -> per record batch, each column's non-null values as float64 (absent: all null).
+Batches = Callable[[list[str]], Iterator[dict[str, np.ndarray]]]
 
 
 def _columns(files: Sequence[str], cols: Sequence[str], batch_rows: int) -> Iterator[dict[str, np.ndarray]]:
@@ -51,6 +55,71 @@ def _columns(files: Sequence[str], cols: Sequence[str], batch_rows: int) -> Iter
                 yield out
 
 
+def relation_batches(
+    con: Any, parts: Sequence[str], cols: Sequence[str], spill: str | None = None, batch_rows: int = BATCH_ROWS
+) -> Batches:
+    """Batches of the SQL relations ``parts`` (DuckDB's, on ``con``), streamed a record batch at a time: the
+    columns cast to DOUBLE by DuckDB itself (the value :func:`.bounded.column_stats`' queries see).
+
+    With ``spill``, the first pass also writes ``cols`` of every part there (one Parquet file), and the later
+    passes read that file instead of running the parts' queries again (each a join of shards and attrs:
+    most of a pass's cost).
+
+    :param con: the DuckDB connection the relations are defined on (a cursor of its own streams each).
+    :param parts: SQL relations whose union is the whole.
+    :param cols: every column a pass may ask for.
+    :param spill: a local Parquet path to write the first pass to (its folder the caller's to remove).
+    :param batch_rows: rows per record batch."""
+    cols = list(dict.fromkeys(cols))
+    select = ", ".join(f"{bounded.q(c)}::DOUBLE AS {bounded.q(c)}" for c in cols)
+    written: list[str] = []  # the spill file, once a pass has written all of it
+
+    def stream(need: list[str]) -> Iterator[dict[str, np.ndarray]]:
+        writer = None
+        try:
+            for part in parts:
+                # a cursor of its own: DuckDB refuses a streamed result on a connection holding an unfinished one
+                cur = con.cursor()
+                try:
+                    reader = cur.sql(f"SELECT {select} FROM {part}").to_arrow_reader(batch_rows)
+                    if spill is not None and writer is None:
+                        writer = pq.ParquetWriter(spill, reader.schema, compression="zstd")
+                    for batch in reader:
+                        if writer is not None and batch.num_rows:
+                            writer.write_batch(batch)
+                        yield _values(batch, need)
+                finally:
+                    cur.close()
+        finally:
+            if writer is not None:
+                writer.close()
+        if writer is not None:  # the whole relation: later passes read it
+            written.append(spill)
+
+    def batches(need: list[str]) -> Iterator[dict[str, np.ndarray]]:
+        if written:
+            return _columns(written, need, batch_rows)
+        return stream(need)
+
+    return batches
+
+
+def _values(batch: pa.RecordBatch, need: list[str]) -> dict[str, np.ndarray]:
+    """The non-null values of the ``need`` columns of ``batch`` (DOUBLE), as numpy."""
+    out = {}
+    for c in dict.fromkeys(need):
+        arr = batch.column(c)
+        if arr.null_count:
+            arr = arr.drop_null()
+        out[c] = arr.to_numpy(zero_copy_only=False)
+    return out
+
+
+def file_batches(files: Sequence[str], batch_rows: int = BATCH_ROWS) -> Batches:
+    """Batches of the Parquet ``files`` (:func:`_columns`)."""
+    return lambda cols: _columns(files, cols, batch_rows)
+
+
 def _bin(x: np.ndarray, start: float, width: float, bins: int) -> np.ndarray:
     """DuckDB's ``least(greatest(floor((x - start) / width), 0), bins - 1)``: NaN (an overflowed ``inf / inf``)
     sorts above every number there, so it lands in the last bin."""
@@ -61,21 +130,22 @@ def _bin(x: np.ndarray, start: float, width: float, bins: int) -> np.ndarray:
 
 
 def arrow_scan(
-    files: Sequence[str],
+    files: Sequence[str] | Batches,
     cols: list[str],
     bins: int,
     hists: list[tuple[str, dict, float, float]],
     batch_rows: int = BATCH_ROWS,
 ) -> bounded.Scan:
-    """A selection pass as one read of ``files``; the histograms ``hists`` are counted in the first pass.
+    """A selection pass as one read of the relation; the histograms ``hists`` are counted in the first pass.
 
-    :param files: the relation's Parquet files.
+    :param files: the relation's Parquet files, or its :data:`Batches` (:func:`relation_batches`).
     :param cols: the columns, by index (a slice's ``k``).
     :param bins: bins of one selection step.
     :param hists: ``(column, stats, start, width)``: the histogram to add to ``stats["hist"]["counts"]``,
         ``start`` and ``width`` the doubles DuckDB's histogram query computes with.
-    :param batch_rows: rows per record batch.
+    :param batch_rows: rows per record batch (of files).
     """
+    batches = files if callable(files) else file_batches(files, batch_rows)
 
     def scan(plan: list[tuple[bounded._Slice, bool]], first: bool) -> list:
         todo_hists = hists if first else []
@@ -87,7 +157,7 @@ def arrow_scan(
         lows: list[list[float]] = [[] for _ in plan]
         highs: list[list[float]] = [[] for _ in plan]
         hist_counts = [np.zeros(len(h[1]["hist"]["counts"]), np.int64) for h in todo_hists]
-        for got in _columns(files, need, batch_rows):
+        for got in batches(need):
             for (src, stats, start, width), acc in zip(todo_hists, hist_counts):
                 x = got.get(src)
                 if x is not None and len(x):

@@ -19,7 +19,7 @@ DuckDB's own over the whole relation:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 QUANTILES = (0.01, 0.05, 0.5, 0.95, 0.99)
@@ -60,6 +60,7 @@ def column_stats(
     fetch_max: int = FETCH_MAX,
     values_per_query: int = VALUES_PER_QUERY,
     files: Sequence[str] | None = None,
+    batches: Callable[[list[str]], Iterator[dict[str, Any]]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """``{out name: {count, min, max, mean, p01.., hist}}`` of ``columns`` (``(column in the parts, out
     name)``, cast to DOUBLE) over the union of ``parts``.
@@ -69,7 +70,8 @@ def column_stats(
     the values of the bins that hold the ranks).
 
     :param files: the Parquet files whose union is the one part, if it is that: the histograms and
-        selection passes then read them in Arrow and numpy (:mod:`.arrow_scan`), not in DuckDB."""
+        selection passes then read them in Arrow and numpy (:mod:`.arrow_scan`), not in DuckDB.
+    :param batches: else the parts' record batches (:func:`.arrow_scan.relation_batches`), read the same way."""
     if not columns:
         return {}
     cols = [c for c, _ in columns]
@@ -85,10 +87,11 @@ def column_stats(
     if sum(basics[k]["count"] for k in direct) > values_per_query:
         direct = []
     # Arrow and numpy for selection; DuckDB's histogram() alone (no column by selection) costs less than a read
-    if files is not None and len(direct) < sum(1 for b in basics if b["count"]):
+    source = batches if batches is not None else files
+    if source is not None and len(direct) < sum(1 for b in basics if b["count"]):
         from airflow_curation.stages.validate.arrow_scan import arrow_scan  # it imports this module
 
-        scan = arrow_scan(files, cols, bins, hists)
+        scan = arrow_scan(source, cols, bins, hists)
     else:
         scan = _duckdb_scan(run, parts, cols, bins, hists)
     values = rank_quantiles(

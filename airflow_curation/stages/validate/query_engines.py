@@ -20,7 +20,7 @@ from typing import Any
 from airflow_curation.core import redact, storage
 from airflow_curation.core.schema import CLUSTER_ID, DROP_REASON, ID, TEXT
 from airflow_curation.stages.mappers import ray as ray_cluster
-from airflow_curation.stages.validate import bounded, daft_stats, partials, partitions, sandbox
+from airflow_curation.stages.validate import arrow_scan, bounded, daft_stats, partials, partitions, sandbox
 from airflow_curation.stages.validate.limits import Bounds, CheckTimedOut, QueryProcess, interrupt_after
 from airflow_curation.stages.validate.view import CuratedView, same_schema
 
@@ -342,7 +342,12 @@ class DuckDBEngine:
         where = self._where(self.view.curated_conditions())
         select = ", ".join(_q(n) for n in names)
         parts = [f"(SELECT {select} FROM {self._docs(idx)}{' WHERE ' + where if where else ''})" for idx in groups]
-        return bounded.column_stats(run, parts, [(n, n) for n in names])
+        # histograms and selection passes: each part's rows streamed as Arrow batches, binned in numpy, and
+        # spilled by the first pass to a local file that the later passes read instead of joining again
+        with tempfile.TemporaryDirectory(prefix="validate-curated-", dir=self.spill_dir) as folder:
+            spill = os.path.join(folder, "curated.parquet")
+            batches = arrow_scan.relation_batches(self.con, parts, names, spill)
+            return bounded.column_stats(run, parts, [(n, n) for n in names], batches=batches)
 
     def _clusters(self) -> dict | None:
         for a in self.view.attrs:
