@@ -122,5 +122,26 @@ def test_relation_batches_equal_the_duckdb_scan_over_several_parts(tmp_path, x, 
             assert _LIMITS in str(e) or "quantile selection" in str(e)
             continue
         got = bounded.column_stats(run, parts, pairs, **kw, batches=batches)
+        # a spill given up at once (spill_max): every pass streams the parts, the same statistics
+        capped = arrow_scan.relation_batches(con, parts, ["x", "y", "i"], spill + ".capped", batch_rows=7, spill_max=8)
+        streamed = bounded.column_stats(run, parts, pairs, **kw, batches=capped)
         for c in ("x", "y", "i"):
             assert _same(got[c], ref[c]), (c, bins, got[c], ref[c])
+            assert _same(streamed[c], ref[c]), (c, bins, streamed[c], ref[c])
+
+
+def test_a_spill_past_its_limit_is_removed_and_the_passes_stream(tmp_path):
+    """The curated rows' spill is given up past ``spill_max`` bytes: no file is left on the local disk, and
+    every later pass streams the parts again, with the same values."""
+    from airflow_curation.stages.validate import arrow_scan
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t AS SELECT range::DOUBLE AS x, range % 3 AS g FROM range(5000)")
+    parts = [f"(SELECT x FROM t WHERE g = {k})" for k in range(3)]
+    expected = sorted(float(v) for v in range(5000))
+    for limit, kept in ((1 << 30, True), (1000, False)):
+        spill = tmp_path / f"spill-{limit}.parquet"
+        batches = arrow_scan.relation_batches(con, parts, ["x"], str(spill), batch_rows=500, spill_max=limit)
+        for _ in range(2):
+            assert sorted(v for b in batches(["x"]) for v in b["x"].tolist()) == expected
+        assert spill.exists() is kept

@@ -11,6 +11,7 @@ Memory holds one record batch and, per request, ``bins`` counts (or a fetched sl
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -23,6 +24,10 @@ from airflow_curation.core import storage
 from airflow_curation.stages.validate import bounded
 
 BATCH_ROWS = 256 * 1024  # rows of one record batch: a few MB per column
+# The curated rows' spill is given up past this many bytes (of Arrow batches written): a lake's curated signals
+# can outgrow the merge node's local disk (10^10 rows x 2 signals is ~160 GB), and streaming the joins again on
+# each pass gives the same statistics, only slower.
+SPILL_MAX_BYTES = 8 << 30
 
 # The columns a pass needs -> per record batch, each column's non-null values as float64 (absent: all null).
 Batches = Callable[[list[str]], Iterator[dict[str, np.ndarray]]]
@@ -56,7 +61,12 @@ def _columns(files: Sequence[str], cols: Sequence[str], batch_rows: int) -> Iter
 
 
 def relation_batches(
-    con: Any, parts: Sequence[str], cols: Sequence[str], spill: str | None = None, batch_rows: int = BATCH_ROWS
+    con: Any,
+    parts: Sequence[str],
+    cols: Sequence[str],
+    spill: str | None = None,
+    batch_rows: int = BATCH_ROWS,
+    spill_max: int = SPILL_MAX_BYTES,
 ) -> Batches:
     """Batches of the SQL relations ``parts`` (DuckDB's, on ``con``), streamed a record batch at a time: the
     columns cast to DOUBLE by DuckDB itself (the value :func:`.bounded.column_stats`' queries see).
@@ -69,24 +79,35 @@ def relation_batches(
     :param parts: SQL relations whose union is the whole.
     :param cols: every column a pass may ask for.
     :param spill: a local Parquet path to write the first pass to (its folder the caller's to remove).
-    :param batch_rows: rows per record batch."""
+    :param batch_rows: rows per record batch.
+    :param spill_max: past this many bytes of batches the spill is removed and every pass streams the parts."""
     cols = list(dict.fromkeys(cols))
     select = ", ".join(f"{bounded.q(c)}::DOUBLE AS {bounded.q(c)}" for c in cols)
     written: list[str] = []  # the spill file, once a pass has written all of it
 
+    given_up: list[bool] = []  # the spill outgrew spill_max: every pass streams
+
     def stream(need: list[str]) -> Iterator[dict[str, np.ndarray]]:
         writer = None
+        held = 0
         try:
             for part in parts:
                 # a cursor of its own: DuckDB refuses a streamed result on a connection holding an unfinished one
                 cur = con.cursor()
                 try:
                     reader = cur.sql(f"SELECT {select} FROM {part}").to_arrow_reader(batch_rows)
-                    if spill is not None and writer is None:
+                    if spill is not None and writer is None and not given_up:
                         writer = pq.ParquetWriter(spill, reader.schema, compression="zstd")
                     for batch in reader:
                         if writer is not None and batch.num_rows:
-                            writer.write_batch(batch)
+                            held += batch.nbytes
+                            if held > spill_max:
+                                writer.close()
+                                os.remove(spill)
+                                writer = None
+                                given_up.append(True)
+                            else:
+                                writer.write_batch(batch)
                         yield _values(batch, need)
                 finally:
                     cur.close()
