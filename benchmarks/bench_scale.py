@@ -814,31 +814,15 @@ def method_report(doc: dict) -> str:
         out += ["Every run (CPU seconds in run order):", "", *runs_table(sizes, "gb"), ""]
         out += ["Marginal cost per GB (the first interval from the 200-row lake of the fixed-cost runs):", ""]
         out += marginal_table(base + sizes, "gb")
-    curve = [v for v in (doc.get("dedup_curve") or {}).values() if v.get("runs")]
-    if curve:
-        out += [
-            "",
-            f"Dedup alone ({doc.get('structure', 'growing')} near duplicates; each size's lake made once, dedup's "
-            "state removed before every run), every run:",
-            "",
-            *runs_table(curve, "gb"),
-            "",
-            "Marginal cost per GB:",
-            "",
-            *marginal_table(curve, "gb"),
-        ]
-    curve = [v for v in (doc.get("dedup_curve_tiny") or {}).values() if v.get("runs")]
-    if curve:
-        out += [
-            "",
-            "Dedup alone on the tiny-row lakes (each made once, dedup's state removed before every run), every run:",
-            "",
-            *runs_table(curve, "rows"),
-            "",
-            "Marginal cost per row:",
-            "",
-            *marginal_table(curve, "rows"),
-        ]
+    for key, unit, what in (
+        ("dedup_curve", "gb", f"{doc.get('structure', 'growing')} near duplicates; each size's lake made once"),
+        ("dedup_curve_tiny", "rows", "the tiny-row lakes, each made once"),
+    ):
+        curve = [v for v in (doc.get(key) or {}).values() if v.get("runs")]
+        if curve:
+            out += ["", f"Dedup alone ({what}, dedup's state removed before every run), every run:", ""]
+            out += [*runs_table(curve, unit), "", f"Marginal cost per {'GB' if unit == 'gb' else 'row'}:", ""]
+            out += marginal_table(curve, unit)
     tiny = [v for v in (doc.get("tiny") or {}).values() if v.get("runs")]
     if tiny:
         out += ["", "Tiny-row lake (one short line of the pool a document, ~60 B), every run:", ""]
