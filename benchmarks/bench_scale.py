@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -343,7 +344,15 @@ def alternated(points: list[tuple[str, list[Path]]], repeats: int, run, done) ->
             done(label, aggregate(r))
 
 
-def dedup_curve(
+# What a curve removes before each run of its stage, so that every run computes (no checkpoint to reuse).
+CURVE_STATE = {
+    "dedup": (("dedup",), ("attrs", "dedup"), ("_checkpoints", "dedup"), ("_checkpoints", "dedup_signatures")),
+    "validate": (("_checkpoints", "validate"),),
+}
+
+
+def stage_curve(
+    stage: str,
     points: list[tuple[str, list[Path]]],
     repeats: int,
     work: Path,
@@ -353,27 +362,33 @@ def dedup_curve(
     tag: str,
     done,
 ) -> None:
-    """Dedup alone, alternated over sizes: each size's lake is ingested and preprocessed once (kept under
-    ``work``), then every round removes dedup's state (spills, global phase, checkpoints, attrs) and runs the
-    stage again on the same preprocess manifest, under a run id of its own."""
+    """One stage alone (dedup or validate), alternated over sizes: each size's lake is made once up to the
+    stage's input (kept under ``work``: ingest and preprocess, and dedup for validate), then every round removes
+    the stage's state (:data:`CURVE_STATE`) and runs the stage again on the same input manifest, under a run id
+    of its own."""
+    upstream = {"dedup": "preprocess", "validate": "dedup"}[stage]
     bases = {}
     for label, files in points:
+        made = ("dedup",) if upstream == "dedup" else ()
         bases[label] = run_size(
-            files, float(label), work, shard_bytes, row_group_rows, budget, False, (), None, True, (), f"{tag}{label}"
+            files, float(label), work, shard_bytes, row_group_rows, budget, False, (), None, True, made, f"{tag}{label}"
         )
 
     def one(label: str, files: list[Path]) -> dict:
         name = f"{tag}{label}"
         lake = Lake(str(work / f"lake-{name}"), DATASET)
-        for parts in (("dedup",), ("attrs", "dedup"), ("_checkpoints", "dedup"), ("_checkpoints", "dedup_signatures")):
+        for parts in CURVE_STATE[stage]:
             shutil.rmtree(lake.path(*parts), ignore_errors=True)
         rid = f"s{name}-r{time.time_ns()}"
         args = ["--lake", lake.root, "--dataset", DATASET, "--workers", "1", "--run-id", rid]
-        args += ["--input-manifest", lake.manifest_uri(f"s{name}", "preprocess"), "--memory-budget", str(budget)]
+        args += ["--input-manifest", lake.manifest_uri(f"s{name}", upstream)]
+        args += ["--memory-budget", str(budget)] if stage == "dedup" else ["--warn-only", "--threads", "1"]
         load = [os.getloadavg()[0]]
-        rec = _run_stage("dedup", args, lake, rid)
+        rec = _run_stage(stage, args, lake, rid)
         base = {k: v for k, v in bases[label].items() if k not in ("stages", "load_average")}
-        return {**base, "stages": {"dedup": rec}, "load_average": [*load, os.getloadavg()[0]]}
+        # the lake's own making (one run of each upstream stage) kept beside the curve's runs
+        made = {"made": bases[label]["stages"]}
+        return {**base, **made, "stages": {stage: rec}, "load_average": [*load, os.getloadavg()[0]]}
 
     alternated(points, repeats, one, done)
 
@@ -814,13 +829,17 @@ def method_report(doc: dict) -> str:
         out += ["Every run (CPU seconds in run order):", "", *runs_table(sizes, "gb"), ""]
         out += ["Marginal cost per GB (the first interval from the 200-row lake of the fixed-cost runs):", ""]
         out += marginal_table(base + sizes, "gb")
-    for key, unit, what in (
-        ("dedup_curve", "gb", f"{doc.get('structure', 'growing')} near duplicates; each size's lake made once"),
-        ("dedup_curve_tiny", "rows", "the tiny-row lakes, each made once"),
+    for stage, (key, unit, what) in itertools.product(
+        CURVE_STATE,
+        (
+            ("curve", "gb", f"{doc.get('structure', 'growing')} near duplicates; each size's lake made once"),
+            ("curve_tiny", "rows", "the tiny-row lakes, each made once"),
+        ),
     ):
-        curve = [v for v in (doc.get(key) or {}).values() if v.get("runs")]
+        curve = [v for v in (doc.get(f"{stage}_{key}") or {}).values() if v.get("runs")]
         if curve:
-            out += ["", f"Dedup alone ({what}, dedup's state removed before every run), every run:", ""]
+            title = stage.capitalize()
+            out += ["", f"{title} alone ({what}, {stage}'s state removed before every run), every run:", ""]
             out += [*runs_table(curve, unit), "", f"Marginal cost per {'GB' if unit == 'gb' else 'row'}:", ""]
             out += marginal_table(curve, unit)
     tiny = [v for v in (doc.get("tiny") or {}).values() if v.get("runs")]
@@ -870,7 +889,7 @@ def _loads(doc: dict) -> list[float]:
 
 def report(doc: dict) -> str:
     if any(v.get("runs") for v in (doc.get("sizes") or {}).values()) or any(
-        doc.get(k) for k in ("tiny", "dedup_curve", "dedup_curve_tiny")
+        doc.get(k) for k in ("tiny", *(f"{s}_{c}" for s in CURVE_STATE for c in ("curve", "curve_tiny")))
     ):
         return method_report(doc)
     if not doc.get("sizes"):  # a JSON of DAG runs only
@@ -1131,10 +1150,12 @@ def main() -> None:
     )
     ap.add_argument("--stages", default=",".join(STAGES), help="stages run at every size (ingest, preprocess always)")
     ap.add_argument(
-        "--dedup-curve",
-        action="store_true",
-        help="the sizes' lakes made once, then dedup alone run --repeats times alternated (its state removed each time)",
+        "--curve",
+        choices=tuple(CURVE_STATE),
+        help="the sizes' lakes made once up to this stage, then the stage alone run --repeats times alternated "
+        "(its state removed each time)",
     )
+    ap.add_argument("--dedup-curve", action="store_true", help="--curve dedup (the spelling of earlier runs)")
     ap.add_argument("--keep-lakes", action="store_true", help="leave each size's lake under --workdir")
     ap.add_argument("--compare", default="10", help="sizes at which dedup also runs unconstrained and at 1/4")
     ap.add_argument("--airflow-gb", type=float, default=None, help="run this size through the pipeline DAG too")
@@ -1241,18 +1262,23 @@ def main() -> None:
     if args.fixed:
         save("fixed", fixed_cost(work, max(1, args.repeats), shard_bytes, args.row_group_rows), under=None)
     points = [(f"{gb:g}", files[: max(1, round(gb * 1e9 / file_bytes))]) for gb in sizes]
-    if points and args.dedup_curve:
-        tag = f"dedup-{args.structure}-"
-        dedup_curve(
+    curve = args.curve or ("dedup" if args.dedup_curve else None)
+
+    def run_curve(points: list[tuple[str, list[Path]]], tag: str, under: str) -> None:
+        stage_curve(
+            curve,
             points,
             args.repeats,
             work,
             shard_bytes,
             args.row_group_rows,
             budget,
-            tag,
-            lambda label, r: save(label, r, under="dedup_curve"),
+            f"{curve}-{tag}",
+            lambda label, r: save(label, r, under=under),
         )
+
+    if points and curve:
+        run_curve(points, f"{args.structure}-", f"{curve}_curve")
         points = []
     if points:
         alternated(points, args.repeats, lambda label, fs: one(float(label), fs), save)
@@ -1265,17 +1291,8 @@ def main() -> None:
     if tiny:
         tiny_files = tiny_inputs(work, max(tiny))
         points = [(str(n), tiny_files[: max(1, math.ceil(n / TINY_FILE_ROWS))]) for n in tiny]
-    if tiny and args.dedup_curve:
-        dedup_curve(
-            points,
-            args.repeats,
-            work,
-            shard_bytes,
-            args.row_group_rows,
-            budget,
-            "dedup-tiny",
-            lambda label, r: save(label, r, under="dedup_curve_tiny"),
-        )
+    if tiny and curve:
+        run_curve(points, "tiny", f"{curve}_curve_tiny")
     elif tiny:
         alternated(
             points,
