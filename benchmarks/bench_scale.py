@@ -346,6 +346,7 @@ def alternated(points: list[tuple[str, list[Path]]], repeats: int, run, done) ->
 
 # What a curve removes before each run of its stage, so that every run computes (no checkpoint to reuse).
 CURVE_STATE = {
+    "preprocess": (("attrs", "preprocess"), ("_checkpoints", "preprocess")),
     "dedup": (("dedup",), ("attrs", "dedup"), ("_checkpoints", "dedup"), ("_checkpoints", "dedup_signatures")),
     "validate": (("_checkpoints", "validate"),),
 }
@@ -366,10 +367,10 @@ def stage_curve(
     stage's input (kept under ``work``: ingest and preprocess, and dedup for validate), then every round removes
     the stage's state (:data:`CURVE_STATE`) and runs the stage again on the same input manifest, under a run id
     of its own."""
-    upstream = {"dedup": "preprocess", "validate": "dedup"}[stage]
+    upstream = {"preprocess": "ingest", "dedup": "preprocess", "validate": "dedup"}[stage]
     bases = {}
     for label, files in points:
-        made = ("dedup",) if upstream == "dedup" else ()
+        made = ("dedup",) if upstream == "dedup" else ()  # ingest and preprocess always run
         bases[label] = run_size(
             files, float(label), work, shard_bytes, row_group_rows, budget, False, (), None, True, made, f"{tag}{label}"
         )
@@ -382,7 +383,11 @@ def stage_curve(
         rid = f"s{name}-r{time.time_ns()}"
         args = ["--lake", lake.root, "--dataset", DATASET, "--workers", "1", "--run-id", rid]
         args += ["--input-manifest", lake.manifest_uri(f"s{name}", upstream)]
-        args += ["--memory-budget", str(budget)] if stage == "dedup" else ["--warn-only", "--threads", "1"]
+        args += {
+            "preprocess": ["--mapper", "local"],
+            "dedup": ["--memory-budget", str(budget)],
+            "validate": ["--warn-only", "--threads", "1"],
+        }[stage]
         load = [os.getloadavg()[0]]
         rec = _run_stage(stage, args, lake, rid)
         base = {k: v for k, v in bases[label].items() if k not in ("stages", "load_average")}
