@@ -422,69 +422,84 @@ SCALING_SECTIONS = {
 }
 
 
-def write_scaling_results(out: dict, name: str = "bench_validate_scaling") -> None:
-    """The ``name`` block of RESULTS.md, from the JSON ``scaling`` writes."""
-    title, codes = SCALING_SECTIONS[name]
+def _cells(t: dict, key: str, fmt: str = ".2f") -> str:
+    """``median (min-max)`` of one measure of a table row."""
+    m, (lo, hi) = t["median"][key], t["range"][key]
+    return f"{m:{fmt}} ({lo:{fmt}}-{hi:{fmt}})"
+
+
+def _write_section(out: dict, name: str, what: str, columns: list[str], row, after: str) -> None:
+    """The ``name`` block of RESULTS.md: title, ``what`` (the method), the machine, and a table of ``columns``
+    with ``row(t)`` for each row of ``out["table"]``."""
+    title, _ = SCALING_SECTIONS[name]
     load = ", ".join(f"{x:.1f}" for x in out["load_average"])
     lines = [
         f"## {title}",
         "",
-        f"Command: `.venv/bin/python {out['command']}` (run {out['when']}; JSON: "
-        f"`benchmarks/results/{name}.json`). Lakes of tiny documents "
-        f"({out['doc_bytes']} bytes of text, shards of {ROWS_PER_SHARD:,} rows, attrs/preprocess and attrs/dedup); "
+        what,
+        f"**Machine: 2 cores shared with other helpers' work (load average {load} at the end).**",
+        *([f"Note: {out['note']}"] if out.get("note") else []),
+        "",
+        "| " + " | ".join(columns) + " |",
+        "| " + " | ".join("---" for _ in columns) + " |",
+        *(row(t) for t in out["table"]),
+    ]
+    replace_block(RESULTS, name, "\n".join(lines), after=after)
+    print(f"wrote the {name} section of {RESULTS}")
+
+
+def _method(out: dict, name: str) -> str:
+    """What both sections' method says first: the command, the JSON, the lakes."""
+    return (
+        f"Command: `.venv/bin/python {out['command']}` (run {out['when']}; JSON: `benchmarks/results/{name}.json`). "
+        f"Lakes of tiny documents ({out['doc_bytes']} bytes of text, shards of {ROWS_PER_SHARD:,} rows, "
+        "attrs/preprocess and attrs/dedup); "
+    )
+
+
+def write_scaling_results(out: dict, name: str = "bench_validate_scaling") -> None:
+    """The ``name`` block of RESULTS.md, from the JSON ``scaling`` writes."""
+    codes = SCALING_SECTIONS[name][1]
+    what = _method(out, name) + (
         f"each run a fresh process; {codes} alternated (each round runs every size with each code), median of "
         f"{len(next(iter(out['runs'].values()))['after'])} rounds (min-max); DuckDB threads={out['threads']}, "
         "default `ids_per_pass` (1 M). *counts*: the distinct ids and "
         "cluster sizes alone; *metrics*: every metric of the report (which counts them again). Both codes gave "
         "the same metrics at every size (a digest of the whole block, means to 12 digits: DuckDB's parallel `avg` "
-        "moves their last bits from run to run of the same code).",
-        f"**Machine: 2 cores shared with other helpers' work (load average {load} at the end).**",
-        *([f"Note: {out['note']}"] if out.get("note") else []),
-        "",
-        "| rows | code | counts CPU-s | counts CPU-s per M rows | metrics CPU-s | metrics CPU-s per M rows | peak RSS MiB |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for t in out["table"]:
-        m, r, mrows = t["median"], t["range"], t["rows"] / 1e6
-        lines.append(
-            f"| {t['rows']:,} | {t['code']} | {m['counts_cpu_s']:.2f} ({r['counts_cpu_s'][0]:.2f}-"
-            f"{r['counts_cpu_s'][1]:.2f}) | {m['counts_cpu_s'] / mrows:.2f} | {m['metrics_cpu_s']:.2f} "
-            f"({r['metrics_cpu_s'][0]:.2f}-{r['metrics_cpu_s'][1]:.2f}) | {m['metrics_cpu_s'] / mrows:.2f} | "
-            f"{m['peak_rss_mib']:.0f} |"
+        "moves their last bits from run to run of the same code)."
+    )
+    columns = ["rows", "code", "counts CPU-s", "counts CPU-s per M rows", "metrics CPU-s", "metrics CPU-s per M rows"]
+
+    def row(t: dict) -> str:
+        m, mrows = t["median"], t["rows"] / 1e6
+        return (
+            f"| {t['rows']:,} | {t['code']} | {_cells(t, 'counts_cpu_s')} | {m['counts_cpu_s'] / mrows:.2f} | "
+            f"{_cells(t, 'metrics_cpu_s')} | {m['metrics_cpu_s'] / mrows:.2f} | {m['peak_rss_mib']:.0f} |"
         )
-    replace_block(RESULTS, name, "\n".join(lines), after="bench_validate")
-    print(f"wrote the {name} section of {RESULTS}")
+
+    _write_section(out, name, what, [*columns, "peak RSS MiB"], row, after="bench_validate")
 
 
 def write_curated_results(out: dict, name: str) -> None:
     """The ``name`` block of RESULTS.md for ``--curated`` (the curated rows' statistics alone)."""
-    title, codes = SCALING_SECTIONS[name]
-    load = ", ".join(f"{x:.1f}" for x in out["load_average"])
-    lines = [
-        f"## {title}",
-        "",
-        f"Command: `.venv/bin/python {out['command']}` (run {out['when']}; JSON: `benchmarks/results/{name}.json`). "
-        f"Lakes of tiny documents ({out['doc_bytes']} bytes of text, shards of {ROWS_PER_SHARD:,} rows, "
-        "attrs/preprocess and attrs/dedup); the statistics of `alpha_ratio` and `word_count` over the curated rows "
+    codes = SCALING_SECTIONS[name][1]
+    what = _method(out, name) + (
+        "the statistics of `alpha_ratio` and `word_count` over the curated rows "
         "(`DuckDBEngine._signals(groups=...)`: what a curated `bounds` check, and so a split run's merge, computes; "
         "default `group_rows`, 100,000 rows per part); each run a fresh process; "
         f"{codes} alternated, median of {len(next(iter(out['runs'].values()))['after'])} runs (min-max); DuckDB "
-        f"threads={out['threads']}. Both codes gave the same statistics, bit for bit (a digest of them).",
-        f"**Machine: 2 cores shared with other helpers' work (load average {load} at the end).**",
-        *([f"Note: {out['note']}"] if out.get("note") else []),
-        "",
-        "| rows | code | CPU-s | CPU-s per M rows | peak RSS MiB |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for t in out["table"]:
-        m, r, mrows = t["median"], t["range"], t["rows"] / 1e6
-        lines.append(
-            f"| {t['rows']:,} | {t['code']} | {m['curated_cpu_s']:.2f} ({r['curated_cpu_s'][0]:.2f}-"
-            f"{r['curated_cpu_s'][1]:.2f}) | {m['curated_cpu_s'] / mrows:.2f} | {m['peak_rss_mib']:.0f} "
-            f"({r['peak_rss_mib'][0]:.0f}-{r['peak_rss_mib'][1]:.0f}) |"
+        f"threads={out['threads']}. Both codes gave the same statistics, bit for bit (a digest of them)."
+    )
+
+    def row(t: dict) -> str:
+        mrows = t["rows"] / 1e6
+        return (
+            f"| {t['rows']:,} | {t['code']} | {_cells(t, 'curated_cpu_s')} | "
+            f"{t['median']['curated_cpu_s'] / mrows:.2f} | {_cells(t, 'peak_rss_mib', '.0f')} |"
         )
-    replace_block(RESULTS, name, "\n".join(lines), after="bench_validate_select")
-    print(f"wrote the {name} section of {RESULTS}")
+
+    columns = ["rows", "code", "CPU-s", "CPU-s per M rows", "peak RSS MiB"]
+    _write_section(out, name, what, columns, row, after="bench_validate_select")
 
 
 def main() -> None:
