@@ -22,6 +22,12 @@ global phase in memory) and with a budget of a quarter of its global-phase data 
 wrote under ``dedup/`` (per-shard spill files and the global phase's edges, components and exact
 groups).
 
+``--curve STAGE`` (preprocess, dedup or validate): one stage's own curve. Each size's lake is made once up
+to the stage's input and kept; then every round removes the stage's state and runs it alone on the same input
+manifest, sizes alternated, ``--repeats`` rounds (JSON key ``<stage>_curve``, ``<stage>_curve_tiny`` for
+``--tiny-rows``; the lake's making is kept under ``made``). Stages upstream then cost nothing per round, so
+larger sizes and more rounds fit in the same time.
+
 ``--airflow-gb``: that size once more through the pipeline DAG (``dags/curation_pipeline.py``) in
 ``dag.test()`` with the local backend and a fresh SQLite Airflow home, with the ingest shard size set to
 ``--shard-mb`` (the only change to the DAG). Airflow overhead = the launch + gate tasks' time minus the
