@@ -76,13 +76,13 @@ class Rule:
             raise ValueError(f"rule needs a name, got {self.name!r}")
 
     def fails(self, values: np.ndarray) -> np.ndarray:
-        v = values.astype(np.float64)
-        bad = np.zeros(len(v), dtype=bool)
-        if self.min is not None:
-            bad |= v < self.min
-        if self.max is not None:
-            bad |= v > self.max
-        return bad
+        return self.fails_float(values.astype(np.float64))
+
+    def fails_float(self, v: np.ndarray) -> np.ndarray:
+        """:meth:`fails` for float64 values (no copy made to get them)."""
+        if self.min is not None and self.max is not None:
+            return (v < self.min) | (v > self.max)
+        return v < self.min if self.min is not None else v > self.max
 
     @classmethod
     def from_dict(cls, d: dict) -> Rule:
@@ -299,34 +299,46 @@ def apply_rules(signals: pa.Table, rules: Sequence[Rule]) -> pa.Table:
     """``keep`` (bool) and ``drop_reason`` (null when kept) for each row of ``signals``."""
     n = signals.num_rows
     reason = np.full(n, -1, dtype=np.int32)
-    for k, rule in enumerate(rules):
-        if rule.signal not in signals.column_names:
-            raise ValueError(
-                f"rule {rule.name!r} reads signal {rule.signal!r}, which was not computed (have {signals.column_names})"
-            )
+    have = signals.column_names
+    for rule in rules:
+        if rule.signal not in have:
+            raise ValueError(f"rule {rule.name!r} reads signal {rule.signal!r}, which was not computed (have {have})")
+    # Last rule first, each writing its index where it fails: what is left is the first failing rule's, with one
+    # numpy pass per rule (a batch runs ~30 rules: the per-rule calls were ~2 ms of every batch).
+    for k in range(len(rules) - 1, -1, -1):
+        rule = rules[k]
         col = signals.column(rule.signal)
         if rule.values is not None:  # a label rule: not in the list (or null) fails
             failed = ~np.asarray(pc.fill_null(pc.is_in(col, pa.array(rule.values, col.type)), False))
-            reason = np.where((reason < 0) & failed, k, reason)
-            continue
-        # numbers without nulls read from their buffers (to_numpy would import pandas in the worker)
-        kind = pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_boolean(col.type)
-        plain = col.null_count == 0 and kind
-        values = to_numpy(col) if plain else col.to_numpy(zero_copy_only=False)
-        if values.dtype == object:  # nulls in an optional signal (e.g. syntax_ok for prose): never fail
-            mask = np.array([v is not None for v in values])
-            failed = np.zeros(n, dtype=bool)
-            failed[mask] = rule.fails(values[mask].astype(np.float64))
         else:
-            failed = rule.fails(values)
-            if col.null_count:
-                failed &= ~np.asarray(col.is_null().to_numpy(zero_copy_only=False))
-        reason = np.where((reason < 0) & failed, k, reason)
+            failed = _fails(rule, col, n)
+        reason[failed] = k
     keep = reason < 0
     names = strings([r.name for r in rules])
     indices = from_numpy(reason, pa.int32(), mask=keep)
     drop_reason = names.take(indices) if len(rules) else pa.nulls(n, pa.string())
     return pa.table({KEEP: from_numpy(keep), DROP_REASON: drop_reason})
+
+
+def _fails(rule: Rule, col: pa.ChunkedArray, n: int) -> np.ndarray:
+    """Where a min/max rule fails on ``col`` (a null never fails)."""
+    # numbers without nulls read from their buffers (to_numpy would import pandas in the worker)
+    kind = pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or pa.types.is_boolean(col.type)
+    if col.null_count == 0 and kind:
+        values = to_numpy(col)
+        if values.dtype != np.float64:
+            values = values.astype(np.float64)
+        return rule.fails_float(values)
+    values = col.to_numpy(zero_copy_only=False)
+    if values.dtype == object:  # nulls in an optional signal (e.g. syntax_ok for prose): never fail
+        mask = np.array([v is not None for v in values])
+        failed = np.zeros(n, dtype=bool)
+        failed[mask] = rule.fails(values[mask].astype(np.float64))
+        return failed
+    failed = rule.fails(values)
+    if col.null_count:
+        failed &= ~np.asarray(col.is_null().to_numpy(zero_copy_only=False))
+    return failed
 
 
 def rules_to_config(rules: Iterable[Rule]) -> list[dict]:

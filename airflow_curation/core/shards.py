@@ -36,10 +36,10 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
     ]
 
 
-def parquet_writer(sink, schema: pa.Schema) -> pq.ParquetWriter:
-    """How shards and attrs files are written: zstd, statistics, dictionaries where values repeat."""
+def parquet_writer(sink, schema: pa.Schema, compression: str = "zstd") -> pq.ParquetWriter:
+    """How shards and attrs files are written: zstd (unless told), statistics, dictionaries where values repeat."""
     return pq.ParquetWriter(
-        sink, schema, compression="zstd", use_dictionary=dictionary_columns(schema), write_statistics=True
+        sink, schema, compression=compression, use_dictionary=dictionary_columns(schema), write_statistics=True
     )
 
 

@@ -345,7 +345,12 @@ class AttrsStage(Stage):
             self.columns,
             int(self.config.get("batch_rows") or 0) or None,
             self.text_uri(unit, entry),
+            self.attrs_compression(),
         )
+
+    def attrs_compression(self) -> str:
+        """The Parquet codec of the attrs files."""
+        return "zstd"
 
     def text_uri(self, unit: UnitEntry, entry: ShardEntry) -> str | None:
         """The cleaned text this unit reads in the place of the shard's ``text`` (planned in its inputs), or
@@ -440,6 +445,7 @@ def write_attrs(
     columns: Sequence[str],
     batch_rows: int | None = None,
     text_uri: str | None = None,
+    compression: str = "zstd",
 ) -> AttrsFile:
     """Stream a shard (or any Parquet file with ``id`` and ``text``) through ``compute`` and write the results
     to ``out_uri`` as they come, atomically and hashed on the way out: one batch in memory at a time.
@@ -447,6 +453,7 @@ def write_attrs(
     :param columns: the columns ``compute`` reads (those the file has).
     :param batch_rows: rows per ``compute`` call and per row group; None: the whole file at once.
     :param text_uri: an attrs file whose ``clean_text`` is read in the place of ``text`` (:class:`ShardText`).
+    :param compression: the Parquet codec of the output.
     """
     started = time.time()
     accounting = RowAccounting()
@@ -465,11 +472,11 @@ def write_attrs(
                 result = compute(table)
                 accounting.merge(account(result))
                 if writer is None:
-                    writer = parquet_writer(sink, result.schema)
+                    writer = parquet_writer(sink, result.schema, compression)
                 writer.write_table(result, row_group_size=batch_rows or DEFAULT_ROW_GROUP_ROWS)
             if writer is None:  # an empty shard still gets its (empty) attrs file
                 empty = compute(schema.empty_table().select(columns))
-                writer = parquet_writer(sink, empty.schema)
+                writer = parquet_writer(sink, empty.schema, compression)
                 writer.write_table(empty)
         finally:
             if writer is not None:

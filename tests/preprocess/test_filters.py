@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -19,6 +20,37 @@ def test_first_failing_rule_names_the_drop():
         {"keep": False, "drop_reason": "too_big"},
         {"keep": False, "drop_reason": "b_high"},
     ]
+
+
+def test_rules_match_a_per_row_reading_of_them():
+    # ints, floats with NaN, nulls and a label rule: each row's reason is its first failing rule, read row by row
+    rng = np.random.default_rng(7)
+    n = 500
+    ints = rng.integers(0, 100, n)
+    floats = rng.random(n)
+    floats[rng.random(n) < 0.1] = np.nan
+    nullable = [None if v < 0.2 else float(v) for v in rng.random(n)]
+    labels = [["en", "de", "fr", None][i] for i in rng.integers(0, 4, n)]
+    signals = pa.table({"i": ints, "f": floats, "o": pa.array(nullable, pa.float64()), "lang": labels})
+    rules = [
+        Rule("i_low", "i", min=10),
+        Rule("f_band", "f", min=0.1, max=0.8),
+        Rule("o_high", "o", max=0.7),
+        Rule("lang", "lang", values=("en", "de")),
+        Rule("i_high", "i", max=90),
+    ]
+
+    def fails(rule, v):
+        if rule.values is not None:
+            return v not in rule.values
+        return v is not None and ((rule.min is not None and v < rule.min) or (rule.max is not None and v > rule.max))
+
+    rows = signals.to_pylist()
+    want = [next((r.name for r in rules if fails(r, row[r.signal])), None) for row in rows]
+    out = apply_rules(signals, rules)
+    assert out.column("drop_reason").to_pylist() == want
+    assert out.column("keep").to_pylist() == [w is None for w in want]
+    assert len(set(want)) == 6  # every rule, and keeping, happened
 
 
 def test_null_signal_never_fails_a_rule():

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_curation.core.filters import apply_rules, resolve_rules
+from airflow_curation.core.filters import DEFAULT_PRESET, apply_rules, resolve_rules
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
 from airflow_curation.core.schema import SHARD_SCHEMA
@@ -245,3 +245,20 @@ def test_a_failed_upstream_is_reported_as_failed_not_as_a_long_wait(tmp_path):
     text = str(e.value)
     assert "is not complete: 'failed'" in text and "a finished upstream is not waited for" in text
     assert "600" not in text
+
+
+@pytest.mark.parametrize("line_rules, codec", [(None, "LZ4"), ("c4", "ZSTD")])
+def test_attrs_codec_is_lz4_unless_they_hold_cleaned_text(tmp_path, prose, line_rules, codec):
+    # numbers only: lz4 (cheaper to write and read); the cleaned text's copy: zstd, which compresses text far better
+    from airflow_curation.stages.preprocess.stage import Preprocessor
+
+    src, out = str(tmp_path / "in.parquet"), str(tmp_path / "out.parquet")
+    texts = prose[:20]
+    pq.write_table(pa.table({"id": [f"d{i}" for i in range(len(texts))], "text": texts}), src)
+    Preprocessor(line_rules=line_rules).run_file(src, out)
+    md = pq.ParquetFile(out).metadata
+    assert {md.row_group(0).column(c).compression for c in range(md.num_columns)} == {codec}
+    assert ("clean_text" in md.schema.names) == (line_rules is not None)
+    if line_rules is None:  # what was written reads back as computed
+        want = apply_rules(compute_signals(texts), resolve_rules(DEFAULT_PRESET))
+        assert pq.read_table(out).column("keep").equals(want.column("keep"))

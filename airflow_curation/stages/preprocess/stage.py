@@ -121,6 +121,13 @@ class Preprocessor:
         self.rules_after = [r for r in self.rules if r.signal not in extracted]
 
     @property
+    def compression(self) -> str:
+        """The attrs files' Parquet codec: lz4 for ~45 numbers a row (writing 500 MB of JSONL's attrs: 0.28-0.47
+        CPU s against zstd's 0.51-0.75, for files 22% larger, 28.1 vs 23.1 MB, which read back faster); zstd where
+        they hold the cleaned text (line rules), which it compresses far better."""
+        return "zstd" if self.cleaner else "lz4"
+
+    @property
     def input_columns(self) -> list[str]:
         cols = [ID, TEXT]
         if self.code and self.code_language == "auto":
@@ -211,7 +218,9 @@ class Preprocessor:
     def run_file(self, in_uri: str, out_uri: str, batch_rows: int = 4096) -> tuple[RowAccounting, dict[str, Any]]:
         """Stream one Parquet file with ``id`` and ``text`` into ``out_uri`` (written atomically)."""
         use_system_allocator()  # batch after batch of fresh pages otherwise (core.allocator)
-        out = write_attrs(in_uri, out_uri, self.process, preprocess_accounting, self.input_columns, batch_rows)
+        out = write_attrs(
+            in_uri, out_uri, self.process, preprocess_accounting, self.input_columns, batch_rows, None, self.compression
+        )
         return out.accounting, out.extra
 
 
@@ -450,6 +459,9 @@ class PreprocessStage(AttrsStage):
         entries = self.entries()
         self._unit_bytes = {u.unit_id: entries[u.unit_id].bytes for u in units}
         return units
+
+    def attrs_compression(self) -> str:
+        return self._preprocessor().compression
 
     def write_unit(self, unit: UnitEntry, entry: ShardEntry, uri: str) -> AttrsFile:
         use_system_allocator()  # batch after batch of fresh pages otherwise (core.allocator)
