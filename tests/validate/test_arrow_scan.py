@@ -145,3 +145,22 @@ def test_a_spill_past_its_limit_is_removed_and_the_passes_stream(tmp_path):
         for _ in range(2):
             assert sorted(v for b in batches(["x"]) for v in b["x"].tolist()) == expected
         assert spill.exists() is kept
+
+
+@pytest.mark.parametrize("by_files", [False, True])
+def test_equal_subnormal_neighbours_interpolate_as_duckdb_does(tmp_path, by_files):
+    """Two equal neighbouring order statistics are the quantile, except subnormal ones: DuckDB's
+    ``quantile_cont`` between 5e-324 and 5e-324 is 0.0, and the selection asks DuckDB's formula there too."""
+    xs = [-0.0, 5e-324, 5e-324, -5e-324, 1e-300, 5e-324]
+    f = str(tmp_path / "x.parquet")
+    pq.write_table(pa.table({"x": pa.array(xs, pa.float64())}), f)
+    con = duckdb.connect()
+    run = lambda sql: con.execute(sql).fetchall()  # noqa: E731
+    part = f"read_parquet('{f}')"
+    qs = "[" + ", ".join(str(q) for q in bounded.QUANTILES) + "]"
+    expected = run(f"SELECT quantile_cont(x, {qs}) FROM {part}")[0][0]
+    got = bounded.column_stats(
+        run, [part], [("x", "x")], bins=64, fetch_max=1, values_per_query=0, files=[f] if by_files else None
+    )["x"]
+    assert [got[f"p{int(round(q * 100)):02d}"] for q in bounded.QUANTILES] == expected
+    assert 0.0 in expected  # the median: DuckDB's interpolation of two 5e-324

@@ -126,6 +126,8 @@ def _scan(daft, frame, names: list[str], bins: int) -> bounded.Scan:
 
 def _interpolate(lo: float, hi: float, d: float) -> float:
     """DuckDB's own interpolation (its last bit), as the DuckDB engine does it."""
+    if bounded.equal_normals(lo, hi):  # no connection for the common case
+        return lo
     import duckdb
 
     con = duckdb.connect(":memory:")
