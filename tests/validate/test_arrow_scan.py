@@ -147,11 +147,20 @@ def test_a_spill_past_its_limit_is_removed_and_the_passes_stream(tmp_path):
         assert spill.exists() is kept
 
 
+# Equal neighbouring order statistics that DuckDB's interpolation does not give back: two 5e-324 have a
+# median of 0.0; 47 copies of 0.1 (and a 2.0) a p01 of 0.10000000000000002 (rank 0.47, its formula's rounding).
+EQUAL_NEIGHBOURS = {
+    "subnormal": ([-0.0, 5e-324, 5e-324, -5e-324, 1e-300, 5e-324], "p50", 0.0),
+    "normal": ([0.1] * 47 + [2.0], "p01", 0.10000000000000002),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EQUAL_NEIGHBOURS))
 @pytest.mark.parametrize("by_files", [False, True])
-def test_equal_subnormal_neighbours_interpolate_as_duckdb_does(tmp_path, by_files):
-    """Two equal neighbouring order statistics are the quantile, except subnormal ones: DuckDB's
-    ``quantile_cont`` between 5e-324 and 5e-324 is 0.0, and the selection asks DuckDB's formula there too."""
-    xs = [-0.0, 5e-324, 5e-324, -5e-324, 1e-300, 5e-324]
+def test_equal_neighbours_interpolate_as_duckdb_does(tmp_path, by_files, case):
+    """Two equal neighbouring order statistics are interpolated by DuckDB's own formula, as its
+    ``quantile_cont`` does: not always the value itself, subnormal or not."""
+    xs, stat, odd = EQUAL_NEIGHBOURS[case]
     f = str(tmp_path / "x.parquet")
     pq.write_table(pa.table({"x": pa.array(xs, pa.float64())}), f)
     con = duckdb.connect()
@@ -162,5 +171,15 @@ def test_equal_subnormal_neighbours_interpolate_as_duckdb_does(tmp_path, by_file
     got = bounded.column_stats(
         run, [part], [("x", "x")], bins=64, fetch_max=1, values_per_query=0, files=[f] if by_files else None
     )["x"]
-    assert [got[f"p{int(round(q * 100)):02d}"] for q in bounded.QUANTILES] == expected
-    assert 0.0 in expected  # the median: DuckDB's interpolation of two 5e-324
+    assert [repr(got[f"p{int(round(q * 100)):02d}"]) for q in bounded.QUANTILES] == [repr(v) for v in expected]
+    assert repr(got[stat]) == repr(odd)  # DuckDB's interpolation of the two equal values
+
+
+def test_daft_interpolates_equal_neighbours_as_duckdb_does():
+    import daft
+
+    from airflow_curation.stages.validate.daft_stats import signal_stats
+
+    xs, stat, odd = EQUAL_NEIGHBOURS["normal"]
+    got = signal_stats(daft, daft.from_pydict({"x": xs}), ["x"], bins=64, fetch_max=1)["x"]
+    assert repr(got[stat]) == repr(odd)
