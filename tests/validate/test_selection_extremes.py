@@ -18,13 +18,13 @@ MAX = 1.7976931348623157e308
 TINY = 5e-324  # the least subnormal
 NORMAL = 2.2250738585072014e-308  # the least normal
 
-# Columns each selection once got wrong (bins, fetch_max): the cause in the comment.
+# Columns (bins, fetch_max) the selection got wrong, or handled only by fetching every value.
 CASES = {
     # [0, 1e-300] past [-1, 0)'s clamped last bin: each step split the empty bin again, its range cut the
     # clamped values away ("lost rank")
     "subnormal span": ([0.0, 1e-300, 1e-323, -1.0, -1.0, 1e-300, 1e-323, NORMAL], 64, 1),
-    # a span past the largest double: x - start overflows to inf, clamped into the last bin from below its
-    # edge (a wrong p95), and Python's floor(inf) raised
+    # a span past the largest double: its width was inf, so every value was fetched (memory unbounded);
+    # divided, x - start overflows to inf and lands in the last bin from below its edge
     "overflowing span": ([0.0, 1.1092251434078664e308, 1e308, MAX * (1 - 2**-52), -1.11e308, -1.36e308, 0.0], 2, 1),
     "overflowing span, 64 bins": ([0.0, 1.1092251434078664e308, 1e308, MAX, -1.11e308, -1.36e308, 0.0], 64, 1),
     # NaN falls in the last bin, and DuckDB's Parquet scan let it through the slice's range comparisons
