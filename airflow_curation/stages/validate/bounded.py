@@ -19,6 +19,7 @@ DuckDB's own over the whole relation:
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -263,16 +264,16 @@ def rank_quantiles(
                 vals.append(lo)
             else:
                 hi = wanted[(k, crn)]
-                vals.append(lo if lo == hi else interpolate(lo, hi, rn - frn))
+                vals.append(interpolate(lo, hi, rn - frn))  # equal values too: DuckDB's formula decides
         out.append(vals)
     return out
 
 
 def _interpolate(run: Run, lo: float, hi: float, d: float) -> float:
     """DuckDB's own interpolation between two neighbouring values (its formula, and whether the build fuses
-    the multiply-add, decide the last bit): ``quantile_cont`` of the two values at ``d``."""
-    if lo == hi:
-        return lo
+    the multiply-add, decide the last bit): ``quantile_cont`` of the two values at ``d``. Equal values too:
+    DuckDB's formula need not give the value back (47 copies of 0.1 have p01 0.10000000000000002, two
+    5e-324 a median of 0.0)."""
     return run(f"SELECT quantile_cont(x, {dbl(d)}) FROM (VALUES ({dbl(lo)}), ({dbl(hi)})) AS t(x)")[0][0]
 
 
@@ -291,13 +292,19 @@ class _Slice:
 
     def range(self, bins: int) -> tuple[float, float]:
         """Value bounds that hold the slice: its bin's edges, each widened by far more than the rounding
-        of the bin's arithmetic (a value in the margin is read, then left out by :meth:`holds`)."""
+        of the bin's arithmetic (a value in the margin is read, then left out by :meth:`holds`), within the
+        data bounds of the step above. The first and last bins reach those bounds: the bin formula clamps
+        every value below or above the division into them."""
         if not self.steps:
             return self.lo, self.hi
         start, width, b = self.steps[-1]
-        a, z = start + b * width, start + (b + 1) * width
+        a, z = _edge(start, width, b), _edge(start, width, b + 1)
+        if b == bins - 1:  # past start + 1.8e308, x - start overflows to inf: the last bin too
+            a = min(a, start + sys.float_info.max)
         margin = width * 1e-6
-        return max(self.lo, a - margin - 8 * math.ulp(a)), min(self.hi, z + margin + 8 * math.ulp(z))
+        lo = self.lo if b == 0 else max(self.lo, a - margin - 8 * math.ulp(a))
+        hi = self.hi if b == bins - 1 else min(self.hi, z + margin + 8 * math.ulp(z))
+        return lo, hi
 
     def where(self, col: str, bins: int) -> str:
         """The slice's rows, cheap comparisons first."""
@@ -305,7 +312,10 @@ class _Slice:
         if not self.steps:  # (not None: a null's bin would be 0, greatest() skipping nulls)
             return f"isfinite({x})" if self.odd else f"{x} IS NOT NULL"
         lo, hi = self.range(bins)
-        conds = [f"{x} >= {dbl(lo)}", f"{x} <= {dbl(hi)}"]
+        # NaN has the last bin, and DuckDB 2.0.1's Parquet scan lets it through `x >= lo AND x <= hi` (and
+        # `NOT isnan(x)`) where the range meets the data: only isfinite() keeps it out
+        conds = [f"isfinite({x})"] if self.odd else []
+        conds += [f"{x} >= {dbl(lo)}", f"{x} <= {dbl(hi)}"]
         conds += [f"{_bin(x, start, width, bins)} = {b}" for start, width, b in self.steps]
         return " AND ".join(conds)
 
@@ -314,14 +324,38 @@ class _Slice:
         (IEEE subtraction and division, then floor: the same double here)."""
         if not self.lo <= x <= self.hi:
             return False
-        return all(min(max(math.floor((x - st) / w), 0), bins - 1) == b for st, w, b in self.steps)
+        return all(_bin_of(x, st, w, bins) == b for st, w, b in self.steps)
 
     def division(self, bins: int) -> tuple[float, float]:
-        """Where the next step's bins start, and their width."""
-        if not self.steps:
-            return self.lo, (self.hi - self.lo) / bins
-        start, width, b = self.steps[-1]
-        return start + b * width, width / bins
+        """Where the next step's bins start, and their width: :meth:`range` split in ``bins``. (A division of
+        the bin alone never ended where the data lay past a clamped bin's edge, as ``[0, 1e-300]`` past
+        ``[-1, 0)``'s last bin: each step split the empty bin again, until its width underflowed, and the
+        range cut the clamped values away.)"""
+        lo, hi = self.range(bins)
+        return lo, _width(lo, hi, bins)
+
+
+def _bin_of(x: float, start: float, width: float, bins: int) -> int:
+    """DuckDB's ``least(greatest(floor((x - start) / width), 0), bins - 1)`` (an overflow to inf: the last)."""
+    f = (x - start) / width
+    return bins - 1 if f >= bins - 1 else 0 if f < 0 else math.floor(f)
+
+
+def _width(lo: float, hi: float, bins: int) -> float:
+    """Width of ``bins`` equal bins from ``lo`` to ``hi``: finite where ``hi - lo`` overflows (a span near
+    +-1.8e308), and at least the least subnormal where they differ (``1e-323 - 5e-324`` split in 64 is 0)."""
+    width = (hi - lo) / bins
+    if math.isinf(width):
+        width = hi / bins - lo / bins
+    if width == 0 and hi > lo:
+        width = 5e-324
+    return width
+
+
+def _edge(start: float, width: float, b: int) -> float:
+    """Bin ``b``'s lower edge; halved where ``b * width`` overflows (a division of a span past 1.8e308)."""
+    edge = start + b * width
+    return edge if math.isfinite(edge) else 2 * (start / 2 + b * (width / 2))
 
 
 def _bin(x: str, start: float, width: float, bins: int) -> str:
@@ -341,8 +375,9 @@ def _select(
     first = True
     while at or first:
         for t, sl in list(at.items()):
-            if sl.lo == sl.hi:
-                found[t] = sl.lo
+            lo, hi = sl.range(bins)
+            if lo == hi:  # one value, however many times
+                found[t] = lo
                 del at[t]
         slices: dict[tuple, _Slice] = {}
         for sl in at.values():

@@ -50,9 +50,13 @@ def signal_stats(
         b.update(nan=int(g[f"{n}__nan"] or 0), inf=int(g[f"{n}__inf"] or 0), fmin=g[f"{n}__fmin"], fmax=g[f"{n}__fmax"])
         b["-inf"] = int(g[f"{n}__ninf"] or 0)
         basics.append(b)
-    values = bounded.rank_quantiles(
-        basics, _scan(daft, frame, names, bins), _interpolate, bounded.QUANTILES, bins, fetch_max
-    )
+    interpolate = _Interpolator()
+    try:
+        values = bounded.rank_quantiles(
+            basics, _scan(daft, frame, names, bins), interpolate, bounded.QUANTILES, bins, fetch_max
+        )
+    finally:
+        interpolate.close()
     out = {}
     for n, b, vals in zip(names, basics, values):
         stats = {k: b[k] for k in ("count", "min", "max", "mean")}
@@ -124,12 +128,20 @@ def _scan(daft, frame, names: list[str], bins: int) -> bounded.Scan:
     return scan
 
 
-def _interpolate(lo: float, hi: float, d: float) -> float:
-    """DuckDB's own interpolation (its last bit), as the DuckDB engine does it."""
-    import duckdb
+class _Interpolator:
+    """DuckDB's own interpolation (its last bit), as the DuckDB engine does it: one in-process connection,
+    opened at the first pair (a connection costs ~20 ms, a pair's query under 1)."""
 
-    con = duckdb.connect(":memory:")
-    try:
-        return bounded._interpolate(lambda sql: con.execute(sql).fetchall(), lo, hi, d)
-    finally:
-        con.close()
+    def __init__(self) -> None:
+        self.con: Any = None
+
+    def __call__(self, lo: float, hi: float, d: float) -> float:
+        if self.con is None:
+            import duckdb
+
+            self.con = duckdb.connect(":memory:")
+        return bounded._interpolate(lambda sql: self.con.execute(sql).fetchall(), lo, hi, d)
+
+    def close(self) -> None:
+        if self.con is not None:
+            self.con.close()
