@@ -92,3 +92,40 @@ def test_selection_on_random_extreme_columns_equals_duckdb(tmp_path, seed):
         xs = _draw(rng)
         for bins, fetch_max in ((2, 1), (64, 5), (bounded.SELECT_BINS, bounded.FETCH_MAX)):
             _check(tmp_path, xs, bins, fetch_max)
+
+
+@pytest.mark.parametrize("lo, hi", [(-1e308, 1e308), (-MAX, MAX), (-1.36e308, 1.11e308)])
+def test_histogram_of_a_span_past_the_largest_double_has_finite_edges_and_true_bins(tmp_path, lo, hi):
+    """``hi - lo`` overflows: the edges were NaN and inf, and every value fell in the first or last bin. Binned
+    in halves, each value lands in the bin its edges say, the same by DuckDB's queries and by the Arrow scan."""
+    from fractions import Fraction
+
+    rng = random.Random(7)
+    xs = [lo, hi, *(rng.uniform(lo / 2, hi / 2) * 2 for _ in range(400))]
+    f = str(tmp_path / "x.parquet")
+    pq.write_table(pa.table({"x": pa.array(xs, pa.float64())}), f, row_group_size=50)
+    con = duckdb.connect()
+    run = lambda sql: con.execute(sql).fetchall()  # noqa: E731
+    part = f"read_parquet('{f}')"
+    hists = [bounded.column_stats(run, [part], [("x", "x")], files=files)["x"]["hist"] for files in (None, [f])]
+    assert hists[0] == hists[1]
+    edges, counts = hists[0]["edges"], hists[0]["counts"]
+    assert len(edges) == bounded.HIST_BINS + 1 and all(map(math.isfinite, edges))
+    assert edges[0] == lo and edges[-1] == hi and edges == sorted(edges)
+    # exact placement by the edges (no value of this draw lies within a rounding of an edge)
+    want = [0] * bounded.HIST_BINS
+    for x in xs:
+        b = sum(Fraction(x) >= Fraction(e) for e in edges[1:-1])
+        want[b] += 1
+    assert counts == want and sum(counts) == len(xs)
+    # Daft's histogram scan (the Daft engine's, on the same division)
+    import types
+
+    import daft
+
+    from airflow_curation.stages.validate.query_engines import DaftEngine
+
+    out = {"x": {}}
+    plan = [("x", bounded.hist_division(min(xs), max(xs)))]
+    DaftEngine._hists(types.SimpleNamespace(daft=daft), daft.from_arrow(pq.read_table(f)), plan, out)
+    assert out["x"]["hist"] == hists[0]

@@ -154,7 +154,7 @@ def arrow_scan(
     files: Sequence[str] | Batches,
     cols: list[str],
     bins: int,
-    hists: list[tuple[str, dict, float, float]],
+    hists: list[tuple[str, dict, bounded.HistDivision]],
     batch_rows: int = BATCH_ROWS,
 ) -> bounded.Scan:
     """A selection pass as one read of the relation; the histograms ``hists`` are counted in the first pass.
@@ -162,8 +162,8 @@ def arrow_scan(
     :param files: the relation's Parquet files, or its :data:`Batches` (:func:`relation_batches`).
     :param cols: the columns, by index (a slice's ``k``).
     :param bins: bins of one selection step.
-    :param hists: ``(column, stats, start, width)``: the histogram to add to ``stats["hist"]["counts"]``,
-        ``start`` and ``width`` the doubles DuckDB's histogram query computes with.
+    :param hists: ``(column, stats, division)``: the histogram to add to ``stats["hist"]["counts"]``, binned
+        with the doubles DuckDB's histogram query computes with.
     :param batch_rows: rows per record batch (of files).
     """
     batches = files if callable(files) else file_batches(files, batch_rows)
@@ -179,10 +179,11 @@ def arrow_scan(
         highs: list[list[float]] = [[] for _ in plan]
         hist_counts = [np.zeros(len(h[1]["hist"]["counts"]), np.int64) for h in todo_hists]
         for got in batches(need):
-            for (src, stats, start, width), acc in zip(todo_hists, hist_counts):
+            for (src, _, d), acc in zip(todo_hists, hist_counts):
                 x = got.get(src)
                 if x is not None and len(x):
-                    acc += np.bincount(_bin(x, start, width, len(acc)), minlength=len(acc))
+                    x = x if d.scale == 1.0 else x * d.scale
+                    acc += np.bincount(_bin(x, d.start, d.width, len(acc)), minlength=len(acc))
             for i, (sl, fetch) in enumerate(plan):
                 x = got.get(cols[sl.k])
                 if x is None or not len(x):
@@ -204,7 +205,7 @@ def arrow_scan(
                     x = x[np.isfinite(x)]
                 start, width = sl.division(bins)
                 counts[i] += np.bincount(_bin(x, start, width, bins), minlength=bins)
-        for (_, stats, _, _), acc in zip(todo_hists, hist_counts):
+        for (_, stats, _), acc in zip(todo_hists, hist_counts):
             stats["hist"]["counts"] = [a + int(n) for a, n in zip(stats["hist"]["counts"], acc)]
         out: list[Any] = []
         for i, (sl, fetch) in enumerate(plan):

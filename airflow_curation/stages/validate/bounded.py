@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 QUANTILES = (0.01, 0.05, 0.5, 0.95, 0.99)
 HIST_BINS = 20
@@ -42,9 +42,27 @@ def dbl(x: float) -> str:
 
 
 def hist_bins(lo: float, hi: float, n: int = HIST_BINS) -> list[float]:
-    if hi <= lo:
-        return [lo, lo + 1.0]
-    return [lo + (hi - lo) * i / n for i in range(n + 1)]
+    return hist_division(lo, hi, n).edges
+
+
+class HistDivision(NamedTuple):
+    """The report's equal-width histogram of a column: its ``edges``, and how every engine bins a value:
+    ``floor((x * scale - start) / width)`` clamped to the bins (``scale`` 1, written ``x - start``, unless
+    ``hi - lo`` overflows: a span past 1.8e308 is binned in halves, where nothing overflows)."""
+
+    edges: list[float]
+    start: float
+    width: float
+    scale: float = 1.0
+
+
+def hist_division(lo: float, hi: float, n: int = HIST_BINS) -> HistDivision:
+    edges = [lo, lo + 1.0] if hi <= lo else [lo + (hi - lo) * i / n for i in range(n + 1)]
+    width = (edges[-1] - edges[0]) / (len(edges) - 1)
+    if math.isfinite(width) and all(map(math.isfinite, edges)):
+        return HistDivision(edges, edges[0], width)
+    start, width = lo / 2, (hi / 2 - lo / 2) / n  # halves: |x / 2 - lo / 2| <= 1.8e308
+    return HistDivision([2 * (start + width * i) for i in range(n)] + [hi], start, width, 0.5)
 
 
 def _order(x: float) -> tuple[bool, float]:
@@ -179,30 +197,30 @@ def _basics(run: Run, parts: Sequence[str], cols: list[str]) -> list[dict[str, A
     return out
 
 
-def _hist_plan(cols: list[tuple[str, dict]]) -> list[tuple[str, dict, float, float]]:
-    """``(column, stats, start, width)``: the equal-width histograms (``HIST_BINS`` bins from min to max) to
-    count, each part's counts summed, ``start`` and ``width`` the doubles every scan bins with (DuckDB's SQL,
+def _hist_plan(cols: list[tuple[str, dict]]) -> list[tuple[str, dict, HistDivision]]:
+    """``(column, stats, division)``: the equal-width histograms (``HIST_BINS`` bins from min to max) to
+    count, each part's counts summed, every scan binning with the division's doubles (DuckDB's SQL,
     :mod:`.arrow_scan`); a column with no value, or an infinity, gets none."""
     plan = []
     for src, stats in cols:
         if not stats["count"] or not (math.isfinite(stats["min"]) and math.isfinite(stats["max"])):
             stats["hist"] = {"edges": [], "counts": []}  # no equal-width bins reach an infinity (or NaN)
             continue
-        edges = hist_bins(stats["min"], stats["max"])
-        nb = len(edges) - 1
-        stats["hist"] = {"edges": edges, "counts": [0] * nb}
-        plan.append((src, stats, edges[0], (edges[-1] - edges[0]) / nb))
+        division = hist_division(stats["min"], stats["max"])
+        stats["hist"] = {"edges": division.edges, "counts": [0] * (len(division.edges) - 1)}
+        plan.append((src, stats, division))
     return plan
 
 
-def _hist_expr(src: str, start: float, width: float, nb: int) -> str:
-    """DuckDB's count of ``src`` in ``nb`` bins of ``width`` from ``start``."""
+def _hist_expr(src: str, d: HistDivision) -> str:
+    """DuckDB's count of ``src`` in the division's bins."""
     x = f"{q(src)}::DOUBLE"
+    xs = x if d.scale == 1.0 else f"({x} * {dbl(d.scale)})"
     # a null has no bin (greatest() would skip it and put it in bin 0); exact DOUBLE literals (a bare
     # 0.1 is a DECIMAL, and a bare inf, a width past the largest double, no literal at all)
     return (
         f"histogram(CASE WHEN {x} IS NULL THEN NULL"
-        f" ELSE least(greatest(floor(({x} - {dbl(start)}) / {dbl(width)}), 0), {nb - 1}) END::INTEGER)"
+        f" ELSE least(greatest(floor(({xs} - {dbl(d.start)}) / {dbl(d.width)}), 0), {len(d.edges) - 2}) END::INTEGER)"
     )
 
 
@@ -422,13 +440,13 @@ def _select(
 
 
 def _duckdb_scan(
-    run: Run, parts: Sequence[str], cols: list[str], bins: int, hists: list[tuple[str, dict, float, float]]
+    run: Run, parts: Sequence[str], cols: list[str], bins: int, hists: list[tuple[str, dict, HistDivision]]
 ) -> Scan:
     """A selection pass as one query per part, every request a filtered aggregate; the histograms ``hists``
     are counted in the first pass."""
 
     def scan(plan: list[tuple[_Slice, bool]], first: bool) -> list:
-        exprs = [_hist_expr(src, st, w, len(stats["hist"]["counts"])) for src, stats, st, w in hists] if first else []
+        exprs = [_hist_expr(src, d) for src, _, d in hists] if first else []
         at = []  # position of each request's first expression
         for sl, fetch in plan:
             x = _x(cols[sl.k])
@@ -448,7 +466,7 @@ def _duckdb_scan(
             return []
         rows = [run(f"SELECT {', '.join(exprs)} FROM {p}")[0] for p in parts]
         if first:
-            for j, (_, stats, _, _) in enumerate(hists):
+            for j, (_, stats, _) in enumerate(hists):
                 for row in rows:
                     for b, n in (row[j] or {}).items():
                         stats["hist"]["counts"][int(b)] += int(n)

@@ -42,7 +42,7 @@ def _sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-_bins = bounded.hist_bins
+_division = bounded.hist_division
 
 
 class DuckDBEngine:
@@ -506,31 +506,32 @@ class DaftEngine:
             df = (frame if frame is not None else self._attrs(a)).select(*names)
             stats = daft_stats.signal_stats(self.daft, df, names)
             out.update(stats)
-            plan = [(n, _bins(s["min"], s["max"])) for n, s in stats.items() if s["count"]]
+            plan = [(n, _division(s["min"], s["max"])) for n, s in stats.items() if s["count"]]
             self._hists(df, plan, out)
         return out
 
-    def _hists(self, df, plan: list[tuple[str, list[float]]], out: dict[str, dict]) -> None:
+    def _hists(self, df, plan: list[tuple[str, bounded.HistDivision]], out: dict[str, dict]) -> None:
         """Every column's bins in one scan: bin indexes unpivoted to (column, bin), then one group-by."""
         if not plan:
             return
-        col, i64 = self.daft.col, self.daft.DataType.int64()
+        col, lit, i64 = self.daft.col, self.daft.lit, self.daft.DataType.int64()
         bins = []
-        for n, edges in plan:
-            width = (edges[-1] - edges[0]) / (len(edges) - 1)
-            bins.append(((col(n).cast(self.daft.DataType.float64()) - edges[0]) / width).floor().cast(i64).alias(n))
+        for n, d in plan:
+            x = col(n).cast(self.daft.DataType.float64())
+            x = x if d.scale == 1.0 else x * lit(d.scale)
+            bins.append(((x - d.start) / d.width).floor().cast(i64).alias(n))
         long = (
             df.select(*bins)
             .with_column("__one", self.daft.lit(1))
             .unpivot(ids="__one", values=[n for n, _ in plan], variable_name="c", value_name="b")
         )
         g = long.where(col("b").not_null()).groupby("c", "b").agg(col("b").count().alias("k")).to_pydict()
-        counts = {n: [0] * (len(edges) - 1) for n, edges in plan}
+        counts = {n: [0] * (len(d.edges) - 1) for n, d in plan}
         for c, b, k in zip(g["c"], g["b"], g["k"]):
             arr = counts[c]
             arr[min(max(int(b), 0), len(arr) - 1)] += int(k)
-        for n, edges in plan:
-            out[n]["hist"] = {"edges": edges, "counts": counts[n]}
+        for n, d in plan:
+            out[n]["hist"] = {"edges": d.edges, "counts": counts[n]}
 
     def _clusters(self) -> dict | None:
         col = self.daft.col
