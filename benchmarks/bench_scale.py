@@ -350,6 +350,9 @@ def alternated(points: list[tuple[str, list[Path]]], repeats: int, run, done) ->
             done(label, aggregate(r))
 
 
+# A curve's lake keeps the record of its own making (run_size's result) here, for --reuse-lakes.
+MADE_RECORD = "bench_made.json"
+
 # What a curve removes before each run of its stage, so that every run computes (no checkpoint to reuse).
 CURVE_STATE = {
     "preprocess": (("attrs", "preprocess"), ("_checkpoints", "preprocess")),
@@ -368,18 +371,29 @@ def stage_curve(
     budget: int,
     tag: str,
     done,
+    reuse: bool = False,
 ) -> None:
     """One stage alone (dedup or validate), alternated over sizes: each size's lake is made once up to the
     stage's input (kept under ``work``: ingest and preprocess, and dedup for validate), then every round removes
     the stage's state (:data:`CURVE_STATE`) and runs the stage again on the same input manifest, under a run id
-    of its own."""
+    of its own. The lake's making is recorded in it (:data:`MADE_RECORD`); ``reuse`` takes a lake that has that
+    record, made from the same files, instead of making it again (its record goes under ``made`` as before)."""
     upstream = {"preprocess": "ingest", "dedup": "preprocess", "validate": "dedup"}[stage]
     bases = {}
     for label, files in points:
+        record = work / f"lake-{tag}{label}" / MADE_RECORD
+        if reuse and record.exists():
+            base = json.loads(record.read_text())
+            if base.get("input_bytes") == sum(f.stat().st_size for f in files) and base.get("files") == len(files):
+                print(f"{tag}{label}: reusing the lake made {base.get('made_at', '?')}", flush=True)
+                bases[label] = base
+                continue
         made = ("dedup",) if upstream == "dedup" else ()  # ingest and preprocess always run
         bases[label] = run_size(
             files, float(label), work, shard_bytes, row_group_rows, budget, False, (), None, True, made, f"{tag}{label}"
         )
+        bases[label]["made_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        record.write_text(json.dumps(bases[label], indent=1))
 
     def one(label: str, files: list[Path]) -> dict:
         name = f"{tag}{label}"
@@ -1168,6 +1182,11 @@ def main() -> None:
     )
     ap.add_argument("--dedup-curve", action="store_true", help="--curve dedup (the spelling of earlier runs)")
     ap.add_argument("--keep-lakes", action="store_true", help="leave each size's lake under --workdir")
+    ap.add_argument(
+        "--reuse-lakes",
+        action="store_true",
+        help="--curve: take a size's lake made by an earlier curve from the same files (its making recorded in it)",
+    )
     ap.add_argument("--compare", default="10", help="sizes at which dedup also runs unconstrained and at 1/4")
     ap.add_argument("--airflow-gb", type=float, default=None, help="run this size through the pipeline DAG too")
     ap.add_argument(
@@ -1286,6 +1305,7 @@ def main() -> None:
             budget,
             f"{curve}-{tag}",
             lambda label, r: save(label, r, under=under),
+            args.reuse_lakes,
         )
 
     if points and curve:
