@@ -24,6 +24,11 @@ With ``--shuffle SHARDS,ROWS,PARTITIONS`` it instead compares, on the same rando
 file) with a Dask DataFrame shuffle into the same partitions (``--shuffle-methods``: ``p2p``, ``tasks``), on an in-process
 LocalCluster (one worker, two threads: no inter-process serialization, so Dask's figure is a floor).
 CPU seconds of this process, wall seconds beside them, modes alternated, ``--repeats`` times.
+
+With ``--bytes ROWS`` it instead measures what the partition count costs in spill *bytes*: one shard of ROWS
+rows (random band hashes, ``--bands`` a row, and exact keys; node keys as phase 1 makes them) written by this
+checkout's ``write_partitioned`` into its two spill files at P = 1 and every ``--partitions``; the bytes, per
+row, and the overhead per (partition, shard) pair over P = 1. Sizes, not times: one run, deterministic.
 """
 
 from __future__ import annotations
@@ -203,6 +208,40 @@ def measure_shuffle(args) -> dict:
     return out
 
 
+def measure_bytes(args) -> dict:
+    """Spill bytes of one shard (its bands and exact files) as the partition count grows."""
+    rows, bands = args.bytes, args.bands
+    rng = np.random.default_rng(0)
+    buckets = rng.integers(0, 2**63, rows * bands, dtype=np.uint64)
+    band_nodes = np.repeat(lsh.node_keys(7, rows), bands)
+    hi, lo = rng.integers(0, 2**63, rows, dtype=np.uint64), rng.integers(0, 2**63, rows, dtype=np.uint64)
+    out = {"config": vars(args).copy(), "load_start": os.getloadavg(), "rows": rows, "bands": bands, "sizes": {}}
+    with tempfile.TemporaryDirectory() as d:
+        for p in [1, *(int(x) for x in args.partitions.split(","))]:
+            b_uri, e_uri = os.path.join(d, "bands.arrow"), os.path.join(d, "exact.arrow")
+            lsh.write_partitioned(b_uri, {"bucket": buckets, "node": band_nodes}, lsh.partition_of(buckets, p))
+            lsh.write_partitioned(e_uri, {"hi": hi, "lo": lo, "node": lsh.node_keys(7, rows)}, lsh.partition_of(hi, p))
+            out["sizes"][str(p)] = {"bands": os.path.getsize(b_uri), "exact": os.path.getsize(e_uri)}
+    out["load_end"] = os.getloadavg()
+    return out
+
+
+def bytes_table(doc: dict) -> str:
+    rows, one = doc["rows"], doc["sizes"]["1"]
+    base = one["bands"] + one["exact"]
+    lines = [
+        f"one shard of {rows:,} rows ({doc['bands']} bands a row): its two spill files by partition count P",
+        "",
+        "| partitions P | bytes | bytes per row | overhead per (partition, shard) pair over P = 1 |",
+        "| ---: | ---: | ---: | ---: |",
+    ]
+    for p, r in doc["sizes"].items():
+        total = r["bands"] + r["exact"]
+        per_pair = "" if p == "1" else f"{(total - base) / (int(p) - 1):,.0f} B"
+        lines.append(f"| {int(p):,} | {total:,} | {total / rows:.1f} | {per_pair} |")
+    return "\n".join(lines)
+
+
 def shuffle_table(doc: dict) -> str:
     rows = doc["shards"] * doc["rows_per_shard"]
     base = doc["modes"]["spill"]["median_cpu_s"]
@@ -247,8 +286,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before-ref", default="main", help="git ref of the code before the change")
     ap.add_argument("--shuffle", help="SHARDS,ROWS,PARTITIONS: spill files against a Dask shuffle instead")
     ap.add_argument("--shuffle-methods", default="p2p,tasks", help="Dask shuffle methods to run")
+    ap.add_argument("--bytes", type=int, help="ROWS: spill bytes of one shard of ROWS rows by partition count")
+    ap.add_argument("--bands", type=int, default=9, help="--bytes: band hashes a row (dedup's default is 9)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
+    if args.bytes:
+        doc = measure_bytes(args)
+        print(bytes_table(doc))
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(doc, indent=1))
+        return 0
     doc = measure_shuffle(args) if args.shuffle else measure(args)
     doc["before_commit"] = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", args.before_ref], check=True, capture_output=True, text=True
