@@ -29,6 +29,12 @@ With ``--bytes ROWS`` it instead measures what the partition count costs in spil
 rows (random band hashes, ``--bands`` a row, and exact keys; node keys as phase 1 makes them) written by this
 checkout's ``write_partitioned`` into its two spill files at P = 1 and every ``--partitions``; the bytes, per
 row, and the overhead per (partition, shard) pair over P = 1. Sizes, not times: one run, deterministic.
+
+With ``--codecs ROWS`` it compares ways to store one shard's band spill (ROWS rows, ``--bands`` a row) at each
+``--partitions``: node keys as uint64, as their low 32 bits (the row: what ``write_partitioned`` stores for one
+shard's keys), or as 32-bit deltas from the previous row of their partition, each under Arrow IPC's lz4 and
+zstd. Bytes per row, and CPU ms to write the file in memory and to read every batch back to uint64 keys,
+median and spread of ``--repeats`` runs, the variants alternated.
 """
 
 from __future__ import annotations
@@ -226,6 +232,95 @@ def measure_bytes(args) -> dict:
     return out
 
 
+CODEC_VARIANTS = [(k, c) for c in ("lz4_frame", "zstd") for k in ("uint64", "row32", "delta32")]
+
+
+def _codec_run(buckets, nodes, rows: int, partition: np.ndarray, keys: str, codec: str) -> tuple[float, float, float]:
+    """(bytes per row, write CPU s, read CPU s) of one band spill stored as ``keys`` under ``codec``."""
+    import pyarrow as pa
+
+    order = np.argsort(partition, kind="stable")
+    _, starts = np.unique(partition[order], return_index=True)
+    ends = np.append(starts[1:], order.size)
+    node, high = nodes[order], np.uint64(int(nodes[0]) >> 32 << 32)
+    t = time.process_time()
+    if keys == "uint64":
+        stored = node
+    else:
+        stored = (node & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        if keys == "delta32":
+            d = stored.astype(np.int64)
+            d[1:] -= stored[:-1]
+            d[starts] = stored[starts]
+            stored = d.astype(np.uint32)
+    batch = pa.record_batch({"bucket": buckets[order], "node": stored})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, batch.schema, options=pa.ipc.IpcWriteOptions(compression=codec, use_threads=False)) as w:
+        for s, e in zip(starts, ends):
+            w.write_batch(batch.slice(int(s), int(e - s)))
+    buf = sink.getvalue()
+    write = time.process_time() - t
+    t = time.process_time()
+    r = pa.ipc.open_file(buf)
+    got = 0
+    for i in range(r.num_record_batches):
+        b = r.get_batch(i)
+        x = b.column(1).to_numpy()
+        if keys == "delta32":
+            x = np.cumsum(x, dtype=np.uint64)
+        if keys != "uint64":
+            x = x.astype(np.uint64) | high
+        got += x.size
+    read = time.process_time() - t
+    assert got == nodes.size
+    return buf.size / rows, write, read
+
+
+def measure_codecs(args) -> dict:
+    """One shard's band spill: its node keys stored three ways under two codecs, by partition count."""
+    rows, bands = args.codecs, args.bands
+    rng = np.random.default_rng(0)
+    buckets = rng.integers(0, 2**63, rows * bands, dtype=np.uint64)
+    nodes = np.repeat(lsh.node_keys(7, rows), bands)
+    out = {"config": vars(args).copy(), "load_start": os.getloadavg(), "rows": rows, "bands": bands, "partitions": {}}
+    for p in (int(x) for x in args.partitions.split(",")):
+        part = lsh.partition_of(buckets, p)
+        runs: dict[str, list] = {f"{k}/{c}": [] for k, c in CODEC_VARIANTS}
+        for rep in range(args.repeats):
+            for k, c in CODEC_VARIANTS if rep % 2 == 0 else CODEC_VARIANTS[::-1]:
+                runs[f"{k}/{c}"].append(_codec_run(buckets, nodes, rows, part, k, c))
+        out["partitions"][str(p)] = {
+            v: {
+                "bytes_per_row": r[0][0],
+                "write_ms": statistics.median(x[1] for x in r) * 1e3,
+                "write_ms_range": [min(x[1] for x in r) * 1e3, max(x[1] for x in r) * 1e3],
+                "read_ms": statistics.median(x[2] for x in r) * 1e3,
+                "read_ms_range": [min(x[2] for x in r) * 1e3, max(x[2] for x in r) * 1e3],
+                "runs": r,
+            }
+            for v, r in runs.items()
+        }
+    out["load_end"] = os.getloadavg()
+    return out
+
+
+def codecs_table(doc: dict) -> str:
+    lines = [
+        f"one shard's band spill, {doc['rows']:,} rows x {doc['bands']} bands: node keys stored as, under codec",
+        "",
+        "| partitions P | keys / codec | bytes per row | write ms, median (min-max) | read ms, median (min-max) |",
+        "| ---: | --- | ---: | ---: | ---: |",
+    ]
+    for p, variants in doc["partitions"].items():
+        for v, r in variants.items():
+            lines.append(
+                f"| {int(p):,} | {v} | {r['bytes_per_row']:.1f} | {r['write_ms']:.0f} "
+                f"({r['write_ms_range'][0]:.0f}-{r['write_ms_range'][1]:.0f}) | {r['read_ms']:.0f} "
+                f"({r['read_ms_range'][0]:.0f}-{r['read_ms_range'][1]:.0f}) |"
+            )
+    return "\n".join(lines)
+
+
 def bytes_table(doc: dict) -> str:
     rows, one = doc["rows"], doc["sizes"]["1"]
     base = one["bands"] + one["exact"]
@@ -287,12 +382,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shuffle", help="SHARDS,ROWS,PARTITIONS: spill files against a Dask shuffle instead")
     ap.add_argument("--shuffle-methods", default="p2p,tasks", help="Dask shuffle methods to run")
     ap.add_argument("--bytes", type=int, help="ROWS: spill bytes of one shard of ROWS rows by partition count")
-    ap.add_argument("--bands", type=int, default=9, help="--bytes: band hashes a row (dedup's default is 9)")
+    ap.add_argument("--codecs", type=int, help="ROWS: one shard's band spill by key layout and codec")
+    ap.add_argument("--bands", type=int, default=9, help="--bytes, --codecs: band hashes a row (dedup's is 9)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
-    if args.bytes:
-        doc = measure_bytes(args)
-        print(bytes_table(doc))
+    if args.bytes or args.codecs:
+        doc = measure_bytes(args) if args.bytes else measure_codecs(args)
+        print(bytes_table(doc) if args.bytes else codecs_table(doc))
         if args.json:
             Path(args.json).parent.mkdir(parents=True, exist_ok=True)
             Path(args.json).write_text(json.dumps(doc, indent=1))

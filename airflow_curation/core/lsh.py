@@ -10,7 +10,10 @@ so the fixed cost of an open is paid per (range, file), and what is left per (pa
 one batch, the same at 18 partitions and at 4,096.
 
 Documents are ``node`` keys (uint64): ``shard index << 32 | row``. Their order is the keeper order:
-the lowest node of a cluster (the first occurrence in manifest order) is kept.
+the lowest node of a cluster (the first occurrence in manifest order) is kept. A spill file written by one
+shard stores its node keys as their low 32 bits (the row) with the shared high word in the metadata, and
+readers get the uint64 keys back: split over many partitions the keys no longer compress, and the row
+alone is half their bytes.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from airflow_curation.core.integrity import IntegrityError
 
 _META_KEY = b"curation.partitions"  # JSON {partition: batch}: spill files written before _LIST_KEY
 _LIST_KEY = b"curation.partition_list"  # int32 little-endian, ascending: the partitions present
+_HIGH_KEY = b"curation.high32"  # JSON {column: high word}: uint64 columns stored as their low 32 bits
+_NO_HIGH: dict[str, int] = {}
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4_frame", use_threads=False)
 _IPC_READ = pa.ipc.IpcReadOptions(use_threads=False)
 _M1 = np.uint64(0xFF51AFD7ED558CCD)
@@ -103,15 +108,27 @@ def write_partitioned(uri: str, columns: dict[str, np.ndarray | pa.Array], parti
     sorted_parts = partition[order]
     present, starts = np.unique(sorted_parts, return_index=True)
     ends = np.append(starts[1:], len(sorted_parts)).astype(np.int64)
-    batch = pa.record_batch(
-        {
-            name: col.take(from_numpy(order)) if isinstance(col, pa.Array) else from_numpy(np.asarray(col)[order])
-            for name, col in columns.items()
-        }
-    )
+    arrays, high = {}, {}
+    for name, col in columns.items():
+        if isinstance(col, pa.Array):
+            arrays[name] = col.take(from_numpy(order))
+            continue
+        col = np.asarray(col)[order]
+        word = _shared_high_word(col)
+        if word is not None:
+            # One writer's node keys (shard << 32 | row) share their high word. Split P ways, a
+            # partition's rows are a random subset that lz4 no longer compresses (8 B a key, ~+44%
+            # spill bytes a row at P = 4,096): the low word alone halves that, rebuilt on read.
+            high[name] = word
+            col = col.astype(np.uint32)
+        arrays[name] = from_numpy(col)
+    batch = pa.record_batch(arrays)
     # Binary, not JSON: a reader decodes it in C (a few microseconds at 4,096 partitions, where parsing a
     # JSON map cost ~0.8 ms per open, paid once per (partition, file) pair: O(P^2 x files) in all).
-    schema = batch.schema.with_metadata({_LIST_KEY: present.astype("<i4").tobytes()})
+    metadata = {_LIST_KEY: present.astype("<i4").tobytes()}
+    if high:
+        metadata[_HIGH_KEY] = json.dumps(high).encode()
+    schema = batch.schema.with_metadata(metadata)
     # lz4, one thread: ~as cheap as no compression to write and read, ~25% fewer bytes on random hashes.
     # The file is built in memory (one shard's or one partition's rows) and written atomically in one call.
     sink = pa.BufferOutputStream()
@@ -121,6 +138,26 @@ def write_partitioned(uri: str, columns: dict[str, np.ndarray | pa.Array], parti
     with storage.atomic_open(uri) as f:
         f.write(sink.getvalue())
     return int(len(partition))
+
+
+def _shared_high_word(col: np.ndarray) -> int | None:
+    """The high 32 bits every value of a uint64 column shares, or None (other dtypes, empty, or mixed)."""
+    if col.dtype != np.uint64 or not col.size:
+        return None
+    lo, hi = int(col.min()) >> ROW_BITS, int(col.max()) >> ROW_BITS
+    return lo if lo == hi else None
+
+
+def _widen(batch: pa.RecordBatch | pa.Table, high: dict[str, int]) -> pa.RecordBatch | pa.Table:
+    """Columns stored as their low 32 bits (:data:`_HIGH_KEY`) back to the uint64 values written."""
+    for name, word in high.items():
+        i = batch.schema.get_field_index(name)
+        if i < 0:
+            continue
+        wide = to_numpy(batch.column(i)).astype(np.uint64)
+        wide |= np.uint64(word << ROW_BITS)
+        batch = batch.set_column(i, name, from_numpy(wide))
+    return batch
 
 
 def _index(metadata: dict | None) -> tuple[np.ndarray, np.ndarray]:
@@ -135,9 +172,10 @@ def _index(metadata: dict | None) -> tuple[np.ndarray, np.ndarray]:
     return np.array([p for p, _ in pairs], np.int64), np.array([i for _, i in pairs], np.int64)
 
 
-def _read_range(uri: str, lo: int, hi: int, names: list[str]) -> list[tuple[int, pa.RecordBatch | pa.Table]]:
+def _read_range(uri: str, lo: int, hi: int, names: list[str]) -> list[tuple[int, pa.RecordBatch | pa.Table, dict]]:
     """Partitions ``lo <= p < hi`` of one spill file, one open and one index decode for the range: the
-    (partition, batch) pairs present, ascending; their batches are consecutive in the file. Spill files
+    (partition, batch, high words of its narrowed columns) triples present, ascending; their batches are
+    consecutive in the file, as stored (see :func:`_widen`). Spill files
     written before they were Arrow IPC (Parquet, one row group per partition: listed by earlier
     snapshots' indexes, or left by a run resumed across an upgrade) are read as they are."""
     with storage.open_arrow(uri) as f:
@@ -153,12 +191,14 @@ def _read_range(uri: str, lo: int, hi: int, names: list[str]) -> list[tuple[int,
                 present, groups = _index(pf.schema_arrow.metadata)
                 a, b = np.searchsorted(present, [lo, hi])
                 return [
-                    (int(present[k]), pf.read_row_group(int(groups[k]), columns=names, use_threads=False))
+                    (int(present[k]), pf.read_row_group(int(groups[k]), columns=names, use_threads=False), _NO_HIGH)
                     for k in range(a, b)
                 ]
-            present, batches = _index(r.schema.metadata)
+            metadata = r.schema.metadata or {}
+            present, batches = _index(metadata)
+            high = json.loads(metadata[_HIGH_KEY]) if _HIGH_KEY in metadata else _NO_HIGH
             a, b = np.searchsorted(present, [lo, hi])
-            return [(int(present[k]), r.get_batch(int(batches[k])).select(names)) for k in range(a, b)]
+            return [(int(present[k]), r.get_batch(int(batches[k])).select(names), high) for k in range(a, b)]
         except (pa.ArrowInvalid, OSError) as e:
             raise IntegrityError(f"spill file {uri} is unreadable (truncated or corrupted?): {e}") from e
 
@@ -171,12 +211,12 @@ def read_partitions(
     Each file is opened once for the whole range (a reader of a range of k partitions pays one open and
     one index decode per file, not k), so the range's rows are held until their partition's turn: a
     caller sizes the range to its memory. Each partition's pieces are released as it is handed out."""
-    for p, got in read_partition_pieces(uris, lo, hi, list(columns)):
+    for p, got in _stored_pieces(uris, lo, hi, list(columns)):
         yield (
             p,
             {
                 name: (
-                    np.concatenate([to_numpy(t.column(name)) for t in got]).astype(dtype, copy=False)
+                    np.concatenate([_numpy_column(t, name, high) for t, high in got]).astype(dtype, copy=False)
                     if got
                     else np.empty(0, dtype)
                 )
@@ -192,14 +232,29 @@ def read_partition_pieces(
     """``(p, the Arrow pieces of partition p, one per file of uris that has it, in that order)`` for each
     ``lo <= p < hi``; each file opened once for the range (as :func:`read_partitions`, which converts them
     to numpy columns). Each partition's pieces are released as it is handed out."""
+    for p, got in _stored_pieces(uris, lo, hi, names):
+        yield p, [_widen(t, high) for t, high in got]
+        del got
+
+
+def _stored_pieces(uris: list[str], lo: int, hi: int, names: list[str]) -> Iterator[tuple[int, list[tuple]]]:
+    """``(p, [(piece as stored, its high words)...])`` for each ``lo <= p < hi``, each file opened once."""
     pieces: list[list] = [[] for _ in range(lo, hi)]
     for uri in uris:
-        for p, t in _read_range(uri, lo, hi, names):
-            pieces[p - lo].append(t)
+        for p, t, high in _read_range(uri, lo, hi, names):
+            pieces[p - lo].append((t, high))
     for k in range(hi - lo):
         got, pieces[k] = pieces[k], []
         yield lo + k, got
         del got
+
+
+def _numpy_column(piece: pa.RecordBatch | pa.Table, name: str, high: dict[str, int]) -> np.ndarray:
+    values = to_numpy(piece.column(name))
+    if name in high:
+        values = values.astype(np.uint64)
+        values |= np.uint64(high[name] << ROW_BITS)
+    return values
 
 
 def read_partition(uris: list[str], p: int, columns: dict[str, np.dtype]) -> dict[str, np.ndarray]:

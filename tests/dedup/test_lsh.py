@@ -4,6 +4,7 @@ datasketch's MinHashLSH with the same parameters; spill files; connected compone
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -16,9 +17,11 @@ from airflow_curation.core.integrity import IntegrityError
 from airflow_curation.core.lsh import (
     bucket_pairs,
     node_keys,
+    partition_of,
     partition_ranges,
     partitions_for,
     read_partition,
+    read_partition_pieces,
     read_partitions,
     row_of,
     shard_of,
@@ -118,6 +121,40 @@ def test_spill_roundtrip_by_partition(tmp_path):
     assert sorted(np.concatenate(seen).tolist()) == nodes.tolist()
     write_partitioned(str(tmp_path / "empty.parquet"), {"bucket": np.empty(0, np.uint64)}, np.empty(0, np.int64))
     assert read_partition([str(tmp_path / "empty.parquet")], 0, {"bucket": np.uint64})["bucket"].size == 0
+
+
+def test_one_shards_node_keys_are_stored_as_rows_and_read_back_whole(tmp_path):
+    """A shard's spill file keeps its node keys' shared high word once: each key costs 4 bytes, not 8, and
+    every reader (one partition, a range, Arrow pieces) gets the uint64 keys written. Keys that span
+    shards, or columns of random hashes, are stored as they are."""
+    rng = np.random.default_rng(3)
+    rows = 20_000
+    buckets = rng.integers(0, 2**63, rows, dtype=np.uint64)
+    nodes = node_keys(70_000, rng.permutation(rows).astype(np.uint64))  # high word 70,000: past 16 bits
+    parts = partition_of(buckets, 64)
+    one, two = str(tmp_path / "one.arrow"), str(tmp_path / "two.arrow")
+    write_partitioned(one, {"bucket": buckets, "node": nodes}, parts)
+    mixed = nodes.copy()
+    mixed[::2] = node_keys(3, np.arange(mixed[::2].size, dtype=np.uint64))
+    write_partitioned(two, {"bucket": buckets, "node": mixed}, parts)
+    with pa.memory_map(one) as f:
+        stored = pa.ipc.open_file(f).schema
+    assert stored.field("node").type == pa.uint32() and stored.field("bucket").type == pa.uint64()
+    with pa.memory_map(two) as f:
+        assert pa.ipc.open_file(f).schema.field("node").type == pa.uint64()
+    # 8 bytes of random bucket hash a row plus 4 of (random) row, lz4 framing aside: not 8 + 8
+    assert os.path.getsize(one) < rows * 13
+    cols = {"bucket": np.uint64, "node": np.uint64}
+    for uri, want in ((one, nodes), (two, mixed)):
+        got = dict(read_partitions([uri], 0, 64, cols))
+        for p in range(64):
+            assert got[p]["node"].dtype == np.uint64
+            assert got[p]["node"].tolist() == want[parts == p].tolist()
+            assert got[p]["bucket"].tolist() == buckets[parts == p].tolist()
+        assert read_partition([uri], 5, cols)["node"].tolist() == want[parts == 5].tolist()
+        pieces = dict(read_partition_pieces([uri, uri], 9, 11, ["node"]))
+        assert [t.column("node").type for t in pieces[9]] == [pa.uint64()] * 2
+        assert pieces[10][1].column("node").to_pylist() == want[parts == 10].tolist()
 
 
 def test_spill_files_of_the_parquet_format_are_still_read(tmp_path):
