@@ -12,8 +12,8 @@ one batch, the same at 18 partitions and at 4,096.
 Documents are ``node`` keys (uint64): ``shard index << 32 | row``. Their order is the keeper order:
 the lowest node of a cluster (the first occurrence in manifest order) is kept. A spill file written by one
 shard stores its node keys as their low 32 bits (the row) with the shared high word in the metadata, and
-readers get the uint64 keys back: split over many partitions the keys no longer compress, and the row
-alone is half their bytes.
+readers get the uint64 keys back: split over many partitions the keys barely compress (benchmarks/RESULTS.md,
+*Spill bytes per row grow with the partition count*).
 """
 
 from __future__ import annotations
@@ -117,8 +117,8 @@ def write_partitioned(uri: str, columns: dict[str, np.ndarray | pa.Array], parti
         word = _shared_high_word(col)
         if word is not None:
             # One writer's node keys (shard << 32 | row) share their high word. Split P ways, a
-            # partition's rows are a random subset that lz4 no longer compresses (8 B a key, ~+44%
-            # spill bytes a row at P = 4,096): the low word alone halves that, rebuilt on read.
+            # partition's rows are a random subset: lz4 only matches the keys' constant high bytes
+            # (~5.5 B a key at P = 4,096), the low word alone is 4 B and cheaper to write and read.
             high[name] = word
             col = col.astype(np.uint32)
         arrays[name] = from_numpy(col)
