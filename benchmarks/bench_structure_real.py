@@ -65,6 +65,10 @@ def pages_and_texts() -> tuple[list[dict], list[str]]:
 
     with open(LABELS) as fh:
         pages = [p for p in json.load(fh)["pages"] if p["label"] != "left_out"]
+    import label_structure
+
+    if not os.path.isdir(label_structure.FRESH_DIR):  # held-out-fresh is generated, outside the repository
+        label_structure.make_fresh()
     cache: dict[str, str] = {}
     if os.path.exists(CACHE):
         t = pq.read_table(CACHE)
