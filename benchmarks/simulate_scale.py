@@ -108,12 +108,16 @@ def load_curve(doc: dict) -> dict:
             "cpu_fixed_s": fixed,
             "cpu_s_per_gb": slope,
             "peak_rss": max(r["stages"][stage]["peak_rss"] for r in sizes),
-            "spill_bytes_per_gb": (
-                max(r["stages"][stage].get("spill_bytes", 0) / (r["input_bytes"] / 1e9) for r in sizes)
-                if stage == "dedup"
-                else 0.0
-            ),
+            "spill_bytes_per_gb": 0.0,
         }
+        if stage == "dedup":  # the size that spilled most per GB, and its partition count
+            top_spill = max(sizes, key=lambda r: r["stages"][stage].get("spill_bytes", 0) / r["input_bytes"])
+            curve["stages"][stage]["spill_bytes_per_gb"] = top_spill["stages"][stage].get("spill_bytes", 0) / (
+                top_spill["input_bytes"] / 1e9
+            )
+            curve["stages"][stage]["spill_partitions"] = (top_spill["stages"][stage].get("global") or {}).get(
+                "partitions"
+            )
     curve["rows_per_gb"] = max(r["stages"]["ingest"]["rows"] / (r["input_bytes"] / 1e9) for r in sizes)
     # bytes each stage writes per GB of input (what the next stages read), from the largest size
     top = sizes[-1]
@@ -157,6 +161,8 @@ def plan(
     if pair_s is None:  # the spill micro-benchmark's at this partition count, else the curve's
         pair_s = spill_pair_s(micro.get("spill"), partitions) if micro.get("spill") else curve.get("cross_s", 0.0)
     task_plan_s, gate_look_s = manifest_terms(micro.get("manifest"))
+    dedup = curve["stages"].get("dedup", {})
+    spill_growth = spill_bytes_growth(micro.get("spill_bytes"), dedup.get("spill_partitions"), partitions)
     groups = min(shards, max_array)
     out = {
         "bytes": total_bytes,
@@ -175,6 +181,7 @@ def plan(
         "lsh_partition_bytes": rows * ROW_BYTES / partitions,
         "lsh_budget_per_worker": budget,
         "phase2_row_group_reads": partitions * shards,
+        "spill_growth": spill_growth,
         "airflow_tasks": curve["airflow_tasks"],
         "stages": {},
     }
@@ -200,7 +207,7 @@ def plan(
             + curve["airflow_overhead_s"].get(stage, 0.0)
         )
         cpu_s += fixed_s
-        reads, gets, puts = io_terms(curve, stage, gb, shards, tasks, partitions)
+        reads, gets, puts = io_terms(curve, stage, gb, shards, tasks, partitions, spill_growth)
         nodes_used = 1 if stage == "validate" else nodes
         out["stages"][stage] = {
             "cpu_hours": cpu_s / 3600,
@@ -214,7 +221,7 @@ def plan(
             "k8s_indexed_job": {"completions": groups, "parallelism": slots},
             # dedup's global phase is a barrier over every shard: one Dask cluster runs all three phases
             "dask_workers": slots if stage == "dedup" else None,
-            "spill_bytes": c["spill_bytes_per_gb"] * gb,
+            "spill_bytes": c["spill_bytes_per_gb"] * spill_growth * gb,
             "cross_cpu_hours": cross_s / 3600,
             "task_fixed_cpu_hours": fixed_s / 3600,
             "tasks": tasks,
@@ -241,6 +248,27 @@ def spill_pair_s(spill: dict, partitions: int) -> float:
     return 2 * spill["partitions"][str(at)]["after"]["median_ms"] / 1e3
 
 
+def spill_bytes_at(spill_bytes: dict, partitions: float) -> float:
+    """Spill bytes of ``bench_spill_reads.py --bytes``'s shard (both files) at ``partitions``: interpolated in
+    log(partitions) between the measured counts, held at the ends past them."""
+    points = sorted((int(p), v["bands"] + v["exact"]) for p, v in spill_bytes["sizes"].items())
+    if partitions <= points[0][0]:
+        return points[0][1]
+    for (p0, b0), (p1, b1) in zip(points, points[1:]):
+        if partitions <= p1:
+            return b0 + (b1 - b0) * math.log(partitions / p0) / math.log(p1 / p0)
+    return points[-1][1]
+
+
+def spill_bytes_growth(spill_bytes: dict | None, curve_partitions: int | None, partitions: int) -> float:
+    """How much more a row spills at the plan's partition count than at the curve's: a shard's node keys split
+    into more partitions compress less (``spill_bytes.json``, RESULTS.md *spill bytes*). 1 without the
+    micro-benchmark or the curve's count."""
+    if not spill_bytes or not curve_partitions:
+        return 1.0
+    return spill_bytes_at(spill_bytes, partitions) / spill_bytes_at(spill_bytes, curve_partitions)
+
+
 def manifest_terms(manifest: dict | None) -> tuple[float, float]:
     """(a task's plan of its slice of the upstream manifest, a gate's look at an ended run), seconds, from
     ``bench_manifest_scale.py``'s JSON at its largest shard count (one task per shard: ``task_plan_N<shards>``)."""
@@ -264,16 +292,19 @@ READS = {  # upstream outputs each stage reads: ingest reads the raw input
 }
 
 
-def io_terms(curve: dict, stage: str, gb: float, shards: int, tasks: int, partitions: int) -> tuple[float, int, int]:
+def io_terms(
+    curve: dict, stage: str, gb: float, shards: int, tasks: int, partitions: int, spill_growth: float = 1.0
+) -> tuple[float, int, int]:
     """(bytes read, GET requests, PUT requests) of one stage over the run. Dedup's global phase also reads one
-    range of both spill files of every shard per partition: 2 x partitions x shards ranged GETs."""
+    range of both spill files of every shard per partition: 2 x partitions x shards ranged GETs, and the spill's
+    bytes, the curve's per GB times their growth with the partition count (:func:`spill_bytes_growth`)."""
     out = curve.get("out_bytes_per_gb", {})
     reads = sum(gb * 1e9 if s == "input" else out.get(s, 0.0) * gb for s in READS[stage])
     files = len(READS[stage]) * shards
     gets = MANIFEST_GETS * tasks + (files if stage == "ingest" else FILE_GETS * files)
     puts = shards + tasks  # one output file per shard, one checkpoint record per task
     if stage == "dedup":
-        reads += curve["stages"]["dedup"]["spill_bytes_per_gb"] * gb
+        reads += curve["stages"]["dedup"]["spill_bytes_per_gb"] * spill_growth * gb
         gets += 2 * partitions * shards
         puts += 2 * shards  # the per-shard spill files
     if stage == "validate":
@@ -291,7 +322,7 @@ def markdown(plans: list[dict]) -> str:
         + ", ".join(
             f"{p['lsh_partitions']:,} partitions on {p['nodes']} nodes "
             f"({p['phase2_row_group_reads'] / 1e6:,.0f} M spill (partition, shard) pairs at "
-            f"{p['pair_s'] * 1e3:.2f} ms)"
+            f"{p['pair_s'] * 1e3:.2f} ms, spill bytes {p['spill_growth']:.2f}x the curve's a row)"
             for p in plans
         )
         + f"; per task: its plan of the upstream manifest {p0['task_plan_s'] * 1e3:.1f} ms, a gate's look "
@@ -328,11 +359,12 @@ def markdown(plans: list[dict]) -> str:
 
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+SPILL_BYTES = "spill_bytes_350000_u32.json"  # a plan-size shard (350,000 rows), node keys stored as rows
 
 
 def load_micro(results: Path = RESULTS_DIR) -> dict:
     """The committed micro-benchmarks the plan's per-unit terms come from (each optional)."""
-    names = {"manifest": "manifest_scale.json", "spill": "spill_reads.json"}
+    names = {"manifest": "manifest_scale.json", "spill": "spill_reads.json", "spill_bytes": SPILL_BYTES}
     return {k: json.loads((results / f).read_text()) for k, f in names.items() if (results / f).exists()}
 
 

@@ -206,3 +206,30 @@ def test_repeated_runs_slope_is_the_marginal_from_the_fixed_cost_lake(sim, measu
     top["cpu_s_runs"] = [85.0, 80.0 + 5, 200.0]  # one slow run (a kernel compiling) is outvoted
     ingest = sim.load_curve(doc)["stages"]["ingest"]
     assert ingest["cpu_s_per_gb"] == pytest.approx(20) and ingest["cpu_fixed_s"] == 0.0
+
+
+def test_spill_bytes_grow_with_the_plans_partition_count(sim, measured):
+    doc = json.loads(measured.read_text())
+    for size in doc["sizes"].values():
+        size["stages"]["dedup"]["global"] = {"partitions": 4}
+    curve = sim.load_curve(doc)
+    assert curve["stages"]["dedup"]["spill_partitions"] == 4
+    # a shard spills 100 bytes at 4 partitions, 150 at 64 and 200 at 4,096
+    micro = {
+        "spill_bytes": {
+            "sizes": {
+                "4": {"bands": 90, "exact": 10},
+                "64": {"bands": 140, "exact": 10},
+                "4096": {"bands": 180, "exact": 20},
+            }
+        }
+    }
+    assert sim.spill_bytes_at(micro["spill_bytes"], 16) == pytest.approx(125)  # halfway in log P
+    assert sim.spill_bytes_at(micro["spill_bytes"], 16_384) == 200  # held past the last measured count
+    flat = sim.plan(curve, 50e12, 15e12, 1e9, nodes=64, cores=64, mem_bytes=512e9)
+    grown = sim.plan(curve, 50e12, 15e12, 1e9, nodes=64, cores=64, mem_bytes=512e9, micro=micro)
+    assert flat["spill_growth"] == 1.0 and grown["spill_growth"] == pytest.approx(2.0)  # 4,096 partitions
+    assert grown["stages"]["dedup"]["spill_bytes"] == pytest.approx(2 * flat["stages"]["dedup"]["spill_bytes"])
+    spill = flat["stages"]["dedup"]["spill_bytes"]
+    assert grown["stages"]["dedup"]["read_bytes"] - flat["stages"]["dedup"]["read_bytes"] == pytest.approx(spill)
+    assert grown["stages"]["preprocess"]["read_bytes"] == flat["stages"]["preprocess"]["read_bytes"]
