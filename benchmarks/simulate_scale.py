@@ -262,7 +262,7 @@ def spill_bytes_at(spill_bytes: dict, partitions: float) -> float:
 
 def spill_bytes_growth(spill_bytes: dict | None, curve_partitions: int | None, partitions: int) -> float:
     """How much more a row spills at the plan's partition count than at the curve's: a shard's node keys split
-    into more partitions compress less (``spill_bytes.json``, RESULTS.md *spill bytes*). 1 without the
+    into more partitions compress less (:data:`SPILL_BYTES`, RESULTS.md *Spill reads*). 1 without the
     micro-benchmark or the curve's count."""
     if not spill_bytes or not curve_partitions:
         return 1.0
