@@ -361,6 +361,15 @@ CURVE_STATE = {
 }
 
 
+def drop_page_cache() -> None:
+    """Write back dirty pages and drop the clean ones (Linux, root): the next reads come from disk."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError as e:
+        raise SystemExit(f"--cold needs root on Linux to drop the page cache: {e}") from e
+
+
 def stage_curve(
     stage: str,
     points: list[tuple[str, list[Path]]],
@@ -372,12 +381,15 @@ def stage_curve(
     tag: str,
     done,
     reuse: bool = False,
+    cold: bool = False,
 ) -> None:
     """One stage alone (dedup or validate), alternated over sizes: each size's lake is made once up to the
     stage's input (kept under ``work``: ingest and preprocess, and dedup for validate), then every round removes
     the stage's state (:data:`CURVE_STATE`) and runs the stage again on the same input manifest, under a run id
     of its own. The lake's making is recorded in it (:data:`MADE_RECORD`); ``reuse`` takes a lake that has that
-    record, made from the same files, instead of making it again (its record goes under ``made`` as before)."""
+    record, made from the same files, instead of making it again (its record goes under ``made`` as before).
+    ``cold``: the page cache dropped before every run (:func:`drop_page_cache`), so that every size reads its lake
+    from disk, as a lake at plan scale is read, and the small sizes are not flattered by a warm cache."""
     upstream = {"preprocess": "ingest", "dedup": "preprocess", "validate": "dedup"}[stage]
     bases = {}
     for label, files in points:
@@ -408,8 +420,11 @@ def stage_curve(
             "dedup": ["--memory-budget", str(budget)],
             "validate": ["--warn-only", "--threads", "1"],
         }[stage]
+        if cold:
+            drop_page_cache()
         load = [os.getloadavg()[0]]
         rec = _run_stage(stage, args, lake, rid)
+        rec["cold"] = cold
         base = {k: v for k, v in bases[label].items() if k not in ("stages", "load_average")}
         # the lake's own making (one run of each upstream stage) kept beside the curve's runs
         made = {"made": bases[label]["stages"]}
@@ -864,7 +879,9 @@ def method_report(doc: dict) -> str:
         curve = [v for v in (doc.get(f"{stage}_{key}") or {}).values() if v.get("runs")]
         if curve:
             title = stage.capitalize()
-            out += ["", f"{title} alone ({what}, {stage}'s state removed before every run), every run:", ""]
+            cold = all(r["stages"][stage].get("cold") for v in curve for r in v["runs"])
+            before = f"{stage}'s state removed" + (" and the page cache dropped" if cold else "")
+            out += ["", f"{title} alone ({what}, {before} before every run), every run:", ""]
             out += [*runs_table(curve, unit), "", f"Marginal cost per {'GB' if unit == 'gb' else 'row'}:", ""]
             out += marginal_table(curve, unit)
     tiny = [v for v in (doc.get("tiny") or {}).values() if v.get("runs")]
@@ -1187,6 +1204,11 @@ def main() -> None:
         action="store_true",
         help="--curve: take a size's lake made by an earlier curve from the same files (its making recorded in it)",
     )
+    ap.add_argument(
+        "--cold",
+        action="store_true",
+        help="--curve: drop the page cache before every run (root), so every size reads its lake from disk",
+    )
     ap.add_argument("--compare", default="10", help="sizes at which dedup also runs unconstrained and at 1/4")
     ap.add_argument("--airflow-gb", type=float, default=None, help="run this size through the pipeline DAG too")
     ap.add_argument(
@@ -1306,6 +1328,7 @@ def main() -> None:
             f"{curve}-{tag}",
             lambda label, r: save(label, r, under=under),
             args.reuse_lakes,
+            args.cold,
         )
 
     if points and curve:
