@@ -148,8 +148,9 @@ _PEAK_AT_EXIT = (
 CURATION = [sys.executable, "-c", _PEAK_AT_EXIT + "import sys; from airflow_curation.cli import main; sys.exit(main())"]
 
 
-def _measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int, str]:
-    """Wall seconds, CPU seconds (user + system, all threads), peak RSS (bytes) of the child, its stdout."""
+def _measure(cmd: list[str], env: dict | None = None, cpu_split: dict | None = None) -> tuple[float, float, int, str]:
+    """Wall seconds, CPU seconds (user + system, all threads), peak RSS (bytes) of the child, its stdout;
+    ``cpu_split`` (if given) gets the two apart, ``user_s`` and ``sys_s``."""
     started = time.perf_counter()
     peak_fd, peak_file = tempfile.mkstemp(prefix="bench-peak-")
     os.close(peak_fd)
@@ -178,6 +179,8 @@ def _measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int
         raise RuntimeError(f"{cmd[:4]} failed ({proc.returncode}):\n{chunks.get('err', b'').decode()[-3000:]}")
     # the child's own VmHWM where it wrote one (a CURATION command), else wait4's figure
     peak = int(own_kb) * 1024 if own_kb else usage.ru_maxrss * 1024
+    if cpu_split is not None:
+        cpu_split.update(user_s=usage.ru_utime, sys_s=usage.ru_stime)
     return seconds, usage.ru_utime + usage.ru_stime, peak, chunks.get("out", b"").decode()
 
 

@@ -128,7 +128,8 @@ def _run_stage(
     # -P: the code on PYTHONPATH, not a package in the current folder
     cmd = [CURATION[0], "-P", *CURATION[1:]] if python_p else CURATION
     load = list(os.getloadavg())
-    wall, cpu, rss, out = _measure([*cmd, name, *args], env=env)
+    split: dict = {}
+    wall, cpu, rss, out = _measure([*cmd, name, *args], env=env, cpu_split=split)
     load += os.getloadavg()  # 1, 5, 15 min before, then after: the machine is shared
     manifest = Manifest.read(lake.manifest_uri(run_id, name))
     if manifest.status != "complete":
@@ -137,6 +138,7 @@ def _run_stage(
         "stage": name,
         "wall_s": wall,
         "cpu_s": cpu,
+        **split,
         "peak_rss": rss,
         "shards": len(manifest.shards),
         "units": len(manifest.units),
@@ -884,6 +886,10 @@ def method_report(doc: dict) -> str:
             out += ["", f"{title} alone ({what}, {before} before every run), every run:", ""]
             out += [*runs_table(curve, unit), "", f"Marginal cost per {'GB' if unit == 'gb' else 'row'}:", ""]
             out += marginal_table(curve, unit)
+            if all("sys_s" in r["stages"][stage] for v in curve for r in v["runs"]):
+                for field, what in (("user_s", "User"), ("sys_s", "System")):
+                    out += ["", f"{what} CPU alone, marginal per {'GB' if unit == 'gb' else 'row'}:", ""]
+                    out += marginal_table(curve, unit, field)
     tiny = [v for v in (doc.get("tiny") or {}).values() if v.get("runs")]
     if tiny:
         out += ["", "Tiny-row lake (one short line of the pool a document, ~60 B), every run:", ""]

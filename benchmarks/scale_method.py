@@ -39,17 +39,18 @@ def aggregate(runs: list[dict]) -> dict:
     return out
 
 
-def _cpu_runs(point: dict, stage: str) -> list[float]:
+def _cpu_runs(point: dict, stage: str, field: str = "cpu_s") -> list[float]:
     if stage == PIPELINE:
         stages = [s for s in STAGES if s in point["stages"]]
-        return [sum(r["stages"][s]["cpu_s"] for s in stages) for r in point["runs"]]
-    return [r["stages"][stage]["cpu_s"] for r in point["runs"]]
+        return [sum(r["stages"][s][field] for s in stages) for r in point["runs"]]
+    return [r["stages"][stage][field] for r in point["runs"]]
 
 
-def marginals(points: list[dict], unit: str) -> list[dict]:
+def marginals(points: list[dict], unit: str, field: str = "cpu_s") -> list[dict]:
     """Per interval between adjacent points (sorted by ``unit``: ``gb`` of input or ``rows``) and per stage (and
     the pipeline): the marginal CPU seconds per unit, one per repeat (the k-th run of each size), median,
-    min and max, and the median's ratio to the first interval's."""
+    min and max, and the median's ratio to the first interval's. ``field``: a run's ``cpu_s`` (user + system),
+    or ``user_s`` or ``sys_s`` alone where the runs recorded them."""
 
     def size(p: dict) -> float:
         return p["input_bytes"] / 1e9 if unit == "gb" else float(next(iter(p["stages"].values()))["rows"])
@@ -62,7 +63,7 @@ def marginals(points: list[dict], unit: str) -> list[dict]:
     for a, b in zip(points, points[1:]):
         dx = size(b) - size(a)
         for s in stages:
-            ca, cb = _cpu_runs(a, s), _cpu_runs(b, s)
+            ca, cb = _cpu_runs(a, s, field), _cpu_runs(b, s, field)
             per = [(y - x) / dx for x, y in zip(ca, cb)]
             med = statistics.median(per)
             first.setdefault(s, med)
@@ -81,16 +82,17 @@ def marginals(points: list[dict], unit: str) -> list[dict]:
     return out
 
 
-def marginal_table(points: list[dict], unit: str) -> list[str]:
-    """A Markdown table of :func:`marginals`: per GB in CPU-s, per row in CPU-us."""
+def marginal_table(points: list[dict], unit: str, field: str = "cpu_s") -> list[str]:
+    """A Markdown table of :func:`marginals`: per GB in CPU-s, per row in CPU-us (``field``: which CPU)."""
     scale, head = (1.0, "CPU-s per GB") if unit == "gb" else (1e6, "CPU-us per row")
+    head = {"cpu_s": "", "user_s": "user ", "sys_s": "system "}[field] + head
     fmt = (lambda x: f"{x:.2f}") if unit == "gb" else (lambda x: f"{x:,.0f}")
     out = [
         f"| {'GB' if unit == 'gb' else 'rows'} from -> to | stage | marginal {head}, median | min - max "
         "| median / first interval's |",
         "| --- | --- | ---: | ---: | ---: |",
     ]
-    for m in marginals(points, unit):
+    for m in marginals(points, unit, field):
         out.append(
             f"| {fmt(m['from'])} -> {fmt(m['to'])} | {m['stage']} | {m['median'] * scale:.2f} | "
             f"{m['min'] * scale:.2f} - {m['max'] * scale:.2f} | "

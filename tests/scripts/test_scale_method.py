@@ -45,3 +45,18 @@ def test_marginals_pair_the_kth_runs_and_show_a_superlinear_stage(method):
     assert per_row[(1e6, "ingest")]["median"] == pytest.approx(10e-6)
     assert per_row[(2e6, "pipeline")]["median"] == pytest.approx(34e-6)
     assert "| 2.00 -> 4.00 | dedup | 24.00 |" in "\n".join(method.marginal_table(points, "gb"))
+
+
+def test_marginals_of_user_and_system_cpu_apart(method):
+    # a stage whose user CPU is linear (10 s/GB) and whose system CPU per GB doubles past 2 GB
+    def run(gb: float) -> dict:
+        r = _run(gb, 0.0)
+        user, sys_ = 10 * gb, (gb if gb <= 2 else 2 + 2 * (gb - 2))
+        r["stages"] = {"dedup": {**r["stages"]["dedup"], "cpu_s": user + sys_, "user_s": user, "sys_s": sys_}}
+        return r
+
+    points = [method.aggregate([run(gb)]) for gb in (1, 2, 4)]
+    user = {x["from"]: x["median"] for x in method.marginals(points, "gb", "user_s")}
+    system = {x["from"]: x["median"] for x in method.marginals(points, "gb", "sys_s")}
+    assert user == pytest.approx({1: 10, 2: 10}) and system == pytest.approx({1: 1, 2: 2})
+    assert "marginal system CPU-s per GB" in method.marginal_table(points, "gb", "sys_s")[0]
