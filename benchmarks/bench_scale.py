@@ -887,8 +887,8 @@ def method_report(doc: dict) -> str:
             out += [*runs_table(curve, unit), "", f"Marginal cost per {'GB' if unit == 'gb' else 'row'}:", ""]
             out += marginal_table(curve, unit)
             if all("sys_s" in r["stages"][stage] for v in curve for r in v["runs"]):
-                for field, what in (("user_s", "User"), ("sys_s", "System")):
-                    out += ["", f"{what} CPU alone, marginal per {'GB' if unit == 'gb' else 'row'}:", ""]
+                for field, cpu in (("user_s", "User"), ("sys_s", "System")):
+                    out += ["", f"{cpu} CPU alone, marginal per {'GB' if unit == 'gb' else 'row'}:", ""]
                     out += marginal_table(curve, unit, field)
     tiny = [v for v in (doc.get("tiny") or {}).values() if v.get("runs")]
     if tiny:
