@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench_scale import drop_page_cache
+
 CHILD = r"""
 import glob, json, os, sys, time
 from airflow_curation.core.fingerprint import checksum_url
@@ -43,8 +45,7 @@ def reclaimed() -> int:
 
 
 def cold_read(lake: str, first: int, cpu: int) -> dict:
-    os.sync()
-    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    drop_page_cache()
     before = reclaimed()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     cmd = ["taskset", "-c", str(cpu), sys.executable, "-P", "-c", CHILD, lake, str(first)]

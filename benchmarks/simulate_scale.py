@@ -207,7 +207,8 @@ def plan(
             + curve["airflow_overhead_s"].get(stage, 0.0)
         )
         cpu_s += fixed_s
-        reads, gets, puts = io_terms(curve, stage, gb, shards, tasks, partitions, spill_growth)
+        spill_bytes = c["spill_bytes_per_gb"] * spill_growth * gb
+        reads, gets, puts = io_terms(curve, stage, gb, shards, tasks, partitions, spill_bytes)
         nodes_used = 1 if stage == "validate" else nodes
         out["stages"][stage] = {
             "cpu_hours": cpu_s / 3600,
@@ -221,7 +222,7 @@ def plan(
             "k8s_indexed_job": {"completions": groups, "parallelism": slots},
             # dedup's global phase is a barrier over every shard: one Dask cluster runs all three phases
             "dask_workers": slots if stage == "dedup" else None,
-            "spill_bytes": c["spill_bytes_per_gb"] * spill_growth * gb,
+            "spill_bytes": spill_bytes,
             "cross_cpu_hours": cross_s / 3600,
             "task_fixed_cpu_hours": fixed_s / 3600,
             "tasks": tasks,
@@ -293,18 +294,18 @@ READS = {  # upstream outputs each stage reads: ingest reads the raw input
 
 
 def io_terms(
-    curve: dict, stage: str, gb: float, shards: int, tasks: int, partitions: int, spill_growth: float = 1.0
+    curve: dict, stage: str, gb: float, shards: int, tasks: int, partitions: int, spill_bytes: float = 0.0
 ) -> tuple[float, int, int]:
     """(bytes read, GET requests, PUT requests) of one stage over the run. Dedup's global phase also reads one
-    range of both spill files of every shard per partition: 2 x partitions x shards ranged GETs, and the spill's
-    bytes, the curve's per GB times their growth with the partition count (:func:`spill_bytes_growth`)."""
+    range of both spill files of every shard per partition: 2 x partitions x shards ranged GETs, and reads the
+    ``spill_bytes`` its phase 1 wrote."""
     out = curve.get("out_bytes_per_gb", {})
     reads = sum(gb * 1e9 if s == "input" else out.get(s, 0.0) * gb for s in READS[stage])
     files = len(READS[stage]) * shards
     gets = MANIFEST_GETS * tasks + (files if stage == "ingest" else FILE_GETS * files)
     puts = shards + tasks  # one output file per shard, one checkpoint record per task
     if stage == "dedup":
-        reads += curve["stages"]["dedup"]["spill_bytes_per_gb"] * spill_growth * gb
+        reads += spill_bytes
         gets += 2 * partitions * shards
         puts += 2 * shards  # the per-shard spill files
     if stage == "validate":
