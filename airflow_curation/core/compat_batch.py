@@ -5,8 +5,8 @@ words once per process and remembered with what the kernel reads of it: its word
 holding each word's length, whether it is all punctuation, whether it has a letter, its stop-word index and
 its hash for joined n-grams) and how it moves spaCy's sentence cut. Cutting the documents into pieces, looking
 them up and storing the new ones is compiled (:mod:`airflow_curation.core.compat_vocab`); so is splitting a new
-ASCII piece into words (:mod:`airflow_curation.core.compat_split`), and Python splits only the pieces that
-one cannot (past ASCII, or a possible special case). The tables are append-only numpy arrays and start over
+ASCII piece into words (:mod:`airflow_curation.core.compat_split`), and Python splits only the pieces past
+ASCII. The tables are append-only numpy arrays and start over
 past :data:`MAX_PIECES`, so a long-running worker stays bounded.
 """
 

@@ -1,10 +1,11 @@
 """datatrove's words of ASCII whitespace pieces, compiled: :func:`compat_words._split` for a batch at once.
 
 :func:`split_pieces` runs the prefix, suffix, infix and URL rules of :mod:`airflow_curation.core.compat_words`
-(their ASCII form, :data:`compat_words._ASCII`) in one numba pass over many distinct pieces. The special cases
-(contractions, abbreviations, emoticons) stay in Python: a piece that holds anything one of them could match
-(:data:`SPECIALS`, looked for loosely so that none is missed) is answered by the Python splitter, as
-is every piece that is not ASCII. ``tests/preprocess/test_compat_split.py`` holds the two to the same words.
+(their ASCII form, :data:`compat_words._ASCII`) and its special cases (contractions, abbreviations, emoticons)
+in one numba pass over many distinct pieces. The special cases are a finite set of ASCII strings
+(:func:`_special_table` lists every one with the Python splitter's own answer), looked up exactly where the
+Python splitter asks. A piece with a character past ASCII goes to the Python splitter.
+``tests/preprocess/test_compat_split.py`` holds the two to the same words.
 """
 
 from __future__ import annotations
@@ -41,29 +42,50 @@ UNITS = np.frombuffer("".join(_UNITS_ASCII).encode(), dtype=np.uint8).copy()
 UNIT_OFF = np.cumsum([0] + [len(u) for u in _UNITS_ASCII]).astype(np.int64)
 
 
+_FNV_OFFSET, _FNV_PRIME, _U64 = 14695981039346656037, 1099511628211, (1 << 64) - 1
+
+
+def _fnv(codes: list[int]) -> int:
+    h = _FNV_OFFSET
+    for c in codes:
+        h = ((h ^ c) * _FNV_PRIME) & _U64
+    return h
+
+
 def _special_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """What a special case could match, case folded (so more than the exact forms), by first character.
+    """Every ASCII string :func:`compat_words._special` answers, with its answer, in a hash table.
 
-    A word starts only after a non-letter (prefixes and infixes end in one, units follow a digit), so a case
-    that starts with a letter is looked for only after a non-letter; contractions written without the
-    apostrophe only as a whole run of letters.
+    The answers are finite: a string of ``_WHOLE`` or ``_SPLIT_WHOLE``, or a contraction (a negation base
+    with ``n't`` or ``nt``, a pronoun with its clitic, with or without the apostrophe) in lower, upper or
+    title case, the only case forms ``_special`` accepts. Each candidate is asked of ``_special`` itself and
+    kept with what it returned, so the table cannot disagree with it on any string it holds; a string it does
+    not hold is none of these forms, so ``_special`` answers None.
 
-    :returns: the cases' bytes, their offsets, their flags (1: a non-letter before, 2: a non-letter after)
-        and, per first character, where its cases start in that order.
+    :returns: the strings' bytes, their offsets, per string the cut (0: one word, else the length of the
+        first of two words), and the FNV-1a hash table (slot -> string index + 1, 0 empty).
     """
-    cases = set()
-    for w in cw._WHOLE | set(cw._SPLIT_WHOLE):
-        if w.isascii():
-            cases.add((w.lower(), 1 if w[0].isalpha() else 0))
-    cases.add(("n't", 0))
-    joined = {b + "nt" for b in cw._NEG_BASES} | {h + t for h, ts in cw._PRONOUN_CLITICS.items() for t in ts}
-    cases |= {(w, 3) for w in joined}
-    ordered = sorted(cases)
-    data = np.frombuffer("".join(w for w, _ in ordered).encode(), dtype=np.uint8).copy()
-    off = np.cumsum([0] + [len(w) for w, _ in ordered]).astype(np.int64)
-    flags = np.array([f for _, f in ordered], dtype=np.uint8)
-    first = np.searchsorted(np.array([ord(w[0]) for w, _ in ordered]), np.arange(129)).astype(np.int64)
-    return data, off, flags, first
+    cands = {w for w in (*cw._WHOLE, *cw._SPLIT_WHOLE) if w.isascii()}
+    folded = {b + neg for b in cw._NEG_BASES for neg in ("n't", "nt")}
+    folded |= {h + apo + t for h, ts in cw._PRONOUN_CLITICS.items() for t in ts for apo in ("'", "")}
+    cands |= {f for w in folded for f in (w, w.upper(), w[0].upper() + w[1:])}
+    entries = []
+    for w in sorted(cands):
+        got = cw._special(w)
+        if got is None:
+            continue
+        assert "".join(got) == w and len(got) <= 2, (w, got)
+        entries.append((w, 0 if len(got) == 1 else len(got[0])))
+    data = np.frombuffer("".join(w for w, _ in entries).encode(), dtype=np.uint8).copy()
+    off = np.cumsum([0] + [len(w) for w, _ in entries]).astype(np.int64)
+    cut = np.array([c for _, c in entries], dtype=np.int64)
+    slots = np.zeros(1 << max(10, (4 * len(entries)).bit_length()), dtype=np.int64)
+    mask = len(slots) - 1
+    for i, (w, _) in enumerate(entries):
+        slot = _fnv(list(w.encode())) & mask
+        while slots[slot]:
+            slot = (slot + 1) & mask
+        slots[slot] = i + 1
+    return data, off, cut, slots
 
 
 SPECIALS = _special_table()
@@ -306,36 +328,27 @@ def _infix(s: np.ndarray, i: int, a: int, b: int, cls: np.ndarray) -> int:
 
 
 @njit(cache=True)
-def _maybe_special(
-    s: np.ndarray,
-    a: int,
-    b: int,
-    cls: np.ndarray,
-    sp: np.ndarray,
-    sp_off: np.ndarray,
-    sp_flag: np.ndarray,
-    first: np.ndarray,
-) -> bool:
-    """Whether ``s[a:b]`` holds, case folded, something a special case could match (:func:`_special_table`)."""
+def _special(s: np.ndarray, a: int, b: int, sp: np.ndarray, sp_off: np.ndarray, slots: np.ndarray) -> int:
+    """The index of ``s[a:b]`` in the special-case table (:func:`_special_table`), or -1."""
+    if a >= b:
+        return -1
+    h = np.uint64(_FNV_OFFSET)
     for i in range(a, b):
-        c = s[i] + 32 if _is(cls, s, i, _UP) else s[i]
-        for e in range(first[c], first[c + 1]):
-            n = sp_off[e + 1] - sp_off[e]
-            if i + n > b:
-                continue
-            if sp_flag[e] & 1 and i > a and cls[s[i - 1]] & (_LO | _UP):
-                continue
-            if sp_flag[e] & 2 and i + n < b and cls[s[i + n]] & (_LO | _UP):
-                continue
+        h = (h ^ np.uint64(s[i])) * np.uint64(_FNV_PRIME)
+    mask = np.uint64(slots.shape[0] - 1)
+    slot = h & mask
+    while slots[slot]:
+        e = slots[slot] - 1
+        if sp_off[e + 1] - sp_off[e] == b - a:
             same = True
-            for k in range(n):
-                x = s[i + k] + 32 if _is(cls, s, i + k, _UP) else s[i + k]
-                if x != sp[sp_off[e] + k]:
+            for k in range(b - a):
+                if s[a + k] != sp[sp_off[e] + k]:
                     same = False
                     break
             if same:
-                return True
-    return False
+                return e
+        slot = (slot + np.uint64(1)) & mask
+    return -1
 
 
 @njit(cache=True)
@@ -348,12 +361,12 @@ def _split_all(
     unit_off: np.ndarray,
     sp: np.ndarray,
     sp_off: np.ndarray,
-    sp_flag: np.ndarray,
-    first: np.ndarray,
+    sp_cut: np.ndarray,
+    slots: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Token ends (absolute offsets into ``s``), the first token per piece (``tok_off``, one past the last)
-    and which pieces are left to the Python splitter (no tokens here): a piece with a character past ASCII, or
-    with something a special case could match. Piece ``p`` is ``s[starts[p]:stops[p]]``."""
+    and which pieces are left to the Python splitter (no tokens here): a piece with a character past ASCII.
+    Piece ``p`` is ``s[starts[p]:stops[p]]``; the steps are :func:`compat_words._split`'s, in its order."""
     most = 0
     widest = 0
     for p in range(len(starts)):
@@ -362,6 +375,7 @@ def _split_all(
     ends = np.empty(most, dtype=np.int64)
     tok_off = np.zeros(len(starts) + 1, dtype=np.int64)
     sfx = np.empty(widest, dtype=np.int64)  # suffix starts of the current piece, outermost first
+    buf = np.empty(widest, dtype=np.int64)  # the current piece's token ends before special cases merge
     python = np.zeros(len(starts), dtype=np.bool_)
     n = 0
     for p in range(len(starts)):
@@ -371,35 +385,55 @@ def _split_all(
             if s[i] > 127:
                 wide = True
                 break
-        if wide or _maybe_special(s, a, b, cls, sp, sp_off, sp_flag, first):
+        if wide:
             python[p] = True
             tok_off[p + 1] = n
             continue
+        nt = 0
         ns = 0
         while a < b:
+            if _special(s, a, b, sp, sp_off, slots) >= 0:  # a URL is matched only once the edges are off
+                break
             last = b - a
             pre = _prefix(s, a, b, cls)
+            if pre and a + pre < b and _special(s, a + pre, b, sp, sp_off, slots) >= 0:
+                buf[nt] = a + pre
+                nt += 1
+                a = a + pre
+                break
             suf = _suffix(s, a + pre, b, cls, units, unit_off) if a + pre < b else 0
+            if suf and b - suf > a and _special(s, a, b - suf, sp, sp_off, slots) >= 0:
+                sfx[ns] = b - suf
+                ns += 1
+                b = b - suf
+                break
             if pre and suf and pre + suf <= b - a:
-                ends[n] = a + pre
-                n += 1
+                buf[nt] = a + pre
+                nt += 1
                 sfx[ns] = b - suf
                 ns += 1
                 a, b = a + pre, b - suf
             elif pre:
-                ends[n] = a + pre
-                n += 1
+                buf[nt] = a + pre
+                nt += 1
                 a = a + pre
             elif suf:
                 sfx[ns] = b - suf
                 ns += 1
                 b = b - suf
-            if b - a == last:
+            if b - a == last or _special(s, a, b, sp, sp_off, slots) >= 0:
                 break
         if a < b:
-            if _url(s, a, b, cls):
-                ends[n] = b
-                n += 1
+            e = _special(s, a, b, sp, sp_off, slots)
+            if e >= 0:
+                if sp_cut[e]:
+                    buf[nt] = a + sp_cut[e]
+                    nt += 1
+                buf[nt] = b
+                nt += 1
+            elif _url(s, a, b, cls):
+                buf[nt] = b
+                nt += 1
             else:
                 i = a
                 start = a
@@ -407,20 +441,35 @@ def _split_all(
                     m = _infix(s, i, a, b, cls)
                     if m:
                         if i > start:
-                            ends[n] = i
-                            n += 1
-                        ends[n] = i + m
-                        n += 1
+                            buf[nt] = i
+                            nt += 1
+                        buf[nt] = i + m
+                        nt += 1
                         i += m
                         start = i
                     else:
                         i += 1
                 if start < b:
-                    ends[n] = b
-                    n += 1
+                    buf[nt] = b
+                    nt += 1
         for k in range(ns - 1, -1, -1):
-            ends[n] = stops[p] if k == 0 else sfx[k - 1]
+            buf[nt] = stops[p] if k == 0 else sfx[k - 1]
+            nt += 1
+        # adjacent tokens that together spell a kept-whole case (``):``, ``8)``) are one (``_merge_specials``)
+        i = 0
+        head = starts[p]
+        while i < nt:
+            k = 4 if nt - i >= 4 else nt - i
+            while k >= 2:
+                e = _special(s, head, buf[i + k - 1], sp, sp_off, slots)
+                if e >= 0 and sp_cut[e] == 0:
+                    break
+                k -= 1
+            k = max(k, 1)
+            head = buf[i + k - 1]
+            ends[n] = head
             n += 1
+            i += k
         tok_off[p + 1] = n
     return ends[:n], tok_off, python
 
