@@ -270,12 +270,32 @@ def partition_ranges(num_partitions: int, units: int) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1], bounds[1:]))
 
 
-def gather_partition(uris: list[str], p: int, columns: dict[str, np.dtype], out_uri: str) -> int:
-    """Partition ``p`` of every file in ``uris``, in that order, written to ``out_uri`` alone (one batch):
-    a reader of partition ``p`` then opens one file instead of one per file in ``uris``. Returns rows."""
+def gather_partition(
+    uris: list[str], p: int, columns: dict[str, np.dtype], out_uri: str, by_shard: bool = False
+) -> int:
+    """Partition ``p`` of every file in ``uris``, in that order, written to ``out_uri`` alone: a reader of
+    partition ``p`` then opens one file instead of one per file in ``uris``. ``by_shard``: one batch per
+    shard of the ``node`` column (:func:`read_gathered` reads one shard's alone), else one batch ``p``.
+    Returns rows."""
     rows = read_partition(uris, p, columns)
     n = len(next(iter(rows.values()))) if rows else 0
-    return write_partitioned(out_uri, rows, np.full(n, p, np.int64))
+    return write_partitioned(out_uri, rows, shard_of(rows["node"]) if by_shard else np.full(n, p, np.int64))
+
+
+def read_gathered(uri: str, columns: dict[str, np.dtype], shard: int | None = None) -> dict[str, np.ndarray]:
+    """The rows of one file :func:`gather_partition` wrote ``by_shard``: those of ``shard`` alone (one batch
+    read: what a shard's reader pays no longer grows with the shards that share its output partition), or
+    every row (``shard`` None), rows of a shard in the order gathered."""
+    lo, hi = (shard, shard + 1) if shard is not None else (0, np.iinfo(np.int64).max)
+    got = [(t, high) for _, t, high in _read_range(uri, lo, hi, list(columns))]
+    return {
+        name: (
+            np.concatenate([_numpy_column(t, name, high) for t, high in got]).astype(dtype, copy=False)
+            if got
+            else np.empty(0, dtype)
+        )
+        for name, dtype in columns.items()
+    }
 
 
 def partition_sources(uris: list[str], p: int, gathered: bool) -> list[str]:

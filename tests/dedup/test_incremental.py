@@ -19,6 +19,7 @@ from airflow_curation.core.manifest import Manifest, ShardEntry
 from airflow_curation.core.shards import write_parquet
 from airflow_curation.stages.base import StageFailed, StageRunner
 from airflow_curation.stages.dedup import snapshots
+from airflow_curation.stages.dedup import stage as dedup_stage
 from airflow_curation.stages.dedup.stage import DedupStage
 
 from .corpus import exact_jaccard_matrix, handbook_docs
@@ -281,9 +282,12 @@ def test_killed_during_its_attrs_a_later_snapshot_resumes_to_the_same_marks(thre
     assert rows == results[DATES[2]][1]  # every column of every row, as in the clean run
 
 
-def test_past_memory_each_snapshot_marks_the_same_rows(three, tmp_path):
+@pytest.mark.parametrize("out_partitions", [256, 1])
+def test_past_memory_each_snapshot_marks_the_same_rows(three, tmp_path, monkeypatch, out_partitions):
     """With a budget that splits the global phase into many LSH partitions (whose labels are then gathered
-    by output partition), every snapshot's rows, prior matches included, are the unconstrained run's."""
+    by output partition), every snapshot's rows, prior matches included, are the unconstrained run's; also
+    where every shard shares one output partition (each reads its own batch of the labels and priors)."""
+    monkeypatch.setattr(dedup_stage, "MAX_OUT_PARTITIONS", out_partitions)
     _, days, _, _, results = three
     lakes = {d: _snapshot_lake(tmp_path / "lake", d, docs) for d, docs in days.items()}
     for date in DATES:

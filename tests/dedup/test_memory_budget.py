@@ -10,12 +10,14 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from airflow_curation.core.components import LABEL_COLUMNS
 from airflow_curation.core.layout import Lake
-from airflow_curation.core.lsh import read_partition
+from airflow_curation.core.lsh import read_gathered, read_partition, shard_of
 from airflow_curation.core.minhash import lsh_params
 from airflow_curation.core.uris import resolve
 from airflow_curation.stages.base import StageRunner
-from airflow_curation.stages.dedup.phases import BAND_COLUMNS
+from airflow_curation.stages.dedup import stage as dedup_stage
+from airflow_curation.stages.dedup.phases import BAND_COLUMNS, NODE_COLUMNS
 from airflow_curation.stages.dedup.stage import _BAND_BYTES, _EXACT_BYTES, DedupStage
 
 
@@ -72,3 +74,29 @@ def test_a_quarter_budget_spills_and_finds_the_same_clusters(nd_corpus, nd_files
     by_lsh = sorted((tmp_path / "lake-quarter" / "ds" / "dedup").glob("*/components/**/*.parquet"))
     assert gathered > 0
     assert gathered == sum(_rows(u) for u in by_lsh if u.parent.name == "labels")
+
+
+def test_shards_sharing_an_output_partition_read_their_own_rows(nd_files, tmp_path, monkeypatch):
+    """Where more shards than output partitions share the gathered labels (at 50,000 shards, ~195 a file),
+    each gathered file holds one batch per shard, a shard reads its own batch alone, and the clusters are
+    the unconstrained run's, row for row."""
+    full, _, _ = _run(tmp_path, nd_files, "full", partitions=1)
+    monkeypatch.setattr(dedup_stage, "MAX_OUT_PARTITIONS", 2)
+    shared, done, _ = _run(tmp_path, nd_files, "shared", memory_budget=4096)
+    assert done["gathered"] and done["by_shard"] and done["out_partitions"] == 2
+    for name in full:
+        assert shared[name].equals(full[name]), name
+    labels = {}
+    for kind, columns in (("labels", LABEL_COLUMNS), ("exact", NODE_COLUMNS)):
+        for q, uri in enumerate(done[kind]):
+            whole = read_gathered(uri, columns)
+            shards = sorted(set(shard_of(whole["node"]).tolist()))
+            assert all(s % 2 == q for s in shards)
+            assert _spill(uri).num_record_batches == len(shards)
+            for s in shards:
+                own = read_gathered(uri, columns, s)["node"]
+                assert (shard_of(own) == s).all()
+                assert sorted(own.tolist()) == sorted(whole["node"][shard_of(whole["node"]) == s].tolist())
+            if kind == "labels":
+                labels[q] = shards
+    assert len(labels[0]) == 2  # shards 0 and 2 share partition 0, and both have labelled rows

@@ -22,6 +22,7 @@ from airflow_curation.core.lsh import (
     node_keys,
     partition_of,
     partition_sources,
+    read_gathered,
     read_partition,
     read_partitions,
     row_of,
@@ -202,16 +203,21 @@ def shard_result(
     exact_dup_uris: list[str],
     out_partitions: int,
     gathered: bool = False,
+    by_shard: bool = False,
 ) -> pa.Table:
     """Phase 3 for one shard: ``id``, ``cluster_id`` (the keeper's node key; null for rows not
     considered), ``is_duplicate``, ``exact_duplicate``, ``near_duplicate``, same rows and order as
-    the shard."""
+    the shard. ``by_shard``: the labels and exact duplicates were gathered one batch per shard, and only
+    this shard's are read (else its whole output partition: the rows of every shard that shares it)."""
     with storage.open_read(shard_uri) as f:
         ids = pq.ParquetFile(f).read(columns=[ID], use_threads=False).column(0)
     n = len(ids)
     keep = read_keep(keep_uri, keep_column, n)
     q = shard_index % out_partitions
-    labels = read_partition(partition_sources(label_uris, q, gathered), q, LABEL_COLUMNS)
+    if by_shard:
+        labels = read_gathered(label_uris[q], LABEL_COLUMNS, shard_index)
+    else:
+        labels = read_partition(partition_sources(label_uris, q, gathered), q, LABEL_COLUMNS)
     mine = shard_of(labels["node"]) == shard_index
     cluster = node_keys(shard_index, n).astype(np.int64)
     dup = np.zeros(n, bool)
@@ -219,7 +225,10 @@ def shard_result(
     cluster[rows] = labels["label"][mine].astype(np.int64)
     dup[rows] = True
     exact = np.zeros(n, bool)
-    ex = read_partition(partition_sources(exact_dup_uris, q, gathered), q, NODE_COLUMNS)["node"]
+    if by_shard:
+        ex = read_gathered(exact_dup_uris[q], NODE_COLUMNS, shard_index)["node"]
+    else:
+        ex = read_partition(partition_sources(exact_dup_uris, q, gathered), q, NODE_COLUMNS)["node"]
     exact[row_of(ex[shard_of(ex) == shard_index])] = True
     return pa.table(
         {

@@ -39,6 +39,7 @@ from airflow_curation.core.integrity import IntegrityError, read_verified, verif
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.lsh import (
     partition_sources,
+    read_gathered,
     read_nested_partition,
     read_partition,
     row_of,
@@ -298,13 +299,21 @@ def resolve(
     docs: list[dict[str, Any]],
     out_dir: str,
     gathered: bool = False,
+    by_shard: bool = False,
 ) -> tuple[list[str], dict[str, int]]:
     """Clusters of this snapshot -> their earliest earlier document; every member written out, partitioned
-    by shard like phase 2's labels. Returns the files and counts."""
+    by shard like phase 2's labels. Returns the files and counts. ``gathered``, ``by_shard``: how phase 2's
+    labels were gathered (:func:`~airflow_curation.core.lsh.gather_partition`)."""
+
+    def labels_of(q: int) -> dict[str, np.ndarray]:
+        if by_shard:
+            return read_gathered(label_uris[q], LABEL_COLUMNS)
+        return read_partition(partition_sources(label_uris, q, gathered), q, LABEL_COLUMNS)
+
     m = _reduce_matches(*_read_table(match_uris).values())
     # node -> its cluster (phase 2's label; a node without one is its own cluster's keeper)
     label_parts = sorted({int(q) for q in shard_of(m["node"]) % out_partitions})
-    lab = [read_partition(partition_sources(label_uris, q, gathered), q, LABEL_COLUMNS) for q in label_parts]
+    lab = [labels_of(q) for q in label_parts]
     lab_node = np.concatenate([x["node"] for x in lab]) if lab else np.empty(0, np.uint64)
     lab_label = np.concatenate([x["label"] for x in lab]) if lab else np.empty(0, np.uint64)
     order = np.argsort(lab_node)
@@ -328,7 +337,7 @@ def resolve(
     uris = []
     members_total = 0
     for q in range(out_partitions):
-        lq = read_partition(partition_sources(label_uris, q, gathered), q, LABEL_COLUMNS) if clusters.size else None
+        lq = labels_of(q) if clusters.size else None
         nodes_q, cl_q = [], []
         if lq is not None and lq["node"].size:
             at = np.minimum(np.searchsorted(clusters, lq["label"]), clusters.size - 1)
@@ -342,9 +351,8 @@ def resolve(
         idx = np.concatenate(cl_q).astype(np.int64)
         ex = np.isin(node, exact_nodes, assume_unique=False)
         uri = storage.join(out_dir, "prior", f"part-{q:05d}.parquet")
-        write_partitioned(
-            uri, {"node": node, "snapshot": snap[idx], "id": ids[idx], "exact": ex}, shard_of(node) % out_partitions
-        )
+        # one batch per shard: phase 3 of a shard reads its own rows (:func:`apply_prior`)
+        write_partitioned(uri, {"node": node, "snapshot": snap[idx], "id": ids[idx], "exact": ex}, shard_of(node))
         members_total += int(node.size)
         uris.append(uri)
     return uris, {
@@ -354,17 +362,25 @@ def resolve(
     }
 
 
-def apply_prior(table: pa.Table, shard_index: int, prior_uris: list[str] | None, out_partitions: int) -> pa.Table:
+def apply_prior(
+    table: pa.Table, shard_index: int, prior_uris: list[str] | None, out_partitions: int, by_shard: bool = False
+) -> pa.Table:
     """Phase 3's attrs of one shard with the cross-snapshot duplicates marked: ``is_duplicate`` for every
     member of a cluster whose first document is in an earlier snapshot, ``exact_duplicate`` where the row's
-    own match was on the exact key, and ``prior_snapshot``/``prior_id`` naming that first document."""
+    own match was on the exact key, and ``prior_snapshot``/``prior_id`` naming that first document.
+    ``by_shard``: :func:`resolve` wrote one batch per shard (this shard's are read from its partition's file
+    alone), else one per output partition (found in every file)."""
     n = table.num_rows
     snap = np.full(n, None, dtype=object)
     pid = np.full(n, None, dtype=object)
     dup = table.column(IS_DUPLICATE).to_numpy(zero_copy_only=False).astype(bool)
     exact = table.column(EXACT_DUPLICATE).to_numpy(zero_copy_only=False).astype(bool)
     if prior_uris:
-        r = read_partition(prior_uris, shard_index % out_partitions, PRIOR_COLUMNS)
+        q = shard_index % out_partitions
+        if by_shard:
+            r = read_gathered(prior_uris[q], PRIOR_COLUMNS, shard_index)
+        else:
+            r = read_partition(prior_uris, q, PRIOR_COLUMNS)
         mine = shard_of(r["node"]) == shard_index
         rows = row_of(r["node"][mine])
         snap[rows] = r["snapshot"][mine]

@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 
 # Bytes one spilled document costs in phase 2 per band (bucket + node) and for its exact key.
 _BAND_BYTES, _EXACT_BYTES = 16, 24
+# Output partitions of the global phase's labels and exact duplicates (shard i's are in partition
+# i % this): files the gather writes, each holding one batch per shard it covers.
+MAX_OUT_PARTITIONS = 256
 _WORKER_BASE = 768 << 20  # a worker process with pyarrow, numba and the kernels loaded
 
 
@@ -460,7 +463,7 @@ class DedupStage(AttrsStage):
         sig.config["shards"] = shards
         self._shards = {s["shard_id"]: s for s in shards}
         self._sig = sig
-        out_parts = max(1, min(head.shard_count, 256))
+        out_parts = max(1, min(head.shard_count, MAX_OUT_PARTITIONS))
         self._global = self._phase2(sig, params, shards, run_key, out_parts)  # reads its _SUCCESS.json
         self._prior = self._probe(sig, params, shards, run_key, out_parts) if self.incremental else None
         log.info(
@@ -479,7 +482,7 @@ class DedupStage(AttrsStage):
         shards = [s for s, _, _ in planned]
         rows = sum(e.rows for e in entries)
         sig, params, parts = self._sig_stage(rows, shards)
-        out_parts = max(1, min(len(entries), 256))
+        out_parts = max(1, min(len(entries), MAX_OUT_PARTITIONS))
         log.info(
             "dedup: %d shards, %d rows, %d bands x %d rows, %d partitions in %d units, %d for the components "
             "(memory budget %d bytes)",
@@ -613,7 +616,9 @@ class DedupStage(AttrsStage):
         totals = {k: sum(s[k] for s in stats) for k in ("candidates", "verified", "exact_edges")}
         # Phase 3 reads its shard's output partition of the labels and of the exact duplicates: from every
         # unit's and components partition's file that is that many opens per shard, a pairs term that grows
-        # with the square of the data. Gathered by output partition first, it is two opens per shard.
+        # with the square of the data. Gathered by output partition first, it is two opens per shard; one
+        # batch per shard in each gathered file, and it reads its own rows alone, not those of the
+        # shards / out_partitions shards that share its partition (at 50,000 shards, 195 shards' rows).
         gathered = len(label_uris) > 1 or len(exact_dup_uris) > 1
         if gathered:
             label_uris = self._gather(label_uris, storage.join(gdir, "labels-by-out"), LABEL_COLUMNS, out_parts)
@@ -624,6 +629,7 @@ class DedupStage(AttrsStage):
             "labels": label_uris,
             "exact": exact_dup_uris,
             "gathered": gathered,
+            "by_shard": gathered,
             "out_partitions": out_parts,
             "partitions": parts,
             "units": len(ranges),
@@ -638,7 +644,7 @@ class DedupStage(AttrsStage):
 
     def _gather(self, uris: list[str], folder: str, columns: dict, out_parts: int) -> list[str]:
         outs = [storage.join(folder, f"part-{q:05d}.parquet") for q in range(out_parts)]
-        list(self.default_mapper()(gather_partition, [(uris, q, columns, outs[q]) for q in range(out_parts)]))
+        list(self.default_mapper()(gather_partition, [(uris, q, columns, outs[q], True) for q in range(out_parts)]))
         return outs
 
     # -- across snapshots ----------------------------------------------------------------------------
@@ -665,8 +671,10 @@ class DedupStage(AttrsStage):
             )
         )
         g = self._global
-        uris, counts = snapshots.resolve(match_uris, g["labels"], out_parts, docs, pdir, bool(g.get("gathered")))
-        result = {"uris": uris, "snapshots": [p["snapshot"] for p in priors], **counts}
+        uris, counts = snapshots.resolve(
+            match_uris, g["labels"], out_parts, docs, pdir, bool(g.get("gathered")), bool(g.get("by_shard"))
+        )
+        result = {"uris": uris, "by_shard": True, "snapshots": [p["snapshot"] for p in priors], **counts}
         log.info("dedup: probed %d earlier snapshots: %s", len(priors), counts)
         self._write_done(done_uri, result)
         return result
@@ -731,9 +739,13 @@ class DedupStage(AttrsStage):
             g["exact"],
             int(g["out_partitions"]),
             bool(g.get("gathered")),  # absent from a global phase done before gathering existed
+            bool(g.get("by_shard")),  # absent from one gathered a partition to a batch
         )
         if self.incremental:
-            table = snapshots.apply_prior(table, s["index"], (self._prior or {}).get("uris"), int(g["out_partitions"]))
+            prior = self._prior or {}
+            table = snapshots.apply_prior(
+                table, s["index"], prior.get("uris"), int(g["out_partitions"]), bool(prior.get("by_shard"))
+            )
         fault_point("dedup.before_attrs")
         nbytes, checksum = write_parquet(uri, table)
         n = table.num_rows
