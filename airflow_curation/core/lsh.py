@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_curation.core import storage
+from airflow_curation.core import spill_pack, storage
 from airflow_curation.core.arrays import from_numpy, to_numpy
 from airflow_curation.core.integrity import IntegrityError
 
@@ -177,7 +177,10 @@ def _read_range(uri: str, lo: int, hi: int, names: list[str]) -> list[tuple[int,
     (partition, batch, high words of its narrowed columns) triples present, ascending; their batches are
     consecutive in the file, as stored (see :func:`_widen`). Spill files
     written before they were Arrow IPC (Parquet, one row group per partition: listed by earlier
-    snapshots' indexes, or left by a run resumed across an upgrade) are read as they are."""
+    snapshots' indexes, or left by a run resumed across an upgrade) are read as they are; packs of spill
+    files (:func:`pack_spills`) give the pieces of each packed file."""
+    if spill_pack.is_pack(uri):
+        return spill_pack.read_range(uri, lo, hi, names)
     with storage.open_arrow(uri) as f:
         try:
             try:
@@ -198,9 +201,49 @@ def _read_range(uri: str, lo: int, hi: int, names: list[str]) -> list[tuple[int,
             present, batches = _index(metadata)
             high = json.loads(metadata[_HIGH_KEY]) if _HIGH_KEY in metadata else _NO_HIGH
             a, b = np.searchsorted(present, [lo, hi])
-            return [(int(present[k]), r.get_batch(int(batches[k])).select(names), high) for k in range(a, b)]
+            pick = (lambda b: b.select(names)) if names is not None else (lambda b: b)
+            return [(int(present[k]), pick(r.get_batch(int(batches[k]))), high) for k in range(a, b)]
         except (pa.ArrowInvalid, OSError) as e:
             raise IntegrityError(f"spill file {uri} is unreadable (truncated or corrupted?): {e}") from e
+
+
+def pack_spills(uris: list[str], out_uri: str) -> int:
+    """The spill files ``uris`` as one pack (:mod:`~airflow_curation.core.spill_pack`): a reader of a range
+    of partitions opens it once for all of them and gets the same pieces in the same order as from
+    ``uris``. Their batches are copied as stored (no decode); every file is held in memory until written.
+    Returns the pack's bytes."""
+    return spill_pack.write(out_uri, [_pack_source(uri) for uri in uris], uris)
+
+
+def _pack_source(uri: str) -> spill_pack.Source:
+    data = storage.fetch(uri)  # one GET; a local file mapped
+    try:
+        metadata = pa.ipc.open_file(data, options=_IPC_READ).schema.metadata or {}
+        present, batches = _index(metadata)
+        if np.array_equal(batches, np.arange(present.size)):
+            high = json.loads(metadata[_HIGH_KEY]) if _HIGH_KEY in metadata else _NO_HIGH
+            return spill_pack.Source(data, present, high)
+    except pa.ArrowInvalid:
+        pass
+    # Written before the current layout (Parquet, or a JSON index): rewritten in it, decoded once (a run
+    # resumed across an upgrade); an unreadable file fails here, naming itself.
+    pieces = _read_range(uri, 0, np.iinfo(np.int32).max, None)
+    sink = pa.BufferOutputStream()
+    if pieces:
+        tables = [_one_batch(_widen(t, high)) for _, t, high in pieces]
+        present = np.array([p for p, _, _ in pieces], np.int64)
+        schema = tables[0].schema.with_metadata({_LIST_KEY: present.astype("<i4").tobytes()})
+        with pa.ipc.new_file(sink, schema, options=_IPC_OPTIONS) as w:
+            for t in tables:  # one batch a partition, as write_partitioned stores them
+                w.write_batch(t.replace_schema_metadata(schema.metadata))
+        return spill_pack.Source(sink.getvalue(), present, _NO_HIGH)
+    return spill_pack.Source(None, np.empty(0, np.int64), _NO_HIGH)
+
+
+def _one_batch(t: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+    if isinstance(t, pa.Table):
+        t = pa.RecordBatch.from_arrays([c.combine_chunks() for c in t.columns], schema=t.schema)
+    return t.replace_schema_metadata(None)
 
 
 def read_partitions(

@@ -17,6 +17,7 @@ from airflow_curation.core.integrity import IntegrityError
 from airflow_curation.core.lsh import (
     bucket_pairs,
     node_keys,
+    pack_spills,
     partition_of,
     partition_ranges,
     partitions_for,
@@ -288,3 +289,82 @@ def test_components_of_no_edges(tmp_path, partitions):
     write_edges(edges, np.empty(0, np.uint64), np.empty(0, np.uint64), partitions)
     outs = connected_components([edges], str(tmp_path / "cc"), partitions, 1)
     assert read_partition(outs, 0, {"node": np.uint64, "label": np.uint64})["node"].size == 0
+
+
+def _pack_corpus(tmp_path) -> list[str]:
+    """Spill files as phase 1 leaves them, and the odd ones a pack must carry: a shard's keys stored as rows
+    (two shards, high words past 16 bits), keys of several shards (stored whole), an empty file, and the
+    earlier layouts (Parquet; Arrow IPC with a JSON index)."""
+    rng = np.random.default_rng(5)
+    files = []
+    for k, shard in enumerate((1, 70_000, None)):
+        buckets = rng.integers(0, 2**63, 3000, dtype=np.uint64)
+        nodes = node_keys(shard, np.arange(3000)) if shard is not None else rng.integers(0, 2**40, 3000, np.uint64)
+        f = str(tmp_path / f"s{k}.bands.arrow")
+        write_partitioned(f, {"bucket": buckets, "node": nodes}, partition_of(buckets, 64))
+        files.append(f)
+    empty = str(tmp_path / "empty.bands.arrow")
+    write_partitioned(empty, {"bucket": np.empty(0, np.uint64), "node": np.empty(0, np.uint64)}, np.empty(0))
+    keys = np.arange(200, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    parts = partition_of(keys, 64)
+    order = np.argsort(parts, kind="stable")
+    t = pa.table({"bucket": keys[order], "node": keys[order] + np.uint64(7)})
+    present = np.unique(parts)
+    old = str(tmp_path / "old.bands.parquet")
+    meta = {b"curation.partitions": json.dumps({str(p): i for i, p in enumerate(present.tolist())}).encode()}
+    with pq.ParquetWriter(old, t.schema.with_metadata(meta)) as w:
+        for p in present:
+            w.write_table(t.filter(pa.compute.equal(pa.array(parts[order]), p)))
+    return [files[0], empty, files[1], old, files[2]]
+
+
+def test_a_pack_reads_as_the_files_it_packs(tmp_path):
+    """Packed, spill files give a reader of any range the same partitions, pieces and rows in the same order
+    as the files themselves (keys stored as rows widened with their own file's high word), in one open."""
+    files = _pack_corpus(tmp_path)
+    packs = [str(tmp_path / "a.pack"), str(tmp_path / "b.pack")]
+    pack_spills(files[:3], packs[0])
+    pack_spills(files[3:], packs[1])
+    cols = {"bucket": np.uint64, "node": np.uint64}
+    for lo, hi in ((0, 64), (5, 9), (63, 64), (60, 100), (64, 70)):
+        want = list(read_partitions(files, lo, hi, cols))
+        got = list(read_partitions(packs, lo, hi, cols))
+        assert [p for p, _ in got] == [p for p, _ in want] == list(range(lo, hi))
+        for (_, w), (_, g) in zip(want, got):
+            assert all(g[c].dtype == np.uint64 and g[c].tolist() == w[c].tolist() for c in cols)
+
+        def pieces(uris):
+            return [
+                (p, [t.column("node").to_pylist() for t in ts])
+                for p, ts in read_partition_pieces(uris, lo, hi, ["node"])
+            ]
+
+        assert pieces(packs) == pieces(files)
+    assert sum(len(r["node"]) for _, r in read_partitions(packs, 0, 64, cols)) == 3 * 3000 + 200
+    assert read_partition([packs[0]], 3, cols)["node"].size > 0
+
+
+def test_a_pack_is_one_open_per_range(tmp_path, monkeypatch):
+    files = _pack_corpus(tmp_path)
+    pack = str(tmp_path / "all.pack")
+    pack_spills(files, pack)
+    opened = []
+    real_open = storage.open_arrow
+    monkeypatch.setattr(storage, "open_arrow", lambda uri: opened.append(uri) or real_open(uri))
+    for lo, hi in partition_ranges(64, 5):
+        list(read_partitions([pack], lo, hi, {"node": np.uint64}))
+    assert opened == [pack] * 5
+
+
+def test_a_damaged_pack_fails_clearly_naming_it(tmp_path):
+    files = _pack_corpus(tmp_path)
+    pack = tmp_path / "all.pack"
+    pack_spills(files, str(pack))
+    data = pack.read_bytes()
+    for damaged in (data[: len(data) // 2], data[:-3], data[:20]):
+        pack.write_bytes(damaged)
+        with pytest.raises(IntegrityError, match="all.pack"):
+            list(read_partitions([str(pack)], 0, 64, {"node": np.uint64}))
+    (tmp_path / "s0.bands.arrow").write_bytes(b"not a spill file")
+    with pytest.raises(IntegrityError, match="s0.bands.arrow"):
+        pack_spills(files, str(tmp_path / "again.pack"))

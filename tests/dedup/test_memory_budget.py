@@ -18,7 +18,7 @@ from airflow_curation.core.uris import resolve
 from airflow_curation.stages.base import StageRunner
 from airflow_curation.stages.dedup import stage as dedup_stage
 from airflow_curation.stages.dedup.phases import BAND_COLUMNS, NODE_COLUMNS
-from airflow_curation.stages.dedup.stage import _BAND_BYTES, _EXACT_BYTES, DedupStage
+from airflow_curation.stages.dedup.stage import _BAND_BYTES, _EXACT_BYTES, DedupStage, spill_groups
 
 
 def _spill(path) -> pa.ipc.RecordBatchFileReader:
@@ -100,3 +100,38 @@ def test_shards_sharing_an_output_partition_read_their_own_rows(nd_files, tmp_pa
             if kind == "labels":
                 labels[q] = shards
     assert len(labels[0]) == 2  # shards 0 and 2 share partition 0, and both have labelled rows
+
+
+def test_units_read_packed_spill_files_and_find_the_same_clusters(nd_corpus, nd_files, tmp_path):
+    """Where the global phase has several units and the memory budget holds several shards' spill, the
+    units read the spill packed by groups of consecutive shards (units x groups opens, not units x shards),
+    and the clusters are the unconstrained run's, row for row; the packs are removed once read and the
+    shards' own spill files stay."""
+    ids, _, _ = nd_corpus
+    bands, _ = lsh_params(0.8, 128)
+    data = len(ids) * (_BAND_BYTES * bands + _EXACT_BYTES)
+    full, _, _ = _run(tmp_path, nd_files, "full", partitions=1)
+    packed, done, spills = _run(tmp_path, nd_files, "packed", memory_budget=data * 3 // 2)
+    assert done["units"] > 1
+    assert 1 <= done["spill_groups"] < len(nd_files)  # 3 shards, 2 to a group
+    for name in full:
+        assert packed[name].equals(full[name]), name
+    assert not list((tmp_path / "lake-packed" / "ds" / "dedup").glob("*/packed/*.pack"))
+    assert len(spills) == len(nd_files)
+
+
+def test_the_spill_is_packed_only_where_the_opens_saved_cost_more_than_the_copy():
+    mb = 1 << 20
+    kb = 100_000
+    assert spill_groups(100, 1, 64, 100 * kb, 1 << 30) == []  # one unit opens each file once anyway
+    assert spill_groups(100, 32, 64, 100 * kb, 2 * kb) == []  # a group would not fit half the budget
+    groups = spill_groups(100, 32, 64, 100 * kb, 16 * kb)  # 800 kB a group: 8 shards' spill
+    assert [len(g) for g in groups] == [8] * 12 + [4]
+    assert [i for g in groups for i in g] == list(range(100))
+    # 1 GB shards (45 MB of spill each) on a 4,096-partition plan: on a local disk a few dozen units do not pay
+    # for the copy, thousands do; on an object store, where an open is requests, a few dozen do
+    spill = 50_000 * 45 * mb
+    assert spill_groups(50_000, 64, 4096, spill, 8 << 30) == []
+    assert len(spill_groups(50_000, 4096, 4096, spill, 8 << 30)) == 50_000 // 91 + 1
+    assert len(spill_groups(50_000, 64, 4096, spill, 8 << 30, remote=True)) == 50_000 // 91 + 1
+    assert spill_groups(50_000, 16, 4096, spill, 8 << 30, remote=True) == []

@@ -127,3 +127,21 @@ def test_a_task_waits_on_the_global_phase_another_task_holds(s3_bucket, tmp_path
     assert "waiting while its holder lives" in text1 and "dedup: global phase already done" in text1
     wait_job(_job(["collect", str(spec_path)], env, tmp_path / "collect.log"), tmp_path / "collect.log")
     assert Manifest.read(lake.manifest_uri("d1", "dedup")).status == "complete"
+
+
+def test_the_global_phase_reads_the_spill_packed_on_s3(s3_bucket, tmp_path):
+    """On an object store an open is requests: with several units, the global phase packs the shards' spill
+    (a GET of each file, a PUT a group) and its units read the packs; labels are a local whole run's."""
+    inputs = _inputs(tmp_path / "in")
+    local = Lake(str(tmp_path / "local"), "web")
+    StageRunner(IngestStage(local, {"inputs": [str(inputs)], **INGEST}, "r1")).run()
+    want = _labels(StageRunner(DedupStage(local, {"input_manifest": local.manifest_uri("r1", "ingest")}, "r1")).run())
+
+    lake = Lake(f"s3://{s3_bucket}/packed", "web")
+    StageRunner(IngestStage(lake, {"inputs": [str(inputs)], **INGEST}, "r1")).run()
+    config = {"input_manifest": lake.manifest_uri("r1", "ingest"), "memory_budget": 10_000}
+    assert _labels(StageRunner(DedupStage(lake, config, "r1")).run()) == want
+    (done,) = storage.glob(storage.join(lake.path("dedup"), "*", "_SUCCESS.json"))
+    result = storage.read_json(done)
+    assert result["units"] > 1 and result["spill_groups"] >= 1
+    assert not storage.glob(storage.join(lake.path("dedup"), "*", "packed", "*"))

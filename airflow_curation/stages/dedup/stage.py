@@ -23,9 +23,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import time
 from dataclasses import asdict
 
-from airflow_curation.core import storage, uris
+from airflow_curation.core import spill_pack, storage, uris
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.arrays import to_numpy
 from airflow_curation.core.components import LABEL_COLUMNS, connected_components
@@ -33,7 +34,7 @@ from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import config_fingerprint
 from airflow_curation.core.integrity import verified_reads
 from airflow_curation.core.lease import Lease
-from airflow_curation.core.lsh import gather_partition, next_power_of_two, partition_ranges, partitions_for
+from airflow_curation.core.lsh import gather_partition, next_power_of_two, pack_spills, partition_ranges, partitions_for
 from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry, UnitEntry, group_range
 from airflow_curation.core.minhash import MinHashParams, lsh_params
 from airflow_curation.core.schema import CLUSTER_ID, EXACT_DUPLICATE, KEEP, NEAR_DUPLICATE
@@ -53,6 +54,45 @@ _BAND_BYTES, _EXACT_BYTES = 16, 24
 # i % this): files the gather writes, each holding one batch per shard it covers.
 MAX_OUT_PARTITIONS = 256
 _WORKER_BASE = 768 << 20  # a worker process with pyarrow, numba and the kernels loaded
+
+
+# What an open of a spill file for a unit's range costs, and what packing costs per byte and per batch
+# (benchmarks/bench_spill_pack.py and bench_spill_reads.py, RESULTS.md *Packed spill*): on a local disk CPU
+# seconds, the open growing with the partitions (its file's footer lists every batch); on an object store
+# wall seconds of a task's slot on a loopback S3 (~4 requests an open; a real one's latency is higher still).
+_LOCAL_OPEN_S, _LOCAL_OPEN_S_PER_PARTITION = 30e-6, 40e-9
+_LOCAL_PACK_S_PER_BYTE, _PACK_S_PER_BATCH = 2.5e-9, 2e-6
+_REMOTE_OPEN_S, _REMOTE_PACK_S_PER_BYTE = 18e-3, 30e-9
+
+
+def spill_groups(
+    shards: int, units: int, partitions: int, spill_bytes: int, memory_budget: int, remote: bool = False
+) -> list[range]:
+    """Consecutive shards whose spill files the global phase reads packed as one (empty: each file alone).
+
+    Every unit opens every spill file for its range of partitions: units x shards opens (ranged GETs on an
+    object store), and at a fixed memory budget the units grow with the data, so the term grows with its
+    square. Packed k to a group it is units x shards / k, for one more copy of the spill (its batches as
+    stored, :mod:`~airflow_curation.core.spill_pack`). A group holds at most half the memory budget (the
+    packing task holds it whole); the spill is packed only where the opens saved cost more than the copy.
+
+    :param remote: the spill is on an object store (an open costs requests, the copy a GET and a PUT).
+    """
+    if units <= 1 or shards <= 1:
+        return []
+    per_shard = spill_bytes / shards  # its band and exact files
+    k = min(shards, int(memory_budget // max(1.0, 2 * per_shard)))
+    if k <= 1:
+        return []
+    if remote:
+        open_s, byte_s = _REMOTE_OPEN_S, _REMOTE_PACK_S_PER_BYTE
+    else:
+        open_s, byte_s = _LOCAL_OPEN_S + partitions * _LOCAL_OPEN_S_PER_PARTITION, _LOCAL_PACK_S_PER_BYTE
+    saved = 2 * units * open_s * (1 - 1 / k)
+    cost = per_shard * byte_s + 2 * partitions * _PACK_S_PER_BATCH
+    if saved <= cost:
+        return []
+    return [range(i, min(i + k, shards)) for i in range(0, shards, k)]
 
 
 def _inputs(s: dict) -> list[str]:
@@ -394,7 +434,8 @@ class DedupStage(AttrsStage):
 
     def _sig_stage(self, rows: int, shards: list[dict]) -> tuple[DedupSignaturesStage, DedupParams, int]:
         """Phase 1's stage for ``rows`` rows in all (its partitions follow from them), and the output partitions."""
-        parts, self._units, self._cc_parts = self._layout(self._spill_bytes(rows))
+        self._spilled = self._spill_bytes(rows)
+        parts, self._units, self._cc_parts = self._layout(self._spilled)
         params = DedupParams(**{**asdict(self.params), "minhash": self.params.minhash, "partitions": parts})
         sig_config = {
             "params": {**asdict(params)},
@@ -415,7 +456,8 @@ class DedupStage(AttrsStage):
         shards spill reads and components partitions squared sized for rows it never spilled. The partitions
         stay as planned (they are in the spill files and the fingerprint); no label depends on either."""
         signed_rows = int(signed.accounting.get("kept", 0))
-        _, units, cc_parts = self._layout(self._spill_bytes(signed_rows))
+        self._spilled = self._spill_bytes(signed_rows)
+        _, units, cc_parts = self._layout(self._spilled)
         self._units, self._cc_parts = min(units, parts), min(cc_parts, parts)
         log.info("dedup: %d rows signed: %d units, %d for the components", signed_rows, self._units, self._cc_parts)
 
@@ -587,6 +629,20 @@ class DedupStage(AttrsStage):
         ranges = partition_ranges(parts, self._units)
         band_uris = [sig.spill_uris(s["shard_id"])[0] for s in shards]
         exact_uris = [sig.spill_uris(s["shard_id"])[1] for s in shards]
+        budget = int(self.config["memory_budget"])
+        groups = spill_groups(len(shards), len(ranges), parts, self._spilled, budget, not storage.is_local(gdir))
+        if groups:
+            started = time.monotonic()
+            folder = storage.join(gdir, "packed")
+            band_uris = self._pack(band_uris, groups, folder, "bands")
+            exact_uris = self._pack(exact_uris, groups, folder, "exact")
+            log.info(
+                "dedup: the spill of %d shards packed into %d groups in %.1f s, read by %d units",
+                len(shards),
+                len(groups),
+                time.monotonic() - started,
+                len(ranges),
+            )
         shard_uris = [(s["uri"], s.get("text_uri")) for s in shards]
         edge_uris = [storage.join(gdir, "edges", f"unit-{u:05d}.parquet") for u in range(len(ranges))]
         exact_dup_uris = [storage.join(gdir, "exact", f"unit-{u:05d}.parquet") for u in range(len(ranges))]
@@ -610,6 +666,9 @@ class DedupStage(AttrsStage):
                 ],
             )
         )
+        if groups:  # a copy, read: the shards' own spill files stay (reruns, later snapshots)
+            for uri in band_uris + exact_uris:
+                storage.remove(uri)
         label_uris = connected_components(
             edge_uris, storage.join(gdir, "components"), cc_parts, out_parts, self.default_mapper()
         )
@@ -634,6 +693,7 @@ class DedupStage(AttrsStage):
             "partitions": parts,
             "units": len(ranges),
             "components_partitions": cc_parts,
+            "spill_groups": len(groups),
             "bands": params.bands,
             "rows": params.rows,
             **totals,
@@ -641,6 +701,12 @@ class DedupStage(AttrsStage):
         log.info("dedup: global phase done: %s", totals)
         self._write_done(done_uri, result)
         return result
+
+    def _pack(self, uris: list[str], groups: list[range], folder: str, kind: str) -> list[str]:
+        """The spill files ``uris`` packed by ``groups`` of consecutive shards (one task a group)."""
+        outs = [storage.join(folder, f"group-{g:05d}.{kind}{spill_pack.SUFFIX}") for g in range(len(groups))]
+        list(self.default_mapper()(pack_spills, [([uris[i] for i in r], outs[g]) for g, r in enumerate(groups)]))
+        return outs
 
     def _gather(self, uris: list[str], folder: str, columns: dict, out_parts: int) -> list[str]:
         outs = [storage.join(folder, f"part-{q:05d}.parquet") for q in range(out_parts)]
