@@ -7,10 +7,11 @@ file, so a unit opens one pack for k files and reads its range in one contiguous
 object store). Batches are copied as Arrow IPC messages, still lz4-compressed: packing costs the bytes' copy
 and a few microseconds a batch, never their decode and re-encode.
 
-Layout: ``MAGIC``, the messages, the index arrays, a JSON header, the header's length and the index's offset
-(little-endian uint64 each), ``MAGIC``. Pieces of partition ``present[j]`` are ``first[j]:first[j+1]``; piece
-``i`` is the bytes ``offset[i]:offset[i+1]`` of source ``source[i]``, decoded with that source's schema and
-widened with its high words.
+Layout: ``MAGIC``; a block a partition present (its pieces' count as int64, their sources as int32, their
+sizes as int64, then their messages); the index arrays; a JSON header; the header's length and the index's
+offset (little-endian uint64 each); ``MAGIC``. The index holds the partitions present and their blocks'
+offsets, and per source its schema and high words: O(partitions + sources) bytes, never O(pieces), so a
+reader of a range reads the tail and then its blocks, two reads, at any pack size.
 """
 
 from __future__ import annotations
@@ -22,13 +23,17 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_curation.core import storage
+from airflow_curation.core.arrays import from_numpy, to_numpy
 from airflow_curation.core.integrity import IntegrityError
 
 MAGIC = b"CURPACK1"
 SUFFIX = ".pack"
 _TAIL = 16 + len(MAGIC)
-_TAIL_GUESS = 1 << 16  # one read gets the index of a pack of up to ~2,000 pieces
+_TAIL_GUESS = 1 << 17  # one read gets the index of a pack of up to ~10,000 partitions
 _IPC_MAGIC = b"ARROW1"
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an IPC stream's end
+_NO_HIGH: dict[str, int] = {}
+_IPC_READ = pa.ipc.IpcReadOptions(use_threads=False)  # a pool per batch costs more than decoding it
 
 
 @dataclass
@@ -87,36 +92,39 @@ def write(out_uri: str, sources: list[Source], uris: list[str]) -> int:
     pieces.sort(key=lambda t: t[0])  # stable: the sources' order within a partition
     parts = np.array([p for p, _, _ in pieces], np.int64)
     present, first = np.unique(parts, return_index=True)
-    sizes = np.array([b.size for _, _, b in pieces], np.int64)
-    offset = np.concatenate([[len(MAGIC)], len(MAGIC) + np.cumsum(sizes)]).astype(np.int64)
-    arrays = {
-        "present": present.astype("<i4"),
-        "first": np.append(first, len(pieces)).astype("<i8"),
-        "source": np.array([s for _, s, _ in pieces], "<i4"),
-        "offset": offset.astype("<i8"),
-        "source_schema": source_schema.astype("<i4"),
-        "high": high.astype("<u8").ravel(),  # sources x high_names
-        "has_high": has_high.ravel(),
-        "schemas": np.frombuffer(b"".join(schemas), np.uint8),
-    }
-    header = {
-        "sources": len(sources),
-        "high_names": names,
-        "schema_sizes": [len(b) for b in schemas],
-        "arrays": {k: [str(a.dtype.str), int(a.size)] for k, a in arrays.items()},
-    }
-    index_at = int(offset[-1])
+    bounds = np.append(first, len(pieces))
+    blocks = [len(MAGIC)]
     with storage.atomic_open(out_uri) as f:
         f.write(MAGIC)
-        for a, b in zip(first, np.append(first[1:], len(pieces))):  # a write a partition, not a piece
-            f.write(b"".join(piece for _, _, piece in pieces[a:b]))
+        for a, b in zip(bounds[:-1], bounds[1:]):  # a write a partition, not a piece
+            mine = pieces[a:b]
+            head = np.array([len(mine)], "<i8").tobytes()
+            head += np.array([s for _, s, _ in mine], "<i4").tobytes()
+            head += np.array([m.size for _, _, m in mine], "<i8").tobytes()
+            block = b"".join([head, *(m for _, _, m in mine)])
+            f.write(block)
+            blocks.append(blocks[-1] + len(block))
+        arrays = {
+            "present": present.astype("<i4"),
+            "blocks": np.array(blocks, "<i8"),
+            "source_schema": source_schema.astype("<i4"),
+            "high": high.astype("<u8").ravel(),  # sources x high_names
+            "has_high": has_high.ravel(),
+            "schemas": np.frombuffer(b"".join(schemas), np.uint8),
+        }
+        header = {
+            "sources": len(sources),
+            "high_names": names,
+            "schema_sizes": [len(b) for b in schemas],
+            "arrays": {k: [str(a.dtype.str), int(a.size)] for k, a in arrays.items()},
+        }
         for a in arrays.values():
             f.write(np.ascontiguousarray(a).tobytes())
         head = json.dumps(header).encode()
         f.write(head)
-        f.write(np.array([len(head), index_at], "<u8").tobytes())
+        f.write(np.array([len(head), blocks[-1]], "<u8").tobytes())
         f.write(MAGIC)
-    return index_at
+    return blocks[-1]
 
 
 def _index(f, uri: str) -> tuple[dict, dict[str, np.ndarray]]:
@@ -142,36 +150,79 @@ def _index(f, uri: str) -> tuple[dict, dict[str, np.ndarray]]:
     return header, arrays
 
 
-def read_range(uri: str, lo: int, hi: int, names: list[str]) -> list[tuple[int, pa.RecordBatch, dict[str, int]]]:
-    """Partitions ``lo <= p < hi`` of a pack: ``(partition, batch, high words)`` per piece, ascending by
-    partition and in the packed sources' order within one; one open, one index read and one read of the
-    range's bytes."""
+def read_range(uri: str, lo: int, hi: int, names: list[str] | None) -> list[tuple[int, pa.RecordBatch, dict[str, int]]]:
+    """Partitions ``lo <= p < hi`` of a pack: one ``(partition, batch, high words)`` a partition present, its
+    packed sources' rows in order, narrowed columns widened (so no high words left); one open, one index read
+    and one read of the range's bytes, decoded as one Arrow IPC stream (a piece's own decode, at 4,096
+    partitions a few rows, would cost more than the open a pack saves)."""
     try:
         with storage.open_arrow(uri) as f:
             header, ix = _index(f, uri)
             a, b = np.searchsorted(ix["present"], [lo, hi])
-            first, last = int(ix["first"][a]), int(ix["first"][b])
-            if first == last:
+            if a == b:
                 return []
-            base = int(ix["offset"][first])
+            base = int(ix["blocks"][a])
             f.seek(base)
-            body = pa.py_buffer(f.read(int(ix["offset"][last]) - base))
-        sizes, at, schemas = header["schema_sizes"], 0, []
-        blob = ix["schemas"].tobytes()
-        for n in sizes:
-            schemas.append(pa.ipc.read_schema(pa.py_buffer(blob[at : at + n])))
-            at += n
-        high_names = header["high_names"]
-        part_of_piece = np.repeat(ix["present"][a:b], np.diff(ix["first"][a : b + 1]))
-        out = []
-        for k, piece in enumerate(range(first, last)):
-            s = int(ix["source"][piece])
-            lo_b, hi_b = int(ix["offset"][piece]) - base, int(ix["offset"][piece + 1]) - base
-            msg = pa.ipc.read_message(body.slice(lo_b, hi_b - lo_b))
-            batch = pa.ipc.read_record_batch(msg, schemas[int(ix["source_schema"][s])]).select(names)
-            row = s * len(high_names)
-            high = {n: int(ix["high"][row + j]) for j, n in enumerate(high_names) if ix["has_high"][row + j]}
-            out.append((int(part_of_piece[k]), batch, high))
-        return out
+            body = f.read(int(ix["blocks"][b]) - base)
+        counts, sources, sizes, messages = [], [], [], []
+        for j in range(a, b):  # each block: its pieces' count, sources and sizes, then their messages
+            at = int(ix["blocks"][j]) - base
+            n = int(np.frombuffer(body, "<i8", 1, at)[0])
+            counts.append(n)
+            sources.append(np.frombuffer(body, "<i4", n, at + 8))
+            sizes.append(np.frombuffer(body, "<i8", n, at + 8 + 4 * n))
+            messages.append(body[at + 8 + 12 * n : int(ix["blocks"][j + 1]) - base])
+        sources = np.concatenate(sources)
+        piece_end = np.concatenate([[0], np.cumsum(np.concatenate(sizes))])
+        stream_bytes = b"".join(messages)
+        schemas = _schemas(header, ix)
+        kinds = ix["source_schema"][sources]
+        # one stream a run of pieces stored alike (a pack of files of one layout is one run)
+        cuts = np.flatnonzero(np.diff(kinds)) + 1
+        parts, lengths = [], []
+        for r0, r1 in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(kinds)]])):
+            chunk = stream_bytes[int(piece_end[r0]) : int(piece_end[r1])]
+            stream = pa.ipc.open_stream(
+                pa.py_buffer(b"".join([schemas[int(kinds[r0])], chunk, _EOS])), options=_IPC_READ
+            )
+            table = stream.read_all()
+            got = [len(c) for c in table.column(0).chunks] if table.num_columns else []
+            if len(got) != r1 - r0:
+                raise IntegrityError(f"pack {uri}: {len(got)} batches decoded for {r1 - r0} pieces")
+            parts.append(_widened(table, names, header["high_names"], ix["high"], sources[r0:r1], got))
+            lengths.extend(got)
+        batch = pa.concat_batches(parts) if len(parts) > 1 else parts[0]
+        rows = np.concatenate([[0], np.cumsum(lengths)])
+        ends = rows[np.concatenate([[0], np.cumsum(counts)])]
+        return [
+            (int(p), batch.slice(int(s), int(e - s)), _NO_HIGH)
+            for p, s, e in zip(ix["present"][a:b], ends[:-1], ends[1:])
+        ]
     except (pa.ArrowInvalid, OSError, ValueError, KeyError) as e:
         raise IntegrityError(f"pack {uri} is unreadable (truncated or corrupted?): {e}") from e
+
+
+def _widened(
+    table: pa.Table, names: list[str] | None, high_names: list[str], high: np.ndarray, sources: np.ndarray, lengths
+) -> pa.RecordBatch:
+    """``table``'s columns ``names`` (all if None) as one batch, narrowed ones widened with the high word of
+    each row's source (``sources``: a piece's, ``lengths``: its rows)."""
+    columns = {}
+    for name in names if names is not None else table.column_names:
+        col = table.column(name).combine_chunks()
+        if name in high_names and col.type == pa.uint32():
+            words = high[sources * len(high_names) + high_names.index(name)] << np.uint64(32)
+            wide = to_numpy(col).astype(np.uint64)
+            wide |= np.repeat(words, lengths)
+            col = from_numpy(wide)
+        columns[name] = col
+    return pa.RecordBatch.from_pydict(columns)
+
+
+def _schemas(header: dict, ix: dict[str, np.ndarray]) -> list[bytes]:
+    """The packed sources' schemas, as the encapsulated IPC messages that open a stream."""
+    blob, at, out = ix["schemas"].tobytes(), 0, []
+    for n in header["schema_sizes"]:
+        out.append(blob[at : at + n])
+        at += n
+    return out

@@ -128,10 +128,10 @@ def test_the_spill_is_packed_only_where_the_opens_saved_cost_more_than_the_copy(
     groups = spill_groups(100, 32, 64, 100 * kb, 16 * kb)  # 800 kB a group: 8 shards' spill
     assert [len(g) for g in groups] == [8] * 12 + [4]
     assert [i for g in groups for i in g] == list(range(100))
-    # 1 GB shards (45 MB of spill each) on a 4,096-partition plan: on a local disk a few dozen units do not pay
-    # for the copy, thousands do; on an object store, where an open is requests, a few dozen do
+    # 1 GB shards (45 MB of spill each) on a 4,096-partition plan: on a local disk a few units do not pay for
+    # the copy, thousands do; on an object store, where an open is requests, a few dozen do
     spill = 50_000 * 45 * mb
-    assert spill_groups(50_000, 64, 4096, spill, 8 << 30) == []
+    assert spill_groups(50_000, 4, 4096, spill, 8 << 30) == []
     assert len(spill_groups(50_000, 4096, 4096, spill, 8 << 30)) == 50_000 // 91 + 1
     assert len(spill_groups(50_000, 64, 4096, spill, 8 << 30, remote=True)) == 50_000 // 91 + 1
     assert spill_groups(50_000, 16, 4096, spill, 8 << 30, remote=True) == []

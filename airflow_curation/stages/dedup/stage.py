@@ -56,13 +56,14 @@ MAX_OUT_PARTITIONS = 256
 _WORKER_BASE = 768 << 20  # a worker process with pyarrow, numba and the kernels loaded
 
 
-# What an open of a spill file for a unit's range costs, and what packing costs per byte and per batch
-# (benchmarks/bench_spill_pack.py and bench_spill_reads.py, RESULTS.md *Packed spill*): on a local disk CPU
-# seconds, the open growing with the partitions (its file's footer lists every batch); on an object store
-# wall seconds of a task's slot on a loopback S3 (~4 requests an open; a real one's latency is higher still).
-_LOCAL_OPEN_S, _LOCAL_OPEN_S_PER_PARTITION = 30e-6, 40e-9
-_LOCAL_PACK_S_PER_BYTE, _PACK_S_PER_BATCH = 2.5e-9, 2e-6
-_REMOTE_OPEN_S, _REMOTE_PACK_S_PER_BYTE = 18e-3, 30e-9
+# What reading the spill file by file costs and what packing costs (benchmarks/bench_spill_pack.py, RESULTS.md
+# *Packed spill*): an open of a file for a unit's range (on a local disk CPU seconds, growing with the
+# partitions its footer lists; on an object store the wall seconds of ~4 requests on a loopback S3, a floor),
+# each (partition, file) piece's own decode (a pack's range decodes as one stream), and the copy per byte and
+# per batch.
+_LOCAL_OPEN_S, _LOCAL_OPEN_S_PER_PARTITION, _PIECE_S = 30e-6, 40e-9, 15e-6
+_LOCAL_PACK_S_PER_BYTE, _PACK_S_PER_BATCH = 2.5e-9, 3e-6
+_REMOTE_OPEN_S, _REMOTE_PACK_S_PER_BYTE = 22e-3, 44e-9
 
 
 def spill_groups(
@@ -88,7 +89,7 @@ def spill_groups(
         open_s, byte_s = _REMOTE_OPEN_S, _REMOTE_PACK_S_PER_BYTE
     else:
         open_s, byte_s = _LOCAL_OPEN_S + partitions * _LOCAL_OPEN_S_PER_PARTITION, _LOCAL_PACK_S_PER_BYTE
-    saved = 2 * units * open_s * (1 - 1 / k)
+    saved = 2 * (units * open_s + partitions * _PIECE_S) * (1 - 1 / k)
     cost = per_shard * byte_s + 2 * partitions * _PACK_S_PER_BATCH
     if saved <= cost:
         return []
