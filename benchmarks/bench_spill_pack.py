@@ -80,6 +80,7 @@ def pack(uris: list[str], group: int, folder: str) -> list[str]:
 
 
 def measure(args) -> dict:
+    load_before = os.getloadavg()
     with contextlib.ExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(dir=args.tmp))
         folder, log, requests = tmp, None, {"files": [], "pack": [], "packed": []}
@@ -124,7 +125,7 @@ def measure(args) -> dict:
     opens_saved = len(ranges) * (args.shards - groups)
     return {
         "params": {k: v for k, v in vars(args).items() if k not in ("json", "report", "tmp")},
-        "machine": {"cpus": os.cpu_count(), "load_before": os.getloadavg(), "python": platform.python_version()},
+        "machine": {"cpus": os.cpu_count(), "load_before": load_before, "python": platform.python_version()},
         "spill_bytes": spill_bytes,
         "pack_bytes": pack_bytes,
         "batches": batches,
@@ -202,7 +203,8 @@ def table(doc: dict) -> str:
         [
             f"{p['shards']} shards x {p['rows']} rows x {p['bands']} bands, {p['partitions']} partitions, "
             f"{doc['units']} units, packs of {p['group']} shards ({doc['groups']}): spill {doc['spill_bytes'] / 1e6:.1f} MB, "
-            f"packs {doc['pack_bytes'] / 1e6:.1f} MB, {doc['batches']} batches; load {doc['machine']['load_before'][0]:.1f}",
+            f"packs {doc['pack_bytes'] / 1e6:.1f} MB, {doc['batches']} batches; 1-minute load "
+            f"{doc['machine']['load_before'][0]:.1f} before, {doc['load_after'][0]:.1f} after",
             "",
             "| read by file, CPU s | pack, CPU s | read packed, CPU s | per open saved | pack per MB | pack per batch | net saving |",
             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",

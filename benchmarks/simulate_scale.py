@@ -27,7 +27,10 @@ The model, stage by stage (ingest, preprocess, dedup, validate):
   with the square of the data (and with the slots, once they outnumber the memory's partitions), which
   is where a shuffle or grouped spill files take over (see docs/scale.md). The cost of a pair is
   constant in the partition count since the spill index is binary (``benchmarks/bench_spill_reads.py``),
-  so a figure measured at 18 partitions holds at thousands.
+  so a figure measured at 18 partitions holds at thousands. Where the stage would pack the spill (its own
+  rule, ``stages.dedup.stage.spill_groups``, for an object store: the plan counts GETs), the pairs are
+  (partition, pack) ones, plus the pack's copy and each piece's decode (``bench_spill_pack.py``'s figures
+  at 4,096 partitions, ``results/spill_pack_p4096.json``).
 * Airflow tasks: the pipeline DAG's launch + gate per stage, and their overhead per stage, from the
   largest real-scheduler run (``--airflow-stack real``), else the ``dag.test()`` run; independent of
   the shard count (shards are units inside a task's job, never tasks).
@@ -43,6 +46,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # results.py, when loaded by path
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # the stage's packing rule
 from results import replace_block  # noqa: E402
 
 STAGES = ("ingest", "preprocess", "dedup", "validate")
@@ -163,6 +167,8 @@ def plan(
     task_plan_s, gate_look_s = manifest_terms(micro.get("manifest"))
     dedup = curve["stages"].get("dedup", {})
     spill_growth = spill_bytes_growth(micro.get("spill_bytes"), dedup.get("spill_partitions"), partitions)
+    dedup_spill = dedup.get("spill_bytes_per_gb", 0.0) * spill_growth * gb
+    packs = spill_packs(micro.get("spill_pack"), shards, partitions, dedup_spill, budget)
     groups = min(shards, max_array)
     out = {
         "bytes": total_bytes,
@@ -180,7 +186,8 @@ def plan(
         "gate_look_s": gate_look_s,
         "lsh_partition_bytes": rows * ROW_BYTES / partitions,
         "lsh_budget_per_worker": budget,
-        "phase2_row_group_reads": partitions * shards,
+        "phase2_row_group_reads": partitions * (packs["groups"] if packs else shards),
+        "spill_packs": packs,
         "spill_growth": spill_growth,
         "airflow_tasks": curve["airflow_tasks"],
         "stages": {},
@@ -189,7 +196,11 @@ def plan(
         per_node = max(1, min(cores, int(mem_bytes // max(1, c["peak_rss"]))))
         slots = nodes * per_node
         cpu_s = c["cpu_fixed_s"] + c["cpu_s_per_gb"] * gb
-        cross_s = pair_s * partitions * shards if stage == "dedup" else 0.0
+        cross_s = 0.0
+        if stage == "dedup":
+            cross_s = (
+                pair_s * partitions * shards if not packs else pair_s * partitions * packs["groups"] + packs["cpu_s"]
+            )
         cpu_s += cross_s
         units = shards  # dedup's global phase has `partitions` units, >= slots by the rule above
         if stage == "validate":  # one DuckDB query over the run: one node, its cores as threads
@@ -208,7 +219,7 @@ def plan(
         )
         cpu_s += fixed_s
         spill_bytes = c["spill_bytes_per_gb"] * spill_growth * gb
-        reads, gets, puts = io_terms(curve, stage, gb, shards, tasks, partitions, spill_bytes)
+        reads, gets, puts = io_terms(curve, stage, gb, shards, tasks, partitions, spill_bytes, packs)
         nodes_used = 1 if stage == "validate" else nodes
         out["stages"][stage] = {
             "cpu_hours": cpu_s / 3600,
@@ -237,6 +248,22 @@ def plan(
     out["node_hours"] = sum(s["node_hours"] for s in out["stages"].values())
     out["tokens_per_node_hour"] = tokens / out["node_hours"] if out["node_hours"] else None
     return out
+
+
+def spill_packs(pack: dict | None, shards: int, partitions: int, spill_bytes: float, budget: float) -> dict | None:
+    """The global phase's packs where the stage would pack (its rule for an object store, one partition a
+    unit): groups, and the CPU seconds of packing and of decoding the pieces from ``bench_spill_pack.py``'s JSON
+    (per MB copied, per piece read from a pack). None: no figures, or the stage would not pack."""
+    if not pack:
+        return None
+    from airflow_curation.stages.dedup.stage import spill_groups
+
+    groups = spill_groups(shards, partitions, partitions, int(spill_bytes), int(budget), remote=True)
+    if not groups:
+        return None
+    piece_s = pack["median"]["packed"] / pack["batches"]
+    cpu_s = pack["pack_s_per_mb"] * spill_bytes / 1e6 + piece_s * 2 * partitions * shards
+    return {"groups": len(groups), "shards_per_group": len(groups[0]), "cpu_s": cpu_s, "piece_s": piece_s}
 
 
 def spill_pair_s(spill: dict, partitions: int) -> float:
@@ -294,11 +321,19 @@ READS = {  # upstream outputs each stage reads: ingest reads the raw input
 
 
 def io_terms(
-    curve: dict, stage: str, gb: float, shards: int, tasks: int, partitions: int, spill_bytes: float = 0.0
+    curve: dict,
+    stage: str,
+    gb: float,
+    shards: int,
+    tasks: int,
+    partitions: int,
+    spill_bytes: float = 0.0,
+    packs: dict | None = None,
 ) -> tuple[float, int, int]:
     """(bytes read, GET requests, PUT requests) of one stage over the run. Dedup's global phase also reads one
     range of both spill files of every shard per partition: 2 x partitions x shards ranged GETs, and reads the
-    ``spill_bytes`` its phase 1 wrote."""
+    ``spill_bytes`` its phase 1 wrote. Packed (``packs``), it reads every spill file once (a GET each), writes
+    2 x groups packs, and each partition reads its range of both packs of every group (a tail and a range GET)."""
     out = curve.get("out_bytes_per_gb", {})
     reads = sum(gb * 1e9 if s == "input" else out.get(s, 0.0) * gb for s in READS[stage])
     files = len(READS[stage]) * shards
@@ -306,8 +341,10 @@ def io_terms(
     puts = shards + tasks  # one output file per shard, one checkpoint record per task
     if stage == "dedup":
         reads += spill_bytes
-        gets += 2 * partitions * shards
-        puts += 2 * shards  # the per-shard spill files
+        gets += 2 * partitions * shards if not packs else 2 * shards + 4 * partitions * packs["groups"]
+        puts += 2 * shards + (2 * packs["groups"] if packs else 0)  # the per-shard spill files, the packs
+        if packs:
+            reads += spill_bytes  # the packing reads the spill, the units read the packs
     if stage == "validate":
         puts = 1 + tasks  # the report
     return reads, gets, puts
@@ -322,8 +359,10 @@ def markdown(plans: list[dict]) -> str:
         "node) and the global phase has at least as many units as slots: "
         + ", ".join(
             f"{p['lsh_partitions']:,} partitions on {p['nodes']} nodes "
-            f"({p['phase2_row_group_reads'] / 1e6:,.0f} M spill (partition, shard) pairs at "
-            f"{p['pair_s'] * 1e3:.2f} ms, spill bytes {p['spill_growth']:.2f}x the curve's a row)"
+            f"({p['phase2_row_group_reads'] / 1e6:,.0f} M spill (partition, {'pack' if p['spill_packs'] else 'shard'}) "
+            f"pairs at {p['pair_s'] * 1e3:.2f} ms"
+            + (f", {p['spill_packs']['shards_per_group']} shards a pack" if p["spill_packs"] else "")
+            + f", spill bytes {p['spill_growth']:.2f}x the curve's a row)"
             for p in plans
         )
         + f"; per task: its plan of the upstream manifest {p0['task_plan_s'] * 1e3:.1f} ms, a gate's look "
@@ -365,7 +404,12 @@ SPILL_BYTES = "spill_bytes_350000_u32.json"  # a plan-size shard (350,000 rows),
 
 def load_micro(results: Path = RESULTS_DIR) -> dict:
     """The committed micro-benchmarks the plan's per-unit terms come from (each optional)."""
-    names = {"manifest": "manifest_scale.json", "spill": "spill_reads.json", "spill_bytes": SPILL_BYTES}
+    names = {
+        "manifest": "manifest_scale.json",
+        "spill": "spill_reads.json",
+        "spill_bytes": SPILL_BYTES,
+        "spill_pack": "spill_pack_p4096.json",
+    }
     return {k: json.loads((results / f).read_text()) for k, f in names.items() if (results / f).exists()}
 
 

@@ -141,6 +141,27 @@ def test_partition_by_shard_reads_are_charged_to_dedup(sim, measured):
     assert q["stages"]["dedup"]["cross_cpu_hours"] == pytest.approx(0.02 * 256 * 64 * 50_000 / 3600)
 
 
+def test_packed_spill_replaces_the_partition_by_shard_pairs_where_the_stage_would_pack(sim, measured):
+    """With the pack micro-benchmark's figures, the plan charges (partition, pack) pairs, the copy and the
+    pieces' decode, as the stage's own rule decides for an object store; its GETs fall with the pairs."""
+    curve = sim.load_curve(json.loads(measured.read_text()))
+    pack = {"median": {"packed": 1.0}, "batches": 100_000, "pack_s_per_mb": 0.002}
+    bare = sim.plan(curve, 50e12, 15e12, 1e9, nodes=64, cores=64, mem_bytes=512e9, pair_s=1e-3)
+    packed = sim.plan(
+        curve, 50e12, 15e12, 1e9, nodes=64, cores=64, mem_bytes=512e9, pair_s=1e-3, micro={"spill_pack": pack}
+    )
+    assert bare["spill_packs"] is None
+    groups = packed["spill_packs"]["groups"]
+    assert 1 < groups < packed["shards"]
+    spill_mb = packed["stages"]["dedup"]["spill_bytes"] / 1e6
+    pieces = 2 * packed["lsh_partitions"] * packed["shards"]
+    cross = 1e-3 * packed["lsh_partitions"] * groups + 0.002 * spill_mb + 1e-5 * pieces
+    assert packed["stages"]["dedup"]["cross_cpu_hours"] == pytest.approx(cross / 3600)
+    assert packed["stages"]["dedup"]["cross_cpu_hours"] < bare["stages"]["dedup"]["cross_cpu_hours"]
+    assert packed["phase2_row_group_reads"] == packed["lsh_partitions"] * groups
+    assert packed["stages"]["dedup"]["get_requests"] < bare["stages"]["dedup"]["get_requests"] / 10
+
+
 def test_dedup_fit_takes_out_each_runs_own_partition_term(sim, measured):
     doc = json.loads(measured.read_text())
     doc["sizes"]["4"]["compare"] = {
