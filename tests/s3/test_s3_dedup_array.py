@@ -50,16 +50,23 @@ def _labels(manifest: Manifest) -> dict[str, tuple]:
     return out
 
 
+def _whole_local_run(inputs: Path, tmp_path: Path) -> tuple[Manifest, dict[str, tuple]]:
+    """The baseline: ingest and the whole dedup stage in one process on a local lake (its ingest manifest and
+    its labels)."""
+    local = Lake(str(tmp_path / "local"), "web")
+    up = StageRunner(IngestStage(local, {"inputs": [str(inputs)], **INGEST}, "r1")).run()
+    return up, _labels(
+        StageRunner(DedupStage(local, {"input_manifest": local.manifest_uri("r1", "ingest")}, "r1")).run()
+    )
+
+
 def _job(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     return start_job(args, log, env)
 
 
 def test_two_array_tasks_of_dedup_side_by_side_on_s3(s3_bucket, tmp_path):
     inputs = _inputs(tmp_path / "in")
-    # The baseline: the whole stage in one process, on a local lake.
-    local = Lake(str(tmp_path / "local"), "web")
-    up = StageRunner(IngestStage(local, {"inputs": [str(inputs)], **INGEST}, "r1")).run()
-    want = _labels(StageRunner(DedupStage(local, {"input_manifest": local.manifest_uri("r1", "ingest")}, "r1")).run())
+    up, want = _whole_local_run(inputs, tmp_path)
     assert len(up.shards) >= 4 and any(dup for _, dup in want.values())
 
     lake = Lake(f"s3://{s3_bucket}/lake", "web")
@@ -133,10 +140,7 @@ def test_the_global_phase_reads_the_spill_packed_on_s3(s3_bucket, tmp_path):
     """On an object store an open is requests: with several units, the global phase packs the shards' spill
     (a GET of each file, a PUT a group) and its units read the packs; labels are a local whole run's."""
     inputs = _inputs(tmp_path / "in")
-    local = Lake(str(tmp_path / "local"), "web")
-    StageRunner(IngestStage(local, {"inputs": [str(inputs)], **INGEST}, "r1")).run()
-    want = _labels(StageRunner(DedupStage(local, {"input_manifest": local.manifest_uri("r1", "ingest")}, "r1")).run())
-
+    _, want = _whole_local_run(inputs, tmp_path)
     lake = Lake(f"s3://{s3_bucket}/packed", "web")
     StageRunner(IngestStage(lake, {"inputs": [str(inputs)], **INGEST}, "r1")).run()
     config = {"input_manifest": lake.manifest_uri("r1", "ingest"), "memory_budget": 10_000}
