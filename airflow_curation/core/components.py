@@ -20,7 +20,15 @@ import numpy as np
 from airflow_curation.core import storage
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.jit import numba
-from airflow_curation.core.lsh import mix64, partition_of, read_partition, unique_edges, write_partitioned
+from airflow_curation.core.lsh import (
+    mix64,
+    partition_of,
+    partition_ranges,
+    read_partition,
+    read_partitions,
+    unique_edges,
+    write_partitioned,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +72,16 @@ def _digest(src: np.ndarray, dst: np.ndarray) -> int:
     return int(h.sum(dtype=np.uint64)) ^ int(keep.sum())
 
 
-def _step(kind: str, inputs: list[str], p: int, num_partitions: int, out_uri: str) -> tuple[int, int]:
-    """One large-star or small-star step on partition ``p``; returns (edges written, digest of the
-    partition's input edges)."""
-    e = read_partition(inputs, p, EDGE_COLUMNS)
+def _read_span(inputs: list[str], span: tuple[int, int]) -> dict[str, np.ndarray]:
+    """The edges of partitions ``span[0] <= p < span[1]`` of ``inputs``, one open a file."""
+    got = [r for _, r in read_partitions(inputs, span[0], span[1], EDGE_COLUMNS)]
+    return {c: np.concatenate([r[c] for r in got]) if got else np.empty(0, t) for c, t in EDGE_COLUMNS.items()}
+
+
+def _step(kind: str, inputs: list[str], p: int | tuple[int, int], num_partitions: int, out_uri: str) -> tuple[int, int]:
+    """One large-star or small-star step on partition ``p`` (or on a span of the input's partitions, whose
+    edges of a source lie in one of them); returns (edges written, digest of the partition's input edges)."""
+    e = _read_span(inputs, p) if isinstance(p, tuple) else read_partition(inputs, p, EDGE_COLUMNS)
     src, dst, starts, group, mins = _grouped(e["src"], e["dst"])
     digest = _digest(src, dst)
     m = mins[group] if src.size else np.empty(0, np.uint64)
@@ -121,10 +135,10 @@ def _union_find(a, b, n):
     return parent
 
 
-def _in_memory(edge_uris: list[str], out_uri: str, out_partitions: int) -> None:
+def _in_memory(edge_uris: list[str], out_uri: str, out_partitions: int, input_partitions: int = 1) -> None:
     """The whole graph in one partition (the memory budget says it fits): union-find in one pass, the
     same labels (each node's component's lowest node) as the star rounds, written the same way."""
-    e = read_partition(edge_uris, 0, EDGE_COLUMNS)
+    e = _read_span(edge_uris, (0, input_partitions))
     nodes, idx = np.unique(np.concatenate([e["src"], e["dst"]]), return_inverse=True)
     half = e["src"].size
     root = _union_find(idx[:half].astype(np.int64), idx[half:].astype(np.int64), nodes.size)
@@ -142,19 +156,27 @@ def connected_components(
     out_partitions: int,
     mapper: Mapper | None = None,
     max_rounds: int = 200,
+    input_partitions: int | None = None,
 ) -> list[str]:
-    """Label every node of the graph in ``edge_uris`` (written by :func:`write_edges` with
-    ``num_partitions``) with its component's lowest node.
+    """Label every node of the graph in ``edge_uris`` with its component's lowest node.
 
+    :param num_partitions: the partitions the steps run in (each step reads partitions x files pieces).
+    :param input_partitions: the partitions ``edge_uris`` were written in by :func:`write_edges`, when more
+        than ``num_partitions`` (written before the edges were counted): the first step reads contiguous
+        spans of them, every edge of a source lying in one.
     :returns: label spill files with columns ``node``, ``label`` (only nodes whose label differs from
         themselves), partitioned by ``shard index % out_partitions``.
     """
+    input_partitions = input_partitions or num_partitions
+    if num_partitions > input_partitions:
+        raise ValueError(f"{num_partitions} partitions from edges written in {input_partitions}")
     if num_partitions == 1:
         out = storage.join(work_dir, "labels", "part-00000.parquet")
-        _in_memory(list(edge_uris), out, out_partitions)
+        _in_memory(list(edge_uris), out, out_partitions, input_partitions)
         return [out]
     mapper = mapper or _serial
     current = list(edge_uris)
+    spans: list = partition_ranges(input_partitions, num_partitions) if input_partitions != num_partitions else []
     previous_digest = None
     for rnd in range(max_rounds):
         round_digest = None
@@ -163,7 +185,8 @@ def connected_components(
                 storage.join(work_dir, f"round-{rnd:03d}-{kind}", f"part-{p:05d}.parquet")
                 for p in range(num_partitions)
             ]
-            results = list(mapper(_step, [(kind, current, p, num_partitions, outs[p]) for p in range(num_partitions)]))
+            reads = spans if spans and (rnd, kind) == (0, "large") else range(num_partitions)
+            results = list(mapper(_step, [(kind, current, r, num_partitions, outs[p]) for p, r in enumerate(reads)]))
             if round_digest is None:
                 round_digest = sum(d for _, d in results) & (2**64 - 1)
             if current is not edge_uris and list(current) != list(edge_uris):

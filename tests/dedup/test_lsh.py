@@ -267,15 +267,19 @@ def _union_find(n, a, b):
     return {i: find(i) for i in range(n)}
 
 
-@pytest.mark.parametrize("partitions", [1, 3, 8])
-def test_components_match_union_find(tmp_path, partitions):
+@pytest.mark.parametrize("partitions, written", [(1, 1), (3, 3), (8, 8), (1, 7), (3, 7), (4, 16)])
+def test_components_match_union_find(tmp_path, partitions, written):
+    """Labels are union-find's at any partition count, also where the edges were written in more partitions
+    than the steps run in (sized before the edges were counted): the first step reads spans of them."""
     rng = np.random.default_rng(partitions)
     n = 3000
     a = np.r_[rng.integers(0, n, 2500), np.arange(100, 700)]  # random edges and a long path
     b = np.r_[rng.integers(0, n, 2500), np.arange(101, 701)]
-    edges = str(tmp_path / "edges.parquet")
-    write_edges(edges, a.astype(np.uint64), b.astype(np.uint64), partitions)
-    outs = connected_components([edges], str(tmp_path / "cc"), partitions, 2)
+    edges = [str(tmp_path / "edges-0.parquet"), str(tmp_path / "edges-1.parquet")]  # two units' files
+    write_edges(edges[0], a[:1500].astype(np.uint64), b[:1500].astype(np.uint64), written)
+    write_edges(edges[1], a[1500:].astype(np.uint64), b[1500:].astype(np.uint64), written)
+    outs = connected_components(edges, str(tmp_path / "cc"), partitions, 2, input_partitions=written)
+    assert len(outs) == partitions
     got = {}
     for q in range(2):
         r = read_partition(outs, q, {"node": np.uint64, "label": np.uint64})

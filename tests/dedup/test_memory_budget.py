@@ -135,3 +135,19 @@ def test_the_spill_is_packed_only_where_the_opens_saved_cost_more_than_the_copy(
     assert len(spill_groups(50_000, 4096, 4096, spill, 8 << 30)) == 50_000 // 91 + 1
     assert len(spill_groups(50_000, 64, 4096, spill, 8 << 30, remote=True)) == 50_000 // 91 + 1
     assert spill_groups(50_000, 16, 4096, spill, 8 << 30, remote=True) == []
+
+
+def test_the_components_run_in_the_partitions_their_edges_need(nd_corpus, nd_files, tmp_path):
+    """The edge files are written in partitions sized for the whole spill (before any edge is counted); the
+    components then run in what the counted edges need (their steps read partitions x files pieces), fewer
+    here, and the clusters are the unconstrained run's, row for row."""
+    ids, _, _ = nd_corpus
+    bands, _ = lsh_params(0.8, 128)
+    data = len(ids) * (_BAND_BYTES * bands + _EXACT_BYTES)
+    full, _, _ = _run(tmp_path, nd_files, "full", partitions=1)
+    tight, done, _ = _run(tmp_path, nd_files, "edges", memory_budget=data // 4)
+    edges = done["verified"] + done["exact_edges"]
+    assert done["edge_partitions"] >= 16 > done["components_partitions"]
+    assert done["components_partitions"] == max(1, -(-2 * edges * 16 * 4 // (data // 4)))
+    for name in full:
+        assert tight[name].equals(full[name]), name

@@ -233,7 +233,10 @@ def test_the_global_phase_is_sized_by_the_rows_kept_upstream(nd_corpus, tmp_path
     )
     per_row = 16 * done["bands"] + 24  # the planner's spill bytes per row (bands x 16 B, the exact key)
     assert done["partitions"] == partitions_for(len(ids) * per_row, budget) > 4
-    assert done["units"] == done["components_partitions"] == partitions_for(signed * per_row, budget)
+    assert done["units"] == done["edge_partitions"] == partitions_for(signed * per_row, budget)
+    # the components then run in what the counted edges need, at most that
+    edges = done["verified"] + done["exact_edges"]
+    assert done["components_partitions"] == min(done["edge_partitions"], partitions_for(2 * edges * 16, budget))
     if kept == "none":
         assert signed == 0 and done["units"] == 1 and not done["gathered"]
     else:

@@ -670,10 +670,19 @@ class DedupStage(AttrsStage):
         if groups:  # a copy, read: the shards' own spill files stay (reruns, later snapshots)
             for uri in band_uris + exact_uris:
                 storage.remove(uri)
-        label_uris = connected_components(
-            edge_uris, storage.join(gdir, "components"), cc_parts, out_parts, self.default_mapper()
-        )
         totals = {k: sum(s[k] for s in stats) for k in ("candidates", "verified", "exact_edges")}
+        # The edge files were written in cc_parts partitions, sized (before any edge existed) for the whole
+        # spill; the components run in what the edges counted need, each of its steps reading partitions x
+        # files pieces (squared): at 50 TB ~1/5 of the spill's partitions, 1/25 of the pieces.
+        written, cc_parts = cc_parts, self._components_partitions(totals, cc_parts)
+        label_uris = connected_components(
+            edge_uris,
+            storage.join(gdir, "components"),
+            cc_parts,
+            out_parts,
+            self.default_mapper(),
+            input_partitions=written,
+        )
         # Phase 3 reads its shard's output partition of the labels and of the exact duplicates: from every
         # unit's and components partition's file that is that many opens per shard, a pairs term that grows
         # with the square of the data. Gathered by output partition first, it is two opens per shard; one
@@ -694,6 +703,7 @@ class DedupStage(AttrsStage):
             "partitions": parts,
             "units": len(ranges),
             "components_partitions": cc_parts,
+            "edge_partitions": written,
             "spill_groups": len(groups),
             "bands": params.bands,
             "rows": params.rows,
@@ -702,6 +712,14 @@ class DedupStage(AttrsStage):
         log.info("dedup: global phase done: %s", totals)
         self._write_done(done_uri, result)
         return result
+
+    def _components_partitions(self, totals: dict, written: int) -> int:
+        """The components' partitions for the edges the units wrote (both directions of each, 16 B a row), at
+        most the ``written`` ones; a forced ``partitions`` keeps them all."""
+        if self.config["partitions"]:
+            return written
+        edges = totals["verified"] + totals["exact_edges"]
+        return min(written, partitions_for(2 * edges * 16, int(self.config["memory_budget"])))
 
     def _pack(self, uris: list[str], groups: list[range], folder: str, kind: str) -> list[str]:
         """The spill files ``uris`` packed by ``groups`` of consecutive shards (one task a group)."""
