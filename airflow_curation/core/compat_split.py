@@ -391,22 +391,27 @@ def _split_all(
             continue
         nt = 0
         ns = 0
-        while a < b:
-            if _special(s, a, b, sp, sp_off, slots) >= 0:  # a URL is matched only once the edges are off
-                break
+        # e: the special case s[a:b] is (-1: none), looked up once per (a, b); a URL is matched only once the
+        # edges are off
+        e = _special(s, a, b, sp, sp_off, slots)
+        while a < b and e < 0:
             last = b - a
             pre = _prefix(s, a, b, cls)
-            if pre and a + pre < b and _special(s, a + pre, b, sp, sp_off, slots) >= 0:
-                buf[nt] = a + pre
-                nt += 1
-                a = a + pre
-                break
+            if pre and a + pre < b:
+                e = _special(s, a + pre, b, sp, sp_off, slots)
+                if e >= 0:
+                    buf[nt] = a + pre
+                    nt += 1
+                    a = a + pre
+                    break
             suf = _suffix(s, a + pre, b, cls, units, unit_off) if a + pre < b else 0
-            if suf and b - suf > a and _special(s, a, b - suf, sp, sp_off, slots) >= 0:
-                sfx[ns] = b - suf
-                ns += 1
-                b = b - suf
-                break
+            if suf and b - suf > a:
+                e = _special(s, a, b - suf, sp, sp_off, slots)
+                if e >= 0:
+                    sfx[ns] = b - suf
+                    ns += 1
+                    b = b - suf
+                    break
             if pre and suf and pre + suf <= b - a:
                 buf[nt] = a + pre
                 nt += 1
@@ -421,10 +426,10 @@ def _split_all(
                 sfx[ns] = b - suf
                 ns += 1
                 b = b - suf
-            if b - a == last or _special(s, a, b, sp, sp_off, slots) >= 0:
+            if b - a == last:
                 break
-        if a < b:
             e = _special(s, a, b, sp, sp_off, slots)
+        if a < b:
             if e >= 0:
                 if sp_cut[e]:
                     buf[nt] = a + sp_cut[e]
