@@ -341,6 +341,17 @@ def read_gathered(uri: str, columns: dict[str, np.dtype], shard: int | None = No
     }
 
 
+def read_output_partition(
+    uris: list[str], q: int, columns: dict[str, np.dtype], gathered: bool, by_shard: bool, shard: int | None = None
+) -> dict[str, np.ndarray]:
+    """Output partition ``q`` of the global phase's files ``uris`` (labels, exact duplicates, prior matches):
+    ``by_shard``, the ``q``-th file's batch of ``shard`` alone (every batch if None, :func:`read_gathered`);
+    else partition ``q`` of the files that hold it (:func:`partition_sources`)."""
+    if by_shard:
+        return read_gathered(uris[q], columns, shard)
+    return read_partition(partition_sources(uris, q, gathered), q, columns)
+
+
 def partition_sources(uris: list[str], p: int, gathered: bool) -> list[str]:
     """The files that hold partition ``p``: every one of ``uris``, or where they were gathered by
     partition (:func:`gather_partition`, one file per partition), the ``p``-th alone."""

@@ -21,9 +21,7 @@ from airflow_curation.core.components import LABEL_COLUMNS, write_edges
 from airflow_curation.core.lsh import (
     node_keys,
     partition_of,
-    partition_sources,
-    read_gathered,
-    read_partition,
+    read_output_partition,
     read_partitions,
     row_of,
     shard_of,
@@ -214,10 +212,7 @@ def shard_result(
     n = len(ids)
     keep = read_keep(keep_uri, keep_column, n)
     q = shard_index % out_partitions
-    if by_shard:
-        labels = read_gathered(label_uris[q], LABEL_COLUMNS, shard_index)
-    else:
-        labels = read_partition(partition_sources(label_uris, q, gathered), q, LABEL_COLUMNS)
+    labels = read_output_partition(label_uris, q, LABEL_COLUMNS, gathered, by_shard, shard_index)
     mine = shard_of(labels["node"]) == shard_index
     cluster = node_keys(shard_index, n).astype(np.int64)
     dup = np.zeros(n, bool)
@@ -225,10 +220,7 @@ def shard_result(
     cluster[rows] = labels["label"][mine].astype(np.int64)
     dup[rows] = True
     exact = np.zeros(n, bool)
-    if by_shard:
-        ex = read_gathered(exact_dup_uris[q], NODE_COLUMNS, shard_index)["node"]
-    else:
-        ex = read_partition(partition_sources(exact_dup_uris, q, gathered), q, NODE_COLUMNS)["node"]
+    ex = read_output_partition(exact_dup_uris, q, NODE_COLUMNS, gathered, by_shard, shard_index)["node"]
     exact[row_of(ex[shard_of(ex) == shard_index])] = True
     return pa.table(
         {

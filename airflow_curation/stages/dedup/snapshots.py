@@ -38,9 +38,8 @@ from airflow_curation.core.fingerprint import checksum_url, config_fingerprint
 from airflow_curation.core.integrity import IntegrityError, read_verified, verify_file
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.lsh import (
-    partition_sources,
-    read_gathered,
     read_nested_partition,
+    read_output_partition,
     read_partition,
     row_of,
     shard_of,
@@ -306,9 +305,7 @@ def resolve(
     labels were gathered (:func:`~airflow_curation.core.lsh.gather_partition`)."""
 
     def labels_of(q: int) -> dict[str, np.ndarray]:
-        if by_shard:
-            return read_gathered(label_uris[q], LABEL_COLUMNS)
-        return read_partition(partition_sources(label_uris, q, gathered), q, LABEL_COLUMNS)
+        return read_output_partition(label_uris, q, LABEL_COLUMNS, gathered, by_shard)
 
     m = _reduce_matches(*_read_table(match_uris).values())
     # node -> its cluster (phase 2's label; a node without one is its own cluster's keeper)
@@ -377,10 +374,7 @@ def apply_prior(
     exact = table.column(EXACT_DUPLICATE).to_numpy(zero_copy_only=False).astype(bool)
     if prior_uris:
         q = shard_index % out_partitions
-        if by_shard:
-            r = read_gathered(prior_uris[q], PRIOR_COLUMNS, shard_index)
-        else:
-            r = read_partition(prior_uris, q, PRIOR_COLUMNS)
+        r = read_output_partition(prior_uris, q, PRIOR_COLUMNS, False, by_shard, shard_index)
         mine = shard_of(r["node"]) == shard_index
         rows = row_of(r["node"][mine])
         snap[rows] = r["snapshot"][mine]
