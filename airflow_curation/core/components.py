@@ -75,13 +75,15 @@ def _digest(src: np.ndarray, dst: np.ndarray) -> int:
 def _read_span(inputs: list[str], span: tuple[int, int]) -> dict[str, np.ndarray]:
     """The edges of partitions ``span[0] <= p < span[1]`` of ``inputs``, one open a file."""
     got = [r for _, r in read_partitions(inputs, span[0], span[1], EDGE_COLUMNS)]
+    if len(got) == 1:
+        return got[0]
     return {c: np.concatenate([r[c] for r in got]) if got else np.empty(0, t) for c, t in EDGE_COLUMNS.items()}
 
 
-def _step(kind: str, inputs: list[str], p: int | tuple[int, int], num_partitions: int, out_uri: str) -> tuple[int, int]:
-    """One large-star or small-star step on partition ``p`` (or on a span of the input's partitions, whose
-    edges of a source lie in one of them); returns (edges written, digest of the partition's input edges)."""
-    e = _read_span(inputs, p) if isinstance(p, tuple) else read_partition(inputs, p, EDGE_COLUMNS)
+def _step(kind: str, inputs: list[str], span: tuple[int, int], num_partitions: int, out_uri: str) -> tuple[int, int]:
+    """One large-star or small-star step on the input's partitions ``span`` (one, or after the edge files,
+    several whose edges of a source lie in one of them); returns (edges written, digest of its input edges)."""
+    e = _read_span(inputs, span)
     src, dst, starts, group, mins = _grouped(e["src"], e["dst"])
     digest = _digest(src, dst)
     m = mins[group] if src.size else np.empty(0, np.uint64)
@@ -176,7 +178,7 @@ def connected_components(
         return [out]
     mapper = mapper or _serial
     current = list(edge_uris)
-    spans: list = partition_ranges(input_partitions, num_partitions) if input_partitions != num_partitions else []
+    spans = partition_ranges(input_partitions, num_partitions)  # the first step's reads of the edge files
     previous_digest = None
     for rnd in range(max_rounds):
         round_digest = None
@@ -185,7 +187,7 @@ def connected_components(
                 storage.join(work_dir, f"round-{rnd:03d}-{kind}", f"part-{p:05d}.parquet")
                 for p in range(num_partitions)
             ]
-            reads = spans if spans and (rnd, kind) == (0, "large") else range(num_partitions)
+            reads = spans if (rnd, kind) == (0, "large") else [(p, p + 1) for p in range(num_partitions)]
             results = list(mapper(_step, [(kind, current, r, num_partitions, outs[p]) for p, r in enumerate(reads)]))
             if round_digest is None:
                 round_digest = sum(d for _, d in results) & (2**64 - 1)
