@@ -167,8 +167,9 @@ def plan(
     task_plan_s, gate_look_s = manifest_terms(micro.get("manifest"))
     dedup = curve["stages"].get("dedup", {})
     spill_growth = spill_bytes_growth(micro.get("spill_bytes"), dedup.get("spill_partitions"), partitions)
-    dedup_spill = dedup.get("spill_bytes_per_gb", 0.0) * spill_growth * gb
-    packs = spill_packs(micro.get("spill_pack"), shards, partitions, dedup_spill, budget)
+    # each stage's spill over the run, once (dedup's decides the packs and feeds its I/O terms)
+    spills = {stage: c.get("spill_bytes_per_gb", 0.0) * spill_growth * gb for stage, c in curve["stages"].items()}
+    packs = spill_packs(micro.get("spill_pack"), shards, partitions, spills.get("dedup", 0.0), budget)
     groups = min(shards, max_array)
     out = {
         "bytes": total_bytes,
@@ -218,7 +219,7 @@ def plan(
             + curve["airflow_overhead_s"].get(stage, 0.0)
         )
         cpu_s += fixed_s
-        spill_bytes = c["spill_bytes_per_gb"] * spill_growth * gb
+        spill_bytes = spills[stage]
         reads, gets, puts = io_terms(curve, stage, gb, shards, tasks, partitions, spill_bytes, packs)
         nodes_used = 1 if stage == "validate" else nodes
         out["stages"][stage] = {
