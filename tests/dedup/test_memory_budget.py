@@ -18,7 +18,7 @@ from airflow_curation.core.uris import resolve
 from airflow_curation.stages.base import StageRunner
 from airflow_curation.stages.dedup import stage as dedup_stage
 from airflow_curation.stages.dedup.phases import BAND_COLUMNS, NODE_COLUMNS
-from airflow_curation.stages.dedup.stage import _BAND_BYTES, _EXACT_BYTES, DedupStage, spill_groups
+from airflow_curation.stages.dedup.stage import _BAND_BYTES, _EXACT_BYTES, DedupStage, pack_groups, spill_groups
 
 
 def _spill(path) -> pa.ipc.RecordBatchFileReader:
@@ -135,6 +135,42 @@ def test_the_spill_is_packed_only_where_the_opens_saved_cost_more_than_the_copy(
     assert len(spill_groups(50_000, 4096, 4096, spill, 8 << 30)) == 50_000 // 91 + 1
     assert len(spill_groups(50_000, 64, 4096, spill, 8 << 30, remote=True)) == 50_000 // 91 + 1
     assert spill_groups(50_000, 16, 4096, spill, 8 << 30, remote=True) == []
+
+
+def test_the_units_outputs_are_read_packed_and_the_clusters_do_not_change(nd_corpus, nd_files, tmp_path, monkeypatch):
+    """Each components partition opens every unit's edge file and each output partition every unit's exact
+    duplicates: where that pays, both are packed by groups of consecutive units first. Clusters are the
+    same with and without the packs, row for row, and the packs are removed once read (the units' files
+    stay)."""
+    ids, _, _ = nd_corpus
+    bands, _ = lsh_params(0.8, 128)
+    data = len(ids) * (_BAND_BYTES * bands + _EXACT_BYTES)
+    packed, done, _ = _run(tmp_path, nd_files, "units-packed", memory_budget=data // 4)
+    assert done["units"] > 1 and done["edge_groups"] >= 1 and done["exact_groups"] >= 1
+    assert done["edge_groups"] < done["units"] and done["exact_groups"] < done["units"]
+    gdir = next((tmp_path / "lake-units-packed" / "ds" / "dedup").glob("*/_SUCCESS.json")).parent
+    assert not list(gdir.glob("packed-units/*"))
+    assert len(list(gdir.glob("edges/unit-*"))) == len(list(gdir.glob("exact/unit-*"))) == done["units"]
+    monkeypatch.setattr(dedup_stage, "pack_groups", lambda *a, **k: [])
+    alone, done_alone, _ = _run(tmp_path, nd_files, "units-alone", memory_budget=data // 4)
+    assert done_alone["edge_groups"] == done_alone["exact_groups"] == 0
+    assert done_alone["units"] == done["units"]
+    for name in alone:
+        assert packed[name].equals(alone[name]), name
+
+
+def test_the_units_outputs_are_packed_where_their_readers_opens_cost_more_than_the_copy():
+    """The rule the spill's packing follows, for one file a source: at 50 TB on 256 nodes (16,384 units, their
+    edges ~34 MB each), a few hundred components partitions opening every unit's file pay for the copy on an
+    object store and on a local disk; one reader never does."""
+    units, edges = 16_384, 16_384 * 34_000_000
+    assert pack_groups(units, 1, 4096, edges, 8 << 30) == []
+    remote = pack_groups(units, 250, 4096, edges, 8 << 30, remote=True)
+    assert [i for g in remote for i in g] == list(range(units))
+    assert len(remote[0]) == (8 << 30) // (2 * 34_000_000)
+    assert pack_groups(units, 250, 4096, edges, 8 << 30) == remote
+    # the spill's rule is this one with its two files a shard
+    assert spill_groups(100, 32, 64, 10_000_000, 1_600_000) == pack_groups(100, 32, 64, 10_000_000, 1_600_000, kinds=2)
 
 
 def test_the_components_run_in_the_partitions_their_edges_need(nd_corpus, nd_files, tmp_path):

@@ -138,14 +138,18 @@ def test_a_task_waits_on_the_global_phase_another_task_holds(s3_bucket, tmp_path
 
 def test_the_global_phase_reads_the_spill_packed_on_s3(s3_bucket, tmp_path):
     """On an object store an open is requests: with several units, the global phase packs the shards' spill
-    (a GET of each file, a PUT a group) and its units read the packs; labels are a local whole run's."""
+    (a GET of each file, a PUT a group) and its units read the packs, and the components and the gather read
+    the units' outputs packed; labels are a local whole run's."""
     inputs = _inputs(tmp_path / "in")
     _, want = _whole_local_run(inputs, tmp_path)
     lake = Lake(f"s3://{s3_bucket}/packed", "web")
     StageRunner(IngestStage(lake, {"inputs": [str(inputs)], **INGEST}, "r1")).run()
-    config = {"input_manifest": lake.manifest_uri("r1", "ingest"), "memory_budget": 10_000}
+    config = {"input_manifest": lake.manifest_uri("r1", "ingest"), "memory_budget": 4_500}
     assert _labels(StageRunner(DedupStage(lake, config, "r1")).run()) == want
     (done,) = storage.glob(storage.join(lake.path("dedup"), "*", "_SUCCESS.json"))
     result = storage.read_json(done)
     assert result["units"] > 1 and result["spill_groups"] >= 1
-    assert not storage.glob(storage.join(lake.path("dedup"), "*", "packed", "*"))
+    # the units' edge and exact-duplicate files too: every reader opening every unit's file is requests
+    assert result["edge_groups"] >= 1 and result["exact_groups"] >= 1
+    for folder in ("packed", "packed-units"):
+        assert not storage.glob(storage.join(lake.path("dedup"), "*", folder, "*"))

@@ -74,26 +74,41 @@ def spill_groups(
     Every unit opens every spill file for its range of partitions: units x shards opens (ranged GETs on an
     object store), and at a fixed memory budget the units grow with the data, so the term grows with its
     square. Packed k to a group it is units x shards / k, for one more copy of the spill (its batches as
-    stored, :mod:`~airflow_curation.core.spill_pack`). A group holds at most half the memory budget (the
-    packing task holds it whole); the spill is packed only where the opens saved cost more than the copy.
+    stored, :mod:`~airflow_curation.core.spill_pack`); see :func:`pack_groups`.
 
     :param remote: the spill is on an object store (an open costs requests, the copy a GET and a PUT).
     """
-    if units <= 1 or shards <= 1:
+    return pack_groups(shards, units, partitions, spill_bytes, memory_budget, remote, kinds=2)
+
+
+def pack_groups(
+    sources: int,
+    readers: int,
+    partitions: int,
+    total_bytes: int,
+    memory_budget: int,
+    remote: bool = False,
+    kinds: int = 1,
+) -> list[range]:
+    """Consecutive ``sources`` (each ``kinds`` files written by :func:`~airflow_curation.core.lsh.write_partitioned`
+    in ``partitions`` partitions, ``total_bytes`` in all) packed by group, for ``readers`` tasks that each open
+    every file for their partitions (empty: each file alone). A group holds at most half the memory budget
+    (the packing task holds it whole); files are packed only where the opens saved cost more than the copy."""
+    if readers <= 1 or sources <= 1:
         return []
-    per_shard = spill_bytes / shards  # its band and exact files
-    k = min(shards, int(memory_budget // max(1.0, 2 * per_shard)))
+    per_source = total_bytes / sources
+    k = min(sources, int(memory_budget // max(1.0, 2 * per_source)))
     if k <= 1:
         return []
     if remote:
         open_s, byte_s = _REMOTE_OPEN_S, _REMOTE_PACK_S_PER_BYTE
     else:
         open_s, byte_s = _LOCAL_OPEN_S + partitions * _LOCAL_OPEN_S_PER_PARTITION, _LOCAL_PACK_S_PER_BYTE
-    saved = 2 * (units * open_s + partitions * _PIECE_S) * (1 - 1 / k)
-    cost = per_shard * byte_s + 2 * partitions * _PACK_S_PER_BATCH
+    saved = kinds * (readers * open_s + partitions * _PIECE_S) * (1 - 1 / k)
+    cost = per_source * byte_s + kinds * partitions * _PACK_S_PER_BATCH
     if saved <= cost:
         return []
-    return [range(i, min(i + k, shards)) for i in range(0, shards, k)]
+    return [range(i, min(i + k, sources)) for i in range(0, sources, k)]
 
 
 def _inputs(s: dict) -> list[str]:
@@ -675,8 +690,19 @@ class DedupStage(AttrsStage):
         # spill; the components run in what the edges counted need, each of its steps reading partitions x
         # files pieces (squared): at 50 TB ~1/5 of the spill's partitions, 1/25 of the pieces.
         written, cc_parts = cc_parts, self._components_partitions(totals, cc_parts)
+        gathered = len(ranges) > 1  # (or the components' labels: below)
+        # The units' outputs are read as the spill is: each components partition opens every unit's edge file,
+        # each output partition every unit's exact-duplicate file, units x partitions opens, and the units
+        # follow the slots (16,384 on 256 nodes: ~8 M opens). Packed where that pays, as the spill is.
+        remote = not storage.is_local(gdir)
+        edges_n, exact_n = totals["verified"] + totals["exact_edges"], totals["exact_edges"]
+        edge_groups = pack_groups(len(ranges), cc_parts, written, 2 * edges_n * 16, budget, remote)
+        exact_groups = pack_groups(len(ranges), out_parts, out_parts, exact_n * 8, budget, remote) if gathered else []
+        folder = storage.join(gdir, "packed-units")
+        edge_inputs = self._pack(edge_uris, edge_groups, folder, "edges") if edge_groups else edge_uris
+        exact_inputs = self._pack(exact_dup_uris, exact_groups, folder, "exact") if exact_groups else exact_dup_uris
         label_uris = connected_components(
-            edge_uris,
+            edge_inputs,
             storage.join(gdir, "components"),
             cc_parts,
             out_parts,
@@ -688,12 +714,14 @@ class DedupStage(AttrsStage):
         # with the square of the data. Gathered by output partition first, it is two opens per shard; one
         # batch per shard in each gathered file, and it reads its own rows alone, not those of the
         # shards / out_partitions shards that share its partition (at 50,000 shards, 195 shards' rows).
-        gathered = len(label_uris) > 1 or len(exact_dup_uris) > 1
+        gathered = gathered or len(label_uris) > 1
         if gathered:
             label_uris = self._gather(label_uris, storage.join(gdir, "labels-by-out"), LABEL_COLUMNS, out_parts)
             exact_dup_uris = self._gather(
-                exact_dup_uris, storage.join(gdir, "exact-by-out"), phases.NODE_COLUMNS, out_parts
+                exact_inputs, storage.join(gdir, "exact-by-out"), phases.NODE_COLUMNS, out_parts
             )
+        for uri in (edge_inputs if edge_groups else []) + (exact_inputs if exact_groups else []):
+            storage.remove(uri)  # copies: the units' own files stay
         result = {
             "labels": label_uris,
             "exact": exact_dup_uris,
@@ -705,6 +733,8 @@ class DedupStage(AttrsStage):
             "components_partitions": cc_parts,
             "edge_partitions": written,
             "spill_groups": len(groups),
+            "edge_groups": len(edge_groups),
+            "exact_groups": len(exact_groups),
             "bands": params.bands,
             "rows": params.rows,
             **totals,
@@ -722,7 +752,8 @@ class DedupStage(AttrsStage):
         return min(written, partitions_for(2 * edges * 16, int(self.config["memory_budget"])))
 
     def _pack(self, uris: list[str], groups: list[range], folder: str, kind: str) -> list[str]:
-        """The spill files ``uris`` packed by ``groups`` of consecutive shards (one task a group)."""
+        """Partitioned files ``uris`` (spill, or the units' outputs) packed by ``groups`` of consecutive ones (a task a
+        group)."""
         outs = [storage.join(folder, f"group-{g:05d}.{kind}{spill_pack.SUFFIX}") for g in range(len(groups))]
         list(self.default_mapper()(pack_spills, [([uris[i] for i in r], outs[g]) for g, r in enumerate(groups)]))
         return outs
