@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -35,6 +35,14 @@ log = logging.getLogger(__name__)
 EDGE_COLUMNS = {"src": np.uint64, "dst": np.uint64}
 LABEL_COLUMNS = {"node": np.uint64, "label": np.uint64}
 Mapper = Callable[[Callable[..., Any], Iterable[tuple]], Iterator[Any]]
+
+
+class Components(NamedTuple):
+    """Label spill files (columns ``node``, ``label``: only nodes whose label differs from themselves, partitioned
+    by ``shard index % out_partitions``) and the star rounds it took (0: the graph was solved in memory)."""
+
+    labels: list[str]
+    rounds: int
 
 
 def _serial(fn, arg_tuples):
@@ -159,15 +167,14 @@ def connected_components(
     mapper: Mapper | None = None,
     max_rounds: int = 200,
     input_partitions: int | None = None,
-) -> list[str]:
+) -> Components:
     """Label every node of the graph in ``edge_uris`` with its component's lowest node.
 
     :param num_partitions: the partitions the steps run in (each step reads partitions x files pieces).
     :param input_partitions: the partitions ``edge_uris`` were written in by :func:`write_edges`, when more
         than ``num_partitions`` (written before the edges were counted): the first step reads contiguous
         spans of them, every edge of a source lying in one.
-    :returns: label spill files with columns ``node``, ``label`` (only nodes whose label differs from
-        themselves), partitioned by ``shard index % out_partitions``.
+    :returns: the label spill files and the rounds taken (:class:`Components`).
     """
     input_partitions = input_partitions or num_partitions
     if num_partitions > input_partitions:
@@ -175,7 +182,7 @@ def connected_components(
     if num_partitions == 1:
         out = storage.join(work_dir, "labels", "part-00000.parquet")
         _in_memory(list(edge_uris), out, out_partitions, input_partitions)
-        return [out]
+        return Components([out], 0)
     mapper = mapper or _serial
     current = list(edge_uris)
     spans = partition_ranges(input_partitions, num_partitions)  # the first step's reads of the edge files
@@ -206,4 +213,4 @@ def connected_components(
     list(mapper(_labels, [(current, p, outs[p], out_partitions) for p in range(num_partitions)]))
     for uri in current:
         storage.remove(uri)
-    return outs
+    return Components(outs, rnd + 1)

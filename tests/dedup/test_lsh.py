@@ -278,8 +278,10 @@ def test_components_match_union_find(tmp_path, partitions, written):
     edges = [str(tmp_path / "edges-0.parquet"), str(tmp_path / "edges-1.parquet")]  # two units' files
     write_edges(edges[0], a[:1500].astype(np.uint64), b[:1500].astype(np.uint64), written)
     write_edges(edges[1], a[1500:].astype(np.uint64), b[1500:].astype(np.uint64), written)
-    outs = connected_components(edges, str(tmp_path / "cc"), partitions, 2, input_partitions=written)
+    outs, rounds = connected_components(edges, str(tmp_path / "cc"), partitions, 2, input_partitions=written)
     assert len(outs) == partitions
+    # in memory: union-find, no rounds; else star rounds until one changes nothing (the path needs several)
+    assert rounds == 0 if partitions == 1 else rounds > 1
     got = {}
     for q in range(2):
         r = read_partition(outs, q, {"node": np.uint64, "label": np.uint64})
@@ -291,7 +293,7 @@ def test_components_match_union_find(tmp_path, partitions, written):
 def test_components_of_no_edges(tmp_path, partitions):
     edges = str(tmp_path / "edges.parquet")
     write_edges(edges, np.empty(0, np.uint64), np.empty(0, np.uint64), partitions)
-    outs = connected_components([edges], str(tmp_path / "cc"), partitions, 1)
+    outs, _ = connected_components([edges], str(tmp_path / "cc"), partitions, 1)
     assert read_partition(outs, 0, {"node": np.uint64, "label": np.uint64})["node"].size == 0
 
 

@@ -147,6 +147,7 @@ def test_the_units_outputs_are_read_packed_and_the_clusters_do_not_change(nd_cor
     data = len(ids) * (_BAND_BYTES * bands + _EXACT_BYTES)
     packed, done, _ = _run(tmp_path, nd_files, "units-packed", memory_budget=data // 4)
     assert done["units"] > 1 and done["edge_groups"] >= 1 and done["exact_groups"] >= 1
+    assert done["components_partitions"] > 1 and done["components_rounds"] >= 1
     assert done["edge_groups"] < done["units"] and done["exact_groups"] < done["units"]
     gdir = next((tmp_path / "lake-units-packed" / "ds" / "dedup").glob("*/_SUCCESS.json")).parent
     assert not list(gdir.glob("packed-units/*"))

@@ -701,7 +701,7 @@ class DedupStage(AttrsStage):
         folder = storage.join(gdir, "packed-units")
         edge_inputs = self._pack(edge_uris, edge_groups, folder, "edges") if edge_groups else edge_uris
         exact_inputs = self._pack(exact_dup_uris, exact_groups, folder, "exact") if exact_groups else exact_dup_uris
-        label_uris = connected_components(
+        label_uris, rounds = connected_components(
             edge_inputs,
             storage.join(gdir, "components"),
             cc_parts,
@@ -732,6 +732,7 @@ class DedupStage(AttrsStage):
             "units": len(ranges),
             "components_partitions": cc_parts,
             "edge_partitions": written,
+            "components_rounds": rounds,
             "spill_groups": len(groups),
             "edge_groups": len(edge_groups),
             "exact_groups": len(exact_groups),
