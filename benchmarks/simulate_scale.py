@@ -31,6 +31,10 @@ The model, stage by stage (ingest, preprocess, dedup, validate):
   rule, ``stages.dedup.stage.spill_groups``, for an object store: the plan counts GETs), the pairs are
   (partition, pack) ones, plus the pack's copy and each piece's decode (``bench_spill_pack.py``'s figures
   at 4,096 partitions, ``results/spill_pack_p4096.json``).
+* after its units, dedup's GETs hold the components (partitions sized by the curve's edges a row; each of
+  2 x rounds steps and the labels step reads every components partition's file: partitions squared a step)
+  and the gather, reading the units' edge and exact-duplicate files packed where the stage's rule
+  (``pack_groups``) would pack them for an object store (``components_terms``).
 * Airflow tasks: the pipeline DAG's launch + gate per stage, and their overhead per stage, from the
   largest real-scheduler run (``--airflow-stack real``), else the ``dag.test()`` run; independent of
   the shard count (shards are units inside a task's job, never tasks).
@@ -122,6 +126,13 @@ def load_curve(doc: dict) -> dict:
             curve["stages"][stage]["spill_partitions"] = (top_spill["stages"][stage].get("global") or {}).get(
                 "partitions"
             )
+            # the components' input: the largest size's edges (candidate pairs verified + exact duplicates) a row
+            top_global, top_rows = sizes[-1]["stages"][stage].get("global") or {}, sizes[-1]["stages"][stage]["rows"]
+            curve["stages"][stage]["edges_per_row"] = (
+                top_global.get("verified", 0) + top_global.get("exact_edges", 0)
+            ) / max(1, top_rows)
+            curve["stages"][stage]["exact_per_row"] = top_global.get("exact_edges", 0) / max(1, top_rows)
+            curve["stages"][stage]["components_rounds"] = top_global.get("components_rounds")
     curve["rows_per_gb"] = max(r["stages"]["ingest"]["rows"] / (r["input_bytes"] / 1e9) for r in sizes)
     # bytes each stage writes per GB of input (what the next stages read), from the largest size
     top = sizes[-1]
@@ -151,6 +162,7 @@ def plan(
     max_array: int = 100_000,
     pair_s: float | None = None,
     micro: dict | None = None,
+    components_rounds: int | None = None,
 ) -> dict:
     """The run on ``nodes`` nodes: per stage units, slots, waves, wall and node-hours; the LSH partitions."""
     gb = total_bytes / 1e9
@@ -170,6 +182,7 @@ def plan(
     # each stage's spill over the run, once (dedup's decides the packs and feeds its I/O terms)
     spills = {stage: c.get("spill_bytes_per_gb", 0.0) * spill_growth * gb for stage, c in curve["stages"].items()}
     packs = spill_packs(micro.get("spill_pack"), shards, partitions, spills.get("dedup", 0.0), budget)
+    components = components_terms(dedup, rows, shards, partitions, budget, components_rounds)
     groups = min(shards, max_array)
     out = {
         "bytes": total_bytes,
@@ -189,6 +202,7 @@ def plan(
         "lsh_budget_per_worker": budget,
         "phase2_row_group_reads": partitions * (packs["groups"] if packs else shards),
         "spill_packs": packs,
+        "components": components,
         "spill_growth": spill_growth,
         "airflow_tasks": curve["airflow_tasks"],
         "stages": {},
@@ -221,6 +235,8 @@ def plan(
         cpu_s += fixed_s
         spill_bytes = spills[stage]
         reads, gets, puts = io_terms(curve, stage, gb, shards, tasks, partitions, spill_bytes, packs)
+        if stage == "dedup" and components:
+            gets, puts = gets + components["gets"], puts + components["puts"]
         nodes_used = 1 if stage == "validate" else nodes
         out["stages"][stage] = {
             "cpu_hours": cpu_s / 3600,
@@ -265,6 +281,50 @@ def spill_packs(pack: dict | None, shards: int, partitions: int, spill_bytes: fl
     piece_s = pack["median"]["packed"] / pack["batches"]
     cpu_s = pack["pack_s_per_mb"] * spill_bytes / 1e6 + piece_s * 2 * partitions * shards
     return {"groups": len(groups), "shards_per_group": len(groups[0]), "cpu_s": cpu_s, "piece_s": piece_s}
+
+
+# requests of one read on an object store: a file opened for a range (HEAD, footer, ranged reads: 4 on the
+# loopback S3 of bench_spill_pack.py) and a pack's range (its tail, its blocks)
+OPEN_GETS, PACK_READ_GETS = 4, 2
+# star rounds where the curve has none: the quiet curve's 16 GB lake took 6 (RESULTS.md *Packed units' outputs*)
+COMPONENTS_ROUNDS = 6
+
+
+def components_terms(
+    dedup: dict, rows: float, shards: int, units: int, budget: float, rounds: int | None = None
+) -> dict | None:
+    """Requests of what dedup's global phase does after its units, on an object store, by the stage's own rules:
+    the components (the first step reads every unit's edge file, each later step and the labels every
+    components partition's file, ``rounds`` large-star + small-star rounds) and the gather (each output
+    partition reads every components partition's labels and every unit's exact duplicates), with the units'
+    outputs packed where the stage would pack them. None without the curve's edges a row."""
+    if not dedup.get("edges_per_row"):
+        return None
+    from airflow_curation.core.lsh import partitions_for
+    from airflow_curation.stages.dedup.stage import MAX_OUT_PARTITIONS, pack_groups
+
+    rounds = rounds or dedup.get("components_rounds") or COMPONENTS_ROUNDS
+    edge_bytes = int(2 * dedup["edges_per_row"] * rows * 16)  # both directions, 16 B an edge
+    cc = min(units, partitions_for(edge_bytes, int(budget)))
+    out = min(shards, MAX_OUT_PARTITIONS)
+    edge_groups = pack_groups(units, cc, units, edge_bytes, int(budget), remote=True)
+    exact_groups = pack_groups(units, out, out, int(dedup["exact_per_row"] * rows * 8), int(budget), remote=True)
+    steps = 2 * rounds  # the first reads the units' edges; the labels step reads the last one's
+    file_opens = (steps * cc * cc) + out * cc  # later steps, the labels step; the labels' gather
+    file_opens += cc * units * (not edge_groups) + out * units * (not exact_groups)
+    pack_reads = cc * len(edge_groups) + out * len(exact_groups)
+    packed_files = units * (bool(edge_groups) + bool(exact_groups))  # a GET each to copy
+    gets = OPEN_GETS * file_opens + PACK_READ_GETS * pack_reads + packed_files
+    puts = 2 * units + (steps + 1) * cc + 2 * out + len(edge_groups) + len(exact_groups)
+    return {
+        "partitions": cc,
+        "rounds": rounds,
+        "edge_groups": len(edge_groups),
+        "exact_groups": len(exact_groups),
+        "gets": gets,
+        "puts": puts,
+        "gets_unpacked": OPEN_GETS * ((steps * cc * cc) + out * cc + cc * units + out * units),
+    }
 
 
 def spill_pair_s(spill: dict, partitions: int) -> float:
@@ -351,6 +411,23 @@ def io_terms(
     return reads, gets, puts
 
 
+def components_sentence(plans: list[dict]) -> str:
+    """What dedup's GETs hold after its units: the components and the gather, by node count."""
+    if not plans[0].get("components"):
+        return ""
+    c0 = plans[0]["components"]
+    return (
+        f"; after the units, the components run in {c0['partitions']:,} partitions ({c0['rounds']} star rounds), "
+        "the units' edge and exact-duplicate files packed where the stage would pack them: "
+        + ", ".join(
+            f"{p['components']['edge_groups']:,} + {p['components']['exact_groups']:,} packs, "
+            f"{p['components']['gets'] / 1e6:,.1f} M GETs (unpacked {p['components']['gets_unpacked'] / 1e6:,.1f} M) "
+            f"on {p['nodes']} nodes"
+            for p in plans
+        )
+    )
+
+
 def markdown(plans: list[dict]) -> str:
     p0 = plans[0]
     lines = [
@@ -366,6 +443,7 @@ def markdown(plans: list[dict]) -> str:
             + f", spill bytes {p['spill_growth']:.2f}x the curve's a row)"
             for p in plans
         )
+        + components_sentence(plans)
         + f"; per task: its plan of the upstream manifest {p0['task_plan_s'] * 1e3:.1f} ms, a gate's look "
         f"{p0['gate_look_s'] * 1e3:.1f} ms; Airflow tasks: {p0['airflow_tasks']} per run, whatever the shard count.",
         "",
