@@ -690,14 +690,13 @@ class DedupStage(AttrsStage):
         # spill; the components run in what the edges counted need, each of its steps reading partitions x
         # files pieces (squared): at 50 TB ~1/5 of the spill's partitions, 1/25 of the pieces.
         written, cc_parts = cc_parts, self._components_partitions(totals, cc_parts)
-        gathered = len(ranges) > 1  # (or the components' labels: below)
         # The units' outputs are read as the spill is: each components partition opens every unit's edge file,
         # each output partition every unit's exact-duplicate file, units x partitions opens, and the units
         # follow the slots (16,384 on 256 nodes: ~8 M opens). Packed where that pays, as the spill is.
         remote = not storage.is_local(gdir)
         edges_n, exact_n = totals["verified"] + totals["exact_edges"], totals["exact_edges"]
         edge_groups = pack_groups(len(ranges), cc_parts, written, 2 * edges_n * 16, budget, remote)
-        exact_groups = pack_groups(len(ranges), out_parts, out_parts, exact_n * 8, budget, remote) if gathered else []
+        exact_groups = pack_groups(len(ranges), out_parts, out_parts, exact_n * 8, budget, remote)
         folder = storage.join(gdir, "packed-units")
         edge_inputs = self._pack(edge_uris, edge_groups, folder, "edges") if edge_groups else edge_uris
         exact_inputs = self._pack(exact_dup_uris, exact_groups, folder, "exact") if exact_groups else exact_dup_uris
@@ -714,7 +713,7 @@ class DedupStage(AttrsStage):
         # with the square of the data. Gathered by output partition first, it is two opens per shard; one
         # batch per shard in each gathered file, and it reads its own rows alone, not those of the
         # shards / out_partitions shards that share its partition (at 50,000 shards, 195 shards' rows).
-        gathered = gathered or len(label_uris) > 1
+        gathered = len(label_uris) > 1 or len(exact_dup_uris) > 1
         if gathered:
             label_uris = self._gather(label_uris, storage.join(gdir, "labels-by-out"), LABEL_COLUMNS, out_parts)
             exact_dup_uris = self._gather(
