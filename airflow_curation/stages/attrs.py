@@ -325,7 +325,7 @@ class AttrsStage(Stage):
         entry = self.entry(unit)
         uri = self.output_uri(unit.unit_id)
         # The shard and attrs are fetched once, verified, and parsed from those bytes (held while the unit runs).
-        with verified_reads(shard_files(entry, self.unit_attrs(unit, entry), unit.unit_id)):
+        with verified_reads(self.verified_inputs(unit, entry)):
             out = self.write_unit(unit, entry, uri)
         fault_point(f"{self.name}.after_attrs_write")
         # Its columns go in the entry it hands on: every later plan reads them there, not in the file's footer.
@@ -333,6 +333,11 @@ class AttrsStage(Stage):
         return UnitResult.attrs(
             self.attrs_name, entry, uri, out.nbytes, out.checksum, out.accounting, out.extra, columns, out.files
         )
+
+    def verified_inputs(self, unit: UnitEntry, entry: ShardEntry) -> list[tuple[str, str | None, str]]:
+        """``(uri, recorded checksum, what)`` of the files :meth:`write_unit` reads: fetched once, checked against
+        their manifest, and parsed from those bytes. The shard and the unit's upstream attrs."""
+        return shard_files(entry, self.unit_attrs(unit, entry), unit.unit_id)
 
     def write_unit(self, unit: UnitEntry, entry: ShardEntry, uri: str) -> AttrsFile:
         """Stream the shard through :meth:`compute` in batches of ``batch_rows`` (default: the whole shard)

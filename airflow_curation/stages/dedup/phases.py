@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +19,8 @@ import pyarrow.parquet as pq
 from airflow_curation.core import storage
 from airflow_curation.core.arrays import from_numpy, to_numpy
 from airflow_curation.core.components import LABEL_COLUMNS, write_edges
+from airflow_curation.core.fingerprint import StreamChecksum
+from airflow_curation.core.integrity import IntegrityError
 from airflow_curation.core.lsh import (
     node_keys,
     partition_of,
@@ -72,20 +75,24 @@ def sign_shard(
     bands_uri: str,
     exact_uri: str,
     batch_rows: int = 8192,
+    ids_uri: str | None = None,
 ) -> dict:
-    """Phase 1 for one shard: spill ``(bucket, node)`` per band and ``(hi, lo, node)`` exact keys."""
+    """Phase 1 for one shard: spill ``(bucket, node)`` per band and ``(hi, lo, node)`` exact keys; with
+    ``ids_uri``, the shard's ids and keep mask there (:func:`write_ids`), all phase 3 then reads of it."""
     hasher = MinHasher(params.minhash)
-    buckets, bnodes, his, los, enodes = [], [], [], [], []
+    buckets, bnodes, his, los, enodes, ids = [], [], [], [], [], []
     n_rows = n_considered = n_tokenless = 0
     with storage.open_read(shard.shard_uri) as f:
         total = pq.ParquetFile(f).metadata.num_rows
     keep = read_keep(keep_uri, keep_column, total)
     # the shard's text, or its cleaned text (stages/text.py); one reader thread, a worker is one core
-    for batch in shard.batches([TEXT], batch_rows):
+    for batch in shard.batches([ID, TEXT] if ids_uri else [TEXT], batch_rows):
         n = batch.num_rows
         mask = keep[n_rows : n_rows + n]
         nodes = node_keys(shard_index, np.arange(n_rows, n_rows + n, dtype=np.uint64))[mask]
-        column = batch.column(0).combine_chunks()
+        if ids_uri:
+            ids.extend(batch.column(ID).chunks)
+        column = batch.column(TEXT).combine_chunks()
         texts = column.filter(from_numpy(mask)) if not mask.all() else column
         n_rows += n
         n_considered += len(nodes)
@@ -128,7 +135,57 @@ def sign_shard(
             },
             partition_of(hi, params.partitions),
         )
+    if ids_uri and ids:  # (an empty shard's phase 3 reads the shard: no rows, no type to keep)
+        write_ids(ids_uri, pa.chunked_array(ids), keep)
     return {"rows": n_rows, "considered": n_considered, "tokenless": n_tokenless}
+
+
+_IDS_MAGIC = b"CURIDS01"
+_IDS_IPC = pa.ipc.IpcWriteOptions(compression="lz4", use_threads=False)
+
+
+def write_ids(uri: str, ids: pa.ChunkedArray, keep: np.ndarray) -> None:
+    """A shard's ``id`` column and keep mask, for phase 3: it then reads neither the shard nor its attrs (at
+    plan scale a second pass over every shard's bytes, ~100x this file's). Arrow IPC, then the xxh64 of
+    those bytes, its length and a marker: :func:`read_ids` checks it before parsing."""
+    sink = pa.BufferOutputStream()
+    table = pa.table({ID: ids, "keep": from_numpy(np.asarray(keep, bool))})
+    with pa.ipc.new_file(sink, table.schema, options=_IDS_IPC) as w:
+        w.write_table(table)
+    body = sink.getvalue()
+    c = StreamChecksum()
+    c.update(memoryview(body))
+    digest = c.hexdigest().encode()
+    with storage.atomic_open(uri) as f:
+        f.write(body)
+        f.write(digest + struct.pack("<I", len(digest)) + _IDS_MAGIC)
+
+
+def read_ids(uri: str, rows: int | None = None) -> tuple[pa.Array, np.ndarray]:
+    """:func:`write_ids`'s ids and keep mask, checked (``rows``: the shard's, when known).
+
+    :raises IntegrityError: the file is truncated, corrupted or not the shard's (delete it: phase 3 then
+        reads the shard and its attrs, verified against their manifest)."""
+    data = storage.fetch(uri)  # one GET
+    tail = len(_IDS_MAGIC) + 4
+    try:
+        if data.size < tail or data.slice(data.size - len(_IDS_MAGIC)).to_pybytes() != _IDS_MAGIC:
+            raise ValueError("no end marker")
+        (n,) = struct.unpack("<I", data.slice(data.size - tail, 4).to_pybytes())
+        body = data.slice(0, data.size - tail - n)
+        c = StreamChecksum()
+        c.update(memoryview(body))
+        if c.hexdigest().encode() != data.slice(data.size - tail - n, n).to_pybytes():
+            raise ValueError("checksum mismatch")
+        table = pa.ipc.open_file(body).read_all()
+    except (ValueError, struct.error, pa.ArrowInvalid) as e:
+        raise IntegrityError(
+            f"dedup ids file {uri} is unreadable ({e}): truncated or corrupted; delete it and phase 3 reads the "
+            "shard and its attrs instead"
+        ) from e
+    if rows is not None and table.num_rows != rows:
+        raise IntegrityError(f"dedup ids file {uri} has {table.num_rows} rows, its shard {rows}: delete it")
+    return table.column(ID).combine_chunks(), to_numpy(table.column("keep")).astype(bool)
 
 
 def _verify(a: np.ndarray, b: np.ndarray, shard_uris: list[tuple[str, str | None]], params: DedupParams) -> np.ndarray:
@@ -202,15 +259,22 @@ def shard_result(
     out_partitions: int,
     gathered: bool = False,
     by_shard: bool = False,
+    ids_uri: str | None = None,
+    rows: int | None = None,
 ) -> pa.Table:
     """Phase 3 for one shard: ``id``, ``cluster_id`` (the keeper's node key; null for rows not
     considered), ``is_duplicate``, ``exact_duplicate``, ``near_duplicate``, same rows and order as
     the shard. ``by_shard``: the labels and exact duplicates were gathered one batch per shard, and only
-    this shard's are read (else its whole output partition: the rows of every shard that shares it)."""
-    with storage.open_read(shard_uri) as f:
-        ids = pq.ParquetFile(f).read(columns=[ID], use_threads=False).column(0)
-    n = len(ids)
-    keep = read_keep(keep_uri, keep_column, n)
+    this shard's are read (else its whole output partition: the rows of every shard that shares it).
+    ``ids_uri``: phase 1's ids file (:func:`write_ids`), read instead of the shard and its keep attrs."""
+    if ids_uri:
+        ids, keep = read_ids(ids_uri, rows)
+        n = len(ids)
+    else:
+        with storage.open_read(shard_uri) as f:
+            ids = pq.ParquetFile(f).read(columns=[ID], use_threads=False).column(0)
+        n = len(ids)
+        keep = read_keep(keep_uri, keep_column, n)
     q = shard_index % out_partitions
     labels = read_output_partition(label_uris, q, LABEL_COLUMNS, gathered, by_shard, shard_index)
     mine = shard_of(labels["node"]) == shard_index

@@ -180,6 +180,10 @@ class DedupSignaturesStage(Stage):
         base = self.lake.path("dedup", self.fingerprint, "spill")
         return (storage.join(base, f"{shard_id}.bands.parquet"), storage.join(base, f"{shard_id}.exact.parquet"))
 
+    def ids_uri(self, shard_id: str) -> str:
+        """The shard's ids and keep mask, written by phase 1 for phase 3 (:func:`.phases.write_ids`)."""
+        return storage.join(self.lake.path("dedup", self.fingerprint, "spill"), f"{shard_id}.ids.arrow")
+
     def plan(self) -> list[UnitEntry]:
         return [
             UnitEntry(unit_id=s["shard_id"], inputs=_inputs(s), input_checksum=s["input_checksum"])
@@ -206,6 +210,7 @@ class DedupSignaturesStage(Stage):
                 bands_uri,
                 exact_uri,
                 int(self.config["batch_rows"]),
+                self.ids_uri(unit.unit_id),
             )
         acc = RowAccounting()
         acc.keep(stats["considered"])
@@ -843,6 +848,18 @@ class DedupStage(AttrsStage):
         log.info("dedup: index for later snapshots written: %s", uri)
 
     # -- phase 3 -----------------------------------------------------------------------------------
+    def _ids_file(self, shard_id: str) -> str | None:
+        """Phase 1's ids file of the shard, where it wrote one (a shard signed before it did: None)."""
+        cache = self.__dict__.setdefault("_ids_files", {})
+        if shard_id not in cache:
+            uri = self._sig.ids_uri(shard_id)
+            cache[shard_id] = uri if storage.exists(uri) else None
+        return cache[shard_id]
+
+    def verified_inputs(self, unit: UnitEntry, entry: ShardEntry) -> list[tuple[str, str | None, str]]:
+        # With phase 1's ids file (checked by its own checksum) phase 3 reads neither the shard nor its attrs.
+        return [] if self._ids_file(unit.unit_id) else super().verified_inputs(unit, entry)
+
     def write_unit(self, unit: UnitEntry, entry: ShardEntry, uri: str) -> AttrsFile:
         s = self._shards[unit.unit_id]
         g = self._global
@@ -856,6 +873,8 @@ class DedupStage(AttrsStage):
             int(g["out_partitions"]),
             bool(g.get("gathered")),  # absent from a global phase done before gathering existed
             bool(g.get("by_shard")),  # absent from one gathered a partition to a batch
+            self._ids_file(unit.unit_id),
+            entry.rows,
         )
         if self.incremental:
             prior = self._prior or {}
