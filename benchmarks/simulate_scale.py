@@ -394,7 +394,8 @@ def io_terms(
     """(bytes read, GET requests, PUT requests) of one stage over the run. Dedup's global phase also reads one
     range of both spill files of every shard per partition: 2 x partitions x shards ranged GETs, and reads the
     ``spill_bytes`` its phase 1 wrote. Packed (``packs``), it reads every spill file once (a GET each), writes
-    2 x groups packs, and each partition reads its range of both packs of every group (a tail and a range GET)."""
+    2 x groups packs, and each partition reads its range of both packs of every group (a tail and a range GET).
+    Phase 1 also writes each shard's ids file, which phase 3 reads (a GET) instead of the shard."""
     out = curve.get("out_bytes_per_gb", {})
     reads = sum(gb * 1e9 if s == "input" else out.get(s, 0.0) * gb for s in READS[stage])
     files = len(READS[stage]) * shards
@@ -403,7 +404,8 @@ def io_terms(
     if stage == "dedup":
         reads += spill_bytes
         gets += 2 * partitions * shards if not packs else 2 * shards + 4 * partitions * packs["groups"]
-        puts += 2 * shards + (2 * packs["groups"] if packs else 0)  # the per-shard spill files, the packs
+        gets += shards  # phase 3 reads a shard's ids file (phase 1's), not the shard again
+        puts += 3 * shards + (2 * packs["groups"] if packs else 0)  # the per-shard spill and ids files, the packs
         if packs:
             reads += spill_bytes  # the packing reads the spill, the units read the packs
     if stage == "validate":
