@@ -1,12 +1,12 @@
 """Dedup's global phase and phase 3 on kept signatures, two trees of the code alternated on the same lakes.
 
     .venv/bin/python benchmarks/bench_dedup_global_ab.py --a /tmp/base --b /tmp/tree --lakes L8,L16
-        [--rounds 3] [--memory-budget 134217728] [--json benchmarks/results/dedup_global_ab.json]
+        [--rounds 3] [--memory-budget 134217728] [--full] [--json benchmarks/results/dedup_global_ab.json]
 
 Each lake is a scale curve's lake (``bench_scale.py --curve dedup --keep-lakes``) whose dedup ran once: its
 signatures (phase 1's checkpoints and spill files) are kept, and before every run the global phase's outputs,
 phase 3's checkpoints and the dedup attrs are removed, so each run does the global phase and phase 3 again
-from the same spill. A run is ``curation dedup`` in a fresh process with the tree's code first on the path
+from the same spill (``--full``: the signatures are removed too, and every phase runs again). A run is ``curation dedup`` in a fresh process with the tree's code first on the path
 (``--workers 1``, the curve's memory budget); its user and system CPU seconds, wall seconds and peak RSS come
 from ``wait4``. Trees alternate in rotating order within a round, lakes in turn; the page cache is left as it
 is (the spill was just written in a real run). Every run is kept; each lake's clusters must be the same in
@@ -35,9 +35,13 @@ from airflow_curation.core.manifest import Manifest  # noqa: E402
 DATASET = "scale"
 
 
-def clear(lake: Lake) -> None:
+def clear(lake: Lake, full: bool = False) -> None:
     """The global phase's outputs (every run-key folder with a ``_SUCCESS.json``), phase 3's checkpoints, the
-    dedup attrs: the signatures (their checkpoints, the spill) stay."""
+    dedup attrs: the signatures (their checkpoints, the spill) stay. ``full``: the signatures too (every phase
+    runs again)."""
+    if full:
+        for parts in (("dedup",), ("_checkpoints", "dedup_signatures")):
+            shutil.rmtree(lake.path(*parts), ignore_errors=True)
     for done in Path(lake.path("dedup")).glob("*/_SUCCESS.json"):
         shutil.rmtree(done.parent)
     for parts in (("attrs", "dedup"), ("_checkpoints", "dedup")):
@@ -117,18 +121,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--memory-budget", type=int, default=128 << 20)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--full", action="store_true", help="phase 1 too: the signatures are removed before every run")
     ap.add_argument("--report", type=Path, help="print the table of a JSON written before")
     args = ap.parse_args(argv)
     if args.report:
         print(table(json.loads(args.report.read_text())))
         return 0
     lakes = [Lake(p, DATASET) for p in args.lakes.split(",")]
-    doc = {"params": {"a": str(args.a), "b": str(args.b), "rounds": args.rounds, "budget": args.memory_budget}}
+    doc = {
+        "params": {
+            "a": str(args.a),
+            "b": str(args.b),
+            "rounds": args.rounds,
+            "budget": args.memory_budget,
+            "full": args.full,
+        }
+    }
     doc["runs"] = {lake.root: {"a": [], "b": []} for lake in lakes}
     for r in range(args.rounds):
         for lake in lakes:
             for name in ("a", "b") if r % 2 == 0 else ("b", "a"):
-                clear(lake)
+                clear(lake, args.full)
                 rec = run(getattr(args, name), lake, args.memory_budget)
                 doc["runs"][lake.root][name].append(rec)
                 print(
