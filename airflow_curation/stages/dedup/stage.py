@@ -308,6 +308,7 @@ class DedupStage(AttrsStage):
         if not (c["exact"] or c["near"]):
             raise ValueError("dedup: nothing to do with exact=False and near=False")
         self.params = self._params()
+        self._ids_files: dict[str, str | None] = {}  # phase 3: each shard's ids file, where phase 1 wrote one
         # Which earlier snapshots this run probes is decided once, here, and enters the fingerprint: a rerun
         # of snapshot N after N+1 exists probes the same ones (only earlier dates), and a rerun after an
         # earlier snapshot was added or rerun recomputes.
@@ -850,11 +851,10 @@ class DedupStage(AttrsStage):
     # -- phase 3 -----------------------------------------------------------------------------------
     def _ids_file(self, shard_id: str) -> str | None:
         """Phase 1's ids file of the shard, where it wrote one (a shard signed before it did: None)."""
-        cache = self.__dict__.setdefault("_ids_files", {})
-        if shard_id not in cache:
+        if shard_id not in self._ids_files:
             uri = self._sig.ids_uri(shard_id)
-            cache[shard_id] = uri if storage.exists(uri) else None
-        return cache[shard_id]
+            self._ids_files[shard_id] = uri if storage.exists(uri) else None
+        return self._ids_files[shard_id]
 
     def verified_inputs(self, unit: UnitEntry, entry: ShardEntry) -> list[tuple[str, str | None, str]]:
         # With phase 1's ids file (checked by its own checksum) phase 3 reads neither the shard nor its attrs.
