@@ -141,6 +141,43 @@ def test_a_process_on_another_ray_is_moved_to_the_one_asked_for_or_refused(ray_h
         ray.shutdown()
 
 
+def test_a_client_the_cluster_failed_to_serve_connects_on_a_later_try(ray_head, monkeypatch, caplog):
+    """The cluster's Ray client proxy can fail to start a client's own server ("Initialization failure from
+    server"): a ``ray://`` connection is tried again, up to ``CLIENT_TRIES``, and then joins the real cluster;
+    a driver's (``host:port``) failure, or the last try's, is raised."""
+    import ray
+
+    from airflow_curation.stages.mappers import ray as ray_cluster
+
+    real, calls = ray.init, []
+
+    def failing_first(fails: int):
+        def init(*args, **kwargs):
+            calls.append(kwargs.get("address"))
+            if len(calls) <= fails:
+                raise ConnectionAbortedError("Initialization failure from server:\nRuntimeError: Starting Ray client")
+            return real(*args, **kwargs)
+
+        return init
+
+    monkeypatch.setattr(ray_cluster.time, "sleep", lambda s: None)
+    monkeypatch.setattr(ray, "init", failing_first(ray_cluster.CLIENT_TRIES - 1))
+    try:
+        _, started = ray_cluster.connect(ray_head.client)
+        assert started and ray.is_initialized() and calls == [ray_head.client] * ray_cluster.CLIENT_TRIES
+        assert ray.cluster_resources().get("CPU", 0) > 0  # the real cluster, through the client
+    finally:
+        ray_cluster.disconnect()
+    assert "could not start this client's server" in caplog.text
+    for address, fails in ((ray_head.client, ray_cluster.CLIENT_TRIES), (ray_head.gcs, 1)):
+        calls.clear()
+        monkeypatch.setattr(ray, "init", failing_first(fails))
+        with pytest.raises(ConnectionAbortedError, match="Initialization failure"):
+            ray_cluster.connect(address)
+        assert len(calls) == fails
+    assert not ray.is_initialized()
+
+
 @pytest.mark.parametrize("address", ["127.0.0.1:6379", "ray://127.0.0.1:10001"])
 def test_an_address_with_local_sizes_is_refused_before_any_work(address, tmp_path, llama_score):
     lake, uri = _lake(tmp_path)

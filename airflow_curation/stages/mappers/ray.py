@@ -20,12 +20,14 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
 ADDRESS_ENV = "CURATION_RAY_ADDRESS"
 _RAY_JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for a submitted job's driver
+CLIENT_TRIES = 3  # a Ray client's connection refused by the cluster's side is tried this often
 
 
 @dataclass
@@ -143,9 +145,31 @@ def connect(address: str | None, num_cpus: int | None = None, num_gpus: int | No
         if num_gpus is not None:
             kwargs["num_gpus"] = int(num_gpus)
     log.info("Ray: %s (%s)", target.address, target.why)
-    ray.init(address=target.address, **kwargs)
+    _init(ray, target, kwargs)
     _ours = (key, _session(ray))
     return target, True
+
+
+def _init(ray, target: RayTarget, kwargs: dict) -> None:
+    """``ray.init``, a Ray client's tried again where the cluster's proxy failed to start the client's server
+    ("Initialization failure from server": its own process that died starting, e.g. on a port another took
+    between its check and its bind): the cluster is up, the next server gets another port."""
+    for attempt in range(1, CLIENT_TRIES + 1):
+        try:
+            ray.init(address=target.address, **kwargs)
+            return
+        except ConnectionAbortedError as e:
+            if not target.address.startswith("ray://") or attempt == CLIENT_TRIES:
+                raise
+            log.warning(
+                "Ray: %s could not start this client's server (%s); trying again (%d of %d)",
+                target.address,
+                str(e).strip().splitlines()[0],
+                attempt + 1,
+                CLIENT_TRIES,
+            )
+            ray.shutdown()
+            time.sleep(attempt)
 
 
 def disconnect() -> None:
