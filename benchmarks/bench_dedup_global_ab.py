@@ -6,11 +6,12 @@
 Each lake is a scale curve's lake (``bench_scale.py --curve dedup --keep-lakes``) whose dedup ran once: its
 signatures (phase 1's checkpoints and spill files) are kept, and before every run the global phase's outputs,
 phase 3's checkpoints and the dedup attrs are removed, so each run does the global phase and phase 3 again
-from the same spill (``--full``: the signatures are removed too, and every phase runs again). A run is ``curation dedup`` in a fresh process with the tree's code first on the path
-(``--workers 1``, the curve's memory budget); its user and system CPU seconds, wall seconds and peak RSS come
-from ``wait4``. Trees alternate in rotating order within a round, lakes in turn; the page cache is left as it
-is (the spill was just written in a real run). Every run is kept; each lake's clusters must be the same in
-every run (a digest of ``cluster_id`` and ``is_duplicate`` in manifest order).
+from the same spill (``--full``: the signatures are removed too, and every phase runs again). A run is
+``curation dedup`` in a fresh process with the tree's code first on the path (``--workers 1``, the curve's
+memory budget); its user and system CPU seconds, wall seconds and peak RSS come from ``wait4``. Trees
+alternate in rotating order within a round, lakes in turn; the page cache is left as it is (the spill was just
+written in a real run). Every run is kept; each lake's clusters must be the same in every run (a digest of
+``cluster_id`` and ``is_duplicate`` in manifest order).
 """
 
 from __future__ import annotations
