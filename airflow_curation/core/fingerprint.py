@@ -38,6 +38,13 @@ class StreamChecksum:
         return f"xxh64:{self._h.hexdigest()}"
 
 
+def checksum_bytes(data: Any) -> str:
+    """The checksum (:class:`StreamChecksum`'s) of bytes held in memory: anything with the buffer protocol."""
+    c = StreamChecksum()
+    c.update(memoryview(data))
+    return c.hexdigest()
+
+
 def checksum_url(url: str, chunk: int = 8 << 20) -> str:
     from airflow_curation.core import storage
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from airflow_curation.core import storage, storage_map
-from airflow_curation.core.fingerprint import StreamChecksum, checksum_url
+from airflow_curation.core.fingerprint import checksum_bytes, checksum_url
 
 if TYPE_CHECKING:
     from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry
@@ -71,9 +71,7 @@ def read_verified(uri: str, expected: str | None, what: str = "file") -> pa.Buff
             raise
         raise _missing(uri, expected, what) from None
     if expected:
-        c = StreamChecksum()
-        c.update(memoryview(buffer))
-        _compare(uri, c.hexdigest(), expected, what)
+        _compare(uri, checksum_bytes(buffer), expected, what)
     return buffer
 
 

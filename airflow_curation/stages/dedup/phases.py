@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 from airflow_curation.core import storage
 from airflow_curation.core.arrays import from_numpy, to_numpy
 from airflow_curation.core.components import LABEL_COLUMNS, write_edges
-from airflow_curation.core.fingerprint import StreamChecksum
+from airflow_curation.core.fingerprint import checksum_bytes
 from airflow_curation.core.integrity import IntegrityError
 from airflow_curation.core.lsh import (
     node_keys,
@@ -153,9 +153,7 @@ def write_ids(uri: str, ids: pa.ChunkedArray, keep: np.ndarray) -> None:
     with pa.ipc.new_file(sink, table.schema, options=_IDS_IPC) as w:
         w.write_table(table)
     body = sink.getvalue()
-    c = StreamChecksum()
-    c.update(memoryview(body))
-    digest = c.hexdigest().encode()
+    digest = checksum_bytes(body).encode()
     with storage.atomic_open(uri) as f:
         f.write(body)
         f.write(digest + struct.pack("<I", len(digest)) + _IDS_MAGIC)
@@ -173,9 +171,7 @@ def read_ids(uri: str, rows: int | None = None) -> tuple[pa.Array, np.ndarray]:
             raise ValueError("no end marker")
         (n,) = struct.unpack("<I", data.slice(data.size - tail, 4).to_pybytes())
         body = data.slice(0, data.size - tail - n)
-        c = StreamChecksum()
-        c.update(memoryview(body))
-        if c.hexdigest().encode() != data.slice(data.size - tail - n, n).to_pybytes():
+        if checksum_bytes(body).encode() != data.slice(data.size - tail - n, n).to_pybytes():
             raise ValueError("checksum mismatch")
         table = pa.ipc.open_file(body).read_all()
     except (ValueError, struct.error, pa.ArrowInvalid) as e:

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
 from airflow_curation.core.arrays import from_numpy, to_numpy
-from airflow_curation.core.fingerprint import StreamChecksum
+from airflow_curation.core.fingerprint import checksum_bytes
 from airflow_curation.core.lsh import mix64, node_keys, read_partition_pieces, row_of, shard_of, write_partitioned
 from airflow_curation.stages.base import file_record
 from airflow_curation.stages.export import formats
@@ -83,10 +83,8 @@ def scatter_shard(
 
 
 def _put(uri: str, data: bytes) -> dict[str, Any]:
-    c = StreamChecksum()
-    c.update(data)
     storage.write_bytes(uri, data)
-    return file_record(uri, len(data), c.hexdigest())
+    return file_record(uri, len(data), checksum_bytes(data))
 
 
 def bucket_stem(bucket: int) -> str:

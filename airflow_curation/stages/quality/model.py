@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from airflow_curation.core import storage
-from airflow_curation.core.fingerprint import StreamChecksum, checksum_folder
+from airflow_curation.core.fingerprint import StreamChecksum, checksum_bytes, checksum_folder
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ class QualityModel:
         }
         data = (json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n").encode()
         storage.write_bytes(storage.join(folder, MODEL_FILE), data)
-        self.checksum = _checksum(data)
+        self.checksum = checksum_bytes(data)
         return self.checksum
 
     @classmethod
@@ -247,7 +247,7 @@ class QualityModel:
         if isinstance(features, EmbeddingFeatures):
             features = replace(features, model=embed_model or features.model)
             features.verify()
-        return cls(features, weights, float(doc["bias"]), doc["labels"], doc.get("training", {}), _checksum(data))
+        return cls(features, weights, float(doc["bias"]), doc["labels"], doc.get("training", {}), checksum_bytes(data))
 
 
 def read_model_json(folder: str) -> bytes:
@@ -259,7 +259,7 @@ def read_model_json(folder: str) -> bytes:
 
 def model_checksum(folder: str) -> str:
     """The model's identity without loading its weights: the xxh64 of ``model.json``."""
-    return _checksum(read_model_json(folder))
+    return checksum_bytes(read_model_json(folder))
 
 
 def model_features(folder: str) -> Features | EmbeddingFeatures:
@@ -268,12 +268,6 @@ def model_features(folder: str) -> Features | EmbeddingFeatures:
         return features_from(json.loads(read_model_json(folder))["features"])
     except (KeyError, TypeError, ValueError) as e:
         raise ModelError(f"{folder}: {MODEL_FILE} is unreadable ({e})") from e
-
-
-def _checksum(data: bytes) -> str:
-    c = StreamChecksum()
-    c.update(data)
-    return c.hexdigest()
 
 
 def _npy_bytes(a: np.ndarray) -> bytes:
