@@ -301,13 +301,13 @@ def components_terms(
     if not dedup.get("edges_per_row"):
         return None
     from airflow_curation.core.lsh import partitions_for
-    from airflow_curation.stages.dedup.stage import MAX_OUT_PARTITIONS, pack_groups
+    from airflow_curation.stages.dedup.stage import MAX_OUT_PARTITIONS, edge_bytes, pack_groups
 
     rounds = rounds or dedup.get("components_rounds") or COMPONENTS_ROUNDS
-    edge_bytes = int(2 * dedup["edges_per_row"] * rows * 16)  # both directions, 16 B an edge
-    cc = min(units, partitions_for(edge_bytes, int(budget)))
+    edges = int(edge_bytes({"verified": dedup["edges_per_row"] * rows, "exact_edges": 0}))  # the stage's count
+    cc = min(units, partitions_for(edges, int(budget)))
     out = min(shards, MAX_OUT_PARTITIONS)
-    edge_groups = pack_groups(units, cc, units, edge_bytes, int(budget), remote=True)
+    edge_groups = pack_groups(units, cc, units, edges, int(budget), remote=True)
     exact_groups = pack_groups(units, out, out, int(dedup["exact_per_row"] * rows * 8), int(budget), remote=True)
     steps = 2 * rounds  # the first reads the units' edges; the labels step reads the last one's
     file_opens = (steps * cc * cc) + out * cc  # later steps, the labels step; the labels' gather

@@ -111,6 +111,12 @@ def pack_groups(
     return [range(i, min(i + k, sources)) for i in range(0, sources, k)]
 
 
+def edge_bytes(totals: dict) -> int:
+    """The bytes of the edges the global phase's units wrote (``totals``: their counts): both directions of
+    each, 16 B a row."""
+    return 2 * (totals["verified"] + totals["exact_edges"]) * 16
+
+
 def _inputs(s: dict) -> list[str]:
     """A shard's unit inputs: the shard, its preprocess attrs (keep) and its cleaned text, once each."""
     return list(dict.fromkeys([s["uri"], *(u for u in (s["keep_uri"], s.get("text_uri")) if u)]))
@@ -700,9 +706,8 @@ class DedupStage(AttrsStage):
         # each output partition every unit's exact-duplicate file, units x partitions opens, and the units
         # follow the slots (16,384 on 256 nodes: ~8 M opens). Packed where that pays, as the spill is.
         remote = not storage.is_local(gdir)
-        edges_n, exact_n = totals["verified"] + totals["exact_edges"], totals["exact_edges"]
-        edge_groups = pack_groups(len(ranges), cc_parts, written, 2 * edges_n * 16, budget, remote)
-        exact_groups = pack_groups(len(ranges), out_parts, out_parts, exact_n * 8, budget, remote)
+        edge_groups = pack_groups(len(ranges), cc_parts, written, edge_bytes(totals), budget, remote)
+        exact_groups = pack_groups(len(ranges), out_parts, out_parts, totals["exact_edges"] * 8, budget, remote)
         folder = storage.join(gdir, "packed-units")
         edge_inputs = self._pack(edge_uris, edge_groups, folder, "edges") if edge_groups else edge_uris
         exact_inputs = self._pack(exact_dup_uris, exact_groups, folder, "exact") if exact_groups else exact_dup_uris
@@ -750,12 +755,11 @@ class DedupStage(AttrsStage):
         return result
 
     def _components_partitions(self, totals: dict, written: int) -> int:
-        """The components' partitions for the edges the units wrote (both directions of each, 16 B a row), at
-        most the ``written`` ones; a forced ``partitions`` keeps them all."""
+        """The components' partitions for the edges the units wrote (:func:`edge_bytes`), at most the ``written``
+        ones; a forced ``partitions`` keeps them all."""
         if self.config["partitions"]:
             return written
-        edges = totals["verified"] + totals["exact_edges"]
-        return min(written, partitions_for(2 * edges * 16, int(self.config["memory_budget"])))
+        return min(written, partitions_for(edge_bytes(totals), int(self.config["memory_budget"])))
 
     def _pack(self, uris: list[str], groups: list[range], folder: str, kind: str) -> list[str]:
         """Partitioned files ``uris`` (spill, or the units' outputs) packed by ``groups`` of consecutive ones (a task a
