@@ -7,6 +7,14 @@ partitions; a round is a large-star step then a small-star step. When a round le
 unchanged, every component is a star around its lowest node, which is its label. No step ever holds
 more than one partition, and the result (label = the component's lowest node) does not depend on the
 number of partitions or workers.
+
+Two things keep the rounds' cost at what is still unsolved rather than at the whole graph times the rounds the
+largest component needs (those grow with the log of its size: a path of 10^6 nodes takes 18 rounds). A
+small-star step reports every node whose only neighbour is a lower node (a leaf); the next large-star step
+finds a node that is lower than all its neighbours and whose neighbours all reported as its leaves: that
+component is a finished star, closed (a leaf's only edge after a small-star step is to its reported centre),
+so its labels are written there and its edges dropped. And each step runs in the partitions the edges still
+alive need (its own reads a span of the previous step's), down to one, where union-find finishes in memory.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from airflow_curation.core.lsh import (
     mix64,
     partition_of,
     partition_ranges,
+    partitions_for,
     read_partition,
     read_partitions,
     unique_edges,
@@ -33,16 +42,21 @@ from airflow_curation.core.lsh import (
 log = logging.getLogger(__name__)
 
 EDGE_COLUMNS = {"src": np.uint64, "dst": np.uint64}
+# A step's output: its edges (both directions, leaf 0) and, after a small-star step, the leaf reports
+# (src = the leaf's only neighbour, dst = the leaf, leaf 1) in the partition of the neighbour.
+STEP_COLUMNS = {**EDGE_COLUMNS, "leaf": np.uint8}
 LABEL_COLUMNS = {"node": np.uint64, "label": np.uint64}
 Mapper = Callable[[Callable[..., Any], Iterable[tuple]], Iterator[Any]]
 
 
 class Components(NamedTuple):
     """Label spill files (columns ``node``, ``label``: only nodes whose label differs from themselves, partitioned
-    by ``shard index % out_partitions``) and the star rounds it took (0: the graph was solved in memory)."""
+    by ``shard index % out_partitions``: the last step's and those of the finished stars), the star rounds it
+    took (0: the graph was solved in memory), and the (file, step) reads its steps made."""
 
     labels: list[str]
     rounds: int
+    reads: int = 0
 
 
 def _serial(fn, arg_tuples):
@@ -80,32 +94,75 @@ def _digest(src: np.ndarray, dst: np.ndarray) -> int:
     return int(h.sum(dtype=np.uint64)) ^ int(keep.sum())
 
 
-def _read_span(inputs: list[str], span: tuple[int, int]) -> dict[str, np.ndarray]:
+def _read_span(inputs: list[str], span: tuple[int, int], columns: dict = EDGE_COLUMNS) -> dict[str, np.ndarray]:
     """The edges of partitions ``span[0] <= p < span[1]`` of ``inputs``, one open a file."""
-    got = [r for _, r in read_partitions(inputs, span[0], span[1], EDGE_COLUMNS)]
+    got = [r for _, r in read_partitions(inputs, span[0], span[1], columns)]
     if len(got) == 1:
         return got[0]
-    return {c: np.concatenate([r[c] for r in got]) if got else np.empty(0, t) for c, t in EDGE_COLUMNS.items()}
+    return {c: np.concatenate([r[c] for r in got]) if got else np.empty(0, t) for c, t in columns.items()}
 
 
-def _step(kind: str, inputs: list[str], span: tuple[int, int], num_partitions: int, out_uri: str) -> tuple[int, int]:
-    """One large-star or small-star step on the input's partitions ``span`` (one, or after the edge files,
-    several whose edges of a source lie in one of them); returns (edges written, digest of its input edges)."""
-    e = _read_span(inputs, span)
-    src, dst, starts, group, mins = _grouped(e["src"], e["dst"])
+def _write_labels(uri: str, nodes: np.ndarray, labels: np.ndarray, out_partitions: int) -> int:
+    """(node, label) rows partitioned by shard index, so that each shard's writer reads one partition."""
+    part = (nodes >> np.uint64(32)).astype(np.int64) % out_partitions
+    return write_partitioned(uri, {"node": nodes, "label": labels}, part)
+
+
+def _step(
+    kind: str,
+    inputs: list[str],
+    span: tuple[int, int],
+    num_partitions: int,
+    out_uri: str,
+    columns: dict,
+    labels_uri: str,
+    out_partitions: int,
+) -> tuple[int, int, int]:
+    """One large-star or small-star step on the input's partitions ``span`` (each source's edges lie in one
+    partition, so a span of them is a whole set of sources); returns (edges written, digest of its input
+    edges, labels written: the finished stars a large-star step found, into ``labels_uri``)."""
+    e = _read_span(inputs, span, columns)
+    reports = e["leaf"] == 1 if "leaf" in e else None
+    src, dst, starts, group, mins = _grouped(e["src"], e["dst"])  # a report repeats an edge: unique drops it
     digest = _digest(src, dst)
     m = mins[group] if src.size else np.empty(0, np.uint64)
+    nodes = src[starts] if src.size else np.empty(0, np.uint64)
+    degree = np.diff(np.r_[starts, src.size]) if src.size else np.empty(0, np.int64)
+    labelled = 0
     if kind == "large":
         # link every larger neighbour to the lowest node of the neighbourhood
         sel = dst > src
+        if reports is not None and reports.any():
+            # a node below all its neighbours, every one of which reported it as its only neighbour in the
+            # small-star step before: a closed star around its lowest node, finished; labelled, not linked
+            reported, count = np.unique(e["src"][reports], return_counts=True)
+            at = np.minimum(np.searchsorted(reported, nodes), max(reported.size - 1, 0))
+            leaves = np.where(reported[at] == nodes, count[at], 0)
+            done = (mins == nodes) & (leaves == degree)
+            if done.any():
+                finished = done[group]
+                labelled = _write_labels(labels_uri, dst[finished], src[finished], out_partitions)
+                sel &= ~finished
         a, b = dst[sel], m[sel]
+        leaf_src = leaf_dst = np.empty(0, np.uint64)
     else:
         # link every smaller neighbour, and the node itself, to the lowest of them
         sel = dst < src
-        head = mins < src[starts]
-        a = np.concatenate([dst[sel], src[starts][head]])
+        head = mins < nodes
+        a = np.concatenate([dst[sel], nodes[head]])
         b = np.concatenate([m[sel], mins[head]])
-    return write_edges(out_uri, a, b, num_partitions), digest
+        # a node whose only neighbour is lower keeps exactly that edge through this step: reported to it
+        one = (degree == 1) & head
+        leaf_src, leaf_dst = mins[one], nodes[one]
+    src_out, dst_out = _both_directions(np.asarray(a, np.uint64), np.asarray(b, np.uint64))
+    out_src = np.concatenate([src_out, leaf_src])
+    leaf = np.r_[np.zeros(src_out.size, np.uint8), np.ones(leaf_src.size, np.uint8)]
+    write_partitioned(
+        out_uri,
+        {"src": out_src, "dst": np.concatenate([dst_out, leaf_dst]), "leaf": leaf},
+        partition_of(out_src, num_partitions),
+    )
+    return int(src_out.size), digest, labelled
 
 
 def _labels(inputs: list[str], p: int, out_uri: str, out_partitions: int) -> int:
@@ -115,9 +172,7 @@ def _labels(inputs: list[str], p: int, out_uri: str, out_partitions: int) -> int
     src, dst, starts, group, mins = _grouped(e["src"], e["dst"])
     nodes = src[starts] if src.size else np.empty(0, np.uint64)
     sel = mins < nodes
-    nodes, labels = nodes[sel], mins[sel]
-    part = (nodes >> np.uint64(32)).astype(np.int64) % out_partitions
-    return write_partitioned(out_uri, {"node": nodes, "label": labels}, part)
+    return _write_labels(out_uri, nodes[sel], mins[sel], out_partitions)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -154,9 +209,7 @@ def _in_memory(edge_uris: list[str], out_uri: str, out_partitions: int, input_pa
     root = _union_find(idx[:half].astype(np.int64), idx[half:].astype(np.int64), nodes.size)
     labels = nodes[root]  # nodes are sorted, so the lowest index is the lowest node
     sel = labels < nodes
-    nodes, labels = nodes[sel], labels[sel]
-    part = (nodes >> np.uint64(32)).astype(np.int64) % out_partitions
-    write_partitioned(out_uri, {"node": nodes, "label": labels}, part)
+    _write_labels(out_uri, nodes[sel], labels[sel], out_partitions)
 
 
 def connected_components(
@@ -167,6 +220,7 @@ def connected_components(
     mapper: Mapper | None = None,
     max_rounds: int = 200,
     input_partitions: int | None = None,
+    memory_budget: int | None = None,
 ) -> Components:
     """Label every node of the graph in ``edge_uris`` with its component's lowest node.
 
@@ -174,7 +228,10 @@ def connected_components(
     :param input_partitions: the partitions ``edge_uris`` were written in by :func:`write_edges`, when more
         than ``num_partitions`` (written before the edges were counted): the first step reads contiguous
         spans of them, every edge of a source lying in one.
-    :returns: the label spill files and the rounds taken (:class:`Components`).
+    :param memory_budget: where given, each step runs in the partitions the edges still alive need
+        (:func:`~airflow_curation.core.lsh.partitions_for`, never more than the step before), and the rest is
+        solved in memory once they fit one; else every step runs in ``num_partitions``.
+    :returns: the label spill files, the rounds taken and the step reads (:class:`Components`).
     """
     input_partitions = input_partitions or num_partitions
     if num_partitions > input_partitions:
@@ -184,33 +241,55 @@ def connected_components(
         _in_memory(list(edge_uris), out, out_partitions, input_partitions)
         return Components([out], 0)
     mapper = mapper or _serial
-    current = list(edge_uris)
-    spans = partition_ranges(input_partitions, num_partitions)  # the first step's reads of the edge files
+    current, written_in, columns = list(edge_uris), input_partitions, EDGE_COLUMNS
+    parts, reads, finished = num_partitions, 0, []
+    labels_dir = storage.join(work_dir, "labels")
     previous_digest = None
     for rnd in range(max_rounds):
         round_digest = None
         for kind in ("large", "small"):
-            outs = [
-                storage.join(work_dir, f"round-{rnd:03d}-{kind}", f"part-{p:05d}.parquet")
-                for p in range(num_partitions)
-            ]
-            reads = spans if (rnd, kind) == (0, "large") else [(p, p + 1) for p in range(num_partitions)]
-            results = list(mapper(_step, [(kind, current, r, num_partitions, outs[p]) for p, r in enumerate(reads)]))
+            if parts == 1:  # what is left fits one partition: union-find, as for a small graph
+                out = storage.join(labels_dir, "part-00000.parquet")
+                _in_memory(current, out, out_partitions, written_in)
+                _remove(current, edge_uris)
+                return Components([out, *finished], rnd + 1, reads + len(current))
+            step = storage.join(work_dir, f"round-{rnd:03d}-{kind}")
+            outs = [storage.join(step, f"part-{p:05d}.parquet") for p in range(parts)]
+            labels = [storage.join(step, f"labels-{p:05d}.parquet") for p in range(parts)]
+            spans = partition_ranges(written_in, parts)
+            args = [(kind, current, spans[p], parts, outs[p], columns, labels[p], out_partitions) for p in range(parts)]
+            results = list(mapper(_step, args))
+            reads += parts * len(current)
+            finished += [uri for uri, (_, _, n) in zip(labels, results) if n]
             if round_digest is None:
-                round_digest = sum(d for _, d in results) & (2**64 - 1)
-            if current is not edge_uris and list(current) != list(edge_uris):
-                for uri in current:
-                    storage.remove(uri)  # the previous step's files: no longer needed
-            current = outs
+                round_digest = sum(d for _, d, _ in results) & (2**64 - 1)
+            _remove(current, edge_uris)
+            current, written_in, columns = outs, parts, STEP_COLUMNS
+            edges = sum(n for n, _, _ in results)
             fault_point("dedup.mid_components")
-            log.info("components: round %d %s-star, %d directed edges", rnd, kind, sum(n for n, _ in results))
+            log.info("components: round %d %s-star, %d directed edges in %d partitions", rnd, kind, edges, parts)
+            if edges == 0:  # every component was a finished star, labelled where it was found
+                _remove(current, edge_uris)
+                if not finished:
+                    finished.append(storage.join(labels_dir, "part-00000.parquet"))
+                    _write_labels(finished[0], np.empty(0, np.uint64), np.empty(0, np.uint64), out_partitions)
+                return Components(finished, rnd + 1, reads)
+            if memory_budget:
+                parts = min(parts, partitions_for(edges * 16, memory_budget))
         if round_digest == previous_digest:
             break  # the last round changed nothing: every component is a star around its lowest node
         previous_digest = round_digest
     else:
         raise RuntimeError(f"connected components did not converge in {max_rounds} rounds")
-    outs = [storage.join(work_dir, "labels", f"part-{p:05d}.parquet") for p in range(num_partitions)]
-    list(mapper(_labels, [(current, p, outs[p], out_partitions) for p in range(num_partitions)]))
-    for uri in current:
-        storage.remove(uri)
-    return Components(outs, rnd + 1)
+    outs = [storage.join(labels_dir, f"part-{p:05d}.parquet") for p in range(written_in)]
+    list(mapper(_labels, [(current, p, outs[p], out_partitions) for p in range(written_in)]))
+    reads += written_in * len(current)
+    _remove(current, edge_uris)
+    return Components(outs + finished, rnd + 1, reads)
+
+
+def _remove(step_files: list[str], edge_uris: list[str]) -> None:
+    """A step's input files once read, unless they are the caller's edge files."""
+    if list(step_files) != list(edge_uris):
+        for uri in step_files:
+            storage.remove(uri)

@@ -267,6 +267,15 @@ def _union_find(n, a, b):
     return {i: find(i) for i in range(n)}
 
 
+def _labels_of(outs: list[str], out_partitions: int) -> dict[int, int]:
+    got = {}
+    for q in range(out_partitions):
+        r = read_partition(outs, q, {"node": np.uint64, "label": np.uint64})
+        assert not set(r["node"].tolist()) & set(got), "a node labelled twice"
+        got.update(zip(r["node"].tolist(), r["label"].tolist()))
+    return got
+
+
 @pytest.mark.parametrize("partitions, written", [(1, 1), (3, 3), (8, 8), (1, 7), (3, 7), (4, 16)])
 def test_components_match_union_find(tmp_path, partitions, written):
     """Labels are union-find's at any partition count, also where the edges were written in more partitions
@@ -278,22 +287,67 @@ def test_components_match_union_find(tmp_path, partitions, written):
     edges = [str(tmp_path / "edges-0.parquet"), str(tmp_path / "edges-1.parquet")]  # two units' files
     write_edges(edges[0], a[:1500].astype(np.uint64), b[:1500].astype(np.uint64), written)
     write_edges(edges[1], a[1500:].astype(np.uint64), b[1500:].astype(np.uint64), written)
-    outs, rounds = connected_components(edges, str(tmp_path / "cc"), partitions, 2, input_partitions=written)
-    assert len(outs) == partitions
+    outs, rounds, reads = connected_components(edges, str(tmp_path / "cc"), partitions, 2, input_partitions=written)
     # in memory: union-find, no rounds; else star rounds until one changes nothing (the path needs several)
     assert rounds == 0 if partitions == 1 else rounds > 1
-    got = {}
-    for q in range(2):
-        r = read_partition(outs, q, {"node": np.uint64, "label": np.uint64})
-        got.update(zip(r["node"].tolist(), r["label"].tolist()))
-    assert got == {k: v for k, v in _union_find(n, a.tolist(), b.tolist()).items() if v != k}
+    assert _labels_of(outs, 2) == {k: v for k, v in _union_find(n, a.tolist(), b.tolist()).items() if v != k}
+
+
+def _graph(kind: str, n: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Edges over node keys of several shards (high words), shaped as near-duplicate graphs come."""
+    keys = (rng.integers(0, 5, n).astype(np.uint64) << np.uint64(32)) | rng.permutation(n).astype(np.uint64)
+    i = np.arange(1, n)
+    if kind == "path":
+        j = i - 1
+    elif kind == "tree":  # each node a near copy of any earlier one
+        j = (rng.random(n - 1) * i).astype(np.int64)
+    elif kind == "drift":  # each a near copy of one of the previous 20
+        j = i - 1 - (rng.random(n - 1) * np.minimum(i, 20)).astype(np.int64)
+    else:  # "stars": many small clusters, each a bucket's star, two bands apiece
+        j = np.where(i % 7 == 0, i, i - i % 7 + (rng.random(n - 1) * (i % 7)).astype(np.int64))
+    return keys[i], keys[j]
+
+
+@pytest.mark.parametrize("kind", ["path", "tree", "drift", "stars"])
+@pytest.mark.parametrize("partitions, budget", [(2, None), (5, None), (8, 16 * 4 * 900)])
+def test_components_finish_stars_and_shrink_partitions(tmp_path, kind, partitions, budget):
+    """Finished stars leave the graph labelled where they are found, and with a memory budget each step runs in
+    the partitions its live edges need (down to union-find in memory): the labels stay union-find's, each node
+    labelled once."""
+    rng = np.random.default_rng(len(kind) * 31 + partitions)
+    a, b = _graph(kind, 1500, rng)
+    uri = str(tmp_path / "edges.parquet")
+    write_edges(uri, a, b, partitions)
+    got = connected_components([uri], str(tmp_path / "cc"), partitions, 3, memory_budget=budget)
+    nodes, idx = np.unique(np.r_[a, b], return_inverse=True)
+    roots = _union_find(nodes.size, idx[: a.size].tolist(), idx[a.size :].tolist())
+    want = {int(nodes[k]): int(nodes[v]) for k, v in roots.items() if v != k}
+    assert _labels_of(got.labels, 3) == want
+    finished = [u for u in got.labels if "/round-" in u]
+    if kind == "stars":  # clusters of at most 7 nodes: each finished within a few rounds, labelled where found
+        assert finished and got.rounds <= 4
+    if budget:  # the live edges shrink below one partition: the steps read fewer files than at 8 throughout
+        assert got.reads < 8 * 8 * 2 * got.rounds
+
+
+def test_components_of_a_graph_of_finished_stars_only(tmp_path):
+    """Stars around their lowest node from the start: the first round finds every one finished, no label step."""
+    centres = np.arange(0, 400, 4, dtype=np.uint64)
+    a = np.repeat(centres, 3)
+    b = a + np.tile(np.arange(1, 4, dtype=np.uint64), centres.size)
+    uri = str(tmp_path / "edges.parquet")
+    write_edges(uri, a, b, 4)
+    got = connected_components([uri], str(tmp_path / "cc"), 4, 2)
+    assert all("/round-001-large/" in u for u in got.labels)
+    assert got.rounds == 2
+    assert _labels_of(got.labels, 2) == {int(x): int(y) for x, y in zip(b, a)}
 
 
 @pytest.mark.parametrize("partitions", [1, 2])
 def test_components_of_no_edges(tmp_path, partitions):
     edges = str(tmp_path / "edges.parquet")
     write_edges(edges, np.empty(0, np.uint64), np.empty(0, np.uint64), partitions)
-    outs, _ = connected_components([edges], str(tmp_path / "cc"), partitions, 1)
+    outs, _, _ = connected_components([edges], str(tmp_path / "cc"), partitions, 1)
     assert read_partition(outs, 0, {"node": np.uint64, "label": np.uint64})["node"].size == 0
 
 

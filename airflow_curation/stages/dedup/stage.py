@@ -711,14 +711,18 @@ class DedupStage(AttrsStage):
         folder = storage.join(gdir, "packed-units")
         edge_inputs = self._pack(edge_uris, edge_groups, folder, "edges") if edge_groups else edge_uris
         exact_inputs = self._pack(exact_dup_uris, exact_groups, folder, "exact") if exact_groups else exact_dup_uris
-        label_uris, rounds = connected_components(
+        # Each step in the partitions its live edges need (finished stars leave the graph as they are found),
+        # but a forced ``partitions`` keeps them all.
+        components = connected_components(
             edge_inputs,
             storage.join(gdir, "components"),
             cc_parts,
             out_parts,
             self.default_mapper(),
             input_partitions=written,
+            memory_budget=None if self.config["partitions"] else budget,
         )
+        label_uris = components.labels
         # Phase 3 reads its shard's output partition of the labels and of the exact duplicates: from every
         # unit's and components partition's file that is that many opens per shard, a pairs term that grows
         # with the square of the data. Gathered by output partition first, it is two opens per shard; one
@@ -742,7 +746,8 @@ class DedupStage(AttrsStage):
             "units": len(ranges),
             "components_partitions": cc_parts,
             "edge_partitions": written,
-            "components_rounds": rounds,
+            "components_rounds": components.rounds,
+            "components_reads": components.reads,
             "spill_groups": len(groups),
             "edge_groups": len(edge_groups),
             "exact_groups": len(exact_groups),

@@ -1,0 +1,143 @@
+"""Connected components on near-duplicate-shaped graphs: two code trees side by side (A/B alternated).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_components.py --a <tree> --b <tree> --rounds 3 \\
+        --json benchmarks/results/components_ab.json
+
+A graph is many small clusters (sizes drawn from a Zipf law, each a random tree: what LSH buckets of near
+copies give) and one giant component shaped as near copies drifting (each node a near copy of one of the 50
+before it), over node keys of many shards. Both trees run ``connected_components`` on the same edge files in
+fresh processes pinned to one core (``--cpu``), with the memory budget that gives ``--partitions`` for the
+first step; recorded: CPU seconds, rounds, the (file, step) reads and the directed edges every step wrote
+(what the steps carry), and a digest of the labels (the same in both trees, or the run fails).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+CHILD = r"""
+import inspect, json, logging, re, sys, time, resource
+import numpy as np
+from airflow_curation.core import components
+from airflow_curation.core.lsh import read_partition
+uri, work, parts, budget = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+steps = []
+class H(logging.Handler):
+    def emit(self, r):
+        m = re.search(r"(\d+) directed edges", r.getMessage())
+        if m:
+            steps.append(int(m.group(1)))
+logging.getLogger(components.__name__).addHandler(H())
+logging.getLogger(components.__name__).setLevel(logging.INFO)
+kw = {"memory_budget": budget} if "memory_budget" in inspect.signature(components.connected_components).parameters else {}
+t = time.process_time()
+got = components.connected_components([uri], work, parts, 16, **kw)
+cpu = time.process_time() - t
+labels = got[0]
+h = np.uint64(0)
+n = 0
+for q in range(16):
+    r = read_partition(labels, q, {"node": np.uint64, "label": np.uint64})
+    with np.errstate(over="ignore"):
+        h += (r["node"] * np.uint64(0x9E3779B97F4A7C15) ^ r["label"]).sum(dtype=np.uint64)
+    n += r["node"].size
+print(json.dumps({"cpu_s": cpu, "rounds": got[1], "reads": got[2] if len(got) > 2 else None,
+                  "step_edges": steps, "labelled": n, "digest": int(h),
+                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def graph(clusters_nodes: int, giant: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    sizes = []
+    left = clusters_nodes
+    while left > 1:
+        s = int(min(left, 1000, rng.zipf(1.8) + 1))
+        sizes.append(s)
+        left -= s
+    n = sum(sizes) + giant
+    keys = (rng.integers(0, 50_000, n).astype(np.uint64) << np.uint64(32)) | rng.permutation(n).astype(np.uint64)
+    a, b, at = [], [], 0
+    for s in sizes:  # a random tree over each cluster
+        i = np.arange(1, s)
+        a.append(keys[at + i])
+        b.append(keys[at + (rng.random(s - 1) * i).astype(np.int64)])
+        at += s
+    i = np.arange(1, giant)  # the giant: each node a near copy of one of the 50 before it
+    j = i - 1 - (rng.random(giant - 1) * np.minimum(i, 50)).astype(np.int64)
+    a.append(keys[at + i])
+    b.append(keys[at + j])
+    return np.concatenate(a), np.concatenate(b)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--a", required=True, help="code tree A (e.g. a git archive of main)")
+    ap.add_argument("--b", required=True, help="code tree B")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cpu", type=int, default=1)
+    ap.add_argument("--partitions", type=int, default=16)
+    ap.add_argument("--graphs", default="2000000:0,2000000:250000,0:1000000", help="cluster nodes:giant nodes, ...")
+    ap.add_argument("--json", default="benchmarks/results/components_ab.json")
+    args = ap.parse_args()
+    out = {"command": " ".join(sys.argv), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for spec in args.graphs.split(","):
+            nodes, giant = (int(x) for x in spec.split(":"))
+            sys.path.insert(0, args.b)
+            from airflow_curation.core.components import write_edges
+
+            a, b = graph(nodes, giant, seed=nodes + giant)
+            uri = os.path.join(tmp, f"edges-{nodes}-{giant}.parquet")
+            write_edges(uri, a, b, args.partitions)
+            budget = int(2 * a.size * 16 * 4 / args.partitions) + 1  # partitions_for gives --partitions
+            for r in range(args.rounds):
+                for name, tree in (("A", args.a), ("B", args.b)) if r % 2 == 0 else (("B", args.b), ("A", args.a)):
+                    work = tempfile.mkdtemp(dir=tmp)
+                    cmd = ["taskset", "-c", str(args.cpu), sys.executable, "-P", "-c", CHILD, uri, work]
+                    cmd += [str(args.partitions), str(budget)]
+                    load = os.getloadavg()
+                    res = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": tree}, capture_output=True, text=True)
+                    if res.returncode:
+                        sys.exit(res.stderr)
+                    run = json.loads(res.stdout.strip().splitlines()[-1])
+                    run.update(tree=name, graph=spec, edges=int(a.size), round=r, load=load)
+                    out["runs"].append(run)
+                    print(name, spec, {k: run[k] for k in ("cpu_s", "rounds", "reads", "labelled")}, flush=True)
+            digests = {run["digest"] for run in out["runs"] if run["graph"] == spec}
+            if len(digests) != 1:
+                sys.exit(f"labels differ between the trees on {spec}")
+    Path(args.json).write_text(json.dumps(out, indent=1))
+    report(out)
+
+
+def report(out: dict) -> None:
+    print(
+        "| graph (cluster nodes : giant) | directed edges in | tree | CPU s, median (min-max) | rounds | step reads | "
+        "edges the steps wrote | peak RSS MiB |"
+    )
+    print("| --- | ---: | --- | --- | ---: | ---: | ---: | ---: |")
+    for spec in dict.fromkeys(r["graph"] for r in out["runs"]):
+        for tree in ("A", "B"):
+            runs = [r for r in out["runs"] if r["graph"] == spec and r["tree"] == tree]
+            cpu = sorted(r["cpu_s"] for r in runs)
+            med = cpu[len(cpu) // 2]
+            r0 = runs[0]
+            print(
+                f"| {spec} | {2 * r0['edges']:,} | {tree} | {med:.2f} ({cpu[0]:.2f}-{cpu[-1]:.2f}) | {r0['rounds']} | "
+                f"{r0['reads'] if r0['reads'] is not None else '-'} | {sum(r0['step_edges']):,} | "
+                f"{max(r['peak_rss_mib'] for r in runs):.0f} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
