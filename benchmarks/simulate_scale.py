@@ -132,7 +132,9 @@ def load_curve(doc: dict) -> dict:
                 top_global.get("verified", 0) + top_global.get("exact_edges", 0)
             ) / max(1, top_rows)
             curve["stages"][stage]["exact_per_row"] = top_global.get("exact_edges", 0) / max(1, top_rows)
-            curve["stages"][stage]["components_rounds"] = top_global.get("components_rounds")
+            steps = top_global.get("components_steps")  # the live edges after each star step, where recorded
+            if steps and steps[0]:
+                curve["stages"][stage]["components_live"] = [n / steps[0] for n in steps]
     curve["rows_per_gb"] = max(r["stages"]["ingest"]["rows"] / (r["input_bytes"] / 1e9) for r in sizes)
     # bytes each stage writes per GB of input (what the next stages read), from the largest size
     top = sizes[-1]
@@ -162,7 +164,7 @@ def plan(
     max_array: int = 100_000,
     pair_s: float | None = None,
     micro: dict | None = None,
-    components_rounds: int | None = None,
+    components_live: tuple[float, ...] | None = None,
 ) -> dict:
     """The run on ``nodes`` nodes: per stage units, slots, waves, wall and node-hours; the LSH partitions."""
     gb = total_bytes / 1e9
@@ -182,7 +184,7 @@ def plan(
     # each stage's spill over the run, once (dedup's decides the packs and feeds its I/O terms)
     spills = {stage: c.get("spill_bytes_per_gb", 0.0) * spill_growth * gb for stage, c in curve["stages"].items()}
     packs = spill_packs(micro.get("spill_pack"), shards, partitions, spills.get("dedup", 0.0), budget)
-    components = components_terms(dedup, rows, shards, partitions, budget, components_rounds)
+    components = components_terms(dedup, rows, shards, partitions, budget, components_live)
     groups = min(shards, max_array)
     out = {
         "bytes": total_bytes,
@@ -286,44 +288,70 @@ def spill_packs(pack: dict | None, shards: int, partitions: int, spill_bytes: fl
 # requests of one read on an object store: a file opened for a range (HEAD, footer, ranged reads: 4 on the
 # loopback S3 of bench_spill_pack.py) and a pack's range (its tail, its blocks)
 OPEN_GETS, PACK_READ_GETS = 4, 2
-# star rounds where the curve has none: the quiet curve's 16 GB lake took 6 (RESULTS.md *Packed units' outputs*)
-COMPONENTS_ROUNDS = 6
+# The live directed edges after each star step, over the first step's, where the curve has none: the 16 GB lake's
+# run on the code that labels finished stars where they are found (RESULTS.md *Finished stars leave the graph*).
+COMPONENTS_LIVE = (1.0, 0.8945, 0.07697, 0.07643, 0.009789, 0.009783, 0.0007576, 0.0007576, 0.0)
+
+
+def components_steps(cc: int, edges: int, budget: int, live: tuple[float, ...]) -> list[int]:
+    """The partitions each star step runs in, by the stage's rule: the first in ``cc``, each next in what the
+    edges the step before left need (``partitions_for``, never more), until they fit one (union-find in
+    memory, the last entry 1) or none is left."""
+    from airflow_curation.core.lsh import partitions_for
+
+    parts = [cc]
+    for frac in live[:-1]:
+        if frac == 0:
+            break
+        parts.append(min(parts[-1], partitions_for(int(edges * frac), budget)))
+        if parts[-1] == 1:
+            break
+    return parts
 
 
 def components_terms(
-    dedup: dict, rows: float, shards: int, units: int, budget: float, rounds: int | None = None
+    dedup: dict, rows: float, shards: int, units: int, budget: float, live: tuple[float, ...] | None = None
 ) -> dict | None:
     """Requests of what dedup's global phase does after its units, on an object store, by the stage's own rules:
-    the components (the first step reads every unit's edge file, each later step and the labels every
-    components partition's file, ``rounds`` large-star + small-star rounds) and the gather (each output
-    partition reads every components partition's labels and every unit's exact duplicates), with the units'
-    outputs packed where the stage would pack them. None without the curve's edges a row."""
+    the components (the first step reads every unit's edge file, each later one the previous step's files in
+    the partitions its live edges need, :func:`components_steps`; the finished stars' labels written where they
+    are found) and the gather (each output partition reads every labels file and every unit's exact
+    duplicates), with the units' outputs packed where the stage would pack them. None without the curve's
+    edges a row."""
     if not dedup.get("edges_per_row"):
         return None
     from airflow_curation.core.lsh import partitions_for
     from airflow_curation.stages.dedup.stage import MAX_OUT_PARTITIONS, edge_bytes, pack_groups
 
-    rounds = rounds or dedup.get("components_rounds") or COMPONENTS_ROUNDS
+    live = tuple(live or dedup.get("components_live") or COMPONENTS_LIVE)
     edges = int(edge_bytes({"verified": dedup["edges_per_row"] * rows, "exact_edges": 0}))  # the stage's count
     cc = min(units, partitions_for(edges, int(budget)))
     out = min(shards, MAX_OUT_PARTITIONS)
     edge_groups = pack_groups(units, cc, units, edges, int(budget), remote=True)
     exact_groups = pack_groups(units, out, out, int(dedup["exact_per_row"] * rows * 8), int(budget), remote=True)
-    steps = 2 * rounds  # the first reads the units' edges; the labels step reads the last one's
-    file_opens = (steps * cc * cc) + out * cc  # later steps, the labels step; the labels' gather
-    file_opens += cc * units * (not edge_groups) + out * units * (not exact_groups)
+    parts = components_steps(cc, edges, int(budget), live)
+    step_opens = sum(a * b for a, b in zip(parts[1:], parts[:-1]))  # each step opens every file of the one before
+    last = parts[-1] if parts[-1] > 1 else 0  # else in memory: one task reads the last files (counted above)
+    step_opens += last * last  # the labels step on what is left
+    # labels files: the last step's and the finished stars' of every later large-star step (one a task)
+    label_files = max(1, last) + sum(parts[2::2])
+    file_opens = step_opens + out * label_files  # and the labels' gather
+    unit_opens = cc * units * (not edge_groups) + out * units * (not exact_groups)
     pack_reads = cc * len(edge_groups) + out * len(exact_groups)
     packed_files = units * (bool(edge_groups) + bool(exact_groups))  # a GET each to copy
-    gets = OPEN_GETS * file_opens + PACK_READ_GETS * pack_reads + packed_files
-    puts = 2 * units + (steps + 1) * cc + 2 * out + len(edge_groups) + len(exact_groups)
+    gets = OPEN_GETS * (file_opens + unit_opens) + PACK_READ_GETS * pack_reads + packed_files
+    puts = 2 * units + sum(parts) + label_files + 2 * out + len(edge_groups) + len(exact_groups)
     return {
         "partitions": cc,
-        "rounds": rounds,
+        "steps": len(parts),
+        "step_partitions": parts,
+        "rounds": math.ceil(len(parts) / 2),
         "edge_groups": len(edge_groups),
         "exact_groups": len(exact_groups),
         "gets": gets,
         "puts": puts,
-        "gets_unpacked": OPEN_GETS * ((steps * cc * cc) + out * cc + cc * units + out * units),
+        "gets_unpacked": OPEN_GETS * (file_opens + cc * units + out * units),
+        "gets_every_step_at_cc": OPEN_GETS * ((len(live) - 1) * cc * cc + out * cc),
     }
 
 
@@ -419,7 +447,9 @@ def components_sentence(plans: list[dict]) -> str:
         return ""
     c0 = plans[0]["components"]
     return (
-        f"; after the units, the components run in {c0['partitions']:,} partitions ({c0['rounds']} star rounds), "
+        f"; after the units, the components' {c0['steps']} star steps run in "
+        f"{', '.join(f'{n:,}' for n in c0['step_partitions'])} partitions (each in what the edges left alive need, "
+        "the finished stars labelled where found, the last in memory), "
         "the units' edge and exact-duplicate files packed where the stage would pack them: "
         + ", ".join(
             f"{p['components']['edge_groups']:,} + {p['components']['exact_groups']:,} packs, "

@@ -52,11 +52,13 @@ Mapper = Callable[[Callable[..., Any], Iterable[tuple]], Iterator[Any]]
 class Components(NamedTuple):
     """Label spill files (columns ``node``, ``label``: only nodes whose label differs from themselves, partitioned
     by ``shard index % out_partitions``: the last step's and those of the finished stars), the star rounds it
-    took (0: the graph was solved in memory), and the (file, step) reads its steps made."""
+    took (0: the graph was solved in memory), the (file, step) reads its steps made, and the directed edges each
+    step wrote (what is still unsolved after it)."""
 
     labels: list[str]
     rounds: int
     reads: int = 0
+    steps: tuple[int, ...] = ()
 
 
 def _serial(fn, arg_tuples):
@@ -242,7 +244,7 @@ def connected_components(
         return Components([out], 0)
     mapper = mapper or _serial
     current, written_in, columns = list(edge_uris), input_partitions, EDGE_COLUMNS
-    parts, reads, finished = num_partitions, 0, []
+    parts, reads, finished, steps = num_partitions, 0, [], []
     labels_dir = storage.join(work_dir, "labels")
     previous_digest = None
     for rnd in range(max_rounds):
@@ -252,7 +254,7 @@ def connected_components(
                 out = storage.join(labels_dir, "part-00000.parquet")
                 _in_memory(current, out, out_partitions, written_in)
                 _remove(current, edge_uris)
-                return Components([out, *finished], rnd + 1, reads + len(current))
+                return Components([out, *finished], rnd + 1, reads + len(current), tuple(steps))
             step = storage.join(work_dir, f"round-{rnd:03d}-{kind}")
             outs = [storage.join(step, f"part-{p:05d}.parquet") for p in range(parts)]
             labels = [storage.join(step, f"labels-{p:05d}.parquet") for p in range(parts)]
@@ -266,6 +268,7 @@ def connected_components(
             _remove(current, edge_uris)
             current, written_in, columns = outs, parts, STEP_COLUMNS
             edges = sum(n for n, _, _ in results)
+            steps.append(edges)
             fault_point("dedup.mid_components")
             log.info("components: round %d %s-star, %d directed edges in %d partitions", rnd, kind, edges, parts)
             if edges == 0:  # every component was a finished star, labelled where it was found
@@ -273,7 +276,7 @@ def connected_components(
                 if not finished:
                     finished.append(storage.join(labels_dir, "part-00000.parquet"))
                     _write_labels(finished[0], np.empty(0, np.uint64), np.empty(0, np.uint64), out_partitions)
-                return Components(finished, rnd + 1, reads)
+                return Components(finished, rnd + 1, reads, tuple(steps))
             if memory_budget:
                 parts = min(parts, partitions_for(edges * 16, memory_budget))
         if round_digest == previous_digest:
@@ -285,7 +288,7 @@ def connected_components(
     list(mapper(_labels, [(current, p, outs[p], out_partitions) for p in range(written_in)]))
     reads += written_in * len(current)
     _remove(current, edge_uris)
-    return Components(outs + finished, rnd + 1, reads)
+    return Components(outs + finished, rnd + 1, reads, tuple(steps))
 
 
 def _remove(step_files: list[str], edge_uris: list[str]) -> None:

@@ -287,7 +287,7 @@ def test_components_match_union_find(tmp_path, partitions, written):
     edges = [str(tmp_path / "edges-0.parquet"), str(tmp_path / "edges-1.parquet")]  # two units' files
     write_edges(edges[0], a[:1500].astype(np.uint64), b[:1500].astype(np.uint64), written)
     write_edges(edges[1], a[1500:].astype(np.uint64), b[1500:].astype(np.uint64), written)
-    outs, rounds, reads = connected_components(edges, str(tmp_path / "cc"), partitions, 2, input_partitions=written)
+    outs, rounds, _, _ = connected_components(edges, str(tmp_path / "cc"), partitions, 2, input_partitions=written)
     # in memory: union-find, no rounds; else star rounds until one changes nothing (the path needs several)
     assert rounds == 0 if partitions == 1 else rounds > 1
     assert _labels_of(outs, 2) == {k: v for k, v in _union_find(n, a.tolist(), b.tolist()).items() if v != k}
@@ -340,6 +340,7 @@ def test_components_of_a_graph_of_finished_stars_only(tmp_path):
     got = connected_components([uri], str(tmp_path / "cc"), 4, 2)
     assert all("/round-001-large/" in u for u in got.labels)
     assert got.rounds == 2
+    assert got.steps == (600, 600, 0)  # both directions of 300 edges, then nothing left
     assert _labels_of(got.labels, 2) == {int(x): int(y) for x, y in zip(b, a)}
 
 
@@ -347,7 +348,7 @@ def test_components_of_a_graph_of_finished_stars_only(tmp_path):
 def test_components_of_no_edges(tmp_path, partitions):
     edges = str(tmp_path / "edges.parquet")
     write_edges(edges, np.empty(0, np.uint64), np.empty(0, np.uint64), partitions)
-    outs, _, _ = connected_components([edges], str(tmp_path / "cc"), partitions, 1)
+    outs = connected_components([edges], str(tmp_path / "cc"), partitions, 1).labels
     assert read_partition(outs, 0, {"node": np.uint64, "label": np.uint64})["node"].size == 0
 
 

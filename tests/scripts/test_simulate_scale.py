@@ -257,34 +257,41 @@ def test_spill_bytes_grow_with_the_plans_partition_count(sim, measured):
 
 
 def test_the_components_and_the_gather_count_their_requests_as_the_stage_would_read(sim, measured):
-    """With the curve's edges a row, dedup's GETs hold the components' steps (components partitions squared a
-    step, two steps a round, and the labels step), the first step's reads of the units' edge files and the
-    gather's of their exact duplicates, the units' outputs packed by the stage's own rule; more rounds, more
-    GETs; no edges measured, no term."""
+    """With the curve's edges a row, dedup's GETs hold the components' steps (each opening every file of the step
+    before, in the partitions the live edges the curve recorded need, down to one in memory), the first step's
+    reads of the units' edge files, and the gather's of every labels file and of the units' exact duplicates,
+    the units' outputs packed by the stage's own rule; edges that stay alive longer, more GETs; no edges
+    measured, no term."""
     doc = json.loads(measured.read_text())
     assert sim.plan(sim.load_curve(doc), 50e12, 15e12, 1e9, nodes=64, cores=64, mem_bytes=512e9)["components"] is None
     doc["sizes"]["4"]["stages"]["dedup"]["global"] = {
         "verified": 1_000_000,
         "exact_edges": 200_000,
-        "components_rounds": 5,
+        "components_steps": [2_000, 1_800, 200, 200, 10, 10, 0],
     }
     curve = sim.load_curve(doc)
     dedup = curve["stages"]["dedup"]
-    assert dedup["edges_per_row"] == pytest.approx(1.2e6 / 1.2e6) and dedup["components_rounds"] == 5
+    assert dedup["edges_per_row"] == pytest.approx(1.2e6 / 1.2e6)
+    assert dedup["components_live"] == [1.0, 0.9, 0.1, 0.1, 0.005, 0.005, 0.0]
     p = sim.plan(curve, 50e12, 15e12, 1e9, nodes=256, cores=64, mem_bytes=512e9)
     c = p["components"]
     units, cc, out = p["lsh_partitions"], c["partitions"], 256
-    assert c["rounds"] == 5 and cc > 1 and cc < units
+    parts = c["step_partitions"]
+    assert cc > 1 and cc < units and parts[0] == parts[1] == cc
+    assert parts == sorted(parts, reverse=True) and parts[3] <= cc // 5  # 10% of the edges left after step 2
     assert c["edge_groups"] > 1 and c["edge_groups"] < units  # 16,384 units: their files packed
-    steps = 2 * 5
-    opens = steps * cc * cc + out * cc + (out * units if not c["exact_groups"] else 0)
+    last = parts[-1] if parts[-1] > 1 else 0
+    steps = sum(a * b for a, b in zip(parts[1:], parts[:-1])) + last * last
+    label_files = max(1, last) + sum(parts[2::2])
+    opens = steps + out * label_files + (out * units if not c["exact_groups"] else 0)
     packs = cc * c["edge_groups"] + out * c["exact_groups"]
     copied = units * (1 + bool(c["exact_groups"]))
     assert c["gets"] == sim.OPEN_GETS * opens + sim.PACK_READ_GETS * packs + copied
-    assert c["gets"] < c["gets_unpacked"]
+    assert c["gets"] < c["gets_unpacked"] and c["gets"] < c["gets_every_step_at_cc"]
     bare = sim.io_terms(
         curve, "dedup", 50_000, p["shards"], p["shard_groups"], units, p["stages"]["dedup"]["spill_bytes"]
     )
     assert p["stages"]["dedup"]["get_requests"] == bare[1] + c["gets"]
-    more = sim.plan(curve, 50e12, 15e12, 1e9, nodes=256, cores=64, mem_bytes=512e9, components_rounds=8)
-    assert more["components"]["gets"] - c["gets"] == sim.OPEN_GETS * 2 * 3 * cc * cc
+    slower = (1.0, 0.9, 0.9, 0.9, 0.9, 0.9, 0.0)  # nothing finished until the end: every step at nearly cc
+    more = sim.plan(curve, 50e12, 15e12, 1e9, nodes=256, cores=64, mem_bytes=512e9, components_live=slower)
+    assert more["components"]["gets"] > 2 * c["gets"]

@@ -748,6 +748,7 @@ class DedupStage(AttrsStage):
             "edge_partitions": written,
             "components_rounds": components.rounds,
             "components_reads": components.reads,
+            "components_steps": list(components.steps),
             "spill_groups": len(groups),
             "edge_groups": len(edge_groups),
             "exact_groups": len(exact_groups),
