@@ -3,12 +3,15 @@
     PYTHONPATH=. .venv/bin/python benchmarks/bench_components.py --a <tree> --b <tree> --rounds 3 \\
         --json benchmarks/results/components_ab.json
 
-A graph is many small clusters (sizes drawn from a Zipf law, each a random tree: what LSH buckets of near
-copies give) and one giant component shaped as near copies drifting (each node a near copy of one of the 50
-before it), over node keys of many shards. Both trees run ``connected_components`` on the same edge files in
-fresh processes pinned to one core (``--cpu``), with the memory budget that gives ``--partitions`` for the
-first step; recorded: CPU seconds, rounds, the (file, step) reads and the directed edges every step wrote
-(what the steps carry), and a digest of the labels (the same in both trees, or the run fails).
+A synthetic graph (``--graphs``) is many small clusters (sizes drawn from a Zipf law, each a random tree: what
+LSH buckets of near copies give) and one giant component shaped as near copies drifting (each node a near copy
+of one of the 50 before it), over node keys of many shards; ``--lake-edges DIR:WRITTEN`` adds a dedup run's own
+edge files (``dedup/<run key>/edges``, written in WRITTEN partitions). Each contender runs
+``connected_components`` on the same edge files in fresh processes pinned to one core (``--cpu``), rotated in
+turn: A, B with the memory budget that gives ``--partitions`` for the first step (B shrinks its steps' partitions
+with the live edges; A has no such rule), and B at ``--partitions`` throughout (``B fixed``: finished stars
+dropped, nothing else). Recorded: CPU seconds, rounds, the (file, step) reads and the directed edges every
+step wrote (what the steps carry), and a digest of the labels (the same for every contender, or the run fails).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,7 +33,8 @@ import inspect, json, logging, re, sys, time, resource
 import numpy as np
 from airflow_curation.core import components
 from airflow_curation.core.lsh import read_partition
-uri, work, parts, budget = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+uris, work, parts, budget = sys.argv[1].split(","), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+written = int(sys.argv[5])
 steps = []
 class H(logging.Handler):
     def emit(self, r):
@@ -38,9 +43,9 @@ class H(logging.Handler):
             steps.append(int(m.group(1)))
 logging.getLogger(components.__name__).addHandler(H())
 logging.getLogger(components.__name__).setLevel(logging.INFO)
-kw = {"memory_budget": budget} if "memory_budget" in inspect.signature(components.connected_components).parameters else {}
+kw = {"memory_budget": budget} if budget and "memory_budget" in inspect.signature(components.connected_components).parameters else {}
 t = time.process_time()
-got = components.connected_components([uri], work, parts, 16, **kw)
+got = components.connected_components(uris, work, parts, 16, input_partitions=written, **kw)
 cpu = time.process_time() - t
 labels = got[0]
 h = np.uint64(0)
@@ -87,35 +92,49 @@ def main() -> None:
     ap.add_argument("--cpu", type=int, default=1)
     ap.add_argument("--partitions", type=int, default=16)
     ap.add_argument("--graphs", default="2000000:0,2000000:250000,0:1000000", help="cluster nodes:giant nodes, ...")
+    ap.add_argument("--lake-edges", default="", help="a dedup run's edges folder and its written partitions, DIR:N")
     ap.add_argument("--json", default="benchmarks/results/components_ab.json")
     args = ap.parse_args()
     out = {"command": " ".join(sys.argv), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": []}
+    contenders = (("A", args.a, True), ("B", args.b, True), ("B fixed", args.b, False))
     with tempfile.TemporaryDirectory() as tmp:
-        for spec in args.graphs.split(","):
-            nodes, giant = (int(x) for x in spec.split(":"))
-            sys.path.insert(0, args.b)
-            from airflow_curation.core.components import write_edges
+        inputs = []  # (name, edge files, written partitions, directed edges)
+        sys.path.insert(0, args.b)
+        from airflow_curation.core.components import write_edges
 
+        for spec in filter(None, args.graphs.split(",")):
+            nodes, giant = (int(x) for x in spec.split(":"))
             a, b = graph(nodes, giant, seed=nodes + giant)
             uri = os.path.join(tmp, f"edges-{nodes}-{giant}.parquet")
             write_edges(uri, a, b, args.partitions)
-            budget = int(2 * a.size * 16 * 4 / args.partitions) + 1  # partitions_for gives --partitions
+            inputs.append((spec, [uri], args.partitions, 2 * int(a.size)))
+        if args.lake_edges:
+            folder, written = args.lake_edges.rsplit(":", 1)
+            uris = sorted(str(p) for p in Path(folder).glob("unit-*"))
+            from airflow_curation.core.lsh import read_partitions
+
+            edges = sum(r["src"].size for _, r in read_partitions(uris, 0, int(written), {"src": np.uint64}))
+            inputs.append((f"lake {Path(folder).parent.name}", uris, int(written), int(edges)))
+        for spec, uris, written, edges in inputs:
+            budget = int(edges * 16 * 4 / args.partitions) + 1  # partitions_for gives --partitions
             for r in range(args.rounds):
-                for name, tree in (("A", args.a), ("B", args.b)) if r % 2 == 0 else (("B", args.b), ("A", args.a)):
+                turn = contenders[r % 3 :] + contenders[: r % 3]
+                for name, tree, with_budget in turn:
                     work = tempfile.mkdtemp(dir=tmp)
-                    cmd = ["taskset", "-c", str(args.cpu), sys.executable, "-P", "-c", CHILD, uri, work]
-                    cmd += [str(args.partitions), str(budget)]
+                    cmd = ["taskset", "-c", str(args.cpu), sys.executable, "-P", "-c", CHILD, ",".join(uris), work]
+                    cmd += [str(args.partitions), str(budget if with_budget else 0), str(written)]
                     load = os.getloadavg()
                     res = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": tree}, capture_output=True, text=True)
                     if res.returncode:
                         sys.exit(res.stderr)
                     run = json.loads(res.stdout.strip().splitlines()[-1])
-                    run.update(tree=name, graph=spec, edges=int(a.size), round=r, load=load)
+                    run.update(tree=name, graph=spec, edges=edges, round=r, load=load)
                     out["runs"].append(run)
                     print(name, spec, {k: run[k] for k in ("cpu_s", "rounds", "reads", "labelled")}, flush=True)
+                    shutil.rmtree(work, ignore_errors=True)
             digests = {run["digest"] for run in out["runs"] if run["graph"] == spec}
             if len(digests) != 1:
-                sys.exit(f"labels differ between the trees on {spec}")
+                sys.exit(f"labels differ between the contenders on {spec}")
     Path(args.json).write_text(json.dumps(out, indent=1))
     report(out)
 
@@ -127,7 +146,7 @@ def report(out: dict) -> None:
     )
     print("| --- | ---: | --- | --- | ---: | ---: | ---: | ---: |")
     for spec in dict.fromkeys(r["graph"] for r in out["runs"]):
-        for tree in ("A", "B"):
+        for tree in ("A", "B", "B fixed"):
             runs = [r for r in out["runs"] if r["graph"] == spec and r["tree"] == tree]
             cpu = sorted(r["cpu_s"] for r in runs)
             med = cpu[len(cpu) // 2]
