@@ -77,10 +77,11 @@ def graph(clusters_nodes: int, giant: int, seed: int) -> tuple[np.ndarray, np.nd
         a.append(keys[at + i])
         b.append(keys[at + (rng.random(s - 1) * i).astype(np.int64)])
         at += s
-    i = np.arange(1, giant)  # the giant: each node a near copy of one of the 50 before it
-    j = i - 1 - (rng.random(giant - 1) * np.minimum(i, 50)).astype(np.int64)
-    a.append(keys[at + i])
-    b.append(keys[at + j])
+    if giant > 1:  # the giant: each node a near copy of one of the 50 before it
+        i = np.arange(1, giant)
+        j = i - 1 - (rng.random(giant - 1) * np.minimum(i, 50)).astype(np.int64)
+        a.append(keys[at + i])
+        b.append(keys[at + j])
     return np.concatenate(a), np.concatenate(b)
 
 

@@ -288,9 +288,11 @@ def spill_packs(pack: dict | None, shards: int, partitions: int, spill_bytes: fl
 # requests of one read on an object store: a file opened for a range (HEAD, footer, ranged reads: 4 on the
 # loopback S3 of bench_spill_pack.py) and a pack's range (its tail, its blocks)
 OPEN_GETS, PACK_READ_GETS = 4, 2
-# The live directed edges after each star step, over the first step's, where the curve has none: the 16 GB lake's
-# run on the code that labels finished stars where they are found (RESULTS.md *Finished stars leave the graph*).
-COMPONENTS_LIVE = (1.0, 0.8945, 0.07697, 0.07643, 0.009789, 0.009783, 0.0007576, 0.0007576, 0.0)
+# The live directed edges after each star step, over the first step's, where the curve has none: the quiet
+# curve's 16 GB lake's own edge files at 4 partitions throughout (`bench_components.py --lake-edges`, "B fixed" in
+# results/components_ab_lake16.json; RESULTS.md *Finished stars leave the graph*). The code before carried all
+# 1.69 M edges through 12 steps; the star rounds a component needs grow with the log of its size.
+COMPONENTS_LIVE = (1.0, 0.8946, 0.07697, 0.07643, 0.009789, 0.009782, 0.0007576, 0.0007576, 0.0)
 
 
 def components_steps(cc: int, edges: int, budget: int, live: tuple[float, ...]) -> list[int]:
@@ -447,9 +449,11 @@ def components_sentence(plans: list[dict]) -> str:
         return ""
     c0 = plans[0]["components"]
     return (
-        f"; after the units, the components' {c0['steps']} star steps run in "
-        f"{', '.join(f'{n:,}' for n in c0['step_partitions'])} partitions (each in what the edges left alive need, "
-        "the finished stars labelled where found, the last in memory), "
+        f"; after the units, the components' star steps run in "
+        f"{', '.join(f'{n:,}' for n in c0['step_partitions'] if n > 1)} partitions (each in what the edges left "
+        "alive need, the finished stars labelled where found)"
+        + (", then union-find in memory" if c0["step_partitions"][-1] == 1 else "")
+        + ", "
         "the units' edge and exact-duplicate files packed where the stage would pack them: "
         + ", ".join(
             f"{p['components']['edge_groups']:,} + {p['components']['exact_groups']:,} packs, "
