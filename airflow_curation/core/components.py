@@ -42,8 +42,8 @@ from airflow_curation.core.lsh import (
 log = logging.getLogger(__name__)
 
 EDGE_COLUMNS = {"src": np.uint64, "dst": np.uint64}
-# A step's output: its edges (both directions, leaf 0) and, after a small-star step, the leaf reports
-# (src = the leaf's only neighbour, dst = the leaf, leaf 1) in the partition of the neighbour.
+# A step's output: its edges, both directions; after a small-star step, leaf = 1 on the row (src = the leaf's only
+# neighbour, dst = the leaf) that reports the leaf to that neighbour, in the neighbour's partition.
 STEP_COLUMNS = {**EDGE_COLUMNS, "leaf": np.uint8}
 LABEL_COLUMNS = {"node": np.uint64, "label": np.uint64}
 Mapper = Callable[[Callable[..., Any], Iterable[tuple]], Iterator[Any]]
@@ -137,33 +137,29 @@ def _step(
         if reports is not None and reports.any():
             # a node below all its neighbours, every one of which reported it as its only neighbour in the
             # small-star step before: a closed star around its lowest node, finished; labelled, not linked
-            reported, count = np.unique(e["src"][reports], return_counts=True)
-            at = np.minimum(np.searchsorted(reported, nodes), max(reported.size - 1, 0))
-            leaves = np.where(reported[at] == nodes, count[at], 0)
+            leaves = np.bincount(np.searchsorted(nodes, e["src"][reports]), minlength=nodes.size)
             done = (mins == nodes) & (leaves == degree)
             if done.any():
                 finished = done[group]
                 labelled = _write_labels(labels_uri, dst[finished], src[finished], out_partitions)
                 sel &= ~finished
         a, b = dst[sel], m[sel]
-        leaf_src = leaf_dst = np.empty(0, np.uint64)
     else:
         # link every smaller neighbour, and the node itself, to the lowest of them
         sel = dst < src
         head = mins < nodes
         a = np.concatenate([dst[sel], nodes[head]])
         b = np.concatenate([m[sel], mins[head]])
-        # a node whose only neighbour is lower keeps exactly that edge through this step: reported to it
-        one = (degree == 1) & head
-        leaf_src, leaf_dst = mins[one], nodes[one]
-    src_out, dst_out = _both_directions(np.asarray(a, np.uint64), np.asarray(b, np.uint64))
-    out_src = np.concatenate([src_out, leaf_src])
-    leaf = np.r_[np.zeros(src_out.size, np.uint8), np.ones(leaf_src.size, np.uint8)]
-    write_partitioned(
-        out_uri,
-        {"src": out_src, "dst": np.concatenate([dst_out, leaf_dst]), "leaf": leaf},
-        partition_of(out_src, num_partitions),
-    )
+        # a node whose only neighbour is lower keeps exactly that edge through this step, and no other source
+        # writes it: its reverse row (the neighbour's side) carries the report
+        flag = np.r_[np.zeros(int(sel.sum()), np.uint8), (degree[head] == 1).astype(np.uint8)]
+    keep = a != b
+    a, b = np.asarray(a[keep], np.uint64), np.asarray(b[keep], np.uint64)
+    src_out, dst_out = np.concatenate([a, b]), np.concatenate([b, a])
+    leaf = np.zeros(src_out.size, np.uint8)
+    if kind == "small":
+        leaf[a.size :] = flag[keep]
+    write_partitioned(out_uri, {"src": src_out, "dst": dst_out, "leaf": leaf}, partition_of(src_out, num_partitions))
     return int(src_out.size), digest, labelled
 
 
