@@ -125,7 +125,7 @@ def _step(
     edges, labels written: the finished stars a large-star step found, into ``labels_uri``)."""
     e = _read_span(inputs, span, columns)
     reports = e["leaf"] == 1 if "leaf" in e else None
-    src, dst, starts, group, mins = _grouped(e["src"], e["dst"])  # a report repeats an edge: unique drops it
+    src, dst, starts, group, mins = _grouped(e["src"], e["dst"])
     digest = _digest(src, dst)
     m = mins[group] if src.size else np.empty(0, np.uint64)
     nodes = src[starts] if src.size else np.empty(0, np.uint64)
@@ -153,7 +153,7 @@ def _step(
         # a node whose only neighbour is lower keeps exactly that edge through this step, and no other source
         # writes it: its reverse row (the neighbour's side) carries the report
         flag = np.r_[np.zeros(int(sel.sum()), np.uint8), (degree[head] == 1).astype(np.uint8)]
-    keep = a != b
+    keep = a != b  # both directions, as write_edges writes them, with the report flags lined up
     a, b = np.asarray(a[keep], np.uint64), np.asarray(b[keep], np.uint64)
     src_out, dst_out = np.concatenate([a, b]), np.concatenate([b, a])
     leaf = np.zeros(src_out.size, np.uint8)
