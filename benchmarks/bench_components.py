@@ -96,9 +96,13 @@ def main() -> None:
     ap.add_argument("--lake-edges", default="", help="a dedup run's edges folder and its written partitions, DIR:N")
     ap.add_argument("--json", default="benchmarks/results/components_ab.json")
     ap.add_argument("--report", action="store_true", help="print the table of --json and exit")
+    ap.add_argument("--growth", action="store_true", help="rounds against component size and shape, then exit")
     args = ap.parse_args()
     if args.report:
         report(json.loads(Path(args.json).read_text()))
+        return
+    if args.growth:
+        growth(args)
         return
     out = {"command": " ".join(sys.argv), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": []}
     contenders = (("A", args.a, True), ("B", args.b, True), ("B fixed", args.b, False))
@@ -144,7 +148,58 @@ def main() -> None:
     report(out)
 
 
+def shaped(kind: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """One component of ``n`` nodes: a path, a random tree (each node a near copy of any earlier one) or a
+    drifting chain (each a near copy of one of the 50 before it), over random node keys."""
+    rng = np.random.default_rng(seed)
+    keys = rng.choice(2**40, size=n, replace=False).astype(np.uint64) + np.uint64(1)
+    i = np.arange(1, n)
+    if kind == "path":
+        j = i - 1
+    elif kind == "tree":
+        j = (rng.random(n - 1) * i).astype(np.int64)
+    else:
+        j = i - 1 - (rng.random(n - 1) * np.minimum(i, 50)).astype(np.int64)
+    return keys[i], keys[j]
+
+
+def growth(args) -> None:
+    """Rounds one component takes by its size and shape, each tree at ``--partitions`` throughout (no budget)."""
+    out = {"command": " ".join(sys.argv), "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": []}
+    sys.path.insert(0, args.b)
+    from airflow_curation.core.components import write_edges
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in ("path", "tree", "drift"):
+            for n in (10**3, 10**4, 10**5, 10**6):
+                a, b = shaped(kind, n, seed=n)
+                uri = os.path.join(tmp, f"{kind}-{n}.parquet")
+                write_edges(uri, a, b, args.partitions)
+                for name, tree in (("A", args.a), ("B fixed", args.b)):
+                    work = tempfile.mkdtemp(dir=tmp)
+                    cmd = ["taskset", "-c", str(args.cpu), sys.executable, "-P", "-c", CHILD, uri, work]
+                    cmd += [str(args.partitions), "0", str(args.partitions)]
+                    res = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": tree}, capture_output=True, text=True)
+                    if res.returncode:
+                        sys.exit(res.stderr)
+                    run = json.loads(res.stdout.strip().splitlines()[-1])
+                    run.update(tree=name, shape=kind, nodes=n, load=os.getloadavg())
+                    out["runs"].append(run)
+                    print(name, kind, n, run["rounds"], f"{run['cpu_s']:.2f}", flush=True)
+                    shutil.rmtree(work, ignore_errors=True)
+    Path(args.json).write_text(json.dumps(out, indent=1))
+
+
 def report(out: dict) -> None:
+    if out["runs"] and "shape" in out["runs"][0]:  # --growth
+        print("| shape | nodes | A: rounds, CPU s | B fixed: rounds, CPU s |")
+        print("| --- | ---: | --- | --- |")
+        for kind in dict.fromkeys(r["shape"] for r in out["runs"]):
+            for n in dict.fromkeys(r["nodes"] for r in out["runs"] if r["shape"] == kind):
+                got = {r["tree"]: r for r in out["runs"] if r["shape"] == kind and r["nodes"] == n}
+                cells = [f"{got[t]['rounds']}, {got[t]['cpu_s']:.2f}" for t in ("A", "B fixed")]
+                print(f"| {kind} | {n:,} | {cells[0]} | {cells[1]} |")
+        return
     print(
         "| graph (cluster nodes : giant) | directed edges in | tree | CPU s, median (min-max) | rounds | step reads | "
         "edges the steps wrote | peak RSS MiB |"
