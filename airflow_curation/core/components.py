@@ -46,6 +46,7 @@ EDGE_COLUMNS = {"src": np.uint64, "dst": np.uint64}
 # neighbour, dst = the leaf) that reports the leaf to that neighbour, in the neighbour's partition.
 STEP_COLUMNS = {**EDGE_COLUMNS, "leaf": np.uint8}
 LABEL_COLUMNS = {"node": np.uint64, "label": np.uint64}
+EDGE_ROW_BYTES = 16  # a directed edge row (src, dst), what the memory budget sizes partitions by
 Mapper = Callable[[Callable[..., Any], Iterable[tuple]], Iterator[Any]]
 
 
@@ -66,15 +67,22 @@ def _serial(fn, arg_tuples):
         yield fn(*args)
 
 
-def _both_directions(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _both_directions(
+    a: np.ndarray, b: np.ndarray, flag: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Undirected edges (a, b), self-loops dropped, as (src, dst) rows both ways, and each row's leaf flag:
+    ``flag`` of its pair on the reverse (b, a) row, 0 elsewhere."""
     keep = a != b
-    a, b = a[keep], b[keep]
-    return np.concatenate([a, b]), np.concatenate([b, a])
+    a, b = np.asarray(a[keep], np.uint64), np.asarray(b[keep], np.uint64)
+    leaf = np.zeros(2 * a.size, np.uint8)
+    if flag is not None:
+        leaf[a.size :] = flag[keep]
+    return np.concatenate([a, b]), np.concatenate([b, a]), leaf
 
 
 def write_edges(uri: str, a: np.ndarray, b: np.ndarray, num_partitions: int) -> int:
     """Write undirected edges (both directions) partitioned by source."""
-    src, dst = _both_directions(np.asarray(a, np.uint64), np.asarray(b, np.uint64))
+    src, dst, _ = _both_directions(np.asarray(a, np.uint64), np.asarray(b, np.uint64))
     return write_partitioned(uri, {"src": src, "dst": dst}, partition_of(src, num_partitions))
 
 
@@ -124,16 +132,16 @@ def _step(
     partition, so a span of them is a whole set of sources); returns (edges written, digest of its input
     edges, labels written: the finished stars a large-star step found, into ``labels_uri``)."""
     e = _read_span(inputs, span, columns)
-    reports = e["leaf"] == 1 if "leaf" in e else None
     src, dst, starts, group, mins = _grouped(e["src"], e["dst"])
     digest = _digest(src, dst)
     m = mins[group] if src.size else np.empty(0, np.uint64)
     nodes = src[starts] if src.size else np.empty(0, np.uint64)
     degree = np.diff(np.r_[starts, src.size]) if src.size else np.empty(0, np.int64)
-    labelled = 0
+    labelled, flag = 0, None
     if kind == "large":
         # link every larger neighbour to the lowest node of the neighbourhood
         sel = dst > src
+        reports = e["leaf"] == 1 if "leaf" in e else None
         if reports is not None and reports.any():
             # a node below all its neighbours, every one of which reported it as its only neighbour in the
             # small-star step before: a closed star around its lowest node, finished; labelled, not linked
@@ -153,12 +161,7 @@ def _step(
         # a node whose only neighbour is lower keeps exactly that edge through this step, and no other source
         # writes it: its reverse row (the neighbour's side) carries the report
         flag = np.r_[np.zeros(int(sel.sum()), np.uint8), (degree[head] == 1).astype(np.uint8)]
-    keep = a != b  # both directions, as write_edges writes them, with the report flags lined up
-    a, b = np.asarray(a[keep], np.uint64), np.asarray(b[keep], np.uint64)
-    src_out, dst_out = np.concatenate([a, b]), np.concatenate([b, a])
-    leaf = np.zeros(src_out.size, np.uint8)
-    if kind == "small":
-        leaf[a.size :] = flag[keep]
+    src_out, dst_out, leaf = _both_directions(a, b, flag)
     write_partitioned(out_uri, {"src": src_out, "dst": dst_out, "leaf": leaf}, partition_of(src_out, num_partitions))
     return int(src_out.size), digest, labelled
 
@@ -274,7 +277,7 @@ def connected_components(
                     _write_labels(finished[0], np.empty(0, np.uint64), np.empty(0, np.uint64), out_partitions)
                 return Components(finished, rnd + 1, reads, tuple(steps))
             if memory_budget:
-                parts = min(parts, partitions_for(edges * 16, memory_budget))
+                parts = min(parts, partitions_for(edges * EDGE_ROW_BYTES, memory_budget))
         if round_digest == previous_digest:
             break  # the last round changed nothing: every component is a star around its lowest node
         previous_digest = round_digest

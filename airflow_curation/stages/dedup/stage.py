@@ -29,7 +29,7 @@ from dataclasses import asdict
 from airflow_curation.core import spill_pack, storage, uris
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.arrays import to_numpy
-from airflow_curation.core.components import LABEL_COLUMNS, connected_components
+from airflow_curation.core.components import EDGE_ROW_BYTES, LABEL_COLUMNS, connected_components
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import config_fingerprint
 from airflow_curation.core.integrity import verified_reads
@@ -113,8 +113,8 @@ def pack_groups(
 
 def edge_bytes(totals: dict) -> int:
     """The bytes of the edges the global phase's units wrote (``totals``: their counts): both directions of
-    each, 16 B a row."""
-    return 2 * (totals["verified"] + totals["exact_edges"]) * 16
+    each, :data:`~airflow_curation.core.components.EDGE_ROW_BYTES` a row."""
+    return 2 * (totals["verified"] + totals["exact_edges"]) * EDGE_ROW_BYTES
 
 
 def _inputs(s: dict) -> list[str]:
