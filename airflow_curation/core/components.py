@@ -240,7 +240,7 @@ def connected_components(
     if num_partitions == 1:
         out = storage.join(work_dir, "labels", "part-00000.parquet")
         _in_memory(list(edge_uris), out, out_partitions, input_partitions)
-        return Components([out], 0)
+        return Components([out], 0, len(edge_uris))  # one read of each file, as the in-memory finish counts
     mapper = mapper or _serial
     current, written_in, columns = list(edge_uris), input_partitions, EDGE_COLUMNS
     parts, reads, finished, steps = num_partitions, 0, [], []
