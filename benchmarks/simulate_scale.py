@@ -31,10 +31,11 @@ The model, stage by stage (ingest, preprocess, dedup, validate):
   rule, ``stages.dedup.stage.spill_groups``, for an object store: the plan counts GETs), the pairs are
   (partition, pack) ones, plus the pack's copy and each piece's decode (``bench_spill_pack.py``'s figures
   at 4,096 partitions, ``results/spill_pack_p4096.json``).
-* after its units, dedup's GETs hold the components (partitions sized by the curve's edges a row; each of
-  2 x rounds steps and the labels step reads every components partition's file: partitions squared a step)
-  and the gather, reading the units' edge and exact-duplicate files packed where the stage's rule
-  (``pack_groups``) would pack them for an object store (``components_terms``).
+* after its units, dedup's GETs hold the components (the first step's partitions sized by the curve's edges a
+  row; each step reads every file of the step before, in the partitions its live edges need, by the
+  fractions a curve recorded or ``COMPONENTS_LIVE``: ``components_steps``) and the gather, reading the
+  units' edge and exact-duplicate files packed where the stage's rule (``pack_groups``) would pack them for an
+  object store (``components_terms``).
 * Airflow tasks: the pipeline DAG's launch + gate per stage, and their overhead per stage, from the
   largest real-scheduler run (``--airflow-stack real``), else the ``dag.test()`` run; independent of
   the shard count (shards are units inside a task's job, never tasks).
@@ -295,7 +296,7 @@ OPEN_GETS, PACK_READ_GETS = 4, 2
 COMPONENTS_LIVE = (1.0, 0.8946, 0.07697, 0.07643, 0.009789, 0.009782, 0.0007576, 0.0007576, 0.0)
 
 
-def components_steps(cc: int, edges: int, budget: int, live: tuple[float, ...]) -> list[int]:
+def components_steps(cc: int, total_bytes: int, budget: int, live: tuple[float, ...]) -> list[int]:
     """The partitions each star step runs in, by the stage's rule: the first in ``cc``, each next in what the
     edges the step before left need (``partitions_for``, never more), until they fit one (union-find in
     memory, the last entry 1) or none is left."""
@@ -305,7 +306,7 @@ def components_steps(cc: int, edges: int, budget: int, live: tuple[float, ...]) 
     for frac in live[:-1]:
         if frac == 0:
             break
-        parts.append(min(parts[-1], partitions_for(int(edges * frac), budget)))
+        parts.append(min(parts[-1], partitions_for(int(total_bytes * frac), budget)))
         if parts[-1] == 1:
             break
     return parts
@@ -326,12 +327,12 @@ def components_terms(
     from airflow_curation.stages.dedup.stage import MAX_OUT_PARTITIONS, edge_bytes, pack_groups
 
     live = tuple(live or dedup.get("components_live") or COMPONENTS_LIVE)
-    edges = int(edge_bytes({"verified": dedup["edges_per_row"] * rows, "exact_edges": 0}))  # the stage's count
-    cc = min(units, partitions_for(edges, int(budget)))
+    total_bytes = int(edge_bytes({"verified": dedup["edges_per_row"] * rows, "exact_edges": 0}))  # the stage's
+    cc = min(units, partitions_for(total_bytes, int(budget)))
     out = min(shards, MAX_OUT_PARTITIONS)
-    edge_groups = pack_groups(units, cc, units, edges, int(budget), remote=True)
+    edge_groups = pack_groups(units, cc, units, total_bytes, int(budget), remote=True)
     exact_groups = pack_groups(units, out, out, int(dedup["exact_per_row"] * rows * 8), int(budget), remote=True)
-    parts = components_steps(cc, edges, int(budget), live)
+    parts = components_steps(cc, total_bytes, int(budget), live)
     step_opens = sum(a * b for a, b in zip(parts[1:], parts[:-1]))  # each step opens every file of the one before
     last = parts[-1] if parts[-1] > 1 else 0  # else in memory: one task reads the last files (counted above)
     step_opens += last * last  # the labels step on what is left
@@ -347,7 +348,6 @@ def components_terms(
         "partitions": cc,
         "steps": len(parts),
         "step_partitions": parts,
-        "rounds": math.ceil(len(parts) / 2),
         "edge_groups": len(edge_groups),
         "exact_groups": len(exact_groups),
         "gets": gets,
