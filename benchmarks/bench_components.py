@@ -73,16 +73,24 @@ def graph(clusters_nodes: int, giant: int, seed: int) -> tuple[np.ndarray, np.nd
     keys = (rng.integers(0, 50_000, n).astype(np.uint64) << np.uint64(32)) | rng.permutation(n).astype(np.uint64)
     a, b, at = [], [], 0
     for s in sizes:  # a random tree over each cluster
-        i = np.arange(1, s)
-        a.append(keys[at + i])
-        b.append(keys[at + (rng.random(s - 1) * i).astype(np.int64)])
+        a.append(keys[at + np.arange(1, s)])
+        b.append(keys[at + parents("tree", s, rng)])
         at += s
-    if giant > 1:  # the giant: each node a near copy of one of the 50 before it
-        i = np.arange(1, giant)
-        j = i - 1 - (rng.random(giant - 1) * np.minimum(i, 50)).astype(np.int64)
-        a.append(keys[at + i])
-        b.append(keys[at + j])
+    if giant > 1:  # the giant: a drifting chain
+        a.append(keys[at + np.arange(1, giant)])
+        b.append(keys[at + parents("drift", giant, rng)])
     return np.concatenate(a), np.concatenate(b)
+
+
+def parents(kind: str, n: int, rng) -> np.ndarray:
+    """The node each of nodes 1..n-1 links to: the one before (a path), any earlier one (a random tree: each a
+    near copy of any earlier), or one of the 50 before it (a drifting chain of near copies)."""
+    i = np.arange(1, n)
+    if kind == "path":
+        return i - 1
+    if kind == "tree":
+        return (rng.random(n - 1) * i).astype(np.int64)
+    return i - 1 - (rng.random(n - 1) * np.minimum(i, 50)).astype(np.int64)
 
 
 def main() -> None:
@@ -149,18 +157,10 @@ def main() -> None:
 
 
 def shaped(kind: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """One component of ``n`` nodes: a path, a random tree (each node a near copy of any earlier one) or a
-    drifting chain (each a near copy of one of the 50 before it), over random node keys."""
+    """One component of ``n`` nodes shaped as :func:`parents` says, over random node keys."""
     rng = np.random.default_rng(seed)
     keys = rng.choice(2**40, size=n, replace=False).astype(np.uint64) + np.uint64(1)
-    i = np.arange(1, n)
-    if kind == "path":
-        j = i - 1
-    elif kind == "tree":
-        j = (rng.random(n - 1) * i).astype(np.int64)
-    else:
-        j = i - 1 - (rng.random(n - 1) * np.minimum(i, 50)).astype(np.int64)
-    return keys[i], keys[j]
+    return keys[1:], keys[parents(kind, n, rng)]
 
 
 def growth(args) -> None:
