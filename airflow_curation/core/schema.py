@@ -47,7 +47,11 @@ def check_id_text(schema: pa.Schema, where: str) -> None:
     """Parquet brought by users must carry string ``id`` and ``text`` columns."""
     for name in (ID, TEXT):
         if name not in schema.names:
-            raise ValueError(f"{where}: missing column {name!r} (has {schema.names})")
+            raise ValueError(
+                f"{where}: missing column {name!r} (has {schema.names}); plain Parquet needs string 'id' and 'text'"
+                " columns: rename yours, or make a lake of the files with `curation ingest` (--text-field, and"
+                " --id-field or ids from each row's file and position)"
+            )
         typ = schema.field(name).type
         if name == TEXT and not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
             raise ValueError(f"{where}: column 'text' must be a string column, found {typ}")

@@ -154,5 +154,8 @@ def test_schema_check_for_user_parquet():
     check_id_text(pa.schema([("id", pa.string()), ("text", pa.large_string())]), "f.parquet")
     with pytest.raises(ValueError, match="missing column 'text'"):
         check_id_text(pa.schema([("id", pa.string())]), "f.parquet")
+    # a user's Parquet without ids is told how to get them
+    with pytest.raises(ValueError, match=r"missing column 'id' \(has \['text'\]\).*curation ingest"):
+        check_id_text(pa.schema([("text", pa.string())]), "f.parquet")
     with pytest.raises(ValueError, match="must be a string column"):
         check_id_text(pa.schema([("id", pa.string()), ("text", pa.int64())]), "f.parquet")

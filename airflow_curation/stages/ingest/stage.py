@@ -51,7 +51,8 @@ _SHARD_NAME = re.compile(r"^part-\d{5}-\d{3}\.parquet$")
 
 
 class IngestStage(Stage):
-    """Turn raw JSONL (.gz/.zst), Parquet or text files into zstd Parquet shards.
+    """Turn raw JSONL (.gz/.zst), Parquet, text, web crawl (WARC, WET, ARC) or HTML files into zstd Parquet
+    shards.
 
     Inputs are files, folders (read recursively) or glob patterns, local paths or fsspec URLs. What cannot
     be read is quarantined with where and why; a rerun with the same inputs and settings does no work.
