@@ -4,7 +4,8 @@
 ``airflow_curation.stages`` entry points, or registered in this process); its flags come from the stage's
 settings (:mod:`airflow_curation.cli.stage`). ``curation run SPEC.json`` runs a job spec as the backends do;
 ``curation quality-train`` trains the ``quality`` stage's classifier; ``curation trace`` names the source
-documents of a written training sequence.
+documents of a written training sequence; ``curation warm`` compiles the stages' numba kernels into numba's
+cache (once per install or image build).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 from airflow_curation.cli import quality as quality_command
 from airflow_curation.cli import run as run_command
 from airflow_curation.cli import trace as trace_command
+from airflow_curation.cli import warm as warm_command
 from airflow_curation.cli.stage import add_stage_command
 from airflow_curation.stages import stage_names
 
@@ -38,13 +40,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         quality_command.register(sub)
     if only in (None, "trace"):
         trace_command.register(sub)
+    if only in (None, "warm"):
+        warm_command.register(sub)
     return parser
 
 
 def _command(argv: list[str]) -> str | None:
     """The command named in ``argv`` when it is a known one (the top-level flags take no values)."""
     words = [a for a in argv if not a.startswith("-")]
-    if words and (words[0] in ("run", "quality-train", "trace") or words[0] in stage_names()):
+    if words and (words[0] in ("run", "quality-train", "trace", "warm") or words[0] in stage_names()):
         return words[0]
     return None
 

@@ -142,26 +142,6 @@ def _mulmod(a, b):
     return x
 
 
-@njit(cache=True)
-def word_hashes(cps, off):
-    """Per word ``cps[off[i]:off[i + 1]]``: its polynomial hash and BASE^length, both mod 2^61-1."""
-    n = len(off) - 1
-    h = np.zeros(n, dtype=np.uint64)
-    pw = np.ones(n, dtype=np.uint64)
-    p = np.uint64(MERSENNE)
-    for i in range(n):
-        x = np.uint64(0)
-        q = np.uint64(1)
-        for j in range(off[i], off[i + 1]):
-            x = _mulmod(x, np.uint64(BASE)) + np.uint64(cps[j])
-            if x >= p:
-                x -= p
-            q = _mulmod(q, np.uint64(BASE))
-        h[i] = x
-        pw[i] = q
-    return h, pw
-
-
 @njit(cache=True, inline="always")
 def _size(n):
     size = 16

@@ -4,13 +4,55 @@ numba's array-math registry (loaded on a process's first kernel call) probes for
 ``scipy.linalg`` (0.3-0.6 CPU-seconds per worker process), for ``np.dot`` and ``np.linalg`` inside kernels,
 which no kernel of this package uses. That registry is imported here with ``scipy.linalg`` hidden, so the
 probe fails at once; ``scipy.linalg`` stays importable afterwards. Kernel modules import numba from here.
+
+:func:`kernel_caches` says, for every kernel compiled with ``cache=True``, whether this process loaded it
+from numba's on-disk cache or compiled it (``curation warm``: a task whose kernels are not cached compiles
+them, 10-14 CPU-s a stage process).
+
+numba reads and writes its cache only in a folder it can write to, so a cache built into an image is of no
+use to a container whose root filesystem is read-only (this project's Kubernetes pods): it would compile in
+every pod. ``CURATION_KERNEL_CACHE`` names such a prebuilt cache; on import, before numba, its files are
+copied into ``NUMBA_CACHE_DIR`` (a writable folder: the pod's ``/tmp``) where that lacks them, ~4 MB
+(docs/backends/kubernetes.md, *Compiled kernels*).
 """
 
 from __future__ import annotations
 
+import importlib
+import os
+import shutil
 import sys
+from typing import NamedTuple
 
-import numba
+SEED_ENV = "CURATION_KERNEL_CACHE"
+
+
+def seed_cache(seed: str | None = None, target: str | None = None) -> int:
+    """Copy the prebuilt kernel cache ``seed`` (default ``$CURATION_KERNEL_CACHE``) into ``target`` (default
+    ``$NUMBA_CACHE_DIR``), file by file where the target lacks one, each written to a temporary name and
+    renamed (worker processes of one pod may seed at once); returns the files copied."""
+    seed = seed or os.environ.get(SEED_ENV)
+    target = target or os.environ.get("NUMBA_CACHE_DIR")
+    if not seed or not target or not os.path.isdir(seed) or os.path.realpath(seed) == os.path.realpath(target):
+        return 0
+    copied = 0
+    for root, _, files in os.walk(seed):
+        dest = os.path.join(target, os.path.relpath(root, seed))
+        os.makedirs(dest, exist_ok=True)
+        for name in files:
+            out = os.path.join(dest, name)
+            if os.path.exists(out):
+                continue
+            tmp = f"{out}.{os.getpid()}.tmp"
+            shutil.copyfile(os.path.join(root, name), tmp)
+            os.replace(tmp, out)
+            copied += 1
+    return copied
+
+
+seed_cache()
+
+import numba  # noqa: E402  (after the seed: nothing of numba's reads the cache folder before a kernel loads)
 
 
 def _load_without_blas_probe() -> None:
@@ -25,4 +67,57 @@ def _load_without_blas_probe() -> None:
 
 _load_without_blas_probe()
 
-__all__ = ["numba"]
+# The core modules that define kernels with cache=True (a test checks the list against the sources).
+KERNEL_MODULES = (
+    "boilerplate",
+    "compat_kernel",
+    "compat_split",
+    "compat_vocab",
+    "components",
+    "minhash",
+    "ngram_match",
+    "signals",
+)
+
+
+class KernelCache(NamedTuple):
+    """One cached kernel as this process found it: the signatures it loaded from the on-disk cache and
+    those it compiled, where that cache is, and whether its index file is there (a compiled kernel whose
+    index is missing could not be saved: the folder is not writable)."""
+
+    name: str
+    loaded: int
+    compiled: int
+    cache_path: str
+    saved: bool
+
+
+def kernel_caches() -> list[KernelCache]:
+    """Every ``cache=True`` kernel of :data:`KERNEL_MODULES` but those always inlined. A kernel this process
+    did not call shows 0 loaded and 0 compiled; so does one only called from a kernel loaded from the cache
+    (its code is in the caller's)."""
+    from numba.core.dispatcher import Dispatcher
+
+    out = []
+    for module_name in KERNEL_MODULES:
+        module = importlib.import_module(f"airflow_curation.core.{module_name}")
+        for name, obj in sorted(vars(module).items()):
+            cache = getattr(obj, "_cache", None)
+            if not isinstance(obj, Dispatcher) or cache is None or not hasattr(cache, "_cache_file"):
+                continue  # a kernel without cache=True (a NullCache), or one imported from another module
+            if obj.py_func.__module__ != module.__name__ or obj.targetoptions.get("inline") == "always":
+                continue  # imported from another module; or always inlined into its callers, never cached alone
+            stats = obj.stats
+            out.append(
+                KernelCache(
+                    f"{module_name}.{name}",
+                    sum(stats.cache_hits.values()),
+                    sum(stats.cache_misses.values()),
+                    stats.cache_path,
+                    os.path.exists(cache._cache_file._index_path),
+                )
+            )
+    return out
+
+
+__all__ = ["KERNEL_MODULES", "SEED_ENV", "KernelCache", "kernel_caches", "numba", "seed_cache"]
