@@ -10,10 +10,11 @@ home is an empty ``/tmp``), **seeded** (an empty one plus ``CURATION_KERNEL_CACH
 copied on import, what the project's image does) and **warm** (the warmed folder itself: a shared venv after
 its first task). The three are rotated per round; CPU seconds of the child (user + system, ``wait4``).
 
-(b) **Kernels compiled for the host CPU or for generic x86-64** (``NUMBA_CPU_NAME=generic``: code that loads on
-any x86-64 node, so one prebuilt cache would serve a cluster of mixed CPU models): CPU s of the signal kernel
-(``SignalComputer.compute``) and of MinHash signatures over ``--kernel-files``, each variant in its own warmed
-cache, alternated, with a SHA-256 of every output so the two are compared on what they computed.
+(b) **Kernels compiled for the host CPU or for a portable target** (``NUMBA_CPU_NAME=generic``: any x86-64;
+``x86-64-v3``: AVX2, every x86 server CPU of the last decade; code that loads on any such node, so one prebuilt
+cache would serve a cluster of mixed CPU models): CPU s of the signal kernel (``SignalComputer.compute``) and
+of MinHash signatures over ``--kernel-files``, each target in its own warmed cache, rotated per round, with a
+SHA-256 of every output so the targets are compared on what they computed.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ REPO = Path(__file__).resolve().parents[1]
 CURATION = str(Path(sys.executable).parent / "curation")
 STATES = ("cold", "seeded", "warm")
 STAGES = ("preprocess", "dedup")
+# numba's code for this machine's CPU model, for any x86-64, and for x86-64-v3 (AVX2: every x86 server CPU since
+# 2013-2015); NUMBA_CPU_NAME takes LLVM's names
+CPU_MODELS = ("host", "generic", "x86-64-v3")
 
 KERNEL_CHILD = r"""
 import hashlib, json, sys, time
@@ -152,24 +156,24 @@ def stage_processes(rounds: int, cpu: int, modules: int) -> dict:
     return {"rounds": rounds, "cpu": cpu, "modules": modules, "runs": runs}
 
 
-def kernel_cpu_models(files: list[str], rounds: int, cpu: int) -> dict:
+def kernel_cpu_models(files: list[str], rounds: int, cpu: int, models: tuple[str, ...] = CPU_MODELS) -> dict:
     runs = []
     with tempfile.TemporaryDirectory(prefix="bench-kernel-cpu-") as tmp:
         envs = {
-            "host": _env(NUMBA_CACHE_DIR=f"{tmp}/host"),
-            "generic": _env(NUMBA_CACHE_DIR=f"{tmp}/generic", NUMBA_CPU_NAME="generic"),
+            name: _env(NUMBA_CACHE_DIR=f"{tmp}/{name}", **({} if name == "host" else {"NUMBA_CPU_NAME": name}))
+            for name in models
         }
         for env in envs.values():  # compile each variant's kernels into its cache, outside the timing
             _child([sys.executable, "-P", "-c", KERNEL_CHILD, files[0]], {**env, "PYTHONPATH": str(REPO)}, cpu)
         for r in range(rounds):
-            order = ("host", "generic") if r % 2 == 0 else ("generic", "host")
+            order = models[r % len(models) :] + models[: r % len(models)]  # rotated
             for name in order:
                 load = os.getloadavg()[0]
                 _, out = _child(
                     [sys.executable, "-P", "-c", KERNEL_CHILD, *files], {**envs[name], "PYTHONPATH": str(REPO)}, cpu
                 )
                 runs.append({"round": r, "cpu_model": name, "load_1m": load, **json.loads(out)})
-    return {"rounds": rounds, "cpu": cpu, "files": files, "runs": runs}
+    return {"rounds": rounds, "cpu": cpu, "files": files, "models": list(models), "runs": runs}
 
 
 def _median(values: list[float]) -> str:
@@ -197,20 +201,22 @@ def report(record: dict) -> str:
         lines.append("")
     models = record.get("cpu_models")
     if models:
+        names = models.get("models", ["host", "generic"])
         shas = {r["sha"] for r in models["runs"]}
         lines += [
-            f"(b) Kernels for the host CPU against generic x86-64: {models['runs'][0]['mb']:.1f} MB of text, "
-            f"{models['rounds']} rounds alternated, CPU {models['cpu']}; outputs identical in every run: "
-            f"{'yes' if len(shas) == 1 else 'NO'}.",
+            f"(b) Kernels for the host CPU against portable targets (`NUMBA_CPU_NAME`): {models['runs'][0]['mb']:.1f} MB "
+            f"of text, {models['rounds']} rounds rotated, CPU {models['cpu']}; outputs identical in every run: "
+            f"{'yes' if len(shas) == 1 else 'NO'}; CPU s of the kernel, median (min-max), and its ratio to host's "
+            "in the same round.",
             "",
-            "| kernel | host, CPU s | generic, CPU s | generic / host, per round (median, min-max) |",
-            "| --- | ---: | ---: | ---: |",
+            "| kernel | " + " | ".join(names) + " | " + " | ".join(f"{n} / host" for n in names[1:]) + " |",
+            "| --- |" + " ---: |" * (2 * len(names) - 1),
         ]
-        for key, name in (("signals_cpu_s", "signal kernel"), ("minhash_cpu_s", "MinHash signatures")):
-            host = [r[key] for r in models["runs"] if r["cpu_model"] == "host"]
-            generic = [r[key] for r in models["runs"] if r["cpu_model"] == "generic"]
-            ratios = [g / h for g, h in zip(generic, host)]
-            lines.append(f"| {name} | {_median(host)} | {_median(generic)} | {_median(ratios)} |")
+        for key, label in (("signals_cpu_s", "signal kernel"), ("minhash_cpu_s", "MinHash signatures")):
+            by = {n: {r["round"]: r[key] for r in models["runs"] if r["cpu_model"] == n} for n in names}
+            cells = [_median(list(by[n].values())) for n in names]
+            cells += [_median([by[n][k] / by["host"][k] for k in by["host"]]) for n in names[1:]]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -220,6 +226,7 @@ def main() -> int:
     ap.add_argument("--cpu", type=int, default=1)
     ap.add_argument("--modules", type=int, default=64, help="stdlib modules in the demo corpus")
     ap.add_argument("--kernel-files", nargs="*", default=[], help="Parquet files with a text column, for (b)")
+    ap.add_argument("--cpu-models", default=",".join(CPU_MODELS), help="for (b): host and NUMBA_CPU_NAME values")
     ap.add_argument("--skip-processes", action="store_true")
     ap.add_argument("--json", help="write the record here")
     ap.add_argument("--report", help="print the tables of a record written before, run nothing")
@@ -232,7 +239,8 @@ def main() -> int:
     if not args.skip_processes:
         record["processes"] = stage_processes(args.rounds, args.cpu, args.modules)
     if args.kernel_files:
-        record["cpu_models"] = kernel_cpu_models(args.kernel_files, args.rounds, args.cpu)
+        models = tuple(args.cpu_models.split(","))
+        record["cpu_models"] = kernel_cpu_models(args.kernel_files, args.rounds, args.cpu, models)
     record["wall_s"] = round(time.monotonic() - t0, 1)
     if args.json:
         Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
