@@ -160,7 +160,12 @@ def kernel_cpu_models(files: list[str], rounds: int, cpu: int, models: tuple[str
     runs = []
     with tempfile.TemporaryDirectory(prefix="bench-kernel-cpu-") as tmp:
         envs = {
-            name: _env(NUMBA_CACHE_DIR=f"{tmp}/{name}", **({} if name == "host" else {"NUMBA_CPU_NAME": name}))
+            # a portable target is a name alone: NUMBA_CPU_FEATURES empty, else numba adds this host's features
+            # (AVX-512 here) to any name but generic, and the code and its cache key are this host's again
+            name: _env(
+                NUMBA_CACHE_DIR=f"{tmp}/{name}",
+                **({} if name == "host" else {"NUMBA_CPU_NAME": name, "NUMBA_CPU_FEATURES": ""}),
+            )
             for name in models
         }
         for env in envs.values():  # compile each variant's kernels into its cache, outside the timing
