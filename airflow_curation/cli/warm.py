@@ -1,7 +1,7 @@
 """``curation warm``: compile the stages' numba kernels once, into numba's on-disk cache, so that no task
 compiles them.
 
-A process whose kernels are not in the cache compiles them before its first batch: 10-14 CPU-s for a
+A process whose kernels are not in the cache compiles them before its first batch: 8.5-11 CPU-s for a
 preprocess or dedup process, where a cached one starts in ~1 (benchmarks/RESULTS.md, *Compiled kernels*).
 On a local install or a shared Slurm venv the first task pays it and the rest load the cache; a Kubernetes
 pod starts from its image every time, so an image built without a warm cache pays it in every pod. The
@@ -20,6 +20,7 @@ import io
 import json
 import logging
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -149,12 +150,14 @@ def _warm(args: argparse.Namespace) -> int:
         )
     if unsaved:
         print(
-            f"curation warm: numba could not save {', '.join(unsaved)}: make the cache folder writable or set NUMBA_CACHE_DIR"
+            f"curation warm: numba could not save {', '.join(unsaved)}: make the cache folder writable or set NUMBA_CACHE_DIR",
+            file=sys.stderr,
         )
         return 1
     if args.check and compiled:
         print(
-            f"curation warm --check: {len(compiled)} kernels were not in the cache: {', '.join(k.name for k in compiled)}"
+            f"curation warm --check: {len(compiled)} kernels were not in the cache: {', '.join(k.name for k in compiled)}",
+            file=sys.stderr,
         )
         return 1
     return 0

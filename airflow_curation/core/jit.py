@@ -7,7 +7,7 @@ probe fails at once; ``scipy.linalg`` stays importable afterwards. Kernel module
 
 :func:`kernel_caches` says, for every kernel compiled with ``cache=True``, whether this process loaded it
 from numba's on-disk cache or compiled it (``curation warm``: a task whose kernels are not cached compiles
-them, 10-14 CPU-s a stage process).
+them, 8.5-11 CPU-s a stage process: benchmarks/RESULTS.md, *Compiled kernels*).
 
 numba reads and writes its cache only in a folder it can write to, so a cache built into an image is of no
 use to a container whose root filesystem is read-only (this project's Kubernetes pods): it would compile in
@@ -50,7 +50,12 @@ def seed_cache(seed: str | None = None, target: str | None = None) -> int:
     return copied
 
 
-seed_cache()
+try:
+    seed_cache()
+except OSError as e:  # a cache that cannot be seeded costs a compile, never the task
+    import warnings
+
+    warnings.warn(f"kernel cache not seeded from ${SEED_ENV}: {e}; the kernels compile in this process", stacklevel=1)
 
 import numba  # noqa: E402  (after the seed: nothing of numba's reads the cache folder before a kernel loads)
 
@@ -104,7 +109,7 @@ def kernel_caches() -> list[KernelCache]:
         for name, obj in sorted(vars(module).items()):
             cache = getattr(obj, "_cache", None)
             if not isinstance(obj, Dispatcher) or cache is None or not hasattr(cache, "_cache_file"):
-                continue  # a kernel without cache=True (a NullCache), or one imported from another module
+                continue  # not a kernel, or one without cache=True (a NullCache)
             if obj.py_func.__module__ != module.__name__ or obj.targetoptions.get("inline") == "always":
                 continue  # imported from another module; or always inlined into its callers, never cached alone
             stats = obj.stats
