@@ -1,5 +1,5 @@
-"""Helpers for tests that start processes of their own: free ports, stopping a process group (Ray heads), and
-``python -m airflow_curation.jobs`` processes with their output in a log."""
+"""Helpers for tests that start processes of their own: free ports, stopping a process group (Ray heads),
+``python -m airflow_curation.jobs`` processes with their output in a log, and the demo's corpus generator."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -51,3 +53,15 @@ def wait_job(proc: subprocess.Popen, log: Path, timeout: float = 300) -> None:
         proc.kill()
         raise AssertionError(f"no end after {timeout}s:\n{log.read_text()[-3000:]}") from None
     assert rc == 0, log.read_text()[-4000:]
+
+
+def sample_corpus(out: Path, modules: int) -> Path:
+    """The demo's corpus (``scripts/make_sample_corpus.py``) from ``modules`` stdlib modules into ``out``: real
+    text with planted exact and near duplicates, junk, bad records and a WARC; returns ``out``."""
+    subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "make_sample_corpus.py"), "--out", str(out), "--modules", str(modules)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return out

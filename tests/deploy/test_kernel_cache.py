@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from process_helpers import sample_corpus
 
 from airflow_curation.core.jit import KERNEL_MODULES, SEED_ENV, seed_cache
 
@@ -95,13 +96,7 @@ def test_stages_on_a_seeded_empty_cache_compile_nothing(warmed, tmp_path):
     before = _files(seed)
     target = tmp_path / "pod-cache"  # a pod's empty /tmp
     env = _env(target, **{SEED_ENV: str(seed)})
-    corpus = tmp_path / "corpus"
-    subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "make_sample_corpus.py"), "--out", str(corpus), "--modules", "16"],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    corpus = sample_corpus(tmp_path / "corpus", 16)
     lake = ["--lake", str(tmp_path / "lake"), "--dataset", "demo"]
     _curation("ingest", str(corpus / "data"), *lake, "--run-id", "a", env=env)
     _curation("preprocess", *lake, "--run-id", "a", env=env)  # the default preset, on the Dask mapper

@@ -6,13 +6,12 @@ exactly, redoing only what the damage touched.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from process_helpers import sample_corpus
 
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import Manifest, ManifestError
@@ -21,17 +20,10 @@ from airflow_curation.stages.dedup.stage import DedupStage
 from airflow_curation.stages.ingest.stage import IngestStage
 from airflow_curation.stages.preprocess.stage import PreprocessStage
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def _write_raw(folder: Path) -> None:
     """The demo's corpus generator, small: real text with planted duplicates, junk and bad records."""
-    subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "make_sample_corpus.py"), "--out", str(folder), "--modules", "24"],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    sample_corpus(folder, 24)
 
 
 def _pipeline(lake: Lake, raw: str) -> dict[str, Manifest]:

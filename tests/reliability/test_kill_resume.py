@@ -21,14 +21,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from enrich_models import build_llama
+from process_helpers import sample_corpus
 
 from reliability.pipeline import (
     STAGES,
@@ -44,8 +43,6 @@ from reliability.pipeline import (
     unit_statuses,
     view_differences,
 )
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _enrich_resumed_mid_shard(out: "Outcome") -> None:
@@ -150,13 +147,7 @@ class Outcome:
 
 def _sample_corpus(out: Path) -> Path:
     """The demo's generator, small: documents with planted exact/near duplicates, junk, bad records."""
-    subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "make_sample_corpus.py"), "--out", str(out), "--modules", "40"],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    return out / "data"
+    return sample_corpus(out, 40) / "data"
 
 
 @pytest.fixture(scope="module")

@@ -17,12 +17,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from process_helpers import sample_corpus
 
 from airflow_curation.core import storage
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import FORMAT_VERSION, Manifest, latest_manifest
 
-REPO = Path(__file__).resolve().parents[2]
 DATASET = "web"
 
 
@@ -71,19 +71,7 @@ def digests(folder: Path) -> dict[str, str]:
 def built(tmp_path_factory):
     """A lake after ingest, preprocess and dedup of the sample corpus (run ``r1``), and the corpus."""
     base = tmp_path_factory.mktemp("built")
-    subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "scripts" / "make_sample_corpus.py"),
-            "--out",
-            str(base / "raw"),
-            "--modules",
-            "16",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    sample_corpus(base / "raw", 16)
     pipeline(base / "lake", str(base / "raw" / "data"), "r1")
     return base
 

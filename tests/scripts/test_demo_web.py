@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from curation_airflow_helpers import final_manifest
+from process_helpers import sample_corpus
 
 from airflow_curation.core.layout import Lake, curation_run_id
 from airflow_curation.stages.kept import decision_attrs, skip_reasons
@@ -30,13 +29,7 @@ def _module(name: str, path: Path):
 
 def test_the_demo_dag_ingests_the_sample_warc_and_curates_its_pages(airflow_db, tmp_path, monkeypatch):
     monkeypatch.setenv("CURATION_POLL_INTERVAL", "0.2")
-    corpus = tmp_path / "sample_corpus"
-    subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "make_sample_corpus.py"), "--out", str(corpus), "--modules", "16"],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    corpus = sample_corpus(tmp_path / "sample_corpus", 16)
     warc = json.loads((corpus / "planted.json").read_text())["warc"]
     assert (corpus / "data" / warc["file"]).exists() and len(warc["pages"]) == 30
 
