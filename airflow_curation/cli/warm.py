@@ -101,10 +101,11 @@ def _run(argv: list[str]) -> dict:
 
 def warm(folder: str) -> None:
     """Run the numba stages on a generated lake in ``folder``."""
+    docs = sample_documents()
     raw = Path(folder) / "raw.jsonl"
-    raw.write_text("".join(json.dumps(d) + "\n" for d in sample_documents()))
+    raw.write_text("".join(json.dumps(d) + "\n" for d in docs))
     evals = Path(folder) / "eval.jsonl"
-    evals.write_text(json.dumps({"text": sample_documents()[3]["text"]}) + "\n")
+    evals.write_text(json.dumps({"text": docs[3]["text"]}) + "\n")
     lake = ["--lake", str(Path(folder) / "lake"), "--dataset", "warm", "--run-id", "warm"]
     _run(["ingest", str(raw), *lake])
     # every stage in this process (no Dask workers): the report reads this process's kernels
