@@ -7,6 +7,9 @@ VPY    := $(VENV)/bin/python
 # Reinstall the Python packages only when pyproject.toml changes (or the stamp is removed).
 STAMP  := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
+# pytest-xdist workers: the suite waits on clusters and schedulers more than it computes (~40% of 2 cores
+# serially); tests/conftest.py keeps each shared session's tests on one worker.
+PYTEST_WORKERS ?= 2
 
 # Tests and the demo find airflow, moto_server, curation... on PATH, as a user with the venv active would.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
@@ -56,7 +59,7 @@ oracles-background: system-deps
 	@mkdir -p .cache; nohup bash scripts/setup_oracles.sh > .cache/setup_oracles.log 2>&1 &
 
 test: oracles-background lint
-	$(VENV)/bin/pytest -ra --durations=20 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -ra --durations=20 -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
 
 corpus: install
 	@if [ ! -f sample_corpus/README.md ]; then $(VPY) scripts/make_sample_corpus.py --out sample_corpus; \

@@ -74,6 +74,57 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
 
 
+# `make test` runs the suite on pytest-xdist workers, each a pytest session of its own with its own Airflow
+# home. The tests that share one session's cluster, server or engine run on one worker, so each is started
+# once (the Slurm cluster, which test_contract.py's Slurm case starts too; the vLLM engine and Ray Data of
+# tests/enrich; the journey's Airflow stack; the oracle venvs' users; ...); every other module is a work unit
+# of its own, its module fixtures set up once. Units go out in this order, then in collection order: the
+# longest first, so no worker is left alone with a long one at the end.
+SHARED_SESSION_GROUPS = {
+    "tests/journey/": "journey",
+    "tests/backends/slurm/": "slurm",
+    "tests/backends/test_contract.py": "slurm",
+    "tests/enrich/": "enrich",
+    "tests/preprocess/": "preprocess",
+    "tests/s3/": "s3",
+    "tests/dedup/": "dedup",
+    "tests/export/": "export",
+}
+
+
+def xdist_group(nodeid: str) -> str:
+    """The work unit of a test: its shared session's group, else its module."""
+    path = "tests/" + nodeid.split("::", 1)[0].split("tests/", 1)[-1]
+    for prefix, group in SHARED_SESSION_GROUPS.items():
+        if path.startswith(prefix):
+            return group
+    return path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scope scheduling with :func:`xdist_group`'s units (its own ``xdist_group`` marks rename node
+    ids, which pytest 9 no longer lets a plugin do)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedSessionScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+    return SharedSessionScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    if not hasattr(config, "workerinput"):  # not an xdist worker: collection order
+        return
+    order = {group: k for k, group in enumerate(dict.fromkeys(SHARED_SESSION_GROUPS.values()))}
+    first_seen: dict[str, int] = {}
+    for k, item in enumerate(items):
+        first_seen.setdefault(xdist_group(item.nodeid), k)
+    # A stable sort: the shared groups first in the order above, then every module where it was collected.
+    items.sort(key=lambda it: (order.get(g := xdist_group(it.nodeid), len(order)), first_seen[g]))
+
+
 @pytest.fixture
 def ingest_texts(tmp_path):
     """``ingest_texts(texts, dataset)``: ``texts`` written ``copies`` times as JSONL files and ingested
