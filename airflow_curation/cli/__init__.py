@@ -84,7 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     # skips them too (~0.3 CPU s of a preprocess process).
     gc.freeze()
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        jit = sys.modules.get("airflow_curation.core.jit")  # imported by a stage with kernels, not for this
+        if jit is not None and args.command != "warm":  # warm reports every kernel itself
+            jit.log_compiles(logging.getLogger("airflow_curation.cli"))
+        return code
     finally:
         if program:
             gc.freeze()  # what the command kept is left out of the teardown collection as well

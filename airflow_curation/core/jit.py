@@ -19,6 +19,7 @@ copied into ``NUMBA_CACHE_DIR`` (a writable folder: the pod's ``/tmp``) where th
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import shutil
 import sys
@@ -97,14 +98,16 @@ class KernelCache(NamedTuple):
     saved: bool
 
 
-def kernel_caches() -> list[KernelCache]:
-    """Every ``cache=True`` kernel of :data:`KERNEL_MODULES` but those always inlined. A kernel this process
-    did not call shows 0 loaded and 0 compiled; so does one only called from a kernel loaded from the cache
-    (its code is in the caller's)."""
+def kernel_caches(imported_only: bool = False) -> list[KernelCache]:
+    """Every ``cache=True`` kernel of :data:`KERNEL_MODULES` but those always inlined (with ``imported_only``,
+    of the modules this process has imported). A kernel this process did not call shows 0 loaded and 0
+    compiled; so does one only called from a kernel loaded from the cache (its code is in the caller's)."""
     from numba.core.dispatcher import Dispatcher
 
     out = []
     for module_name in KERNEL_MODULES:
+        if imported_only and f"airflow_curation.core.{module_name}" not in sys.modules:
+            continue
         module = importlib.import_module(f"airflow_curation.core.{module_name}")
         for name, obj in sorted(vars(module).items()):
             cache = getattr(obj, "_cache", None)
@@ -125,4 +128,69 @@ def kernel_caches() -> list[KernelCache]:
     return out
 
 
-__all__ = ["KERNEL_MODULES", "SEED_ENV", "KernelCache", "kernel_caches", "numba", "seed_cache"]
+class CompileNotice(NamedTuple):
+    compiled: int
+    message: str | None
+    warning: bool  # every process like this one will compile again
+
+
+def compile_notice() -> CompileNotice:
+    """The cached kernels this process compiled and what to tell a person about them: each compile is CPU
+    time every task pays again unless the result is cached where the next process finds it. A stage process
+    calls this as it ends (``curation``, the job entrypoint), where it has imported this module."""
+    compiled = [k for k in kernel_caches(imported_only=True) if k.compiled]
+    if not compiled:
+        return CompileNotice(0, None, False)
+    n, where = len(compiled), compiled[0].cache_path
+    seed = os.environ.get(SEED_ENV)
+    if seed:
+        from llvmlite import binding
+
+        cpu = numba.config.CPU_NAME or binding.get_host_cpu_name()
+        return CompileNotice(
+            n,
+            (
+                f"compiled {n} numba kernels that the prebuilt cache ${SEED_ENV}={seed} lacks for this CPU ({cpu}) "
+                "or these argument types: "
+                "every task on this node type pays that (8-11 CPU-s a stage process); warm the cache for it "
+                "(`curation warm` on such a node, or with NUMBA_CPU_NAME/NUMBA_CPU_FEATURES: "
+                "docs/backends/kubernetes.md, Compiled kernels)"
+            ),
+            True,
+        )
+    unsaved = [k.name for k in compiled if not k.saved]
+    if unsaved:
+        return CompileNotice(
+            n,
+            (
+                f"compiled {n} numba kernels and could not cache {len(unsaved)} of them in {where} (not writable): "
+                "every process pays that again (8-11 CPU-s a stage process); set NUMBA_CACHE_DIR to a writable "
+                "folder, or CURATION_KERNEL_CACHE to a prebuilt cache (`curation warm`)"
+            ),
+            True,
+        )
+    return CompileNotice(
+        n, f"compiled {n} numba kernels (cached in {where}: later processes on this CPU load them)", False
+    )
+
+
+def log_compiles(log: logging.Logger) -> int:
+    """Log this process's :func:`compile_notice` (a warning where every such process compiles again);
+    returns the kernels it compiled."""
+    notice = compile_notice()
+    if notice.message:
+        log.log(logging.WARNING if notice.warning else logging.INFO, notice.message)
+    return notice.compiled
+
+
+__all__ = [
+    "KERNEL_MODULES",
+    "SEED_ENV",
+    "CompileNotice",
+    "KernelCache",
+    "compile_notice",
+    "kernel_caches",
+    "log_compiles",
+    "numba",
+    "seed_cache",
+]

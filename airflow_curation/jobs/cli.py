@@ -155,6 +155,14 @@ def _attempt(attempt: int | None, newest_uri: str | None) -> int | None:
     return max(attempt, int(newest.get("attempt") or 1))
 
 
+def _kernels_compiled() -> int:
+    """The numba kernels this task compiled, logged with what to do where every task compiles them again
+    (a node whose CPU the image's kernel cache lacks: ``core.jit.compile_notice``). Read only where a stage
+    of this process imported the kernels' numba (``core.jit``): a stage without kernels never imports it."""
+    jit = sys.modules.get("airflow_curation.core.jit")
+    return jit.log_compiles(log) if jit is not None else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
@@ -203,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             manifest_uri=spec.manifest_uri,
             error=redact.scrub(f"{type(e).__name__}: {e}", limit=redact.TRACEBACK_LIMIT),
             seconds=time.time() - started,
+            kernels_compiled=_kernels_compiled(),
         ).write(result_uri)
         return EXIT_STAGE_FAILED
     summary.pop("group", None)
@@ -212,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         EXIT_OK,
         group=label,
         seconds=time.time() - started,
+        kernels_compiled=_kernels_compiled(),
         **{k: v for k, v in summary.items() if k in JobResult.__dataclass_fields__},
     )
     result.write(result_uri)

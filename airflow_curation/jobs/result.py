@@ -27,6 +27,8 @@ class JobResult:
     :param group: ``"i/N"`` for a group.
     :param manifest_uri: / :param shards: / :param rows: / :param bytes: the XCom summary.
     :param accounting: / :param fingerprint: the manifest's books and configuration fingerprint.
+    :param kernels_compiled: numba kernels the process compiled, not finding them in its cache (each task
+        that does pays seconds of CPU: docs/backends/kubernetes.md, *Compiled kernels*).
     """
 
     kind: str
@@ -41,6 +43,7 @@ class JobResult:
     seconds: float = 0.0
     accounting: dict[str, Any] = field(default_factory=dict)
     fingerprint: str | None = None
+    kernels_compiled: int = 0
     result_version: int = RESULT_VERSION
 
     @property

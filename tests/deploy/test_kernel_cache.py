@@ -17,6 +17,8 @@ import pytest
 from process_helpers import sample_corpus
 
 from airflow_curation.core.jit import KERNEL_MODULES, SEED_ENV, seed_cache
+from airflow_curation.jobs.result import JobResult
+from airflow_curation.jobs.spec import JobSpec
 
 REPO = Path(__file__).resolve().parents[2]
 CURATION = str(Path(sys.executable).parent / "curation")
@@ -121,8 +123,57 @@ def test_stages_on_a_seeded_empty_cache_compile_nothing(warmed, tmp_path):
     )
     assert f"data loaded from '{target}" in compat.stdout
     assert "data saved" not in compat.stdout
+    assert "numba kernels" not in compat.stderr  # no compile notice (core.jit.compile_notice)
     assert _files(target).keys() == before.keys(), "a stage compiled a kernel the warm did not"
     assert _files(seed) == before, "the prebuilt cache is read, never written"
+
+
+def test_a_task_on_a_cpu_the_cache_lacks_says_so_and_counts_what_it_compiled(warmed, tmp_path):
+    """A job task on a node of another CPU model than the image's (NUMBA_CPU_NAME stands in for the node)
+    compiles the kernels its stage runs: its log says which cache lacks what and what to do, its job result
+    counts them. On the CPU the cache was warmed for: neither."""
+    seed, _, _ = warmed
+    corpus = sample_corpus(tmp_path / "corpus", 16)
+    lake = {"root": str(tmp_path / "lake"), "dataset": "demo", "snapshot": None}
+    _curation(
+        "ingest",
+        str(corpus / "data"),
+        "--lake",
+        lake["root"],
+        "--dataset",
+        "demo",
+        "--run-id",
+        "a",
+        env=_env(tmp_path / "c0"),
+    )
+    ingest = Path(lake["root"], "demo", "_manifests", "a", "ingest.json")
+
+    def task(name: str, **env: str) -> tuple[JobResult, str]:
+        spec = JobSpec("boilerplate", lake, name, {"input_manifest": str(ingest), "min_documents": 2})
+        (tmp_path / f"{name}.json").write_text(spec.to_json())
+        result = tmp_path / f"{name}-result.json"
+        cmd = [
+            sys.executable,
+            "-m",
+            "airflow_curation.jobs",
+            "run",
+            str(tmp_path / f"{name}.json"),
+            "--result",
+            str(result),
+        ]
+        pod = _env(tmp_path / f"pod-{name}", **{SEED_ENV: str(seed)}, **env)  # an empty /tmp, the image's seed
+        proc = subprocess.run(cmd, env=pod, capture_output=True, text=True, timeout=600, cwd=REPO)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return JobResult.from_dict(json.loads(result.read_text())), proc.stderr
+
+    other, log = task("other-cpu", NUMBA_CPU_NAME="generic", NUMBA_CPU_FEATURES="")
+    assert other.kernels_compiled > 0
+    notice = [line for line in log.splitlines() if "numba kernels" in line]
+    assert len(notice) == 1 and "WARNING" in notice[0], log[-3000:]
+    assert f"compiled {other.kernels_compiled} numba kernels" in notice[0]
+    assert f"${SEED_ENV}={seed} lacks for this CPU (generic)" in notice[0] and "curation warm" in notice[0]
+    same, log = task("same-cpu")
+    assert same.kernels_compiled == 0 and "numba kernels" not in log
 
 
 def _dockerfile_instructions() -> list[str]:
