@@ -8,7 +8,8 @@ VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
 # pytest-xdist workers: the suite waits on clusters and schedulers more than it computes (~40% of 2 cores
-# serially); tests/conftest.py keeps each shared session's tests on one worker.
+# serially); tests/conftest.py keeps each shared session's tests on one worker. PYTHONFAULTHANDLER: a process
+# that crashes, also at exit after its tests (a worker's exit is not checked by xdist), prints every thread's stack.
 PYTEST_WORKERS ?= 2
 
 # Tests and the demo find airflow, moto_server, curation... on PATH, as a user with the venv active would.
@@ -59,7 +60,7 @@ oracles-background: system-deps
 	@mkdir -p .cache; nohup bash scripts/setup_oracles.sh > .cache/setup_oracles.log 2>&1 &
 
 test: oracles-background lint
-	$(VENV)/bin/pytest -ra --durations=20 -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
+	PYTHONFAULTHANDLER=1 $(VENV)/bin/pytest -ra --durations=20 -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
 
 corpus: install
 	@if [ ! -f sample_corpus/README.md ]; then $(VPY) scripts/make_sample_corpus.py --out sample_corpus; \
