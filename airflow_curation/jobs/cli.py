@@ -160,7 +160,11 @@ def _kernels_compiled() -> int:
     (a node whose CPU the image's kernel cache lacks: ``core.jit.compile_notice``). Read only where a stage
     of this process imported the kernels' numba (``core.jit``): a stage without kernels never imports it."""
     jit = sys.modules.get("airflow_curation.core.jit")
-    return jit.log_compiles(log) if jit is not None else 0
+    try:
+        return jit.log_compiles(log) if jit is not None else 0
+    except Exception as e:  # noqa: BLE001  (a report never costs the task its result)
+        log.warning("could not read the kernels' cache statistics: %s", e)
+        return 0
 
 
 def main(argv: list[str] | None = None) -> int:
