@@ -7,9 +7,10 @@ VPY    := $(VENV)/bin/python
 # Reinstall the Python packages only when pyproject.toml changes (or the stamp is removed).
 STAMP  := $(VENV)/.installed-dev
 PYTEST_ARGS ?=
-# pytest-xdist workers: the suite waits on clusters and schedulers more than it computes (~40% of 2 cores
-# serially); tests/conftest.py keeps each shared session's tests on one worker. PYTHONFAULTHANDLER: a process
-# that crashes, also at exit after its tests (a worker's exit is not checked by xdist), prints every thread's stack.
+# pytest-xdist workers: serially the suite left a third of 2 cores idle (waiting on Slurm, schedulers and
+# servers: the Slurm tests kept them 9-17% busy); tests/conftest.py keeps each shared session's tests on one
+# worker. PYTHONFAULTHANDLER: a process that crashes, also at exit after its tests (xdist does not check how a
+# worker exits), prints every thread's stack.
 PYTEST_WORKERS ?= 2
 
 # Tests and the demo find airflow, moto_server, curation... on PATH, as a user with the venv active would.
