@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from process_helpers import free_port, stop_group
+from worker_units import SHARED_SESSION_GROUPS, xdist_group
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -74,33 +75,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
 
 
-# `make test` runs the suite on pytest-xdist workers, each a pytest session of its own with its own Airflow
-# home. The tests that share one session's cluster, server or engine run on one worker, so each is started
-# once (the Slurm cluster, which test_contract.py's Slurm case starts too; the vLLM engine and Ray Data of
-# tests/enrich; the journey's Airflow stack; the oracle venvs' users; ...); every other module is a work unit
-# of its own, its module fixtures set up once. Units go out in this order, then in collection order: the
-# longest first, so no worker is left alone with a long one at the end.
-SHARED_SESSION_GROUPS = {
-    "tests/journey/": "journey",
-    "tests/backends/slurm/": "slurm",
-    "tests/backends/test_contract.py": "slurm",
-    "tests/enrich/": "enrich",
-    "tests/preprocess/": "preprocess",
-    "tests/s3/": "s3",
-    "tests/dedup/": "dedup",
-    "tests/export/": "export",
-}
-
-
-def xdist_group(nodeid: str) -> str:
-    """The work unit of a test: its shared session's group, else its module."""
-    path = "tests/" + nodeid.split("::", 1)[0].split("tests/", 1)[-1]
-    for prefix, group in SHARED_SESSION_GROUPS.items():
-        if path.startswith(prefix):
-            return group
-    return path
-
-
+# `make test` runs the suite on pytest-xdist workers: the units are tests/worker_units.py's.
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """xdist's scope scheduling with :func:`xdist_group`'s units (its own ``xdist_group`` marks rename node

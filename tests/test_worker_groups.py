@@ -1,4 +1,4 @@
-"""The pytest-xdist work units of tests/conftest.py: every test module that starts the session's Slurm
+"""The pytest-xdist work units (tests/worker_units.py): every test module that starts the session's Slurm
 cluster runs on the Slurm group's worker (two workers running ``slurm_up.sh`` at once would race to start
 one cluster), and each shared session's modules form one unit."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import SHARED_SESSION_GROUPS, xdist_group
+from worker_units import SHARED_SESSION_GROUPS, xdist_group
 
 TESTS = Path(__file__).resolve().parent
 
