@@ -141,7 +141,7 @@ def render(r: dict) -> str:
     lines = [
         "## Structure: a learned classifier, leave one set out (`bench_structure_learned.py`)",
         "",
-        f"The {r['pages']} labelled pages of the section above. Each cell: navigation dropped / prose kept on that set,",
+        f"The {r['pages']} labelled pages of *Structure preset on real pages* above. Each cell: navigation dropped / prose kept on that set,",
         "by a model fitted on the other five sets (a generator it never saw); the `structure` row is the shipped",
         "preset on the same pages. Command: `python -P benchmarks/bench_structure_learned.py` (`--render` rebuilds",
         "this table from `benchmarks/results/structure_learned.json`).",

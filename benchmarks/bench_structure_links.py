@@ -1,5 +1,5 @@
-"""Link density as a navigation signal for the ``structure`` preset: measured, not kept (RESULTS.md, *Structure
-preset on real pages*).
+"""Link density (or item text share) as a navigation signal for the ``structure`` preset: measured, not kept
+(RESULTS.md, *Structure preset on real pages*).
 
 For each labelled page of the given sets (``benchmarks/labels/structure_pages.json``, ``left_out`` excluded):
 its text by the ingest extractor (resiliparse, main content), and its **link density**: the non-space characters
@@ -8,7 +8,11 @@ page on index pages) over the non-space characters of the page body. Then, per t
 navigation pages dropped and of prose kept by the ``structure`` preset alone, by it with ``link density <=
 threshold`` added, and by that rule alone.
 
-usage: python -P benchmarks/bench_structure_links.py SET[,SET...] [--json PATH]
+``--feature item``: the **item text share** instead, the non-space characters whose nearest enclosing block is a
+list item, definition term or description, or table cell (``li dt dd td th``) over the body's outside ``<pre>``
+(an index, a table of contents or an item table holds its text in such elements, prose in paragraphs).
+
+usage: python -P benchmarks/bench_structure_links.py SET[,SET...] [--feature link|item] [--json PATH]
 """
 
 from __future__ import annotations
@@ -34,6 +38,39 @@ def _nonspace(s: str) -> int:
     return len("".join(s.split()))
 
 
+_ITEM, _SKIP = {"li", "dt", "dd", "td", "th"}, {"script", "style", "noscript", "head", "title"}
+
+
+def item_text_share(html: str) -> float:
+    """Non-space characters whose nearest block among items, cells, paragraphs and ``pre`` is an item or cell,
+    over those outside ``pre`` (lxml's tree, walked without recursion)."""
+    import lxml.html
+
+    try:
+        root = lxml.html.document_fromstring(html.encode("utf-8", "surrogatepass"))
+    except Exception:  # an empty or unparseable document
+        return 0.0
+    body = root.find("body")
+    counts = {"item": 0, "pre": 0, "other": 0}
+    stack = [(body if body is not None else root, "other")]
+    while stack:
+        el, ctx = stack.pop()
+        tag = el.tag if isinstance(el.tag, str) else ""
+        if tag in _SKIP:
+            ctx = None  # its text is not the page's, its tail is (counted below by its parent's context)
+        elif tag in _ITEM:
+            ctx = "item"
+        elif tag in ("p", "pre", "blockquote"):
+            ctx = "pre" if tag == "pre" else "other"
+        if ctx and el.text:
+            counts[ctx] += _nonspace(el.text)
+        for child in el:
+            stack.append((child, ctx))
+            if child.tail and ctx:
+                counts[ctx] += _nonspace(child.tail)
+    return counts["item"] / max(1, counts["item"] + counts["other"])
+
+
 def main() -> int:
     from resiliparse.extract.html2text import extract_plain_text
     from resiliparse.parse.html import HTMLTree
@@ -44,6 +81,7 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sets")
+    ap.add_argument("--feature", choices=("link", "item"), default="link")
     ap.add_argument("--json")
     args = ap.parse_args()
     with open(LABELS) as fh:
@@ -54,6 +92,9 @@ def main() -> int:
             html = decode_html(fh.read())
         tree = HTMLTree.parse(html)
         texts.append(extract_plain_text(tree, main_content=True, alt_texts=False, links=False).strip())
+        if args.feature == "item":
+            density.append(item_text_share(html))
+            continue
         total = _nonspace(tree.body.text) if tree.body else 0
         links = sum(_nonspace(TAG.sub("", m)) for m in ANCHOR.findall(html))
         density.append(min(1.0, links / total) if total else 0.0)
@@ -61,14 +102,16 @@ def main() -> int:
     nav = np.array([p["label"] == "nav" for p in pages])
     keep = apply_rules(compute_signals(texts), resolve_rules("structure")).column("keep").to_numpy(zero_copy_only=False)
     keep = np.asarray(keep)
+    key = "link_density" if args.feature == "link" else "item_text_share"
     out = {
         "sets": args.sets,
+        "feature": args.feature,
         "nav": int(nav.sum()),
         "prose": int((~nav).sum()),
         "structure": [float((~keep[nav]).mean()), float(keep[~nav].mean())],
         "thresholds": {},
         "nav_kept_by_structure": [
-            {"path": p["path"], "link_density": round(d, 3)} for p, d, k, n in zip(pages, density, keep, nav) if n and k
+            {"path": p["path"], key: round(d, 3)} for p, d, k, n in zip(pages, density, keep, nav) if n and k
         ],
     }
     print(f"{args.sets}: {out['nav']} nav, {out['prose']} prose pages")
@@ -84,7 +127,7 @@ def main() -> int:
         out["thresholds"][str(th)] = r
         print(f"<= {th}: with structure {r[0]:.3f} / {r[1]:.3f}, alone {r[2]:.3f} / {r[3]:.3f}")
     for row in out["nav_kept_by_structure"]:
-        print(f"nav kept by structure: link density {row['link_density']:.2f} {row['path']}")
+        print(f"nav kept by structure: {key} {row[key]:.2f} {row['path']}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(out, fh, indent=1)
