@@ -5,19 +5,20 @@ words once per process and remembered with what the kernel reads of it: its word
 holding each word's length, whether it is all punctuation, whether it has a letter, its stop-word index and
 its hash for joined n-grams) and how it moves spaCy's sentence cut. Cutting the documents into pieces, looking
 them up and storing the new ones is compiled (:mod:`airflow_curation.core.compat_vocab`); so is splitting a new
-ASCII piece into words (:mod:`airflow_curation.core.compat_split`), and Python splits only the pieces past
-ASCII. The tables are append-only numpy arrays and start over
+piece into words (:mod:`airflow_curation.core.compat_split`) but for the pieces past ASCII that need more than
+the splitter's shortcuts, which Python splits; the words' attributes come from a per-character table
+(:mod:`airflow_curation.core.compat_chars`). The tables are append-only numpy arrays and start over
 past :data:`MAX_PIECES`, so a long-running worker stays bounded.
 """
 
 from __future__ import annotations
 
 import threading
-import unicodedata
 from collections.abc import Sequence
 
 import numpy as np
 
+from airflow_curation.core import compat_chars as cc
 from airflow_curation.core import compat_kernel as k
 from airflow_curation.core import compat_split as cs
 from airflow_curation.core import compat_vocab as cv
@@ -38,16 +39,13 @@ class Vocab:
     """Pieces and words seen so far, with what the kernel reads of them (:mod:`compat_vocab`'s tables)."""
 
     def __init__(self) -> None:
-        from airflow_curation.core.compat import PUNCTUATION, STOP_WORDS
+        from airflow_curation.core.compat import STOP_WORDS
 
-        self._punct = PUNCTUATION
         stops = sorted(STOP_WORDS)
-        self._stop = {w: i for i, w in enumerate(stops)}
         self.stops = np.zeros((len(stops), max(map(len, stops))), dtype=np.uint32)
         for i, w in enumerate(stops):
             self.stops[i, : len(w)] = [ord(c) for c in w]
         self.stop_len = np.array([len(w) for w in stops], dtype=np.int64)
-        self.achr = cv.ascii_attrs(PUNCTUATION, SENTENCE_TERMINALS)
         self.counts = np.zeros(5, dtype=np.int64)
         # pieces: slot table, hash per id, characters, character offsets per id
         self.ptab = np.zeros(1 << 12, dtype=np.int64)
@@ -69,14 +67,6 @@ class Vocab:
         # pieces' words: first word per piece, word ids, (sentences, state) after the piece from state 0 and 1
         self.pieces = (np.zeros(1024, dtype=i64), np.zeros(1 << 12, dtype=i64), np.zeros((1024, 4), dtype=i64))
 
-    def _attrs(self, w: str) -> tuple[int, int, int, int]:
-        """A word's (flags, stop index, is a terminal, is spaCy punctuation), as :func:`compat_vocab._word_id`
-        reads them."""
-        alpha = w.isalpha() or any(c.isalpha() for c in w)
-        flag = (k.T_PUNCT if self._punct.issuperset(w) else 0) | (k.T_ALPHA if alpha else 0)
-        punct = not alpha and all(unicodedata.category(c)[0] == "P" for c in w)
-        return flag, self._stop.get(w, -1), int(w in SENTENCE_TERMINALS), int(punct)
-
     def scan(self, text: str, cps: np.ndarray, doff: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Piece ids of the documents ``cps[doff[d]:doff[d + 1]]`` and the first piece per document; the new
         pieces' words are added to the tables.
@@ -91,8 +81,11 @@ class Vocab:
         return pids, poff
 
     def _add(self, text: str, cps: np.ndarray, new_s: np.ndarray, new_e: np.ndarray) -> None:
-        tok_ends, tok_off, python = cs._split_all(cps, new_s, new_e, cs.CLASSES, cs.UNITS, cs.UNIT_OFF, *cs.SPECIALS)
-        # the pieces the compiled splitter leaves to Python: their words and the words' attributes
+        chars = cc.cover(cps, new_s, new_e)
+        tok_ends, tok_off, python = cs._split_all(
+            cps, new_s, new_e, cs.CLASSES, chars, cs.UNITS, cs.UNIT_OFF, *cs.SPECIALS
+        )
+        # the pieces the compiled splitter leaves to Python: their words
         words: list[str] = []
         count: list[int] = []
         for a, b in zip(new_s[python].tolist(), new_e[python].tolist(), strict=True):
@@ -102,7 +95,6 @@ class Vocab:
         py_coff = np.zeros(len(words) + 1, dtype=np.int64)
         np.cumsum([len(w) for w in words], out=py_coff[1:])
         py_chars = np.frombuffer("".join(words).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-        py_attr = np.array([self._attrs(w) for w in words], dtype=np.int64).reshape(-1, 4)
         self.words, self.pieces = cv.add_pieces(
             cps,
             new_s,
@@ -113,8 +105,7 @@ class Vocab:
             py_chars,
             py_coff,
             np.array(count, dtype=np.int64),
-            py_attr,
-            self.achr,
+            chars,
             self.stops,
             self.stop_len,
             self.words,

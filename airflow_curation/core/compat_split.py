@@ -4,14 +4,17 @@
 (their ASCII form, :data:`compat_words._ASCII`) and its special cases (contractions, abbreviations, emoticons)
 in one numba pass over many distinct pieces. The special cases are a finite set of ASCII strings
 (:func:`_special_table` lists every one with the Python splitter's own answer), looked up exactly where the
-Python splitter asks. A piece with a character past ASCII goes to the Python splitter.
-``tests/preprocess/test_compat_split.py`` holds the two to the same words.
+Python splitter asks. A piece with a character past ASCII takes the Python splitter's shortcuts here (letters
+only; letters and one of ``,;:)!?``; ``(`` and letters: most words of most languages) where no special case can
+hold it, and goes to the Python splitter otherwise. ``tests/preprocess/test_compat_split.py`` holds the two to
+the same words.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from airflow_curation.core import compat_chars as cc
 from airflow_curation.core import compat_words as cw
 from airflow_curation.core.jit import numba
 
@@ -89,6 +92,13 @@ def _special_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 SPECIALS = _special_table()
+# The shortcuts for pieces past ASCII (:func:`_wide_tokens`) rest on this: a special case past ASCII holds a
+# character that is not a letter (an apostrophe), so none is letters alone, nor letters with a mark of
+# ``_TRAILING`` after or ``(`` before (their merged forms); the other special cases' lower cases are ASCII.
+assert not any(
+    not w.isascii() and (w.isalpha() or (w[:-1].isalpha() and w[-1] in cw._TRAILING) or w[0] == "(")
+    for w in (*cw._WHOLE, *cw._SPLIT_WHOLE)
+)
 
 
 @njit(cache=True, inline="always")
@@ -351,12 +361,48 @@ def _special(s: np.ndarray, a: int, b: int, sp: np.ndarray, sp_off: np.ndarray, 
     return -1
 
 
+@njit(cache=True, inline="always")
+def _letters(s: np.ndarray, a: int, b: int, ucls: np.ndarray) -> int:
+    """1: ``s[a:b]`` is letters (``str.isalpha``) and one of them lower-cases past ASCII, so no special case is
+    it; 0: it is letters, but could be one; -1: it is not letters (or empty)."""
+    if a >= b:
+        return -1
+    wide = False
+    for i in range(a, b):
+        f = ucls[s[i]]
+        if not f & cc.A_ALPHA:
+            return -1
+        wide = wide or (f & cc.A_LOWER_WIDE) != 0
+    return 1 if wide else 0
+
+
+@njit(cache=True)
+def _wide_tokens(s: np.ndarray, a: int, b: int, ucls: np.ndarray) -> int:
+    """The Python splitter's shortcuts (:func:`compat_words._split`) for a piece past ASCII: 0 where it alone
+    decides, else where its first token ends (``b``: one token; a second, if any, ends at ``b``)."""
+    whole = _letters(s, a, b, ucls)
+    if whole >= 0:  # letters: one word, unless a special case
+        return b if whole == 1 else 0
+    if b - a > 1:
+        c = s[b - 1]
+        if c == 44 or c == 59 or c == 58 or c == 41 or c == 33 or c == 63:  # , ; : ) ! ?
+            head = _letters(s, a, b - 1, ucls)
+            if head >= 0:
+                return b - 1 if head == 1 else 0
+        if s[a] == 40:  # (
+            tail = _letters(s, a + 1, b, ucls)
+            if tail >= 0:
+                return a + 1 if tail == 1 else 0
+    return 0
+
+
 @njit(cache=True)
 def _split_all(
     s: np.ndarray,
     starts: np.ndarray,
     stops: np.ndarray,
     cls: np.ndarray,
+    ucls: np.ndarray,
     units: np.ndarray,
     unit_off: np.ndarray,
     sp: np.ndarray,
@@ -365,8 +411,13 @@ def _split_all(
     slots: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Token ends (absolute offsets into ``s``), the first token per piece (``tok_off``, one past the last)
-    and which pieces are left to the Python splitter (no tokens here): a piece with a character past ASCII.
-    Piece ``p`` is ``s[starts[p]:stops[p]]``; the steps are :func:`compat_words._split`'s, in its order."""
+    and which pieces are left to the Python splitter (no tokens here): a piece with a character past ASCII that
+    :func:`_wide_tokens` does not decide. Piece ``p`` is ``s[starts[p]:stops[p]]``; the steps are
+    :func:`compat_words._split`'s, in its order.
+
+    :param cls: per ASCII character, the patterns' classes (:data:`CLASSES`).
+    :param ucls: per code point, ``compat_chars.A_*`` flags, set for every character of a piece past ASCII.
+    """
     most = 0
     widest = 0
     for p in range(len(starts)):
@@ -386,7 +437,15 @@ def _split_all(
                 wide = True
                 break
         if wide:
-            python[p] = True
+            cut = _wide_tokens(s, a, b, ucls)
+            if cut == 0:
+                python[p] = True
+            else:
+                ends[n] = cut
+                n += 1
+                if cut < b:
+                    ends[n] = b
+                    n += 1
             tok_off[p + 1] = n
             continue
         nt = 0
@@ -484,25 +543,20 @@ def split_pieces(pieces: list[str]) -> list[tuple[str, ...]]:
 
     :param pieces: whitespace pieces (no whitespace inside).
     """
-    out: list[tuple[str, ...] | None] = [None] * len(pieces)
-    fast = []
-    for i, p in enumerate(pieces):
-        if p.isascii():
-            fast.append(i)
+    if not pieces:
+        return []
+    data = np.frombuffer("".join(pieces).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    off = np.zeros(len(pieces) + 1, dtype=np.int64)
+    np.cumsum([len(p) for p in pieces], out=off[1:])
+    ucls = cc.cover(data, off[:-1], off[1:])
+    ends, tok_off, python = _split_all(data, off[:-1], off[1:], CLASSES, ucls, UNITS, UNIT_OFF, *SPECIALS)
+    rel = (ends - np.repeat(off[:-1], np.diff(tok_off))).tolist()  # token ends within their piece
+    bounds = tok_off.tolist()
+    out = []
+    for i, (p, py) in enumerate(zip(pieces, python.tolist(), strict=True)):
+        e = rel[bounds[i] : bounds[i + 1]]
+        if py:
+            out.append(cw._piece_tokens(p))
         else:
-            out[i] = cw._piece_tokens(p)
-    if fast:
-        chosen = [pieces[i] for i in fast]
-        data = np.frombuffer("".join(chosen).encode("ascii"), dtype=np.uint8)
-        off = np.zeros(len(chosen) + 1, dtype=np.int64)
-        np.cumsum([len(p) for p in chosen], out=off[1:])
-        ends, tok_off, python = _split_all(data, off[:-1], off[1:], CLASSES, UNITS, UNIT_OFF, *SPECIALS)
-        rel = (ends - np.repeat(off[:-1], np.diff(tok_off))).tolist()  # token ends within their piece
-        bounds = tok_off.tolist()
-        for j, (i, p, py) in enumerate(zip(fast, chosen, python.tolist(), strict=True)):
-            if py:
-                out[i] = cw._piece_tokens(p)
-                continue
-            e = rel[bounds[j] : bounds[j + 1]]
-            out[i] = (p,) if len(e) == 1 else tuple(p[a:b] for a, b in zip([0, *e[:-1]], e, strict=True))
-    return out  # type: ignore[return-value]
+            out.append((p,) if len(e) == 1 else tuple(p[a:b] for a, b in zip([0, *e[:-1]], e, strict=True)))
+    return out

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from airflow_curation.core.compat_chars import A_ALPHA, A_CATP, A_PUNCTSET, A_TERM
 from airflow_curation.core.compat_kernel import BASE, MERSENNE, SPACE, T_ALPHA, T_PUNCT, _mulmod, span_hash
 from airflow_curation.core.jit import numba
 
@@ -23,9 +24,6 @@ njit = numba.njit
 
 # the counters of the tables (an int64 array the kernels update in place)
 N_PIECES, N_PCHARS, N_PTOK, N_WORDS, N_WCHARS = range(5)
-# per ASCII character (:func:`ascii_attrs`): in datatrove's punctuation set, a letter, Unicode category P,
-# a sentence terminal
-A_PUNCTSET, A_ALPHA, A_CATP, A_TERM = 1, 2, 4, 8
 
 
 @njit(cache=True)
@@ -182,6 +180,21 @@ def _word_id(arr, s, e, attr, wt, wchars, wcoff, wlen, wflag, wstop, wterm, wpun
 
 
 @njit(cache=True)
+def _word_attr(arr, a, b, achr, stops, stop_len, attr):
+    """The word ``arr[a:b]``'s (flags, stop index, is a terminal, is spaCy punctuation) into ``attr``."""
+    punctset, alpha, catp = True, False, True
+    for x in range(a, b):
+        f = achr[arr[x]]
+        punctset = punctset and (f & A_PUNCTSET) != 0
+        alpha = alpha or (f & A_ALPHA) != 0
+        catp = catp and (f & A_CATP) != 0
+    attr[0] = (T_PUNCT if punctset else 0) | (T_ALPHA if alpha else 0)
+    attr[1] = _stop_index(arr, a, b, stops, stop_len)
+    attr[2] = 1 if b - a == 1 and achr[arr[a]] & A_TERM else 0
+    attr[3] = 1 if catp and not alpha else 0
+
+
+@njit(cache=True)
 def add_pieces(
     cps,
     new_s,
@@ -192,7 +205,6 @@ def add_pieces(
     py_chars,
     py_coff,
     py_count,
-    py_attr,
     achr,
     stops,
     stop_len,
@@ -203,11 +215,11 @@ def add_pieces(
     """The words of the new pieces (``scan``'s, in id order), into the piece and word tables.
 
     A piece the compiled splitter decided (``python`` false) has its words' ends in ``tok_ends[tok_off[j]:
-    tok_off[j + 1]]``; the others, in order, have ``py_count`` words each, whose characters are
-    ``py_chars[py_coff[q]:py_coff[q + 1]]`` and attributes ``py_attr[q]`` (Python's). ``words`` and ``pieces``
-    are the tables' arrays (:class:`compat_batch.Vocab`); returns them, grown.
+    tok_off[j + 1]]``; the others, in order, have ``py_count`` words each (Python's), whose characters are
+    ``py_chars[py_coff[q]:py_coff[q + 1]]``. ``words`` and ``pieces`` are the tables' arrays
+    (:class:`compat_batch.Vocab`); returns them, grown.
 
-    :param achr: per ASCII character, ``A_*`` flags.
+    :param achr: per code point, ``compat_chars.A_*`` flags, set for every character of the new pieces.
     :param stops: the stop words' code points, one per row (``stop_len`` long).
     """
     wtab, whash, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw = words
@@ -244,10 +256,11 @@ def add_pieces(
         k = 0
         if python[j]:
             for _ in range(py_count[qp]):
+                a, b = py_coff[q], py_coff[q + 1]
+                _word_attr(py_chars, a, b, achr, stops, stop_len, attr)
                 ids[k] = _word_id(
-                    py_chars, py_coff[q], py_coff[q + 1], py_attr[q], wt, wchars, wcoff, wlen, wflag, wstop, wterm,
-                    wpunct, th, tpw, counts,
-                )  # fmt: skip
+                    py_chars, a, b, attr, wt, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw, counts
+                )
                 k += 1
                 q += 1
             qp += 1
@@ -255,16 +268,7 @@ def add_pieces(
             a = new_s[j]
             for r in range(tok_off[j], tok_off[j + 1]):
                 b = tok_ends[r]
-                punctset, alpha, catp = True, False, True
-                for x in range(a, b):
-                    f = achr[cps[x]]
-                    punctset = punctset and (f & A_PUNCTSET) != 0
-                    alpha = alpha or (f & A_ALPHA) != 0
-                    catp = catp and (f & A_CATP) != 0
-                attr[0] = (T_PUNCT if punctset else 0) | (T_ALPHA if alpha else 0)
-                attr[1] = _stop_index(cps, a, b, stops, stop_len)
-                attr[2] = 1 if b - a == 1 and achr[cps[a]] & A_TERM else 0
-                attr[3] = 1 if catp and not alpha else 0
+                _word_attr(cps, a, b, achr, stops, stop_len, attr)
                 ids[k] = _word_id(
                     cps, a, b, attr, wt, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw, counts
                 )
@@ -292,20 +296,4 @@ def add_pieces(
     return words, (pt_off, pt_tok, p_sent)
 
 
-def ascii_attrs(punctuation: frozenset[str], terminals: frozenset[str]) -> np.ndarray:
-    """``A_*`` flags per ASCII character."""
-    import unicodedata
-
-    out = np.zeros(128, dtype=np.int64)
-    for c in range(128):
-        ch = chr(c)
-        out[c] = (
-            (A_PUNCTSET if ch in punctuation else 0)
-            | (A_ALPHA if ch.isalpha() else 0)
-            | (A_CATP if unicodedata.category(ch)[0] == "P" else 0)
-            | (A_TERM if ch in terminals else 0)
-        )
-    return out
-
-
-__all__ = ["SPACE", "add_pieces", "ascii_attrs", "scan"]
+__all__ = ["SPACE", "add_pieces", "scan"]

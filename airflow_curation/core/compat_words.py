@@ -198,6 +198,8 @@ def _special(s: str) -> tuple[str, ...] | None:
     if s in _SPLIT_WHOLE:
         return _SPLIT_WHOLE[s]
     low = s.lower()
+    if "’" not in s and not low.isascii():
+        return None  # past the two sets, every case below is an ASCII word in lower case (with ' or ’)
     if not (s == low or s == s.upper() or s == s[0].upper() + s[1:].lower()):
         return None
     for apo in ("'", "’"):

@@ -76,6 +76,7 @@ _load_without_blas_probe()
 # The core modules that define kernels with cache=True (a test checks the list against the sources).
 KERNEL_MODULES = (
     "boilerplate",
+    "compat_chars",
     "compat_kernel",
     "compat_split",
     "compat_vocab",

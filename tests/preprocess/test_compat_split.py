@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from airflow_curation.core import compat_chars as cc
 from airflow_curation.core import compat_split as cs
 from airflow_curation.core import compat_words as cw
 
@@ -173,6 +174,33 @@ TRICKY = [
     "§3",
     "½",
     "👍!",
+    # past ASCII: the shortcuts (letters; letters and , ; : ) ! ?; "(" and letters) and what they leave to Python
+    "Straße",
+    "İstanbul",
+    "ΣΟΦΟΣ",
+    "σοφός;",
+    "naïve,",
+    "(café",
+    "(café)",
+    "Привет!",
+    "Привет?!",
+    "数据",
+    "ſ",
+    "ǅemal:",
+    "\u212a",
+    "\u212ano",
+    "a\u212a)",
+    "(\u212a",
+    "e\u0301",
+    "x²",
+    "Ⅻ",
+    "don’t",
+    "DON’T",
+    "l’",
+    "’s",
+    "n’t",
+    "(’s",
+    "l'été",
 ]
 
 
@@ -193,11 +221,15 @@ def test_same_words_as_python(pieces):
     assert not wrong, wrong[:20]
 
 
-def _split_ascii(pieces: list[str]) -> tuple[list[tuple[str, ...]], np.ndarray]:
-    data = np.frombuffer("".join(pieces).encode(), dtype=np.uint8)
+def _split_compiled(pieces: list[str]) -> tuple[list[tuple[str, ...]], np.ndarray]:
+    """The compiled splitter alone: each piece's words (empty where it leaves the piece to Python) and which."""
+    data = np.frombuffer("".join(pieces).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     off = np.zeros(len(pieces) + 1, dtype=np.int64)
     np.cumsum([len(p) for p in pieces], out=off[1:])
-    ends, tok_off, python = cs._split_all(data, off[:-1], off[1:], cs.CLASSES, cs.UNITS, cs.UNIT_OFF, *cs.SPECIALS)
+    ucls = cc.cover(data, off[:-1], off[1:])
+    ends, tok_off, python = cs._split_all(
+        data, off[:-1], off[1:], cs.CLASSES, ucls, cs.UNITS, cs.UNIT_OFF, *cs.SPECIALS
+    )
     words = []
     for i, p in enumerate(pieces):
         e = (ends[tok_off[i] : tok_off[i + 1]] - off[i]).tolist()
@@ -205,18 +237,29 @@ def _split_ascii(pieces: list[str]) -> tuple[list[tuple[str, ...]], np.ndarray]:
     return words, python
 
 
-def test_compiled_path_decides_every_ascii_piece(pieces):
+def _shortcut(p: str) -> bool:
+    """The Python splitter's shortcuts (compat_words._split) apply to ``p``, and no special case can be the
+    letters they keep whole: one of those letters lower-cases past ASCII."""
+    for letters in (p, p[:-1] if p[-1:] in cw._TRAILING else "", p[1:] if p[:1] == "(" else ""):
+        if letters.isalpha():
+            return not letters.lower().isascii()
+    return False
+
+
+def test_compiled_path_decides_every_ascii_piece_and_the_shortcuts(pieces):
     """The equality above must come from the compiled path, not from handing pieces back to Python: every
-    ASCII piece, special cases included, is split in compiled code; only pieces past ASCII go to Python."""
-    ascii_pieces = [p for p in pieces if p.isascii()]
-    words, python = _split_ascii(ascii_pieces)
-    assert not python.any()
-    wrong = [(p, w, cw._split(p, cw._UNICODE)) for p, w in zip(ascii_pieces, words) if w != cw._split(p, cw._UNICODE)]
+    ASCII piece, special cases included, is split in compiled code; past ASCII, every piece that the Python
+    splitter's shortcuts take (letters, letters and a trailing mark, "(" and letters) unless a special case
+    could be it, and only those; the rest go to Python."""
+    words, python = _split_compiled(pieces)
+    wide = np.array([not p.isascii() for p in pieces])
+    assert not python[~wide].any()
+    assert python[wide].tolist() == [not _shortcut(p) for p in pieces if not p.isascii()]
+    # the corpus's pieces past ASCII are mostly words of other languages: most take the compiled path
+    assert (~python[wide]).sum() > 0.5 * wide.sum()
+    want = [cw._split(p, cw._UNICODE) for p in pieces]
+    wrong = [(p, w, v) for p, w, v, py in zip(pieces, words, want, python) if not py and w != v]
     assert not wrong, wrong[:20]
-    wide = [p for p in pieces if not p.isascii()]
-    cps = np.frombuffer("".join(wide).encode("utf-32-le"), dtype=np.uint32)
-    off = np.cumsum([0] + [len(p) for p in wide]).astype(np.int64)
-    assert cs._split_all(cps, off[:-1], off[1:], cs.CLASSES, cs.UNITS, cs.UNIT_OFF, *cs.SPECIALS)[2].all()
 
 
 @pytest.mark.parametrize(
@@ -239,7 +282,7 @@ def test_compiled_path_decides_every_ascii_piece(pieces):
 def test_special_cases_in_compiled_code(piece, words):
     """Contractions split, abbreviations and emoticons stay whole (merged back from their tokens: ``):``)."""
     assert cw._split(piece, cw._UNICODE) == words
-    assert _split_ascii([piece])[0] == [words]
+    assert _split_compiled([piece])[0] == [words]
 
 
 def test_special_table_answers_as_the_python_special_cases(pieces):
