@@ -74,16 +74,32 @@ def _ranges(chars: str) -> str:
 
 
 _SC_CLS, _SO_CLS = _ranges(_SC), _ranges(_SO)
-_LETTER = r"[^\W\d_]"  # a letter: Python's \w less digits and underscore
-_LETTER_OR_DIGIT = r"(?:(?<=[^\W\d_])|(?<=[0-9]))"  # lookbehind: a letter or an ASCII digit before
-# scripts without case count as both lower and upper case (Arabic, Hebrew, Indic, Ethiopic, Hangul, kana, CJK)
+# spaCy's letters (spacy/lang/char_classes.py ALPHA, ALPHA_LOWER, ALPHA_UPPER, spaCy 3.8), which its suffix and infix
+# rules read: the scripts it lists, not every Unicode letter. Latin (its blocks as spaCy lists them), cased by
+# Unicode case, and the glottal stop, which spaCy counts lower; the Russian, Tatar, Greek, Ukrainian and Macedonian
+# letters it lists; the scripts without case (Hebrew, Arabic and Persian, Indic, Sinhala, Ethiopic, Hangul, kana,
+# CJK with its symbols and punctuation), which count as both. tests/preprocess/test_compat.py holds the three
+# classes equal to spaCy's.
+_LATIN_BLOCKS = (
+    (0x41, 0x5A), (0x61, 0x7A), (0xFF21, 0xFF3A), (0xFF41, 0xFF5A), (0xC0, 0xD6), (0xD8, 0xF6), (0xF8, 0x1BF),
+    (0x1C4, 0x24F), (0x2C60, 0x2C7B), (0x2C7E, 0x2C7F), (0xA722, 0xA76F), (0xA771, 0xA787), (0xA78B, 0xA78E),
+    (0xA790, 0xA7B9), (0xA7FA, 0xA7FA), (0xAB30, 0xAB5A), (0xAB60, 0xAB64), (0x250, 0x2AF), (0x1D00, 0x1D25),
+    (0x1D6B, 0x1D77), (0x1D79, 0x1D9A), (0x1E00, 0x1EFF),
+)  # fmt: skip
+_LATIN = "".join(chr(c) for a, b in _LATIN_BLOCKS for c in range(a, b + 1))
+_CASED_LOWER = "ёа-яәөүҗңһα-ωάέίόώήύа-щюяіїєґѓѕјљњќѐѝ"
+_CASED_UPPER = "ЁА-ЯӘӨҮҖҢҺΑ-ΩΆΈΊΌΏΉΎА-ЩЮЯІЇЄҐЃЅЈЉЊЌЀЍ"
 _UNCASED = (
-    r"\u0590-\u05ff\u0600-\u06ff\u0750-\u077f\u0900-\u097f\u0980-\u09ff\u0b80-\u0bff\u0c00-\u0c7f"
-    r"\u0c80-\u0cff\u0d80-\u0dff\u1100-\u11ff\u1200-\u137f\u3040-\u30ff\u3130-\u318f\u4e00-\u9fff"
-    r"\uac00-\ud7af\ufb50-\ufdff\ufe70-\ufeff"
+    r"\u0591-\u05f4\u0620-\u064a\u066e-\u06d5\u06e5-\u06ff\u0750-\u077f\u08a0-\u08bd\u0900-\u09ff\u0b80-\u0cff"
+    r"\u0d80-\u0dff\u1100-\u137f\u2e80-\u2fdf\u2ff0-\u30ff\u31c0-\u31ef\u3200-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
+    r"\uf900-\ufaff\ufb1d-\ufbb1\ufbd3-\ufd3d\ufd50-\ufdc7\ufdf0-\ufdfb\ufe30-\ufe4f\ufe70-\ufefc"
+    r"\U0001ee00-\U0001eebb\U0001f200-\U0001f2ff\U00020000-\U0002a6df\U0002a700-\U0002ebef\U0002f800-\U0002fa1f"
 )
-_LOWER = r"a-zß-öø-ÿ\u0100-\u024f\u0370-\u03ff\u0400-\u04ff" + _UNCASED
-_UPPER = r"A-ZÀ-ÖØ-Þ\u0100-\u024f\u0370-\u03ff\u0400-\u04ff" + _UNCASED
+_ALPHA = _ranges(_LATIN) + _CASED_LOWER + _CASED_UPPER + _UNCASED
+_LOWER = _ranges("".join(c for c in _LATIN if unicodedata.category(c) == "Ll" or c == "ʔ")) + _CASED_LOWER + _UNCASED
+_UPPER = _ranges("".join(c for c in _LATIN if unicodedata.category(c) == "Lu")) + _CASED_UPPER + _UNCASED
+_LETTER = f"[{_ALPHA}]"
+_LETTER_OR_DIGIT = f"(?<=[{_ALPHA}0-9])"  # lookbehind: a letter or an ASCII digit before
 
 
 class _Rules(NamedTuple):
@@ -149,7 +165,7 @@ def _rules(sc: str, so: str | None, lower: str, upper: str, host_end: str) -> _R
     )
 
 
-_UNICODE = _rules(_SC_CLS, _SO_CLS, _LOWER, _UPPER, "a-z\u00a1-\uffff")
+_UNICODE = _rules(_SC_CLS, _SO_CLS, _LOWER, _UPPER, _LOWER)  # a host ends in lower-case letters, as spaCy's URL match
 # The same patterns on a piece that is all ASCII: each class cut to its ASCII members (the only ones such a
 # piece can match) gives the same matches, without testing every character against hundreds of ranges.
 _ASCII = _rules(r"\$", None, "a-z", "A-Z", "a-z")

@@ -1,7 +1,7 @@
 """Runs the oracles in their own venv (see scripts/setup_oracles.sh): reads a JSON list of documents,
 prints a JSON list of results. Not imported by the tests: executed by the oracle venv's Python.
 
-usage: python oracle_runner.py datatrove|datatrove_fineweb|pygount|dolma DOCS.json
+usage: python oracle_runner.py datatrove|datatrove_fineweb|pygount|dolma|spacy_letters DOCS.json
 """
 
 import json
@@ -112,9 +112,36 @@ def dolma(docs):
     return out
 
 
+def spacy_letters(docs):
+    """spaCy's letter classes (ALPHA, ALPHA_LOWER, ALPHA_UPPER) as code point ranges; ``docs`` is not read."""
+    import re
+
+    from spacy.lang.char_classes import ALPHA, ALPHA_LOWER, ALPHA_UPPER
+
+    out = {}
+    for name, cls in (("alpha", ALPHA), ("lower", ALPHA_LOWER), ("upper", ALPHA_UPPER)):
+        pattern = re.compile(f"[{cls}]")
+        ranges, start = [], None
+        for c in range(0x110001):
+            inside = c < 0x110000 and pattern.match(chr(c)) is not None
+            if inside and start is None:
+                start = c
+            elif not inside and start is not None:
+                ranges.append([start, c - 1])
+                start = None
+        out[name] = ranges
+    return out
+
+
 if __name__ == "__main__":
     which, path = sys.argv[1], sys.argv[2]
     with open(path, encoding="utf-8") as f:
         documents = json.load(f)
-    runners = {"datatrove": datatrove, "datatrove_fineweb": datatrove_fineweb, "pygount": pygount, "dolma": dolma}
+    runners = {
+        "datatrove": datatrove,
+        "datatrove_fineweb": datatrove_fineweb,
+        "pygount": pygount,
+        "dolma": dolma,
+        "spacy_letters": spacy_letters,
+    }
     json.dump(runners[which](documents), sys.stdout)

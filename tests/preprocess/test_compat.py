@@ -155,6 +155,34 @@ def test_tables_kept_across_batches_give_the_values_of_empty_ones(prose):
     assert compat_signals(texts[::-1]).to_pylist()[::-1] == fresh
 
 
+def test_letter_classes_are_spacys(tmp_path_factory):
+    """The letters the suffix and infix rules read are spaCy's (its listed scripts, lower and upper case), every
+    code point compared: a wider class split the Russian "т.д" (lower, '.', a Cyrillic letter then taken as upper)
+    where spaCy keeps it whole."""
+    import re
+
+    from airflow_curation.core import compat_words as cw
+
+    want = run_oracle("spacy_letters", [], tmp_path_factory)
+    for name, cls in (("alpha", cw._ALPHA), ("lower", cw._LOWER), ("upper", cw._UPPER)):
+        pattern = re.compile(f"[{cls}]")
+        got = [c for c in range(0x110000) if pattern.match(chr(c))]
+        assert got == [c for a, b in want[name] for c in range(a, b + 1)], name
+
+
+def test_words_past_latin_are_spacys(tmp_path_factory):
+    """Pieces whose words turn on the letter classes: spaCy's words, from datatrove's own tokenizer."""
+    texts = [
+        "и т.д. и т.п., см.Рис и т.е.",
+        "Ελλάδα.Αθήνα σοφός,σοφή λέξη-λέξη a:β",
+        "ქართ,ული ქართ-ული ქართ.ული",
+        "ǅemal.Ǆ ʔa.B ɐ.Ɐ ａ.Ｂ",
+        "数据.库 数据,库 中-文",
+    ]
+    oracle = run_oracle("datatrove", [{"text": t} for t in texts], tmp_path_factory)
+    assert [words(t) for t in texts] == [r["words"] for r in oracle]
+
+
 def test_words_are_datatrove_words(prose, datatrove_results):
     same = sum(words(t) == r["words"] for t, r in zip(prose, datatrove_results))
     assert same / len(prose) >= 0.97, f"{same}/{len(prose)} texts split into datatrove's exact words"
