@@ -24,6 +24,11 @@ tar -x -C DIR``: the pure-Python version before the compiled pass). The text is 
 ``--mb`` MB. Each process times two passes over it: ``cold``, the first (what a fresh worker pays: the compat
 presets split every whitespace piece they have not seen into words once per process), and ``warm``, the
 second (every piece known). Load averages are recorded per round.
+
+``words``: per language of the Debian handbook (its HTML pages as the ingest extractor gives their text), the pages
+whose words are exactly datatrove's English word tokenizer's (spaCy's, run in the oracle venv), for this tree's
+``compat_words.words`` and, with ``--baseline DIR``, another tree's: the word splitter against the reference
+itself, on text no rule was tuned on.
 """
 
 from __future__ import annotations
@@ -190,6 +195,38 @@ def _handbook(lang: str) -> list[str]:
     return [t for t in pages if t]
 
 
+WORD_LANGS = "ru-RU el-GR de-DE fr-FR pl-PL cs-CZ tr-TR vi-VN ar-MA fa-IR ja-JP ko-KR zh-CN en-US".split()
+DATATROVE_WORDS = """
+import json, sys
+from datatrove.utils.word_tokenizers import load_word_tokenizer
+tok = load_word_tokenizer("eng")
+print(json.dumps({k: [tok.word_tokenize(t) for t in v] for k, v in json.load(open(sys.argv[1])).items()}))
+"""
+OURS_WORDS = """
+import json, sys
+sys.path.insert(0, sys.argv[3])
+from airflow_curation.core.compat_words import words
+pages, want = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+print(json.dumps({k: sum(words(t) == w for t, w in zip(v, want[k])) for k, v in pages.items()}))
+"""
+
+
+def word_parity(baseline: str | None) -> dict:
+    """Pages whose words are datatrove's tokenizer's, per handbook language, per tree."""
+    DATA.mkdir(parents=True, exist_ok=True)
+    pages_path, want_path = DATA / "words_pages.json", DATA / "words_datatrove.json"
+    pages = {lang: _handbook(lang) for lang in WORD_LANGS}
+    pages_path.write_text(json.dumps(pages))
+    got = subprocess.run([str(ORACLE), "-P", "-c", DATATROVE_WORDS, str(pages_path)], capture_output=True, check=True)
+    want_path.write_bytes(got.stdout)
+    trees = {"this tree": str(ROOT), **({f"baseline {baseline}": baseline} if baseline else {})}
+    same = {}
+    for name, root in trees.items():
+        cmd = [sys.executable, "-P", "-c", OURS_WORDS, str(pages_path), str(want_path), root]
+        same[name] = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    return {"pages": {k: len(v) for k, v in pages.items()}, "same": same}
+
+
 def speed(rounds: int, mb: float, baseline: str | None = None, lang: str | None = None) -> dict:
     docs = _handbook(lang) if lang else [d["text"] for d in compat_corpus.load() if d["split"] == "heldout"]
     texts, size = [], 0
@@ -321,13 +358,32 @@ def render(r: dict) -> str:
         )
     if r.get("speed_history"):
         lines.append("")
+    w = r.get("words")
+    if w:
+        trees = list(w["same"])
+        lines += [
+            f"Words: `{w['command']}` ({w['when']}): Debian handbook pages (the ingest extractor's text) whose words are "
+            "exactly datatrove's English word tokenizer's (spaCy's), per language.",
+            "",
+            "| language | pages | " + " | ".join(trees) + " |",
+            "| --- | ---: | " + " | ".join("---:" for _ in trees) + " |",
+        ]
+        for lang, n in w["pages"].items():
+            lines.append(f"| {lang} | {n} | " + " | ".join(str(w["same"][t][lang]) for t in trees) + " |")
+        total = sum(w["pages"].values())
+        lines.append(
+            f"| all | {total} | "
+            + " | ".join(f"{sum(w['same'][t].values())} ({sum(w['same'][t].values()) / total:.1%})" for t in trees)
+            + " |"
+        )
+        lines.append("")
     lines.append("JSON: `benchmarks/results/compat.json`.")
     return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", nargs="?", choices=("agree", "speed"))
+    ap.add_argument("what", nargs="?", choices=("agree", "speed", "words"))
     ap.add_argument("--split", default="heldout", choices=("tune", "heldout"))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--mb", type=float, default=2.0)
@@ -344,6 +400,12 @@ def main() -> None:
         print(
             json.dumps({p: {c: v["agreement"] for c, v in per.items()} for p, per in got["presets"].items()}, indent=1)
         )
+    elif args.what == "words":
+        got = word_parity(args.baseline)
+        base = f" --baseline {args.baseline}" if args.baseline else ""
+        got.update(command=f".venv/bin/python benchmarks/bench_compat.py words{base}", when=when)
+        r["words"] = got
+        print(json.dumps(got["same"], indent=1))
     elif args.what == "speed":
         got = speed(args.rounds, args.mb, args.baseline, args.lang)
         base = f" --baseline {args.baseline}" if args.baseline else ""
