@@ -92,11 +92,12 @@ def _special_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 SPECIALS = _special_table()
-# The shortcuts for pieces past ASCII (:func:`_wide_tokens`) rest on this: a special case past ASCII holds a
-# character that is not a letter (an apostrophe), so none is letters alone, nor letters with a mark of
-# ``_TRAILING`` after or ``(`` before (their merged forms); the other special cases' lower cases are ASCII.
+# The shortcuts for pieces past ASCII (:func:`_wide_tokens`) rest on this: no special case past ASCII is letters
+# alone, nor letters with a mark of ``_TRAILING`` after or ``(`` before (what the shortcuts' words merge back
+# into); the cases ``compat_words._special`` derives (contractions) are ASCII words in lower case.
 assert not any(
-    not w.isascii() and (w.isalpha() or (w[:-1].isalpha() and w[-1] in cw._TRAILING) or w[0] == "(")
+    not w.isascii()
+    and (w.isalpha() or (w[:-1].isalpha() and w[-1] in cw._TRAILING) or (w[0] == "(" and w[1:].isalpha()))
     for w in (*cw._WHOLE, *cw._SPLIT_WHOLE)
 )
 

@@ -198,6 +198,16 @@ _WHOLE = set(
     ).split()
     + [f"{c}." for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"]
 )
+# the rest of spaCy's emoticons and of its exceptions for every language that stay one word
+# (spacy/lang/tokenizer_exceptions.py): ``[:``, ``:1``, ``C++``, ``ü.``
+_WHOLE |= set(
+    r"""
+    (*_*) (-8 (-: (-; (-_-) (._.) (>_<) (^_^) (o: (¬_¬) (ಠ_ಠ) (╯°□°）╯︵┻━┻ )-: -__- ._. 0.0 0.o 0_0 0_o
+    8-D 8D :'-( :'-) :(( :((( :() :)) :))) :-(( :-((( :-)) :-))) :-* :-0 :-3 :-> :-X :-] :-o :-p :-x
+    :-} :0 :1 :X :o) :x :} ;-D ;D ;_; <.< <333 =/ =3 =[ =] >.< >.> >:( >:o ><(((*> @_@ O.o O_o V.V XDD
+    [-: [: [= ]= ^___^ o.o o_0 o_O v.v v_v xDD ¯\(ツ)/¯ ಠ_ಠ ಠ︵ಠ <space> C++ \") \n \t ä. ö. ü. —
+    """.split()
+)
 _SPLIT_WHOLE = {
     "cannot": ("can", "not"), "Cannot": ("Can", "not"), "gonna": ("gon", "na"), "Gonna": ("Gon", "na"),
     "gotta": ("got", "ta"), "Gotta": ("Got", "ta"), "y'all": ("y'", "all"), "Y'all": ("Y'", "all"),

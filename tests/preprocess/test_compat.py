@@ -171,13 +171,15 @@ def test_letter_classes_are_spacys(tmp_path_factory):
 
 
 def test_words_past_latin_are_spacys(tmp_path_factory):
-    """Pieces whose words turn on the letter classes: spaCy's words, from datatrove's own tokenizer."""
+    """Pieces whose words turn on the letter classes, and spaCy's emoticons and exceptions for every language:
+    spaCy's words, from datatrove's own tokenizer."""
     texts = [
         "и т.д. и т.п., см.Рис и т.е.",
         "Ελλάδα.Αθήνα σοφός,σοφή λέξη-λέξη a:β",
         "ქართ,ული ქართ-ული ქართ.ული",
         "ǅemal.Ǆ ʔa.B ɐ.Ɐ ａ.Ｂ",
         "数据.库 数据,库 中-文",
+        "[::1] [: x:1 (-: :-)) C++ ü. (ü.) ¯\\(ツ)/¯ (ಠ_ಠ) — <space> x(-: f(:) hi:) x8) print(x):",
     ]
     oracle = run_oracle("datatrove", [{"text": t} for t in texts], tmp_path_factory)
     assert [words(t) for t in texts] == [r["words"] for r in oracle]
