@@ -377,6 +377,15 @@ def render(r: dict) -> str:
             + " |"
         )
         lines.append("")
+    for h in r.get("words_history", []):
+        total = sum(h["pages"].values())
+        lines.append(
+            f"Earlier: `{h['command']}` ({h['when']}): "
+            + ", ".join(f"{t} {sum(v.values())} of {total} pages" for t, v in h["same"].items())
+            + "."
+        )
+    if r.get("words_history"):
+        lines.append("")
     lines.append("JSON: `benchmarks/results/compat.json`.")
     return "\n".join(lines)
 
@@ -404,6 +413,8 @@ def main() -> None:
         got = word_parity(args.baseline)
         base = f" --baseline {args.baseline}" if args.baseline else ""
         got.update(command=f".venv/bin/python benchmarks/bench_compat.py words{base}", when=when)
+        if "words" in r:  # every run is kept
+            r.setdefault("words_history", []).append(r["words"])
         r["words"] = got
         print(json.dumps(got["same"], indent=1))
     elif args.what == "speed":
