@@ -28,7 +28,7 @@ second (every piece known). Load averages are recorded per round.
 ``words``: per language of the Debian handbook (its HTML pages as the ingest extractor gives their text), the pages
 whose words are exactly datatrove's English word tokenizer's (spaCy's, run in the oracle venv), for this tree's
 ``compat_words.words`` and, with ``--baseline DIR``, another tree's: the word splitter against the reference
-itself, on text no rule was tuned on.
+itself (some of these pages are in ``compat_corpus``'s tune split too).
 """
 
 from __future__ import annotations
