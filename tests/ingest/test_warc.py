@@ -140,6 +140,74 @@ def test_a_truncated_warc_keeps_what_came_before_and_quarantines_the_rest_with_w
     assert books_close(m.accounting) and m.accounting["read"] == len(kept) + len(bad)
 
 
+def _records(data: bytes) -> list[tuple[int, int, str]]:
+    """(start, end, type) of every record of a whole, uncompressed WARC, by warcio (the reference reader)."""
+    from warcio.archiveiterator import ArchiveIterator
+
+    it = ArchiveIterator(io.BytesIO(data))
+    starts = [(it.get_record_offset(), r.rec_type) for r in it]
+    ends = [s for s, _ in starts[1:]] + [len(data)]
+    return [(s, e, kind) for (s, kind), e in zip(starts, ends)]
+
+
+def test_an_uncompressed_warc_cut_anywhere_never_keeps_part_of_a_page(tmp_path):
+    """A plain ``.warc`` ends where it was cut (a copy stopped, a crawler killed): FastWARC yields the last
+    record with what is there, so a page cut in its body or HTTP headers was kept as a shorter document.
+    Each cut inside a page's record quarantines that record as ``truncated_record`` at its offset; the
+    pages before it are whole."""
+    from airflow_curation.stages.ingest.readers import Bad, Doc
+    from airflow_curation.stages.ingest.warc import read_warc
+
+    whole = write_warc(tmp_path / "whole.warc", extra=False).read_bytes()
+    records = _records(whole)
+    pages = [(s, e) for s, e, kind in records if kind == "response"]
+    texts = {s: html_to_text(_page(name), "resiliparse") for (s, _), name in zip(pages, PAGES)}
+    # cuts in every part of every page's record: WARC headers, HTTP headers, body, its last bytes
+    cuts = sorted({s + d for s, e in pages for d in (5, 200, 420, 700, (e - s) // 2, e - s - 500) if s + d < e - 4})
+    for cut in cuts:
+        out = list(read_warc(io.BytesIO(whole[:cut]), "warc", "resiliparse", 1 << 26))
+        docs = [o for o in out if isinstance(o, Doc)]
+        bad = [o for o in out if isinstance(o, Bad) and o.rows]
+        assert [d.text for d in docs] == [texts[s] for s, e in pages if e <= cut], cut
+        (cut_page,) = [s for s, e in pages if s < cut < e]
+        assert [b.reason for b in bad] == ["truncated_record" if cut - cut_page > 10 else "malformed_record"], cut
+        if bad[0].reason == "truncated_record":
+            assert bad[0].location.endswith(f"at byte {cut_page}"), (cut, bad[0].location)
+
+
+def test_a_cut_warc_is_counted_through_the_stage(tmp_path):
+    whole = write_warc(tmp_path / "whole.warc", extra=False).read_bytes()
+    pages = [(s, e) for s, e, kind in _records(whole) if kind == "response"]
+    cut = tmp_path / "in" / "cut.warc"
+    cut.parent.mkdir()
+    cut.write_bytes(whole[: (pages[2][0] + pages[2][1]) // 2])  # inside the third page's body
+    lake, m = ingest(tmp_path, [cut])
+    assert len(_rows(m)) == 2
+    (bad,) = [q for q in quarantined(lake) if q["reason"] == "truncated_record"]
+    assert (
+        bad["location"] == f"record 7 at byte {pages[2][0]}"
+    )  # warcinfo, then request + response a page and "cut.warc" in bad["source"]
+    assert m.accounting["read"] == 3 and books_close(m.accounting)
+
+
+def test_a_cut_arc_quarantines_its_last_page(tmp_path):
+    pages = []
+    for name in PAGES[:2]:
+        body = b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\n\r\n" + _page(name)
+        url = f"https://docs.python.org/3/library/{name}".encode()
+        pages.append(url + b" 1.2.3.4 20260101000000 text/html %d\n" % len(body) + body + b"\n")
+    version = b"1 0 test\nURL IP-address Archive-date Content-type Archive-length\n"
+    head = b"filedesc://t.arc 0.0.0.0 20260101000000 text/plain %d\n" % len(version) + version + b"\n"
+    path = tmp_path / "in" / "cut.arc"
+    path.parent.mkdir()
+    path.write_bytes(head + pages[0] + pages[1][: len(pages[1]) // 2])
+    lake, m = ingest(tmp_path, [path])
+    (row,) = _rows(m)
+    assert EXPECTED[PAGES[0]] in row["text"]
+    assert [q["reason"] for q in quarantined(lake) if q["rows"]] == ["truncated_record"]
+    assert m.accounting["read"] == 2 and books_close(m.accounting)
+
+
 def test_a_page_without_text_and_a_payload_over_the_limit_are_quarantined(tmp_path):
     path = tmp_path / "odd.warc"
     with open(path, "wb") as f:

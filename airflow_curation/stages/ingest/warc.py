@@ -49,6 +49,9 @@ class Record:
     charset: str | None
     length: int  # payload bytes (the HTTP body of a response)
     payload: bytes | None  # None when not read (not a document, or larger than allowed)
+    # A document record cut short by the end of the input: its payload holds fewer bytes than its headers
+    # declare, or its WARC headers end before their Content-Length (an input cut inside them).
+    truncated: bool = False
 
 
 def fastwarc_records(stream: IO[bytes], max_payload: int) -> Iterator[Record]:
@@ -61,6 +64,11 @@ def fastwarc_records(stream: IO[bytes], max_payload: int) -> Iterator[Record]:
         media = (r.http_content_type if http is not None else _media(r.headers.get("Content-Type"))) or None
         length = int(r.content_length or 0)
         payload = r.reader.read() if kind in DOCUMENT_RECORDS and length <= max_payload else None
+        # FastWARC yields what a cut input holds without a word: a payload short of the length it counts
+        # down from the headers, or (a cut inside the WARC headers) a record with no Content-Length at all.
+        truncated = kind in DOCUMENT_RECORDS and (
+            r.headers.get("Content-Length") is None or (payload is not None and len(payload) < length)
+        )
         yield Record(
             index=i,
             offset=int(r.stream_pos),
@@ -73,6 +81,7 @@ def fastwarc_records(stream: IO[bytes], max_payload: int) -> Iterator[Record]:
             charset=(r.http_charset or None) if http is not None else None,
             length=length if payload is None else len(payload),
             payload=payload,
+            truncated=truncated,
         )
 
 
@@ -86,11 +95,13 @@ def warcio_records(stream: IO[bytes], max_payload: int) -> Iterator[Record]:
         content_type = (http.get_header("Content-Type") if http else None) or r.rec_headers.get_header("Content-Type")
         media, charset = _media(content_type), _charset(content_type)
         length = int(r.rec_headers.get_header("Content-Length") or r.length or 0)
-        payload = None
+        payload, truncated = None, False
         if r.rec_type in DOCUMENT_RECORDS:
             payload = r.content_stream().read(max_payload + 1)
             if len(payload) > max_payload:
                 length, payload = max(length, len(payload)), None
+            else:  # read to its end: bytes the record declared and the input did not hold are left over
+                truncated = r.raw_stream.limit > 0
         yield Record(
             index=i,
             offset=int(it.get_record_offset()),
@@ -103,6 +114,7 @@ def warcio_records(stream: IO[bytes], max_payload: int) -> Iterator[Record]:
             charset=charset,
             length=length if payload is None else len(payload),
             payload=payload,
+            truncated=truncated,
         )
 
 
@@ -131,19 +143,20 @@ def read_warc(
     records = warcio_records(stream, max_record_bytes) if fmt == "arc" else fastwarc_records(stream, max_record_bytes)
     wanted = HTML_TYPES if html_only else TEXT_TYPES
     skipped: Counter[str] = Counter()
-    last = 0
+    last, last_offset = 0, 0
     try:
         for rec in records:
-            last = rec.index
+            last, last_offset = rec.index, rec.offset
             why_not = _not_a_document(rec, wanted)
             if why_not:
                 skipped[why_not] += 1
                 continue
             yield _document(rec, extract)
     except PARSE_ERRORS as e:
+        where = f"record {last + 1}, after the record at byte {last_offset}" if last else "record 1"
         yield Bad(
             last + 1,
-            f"record {last + 1}",
+            where,
             "malformed_record",
             f"cannot read record {last + 1} (after {last} records read): {type(e).__name__}: {e}",
         )
@@ -157,8 +170,8 @@ def read_warc(
 def _not_a_document(rec: Record, wanted: frozenset[str]) -> str | None:
     if rec.record_type not in DOCUMENT_RECORDS:
         return rec.record_type
-    if rec.record_type == "conversion":
-        return None
+    if rec.record_type == "conversion" or (rec.truncated and not rec.payload):
+        return None  # (a record cut before its body began: its status and type may be cut, it may be a page)
     if rec.record_type == "response" and rec.status != 200:
         return f"response {rec.status}"
     if rec.content_type not in wanted:
@@ -177,6 +190,14 @@ def _document(rec: Record, extract) -> Doc | Bad:
         "record_type": rec.record_type,
         "offset": rec.offset,
     }
+    if rec.truncated:
+        return Bad(
+            rec.index,
+            loc,
+            "truncated_record",
+            f"the input ends inside this record ({rec.length} payload bytes read): the file is cut short",
+            (rec.payload or b"")[:RAW_HEAD],
+        )
     if rec.payload is None:
         return Bad(rec.index, loc, "record_too_large", f"payload of {rec.length} bytes exceeds the limit")
     if rec.record_type == "conversion" or rec.content_type == "text/plain":
