@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import zlib
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -206,6 +207,93 @@ def test_a_cut_arc_quarantines_its_last_page(tmp_path):
     assert EXPECTED[PAGES[0]] in row["text"]
     assert [q["reason"] for q in quarantined(lake) if q["rows"]] == ["truncated_record"]
     assert m.accounting["read"] == 2 and books_close(m.accounting)
+
+
+def _chunked(body: bytes, size: int = 4000) -> bytes:
+    chunks = [body[i : i + size] for i in range(0, len(body), size)]
+    return b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+
+
+def _coded(page: bytes) -> dict[str, tuple[list[tuple[str, str]], bytes]]:
+    """One page as servers send it: HTTP headers and body for each coding a crawler may have kept."""
+    import brotli
+    import zstandard
+
+    raw_deflate = zlib.compressobj(wbits=-15)
+    return {
+        "plain": ([], page),
+        "gzip": ([("Content-Encoding", "gzip")], gzip.compress(page)),
+        "deflate": ([("Content-Encoding", "deflate")], zlib.compress(page)),
+        "raw-deflate": ([("Content-Encoding", "deflate")], raw_deflate.compress(page) + raw_deflate.flush()),
+        "br": ([("Content-Encoding", "br")], brotli.compress(page)),
+        "zstd": ([("Content-Encoding", "zstd")], zstandard.ZstdCompressor().compress(page)),
+        "chunked": ([("Transfer-Encoding", "chunked")], _chunked(page)),
+        "chunked-gzip": (
+            [("Content-Encoding", "gzip"), ("Transfer-Encoding", "chunked")],
+            _chunked(gzip.compress(page)),
+        ),
+        # what Browsertrix and Common Crawl's crawler leave: the body decoded, the header kept
+        "decoded-chunked": ([("Transfer-Encoding", "chunked")], page),
+        "decoded-gzip": ([("Content-Encoding", "gzip")], page),
+    }
+
+
+def _write_responses(path: Path, responses: dict[str, tuple[list[tuple[str, str]], bytes]]) -> Path:
+    with open(path, "wb") as f:
+        w = WARCWriter(f, gzip=False)
+        for name, (headers, body) in responses.items():
+            http = StatusAndHeaders("200 OK", [("Content-Type", "text/html; charset=utf-8"), *headers], "HTTP/1.1")
+            w.write_record(
+                w.create_warc_record(f"https://e/{name}", "response", payload=io.BytesIO(body), http_headers=http)
+            )
+    return path
+
+
+def test_chunked_and_compressed_bodies_are_decoded_as_warcio_decodes_them(tmp_path):
+    """A crawler that writes what it received leaves bodies chunked and compressed in the WARC; FastWARC
+    hands them over coded, so such a page was binary garbage. Each coding now gives the plain page's text,
+    and the decoded body equals warcio's ``content_stream`` (what datatrove reads through)."""
+    from warcio.archiveiterator import ArchiveIterator
+
+    from airflow_curation.stages.ingest.http_body import decode_body
+
+    page = _page("json.html")
+    (tmp_path / "in").mkdir()
+    path = _write_responses(tmp_path / "in" / "coded.warc", _coded(page))
+    with open(path, "rb") as f:
+        for r in ArchiveIterator(f):
+            http = r.http_headers
+            ours = decode_body(
+                r.raw_stream.read(), http.get_header("Transfer-Encoding"), http.get_header("Content-Encoding"), 1 << 24
+            )
+            assert ours == page, r.rec_headers.get_header("WARC-Target-URI")
+    _, m = ingest(tmp_path, [path])
+    rows = {json.loads(r["meta"])["url"]: r["text"] for r in _rows(m)}
+    assert len(rows) == len(_coded(page)) and len(set(rows.values())) == 1
+    assert EXPECTED["json.html"] in rows["https://e/plain"]
+
+
+def test_a_body_that_does_not_decode_or_decodes_too_large_is_quarantined(tmp_path):
+    page = _page("json.html")
+    bomb = gzip.compress(b"<p>" + b" " * (8 << 20))  # 8 MiB of markup from ~8 KiB
+    path = _write_responses(
+        tmp_path / "in.warc",
+        {
+            "ok": ([], page),
+            "corrupt-gzip": ([("Content-Encoding", "gzip")], gzip.compress(page)[:20] + b"\x00" * 200),
+            "unknown": ([("Content-Encoding", "compress")], b"\x1f\x9d\x90" + b"\x00" * 50),
+            "bad-chunks": ([("Transfer-Encoding", "chunked")], b"10\r\n<html>0123456789AB\r\nzz\r\n"),
+            "bomb": ([("Content-Encoding", "gzip")], bomb),
+        },
+    )
+    lake, m = ingest(tmp_path, [path], max_text_bytes=1 << 20)  # records up to 4x + 1 MiB = 5 MiB
+    assert len(_rows(m)) == 1
+    got = {q["location"]: (q["reason"], q["detail"]) for q in quarantined(lake) if q["rows"]}
+    reasons = sorted(reason for reason, _ in got.values())
+    assert reasons == ["record_too_large", "undecodable_body", "undecodable_body", "undecodable_body"], got
+    details = " | ".join(d for _, d in got.values())
+    assert "Content-Encoding gzip" in details and "'compress'" in details and "not followed by CRLF" in details
+    assert m.accounting["read"] == 5 and books_close(m.accounting)
 
 
 def test_a_page_without_text_and_a_payload_over_the_limit_are_quarantined(tmp_path):

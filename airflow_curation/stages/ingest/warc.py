@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from airflow_curation.core.html_text import decode_html, extractor
+from airflow_curation.stages.ingest.http_body import BodyTooLarge, decode_body
 from airflow_curation.stages.ingest.readers import RAW_HEAD, STREAM_ERRORS, Bad, Doc
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
@@ -52,6 +53,9 @@ class Record:
     # A document record cut short by the end of the input: its payload holds fewer bytes than its headers
     # declare, or its WARC headers end before their Content-Length (an input cut inside them).
     truncated: bool = False
+    # The response's HTTP codings, when the parser leaves the body coded (FastWARC; warcio decodes it).
+    transfer_encoding: str | None = None
+    content_encoding: str | None = None
 
 
 def fastwarc_records(stream: IO[bytes], max_payload: int) -> Iterator[Record]:
@@ -82,6 +86,8 @@ def fastwarc_records(stream: IO[bytes], max_payload: int) -> Iterator[Record]:
             length=length if payload is None else len(payload),
             payload=payload,
             truncated=truncated,
+            transfer_encoding=http.get("Transfer-Encoding") if http is not None else None,
+            content_encoding=http.get("Content-Encoding") if http is not None else None,
         )
 
 
@@ -151,7 +157,7 @@ def read_warc(
             if why_not:
                 skipped[why_not] += 1
                 continue
-            yield _document(rec, extract)
+            yield _document(rec, extract, max_record_bytes)
     except PARSE_ERRORS as e:
         where = f"record {last + 1}, after the record at byte {last_offset}" if last else "record 1"
         yield Bad(
@@ -179,7 +185,7 @@ def _not_a_document(rec: Record, wanted: frozenset[str]) -> str | None:
     return None
 
 
-def _document(rec: Record, extract) -> Doc | Bad:
+def _document(rec: Record, extract, max_bytes: int) -> Doc | Bad:
     loc = f"record {rec.index} at byte {rec.offset}"
     meta = {
         "url": rec.url,
@@ -200,15 +206,19 @@ def _document(rec: Record, extract) -> Doc | Bad:
         )
     if rec.payload is None:
         return Bad(rec.index, loc, "record_too_large", f"payload of {rec.length} bytes exceeds the limit")
+    try:
+        body = decode_body(rec.payload, rec.transfer_encoding, rec.content_encoding, max_bytes)
+    except BodyTooLarge as e:
+        return Bad(rec.index, loc, "record_too_large", str(e), rec.payload[:RAW_HEAD])
+    except ValueError as e:
+        return Bad(rec.index, loc, "undecodable_body", str(e), rec.payload[:RAW_HEAD])
     if rec.record_type == "conversion" or rec.content_type == "text/plain":
         try:
-            text = rec.payload.decode(rec.charset or "utf-8")
+            text = body.decode(rec.charset or "utf-8")
         except (LookupError, UnicodeDecodeError) as e:
-            return Bad(
-                rec.index, loc, "invalid_utf8", f"text not {rec.charset or 'utf-8'}: {e}", rec.payload[:RAW_HEAD]
-            )
-        return Doc(rec.index, loc, text, meta, len(rec.payload), raw=rec.payload[:RAW_HEAD])
-    return _page(rec.payload, rec.charset, extract, rec.index, loc, meta)
+            return Bad(rec.index, loc, "invalid_utf8", f"text not {rec.charset or 'utf-8'}: {e}", body[:RAW_HEAD])
+        return Doc(rec.index, loc, text, meta, len(body), raw=body[:RAW_HEAD])
+    return _page(body, rec.charset, extract, rec.index, loc, meta)
 
 
 def _page(
