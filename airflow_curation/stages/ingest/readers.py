@@ -228,6 +228,7 @@ class _ZstdStream(io.RawIOBase):
 
         self._frames = _ZstdFrames(raw)
         self._reader = zstandard.ZstdDecompressor().stream_reader(self._frames, read_across_frames=True)
+        self._pos = 0
 
     def readable(self) -> bool:
         return True
@@ -236,7 +237,13 @@ class _ZstdStream(io.RawIOBase):
         n = self._reader.readinto(buffer)
         if n == 0 and self._frames.inside_frame:
             raise EOFError("the zstd stream ends inside a frame")
+        self._pos += n
         return n
+
+    def tell(self) -> int:
+        # Decompressed bytes read so far. FastWARC asks once, and panics (a Rust unwrap) on
+        # io.RawIOBase's tell, which seeks; gzip's reader answers, so a .warc.zst must too.
+        return self._pos
 
 
 _BOM = b"\xef\xbb\xbf"
