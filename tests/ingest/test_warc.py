@@ -301,6 +301,34 @@ def test_a_body_that_does_not_decode_or_decodes_too_large_is_quarantined(tmp_pat
     assert m.accounting["read"] == 5 and books_close(m.accounting)
 
 
+def test_the_crawlers_identified_type_decides_over_the_servers(tmp_path):
+    """Common Crawl adds ``WARC-Identified-Payload-Type`` (the type found in the bytes), which datatrove and
+    FineWeb select on; a server's Content-Type is missing or wrong on a share of real pages."""
+    page = _page("csv.html")
+    cases = [  # (url, HTTP Content-Type or None, identified type or None, a document?)
+        ("no-http-type", None, "text/html", True),
+        ("wrong-http-type", "application/octet-stream", "text/html", True),
+        ("json-served-as-html", "text/html", "application/json", False),
+        ("no-identified-type", "text/html", None, True),
+    ]
+    path = tmp_path / "cc.warc"
+    with open(path, "wb") as f:
+        w = WARCWriter(f, gzip=False)
+        for name, http_type, identified, _ in cases:
+            http = StatusAndHeaders("200 OK", [("Content-Type", http_type)] if http_type else [], "HTTP/1.1")
+            rec = w.create_warc_record(f"https://e/{name}", "response", payload=io.BytesIO(page), http_headers=http)
+            if identified:
+                rec.rec_headers.add_header("WARC-Identified-Payload-Type", identified)
+            w.write_record(rec)
+    lake, m = ingest(tmp_path, [path])
+    metas = {json.loads(r["meta"])["url"]: json.loads(r["meta"]) for r in _rows(m)}
+    assert sorted(metas) == sorted(f"https://e/{n}" for n, *_, doc in cases if doc)
+    assert metas["https://e/wrong-http-type"]["content_type"] == "application/octet-stream"
+    assert metas["https://e/wrong-http-type"]["identified_type"] == "text/html"
+    (note,) = [q for q in quarantined(lake) if q["reason"] == "records_not_documents"]
+    assert note["detail"].endswith("response application/json=1")
+
+
 def test_a_page_without_text_and_a_payload_over_the_limit_are_quarantined(tmp_path):
     path = tmp_path / "odd.warc"
     with open(path, "wb") as f:

@@ -4,10 +4,12 @@ What becomes a document (an input row):
 
 - a WET ``conversion`` record (Common Crawl's extracted text): its text as it is;
 - a WARC ``response`` (HTTP 200) or ``resource`` record whose content type is HTML: its main text, by the
-  extractor chosen (:mod:`airflow_curation.core.html_text`); with ``html_only`` off, ``text/plain`` too.
+  extractor chosen (:mod:`airflow_curation.core.html_text`); with ``html_only`` off, ``text/plain`` too. The
+  type is the crawler's ``WARC-Identified-Payload-Type`` where the record has one, else the declared one.
 
-Each document's ``meta`` holds ``url``, ``warc_record_id``, ``warc_date``, ``content_type``, ``charset``,
-``record_type`` and ``offset`` (the record's byte offset in the decompressed stream). Other records
+Each document's ``meta`` holds ``url``, ``warc_record_id``, ``warc_date``, ``content_type``,
+``identified_type``, ``charset``, ``record_type`` and ``offset`` (the record's byte offset in the
+decompressed stream). Other records
 (``warcinfo``, ``request``, ``metadata``, non-HTML or non-200 responses) are not documents: one note per file
 counts them by kind. A record the parser cannot read, a truncated file, or a page with no text is
 quarantined with the file, the record's offset and the reason, and counted like any other input row.
@@ -47,6 +49,8 @@ class Record:
     date: str | None
     status: int | None  # HTTP status of a response, None for other records
     content_type: str | None  # the HTTP Content-Type's media type, else the WARC Content-Type's
+    # WARC-Identified-Payload-Type: the type the crawler found by looking at the bytes (Common Crawl's)
+    identified_type: str | None
     charset: str | None
     length: int  # payload bytes (the HTTP body of a response)
     payload: bytes | None  # None when not read (not a document, or larger than allowed)
@@ -56,6 +60,12 @@ class Record:
     # The response's HTTP codings, when the parser leaves the body coded (FastWARC; warcio decodes it).
     transfer_encoding: str | None = None
     content_encoding: str | None = None
+
+    @property
+    def media(self) -> str | None:
+        """What the payload is: the crawler's identified type where it has one (what datatrove and FineWeb
+        select on: a server's Content-Type is missing or wrong on a share of real pages), else the declared."""
+        return self.identified_type or self.content_type
 
 
 def fastwarc_records(stream: IO[bytes], max_payload: int) -> Iterator[Record]:
@@ -82,6 +92,7 @@ def fastwarc_records(stream: IO[bytes], max_payload: int) -> Iterator[Record]:
             date=r.headers.get("WARC-Date"),
             status=int(http.status_code) if http is not None and http.status_code is not None else None,
             content_type=media.lower() if media else None,
+            identified_type=_media(r.headers.get("WARC-Identified-Payload-Type")),
             charset=(r.http_charset or None) if http is not None else None,
             length=length if payload is None else len(payload),
             payload=payload,
@@ -117,6 +128,7 @@ def warcio_records(stream: IO[bytes], max_payload: int) -> Iterator[Record]:
             date=r.rec_headers.get_header("WARC-Date"),
             status=int(http.get_statuscode()) if http and r.rec_type == "response" else None,
             content_type=media,
+            identified_type=_media(r.rec_headers.get_header("WARC-Identified-Payload-Type")),
             charset=charset,
             length=length if payload is None else len(payload),
             payload=payload,
@@ -180,8 +192,8 @@ def _not_a_document(rec: Record, wanted: frozenset[str]) -> str | None:
         return None  # (a record cut before its body began: its status and type may be cut, it may be a page)
     if rec.record_type == "response" and rec.status != 200:
         return f"response {rec.status}"
-    if rec.content_type not in wanted:
-        return f"{rec.record_type} {rec.content_type or 'without content type'}"
+    if rec.media not in wanted:
+        return f"{rec.record_type} {rec.media or 'without content type'}"
     return None
 
 
@@ -192,6 +204,7 @@ def _document(rec: Record, extract, max_bytes: int) -> Doc | Bad:
         "warc_record_id": rec.record_id,
         "warc_date": rec.date,
         "content_type": rec.content_type,
+        "identified_type": rec.identified_type,
         "charset": rec.charset,
         "record_type": rec.record_type,
         "offset": rec.offset,
@@ -212,7 +225,7 @@ def _document(rec: Record, extract, max_bytes: int) -> Doc | Bad:
         return Bad(rec.index, loc, "record_too_large", str(e), rec.payload[:RAW_HEAD])
     except ValueError as e:
         return Bad(rec.index, loc, "undecodable_body", str(e), rec.payload[:RAW_HEAD])
-    if rec.record_type == "conversion" or rec.content_type == "text/plain":
+    if rec.record_type == "conversion" or rec.media == "text/plain":
         try:
             text = body.decode(rec.charset or "utf-8")
         except (LookupError, UnicodeDecodeError) as e:
