@@ -329,6 +329,35 @@ def test_the_crawlers_identified_type_decides_over_the_servers(tmp_path):
     assert note["detail"].endswith("response application/json=1")
 
 
+def test_a_page_nested_past_any_browsers_depth_is_quarantined_not_extracted_for_minutes(tmp_path):
+    """Resiliparse's main-content pass costs the square of the element depth: 100,000 nested <div>s took
+    minutes, stalling the unit. Past MAX_DEPTH (browsers stop at 512) the page is ``html_too_deep``; a
+    deep but possible page is extracted."""
+    from airflow_curation.core.html_text import MAX_DEPTH
+
+    def nested(depth: int, tag: str = "div") -> bytes:
+        return (
+            f"<html><body>{f'<{tag}>' * depth}<p>Text at depth {depth}.</p>{f'</{tag}>' * depth}</body></html>".encode()
+        )
+
+    path = _write_responses(
+        tmp_path / "deep.warc",
+        {
+            "page": ([], _page("zlib.html")),
+            "deep-ok": ([], nested(MAX_DEPTH - 10)),
+            "deep-div": ([], nested(100_000)),
+            "deep-span": ([], nested(MAX_DEPTH + 10, "span")),
+        },
+    )
+    lake, m = ingest(tmp_path, [path])
+    rows = {json.loads(r["meta"])["url"]: r["text"] for r in _rows(m)}
+    assert sorted(rows) == ["https://e/deep-ok", "https://e/page"]
+    assert rows["https://e/deep-ok"] == f"Text at depth {MAX_DEPTH - 10}."
+    bad = sorted((q["reason"], q["detail"]) for q in quarantined(lake) if q["rows"])
+    assert [r for r, _ in bad] == ["html_too_deep", "html_too_deep"] and str(MAX_DEPTH) in bad[0][1]
+    assert m.accounting["read"] == 4 and books_close(m.accounting)
+
+
 def test_a_page_without_text_and_a_payload_over_the_limit_are_quarantined(tmp_path):
     path = tmp_path / "odd.warc"
     with open(path, "wb") as f:
