@@ -24,6 +24,7 @@ from airflow_curation.core import credentials
 
 LIMIT = 500  # one error message
 TRACEBACK_LIMIT = 8000  # a traceback, or a summary of many checks
+SCAN_MARGIN = 65536  # characters past the limit that are scanned for secrets (the rest is cut unread)
 MASK = "***"
 WHOLE_BELOW = 8  # a secret shorter than this is masked only as a word of its own (see mask)
 
@@ -32,8 +33,11 @@ AWS_KEY_ID = re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA
 # An environment block: NAME=value (what /proc/self/environ holds, one after the other).
 _ENV_PAIR = re.compile(r"\b([A-Z][A-Z0-9_]{2,})=[^\s'\"]*")
 # key=value, key: value, 'key': 'value' where the key names a secret.
+# (A key starts where its run of name characters starts, and ends at most 64 past its secret word:
+# unanchored, every position of a long run of letters re-scanned the run, O(n^2) on a message that
+# echoes a document.)
 _SECRET_PAIR = re.compile(
-    r"""(?ix)(['"]?)([\w.-]*(?:secret|passw|token|credential|private|api_?key|access_?key)[\w.-]*)\1
+    r"""(?ix)(['"]?)(?<![\w.-])([\w.-]*(?:secret|passw|token|credential|private|api_?key|access_?key)[\w.-]{0,64})\1
     (\s*[:=]\s*)(['"]?)[^\s'",}]+\4"""
 )
 # Long opaque tokens (hex, base64 pieces): 32+ letters and digits, both present, unbroken by the
@@ -43,13 +47,20 @@ _TOKEN = re.compile(r"(?<![A-Za-z0-9+=])(?=[A-Za-z0-9+=]*\d)(?=[A-Za-z0-9+=]*[A-
 
 def scrub(text: Any, limit: int | None = LIMIT) -> str:
     """``text`` with secrets masked, cut to ``limit`` characters (None: no cut)."""
-    s = mask(_CONTROL.sub(" ", str(text)), known_secrets())
+    text = str(text)
+    # An error can echo a whole document (a failed cast, a client error): only what can reach the output
+    # is scanned, with room for the masks to shorten it (a mask is 3 characters, a secret usually more).
+    if limit is not None and len(text) > limit + SCAN_MARGIN:
+        unscanned, text = len(text) - limit - SCAN_MARGIN, text[: limit + SCAN_MARGIN]
+    else:
+        unscanned = 0
+    s = mask(_CONTROL.sub(" ", text), known_secrets())
     s = AWS_KEY_ID.sub(MASK, s)
     s = _ENV_PAIR.sub(lambda m: f"{m.group(1)}={MASK}", s)
     s = _SECRET_PAIR.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{m.group(4)}{MASK}{m.group(4)}", s)
     s = _TOKEN.sub(MASK, s)
-    if limit is not None and len(s) > limit:
-        s = f"{s[:limit]}... [{len(s) - limit} more characters cut]"
+    if limit is not None and len(s) + unscanned > limit:
+        s = f"{s[:limit]}... [{len(s) - limit + unscanned} more characters cut]"
     return s
 
 

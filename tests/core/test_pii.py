@@ -206,6 +206,25 @@ def test_many_spans_in_one_document_stay_linear():
     assert len(spans) == 20_000 and spans[-1].end == len(text)
 
 
+def test_long_runs_of_letters_near_a_url_stay_linear():
+    """The URL-password pattern re-scanned a run of letters from each of its positions (O(n^2): 80,000
+    letters 23 CPU-s, this document hours); bounded, the run is passed once and the password still found."""
+    text = "see http://" + "a" * 2_000_000 + ".com and postgres://admin:Xk92jfLq8@db.internal/x"
+    spans = find_pii(text, kinds=["secret"])
+    assert [text[s.start : s.end] for s in spans] == ["Xk92jfLq8"]
+
+
+OLD_URL_PASSWORD = re.compile(r"[A-Za-z][\w+.-]*://[^\s/:@]+:([^\s/@]{6,128})@")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="ab1Z:/@.-+ x", max_size=150))
+def test_the_bounded_url_password_pattern_finds_what_the_unbounded_one_did(text):
+    from airflow_curation.core.pii import _URL_PASSWORD
+
+    assert [m.span(1) for m in _URL_PASSWORD.finditer(text)] == [m.span(1) for m in OLD_URL_PASSWORD.finditer(text)]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet="aZ09.:@-+()_= \n'\"AKIghp", max_size=120))
 def test_spans_are_ordered_disjoint_and_redaction_keeps_the_rest(text):

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airflow_curation.core import storage
 from airflow_curation.core.redact import LIMIT, scrub
@@ -69,3 +73,29 @@ def test_text_is_bounded():
     assert len(out) < LIMIT + 60 and out.endswith("[9500 more characters cut]")
     assert scrub("x" * 10_000, limit=None) == "x" * 10_000
     assert scrub("ValueError: short") == "ValueError: short"
+
+
+def test_a_message_echoing_a_whole_document_is_scrubbed_in_linear_time():
+    """A failed cast can echo a document: the secret-pair pattern re-scanned a run of letters from each of
+    its positions (O(n^2): hours on megabytes), and every character was scanned though 500 are kept."""
+    secret = "password=hunter2hunter2"
+    text = f"cannot cast {secret} '{'a' * 3_000_000} {secret}' to int64"
+    out = scrub(text)
+    masked = len("hunter2hunter2") - len("***")  # the first one, in the scanned part
+    assert "hunter2" not in out and out.endswith(f"[{len(text) - LIMIT - masked} more characters cut]")
+    run = "b" * 200_000  # within the scanned margin, with limit=None: scanned whole, once
+    assert scrub(f"{run} token: s3cr3tvalue {run}", limit=None) == f"{run} token: *** {run}"
+
+
+OLD_SECRET_PAIR = re.compile(
+    r"""(?ix)(['"]?)([\w.-]*(?:secret|passw|token|credential|private|api_?key|access_?key)[\w.-]*)\1
+    (\s*[:=]\s*)(['"]?)[^\s'",}]+\4"""
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(list("ab_.-'\" :=}") + ["token", "Passw", "key"]), max_size=30).map("".join))
+def test_the_anchored_secret_pair_pattern_masks_what_the_unanchored_one_did(text):
+    from airflow_curation.core.redact import _SECRET_PAIR
+
+    assert [m.span() for m in _SECRET_PAIR.finditer(text)] == [m.span() for m in OLD_SECRET_PAIR.finditer(text)]
