@@ -339,9 +339,13 @@ def _infix(s: np.ndarray, i: int, a: int, b: int, cls: np.ndarray) -> int:
 
 
 @njit(cache=True)
-def _special(s: np.ndarray, a: int, b: int, sp: np.ndarray, sp_off: np.ndarray, slots: np.ndarray) -> int:
-    """The index of ``s[a:b]`` in the special-case table (:func:`_special_table`), or -1."""
-    if a >= b:
+def _special(s: np.ndarray, a: int, b: int, sp: np.ndarray, sp_off: np.ndarray, slots: np.ndarray, longest: int) -> int:
+    """The index of ``s[a:b]`` in the special-case table (:func:`_special_table`), or -1.
+
+    ``longest``: the table's longest string. A longer ``s[a:b]`` is none, unhashed: the edge-stripping loop
+    asks once per character it strips, so hashing the rest each time was O(n^2) on a long piece of marks.
+    """
+    if a >= b or b - a > longest:
         return -1
     h = np.uint64(_FNV_OFFSET)
     for i in range(a, b):
@@ -421,6 +425,9 @@ def _split_all(
     """
     most = 0
     widest = 0
+    longest = 0
+    for e in range(len(sp_off) - 1):
+        longest = max(longest, sp_off[e + 1] - sp_off[e])
     for p in range(len(starts)):
         most += stops[p] - starts[p]
         widest = max(widest, stops[p] - starts[p])
@@ -453,12 +460,12 @@ def _split_all(
         ns = 0
         # e: the special case s[a:b] is (-1: none), looked up once per (a, b); a URL is matched only once the
         # edges are off
-        e = _special(s, a, b, sp, sp_off, slots)
+        e = _special(s, a, b, sp, sp_off, slots, longest)
         while a < b and e < 0:
             last = b - a
             pre = _prefix(s, a, b, cls)
             if pre and a + pre < b:
-                e = _special(s, a + pre, b, sp, sp_off, slots)
+                e = _special(s, a + pre, b, sp, sp_off, slots, longest)
                 if e >= 0:
                     buf[nt] = a + pre
                     nt += 1
@@ -466,7 +473,7 @@ def _split_all(
                     break
             suf = _suffix(s, a + pre, b, cls, units, unit_off) if a + pre < b else 0
             if suf and b - suf > a:
-                e = _special(s, a, b - suf, sp, sp_off, slots)
+                e = _special(s, a, b - suf, sp, sp_off, slots, longest)
                 if e >= 0:
                     sfx[ns] = b - suf
                     ns += 1
@@ -488,7 +495,7 @@ def _split_all(
                 b = b - suf
             if b - a == last:
                 break
-            e = _special(s, a, b, sp, sp_off, slots)
+            e = _special(s, a, b, sp, sp_off, slots, longest)
         if a < b:
             if e >= 0:
                 if sp_cut[e]:
@@ -526,7 +533,7 @@ def _split_all(
         while i < nt:
             k = 4 if nt - i >= 4 else nt - i
             while k >= 2:
-                e = _special(s, head, buf[i + k - 1], sp, sp_off, slots)
+                e = _special(s, head, buf[i + k - 1], sp, sp_off, slots, longest)
                 if e >= 0 and sp_cut[e] == 0:
                     break
                 k -= 1

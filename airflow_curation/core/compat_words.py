@@ -217,9 +217,14 @@ _SPLIT_WHOLE = {
 _NOT_CONTRACTIONS = {"shed", "were", "well", "ill", "hell", "shell", "its", "lets", "wholl"}
 
 
-@lru_cache(maxsize=65536)
 def _special(s: str) -> tuple[str, ...] | None:
-    """The tokens of a special case, or None."""
+    """The tokens of a special case, or None (at once for a string longer than any: the splitter asks
+    once per edge it strips, so hashing a long rest each time was quadratic)."""
+    return None if len(s) > _LONGEST_SPECIAL else _special_case(s)
+
+
+@lru_cache(maxsize=65536)
+def _special_case(s: str) -> tuple[str, ...] | None:
     if s in _WHOLE:
         return (s,)
     if s in _SPLIT_WHOLE:
@@ -247,6 +252,45 @@ def _special(s: str) -> tuple[str, ...] | None:
         if head in _PRONOUN_CLITICS and tail in _PRONOUN_CLITICS[head]:
             return (s[:k], s[k:])
     return None
+
+
+# The longest string _special_case can answer (str.lower never shortens a string): a kept-whole or split-whole
+# string, a negation (base + n't), a pronoun and its clitic with the apostrophe.
+_LONGEST_SPECIAL = max(
+    *map(len, _WHOLE),
+    *map(len, _SPLIT_WHOLE),
+    max(map(len, _NEG_BASES)) + 3,
+    max(len(h) + 1 + len(t) for h, ts in _PRONOUN_CLITICS.items() for t in ts),
+)
+# Every suffix alternative but the run of dots matches at most this many characters (a unit, US$, 's).
+_SUFFIX_SPAN = max(3, *map(len, _UNITS))
+
+
+def _special_in(t: str, a: int, b: int) -> tuple[str, ...] | None:
+    """:func:`_special` of ``t[a:b]``, sliced only when it can be one."""
+    return _special_case(t[a:b]) if b - a <= _LONGEST_SPECIAL else None
+
+
+def _suffix_len(t: str, a: int, b: int, suffix: re.Pattern) -> int:
+    """Length of ``suffix``'s leftmost match in ``t[a:b]`` (0: none), as ``suffix.search(t[a:b])`` finds it.
+
+    A long rest is searched in its last :data:`_SUFFIX_SPAN` characters only (a search of the whole rest at
+    every edge stripped was quadratic): there a match's lookbehind sees what the slice shows, and only a run
+    of dots, the one unbounded alternative, can start before them.
+    """
+    if b - a <= _SUFFIX_SPAN + 1:
+        m = suffix.search(t[a:b])
+        return b - a - m.start() if m else 0
+    window = b - _SUFFIX_SPAN - 1
+    dots = b
+    while dots > window - 1 and t[dots - 1] == ".":
+        dots -= 1
+    if dots < window:  # a run of dots reaching before the window: its whole run within t[a:b] is the match
+        while dots > a and t[dots - 1] == ".":
+            dots -= 1
+        return b - dots
+    m = suffix.search(t, window, b)
+    return b - m.start() if m else 0
 
 
 def _infix_split(s: str, infix: re.Pattern) -> list[str]:
@@ -287,34 +331,37 @@ def _split(s: str, rules: _Rules) -> tuple[str, ...]:
             return _merge_specials(["(", *(_special(s[1:]) or (s[1:],))])
     prefixes: list[str] = []
     suffixes: list[str] = []
-    while s:
-        if _special(s):  # a URL is matched only once the edges are off
+    # The rest is t[a:b]: bounds, not slices, so that stripping n edges one by one costs O(n), not O(n^2).
+    # (The prefix alternatives have no lookbehind, so a match from a with endpos b is the slice's.)
+    t, a, b = s, 0, len(s)
+    while a < b:
+        if _special_in(t, a, b):  # a URL is matched only once the edges are off
             break
-        last = len(s)
-        m = rules.prefix.match(s)
-        pre = m.end() if m else 0
-        if pre and s[pre:] and _special(s[pre:]):
-            prefixes.append(s[:pre])
-            s = s[pre:]
+        last = b - a
+        m = rules.prefix.match(t, a, b)
+        pre = m.end() - a if m else 0
+        if pre and a + pre < b and _special_in(t, a + pre, b):
+            prefixes.append(t[a : a + pre])
+            a += pre
             break
-        m = rules.suffix.search(s[pre:])
-        suf = len(s) - pre - m.start() if m and m.start() < len(s) - pre else 0
-        if suf and s[:-suf] and _special(s[:-suf]):
-            suffixes.append(s[-suf:])
-            s = s[:-suf]
+        suf = _suffix_len(t, a + pre, b, rules.suffix) if a + pre < b else 0
+        if suf and b - suf > a and _special_in(t, a, b - suf):
+            suffixes.append(t[b - suf : b])
+            b -= suf
             break
-        if pre and suf and pre + suf <= len(s):
-            prefixes.append(s[:pre])
-            suffixes.append(s[-suf:])
-            s = s[pre:-suf]
+        if pre and suf and pre + suf <= b - a:
+            prefixes.append(t[a : a + pre])
+            suffixes.append(t[b - suf : b])
+            a, b = a + pre, b - suf
         elif pre:
-            prefixes.append(s[:pre])
-            s = s[pre:]
+            prefixes.append(t[a : a + pre])
+            a += pre
         elif suf:
-            suffixes.append(s[-suf:])
-            s = s[:-suf]
-        if len(s) == last or _special(s):
+            suffixes.append(t[b - suf : b])
+            b -= suf
+        if b - a == last or _special_in(t, a, b):
             break
+    s = t[a:b]
     middle: list[str] = []
     if s:
         sp = _special(s)

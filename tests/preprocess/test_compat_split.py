@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airflow_curation.core import compat_chars as cc
 from airflow_curation.core import compat_split as cs
@@ -306,8 +308,70 @@ def test_special_table_answers_as_the_python_special_cases(pieces):
     }
     for s in subs:
         arr = np.frombuffer(s.encode(), dtype=np.uint8)
-        e = cs._special(arr, 0, len(arr), data, off, slots)
+        e = cs._special(arr, 0, len(arr), data, off, slots, longest - 1)
         want = cw._special(s)
         assert (e >= 0) == (want is not None), s
         if want is not None:
             assert (len(want) == 1 and cut[e] == 0) or len(want[0]) == cut[e], s
+
+
+def _split_by_slices(s: str, rules) -> tuple[str, ...]:
+    """``compat_words._split``'s edge loop as it was, on slices (quadratic on a long piece of marks): the
+    reference for the loop on bounds."""
+    prefixes, suffixes = [], []
+    while s:
+        if cw._special_case(s):
+            break
+        last = len(s)
+        m = rules.prefix.match(s)
+        pre = m.end() if m else 0
+        if pre and s[pre:] and cw._special_case(s[pre:]):
+            prefixes.append(s[:pre])
+            s = s[pre:]
+            break
+        m = rules.suffix.search(s[pre:])
+        suf = len(s) - pre - m.start() if m and m.start() < len(s) - pre else 0
+        if suf and s[:-suf] and cw._special_case(s[:-suf]):
+            suffixes.append(s[-suf:])
+            s = s[:-suf]
+            break
+        if pre and suf and pre + suf <= len(s):
+            prefixes.append(s[:pre])
+            suffixes.append(s[-suf:])
+            s = s[pre:-suf]
+        elif pre:
+            prefixes.append(s[:pre])
+            s = s[pre:]
+        elif suf:
+            suffixes.append(s[-suf:])
+            s = s[:-suf]
+        if len(s) == last or cw._special_case(s):
+            break
+    middle = []
+    if s:
+        sp = cw._special_case(s)
+        middle = list(sp) if sp else [s] if rules.url.fullmatch(s) else cw._infix_split(s, rules.infix)
+    return cw._merge_specials(prefixes + middle + suffixes[::-1])
+
+
+# marks that the prefix, suffix and infix rules take, dots (the unbounded suffix), units after digits, letters
+# past ASCII, and the special cases' pieces, in runs long enough to pass the suffix window
+_MARKS = list("«»()[]{}\"'!?,;:.…%$+-—–°Cc9aé") + ["..", "...", "km", "US$", "n't", "'s", "e.g", "Mr", "(:"]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(_MARKS), max_size=40).map("".join))
+def test_the_edge_loop_on_bounds_splits_as_on_slices(piece):
+    for rules in (cw._UNICODE, cw._ASCII) if piece.isascii() else (cw._UNICODE,):
+        assert cw._split(piece, rules) == _split_by_slices(piece, rules), piece
+
+
+def test_a_long_piece_of_marks_splits_in_linear_time():
+    """1,000,000 marks on each side of a piece past ASCII (the Python path) and of an ASCII one (the compiled
+    path): each edge stripping hashed and searched the whole rest, hours on such a document."""
+    n = 1_000_000
+    assert cw._split("«" * n + "»" * n, cw._UNICODE) == ("«",) * n + ("»",) * n
+    (words,) = cs.split_pieces(["{" * n + "}" * n])
+    assert words == ("{",) * n + ("}",) * n
+    dots = cw._split("«é" + "." * n, cw._UNICODE)
+    assert dots == ("«", "é", "." * n)
