@@ -73,9 +73,11 @@ def _is_markup(body: bytes) -> bool:
 def _decompress(body: bytes, coding: str, limit: int) -> bytes:
     try:
         if coding in ("gzip", "x-gzip", "deflate"):
-            # 47: gzip or zlib by header; raw deflate (what some servers send for "deflate") otherwise
-            wbits = 47 if body[:1] in (b"\x1f", b"\x78", b"\x08", b"\x18", b"\x28", b"\x38", b"\x48") else -15
-            return _capped(zlib.decompressobj(wbits).decompress(body, limit + 1), limit, coding)
+            try:  # 47: a gzip or zlib stream, by its header
+                out = zlib.decompressobj(47).decompress(body, limit + 1)
+            except zlib.error:  # raw deflate, what some servers send for "deflate"
+                out = zlib.decompressobj(-15).decompress(body, limit + 1)
+            return _capped(out, limit, coding)
         if coding == "br":
             import brotli  # FastWARC's own dependency
 
