@@ -48,6 +48,17 @@ class PageTooDeep(ValueError):
     """The page nests elements deeper than :data:`MAX_DEPTH`."""
 
 
+# trafilatura grows faster than the page on some shapes (100,000 links, 3.3 MB: ~21 CPU-s; 50,000: ~3.5;
+# benchmarks/bench_html_depth.py). datatrove drops a page whose extraction passes 1 s of wall time (its
+# sandbox's timeout), which depends on the machine; a page with more tags than this is refused instead, the
+# same on every machine (Common Crawl's 1 MiB payloads stay under it but for degenerate ones).
+TRAFILATURA_MAX_TAGS = 100_000
+
+
+class PageTooLarge(ValueError):
+    """The page has more tags than the extractor is given (:data:`TRAFILATURA_MAX_TAGS`)."""
+
+
 def _resiliparse(html: str) -> str:
     from resiliparse.extract.html2text import extract_plain_text
     from resiliparse.parse.html import HTMLTree
@@ -66,6 +77,9 @@ def _resiliparse(html: str) -> str:
 
 def _trafilatura(html: str) -> str:
     import trafilatura
+
+    if html.count("<") > TRAFILATURA_MAX_TAGS:
+        raise PageTooLarge(f"more than {TRAFILATURA_MAX_TAGS} tags for trafilatura (its time grows faster than a page)")
 
     # deduplicate=False: a page is extracted on its own (no cache shared across documents, so the output
     # does not depend on the order pages come in); no comments, tables and formatting kept as text.

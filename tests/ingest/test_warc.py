@@ -358,6 +358,21 @@ def test_a_page_nested_past_any_browsers_depth_is_quarantined_not_extracted_for_
     assert m.accounting["read"] == 4 and books_close(m.accounting)
 
 
+def test_trafilatura_is_not_given_a_page_of_more_tags_than_it_can_take(tmp_path):
+    """trafilatura's time grows faster than a page of many links (100,000: ~21 CPU-s); past
+    TRAFILATURA_MAX_TAGS the page is ``html_too_large`` (datatrove drops it after 1 s of wall time instead)."""
+    from airflow_curation.core.html_text import TRAFILATURA_MAX_TAGS
+
+    links = TRAFILATURA_MAX_TAGS // 2 + 10  # two tags a link
+    many = "<html><body>" + "".join(f'<a href="/p{i}">link {i}</a> ' for i in range(links)) + "</body></html>"
+    path = _write_responses(tmp_path / "big.warc", {"page": ([], _page("zlib.html")), "links": ([], many.encode())})
+    lake, m = ingest(tmp_path, [path], html_extractor="trafilatura")
+    assert [json.loads(r["meta"])["url"] for r in _rows(m)] == ["https://e/page"]
+    (bad,) = [q for q in quarantined(lake) if q["rows"]]
+    assert bad["reason"] == "html_too_large" and str(TRAFILATURA_MAX_TAGS) in bad["detail"]
+    assert m.accounting["read"] == 2 and books_close(m.accounting)
+
+
 def test_a_page_without_text_and_a_payload_over_the_limit_are_quarantined(tmp_path):
     path = tmp_path / "odd.warc"
     with open(path, "wb") as f:
