@@ -218,9 +218,8 @@ _NOT_CONTRACTIONS = {"shed", "were", "well", "ill", "hell", "shell", "its", "let
 
 
 def _special(s: str) -> tuple[str, ...] | None:
-    """The tokens of a special case, or None (at once for a string longer than any: the splitter asks
-    once per edge it strips, so hashing a long rest each time was quadratic)."""
-    return None if len(s) > _LONGEST_SPECIAL else _special_case(s)
+    """The tokens of a special case, or None."""
+    return _special_in(s, 0, len(s))
 
 
 @lru_cache(maxsize=65536)
@@ -267,7 +266,8 @@ _SUFFIX_SPAN = max(3, *map(len, _UNITS))
 
 
 def _special_in(t: str, a: int, b: int) -> tuple[str, ...] | None:
-    """:func:`_special` of ``t[a:b]``, sliced only when it can be one."""
+    """:func:`_special` of ``t[a:b]``, sliced only when it can be one (at once None for a rest longer than any
+    special case: the splitter asks once per edge it strips, so hashing a long rest each time was quadratic)."""
     return _special_case(t[a:b]) if b - a <= _LONGEST_SPECIAL else None
 
 
@@ -283,11 +283,9 @@ def _suffix_len(t: str, a: int, b: int, suffix: re.Pattern) -> int:
         return b - a - m.start() if m else 0
     window = b - _SUFFIX_SPAN - 1
     dots = b
-    while dots > window - 1 and t[dots - 1] == ".":
+    while dots > a and t[dots - 1] == ".":
         dots -= 1
     if dots < window:  # a run of dots reaching before the window: its whole run within t[a:b] is the match
-        while dots > a and t[dots - 1] == ".":
-            dots -= 1
         return b - dots
     m = suffix.search(t, window, b)
     return b - m.start() if m else 0
@@ -331,37 +329,37 @@ def _split(s: str, rules: _Rules) -> tuple[str, ...]:
             return _merge_specials(["(", *(_special(s[1:]) or (s[1:],))])
     prefixes: list[str] = []
     suffixes: list[str] = []
-    # The rest is t[a:b]: bounds, not slices, so that stripping n edges one by one costs O(n), not O(n^2).
+    # The rest is s[a:b]: bounds, not slices, so that stripping n edges one by one costs O(n), not O(n^2).
     # (The prefix alternatives have no lookbehind, so a match from a with endpos b is the slice's.)
-    t, a, b = s, 0, len(s)
+    a, b = 0, len(s)
     while a < b:
-        if _special_in(t, a, b):  # a URL is matched only once the edges are off
+        if _special_in(s, a, b):  # a URL is matched only once the edges are off
             break
         last = b - a
-        m = rules.prefix.match(t, a, b)
+        m = rules.prefix.match(s, a, b)
         pre = m.end() - a if m else 0
-        if pre and a + pre < b and _special_in(t, a + pre, b):
-            prefixes.append(t[a : a + pre])
+        if pre and a + pre < b and _special_in(s, a + pre, b):
+            prefixes.append(s[a : a + pre])
             a += pre
             break
-        suf = _suffix_len(t, a + pre, b, rules.suffix) if a + pre < b else 0
-        if suf and b - suf > a and _special_in(t, a, b - suf):
-            suffixes.append(t[b - suf : b])
+        suf = _suffix_len(s, a + pre, b, rules.suffix) if a + pre < b else 0
+        if suf and b - suf > a and _special_in(s, a, b - suf):
+            suffixes.append(s[b - suf : b])
             b -= suf
             break
         if pre and suf and pre + suf <= b - a:
-            prefixes.append(t[a : a + pre])
-            suffixes.append(t[b - suf : b])
+            prefixes.append(s[a : a + pre])
+            suffixes.append(s[b - suf : b])
             a, b = a + pre, b - suf
         elif pre:
-            prefixes.append(t[a : a + pre])
+            prefixes.append(s[a : a + pre])
             a += pre
         elif suf:
-            suffixes.append(t[b - suf : b])
+            suffixes.append(s[b - suf : b])
             b -= suf
-        if b - a == last or _special_in(t, a, b):
+        if b - a == last or _special_in(s, a, b):
             break
-    s = t[a:b]
+    s = s[a:b]
     middle: list[str] = []
     if s:
         sp = _special(s)

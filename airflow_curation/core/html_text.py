@@ -44,8 +44,16 @@ def _deeper_than(depth: int) -> str:
 _DEEPER, _DEEPER_THAN_BROWSERS = _deeper_than(MAX_DEPTH), _deeper_than(_BROWSER_DEPTH)
 
 
-class PageTooDeep(ValueError):
+class PageRefused(ValueError):
+    """An extractor is not given this page; each kind's ``reason`` names why (the quarantine's reason)."""
+
+    reason: str
+
+
+class PageTooDeep(PageRefused):
     """The page nests elements deeper than :data:`MAX_DEPTH`."""
+
+    reason = "html_too_deep"
 
 
 # trafilatura grows faster than the page on some shapes (100,000 links, 3.3 MB: ~21 CPU-s; 50,000: ~3.5;
@@ -55,12 +63,20 @@ class PageTooDeep(ValueError):
 TRAFILATURA_MAX_TAGS = 100_000
 
 
-class PageTooLarge(ValueError):
+class PageTooLarge(PageRefused):
     """The page has more tags than the extractor is given (:data:`TRAFILATURA_MAX_TAGS`)."""
+
+    reason = "html_too_large"
+
+
+def resiliparse_main_text(tree) -> str:
+    """Resiliparse's main text of a parsed page (``HTMLTree``), unguarded (the benchmark's peer)."""
+    from resiliparse.extract.html2text import extract_plain_text
+
+    return extract_plain_text(tree, main_content=True, alt_texts=False, links=False)
 
 
 def _resiliparse(html: str) -> str:
-    from resiliparse.extract.html2text import extract_plain_text
     from resiliparse.parse.html import HTMLTree
 
     tree = HTMLTree.parse(html)
@@ -72,14 +88,18 @@ def _resiliparse(html: str) -> str:
         and tree.document.query_selector(_DEEPER) is not None
     ):
         raise PageTooDeep(f"elements nest more than {MAX_DEPTH} deep (a browser stops at {_BROWSER_DEPTH})")
-    return extract_plain_text(tree, main_content=True, alt_texts=False, links=False)
+    return resiliparse_main_text(tree)
 
 
 def _trafilatura(html: str) -> str:
-    import trafilatura
-
     if html.count("<") > TRAFILATURA_MAX_TAGS:
         raise PageTooLarge(f"more than {TRAFILATURA_MAX_TAGS} tags for trafilatura (its time grows faster than a page)")
+    return trafilatura_text(html)
+
+
+def trafilatura_text(html: str) -> str:
+    """trafilatura's text of a page, unguarded (the benchmark's peer)."""
+    import trafilatura
 
     # deduplicate=False: a page is extracted on its own (no cache shared across documents, so the output
     # does not depend on the order pages come in); no comments, tables and formatting kept as text.

@@ -14,6 +14,7 @@ size is capped so that a small compressed body cannot take the memory.
 
 from __future__ import annotations
 
+import io
 import re
 import zlib
 
@@ -71,31 +72,35 @@ def _is_markup(body: bytes) -> bool:
 
 
 def _decompress(body: bytes, coding: str, limit: int) -> bytes:
+    if coding not in _DECODERS:
+        raise ValueError(f"unsupported Content-Encoding {coding!r}")
     try:
-        if coding in ("gzip", "x-gzip", "deflate"):
-            try:  # 47: a gzip or zlib stream, by its header
-                out = zlib.decompressobj(47).decompress(body, limit + 1)
-            except zlib.error:  # raw deflate, what some servers send for "deflate"
-                out = zlib.decompressobj(-15).decompress(body, limit + 1)
-            return _capped(out, limit, coding)
-        if coding == "br":
-            import brotli  # FastWARC's own dependency
-
-            return _capped(brotli.Decompressor().process(body, output_buffer_limit=limit + 1), limit, coding)
-        if coding == "zstd":
-            import io
-
-            import zstandard
-
-            return _capped(zstandard.ZstdDecompressor().stream_reader(io.BytesIO(body)).read(limit + 1), limit, coding)
-    except BodyTooLarge:
-        raise
+        out = _DECODERS[coding](body, limit + 1)
     except Exception as e:  # noqa: BLE001 - zlib.error, brotli.error, zstandard.ZstdError: one record's problem
         raise ValueError(f"Content-Encoding {coding}: {type(e).__name__}: {e}") from e
-    raise ValueError(f"unsupported Content-Encoding {coding!r}")
-
-
-def _capped(out: bytes, limit: int, coding: str) -> bytes:
     if len(out) > limit:
         raise BodyTooLarge(f"the body decoded from {coding} exceeds {limit} bytes")
     return out
+
+
+def _inflate(body: bytes, most: int) -> bytes:
+    try:  # 47: a gzip or zlib stream, by its header
+        return zlib.decompressobj(47).decompress(body, most)
+    except zlib.error:  # raw deflate, what some servers send for "deflate"
+        return zlib.decompressobj(-15).decompress(body, most)
+
+
+def _unbrotli(body: bytes, most: int) -> bytes:
+    import brotli  # FastWARC's own dependency
+
+    return brotli.Decompressor().process(body, output_buffer_limit=most)
+
+
+def _unzstd(body: bytes, most: int) -> bytes:
+    import zstandard
+
+    return zstandard.ZstdDecompressor().stream_reader(io.BytesIO(body)).read(most)
+
+
+# Each decoder gives at most ``most`` bytes (one past the limit tells a body too large).
+_DECODERS = {"gzip": _inflate, "x-gzip": _inflate, "deflate": _inflate, "br": _unbrotli, "zstd": _unzstd}

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
 
-from airflow_curation.core.html_text import PageTooDeep, PageTooLarge, decode_html, extractor
+from airflow_curation.core.html_text import PageRefused, decode_html, extractor
 from airflow_curation.stages.ingest.http_body import BodyTooLarge, decode_body
 from airflow_curation.stages.ingest.readers import RAW_HEAD, STREAM_ERRORS, Bad, Doc
 
@@ -242,10 +242,8 @@ def _page(
     raw = doc.pop("raw", None) or (data if isinstance(data, bytes) else data.encode("utf-8", "replace"))[:RAW_HEAD]
     try:
         text = extract(decode_html(data, charset) if isinstance(data, bytes) else data)
-    except PageTooDeep as e:
-        return Bad(position, loc, "html_too_deep", str(e), raw)
-    except PageTooLarge as e:
-        return Bad(position, loc, "html_too_large", str(e), raw)
+    except PageRefused as e:  # too deep, too many tags: e.reason says which
+        return Bad(position, loc, e.reason, str(e), raw)
     except Exception as e:  # noqa: BLE001 - one page the extractor chokes on is that page's problem only
         return Bad(position, loc, "html_extraction_failed", f"{type(e).__name__}: {e}", raw)
     if not text.strip():
