@@ -38,7 +38,7 @@ from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.integrity import shard_files, verified_reads
 from airflow_curation.core.layout import Lake, safe_name
 from airflow_curation.core.manifest import ManifestHead, ShardEntry, UnitEntry, group_range
-from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text
+from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text, checked_user_rows
 from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink, column_names, parquet_writer
 from airflow_curation.stages.base import Stage, UnitMapper, UnitResult, local_mapper
 from airflow_curation.stages.settings import Setting
@@ -157,6 +157,11 @@ class AttrsStage(Stage):
         return []
 
     # -- inputs --------------------------------------------------------------------------------------
+    @property
+    def user_files(self) -> bool:
+        """Plain-file mode: the inputs are a user's Parquet files, not shards ingest wrote and checked."""
+        return bool(self.config.get("inputs"))
+
     def entries(self) -> dict[str, ShardEntry]:
         """The shards to process, by id: the upstream manifest's, or one per plain input file; only those of
         this task's group when it planned one (:meth:`plan_group`)."""
@@ -351,6 +356,7 @@ class AttrsStage(Stage):
             int(self.config.get("batch_rows") or 0) or None,
             self.text_uri(unit, entry),
             self.attrs_compression(),
+            self.user_files,
         )
 
     def attrs_compression(self) -> str:
@@ -451,6 +457,7 @@ def write_attrs(
     batch_rows: int | None = None,
     text_uri: str | None = None,
     compression: str = "zstd",
+    user_file: bool = False,
 ) -> AttrsFile:
     """Stream a shard (or any Parquet file with ``id`` and ``text``) through ``compute`` and write the results
     to ``out_uri`` as they come, atomically and hashed on the way out: one batch in memory at a time.
@@ -459,6 +466,7 @@ def write_attrs(
     :param batch_rows: rows per ``compute`` call and per row group; None: the whole file at once.
     :param text_uri: an attrs file whose ``clean_text`` is read in the place of ``text`` (:class:`ShardText`).
     :param compression: the Parquet codec of the output.
+    :param user_file: ``shard_uri`` is a user's Parquet file: its rows are checked (:class:`ShardText`).
     """
     started = time.time()
     accounting = RowAccounting()
@@ -471,7 +479,7 @@ def write_attrs(
         sink = _CountingSink(out)
         writer = None
         try:
-            for table in ShardText(shard_uri, text_uri).batches(columns, batch_rows):
+            for table in ShardText(shard_uri, text_uri, user_file).batches(columns, batch_rows):
                 if TEXT in table.column_names:
                     text_bytes += _text_bytes(table.column(TEXT))
                 result = compute(table)
@@ -480,7 +488,8 @@ def write_attrs(
                     writer = parquet_writer(sink, result.schema, compression)
                 writer.write_table(result, row_group_size=batch_rows or DEFAULT_ROW_GROUP_ROWS)
             if writer is None:  # an empty shard still gets its (empty) attrs file
-                empty = compute(schema.empty_table().select(columns))
+                empty = schema.empty_table().select(columns)
+                empty = compute(checked_user_rows(empty, shard_uri) if user_file else empty)
                 writer = parquet_writer(sink, empty.schema, compression)
                 writer.write_table(empty)
         finally:

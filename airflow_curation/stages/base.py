@@ -26,6 +26,7 @@ from airflow_curation.core.integrity import IntegrityError, chain_problem, input
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.lease import Lease
 from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry, UnitEntry, group_range
+from airflow_curation.core.schema import BadRows
 from airflow_curation.core.tally import TallyWriter
 from airflow_curation.core.tally import entry as tally_entry
 from airflow_curation.stages.settings import Setting, Settings, anything
@@ -78,7 +79,7 @@ def file_record(uri: str, nbytes: int, checksum: str) -> dict[str, Any]:
 
 
 # Failures that a second attempt cannot fix: the unit fails at once, with the message as it is.
-NOT_RETRIED = (IntegrityError, AccountingError)
+NOT_RETRIED = (IntegrityError, AccountingError, BadRows)
 
 
 def _legacy_settings(base: Settings, defaults: dict[str, Any], runtime_keys: Any) -> Settings:

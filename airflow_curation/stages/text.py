@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
 from airflow_curation.core.manifest import ShardEntry
-from airflow_curation.core.schema import CLEAN_TEXT, ID, TEXT, check_id_text
+from airflow_curation.core.schema import CLEAN_TEXT, ID, TEXT, check_id_text, checked_user_rows
 from airflow_curation.core.shards import attrs_columns
 
 # The attrs that may hold the cleaned text (the columns their entry records say; an entry without the record:
@@ -49,14 +49,26 @@ class ShardText:
 
     :param shard_uri: the shard (or any Parquet file with ``id`` and ``text``).
     :param clean_uri: an attrs file with ``id`` and ``clean_text``, the shard's rows in the shard's order.
+    :param user_file: ``shard_uri`` is a user's Parquet file (plain-file mode), not a shard ingest wrote: its
+        rows are checked as ingest checks a shard's (:func:`~airflow_curation.core.schema.checked_user_rows`).
     """
 
-    def __init__(self, shard_uri: str, clean_uri: str | None = None) -> None:
+    def __init__(self, shard_uri: str, clean_uri: str | None = None, user_file: bool = False) -> None:
         self.shard_uri = shard_uri
         self.clean_uri = clean_uri
+        self.user_file = user_file
 
     def batches(self, columns: Sequence[str], batch_rows: int | None = None) -> Iterator[pa.Table]:
         """The shard's ``columns`` (those it has), ``batch_rows`` rows at a time (None: all at once)."""
+        if not self.user_file:
+            yield from self._batches(columns, batch_rows)
+            return
+        row = 0
+        for table in self._batches(columns, batch_rows):
+            yield checked_user_rows(table, self.shard_uri, row)
+            row += table.num_rows
+
+    def _batches(self, columns: Sequence[str], batch_rows: int | None) -> Iterator[pa.Table]:
         with storage.open_read(self.shard_uri) as f:
             pf = pq.ParquetFile(f)
             check_id_text(pf.schema_arrow, self.shard_uri)

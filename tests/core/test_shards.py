@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 import xxhash
 
-from airflow_curation.core.schema import SHARD_SCHEMA, check_id_text
+from airflow_curation.core.schema import SHARD_SCHEMA, BadRows, check_id_text, checked_user_rows
 from airflow_curation.core.shards import ShardWriter, read_shard, write_parquet
 
 
@@ -159,3 +159,35 @@ def test_schema_check_for_user_parquet():
         check_id_text(pa.schema([("text", pa.string())]), "f.parquet")
     with pytest.raises(ValueError, match="must be a string column"):
         check_id_text(pa.schema([("id", pa.string()), ("text", pa.int64())]), "f.parquet")
+    # any Arrow layout of strings is text: a pandas categorical, a view, large
+    for typ in (pa.dictionary(pa.int32(), pa.string()), pa.string_view(), pa.large_string()):
+        check_id_text(pa.schema([("id", pa.string()), ("text", typ)]), "f.parquet")
+
+
+def _unchecked_strings(values: list[bytes | None]) -> pa.Array:
+    """A string array over raw bytes, UTF-8 or not: what a Parquet reader hands over unchecked."""
+    raw = pa.array(values, pa.binary())
+    return pa.Array.from_buffers(pa.string(), len(raw), raw.buffers(), raw.null_count)
+
+
+def test_user_rows_are_checked_as_ingest_checks_a_shard():
+    good = pa.table({"id": ["a", "b"], "text": ["plain", "Ω ünïcödé 文字"]})
+    assert checked_user_rows(good, "f.parquet") is good  # nothing to do: the same table
+    # decoded into the layout every stage reads, values unchanged
+    for text in (pa.array(["x", "y", "x"]).dictionary_encode(), pa.array(["x", "y", "x"], pa.string_view())):
+        out = checked_user_rows(pa.table({"id": ["1", "2", "3"], "text": text}), "f.parquet")
+        assert out.schema.field("text").type == pa.string() and out.column("text").to_pylist() == ["x", "y", "x"]
+    large = pa.array(["x"], pa.large_string()).dictionary_encode()
+    assert checked_user_rows(pa.table({"id": ["1"], "text": large}), "f").schema.field("text").type == pa.large_string()
+    # invalid UTF-8 (a stray byte, a surrogate's bytes) named by row of the file and byte
+    text = _unchecked_strings([b"fine", b"bad \xff", b"ok", b"\xed\xa0\x80", None])
+    with pytest.raises(BadRows, match=r"f.parquet: rows 101, 103 have invalid UTF-8 in 'text' \(row 101: byte 4"):
+        checked_user_rows(pa.table({"id": list("abcde"), "text": text}), "f.parquet", first_row=100)
+    with pytest.raises(BadRows, match=r"row 0 has invalid UTF-8 in 'id'"):
+        checked_user_rows(pa.table({"id": _unchecked_strings([b"\xc3("]), "text": ["t"]}), "f.parquet")
+    # a null id cannot be joined on; a null text is an empty document, as in a lake
+    with pytest.raises(BadRows, match=r"f.parquet: rows 7, 8, 9, 10, 11 and 2 more have no id"):
+        checked_user_rows(pa.table({"id": ["a"] + [None] * 7, "text": ["t"] * 8}), "f.parquet", first_row=6)
+    assert checked_user_rows(pa.table({"id": ["a"], "text": pa.array([None], pa.string())}), "f").num_rows == 1
+    # other ids (numbers) are the stages' to cast, as before
+    assert checked_user_rows(pa.table({"id": [1, 2], "text": ["a", "b"]}), "f").column("id").type == pa.int64()

@@ -89,7 +89,7 @@ class BoilerplateCountStage(Stage):
         if s.get("text_uri"):
             inputs.append((s["text_uri"], s.get("text_checksum"), f"cleaned text of shard {unit.unit_id}"))
         with verified_reads(inputs):  # each input fetched once: verified, then parsed from those bytes
-            text = ShardText(s["uri"], s.get("text_uri"))
+            text = ShardText(s["uri"], s.get("text_uri"), s.get("user_file", False))
             batches = (t.column(TEXT) for t in text.batches([TEXT], int(self.config["batch_rows"])))
             keys, docs, stats = document_line_counts(batches)
         write_partitioned(
@@ -175,6 +175,7 @@ class BoilerplateStage(AttrsStage):
                     "text_checksum": text_checksum,
                     "rows": e.rows,
                     "input_checksum": e.checksum + (f"+{text_checksum}" if text else ""),
+                    "user_file": self.user_files,
                 }
             )
         rows = sum(s["rows"] for s in shards)

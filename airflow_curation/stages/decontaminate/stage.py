@@ -226,6 +226,6 @@ class DecontaminateStage(AttrsStage):
             return result
 
         batch = int(self.config.get("batch_rows") or 0) or None
-        out = write_attrs(entry.uri, uri, compute, self.account, self.columns, batch)
+        out = write_attrs(entry.uri, uri, compute, self.account, self.columns, batch, user_file=self.user_files)
         out.extra[COUNTS_KEY] = {"contaminated_docs": 0, **dict(counts)}
         return out

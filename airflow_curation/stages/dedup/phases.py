@@ -184,7 +184,9 @@ def read_ids(uri: str, rows: int | None = None) -> tuple[pa.Array, np.ndarray]:
     return table.column(ID).combine_chunks(), to_numpy(table.column("keep")).astype(bool)
 
 
-def _verify(a: np.ndarray, b: np.ndarray, shard_uris: list[tuple[str, str | None]], params: DedupParams) -> np.ndarray:
+def _verify(
+    a: np.ndarray, b: np.ndarray, shard_uris: list[tuple[str, str | None, bool]], params: DedupParams
+) -> np.ndarray:
     """Which candidate pairs reach the threshold by exact Jaccard of their shingle sets."""
     hasher = MinHasher(params.minhash)
     needed = np.unique(np.concatenate([a, b]))
@@ -205,7 +207,7 @@ def bucket_partitions(
     hi: int,
     band_uris: list[str],
     exact_uris: list[str],
-    shard_uris: list[tuple[str, str | None]],
+    shard_uris: list[tuple[str, str | None, bool]],
     params: DedupParams,
     cc_partitions: int,
     out_partitions: int,

@@ -208,7 +208,7 @@ class DedupSignaturesStage(Stage):
         bands_uri, exact_uri = self.spill_uris(unit.unit_id)
         with verified_reads(inputs):  # each input fetched once: verified, then parsed from those bytes
             stats = phases.sign_shard(
-                ShardText(s["uri"], s.get("text_uri")),
+                ShardText(s["uri"], s.get("text_uri"), s.get("user_file", False)),
                 s["index"],
                 s["keep_uri"],
                 self.config["keep_column"],
@@ -455,6 +455,7 @@ class DedupStage(AttrsStage):
                 "text_checksum": text_checksum,
                 "rows": e.rows,
                 "input_checksum": checksum,
+                "user_file": self.user_files,
             },
             recorded,
             (keep[0] if keep else "", text[0] if text else ""),
@@ -671,7 +672,7 @@ class DedupStage(AttrsStage):
                 time.monotonic() - started,
                 len(ranges),
             )
-        shard_uris = [(s["uri"], s.get("text_uri")) for s in shards]
+        shard_uris = [(s["uri"], s.get("text_uri"), s.get("user_file", False)) for s in shards]
         edge_uris = [storage.join(gdir, "edges", f"unit-{u:05d}.parquet") for u in range(len(ranges))]
         exact_dup_uris = [storage.join(gdir, "exact", f"unit-{u:05d}.parquet") for u in range(len(ranges))]
         stats = list(

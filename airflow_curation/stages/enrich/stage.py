@@ -304,7 +304,7 @@ class EnrichStage(AttrsStage):
         resumed_rows = computed = 0
         merged = self._finished_output(unit, out_uri)
         if merged is None:
-            table = ShardText(entry.uri, self.text_uri(unit, entry)).read([ID, TEXT])
+            table = ShardText(entry.uri, self.text_uri(unit, entry), self.user_files).read([ID, TEXT])
             n = table.num_rows
             reasons = self._selection(entry, self.read_attrs_uris(unit, entry), table)
             ids = table.column(ID).to_pylist()

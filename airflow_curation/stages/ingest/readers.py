@@ -22,6 +22,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.spec import AbstractBufferedFile
 
+from airflow_curation.core.schema import is_text_type
+
 # The fast parser is a declared dependency (pyproject.toml), never an optional import: an install without
 # it fails loudly instead of parsing every line at the standard library's speed. Decoder reused: no
 # per-line set-up (benchmarks/RESULTS.md, JSON parsers).
@@ -444,16 +446,9 @@ def _schema_problem(schema: pa.Schema, text_field: str, id_field: str | None) ->
     if text_field not in names:
         return "missing_text", f"no column {text_field!r} (columns: {names})"
     typ = schema.field(text_field).type
-    if not _is_text(typ):
+    if not is_text_type(typ):
         return "non_string_text", f"column {text_field!r} has type {typ}, expected string"
     return None
-
-
-def _is_text(typ: pa.DataType) -> bool:
-    """Strings in any Arrow layout: plain, large, view, or dictionary-encoded (a pandas categorical)."""
-    if pa.types.is_dictionary(typ):
-        typ = typ.value_type
-    return pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_string_view(typ)
 
 
 def _as_binary(column: pa.Array) -> pa.Array:
@@ -504,7 +499,7 @@ def _values(column: pa.Array) -> tuple[list, bool]:
         pass
     else:
         return _checked(column, values)
-    if _is_text(column.type):
+    if is_text_type(column.type):
         return [_decode_or_bad(v) for v in _as_binary(column).to_pylist()], True
     return _checked(column, [_value_or_bad(column, i) for i in range(len(column))], failed=True)
 

@@ -69,7 +69,7 @@ class PiiStage(AttrsStage):
             return result
 
         batch = int(self.config.get("batch_rows") or 0) or None
-        out = write_attrs(entry.uri, uri, compute, self.account, self.columns, batch)
+        out = write_attrs(entry.uri, uri, compute, self.account, self.columns, batch, user_file=self.user_files)
         out.extra[COUNTS_KEY] = {
             k: counts.get(k, 0) for k in [*(f"pii_{k}" for k in self.config["kinds"]), "docs_with_pii"]
         }

@@ -201,7 +201,7 @@ class TokenizeStage(AttrsStage):
                     packed_writer = RowGroups(packed_pq, SEQUENCES_PER_ROW_GROUP)
                     row = 0
                     packed: list[np.ndarray] = []  # per row: packed in the first pass (only those repeat)
-                    text = ShardText(entry.uri, self.text_uri(unit, entry))
+                    text = ShardText(entry.uri, self.text_uri(unit, entry), self.user_files)
                     for batch in text.batches([ID, TEXT], batch_rows):
                         n = batch.num_rows
                         reasons = upstream[row : row + n].copy() if upstream is not None else np.full(n, None, object)
