@@ -329,6 +329,37 @@ def test_the_crawlers_identified_type_decides_over_the_servers(tmp_path):
     assert note["detail"].endswith("response application/json=1")
 
 
+def test_a_page_the_crawler_cut_is_kept_and_says_so(tmp_path):
+    """``WARC-Truncated`` (Common Crawl stops a fetch at 1 MiB): the record is whole, the page a part of one.
+    It is kept, with the reason in ``meta.warc_truncated`` (null for a page fetched whole), by both parsers."""
+    from airflow_curation.stages.ingest.warc import fastwarc_records, warcio_records
+
+    page = _page("csv.html")
+    path = tmp_path / "cut.warc"
+    with open(path, "wb") as f:
+        w = WARCWriter(f, gzip=False)
+        for name, reason in (("whole", None), ("cut", "length"), ("slow", "Time")):
+            http = StatusAndHeaders("200 OK", [("Content-Type", "text/html")], "HTTP/1.1")
+            body = page[: len(page) // 2] if reason else page
+            rec = w.create_warc_record(f"https://e/{name}", "response", payload=io.BytesIO(body), http_headers=http)
+            if reason:
+                rec.rec_headers.add_header("WARC-Truncated", reason)
+            w.write_record(rec)
+    for parse in (fastwarc_records, warcio_records):
+        with open(path, "rb") as f:
+            got = [(r.url, r.crawler_truncated, r.truncated) for r in parse(f, 1 << 20) if r.record_type == "response"]
+        want = [("https://e/whole", None, False), ("https://e/cut", "length", False), ("https://e/slow", "time", False)]
+        assert got == want, parse.__name__
+    lake, m = ingest(tmp_path, [path])
+    metas = {json.loads(r["meta"])["url"]: json.loads(r["meta"]) for r in _rows(m)}
+    assert {u: meta["warc_truncated"] for u, meta in metas.items()} == {
+        "https://e/whole": None,
+        "https://e/cut": "length",
+        "https://e/slow": "time",
+    }
+    assert m.accounting["kept"] == 3 and books_close(m.accounting)
+
+
 def test_a_page_nested_past_any_browsers_depth_is_quarantined_not_extracted_for_minutes(tmp_path):
     """Resiliparse's main-content pass costs the square of the element depth: 100,000 nested <div>s took
     minutes, stalling the unit. Past MAX_DEPTH (browsers stop at 512) the page is ``html_too_deep``; a

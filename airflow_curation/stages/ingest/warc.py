@@ -57,6 +57,9 @@ class Record:
     # A document record cut short by the end of the input: its payload holds fewer bytes than its headers
     # declare, or its WARC headers end before their Content-Length (an input cut inside them).
     truncated: bool = False
+    # WARC-Truncated: the crawler cut the payload when it fetched it (length, time, disconnect, unspecified;
+    # Common Crawl stops at 1 MiB). A whole record of a cut page: kept, and said in meta.
+    crawler_truncated: str | None = None
     # The response's HTTP codings, when the parser leaves the body coded (FastWARC; warcio decodes it).
     transfer_encoding: str | None = None
     content_encoding: str | None = None
@@ -97,6 +100,7 @@ def fastwarc_records(stream: IO[bytes], max_payload: int) -> Iterator[Record]:
             length=length if payload is None else len(payload),
             payload=payload,
             truncated=truncated,
+            crawler_truncated=_lower(r.headers.get("WARC-Truncated")),
             transfer_encoding=http.get("Transfer-Encoding") if http is not None else None,
             content_encoding=http.get("Content-Encoding") if http is not None else None,
         )
@@ -133,7 +137,12 @@ def warcio_records(stream: IO[bytes], max_payload: int) -> Iterator[Record]:
             length=length if payload is None else len(payload),
             payload=payload,
             truncated=truncated,
+            crawler_truncated=_lower(r.rec_headers.get_header("WARC-Truncated")),
         )
+
+
+def _lower(value: str | None) -> str | None:
+    return value.strip().lower() or None if value else None
 
 
 def _media(content_type: str | None) -> str | None:
@@ -208,6 +217,7 @@ def _document(rec: Record, extract, max_bytes: int) -> Doc | Bad:
         "charset": rec.charset,
         "record_type": rec.record_type,
         "offset": rec.offset,
+        "warc_truncated": rec.crawler_truncated,
     }
     if rec.truncated:
         return Bad(
