@@ -291,7 +291,11 @@ def _attempt_unit(stage: Stage, unit: UnitEntry, max_attempts: int) -> tuple[str
             log.debug("%s", redact.scrub(traceback.format_exc(), limit=redact.TRACEBACK_LIMIT))
             if isinstance(e, NOT_RETRIED):
                 break
-    store.mark_failed(unit.unit_id, error, attempt)
+    try:
+        store.mark_failed(unit.unit_id, error, attempt)
+    except Exception as e:  # noqa: BLE001 - the marker is a courtesy; the failure is reported either way
+        # (the disk that failed the unit may be full: one unit's marker must not end every other unit's work)
+        log.warning("%s unit %s: its failure marker was not written: %s", stage.name, unit.unit_id, e)
     return "failed", {"error": error}
 
 
