@@ -45,6 +45,25 @@ def checksum_bytes(data: Any) -> str:
     return c.hexdigest()
 
 
+STAMP_PREFIX = "stamp:"
+
+
+def stamp_checksum(size: int, stamp: str) -> str:
+    """The identity of one version of a file from its size and storage stamp (``storage.stat``: inode and
+    times on a disk, ETag or version on an object store), no byte read: what a user's input file is known by
+    (a lake's files are known by their content's xxh64, which their writer computed on the way out)."""
+    return STAMP_PREFIX + xxhash.xxh64(f"{size} {stamp}".encode()).hexdigest()
+
+
+def file_identity(url: str) -> tuple[int, str]:
+    """``(size, identity)`` of a file someone else wrote: :func:`stamp_checksum` where its storage gives a
+    stamp (one stat or HEAD), else the xxh64 of its content (a read of the whole file)."""
+    from airflow_curation.core import storage
+
+    size, stamp = storage.stat(url)
+    return size, (stamp_checksum(size, stamp) if stamp else checksum_url(url))
+
+
 def checksum_url(url: str, chunk: int = 8 << 20) -> str:
     from airflow_curation.core import storage
 

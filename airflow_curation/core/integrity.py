@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from airflow_curation.core import storage, storage_map
-from airflow_curation.core.fingerprint import checksum_bytes, checksum_url
+from airflow_curation.core.fingerprint import STAMP_PREFIX, checksum_bytes, checksum_url, stamp_checksum
 
 if TYPE_CHECKING:
     from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry
@@ -35,10 +35,16 @@ def verify_file(uri: str, expected: str | None, what: str = "file") -> None:
     if not expected:
         return
     try:
-        actual = checksum_url(uri)
+        actual = _stamp_now(uri) if expected.startswith(STAMP_PREFIX) else checksum_url(uri)
     except FileNotFoundError:
         raise _missing(uri, expected, what) from None
     _compare(uri, actual, expected, what)
+
+
+def _stamp_now(uri: str) -> str:
+    """The :func:`~airflow_curation.core.fingerprint.stamp_checksum` of ``uri`` as it is now."""
+    size, stamp = storage.stat(uri)
+    return stamp_checksum(size, stamp or "")
 
 
 def _missing(uri: str, expected: str, what: str) -> IntegrityError:
@@ -46,6 +52,11 @@ def _missing(uri: str, expected: str, what: str) -> IntegrityError:
 
 
 def _compare(uri: str, actual: str, expected: str, what: str) -> None:
+    if actual != expected and expected.startswith(STAMP_PREFIX):
+        raise IntegrityError(
+            f"{what} {uri} was written again after this run planned it (its size or storage stamp changed): "
+            "run the stage again, which plans it as it is now"
+        )
     if actual != expected:
         raise IntegrityError(
             f"{what} {uri} has checksum {actual} but its manifest recorded {expected}: it was "
@@ -64,13 +75,16 @@ def read_verified(uri: str, expected: str | None, what: str = "file") -> pa.Buff
 
     :raises IntegrityError: the file is missing or its checksum is not ``expected`` (:func:`verify_file`'s messages).
     """
+    stamped = bool(expected) and expected.startswith(STAMP_PREFIX)
     try:
+        if stamped:  # a user's file known by its stamp: the same version as planned, then its bytes
+            _compare(uri, _stamp_now(uri), expected, what)
         buffer = storage.fetch(uri)
     except FileNotFoundError:
         if not expected:
             raise
         raise _missing(uri, expected, what) from None
-    if expected:
+    if expected and not stamped:
         _compare(uri, checksum_bytes(buffer), expected, what)
     return buffer
 

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.faults import fault_point
-from airflow_curation.core.fingerprint import checksum_url
+from airflow_curation.core.fingerprint import checksum_url, file_identity
 from airflow_curation.core.integrity import shard_files, verified_reads
 from airflow_curation.core.layout import Lake, safe_name
 from airflow_curation.core.manifest import ManifestHead, ShardEntry, UnitEntry, group_range
@@ -79,11 +79,14 @@ def _file_entries(files: tuple[str, ...]) -> dict[str, ShardEntry]:
         safe_name(stem, "input file name")
         if stem in entries:
             raise ValueError(f"two inputs are named {stem}.parquet; outputs would collide")
+        # Known by its storage stamp (one stat), not its content's hash: a rerun of a done run, or a plan of
+        # files on an object store, reads no file whole here (the footer only); a unit checks the stamp again.
+        size, identity = file_identity(f)
         with storage.open_read(f) as fh:
             pf = pq.ParquetFile(fh)
             check_id_text(pf.schema_arrow, f)
             rows = pf.metadata.num_rows
-        entries[stem] = ShardEntry(shard_id=stem, uri=f, rows=rows, bytes=storage.size(f), checksum=checksum_url(f))
+        entries[stem] = ShardEntry(shard_id=stem, uri=f, rows=rows, bytes=size, checksum=identity)
     return entries
 
 

@@ -89,3 +89,73 @@ def test_text_in_any_string_layout_gives_the_plain_columns_results(name, tokeniz
             results[layout] = (results[layout], pq.read_table(str(out / "packed" / "docs.parquet")))
     for layout in ("categorical", "view", "large"):
         assert results[layout] == results["plain"], layout
+
+
+class _Counted:
+    """A file object that counts the bytes read through it."""
+
+    def __init__(self, f, tally: list[int]) -> None:
+        self._f, self._tally = f, tally
+
+    def read(self, *args):
+        data = self._f.read(*args)
+        self._tally[0] += len(data)
+        return data
+
+    def readinto(self, buf):
+        n = self._f.readinto(buf)
+        self._tally[0] += n or 0
+        return n
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._f.close()
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+def test_user_files_are_known_by_their_stamp_not_read_whole_to_plan(tmp_path, monkeypatch):
+    """A run on plain files planned by hashing every file whole, in the planner, on every run: on an object
+    store the whole input downloaded before any unit began, and again by each rerun that found every unit
+    done. Now a file is known by its size and storage stamp (one stat); a rerun reads footers only, and a
+    file written again (same bytes, new stamp) is redone."""
+    import numpy as np
+
+    from airflow_curation.core import storage
+
+    rng = np.random.default_rng(0)
+    files = []
+    for k in range(3):  # ~1.5 MB each of text that compresses little
+        texts = [" ".join(rng.choice(TEXTS[0].split(), 4000)) for _ in range(150)]
+        files.append(_write(tmp_path / f"in{k}.parquet", [f"f{k}-{i}" for i in range(150)], pa.array(texts)))
+    total = sum(Path(f).stat().st_size for f in files)
+    first, _ = _run(tmp_path, "pii", files, "", "stamp")
+    assert {u.status for u in first.units} == {"done"}
+
+    read = [0]
+    real_open = storage.open_read
+    monkeypatch.setattr(storage, "open_read", lambda url, mode="rb": _Counted(real_open(url, mode), read))
+    again, _ = _run(tmp_path, "pii", files, "", "stamp")
+    assert {u.status for u in again.units} == {"skipped"}
+    assert read[0] < total / 10, (read[0], total)  # footers (pyarrow reads a file's last 64 KiB), not files
+
+    Path(files[1]).write_bytes(Path(files[1]).read_bytes())  # written again: a new stamp
+    redo, _ = _run(tmp_path, "pii", files, "", "stamp")
+    assert [u.status for u in redo.units] == ["skipped", "done", "skipped"]
+
+
+def test_a_user_file_written_again_after_planning_fails_its_unit(tmp_path):
+    from airflow_curation.core.fingerprint import file_identity
+    from airflow_curation.core.integrity import IntegrityError, read_verified, verify_file
+
+    f = _write(tmp_path / "a.parquet", ["a"], pa.array(["text"]))
+    size, identity = file_identity(f)
+    assert identity.startswith("stamp:") and size == Path(f).stat().st_size
+    assert read_verified(f, identity, "input").to_pybytes() == Path(f).read_bytes()
+    _write(tmp_path / "a.parquet", ["b"], pa.array(["other"]))
+    for check in (read_verified, verify_file):
+        with pytest.raises(IntegrityError, match="written again after this run planned it"):
+            check(f, identity, "input")
