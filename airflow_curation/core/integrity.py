@@ -97,9 +97,16 @@ def verified_reads(files: Iterable[tuple[str, str | None, str]]) -> Iterator[Non
     here nor held: it is read as it is opened.
 
     Memory: every checked file of the unit (its shard and attrs: compressed, up to ingest's 256-512 MB shard
-    target) is held until the block ends.
+    target) is held until the block ends; a user's file known by its stamp is checked (a stat) and not held.
     """
-    held = {f[0]: read_verified(*f) for f in files if f[1]}
+    held = {}
+    for uri, expected, what in files:
+        if expected and expected.startswith(STAMP_PREFIX):
+            # A user's file (plain-file mode) is checked by its stamp and streamed by its readers, not held:
+            # it may be of any size, where a lake's shards are ingest's target at most.
+            verify_file(uri, expected, what)
+        elif expected:
+            held[uri] = read_verified(uri, expected, what)
     with storage.holding(held):
         yield
 

@@ -143,8 +143,13 @@ def test_user_files_are_known_by_their_stamp_not_read_whole_to_plan(tmp_path, mo
     assert read[0] < total / 10, (read[0], total)  # footers (pyarrow reads a file's last 64 KiB), not files
 
     Path(files[1]).write_bytes(Path(files[1]).read_bytes())  # written again: a new stamp
+    fetched = []
+    real_fetch = storage.fetch
+    monkeypatch.setattr(storage, "fetch", lambda url: fetched.append(url) or real_fetch(url))
     redo, _ = _run(tmp_path, "pii", files, "", "stamp")
     assert [u.status for u in redo.units] == ["skipped", "done", "skipped"]
+    # the unit streamed it (a user's file may be of any size), it did not hold it whole as a lake's shard
+    assert files[1] not in fetched
 
 
 def test_a_user_file_written_again_after_planning_fails_its_unit(tmp_path):
