@@ -312,3 +312,36 @@ def test_duplicate_ids_across_units_fail_the_run_and_are_listed(tmp_path):
     assert m2.status == "complete" and [u.status for u in m2.units] == ["skipped", "done"]
     assert "notes" not in m2.accounting
     assert not [e for e in quarantined(lake) if e["reason"] == "duplicate_id"]
+
+
+@pytest.mark.parametrize("layout", ["string", "large_string", "string_view", "categorical"])
+def test_parquet_text_too_large_is_measured_in_arrow_never_made_a_python_string(tmp_path, layout, monkeypatch):
+    """A text past ``max_text_bytes`` is quarantined by its length in the Arrow batch: it was converted to a
+    Python string first (bytes, str, then its UTF-8 encoding for the size check: a 400 MB value took 2.6 GB
+    of memory to refuse, 1.8 GB now, pyarrow's decoding alone 1.75). The rows around it keep their order."""
+    from airflow_curation.stages.ingest import readers
+
+    texts = ["x" * 5000, "first kept", "y" * 3000, None, "second kept", "z" * 4001]
+    arr = pa.array(texts).dictionary_encode() if layout == "categorical" else pa.array(texts, getattr(pa, layout)())
+    pq.write_table(pa.table({"text": arr, "n": list(range(6))}), tmp_path / "big.parquet", row_group_size=4)
+    converted: list[int] = []
+    real = readers._values
+    monkeypatch.setattr(readers, "_values", lambda col: converted.extend(_lengths(col)) or real(col))
+    lake, m = ingest(tmp_path, [tmp_path / "big.parquet"], max_text_bytes=4000)
+    assert shard_texts(m) == ["first kept", "y" * 3000, "second kept"]
+    assert max(converted) <= 3000  # no text too large became a Python value
+    q = quarantined(lake)
+    got = sorted((e["location"], e["reason"], e["detail"], len(e["raw"]) if "large" in e["reason"] else 0) for e in q)
+    assert got == [
+        ("row 0", "text_too_large", "text of 5000 bytes exceeds max_text_bytes=4000", 5000),
+        ("row 3", "missing_text", "text is null", 0),
+        ("row 5", "text_too_large", "text of 4001 bytes exceeds max_text_bytes=4000", 4001),
+    ]
+    assert m.accounting["read"] == 6 and books_close(m.accounting)
+
+
+def _lengths(column: pa.Array) -> list[int]:
+    if not (pa.types.is_dictionary(column.type) or "string" in str(column.type)):
+        return [0]
+    values = column.dictionary_decode() if pa.types.is_dictionary(column.type) else column
+    return [len(v or "") for v in values.cast(pa.large_string()).to_pylist()]

@@ -482,7 +482,10 @@ class IngestStage(Stage):
                 yield Bad(0, "file", "empty_file", "the file is empty", rows=0)
                 return
             if fmt == "parquet":
-                rows = _with_row_progress(read_parquet(raw, cfg["text_field"], cfg["id_field"]), raw, progress)
+                # HTML is bigger than its text: allowed what a record is (the text is checked after extraction).
+                limit = max_record if cfg["text_format"] == "html" else int(cfg["max_text_bytes"])
+                records = read_parquet(raw, cfg["text_field"], cfg["id_field"], max_text_bytes=limit)
+                rows = _with_row_progress(records, raw, progress)
                 yield from self._html_or_text(rows)
                 return
             compression, mismatch = sniff(raw, compression)
