@@ -90,6 +90,13 @@ def _file_entries(files: tuple[str, ...]) -> dict[str, ShardEntry]:
     return entries
 
 
+def _same_file(a: str, b: str) -> bool:
+    """Whether two URLs name one file (local paths resolved: links, ``..``, relative to here)."""
+    if storage.is_local(a) and storage.is_local(b):
+        return os.path.realpath(storage.local_path(a)) == os.path.realpath(storage.local_path(b))
+    return a.rstrip("/") == b.rstrip("/")
+
+
 def clear_caches() -> None:
     _manifest_entries.cache_clear()
     _file_entries.cache_clear()
@@ -138,6 +145,15 @@ class AttrsStage(Stage):
             raise ValueError(f"{self.name}: give either input_manifest (a lake) or inputs (plain Parquet files)")
         if c.get("inputs") and not c.get("output_dir"):
             raise ValueError(f"{self.name}: plain-file inputs need output_dir")
+        for f in c.get("inputs") or []:
+            # `--output .` beside the inputs wrote each result over its input: the user's text was gone.
+            stem = os.path.basename(f.rstrip("/")).removesuffix(".parquet")
+            for out in self.plain_outputs(stem):
+                if _same_file(out, f):
+                    raise ValueError(
+                        f"{self.name}: the result for {f} would be written over it ({out}); give an output folder "
+                        "that holds no input file"
+                    )
 
     # -- what a subclass writes ----------------------------------------------------------------------
     @property
@@ -324,6 +340,10 @@ class AttrsStage(Stage):
         return [uri for key, uri in self.unit_attrs(unit, entry).items() if key in wanted]
 
     # -- one shard -----------------------------------------------------------------------------------
+    def plain_outputs(self, shard_id: str) -> list[str]:
+        """The files a unit writes for the plain input file ``shard_id`` (its results, and any other)."""
+        return [self.output_uri(shard_id)]
+
     def output_uri(self, shard_id: str) -> str:
         if self.config.get("output_dir"):
             return storage.join(self.config["output_dir"], f"{shard_id}.parquet")

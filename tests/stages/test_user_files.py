@@ -164,3 +164,27 @@ def test_a_user_file_written_again_after_planning_fails_its_unit(tmp_path):
     for check in (read_verified, verify_file):
         with pytest.raises(IntegrityError, match="written again after this run planned it"):
             check(f, identity, "input")
+
+
+@pytest.mark.parametrize("name", STAGES)
+def test_an_output_folder_that_holds_the_input_is_refused_before_a_byte_is_written(
+    name, tokenizer, tmp_path, monkeypatch
+):
+    """``curation pii a.parquet --output .`` wrote the attrs over ``a.parquet``: the user's text was gone."""
+    f = _write(tmp_path / "a.parquet", ["a", "b"], pa.array(TEXTS[:2]))
+    before = Path(f).read_bytes()
+    monkeypatch.chdir(tmp_path)
+    lake = Lake(str(tmp_path / "lake"), "ds")
+    for inputs, output in (([f], str(tmp_path)), ([f], str(tmp_path / "x" / "..")), (["a.parquet"], ".")):
+        with pytest.raises(ValueError, match="would be written over it"):
+            stage_class(name)(lake, {"inputs": inputs, "output_dir": output, **_config(name, tokenizer)}, "r1")
+    if name == "tokenize":  # its packed sequences go to <output>/packed/<file>
+        (tmp_path / "out" / "packed").mkdir(parents=True)
+        inner = _write(tmp_path / "out" / "packed" / "a.parquet", ["a"], pa.array(TEXTS[:1]))
+        config = {"inputs": [inner], "output_dir": str(tmp_path / "out"), **_config(name, tokenizer)}
+        with pytest.raises(ValueError, match="would be written over it"):
+            stage_class(name)(lake, config, "r1")
+    assert Path(f).read_bytes() == before
+    # another folder is fine
+    manifest, out = _run(tmp_path, name, [f], tokenizer, "elsewhere")
+    assert manifest.status == "complete" and (out / "a.parquet").exists() and Path(f).read_bytes() == before

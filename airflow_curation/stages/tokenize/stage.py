@@ -161,6 +161,9 @@ class TokenizeStage(AttrsStage):
             return []
         return decision_attrs(entry, skip=lambda key: key == self.attrs_name)
 
+    def plain_outputs(self, shard_id: str) -> list[str]:
+        return [self.output_uri(shard_id), self.packed_uri(shard_id)]
+
     def packed_uri(self, shard_id: str) -> str:
         if self.config.get("output_dir"):
             return storage.join(self.config["output_dir"], "packed", f"{shard_id}.parquet")
