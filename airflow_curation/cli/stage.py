@@ -79,7 +79,13 @@ def _add_input_args(p: argparse.ArgumentParser, inputs: str) -> None:
         add_lake_args(p)
         return
     if inputs == "manifest_or_files":
-        p.add_argument("files", nargs="*", metavar="FILE", help="plain Parquet files with id and text columns")
+        p.add_argument(
+            "files",
+            nargs="*",
+            metavar="FILE",
+            help="plain Parquet with id and text columns: files, folders (their .parquet files) or globs, local or "
+            "fsspec URLs",
+        )
         p.add_argument("--output", help="plain files: folder for the results")
         add_lake_args(p, required=False)
     else:

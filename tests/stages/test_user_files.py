@@ -188,3 +188,29 @@ def test_an_output_folder_that_holds_the_input_is_refused_before_a_byte_is_writt
     # another folder is fine
     manifest, out = _run(tmp_path, name, [f], tokenizer, "elsewhere")
     assert manifest.status == "complete" and (out / "a.parquet").exists() and Path(f).read_bytes() == before
+
+
+def test_plain_inputs_are_files_folders_or_globs_as_ingests_are(tmp_path):
+    """A folder or a glob was taken as a file name (`IsADirectoryError`, `invalid input file name 'in*'`): on an
+    object store no shell expands a glob. They list as ingest's inputs do, and a run's own output folder inside
+    an input folder is not read back as input."""
+    from airflow_curation.stages.attrs import plain_input_files
+
+    (tmp_path / "data" / "sub").mkdir(parents=True)
+    for rel in ("data/b.parquet", "data/a.parquet", "data/sub/c.parquet", "data/.hidden.parquet"):
+        _write(tmp_path / rel, [rel], pa.array([TEXTS[0]]))
+    (tmp_path / "data" / "notes.txt").write_text("not parquet")
+    data = str(tmp_path / "data")
+    want = [f"{data}/a.parquet", f"{data}/b.parquet", f"{data}/sub/c.parquet"]
+    assert list(plain_input_files([data])) == want
+    assert list(plain_input_files([f"{data}/*.parquet", f"{data}/a.parquet"])) == want[:2]  # each file once
+    with pytest.raises(FileNotFoundError, match="no Parquet files under"):
+        plain_input_files([f"{data}/zz*.parquet"])
+
+    manifest, out = _run(tmp_path, "pii", [data], "", "folder")  # output folder beside: tmp_path/out-pii-folder
+    assert sorted(s.shard_id for s in manifest.shards) == ["a", "b", "c"]
+    inside = str(tmp_path / "data" / "out")  # results inside the input folder: not inputs on the rerun
+    config = {"inputs": [data], "output_dir": inside}
+    for status in ("done", "skipped"):
+        m = StageRunner(stage_class("pii")(Lake(str(tmp_path / "lake-in"), "ds"), config, "r1")).run()
+        assert {u.status for u in m.units} == {status} and len(m.shards) == 3
