@@ -17,7 +17,10 @@ def test_a_glob_and_a_prefix_of_plain_files_on_s3(s3_bucket, tmp_path, monkeypat
     base = f"s3://{s3_bucket}/docs"
     for name in ("a", "b", "c"):
         with storage.atomic_open(f"{base}/{name}.parquet") as f:
-            pq.write_table(pa.table({"id": [f"{name}1"], "text": [f"write to jane.{name}@acme-corp.org about the {name} notes"]}), f)
+            pq.write_table(
+                pa.table({"id": [f"{name}1"], "text": [f"write to jane.{name}@acme-corp.org about the {name} notes"]}),
+                f,
+            )
 
     def run(inputs, out):
         stage = stage_class("pii")(Lake(str(tmp_path / "lake"), "ds"), {"inputs": inputs, "output_dir": out}, "r1")
