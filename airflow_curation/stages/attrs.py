@@ -34,13 +34,14 @@ import pyarrow.parquet as pq
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.faults import fault_point
-from airflow_curation.core.fingerprint import checksum_url, file_identity
+from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.integrity import shard_files, verified_reads
-from airflow_curation.core.layout import Lake, safe_name
+from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import ManifestHead, ShardEntry, UnitEntry, group_range
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text, checked_user_rows
 from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink, column_names, parquet_writer
 from airflow_curation.stages.base import Stage, UnitMapper, UnitResult, local_mapper
+from airflow_curation.stages.plain_files import file_entries, input_files, same_file
 from airflow_curation.stages.settings import Setting
 from airflow_curation.stages.text import ShardText, clean_text_attrs, clean_text_uri
 
@@ -71,78 +72,9 @@ def _manifest_entries(uri: str, group: tuple[int, int] | None = None) -> dict[st
     return {s.shard_id: s for s in head.shards(*(group or (0, 1)))}
 
 
-@lru_cache(maxsize=8)
-def _file_entries(files: tuple[str, ...]) -> dict[str, ShardEntry]:
-    entries: dict[str, ShardEntry] = {}
-    for f in files:
-        stem = os.path.basename(f.rstrip("/")).removesuffix(".parquet")
-        safe_name(stem, "input file name")
-        if stem in entries:
-            raise ValueError(
-                f"two inputs are named {stem}.parquet ({entries[stem].uri}, {f}); their outputs would collide"
-            )
-        # Known by its storage stamp (one stat), not its content's hash: a rerun of a done run, or a plan of
-        # files on an object store, reads no file whole here (the footer only); a unit checks the stamp again.
-        size, identity = file_identity(f)
-        with storage.open_read(f) as fh:
-            pf = pq.ParquetFile(fh)
-            check_id_text(pf.schema_arrow, f)
-            rows = pf.metadata.num_rows
-        entries[stem] = ShardEntry(shard_id=stem, uri=f, rows=rows, bytes=size, checksum=identity)
-    return entries
-
-
-def plain_input_files(specs: Sequence[str], output_dir: str | None = None) -> tuple[str, ...]:
-    """The Parquet files a plain-file run reads: each of ``specs`` a file (as given), a folder (the
-    ``.parquet`` files under it, recursively) or a glob (its matching files), the last two sorted; hidden
-    names and what lies under ``output_dir`` left out (a rerun would read its own results as inputs).
-
-    :raises FileNotFoundError: a folder or glob with no file.
-    """
-    files: list[str] = []
-    for spec in specs:
-        fs, path = storage.filesystem(spec)
-        with storage.explained(spec):
-            if any(ch in path for ch in "*?["):
-                found = fs.glob(path, detail=True)
-            elif fs.isdir(path):
-                found = {p: i for p, i in fs.find(path, detail=True).items() if p.endswith(".parquet")}
-            else:
-                files.append(spec)  # a file, or one missing: reading it says so
-                continue
-        listed = [
-            _as_url(spec, p)
-            for p, info in sorted(found.items())
-            if info.get("type") == "file" and not os.path.basename(p).startswith(".")
-        ]
-        listed = [u for u in listed if not (output_dir and _under(u, output_dir))]
-        if not listed:
-            raise FileNotFoundError(f"no Parquet files under {spec!r}")
-        files += listed
-    return tuple(dict.fromkeys(files))
-
-
-def _as_url(spec: str, path: str) -> str:
-    """``path`` (as ``spec``'s filesystem lists it) as a URL of ``spec``'s kind."""
-    return f"{storage.protocol_of(spec)}://{path}" if not storage.is_local(spec) else path
-
-
-def _under(url: str, folder: str) -> bool:
-    if storage.is_local(url) and storage.is_local(folder):
-        url, folder = os.path.realpath(storage.local_path(url)), os.path.realpath(storage.local_path(folder))
-    return url.startswith(folder.rstrip("/") + "/")
-
-
-def _same_file(a: str, b: str) -> bool:
-    """Whether two URLs name one file (local paths resolved: links, ``..``, relative to here)."""
-    if storage.is_local(a) and storage.is_local(b):
-        return os.path.realpath(storage.local_path(a)) == os.path.realpath(storage.local_path(b))
-    return a.rstrip("/") == b.rstrip("/")
-
-
 def clear_caches() -> None:
     _manifest_entries.cache_clear()
-    _file_entries.cache_clear()
+    file_entries.cache_clear()
 
 
 class AttrsStage(Stage):
@@ -189,12 +121,12 @@ class AttrsStage(Stage):
         if c.get("inputs") and not c.get("output_dir"):
             raise ValueError(f"{self.name}: plain-file inputs need output_dir")
         # Plain files as ingest takes its inputs: files, folders, globs (on an object store the shell expands none).
-        self._files = plain_input_files(c["inputs"], c["output_dir"]) if c.get("inputs") else ()
+        self._files = input_files(c["inputs"], c["output_dir"]) if c.get("inputs") else ()
         for f in self._files:
             # `--output .` beside the inputs wrote each result over its input: the user's text was gone.
             stem = os.path.basename(f.rstrip("/")).removesuffix(".parquet")
             for out in self.plain_outputs(stem):
-                if _same_file(out, f):
+                if same_file(out, f):
                     raise ValueError(
                         f"{self.name}: the result for {f} would be written over it ({out}); give an output folder "
                         "that holds no input file"
@@ -231,7 +163,7 @@ class AttrsStage(Stage):
         this task's group when it planned one (:meth:`plan_group`)."""
         group = getattr(self, "_group", None)
         if self.config.get("inputs"):
-            entries = _file_entries(self._files)
+            entries = file_entries(self._files)
             if not group:
                 return entries
             block = group_range(len(entries), *group)

@@ -194,7 +194,7 @@ def test_plain_inputs_are_files_folders_or_globs_as_ingests_are(tmp_path):
     """A folder or a glob was taken as a file name (`IsADirectoryError`, `invalid input file name 'in*'`): on an
     object store no shell expands a glob. They list as ingest's inputs do, and a run's own output folder inside
     an input folder is not read back as input."""
-    from airflow_curation.stages.attrs import plain_input_files
+    from airflow_curation.stages.plain_files import input_files as plain_input_files
 
     (tmp_path / "data" / "sub").mkdir(parents=True)
     for rel in ("data/b.parquet", "data/a.parquet", "data/sub/c.parquet", "data/.hidden.parquet"):

@@ -1,0 +1,88 @@
+"""A user's own Parquet files as a plain-file run's inputs (``inputs`` + ``output_dir``, no lake): which files
+(files, folders, globs, as ingest takes its inputs), each one's entry as a lake shard's would be (known by its
+size and storage stamp), and the output names that must not be one of them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from functools import lru_cache
+
+import pyarrow.parquet as pq
+
+from airflow_curation.core import storage
+from airflow_curation.core.fingerprint import file_identity
+from airflow_curation.core.layout import safe_name
+from airflow_curation.core.manifest import ShardEntry
+from airflow_curation.core.schema import check_id_text
+
+
+@lru_cache(maxsize=8)
+def file_entries(files: tuple[str, ...]) -> dict[str, ShardEntry]:
+    """One entry per file, by its name without ``.parquet`` (what its outputs are named): rows and schema from
+    its footer, known by its size and storage stamp. Cached: read once per process."""
+    entries: dict[str, ShardEntry] = {}
+    for f in files:
+        stem = os.path.basename(f.rstrip("/")).removesuffix(".parquet")
+        safe_name(stem, "input file name")
+        if stem in entries:
+            raise ValueError(
+                f"two inputs are named {stem}.parquet ({entries[stem].uri}, {f}); their outputs would collide"
+            )
+        # Known by its storage stamp (one stat), not its content's hash: a rerun of a done run, or a plan of
+        # files on an object store, reads no file whole here (the footer only); a unit checks the stamp again.
+        size, identity = file_identity(f)
+        with storage.open_read(f) as fh:
+            pf = pq.ParquetFile(fh)
+            check_id_text(pf.schema_arrow, f)
+            rows = pf.metadata.num_rows
+        entries[stem] = ShardEntry(shard_id=stem, uri=f, rows=rows, bytes=size, checksum=identity)
+    return entries
+
+
+def input_files(specs: Sequence[str], output_dir: str | None = None) -> tuple[str, ...]:
+    """The Parquet files a plain-file run reads: each of ``specs`` a file (as given), a folder (the
+    ``.parquet`` files under it, recursively) or a glob (its matching files), the last two sorted; hidden
+    names and what lies under ``output_dir`` left out (a rerun would read its own results as inputs).
+
+    :raises FileNotFoundError: a folder or glob with no file.
+    """
+    files: list[str] = []
+    for spec in specs:
+        fs, path = storage.filesystem(spec)
+        with storage.explained(spec):
+            if any(ch in path for ch in "*?["):
+                found = fs.glob(path, detail=True)
+            elif fs.isdir(path):
+                found = {p: i for p, i in fs.find(path, detail=True).items() if p.endswith(".parquet")}
+            else:
+                files.append(spec)  # a file, or one missing: reading it says so
+                continue
+        listed = [
+            _as_url(spec, p)
+            for p, info in sorted(found.items())
+            if info.get("type") == "file" and not os.path.basename(p).startswith(".")
+        ]
+        listed = [u for u in listed if not (output_dir and _under(u, output_dir))]
+        if not listed:
+            raise FileNotFoundError(f"no Parquet files under {spec!r}")
+        files += listed
+    return tuple(dict.fromkeys(files))
+
+
+def _as_url(spec: str, path: str) -> str:
+    """``path`` (as ``spec``'s filesystem lists it) as a URL of ``spec``'s kind."""
+    return f"{storage.protocol_of(spec)}://{path}" if not storage.is_local(spec) else path
+
+
+def _under(url: str, folder: str) -> bool:
+    if storage.is_local(url) and storage.is_local(folder):
+        url, folder = os.path.realpath(storage.local_path(url)), os.path.realpath(storage.local_path(folder))
+    return url.startswith(folder.rstrip("/") + "/")
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether two URLs name one file (local paths resolved: links, ``..``, relative to here)."""
+    if storage.is_local(a) and storage.is_local(b):
+        return os.path.realpath(storage.local_path(a)) == os.path.realpath(storage.local_path(b))
+    return a.rstrip("/") == b.rstrip("/")
