@@ -345,3 +345,20 @@ def _lengths(column: pa.Array) -> list[int]:
         return [0]
     values = column.dictionary_decode() if pa.types.is_dictionary(column.type) else column
     return [len(v or "") for v in values.cast(pa.large_string()).to_pylist()]
+
+
+def test_an_input_root_that_does_not_hold_every_input_is_refused(tmp_path, monkeypatch):
+    """An input outside ``input_root`` took its file name alone as its source: two files of one name in two
+    folders got one id (``a/x.txt`` and ``b/x.txt``). A relative root (``--input-root ir``, the way one types
+    it) did that to every input, the listing's paths being absolute."""
+    for folder, words in (("a", "first document in folder a"), ("b", "second document in folder b")):
+        (tmp_path / "ir" / folder).mkdir(parents=True)
+        (tmp_path / "ir" / folder / "x.txt").write_text(words)
+    monkeypatch.chdir(tmp_path)
+    for i, root in enumerate(("ir", "ir/", "./ir/../ir", str(tmp_path / "ir"))):
+        lake, m = ingest(tmp_path / f"run{i}", [tmp_path / "ir"], input_root=root)
+        rows = [r for s in m.shards for r in pq.read_table(s.uri, columns=["id", "source"]).to_pylist()]
+        assert sorted(r["source"] for r in rows) == ["a/x.txt", "b/x.txt"], root
+        assert len({r["id"] for r in rows}) == 2
+    with pytest.raises(ValueError, match=r"x.txt is not under input_root '/usr/share' \(2 of 2 inputs"):
+        ingest(tmp_path / "outside", [tmp_path / "ir"], input_root="/usr/share")

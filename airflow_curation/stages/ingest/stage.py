@@ -176,7 +176,17 @@ class IngestStage(Stage):
 
     def _source_root(self, urls: list[str]) -> str:
         if self.config["input_root"]:
-            return self.config["input_root"].rstrip("/")
+            given = self.config["input_root"]
+            # listed local inputs are absolute paths: a relative root is taken from here, as the inputs are
+            root = os.path.abspath(storage.local_path(given)) if storage.is_local(given) else given.rstrip("/")
+            outside = [u for u in urls if not u.startswith(root.rstrip("/") + "/")]
+            if outside:
+                # its source (and id) would be its file name alone: two files of one name, one id
+                raise ValueError(
+                    f"ingest: input {outside[0]} is not under input_root {given!r} ({len(outside)} of {len(urls)} "
+                    "inputs are not): give a folder that holds every input, or none"
+                )
+            return root.rstrip("/")
         if len(urls) == 1:
             return urls[0].rsplit("/", 1)[0]
         return os.path.commonpath(urls) if all("://" not in u for u in urls) else _common_url_prefix(urls)
