@@ -155,3 +155,17 @@ def test_a_later_task_of_an_s3_array_lists_no_input_and_reads_only_its_block(s3_
     assert {name for name, _ in raw} - {"size", "info", "open"} == set(), raw  # no find, glob, ls, isdir
     mine = {f"{s3_bucket}/raw/2/{f:02d}.jsonl" for f in (6, 7, 8)}
     assert {p.removeprefix("s3://") for _, p in raw} == mine, raw
+
+
+def test_local_and_s3_inputs_of_one_name_keep_their_own_ids(s3_bucket, tmp_path):
+    """Inputs with no common root (a local file and an object of one name) took their file name alone as
+    their source, and so one id prefix; the whole URL is their source now."""
+    local = tmp_path / "x.jsonl"
+    local.write_text(json.dumps({"text": "the local copy of the notes, with words"}) + "\n")
+    remote = f"s3://{s3_bucket}/raw/x.jsonl"
+    storage.write_bytes(remote, (json.dumps({"text": "the bucket's copy of the notes, other words"}) + "\n").encode())
+    lake = Lake(str(tmp_path / "lake"), "mixed")
+    m = StageRunner(IngestStage(lake, {"inputs": [str(local), remote]}, "r1")).run()
+    rows = [r for s in m.shards for r in read_shard(s.uri).select(["id", "source"]).to_pylist()]
+    assert sorted(r["source"] for r in rows) == sorted([str(local), remote])
+    assert len({r["id"] for r in rows}) == 2

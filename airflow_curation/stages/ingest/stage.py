@@ -715,7 +715,8 @@ def _check_text(text, max_text: int) -> tuple[str, str] | None:
 def _relpath(url: str, root: str) -> str:
     if root and url.startswith(root.rstrip("/") + "/"):
         return url[len(root.rstrip("/")) + 1 :]
-    return url.rsplit("/", 1)[-1]
+    # no common root (local files and object-store keys together): the whole URL, unique where a name is not
+    return url
 
 
 def _version_of(info: dict) -> str:
