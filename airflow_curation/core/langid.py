@@ -48,6 +48,16 @@ DEFAULT_MAX_CHARS = 0
 MACROLANGUAGES: dict[str, tuple[str, ...]] = {"hbs": ("hr", "sr", "bs", "sh"), "no": ("no", "nn"), "msa": ("ms", "id")}
 # Codes the model never outputs, and the label it gives those texts.
 ALIASES = {"nb": "no"}
+# Every label lid.176 gives (fastText's published list; tests/core/test_langid.py checks it against the model):
+# a `lang` rule naming another code would keep no document at all.
+LABELS = frozenset(
+    "af als am an ar arz as ast av az azb ba bar bcl be bg bh bn bo bpy br bs bxr ca cbk ce ceb ckb co cs cv cy da"
+    " de diq dsb dty dv el eml en eo es et eu fa fi fr frr fy ga gd gl gn gom gu gv he hi hif hr hsb ht hu hy ia id"
+    " ie ilo io is it ja jbo jv ka kk km kn ko krc ku kv kw ky la lb lez li lmo lo lrc lt lv mai mg mhr min mk ml mn"
+    " mr mrj ms mt mwl my myv mzn nah nap nds ne new nl nn no oc or os pa pam pfl pl pms pnb ps pt qu rm ro ru rue sa"
+    " sah sc scn sco sd sh si sk sl so sq sr su sv sw ta te tg th tk tl tr tt tyv ug uk ur uz vec vep vi vls vo wa"
+    " war wuu xal xmf yi yo yue zh".split()
+)
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +134,12 @@ def model_labels(codes: Sequence[str]) -> list[str]:
         for label in MACROLANGUAGES.get(code, (ALIASES.get(code, code),)):
             if label not in labels:
                 labels.append(label)
+    unknown = [c for c in codes if any(label not in LABELS for label in MACROLANGUAGES.get(c, (ALIASES.get(c, c),)))]
+    if unknown:
+        raise ValueError(
+            f"lang: {', '.join(map(repr, unknown))} is not a language lid.176 names: give ISO 639-1 codes where the"
+            f" language has one (en, de, zh...), else its model code (ceb, yue...); groups: {', '.join(MACROLANGUAGES)}"
+        )
     groups = {label: group for group, members in MACROLANGUAGES.items() for label in members}
     for group in sorted({groups[c] for c in codes if c in groups and c != groups[c]}):
         members = MACROLANGUAGES[group]
@@ -141,11 +157,13 @@ def model_labels(codes: Sequence[str]) -> list[str]:
 def lang_rules(lang: str | Sequence[str] | None, min_score: float | None = None) -> list[dict]:
     """The rules ``--lang en,de`` and ``--lang-min-score 0.65`` stand for: ``lang`` (not one of the
     languages, macrolanguages expanded by :func:`model_labels`) and ``lang_score`` (below the score)."""
-    codes = [c.strip() for c in lang.split(",")] if isinstance(lang, str) else list(lang or [])
+    codes = [c.strip().lower() for c in lang.split(",")] if isinstance(lang, str) else [c.lower() for c in lang or []]
     codes = [c for c in codes if c and c != "none"]
     rules: list[dict] = []
     if codes:
         rules.append({"name": "lang", "signal": LANG, "in": model_labels(codes)})
     if min_score is not None:
+        if not 0.0 <= float(min_score) <= 1.0:  # a score is a probability: past 1 every row is dropped
+            raise ValueError(f"lang_min_score: {min_score} is not between 0 and 1")
         rules.append({"name": "lang_score", "signal": LANG_SCORE, "min": float(min_score)})
     return rules

@@ -131,3 +131,33 @@ def test_naming_one_member_of_a_close_group_says_so(caplog):
     with caplog.at_level("WARNING", logger=langid.__name__):
         langid.lang_rules("hbs,en")
     assert caplog.text == ""
+
+
+def test_a_code_the_model_never_gives_is_refused_not_a_corpus_dropped():
+    """``--lang xx`` (or ``EN``) kept no document at all, and ``--lang-min-score 2`` dropped every row, without a
+    word. A code must be one lid.176 gives (or a group, or an alias); case does not matter; a score is 0..1."""
+    # the list is the model's: every label it ranks for texts of many scripts is in it
+    texts = [
+        "hello world",
+        "bonjour le monde",
+        "привет мир",
+        "你好世界",
+        "안녕하세요",
+        "مرحبا بالعالم",
+        "γειά σου κόσμε",
+    ]
+    given = {
+        label.removeprefix(langid.LABEL_PREFIX)
+        for t in texts
+        for _, label in langid.model().f.predict(t + "\n", 500, 0.0, "replace")
+    }
+    assert given <= langid.LABELS and len(given) >= 170 and len(langid.LABELS) == 176
+    for bad in ("xx", "en,xx", "english", "zh-cn"):
+        with pytest.raises(ValueError, match="is not a language lid.176 names"):
+            langid.lang_rules(bad)
+    assert langid.lang_rules("EN, De")[0]["in"] == ["en", "de"]
+    assert langid.lang_rules("hbs,nb,msa,ceb")[0]["in"] == ["hr", "sr", "bs", "sh", "no", "ms", "id", "ceb"]
+    for score in (2, -0.1):
+        with pytest.raises(ValueError, match="is not between 0 and 1"):
+            langid.lang_rules(None, score)
+    assert langid.lang_rules(None, 1.0) == [{"name": "lang_score", "signal": "lang_score", "min": 1.0}]
