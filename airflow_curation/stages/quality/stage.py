@@ -66,6 +66,8 @@ class QualityStage(AttrsStage):
         if bad:
             raise ValueError(f"quality: rules {bad} read other columns; the quality stage has only {SCORE}")
         if self.config.get("min_score") is not None:
+            if not 0.0 <= float(self.config["min_score"]) <= 1.0:  # a probability: past 1 every row is dropped
+                raise ValueError(f"quality: min_score {self.config['min_score']} is not between 0 and 1")
             if not any(r.name == "quality_classifier" for r in rules):
                 rules.append(Rule("quality_classifier", SCORE, min=float(self.config["min_score"])))
             else:
