@@ -72,6 +72,9 @@ class Rule:
                 raise ValueError(f"rule {self.name!r}: give 'in' or min/max, not both")
         elif self.min is None and self.max is None:
             raise ValueError(f"rule {self.name!r}: give min, max or both (or 'in' for a label signal)")
+        elif self.min is not None and self.max is not None and self.min > self.max:
+            # no value lies between them: every document would be dropped
+            raise ValueError(f"rule {self.name!r}: min {self.min} is above max {self.max}")
         if not self.name or not isinstance(self.name, str):
             raise ValueError(f"rule needs a name, got {self.name!r}")
 

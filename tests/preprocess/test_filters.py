@@ -77,6 +77,8 @@ def test_presets_and_custom_rules_resolve_in_order():
         (("gopher", [{"name": "empty", "signal": "n_words", "min": 1}]), "used twice"),
         (("none", [{"name": "x", "signal": "n_words"}]), "give min, max or both"),
         (("none", [{"name": "x", "signal": "n_words", "max": 1, "mx": 2}]), "unknown keys"),
+        # no value between them: every document would be dropped
+        (("none", [{"name": "x", "signal": "n_words", "min": 50, "max": 10}]), "min 50 is above max 10"),
     ],
 )
 def test_bad_configuration_is_a_clear_error(bad, match):
