@@ -131,10 +131,10 @@ def model_labels(codes: Sequence[str]) -> list[str]:
     becomes its members, an alias (``nb``) the model's label; other codes are labels already."""
     labels: list[str] = []
     for code in codes:
-        for label in MACROLANGUAGES.get(code, (ALIASES.get(code, code),)):
+        for label in _labels_of(code):
             if label not in labels:
                 labels.append(label)
-    unknown = [c for c in codes if any(label not in LABELS for label in MACROLANGUAGES.get(c, (ALIASES.get(c, c),)))]
+    unknown = [c for c in codes if not set(_labels_of(c)) <= LABELS]
     if unknown:
         raise ValueError(
             f"lang: {', '.join(map(repr, unknown))} is not a language lid.176 names: give ISO 639-1 codes where the"
@@ -152,6 +152,11 @@ def model_labels(codes: Sequence[str]) -> list[str]:
                 group,
             )
     return labels
+
+
+def _labels_of(code: str) -> tuple[str, ...]:
+    """The labels one code stands for: a macrolanguage's members, an alias's label, or the code itself."""
+    return MACROLANGUAGES.get(code, (ALIASES.get(code, code),))
 
 
 def lang_rules(lang: str | Sequence[str] | None, min_score: float | None = None) -> list[dict]:
