@@ -435,13 +435,13 @@ def read_parquet(
     row = 0
     try:
         for batch in pf.iter_batches(batch_size=batch_rows):
-            too_large = _large_texts(batch, text_field, max_text_bytes)
+            too_large = _large_texts(batch, row, text_field, max_text_bytes)
             start = 0  # the rows between two texts too large, converted as slices of the batch (no copy)
             for i in [*too_large, batch.num_rows]:
                 if i > start:
                     yield from _batch_records(batch.slice(start, i - start), row + start, text_field, id_field)
                 if i < batch.num_rows:
-                    yield Bad(row + i, f"row {row + i}", too_large[i].reason, too_large[i].detail, too_large[i].raw)
+                    yield too_large[i]
                 start = i + 1
             row += batch.num_rows
     except (pa.ArrowException, OSError) as e:
@@ -472,9 +472,15 @@ def _as_binary(column: pa.Array) -> pa.Array:
     return column.cast(pa.binary() if pa.types.is_string(column.type) else pa.large_binary())
 
 
-def _large_texts(batch: pa.RecordBatch, text_field: str, max_bytes: int | None) -> dict[int, Bad]:
-    """A ``text_too_large`` entry (keeping the text's head) by row of ``batch`` for each text longer than
-    ``max_bytes``: measured in Arrow, so that such a text is never converted to Python."""
+def text_too_large(n: int, max_bytes: int) -> tuple[str, str]:
+    """(reason, detail) of a text of ``n`` bytes past the limit: what every reader and the stage say."""
+    return "text_too_large", f"text of {n} bytes exceeds max_text_bytes={max_bytes}"
+
+
+def _large_texts(batch: pa.RecordBatch, row: int, text_field: str, max_bytes: int | None) -> dict[int, Bad]:
+    """A ``text_too_large`` entry (keeping the text's head) by row of ``batch`` (whose first row is the file's
+    ``row``) for each text longer than ``max_bytes``: measured in Arrow, so that such a text is never
+    converted to Python."""
     if max_bytes is None:
         return {}
     text = batch.column(text_field)
@@ -489,8 +495,7 @@ def _large_texts(batch: pa.RecordBatch, text_field: str, max_bytes: int | None) 
     for i in pc.indices_nonzero(over).to_pylist():
         # the head through a kernel: a scalar of the value (text[i]) would copy all of it
         head = pc.binary_slice(text.slice(i, 1), 0, RAW_HEAD)[0].as_py()
-        detail = f"text of {lengths[i].as_py()} bytes exceeds max_text_bytes={max_bytes}"
-        found[i] = Bad(0, "", "text_too_large", detail, head)
+        found[i] = Bad(row + i, f"row {row + i}", *text_too_large(lengths[i].as_py(), max_bytes), head)
     return found
 
 

@@ -39,6 +39,7 @@ from airflow_curation.stages.ingest.readers import (
     read_parquet,
     read_text,
     sniff,
+    text_too_large,
 )
 from airflow_curation.stages.ingest.sizing import UnitProgress, group_files
 from airflow_curation.stages.ingest.warc import html_fields, read_html_file, read_warc
@@ -706,7 +707,7 @@ def _check_text(text, max_text: int) -> tuple[str, str] | None:
     except UnicodeEncodeError as e:
         return "invalid_utf8", f"text holds an unpaired surrogate at character {e.start} (e.g. a \\ud800 escape)"
     if n > max_text:
-        return "text_too_large", f"text of {n} bytes exceeds max_text_bytes={max_text}"
+        return text_too_large(n, max_text)
     if not text.strip():
         return "empty_text", "text is empty or whitespace only"
     return None
