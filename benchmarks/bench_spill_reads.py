@@ -81,7 +81,7 @@ def write_files(mod, folder: Path, files: int, partitions: int, rows_per_pair: i
         n = partitions * rows_per_pair
         buckets = rng.integers(0, 2**63, n, dtype=np.uint64)
         nodes = lsh.node_keys(k, n)
-        uri = str(folder / f"s{k:05d}.bands.parquet")
+        uri = str(folder / f"s{k:05d}.bands.arrow")
         mod.write_partitioned(uri, {"bucket": buckets, "node": nodes}, np.repeat(np.arange(partitions), rows_per_pair))
         uris.append(uri)
     return uris
@@ -151,7 +151,7 @@ def measure(args) -> dict:
 def spill_then_read(shards: list, partitions: int, folder: Path) -> int:
     uris = []
     for k, (b, n) in enumerate(shards):
-        uri = str(folder / f"s{k:05d}.bands.parquet")
+        uri = str(folder / f"s{k:05d}.bands.arrow")
         lsh.write_partitioned(uri, {"bucket": b, "node": n}, lsh.partition_of(b, partitions))
         uris.append(uri)
     rows = sum(lsh.read_partition(uris, p, COLUMNS)["node"].size for p in range(partitions))  # unit = partition

@@ -29,6 +29,7 @@ from airflow_curation.core import storage
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.jit import numba
 from airflow_curation.core.lsh import (
+    SPILL_SUFFIX,
     mix64,
     partition_of,
     partition_ranges,
@@ -238,7 +239,7 @@ def connected_components(
     if num_partitions > input_partitions:
         raise ValueError(f"{num_partitions} partitions from edges written in {input_partitions}")
     if num_partitions == 1:
-        out = storage.join(work_dir, "labels", "part-00000.parquet")
+        out = storage.join(work_dir, "labels", f"part-00000{SPILL_SUFFIX}")
         _in_memory(list(edge_uris), out, out_partitions, input_partitions)
         return Components([out], 0, len(edge_uris))  # one read of each file, as the in-memory finish counts
     mapper = mapper or _serial
@@ -250,13 +251,13 @@ def connected_components(
         round_digest = None
         for kind in ("large", "small"):
             if parts == 1:  # what is left fits one partition: union-find, as for a small graph
-                out = storage.join(labels_dir, "part-00000.parquet")
+                out = storage.join(labels_dir, f"part-00000{SPILL_SUFFIX}")
                 _in_memory(current, out, out_partitions, written_in)
                 _remove(current, edge_uris)
                 return Components([out, *finished], rnd + 1, reads + len(current), tuple(steps))
             step = storage.join(work_dir, f"round-{rnd:03d}-{kind}")
-            outs = [storage.join(step, f"part-{p:05d}.parquet") for p in range(parts)]
-            labels = [storage.join(step, f"labels-{p:05d}.parquet") for p in range(parts)]
+            outs = [storage.join(step, f"part-{p:05d}{SPILL_SUFFIX}") for p in range(parts)]
+            labels = [storage.join(step, f"labels-{p:05d}{SPILL_SUFFIX}") for p in range(parts)]
             spans = partition_ranges(written_in, parts)
             args = [(kind, current, spans[p], parts, outs[p], columns, labels[p], out_partitions) for p in range(parts)]
             results = list(mapper(_step, args))
@@ -273,7 +274,7 @@ def connected_components(
             if edges == 0:  # every component was a finished star, labelled where it was found
                 _remove(current, edge_uris)
                 if not finished:
-                    finished.append(storage.join(labels_dir, "part-00000.parquet"))
+                    finished.append(storage.join(labels_dir, f"part-00000{SPILL_SUFFIX}"))
                     _write_labels(finished[0], np.empty(0, np.uint64), np.empty(0, np.uint64), out_partitions)
                 return Components(finished, rnd + 1, reads, tuple(steps))
             if memory_budget:
@@ -283,7 +284,7 @@ def connected_components(
         previous_digest = round_digest
     else:
         raise RuntimeError(f"connected components did not converge in {max_rounds} rounds")
-    outs = [storage.join(labels_dir, f"part-{p:05d}.parquet") for p in range(written_in)]
+    outs = [storage.join(labels_dir, f"part-{p:05d}{SPILL_SUFFIX}") for p in range(written_in)]
     list(mapper(_labels, [(current, p, outs[p], out_partitions) for p in range(written_in)]))
     reads += written_in * len(current)
     _remove(current, edge_uris)

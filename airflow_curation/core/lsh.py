@@ -34,6 +34,9 @@ _META_KEY = b"curation.partitions"  # JSON {partition: batch}: spill files writt
 _LIST_KEY = b"curation.partition_list"  # int32 little-endian, ascending: the partitions present
 _HIGH_KEY = b"curation.high32"  # JSON {column: high word}: uint64 columns stored as their low 32 bits
 _NO_HIGH: dict[str, int] = {}
+# A spill file's name ends so: Arrow IPC, not Parquet (a `**/*.parquet` glob of DuckDB or Daft over an output
+# folder must not take it for a Parquet file and fail on it).
+SPILL_SUFFIX = ".arrow"
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4_frame", use_threads=False)
 _IPC_READ = pa.ipc.IpcReadOptions(use_threads=False)
 _M1 = np.uint64(0xFF51AFD7ED558CCD)

@@ -294,3 +294,24 @@ def test_past_memory_each_snapshot_marks_the_same_rows(three, tmp_path, monkeypa
         _, rows, stage = _dedup(lakes[date], memory_budget=4096)
         assert stage._global["partitions"] > 1 and stage._global["gathered"]
         assert rows == results[date][1], date
+
+
+def test_a_parquet_glob_over_the_lake_reads_only_parquet(three, tmp_path):
+    """DuckDB's and Daft's ``**/*.parquet`` over a lake (or an output folder) read every file so named: dedup's
+    spill, edges, labels, prior index and matches are Arrow IPC and must not be named ``.parquet`` (a glob
+    failed on them with 'No magic bytes found')."""
+    import duckdb
+
+    _, days, _, _, _ = three
+    root = tmp_path / "lake"
+    lakes = {d: _snapshot_lake(root, d, docs) for d, docs in days.items()}
+    for date in DATES:  # a budget that splits the global phase: component rounds, gathered labels, priors
+        _dedup(lakes[date], memory_budget=4096)
+    named = sorted(root.rglob("*.parquet"))
+    for f in named:
+        pq.ParquetFile(f)  # raises on a file that is not Parquet
+    assert len(named) >= 2 * 2 * len(DATES), named  # each snapshot's two shards and their attrs
+    kinds = {p.parent.name for p in root.rglob("*.arrow")}
+    assert {"spill", "edges", "exact", "labels", "prior", "match"} <= kinds, kinds
+    rows = duckdb.sql(f"select count(*) from read_parquet('{root}/**/*.parquet', union_by_name=true)").fetchall()[0][0]
+    assert rows > 0

@@ -40,7 +40,7 @@ def _run(tmp, files, name, **config):
     done = json.loads(next((tmp / f"lake-{name}" / "ds" / "dedup").glob("*/_SUCCESS.json")).read_text())
     # The files it lists are stored relative to the lake root (a copied lake reads its own).
     done = {k: [resolve(u, lake.root) for u in v] if k in ("labels", "exact") else v for k, v in done.items()}
-    spills = sorted((tmp / f"lake-{name}" / "ds" / "dedup").glob("*/spill/*.bands.parquet"))
+    spills = sorted((tmp / f"lake-{name}" / "ds" / "dedup").glob("*/spill/*.bands.arrow"))
     return tables, done, [str(p) for p in spills]
 
 
@@ -71,7 +71,7 @@ def test_a_quarter_budget_spills_and_finds_the_same_clusters(nd_corpus, nd_files
     assert len(tight_done["labels"]) == len(tight_done["exact"]) == tight_done["out_partitions"]
     assert all(_spill(u).num_record_batches <= 1 for u in tight_done["labels"])
     gathered = sum(_rows(u) for u in tight_done["labels"])
-    by_lsh = sorted((tmp_path / "lake-quarter" / "ds" / "dedup").glob("*/components/**/*.parquet"))
+    by_lsh = sorted((tmp_path / "lake-quarter" / "ds" / "dedup").glob("*/components/**/*.arrow"))
     assert gathered > 0
     # the last step's labels, and those of the stars found finished in the rounds (written where found)
     labelled = [u for u in by_lsh if u.parent.name == "labels" or u.name.startswith("labels-")]

@@ -38,6 +38,7 @@ from airflow_curation.core.fingerprint import checksum_url, config_fingerprint
 from airflow_curation.core.integrity import IntegrityError, read_verified, verify_file
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.lsh import (
+    SPILL_SUFFIX,
     read_nested_partition,
     read_output_partition,
     read_partition,
@@ -347,7 +348,7 @@ def resolve(
         node = np.concatenate(nodes_q)
         idx = np.concatenate(cl_q).astype(np.int64)
         ex = np.isin(node, exact_nodes, assume_unique=False)
-        uri = storage.join(out_dir, "prior", f"part-{q:05d}.parquet")
+        uri = storage.join(out_dir, "prior", f"part-{q:05d}{SPILL_SUFFIX}")
         # one batch per shard: phase 3 of a shard reads its own rows (:func:`apply_prior`)
         write_partitioned(uri, {"node": node, "snapshot": snap[idx], "id": ids[idx], "exact": ex}, shard_of(node))
         members_total += int(node.size)

@@ -34,7 +34,14 @@ from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import config_fingerprint
 from airflow_curation.core.integrity import verified_reads
 from airflow_curation.core.lease import Lease
-from airflow_curation.core.lsh import gather_partition, next_power_of_two, pack_spills, partition_ranges, partitions_for
+from airflow_curation.core.lsh import (
+    SPILL_SUFFIX,
+    gather_partition,
+    next_power_of_two,
+    pack_spills,
+    partition_ranges,
+    partitions_for,
+)
 from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry, UnitEntry, group_range
 from airflow_curation.core.minhash import MinHashParams, lsh_params
 from airflow_curation.core.schema import CLUSTER_ID, EXACT_DUPLICATE, KEEP, NEAR_DUPLICATE
@@ -169,7 +176,7 @@ class DedupSignaturesStage(Stage):
     signs only the shards not done yet. Built and run by :class:`DedupStage`."""
 
     name = "dedup_signatures"
-    version = "1"
+    version = "2"  # 2: spill files named .arrow (were .parquet)
     SETTINGS = Stage.SETTINGS.extend(
         Setting("params", dict, {}, "DedupParams, as a dict", cli=False),
         Setting("keep_column", str, KEEP, "the column of upstream attrs that says which rows to consider", cli=False),
@@ -184,7 +191,10 @@ class DedupSignaturesStage(Stage):
 
     def spill_uris(self, shard_id: str) -> tuple[str, str]:
         base = self.lake.path("dedup", self.fingerprint, "spill")
-        return (storage.join(base, f"{shard_id}.bands.parquet"), storage.join(base, f"{shard_id}.exact.parquet"))
+        return (
+            storage.join(base, f"{shard_id}.bands{SPILL_SUFFIX}"),
+            storage.join(base, f"{shard_id}.exact{SPILL_SUFFIX}"),
+        )
 
     def ids_uri(self, shard_id: str) -> str:
         """The shard's ids and keep mask, written by phase 1 for phase 3 (:func:`.phases.write_ids`)."""
@@ -673,8 +683,8 @@ class DedupStage(AttrsStage):
                 len(ranges),
             )
         shard_uris = [(s["uri"], s.get("text_uri"), s.get("user_file", False)) for s in shards]
-        edge_uris = [storage.join(gdir, "edges", f"unit-{u:05d}.parquet") for u in range(len(ranges))]
-        exact_dup_uris = [storage.join(gdir, "exact", f"unit-{u:05d}.parquet") for u in range(len(ranges))]
+        edge_uris = [storage.join(gdir, "edges", f"unit-{u:05d}{SPILL_SUFFIX}") for u in range(len(ranges))]
+        exact_dup_uris = [storage.join(gdir, "exact", f"unit-{u:05d}{SPILL_SUFFIX}") for u in range(len(ranges))]
         stats = list(
             self.default_mapper()(
                 phases.bucket_partitions,
@@ -776,7 +786,7 @@ class DedupStage(AttrsStage):
         return outs
 
     def _gather(self, uris: list[str], folder: str, columns: dict, out_parts: int) -> list[str]:
-        outs = [storage.join(folder, f"part-{q:05d}.parquet") for q in range(out_parts)]
+        outs = [storage.join(folder, f"part-{q:05d}{SPILL_SUFFIX}") for q in range(out_parts)]
         list(self.default_mapper()(gather_partition, [(uris, q, columns, outs[q], True) for q in range(out_parts)]))
         return outs
 
@@ -796,7 +806,7 @@ class DedupStage(AttrsStage):
         parts = params.partitions
         band_uris = [sig.spill_uris(s["shard_id"])[0] for s in shards]
         exact_uris = [sig.spill_uris(s["shard_id"])[1] for s in shards]
-        match_uris = [storage.join(pdir, "match", f"part-{p:05d}.parquet") for p in range(parts)]
+        match_uris = [storage.join(pdir, "match", f"part-{p:05d}{SPILL_SUFFIX}") for p in range(parts)]
         list(
             self.default_mapper()(
                 snapshots.probe_partition,
