@@ -34,6 +34,7 @@ Every heuristic preset starts with ``empty`` (no non-space character), so empty 
 
 from __future__ import annotations
 
+import difflib
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -64,6 +65,11 @@ class Rule:
     values: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        for bound in ("min", "max"):
+            value = getattr(self, bound)
+            # a string ("0.5" in a hand-written JSON) or a bool would fail every batch when compared
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ValueError(f"rule {self.name!r}: {bound} must be a number, got {value!r}")
         if self.values is not None:
             if isinstance(self.values, str) or not all(isinstance(v, str) for v in self.values):
                 raise ValueError(f"rule {self.name!r}: 'in' takes a list of strings, got {self.values!r}")
@@ -296,6 +302,25 @@ def resolve_rules(preset: str | Sequence[str] | None = DEFAULT_PRESET, rules: It
 
 def needed_signals(rules: Iterable[Rule]) -> set[str]:
     return {r.signal for r in rules}
+
+
+def check_rule_signals(rules: Iterable[Rule], computed: Sequence[str], hints: dict[str, str] | None = None) -> None:
+    """Refuse, before any document is read, a rule on a signal that is not ``computed``: each batch would fail
+    on it. The message names the closest signals, or ``hints[signal]`` (how to turn on one that is off).
+
+    :param rules: the rules to check.
+    :param computed: the signal columns the run computes.
+    :param hints: for a known signal the run does not compute, what turns it on.
+    """
+    have = set(computed)
+    for rule in rules:
+        if rule.signal in have:
+            continue
+        hint = (hints or {}).get(rule.signal)
+        if hint is None:
+            close = difflib.get_close_matches(rule.signal, sorted(have), n=3, cutoff=0.6)
+            hint = f"did you mean {' or '.join(map(repr, close))}?" if close else f"it computes {', '.join(computed)}"
+        raise ValueError(f"rule {rule.name!r} reads signal {rule.signal!r}, which this run does not compute: {hint}")
 
 
 def apply_rules(signals: pa.Table, rules: Sequence[Rule]) -> pa.Table:

@@ -8,6 +8,7 @@ import pytest
 
 from airflow_curation.core.filters import PRESETS, Rule, apply_rules, resolve_rules
 from airflow_curation.core.signals import compute_signals
+from airflow_curation.stages.preprocess.stage import Preprocessor
 
 
 def test_first_failing_rule_names_the_drop():
@@ -79,11 +80,35 @@ def test_presets_and_custom_rules_resolve_in_order():
         (("none", [{"name": "x", "signal": "n_words", "max": 1, "mx": 2}]), "unknown keys"),
         # no value between them: every document would be dropped
         (("none", [{"name": "x", "signal": "n_words", "min": 50, "max": 10}]), "min 50 is above max 10"),
+        # a string or a bool would fail every batch when compared
+        (("none", [{"name": "x", "signal": "n_words", "min": "50"}]), "min must be a number, got '50'"),
+        (("none", [{"name": "x", "signal": "n_words", "max": True}]), "max must be a number, got True"),
     ],
 )
 def test_bad_configuration_is_a_clear_error(bad, match):
     with pytest.raises(ValueError, match=match):
         resolve_rules(*bad)
+
+
+@pytest.mark.parametrize(
+    "settings,rule,match",
+    [
+        ({}, "n_word", "did you mean 'n_words'"),
+        ({}, "word_count", "it computes n_chars, n_words"),
+        ({"code": False}, "syntax_ok", r"code signals are off \(--code false\)"),
+        ({"lang_id": False}, "lang_score", r"language ID is off \(--lang-id false\)"),
+    ],
+)
+def test_a_rule_on_a_signal_the_run_does_not_compute_is_refused_before_any_document(settings, rule, match):
+    """Found by running ``curation preprocess f.parquet --rules '[{..."signal": "word_count"...}]'``: every unit
+    failed on it, each attempt retried, and the message listed the signals cut short; a run of 50,000 shards
+    would have failed 100,000 times. The stage now refuses at setup, naming the nearest signals."""
+    with pytest.raises(
+        ValueError, match=f"rule 'mine' reads signal '{rule}', which this run does not compute: {match}"
+    ):
+        Preprocessor(rules=[{"name": "mine", "signal": rule, "min": 0.1}], **settings)
+    # what the run does compute is accepted: code and language signals when on (auto: a rule reads one)
+    Preprocessor(rules=[{"name": s, "signal": s, "min": 0.1} for s in ("n_words", "syntax_ok", "lang_score")])
 
 
 def test_rule_on_missing_signal_is_a_clear_error():

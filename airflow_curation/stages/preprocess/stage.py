@@ -26,6 +26,7 @@ from airflow_curation.core.filters import (
     DEFAULT_PRESET,
     Rule,
     apply_rules,
+    check_rule_signals,
     extracted_signals,
     is_reference_recipe,
     resolve_rules,
@@ -34,7 +35,7 @@ from airflow_curation.core.langid import LANG_SIGNALS, lang_rules, lang_signals
 from airflow_curation.core.line_clean import NORMALIZATIONS, REMOVED_PREFIX, LineCleaner
 from airflow_curation.core.manifest import ShardEntry, UnitEntry
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, META, SOURCE, TEXT
-from airflow_curation.core.signals import SignalComputer
+from airflow_curation.core.signals import SIGNALS, SignalComputer
 from airflow_curation.core.url_filter import UrlFilter
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, keep_accounting, write_attrs
 from airflow_curation.stages.base import UnitMapper, local_mapper
@@ -119,6 +120,15 @@ class Preprocessor:
         before = [r for r in self.rules if r.signal in extracted]
         self.rules_before = sorted(before, key=lambda r: r.signal not in LANG_SIGNALS)
         self.rules_after = [r for r in self.rules if r.signal not in extracted]
+        computed = [
+            *SIGNALS,
+            *(CODE_SIGNALS if self.code else ()),
+            *(LANG_SIGNALS if self.lang_id else ()),
+            *self.compat,
+        ]
+        off = dict.fromkeys(CODE_SIGNALS, "code signals are off (--code false)")
+        off |= dict.fromkeys(LANG_SIGNALS, "language ID is off (--lang-id false)")
+        check_rule_signals(self.rules, computed, off)  # here, not in every unit: each would fail on it
 
     @property
     def compression(self) -> str:
