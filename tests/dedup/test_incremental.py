@@ -315,3 +315,23 @@ def test_a_parquet_glob_over_the_lake_reads_only_parquet(three, tmp_path):
     assert {"spill", "edges", "exact", "labels", "prior", "match"} <= kinds, kinds
     rows = duckdb.sql(f"select count(*) from read_parquet('{root}/**/*.parquet', union_by_name=true)").fetchall()[0][0]
     assert rows > 0
+
+
+def test_an_earlier_date_not_yet_deduplicated_is_named_and_a_rerun_after_it_catches_up(three, tmp_path, caplog):
+    """Dates run side by side (a backfill, two active runs): the later date's dedup can run before the earlier
+    one's index exists. It used to probe what it found without a word; it now names the earlier snapshots it
+    could not probe (log and manifest), and a rerun once they finished marks what the in-order run marks."""
+    _, days, _, _, results = three
+    root = tmp_path / "lake"
+    lakes = {d: _snapshot_lake(root, d, docs) for d, docs in days.items()}
+    _dedup(lakes[DATES[0]])
+    with caplog.at_level("WARNING", logger="airflow_curation.stages.dedup.stage"):
+        early, rows, stage = _dedup(lakes[DATES[2]], run_id="early")  # DATES[1] ingested, not deduplicated
+    assert early.config["unprobed_snapshots"] == [DATES[1]]
+    assert [p["snapshot"] for p in early.config["prior_indexes"]] == [DATES[0]]
+    assert f"the earlier snapshots {DATES[1]} have no finished dedup index" in caplog.text
+    assert rows != results[DATES[2]][1]  # the documents of DATES[1] were not probed
+    _dedup(lakes[DATES[1]])
+    again, rows, stage2 = _dedup(lakes[DATES[2]], run_id="again")
+    assert again.config["unprobed_snapshots"] == [] and stage2.fingerprint != stage.fingerprint
+    assert rows == results[DATES[2]][1]

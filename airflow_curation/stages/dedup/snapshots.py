@@ -97,6 +97,22 @@ def find_priors(lake: Lake, key: str) -> list[dict[str, str]]:
     return sorted(priors, key=lambda p: p["snapshot"])
 
 
+def unindexed_earlier(lake: Lake, priors: list[dict[str, str]]) -> list[str]:
+    """The snapshots of ``lake``'s dataset before its own that ``priors`` (:func:`find_priors`) leaves out: no
+    complete index of these parameters, because their dedup has not finished (dates run side by side, as a
+    backfill runs them), failed, or ran with others. A run across snapshots cannot probe their documents: it
+    says so, and records them (a rerun after they finish recomputes: its fingerprint changes)."""
+    if not lake.snapshot:
+        return []
+    probed = {p["snapshot"] for p in priors}
+    earlier = []
+    for uri in storage.glob(storage.join(lake.root, lake.dataset, "snapshot=*")):
+        name = uri.rstrip("/").rsplit("/", 1)[-1].removeprefix("snapshot=")
+        if name < lake.snapshot and name not in probed:
+            earlier.append(name)
+    return sorted(earlier)
+
+
 def write_index(
     lake: Lake, key: str, fingerprint: str, params: DedupParams, shards: list[dict[str, Any]], priors: list[dict]
 ) -> str:

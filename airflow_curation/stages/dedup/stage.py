@@ -315,6 +315,14 @@ class DedupStage(AttrsStage):
             runtime=True,
             cli=False,
         ),
+        Setting(
+            "unprobed_snapshots",
+            list,
+            None,
+            "set by the stage, not by users: the earlier snapshots with no index it could probe (not fingerprinted)",
+            runtime=True,
+            cli=False,
+        ),
         renamed={"engine": "mapper"},
     )
 
@@ -334,6 +342,16 @@ class DedupStage(AttrsStage):
         self.incremental = bool(c["across_snapshots"] and self.persists)
         key = snapshots.index_key(self.params)
         self.config["prior_indexes"] = snapshots.find_priors(lake, key) if self.incremental else []
+        unprobed = snapshots.unindexed_earlier(lake, self.config["prior_indexes"]) if self.incremental else []
+        self.config["unprobed_snapshots"] = unprobed  # recorded in the manifest beside prior_indexes
+        if unprobed:
+            log.warning(
+                "dedup across snapshots: the earlier snapshots %s have no finished dedup index with these "
+                "parameters (still running, failed or other settings): duplicates of their documents are not "
+                "marked in %s; rerun this date after theirs finish (docs/dedup.md, Across snapshots)",
+                ", ".join(unprobed),
+                lake.snapshot,
+            )
 
     @property
     def fingerprint(self) -> str:
