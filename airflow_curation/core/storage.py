@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import functools
 import io
 import json
@@ -342,6 +343,9 @@ def remove_stale_temps(url: str, max_age_s: float = 24 * 3600.0) -> list[str]:
     return removed
 
 
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)  # a write refused by the disk, not the data
+
+
 @contextlib.contextmanager
 def atomic_open(url: str, mode: str = "wb") -> Iterator[IO]:
     """Open ``url`` for writing so that readers see either nothing or the whole file."""
@@ -357,9 +361,12 @@ def atomic_open(url: str, mode: str = "wb") -> Iterator[IO]:
                 os.fsync(f.fileno())
             fault_point("storage.before_rename")
             os.replace(tmp, path)
-        except BaseException:
+        except BaseException as e:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+            if isinstance(e, OSError) and e.errno in _FULL and e.filename is None:
+                # a write's ENOSPC names no file: say which one (and so which disk) could not be written
+                raise OSError(e.errno, e.strerror, url) from e
             raise
     else:
         # The object is published when the upload completes on close. Closing is what an fsspec file's

@@ -154,3 +154,31 @@ def test_open_arrow_reads_a_local_file_natively_by_path_or_file_url(tmp_path):
             assert f.read() == b"spill bytes"
     with pytest.raises(FileNotFoundError):
         storage.open_arrow(str(tmp_path / "missing.bin"))
+
+
+def test_a_write_the_disk_refuses_names_the_file(tmp_path):
+    """A full disk's ENOSPC names no file: a dedup on a full lake ended with ``OSError: [Errno 28] No space left
+    on device`` and nothing about which file, or which disk (found on a 6 MB tmpfs lake). The error now names
+    the file being written; the temp file is gone. The kernel refuses the write here by a file size limit
+    (EFBIG, the same path as ENOSPC), in a child process so the limit stays there."""
+    import subprocess
+    import sys
+    import textwrap
+
+    target = tmp_path / "big.bin"
+    code = textwrap.dedent(
+        f"""
+        import resource, signal
+        from airflow_curation.core import storage
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+        try:
+            with storage.atomic_open({str(target)!r}) as f:
+                f.write(b"x" * 100_000)
+        except OSError as e:
+            print(e)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == f"[Errno 27] File too large: '{target}'", out
+    assert list(tmp_path.iterdir()) == []
