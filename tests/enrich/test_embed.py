@@ -21,6 +21,7 @@ from enrich_helpers import make_docs, read_attrs, record, run_enrich, write_lake
 
 from airflow_curation.core.checkpoint import CheckpointStore
 from airflow_curation.jobs.spec import JobSpec
+from airflow_curation.stages.base import StageFailed
 from airflow_curation.stages.enrich.stage import EnrichStage
 
 pytestmark = pytest.mark.usefixtures("release_engines_after")
@@ -253,3 +254,46 @@ def test_cli_rejects_parquet_without_text_column(tmp_path, minilm, capsys):
         == 1
     )
     assert "ValueError" in (err := capsys.readouterr().err) and "missing column 'text'" in err
+
+
+def _users_file(path, texts: list[bytes], row_group_size: int) -> str:
+    raw = pa.array(texts, pa.binary())  # strings over raw bytes: a Parquet reader does not check their UTF-8
+    text = pa.Array.from_buffers(pa.string(), len(raw), raw.buffers(), raw.null_count)
+    pq.write_table(
+        pa.table({"id": [f"u{i}" for i in range(len(texts))], "text": text}), str(path), row_group_size=row_group_size
+    )
+    return str(path)
+
+
+def _on_files(minilm, out, files: list[str], **over):
+    from airflow_curation.core.layout import Lake
+    from airflow_curation.stages.base import StageRunner
+
+    config = {**embed_config(minilm), "inputs": files, "output_dir": str(out), "mapper": "local", **over}
+    return StageRunner(EnrichStage(Lake(str(out), "_curation"), config, "r1")).run()
+
+
+def test_a_users_parquet_file_is_streamed_in_chunks_and_a_bad_row_fails_before_any_model_work(minilm, tmp_path):
+    """``curation enrich a.parquet --output out/``: the texts are read a chunk at a time (checkpoint_rows), the rows
+    keep their file order whatever the chunking, the bookkeeping stays under out/_curation (its parts were
+    written beside the user's results, in out/_parts), and a row of invalid UTF-8 near the end fails the file
+    at once, naming the row, before the model ran on the rows before it."""
+    texts = [f"note {i}: the tide came in over the harbour wall".encode() for i in range(30)]
+    texts[4] = b""
+    a = _users_file(tmp_path / "a.parquet", texts, 7)
+    _on_files(minilm, tmp_path / "out-a", [a])
+    b = _users_file(tmp_path / "b.parquet", texts, 3)
+    _on_files(minilm, tmp_path / "out-b", [b], checkpoint_rows=5)
+    got_a, got_b = (pq.read_table(tmp_path / f"out-{k}" / f"{k}.parquet") for k in "ab")
+    assert got_a.column("id").to_pylist() == got_b.column("id").to_pylist() == [f"u{i}" for i in range(30)]
+    assert got_a.column("enriched").to_pylist() == [i != 4 for i in range(30)]
+    assert got_a.column("skip_reason").to_pylist()[4] == "empty"
+    va, vb = (np.array([v for v in t.column("embedding").to_pylist() if v[0] is not None]) for t in (got_a, got_b))
+    assert va.shape == (29, 384) and np.allclose(va, vb, atol=1e-4)
+    assert sorted(p.name for p in (tmp_path / "out-a").iterdir()) == ["_curation", "a.parquet"]
+
+    texts[27] = texts[27][:10] + b"\xff" + texts[27][10:]
+    bad = _users_file(tmp_path / "bad.parquet", texts, 7)
+    with pytest.raises(StageFailed, match=r"bad.parquet: row 27 has invalid UTF-8 in 'text'"):
+        _on_files(minilm, tmp_path / "out-bad", [bad])
+    assert not list((tmp_path / "out-bad").rglob("*.parquet"))  # no part: the model never ran

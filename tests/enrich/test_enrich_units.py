@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from airflow_curation.stages.enrich.parts import PartStore
 from airflow_curation.stages.enrich.stage import EnrichStage
 from airflow_curation.stages.enrich.tasks import parse_pair
+from airflow_curation.stages.text import ShardText
 
 
 @pytest.mark.parametrize(
@@ -131,3 +133,38 @@ def test_enrich_operator_config_and_skip_without_model():
     )
     with pytest.raises(AirflowSkipException, match="enrich skipped: no model configured"):
         skipping.execute({})
+
+
+class _CountedText(ShardText):
+    """The real reader of a Parquet file, counting the batches it has handed over."""
+
+    pulled = 0
+
+    def batches(self, columns, batch_rows=None):
+        for b in super().batches(columns, batch_rows):
+            self.pulled += 1
+            yield b
+
+
+@pytest.mark.parametrize("covered,step", [(0, 4), (6, 4), (5, 3), (0, 100)])
+def test_chunks_read_the_text_a_chunk_at_a_time(tmp_path, covered, step):
+    """A unit's texts are streamed, never held whole (a user's file has no size bound; a lake shard's texts took ~2x
+    their size as Python strings): the first chunk comes after the first batches only, and the chunks are the
+    rows from the resumed position, in order, skipping the rows upstream dropped and the empty ones."""
+    f = str(tmp_path / "u.parquet")
+    texts = [f"text {i}" if i % 5 else "  " for i in range(23)]
+    pq.write_table(pa.table({"id": [f"d{i}" for i in range(23)], "text": texts}), f, row_group_size=2)
+    reasons = [("not_kept" if i % 7 == 3 else None) for i in range(23)]
+    text = _CountedText(f, user_file=True)
+    chunks = EnrichStage._chunks(text, reasons, covered, step)
+    first = next(chunks)
+    needed = -(-(covered + step) // step)  # batches of `step` rows up to the first chunk's end
+    assert text.pulled <= needed + 1, (text.pulled, needed)
+    got = [first, *chunks]
+    assert [(c.start, c.end) for c in got] == [(a, min(a + step, 23)) for a in range(covered, 23, step)]
+    want = [i for i in range(covered, 23) if i % 7 != 3 and i % 5]
+    assert [p for c in got for p in c.positions] == want
+    assert [t for c in got for t in c.texts] == [texts[i] for i in want]
+    empty = [i for i in range(covered, 23) if i % 5 == 0 and i % 7 != 3]
+    assert [reasons[i] for i in empty] == ["empty"] * len(empty)
+    assert text.pulled == -(-23 // step)  # and the whole file once

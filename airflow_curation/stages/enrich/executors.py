@@ -212,7 +212,7 @@ class RayExecutor:
         self.spec = replace(spec, device=self.placement.device)
 
     def run_chunks(self, chunks: Iterable[Chunk]) -> Iterator[tuple[Chunk, dict[str, list]]]:
-        chunks = list(chunks)
+        chunks = list(chunks)  # the shard's chunks whole: Ray Data maps them as one dataset (the local one streams)
         if not any(c.positions for c in chunks):
             results: Iterator[dict[str, list]] = iter([{} for _ in chunks])
         elif self.target.client:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -210,18 +211,40 @@ class EnrichStage(AttrsStage):
     # -- one shard ---------------------------------------------------------------------------------
     def parts_dir(self, unit: UnitEntry) -> str:
         tag = f"{self.fingerprint}-{unit.input_checksum.split(':', 1)[-1][:16]}"
-        base = self.config.get("output_dir") or self.lake.path("attrs", self.output_name)
-        return storage.join(base, "_parts", unit.unit_id, tag)
+        # in the lake (plain files: the output's _curation/ bookkeeping), not beside a user's results
+        return storage.join(self.lake.path("attrs", self.output_name), "_parts", unit.unit_id, tag)
 
-    def _selection(self, entry: ShardEntry, attrs_uris: list[str], table: pa.Table) -> list[str | None]:
-        """Per row: None to enrich it, else the reason it is skipped."""
-        reasons: list[str | None] = skip_reasons(entry.shard_id, table.column(ID), attrs_uris).tolist()
-        texts = table.column(TEXT)
-        empty = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(texts)), 0), True).to_pylist()
-        for i, e in enumerate(empty):
-            if reasons[i] is None and e:
-                reasons[i] = "empty"
-        return reasons
+    @staticmethod
+    def _chunks(text: ShardText, reasons: list[str | None], covered: int, step: int) -> Iterator[Chunk]:
+        """The rows from ``covered`` on in chunks of ``step``, read from ``text`` a chunk at a time (a shard's
+        texts, or a user's file, are never held whole: as Python strings they took ~2x the shard's text). A
+        row skipped upstream keeps its ``reasons`` entry; an empty one is marked ``empty`` here."""
+        pending: list[pa.Array] = []
+        have, row, start = 0, 0, covered
+        batches = text.batches([TEXT], batch_rows=step)
+        while True:
+            batch = next(batches, None)
+            if batch is not None:
+                col = batch.column(TEXT).combine_chunks()
+                skip = min(max(covered - row, 0), len(col))  # rows of parts already written
+                row += len(col)
+                if skip < len(col):
+                    pending.append(col.slice(skip))
+                    have += len(col) - skip
+            while have >= step or (batch is None and have):
+                whole = pa.concat_arrays(pending) if len(pending) > 1 else pending[0]
+                texts, rest = whole.slice(0, step), whole.slice(step)
+                pending, have = ([rest] if len(rest) else []), len(rest)
+                end = start + len(texts)
+                empty = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(texts)), 0), True)
+                for i, e in enumerate(empty.to_pylist(), start):
+                    if e and reasons[i] is None:
+                        reasons[i] = "empty"
+                pos = [i for i in range(start, end) if reasons[i] is None]
+                yield Chunk(start, end, pos, [texts[i - start].as_py() for i in pos])
+                start = end
+            if batch is None:
+                return
 
     def _executor_for_run(self):
         if self._executor is None:
@@ -304,19 +327,17 @@ class EnrichStage(AttrsStage):
         resumed_rows = computed = 0
         merged = self._finished_output(unit, out_uri)
         if merged is None:
-            table = ShardText(entry.uri, self.text_uri(unit, entry), self.user_files).read([ID, TEXT])
-            n = table.num_rows
-            reasons = self._selection(entry, self.read_attrs_uris(unit, entry), table)
-            ids = table.column(ID).to_pylist()
-            texts = table.column(TEXT)
+            text = ShardText(entry.uri, self.text_uri(unit, entry), self.user_files)
+            id_col = text.read([ID]).column(ID)  # the ids whole; the texts a chunk at a time (_chunks)
+            if self.user_files:  # a user's bad row fails the unit before any model work, not after hours of it
+                for _ in text.batches([TEXT], batch_rows=int(self.config["checkpoint_rows"])):
+                    pass
+            n = len(id_col)
+            reasons: list[str | None] = skip_reasons(entry.shard_id, id_col, self.read_attrs_uris(unit, entry)).tolist()
+            ids = id_col.to_pylist()
             covered = parts.resume(n)
             resumed_rows = covered
-            step = int(self.config["checkpoint_rows"])
-            chunks = []
-            for start in range(covered, n, step):
-                end = min(start + step, n)
-                pos = [i for i in range(start, end) if reasons[i] is None]
-                chunks.append(Chunk(start, end, pos, [texts[i].as_py() for i in pos]))
+            chunks = self._chunks(text, reasons, covered, int(self.config["checkpoint_rows"]))
             executor = self._executor_for_run()
             for chunk, cols in executor.run_chunks(chunks):
                 parts.write(chunk.start, chunk.end, self._part_table(ids, reasons, chunk, cols))
