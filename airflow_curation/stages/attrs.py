@@ -41,7 +41,7 @@ from airflow_curation.core.manifest import ManifestHead, ShardEntry, UnitEntry, 
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text, checked_user_rows
 from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink, column_names, parquet_writer
 from airflow_curation.stages.base import Stage, UnitMapper, UnitResult, local_mapper
-from airflow_curation.stages.plain_files import file_entries, input_files, same_file
+from airflow_curation.stages.plain_files import check_output_owner, claim_output, file_entries, input_files, same_file
 from airflow_curation.stages.settings import Setting
 from airflow_curation.stages.text import ShardText, clean_text_attrs, clean_text_uri
 
@@ -131,6 +131,9 @@ class AttrsStage(Stage):
                         f"{self.name}: the result for {f} would be written over it ({out}); give an output folder "
                         "that holds no input file"
                     )
+        if self._files:
+            outs = [o for f in self._files for o in self.plain_outputs(os.path.basename(f).removesuffix(".parquet"))]
+            check_output_owner(self.name, c["output_dir"], outs)
 
     # -- what a subclass writes ----------------------------------------------------------------------
     @property
@@ -329,6 +332,9 @@ class AttrsStage(Stage):
     def process_unit(self, unit: UnitEntry) -> UnitResult:
         entry = self.entry(unit)
         uri = self.output_uri(unit.unit_id)
+        if self._files and not getattr(self, "_claimed", False):
+            claim_output(self.name, self.config["output_dir"])  # the folder is this stage's from now on
+            self._claimed = True
         # The shard and attrs are fetched once, verified, and parsed from those bytes (held while the unit runs).
         with verified_reads(self.verified_inputs(unit, entry)):
             out = self.write_unit(unit, entry, uri)

@@ -1,6 +1,7 @@
 """A user's own Parquet files as a plain-file run's inputs (``inputs`` + ``output_dir``, no lake): which files
 (files, folders, globs, as ingest takes its inputs), each one's entry as a lake shard's would be (known by its
-size and storage stamp), and the output names that must not be one of them."""
+size and storage stamp), the output names that must not be one of them, and the one stage whose results an
+output folder holds."""
 
 from __future__ import annotations
 
@@ -86,3 +87,41 @@ def same_file(a: str, b: str) -> bool:
     if storage.is_local(a) and storage.is_local(b):
         return os.path.realpath(storage.local_path(a)) == os.path.realpath(storage.local_path(b))
     return a.rstrip("/") == b.rstrip("/")
+
+
+# The stage whose results a plain-file output folder holds: a second stage into that folder would write its
+# results over the first's, file by file, with their names (`<file>.parquet`).
+OWNER_FILE = "_curation/owner.json"
+
+
+def check_output_owner(stage: str, output_dir: str, outputs: Sequence[str]) -> None:
+    """Refuse ``output_dir`` when it holds another stage's results, or files of ``outputs``' names that no
+    curation run wrote there (a user's own files: they would be written over).
+
+    :raises ValueError: naming the stage or file, before anything is written.
+    """
+    marker = storage.join(output_dir, OWNER_FILE)
+    if storage.exists(marker):
+        owner = storage.read_json(marker).get("stage")
+        if owner != stage:
+            raise ValueError(
+                f"{stage}: {output_dir} holds the results of {owner} ({marker}); each stage's results are named "
+                "after their input files, so this one's would be written over them: give it its own output folder"
+            )
+        return
+    if not storage.exists(output_dir):
+        return
+    names = {os.path.basename(o) for o in outputs}
+    there = [u for u in storage.glob(storage.join(output_dir, "*.parquet")) if os.path.basename(u) in names]
+    if there:
+        raise ValueError(
+            f"{stage}: {there[0]} exists and no curation run wrote it ({len(there)} of the results' names are taken "
+            f"in {output_dir}); give an empty or new output folder, or remove them"
+        )
+
+
+def claim_output(stage: str, output_dir: str) -> None:
+    """Record ``stage`` as the owner of ``output_dir`` (before it writes its first result there)."""
+    marker = storage.join(output_dir, OWNER_FILE)
+    if not storage.exists(marker):
+        storage.write_json(marker, {"stage": stage})

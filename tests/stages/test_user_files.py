@@ -214,3 +214,33 @@ def test_plain_inputs_are_files_folders_or_globs_as_ingests_are(tmp_path):
     for status in ("done", "skipped"):
         m = StageRunner(stage_class("pii")(Lake(str(tmp_path / "lake-in"), "ds"), config, "r1")).run()
         assert {u.status for u in m.units} == {status} and len(m.shards) == 3
+
+
+def test_an_output_folder_is_one_stages_and_a_users_files_in_it_are_not_written_over(tokenizer, tmp_path):
+    """``curation preprocess a.parquet --output out`` then ``curation pii a.parquet --output out``: PII's results
+    were written over preprocess's (both name theirs ``a.parquet``), without a word; a folder that held a user's
+    own ``a.parquet`` lost it the same way. The second stage is refused, naming the first (or the file), before
+    anything is written; the same stage again is a rerun."""
+    f = _write(tmp_path / "a.parquet", ["a", "b"], pa.array(TEXTS[:2]))
+    lake = Lake(str(tmp_path / "lake"), "ds")
+    out = tmp_path / "out"
+
+    def run(name: str, output: Path = out):
+        config = {"inputs": [f], "output_dir": str(output), **_config(name, tokenizer)}
+        return StageRunner(stage_class(name)(lake, config, "r1")).run()
+
+    assert run("preprocess").status == "complete"
+    written = (out / "a.parquet").read_bytes()
+    for other in ("pii", "dedup", "tokenize"):
+        with pytest.raises(ValueError, match=f"{other}: {out} holds the results of preprocess"):
+            run(other)
+    assert (out / "a.parquet").read_bytes() == written
+    assert run("preprocess").status == "complete"  # a rerun of the folder's own stage
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    own = _write(mine / "a.parquet", ["x"], pa.array(["a user's file"]))
+    kept = Path(own).read_bytes()
+    with pytest.raises(ValueError, match=f"{own} exists and no curation run wrote it"):
+        run("pii", mine)
+    assert Path(own).read_bytes() == kept
