@@ -122,6 +122,7 @@ class AttrsStage(Stage):
             raise ValueError(f"{self.name}: plain-file inputs need output_dir")
         # Plain files as ingest takes its inputs: files, folders, globs (on an object store the shell expands none).
         self._files = input_files(c["inputs"], c["output_dir"]) if c.get("inputs") else ()
+        outs = []
         for f in self._files:
             # `--output .` beside the inputs wrote each result over its input: the user's text was gone.
             stem = os.path.basename(f.rstrip("/")).removesuffix(".parquet")
@@ -131,8 +132,8 @@ class AttrsStage(Stage):
                         f"{self.name}: the result for {f} would be written over it ({out}); give an output folder "
                         "that holds no input file"
                     )
-        if self._files:
-            outs = [o for f in self._files for o in self.plain_outputs(os.path.basename(f).removesuffix(".parquet"))]
+                outs.append(out)
+        if self._files:  # nor over another stage's results, or a user's files, in that folder
             check_output_owner(self.name, c["output_dir"], outs)
 
     # -- what a subclass writes ----------------------------------------------------------------------

@@ -111,6 +111,8 @@ def check_output_owner(stage: str, output_dir: str, outputs: Sequence[str]) -> N
         return
     if not storage.exists(output_dir):
         return
+    if storage.glob(storage.join(output_dir, "_curation", "_manifests", "*", f"{stage}.json")):
+        return  # the CLI's runs of this stage, from before folders had an owner file
     names = {os.path.basename(o) for o in outputs}
     there = [u for u in storage.glob(storage.join(output_dir, "*.parquet")) if os.path.basename(u) in names]
     if there:
