@@ -273,3 +273,27 @@ def test_array_tasks_scatter_their_own_block_and_write_the_same_bytes(packed, tm
     grouped = StageRunner(ExportStage(lake, config, "arr")).run(collect=True)
     assert grouped.status == "complete"
     assert _files_digest(grouped.config["export"]["output_dir"]) == _files_digest(whole.config["export"]["output_dir"])
+
+
+def test_an_output_folder_holds_one_export_and_another_folder_gets_its_own_files(packed, tmp_path):
+    """``--output-dir ex`` twice, the second with a larger file_size (fewer buckets) and fewer formats: the first
+    one's other buckets stayed beside the second's, and a trainer reading ex/megatron took sequences twice.
+    Then the same export into another folder was 'done' (its units' checkpoints matched) and wrote nothing there.
+    Now a folder holds the last export alone, and each folder gets its own files."""
+    out = tmp_path / "ex"
+    first = _export(packed, "into-1", file_size=2048, seed=2, formats="megatron,mds,parquet", output_dir=str(out))
+    second = _export(packed, "into-2", file_size=1 << 20, seed=2, formats="megatron", output_dir=str(out))
+    assert first.config["export"]["buckets"] > second.config["export"]["buckets"] == 1
+    e = second.config["export"]
+    on_disk = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert on_disk == ["megatron/00000.bin", "megatron/00000.idx", "order/00000.parquet"], on_disk
+    seqs = _sequences(packed)
+    want = [seqs[k] for bucket in _documented_order(seqs, 2, 1) for k in bucket]
+    got = _megatron(sorted(str(p.with_suffix("")) for p in (out / "megatron").glob("*.bin")))  # what a glob finds
+    assert len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want))
+
+    other = tmp_path / "other"
+    third = _export(packed, "into-3", file_size=1 << 20, seed=2, formats="megatron", output_dir=str(other))
+    assert third.config["export"]["output_dir"] == str(other)
+    assert _files_digest(str(other)) == _files_digest(str(out)) and _files_digest(str(other))
+    assert e["megatron_prefixes"] == [str(out / "megatron" / "00000")]

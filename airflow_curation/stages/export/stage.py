@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import logging
 import math
+import re
 import time
 from functools import cached_property
 from typing import Any
@@ -42,6 +43,9 @@ from airflow_curation.stages.tokenize.packing import packed_files, packed_in_hea
 log = logging.getLogger(__name__)
 
 FORMATS = ("megatron", "mds", "parquet")
+# What an export names its files (phases.bucket_stem): megatron/00000.bin|.idx, parquet|order/00000.parquet,
+# mds/shard.00000.000.mds
+_EXPORT_FILE = re.compile(r"^(\d{5}\.(bin|idx|parquet)|shard\.\d{5}\.\d{3}\.mds)$")
 
 
 class ExportScatterStage(Stage):
@@ -260,8 +264,10 @@ class ExportStage(Stage):
             dtype.name,
             len(ranges),
         )
+        # The output folder is part of what a unit did: an export to another folder is not done by this one's.
+        where = hashlib.sha256(self.out_dir().encode()).hexdigest()[:8]
         return [
-            UnitEntry(unit_id=f"buckets-{lo:05d}-{hi:05d}", inputs=[], input_checksum=f"{run_key}:{lo}-{hi}")
+            UnitEntry(unit_id=f"buckets-{lo:05d}-{hi:05d}", inputs=[], input_checksum=f"{run_key}:{where}:{lo}-{hi}")
             for lo, hi in ranges
         ]
 
@@ -342,20 +348,43 @@ class ExportStage(Stage):
         return UnitResult(outputs=[], accounting=acc, extra={"buckets": result["buckets"]}, files=result["files"])
 
     # -- after all units -----------------------------------------------------------------------------
+    def _remove_earlier_exports(self, out: str, written: set[str]) -> None:
+        """Remove from ``out`` the files of an earlier export that this one did not write: an export with
+        fewer buckets (a larger file_size), another mds_size_limit or other formats left the earlier one's
+        other buckets beside its own, and a trainer reading the folder took both (each sequence up to twice).
+        Only files named as an export names them, in its folders, are touched (and MDS's index.json where
+        this export writes no MDS)."""
+        mine = {_tail(u, 2) for u in written}
+        stale = []
+        for folder in (*FORMATS, "order"):
+            for uri in storage.glob(storage.join(out, folder, "*")):
+                name = _tail(uri, 1)
+                if _EXPORT_FILE.match(name) and f"{folder}/{name}" not in mine:
+                    stale.append(uri)
+                elif folder == "mds" and name == "index.json" and "mds" not in self.config["formats"]:
+                    stale.append(uri)
+        for uri in stale:
+            storage.remove(uri)
+        if stale:
+            log.warning("export: removed %d files of an earlier export from %s (not this export's)", len(stale), out)
+
     def collect(self, manifest: Manifest) -> None:
         """Every sequence written once (the books), MDS's ``index.json``, and the summary in the manifest
         (``config["export"]``)."""
         buckets: list[dict[str, Any]] = []
+        files: set[str] = set()
         for unit in manifest.units:
             rec = self.checkpoints.load(unit.unit_id)
             if rec is None or rec.fingerprint != manifest.fingerprint:
                 raise StageFailed(f"export: unit {unit.unit_id} has no checkpoint")
             buckets.extend(rec.extra["buckets"])
+            files.update(f["uri"] for f in rec.files)
         buckets.sort(key=lambda b: b["bucket"])
         written = sum(b["sequences"] for b in buckets)
         if written != self._sequences:
             raise StageFailed(f"export: wrote {written} sequences, the tokenize manifest has {self._sequences}")
         out = self.out_dir()
+        self._remove_earlier_exports(out, files)
         summary: dict[str, Any] = {
             "sequences": written,
             "tokens": sum(b["tokens"] for b in buckets),
@@ -377,3 +406,8 @@ class ExportStage(Stage):
         if "parquet" in self.config["formats"]:
             summary["parquet"] = [storage.join(out, "parquet", s + ".parquet") for s in stems]
         manifest.config = {**manifest.config, "export": summary}
+
+
+def _tail(uri: str, parts: int) -> str:
+    """The last ``parts`` names of ``uri``'s path, joined by ``/``."""
+    return "/".join(uri.replace("\\", "/").rstrip("/").split("/")[-parts:])
