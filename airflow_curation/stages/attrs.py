@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
+from airflow_curation.core.checkpoint import CheckpointRecord
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.integrity import shard_files, verified_reads
@@ -288,6 +289,13 @@ class AttrsStage(Stage):
     def attrs_checksum(self, entry: ShardEntry, key: str) -> str:
         """The checksum the manifest recorded for one of ``entry``'s attrs files (hashed when it has none)."""
         return entry.attrs_checksums.get(key) or checksum_url(entry.attrs[key])
+
+    def reusable(self, unit: UnitEntry, record: CheckpointRecord) -> bool:
+        """A matching record stands for this run where it wrote this run's result: a plain-file run into another
+        output folder (one lake, the same settings: ``output_dir`` is no setting of the result) writes its own
+        (it was 'done' by the first folder's record and wrote nothing)."""
+        want = self.output_uri(unit.unit_id)
+        return not self._files or any(same_file(f["uri"], want) for f in record.files)
 
     def input_checksum(self, entry: ShardEntry, attrs: list[str]) -> str:
         return entry.checksum + "".join(f"+{self.attrs_checksum(entry, key)}" for key in attrs)

@@ -244,3 +244,18 @@ def test_an_output_folder_is_one_stages_and_a_users_files_in_it_are_not_written_
     with pytest.raises(ValueError, match=f"{own} exists and no curation run wrote it"):
         run("pii", mine)
     assert Path(own).read_bytes() == kept
+
+
+@pytest.mark.parametrize("name", STAGES)
+def test_a_run_into_another_output_folder_writes_its_own_results(name, tokenizer, tmp_path):
+    """One lake, the same settings, two output folders: the second run found the first's checkpoints matching
+    (the folder is no setting of the result), called every unit done and left its folder empty."""
+    f = _write(tmp_path / "a.parquet", ["a", "b", "c"], pa.array(TEXTS[:3]))
+    lake = Lake(str(tmp_path / "lake"), "ds")
+    results = []
+    for folder in ("one", "two"):
+        config = {"inputs": [f], "output_dir": str(tmp_path / folder), **_config(name, tokenizer)}
+        manifest = StageRunner(stage_class(name)(lake, config, "r1")).run()
+        assert manifest.status == "complete" and [u.status for u in manifest.units] == ["done"], folder
+        results.append(pq.read_table(tmp_path / folder / "a.parquet"))
+    assert results[0].equals(results[1])
