@@ -79,3 +79,20 @@ def test_the_cli_traces_the_newest_export_of_a_dataset(packed, exported, capsys)
     assert out["sequence"] == 0 and out["documents"] and all(d["unit"] == "line" for d in out["documents"])
     with pytest.raises(SystemExit, match="give --sequence N, or --bucket B --index I"):
         curation(["trace", "--lake", lake.root, "--dataset", "d"])
+
+
+def test_a_trace_of_an_export_whose_folder_a_later_export_replaced_is_refused(packed, tmp_path):
+    """Two exports (other seeds) into one folder: the first manifest's trace read the second's order files
+    and named other documents without a word. It now checks the order file against what its export wrote."""
+    from airflow_curation.core.integrity import IntegrityError
+
+    out = str(tmp_path / "ex")
+    _export(packed, "trace-a", formats=["megatron"], seed=1, file_size=4096, output_dir=out)
+    first = packed["lake"].manifest_uri("trace-a", "export")
+    before = trace(first, sequence=5)
+    assert trace(first, sequence=5) == before  # what it traced stays what it traces
+    _export(packed, "trace-b", formats=["megatron"], seed=2, file_size=4096, output_dir=out)
+    with pytest.raises(IntegrityError, match=r"order file of bucket \d+ of export .*trace-a.* corrupted or replaced"):
+        trace(first, sequence=5)
+    after = trace(packed["lake"].manifest_uri("trace-b", "export"), sequence=5)
+    assert after.documents  # the folder's own export traces

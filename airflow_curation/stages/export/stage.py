@@ -372,19 +372,19 @@ class ExportStage(Stage):
         """Every sequence written once (the books), MDS's ``index.json``, and the summary in the manifest
         (``config["export"]``)."""
         buckets: list[dict[str, Any]] = []
-        files: set[str] = set()
+        files: dict[str, str] = {}  # uri -> checksum
         for unit in manifest.units:
             rec = self.checkpoints.load(unit.unit_id)
             if rec is None or rec.fingerprint != manifest.fingerprint:
                 raise StageFailed(f"export: unit {unit.unit_id} has no checkpoint")
             buckets.extend(rec.extra["buckets"])
-            files.update(f["uri"] for f in rec.files)
+            files.update((f["uri"], f["checksum"]) for f in rec.files)
         buckets.sort(key=lambda b: b["bucket"])
         written = sum(b["sequences"] for b in buckets)
         if written != self._sequences:
             raise StageFailed(f"export: wrote {written} sequences, the tokenize manifest has {self._sequences}")
         out = self.out_dir()
-        self._remove_earlier_exports(out, files)
+        self._remove_earlier_exports(out, set(files))
         summary: dict[str, Any] = {
             "sequences": written,
             "tokens": sum(b["tokens"] for b in buckets),
@@ -397,6 +397,9 @@ class ExportStage(Stage):
             "bucket_sequences": [b["sequences"] for b in buckets],  # where each bucket starts: curation trace
         }
         stems = [phases.bucket_stem(b["bucket"]) for b in buckets]
+        # trace reads a bucket's order file checked against this: a later export into the folder replaced it
+        by_tail = {_tail(uri, 2): checksum for uri, checksum in files.items()}
+        summary["order_checksums"] = [by_tail.get(f"order/{s}.parquet") for s in stems]
         if "megatron" in self.config["formats"]:
             summary["megatron_prefixes"] = [storage.join(out, "megatron", s) for s in stems]
         if "mds" in self.config["formats"]:

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
+from airflow_curation.core.integrity import read_verified
 from airflow_curation.core.manifest import ManifestError, ManifestHead, UnitEntry
 from airflow_curation.core.schema import ID, META, SOURCE
 from airflow_curation.stages.export.phases import bucket_stem
@@ -121,8 +122,11 @@ def trace(
     export = _export_summary(export_manifest)
     g, b, i = _position(bucket_sizes(export), sequence, bucket, index)
     order_uri = storage.join(export["output_dir"], "order", bucket_stem(b) + ".parquet")
-    with storage.open_read(order_uri) as f:
-        order = pq.read_table(f).slice(i, 1).to_pylist()[0]
+    # Checked against what this export wrote (runs before it recorded none): a later export into the same
+    # folder replaced its files, and their order would name other documents without a word.
+    recorded = (export.get("order_checksums") or [None] * (b + 1))[b]
+    data = read_verified(order_uri, recorded, f"order file of bucket {b} of export {export_manifest_uri}")
+    order = pq.read_table(pa.BufferReader(data)).slice(i, 1).to_pylist()[0]
     # The shard's position in the tokenize manifest: its unit and packed file from the pages that hold it only.
     tokenize = ManifestHead.read(export_manifest.config["tokenize_manifest"])
     at = range(int(order["shard"]), int(order["shard"]) + 1)
