@@ -55,6 +55,14 @@ def check_id_text(schema: pa.Schema, where: str) -> None:
         typ = schema.field(name).type
         if name == TEXT and not is_text_type(typ):
             raise ValueError(f"{where}: column 'text' must be a string column, found {typ}")
+        if name == ID and not (is_text_type(typ) or pa.types.is_integer(typ)):
+            raise ValueError(f"{where}: column 'id' must be a string or integer column, found {typ}")
+
+
+def string_ids(ids: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """``ids`` as strings, the attrs' id type whatever the input's (a user's integer ids: every stage's
+    results join on one type)."""
+    return ids if pa.types.is_string(ids.type) else ids.cast(pa.string())
 
 
 def is_text_type(typ: pa.DataType) -> bool:
@@ -82,6 +90,8 @@ def checked_user_rows(table: pa.Table, where: str, first_row: int = 0) -> pa.Tab
         if text.type != value_type or pa.types.is_string_view(value_type):
             plain = pa.large_string() if pa.types.is_large_string(value_type) else pa.string()
             table = table.set_column(table.column_names.index(TEXT), TEXT, text.cast(plain))
+    if ID in table.column_names:
+        table = table.set_column(table.column_names.index(ID), ID, string_ids(table.column(ID)))
     if ID in table.column_names and table.column(ID).null_count:
         rows = [i for i, v in enumerate(table.column(ID).is_null().to_pylist()) if v]
         raise BadRows(f"{where}: {_rows_text(rows, first_row)} no id; every row needs one (attrs join on it)")

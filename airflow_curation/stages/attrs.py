@@ -39,7 +39,7 @@ from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.integrity import shard_files, verified_reads
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.manifest import ManifestHead, ShardEntry, UnitEntry, group_range
-from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text, checked_user_rows
+from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text, checked_user_rows, string_ids
 from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink, column_names, parquet_writer
 from airflow_curation.stages.base import Stage, UnitMapper, UnitResult, local_mapper
 from airflow_curation.stages.plain_files import check_output_owner, claim_output, file_entries, input_files, same_file
@@ -391,8 +391,7 @@ class AttrsStage(Stage):
                 f"attrs must have the shard's rows in the shard's order"
             )
         if ID not in result.column_names:
-            ids = table.column(ID)
-            result = result.add_column(0, ID, ids if pa.types.is_string(ids.type) else ids.cast(pa.string()))
+            result = result.add_column(0, ID, string_ids(table.column(ID)))
         return result
 
 

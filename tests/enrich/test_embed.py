@@ -297,3 +297,12 @@ def test_a_users_parquet_file_is_streamed_in_chunks_and_a_bad_row_fails_before_a
     with pytest.raises(StageFailed, match=r"bad.parquet: row 27 has invalid UTF-8 in 'text'"):
         _on_files(minilm, tmp_path / "out-bad", [bad])
     assert not list((tmp_path / "out-bad").rglob("*.parquet"))  # no part: the model never ran
+
+
+def test_a_users_integer_ids_are_written_as_strings(minilm, tmp_path):
+    """enrich failed on a user's integer ids (`Expected bytes, got a 'int' object`, after the model ran)."""
+    f = tmp_path / "n.parquet"
+    pq.write_table(pa.table({"id": pa.array([3, 1, 2], pa.int64()), "text": ["one note", "", "two notes"]}), f)
+    _on_files(minilm, tmp_path / "out", [str(f)])
+    got = pq.read_table(tmp_path / "out" / "n.parquet")
+    assert got.column("id").to_pylist() == ["3", "1", "2"] and got.column("enriched").to_pylist() == [True, False, True]

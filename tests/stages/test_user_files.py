@@ -259,3 +259,20 @@ def test_a_run_into_another_output_folder_writes_its_own_results(name, tokenizer
         assert manifest.status == "complete" and [u.status for u in manifest.units] == ["done"], folder
         results.append(pq.read_table(tmp_path / folder / "a.parquet"))
     assert results[0].equals(results[1])
+
+
+@pytest.mark.parametrize("name", STAGES)
+def test_integer_ids_give_string_ids_as_every_stage_writes_them(name, tokenizer, tmp_path):
+    """A user's file with integer ids: dedup wrote them as integers where the other stages wrote strings (their
+    results did not join), and enrich failed on them (`Expected bytes, got a 'int' object`, after the model
+    ran). Every stage now writes them as the strings they read as; an id of another type is refused by name."""
+    f = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"id": pa.array([7, 8, 9], pa.int64()), "text": TEXTS[:3]}), f)
+    manifest, out = _run(tmp_path, name, [str(f)], tokenizer, "int")
+    assert manifest.status == "complete"
+    got = pq.read_table(out / "a.parquet")
+    assert got.schema.field("id").type == pa.string() and got.column("id").to_pylist() == ["7", "8", "9"]
+    bad = tmp_path / "b.parquet"
+    pq.write_table(pa.table({"id": [0.5, 1.5], "text": TEXTS[:2]}), bad)
+    with pytest.raises(ValueError, match="column 'id' must be a string or integer column, found double"):
+        _run(tmp_path, name, [str(bad)], tokenizer, "float")

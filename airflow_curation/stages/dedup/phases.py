@@ -33,7 +33,7 @@ from airflow_curation.core.lsh import (
     write_partitioned,
 )
 from airflow_curation.core.minhash import MinHasher, MinHashParams, band_hashes, exact_keys, jaccard, prepare
-from airflow_curation.core.schema import CLUSTER_ID, EXACT_DUPLICATE, ID, IS_DUPLICATE, NEAR_DUPLICATE, TEXT
+from airflow_curation.core.schema import CLUSTER_ID, EXACT_DUPLICATE, ID, IS_DUPLICATE, NEAR_DUPLICATE, TEXT, string_ids
 from airflow_curation.stages.text import ShardText
 
 BAND_COLUMNS = {"bucket": np.uint64, "node": np.uint64}
@@ -286,7 +286,7 @@ def shard_result(
     exact[row_of(ex[shard_of(ex) == shard_index])] = True
     return pa.table(
         {
-            ID: ids,
+            ID: string_ids(ids),  # a user's integer ids: every stage's results join on one id type
             CLUSTER_ID: from_numpy(cluster, pa.int64(), mask=~keep),
             IS_DUPLICATE: from_numpy(dup & keep),
             EXACT_DUPLICATE: from_numpy(exact & keep),

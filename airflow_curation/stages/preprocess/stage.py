@@ -34,7 +34,7 @@ from airflow_curation.core.filters import (
 from airflow_curation.core.langid import LANG_SIGNALS, lang_rules, lang_signals
 from airflow_curation.core.line_clean import NORMALIZATIONS, REMOVED_PREFIX, LineCleaner
 from airflow_curation.core.manifest import ShardEntry, UnitEntry
-from airflow_curation.core.schema import DROP_REASON, ID, KEEP, META, SOURCE, TEXT
+from airflow_curation.core.schema import DROP_REASON, ID, KEEP, META, SOURCE, TEXT, string_ids
 from airflow_curation.core.signals import SIGNALS, SignalComputer
 from airflow_curation.core.url_filter import UrlFilter
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, keep_accounting, write_attrs
@@ -201,9 +201,7 @@ class Preprocessor:
             signals = pa.Table.from_arrays(
                 cleaned.columns + signals.columns, names=cleaned.column_names + signals.column_names
             )
-        ids = table.column(ID)
-        if not pa.types.is_string(ids.type):
-            ids = ids.cast(pa.string())
+        ids = string_ids(table.column(ID))
         return pa.Table.from_arrays(
             [ids] + signals.columns + decisions.columns, names=[ID] + signals.column_names + decisions.column_names
         )

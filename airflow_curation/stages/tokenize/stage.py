@@ -38,7 +38,7 @@ from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.fingerprint import checksum_url, config_fingerprint
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
-from airflow_curation.core.schema import DROP_REASON, ID, KEEP, SOURCE, TEXT, check_id_text
+from airflow_curation.core.schema import DROP_REASON, ID, KEEP, SOURCE, TEXT, check_id_text, string_ids
 from airflow_curation.core.shards import (
     DEFAULT_ROW_GROUP_ROWS,
     _CountingSink,
@@ -268,8 +268,7 @@ class TokenizeStage(AttrsStage):
         """Tokenize the rows of ``batch`` not already skipped, pack them; returns the batch's attrs and
         the tokens of its documents (EOS not counted)."""
         n = batch.num_rows
-        ids = batch.column(ID)
-        ids = ids if pa.types.is_string(ids.type) else ids.cast(pa.string())
+        ids = string_ids(batch.column(ID))
         texts = batch.column(TEXT)
         blank = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(texts)), 0), True)
         reasons[np.asarray(blank.to_numpy(zero_copy_only=False), dtype=bool) & _unset(reasons)] = EMPTY
