@@ -294,8 +294,10 @@ class AttrsStage(Stage):
         """A matching record stands for this run where it wrote this run's result: a plain-file run into another
         output folder (one lake, the same settings: ``output_dir`` is no setting of the result) writes its own
         (it was 'done' by the first folder's record and wrote nothing)."""
+        if not self._files:
+            return True
         want = self.output_uri(unit.unit_id)
-        return not self._files or any(same_file(f["uri"], want) for f in record.files)
+        return any(same_file(f["uri"], want) for f in record.files)
 
     def input_checksum(self, entry: ShardEntry, attrs: list[str]) -> str:
         return entry.checksum + "".join(f"+{self.attrs_checksum(entry, key)}" for key in attrs)
