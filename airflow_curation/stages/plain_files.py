@@ -100,6 +100,12 @@ def check_output_owner(stage: str, output_dir: str, outputs: Sequence[str]) -> N
 
     :raises ValueError: naming the stage or file, before anything is written.
     """
+    fs, path = storage.filesystem(output_dir)
+    if fs.isfile(path):
+        raise ValueError(
+            f"{stage}: the output {output_dir} is a file; the results go in a folder (one file per input, named "
+            "after it): give a folder"
+        )
     marker = storage.join(output_dir, OWNER_FILE)
     if storage.exists(marker):
         owner = storage.read_json(marker).get("stage")

@@ -244,6 +244,10 @@ def test_an_output_folder_is_one_stages_and_a_users_files_in_it_are_not_written_
     with pytest.raises(ValueError, match=f"{own} exists and no curation run wrote it"):
         run("pii", mine)
     assert Path(own).read_bytes() == kept
+    # `--output results.parquet`, an existing file: a folder is needed (it failed with NotADirectoryError)
+    with pytest.raises(ValueError, match=f"pii: the output {own} is a file; the results go in a folder"):
+        run("pii", Path(own))
+    assert Path(own).read_bytes() == kept
 
 
 @pytest.mark.parametrize("name", STAGES)
