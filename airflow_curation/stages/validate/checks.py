@@ -8,7 +8,7 @@ checks:
     columns: [text, source]   # or "*"
     max: 0.0
   - type: bounds              # a statistic of a signal: min max mean p01 p05 p50 p95 p99
-    column: preprocess.alpha_ratio
+    column: preprocess.alpha_frac   # a signal preprocess computes
     stat: mean
     min: 0.6
   - type: duplicate_rate
