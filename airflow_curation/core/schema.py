@@ -90,7 +90,7 @@ def checked_user_rows(table: pa.Table, where: str, first_row: int = 0) -> pa.Tab
         if text.type != value_type or pa.types.is_string_view(value_type):
             plain = pa.large_string() if pa.types.is_large_string(value_type) else pa.string()
             table = table.set_column(table.column_names.index(TEXT), TEXT, text.cast(plain))
-    if ID in table.column_names:
+    if ID in table.column_names and not pa.types.is_string(table.column(ID).type):
         table = table.set_column(table.column_names.index(ID), ID, string_ids(table.column(ID)))
     if ID in table.column_names and table.column(ID).null_count:
         rows = [i for i, v in enumerate(table.column(ID).is_null().to_pylist()) if v]
