@@ -140,7 +140,7 @@ class Stage:
     collecting = False  # a collect step (StageRunner): it plans every unit and runs none
     SETTINGS: Settings = Settings(
         Setting("workers", int, 1, "parallel workers", runtime=True),
-        Setting("max_attempts", int, 2, "attempts per unit before it counts as failed", runtime=True),
+        Setting("max_attempts", int, 2, "attempts per unit before it counts as failed", runtime=True, minimum=1),
         Setting("max_failed_fraction", float, 0.0, "failure budget: the fraction of units that may fail", runtime=True),
         Setting(
             "lease_wait_s",

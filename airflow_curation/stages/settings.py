@@ -166,6 +166,8 @@ class Setting:
     :param flag: the flag when not derived from ``name`` (e.g. ``--target-shard-size``).
     :param off_flag: for a boolean, one more flag that sets it false (e.g. ``--all-rows`` for ``only_kept``).
     :param required: the stage cannot run without it (the CLI flag is required too).
+    :param minimum: the lowest value allowed (a number): ``0`` rows per batch or bytes per file would make
+        one row group per row, a file per sequence, or divide by it; refused when the config is read.
     :param keep_old_fingerprint: a setting added to a stage that already had runs: left out of the
         fingerprint while at its default, so that a configuration keeps the fingerprint (and the
         checkpoints) it had before the setting existed.
@@ -182,6 +184,7 @@ class Setting:
     off_flag: str | None = None
     required: bool = False
     keep_old_fingerprint: bool = False
+    minimum: float | None = None
 
     @property
     def coercer(self) -> Callable[[Any], Any]:
@@ -200,6 +203,8 @@ class Setting:
             raise ValueError(f"{where}: setting {self.name!r}: {e}") from None
         if self.choices is not None and value not in self.choices:
             raise ValueError(f"{where}: {self.name} must be one of {', '.join(map(str, self.choices))}, not {value!r}")
+        if self.minimum is not None and isinstance(value, (int, float)) and value < self.minimum:
+            raise ValueError(f"{where}: {self.name} must be at least {self.minimum:g}, not {value!r}")
         return value
 
 

@@ -98,6 +98,28 @@ def test_old_setting_names_are_refused_with_the_new_one(stage, old, new, extra):
         stage_class(stage)(LAKE, {**extra, old: "local"}, "r1")
 
 
+@pytest.mark.parametrize(
+    "stage, setting, extra",
+    [
+        ("ingest", "row_group_rows", {"inputs": ["/x"]}),  # 0: one row group per row
+        ("ingest", "target_shard_bytes", {"inputs": ["/x"]}),
+        ("preprocess", "batch_rows", {"input_manifest": "/m"}),
+        ("preprocess", "max_attempts", {"input_manifest": "/m"}),  # 0: no unit ever tried
+        ("dedup", "memory_budget", {"input_manifest": "/m"}),
+        ("export", "file_size", {"input_manifest": "/m"}),  # 0: ZeroDivisionError while planning
+        ("export", "mds_size_limit", {"input_manifest": "/m"}),
+        ("enrich", "checkpoint_rows", {"input_manifest": "/m", "task": "embed", "model": "/x"}),
+    ],
+)
+def test_a_count_or_size_of_zero_is_refused_naming_the_setting(stage, setting, extra):
+    """Found by running them: ``--row-group-rows 0`` wrote a row group per row, ``--file-size 0`` failed the
+    export with ``ZeroDivisionError``; a count or size below 1 is refused when the config is read."""
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match=f"{stage}: {setting} must be at least 1, not {bad}"):
+            stage_class(stage)(LAKE, {**extra, setting: bad}, "r1")
+    stage_class(stage)(LAKE, {**extra, setting: 1}, "r1")
+
+
 def test_stage_defaults_and_runtime_keys_come_from_the_settings():
     cls = stage_class("dedup")
     assert cls.DEFAULTS["threshold"] == 0.8 and cls.DEFAULTS["mapper"] == "local"

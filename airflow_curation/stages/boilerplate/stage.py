@@ -69,7 +69,7 @@ class BoilerplateCountStage(Stage):
     SETTINGS = Stage.SETTINGS.extend(
         Setting("partitions", int, 1, "key partitions of the spill", cli=False),
         Setting("shards", list, [], "the shards to count (BoilerplateStage's plan)", runtime=True, cli=False),
-        Setting("batch_rows", int, 8192, "rows per batch", runtime=True, cli=False),
+        Setting("batch_rows", int, 8192, "rows per batch", runtime=True, cli=False, minimum=1),
     )
 
     def spill_uri(self, shard_id: str) -> str:
@@ -148,9 +148,10 @@ class BoilerplateStage(AttrsStage):
             512 << 20,
             "memory for one partition of the global step, e.g. 256MB; sets the partition count",
             runtime=True,
+            minimum=1,
         ),
         Setting("partitions", int, None, "force the partition count", runtime=True),
-        Setting("batch_rows", int, 8192, "rows per batch", runtime=True),
+        Setting("batch_rows", int, 8192, "rows per batch", runtime=True, minimum=1),
     )
 
     def __init__(self, lake, config, run_id) -> None:

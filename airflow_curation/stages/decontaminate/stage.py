@@ -109,8 +109,15 @@ class DecontaminateStage(AttrsStage):
             "beside the index, counted in the report)",
             choices=("fail", "skip"),
         ),
-        Setting("memory_budget", size, 1 << 30, "memory for the index (build and probe), e.g. 512MiB", runtime=True),
-        Setting("batch_rows", int, 4096, "rows per batch and per output row group", runtime=True),
+        Setting(
+            "memory_budget",
+            size,
+            1 << 30,
+            "memory for the index (build and probe), e.g. 512MiB",
+            runtime=True,
+            minimum=1,
+        ),
+        Setting("batch_rows", int, 4096, "rows per batch and per output row group", runtime=True, minimum=1),
     )
 
     def __init__(self, lake, config, run_id) -> None:

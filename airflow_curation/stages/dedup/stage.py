@@ -181,7 +181,7 @@ class DedupSignaturesStage(Stage):
         Setting("params", dict, {}, "DedupParams, as a dict", cli=False),
         Setting("keep_column", str, KEEP, "the column of upstream attrs that says which rows to consider", cli=False),
         Setting("shards", list, [], "the shards to sign (DedupStage's plan)", runtime=True, cli=False),
-        Setting("batch_rows", int, 8192, "rows per batch", runtime=True, cli=False),
+        Setting("batch_rows", int, 8192, "rows per batch", runtime=True, cli=False, minimum=1),
     )
 
     @property
@@ -278,6 +278,7 @@ class DedupStage(AttrsStage):
             1 << 30,
             "memory for one partition of the global phase, e.g. 512MB; sets the partition count",
             runtime=True,
+            minimum=1,
         ),
         Setting("partitions", int, None, "force the partition count", runtime=True),
         Setting(
@@ -298,7 +299,7 @@ class DedupStage(AttrsStage):
             runtime=True,
         ),
         Setting("scheduler_address", str, None, "run on this Dask cluster instead of a LocalCluster", runtime=True),
-        Setting("batch_rows", int, 8192, "rows per batch when signing", runtime=True),
+        Setting("batch_rows", int, 8192, "rows per batch when signing", runtime=True, minimum=1),
         Setting(
             "across_snapshots",
             bool,

@@ -97,8 +97,8 @@ class EnrichStage(AttrsStage):
         Setting(
             "ray_num_gpus", int, None, "GPUs of the new local Ray (default: all; not with an address)", runtime=True
         ),
-        Setting("batch_size", int, 64, "rows per model call / Ray Data batch", runtime=True),
-        Setting("replicas", int, 1, "model actors side by side (data parallel; Ray only)", runtime=True),
+        Setting("batch_size", int, 64, "rows per model call / Ray Data batch", runtime=True, minimum=1),
+        Setting("replicas", int, 1, "model actors side by side (data parallel; Ray only)", runtime=True, minimum=1),
         Setting(
             "tensor_parallel_size", int, 1, "GPUs one vLLM instance spans (a model too big for one GPU)", runtime=True
         ),
@@ -111,7 +111,13 @@ class EnrichStage(AttrsStage):
             runtime=True,
         ),
         Setting("cpus_per_replica", float, 1, "CPUs reserved per actor", runtime=True),
-        Setting("max_input_tokens", int, 512, "longer documents are cut to this many tokens and flagged truncated"),
+        Setting(
+            "max_input_tokens",
+            int,
+            512,
+            "longer documents are cut to this many tokens and flagged truncated",
+            minimum=1,
+        ),
         Setting("max_tokens", int, 256, "generate: max new tokens"),
         Setting("temperature", float, 0.0, "generate: sampling temperature"),
         Setting("top_p", float, 1.0, "generate: nucleus sampling"),
@@ -141,7 +147,9 @@ class EnrichStage(AttrsStage):
             "enrich only the rows that upstream keep / is_duplicate attrs keep",
             off_flag="--all-rows",
         ),
-        Setting("checkpoint_rows", int, 1000, "rows per checkpoint inside a shard (part file)", runtime=True),
+        Setting(
+            "checkpoint_rows", int, 1000, "rows per checkpoint inside a shard (part file)", runtime=True, minimum=1
+        ),
         Setting(
             "dtype",
             str,

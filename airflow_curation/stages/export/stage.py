@@ -106,15 +106,19 @@ class ExportStage(Stage):
             size,
             1 << 30,
             "target tokens bytes per output file, e.g. 1GiB: sets the bucket count (files per format)",
+            minimum=1,
         ),
         Setting("vocab_size", int, None, "vocabulary size (default: the tokenizer file the tokenize run names)"),
-        Setting("mds_size_limit", size, formats.MDS_SIZE_LIMIT, "MDS shard size limit (MDSWriter's size_limit)"),
+        Setting(
+            "mds_size_limit", size, formats.MDS_SIZE_LIMIT, "MDS shard size limit (MDSWriter's size_limit)", minimum=1
+        ),
         Setting(
             "memory_budget",
             size,
             8 << 30,
             "memory of one gather unit (a range of buckets read at once); with workers, sets the units",
             runtime=True,
+            minimum=1,
         ),
         Setting(
             "tokenize_manifest",

@@ -113,6 +113,7 @@ class IngestStage(Stage):
             32 * MiB,
             "larger documents (UTF-8) are quarantined as text_too_large",
             flag="--max-text-size",
+            minimum=1,
         ),
         Setting(
             "target_shard_bytes",
@@ -120,14 +121,16 @@ class IngestStage(Stage):
             512 * MiB,
             "a shard rolls over once its compressed size reaches this",
             flag="--target-shard-size",
+            minimum=1,
         ),
-        Setting("row_group_rows", int, 4096, "rows per Parquet row group"),
+        Setting("row_group_rows", int, 4096, "rows per Parquet row group", minimum=1),
         Setting(
             "unit_bytes",
             size,
             None,
             "consecutive input files are grouped into units of about this many input bytes (default: by expected "
             "output, a whole number of target shards and at least 64 MiB a unit; docs/architecture.md, Ingest)",
+            minimum=1,
         ),
         Setting(
             "replace",

@@ -51,7 +51,7 @@ class PiiStage(AttrsStage):
         Setting("kinds", _kinds, list(KINDS), f"PII kinds to find, comma-separated: {', '.join(KINDS)}"),
         Setting("ip_public_only", bool, True, "report only global IP addresses (not 10.x, 192.168.x, 127.x...)"),
         Setting("redacted_text", bool, True, "write the redacted_text column (null on rows without PII)"),
-        Setting("batch_rows", int, 4096, "rows per batch and per output row group", runtime=True),
+        Setting("batch_rows", int, 4096, "rows per batch and per output row group", runtime=True, minimum=1),
     )
 
     def compute(self, table: pa.Table) -> pa.Table:

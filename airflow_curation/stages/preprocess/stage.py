@@ -356,7 +356,7 @@ class PreprocessStage(AttrsStage):
             keep_old_fingerprint=True,
         ),
         Setting("min_words_per_line", int, 3, "the min_words line rule's minimum", keep_old_fingerprint=True),
-        Setting("batch_rows", int, 4096, "rows per batch and per output row group", runtime=True),
+        Setting("batch_rows", int, 4096, "rows per batch and per output row group", runtime=True, minimum=1),
         Setting(
             "mapper",
             str,

@@ -43,7 +43,7 @@ class QualityStage(AttrsStage):
         Setting("preset", str_or_list, "quality", "filter preset(s) over quality_score: quality, or none"),
         Setting("min_score", float, None, "lowest quality_score kept (default: the preset's threshold, 0.5)"),
         Setting("rules", list, [], "extra rules, a JSON list of {name, signal, min, max} over quality_score"),
-        Setting("batch_rows", int, 4096, "rows per batch and per output row group", runtime=True),
+        Setting("batch_rows", int, 4096, "rows per batch and per output row group", runtime=True, minimum=1),
         Setting(
             "embed_model",
             str,

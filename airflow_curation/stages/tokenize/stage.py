@@ -117,7 +117,7 @@ class TokenizeStage(AttrsStage):
             "tokenize only the rows that upstream keep / is_duplicate attrs keep",
             off_flag="--all-rows",
         ),
-        Setting("batch_rows", int, 1000, "rows per tokenizer call", runtime=True),
+        Setting("batch_rows", int, 1000, "rows per tokenizer call", runtime=True, minimum=1),
     )
 
     def __init__(self, lake, config, run_id) -> None:
