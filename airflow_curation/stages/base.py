@@ -141,7 +141,15 @@ class Stage:
     SETTINGS: Settings = Settings(
         Setting("workers", int, 1, "parallel workers", runtime=True),
         Setting("max_attempts", int, 2, "attempts per unit before it counts as failed", runtime=True, minimum=1),
-        Setting("max_failed_fraction", float, 0.0, "failure budget: the fraction of units that may fail", runtime=True),
+        Setting(
+            "max_failed_fraction",
+            float,
+            0.0,
+            "failure budget: the fraction of units that may fail",
+            runtime=True,
+            minimum=0,
+            maximum=1,
+        ),
         Setting(
             "lease_wait_s",
             float,

@@ -168,6 +168,7 @@ class Setting:
     :param required: the stage cannot run without it (the CLI flag is required too).
     :param minimum: the lowest value allowed (a number): ``0`` rows per batch or bytes per file would make
         one row group per row, a file per sequence, or divide by it; refused when the config is read.
+    :param maximum: the highest value allowed (a fraction's 1).
     :param keep_old_fingerprint: a setting added to a stage that already had runs: left out of the
         fingerprint while at its default, so that a configuration keeps the fingerprint (and the
         checkpoints) it had before the setting existed.
@@ -185,6 +186,7 @@ class Setting:
     required: bool = False
     keep_old_fingerprint: bool = False
     minimum: float | None = None
+    maximum: float | None = None
 
     @property
     def coercer(self) -> Callable[[Any], Any]:
@@ -203,8 +205,17 @@ class Setting:
             raise ValueError(f"{where}: setting {self.name!r}: {e}") from None
         if self.choices is not None and value not in self.choices:
             raise ValueError(f"{where}: {self.name} must be one of {', '.join(map(str, self.choices))}, not {value!r}")
-        if self.minimum is not None and isinstance(value, (int, float)) and value < self.minimum:
-            raise ValueError(f"{where}: {self.name} must be at least {self.minimum:g}, not {value!r}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            low, high = self.minimum, self.maximum
+            if (low is not None and value < low) or (high is not None and value > high):
+                bound = (
+                    f"between {low:g} and {high:g}"
+                    if low is not None and high is not None
+                    else f"at least {low:g}"
+                    if low is not None
+                    else f"at most {high:g}"
+                )
+                raise ValueError(f"{where}: {self.name} must be {bound}, not {value!r}")
         return value
 
 

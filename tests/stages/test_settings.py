@@ -120,6 +120,24 @@ def test_a_count_or_size_of_zero_is_refused_naming_the_setting(stage, setting, e
     stage_class(stage)(LAKE, {**extra, setting: 1}, "r1")
 
 
+@pytest.mark.parametrize(
+    "stage, setting, extra",
+    [
+        ("preprocess", "max_failed_fraction", {"input_manifest": "/m"}),
+        ("validate", "max_duplicate_rate", {"input_manifest": "/m"}),
+        ("validate", "min_kept_fraction", {"input_manifest": "/m"}),
+        ("mix", "tolerance", {"input_manifest": "/m", "targets": {"a": 1.0}}),
+    ],
+)
+def test_a_fraction_outside_0_to_1_is_refused(stage, setting, extra):
+    """``--max-failed-fraction -1`` failed a run with no failed unit (`0 of 1 units failed, budget allows -1`),
+    and 3 let every unit fail."""
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match=f"{stage}: {setting} must be between 0 and 1, not {bad}"):
+            stage_class(stage)(LAKE, {**extra, setting: bad}, "r1")
+    stage_class(stage)(LAKE, {**extra, setting: 1}, "r1")
+
+
 def test_stage_defaults_and_runtime_keys_come_from_the_settings():
     cls = stage_class("dedup")
     assert cls.DEFAULTS["threshold"] == 0.8 and cls.DEFAULTS["mapper"] == "local"

@@ -111,7 +111,14 @@ class MixStage(AttrsStage):
         Setting("total", int, None, "the mixture's size in its unit (default: largest without up-sampling)"),
         Setting("max_epochs", float, None, "refuse a mixture that repeats a key more than this"),
         Setting("seed", int, 0, "the sampling seed"),
-        Setting("tolerance", float, 0.01, "declared tolerance of each key's achieved share (validate checks it)"),
+        Setting(
+            "tolerance",
+            float,
+            0.01,
+            "declared tolerance of each key's achieved share (validate checks it)",
+            minimum=0,
+            maximum=1,
+        ),
         Setting("only_kept", bool, True, "mix only the rows upstream keep attrs keep", off_flag="--all-rows"),
         Setting("manifests", list, None, "more input manifests (other datasets or snapshots) mixed with the first"),
     )
