@@ -68,7 +68,7 @@ def _files_digest(folder: str) -> dict[str, str]:
     return {
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(root.rglob("*"))
-        if p.is_file() and "spill" not in p.parts
+        if p.is_file() and "spill" not in p.parts and p.name != "_SUCCESS.json"  # it names the run
     }
 
 
@@ -286,7 +286,7 @@ def test_an_output_folder_holds_one_export_and_another_folder_gets_its_own_files
     assert first.config["export"]["buckets"] > second.config["export"]["buckets"] == 1
     e = second.config["export"]
     on_disk = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    assert on_disk == ["megatron/00000.bin", "megatron/00000.idx", "order/00000.parquet"], on_disk
+    assert on_disk == ["_SUCCESS.json", "megatron/00000.bin", "megatron/00000.idx", "order/00000.parquet"], on_disk
     seqs = _sequences(packed)
     want = [seqs[k] for bucket in _documented_order(seqs, 2, 1) for k in bucket]
     got = _megatron(sorted(str(p.with_suffix("")) for p in (out / "megatron").glob("*.bin")))  # what a glob finds
@@ -297,3 +297,29 @@ def test_an_output_folder_holds_one_export_and_another_folder_gets_its_own_files
     assert third.config["export"]["output_dir"] == str(other)
     assert _files_digest(str(other)) == _files_digest(str(out)) and _files_digest(str(other))
     assert e["megatron_prefixes"] == [str(out / "megatron" / "00000")]
+
+
+def test_a_folder_marks_a_whole_export_and_unmarks_it_while_another_is_written(packed, tmp_path):
+    """A trainer reads a folder only once it says it holds a whole export: ``_SUCCESS.json`` (its files listed),
+    written last; a later export into the folder removes it before its first file, so a killed one leaves
+    the folder unmarked, not marked with a mix of two exports' files."""
+    out = tmp_path / "ex"
+    _export(packed, "mark-a", file_size=2048, seed=6, formats="megatron,mds", output_dir=str(out))
+    marker = json.loads((out / "_SUCCESS.json").read_text())
+    on_disk = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name != "_SUCCESS.json")
+    assert marker["files"] == on_disk and marker["manifest"].endswith("mark-a/export.json"), marker
+    config = {"input_manifest": packed["manifest"], "file_size": 1 << 20, "seed": 7, "output_dir": str(out)}
+    code = (
+        "from airflow_curation.core.layout import Lake; from airflow_curation.stages.base import StageRunner;"
+        "from airflow_curation.stages.export.stage import ExportStage;"
+        f"StageRunner(ExportStage(Lake({packed['lake'].root!r}, 'd'), {config!r}, 'mark-b')).run()"
+    )
+    env = {**os.environ, "CURATION_FAULT": "export.before_commit", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -9, proc.stderr[-2000:]  # killed after writing its bucket, before its checkpoint
+    assert not (out / "_SUCCESS.json").exists() and (out / "megatron" / "00000.bin").exists()
+    m = StageRunner(ExportStage(packed["lake"], config, "mark-b")).run()
+    marker = json.loads((out / "_SUCCESS.json").read_text())
+    on_disk = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name != "_SUCCESS.json")
+    assert marker["files"] == on_disk == ["megatron/00000.bin", "megatron/00000.idx", "order/00000.parquet"]
+    assert marker["sequences"] == m.config["export"]["sequences"]

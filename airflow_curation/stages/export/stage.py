@@ -43,6 +43,7 @@ from airflow_curation.stages.tokenize.packing import packed_files, packed_in_hea
 log = logging.getLogger(__name__)
 
 FORMATS = ("megatron", "mds", "parquet")
+SUCCESS_FILE = "_SUCCESS.json"  # in an output folder: it holds a whole export (written last, removed first)
 # What an export names its files (phases.bucket_stem): megatron/00000.bin|.idx, parquet|order/00000.parquet,
 # mds/shard.00000.000.mds
 _EXPORT_FILE = re.compile(r"^(\d{5}\.(bin|idx|parquet)|shard\.\d{5}\.\d{3}\.mds)$")
@@ -248,6 +249,8 @@ class ExportStage(Stage):
         run_key = self._run_key(scatter)
         self._scatter(scatter, run_key, group)
         fault_point("export.after_scatter")
+        # The folder's files are about to change: it holds a whole export again once collect marks it.
+        storage.remove(storage.join(self.out_dir(), SUCCESS_FILE))
         # A unit holds its range of every spill file, the sorted copy, the cut-off padding and the bytes it
         # writes: about four times its buckets' tokens.
         memory_units = math.ceil(4 * total / int(self.config["memory_budget"]))
@@ -413,6 +416,12 @@ class ExportStage(Stage):
         if "parquet" in self.config["formats"]:
             summary["parquet"] = [storage.join(out, "parquet", s + ".parquet") for s in stems]
         manifest.config = {**manifest.config, "export": summary}
+        # Last: the folder holds this export, whole (a reader of the folder looks for it; its files listed)
+        names = sorted({_tail(u, 2) for u in files} | ({"mds/index.json"} if "mds" in summary["formats"] else set()))
+        storage.write_json(
+            storage.join(out, SUCCESS_FILE),
+            {"manifest": self.manifest_uri, "sequences": written, "formats": summary["formats"], "files": names},
+        )
 
 
 def _tail(uri: str, parts: int) -> str:
