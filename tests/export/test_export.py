@@ -323,3 +323,14 @@ def test_a_folder_marks_a_whole_export_and_unmarks_it_while_another_is_written(p
     on_disk = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name != "_SUCCESS.json")
     assert marker["files"] == on_disk == ["megatron/00000.bin", "megatron/00000.idx", "order/00000.parquet"]
     assert marker["sequences"] == m.config["export"]["sequences"]
+
+
+def test_an_output_folder_it_cannot_write_fails_before_the_scatter(packed, tmp_path):
+    """A bucket that does not exist (or a folder not writable) failed the gather units only after the scatter,
+    a pass over every packed shard; it now fails first, naming the folder."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    out = blocker / "ex"
+    with pytest.raises(OSError, match=f"export: cannot write to the output folder {out}"):
+        _export(packed, "unwritable", file_size=2048, seed=8, formats="megatron", output_dir=str(out))
+    assert not Path(packed["lake"].manifest_uri("unwritable", "export_scatter")).exists()

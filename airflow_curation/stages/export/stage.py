@@ -24,6 +24,7 @@ import logging
 import math
 import re
 import time
+import uuid
 from functools import cached_property
 from typing import Any
 
@@ -225,6 +226,7 @@ class ExportStage(Stage):
         return shards
 
     def _plan_run(self, group: tuple[int, int] | None) -> list[UnitEntry]:
+        self._check_writable(self.out_dir())
         head = self.tokenize_head
         tokens = head.config["tokens"]
         self._sequences = int(tokens["sequences"])
@@ -277,6 +279,17 @@ class ExportStage(Stage):
             UnitEntry(unit_id=f"buckets-{lo:05d}-{hi:05d}", inputs=[], input_checksum=f"{run_key}:{where}:{lo}-{hi}")
             for lo, hi in ranges
         ]
+
+    @staticmethod
+    def _check_writable(out: str) -> None:
+        """One small write to the output folder before the scatter (a pass over every packed shard): a bucket
+        that does not exist, or a folder this job may not write, failed the gather units only after it."""
+        probe = storage.join(out, f".probe-{uuid.uuid4().hex[:12]}")
+        try:
+            storage.write_bytes(probe, b"")
+        except Exception as e:  # noqa: BLE001 - any refusal, named with the folder
+            raise OSError(f"export: cannot write to the output folder {out}: {type(e).__name__}: {e}") from e
+        storage.remove(probe)
 
     def _run_key(self, scatter: ExportScatterStage) -> str:
         """What names the scatter: a changed or reordered packed shard is another run. The shard pages'
