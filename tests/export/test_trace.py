@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from test_export import _export, _megatron
@@ -96,3 +97,29 @@ def test_a_trace_of_an_export_whose_folder_a_later_export_replaced_is_refused(pa
         trace(first, sequence=5)
     after = trace(packed["lake"].manifest_uri("trace-b", "export"), sequence=5)
     assert after.documents  # the folder's own export traces
+
+
+def test_a_sequence_from_a_users_own_parquet_traces_to_its_file_and_row(packed, tmp_path):
+    """``curation tokenize a.parquet --output out`` then ``curation export``: the trace named the file as its
+    'shard' with ``file: null``; it now gives the user's file and the row each document came from (integer
+    ids included, read as the strings tokenize wrote)."""
+    from tokenizer_files import stdlib_prose
+
+    from airflow_curation.core.layout import Lake
+    from airflow_curation.stages import stage_class
+    from airflow_curation.stages.base import StageRunner
+    from airflow_curation.stages.export.stage import ExportStage
+
+    texts = stdlib_prose(40)
+    f = tmp_path / "mine.parquet"
+    pq.write_table(pa.table({"id": pa.array(range(100, 140), pa.int64()), "text": texts}), f)
+    lake = Lake(str(tmp_path / "out"), "_curation")
+    config = {"inputs": [str(f)], "output_dir": str(tmp_path / "out"), "tokenizer": packed["tokenizer"], "seq_len": 64}
+    StageRunner(stage_class("tokenize")(lake, config, "r")).run()
+    StageRunner(ExportStage(lake, {"input_manifest": lake.manifest_uri("r", "tokenize"), "seed": 1}, "r")).run()
+    t = trace(lake.manifest_uri("r", "export"), sequence=4)
+    assert t.documents
+    for doc in t.documents:
+        assert doc["file"] == str(f) and doc["unit"] == "row"
+        assert doc["id"] == str(100 + doc["position"])  # the row of the user's file that holds that id
+        assert texts[doc["position"]]

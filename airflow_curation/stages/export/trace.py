@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from airflow_curation.core import storage
 from airflow_curation.core.integrity import read_verified
 from airflow_curation.core.manifest import ManifestError, ManifestHead, UnitEntry
-from airflow_curation.core.schema import ID, META, SOURCE
+from airflow_curation.core.schema import ID, META, SOURCE, string_ids
 from airflow_curation.stages.export.phases import bucket_stem
 from airflow_curation.stages.ingest.locate import locate
 from airflow_curation.stages.tokenize import packing
@@ -97,15 +97,17 @@ def _ingest_config(manifest_uri: str | None) -> dict[str, Any] | None:
 
 
 def _documents(shard_uri: str, ids: list[str]) -> dict[str, dict[str, Any]]:
-    """``id -> {source, meta}`` of the given ids in one source shard (its id column read whole, the rest
-    of the columns for the matching rows only)."""
+    """``id -> {source, meta, row}`` of the given ids in one source shard (its id column read whole, the rest
+    of the columns for the matching rows only; a user's integer ids read as the strings tokenize wrote)."""
     with storage.open_read(shard_uri) as f:
         pf = pq.ParquetFile(f)
         names = pf.schema_arrow.names
         wanted = [c for c in (ID, SOURCE, META) if c in names]
         table = pf.read(columns=wanted)
-    table = table.filter(pc.is_in(table.column(ID), value_set=pa.array(ids, pa.string())))
-    return {r[ID]: {"source": r.get(SOURCE), "meta": r.get(META)} for r in table.to_pylist()}
+    table = table.set_column(table.column_names.index(ID), ID, string_ids(table.column(ID)))
+    rows = pc.indices_nonzero(pc.is_in(table.column(ID), value_set=pa.array(ids, pa.string())))
+    hits = table.take(rows).to_pylist()
+    return {r[ID]: {"source": r.get(SOURCE), "meta": r.get(META), "row": k} for r, k in zip(hits, rows.to_pylist())}
 
 
 def trace(
@@ -156,6 +158,8 @@ def trace(
             doc["error"] = f"id not found in source shard {unit.inputs[0]}"
         elif ingest_config is not None and src["source"] is not None:
             doc.update(locate(doc_id, src["source"], src["meta"], ingest_config))
+        elif src["source"] is None:  # a user's own Parquet file (plain-file tokenize): that file, and its row
+            doc.update({"file": unit.inputs[0], "unit": "row", "position": src["row"]})
         else:
             doc["file"] = src["source"]
         docs.append(doc)
