@@ -419,6 +419,26 @@ def remove(url: str) -> None:
         fs.rm(path)
 
 
+def list_files(spec: str, folder_suffix: str = "") -> dict[str, dict[str, Any]] | None:
+    """The files a glob or a folder ``spec`` names (a folder's recursively, those whose name ends with
+    ``folder_suffix``), as URLs of ``spec``'s kind with their fsspec info, sorted; hidden names and what is not
+    a file left out. None when ``spec`` is neither a glob nor a folder (a file, or nothing there)."""
+    fs, path = filesystem(spec)
+    with explained(spec):
+        if any(ch in path for ch in "*?["):
+            found = fs.glob(path, detail=True)
+        elif fs.isdir(path):
+            found = {p: i for p, i in fs.find(path, detail=True).items() if p.endswith(folder_suffix)}
+        else:
+            return None
+    prefix = "" if is_local(spec) else f"{protocol_of(spec)}://"
+    return {
+        prefix + p: info
+        for p, info in sorted(found.items())
+        if info.get("type") == "file" and not os.path.basename(p).startswith(".")
+    }
+
+
 @_explained
 def glob(pattern: str) -> list[str]:
     fs, path = filesystem(pattern)

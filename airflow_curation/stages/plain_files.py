@@ -50,30 +50,15 @@ def input_files(specs: Sequence[str], output_dir: str | None = None) -> tuple[st
     """
     files: list[str] = []
     for spec in specs:
-        fs, path = storage.filesystem(spec)
-        with storage.explained(spec):
-            if any(ch in path for ch in "*?["):
-                found = fs.glob(path, detail=True)
-            elif fs.isdir(path):
-                found = {p: i for p, i in fs.find(path, detail=True).items() if p.endswith(".parquet")}
-            else:
-                files.append(spec)  # a file, or one missing: reading it says so
-                continue
-        listed = [
-            _as_url(spec, p)
-            for p, info in sorted(found.items())
-            if info.get("type") == "file" and not os.path.basename(p).startswith(".")
-        ]
-        listed = [u for u in listed if not (output_dir and _under(u, output_dir))]
+        found = storage.list_files(spec, ".parquet")
+        if found is None:
+            files.append(spec)  # a file, or one missing: reading it says so
+            continue
+        listed = [u for u in found if not (output_dir and _under(u, output_dir))]
         if not listed:
             raise FileNotFoundError(f"no Parquet files under {spec!r}")
         files += listed
     return tuple(dict.fromkeys(files))
-
-
-def _as_url(spec: str, path: str) -> str:
-    """``path`` (as ``spec``'s filesystem lists it) as a URL of ``spec``'s kind."""
-    return f"{storage.protocol_of(spec)}://{path}" if not storage.is_local(spec) else path
 
 
 def _under(url: str, folder: str) -> bool:

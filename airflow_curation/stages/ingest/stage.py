@@ -157,20 +157,13 @@ class IngestStage(Stage):
             if storage.is_local(spec):
                 found.update(list_local(path))
                 continue
-            prefix = f"{storage.protocol_of(spec)}://"
-            with storage.explained(spec):
-                if any(ch in path for ch in "*?["):
-                    infos = fs.glob(path, detail=True)
-                elif fs.isdir(path):
-                    infos = fs.find(path, detail=True)
-                elif fs.exists(path):
-                    infos = {path: fs.info(path)}
-                else:
-                    raise FileNotFoundError(f"ingest: input {spec!r} does not exist")
-            for name, info in infos.items():
-                if info.get("type") != "file" or os.path.basename(name).startswith("."):
-                    continue
-                found[prefix + name] = info
+            listed = storage.list_files(spec)
+            if listed is None:  # one object
+                with storage.explained(spec):
+                    if not fs.exists(path):
+                        raise FileNotFoundError(f"ingest: input {spec!r} does not exist")
+                    listed = {f"{storage.protocol_of(spec)}://{path}": fs.info(path)}
+            found.update(listed)
         # An input folder that holds the lake must not feed the lake (its shards, leases...) back into it.
         own = self.lake.base.rstrip("/") + "/"
         found = {url: info for url, info in found.items() if not url.startswith(own)}
