@@ -160,17 +160,22 @@ def test_a_fresh_lake_gives_the_same_bytes(packed, tmp_path):
     assert _files_digest(a.config["export"]["output_dir"]) == _files_digest(b.config["export"]["output_dir"])
 
 
+def _killed_export(lake: Lake, config: dict, run_id: str, fault: str) -> None:
+    """An export run in a child process, SIGKILLed (as a lost node) at the fault point ``fault``."""
+    code = (
+        "from airflow_curation.core.layout import Lake; from airflow_curation.stages.base import StageRunner;"
+        "from airflow_curation.stages.export.stage import ExportStage;"
+        f"StageRunner(ExportStage(Lake({lake.root!r}, {lake.dataset!r}), {config!r}, {run_id!r})).run()"
+    )
+    env = {**os.environ, "CURATION_FAULT": fault, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+
+
 def test_killed_after_two_scatter_units_resumes_without_redoing_them(packed, tmp_path):
     lake = packed["lake"]
     config = {"input_manifest": packed["manifest"], "file_size": 4096, "seed": 99}
-    code = (
-        "import sys; from airflow_curation.core.layout import Lake; from airflow_curation.stages.base import StageRunner;"
-        "from airflow_curation.stages.export.stage import ExportStage;"
-        f"StageRunner(ExportStage(Lake({lake.root!r}, 'd'), {config!r}, 'kill')).run()"
-    )
-    env = {**os.environ, "CURATION_FAULT": "export_scatter.after_commit@2", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == -9, proc.stderr[-2000:]  # SIGKILL, as a lost node
+    _killed_export(lake, config, "kill", "export_scatter.after_commit@2")
     m = StageRunner(ExportStage(lake, config, "kill")).run()
     scatter = Manifest.read(lake.manifest_uri("kill", "export_scatter"))
     statuses = [u.status for u in scatter.units]
@@ -309,14 +314,7 @@ def test_a_folder_marks_a_whole_export_and_unmarks_it_while_another_is_written(p
     on_disk = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name != "_SUCCESS.json")
     assert marker["files"] == on_disk and marker["manifest"].endswith("mark-a/export.json"), marker
     config = {"input_manifest": packed["manifest"], "file_size": 1 << 20, "seed": 7, "output_dir": str(out)}
-    code = (
-        "from airflow_curation.core.layout import Lake; from airflow_curation.stages.base import StageRunner;"
-        "from airflow_curation.stages.export.stage import ExportStage;"
-        f"StageRunner(ExportStage(Lake({packed['lake'].root!r}, 'd'), {config!r}, 'mark-b')).run()"
-    )
-    env = {**os.environ, "CURATION_FAULT": "export.before_commit", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == -9, proc.stderr[-2000:]  # killed after writing its bucket, before its checkpoint
+    _killed_export(packed["lake"], config, "mark-b", "export.before_commit")  # after its bucket, before its record
     assert not (out / "_SUCCESS.json").exists() and (out / "megatron" / "00000.bin").exists()
     m = StageRunner(ExportStage(packed["lake"], config, "mark-b")).run()
     marker = json.loads((out / "_SUCCESS.json").read_text())
