@@ -23,6 +23,16 @@ from airflow_curation.cli.stage import add_stage_command
 from airflow_curation.stages import stage_names
 
 
+def _version() -> str:
+    """The installed distribution's version (the package's ``__init__`` is the provider's: it imports Airflow)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("airflow-curation")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser of every command, or of command ``only`` alone: a stage's process then imports that
     stage's modules, not every stage's (a fixed cost paid by every task)."""
@@ -30,6 +40,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="curation", description="Curate LLM training data: run any stage without Airflow."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging, tracebacks on failure")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in stage_names():
         if only in (None, name):

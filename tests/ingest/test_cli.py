@@ -40,6 +40,8 @@ def test_cli_ingest_then_rerun_skips(tmp_path):
 
 def test_cli_help_and_bad_size(tmp_path):
     assert "ingest" in subprocess.run([CURATION, "--help"], capture_output=True, text=True, check=True).stdout
+    version = subprocess.run([CURATION, "--version"], capture_output=True, text=True, check=True).stdout
+    assert version.startswith("curation ") and version.split()[1][0].isdigit(), version  # the installed release
     bad = subprocess.run(
         [CURATION, "ingest", "x", "--lake", "l", "--dataset", "d", "--target-shard-size", "lots"],
         capture_output=True,
