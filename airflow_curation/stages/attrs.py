@@ -18,7 +18,6 @@ with more to do (a global phase, checkpoints inside a shard) override :meth:`Att
 from __future__ import annotations
 
 import logging
-import os
 import resource
 import time
 from collections import Counter
@@ -42,7 +41,14 @@ from airflow_curation.core.manifest import ManifestHead, ShardEntry, UnitEntry, 
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text, checked_user_rows, string_ids
 from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink, column_names, parquet_writer
 from airflow_curation.stages.base import Stage, UnitMapper, UnitResult, local_mapper
-from airflow_curation.stages.plain_files import check_output_owner, claim_output, file_entries, input_files, same_file
+from airflow_curation.stages.plain_files import (
+    check_output_owner,
+    claim_output,
+    file_entries,
+    file_stem,
+    input_files,
+    same_file,
+)
 from airflow_curation.stages.settings import Setting
 from airflow_curation.stages.text import ShardText, clean_text_attrs, clean_text_uri
 
@@ -126,8 +132,7 @@ class AttrsStage(Stage):
         outs = []
         for f in self._files:
             # `--output .` beside the inputs wrote each result over its input: the user's text was gone.
-            stem = os.path.basename(f.rstrip("/")).removesuffix(".parquet")
-            for out in self.plain_outputs(stem):
+            for out in self.plain_outputs(file_stem(f)):
                 if same_file(out, f):
                     raise ValueError(
                         f"{self.name}: the result for {f} would be written over it ({out}); give an output folder "

@@ -18,13 +18,18 @@ from airflow_curation.core.manifest import ShardEntry
 from airflow_curation.core.schema import check_id_text
 
 
+def file_stem(url: str) -> str:
+    """A plain input file's name without ``.parquet``: its unit's id, and the name of its outputs."""
+    return os.path.basename(url.rstrip("/")).removesuffix(".parquet")
+
+
 @lru_cache(maxsize=8)
 def file_entries(files: tuple[str, ...]) -> dict[str, ShardEntry]:
     """One entry per file, by its name without ``.parquet`` (what its outputs are named): rows and schema from
     its footer, known by its size and storage stamp. Cached: read once per process."""
     entries: dict[str, ShardEntry] = {}
     for f in files:
-        stem = os.path.basename(f.rstrip("/")).removesuffix(".parquet")
+        stem = file_stem(f)
         safe_name(stem, "input file name")
         if stem in entries:
             raise ValueError(
