@@ -368,13 +368,12 @@ class ExportStage(Stage):
         return UnitResult(outputs=[], accounting=acc, extra={"buckets": result["buckets"]}, files=result["files"])
 
     # -- after all units -----------------------------------------------------------------------------
-    def _remove_earlier_exports(self, out: str, written: set[str]) -> None:
+    def _remove_earlier_exports(self, out: str, mine: set[str]) -> None:
         """Remove from ``out`` the files of an earlier export that this one did not write: an export with
         fewer buckets (a larger file_size), another mds_size_limit or other formats left the earlier one's
         other buckets beside its own, and a trainer reading the folder took both (each sequence up to twice).
         Only files named as an export names them, in its folders, are touched (and MDS's index.json where
-        this export writes no MDS)."""
-        mine = {_tail(u, 2) for u in written}
+        this export writes no MDS). ``mine``: this export's files, as ``<folder>/<name>``."""
         stale = []
         for folder in (*FORMATS, "order"):
             for uri in storage.glob(storage.join(out, folder, "*")):
@@ -392,13 +391,13 @@ class ExportStage(Stage):
         """Every sequence written once (the books), MDS's ``index.json``, and the summary in the manifest
         (``config["export"]``)."""
         buckets: list[dict[str, Any]] = []
-        files: dict[str, str] = {}  # uri -> checksum
+        files: dict[str, str] = {}  # this export's files, as <folder>/<name> -> checksum
         for unit in manifest.units:
             rec = self.checkpoints.load(unit.unit_id)
             if rec is None or rec.fingerprint != manifest.fingerprint:
                 raise StageFailed(f"export: unit {unit.unit_id} has no checkpoint")
             buckets.extend(rec.extra["buckets"])
-            files.update((f["uri"], f["checksum"]) for f in rec.files)
+            files.update((_tail(f["uri"], 2), f["checksum"]) for f in rec.files)
         buckets.sort(key=lambda b: b["bucket"])
         written = sum(b["sequences"] for b in buckets)
         if written != self._sequences:
@@ -418,8 +417,7 @@ class ExportStage(Stage):
         }
         stems = [phases.bucket_stem(b["bucket"]) for b in buckets]
         # trace reads a bucket's order file checked against this: a later export into the folder replaced it
-        by_tail = {_tail(uri, 2): checksum for uri, checksum in files.items()}
-        summary["order_checksums"] = [by_tail.get(f"order/{s}.parquet") for s in stems]
+        summary["order_checksums"] = [files.get(f"order/{s}.parquet") for s in stems]
         if "megatron" in self.config["formats"]:
             summary["megatron_prefixes"] = [storage.join(out, "megatron", s) for s in stems]
         if "mds" in self.config["formats"]:
@@ -430,7 +428,7 @@ class ExportStage(Stage):
             summary["parquet"] = [storage.join(out, "parquet", s + ".parquet") for s in stems]
         manifest.config = {**manifest.config, "export": summary}
         # Last: the folder holds this export, whole (a reader of the folder looks for it; its files listed)
-        names = sorted({_tail(u, 2) for u in files} | ({"mds/index.json"} if "mds" in summary["formats"] else set()))
+        names = sorted({*files, *(["mds/index.json"] if "mds" in summary["formats"] else [])})
         storage.write_json(
             storage.join(out, SUCCESS_FILE),
             {"manifest": self.manifest_uri, "sequences": written, "formats": summary["formats"], "files": names},
