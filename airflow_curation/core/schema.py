@@ -9,6 +9,7 @@ validate's funnel look for.
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 # -- shards ----------------------------------------------------------------------------------------
 ID = "id"  # stable and unique across the dataset; every attrs file joins on it
@@ -63,6 +64,11 @@ def string_ids(ids: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
     """``ids`` as strings, the attrs' id type whatever the input's (a user's integer ids: every stage's
     results join on one type)."""
     return ids if pa.types.is_string(ids.type) else ids.cast(pa.string())
+
+
+def blank_texts(texts: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Whether each text is null or whitespace only (an empty document to every stage)."""
+    return pc.equal(pc.utf8_trim_whitespace(pc.fill_null(texts, "")), "")
 
 
 def is_text_type(typ: pa.DataType) -> bool:

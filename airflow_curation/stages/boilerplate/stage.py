@@ -43,7 +43,7 @@ from airflow_curation.core.lsh import (
     write_partitioned,
 )
 from airflow_curation.core.manifest import ShardEntry, UnitEntry
-from airflow_curation.core.schema import CLEAN_TEXT, DROP_REASON, KEEP, TEXT
+from airflow_curation.core.schema import CLEAN_TEXT, DROP_REASON, KEEP, TEXT, blank_texts
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches, keep_accounting
 from airflow_curation.stages.base import Stage, StageRunner, UnitResult
 from airflow_curation.stages.settings import Setting, size
@@ -100,11 +100,6 @@ class BoilerplateCountStage(Stage):
         acc = RowAccounting()
         acc.keep(stats["documents"])
         return UnitResult(outputs=[], accounting=acc, extra=stats)
-
-
-def _blank(texts: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Whether each text is null or whitespace only."""
-    return pc.equal(pc.utf8_trim_whitespace(pc.fill_null(texts, "")), "")
 
 
 def merge_partitions(lo: int, hi: int, spill_uris: list[str], min_documents: int, out_uri: str) -> dict:
@@ -266,7 +261,7 @@ class BoilerplateStage(AttrsStage):
         text = table.column(TEXT)
         clean, removed = remove_lines(text, self.frequent_keys())
         # Dropped: a document that had lines and has none left (every one was boilerplate).
-        only = pc.and_(pa.array(removed > 0), _blank(clean))
+        only = pc.and_(pa.array(removed > 0), blank_texts(clean))
         return pa.table(
             {
                 CLEAN_TEXT: clean,

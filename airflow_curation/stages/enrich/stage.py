@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
@@ -28,7 +27,7 @@ from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.layout import safe_name
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
-from airflow_curation.core.schema import ENRICHED, ID, SKIP_REASON, TEXT
+from airflow_curation.core.schema import ENRICHED, ID, SKIP_REASON, TEXT, blank_texts
 from airflow_curation.core.shards import write_parquet
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage
 from airflow_curation.stages.enrich.executors import EXECUTORS, Chunk
@@ -244,8 +243,7 @@ class EnrichStage(AttrsStage):
                 texts, rest = whole.slice(0, step), whole.slice(step)
                 pending, have = ([rest] if len(rest) else []), len(rest)
                 end = start + len(texts)
-                empty = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(texts)), 0), True)
-                for i, e in enumerate(empty.to_pylist(), start):
+                for i, e in enumerate(blank_texts(texts).to_pylist(), start):
                     if e and reasons[i] is None:
                         reasons[i] = "empty"
                 pos = [i for i in range(start, end) if reasons[i] is None]

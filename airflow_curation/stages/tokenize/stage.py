@@ -38,7 +38,7 @@ from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.fingerprint import checksum_url, config_fingerprint
 from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
-from airflow_curation.core.schema import DROP_REASON, ID, KEEP, SOURCE, TEXT, check_id_text, string_ids
+from airflow_curation.core.schema import DROP_REASON, ID, KEEP, SOURCE, TEXT, blank_texts, check_id_text, string_ids
 from airflow_curation.core.shards import (
     DEFAULT_ROW_GROUP_ROWS,
     _CountingSink,
@@ -270,7 +270,7 @@ class TokenizeStage(AttrsStage):
         n = batch.num_rows
         ids = string_ids(batch.column(ID))
         texts = batch.column(TEXT)
-        blank = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(texts)), 0), True)
+        blank = blank_texts(texts)
         reasons[np.asarray(blank.to_numpy(zero_copy_only=False), dtype=bool) & _unset(reasons)] = EMPTY
         todo = np.flatnonzero(_unset(reasons))
         counts = np.zeros(n, dtype=np.int64)
