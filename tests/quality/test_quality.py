@@ -241,6 +241,6 @@ def test_a_min_score_past_a_probability_is_refused(model_dir, tmp_path):
     """The score is a probability: ``min_score`` 5 (a percentage typed as such) dropped every document."""
     lake = Lake(str(tmp_path / "lake"), "docs")
     for bad in (5, 1.01, -0.5):
-        with pytest.raises(ValueError, match="is not between 0 and 1"):
+        with pytest.raises(ValueError, match=f"quality: min_score must be between 0 and 1, not {float(bad)}"):
             QualityStage(lake, {"input_manifest": "/m.json", "model": str(model_dir), "min_score": bad}, "r1")
     assert QualityStage(lake, {"input_manifest": "/m.json", "model": str(model_dir), "min_score": 1}, "r1").rules()

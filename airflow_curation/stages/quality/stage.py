@@ -41,7 +41,14 @@ class QualityStage(AttrsStage):
     SETTINGS = AttrsStage.SETTINGS.extend(
         Setting("model", str, None, "quality model folder (written by curation quality-train)", required=True),
         Setting("preset", str_or_list, "quality", "filter preset(s) over quality_score: quality, or none"),
-        Setting("min_score", float, None, "lowest quality_score kept (default: the preset's threshold, 0.5)"),
+        Setting(
+            "min_score",
+            float,
+            None,
+            "lowest quality_score kept (default: the preset's threshold, 0.5)",
+            minimum=0,  # a probability: past 1 (a percentage typed as such) every row is dropped
+            maximum=1,
+        ),
         Setting("rules", list, [], "extra rules, a JSON list of {name, signal, min, max} over quality_score"),
         Setting("batch_rows", int, 4096, "rows per batch and per output row group", runtime=True, minimum=1),
         Setting(
@@ -66,8 +73,6 @@ class QualityStage(AttrsStage):
         if bad:
             raise ValueError(f"quality: rules {bad} read other columns; the quality stage has only {SCORE}")
         if self.config.get("min_score") is not None:
-            if not 0.0 <= float(self.config["min_score"]) <= 1.0:  # a probability: past 1 every row is dropped
-                raise ValueError(f"quality: min_score {self.config['min_score']} is not between 0 and 1")
             if not any(r.name == "quality_classifier" for r in rules):
                 rules.append(Rule("quality_classifier", SCORE, min=float(self.config["min_score"])))
             else:
