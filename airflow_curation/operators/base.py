@@ -253,15 +253,21 @@ class CurationStageOperator(StageLineageMixin, ResumableJobMixin, BaseOperator):
     def build_config(self, context: Any) -> dict[str, Any]:
         """The stage's settings for this run (after templating): ``config``, then the ``settings_params``,
         checked and typed by the stage's settings (a templated ``"0.7"`` becomes ``0.7``, once, here), so an
-        unknown or renamed setting fails the task before any job is submitted."""
+        unknown or renamed setting, or one the stage's :meth:`~airflow_curation.stages.base.Stage.check_config`
+        refuses, fails the task before any job is submitted."""
         if "input_manifest" in self.settings_params and not getattr(self, "input_manifest", None):
             raise ValueError(f"{self.task_id}: no input_manifest given")
         from airflow_curation.stages import stage_class
 
-        settings = stage_class(self.stage).SETTINGS
+        stage = stage_class(self.stage)
+        settings = stage.SETTINGS
         where = f"{self.task_id} ({self.stage})"
         config = settings.coerce(self.config, where, drop_empty=True)
         config.update(settings.coerce({k: getattr(self, k) for k in self.settings_params}, where, drop_empty=True))
+        try:
+            stage.check_config({**settings.defaults, **config})  # the settings alone; files are the job's to check
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
         return config
 
     # -- building the job ----------------------------------------------------------------------------

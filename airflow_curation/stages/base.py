@@ -195,9 +195,20 @@ class Stage:
         self.lake = lake
         self.config = {**self.SETTINGS.defaults, **self.SETTINGS.coerce(config, self.name)}
         self.run_id = run_id
-        missing = [s.name for s in self.SETTINGS if s.required and self.config.get(s.name) in (None, "")]
+        self.check_config(self.config)
+
+    @classmethod
+    def check_config(cls, config: dict[str, Any]) -> None:
+        """Refuse what the settings alone make impossible: a required setting left out, a rule on a signal no
+        setting computes, an unknown format. ``config`` is coerced, with the defaults.
+
+        The submitting task runs it before any job (:meth:`BaseCurationOperator.build_config`), so a typo fails
+        the Airflow task at once, not every task of a Slurm array after the queue; the job runs it again. It
+        must read no file, model or connection: where a run is launched may reach none of them (those are
+        checked by the stage's constructor, in the job). A stage that overrides it calls this one first."""
+        missing = [s.name for s in cls.SETTINGS if s.required and config.get(s.name) in (None, "")]
         if missing:
-            raise ValueError(f"{self.name}: no {', '.join(missing)} given")
+            raise ValueError(f"{cls.name}: no {', '.join(missing)} given")
 
     @property
     def fingerprint(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -261,3 +262,55 @@ def test_cli_flags_come_from_the_settings_and_old_flags_still_parse():
     assert args.labels == ["a", "b"] and args.model_runtime_kwargs == {"x": 1}
     with pytest.raises(SystemExit):
         parser.parse_args(["dedup", "--lake", "/l", "--dataset", "d", "--mapper", "ray"])
+
+
+@pytest.mark.parametrize(
+    "stage, config, refused",
+    [
+        ("preprocess", {"rules": [{"name": "r", "signal": "num_words", "min": 3}]}, "did you mean 'n_words'"),
+        ("preprocess", {"preset": "no_such_preset"}, "no_such_preset"),
+        ("quality", {"model": "/m", "rules": [{"name": "r", "signal": "n_words", "min": 3}]}, "read other columns"),
+        ("dedup", {"exact": False, "near": False}, "nothing to do"),
+        ("dedup", {"bands": 4}, "give both bands and rows"),
+        ("mix", {"targets": {}}, "no targets given"),
+        ("mix", {"targets": {"a": 1.0}, "unit": "tokens"}, "needs token_column"),
+        ("export", {"formats": ["megatron", "jsonl"]}, "formats must be some of"),
+        ("decontaminate", {}, "no eval_sets given"),
+        (
+            "enrich",
+            {"task": "embed", "model": "/x", "tensor_parallel_size": 2, "model_runtime": "transformers"},
+            "vllm",
+        ),
+        ("enrich", {"task": "generate", "model": "/x", "prompt_template": "Rewrite:"}, "must contain"),
+        ("enrich", {"task": "embed", "model": "/x", "name": "a/b"}, "invalid enrich name"),
+        ("enrich", {"task": "embed"}, "no model given"),
+        ("validate", {"checks": [{"type": "no_such_check"}]}, "unknown type 'no_such_check'"),
+        ("validate", {"checks": "- type: sql\n  query: COPY t TO '/tmp/x'"}, "query refused"),
+    ],
+)
+def test_the_submitting_task_refuses_what_the_settings_alone_make_impossible(stage, config, refused):
+    """Checked where the run is launched, before any job (a Slurm array's every task failed on each of these,
+    after the queue), with the message the job gives."""
+    from airflow_curation.operators.base import CurationStageOperator
+
+    op = CurationStageOperator(task_id="t", stage=stage, dataset="ds", lake="/l", config=config)
+    with pytest.raises(ValueError, match=rf"t \({stage}\): .*{re.escape(refused)}"):
+        op.build_config({})
+
+
+def test_the_submitting_task_reads_no_file_the_settings_name():
+    """Files, models and block lists may be where only the job runs (a cluster's paths): the submitting task
+    leaves them to the job, which checks them before any work."""
+    from airflow_curation.operators.base import CurationStageOperator
+
+    gone = "/nonexistent-on-this-host"
+    for stage, config in [
+        ("preprocess", {"url_blocklist": gone, "url_categories": ["adult"]}),
+        ("tokenize", {"tokenizer": f"{gone}/tokenizer.json"}),
+        ("quality", {"model": gone}),
+        ("decontaminate", {"eval_sets": {"mmlu": [f"{gone}/test.jsonl"]}}),
+        ("validate", {"checks": f"{gone}/checks.yaml", "checks_file": f"{gone}/more.yaml"}),
+        ("enrich", {"task": "embed", "model": gone}),
+    ]:
+        op = CurationStageOperator(task_id="t", stage=stage, dataset="ds", lake="/l", config=config)
+        assert op.build_config({}) == config

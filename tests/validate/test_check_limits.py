@@ -88,9 +88,8 @@ def test_the_stage_setting_is_every_checks_timeout(lake, tmp_path, monkeypatch):
 def test_a_bad_timeout_is_refused_before_any_work(lake, timeout):
     root, uris = lake
     checks = [{"type": "sql", "query": "SELECT 1", "min": 1, "timeout_s": timeout}]
-    stage = ValidateStage(Lake(root, "demo"), {"input_manifest": uris["dedup"], "checks": checks}, "bad-timeout")
     with pytest.raises(CheckSpecError, match="timeout_s must be"):
-        StageRunner(stage).run()
+        StageRunner(ValidateStage(Lake(root, "demo"), {"input_manifest": uris["dedup"], "checks": checks}, "b")).run()
 
 
 class _Watch:

@@ -121,12 +121,16 @@ def test_checks_file_with_sql_bounds_on_curated_rows_and_warnings(full_run, tmp_
     assert report["status"] == "passed" and "1 warned" in report["summary"]
 
 
-def test_malformed_check_is_refused_before_any_work(full_run):
+def test_malformed_check_is_refused_before_any_work(full_run, tmp_path):
     root, uris = full_run
-    stage = ValidateStage(
-        Lake(root, "demo"), {"input_manifest": uris["dedup"], "checks": [{"type": "median_vibes"}]}, "bad"
-    )
-    with pytest.raises(CheckSpecError, match="unknown type 'median_vibes'"):
+    with pytest.raises(CheckSpecError, match="unknown type 'median_vibes'"):  # the settings alone: at once
+        ValidateStage(
+            Lake(root, "demo"), {"input_manifest": uris["dedup"], "checks": [{"type": "median_vibes"}]}, "bad"
+        )
+    file = tmp_path / "bad-checks.yaml"
+    file.write_text("- type: median_vibes\n")
+    stage = ValidateStage(Lake(root, "demo"), {"input_manifest": uris["dedup"], "checks_file": str(file)}, "bad")
+    with pytest.raises(CheckSpecError, match="unknown type 'median_vibes'"):  # a file's: when the job plans
         StageRunner(stage).run()
 
 

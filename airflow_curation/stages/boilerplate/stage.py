@@ -136,7 +136,7 @@ class BoilerplateStage(AttrsStage):
     OPTIONAL_WITHOUT = "min_documents"
     STREAMS = False  # a global barrier: a line's count needs every shard
     SETTINGS = AttrsStage.SETTINGS.extend(
-        Setting("min_documents", int, 10, "a line held by at least this many documents is boilerplate"),
+        Setting("min_documents", int, 10, "a line held by at least this many documents is boilerplate", minimum=2),
         Setting(
             "memory_budget",
             size,
@@ -148,11 +148,6 @@ class BoilerplateStage(AttrsStage):
         Setting("partitions", int, None, "force the partition count", runtime=True),
         Setting("batch_rows", int, 8192, "rows per batch", runtime=True, minimum=1),
     )
-
-    def __init__(self, lake, config, run_id) -> None:
-        super().__init__(lake, config, run_id)
-        if int(self.config["min_documents"]) < 2:
-            raise ValueError(f"boilerplate: min_documents must be at least 2, got {self.config['min_documents']}")
 
     # -- steps 1 and 2 happen while planning step 3 ------------------------------------------------
     def plan(self) -> list[UnitEntry]:

@@ -23,6 +23,7 @@ import json
 import logging
 import math
 from collections import Counter
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -99,7 +100,7 @@ class DecontaminateStage(AttrsStage):
             "evaluation files by benchmark: name=file[,name=file...] (JSONL or Parquet; a name may repeat)",
         ),
         Setting("text_column", str, "text", "the evaluation files' text column"),
-        Setting("ngram", int, 13, "words per n-gram"),
+        Setting("ngram", int, 13, "words per n-gram", minimum=1),
         Setting("drop", bool, True, "drop the documents that match (else only mark them)"),
         Setting(
             "bad_eval_rows",
@@ -120,13 +121,15 @@ class DecontaminateStage(AttrsStage):
         Setting("batch_rows", int, 4096, "rows per batch and per output row group", runtime=True, minimum=1),
     )
 
+    @classmethod
+    def check_config(cls, config: dict[str, Any]) -> None:
+        super().check_config(config)
+        if not config["eval_sets"]:
+            raise ValueError("decontaminate: no eval_sets given (name=file of a benchmark's test split)")
+
     def __init__(self, lake, config, run_id) -> None:
         super().__init__(lake, config, run_id)
         c = self.config
-        if not c["eval_sets"]:
-            raise ValueError("decontaminate: no eval_sets given (name=file of a benchmark's test split)")
-        if int(c["ngram"]) < 1:
-            raise ValueError(f"decontaminate: ngram must be at least 1, not {c['ngram']}")
         # The evaluation files' content enters the fingerprint (and the index key): an edited test split
         # redoes every shard, a rerun with the same files skips them.
         self.eval_checksums = {b: [checksum_url(f) for f in files] for b, files in c["eval_sets"].items()}

@@ -25,6 +25,7 @@ import logging
 import math
 import time
 from dataclasses import asdict
+from typing import Any
 
 from airflow_curation.core import spill_pack, storage, uris
 from airflow_curation.core.accounting import RowAccounting
@@ -327,12 +328,17 @@ class DedupStage(AttrsStage):
         renamed={"engine": "mapper"},
     )
 
+    @classmethod
+    def check_config(cls, config: dict[str, Any]) -> None:
+        super().check_config(config)
+        if not (config["exact"] or config["near"]):
+            raise ValueError("dedup: nothing to do with exact=False and near=False")
+        dedup_params(config)
+
     def __init__(self, lake, config, run_id) -> None:
         super().__init__(lake, config, run_id)
         c = self.config
-        if not (c["exact"] or c["near"]):
-            raise ValueError("dedup: nothing to do with exact=False and near=False")
-        self.params = self._params()
+        self.params = dedup_params(c)
         self._ids_files: dict[str, str | None] = {}  # phase 3: each shard's ids file, where phase 1 wrote one
         # Which earlier snapshots this run probes is decided once, here, and enters the fingerprint: a rerun
         # of snapshot N after N+1 exists probes the same ones (only earlier dates), and a rerun after an
@@ -364,35 +370,6 @@ class DedupStage(AttrsStage):
             return base
         priors = [(p["snapshot"], p["checksum"]) for p in self.config["prior_indexes"]]
         return config_fingerprint(self.name, {"settings": base, "across_snapshots": priors}, self.version)
-
-    def _params(self) -> DedupParams:
-        c = self.config
-        mh = MinHashParams(
-            num_perm=int(c["num_perm"]),
-            ngram=int(c["ngram"]),
-            tokenizer=c["tokenizer"],
-            normalization=c["normalization"],
-            lowercase=bool(c["lowercase"]),
-            seed=int(c["seed"]),
-        )
-        if (c["bands"] is None) != (c["rows"] is None):
-            raise ValueError("dedup: give both bands and rows, or neither")
-        bands, rows = (
-            (int(c["bands"]), int(c["rows"]))
-            if c["bands"] is not None
-            else lsh_params(float(c["threshold"]), mh.num_perm)
-        )
-        if bands * rows > mh.num_perm or bands < 1 or rows < 1:
-            raise ValueError(f"dedup: {bands} bands x {rows} rows do not fit {mh.num_perm} permutations")
-        return DedupParams(
-            minhash=mh,
-            bands=bands,
-            rows=rows,
-            threshold=float(c["threshold"]),
-            exact=bool(c["exact"]),
-            near=bool(c["near"]),
-            verify=bool(c["verify"]),
-        )
 
     # -- where things run ------------------------------------------------------------------------
     def default_mapper(self) -> UnitMapper:
@@ -938,3 +915,31 @@ class DedupStage(AttrsStage):
                 acc.drop(reason, count)
         extra = {"exact_duplicates": exact, "near_duplicates": near}
         return AttrsFile(nbytes, checksum, acc, extra, table.column_names)  # its columns, for the entry
+
+
+def dedup_params(c: dict[str, Any]) -> DedupParams:
+    """The MinHash and LSH parameters the settings ``c`` give (bands and rows, or the threshold's)."""
+    mh = MinHashParams(
+        num_perm=int(c["num_perm"]),
+        ngram=int(c["ngram"]),
+        tokenizer=c["tokenizer"],
+        normalization=c["normalization"],
+        lowercase=bool(c["lowercase"]),
+        seed=int(c["seed"]),
+    )
+    if (c["bands"] is None) != (c["rows"] is None):
+        raise ValueError("dedup: give both bands and rows, or neither")
+    bands, rows = (
+        (int(c["bands"]), int(c["rows"])) if c["bands"] is not None else lsh_params(float(c["threshold"]), mh.num_perm)
+    )
+    if bands * rows > mh.num_perm or bands < 1 or rows < 1:
+        raise ValueError(f"dedup: {bands} bands x {rows} rows do not fit {mh.num_perm} permutations")
+    return DedupParams(
+        minhash=mh,
+        bands=bands,
+        rows=rows,
+        threshold=float(c["threshold"]),
+        exact=bool(c["exact"]),
+        near=bool(c["near"]),
+        verify=bool(c["verify"]),
+    )

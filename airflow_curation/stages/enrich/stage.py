@@ -117,7 +117,7 @@ class EnrichStage(AttrsStage):
             "longer documents are cut to this many tokens and flagged truncated",
             minimum=1,
         ),
-        Setting("max_tokens", int, 256, "generate: max new tokens"),
+        Setting("max_tokens", int, 256, "generate: max new tokens", minimum=1),
         Setting("temperature", float, 0.0, "generate: sampling temperature"),
         Setting("top_p", float, 1.0, "generate: nucleus sampling"),
         Setting("seed", int, 0, "sampling seed"),
@@ -168,16 +168,17 @@ class EnrichStage(AttrsStage):
         renamed={"engine": "model_runtime", "executor": "mapper", "engine_kwargs": "model_runtime_kwargs"},
     )
 
+    @classmethod
+    def check_config(cls, config: dict[str, Any]) -> None:
+        super().check_config(config)
+        check_settings(config)  # GPU and replica settings that cannot work
+        safe_name(f"enrich-{config['name'] or config['task']}", "enrich name")
+        make_task(config)  # the task's own settings (prompt template...)
+
     def __init__(self, lake, config, run_id) -> None:
         super().__init__(lake, config, run_id)
         c = self.config
-        for key in ("batch_size", "replicas", "checkpoint_rows", "max_input_tokens", "max_tokens"):
-            if int(c[key]) < 1:
-                raise ValueError(f"enrich: {key} must be at least 1, not {c[key]!r}")
-        check_settings(c)  # GPU and replica settings that cannot work, before any work
-        safe_name(self.output_name, "enrich name")
-        make_task(c)  # validates the task's own settings (prompt template...) before any work
-        if c["mapper"] == "ray":
+        if c["mapper"] == "ray":  # (the job's Ray: the submitting side may see another RAY_ADDRESS)
             ray_cluster.check_sizes(c["ray_address"], c["ray_num_cpus"], c["ray_num_gpus"])
         self._executor = None
         self._placement_error: ValueError | None = None

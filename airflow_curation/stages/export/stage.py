@@ -143,11 +143,15 @@ class ExportStage(Stage):
         ),
     )
 
+    @classmethod
+    def check_config(cls, config: dict[str, Any]) -> None:
+        super().check_config(config)
+        unknown = sorted(set(config["formats"]) - set(FORMATS))
+        if unknown or not config["formats"]:
+            raise ValueError(f"export: formats must be some of {list(FORMATS)}, not {config['formats']!r}")
+
     def __init__(self, lake, config, run_id) -> None:
         super().__init__(lake, config, run_id)
-        unknown = sorted(set(self.config["formats"]) - set(FORMATS))
-        if unknown or not self.config["formats"]:
-            raise ValueError(f"export: formats must be some of {list(FORMATS)}, not {self.config['formats']!r}")
         self.config["formats"] = [f for f in FORMATS if f in self.config["formats"]]  # one spelling, one fingerprint
         # The manifest names its input tokenize_manifest, not input_manifest: export's books are in sequences,
         # not rows, so the row chain between stages (the runner's, the gates', validate's) does not apply to

@@ -123,9 +123,10 @@ class MixStage(AttrsStage):
         Setting("manifests", list, None, "more input manifests (other datasets or snapshots) mixed with the first"),
     )
 
-    def __init__(self, lake, config, run_id) -> None:
-        super().__init__(lake, config, run_id)
-        c = self.config
+    @classmethod
+    def check_config(cls, config: dict[str, Any]) -> None:
+        super().check_config(config)
+        c = config
         if not c["targets"]:
             raise ValueError("mix: no targets given (KEY=PROPORTION,...)")
         mt.check_sum(c["targets"])
@@ -133,10 +134,14 @@ class MixStage(AttrsStage):
             raise ValueError("mix: unit=tokens needs token_column (e.g. tokenize.token_count) or chars_per_token")
         if c["chars_per_token"] is not None and c["chars_per_token"] <= 0:
             raise ValueError(f"mix: chars_per_token must be positive, not {c['chars_per_token']}")
-        if c["key_bins"]:
-            c["key_bins"] = sorted(float(e) for e in c["key_bins"])
         if c.get("inputs"):
             raise ValueError("mix: reads lake manifests (input_manifest, manifests), not plain files")
+
+    def __init__(self, lake, config, run_id) -> None:
+        super().__init__(lake, config, run_id)
+        c = self.config
+        if c["key_bins"]:
+            c["key_bins"] = sorted(float(e) for e in c["key_bins"])
 
     @property
     def fingerprint(self) -> str:

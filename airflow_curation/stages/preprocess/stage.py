@@ -386,26 +386,13 @@ class PreprocessStage(AttrsStage):
         self._pre: Preprocessor | None = self.preprocessor()  # preset, rules, signals checked before any work
         self._unit_bytes: dict[str, int] = {}
 
+    @classmethod
+    def check_config(cls, config: dict[str, Any]) -> None:
+        super().check_config(config)
+        preprocessor_for(config, with_blocklist=False)  # preset, rules, signals; the block list's files: the job's
+
     def preprocessor(self) -> Preprocessor:
-        c = self.config
-        return Preprocessor(
-            preset=c["preset"],
-            rules=c["rules"],
-            signals=c["signals"],
-            code=c["code"],
-            code_language=c["code_language"],
-            lang=c["lang"],
-            lang_min_score=c["lang_min_score"],
-            lang_id=c["lang_id"],
-            lang_max_chars=c["lang_max_chars"],
-            url_blocklist=c["url_blocklist"],
-            url_categories=c["url_categories"],
-            url_subwords=c["url_subwords"],
-            line_rules=c["line_rules"],
-            fix_text=c["fix_text"],
-            normalization=c["normalization"],
-            min_words_per_line=c["min_words_per_line"],
-        )
+        return preprocessor_for(self.config)
 
     def default_mapper(self) -> UnitMapper:
         if self.config["mapper"] == "local":
@@ -480,3 +467,26 @@ class PreprocessStage(AttrsStage):
 
     def account(self, result: pa.Table) -> RowAccounting:
         return preprocess_accounting(result)
+
+
+def preprocessor_for(c: dict[str, Any], with_blocklist: bool = True) -> Preprocessor:
+    """The preprocessor ``c`` (the stage's settings) describes; ``with_blocklist`` False leaves the URL block
+    list's files unread (what the settings alone can be checked with)."""
+    return Preprocessor(
+        preset=c["preset"],
+        rules=c["rules"],
+        signals=c["signals"],
+        code=c["code"],
+        code_language=c["code_language"],
+        lang=c["lang"],
+        lang_min_score=c["lang_min_score"],
+        lang_id=c["lang_id"],
+        lang_max_chars=c["lang_max_chars"],
+        url_blocklist=c["url_blocklist"] if with_blocklist else None,
+        url_categories=c["url_categories"],
+        url_subwords=c["url_subwords"],
+        line_rules=c["line_rules"],
+        fix_text=c["fix_text"],
+        normalization=c["normalization"],
+        min_words_per_line=c["min_words_per_line"],
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import cached_property
+from typing import Any
 
 import pyarrow as pa
 
@@ -61,26 +62,18 @@ class QualityStage(AttrsStage):
         ),
     )
 
+    @classmethod
+    def check_config(cls, config: dict[str, Any]) -> None:
+        super().check_config(config)
+        quality_rules(config)  # a bad preset or rule
+
     def __init__(self, lake, config, run_id) -> None:
         super().__init__(lake, config, run_id)
-        self.rules()  # a bad preset or rule fails before any work
         self.model_checksum  # noqa: B018 - and so does a missing model
         self.embed_checksum  # noqa: B018 - or a changed embedding model
 
     def rules(self) -> list[Rule]:
-        rules = resolve_rules(self.config["preset"], self.config["rules"])
-        bad = [r.name for r in rules if r.signal != SCORE]
-        if bad:
-            raise ValueError(f"quality: rules {bad} read other columns; the quality stage has only {SCORE}")
-        if self.config.get("min_score") is not None:
-            if not any(r.name == "quality_classifier" for r in rules):
-                rules.append(Rule("quality_classifier", SCORE, min=float(self.config["min_score"])))
-            else:
-                rules = [
-                    replace(r, min=float(self.config["min_score"])) if r.name == "quality_classifier" else r
-                    for r in rules
-                ]
-        return rules
+        return quality_rules(self.config)
 
     @cached_property
     def model_checksum(self) -> str:
@@ -128,3 +121,17 @@ class QualityStage(AttrsStage):
         scores = pa.array(self.model.score(table.column(TEXT).to_pylist()), type=pa.float32())
         decisions = apply_rules(pa.table({SCORE: scores}), self.rules())
         return pa.table({SCORE: scores, **{n: decisions.column(n) for n in decisions.column_names}})
+
+
+def quality_rules(config: dict[str, Any]) -> list[Rule]:
+    """The rules on the score ``config`` (the stage's settings) gives: its preset and rules, ``min_score``."""
+    rules = resolve_rules(config["preset"], config["rules"])
+    bad = [r.name for r in rules if r.signal != SCORE]
+    if bad:
+        raise ValueError(f"quality: rules {bad} read other columns; the quality stage has only {SCORE}")
+    if config.get("min_score") is not None:
+        if not any(r.name == "quality_classifier" for r in rules):
+            rules.append(Rule("quality_classifier", SCORE, min=float(config["min_score"])))
+        else:
+            rules = [replace(r, min=float(config["min_score"])) if r.name == "quality_classifier" else r for r in rules]
+    return rules

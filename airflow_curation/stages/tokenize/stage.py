@@ -106,7 +106,7 @@ class TokenizeStage(AttrsStage):
     FUNNEL_LABEL = "tokenized"
     SETTINGS = AttrsStage.SETTINGS.extend(
         Setting("tokenizer", str, None, "tokenizer file (a tokenizers tokenizer.json)", required=True),
-        Setting("seq_len", int, 2048, "tokens per packed sequence"),
+        Setting("seq_len", int, 2048, "tokens per packed sequence", minimum=1),
         Setting("eos_token", str, None, "token appended to every document (default: the tokenizer's EOS)"),
         Setting("pad_token", str, None, "token that fills the last sequence (default: the EOS token)"),
         Setting("add_special_tokens", bool, False, "let the tokenizer's post-processor add its special tokens"),
@@ -122,8 +122,6 @@ class TokenizeStage(AttrsStage):
 
     def __init__(self, lake, config, run_id) -> None:
         super().__init__(lake, config, run_id)
-        if int(self.config["seq_len"]) < 1:
-            raise ValueError(f"tokenize: seq_len must be at least 1, not {self.config['seq_len']!r}")
         self.special_ids  # noqa: B018 - a missing tokenizer or EOS fails before any work
 
     # -- the tokenizer -----------------------------------------------------------------------------

@@ -115,6 +115,13 @@ def load_checks(source: Any) -> list[dict[str, Any]]:
     return [dict(c) for c in source]
 
 
+def inline(source: Any) -> bool:
+    """Whether ``source`` (what :func:`load_checks` takes) holds the checks themselves, not a file's URL."""
+    if isinstance(source, str):
+        return "\n" in source or source.lstrip().startswith(("[", "{", "-"))
+    return source is not None
+
+
 def refuse_unsafe_sql(checks: list[dict[str, Any]], query_engine: str) -> None:
     """Refuse, before any work, a sql check that the query engine's sandbox would refuse to run."""
     gate = sandbox.duckdb_statement if query_engine == "duckdb" else sandbox.daft_query

@@ -165,6 +165,13 @@ class ValidateStage(Stage):
         renamed={"engine": "query_engine"},
     )
 
+    @classmethod
+    def check_config(cls, config: dict[str, Any]) -> None:
+        super().check_config(config)
+        checks = config.get("checks")
+        if checks_mod.inline(checks):  # the checks given as such (a file's are read in the job)
+            checks_mod.refuse_unsafe_sql(checks_mod.load_checks(checks), config["query_engine"])
+
     # --- inputs -----------------------------------------------------------------------------------
 
     @property

@@ -101,3 +101,32 @@ def test_validate_as_an_array_of_parts_and_a_merge(make_backend, ingested):
     assert [g["shards"] for g in groups] == [len(range(g, shards, 2)) for g in (0, 1)]  # each task its parts
     report = storage.read_json(manifest.config["report_json"])  # written by the collect job, the merge
     assert report["metrics"]["rows"] == report["metrics"]["distinct_ids"] == 120
+
+
+def test_a_setting_the_stage_refuses_fails_the_task_before_anything_is_submitted(slurm_cluster, ingested):
+    """A rule on a signal no setting computes: the submitting Airflow task fails at once, naming it. Before, the
+    operator submitted the array and deferred; each of its tasks failed on it after the queue, and the Airflow
+    task only when they all had."""
+    import sys
+
+    from airflow_curation.operators.preprocess import PreprocessOperator
+
+    from .conftest import JOB_PYTHONPATH
+
+    lake, ingest_manifest = ingested
+    before = sorted(p.relative_to(lake["root"]) for p in Path(lake["root"]).rglob("*"))
+    queued = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True).stdout
+    op = PreprocessOperator(
+        task_id="prep",
+        dataset=lake["dataset"],
+        lake=lake["root"],
+        input_manifest=ingest_manifest,
+        run_id="typo",
+        rules=[{"name": "too_short", "signal": "word_count", "min": 50}],
+        backend="slurm",
+        backend_options={"python": sys.executable, "env": {"PYTHONPATH": JOB_PYTHONPATH}, "shard_groups": 2},
+    )
+    with pytest.raises(ValueError, match=r"prep \(preprocess\): rule 'too_short' reads signal 'word_count'"):
+        op.execute({"run_id": "typo", "ti": None})
+    assert sorted(p.relative_to(lake["root"]) for p in Path(lake["root"]).rglob("*")) == before  # no job folder
+    assert subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout == queued
