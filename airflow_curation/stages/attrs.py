@@ -105,6 +105,7 @@ class AttrsStage(Stage):
             "seconds to wait for a planned upstream manifest to complete (while streaming: without a new "
             "upstream shard)",
             runtime=True,
+            minimum=0,
         ),
         Setting(
             "stream",
@@ -113,7 +114,9 @@ class AttrsStage(Stage):
             "while the upstream run is still going, process its shards as their checkpoints appear",
             runtime=True,
         ),
-        Setting("stream_poll_s", float, 2.0, "seconds between looks at the upstream checkpoints", runtime=True),
+        Setting(
+            "stream_poll_s", float, 2.0, "seconds between looks at the upstream checkpoints", runtime=True, minimum=0
+        ),
     )
     # Attrs stages start on single upstream shards unless they say otherwise (dedup: a global step first).
     STREAMS = True

@@ -139,7 +139,7 @@ class Stage:
     shard_group: tuple[int, int] | None = None
     collecting = False  # a collect step (StageRunner): it plans every unit and runs none
     SETTINGS: Settings = Settings(
-        Setting("workers", int, 1, "parallel workers", runtime=True),
+        Setting("workers", int, 1, "parallel workers", runtime=True, minimum=0),
         Setting("max_attempts", int, 2, "attempts per unit before it counts as failed", runtime=True, minimum=1),
         Setting(
             "max_failed_fraction",
@@ -156,6 +156,7 @@ class Stage:
             0.0,
             "seconds to wait while another run holds this stage on the snapshot",
             runtime=True,
+            minimum=0,
         ),
         Setting(
             "min_units",
@@ -164,6 +165,7 @@ class Stage:
             "plan at least this many units where the input allows (a backend running N array tasks sets N)",
             runtime=True,
             cli=False,
+            minimum=1,
         ),
         Setting("inputs", list, None, "input files", runtime=True, cli=False),
         Setting("input_manifest", str, None, "URI of the upstream manifest", runtime=True, cli=False),

@@ -139,6 +139,33 @@ def test_a_fraction_outside_0_to_1_is_refused(stage, setting, extra):
     stage_class(stage)(LAKE, {**extra, setting: 1}, "r1")
 
 
+@pytest.mark.parametrize(
+    "stage, setting, bad, bound, extra",
+    [
+        ("preprocess", "workers", -2, "at least 0", {"input_manifest": "/m"}),  # ran in-process, said nothing
+        ("pii", "lease_wait_s", -1, "at least 0", {"input_manifest": "/m"}),
+        ("pii", "stream_poll_s", -1, "at least 0", {"input_manifest": "/m"}),  # time.sleep(-1) mid-stream
+        ("pii", "upstream_wait_s", -5, "at least 0", {"input_manifest": "/m"}),
+        ("dedup", "partitions", -1, "at least 0", {"input_manifest": "/m"}),
+        ("dedup", "num_perm", 0, "at least 1", {"input_manifest": "/m"}),
+        ("dedup", "threshold", 1.5, "between 0 and 1", {"input_manifest": "/m"}),
+        ("validate", "part_rows", -5, "at least 0", {"input_manifest": "/m"}),
+        ("enrich", "top_p", 1.5, "between 0 and 1", {"input_manifest": "/m", "task": "embed", "model": "/x"}),
+        ("mix", "total", 0, "at least 1", {"input_manifest": "/m", "targets": {"a": 1.0}}),
+    ],
+)
+def test_a_number_no_run_can_use_is_refused(stage, setting, bad, bound, extra):
+    """Negative waits, workers and partitions, a threshold or probability past 1: accepted without a word, and
+    then ignored, or failed deep in a run. Refused when the config is read, where the run is launched too."""
+    from airflow_curation.operators.base import CurationStageOperator
+
+    with pytest.raises(ValueError, match=f"{stage}: {setting} must be {bound}, not {bad}"):
+        stage_class(stage)(LAKE, {**extra, setting: bad}, "r1")
+    op = CurationStageOperator(task_id="t", stage=stage, dataset="ds", lake="/l", config={setting: str(bad)})
+    with pytest.raises(ValueError, match=f"{setting} must be {bound}"):
+        op.build_config({})
+
+
 def test_stage_defaults_and_runtime_keys_come_from_the_settings():
     cls = stage_class("dedup")
     assert cls.DEFAULTS["threshold"] == 0.8 and cls.DEFAULTS["mapper"] == "local"

@@ -67,7 +67,7 @@ class BoilerplateCountStage(Stage):
     name = "boilerplate_counts"
     version = "1"
     SETTINGS = Stage.SETTINGS.extend(
-        Setting("partitions", int, 1, "key partitions of the spill", cli=False),
+        Setting("partitions", int, 1, "key partitions of the spill", cli=False, minimum=0),
         Setting("shards", list, [], "the shards to count (BoilerplateStage's plan)", runtime=True, cli=False),
         Setting("batch_rows", int, 8192, "rows per batch", runtime=True, cli=False, minimum=1),
     )
@@ -145,7 +145,7 @@ class BoilerplateStage(AttrsStage):
             runtime=True,
             minimum=1,
         ),
-        Setting("partitions", int, None, "force the partition count", runtime=True),
+        Setting("partitions", int, None, "force the partition count", runtime=True, minimum=0),
         Setting("batch_rows", int, 8192, "rows per batch", runtime=True, minimum=1),
     )
 

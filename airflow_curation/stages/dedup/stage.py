@@ -253,15 +253,22 @@ class DedupStage(AttrsStage):
     # so it cannot start on single upstream shards; its per-shard attrs stream out to enrich.
     STREAMS = False
     SETTINGS = AttrsStage.SETTINGS.extend(
-        Setting("threshold", float, 0.8, "Jaccard similarity at which two documents are near duplicates"),
-        Setting("num_perm", int, 128, "MinHash permutations"),
-        Setting("ngram", int, 5, "tokens per shingle"),
+        Setting(
+            "threshold",
+            float,
+            0.8,
+            "Jaccard similarity at which two documents are near duplicates",
+            minimum=0,
+            maximum=1,
+        ),
+        Setting("num_perm", int, 128, "MinHash permutations", minimum=1),
+        Setting("ngram", int, 5, "tokens per shingle", minimum=1),
         Setting("tokenizer", str, "word", "word (\\w+), space or char", choices=("word", "space", "char")),
         Setting("normalization", str, "NFKC", "Unicode normalization before hashing"),
         Setting("lowercase", bool, True, "lowercase before hashing"),
         Setting("seed", int, 1, "permutation seed"),
-        Setting("bands", int, None, "LSH bands (default: derived from threshold and num_perm)"),
-        Setting("rows", int, None, "LSH rows per band (with bands)"),
+        Setting("bands", int, None, "LSH bands (default: derived from threshold and num_perm)", minimum=1),
+        Setting("rows", int, None, "LSH rows per band (with bands)", minimum=1),
         Setting("exact", bool, True, "find exact duplicates (normalised-content hash)"),
         Setting("near", bool, True, "find near duplicates (MinHash-LSH)"),
         Setting("verify", bool, False, "keep only candidate pairs whose exact Jaccard reaches threshold"),
@@ -281,7 +288,7 @@ class DedupStage(AttrsStage):
             runtime=True,
             minimum=1,
         ),
-        Setting("partitions", int, None, "force the partition count", runtime=True),
+        Setting("partitions", int, None, "force the partition count", runtime=True, minimum=0),
         Setting(
             "global_units",
             int,
@@ -289,6 +296,7 @@ class DedupStage(AttrsStage):
             "units of the global phase, each a contiguous range of partitions (default: the slots, i.e. "
             "workers or the Dask cluster's threads; never fewer than the memory budget needs)",
             runtime=True,
+            minimum=0,
         ),
         Setting(
             "mapper",

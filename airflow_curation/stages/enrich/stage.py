@@ -91,15 +91,30 @@ class EnrichStage(AttrsStage):
             runtime=True,
         ),
         Setting(
-            "ray_num_cpus", int, None, "CPUs of the new local Ray (default: all; not with an address)", runtime=True
+            "ray_num_cpus",
+            int,
+            None,
+            "CPUs of the new local Ray (default: all; not with an address)",
+            runtime=True,
+            minimum=0,
         ),
         Setting(
-            "ray_num_gpus", int, None, "GPUs of the new local Ray (default: all; not with an address)", runtime=True
+            "ray_num_gpus",
+            int,
+            None,
+            "GPUs of the new local Ray (default: all; not with an address)",
+            runtime=True,
+            minimum=0,
         ),
         Setting("batch_size", int, 64, "rows per model call / Ray Data batch", runtime=True, minimum=1),
         Setting("replicas", int, 1, "model actors side by side (data parallel; Ray only)", runtime=True, minimum=1),
         Setting(
-            "tensor_parallel_size", int, 1, "GPUs one vLLM instance spans (a model too big for one GPU)", runtime=True
+            "tensor_parallel_size",
+            int,
+            1,
+            "GPUs one vLLM instance spans (a model too big for one GPU)",
+            runtime=True,
+            minimum=1,
         ),
         Setting(
             "gpus_per_replica",
@@ -118,8 +133,8 @@ class EnrichStage(AttrsStage):
             minimum=1,
         ),
         Setting("max_tokens", int, 256, "generate: max new tokens", minimum=1),
-        Setting("temperature", float, 0.0, "generate: sampling temperature"),
-        Setting("top_p", float, 1.0, "generate: nucleus sampling"),
+        Setting("temperature", float, 0.0, "generate: sampling temperature", minimum=0),
+        Setting("top_p", float, 1.0, "generate: nucleus sampling", minimum=0, maximum=1),
         Setting("seed", int, 0, "sampling seed"),
         Setting(
             "prompt_template",
@@ -131,7 +146,9 @@ class EnrichStage(AttrsStage):
         Setting(
             "structured_output", bool, False, "generate: constrain decoding to the instruction/response JSON (vLLM)"
         ),
-        Setting("max_field_chars", int, None, "generate with structured_output: longest instruction or response"),
+        Setting(
+            "max_field_chars", int, None, "generate with structured_output: longest instruction or response", minimum=1
+        ),
         Setting("labels", list, None, "classify/score: label names, comma-separated (default: the model's id2label)"),
         Setting(
             "score_label",
@@ -157,7 +174,7 @@ class EnrichStage(AttrsStage):
             "transformers' float32 on CPU and bfloat16 on GPU",
             choices=("auto", *TORCH_DTYPES),
         ),
-        Setting("max_model_len", int, None, "context cap (vLLM)"),
+        Setting("max_model_len", int, None, "context cap (vLLM)", minimum=1),
         Setting(
             "model_runtime_kwargs",
             dict,

@@ -60,7 +60,7 @@ class ExportScatterStage(Stage):
         Setting("seed", int, 0, "shuffle seed", cli=False),
         Setting("buckets", int, 1, "buckets (output files per format)", cli=False),
         Setting("dtype", str, "uint16", "token dtype", cli=False),
-        Setting("vocab_size", int, None, "ids must be below it", cli=False),
+        Setting("vocab_size", int, None, "ids must be below it", cli=False, minimum=0),
         Setting("boundaries", bool, False, "spill the document boundaries too (the parquet format)", cli=False),
         Setting("shards", list, [], "the packed shards to scatter (ExportStage's plan)", runtime=True, cli=False),
     )
@@ -110,7 +110,9 @@ class ExportStage(Stage):
             "target tokens bytes per output file, e.g. 1GiB: sets the bucket count (files per format)",
             minimum=1,
         ),
-        Setting("vocab_size", int, None, "vocabulary size (default: the tokenizer file the tokenize run names)"),
+        Setting(
+            "vocab_size", int, None, "vocabulary size (default: the tokenizer file the tokenize run names)", minimum=0
+        ),
         Setting(
             "mds_size_limit", size, formats.MDS_SIZE_LIMIT, "MDS shard size limit (MDSWriter's size_limit)", minimum=1
         ),
@@ -137,6 +139,7 @@ class ExportStage(Stage):
             "seconds to wait for a planned tokenize manifest to complete (its gate opens on its checkpoints, "
             "its job writes the final manifest just after)",
             runtime=True,
+            minimum=0,
         ),
         Setting(
             "output_dir", str, None, "write the formats here (default: export/<fingerprint>/ in the lake)", runtime=True

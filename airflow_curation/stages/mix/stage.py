@@ -108,8 +108,8 @@ class MixStage(AttrsStage):
         Setting("unit", str, "documents", "proportions of documents or of tokens", choices=("documents", "tokens")),
         Setting("token_column", str, None, "tokens per row: a column or STAGE.COLUMN (e.g. tokenize.token_count)"),
         Setting("chars_per_token", float, None, "or a declared estimate: tokens = ceil(characters / this)"),
-        Setting("total", int, None, "the mixture's size in its unit (default: largest without up-sampling)"),
-        Setting("max_epochs", float, None, "refuse a mixture that repeats a key more than this"),
+        Setting("total", int, None, "the mixture's size in its unit (default: largest without up-sampling)", minimum=1),
+        Setting("max_epochs", float, None, "refuse a mixture that repeats a key more than this", minimum=0),
         Setting("seed", int, 0, "the sampling seed"),
         Setting(
             "tolerance",

@@ -321,6 +321,7 @@ class PreprocessStage(AttrsStage):
             0,
             "language ID reads at most this many characters of each text (0: all)",
             keep_old_fingerprint=True,
+            minimum=0,
         ),
         Setting(
             "url_blocklist",
@@ -355,7 +356,9 @@ class PreprocessStage(AttrsStage):
             choices=NORMALIZATIONS,
             keep_old_fingerprint=True,
         ),
-        Setting("min_words_per_line", int, 3, "the min_words line rule's minimum", keep_old_fingerprint=True),
+        Setting(
+            "min_words_per_line", int, 3, "the min_words line rule's minimum", keep_old_fingerprint=True, minimum=0
+        ),
         Setting("batch_rows", int, 4096, "rows per batch and per output row group", runtime=True, minimum=1),
         Setting(
             "mapper",
@@ -368,7 +371,12 @@ class PreprocessStage(AttrsStage):
         ),
         Setting("scheduler_address", str, None, "run on this Dask cluster instead of a LocalCluster", runtime=True),
         Setting(
-            "workers", int, None, "at most this many local workers (the memory plan may choose fewer)", runtime=True
+            "workers",
+            int,
+            None,
+            "at most this many local workers (the memory plan may choose fewer)",
+            runtime=True,
+            minimum=0,
         ),
         Setting(
             "memory_expansion",
@@ -377,6 +385,7 @@ class PreprocessStage(AttrsStage):
             "a unit's peak memory per byte of its shard, for the worker plan; "
             "default: measured from this config's earlier checkpoints, else 8",
             runtime=True,
+            minimum=0,
         ),
         renamed={"engine": "mapper"},
     )

@@ -82,7 +82,7 @@ class ValidateStage(Stage):
         Setting("daft_runner", str, "native", "daft: native (this machine) or ray", choices=("native", "ray")),
         Setting("checks", anything, [], "a list of check dicts, or YAML text (see docs/validate.md)", cli=False),
         Setting("checks_file", str, None, "YAML or JSON file of declared checks", flag="--checks"),
-        Setting("min_rows", int, 1, "fewest curated rows allowed"),
+        Setting("min_rows", int, 1, "fewest curated rows allowed", minimum=0),
         Setting("max_null_rate", float, 0.0, "highest null rate of id and text", minimum=0, maximum=1),
         Setting(
             "max_duplicate_rate",
@@ -108,8 +108,9 @@ class ValidateStage(Stage):
             limits.DEFAULT_TIMEOUT_S,
             "seconds a sql check's query may run before it is stopped and the check fails (a check's timeout_s wins)",
             keep_old_fingerprint=True,
+            minimum=0,
         ),
-        Setting("threads", int, None, "DuckDB threads", runtime=True),
+        Setting("threads", int, None, "DuckDB threads", runtime=True, minimum=0),
         Setting(
             "memory_limit",
             str,
@@ -139,6 +140,7 @@ class ValidateStage(Stage):
             None,
             "DuckDB: rows of shards joined with their attrs per query (default 100000; 0: all at once)",
             runtime=True,
+            minimum=0,
         ),
         Setting(
             "ids_per_pass",
@@ -146,6 +148,7 @@ class ValidateStage(Stage):
             None,
             "DuckDB: ids per hash partition of the distinct-id and cluster counts (default 1000000; 0: one pass)",
             runtime=True,
+            minimum=0,
         ),
         Setting(
             "part_rows",
@@ -153,6 +156,7 @@ class ValidateStage(Stage):
             None,
             f"DuckDB: rows of one part, a unit (an array task) of the split run (default {PART_ROWS:,})",
             runtime=True,
+            minimum=0,
         ),
         Setting(
             "ray_address",
