@@ -63,11 +63,15 @@ class Backend(ABC):
     status_poll_s: float | None = None
 
     def submit(self, spec: JobSpec) -> JobHandle:
-        """Launch the whole stage (every group, then collect): attempt 1, after the stage's
-        :meth:`~airflow_curation.stages.base.Stage.new_launch` (ingest forgets a killed launch's plan)."""
+        """Launch the whole stage (every group, then collect): attempt 1, once the stage's settings pass its
+        :meth:`~airflow_curation.stages.base.Stage.check_config` (whoever submits: an operator, ``curation
+        <stage> --backend``), after its :meth:`~airflow_curation.stages.base.Stage.new_launch` (ingest forgets
+        a killed launch's plan)."""
         from airflow_curation.stages import stage_class
 
-        stage_class(spec.stage).new_launch(spec.lake_obj, spec.run_id)
+        stage = stage_class(spec.stage)
+        stage.check_config({**stage.SETTINGS.defaults, **stage.SETTINGS.coerce(spec.config, spec.stage)})
+        stage.new_launch(spec.lake_obj, spec.run_id)
         return self.launch(spec)
 
     @abstractmethod

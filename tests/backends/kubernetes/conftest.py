@@ -70,11 +70,13 @@ def make_spec(lake):
             ],
             status="complete",
         ).write(str(manifest))
+        # What a stage needs to be submitted at all (the backend checks the settings first).
+        needs = {"enrich": {"task": "embed", "model": "/models/minilm"}}.get(stage, {})
         return JobSpec(
             stage=stage,
             lake={"root": str(lake), "dataset": "d", "snapshot": None},
             run_id="r1",
-            config={"input_manifest": str(manifest), **config},
+            config={"input_manifest": str(manifest), **needs, **config},
         )
 
     return make

@@ -67,3 +67,21 @@ def test_cli_runs_ingest_on_slurm_as_an_array(slurm_cluster, tmp_path, capsys):
     assert [(u.unit_id, u.input_checksum) for u in manifest.units] == [
         (u.unit_id, u.input_checksum) for u in alone.units
     ]
+
+
+def test_cli_refuses_settings_the_stage_refuses_before_submitting(slurm_cluster, tmp_path, capsys):
+    """``curation dedup --no-exact --no-near --backend slurm``: refused before sbatch, as the operator does
+    (the backend's ``submit`` checks them), not by the job after the queue."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "a.jsonl").write_text("".join(json.dumps({"text": f"doc {i} " * 20}) + "\n" for i in range(10)))
+    lake = tmp_path / "lake"
+    StageRunner(IngestStage(Lake(str(lake), "web"), {"inputs": [str(inputs)]}, "r1")).run()
+    options = {"python": sys.executable, "env": {"PYTHONPATH": JOB_PYTHONPATH}}
+    rc = curation(
+        ["dedup", "--lake", str(lake), "--dataset", "web", "--no-exact", "--no-near"]
+        + ["--backend", "slurm", "--backend-options", json.dumps(options)]
+    )
+    err = capsys.readouterr().err
+    assert rc == 1 and "curation dedup: ValueError: dedup: nothing to do with exact=False and near=False" in err
+    assert "submitted" not in err and not (lake / "web" / "_jobs").exists()  # no job folder, no sbatch
