@@ -8,9 +8,10 @@ rewritten every ``ttl_s / 4`` seconds) is older than ``ttl_s``.
 
 On a local (or NFS) filesystem the lease is an ``flock`` on the file, which the kernel releases when
 its holder dies, however it dies; the file's content only names the holder for messages. On object
-stores, which have no exclusive create here, it is written and read back (the last writer wins and the
-loser sees the other owner), which serialises runs that do not start within the same second, and a
-holder is presumed dead once its heartbeat is older than ``ttl_s``. Slurm array tasks and Kubernetes
+stores it is created with a conditional write (``storage.create_new``: ``If-None-Match`` on S3), so of
+two runs that start at once one takes it, then read back (a store that ignores the condition: the last
+writer wins and the loser sees the other owner); a holder is presumed dead once its heartbeat is older
+than ``ttl_s``, and the first run to see that removes the file and creates it anew. Slurm array tasks and Kubernetes
 sweep pods of one run share the run's lease: only whole runs and collect steps take it.
 """
 
@@ -96,11 +97,13 @@ class Lease:
     def _try_create(self) -> bool:
         if storage.is_local(self.uri):
             return self._try_lock()
-        data = json.dumps(self._record()).encode()
         if self._holder() is not None:
             return False
-        storage.write_bytes(self.uri, data)
-        time.sleep(0.5)  # let a concurrent writer land, then see who won
+        # A conditional create: of two runs that both found no lease, one writes it, the other is refused
+        # (they overwrote each other before, and both held it when the second wrote after the first's read-back).
+        if not storage.create_new(self.uri, json.dumps(self._record()).encode()):
+            return False
+        time.sleep(0.5)  # a store without conditional writes: let a concurrent writer land, then see who won
         return (self._holder() or {}).get("token") == self.token
 
     def acquire(self) -> "Lease":

@@ -395,6 +395,38 @@ def write_json(url: str, obj: Any) -> None:
     write_bytes(url, (json.dumps(obj, indent=1, sort_keys=True, default=str) + "\n").encode())
 
 
+@_explained
+def create_new(url: str, data: bytes) -> bool:
+    """Write ``url`` only where nothing is: True when this call created it, False when a file was there.
+
+    One step no other writer interleaves with, where the storage has one: locally the whole file is written
+    under a temp name and linked into place (``link`` refuses an existing name, and a reader never sees a
+    part); on S3 a conditional PUT (``If-None-Match: *``: AWS S3, MinIO and moto honour it). A store without
+    conditional writes gets fsspec's look-then-write, which two writers can both pass: callers that must
+    know read the file back."""
+    fs, path = filesystem(url)
+    if not is_local(url):
+        try:
+            fs.pipe_file(path, data, mode="create")
+        except FileExistsError:
+            return False
+        return True
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = _temp_name(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return True
+
+
 def version(url: str) -> tuple | None:
     """What changes when a file is rewritten (size, time, ETag, inode), or None when it cannot be told (or the
     file is missing): what a reader keys a cache of the file's parsed content by."""

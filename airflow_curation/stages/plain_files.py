@@ -5,6 +5,7 @@ output folder holds."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from functools import lru_cache
@@ -119,7 +120,16 @@ def check_output_owner(stage: str, output_dir: str, outputs: Sequence[str]) -> N
 
 
 def claim_output(stage: str, output_dir: str) -> None:
-    """Record ``stage`` as the owner of ``output_dir`` (before it writes its first result there)."""
+    """Record ``stage`` as the owner of ``output_dir`` (before it writes its first result there): created only
+    where no owner is, so of two stages started at once into one folder (both found it free) one is refused.
+
+    :raises ValueError: another stage owns it."""
     marker = storage.join(output_dir, OWNER_FILE)
-    if not storage.exists(marker):
-        storage.write_json(marker, {"stage": stage})
+    if storage.create_new(marker, (json.dumps({"stage": stage}, indent=1) + "\n").encode()):
+        return
+    owner = storage.read_json(marker).get("stage")
+    if owner != stage:
+        raise ValueError(
+            f"{stage}: {output_dir} was claimed by {owner} ({marker}) while this run started; each stage's "
+            "results are named after their input files: give this one its own output folder"
+        )

@@ -1,5 +1,6 @@
 """The core storage layer on a real S3 API (moto server on loopback)."""
 
+import json
 import subprocess
 import sys
 import threading
@@ -192,3 +193,40 @@ def test_reads_race_a_writer_and_see_whole_versions(s3_bucket):
         stop.set()
         writer.join()
     assert seen == sorted(seen) and seen[-1] > 0  # whole versions, never going back
+
+
+def test_create_new_creates_once_whoever_races(s3_bucket):
+    """A conditional PUT: of writers that all found no file, one creates it and the others are told."""
+    uri = f"s3://{s3_bucket}/locks/one.json"
+    won: list[int] = []
+
+    def write(k: int) -> None:
+        if storage.create_new(uri, f"{k}".encode()):
+            won.append(k)
+
+    threads = [threading.Thread(target=write, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and storage.read_bytes(uri) == f"{won[0]}".encode()
+    assert storage.create_new(uri, b"late") is False and storage.read_bytes(uri) == f"{won[0]}".encode()
+
+
+def test_a_lease_is_held_by_one_run_when_two_find_it_free(s3_bucket):
+    """Two runs both looked and found no lease; the second wrote after the first had read its own write back.
+    Before, it wrote over the first's lease, read back its own, and both ran; now its create is refused."""
+    from airflow_curation.core.lease import Lease, LeaseBusy
+
+    uri = f"s3://{s3_bucket}/_locks/dedup.lease"
+    first = Lease(uri, "dedup").acquire()
+    try:
+        late = Lease(uri, "dedup")
+        looks = iter([None])  # its first look, just before the first one wrote: no lease; then what is there
+        late._holder = lambda: next(looks, Lease._holder(late))
+        with pytest.raises(LeaseBusy, match="dedup is already running"):
+            late.acquire()
+        assert json.loads(storage.read_bytes(uri))["token"] == first.token
+    finally:
+        first.release()
+    assert not storage.exists(uri)

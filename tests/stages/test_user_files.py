@@ -280,3 +280,22 @@ def test_integer_ids_give_string_ids_as_every_stage_writes_them(name, tokenizer,
     pq.write_table(pa.table({"id": [0.5, 1.5], "text": TEXTS[:2]}), bad)
     with pytest.raises(ValueError, match="column 'id' must be a string or integer column, found double"):
         _run(tmp_path, name, [str(bad)], tokenizer, "float")
+
+
+def test_two_stages_started_at_once_into_one_folder_one_is_refused(tokenizer, tmp_path):
+    """Both found the folder free (each checks it when it starts); the owner file is created only where none
+    is, so the later one to claim it is refused before its first result. Before, it found the file there, took
+    it for its own, and wrote its ``a.parquet`` over the other stage's."""
+    f = _write(tmp_path / "a.parquet", ["a", "b"], pa.array(TEXTS[:2]))
+    lake = Lake(str(tmp_path / "lake"), "ds")
+    out = tmp_path / "out"
+
+    def stage(name: str):
+        return stage_class(name)(lake, {"inputs": [f], "output_dir": str(out), **_config(name, tokenizer)}, "r1")
+
+    pii = stage("pii")  # started: the folder is free
+    assert StageRunner(stage("preprocess")).run().status == "complete"
+    written = (out / "a.parquet").read_bytes()
+    with pytest.raises(StageFailed, match=f"pii: {out} was claimed by preprocess"):
+        StageRunner(pii).run()
+    assert (out / "a.parquet").read_bytes() == written
