@@ -35,6 +35,7 @@ from airflow_curation.operators.quality import QualityOperator
 from airflow_curation.operators.retry import CONFIG_ERRORS_FAIL
 from airflow_curation.operators.tokenize import TokenizeOperator
 from airflow_curation.operators.validate import ValidateOperator
+from airflow_curation.params import setting_param
 from airflow_curation.pipeline import Pipeline
 
 CONN_ID = "curation_default"
@@ -187,13 +188,11 @@ with DAG(
             '{"preprocess": {"shard_groups": 8}, "dedup": {"cpus_per_task": 16}, '
             '"enrich": {"partition": "gpu", "extra_args": "--gres=gpu:1"}}.',
         ),
-        "max_failed_fraction": Param(
-            0.0,
-            type="number",
-            minimum=0,
-            maximum=1,
-            description="Failure budget of every stage: the fraction of its shards "
-            "that may fail without failing the run.",
+        "max_failed_fraction": setting_param(
+            "preprocess",
+            "max_failed_fraction",
+            description="Failure budget of every stage: the fraction of its shards that may fail without failing "
+            "the run.",
         ),
         "ingest_unit_size": _optional(
             "Ingest: input bytes per unit, e.g. 256MB (units are ingest's parallelism and the steps preprocess "
@@ -212,24 +211,18 @@ with DAG(
             type="string",
             description="Preprocess quality filter preset(s): gopher, structure, c4, fineweb, code, comma-separated.",
         ),
-        "boilerplate_min_documents": Param(
-            None,
-            type=["null", "integer"],
-            minimum=2,
+        "boilerplate_min_documents": setting_param(
+            "boilerplate",
+            "min_documents",
+            default=None,
             description="Boilerplate: a line held by at least this many documents (menus, footers, cookie banners) "
             "is removed before dedup. Empty: the Airflow Variable curation_boilerplate_min_documents; none: "
             "boilerplate is skipped.",
         ),
-        "dedup_threshold": Param(
-            0.8,
-            type="number",
-            exclusiveMinimum=0,
-            exclusiveMaximum=1,
-            description="Jaccard similarity at which dedup treats documents as near duplicates.",
-        ),
-        "dedup_across_snapshots": Param(
-            False,
-            type="boolean",
+        "dedup_threshold": setting_param("dedup", "threshold", exclusiveMinimum=0, exclusiveMaximum=1),
+        "dedup_across_snapshots": setting_param(
+            "dedup",
+            "across_snapshots",
             description="Dedup: also mark documents already seen in an earlier date's snapshot (each snapshot "
             "persists its buckets; this probes them). Run the dates in order (max_active_runs=1 for backfills).",
         ),
@@ -237,11 +230,9 @@ with DAG(
             "Quality classifier folder (written by curation quality-train) for the quality stage. Empty: the "
             "Airflow Variable curation_quality_model; none: quality is skipped."
         ),
-        "quality_min_score": Param(
-            None,
-            type=["null", "number"],
-            minimum=0,
-            maximum=1,
+        "quality_min_score": setting_param(
+            "quality",
+            "min_score",
             description="Quality: lowest quality_score kept. Empty: the quality preset's threshold (0.5).",
         ),
         "eval_sets": _optional(
@@ -249,28 +240,16 @@ with DAG(
             "column, e.g. a benchmark's test split). Empty: the Airflow Variable curation_eval_sets; none: "
             "decontaminate is skipped."
         ),
-        "decontaminate_ngram": Param(
-            13, type="integer", minimum=1, description="Decontaminate: words per shared n-gram that flags a document."
+        "decontaminate_ngram": setting_param(
+            "decontaminate", "ngram", description="Decontaminate: words per shared n-gram that flags a document."
         ),
         "enrich_model": _optional(
             "Model folder (Hugging Face layout) for enrich. Empty: the Airflow "
             "Variable curation_enrich_model; none: enrich is skipped."
         ),
-        "enrich_task": Param(
-            "embed",
-            enum=["embed", "classify", "score", "generate"],
-            description="What enrich computes per kept document.",
-        ),
-        "enrich_model_runtime": Param(
-            "vllm",
-            enum=["vllm", "transformers"],
-            description="What runs the enrich model: vLLM, or Hugging Face transformers.",
-        ),
-        "enrich_mapper": Param(
-            "ray",
-            enum=["ray", "local"],
-            description="Where the enrich model runs: ray (Ray Data actors) or local (the job process).",
-        ),
+        "enrich_task": setting_param("enrich", "task", default="embed"),
+        "enrich_model_runtime": setting_param("enrich", "model_runtime"),
+        "enrich_mapper": setting_param("enrich", "mapper"),
         "enrich_gpus_per_replica": Param(
             "auto",
             type=["string", "number"],
@@ -279,12 +258,8 @@ with DAG(
             description="GPUs per enrich model replica: auto (tensor_parallel_size when the machine or Ray "
             "cluster has GPUs, else CPU), 0 (CPU), a number, or a fraction of one GPU.",
         ),
-        "enrich_tensor_parallel_size": Param(
-            1, type="integer", minimum=1, description="GPUs one enrich model instance spans (vLLM tensor parallel)."
-        ),
-        "enrich_replicas": Param(
-            1, type="integer", minimum=1, description="Enrich model replicas side by side (data parallel, Ray)."
-        ),
+        "enrich_tensor_parallel_size": setting_param("enrich", "tensor_parallel_size"),
+        "enrich_replicas": setting_param("enrich", "replicas"),
         "mix_targets": _optional(
             "Mix: target proportions by mix_key, KEY=PROPORTION comma-separated (summing to 1) or JSON: the kept "
             "rows down- and up-sampled to them from mix_seed (tokenize then reads the selection). Empty: mix is "
@@ -296,8 +271,8 @@ with DAG(
             description="Mix: what the targets are keyed by: a column, STAGE.COLUMN (an attrs column), input or "
             "source_dir (the source file's first folder).",
         ),
-        "mix_unit": Param("documents", enum=["documents", "tokens"], description="Mix: proportions of what."),
-        "mix_seed": Param(0, type="integer", minimum=0, description="Mix: the sampling seed."),
+        "mix_unit": setting_param("mix", "unit"),
+        "mix_seed": setting_param("mix", "seed", minimum=0),
         "mix_manifests": _optional(
             "Mix: more input manifests (other datasets' or snapshots' final manifests), comma-separated URIs, mixed "
             "with this run's rows (mix_key input keys by them)."
@@ -306,20 +281,14 @@ with DAG(
             "tokenizer.json for tokenize (packed training sequences). Empty: the Airflow Variable "
             "curation_tokenizer; none: tokenize is skipped."
         ),
-        "seq_len": Param(2048, type="integer", minimum=1, description="Tokenize: tokens per packed sequence."),
+        "seq_len": setting_param("tokenize", "seq_len"),
         "export_formats": _optional(
             "Export: megatron, mds and/or parquet (comma-separated): tokenize's sequences globally shuffled in "
             "those formats. Empty: export is skipped."
         ),
-        "export_seed": Param(0, type="integer", minimum=0, description="Export: the shuffle seed."),
-        "min_rows": Param(1, type="integer", minimum=0, description="Validate: fewest curated rows a run may have."),
-        "max_duplicate_rate": Param(
-            0.5,
-            type="number",
-            minimum=0,
-            maximum=1,
-            description="Validate: highest fraction of rows dedup may mark duplicate.",
-        ),
+        "export_seed": setting_param("export", "seed", minimum=0),
+        "min_rows": setting_param("validate", "min_rows"),
+        "max_duplicate_rate": setting_param("validate", "max_duplicate_rate", default=0.5),
     },
     tags=["curation"],
 ) as dag:
