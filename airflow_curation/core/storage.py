@@ -402,14 +402,21 @@ def create_new(url: str, data: bytes) -> bool:
     One step no other writer interleaves with, where the storage has one: locally the whole file is written
     under a temp name and linked into place (``link`` refuses an existing name, and a reader never sees a
     part); on S3 a conditional PUT (``If-None-Match: *``: AWS S3, MinIO and moto honour it). A store without
-    conditional writes gets fsspec's look-then-write, which two writers can both pass: callers that must
-    know read the file back."""
+    conditional writes (one that ignores the header, one that answers 501, fsspec's generic filesystems)
+    gets a look-then-write, which two writers can both pass: callers that must know read the file back."""
     fs, path = filesystem(url)
     if not is_local(url):
         try:
             fs.pipe_file(path, data, mode="create")
         except FileExistsError:
             return False
+        except OSError as e:
+            if e.errno != errno.ENOSYS:
+                raise
+            # A store that answers a conditional PUT with 501 NotImplemented: look, then write.
+            if fs.exists(path):
+                return False
+            write_bytes(url, data)
         return True
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = _temp_name(path)

@@ -230,3 +230,22 @@ def test_a_lease_is_held_by_one_run_when_two_find_it_free(s3_bucket):
     finally:
         first.release()
     assert not storage.exists(uri)
+
+
+def test_create_new_on_a_store_without_conditional_writes_looks_then_writes(s3_bucket, monkeypatch):
+    """A store that answers the conditional PUT with 501 NotImplemented (s3fs: ENOSYS) still gets its file,
+    created once: the lease and the owner file work there as they did before conditional writes."""
+    import errno
+
+    uri = f"s3://{s3_bucket}/locks/plain.json"
+    fs, _ = storage.filesystem(uri)
+    real = type(fs).pipe_file
+
+    def no_conditional(self, path, value, mode="overwrite", **kwargs):
+        if mode == "create":
+            raise OSError(errno.ENOSYS, "NotImplemented")
+        return real(self, path, value, **kwargs)
+
+    monkeypatch.setattr(type(fs), "pipe_file", no_conditional)
+    assert storage.create_new(uri, b"first") is True
+    assert storage.create_new(uri, b"second") is False and storage.read_bytes(uri) == b"first"
