@@ -11,8 +11,9 @@ its holder dies, however it dies; the file's content only names the holder for m
 stores it is created with a conditional write (``storage.create_new``: ``If-None-Match`` on S3), so of
 two runs that start at once one takes it, then read back (a store that ignores the condition: the last
 writer wins and the loser sees the other owner); a holder is presumed dead once its heartbeat is older
-than ``ttl_s``, and the first run to see that removes the file and creates it anew. Slurm array tasks and Kubernetes
-sweep pods of one run share the run's lease: only whole runs and collect steps take it.
+than ``ttl_s``, and of the runs that see it dead, the one that creates the claim file named after that
+holder removes the file and creates it anew. Slurm array tasks and Kubernetes sweep pods of one run share
+the run's lease: only whole runs and collect steps take it.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class Lease:
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
         self._fd: int | None = None  # local: the open, flocked lease file
+        self._claims: list[str] = []  # object stores: the takeover claims this run created (removed on release)
 
     def _record(self) -> dict[str, Any]:
         return {
@@ -121,8 +123,9 @@ class Lease:
                 )
                 waiting = True
             if holder is not None and not storage.is_local(self.uri) and self._dead(holder):
-                storage.remove(self.uri)  # its holder died: take over
-                continue
+                if self._claim_takeover(holder):
+                    storage.remove(self.uri)  # its holder died: this run takes over
+                    continue
             if time.monotonic() >= deadline:
                 who = (
                     (
@@ -144,6 +147,23 @@ class Lease:
             self._beat.start()
         return self
 
+    def _claim_takeover(self, dead: dict[str, Any]) -> bool:
+        """Whether this run is the one to replace ``dead``'s lease: the one that creates the claim file named
+        after that holder. Two runs that both saw it dead both removed the lease before, and the second removal
+        could remove the lease the first had just created: both ran. A claim whose own run died before it
+        finished the takeover is stale after ``ttl_s`` and is removed, for the next look to claim again."""
+        claim = f"{self.uri}.takeover-{dead.get('token') or 'unknown'}-{int(dead.get('heartbeat') or 0)}"
+        if storage.create_new(claim, json.dumps(self._record()).encode()):
+            self._claims.append(claim)
+            return True
+        try:
+            other = json.loads(storage.read_bytes(claim))
+        except (FileNotFoundError, ValueError):
+            return False
+        if self._dead(other):
+            storage.remove(claim)
+        return False
+
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.ttl_s / 4):
             if (self._holder() or {}).get("token") != self.token:
@@ -163,6 +183,9 @@ class Lease:
             self._beat.join(timeout=5)
         if (self._holder() or {}).get("token") == self.token:
             storage.remove(self.uri)
+        for claim in self._claims:
+            storage.remove(claim)
+        self._claims = []
 
     def __enter__(self) -> "Lease":
         return self.acquire()

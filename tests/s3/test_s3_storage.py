@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 
 import pyarrow.parquet as pq
 import pytest
@@ -249,3 +250,26 @@ def test_create_new_on_a_store_without_conditional_writes_looks_then_writes(s3_b
     monkeypatch.setattr(type(fs), "pipe_file", no_conditional)
     assert storage.create_new(uri, b"first") is True
     assert storage.create_new(uri, b"second") is False and storage.read_bytes(uri) == b"first"
+
+
+def test_of_two_runs_that_find_a_dead_holder_one_takes_the_lease_over(s3_bucket):
+    """A crashed run's lease, seen dead by two runs: the first took it over; the second, still looking at the
+    dead holder's record, removed the first's new lease and created its own, and both ran. Now only the run
+    that creates the claim named after the dead holder removes its lease; the other finds the new holder."""
+    from airflow_curation.core.lease import Lease, LeaseBusy
+
+    uri = f"s3://{s3_bucket}/_locks/dedup.lease"
+    dead = {"token": "crashed", "host": "elsewhere", "pid": 1, "what": "dedup", "heartbeat": time.time() - 3600}
+    storage.write_bytes(uri, json.dumps(dead).encode())
+    first = Lease(uri, "dedup", ttl_s=60).acquire()
+    try:
+        assert json.loads(storage.read_bytes(uri))["token"] == first.token
+        late = Lease(uri, "dedup", ttl_s=60)
+        looks = iter([dead, dead])  # what it saw before the first run's takeover
+        late._holder = lambda: next(looks, Lease._holder(late))
+        with pytest.raises(LeaseBusy, match="dedup is already running"):
+            late.acquire()
+        assert json.loads(storage.read_bytes(uri))["token"] == first.token
+    finally:
+        first.release()
+    assert storage.listdir(f"s3://{s3_bucket}/_locks") == []  # the lease and the takeover claim
