@@ -204,7 +204,7 @@ class Stage:
         """Refuse what the settings alone make impossible: a required setting left out, a rule on a signal no
         setting computes, an unknown format. ``config`` is coerced, with the defaults.
 
-        The submitting task runs it before any job (:meth:`BaseCurationOperator.build_config`), so a typo fails
+        The submitting task runs it before any job (``CurationStageOperator.build_config``), so a typo fails
         the Airflow task at once, not every task of a Slurm array after the queue; the job runs it again. It
         must read no file, model or connection: where a run is launched may reach none of them (those are
         checked by the stage's constructor, in the job). A stage that overrides it calls this one first."""
