@@ -277,3 +277,11 @@ def test_array_tasks_share_one_index_and_collect_the_run(ingested, evals, monkey
     manifest = StageRunner(DecontaminateStage(lake, _config(ingest_uri, evals), "r1")).run(collect=True)
     assert len(builds) == 1 and manifest.status == "complete"
     assert manifest.accounting["dropped"] == {"decontaminated:mmlu": 2, "decontaminated:gsm8k": 4}
+
+
+def test_a_missing_eval_file_is_named_with_its_set(ingested, tmp_path):
+    lake, ingest_uri = ingested
+    (tmp_path / "gsm8k.jsonl").write_text('{"text": "two plus two"}\n')
+    sets = {"gsm8k": str(tmp_path / "gsm8k.jsonl"), "mmlu": str(tmp_path / "missing.jsonl")}
+    with pytest.raises(EvalSetError, match=f"eval set mmlu: {tmp_path}/missing.jsonl does not exist"):
+        DecontaminateStage(lake, _config(ingest_uri, sets), "r1")

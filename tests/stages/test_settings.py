@@ -341,3 +341,13 @@ def test_the_submitting_task_reads_no_file_the_settings_name():
     ]:
         op = CurationStageOperator(task_id="t", stage=stage, dataset="ds", lake="/l", config=config)
         assert op.build_config({}) == config
+
+
+def test_a_flags_help_says_its_bounds(capsys):
+    from airflow_curation.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["dedup", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Jaccard similarity at which two documents are near duplicates (0 to 1) (default: 0.8)" in text
+    assert "MinHash permutations (at least 1) (default: 128)" in text

@@ -132,7 +132,7 @@ class DecontaminateStage(AttrsStage):
         c = self.config
         # The evaluation files' content enters the fingerprint (and the index key): an edited test split
         # redoes every shard, a rerun with the same files skips them.
-        self.eval_checksums = {b: [checksum_url(f) for f in files] for b, files in c["eval_sets"].items()}
+        self.eval_checksums = {b: [_eval_checksum(b, f) for f in files] for b, files in c["eval_sets"].items()}
 
     @property
     def fingerprint(self) -> str:
@@ -239,3 +239,10 @@ class DecontaminateStage(AttrsStage):
         out = write_attrs(entry.uri, uri, compute, self.account, self.columns, batch, user_file=self.user_files)
         out.extra[COUNTS_KEY] = {"contaminated_docs": 0, **dict(counts)}
         return out
+
+
+def _eval_checksum(benchmark: str, uri: str) -> str:
+    try:
+        return checksum_url(uri)
+    except FileNotFoundError:  # (the bare error named the file, not which of the --eval-sets it was)
+        raise eval_index.EvalSetError(f"eval set {benchmark}: {uri} does not exist") from None
