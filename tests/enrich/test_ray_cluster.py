@@ -161,10 +161,13 @@ def test_a_client_the_cluster_failed_to_serve_connects_on_a_later_try(ray_head, 
         return init
 
     monkeypatch.setattr(ray_cluster.time, "sleep", lambda s: None)
-    monkeypatch.setattr(ray, "init", failing_first(ray_cluster.CLIENT_TRIES - 1))
+    # One failure made here; the real proxy may fail a try of its own (what the retries are for: CI saw it
+    # fail the one real try left when this made two), so the later tries are one or two.
+    monkeypatch.setattr(ray, "init", failing_first(1))
     try:
         _, started = ray_cluster.connect(ray_head.client)
-        assert started and ray.is_initialized() and calls == [ray_head.client] * ray_cluster.CLIENT_TRIES
+        assert started and ray.is_initialized() and set(calls) == {ray_head.client}
+        assert 2 <= len(calls) <= ray_cluster.CLIENT_TRIES
         assert ray.cluster_resources().get("CPU", 0) > 0  # the real cluster, through the client
     finally:
         ray_cluster.disconnect()
