@@ -68,17 +68,9 @@ class Placement:
 
 
 def check_settings(config: dict[str, Any]) -> None:
-    """The settings alone; a ``ValueError`` naming them and what to set."""
-    tp, replicas, cpus, gpus = (
-        config["tensor_parallel_size"],
-        config["replicas"],
-        config["cpus_per_replica"],
-        config["gpus_per_replica"],
-    )
-    if int(tp) < 1:
-        raise ValueError(f"enrich: tensor_parallel_size must be at least 1 (GPUs one model instance spans), not {tp}")
-    if int(replicas) < 1:
-        raise ValueError(f"enrich: replicas must be at least 1, not {replicas}")
+    """The settings alone, together (each alone, e.g. ``tensor_parallel_size`` and ``replicas`` at least 1, is
+    its Setting's bound); a ``ValueError`` naming them and what to set."""
+    tp, cpus, gpus = config["tensor_parallel_size"], config["cpus_per_replica"], config["gpus_per_replica"]
     if not float(cpus) >= 0:
         raise ValueError(f"enrich: cpus_per_replica must be 0 or more, not {cpus}")
     if tp > 1 and config["model_runtime"] != "vllm":
