@@ -101,15 +101,6 @@ def _metavar(s: Setting) -> str | None:
     return "{" + ",".join(str(c).lower() if isinstance(c, bool) else str(c) for c in s.choices) + "}"
 
 
-def _bounds(s: Setting) -> str:
-    """The setting's bounds for its help line (what the flag refuses outside them)."""
-    if s.minimum is not None and s.maximum is not None:
-        return f" ({s.minimum:g} to {s.maximum:g})"
-    if s.minimum is not None:
-        return f" (at least {s.minimum:g})"
-    return f" (at most {s.maximum:g})" if s.maximum is not None else ""
-
-
 def _cli_type(s: Setting, value: str) -> Any:
     try:
         return s.coerce(value, s.cli_flag)
@@ -123,7 +114,8 @@ def add_setting_args(p: argparse.ArgumentParser, settings: Settings) -> None:
     for s in sorted(settings, key=lambda s: s.runtime):  # what changes the output first, then how it runs
         if not s.cli:
             continue
-        text = s.help + _bounds(s) + (f" (default: {s.default})" if s.default not in (None, "", [], {}) else "")
+        text = s.help + (f" ({s.bounds})" if s.bounds else "")
+        text += f" (default: {s.default})" if s.default not in (None, "", [], {}) else ""
         if s.type is bool:
             p.add_argument(
                 s.cli_flag, dest=s.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=text

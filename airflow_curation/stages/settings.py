@@ -193,6 +193,16 @@ class Setting:
         return _COERCERS.get(self.type, self.type)
 
     @property
+    def bounds(self) -> str:
+        """The bounds in words (``between 0 and 1``, ``at least 1``), or ``""``: for messages and ``--help``."""
+        low, high = self.minimum, self.maximum
+        if low is not None and high is not None:
+            return f"between {low:g} and {high:g}"
+        if low is not None:
+            return f"at least {low:g}"
+        return f"at most {high:g}" if high is not None else ""
+
+    @property
     def cli_flag(self) -> str:
         return self.flag or "--" + self.name.replace("_", "-")
 
@@ -208,14 +218,7 @@ class Setting:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             low, high = self.minimum, self.maximum
             if (low is not None and value < low) or (high is not None and value > high):
-                bound = (
-                    f"between {low:g} and {high:g}"
-                    if low is not None and high is not None
-                    else f"at least {low:g}"
-                    if low is not None
-                    else f"at most {high:g}"
-                )
-                raise ValueError(f"{where}: {self.name} must be {bound}, not {value!r}")
+                raise ValueError(f"{where}: {self.name} must be {self.bounds}, not {value!r}")
         return value
 
 

@@ -349,5 +349,5 @@ def test_a_flags_help_says_its_bounds(capsys):
     with pytest.raises(SystemExit):
         main(["dedup", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "Jaccard similarity at which two documents are near duplicates (0 to 1) (default: 0.8)" in text
+    assert "Jaccard similarity at which two documents are near duplicates (between 0 and 1) (default: 0.8)" in text
     assert "MinHash permutations (at least 1) (default: 128)" in text
