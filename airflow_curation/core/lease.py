@@ -65,12 +65,7 @@ class Lease:
         }
 
     def _holder(self) -> dict[str, Any] | None:
-        try:
-            return json.loads(storage.read_bytes(self.uri))
-        except FileNotFoundError:
-            return None
-        except ValueError:
-            return {}  # being rewritten by its holder this very moment
+        return _record_at(self.uri)
 
     def _dead(self, holder: dict[str, Any]) -> bool:
         if (
@@ -156,11 +151,8 @@ class Lease:
         if storage.create_new(claim, json.dumps(self._record()).encode()):
             self._claims.append(claim)
             return True
-        try:
-            other = json.loads(storage.read_bytes(claim))
-        except (FileNotFoundError, ValueError):
-            return False
-        if self._dead(other):
+        other = _record_at(claim)
+        if other and self._dead(other):
             storage.remove(claim)
         return False
 
@@ -192,3 +184,14 @@ class Lease:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _record_at(uri: str) -> dict[str, Any] | None:
+    """The run record in a lease or takeover-claim file: None when there is none, ``{}`` when it cannot be read
+    as one (being rewritten by its holder this very moment)."""
+    try:
+        return json.loads(storage.read_bytes(uri))
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return {}
