@@ -65,3 +65,24 @@ def sample_corpus(out: Path, modules: int) -> Path:
         timeout=300,
     )
     return out
+
+
+def create_new_race(uri: str, payloads: list[bytes]) -> list[int]:
+    """Threads that all call ``storage.create_new(uri, payloads[k])`` at once: the indices of those told they
+    created it."""
+    import threading
+
+    from airflow_curation.core import storage
+
+    won: list[int] = []
+
+    def write(k: int) -> None:
+        if storage.create_new(uri, payloads[k]):
+            won.append(k)
+
+    threads = [threading.Thread(target=write, args=(k,)) for k in range(len(payloads))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return won

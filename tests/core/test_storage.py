@@ -187,19 +187,9 @@ def test_a_write_the_disk_refuses_names_the_file(tmp_path):
 def test_create_new_creates_once_whoever_races(tmp_path):
     """Of writers that all found no file, one creates it (whole: linked from a complete temp) and the others
     are told; no temp is left."""
-    import threading
+    from process_helpers import create_new_race
 
     uri = str(tmp_path / "locks" / "one.json")
-    won: list[int] = []
-
-    def write(k: int) -> None:
-        if storage.create_new(uri, f"{k}".encode() * 1000):
-            won.append(k)
-
-    threads = [threading.Thread(target=write, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    won = create_new_race(uri, [f"{k}".encode() * 1000 for k in range(8)])
     assert len(won) == 1 and storage.read_bytes(uri) == f"{won[0]}".encode() * 1000
     assert storage.create_new(uri, b"late") is False and os.listdir(tmp_path / "locks") == ["one.json"]

@@ -198,36 +198,36 @@ def test_reads_race_a_writer_and_see_whole_versions(s3_bucket):
 
 def test_create_new_creates_once_whoever_races(s3_bucket):
     """A conditional PUT: of writers that all found no file, one creates it and the others are told."""
+    from process_helpers import create_new_race
+
     uri = f"s3://{s3_bucket}/locks/one.json"
-    won: list[int] = []
-
-    def write(k: int) -> None:
-        if storage.create_new(uri, f"{k}".encode()):
-            won.append(k)
-
-    threads = [threading.Thread(target=write, args=(k,)) for k in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    won = create_new_race(uri, [f"{k}".encode() for k in range(6)])
     assert len(won) == 1 and storage.read_bytes(uri) == f"{won[0]}".encode()
     assert storage.create_new(uri, b"late") is False and storage.read_bytes(uri) == f"{won[0]}".encode()
+
+
+def _refused_after_seeing(uri: str, first, looks: list) -> None:
+    """A late run whose first looks at the lease saw ``looks`` (then what is there) is refused, and the lease
+    stays ``first``'s."""
+    from airflow_curation.core.lease import Lease, LeaseBusy
+
+    late = Lease(uri, "dedup", ttl_s=first.ttl_s)
+    seen = iter(looks)
+    late._holder = lambda: next(seen, Lease._holder(late))
+    with pytest.raises(LeaseBusy, match="dedup is already running"):
+        late.acquire()
+    assert json.loads(storage.read_bytes(uri))["token"] == first.token
 
 
 def test_a_lease_is_held_by_one_run_when_two_find_it_free(s3_bucket):
     """Two runs both looked and found no lease; the second wrote after the first had read its own write back.
     Before, it wrote over the first's lease, read back its own, and both ran; now its create is refused."""
-    from airflow_curation.core.lease import Lease, LeaseBusy
+    from airflow_curation.core.lease import Lease
 
     uri = f"s3://{s3_bucket}/_locks/dedup.lease"
     first = Lease(uri, "dedup").acquire()
     try:
-        late = Lease(uri, "dedup")
-        looks = iter([None])  # its first look, just before the first one wrote: no lease; then what is there
-        late._holder = lambda: next(looks, Lease._holder(late))
-        with pytest.raises(LeaseBusy, match="dedup is already running"):
-            late.acquire()
-        assert json.loads(storage.read_bytes(uri))["token"] == first.token
+        _refused_after_seeing(uri, first, [None])  # its first look, just before the first one wrote: no lease
     finally:
         first.release()
     assert not storage.exists(uri)
@@ -256,7 +256,7 @@ def test_of_two_runs_that_find_a_dead_holder_one_takes_the_lease_over(s3_bucket)
     """A crashed run's lease, seen dead by two runs: the first took it over; the second, still looking at the
     dead holder's record, removed the first's new lease and created its own, and both ran. Now only the run
     that creates the claim named after the dead holder removes its lease; the other finds the new holder."""
-    from airflow_curation.core.lease import Lease, LeaseBusy
+    from airflow_curation.core.lease import Lease
 
     uri = f"s3://{s3_bucket}/_locks/dedup.lease"
     dead = {"token": "crashed", "host": "elsewhere", "pid": 1, "what": "dedup", "heartbeat": time.time() - 3600}
@@ -264,12 +264,7 @@ def test_of_two_runs_that_find_a_dead_holder_one_takes_the_lease_over(s3_bucket)
     first = Lease(uri, "dedup", ttl_s=60).acquire()
     try:
         assert json.loads(storage.read_bytes(uri))["token"] == first.token
-        late = Lease(uri, "dedup", ttl_s=60)
-        looks = iter([dead, dead])  # what it saw before the first run's takeover
-        late._holder = lambda: next(looks, Lease._holder(late))
-        with pytest.raises(LeaseBusy, match="dedup is already running"):
-            late.acquire()
-        assert json.loads(storage.read_bytes(uri))["token"] == first.token
+        _refused_after_seeing(uri, first, [dead, dead])  # what it saw before the first run's takeover
     finally:
         first.release()
     assert storage.listdir(f"s3://{s3_bucket}/_locks") == []  # the lease and the takeover claim
