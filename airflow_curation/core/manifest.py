@@ -450,7 +450,10 @@ def _sibling(uri: str, rel: str) -> str:
 
 
 def _pages(entries: list[dict[str, Any]], per_page: int) -> tuple[list[int], list[str], bytes]:
-    encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
+    # Keys sorted: a page's bytes (and the checksum that names it: export's scatter key, mix's plan file) are
+    # the same whether an entry came from a fresh unit or a skipped unit's record, whose dicts load in
+    # another key order.
+    encode = json.JSONEncoder(separators=(",", ":"), sort_keys=True, default=str).encode
     lengths, checksums, chunks = [], [], []
     for start in range(0, len(entries), per_page):
         # One entry a line (JSON escapes every newline inside): a reader decodes only the lines it needs.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -452,3 +453,22 @@ def test_a_manifest_of_a_newer_format_is_refused_by_name(tmp_path):
     storage.write_json(uri, {**head, "format_version": FORMAT_VERSION + 1})
     with pytest.raises(ManifestError, match=r"format_version .* not supported .*written by a newer airflow-curation"):
         Manifest.read(uri)
+
+
+def test_a_page_is_named_by_its_entries_not_by_their_key_order(tmp_path):
+    """A unit done in this run and one skipped (its record loaded from its checkpoint) hand on equal entries
+    whose dicts hold their keys in another order. The pages' checksums name the run to downstream stages
+    (export's scatter key, mix's plan file): they differed, so a rerun that skipped units made export scatter
+    under a new key and leave the old key's mark behind."""
+    fresh = _manifest(3)
+    loaded = replace(_manifest(3), created_at=fresh.created_at)
+    for s in fresh.shards:
+        s.attrs = {"preprocess": "/lake/a/p.parquet", "mix": "/lake/a/m.parquet"}
+        s.files = {"packed": {"uri": "/lake/p.parquet", "checksum": "xxh64:1", "bytes": 5}}
+    for s in loaded.shards:
+        s.attrs = {"mix": "/lake/a/m.parquet", "preprocess": "/lake/a/p.parquet"}
+        s.files = {"packed": {"bytes": 5, "checksum": "xxh64:1", "uri": "/lake/p.parquet"}}
+    assert fresh == loaded
+    a, b = (ManifestHead.read(m.write(str(tmp_path / f"{k}.json"))) for k, m in (("a", fresh), ("b", loaded)))
+    for kind in ("units", "shards"):
+        assert a.data["index"][kind]["checksums"] == b.data["index"][kind]["checksums"]

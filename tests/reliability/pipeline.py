@@ -14,6 +14,7 @@ compared exactly (``repr`` round-trips), so "identical" means byte-identical val
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -33,6 +34,8 @@ from airflow_curation.core.manifest import Manifest
 from airflow_curation.jobs.spec import JobSpec
 
 STAGES = ("ingest", "preprocess", "dedup", "enrich", "validate")
+# Training data out: the curated rows mixed, tokenized and exported (tests/reliability/test_kill_resume_out.py).
+OUT_STAGES = ("ingest", "preprocess", "mix", "tokenize", "export")
 RUN_ID = "run1"
 DATASET = "web"
 # Report fields that differ between two runs of the same data (time, paths of this run's files).
@@ -44,12 +47,16 @@ TEMP_GLOB = "**/.*.tmp-*"
 class Pipeline:
     """:param root: the lake root (always this path). :param corpus: the raw input folder.
     :param model: the enrich model folder. :param work: specs and job logs (outside the lake).
+    :param stages: the chain, each stage reading the manifest of the one before.
+    :param tokenizer: the tokenizer file (tokenize).
     """
 
     root: Path
     corpus: Path
     model: str
     work: Path
+    stages: tuple[str, ...] = STAGES
+    tokenizer: str = ""
 
     @property
     def lake(self) -> Lake:
@@ -60,7 +67,7 @@ class Pipeline:
 
     def config(self, stage: str) -> dict[str, Any]:
         # Small units, shards and row groups so that every fault point is hit more than once.
-        upstream = STAGES[STAGES.index(stage) - 1] if stage != "ingest" else None
+        upstream = self.stages[self.stages.index(stage) - 1] if stage != "ingest" else None
         common = {"input_manifest": self.manifest_uri(upstream)} if upstream else {}
         return {
             "ingest": {
@@ -85,6 +92,27 @@ class Pipeline:
             },
             # One DuckDB thread: parallel float sums differ in the last bits from run to run (report means).
             "validate": {**common, "query_engine": "duckdb", "threads": 1, "max_duplicate_rate": 1.0},
+            # Three keys (mean line length bins), up-sampled past what is kept: epochs > 1 reach tokenize.
+            "mix": {
+                **common,
+                "workers": 1,
+                "key": "preprocess.mean_line_len",
+                "key_bins": [30, 60],
+                "targets": {"<30": 0.2, "30-60": 0.5, ">=60": 0.3},
+                "total": 400,
+                "seed": 3,
+            },
+            "tokenize": {**common, "workers": 1, "tokenizer": self.tokenizer, "seq_len": 64},
+            # Small files and a small memory budget: ~35 buckets in ~6 gather units, several MDS shards a bucket.
+            "export": {
+                **common,
+                "workers": 1,
+                "formats": ["megatron", "mds", "parquet"],
+                "file_size": 32768,
+                "memory_budget": 800_000,
+                "mds_size_limit": 8192,
+                "seed": 11,
+            },
         }[stage]
 
     def run(self, stage: str, fault: str | None = None, tag: str = "") -> subprocess.CompletedProcess:
@@ -109,6 +137,15 @@ class Pipeline:
             )
         proc.log = log  # type: ignore[attr-defined]
         return proc
+
+    def output_view(self) -> dict[str, str]:
+        """What the chain produced: the curated rows of its last stage that lists shards (``curated_view``)
+        and, where it exports, every exported file's bytes (``exported_files``)."""
+        rows_stage = self.stages[-1] if self.stages[-1] != "export" else self.stages[-2]
+        view = curated_view(self.manifest_uri(rows_stage))
+        if "export" in self.stages:
+            view.update(exported_files(self.manifest_uri("export")))
+        return view
 
     def restore(self, saved: Path | None) -> None:
         """Make the lake what ``saved`` holds (nothing when None)."""
@@ -149,6 +186,17 @@ def curated_view(manifest_uri: str) -> dict[str, str]:
     return rows
 
 
+def exported_files(manifest_uri: str) -> dict[str, str]:
+    """``export:<file>`` -> the SHA-256 of every file in the export's output folder (each format's files, the
+    order files, MDS's index and ``_SUCCESS.json``): what a trainer reads, byte for byte."""
+    out = Path(Manifest.read(manifest_uri).config["export"]["output_dir"])
+    return {
+        f"export:{p.relative_to(out)}": hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(out.rglob("*"))
+        if p.is_file()
+    }
+
+
 def _table(uri: str):
     """A Parquet file of any storage (a local path, or an object store through the options in effect)."""
     with storage.open_read(uri) as f:
@@ -185,15 +233,18 @@ def accounting_problems(books: dict[str, dict]) -> list[str]:
         if not RowAccounting.from_dict(acc).closes:
             problems.append(f"{stage}: {acc} does not close")
     ingested = books.get("ingest", {}).get("kept")
-    for stage in STAGES[1:]:
+    for stage in (*STAGES[1:], "mix", "tokenize"):  # export's books are in sequences, not rows
         if stage in books and books[stage]["read"] != ingested:
             problems.append(f"{stage} read {books[stage]['read']} rows, ingest kept {ingested}")
     return problems
 
 
 def report(lake: Lake) -> dict[str, Any]:
-    """The validate report without what legitimately differs between runs."""
-    data = json.loads(Path(lake.manifest_uri(RUN_ID, "report")).read_text())
+    """The validate report without what legitimately differs between runs ({} where the chain has none)."""
+    path = Path(lake.manifest_uri(RUN_ID, "report"))
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
     return {k: v for k, v in data.items() if k not in VOLATILE_REPORT_KEYS}
 
 
