@@ -178,7 +178,9 @@ def assert_reran_to_the_reference(scenario: Scenario, out: Outcome, reference: R
     redone = out.redone
     assert not redone, "units committed before the kill were redone"
     stray, missing = sorted(set(out.files) - set(reference.files)), sorted(set(reference.files) - set(out.files))
-    assert (stray, missing) == ([], []), f"the lake's files differ from the clean run's: stray {stray[:5]}, missing {missing[:5]}"
+    assert (stray, missing) == ([], []), (
+        f"the lake's files differ from the clean run's: stray {stray[:5]}, missing {missing[:5]}"
+    )
     if scenario.check is not None:
         scenario.check(out)
 
