@@ -280,6 +280,37 @@ def test_array_tasks_scatter_their_own_block_and_write_the_same_bytes(packed, tm
     assert _files_digest(grouped.config["export"]["output_dir"]) == _files_digest(whole.config["export"]["output_dir"])
 
 
+def test_every_task_of_an_array_gathers_some_buckets(packed, tmp_path):
+    """An array of three tasks on an export whose memory budget needs one gather unit: the backend's spec
+    (``with_min_units``) asks for a unit per task, and each task gathers its own buckets (all gathered by one
+    task before, the others idle); the files are those of a one-process run."""
+    import shutil
+
+    from airflow_curation.jobs.groups import with_min_units
+    from airflow_curation.jobs.spec import JobSpec
+
+    whole = _export(packed, "slots-whole", file_size=4096, seed=8)
+    copy = tmp_path / "copy"
+    shutil.copytree(packed["lake"].root, copy)
+    lake = Lake(str(copy), "d")
+    config = {"input_manifest": lake.manifest_uri("r", "tokenize"), "file_size": 4096, "seed": 8}
+    spec = with_min_units(JobSpec("export", lake.to_dict(), "slots", config), 3)
+    done = [
+        [
+            u
+            for u in StageRunner(ExportStage(lake, dict(spec.config), "slots")).run(shard_group=(i, 3)).units
+            if u.status == "done"
+        ]
+        for i in range(3)
+    ]
+    assert all(done), [len(d) for d in done]  # every task gathered some buckets
+    collected = StageRunner(ExportStage(lake, dict(spec.config), "slots")).run(collect=True)
+    assert collected.status == "complete" and len(collected.units) == 3
+    assert _files_digest(collected.config["export"]["output_dir"]) == _files_digest(
+        whole.config["export"]["output_dir"]
+    )
+
+
 def test_an_output_folder_holds_one_export_and_another_folder_gets_its_own_files(packed, tmp_path):
     """``--output-dir ex`` twice, the second with a larger file_size (fewer buckets) and fewer formats: the first
     one's other buckets stayed beside the second's, and a trainer reading ex/megatron took sequences twice.

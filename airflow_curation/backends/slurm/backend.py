@@ -19,7 +19,6 @@ and ``cancel`` delete it too.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import time
@@ -270,10 +269,7 @@ class SlurmBackend(Backend):
         self.files.makedirs(job_dir)
         spec_path = os.path.join(job_dir, "spec.json")
         groups = self.groups_for(spec)
-        if groups > 1:  # a unit for each array task where the input allows (a small input is else one unit)
-            spec = dataclasses.replace(
-                spec, config={**spec.config, "min_units": max(groups, spec.config.get("min_units") or 1)}
-            )
+        spec = grp.with_min_units(spec, groups)  # a unit for each array task where the input allows
         self.files.write(spec_path, spec.to_json().encode())
         base = {
             "backend": self.name,

@@ -263,7 +263,10 @@ class ExportStage(Stage):
         # A unit holds its range of every spill file, the sorted copy, the cut-off padding and the bytes it
         # writes: about four times its buckets' tokens.
         memory_units = math.ceil(4 * total / int(self.config["memory_budget"]))
-        ranges = partition_ranges(buckets, max(memory_units, int(self.config["workers"] or 1)))
+        # And at least a unit for each worker and each task of an array (a backend running N tasks sets
+        # min_units = N): with the budget's units alone, all tasks but one sat through the gather idle.
+        slots = max(int(self.config["workers"] or 1), int(self.config["min_units"] or 1))
+        ranges = partition_ranges(buckets, max(memory_units, slots))
         self._gather = {
             # every spill file, listed by the first gather unit (:meth:`_spill_uris`; the order of reading does
             # not enter the written order: phases)
