@@ -36,6 +36,8 @@ from airflow_curation.jobs.spec import JobSpec
 STAGES = ("ingest", "preprocess", "dedup", "enrich", "validate")
 # Training data out: the curated rows mixed, tokenized and exported (tests/reliability/test_kill_resume_out.py).
 OUT_STAGES = ("ingest", "preprocess", "mix", "tokenize", "export")
+# The filters between (tests/reliability/test_kill_resume_mid.py).
+MID_STAGES = ("ingest", "preprocess", "boilerplate", "dedup", "quality", "decontaminate", "pii")
 RUN_ID = "run1"
 DATASET = "web"
 # Report fields that differ between two runs of the same data (time, paths of this run's files).
@@ -48,7 +50,8 @@ class Pipeline:
     """:param root: the lake root (always this path). :param corpus: the raw input folder.
     :param model: the enrich model folder. :param work: specs and job logs (outside the lake).
     :param stages: the chain, each stage reading the manifest of the one before.
-    :param tokenizer: the tokenizer file (tokenize).
+    :param tokenizer: the tokenizer file (tokenize). :param quality_model: the quality model folder.
+    :param eval_set: the evaluation set file (decontaminate).
     """
 
     root: Path
@@ -57,6 +60,8 @@ class Pipeline:
     work: Path
     stages: tuple[str, ...] = STAGES
     tokenizer: str = ""
+    quality_model: str = ""
+    eval_set: str = ""
 
     @property
     def lake(self) -> Lake:
@@ -103,6 +108,11 @@ class Pipeline:
                 "seed": 3,
             },
             "tokenize": {**common, "workers": 1, "tokenizer": self.tokenizer, "seq_len": 64},
+            # Lines held by 3 documents are boilerplate: the sample corpus's licence headers and shared lines.
+            "boilerplate": {**common, "min_documents": 3, "batch_rows": 32},
+            "quality": {**common, "model": self.quality_model, "batch_rows": 32},
+            "decontaminate": {**common, "eval_sets": {"held": self.eval_set}, "ngram": 8},
+            "pii": {**common, "batch_rows": 32},
             # Small files and a small memory budget: ~35 buckets in ~6 gather units, several MDS shards a bucket.
             "export": {
                 **common,
@@ -233,7 +243,7 @@ def accounting_problems(books: dict[str, dict]) -> list[str]:
         if not RowAccounting.from_dict(acc).closes:
             problems.append(f"{stage}: {acc} does not close")
     ingested = books.get("ingest", {}).get("kept")
-    for stage in (*STAGES[1:], "mix", "tokenize"):  # export's books are in sequences, not rows
+    for stage in {*STAGES[1:], *OUT_STAGES[1:], *MID_STAGES[1:]} - {"export"}:  # export's are in sequences
         if stage in books and books[stage]["read"] != ingested:
             problems.append(f"{stage} read {books[stage]['read']} rows, ingest kept {ingested}")
     return problems
