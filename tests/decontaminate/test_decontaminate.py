@@ -134,6 +134,22 @@ def test_an_edited_eval_file_redoes_the_shards(ingested, evals):
     assert "decontaminated:mmlu" not in manifest.accounting["dropped"]
 
 
+def test_the_eval_sets_in_another_order_reuse_the_index(ingested, evals):
+    """The same sets named in another order are the same configuration (the fingerprint sorts them): the
+    rerun skips every shard, and it found its index too (it built a second one under another key before)."""
+    lake, ingest_uri = ingested
+    first = StageRunner(DecontaminateStage(lake, _config(ingest_uri, evals), "o1")).run()
+    reordered = dict(reversed(list(evals.items())))
+    again = DecontaminateStage(lake, _config(ingest_uri, reordered), "o2")
+    assert (
+        again.fingerprint == first.fingerprint
+        and again.index_key == DecontaminateStage(lake, _config(ingest_uri, evals), "o3").index_key
+    )
+    manifest = StageRunner(again).run()
+    assert {u.status for u in manifest.units} == {"skipped"}
+    assert len(list(Path(lake.path("decontaminate")).iterdir())) == 1  # one index
+
+
 def test_a_bad_eval_row_fails_clearly_or_is_quarantined(ingested, evals, tmp_path):
     lake, ingest_uri = ingested
     bad = tmp_path / "bad.jsonl"
