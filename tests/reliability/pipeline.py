@@ -243,7 +243,7 @@ def accounting_problems(books: dict[str, dict]) -> list[str]:
         if not RowAccounting.from_dict(acc).closes:
             problems.append(f"{stage}: {acc} does not close")
     ingested = books.get("ingest", {}).get("kept")
-    for stage in {*STAGES[1:], *OUT_STAGES[1:], *MID_STAGES[1:]} - {"export"}:  # export's are in sequences
+    for stage in sorted({*STAGES[1:], *OUT_STAGES[1:], *MID_STAGES[1:]} - {"export"}):  # export: sequences
         if stage in books and books[stage]["read"] != ingested:
             problems.append(f"{stage} read {books[stage]['read']} rows, ingest kept {ingested}")
     return problems
