@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 import uuid
 
@@ -51,6 +52,12 @@ def manifest_from_args(args: argparse.Namespace, command: str, lake: Lake, upstr
     return manifest
 
 
+def local_absolute(path: str) -> str:
+    """A local folder as an absolute path (URLs as they are): the manifests keep it, and another process (a
+    job on a worker or a Slurm node, ``curation trace`` from elsewhere) reads it from another folder."""
+    return os.path.abspath(os.path.expanduser(path)) if "://" not in path else path
+
+
 def files_or_lake(args: argparse.Namespace, command: str, upstream: list[str]) -> tuple[Lake, dict]:
     """Where a stage subcommand reads: plain Parquet FILEs (results in ``--output``), or a lake, from
     ``--input-manifest`` or else the newest complete manifest of the ``upstream`` stages.
@@ -63,7 +70,8 @@ def files_or_lake(args: argparse.Namespace, command: str, upstream: list[str]) -
         if not args.output:
             raise SystemExit(f"curation {command}: plain files need --output DIR")
         # Checkpoints, spills and the manifest of a plain-file run live beside the results.
-        return Lake(root=args.output, dataset="_curation"), {"inputs": args.files, "output_dir": args.output}
+        output = local_absolute(args.output)
+        return Lake(root=output, dataset="_curation"), {"inputs": args.files, "output_dir": output}
     if not (args.lake and args.dataset):
         raise SystemExit(f"curation {command}: give FILEs --output DIR, or --lake --dataset [--input-manifest]")
     lake = lake_from_args(args)

@@ -26,6 +26,7 @@ from airflow_curation.cli.common import (
     add_lake_args,
     files_or_lake,
     lake_from_args,
+    local_absolute,
     manifest_from_args,
     print_summary,
     run_id_from_args,
@@ -172,6 +173,8 @@ def run_stage_command(name: str, cls: type, extras: ModuleType | None, args: arg
         config.update(extras.settings(args, config))
     lake, source = _source(args, name, cls)
     config.update(source)
+    if isinstance(config.get("output_dir"), str):  # --output-dir (export): kept in its manifest, read elsewhere
+        config["output_dir"] = local_absolute(config["output_dir"])
     spec = JobSpec(stage=name, lake=lake.to_dict(), run_id=run_id_from_args(args), config=config)
     try:
         if getattr(args, "backend", None):

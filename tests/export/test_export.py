@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -226,6 +227,36 @@ def test_the_cli_reads_the_newest_tokenize_manifest_and_prints_what_it_wrote(pac
     assert e["sequences"] == packed["tokenize"].config["tokens"]["sequences"]
     assert curation([*args, "--formats", "megatron,tfrecord"]) == 1
     assert "formats must be some of" in capsys.readouterr().err
+
+
+def test_plain_files_tokenized_then_exported_with_relative_folders_trace_from_anywhere(
+    packed, tmp_path, monkeypatch, capsys
+):
+    """``curation tokenize a.parquet --output out`` then ``curation export --lake out --dataset _curation
+    --output-dir ex``, both typed in one folder with relative paths: the export's manifest kept ``ex`` as it
+    was typed, so ``curation trace`` from another folder (or a trainer reading the manifest's prefixes) found
+    no file ("order file ... is missing"). Folders given on the command line are kept absolute."""
+    from tokenizer_files import stdlib_prose
+
+    from airflow_curation.cli import main as curation
+
+    work = tmp_path / "work"
+    work.mkdir()
+    texts = stdlib_prose(40)
+    pq.write_table(pa.table({"id": [f"d{i}" for i in range(len(texts))], "text": texts}), work / "a.parquet")
+    monkeypatch.chdir(work)
+    tok = packed["tokenizer"]
+    assert curation(["tokenize", "a.parquet", "--output", "out", "--tokenizer", tok, "--seq-len", "32"]) == 0
+    capsys.readouterr()
+    assert curation(["export", "--lake", "out", "--dataset", "_curation", "--output-dir", "ex"]) == 0
+    e = json.loads(capsys.readouterr().out)["export"]
+    assert e["output_dir"] == str(work / "ex") and Path(e["output_dir"], "_SUCCESS.json").exists()
+    monkeypatch.chdir(tmp_path)  # another folder
+    assert curation(["trace", "--lake", str(work / "out"), "--dataset", "_curation", "--sequence", "3"]) == 0, (
+        capsys.readouterr().err
+    )
+    traced = json.loads(capsys.readouterr().out)
+    assert traced["documents"] and traced["documents"][0]["file"].endswith("a.parquet")
 
 
 def test_array_tasks_scatter_their_own_block_and_write_the_same_bytes(packed, tmp_path, monkeypatch):
