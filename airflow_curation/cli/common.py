@@ -8,6 +8,7 @@ import os
 import time
 import uuid
 
+from airflow_curation.core import storage
 from airflow_curation.core.layout import Lake
 from airflow_curation.stages import settings as settings_mod
 
@@ -55,7 +56,7 @@ def manifest_from_args(args: argparse.Namespace, command: str, lake: Lake, upstr
 def local_absolute(path: str) -> str:
     """A local folder as an absolute path (URLs as they are): the manifests keep it, and another process (a
     job on a worker or a Slurm node, ``curation trace`` from elsewhere) reads it from another folder."""
-    return os.path.abspath(os.path.expanduser(path)) if "://" not in path else path
+    return os.path.abspath(os.path.expanduser(storage.local_path(path))) if storage.is_local(path) else path
 
 
 def files_or_lake(args: argparse.Namespace, command: str, upstream: list[str]) -> tuple[Lake, dict]:
@@ -70,8 +71,8 @@ def files_or_lake(args: argparse.Namespace, command: str, upstream: list[str]) -
         if not args.output:
             raise SystemExit(f"curation {command}: plain files need --output DIR")
         # Checkpoints, spills and the manifest of a plain-file run live beside the results.
-        output = local_absolute(args.output)
-        return Lake(root=output, dataset="_curation"), {"inputs": args.files, "output_dir": output}
+        # (output_dir is made absolute with every other --output-dir: run_stage_command)
+        return Lake(root=args.output, dataset="_curation"), {"inputs": args.files, "output_dir": args.output}
     if not (args.lake and args.dataset):
         raise SystemExit(f"curation {command}: give FILEs --output DIR, or --lake --dataset [--input-manifest]")
     lake = lake_from_args(args)

@@ -173,7 +173,7 @@ def run_stage_command(name: str, cls: type, extras: ModuleType | None, args: arg
         config.update(extras.settings(args, config))
     lake, source = _source(args, name, cls)
     config.update(source)
-    if isinstance(config.get("output_dir"), str):  # --output-dir (export): kept in its manifest, read elsewhere
+    if isinstance(config.get("output_dir"), str):  # --output or --output-dir: kept in manifests, read elsewhere
         config["output_dir"] = local_absolute(config["output_dir"])
     spec = JobSpec(stage=name, lake=lake.to_dict(), run_id=run_id_from_args(args), config=config)
     try:
