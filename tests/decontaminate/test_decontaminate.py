@@ -136,7 +136,7 @@ def test_an_edited_eval_file_redoes_the_shards(ingested, evals):
 
 def test_the_eval_sets_in_another_order_reuse_the_index(ingested, evals):
     """The same sets named in another order are the same configuration (the fingerprint sorts them): the
-    rerun skips every shard, and it found its index too (it built a second one under another key before)."""
+    rerun skips every shard and finds its index (a guard: the code before passed it too)."""
     lake, ingest_uri = ingested
     first = StageRunner(DecontaminateStage(lake, _config(ingest_uri, evals), "o1")).run()
     reordered = dict(reversed(list(evals.items())))
