@@ -22,7 +22,6 @@ from reliability.scenarios import (
     assert_reran_to_the_reference,
     build_reference,
     killed_with_a_temp_in,
-    outcomes_of,
 )
 
 
@@ -97,11 +96,6 @@ def pipeline(tmp_path_factory) -> Pipeline:
 @pytest.fixture(scope="module")
 def reference(pipeline: Pipeline, tmp_path_factory) -> Reference:
     return build_reference(pipeline, tmp_path_factory.mktemp("saved"))
-
-
-@pytest.fixture(scope="module")
-def outcomes(pipeline: Pipeline, reference: Reference):
-    yield from outcomes_of(pipeline, reference)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=str)

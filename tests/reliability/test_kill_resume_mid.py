@@ -27,7 +27,6 @@ from reliability.scenarios import (
     assert_reran_to_the_reference,
     build_reference,
     killed_with_a_temp_in,
-    outcomes_of,
 )
 
 SCENARIOS = [
@@ -101,11 +100,6 @@ def reference(pipeline: Pipeline, tmp_path_factory) -> Reference:
     for stage in ("boilerplate", "dedup", "quality", "decontaminate"):
         assert Manifest.read(pipeline.manifest_uri(stage)).accounting["dropped"], stage
     return ref
-
-
-@pytest.fixture(scope="module")
-def outcomes(pipeline: Pipeline, reference: Reference):
-    yield from outcomes_of(pipeline, reference)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=str)

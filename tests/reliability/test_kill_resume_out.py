@@ -23,7 +23,6 @@ from reliability.scenarios import (
     assert_reran_to_the_reference,
     build_reference,
     killed_with_a_temp_in,
-    outcomes_of,
 )
 
 
@@ -95,11 +94,6 @@ def reference(pipeline: Pipeline, tmp_path_factory) -> Reference:
     assert Manifest.read(pipeline.manifest_uri("tokenize")).config["tokens"]["repeats"] > 0
     assert len(Manifest.read(pipeline.manifest_uri("export")).units) >= 4
     return ref
-
-
-@pytest.fixture(scope="module")
-def outcomes(pipeline: Pipeline, reference: Reference):
-    yield from outcomes_of(pipeline, reference)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=str)
