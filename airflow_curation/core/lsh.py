@@ -143,6 +143,31 @@ def write_partitioned(uri: str, columns: dict[str, np.ndarray | pa.Array], parti
     return int(len(partition))
 
 
+def merge_partitions(uris: list[str], lo: int, hi: int, out_uri: str) -> int:
+    """Partitions ``lo <= p < hi`` of the spill files ``uris`` as one spill file ``out_uri``: one record batch
+    a partition present, its pieces in the order of ``uris`` (one ranged read of each file). A reader of a
+    part of the range then opens one file where it opened ``len(uris)``: the merge of a two-pass shuffle.
+    Returns rows."""
+    parts = []
+    for p, pieces in read_partition_pieces(uris, lo, hi, None):
+        if pieces:
+            batches = [_one_batch(b) for b in pieces]
+            parts.append((p, batches[0] if len(batches) == 1 else pa.concat_batches(batches)))
+    sink = pa.BufferOutputStream()
+    if parts:
+        present = np.array([p for p, _ in parts], np.int64)
+        schema = parts[0][1].schema.with_metadata({_LIST_KEY: present.astype("<i4").tobytes()})
+        with pa.ipc.new_file(sink, schema, options=_IPC_OPTIONS) as w:
+            for _, batch in parts:
+                w.write_batch(batch.replace_schema_metadata(schema.metadata))
+    else:  # nothing in the range: a file with no batch, which every reader takes as empty
+        with pa.ipc.new_file(sink, pa.schema([]).with_metadata({_LIST_KEY: b""}), options=_IPC_OPTIONS):
+            pass
+    with storage.atomic_open(out_uri) as f:
+        f.write(sink.getvalue())
+    return sum(b.num_rows for _, b in parts)
+
+
 def _shared_high_word(col: np.ndarray) -> int | None:
     """The high 32 bits every value of a uint64 column shares, or None (other dtypes, empty, or mixed)."""
     if col.dtype != np.uint64 or not col.size:

@@ -311,10 +311,13 @@ def test_array_tasks_scatter_their_own_block_and_write_the_same_bytes(packed, tm
     assert _files_digest(grouped.config["export"]["output_dir"]) == _files_digest(whole.config["export"]["output_dir"])
 
 
-def test_every_task_of_an_array_gathers_some_buckets(packed, tmp_path):
+@pytest.mark.parametrize("spill_merge", ["auto", "on"])
+def test_every_task_of_an_array_gathers_some_buckets(packed, tmp_path, spill_merge):
     """An array of three tasks on an export whose memory budget needs one gather unit: the backend's spec
     (``with_min_units``) asks for a unit per task, and each task gathers its own buckets (all gathered by one
-    task before, the others idle); the files are those of a one-process run."""
+    task before, the others idle); the files are those of a one-process run. With the middle pass, each task
+    merges its share of the chunks, the first to find the merge unfinished the rest, and the others find it
+    marked done."""
     import shutil
 
     from airflow_curation.jobs.groups import with_min_units
@@ -325,6 +328,7 @@ def test_every_task_of_an_array_gathers_some_buckets(packed, tmp_path):
     shutil.copytree(packed["lake"].root, copy)
     lake = Lake(str(copy), "d")
     config = {"input_manifest": lake.manifest_uri("r", "tokenize"), "file_size": 4096, "seed": 8}
+    config["spill_merge"] = spill_merge
     spec = with_min_units(JobSpec("export", lake.to_dict(), "slots", config), 3)
     done = [
         [
@@ -337,6 +341,9 @@ def test_every_task_of_an_array_gathers_some_buckets(packed, tmp_path):
     assert all(done), [len(d) for d in done]  # every task gathered some buckets
     collected = StageRunner(ExportStage(lake, dict(spec.config), "slots")).run(collect=True)
     assert collected.status == "complete" and len(collected.units) == 3
+    merged = sorted(Path(lake.path("export")).glob("*/merge/*.arrow"))
+    # 3 x 14 reads are too few to merge for; merged, one chunk of the 3 units, one group of the 14 shards
+    assert len(merged) == (1 if spill_merge == "on" else 0)
     assert _files_digest(collected.config["export"]["output_dir"]) == _files_digest(
         whole.config["export"]["output_dir"]
     )
@@ -394,3 +401,60 @@ def test_an_output_folder_it_cannot_write_fails_before_the_scatter(packed, tmp_p
     with pytest.raises(OSError, match=f"export: cannot write to the output folder {out}"):
         _export(packed, "unwritable", file_size=2048, seed=8, formats="megatron", output_dir=str(out))
     assert not Path(packed["lake"].manifest_uri("unwritable", "export_scatter")).exists()
+
+
+def test_the_middle_pass_reads_chunks_times_shards_plus_units_times_groups_and_writes_the_same_bytes(
+    packed, tmp_path, monkeypatch
+):
+    """``spill_merge``: the spill files merged by chunk of buckets (docs/export.md) before the gather. The
+    written files are those of an export without it, byte for byte; the spill reads fall from units x shards
+    to chunks x shards + units x groups, one merged file a (chunk, group)."""
+    from airflow_curation.core import lsh
+    from airflow_curation.stages.export.merge import ExportMergeStage
+
+    reads: list[str] = []
+    real = lsh._read_range
+    monkeypatch.setattr(lsh, "_read_range", lambda uri, *a: (reads.append(uri), real(uri, *a))[1])
+    fmts = ["megatron", "mds", "parquet"]
+    # 100 kB for ~0.5 MB of tokens: 20 gather units, and a merge unit holds 4 shards of a chunk of 4 units
+    config = {"file_size": 2048, "seed": 5, "formats": fmts, "memory_budget": 100_000}
+    outs = {}
+    for mode in ("off", "on"):
+        reads.clear()
+        m = _export(packed, f"merge-{mode}", spill_merge=mode, output_dir=str(tmp_path / mode), **config)
+        units, shards = len(m.units), len(packed["tokenize"].units)
+        outs[mode] = (m, list(reads))
+    m_off, reads_off = outs["off"]
+    m_on, reads_on = outs["on"]
+    assert len(m_off.units) == len(m_on.units) == units == 20
+    assert len(reads_off) == units * shards and not any("/merge/" in r for r in reads_off)
+    merge = Manifest.read(packed["lake"].manifest_uri("merge-on", "export_merge"))
+    stage = ExportMergeStage(packed["lake"], merge.config, "merge-on")
+    chunks, groups = len(stage.config["chunks"]), len(stage.config["groups"])
+    assert chunks > 1 and 1 < groups < shards  # both ways cut
+    assert len(merge.units) == chunks * groups and all(u.status == "done" for u in merge.units)
+    assert len(reads_on) == chunks * shards + units * groups < units * shards
+    assert sum("/merge/" in r for r in reads_on) == units * groups
+    assert merge.accounting["kept"] == m_on.config["export"]["sequences"]  # every sequence in a merged file
+    assert _files_digest(str(tmp_path / "on")) == _files_digest(str(tmp_path / "off"))
+
+
+def test_the_middle_pass_runs_where_it_at_least_halves_the_reads_and_fits_the_budget():
+    """``merge_plan`` at the 50 TB plan (docs/scale.md: 50,000 packed shards, ~30 TB of uint16 tokens, the
+    default 8 GiB budget: ~14,000 gather units) and at a small export, where it declines."""
+    import math
+
+    from airflow_curation.stages.export.merge import MERGE_EXPANSION, merge_plan
+
+    units, shards, total, budget = 14_000, 50_000, 30 * 10**12, 8 << 30
+    k, g = merge_plan(units, shards, total, budget)
+    chunks, groups = math.ceil(units / k), math.ceil(shards / g)
+    reads = chunks * shards + units * groups
+    assert reads * 100 < units * shards  # 0.7 G reads of ~43 KB before
+    assert MERGE_EXPANSION * g * total * k / units / shards <= budget  # a merge unit within the budget
+    assert total / (units * groups) > 4 << 20 and total * k / units / shards > 4 << 20  # reads of MBs
+    assert merge_plan(1, shards, total, budget) is None  # one gather unit: one read a spill file already
+    assert merge_plan(20, 14, 10**6, 200_000) is None  # a small export: 280 reads in all
+    assert merge_plan(100, 500, 10**13, budget) is None  # reads of 200 MB: their fixed cost is nothing
+    assert merge_plan(100, 500, 10**11, budget) is not None  # reads of 2 MB
+    assert merge_plan(20, 14, 10**6, 200_000, force=True) is not None

@@ -25,6 +25,8 @@ import math
 import re
 import time
 import uuid
+from bisect import bisect_right
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
@@ -38,6 +40,7 @@ from airflow_curation.core.lsh import partition_ranges
 from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead, UnitEntry, group_range
 from airflow_curation.stages.base import Stage, StageFailed, StageRunner, UnitResult, _attempt_unit, file_record
 from airflow_curation.stages.export import formats, phases
+from airflow_curation.stages.export.merge import ExportMergeStage, merge_config, merge_plan
 from airflow_curation.stages.settings import Setting, size
 from airflow_curation.stages.tokenize.packing import packed_files, packed_in_head
 
@@ -123,6 +126,15 @@ class ExportStage(Stage):
             "memory of one gather unit (a range of buckets read at once); with workers, sets the units",
             runtime=True,
             minimum=1,
+        ),
+        Setting(
+            "spill_merge",
+            str,
+            "auto",
+            "merge the spill files by chunk of buckets before the gather (auto: where it at least halves the "
+            "reads; docs/export.md)",
+            choices=("auto", "on", "off"),
+            runtime=True,
         ),
         Setting(
             "tokenize_manifest",
@@ -219,6 +231,15 @@ class ExportStage(Stage):
             ]
         return self._gather["spill_uris"]
 
+    def _gather_uris(self, lo: int) -> list[str]:
+        """What the gather unit of buckets from ``lo`` reads: its chunk's merged files (one a group of shards)
+        after the middle pass, else every spill file."""
+        merge: ExportMergeStage | None = self._gather["merge"]
+        if merge is None:
+            return self._spill_uris()
+        c = bisect_right(merge.chunk_starts, lo) - 1
+        return [merge.merged_uri(c, j) for j in range(len(merge.config["groups"]))]
+
     def _shards(self, positions: range | None) -> list[dict[str, Any]]:
         """The packed shards at ``positions`` (None: all) of the tokenize manifest to scatter, each with its
         position (``index``, which keys its sequences' order)."""
@@ -275,13 +296,18 @@ class ExportStage(Stage):
             "seq_len": seq_len,
             "dtype": dtype.name,
             "buckets": buckets,
+            "merge": self._merge(ranges, total, run_key, scatter.fingerprint, group),
         }
+        fault_point("export.after_merge")
         log.info(
-            "export: %d sequences, %d buckets (%s tokens) in %d units",
+            "export: %d sequences, %d buckets (%s tokens) in %d units%s",
             self._sequences,
             buckets,
             dtype.name,
             len(ranges),
+            f", reading {len(self._gather['merge'].config['groups'])} merged files each"
+            if self._gather["merge"]
+            else "",
         )
         # The output folder is part of what a unit did: an export to another folder is not done by this one's.
         where = hashlib.sha256(self.out_dir().encode()).hexdigest()[:8]
@@ -326,37 +352,94 @@ class ExportStage(Stage):
         yet; checkpoints skip the others) and leaves the mark; the other tasks wait while it lives (a dead
         holder's lease is taken over), then find the mark. A whole run does it all without contention."""
         done = storage.join(self.lake.path("export", scatter.fingerprint, "spill"), "_done", f"{run_key}.json")
+
+        def block() -> list[UnitEntry]:
+            scatter.config["shards"] = self._shards(group_range(self.tokenize_head.unit_count, *group))
+            return scatter.plan()
+
+        def whole() -> None:
+            scatter.config["shards"] = self._shards(None)
+
+        self._once(scatter, done, group, block, whole)
+
+    def _merge(
+        self, ranges: list[tuple[int, int]], total: int, run_key: str, scatter_fp: str, group: tuple[int, int] | None
+    ) -> ExportMergeStage | None:
+        """The middle pass (:mod:`.merge`), once for all the tasks of a run as the scatter, where it pays (or
+        ``spill_merge`` says); the merge stage, whose files the gather units read, or None."""
+        mode = self.config["spill_merge"]
+        shards = self.tokenize_head.unit_count
+        shape = (
+            None
+            if mode == "off"
+            else merge_plan(len(ranges), shards, total, int(self.config["memory_budget"]), mode == "on")
+        )
+        if shape is None:
+            return None
+        merge = ExportMergeStage(
+            self.lake,
+            {
+                **merge_config(run_key, scatter_fp, ranges, shape[0], shards, shape[1]),
+                "tokenize_manifest": self.tokenize_head.uri,
+                "workers": self.config["workers"],
+                "max_attempts": self.config["max_attempts"],
+            },
+            self.run_id,
+        )
+        done = storage.join(self.lake.path("export", merge.fingerprint, "merge"), "_done.json")
+
+        def block() -> list[UnitEntry]:
+            units = merge.plan()
+            mine = group_range(len(units), *group)
+            return units[mine.start : mine.stop]
+
+        self._once(merge, done, group, block, lambda: None)
+        merge.chunk_starts = [lo for lo, _ in merge.config["chunks"]]
+        return merge
+
+    def _once(
+        self,
+        sub: Stage,
+        done: str,
+        group: tuple[int, int] | None,
+        block: Callable[[], list[UnitEntry]],
+        whole: Callable[[], None],
+    ) -> None:
+        """Run the sub-stage ``sub`` once for all the tasks of a run, marked done by the file ``done``.
+
+        A task of an array (``group``) first runs ``block()``'s units (its own share), beside the other tasks.
+        The rest is done once, by whoever holds ``_locks/<sub's name>.lease`` first while the mark is missing:
+        it runs ``sub`` whole after ``whole()`` (checkpoints skip the units done) and leaves the mark; the other
+        tasks wait while it lives (a dead holder's lease is taken over), then find the mark. A whole run does
+        it all without contention."""
         if storage.exists(done):
-            log.info("export: scatter already done (%s)", done)
+            log.info("export: %s already done (%s)", sub.name, done)
             return
         if group is not None:
-            block = group_range(self.tokenize_head.unit_count, *group)
-            scatter.config["shards"] = self._shards(block)
-            self._scatter_block(scatter)
-        lease = Lease(
-            self.lake.path("_locks", "export.scatter.lease"), f"export's scatter on {self.lake.base}", math.inf
-        )
+            self._run_units(sub, block())
+        lease_uri = self.lake.path("_locks", sub.name.replace("_", ".") + ".lease")
+        lease = Lease(lease_uri, f"{sub.name} on {self.lake.base}", math.inf)
         with lease if group is not None else contextlib.nullcontext():
             if storage.exists(done):  # another task finished it while this one waited
                 return
-            scatter.config["shards"] = self._shards(None)
-            StageRunner(scatter, self.default_mapper()).run()
-            storage.write_json(done, {"run_key": run_key, "shards": len(scatter.config["shards"])})
+            whole()
+            m = StageRunner(sub, self.default_mapper()).run()
+            storage.write_json(done, {"run_id": self.run_id, "units": len(m.units)})
 
-    def _scatter_block(self, scatter: ExportScatterStage) -> None:
-        """Scatter the shards ``scatter`` lists that have no checkpoint yet, through the runner's own unit step
-        (retries, checkpoints), without a manifest or a sweep of the lake: what the task's block costs only."""
-        store, fp = scatter.checkpoints, scatter.fingerprint
-        todo = [u for u in scatter.plan() if store.is_done(u.unit_id, u.input_checksum, fp) is None]
-        attempts = int(scatter.config["max_attempts"])
-        results = self.default_mapper()(_attempt_unit, ((scatter, u, attempts) for u in todo))
+    def _run_units(self, sub: Stage, units: list[UnitEntry]) -> None:
+        """Run those of ``units`` without a checkpoint yet, through the runner's own unit step (retries,
+        checkpoints), without a manifest or a sweep of the lake: what the task's share costs only."""
+        store, fp = sub.checkpoints, sub.fingerprint
+        todo = [u for u in units if store.is_done(u.unit_id, u.input_checksum, fp) is None]
+        attempts = int(sub.config["max_attempts"])
+        results = self.default_mapper()(_attempt_unit, ((sub, u, attempts) for u in todo))
         failed = [(u.unit_id, p.get("error")) for u, (status, p) in zip(todo, results) if status != "done"]
         if failed:
-            raise StageFailed(f"export: {len(failed)} of {len(todo)} scatter units of this task failed: {failed[:5]}")
+            raise StageFailed(
+                f"export: {len(failed)} of {len(todo)} {sub.name} units of this task failed: {failed[:5]}"
+            )
         log.info(
-            "export: scattered %d shards of this task's block (%d already done)",
-            len(todo),
-            len(scatter.plan()) - len(todo),
+            "export: %s: %d units of this task's share (%d already done)", sub.name, len(todo), len(units) - len(todo)
         )
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
@@ -365,7 +448,7 @@ class ExportStage(Stage):
         result = phases.gather_buckets(
             lo,
             hi,
-            self._spill_uris(),
+            self._gather_uris(lo),
             int(self.config["seed"]),
             g["seq_len"],
             g["dtype"],

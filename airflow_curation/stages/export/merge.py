@@ -1,0 +1,142 @@
+"""Export's optional middle pass: the spill files merged by chunk of buckets, so the gather reads few files.
+
+Without it every gather unit reads its range of every spill file: units x shards ranged reads, and both
+grow with the corpus (the units from the memory budget), so the reads grow with its square (~0.7 G reads
+of ~43 KB at the 50 TB plan). With it, the buckets are cut into chunks (``k`` consecutive gather units each)
+and the spill files into groups (``g`` consecutive shards, as many as a merge unit's memory holds of one
+chunk); a merge unit reads one chunk of its group's files (one ranged read each) and writes them as one
+file (:func:`~airflow_curation.core.lsh.merge_partitions`); a gather unit then reads its range of its
+chunk's merged files, one a group. Reads: ``chunks x shards + units x groups``, which :func:`merge_plan`
+minimises: at the plan, ~2 x units x sqrt(shards) (6.3 M reads of ~9.6 MB instead of 0.7 G of ~43 KB).
+That is the optimum of two passes at a fixed memory (docs/export.md: it still grows as the corpus^1.5).
+
+The merged files are an intermediate: the written bytes do not depend on them (each bucket is sorted by
+its order hash in the gather), so turning the pass on or off never changes an export.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from airflow_curation.core import storage
+from airflow_curation.core.accounting import RowAccounting
+from airflow_curation.core.fingerprint import checksum_url
+from airflow_curation.core.lsh import merge_partitions
+from airflow_curation.core.manifest import ManifestHead, UnitEntry
+from airflow_curation.stages.base import Stage, UnitResult, file_record
+from airflow_curation.stages.settings import Setting
+from airflow_curation.stages.tokenize.packing import packed_files
+
+# What a merge unit holds per byte it reads: the pieces read, their concatenation and the file written.
+MERGE_EXPANSION = 3
+# Where the middle pass pays for writing the tokens once more: the gather's reads are many (below ~10,000 they
+# cost seconds in all, locally or in parallel on an object store) and small (past a few MiB a read's fixed
+# cost is lost in its bytes).
+MERGE_MIN_READS = 10_000
+MERGE_MAX_READ = 4 << 20
+
+
+def merge_plan(units: int, shards: int, total: int, budget: int, force: bool = False) -> tuple[int, int] | None:
+    """``(gather units per chunk, shards per group)`` that minimise the reads of merge plus gather, or None
+    where the middle pass does not pay: the gather's ``units x shards`` reads are fewer than
+    :data:`MERGE_MIN_READS` or larger than :data:`MERGE_MAX_READ` on average, or merging would not at least
+    halve them (``force``: merge anyway, as long as a group holds two shards).
+
+    :param units: the gather units (consecutive ranges of buckets).
+    :param shards: the spill files (packed shards), each assumed to hold ``total / shards`` bytes.
+    :param total: the tokens' bytes.
+    :param budget: the memory of one merge unit.
+    """
+    if units < 1 or shards < 2:
+        return None
+    if not force and (units * shards < MERGE_MIN_READS or total / (units * shards) > MERGE_MAX_READ):
+        return None
+    best: tuple[int, int, int] | None = None  # (reads, k, g)
+    for k in range(1, units + 1):
+        chunks = math.ceil(units / k)
+        one_shard_chunk = max(1.0, total * (k / units) / shards)  # a chunk's bytes in one spill file
+        g = min(shards, int(budget // (MERGE_EXPANSION * one_shard_chunk)))
+        if g < 2:
+            if not force:
+                continue
+            g = 2
+        reads = chunks * shards + units * math.ceil(shards / g)
+        if best is None or reads < best[0]:
+            best = (reads, k, g)
+    if best is None or (not force and 2 * best[0] > units * shards):
+        return None
+    return best[1], best[2]
+
+
+def chunk_of(unit: int, units_per_chunk: int) -> int:
+    return unit // units_per_chunk
+
+
+class ExportMergeStage(Stage):
+    """The middle pass as a stage of its own (each merged file checkpointed; a rerun merges only what is
+    missing). Built and run by :class:`~airflow_curation.stages.export.stage.ExportStage`.
+
+    A unit is (chunk, group): buckets ``chunks[c]`` of the spill files of the packed shards at positions
+    ``groups[j]`` of the tokenize manifest, read from its pages of those positions only."""
+
+    name = "export_merge"
+    version = "1"
+    SETTINGS = Stage.SETTINGS.extend(
+        Setting("run_key", str, "", "the scatter's run key (ExportStage._run_key)", cli=False),
+        Setting("scatter_fingerprint", str, "", "where the spill files are", cli=False),
+        Setting("chunks", list, [], "bucket ranges [lo, hi) of the chunks", cli=False),
+        Setting("groups", list, [], "shard position ranges [a, b) of the groups", cli=False),
+        Setting("tokenize_manifest", str, None, "names the packed shards (their spill files)", runtime=True, cli=False),
+    )
+
+    def merged_uri(self, chunk: int, group: int) -> str:
+        return self.lake.path("export", self.fingerprint, "merge", f"c{chunk:05d}-g{group:05d}.arrow")
+
+    def spill_uri(self, shard_id: str) -> str:
+        return self.lake.path("export", self.config["scatter_fingerprint"], "spill", f"{shard_id}.arrow")
+
+    def plan(self) -> list[UnitEntry]:
+        key = self.config["run_key"]
+        return [
+            UnitEntry(unit_id=f"c{c:05d}-g{j:05d}", inputs=[], input_checksum=f"{key}:{lo}-{hi}:{a}-{b}")
+            for c, (lo, hi) in enumerate(self.config["chunks"])
+            for j, (a, b) in enumerate(self.config["groups"])
+        ]
+
+    def _head(self) -> ManifestHead:
+        if getattr(self, "_tokenize_head", None) is None:
+            self._tokenize_head = ManifestHead.read(self.config["tokenize_manifest"])
+        return self._tokenize_head
+
+    def process_unit(self, unit: UnitEntry) -> UnitResult:
+        c, j = (int(x[1:]) for x in unit.unit_id.split("-"))
+        lo, hi = self.config["chunks"][c]
+        a, b = self.config["groups"][j]
+        spills = [self.spill_uri(sid) for sid, _ in packed_files(self._head(), range(a, b))]
+        out = self.merged_uri(c, j)
+        rows = merge_partitions(spills, lo, hi, out)
+        nbytes, _ = storage.stat(out)
+        acc = RowAccounting()
+        acc.keep(rows)
+        return UnitResult(
+            outputs=[], accounting=acc, extra={"sequences": rows}, files=[file_record(out, nbytes, checksum_url(out))]
+        )
+
+
+def merge_config(
+    run_key: str,
+    scatter_fingerprint: str,
+    buckets: list[tuple[int, int]],
+    units_per_chunk: int,
+    shards: int,
+    group: int,
+) -> dict[str, Any]:
+    """The merge stage's config for gather units of bucket ranges ``buckets`` and ``shards`` spill files."""
+    ranges = list(buckets)
+    chunks = [
+        [ranges[i][0], ranges[min(i + units_per_chunk, len(ranges)) - 1][1]]
+        for i in range(0, len(ranges), units_per_chunk)
+    ]
+    groups = [[a, min(a + group, shards)] for a in range(0, shards, group)]
+    return {"run_key": run_key, "scatter_fingerprint": scatter_fingerprint, "chunks": chunks, "groups": groups}
