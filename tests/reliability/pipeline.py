@@ -113,10 +113,12 @@ class Pipeline:
             "quality": {**common, "model": self.quality_model, "batch_rows": 32},
             "decontaminate": {**common, "eval_sets": {"held": self.eval_set}, "ngram": 8},
             "pii": {**common, "batch_rows": 32},
-            # Small files and a small memory budget: ~35 buckets in ~6 gather units, several MDS shards a bucket.
+            # Small files and a small memory budget: ~35 buckets in ~6 gather units, several MDS shards a bucket;
+            # the spill files merged by chunk of buckets first (too few for the middle pass to pay on its own).
             "export": {
                 **common,
                 "workers": 1,
+                "spill_merge": "on",
                 "formats": ["megatron", "mds", "parquet"],
                 "file_size": 32768,
                 "memory_budget": 800_000,

@@ -2,7 +2,7 @@
 rerun from that stage, and get the very rows, packed sequences and exported files a clean run gets.
 
 The chain is ingest -> preprocess -> mix (three keys, up-sampled: rows packed more than once) -> tokenize
--> export (Megatron, MDS and Parquet; ~35 buckets in ~6 gather units). What is compared is
+-> export (Megatron, MDS and Parquet; ~35 buckets in ~6 gather units, the spill files merged first). What is compared is
 ``reliability/scenarios.py``'s, with every exported file's bytes (``Pipeline.output_view``): a trainer
 reads them, so "the same" means the same bytes, not the same sequences in another order.
 """
@@ -32,6 +32,11 @@ def _scatter_resumed(out: Outcome) -> None:
     assert kept, "no scatter unit has a checkpoint after the rerun"
 
 
+def _merge_resumed(out: Outcome) -> None:
+    kept = [u for (stage, u) in out.records if stage == "export_merge"]
+    assert kept, "no merge unit has a checkpoint after the rerun"
+
+
 SCENARIOS = [
     Scenario(
         "storage.before_rename@3",
@@ -59,7 +64,20 @@ SCENARIOS = [
     ),
     Scenario("export.after_scatter", "export", "the scatter done and marked, no bucket gathered"),
     Scenario(
-        "storage.before_rename@40",
+        "storage.before_rename@39",
+        "export",
+        "the middle pass: one merged file committed, the next a temporary file",
+        killed_with_a_temp_in("web/export"),
+    ),
+    Scenario(
+        "export_merge.before_commit@2",
+        "export",
+        "the middle pass: a merged file written without a checkpoint",
+        _merge_resumed,
+    ),
+    Scenario("export.after_merge", "export", "the merge done and marked, no bucket gathered"),
+    Scenario(
+        "storage.before_rename@59",
         "export",
         "the first gather unit's files half written (an MDS shard a temporary file)",
         killed_with_a_temp_in("web/export"),
@@ -93,6 +111,7 @@ def reference(pipeline: Pipeline, tmp_path_factory) -> Reference:
     # What the scenarios rely on: up-sampled rows, and several gather units each of several buckets.
     assert Manifest.read(pipeline.manifest_uri("tokenize")).config["tokens"]["repeats"] > 0
     assert len(Manifest.read(pipeline.manifest_uri("export")).units) >= 4
+    assert len(Manifest.read(pipeline.lake.manifest_uri("run1", "export_merge")).units) >= 3  # the middle pass
     return ref
 
 

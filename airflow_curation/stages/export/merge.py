@@ -17,6 +17,7 @@ its order hash in the gather), so turning the pass on or off never changes an ex
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from typing import Any
 
 from airflow_curation.core import storage
@@ -30,10 +31,11 @@ from airflow_curation.stages.tokenize.packing import packed_files
 
 # What a merge unit holds per byte it reads: the pieces read, their concatenation and the file written.
 MERGE_EXPANSION = 3
-# Where the middle pass pays for writing the tokens once more: the gather's reads are many (below ~10,000 they
-# cost seconds in all, locally or in parallel on an object store) and small (past a few MiB a read's fixed
-# cost is lost in its bytes).
-MERGE_MIN_READS = 10_000
+# Where the middle pass pays for writing the tokens once more: the gather's reads are many and small. Measured
+# (benchmarks/bench_export_merge.py, 3,660 reads of ~2.7 KB): the pass won 2.1x on an S3 lake (~13 ms a read)
+# and ~1.1x on a local one; below ~1,000 reads they cost seconds even one by one on an object store, not
+# worth the pass's files; past a few MiB a read's fixed cost is lost in its bytes.
+MERGE_MIN_READS = 1_000
 MERGE_MAX_READ = 4 << 20
 
 
@@ -69,10 +71,6 @@ def merge_plan(units: int, shards: int, total: int, budget: int, force: bool = F
     return best[1], best[2]
 
 
-def chunk_of(unit: int, units_per_chunk: int) -> int:
-    return unit // units_per_chunk
-
-
 class ExportMergeStage(Stage):
     """The middle pass as a stage of its own (each merged file checkpointed; a rerun merges only what is
     missing). Built and run by :class:`~airflow_curation.stages.export.stage.ExportStage`.
@@ -92,6 +90,12 @@ class ExportMergeStage(Stage):
 
     def merged_uri(self, chunk: int, group: int) -> str:
         return self.lake.path("export", self.fingerprint, "merge", f"c{chunk:05d}-g{group:05d}.arrow")
+
+    def merged_uris(self, bucket: int) -> list[str]:
+        """The merged files of the chunk that holds ``bucket``, one a group of shards: what a gather unit of
+        that chunk reads."""
+        c = bisect_right([lo for lo, _ in self.config["chunks"]], bucket) - 1
+        return [self.merged_uri(c, j) for j in range(len(self.config["groups"]))]
 
     def spill_uri(self, shard_id: str) -> str:
         return self.lake.path("export", self.config["scatter_fingerprint"], "spill", f"{shard_id}.arrow")

@@ -1,6 +1,8 @@
 """The export stage: tokenize's packed sequences, globally shuffled, written in the trainers' formats.
 
-Two phases, each resumable (see :mod:`.phases` for the order rule and docs/export.md):
+Two phases, each resumable (see :mod:`.phases` for the order rule and docs/export.md), and where the gather
+would read many small pieces, a middle pass between them (:mod:`.merge`: the spill files merged by chunk of
+buckets, so a gather unit reads one merged file a group of shards instead of every spill file):
 
 1. scatter, per packed shard (parallel, checkpointed as the ``export_scatter`` sub-stage): the shard's
    sequences spilled to ``export/<fingerprint>/spill/<shard>.arrow``, one batch per bucket. One task of an
@@ -8,7 +10,7 @@ Two phases, each resumable (see :mod:`.phases` for the order rule and docs/expor
    first to find the scatter unfinished afterwards takes a lease and scatters what is still missing, and
    every task waits for ``spill/_done/<run key>.json`` before it gathers;
 2. gather, per contiguous range of buckets (the stage's own checkpointed units): one ranged read of every
-   spill file, then per bucket the seeded order and one file per format: ``megatron/<bucket>.bin/.idx``,
+   spill file (or of its chunk's merged files), then per bucket the seeded order and one file per format: ``megatron/<bucket>.bin/.idx``,
    ``mds/shard.<bucket>.<k>.mds`` (``mds/index.json`` after the last unit), ``parquet/<bucket>.parquet``,
    and ``order/<bucket>.parquet`` (the source shard and row of every written sequence).
 
@@ -25,7 +27,6 @@ import math
 import re
 import time
 import uuid
-from bisect import bisect_right
 from collections.abc import Callable
 from functools import cached_property
 from typing import Any
@@ -235,10 +236,7 @@ class ExportStage(Stage):
         """What the gather unit of buckets from ``lo`` reads: its chunk's merged files (one a group of shards)
         after the middle pass, else every spill file."""
         merge: ExportMergeStage | None = self._gather["merge"]
-        if merge is None:
-            return self._spill_uris()
-        c = bisect_right(merge.chunk_starts, lo) - 1
-        return [merge.merged_uri(c, j) for j in range(len(merge.config["groups"]))]
+        return self._spill_uris() if merge is None else merge.merged_uris(lo)
 
     def _shards(self, positions: range | None) -> list[dict[str, Any]]:
         """The packed shards at ``positions`` (None: all) of the tokenize manifest to scatter, each with its
@@ -394,7 +392,6 @@ class ExportStage(Stage):
             return units[mine.start : mine.stop]
 
         self._once(merge, done, group, block, lambda: None)
-        merge.chunk_starts = [lo for lo, _ in merge.config["chunks"]]
         return merge
 
     def _once(

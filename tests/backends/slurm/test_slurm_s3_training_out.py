@@ -1,9 +1,9 @@
 """Training data out as a data engineer deploys it: mix, tokenize and export (after ingest and preprocess),
 each a Slurm array of three groups plus its collect job, on a lake on S3 (moto on loopback) with the
 tokenizer file on S3 too (no node shares a disk with the submitter). The tasks of mix share one plan (its
-plan lease), those of export one scatter (its lease and done mark) before each gathers its block: the
-exported files must be, byte for byte, the ones one process writes on a local lake from the same inputs, and
-each task must gather its own buckets."""
+plan lease), those of export one scatter and one merge of the spill files (each its lease and done mark)
+before each gathers its block: the exported files must be, byte for byte, the ones one process writes on a
+local lake from the same inputs (without the merge), and each task must gather its own buckets."""
 
 from __future__ import annotations
 
@@ -88,10 +88,14 @@ def test_mix_tokenize_export_as_slurm_arrays_on_s3_write_what_one_process_writes
         work_dir=str(tmp_path / "jobs"),
         env={"CURATION_STORAGE_OPTIONS_S3": json.dumps(storage_options(s3_endpoint))},
     )
+    # The array's export merges the spill files first, with a budget that makes two gather units a task.
+    tokens = Manifest.read(local.manifest_uri("r", "tokenize")).config["tokens"]
+    budget = 4 * tokens["sequences"] * tokens["seq_len"] * 2 // (2 * GROUPS) + 1
+    merge = {"spill_merge": "on", "memory_budget": budget}
     submitted: dict[str, dict] = {}
     for stage, upstream, config in _stages(s3_tok):
         source = {"input_manifest": lake.manifest_uri("j1", upstream)} if upstream else {"inputs": [str(inputs)]}
-        submitted[stage] = {**source, **config}
+        submitted[stage] = {**source, **config, **(merge if stage == "export" else {})}
         handle = backend.submit(JobSpec(stage, lake.to_dict(), "j1", submitted[stage]))
         st = wait_for(backend, handle, timeout=900)
         assert st.state == JobState.SUCCEEDED, (stage, st, backend.logs(handle)[0][-4000:])
@@ -102,7 +106,11 @@ def test_mix_tokenize_export_as_slurm_arrays_on_s3_write_what_one_process_writes
         assert m.accounting == ref.accounting, stage
     export = Manifest.read(lake.manifest_uri("j1", "export"))
     assert _exported(export) == want
-    # Each task gathered its own buckets (the budget alone made one gather unit, run by one task).
+    # Each task gathered its own buckets (before min_units, a budget that makes fewer units than tasks left
+    # tasks idle); the gather units read merged files, one a group of shards.
     stage = stage_class("export")(lake, submitted["export"], "j1")
     pids = {stage.checkpoints.load(u.unit_id).pid for u in export.units}
-    assert len(export.units) == GROUPS and len(pids) == GROUPS, (len(export.units), pids)
+    assert len(export.units) == 2 * GROUPS and len(pids) == GROUPS, (len(export.units), pids)
+    merged = Manifest.read(lake.manifest_uri("j1", "export_merge"))
+    assert merged.status == "complete" and len(merged.units) >= 2, merged.units
+    assert merged.accounting["kept"] == export.config["export"]["sequences"]

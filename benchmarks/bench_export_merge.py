@@ -1,0 +1,247 @@
+"""Export's middle pass (``spill_merge``) against the gather reading every spill file, side by side.
+
+The term it removes: every gather unit reads its range of every spill file, units x shards ranged reads of
+a few KB. Here many small packed shards and a small memory budget put that term where the 50 TB plan has it
+(reads of ~2 KB here, ~43 KB at the plan, both far below what makes a read's fixed cost small). The export
+stage runs whole, one worker, in-process, with ``spill_merge=off`` and ``on``,
+alternated (A B, B A, ...), on a local lake and on an S3 lake (moto on loopback: a real HTTP request per
+read); each run its own seed (no checkpoint reused). Reported per run: wall and CPU seconds and the spill
+files' ranged reads (``core.lsh._read_range`` calls: one open, one index and one body read each); the files
+each mode writes are the same bytes (``tests/export/test_export.py -k middle_pass``).
+
+    python benchmarks/bench_export_merge.py [--shards 60 --sequences 40 --repeats 3] [--render]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import resource
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from airflow_curation.core import lsh, storage  # noqa: E402
+from airflow_curation.core.fingerprint import checksum_url  # noqa: E402
+from airflow_curation.core.layout import Lake  # noqa: E402
+from airflow_curation.core.manifest import Manifest, UnitEntry  # noqa: E402
+from airflow_curation.stages.base import StageRunner  # noqa: E402
+from airflow_curation.stages.export.stage import ExportStage  # noqa: E402
+from airflow_curation.stages.tokenize.packing import Packer  # noqa: E402
+from benchmarks.results import RESULTS, replace_block  # noqa: E402
+
+VOCAB = 50_000
+OUT = Path(__file__).resolve().parent / "results" / "export_merge.json"
+PLAN_READS = (698_500_000, 5_418_270)  # the 50 TB plan's gather reads without and with the middle pass
+
+
+def make_input(lake: Lake, shards: int, sequences: int, seq_len: int) -> tuple[str, int]:
+    """Packed shards of random ids (uint16 on disk) and a tokenize manifest naming them, on any storage."""
+    rng = np.random.default_rng(0)
+    units, recs, total = [], {}, 0
+    for s in range(shards):
+        packer = Packer(seq_len, 0)
+        n = sequences * seq_len
+        lengths = rng.integers(50, 3000, size=n // 50)
+        lengths = lengths[np.cumsum(lengths) <= n]
+        lengths[-1] += n - int(lengths.sum())
+        packer.add([f"d{s}-{i}" for i in range(len(lengths))], rng.integers(1, VOCAB, size=n, dtype=np.int32), lengths)
+        sink = io.BytesIO()
+        pq.write_table(next(iter(packer.flush())), sink, compression="zstd", row_group_size=1024)
+        uri = lake.path("packed", f"s{s:04d}.parquet")
+        storage.write_bytes(uri, sink.getvalue())
+        units.append(UnitEntry(unit_id=f"s{s:04d}", inputs=[], input_checksum="-", status="done"))
+        recs[f"s{s:04d}"] = {"sequences": packer.sequences, "packed_uri": uri, "packed_checksum": checksum_url(uri)}
+        total += packer.sequences
+    m = Manifest(dataset="bench", stage="tokenize", run_id="in", fingerprint="-", lake=lake.to_dict(), units=units)
+    m.status = "complete"
+    m.config = {"tokens": {"sequences": total, "seq_len": seq_len, "shards": recs}}
+    return m.write(lake.manifest_uri("in", "tokenize")), total * seq_len
+
+
+def cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_moto() -> subprocess.Popen:
+    port = free_port()
+    proc = subprocess.Popen(
+        [os.path.join(os.path.dirname(sys.executable), "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    os.environ["CURATION_STORAGE_OPTIONS_S3"] = json.dumps(
+        {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
+    )
+    import boto3
+
+    for _ in range(100):
+        try:
+            boto3.client(
+                "s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing"
+            ).create_bucket(Bucket="bench-export")
+            return proc
+        except Exception:  # noqa: BLE001 - not listening yet
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("moto_server did not start")
+
+
+def run_once(lake: Lake, manifest: str, mode: str, seed: int, args) -> dict:
+    reads = {"spill": 0, "merged": 0}
+    real = lsh._read_range
+
+    def counted(uri, *a):
+        reads["merged" if "/merge/" in uri else "spill"] += 1
+        return real(uri, *a)
+
+    lsh._read_range = counted
+    try:
+        c0, w0 = cpu(), time.perf_counter()
+        m = StageRunner(
+            ExportStage(
+                lake,
+                {
+                    "input_manifest": manifest,
+                    "seed": seed,
+                    "file_size": args.file_size,
+                    "vocab_size": VOCAB,
+                    "memory_budget": args.memory_budget,
+                    "spill_merge": mode,
+                },
+                f"{mode}-{seed}",
+            )
+        ).run()
+        c, w = cpu() - c0, time.perf_counter() - w0
+    finally:
+        lsh._read_range = real
+    return {
+        "mode": mode,
+        "seed": seed,
+        "wall_s": round(w, 3),
+        "cpu_s": round(c, 3),
+        "units": len(m.units),
+        "buckets": m.config["export"]["buckets"],
+        "reads": reads,
+    }
+
+
+def measure(args) -> dict:
+    results: dict = {
+        "command": "python " + " ".join(sys.argv),
+        "shards": args.shards,
+        "sequences_per_shard": args.sequences,
+        "seq_len": args.seq_len,
+        "memory_budget": args.memory_budget,
+        "file_size": args.file_size,
+        "cores": os.cpu_count(),
+        "lakes": {},
+    }
+    moto = start_moto()
+    base = tempfile.mkdtemp()
+    try:
+        for where, root in (("local", os.path.join(base, "lake")), ("s3", "s3://bench-export/lake")):
+            lake = Lake(root, "bench")
+            manifest, tokens = make_input(lake, args.shards, args.sequences, args.seq_len)
+            load = [os.getloadavg()[0]]
+            runs = []
+            for r in range(args.repeats):
+                for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
+                    runs.append(run_once(lake, manifest, mode, 2 * r + (mode == "on"), args))
+                    print(where, json.dumps(runs[-1]), flush=True)
+                    load.append(os.getloadavg()[0])
+            results["lakes"][where] = {"tokens": tokens, "runs": runs, "load_1min": load}
+    finally:
+        moto.kill()
+        shutil.rmtree(base, ignore_errors=True)
+    return results
+
+
+def render(results: dict) -> str:
+    lines = [
+        "## Export's middle pass: spill files merged by chunk of buckets (`bench_export_merge.py`)",
+        "",
+        f"{results['shards']} packed shards of {results['sequences_per_shard']} sequences x {results['seq_len']} "
+        f"random ids (uint16), `file_size` {results['file_size']}, `memory_budget` {results['memory_budget']}: "
+        "many gather units each reading a few KB of every spill file, the shape of the 50 TB plan's gather "
+        "(docs/export.md). The whole export stage, one worker, in-process, `spill_merge=off` and `on` "
+        "alternated, each run its own seed; on a local lake and an S3 lake (moto on loopback). "
+        "Reads: ranged reads of spill or merged files (an open, an index and a body read each). Every run kept.",
+        "",
+        "| lake | mode | units | reads (spill + merged) | wall s median (min-max) | CPU s median (min-max) | "
+        "wall off / on |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for where, lake in results["lakes"].items():
+        by = {m: [r for r in lake["runs"] if r["mode"] == m] for m in ("off", "on")}
+        walls = {m: statistics.median(r["wall_s"] for r in rs) for m, rs in by.items()}
+        for mode, rs in by.items():
+            w = [r["wall_s"] for r in rs]
+            c = [r["cpu_s"] for r in rs]
+            reads = rs[0]["reads"]
+            ratio = f"{walls['off'] / walls['on']:.2f}x" if mode == "on" else ""
+            lines.append(
+                f"| {where} | {mode} | {rs[0]['units']} | {reads['spill']:,} + {reads['merged']:,} | "
+                f"{statistics.median(w):.2f} ({min(w):.2f}-{max(w):.2f}) | "
+                f"{statistics.median(c):.2f} ({min(c):.2f}-{max(c):.2f}) | {ratio} |"
+            )
+    per_read = []
+    for where, lake in results["lakes"].items():
+        by = {m: [r for r in lake["runs"] if r["mode"] == m] for m in ("off", "on")}
+        cpu = {m: statistics.median(r["cpu_s"] for r in rs) for m, rs in by.items()}
+        reads = {m: sum(rs[0]["reads"].values()) for m, rs in by.items()}
+        ms = 1000 * (cpu["off"] - cpu["on"]) / (reads["off"] - reads["on"])
+        per_read.append(
+            f"{where} {ms:.2f} ms (at the 50 TB plan: {PLAN_READS[0] * ms / 3.6e6:,.0f} CPU-hours for its "
+            f"{PLAN_READS[0]:,} direct reads, {PLAN_READS[1] * ms / 3.6e6:,.0f} for the middle pass's {PLAN_READS[1]:,})"
+        )
+    loads = [x for lake in results["lakes"].values() for x in lake["load_1min"]]
+    lines += [
+        "",
+        "CPU of this process per read saved (median CPU off - on, over the reads saved; the merge's own work "
+        f"included): {'; '.join(per_read)}; the plan's reads from docs/export.md *At 50 TB*.",
+        "",
+        f"Load (1-minute average, before and after each run): {min(loads):.1f}-{max(loads):.1f} on "
+        f"{results['cores']} cores. JSON: `benchmarks/results/export_merge.json`. Command: `{results['command']}` "
+        "(`--render` rebuilds this table from the JSON).",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shards", type=int, default=60)
+    ap.add_argument("--sequences", type=int, default=40)
+    ap.add_argument("--seq-len", type=int, default=2048)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--file-size", default="64KiB")
+    ap.add_argument("--memory-budget", type=int, default=650_000)
+    ap.add_argument("--render", action="store_true", help="rebuild the RESULTS.md block from the JSON only")
+    args = ap.parse_args()
+    if not args.render:
+        OUT.write_text(json.dumps(measure(args), indent=1) + "\n")
+    replace_block(RESULTS, "bench_export_merge", render(json.loads(OUT.read_text())))
+
+
+if __name__ == "__main__":
+    main()
