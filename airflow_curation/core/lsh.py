@@ -147,25 +147,29 @@ def merge_partitions(uris: list[str], lo: int, hi: int, out_uri: str) -> int:
     """Partitions ``lo <= p < hi`` of the spill files ``uris`` as one spill file ``out_uri``: one record batch
     a partition present, its pieces in the order of ``uris`` (one ranged read of each file). A reader of a
     part of the range then opens one file where it opened ``len(uris)``: the merge of a two-pass shuffle.
-    Returns rows."""
-    parts = []
-    for p, pieces in read_partition_pieces(uris, lo, hi, None):
-        if pieces:
-            batches = [_one_batch(b) for b in pieces]
-            parts.append((p, batches[0] if len(batches) == 1 else pa.concat_batches(batches)))
-    sink = pa.BufferOutputStream()
-    if parts:
-        present = np.array([p for p, _ in parts], np.int64)
-        schema = parts[0][1].schema.with_metadata({_LIST_KEY: present.astype("<i4").tobytes()})
-        with pa.ipc.new_file(sink, schema, options=_IPC_OPTIONS) as w:
-            for _, batch in parts:
-                w.write_batch(batch.replace_schema_metadata(schema.metadata))
-    else:  # nothing in the range: a file with no batch, which every reader takes as empty
-        with pa.ipc.new_file(sink, pa.schema([]).with_metadata({_LIST_KEY: b""}), options=_IPC_OPTIONS):
-            pass
+    Holds the range's pieces and the file built (about twice the range's bytes): each partition's pieces are
+    released as its batch is written. Returns rows."""
+    pieces: list[list[pa.RecordBatch]] = [[] for _ in range(lo, hi)]
+    for uri in uris:
+        for p, t, high in _read_range(uri, lo, hi, None):
+            pieces[p - lo].append(_one_batch(_widen(t, high)))
+    present = np.array([lo + k for k, got in enumerate(pieces) if got], np.int64)
+    rows = 0
+    # Streamed to the file (a temporary one, renamed when whole), not built in memory first.
     with storage.atomic_open(out_uri) as f:
-        f.write(sink.getvalue())
-    return sum(b.num_rows for _, b in parts)
+        if not present.size:  # nothing in the range: a file with no batch, which every reader takes as empty
+            pa.ipc.new_file(f, pa.schema([]).with_metadata({_LIST_KEY: b""}), options=_IPC_OPTIONS).close()
+            return 0
+        schema = pieces[int(present[0]) - lo][0].schema.with_metadata({_LIST_KEY: present.astype("<i4").tobytes()})
+        with pa.ipc.new_file(f, schema, options=_IPC_OPTIONS) as w:
+            for p in present:
+                got, pieces[int(p) - lo] = pieces[int(p) - lo], []
+                for batch in got:
+                    rows += batch.num_rows
+                batch = got[0] if len(got) == 1 else pa.concat_batches(got)
+                w.write_batch(batch.replace_schema_metadata(schema.metadata))
+                del got, batch
+    return rows
 
 
 def _shared_high_word(col: np.ndarray) -> int | None:

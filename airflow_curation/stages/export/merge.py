@@ -7,7 +7,7 @@ and the spill files into groups (``g`` consecutive shards, as many as a merge un
 chunk); a merge unit reads one chunk of its group's files (one ranged read each) and writes them as one
 file (:func:`~airflow_curation.core.lsh.merge_partitions`); a gather unit then reads its range of its
 chunk's merged files, one a group. Reads: ``chunks x shards + units x groups``, which :func:`merge_plan`
-minimises: at the plan, ~2 x units x sqrt(shards) (6.3 M reads of ~9.6 MB instead of 0.7 G of ~43 KB).
+minimises: at the plan, ~2 x units x sqrt(shards / 2) (4.4 M reads of ~13.6 MB instead of 0.7 G of ~43 KB).
 That is the optimum of two passes at a fixed memory (docs/export.md: it still grows as the corpus^1.5).
 
 The merged files are an intermediate: the written bytes do not depend on them (each bucket is sorted by
@@ -29,8 +29,10 @@ from airflow_curation.stages.base import Stage, UnitResult, file_record
 from airflow_curation.stages.settings import Setting
 from airflow_curation.stages.tokenize.packing import packed_files
 
-# What a merge unit holds per byte it reads: the pieces read, their concatenation and the file written.
-MERGE_EXPANSION = 3
+# What a merge unit holds per byte of its range: the pieces read, each bucket's concatenation while it is
+# streamed to the file. Measured (benchmarks/bench_export_merge.py): 8 spill files of 64 MB, half their
+# buckets (263 MB decoded): the RSS grew 1.26x (3.2x while the file was built in memory before its write).
+MERGE_EXPANSION = 2
 # Where the middle pass pays for writing the tokens once more: the gather's reads are many and small. Measured
 # (benchmarks/bench_export_merge.py, 3,660 reads of ~2.7 KB): the pass won 2.1x on an S3 lake (~13 ms a read)
 # and ~1.1x on a local one; below ~1,000 reads they cost seconds even one by one on an object store, not
