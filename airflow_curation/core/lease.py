@@ -136,6 +136,7 @@ class Lease:
                 )
             time.sleep(min(2.0, max(0.1, self.wait_s / 20)))
         if self._fd is None:  # object stores: the heartbeat keeps the lease alive
+            self._remove_stale_claims()
             self._beat = threading.Thread(
                 target=storage_map.carried(self._heartbeat), name="curation-lease", daemon=True
             )
@@ -155,6 +156,15 @@ class Lease:
         if other and self._dead(other):
             storage.remove(claim)
         return False
+
+    def _remove_stale_claims(self) -> None:
+        """Remove the takeover claims this run did not make, once it holds the lease: a claim only orders the
+        takeover of the lease file of the holder it names, and that file is gone now that this run's lease
+        is the file. A run that took a lease over and crashed before its release left its claim for good (one
+        file a crash, found by crashing one)."""
+        for claim in storage.glob(f"{self.uri}.takeover-*"):
+            if claim not in self._claims:
+                storage.remove(claim)
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.ttl_s / 4):

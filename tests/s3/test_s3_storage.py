@@ -268,3 +268,26 @@ def test_of_two_runs_that_find_a_dead_holder_one_takes_the_lease_over(s3_bucket)
     finally:
         first.release()
     assert storage.listdir(f"s3://{s3_bucket}/_locks") == []  # the lease and the takeover claim
+
+
+def test_a_takeover_claim_of_a_run_that_crashed_after_taking_over_is_removed_by_the_next_holder(s3_bucket):
+    """A run took a dead holder's lease over (its claim named after that holder) and crashed before its release:
+    its claim stayed in ``_locks`` for good. The next run to hold the lease removes the claims it did not make."""
+    from airflow_curation.core.lease import Lease
+
+    uri = f"s3://{s3_bucket}/_locks/dedup.lease"
+    dead = {"token": "crashed", "host": "elsewhere", "pid": 1, "what": "dedup", "heartbeat": time.time() - 3600}
+    storage.write_bytes(uri, json.dumps(dead).encode())
+    crashing = Lease(uri, "dedup", ttl_s=60).acquire()
+    crashing._stop.set()  # it dies: no heartbeat, no release; its lease goes stale
+    stale = {**json.loads(storage.read_bytes(uri)), "heartbeat": time.time() - 3600}
+    storage.write_bytes(uri, json.dumps(stale).encode())
+    assert any(".takeover-crashed-" in p for p in storage.listdir(f"s3://{s3_bucket}/_locks"))
+    nxt = Lease(uri, "dedup", ttl_s=60).acquire()
+    try:
+        assert json.loads(storage.read_bytes(uri))["token"] == nxt.token
+        claims = [p for p in storage.listdir(f"s3://{s3_bucket}/_locks") if ".takeover-" in p]
+        assert claims == [f"{uri}.takeover-{crashing.token}-{int(stale['heartbeat'])}"] == nxt._claims  # its own
+    finally:
+        nxt.release()
+    assert storage.listdir(f"s3://{s3_bucket}/_locks") == []
