@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -44,7 +45,7 @@ from benchmarks.results import RESULTS, replace_block  # noqa: E402
 
 VOCAB = 50_000
 OUT = Path(__file__).resolve().parent / "results" / "export_merge.json"
-PLAN_READS = (698_500_000, 5_418_270)  # the 50 TB plan's gather reads without and with the middle pass
+PLAN_READS = (698_500_000, 4_427_110)  # the 50 TB plan's gather reads without and with the middle pass
 
 
 def make_input(lake: Lake, shards: int, sequences: int, seq_len: int) -> tuple[str, int]:
@@ -146,6 +147,50 @@ def run_once(lake: Lake, manifest: str, mode: str, seed: int, args) -> dict:
     }
 
 
+# The peak RSS from /proc (VmHWM), not getrusage: a process's ru_maxrss keeps, across exec, the size of the
+# parent it was forked from (a child of this large process measured ~40% less growth).
+_MEMORY_CHILD = """
+import sys
+import pyarrow as pa
+from airflow_curation.core.lsh import merge_partitions
+def hwm():
+    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+uris, out, hi = sys.argv[1:-2], sys.argv[-2], int(sys.argv[-1])
+base = hwm()
+rows = merge_partitions(uris, 0, hi, out)
+print(rows, hwm() - base, pa.default_memory_pool().max_memory())
+"""
+
+
+def memory(files: int = 8, rows: int = 16_000, seq_len: int = 2048, partitions: int = 100) -> dict:
+    """A merge unit's memory against the bytes of its range: ``files`` spill files of ``rows`` uint16
+    sequences in ``partitions`` buckets, half the buckets merged in a fresh process (its RSS growth and
+    pyarrow's pool peak)."""
+    from airflow_curation.core.arrays import from_numpy
+    from airflow_curation.core.lsh import node_keys, write_partitioned
+
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as base:
+        uris = []
+        for s in range(files):
+            ids = pa.FixedSizeListArray.from_arrays(
+                from_numpy(rng.integers(1, VOCAB, size=rows * seq_len, dtype=np.uint16)), seq_len
+            )
+            cols = {"node": node_keys(s, rows), "input_ids": ids, "n_tokens": np.full(rows, seq_len, np.int32)}
+            uris.append(os.path.join(base, f"s{s}.arrow"))
+            write_partitioned(uris[-1], cols, rng.integers(0, partitions, size=rows))
+        got = subprocess.run(
+            [sys.executable, "-c", _MEMORY_CHILD, *uris, os.path.join(base, "out.arrow"), str(partitions // 2)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))},
+        ).stdout.split()
+    merged_rows, rss, pool = (int(x) for x in got)
+    data = merged_rows * (seq_len * 2 + 8 + 4)  # ids, node key, n_tokens: the range decoded
+    return {"files": files, "rows_per_file": rows, "range_bytes": data, "rss_growth": rss, "pool_peak": pool}
+
+
 def measure(args) -> dict:
     results: dict = {
         "command": "python " + " ".join(sys.argv),
@@ -156,6 +201,7 @@ def measure(args) -> dict:
         "file_size": args.file_size,
         "cores": os.cpu_count(),
         "lakes": {},
+        "memory": memory(),
     }
     moto = start_moto()
     base = tempfile.mkdtemp()
@@ -216,7 +262,13 @@ def render(results: dict) -> str:
             f"{PLAN_READS[0]:,} direct reads, {PLAN_READS[1] * ms / 3.6e6:,.0f} for the middle pass's {PLAN_READS[1]:,})"
         )
     loads = [x for lake in results["lakes"].values() for x in lake["load_1min"]]
+    mem = results["memory"]
     lines += [
+        "",
+        f"A merge unit's memory: {mem['files']} spill files of {mem['rows_per_file']:,} sequences, half their "
+        f"buckets merged ({mem['range_bytes'] / 1e6:.0f} MB decoded) in a fresh process: RSS grew "
+        f"{mem['rss_growth'] / mem['range_bytes']:.2f}x that, pyarrow's pool peaked at "
+        f"{mem['pool_peak'] / mem['range_bytes']:.2f}x (the stage plans 2x: `MERGE_EXPANSION`).",
         "",
         "CPU of this process per read saved (median CPU off - on, over the reads saved; the merge's own work "
         f"included): {'; '.join(per_read)}; the plan's reads from docs/export.md *At 50 TB*.",

@@ -34,9 +34,9 @@ from airflow_curation.stages.tokenize.packing import packed_files
 # buckets (263 MB decoded): the RSS grew 1.26x (3.2x while the file was built in memory before its write).
 MERGE_EXPANSION = 2
 # Where the middle pass pays for writing the tokens once more: the gather's reads are many and small. Measured
-# (benchmarks/bench_export_merge.py, 3,660 reads of ~2.7 KB): the pass won 2.1x on an S3 lake (~13 ms a read)
-# and ~1.1x on a local one; below ~1,000 reads they cost seconds even one by one on an object store, not
-# worth the pass's files; past a few MiB a read's fixed cost is lost in its bytes.
+# (benchmarks/bench_export_merge.py, 3,660 reads of ~2.7 KB): the pass won 3.1x on an S3 lake (~14 ms of
+# client CPU a read) and 1.2x on a local one; ~1,000 reads cost seconds (tens one by one on an object store),
+# not worth the pass's files and manifests; past a few MiB a read's fixed cost is lost in its bytes.
 MERGE_MIN_READS = 1_000
 MERGE_MAX_READ = 4 << 20
 
