@@ -11,6 +11,7 @@ manifest naming them; then the whole export stage, one worker, in-process, sever
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import resource
@@ -25,6 +26,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from airflow_curation.core import storage  # noqa: E402
 from airflow_curation.core.fingerprint import checksum_url  # noqa: E402
 from airflow_curation.core.layout import Lake  # noqa: E402
 from airflow_curation.core.manifest import Manifest, UnitEntry  # noqa: E402
@@ -37,6 +39,13 @@ VOCAB = 50_000
 
 def make_input(base: str, shards: int, sequences: int, seq_len: int) -> tuple[Lake, str, int]:
     lake = Lake(os.path.join(base, "lake"), "bench")
+    uri, tokens = write_input(lake, shards, sequences, seq_len)
+    return lake, uri, tokens
+
+
+def write_input(lake: Lake, shards: int, sequences: int, seq_len: int) -> tuple[str, int]:
+    """Packed shards of random ids (uint16 on disk) and a tokenize manifest naming them, in ``lake`` (any
+    storage); returns the manifest's URI and the tokens."""
     rng = np.random.default_rng(0)
     units, recs, total = [], {}, 0
     for s in range(shards):
@@ -46,17 +55,17 @@ def make_input(base: str, shards: int, sequences: int, seq_len: int) -> tuple[La
         lengths = lengths[np.cumsum(lengths) <= n]
         lengths[-1] += n - int(lengths.sum())
         packer.add([f"d{s}-{i}" for i in range(len(lengths))], rng.integers(1, VOCAB, size=n, dtype=np.int32), lengths)
+        sink = io.BytesIO()
+        pq.write_table(next(iter(packer.flush())), sink, compression="zstd", row_group_size=1024)
         uri = lake.path("packed", f"s{s:04d}.parquet")
-        os.makedirs(os.path.dirname(uri), exist_ok=True)
-        pq.write_table(next(iter(packer.flush())), uri, compression="zstd", row_group_size=1024)
+        storage.write_bytes(uri, sink.getvalue())
         units.append(UnitEntry(unit_id=f"s{s:04d}", inputs=[], input_checksum="-", status="done"))
         recs[f"s{s:04d}"] = {"sequences": packer.sequences, "packed_uri": uri, "packed_checksum": checksum_url(uri)}
         total += packer.sequences
     m = Manifest(dataset="bench", stage="tokenize", run_id="in", fingerprint="-", lake=lake.to_dict(), units=units)
     m.status = "complete"
     m.config = {"tokens": {"sequences": total, "seq_len": seq_len, "shards": recs}}
-    uri = m.write(lake.manifest_uri("in", "tokenize"))
-    return lake, uri, total * seq_len
+    return m.write(lake.manifest_uri("in", "tokenize")), total * seq_len
 
 
 def cpu() -> float:

@@ -15,7 +15,6 @@ each mode writes are the same bytes (``tests/export/test_export.py -k middle_pas
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import resource
@@ -30,46 +29,18 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from airflow_curation.core import lsh, storage  # noqa: E402
-from airflow_curation.core.fingerprint import checksum_url  # noqa: E402
+from airflow_curation.core import lsh  # noqa: E402
 from airflow_curation.core.layout import Lake  # noqa: E402
-from airflow_curation.core.manifest import Manifest, UnitEntry  # noqa: E402
 from airflow_curation.stages.base import StageRunner  # noqa: E402
 from airflow_curation.stages.export.stage import ExportStage  # noqa: E402
-from airflow_curation.stages.tokenize.packing import Packer  # noqa: E402
+from benchmarks.bench_export import VOCAB, write_input  # noqa: E402
 from benchmarks.results import RESULTS, replace_block  # noqa: E402
 
-VOCAB = 50_000
 OUT = Path(__file__).resolve().parent / "results" / "export_merge.json"
 PLAN_READS = (698_500_000, 4_427_110)  # the 50 TB plan's gather reads without and with the middle pass
-
-
-def make_input(lake: Lake, shards: int, sequences: int, seq_len: int) -> tuple[str, int]:
-    """Packed shards of random ids (uint16 on disk) and a tokenize manifest naming them, on any storage."""
-    rng = np.random.default_rng(0)
-    units, recs, total = [], {}, 0
-    for s in range(shards):
-        packer = Packer(seq_len, 0)
-        n = sequences * seq_len
-        lengths = rng.integers(50, 3000, size=n // 50)
-        lengths = lengths[np.cumsum(lengths) <= n]
-        lengths[-1] += n - int(lengths.sum())
-        packer.add([f"d{s}-{i}" for i in range(len(lengths))], rng.integers(1, VOCAB, size=n, dtype=np.int32), lengths)
-        sink = io.BytesIO()
-        pq.write_table(next(iter(packer.flush())), sink, compression="zstd", row_group_size=1024)
-        uri = lake.path("packed", f"s{s:04d}.parquet")
-        storage.write_bytes(uri, sink.getvalue())
-        units.append(UnitEntry(unit_id=f"s{s:04d}", inputs=[], input_checksum="-", status="done"))
-        recs[f"s{s:04d}"] = {"sequences": packer.sequences, "packed_uri": uri, "packed_checksum": checksum_url(uri)}
-        total += packer.sequences
-    m = Manifest(dataset="bench", stage="tokenize", run_id="in", fingerprint="-", lake=lake.to_dict(), units=units)
-    m.status = "complete"
-    m.config = {"tokens": {"sequences": total, "seq_len": seq_len, "shards": recs}}
-    return m.write(lake.manifest_uri("in", "tokenize")), total * seq_len
 
 
 def cpu() -> float:
@@ -208,7 +179,7 @@ def measure(args) -> dict:
     try:
         for where, root in (("local", os.path.join(base, "lake")), ("s3", "s3://bench-export/lake")):
             lake = Lake(root, "bench")
-            manifest, tokens = make_input(lake, args.shards, args.sequences, args.seq_len)
+            manifest, tokens = write_input(lake, args.shards, args.sequences, args.seq_len)
             load = [os.getloadavg()[0]]
             runs = []
             for r in range(args.repeats):
