@@ -124,7 +124,7 @@ class ExportStage(Stage):
             "memory_budget",
             size,
             8 << 30,
-            "memory of one gather unit (a range of buckets read at once); with workers, sets the units",
+            "memory of one gather or merge unit (a range of buckets read at once); with workers, sets the units",
             runtime=True,
             minimum=1,
         ),
@@ -132,8 +132,8 @@ class ExportStage(Stage):
             "spill_merge",
             str,
             "auto",
-            "merge the spill files by chunk of buckets before the gather (auto: where it at least halves the "
-            "reads; docs/export.md)",
+            "merge the spill files by chunk of buckets before the gather (auto: where the gather's reads are "
+            "many and small and merging at least halves them; docs/export.md)",
             choices=("auto", "on", "off"),
             runtime=True,
         ),
