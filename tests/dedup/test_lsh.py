@@ -16,6 +16,7 @@ from airflow_curation.core.components import connected_components, write_edges
 from airflow_curation.core.integrity import IntegrityError
 from airflow_curation.core.lsh import (
     bucket_pairs,
+    merge_partitions,
     node_keys,
     pack_spills,
     partition_of,
@@ -453,3 +454,26 @@ def test_a_packs_index_grows_with_its_partitions_not_its_pieces(tmp_path):
         return out.stat().st_size - body_end
 
     assert index_bytes(20) - index_bytes(2) < 18 * 64  # under a byte a piece
+
+
+def test_a_merged_range_reads_as_the_files_it_merges(tmp_path):
+    """Export's middle pass (``merge_partitions``): a range of partitions of several spill files, whatever their
+    layout (keys stored as rows, keys of several shards, an empty file, Parquet, a JSON index), as one file of
+    one batch a partition: a reader of any part of the range gets each partition's rows in the files' order,
+    keys widened; a range where no file has a row is a file that reads as empty."""
+    files = _pack_corpus(tmp_path)
+    cols = {"bucket": np.uint64, "node": np.uint64}
+    merged = str(tmp_path / "m.arrow")
+    assert merge_partitions(files, 10, 40, merged) == sum(
+        len(r["node"]) for _, r in read_partitions(files, 10, 40, cols)
+    )
+    for lo, hi in ((10, 40), (12, 13), (39, 45), (0, 11)):
+        want = {p: r for p, r in read_partitions(files, max(lo, 10), min(hi, 40), cols)}
+        got = dict(read_partitions([merged], lo, hi, cols))
+        for p in range(lo, hi):
+            w = want.get(p, {c: np.empty(0, np.uint64) for c in cols})
+            assert all(got[p][c].tolist() == w[c].tolist() for c in cols), p
+        assert all(len(pieces) <= 1 for _, pieces in read_partition_pieces([merged], lo, hi, ["node"]))
+    empty = str(tmp_path / "none.arrow")
+    assert merge_partitions([f for f in files if "empty" in f], 0, 64, empty) == 0  # the empty spill file alone
+    assert [len(p) for _, p in read_partition_pieces([empty], 0, 64, ["node"])] == [0] * 64
