@@ -121,22 +121,25 @@ def run_once(lake: Lake, manifest: str, mode: str, seed: int, args) -> dict:
 # The peak RSS from /proc (VmHWM), not getrusage: a process's ru_maxrss keeps, across exec, the size of the
 # parent it was forked from (a child of this large process measured ~40% less growth).
 _MEMORY_CHILD = """
-import sys
+import resource, sys
 import pyarrow as pa
 from airflow_curation.core.lsh import merge_partitions
 def hwm():
     return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM:"))
 uris, out, hi = sys.argv[1:-2], sys.argv[-2], int(sys.argv[-1])
-base = hwm()
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+base, c0 = hwm(), cpu()
 rows = merge_partitions(uris, 0, hi, out)
-print(rows, hwm() - base, pa.default_memory_pool().max_memory())
+print(rows, hwm() - base, pa.default_memory_pool().max_memory(), cpu() - c0)
 """
 
 
-def memory(files: int = 8, rows: int = 16_000, seq_len: int = 2048, partitions: int = 100) -> dict:
-    """A merge unit's memory against the bytes of its range: ``files`` spill files of ``rows`` uint16
-    sequences in ``partitions`` buckets, half the buckets merged in a fresh process (its RSS growth and
-    pyarrow's pool peak)."""
+def memory(files: int = 8, rows: int = 16_000, seq_len: int = 2048, partitions: int = 100, repeats: int = 3) -> dict:
+    """A merge unit's memory and CPU against the bytes of its range: ``files`` spill files of ``rows`` uint16
+    sequences in ``partitions`` buckets, half the buckets merged in a fresh process ``repeats`` times (its RSS
+    growth, pyarrow's pool peak and its CPU seconds each time)."""
     from airflow_curation.core.arrays import from_numpy
     from airflow_curation.core.lsh import node_keys, write_partitioned
 
@@ -150,16 +153,21 @@ def memory(files: int = 8, rows: int = 16_000, seq_len: int = 2048, partitions: 
             cols = {"node": node_keys(s, rows), "input_ids": ids, "n_tokens": np.full(rows, seq_len, np.int32)}
             uris.append(os.path.join(base, f"s{s}.arrow"))
             write_partitioned(uris[-1], cols, rng.integers(0, partitions, size=rows))
-        got = subprocess.run(
-            [sys.executable, "-c", _MEMORY_CHILD, *uris, os.path.join(base, "out.arrow"), str(partitions // 2)],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))},
-        ).stdout.split()
-    merged_rows, rss, pool = (int(x) for x in got)
-    data = merged_rows * (seq_len * 2 + 8 + 4)  # ids, node key, n_tokens: the range decoded
-    return {"files": files, "rows_per_file": rows, "range_bytes": data, "rss_growth": rss, "pool_peak": pool}
+        runs = []
+        for _ in range(repeats):
+            got = subprocess.run(
+                [sys.executable, "-c", _MEMORY_CHILD, *uris, os.path.join(base, "out.arrow"), str(partitions // 2)],
+                capture_output=True,
+                text=True,
+                check=True,
+                env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))},
+            ).stdout.split()
+            # the merge's CPU too: the plan's cost per byte of the middle pass (simulate_scale.py)
+            runs.append(
+                {"rows": int(got[0]), "rss_growth": int(got[1]), "pool_peak": int(got[2]), "cpu_s": float(got[3])}
+            )
+    data = runs[0]["rows"] * (seq_len * 2 + 8 + 4)  # ids, node key, n_tokens: the range decoded
+    return {"files": files, "rows_per_file": rows, "range_bytes": data, "runs": runs, "load_1min": os.getloadavg()[0]}
 
 
 def measure(args) -> dict:
@@ -192,6 +200,12 @@ def measure(args) -> dict:
         moto.kill()
         shutil.rmtree(base, ignore_errors=True)
     return results
+
+
+def merge_cpu_s_per_gb(results: dict) -> float:
+    """The merge's median CPU seconds per GB of its range (decoded), from the JSON: the plan's middle-pass term."""
+    mem = results["memory"]
+    return statistics.median(r["cpu_s"] for r in mem["runs"]) / mem["range_bytes"] * 1e9
 
 
 def render(results: dict) -> str:
@@ -234,12 +248,17 @@ def render(results: dict) -> str:
         )
     loads = [x for lake in results["lakes"].values() for x in lake["load_1min"]]
     mem = results["memory"]
+    rss = max(r["rss_growth"] for r in mem["runs"]) / mem["range_bytes"]
+    pool = max(r["pool_peak"] for r in mem["runs"]) / mem["range_bytes"]
+    cpus = [r["cpu_s"] for r in mem["runs"]]
     lines += [
         "",
         f"A merge unit's memory: {mem['files']} spill files of {mem['rows_per_file']:,} sequences, half their "
-        f"buckets merged ({mem['range_bytes'] / 1e6:.0f} MB decoded) in a fresh process: RSS grew "
-        f"{mem['rss_growth'] / mem['range_bytes']:.2f}x that, pyarrow's pool peaked at "
-        f"{mem['pool_peak'] / mem['range_bytes']:.2f}x (the stage plans 2x: `MERGE_EXPANSION`).",
+        f"buckets merged ({mem['range_bytes'] / 1e6:.0f} MB decoded) in a fresh process, {len(cpus)} runs: RSS "
+        f"grew at most {rss:.2f}x that, pyarrow's pool peaked at {pool:.2f}x (the stage plans 2x: "
+        f"`MERGE_EXPANSION`); CPU {statistics.median(cpus):.2f} s median ({min(cpus):.2f}-{max(cpus):.2f}), "
+        f"{merge_cpu_s_per_gb(results):.2f} CPU-s per GB merged (load {mem['load_1min']:.1f}; `--memory-only` "
+        "remeasures this line alone).",
         "",
         "CPU of this process per read saved (median CPU off - on, over the reads saved; the merge's own work "
         f"included): {'; '.join(per_read)}; the plan's reads from docs/export.md *At 50 TB*.",
@@ -260,8 +279,14 @@ def main() -> None:
     ap.add_argument("--file-size", default="64KiB")
     ap.add_argument("--memory-budget", type=int, default=650_000)
     ap.add_argument("--render", action="store_true", help="rebuild the RESULTS.md block from the JSON only")
+    ap.add_argument("--memory-only", action="store_true", help="remeasure the merge unit's memory and CPU alone")
     args = ap.parse_args()
-    if not args.render:
+    if args.memory_only:
+        doc = json.loads(OUT.read_text())
+        doc["memory"] = memory()
+        doc["memory_command"] = "python " + " ".join(sys.argv)
+        OUT.write_text(json.dumps(doc, indent=1) + "\n")
+    elif not args.render:
         OUT.write_text(json.dumps(measure(args), indent=1) + "\n")
     replace_block(RESULTS, "bench_export_merge", render(json.loads(OUT.read_text())))
 

@@ -39,6 +39,9 @@ The model, stage by stage (ingest, preprocess, dedup, validate):
 * Airflow tasks: the pipeline DAG's launch + gate per stage, and their overhead per stage, from the
   largest real-scheduler run (``--airflow-stack real``), else the ``dag.test()`` run; independent of
   the shard count (shards are units inside a task's job, never tasks).
+* training data out (with ``--micro``, a second table, :func:`out_plan`): tokenize and export's scatter,
+  middle pass and gather from their committed micro-benchmarks (not the curve), export's units and reads as
+  the stage plans them for an array of the shard groups.
 """
 
 from __future__ import annotations
@@ -524,8 +527,110 @@ def load_micro(results: Path = RESULTS_DIR) -> dict:
         "spill": "spill_reads.json",
         "spill_bytes": SPILL_BYTES,
         "spill_pack": "spill_pack_p4096.json",
+        "tokenize": "tokenize_megatron.json",
+        "export": "export.json",
+        "export_merge": "export_merge.json",
     }
     return {k: json.loads((results / f).read_text()) for k, f in names.items() if (results / f).exists()}
+
+
+TOKEN_BYTES = 2  # uint16 on disk: a vocabulary under 65,500 (Megatron's rule, docs/export.md)
+EXPORT_FILE_BYTES = 1 << 30  # export's default file_size
+EXPORT_BUDGET = 8 << 30  # export's default memory_budget
+
+
+def out_plan(
+    micro: dict, total_bytes: float, tokens: float, shards: int, nodes: int, cores: int, max_array: int = 100_000
+) -> dict | None:
+    """Training data out at the plan: tokenize and export (scatter, the middle pass, gather), from the committed
+    micro-benchmarks (None without them). One worker a core; export's gather units as the stage plans them for
+    an array of ``min(shards, max_array)`` tasks (``min_units``), at most one a bucket; the middle pass as
+    ``stages.export.merge.merge_plan`` shapes it. The scatter and gather share export.json's CPU evenly (it
+    measures them together); the merge costs its measured CPU per GB merged."""
+    tok, exp, merge = micro.get("tokenize"), micro.get("export"), micro.get("export_merge")
+    if not (tok and exp and merge):
+        return None
+    from airflow_curation.stages.export.merge import merge_plan
+
+    ours = [r["cpu"] for r in tok["runs"] if r["contender"] == "ours"]
+    tokenize_s_per_byte = statistics.median(ours) / (tok["text_mb"] * 1e6)
+    data = tokens * TOKEN_BYTES
+    buckets = math.ceil(data / EXPORT_FILE_BYTES)
+    groups = min(shards, max_array)
+    units = min(buckets, max(math.ceil(4 * data / EXPORT_BUDGET), groups))
+    k, g = merge_plan(units, shards, int(data), EXPORT_BUDGET, force=True)
+    chunks, merge_groups = math.ceil(units / k), math.ceil(shards / g)
+    mem = merge["memory"]
+    merge_s_per_gb = statistics.median(r["cpu_s"] for r in mem["runs"]) / mem["range_bytes"] * 1e9
+    export_s = tokens / exp["median_tokens_per_cpu_s"]
+    slots = nodes * cores
+    steps = {
+        "tokenize": (total_bytes * tokenize_s_per_byte, shards, shards),
+        "export: scatter": (export_s / 2, shards, shards),
+        "export: merge": (data / 1e9 * merge_s_per_gb, chunks * merge_groups, chunks * shards),
+        "export: gather": (export_s / 2, units, units * merge_groups),
+    }
+    out: dict = {
+        "nodes": nodes,
+        "slots": slots,
+        "tokenize_mb_per_core_s": 1 / tokenize_s_per_byte / 1e6,
+        "export_tokens_per_cpu_s": exp["median_tokens_per_cpu_s"],
+        "merge_cpu_s_per_gb": merge_s_per_gb,
+        "buckets": buckets,
+        "gather_direct_reads": units * shards,
+        "steps": {},
+    }
+    for step, (cpu_s, n, reads) in steps.items():
+        waves = math.ceil(n / slots)
+        wall = waves * cpu_s / n
+        out["steps"][step] = {
+            "cpu_hours": cpu_s / 3600,
+            "units": n,
+            "waves": waves,
+            "wall_hours": wall / 3600,
+            "node_hours": wall / 3600 * nodes,
+            "reads": reads,
+        }
+    out["node_hours"] = sum(s["node_hours"] for s in out["steps"].values())
+    out["cpu_hours"] = sum(s["cpu_hours"] for s in out["steps"].values())
+    return out
+
+
+def out_markdown(plans: list[dict]) -> str:
+    """docs/scale.md's training-data-out table."""
+    p0 = plans[0]
+    lines = [
+        f"Tokenize at {p0['tokenize_mb_per_core_s']:.2f} MB of text per core-second (`tokenize_megatron.json`: the "
+        "median of its runs of tokenize + export on 11 MB, at load 17-23 on 2 cores; `bench_tokenize.py` measured "
+        f"2.91 MB/s for tokenize alone at a lighter load, RESULTS.md, which would halve that row), export at {p0['export_tokens_per_cpu_s'] / 1e6:.1f} M "
+        f"tokens per CPU-second (`export.json`, scatter and gather, split evenly here) plus the middle pass at "
+        f"{p0['merge_cpu_s_per_gb']:.2f} CPU-s per GB merged (`export_merge.json`); {p0['buckets']:,} buckets of "
+        f"1 GiB; the gather's reads without the middle pass would be {p0['gather_direct_reads'] / 1e9:.2f} G. Mix is "
+        "not measured at scale (not in the table).",
+        "",
+        "| nodes | step | CPU-hours | units | waves | wall h | node-hours | reads (M) |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for p in plans:
+        for step, s in p["steps"].items():
+            lines.append(
+                f"| {p['nodes']} | {step} | {s['cpu_hours']:,.0f} | {s['units']:,} | {s['waves']} | "
+                f"{s['wall_hours']:.2f} | {s['node_hours']:,.0f} | {s['reads'] / 1e6:,.2f} |"
+            )
+        lines.append(
+            f"| {p['nodes']} | **total** | **{p['cpu_hours']:,.0f}** |  |  |  | **{p['node_hours']:,.0f}** |  |"
+        )
+    return "\n".join(lines)
+
+
+def out_plans_for(args: argparse.Namespace) -> list[dict]:
+    micro = load_micro() if args.micro else {}
+    shards = math.ceil(args.tb * 1e12 / (args.shard_gb * 1e9))
+    plans = [
+        out_plan(micro, args.tb * 1e12, args.tokens, shards, int(n), args.cores, args.max_array)
+        for n in args.nodes.split(",")
+    ]
+    return [p for p in plans if p is not None]
 
 
 def block(argv: list[str]) -> str:
@@ -593,8 +698,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     plans = plans_for(args)
     print(markdown(plans))
+    out = out_plans_for(args)
+    if out:
+        print(out_markdown(out))
     if args.write_doc:
         replace_block(Path(args.write_doc), "simulate", block(argv))
+        if out:
+            replace_block(Path(args.write_doc), "simulate_out", out_markdown(out), after="simulate")
     if args.out:
         Path(args.out).write_text(json.dumps({"plans": plans}, indent=1))
     return 0

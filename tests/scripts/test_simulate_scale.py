@@ -197,6 +197,36 @@ def test_docs_plan_table_is_regenerated_from_the_committed_json_byte_for_byte(si
     argv = shlex.split(command)[2:]  # less the interpreter and the script
     assert "--json" in argv and argv[argv.index("--json") + 1].startswith("benchmarks/results/")
     assert sim.block(argv) == shown
+    start, end = "<!-- simulate_out:start -->\n", "\n<!-- simulate_out:end -->"
+    out = doc[doc.index(start) + len(start) : doc.index(end)]
+    assert sim.out_markdown(sim.out_plans_for(sim.parser().parse_args(argv))) == out
+
+
+def test_training_data_out_charges_tokenize_export_and_the_middle_pass_as_the_stage_plans_them(sim):
+    """The out table's arithmetic on made-up figures: tokenize by text bytes, export by tokens (scatter and gather
+    halves), the merge by GB merged; export's gather units as the stage plans them for an array (one a task, at
+    most one a bucket), and its reads with the middle pass as ``merge_plan`` shapes it, far below units x shards."""
+    from airflow_curation.stages.export.merge import merge_plan
+
+    micro = {
+        "tokenize": {"text_mb": 10.0, "runs": [{"contender": "ours", "cpu": c} for c in (4.0, 5.0, 9.0)]},
+        "export": {"median_tokens_per_cpu_s": 40e6},
+        "export_merge": {"memory": {"range_bytes": 1e9, "runs": [{"cpu_s": 2.0}, {"cpu_s": 3.0}]}},
+    }
+    p = sim.out_plan(micro, 50e12, 15e12, 50_000, nodes=16, cores=64)
+    steps = p["steps"]
+    assert steps["tokenize"]["cpu_hours"] == pytest.approx(50e12 * 0.5e-6 / 3600)  # median 5 s for 10 MB
+    assert steps["export: scatter"]["cpu_hours"] == steps["export: gather"]["cpu_hours"]
+    assert steps["export: scatter"]["cpu_hours"] * 2 == pytest.approx(15e12 / 40e6 / 3600)
+    assert steps["export: merge"]["cpu_hours"] == pytest.approx(30e12 / 1e9 * 2.5 / 3600)  # uint16 tokens
+    units, buckets = steps["export: gather"]["units"], math.ceil(30e12 / 2**30)
+    assert units == buckets == p["buckets"]  # 50,000 array tasks, 27,940 buckets: one bucket a unit
+    k, g = merge_plan(units, 50_000, int(30e12), 8 << 30, force=True)
+    assert steps["export: merge"]["units"] == math.ceil(units / k) * math.ceil(50_000 / g)
+    assert steps["export: gather"]["reads"] == units * math.ceil(50_000 / g)
+    assert steps["export: merge"]["reads"] + steps["export: gather"]["reads"] < p["gather_direct_reads"] / 100
+    assert steps["tokenize"]["waves"] == math.ceil(50_000 / (16 * 64))
+    assert sim.out_plan({}, 50e12, 15e12, 50_000, nodes=16, cores=64) is None  # no figures, no table
 
 
 def test_plan_charges_task_fixed_cost_and_micro_benchmark_terms(sim, measured):
