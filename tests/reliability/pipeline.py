@@ -95,7 +95,7 @@ class Pipeline:
                 "batch_size": 8,
                 "max_input_tokens": 64,
             },
-            # One DuckDB thread: parallel float sums differ in the last bits from run to run (report means).
+            # One DuckDB thread: the least CPU on a shared machine (the means no longer depend on the threads: fsum).
             "validate": {**common, "query_engine": "duckdb", "threads": 1, "max_duplicate_rate": 1.0},
             # Three keys (mean line length bins), up-sampled past what is kept: epochs > 1 reach tokenize.
             "mix": {

@@ -5,8 +5,11 @@ data. Here the relation is a list of parts (SQL relations whose union is the who
 relation per group of shards), every query keeps only a few thousand groups, and the results are
 DuckDB's own over the whole relation:
 
-- ``count``, ``min``, ``max`` and the histogram are combined from the parts exactly; ``mean`` is DuckDB's
-  ``avg`` when there is one part, else the exactly rounded sum of the parts' sums over the count;
+- ``count``, ``min``, ``max`` and the histogram are combined from the parts exactly; ``mean`` is the sum over
+  the count, the sum DuckDB's compensated ``fsum`` over one part, else the exactly rounded sum of the parts'
+  ``fsum``. Not ``avg`` or ``sum``: with several DuckDB threads their result depends on how the rows were split
+  between threads, so two runs of one report differed in the last bits (6 runs, 6 means, at 2 threads);
+  ``fsum`` gave one;
 - quantiles: over one part, DuckDB's ``quantile_cont`` itself for the columns whose values fit a query's
   budget (``VALUES_PER_QUERY``, a batch of columns per query); past it (a lake of millions of rows per
   column), and over several parts, DuckDB's ``quantile_cont`` too (rank ``(n - 1) q``, interpolated between the values at its
@@ -144,13 +147,10 @@ def _x(col: str) -> str:
 
 
 def _basics(run: Run, parts: Sequence[str], cols: list[str]) -> list[dict[str, Any]]:
-    many = len(parts) > 1
-    per = 5 if many else 4
+    per = 4
     exprs = []
     for c in cols:
-        exprs += [f"count({_x(c)})", f"min({_x(c)})", f"max({_x(c)})", f"avg({_x(c)})"]
-        if many:
-            exprs.append(f"sum({_x(c)})")
+        exprs += [f"count({_x(c)})", f"min({_x(c)})", f"max({_x(c)})", f"fsum({_x(c)})"]
     rows = [run(f"SELECT {', '.join(exprs)} FROM {p}")[0] for p in parts]
     out = []
     for k in range(len(cols)):
@@ -158,12 +158,10 @@ def _basics(run: Run, parts: Sequence[str], cols: list[str]) -> list[dict[str, A
         n = sum(int(g[0]) for g in got)
         mins = [g[1] for g in got if g[1] is not None]
         maxs = [g[2] for g in got if g[2] is not None]
-        if not many:
-            mean = got[0][3]
-        elif n:
-            sums = [g[4] for g in got if g[4] is not None]
+        if n:
+            sums = [g[3] for g in got if g[3] is not None]
             try:
-                mean = math.fsum(sums) / n
+                mean = (sums[0] if len(sums) == 1 else math.fsum(sums)) / n
             except (ValueError, OverflowError):  # inf - inf, or a finite sum past the largest double
                 mean = sum(sums) / n
         else:
