@@ -149,25 +149,21 @@ def merge_partitions(uris: list[str], lo: int, hi: int, out_uri: str) -> int:
     part of the range then opens one file where it opened ``len(uris)``: the merge of a two-pass shuffle.
     Holds the range's pieces and the file built (about twice the range's bytes): each partition's pieces are
     released as its batch is written. Returns rows."""
-    pieces: list[list[pa.RecordBatch]] = [[] for _ in range(lo, hi)]
-    for uri in uris:
-        for p, t, high in _read_range(uri, lo, hi, None):
-            pieces[p - lo].append(_one_batch(_widen(t, high)))
-    present = np.array([lo + k for k, got in enumerate(pieces) if got], np.int64)
+    parts = [(p, [_one_batch(b) for b in got]) for p, got in read_partition_pieces(uris, lo, hi, None) if got]
+    present = np.array([p for p, _ in parts], np.int64)
     rows = 0
     # Streamed to the file (a temporary one, renamed when whole), not built in memory first.
     with storage.atomic_open(out_uri) as f:
-        if not present.size:  # nothing in the range: a file with no batch, which every reader takes as empty
+        if not parts:  # nothing in the range: a file with no batch, which every reader takes as empty
             pa.ipc.new_file(f, pa.schema([]).with_metadata({_LIST_KEY: b""}), options=_IPC_OPTIONS).close()
             return 0
-        schema = pieces[int(present[0]) - lo][0].schema.with_metadata({_LIST_KEY: present.astype("<i4").tobytes()})
+        schema = parts[0][1][0].schema.with_metadata({_LIST_KEY: present.astype("<i4").tobytes()})
         with pa.ipc.new_file(f, schema, options=_IPC_OPTIONS) as w:
-            for p in present:
-                got, pieces[int(p) - lo] = pieces[int(p) - lo], []
-                for batch in got:
-                    rows += batch.num_rows
+            for k in range(len(parts)):
+                got, parts[k] = parts[k][1], None  # released as written
                 batch = got[0] if len(got) == 1 else pa.concat_batches(got)
                 w.write_batch(batch.replace_schema_metadata(schema.metadata))
+                rows += batch.num_rows
                 del got, batch
     return rows
 
