@@ -5,11 +5,11 @@ data. Here the relation is a list of parts (SQL relations whose union is the who
 relation per group of shards), every query keeps only a few thousand groups, and the results are
 DuckDB's own over the whole relation:
 
-- ``count``, ``min``, ``max`` and the histogram are combined from the parts exactly; ``mean`` is the sum over
-  the count, the sum DuckDB's compensated ``fsum`` over one part, else the exactly rounded sum of the parts'
-  ``fsum``. Not ``avg`` or ``sum``: with several DuckDB threads their result depends on how the rows were split
-  between threads, so two runs of one report differed in the last bits (6 runs, 6 means, at 2 threads);
-  ``fsum`` gave one;
+- ``count``, ``min``, ``max`` and the histogram are combined from the parts exactly; ``mean`` is the exactly
+  rounded sum of the parts' ``fsum`` (DuckDB's compensated sum; one part: its own) over the count. Not ``avg``
+  or ``sum``: with several DuckDB threads they add in the order the threads finish, so one report's mean
+  differed between runs in its last bits (3 means in 6 runs of a 2 M-value column at 2 threads); ``fsum``
+  gave one;
 - quantiles: over one part, DuckDB's ``quantile_cont`` itself for the columns whose values fit a query's
   budget (``VALUES_PER_QUERY``, a batch of columns per query); past it (a lake of millions of rows per
   column), and over several parts, DuckDB's ``quantile_cont`` too (rank ``(n - 1) q``, interpolated between the values at its
@@ -147,7 +147,7 @@ def _x(col: str) -> str:
 
 
 def _basics(run: Run, parts: Sequence[str], cols: list[str]) -> list[dict[str, Any]]:
-    per = 4
+    per = 4  # count, min, max, fsum
     exprs = []
     for c in cols:
         exprs += [f"count({_x(c)})", f"min({_x(c)})", f"max({_x(c)})", f"fsum({_x(c)})"]
@@ -161,7 +161,7 @@ def _basics(run: Run, parts: Sequence[str], cols: list[str]) -> list[dict[str, A
         if n:
             sums = [g[3] for g in got if g[3] is not None]
             try:
-                mean = (sums[0] if len(sums) == 1 else math.fsum(sums)) / n
+                mean = (sums[0] if len(sums) == 1 else math.fsum(sums)) / n  # one part: its sum as it is
             except (ValueError, OverflowError):  # inf - inf, or a finite sum past the largest double
                 mean = sum(sums) / n
         else:
