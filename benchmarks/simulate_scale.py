@@ -550,18 +550,20 @@ def out_plan(
     tok, exp, merge = micro.get("tokenize"), micro.get("export"), micro.get("export_merge")
     if not (tok and exp and merge):
         return None
+    from bench_export_merge import merge_cpu_s_per_gb
+
     from airflow_curation.stages.export.merge import merge_plan
+    from airflow_curation.stages.export.stage import gather_units
 
     ours = [r["cpu"] for r in tok["runs"] if r["contender"] == "ours"]
     tokenize_s_per_byte = statistics.median(ours) / (tok["text_mb"] * 1e6)
     data = tokens * TOKEN_BYTES
     buckets = math.ceil(data / EXPORT_FILE_BYTES)
     groups = min(shards, max_array)
-    units = min(buckets, max(math.ceil(4 * data / EXPORT_BUDGET), groups))
+    units = gather_units(int(data), EXPORT_BUDGET, groups, buckets)
     k, g = merge_plan(units, shards, int(data), EXPORT_BUDGET, force=True)
     chunks, merge_groups = math.ceil(units / k), math.ceil(shards / g)
-    mem = merge["memory"]
-    merge_s_per_gb = statistics.median(r["cpu_s"] for r in mem["runs"]) / mem["range_bytes"] * 1e9
+    merge_s_per_gb = merge_cpu_s_per_gb(merge)
     export_s = tokens / exp["median_tokens_per_cpu_s"]
     slots = nodes * cores
     steps = {
@@ -602,9 +604,9 @@ def out_markdown(plans: list[dict]) -> str:
     lines = [
         f"Tokenize at {p0['tokenize_mb_per_core_s']:.2f} MB of text per core-second (`tokenize_megatron.json`: the "
         "median of its runs of tokenize + export on 11 MB, at load 17-23 on 2 cores; `bench_tokenize.py` measured "
-        f"2.91 MB/s for tokenize alone at a lighter load, RESULTS.md, which would halve that row), export at {p0['export_tokens_per_cpu_s'] / 1e6:.1f} M "
-        f"tokens per CPU-second (`export.json`, scatter and gather, split evenly here) plus the middle pass at "
-        f"{p0['merge_cpu_s_per_gb']:.2f} CPU-s per GB merged (`export_merge.json`); {p0['buckets']:,} buckets of "
+        "2.91 MB/s for tokenize alone at a lighter load, RESULTS.md, which would halve that row), export at "
+        f"{p0['export_tokens_per_cpu_s'] / 1e6:.1f} M tokens per CPU-second (`export.json`, scatter and gather, "
+        f"split evenly here) plus the middle pass at {p0['merge_cpu_s_per_gb']:.2f} CPU-s per GB merged (`export_merge.json`); {p0['buckets']:,} buckets of "
         f"1 GiB; the gather's reads without the middle pass would be {p0['gather_direct_reads'] / 1e9:.2f} G. Mix is "
         "not measured at scale (not in the table).",
         "",

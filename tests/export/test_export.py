@@ -416,7 +416,7 @@ def test_the_middle_pass_reads_chunks_times_shards_plus_units_times_groups_and_w
     real = lsh._read_range
     monkeypatch.setattr(lsh, "_read_range", lambda uri, *a: (reads.append(uri), real(uri, *a))[1])
     fmts = ["megatron", "mds", "parquet"]
-    # 100 kB for ~0.5 MB of tokens: 20 gather units, and a merge unit holds 4 shards of a chunk of 4 units
+    # 100 kB for ~0.5 MB of tokens: 20 gather units; merged in 5 chunks of 4 units x 2 groups of 7 shards
     config = {"file_size": 2048, "seed": 5, "formats": fmts, "memory_budget": 100_000}
     outs = {}
     for mode in ("off", "on"):

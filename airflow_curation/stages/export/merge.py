@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from functools import cached_property
 from typing import Any
 
 from airflow_curation.core import storage
@@ -110,16 +111,16 @@ class ExportMergeStage(Stage):
             for j, (a, b) in enumerate(self.config["groups"])
         ]
 
-    def _head(self) -> ManifestHead:
-        if getattr(self, "_tokenize_head", None) is None:
-            self._tokenize_head = ManifestHead.read(self.config["tokenize_manifest"])
-        return self._tokenize_head
+    @cached_property
+    def tokenize_head(self) -> ManifestHead:
+        """The tokenize manifest's head (a unit reads the pages of its group's positions only)."""
+        return ManifestHead.read(self.config["tokenize_manifest"])
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
         c, j = (int(x[1:]) for x in unit.unit_id.split("-"))
         lo, hi = self.config["chunks"][c]
         a, b = self.config["groups"][j]
-        spills = [self.spill_uri(sid) for sid, _ in packed_files(self._head(), range(a, b))]
+        spills = [self.spill_uri(sid) for sid, _ in packed_files(self.tokenize_head, range(a, b))]
         out = self.merged_uri(c, j)
         rows = merge_partitions(spills, lo, hi, out)
         nbytes, _ = storage.stat(out)

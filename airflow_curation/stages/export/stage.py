@@ -54,6 +54,19 @@ SUCCESS_FILE = "_SUCCESS.json"  # in an output folder: it holds a whole export (
 _EXPORT_FILE = re.compile(r"^(\d{5}\.(bin|idx|parquet)|shard\.\d{5}\.\d{3}\.mds)$")
 
 
+# A gather unit holds its range of every spill file, the sorted copy, the cut-off padding and the bytes it
+# writes: about four times its buckets' tokens.
+GATHER_EXPANSION = 4
+
+
+def gather_units(total: int, memory_budget: int, slots: int, buckets: int) -> int:
+    """The gather's units for ``total`` bytes of tokens in ``buckets`` buckets: as many as the memory budget
+    needs, and at least ``slots``, a unit for each worker and each task of an array (a backend running N tasks
+    sets ``min_units`` = N: with the budget's units alone, all tasks but one sat through the gather idle); at
+    most one a bucket. What the stage plans and what the 50 TB plan (benchmarks/simulate_scale.py) counts."""
+    return max(1, min(buckets, max(math.ceil(GATHER_EXPANSION * total / memory_budget), slots)))
+
+
 class ExportScatterStage(Stage):
     """Phase 1 as a stage of its own, so that each packed shard's spill file is checkpointed and a rerun
     scatters only the shards not done yet. Built and run by :class:`ExportStage`."""
@@ -279,13 +292,8 @@ class ExportStage(Stage):
         fault_point("export.after_scatter")
         # The folder's files are about to change: it holds a whole export again once collect marks it.
         storage.remove(storage.join(self.out_dir(), SUCCESS_FILE))
-        # A unit holds its range of every spill file, the sorted copy, the cut-off padding and the bytes it
-        # writes: about four times its buckets' tokens.
-        memory_units = math.ceil(4 * total / int(self.config["memory_budget"]))
-        # And at least a unit for each worker and each task of an array (a backend running N tasks sets
-        # min_units = N): with the budget's units alone, all tasks but one sat through the gather idle.
         slots = max(int(self.config["workers"] or 1), int(self.config["min_units"] or 1))
-        ranges = partition_ranges(buckets, max(memory_units, slots))
+        ranges = partition_ranges(buckets, gather_units(total, int(self.config["memory_budget"]), slots, buckets))
         self._gather = {
             # every spill file, listed by the first gather unit (:meth:`_spill_uris`; the order of reading does
             # not enter the written order: phases)
