@@ -15,11 +15,11 @@ each mode writes are the same bytes (``tests/export/test_export.py -k middle_pas
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
-import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,51 +32,46 @@ import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from airflow_curation.core import lsh  # noqa: E402
+from airflow_curation.core import lsh, storage  # noqa: E402
 from airflow_curation.core.layout import Lake  # noqa: E402
 from airflow_curation.stages.base import StageRunner  # noqa: E402
-from airflow_curation.stages.export.stage import ExportStage  # noqa: E402
-from benchmarks.bench_export import VOCAB, write_input  # noqa: E402
+from airflow_curation.stages.export.merge import merge_plan  # noqa: E402
+from airflow_curation.stages.export.stage import ExportStage, gather_units  # noqa: E402
+from benchmarks.bench_export import VOCAB, cpu, write_input  # noqa: E402
 from benchmarks.results import RESULTS, replace_block  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "export_merge.json"
-PLAN_READS = (698_500_000, 4_427_110)  # the 50 TB plan's gather reads without and with the middle pass
 
 
-def cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+def plan_reads(tokens_bytes: int = 30 * 10**12, shards: int = 50_000, budget: int = 8 << 30) -> tuple[int, int]:
+    """The 50 TB plan's gather reads (docs/export.md *At 50 TB*: 30 TB of uint16 tokens, 50,000 packed shards,
+    the default budget and file size), without and with the middle pass, as the stage plans them."""
+    buckets = math.ceil(tokens_bytes / (1 << 30))
+    units = gather_units(tokens_bytes, budget, 1, buckets)
+    k, g = merge_plan(units, shards, tokens_bytes, budget)
+    return units * shards, math.ceil(units / k) * shards + units * math.ceil(shards / g)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_moto() -> subprocess.Popen:
-    port = free_port()
-    proc = subprocess.Popen(
-        [os.path.join(os.path.dirname(sys.executable), "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    os.environ["CURATION_STORAGE_OPTIONS_S3"] = json.dumps(
-        {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"}}
-    )
+@contextlib.contextmanager
+def loopback_s3(base: str, bucket: str):
+    """A bucket on the tests' moto server (``tests/s3/conftest.py``), its storage options in effect."""
     import boto3
 
-    for _ in range(100):
-        try:
-            boto3.client(
-                "s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing"
-            ).create_bucket(Bucket="bench-export")
-            return proc
-        except Exception:  # noqa: BLE001 - not listening yet
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("moto_server did not start")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+    from s3.conftest import start_moto
+
+    from airflow_curation.core.storage_map import StorageMap
+
+    proc, endpoint = start_moto(Path(base) / "moto.log")
+    try:
+        boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s").create_bucket(
+            Bucket=bucket
+        )
+        with storage.using(StorageMap({"s3": {"key": "k", "secret": "s", "endpoint_url": endpoint}})):
+            yield f"s3://{bucket}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def run_once(lake: Lake, manifest: str, mode: str, seed: int, args) -> dict:
@@ -182,22 +177,21 @@ def measure(args) -> dict:
         "lakes": {},
         "memory": memory(),
     }
-    moto = start_moto()
     base = tempfile.mkdtemp()
     try:
-        for where, root in (("local", os.path.join(base, "lake")), ("s3", "s3://bench-export/lake")):
-            lake = Lake(root, "bench")
-            manifest, tokens = write_input(lake, args.shards, args.sequences, args.seq_len)
-            load = [os.getloadavg()[0]]
-            runs = []
-            for r in range(args.repeats):
-                for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
-                    runs.append(run_once(lake, manifest, mode, 2 * r + (mode == "on"), args))
-                    print(where, json.dumps(runs[-1]), flush=True)
-                    load.append(os.getloadavg()[0])
-            results["lakes"][where] = {"tokens": tokens, "runs": runs, "load_1min": load}
+        with loopback_s3(base, "bench-export") as bucket:
+            for where, root in (("local", os.path.join(base, "lake")), ("s3", f"{bucket}/lake")):
+                lake = Lake(root, "bench")
+                manifest, tokens = write_input(lake, args.shards, args.sequences, args.seq_len)
+                load = [os.getloadavg()[0]]
+                runs = []
+                for r in range(args.repeats):
+                    for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
+                        runs.append(run_once(lake, manifest, mode, 2 * r + (mode == "on"), args))
+                        print(where, json.dumps(runs[-1]), flush=True)
+                        load.append(os.getloadavg()[0])
+                results["lakes"][where] = {"tokens": tokens, "runs": runs, "load_1min": load}
     finally:
-        moto.kill()
         shutil.rmtree(base, ignore_errors=True)
     return results
 
@@ -236,6 +230,7 @@ def render(results: dict) -> str:
                 f"{statistics.median(w):.2f} ({min(w):.2f}-{max(w):.2f}) | "
                 f"{statistics.median(c):.2f} ({min(c):.2f}-{max(c):.2f}) | {ratio} |"
             )
+    direct, merged = plan_reads()
     per_read = []
     for where, lake in results["lakes"].items():
         by = {m: [r for r in lake["runs"] if r["mode"] == m] for m in ("off", "on")}
@@ -243,8 +238,8 @@ def render(results: dict) -> str:
         reads = {m: sum(rs[0]["reads"].values()) for m, rs in by.items()}
         ms = 1000 * (cpu["off"] - cpu["on"]) / (reads["off"] - reads["on"])
         per_read.append(
-            f"{where} {ms:.2f} ms (at the 50 TB plan: {PLAN_READS[0] * ms / 3.6e6:,.0f} CPU-hours for its "
-            f"{PLAN_READS[0]:,} direct reads, {PLAN_READS[1] * ms / 3.6e6:,.0f} for the middle pass's {PLAN_READS[1]:,})"
+            f"{where} {ms:.2f} ms (at the 50 TB plan: {direct * ms / 3.6e6:,.0f} CPU-hours for its "
+            f"{direct:,} direct reads, {merged * ms / 3.6e6:,.0f} for the middle pass's {merged:,})"
         )
     loads = [x for lake in results["lakes"].values() for x in lake["load_1min"]]
     mem = results["memory"]
