@@ -21,7 +21,7 @@ import pytest
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.lsh import mix64
 from airflow_curation.core.manifest import Manifest
-from airflow_curation.stages.base import StageRunner
+from airflow_curation.stages.base import StageFailed, StageRunner
 from airflow_curation.stages.export.stage import ExportStage
 
 REPO = Path(__file__).resolve().parents[2]
@@ -437,6 +437,36 @@ def test_the_middle_pass_reads_chunks_times_shards_plus_units_times_groups_and_w
     assert sum("/merge/" in r for r in reads_on) == units * groups
     assert merge.accounting["kept"] == m_on.config["export"]["sequences"]  # every sequence in a merged file
     assert _files_digest(str(tmp_path / "on")) == _files_digest(str(tmp_path / "off"))
+
+
+@pytest.mark.parametrize("spill_merge, lost", [("off", ["spill"]), ("on", ["merge"]), ("on", ["merge", "spill"])])
+def test_a_file_of_a_phase_marked_done_deleted_fails_the_gather_named_and_the_rerun_redoes_it_only(
+    packed, tmp_path, spill_merge, lost
+):
+    """A spill (or merged) file removed after its phase was marked done, then an export that reads it (here
+    into another folder): the gather failed with a bare FileNotFoundError on every rerun, since the mark
+    kept the phase from running. Now the run fails with the file named and the mark removed, and the next
+    run redoes that file only and writes what a clean export writes. A merged file and a spill file it is
+    made of: the gather names the first, the merge unit that redoes it the second, then the run completes."""
+    lake = packed["lake"]
+    config = {"file_size": 2048, "seed": 3, "formats": ["megatron"], "memory_budget": 100_000}
+    config["spill_merge"] = spill_merge
+    _export(packed, "lost-0", output_dir=str(tmp_path / "a"), **config)
+    subs = {"spill": "export_scatter", "merge": "export_merge"}
+    gone = []
+    for phase in lost:  # the lake is shared with other tests: this run's folders only
+        fp = Manifest.read(lake.manifest_uri("lost-0", subs[phase])).fingerprint
+        gone.append(sorted(Path(lake.path("export", fp, phase)).glob("*.arrow"))[0])
+        gone[-1].unlink()
+    for k, path in enumerate(gone, 1):
+        with pytest.raises(StageFailed, match=f"the (scatter|middle pass)'s file {path} is missing.*export again"):
+            _export(packed, f"lost-{k}", output_dir=str(tmp_path / "b"), **config)
+    m = _export(packed, "lost-end", output_dir=str(tmp_path / "b"), **config)
+    assert m.status == "complete" and all(p.exists() for p in gone)
+    for phase in lost:
+        redone = Manifest.read(lake.manifest_uri("lost-end", subs[phase]))
+        assert [u.status for u in redone.units].count("done") == 1  # the lost file only
+    assert _files_digest(str(tmp_path / "b")) == _files_digest(str(tmp_path / "a"))
 
 
 def test_the_middle_pass_runs_where_it_at_least_halves_the_reads_and_fits_the_budget():

@@ -27,6 +27,7 @@ from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.lsh import merge_partitions
 from airflow_curation.core.manifest import ManifestHead, UnitEntry
 from airflow_curation.stages.base import Stage, UnitResult, file_record
+from airflow_curation.stages.export import marks
 from airflow_curation.stages.settings import Setting
 from airflow_curation.stages.tokenize.packing import packed_files
 
@@ -122,7 +123,11 @@ class ExportMergeStage(Stage):
         a, b = self.config["groups"][j]
         spills = [self.spill_uri(sid) for sid, _ in packed_files(self.tokenize_head, range(a, b))]
         out = self.merged_uri(c, j)
-        rows = merge_partitions(spills, lo, hi, out)
+        try:
+            rows = merge_partitions(spills, lo, hi, out)
+        except FileNotFoundError as e:
+            mark = marks.scatter_mark(self.lake, self.config["scatter_fingerprint"], self.config["run_key"])
+            raise marks.lost_files(spills, mark, "scatter") or e from e
         nbytes, _ = storage.stat(out)
         acc = RowAccounting()
         acc.keep(rows)

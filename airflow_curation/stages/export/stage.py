@@ -40,7 +40,7 @@ from airflow_curation.core.lease import Lease
 from airflow_curation.core.lsh import partition_ranges
 from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead, UnitEntry, group_range
 from airflow_curation.stages.base import Stage, StageFailed, StageRunner, UnitResult, _attempt_unit, file_record
-from airflow_curation.stages.export import formats, phases
+from airflow_curation.stages.export import formats, marks, phases
 from airflow_curation.stages.export.merge import ExportMergeStage, merge_config, merge_plan
 from airflow_curation.stages.settings import Setting, size
 from airflow_curation.stages.tokenize.packing import packed_files, packed_in_head
@@ -299,6 +299,7 @@ class ExportStage(Stage):
             # not enter the written order: phases)
             "spill_uris": None,
             "scatter_fingerprint": scatter.fingerprint,
+            "run_key": run_key,
             "seq_len": seq_len,
             "dtype": dtype.name,
             "buckets": buckets,
@@ -357,7 +358,7 @@ class ExportStage(Stage):
         first while the mark is missing: it scatters what is still missing (the blocks of tasks not started
         yet; checkpoints skip the others) and leaves the mark; the other tasks wait while it lives (a dead
         holder's lease is taken over), then find the mark. A whole run does it all without contention."""
-        done = storage.join(self.lake.path("export", scatter.fingerprint, "spill"), "_done", f"{run_key}.json")
+        done = marks.scatter_mark(self.lake, scatter.fingerprint, run_key)
 
         def block() -> list[UnitEntry]:
             scatter.config["shards"] = self._shards(group_range(self.tokenize_head.unit_count, *group))
@@ -392,7 +393,7 @@ class ExportStage(Stage):
             },
             self.run_id,
         )
-        done = storage.join(self.lake.path("export", merge.fingerprint, "merge"), "_done.json")
+        done = marks.merge_mark(self.lake, merge.fingerprint)
 
         def block() -> list[UnitEntry]:
             units = merge.plan()
@@ -450,17 +451,28 @@ class ExportStage(Stage):
     def process_unit(self, unit: UnitEntry) -> UnitResult:
         lo, hi = (int(x) for x in unit.unit_id.removeprefix("buckets-").split("-"))
         g = self._gather
-        result = phases.gather_buckets(
-            lo,
-            hi,
-            self._gather_uris(lo),
-            int(self.config["seed"]),
-            g["seq_len"],
-            g["dtype"],
-            self.config["formats"],
-            self.out_dir(),
-            int(self.config["mds_size_limit"]),
-        )
+        uris = self._gather_uris(lo)
+        try:
+            result = phases.gather_buckets(
+                lo,
+                hi,
+                uris,
+                int(self.config["seed"]),
+                g["seq_len"],
+                g["dtype"],
+                self.config["formats"],
+                self.out_dir(),
+                int(self.config["mds_size_limit"]),
+            )
+        except FileNotFoundError as e:
+            merge: ExportMergeStage | None = g["merge"]
+            if merge is None:
+                lost = marks.lost_files(
+                    uris, marks.scatter_mark(self.lake, g["scatter_fingerprint"], g["run_key"]), "scatter"
+                )
+            else:
+                lost = marks.lost_files(uris, marks.merge_mark(self.lake, merge.fingerprint), "middle pass")
+            raise lost or e from e
         acc = RowAccounting()
         acc.keep(sum(b["sequences"] for b in result["buckets"]))
         return UnitResult(outputs=[], accounting=acc, extra={"buckets": result["buckets"]}, files=result["files"])
