@@ -14,7 +14,6 @@ import os
 import re
 from typing import Any
 
-import numpy as np
 import pyarrow.parquet as pq
 import xxhash
 
@@ -23,7 +22,7 @@ from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.fingerprint import canonical_json
 from airflow_curation.core.html_text import EXTRACTORS
 from airflow_curation.core.layout import Lake
-from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead, ShardEntry, UnitEntry, group_range
+from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead, UnitEntry, group_range
 from airflow_curation.core.quarantine import QuarantineWriter, utf8_safe
 from airflow_curation.core.schema import ID, META, SHARD_SCHEMA, SOURCE, TEXT
 from airflow_curation.core.shards import ShardWriter
@@ -42,6 +41,7 @@ from airflow_curation.stages.ingest.readers import (
     text_too_large,
 )
 from airflow_curation.stages.ingest.sizing import UnitProgress, group_files
+from airflow_curation.stages.ingest.unique_ids import repeated_ids
 from airflow_curation.stages.ingest.warc import html_fields, read_html_file, read_warc
 from airflow_curation.stages.settings import Setting, size
 
@@ -556,9 +556,9 @@ class IngestStage(Stage):
         after all of them. Their rows are in committed shards (which are never rewritten, and later
         stages may be reading them already), so they cannot be quarantined now: each is listed in
         ``_quarantine/ingest/duplicate_ids.parquet`` and the run fails. Fixing the inputs redoes only the
-        units whose files changed."""
+        units whose files changed. Found in bounded memory (:mod:`.unique_ids`)."""
         quarantine = QuarantineWriter(self.lake.quarantine_uri(self.name, "duplicate_ids"))
-        for doc_id, first, later in _repeated_ids(manifest.shards):
+        for doc_id, first, later in repeated_ids(manifest.shards):
             quarantine.add(
                 later[2],
                 f"{later[0]} row {later[1]}",
@@ -604,43 +604,6 @@ def _repeat(seen: dict[str, tuple[str, str]], doc_id: str, source: str, location
     if first == (source, location):
         return None
     return "duplicate_id", f"id {_short_repr(doc_id)} was first used by {first[0]} {first[1]}, which is kept"
-
-
-def _repeated_ids(shards: list[ShardEntry]) -> list[tuple[str, tuple[str, int, str], tuple[str, int, str]]]:
-    """(id, first place, later place) for each id kept more than once; a place is (shard, row, source).
-
-    Two passes keep memory at 8 bytes a row: a hash of every id, then the exact ids of the rows whose
-    hash repeats. Shards come in unit order, so "first" is the earlier unit.
-    """
-    hashes = [
-        np.fromiter((xxhash.xxh64_intdigest(i.encode()) for i in _read_columns(s, [ID])[ID]), np.uint64) for s in shards
-    ]
-    if not hashes:
-        return []
-    values, counts = np.unique(np.concatenate(hashes), return_counts=True)
-    suspects = values[counts > 1]
-    if not len(suspects):
-        return []
-    first: dict[str, tuple[str, int, str]] = {}
-    found = []
-    for shard, h in zip(shards, hashes):
-        rows = np.flatnonzero(np.isin(h, suspects))
-        if not len(rows):
-            continue
-        cols = _read_columns(shard, [ID, SOURCE])
-        for row in rows.tolist():
-            place = (shard.shard_id, row, cols[SOURCE][row])
-            doc_id = cols[ID][row]
-            if doc_id in first:
-                found.append((doc_id, first[doc_id], place))
-            else:
-                first[doc_id] = place
-    return found
-
-
-def _read_columns(shard: ShardEntry, columns: list[str]) -> dict[str, list]:
-    with storage.open_read(shard.uri) as f:
-        return pq.read_table(f, columns=columns).to_pydict()
 
 
 def _meta_json(meta: dict | None) -> str | None | tuple[str, str]:

@@ -1,0 +1,78 @@
+"""Ingest's check of caller ids across units in bounded memory (stages/ingest/unique_ids.py): the run's id
+hashes routed into partition files, each searched alone, the same repeats as a search of them all at once."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_curation.core.manifest import ShardEntry
+from airflow_curation.stages.ingest import unique_ids
+
+
+def _shards(tmp_path, ids_per_shard: list[list[str]]) -> list[ShardEntry]:
+    shards = []
+    for k, ids in enumerate(ids_per_shard):
+        uri = str(tmp_path / f"s{k:03d}.parquet")
+        pq.write_table(pa.table({"id": ids, "source": [f"src{k}.jsonl"] * len(ids), "text": ids}), uri)
+        shards.append(ShardEntry(shard_id=f"s{k:03d}", uri=uri, rows=len(ids), bytes=0, checksum=""))
+    return shards
+
+
+def _expected(ids_per_shard: list[list[str]]) -> list[tuple]:
+    first, found = {}, []
+    for k, ids in enumerate(ids_per_shard):
+        for row, i in enumerate(ids):
+            place = (f"s{k:03d}", row, f"src{k}.jsonl")
+            if i in first:
+                found.append((i, first[i], place))
+            else:
+                first[i] = place
+    return found
+
+
+@pytest.fixture
+def corpus() -> list[list[str]]:
+    rng = random.Random(7)
+    shards = [[f"doc-{k}-{r}" for r in range(300)] for k in range(12)]
+    for _ in range(25):  # ids repeated across shards, some three times
+        a, b = rng.sample(range(12), 2)
+        shards[b][rng.randrange(300)] = shards[a][rng.randrange(300)]
+    return shards
+
+
+@pytest.mark.parametrize("rows_in_memory", [None, 1000, 97])
+def test_repeats_are_those_of_a_search_of_all_ids_at_once_whatever_the_partitions(
+    tmp_path, corpus, rows_in_memory, monkeypatch
+):
+    routed = []
+    route = unique_ids._route
+    monkeypatch.setattr(unique_ids, "_route", lambda shards, paths: (routed.append(len(paths)), route(shards, paths)))
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    got = unique_ids.repeated_ids(_shards(tmp_path, corpus), rows_in_memory, str(temp))
+    assert sorted(got) == sorted(_expected(corpus)) and len(got) >= 20
+    # 3,600 rows: one partition by default, 4 and 38 with the smaller budgets; no partition file left.
+    assert routed == [{None: 1, 1000: 4, 97: 38}[rows_in_memory]]
+    assert os.listdir(temp) == []
+
+
+def test_a_hash_shared_by_different_ids_is_no_repeat(tmp_path, monkeypatch):
+    """Rows whose hashes collide are read again for their exact ids: only equal ids are repeats."""
+    monkeypatch.setattr(unique_ids, "_hashes", lambda ids: np.array([len(i) for i in ids.to_pylist()], np.uint64))
+    ids = [["aa", "bb", "cc"], ["dd", "bb"], ["ee", "cc", "ff"]]
+    got = unique_ids.repeated_ids(_shards(tmp_path, ids), rows_in_memory=2)
+    assert sorted(got) == [
+        ("bb", ("s000", 1, "src0.jsonl"), ("s001", 1, "src1.jsonl")),
+        ("cc", ("s000", 2, "src0.jsonl"), ("s002", 1, "src2.jsonl")),
+    ]
+
+
+def test_no_shard_and_no_repeat(tmp_path):
+    assert unique_ids.repeated_ids([]) == []
+    assert unique_ids.repeated_ids(_shards(tmp_path, [["a", "b"], ["c"]]), rows_in_memory=1) == []
