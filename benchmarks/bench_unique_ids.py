@@ -1,7 +1,7 @@
 """Ingest's check of caller ids across units (``id_field``): memory and CPU per row, routed against all at once.
 
 Peer: the method before (3ba1f79, kept below as ``all_at_once``): a hash of every id of the run in memory,
-concatenated and sorted. Routed: ``stages/ingest/unique_ids.repeated_ids`` with ``--rows-in-memory`` records a
+concatenated and sorted. Routed: ``core/unique_ids.repeated_ids`` with ``--rows-in-memory`` records a
 partition (small here, so that both sizes route into several partitions as the plan's corpus would). Each
 size and method runs in a fresh process (peak RSS growth from /proc's VmHWM, CPU seconds), A and B
 alternated, every run kept; the marginal bytes and CPU per row are taken between the two sizes.
@@ -36,7 +36,7 @@ _CHILD = """
 import json, resource, sys
 import numpy as np, pyarrow.parquet as pq, xxhash
 from airflow_curation.core.manifest import ShardEntry
-from airflow_curation.stages.ingest.unique_ids import repeated_ids
+from airflow_curation.core.unique_ids import repeated_ids
 
 def hwm():
     return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM:"))
@@ -138,7 +138,7 @@ def render(results: dict) -> str:
         f"shards of {results['rows_per_shard']:,} ids; routed with {results['rows_in_memory']:,} records a "
         "partition). Each cell the median of the runs (every run in `benchmarks/results/unique_ids.json`), a "
         "fresh process each, the two methods alternated. `all_at_once`: the method before (3ba1f79), every id's "
-        "hash held and sorted; `routed`: `stages/ingest/unique_ids.py`. Every shard holds a repeated id, so the "
+        "hash held and sorted; `routed`: `core/unique_ids.py`. Every shard holds a repeated id, so the "
         "routed method reads every shard twice here (at most once more where repeats are rare).",
         "",
         "| rows | method | peak RSS growth (MB) | spread | CPU-s | spread |",

@@ -37,10 +37,11 @@ from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.integrity import shard_files, verified_reads
 from airflow_curation.core.layout import Lake
-from airflow_curation.core.manifest import ManifestHead, ShardEntry, UnitEntry, group_range
+from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry, UnitEntry, group_range
 from airflow_curation.core.schema import DROP_REASON, ID, KEEP, TEXT, check_id_text, checked_user_rows, string_ids
 from airflow_curation.core.shards import DEFAULT_ROW_GROUP_ROWS, _CountingSink, column_names, parquet_writer
-from airflow_curation.stages.base import Stage, UnitMapper, UnitResult, local_mapper
+from airflow_curation.core.unique_ids import repeated_ids
+from airflow_curation.stages.base import Stage, StageFailed, UnitMapper, UnitResult, local_mapper
 from airflow_curation.stages.plain_files import (
     check_output_owner,
     claim_output,
@@ -337,6 +338,27 @@ class AttrsStage(Stage):
         """The URIs of the attrs :meth:`reads_attrs` names (not the cleaned text's, unless it names that too)."""
         wanted = set(self.reads_attrs(entry))
         return [uri for key, uri in self.unit_attrs(unit, entry).items() if key in wanted]
+
+    # -- after all units ------------------------------------------------------------------------------
+    def collect(self, manifest: Manifest) -> None:
+        """Plain-file mode: ids must be unique across the input files, as ingest requires of a lake (a result
+        row is keyed by its id: two rows of one id are two results no join on the id tells apart). A unit sees
+        its own file only, so this is checked once, after all of them, in bounded memory
+        (:mod:`~airflow_curation.core.unique_ids`); the results stay and the run fails naming the repeats.
+        A subclass's collect calls it first."""
+        if not self._files:
+            return
+        found = repeated_ids(list(file_entries(self._files).values()))
+        if not found:
+            return
+        doc_id, (f0, r0, _), (f1, r1, _) = found[0]
+        files = {e.shard_id: e.uri for e in file_entries(self._files).values()}
+        raise StageFailed(
+            f"{self.name}: {len(found)} row{'s' if len(found) > 1 else ''} of the input files repeat an earlier "
+            f"row's id (ids must be unique: the results are keyed by id); first: {files[f1]} row {r1} has id "
+            f"{doc_id!r}, as {files[f0]} row {r0}. Give each row its own id, or ingest the files into a lake "
+            "(`curation ingest --id-field id`), which quarantines the repeats and keeps the first"
+        )
 
     # -- one shard -----------------------------------------------------------------------------------
     def plain_outputs(self, shard_id: str) -> list[str]:

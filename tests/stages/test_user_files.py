@@ -69,6 +69,23 @@ def test_invalid_utf8_and_missing_ids_fail_the_file_naming_the_row(name, tokeniz
 
 
 @pytest.mark.parametrize("name", STAGES)
+def test_an_id_repeated_in_or_across_files_fails_the_run_naming_both_rows(name, tokenizer, tmp_path):
+    """A user's ids were not checked: a file with a repeated id got two result rows of that id (preprocess
+    and dedup kept both), which no join on the id tells apart. The run now fails after its units, naming the
+    repeat and the row it repeats; the results stay, and files with unique ids pass."""
+    a = _write(tmp_path / "a.parquet", [f"d{i}" for i in range(6)], pa.array(TEXTS[:6]))
+    b = _write(tmp_path / "b.parquet", ["e0", "e1", "d4", "e3", "e1", "e5"], pa.array(TEXTS[6:]))
+    with pytest.raises(
+        StageFailed,
+        match=rf"{name}: 2 rows of the input files repeat .* first: .*b.parquet row 2 has id 'd4', as .*a.parquet row 4",
+    ):
+        _run(tmp_path, name, [a, b], tokenizer, "dup")
+    assert (tmp_path / f"out-{name}-dup" / "b.parquet").exists()  # the results are kept
+    m, _ = _run(tmp_path, name, [a], tokenizer, "unique")
+    assert m.status == "complete"
+
+
+@pytest.mark.parametrize("name", STAGES)
 def test_text_in_any_string_layout_gives_the_plain_columns_results(name, tokenizer, tmp_path):
     ids = [f"d{i}" for i in range(len(TEXTS) * 2)]
     texts = TEXTS + TEXTS[:6] + ["Ω ünïcödé 文字 " * 20] * 6  # repeats, for a dictionary and for dedup

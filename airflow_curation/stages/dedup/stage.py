@@ -847,6 +847,7 @@ class DedupStage(AttrsStage):
     def collect(self, manifest: Manifest) -> None:
         """Persist this snapshot's index for later snapshots, once every shard is done (an index with holes
         would name documents that have no attrs)."""
+        super().collect(manifest)  # plain files: their ids unique
         self.close()
         if not self.persists:
             return

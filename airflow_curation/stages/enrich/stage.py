@@ -397,6 +397,7 @@ class EnrichStage(AttrsStage):
         return AttrsFile(nbytes, checksum, acc, extra, merged.column_names)
 
     def collect(self, manifest: Manifest) -> None:
+        super().collect(manifest)  # plain files: their ids unique
         self.close()
 
     def close(self) -> None:

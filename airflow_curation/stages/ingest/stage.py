@@ -26,6 +26,7 @@ from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead
 from airflow_curation.core.quarantine import QuarantineWriter, utf8_safe
 from airflow_curation.core.schema import ID, META, SHARD_SCHEMA, SOURCE, TEXT
 from airflow_curation.core.shards import ShardWriter
+from airflow_curation.core.unique_ids import repeated_ids
 from airflow_curation.stages.base import Stage, StageFailed, UnitResult, file_record
 from airflow_curation.stages.ingest.inputs import link_outside, list_local, open_local
 from airflow_curation.stages.ingest.plans import RunPlans
@@ -41,7 +42,6 @@ from airflow_curation.stages.ingest.readers import (
     text_too_large,
 )
 from airflow_curation.stages.ingest.sizing import UnitProgress, group_files
-from airflow_curation.stages.ingest.unique_ids import repeated_ids
 from airflow_curation.stages.ingest.warc import html_fields, read_html_file, read_warc
 from airflow_curation.stages.settings import Setting, size
 
@@ -556,7 +556,7 @@ class IngestStage(Stage):
         after all of them. Their rows are in committed shards (which are never rewritten, and later
         stages may be reading them already), so they cannot be quarantined now: each is listed in
         ``_quarantine/ingest/duplicate_ids.parquet`` and the run fails. Fixing the inputs redoes only the
-        units whose files changed. Found in bounded memory (:mod:`.unique_ids`)."""
+        units whose files changed. Found in bounded memory (:mod:`airflow_curation.core.unique_ids`)."""
         quarantine = QuarantineWriter(self.lake.quarantine_uri(self.name, "duplicate_ids"))
         for doc_id, first, later in repeated_ids(manifest.shards):
             quarantine.add(

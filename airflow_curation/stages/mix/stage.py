@@ -479,6 +479,7 @@ class MixStage(AttrsStage):
     # -- after all shards ----------------------------------------------------------------------------
     def collect(self, manifest: Manifest) -> None:
         """The mixture manifest: per key and per input, from the units' records; the rows of every input read."""
+        super().collect(manifest)  # plain files: their ids unique
         c = self.config
         keys: dict[str, dict[str, int]] = {}
         inputs = [

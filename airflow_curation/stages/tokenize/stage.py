@@ -332,6 +332,7 @@ class TokenizeStage(AttrsStage):
         """Token counts in total and per source group, in the manifest (``config["tokens"]``). Per shard they
         are in its checkpoint record, and its packed file in its entry (``files["packed"]``): the head stays
         small whatever the shard count (every export task reads it)."""
+        super().collect(manifest)  # plain files: their ids unique
         eos, pad = self.special_ids
         totals = {"documents": 0, "repeats": 0, "tokens": 0, "doc_tokens": 0, "sequences": 0, "padding": 0}
         by_source: dict[str, dict[str, int]] = {}

@@ -1,11 +1,11 @@
-"""Caller ids repeated across an ingest run's shards, found in bounded memory.
+"""Ids repeated across Parquet files (an ingest run's shards, a plain-file run's inputs), found in bounded memory.
 
 Units run in parallel and cannot see each other's ids, so the repeats across units are found once, after
-all of them (:meth:`IngestStage.collect`). Holding a hash of every id of the run at once grew with the
-corpus (~32 bytes a row with the sort: ~460 GB for the 14.3 G documents of 50 TB). Here one pass over the
-shards' id columns routes ``(hash, shard)`` records (12 bytes) into partition files by the hash, each
+all of them (a stage's collect step). Holding a hash of every id of the run at once grew with the corpus
+(~42 bytes a row with the sort, measured: ~600 GB for the 14.3 G documents of 50 TB). Here one pass over
+the files' id columns routes ``(hash, file)`` records (12 bytes) into partition files by the hash, each
 partition is then searched alone for repeated hashes (at most ``rows_in_memory`` records in memory), and
-only the shards holding a repeated hash are read again, for the exact ids and their places.
+only the files holding a repeated hash are read again, for the exact ids and their places.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from airflow_curation.core.schema import ID, SOURCE
 ROWS_IN_MEMORY = 16_000_000
 RECORD = np.dtype([("h", "<u8"), ("s", "<u4")])
 
-Place = tuple[str, int, str]  # (shard, row, source)
+Place = tuple[str, int, str | None]  # (shard, row, source: None where the file has no source column)
 
 
 def repeated_ids(
@@ -104,10 +104,13 @@ def _places(shards: list[ShardEntry], suspects: np.ndarray, hit: list[int]) -> l
     found = []
     for index in hit:
         shard = shards[index]
-        table = _read_table(shard, [ID, SOURCE])
+        with storage.open_read(shard.uri) as f:
+            pf = pq.ParquetFile(f)
+            columns = [ID, SOURCE] if SOURCE in pf.schema_arrow.names else [ID]
+            table = pf.read(columns=columns)
         rows = np.flatnonzero(np.isin(_hashes(table.column(ID)), suspects))
         cols = table.take(rows).to_pydict()
-        for row, doc_id, source in zip(rows.tolist(), cols[ID], cols[SOURCE]):
+        for row, doc_id, source in zip(rows.tolist(), cols[ID], cols.get(SOURCE) or [None] * len(rows)):
             place = (shard.shard_id, row, source)
             if doc_id in first:
                 found.append((doc_id, first[doc_id], place))

@@ -1,4 +1,4 @@
-"""Ingest's check of caller ids across units in bounded memory (stages/ingest/unique_ids.py): the run's id
+"""Ingest's check of caller ids across units in bounded memory (core/unique_ids.py): the run's id
 hashes routed into partition files, each searched alone, the same repeats as a search of them all at once."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_curation.core import unique_ids
 from airflow_curation.core.manifest import ShardEntry
-from airflow_curation.stages.ingest import unique_ids
 
 
 def _shards(tmp_path, ids_per_shard: list[list[str]]) -> list[ShardEntry]:
