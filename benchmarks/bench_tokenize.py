@@ -16,7 +16,7 @@ Contenders:
 - ``datatrove DocumentTokenizer``: its defaults but no shuffling (``shuffle_documents=False``), EOS
   appended, writing its ``.ds`` token file and index, in the oracle venv (``scripts/setup_oracles.sh``).
 
-usage: .venv/bin/python benchmarks/bench_tokenize.py [--repeat 3] [--no-write]
+usage: .venv/bin/python benchmarks/bench_tokenize.py [--repeat 3] [--runs 3] [--no-write] [--render]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import argparse
 import glob
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -122,62 +123,114 @@ def run(python: str, code: str, *args: str) -> dict | None:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+JSON = os.path.join(REPO, "benchmarks", "results", "tokenize.json")
+OURS_NAME = "ours: tokenize stage (Parquet in, packed + attrs Parquet out)"
+CONTENDERS = {  # name: (python, code, extra args)
+    "tokenizers encode_batch": (sys.executable, PLAIN, ("slow",)),
+    "tokenizers encode_batch_fast": (sys.executable, PLAIN, ("fast",)),
+    OURS_NAME: (sys.executable, OURS, ()),
+    "datatrove DocumentTokenizer (no shuffle, .ds + index out)": (ORACLE_PY, DATATROVE, ()),
+}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3, help="the corpus repeated this many times (default 3)")
-    ap.add_argument("--no-write", action="store_true", help="do not update benchmarks/RESULTS.md")
+    ap.add_argument("--runs", type=int, default=3, help="runs of each contender, in rotated order (default 3)")
+    ap.add_argument("--no-write", action="store_true", help="do not update benchmarks/RESULTS.md nor the JSON")
+    ap.add_argument("--render", action="store_true", help="RESULTS.md's block from the committed JSON")
     args = ap.parse_args()
+    if args.render:
+        data = json.load(open(JSON))
+    else:
+        data = measure(args)
+    table = render(data)
+    print(table)
+    if not args.no_write:
+        if not args.render:
+            with open(JSON, "w") as f:
+                json.dump(data, f, indent=1)
+                f.write("\n")
+        write_results(table, data)
+    return 0
+
+
+def measure(args: argparse.Namespace) -> dict:
     texts, what = load_corpus()
     texts = texts * args.repeat
-    size = mb(texts)
     if not os.path.exists(ORACLE_PY):
         subprocess.run(["bash", os.path.join(REPO, "scripts", "setup_oracles.sh")], check=True)
+    oracle = f"ORACLE_PYTHON={os.environ['ORACLE_PYTHON']} " if os.environ.get("ORACLE_PYTHON") else ""
+    data = {
+        "command": f"{oracle}.venv/bin/python benchmarks/bench_tokenize.py --repeat {args.repeat} --runs {args.runs}",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "text": what,
+        "repeat": args.repeat,
+        "text_mb": mb(texts),
+        "runs": [],
+    }
+    names = list(CONTENDERS)
     with tempfile.TemporaryDirectory() as tmp:
         tok = os.path.join(tmp, "tokenizer.json")
         train_tokenizer(tok, texts)
         corpus = os.path.join(tmp, "texts.json")
         with open(corpus, "w") as f:
             json.dump(texts, f)
-        results = {
-            "tokenizers encode_batch": run(sys.executable, PLAIN, corpus, tok, "slow"),
-            "tokenizers encode_batch_fast": run(sys.executable, PLAIN, corpus, tok, "fast"),
-            "ours: tokenize stage (Parquet in, packed + attrs Parquet out)": run(sys.executable, OURS, corpus, tok),
-            "datatrove DocumentTokenizer (no shuffle, .ds + index out)": run(ORACLE_PY, DATATROVE, corpus, tok),
-        }
-    ours = results["ours: tokenize stage (Parquet in, packed + attrs Parquet out)"]
+        for r in range(args.runs):
+            for name in names[r % len(names) :] + names[: r % len(names)]:  # each round starts one further on
+                python, code, extra = CONTENDERS[name]
+                load = os.getloadavg()[0]
+                got = run(python, code, corpus, tok, *extra)
+                run_ = {"contender": "ours" if name == OURS_NAME else name, "name": name, "round": r, "load": load}
+                data["runs"].append(run_ | (got or {"failed": True}))
+                print(data["runs"][-1], flush=True)
+    return data
+
+
+def render(data: dict) -> str:
+    """The table: per contender the median of its runs (every run in the JSON) and their spread."""
+    size = data["text_mb"]
+    by: dict[str, list[dict]] = {}
+    for r in data["runs"]:
+        by.setdefault(r["name"], []).append(r)
+    ours = statistics.median(r["cpu"] for r in by[OURS_NAME] if "cpu" in r)
     lines = [
-        "| contender | text MB | document tokens | CPU s | wall s | MB/s per core (CPU) | ours is x faster |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| contender | text MB | document tokens | runs | CPU s (median) | spread | wall s (median) "
+        "| MB/s per core (CPU) | ours is x faster |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for name, r in results.items():
-        if r is None:
-            lines.append(f"| {name} | {size:.1f} | failed | | | | |")
+    for name in CONTENDERS:
+        runs = [r for r in by.get(name, []) if "cpu" in r]
+        failed = len(by.get(name, [])) - len(runs)
+        if not runs:
+            lines.append(f"| {name} | {size:.1f} | failed ({failed}) | | | | | | |")
             continue
-        rate = size / r["cpu"] if r["cpu"] else float("inf")
-        ratio = "" if name.startswith("ours") or ours is None else f"{r['cpu'] / ours['cpu']:.2f}"
+        cpu = statistics.median(r["cpu"] for r in runs)
+        wall = statistics.median(r["wall"] for r in runs)
+        ratio = "" if name == OURS_NAME else f"{cpu / ours:.2f}"
+        spread = f"{min(r['cpu'] for r in runs):.2f}-{max(r['cpu'] for r in runs):.2f}"
         lines.append(
-            f"| {name} | {size:.1f} | {r['tokens']:,} | {r['cpu']:.2f} | {r['wall']:.2f} | {rate:.2f} | {ratio} |"
+            f"| {name} | {size:.1f} | {runs[0]['tokens']:,} | {len(runs)}{f' ({failed} failed)' if failed else ''} "
+            f"| {cpu:.2f} | {spread} | {wall:.2f} | {size / cpu:.2f} | {ratio} |"
         )
-    table = "\n".join(lines)
-    print(f"text: {what} x{args.repeat} = {size:.1f} MB")
-    print(table)
-    if not args.no_write:
-        write_results(table, what, size, args)
-    return 0
+    loads = [r["load"] for r in data["runs"]]
+    lines += [
+        "",
+        f"Load (1-minute average before each run): {min(loads):.1f}-{max(loads):.1f} on {os.cpu_count()} cores.",
+    ]
+    return "\n".join(lines)
 
 
-def write_results(table: str, what: str, size: float, args: argparse.Namespace) -> None:
-    oracle = f"ORACLE_PYTHON={os.environ['ORACLE_PYTHON']} " if os.environ.get("ORACLE_PYTHON") else ""
-    cmd = f"{oracle}.venv/bin/python benchmarks/bench_tokenize.py --repeat {args.repeat}"
+def write_results(table: str, data: dict) -> None:
     section = f"""## Tokenize and pack: MB/s per core against datatrove and plain `tokenizers` (`benchmarks/bench_tokenize.py`)
 
-Command: `{cmd}` (run {time.strftime("%Y-%m-%d %H:%M", time.gmtime())} UTC).
-Text: {what}, repeated {args.repeat}x: {size:.1f} MB. One byte-level BPE tokenizer.json (8k vocab, trained in
+Command: `{data["command"]}` (run {data["date"]}; `--render` rebuilds this block from `benchmarks/results/tokenize.json`).
+Text: {data["text"]}, repeated {data["repeat"]}x: {data["text_mb"]:.1f} MB. One byte-level BPE tokenizer.json (8k vocab, trained in
 the run on 50 documents spread over the text) for every contender; one process and one tokenizer thread each
-(`RAYON_NUM_THREADS=1`); MB/s from CPU time. "ours is x faster" is the contender's CPU seconds over ours
+(`RAYON_NUM_THREADS=1`); MB/s from CPU time; each round runs every contender once, the order rotated a
+contender each round, every run kept. "ours is x faster" is the contender's median CPU seconds over ours
 (above 1: ours is faster; below 1: ours costs more, e.g. the bare library call, which reads no file and
-writes nothing). **Machine: 2 cores shared with other engineers' test suites, so absolute figures are noisy;
-the ratios in one run are the comparison.**
+writes nothing). The 50 TB plan's tokenize row takes ours' median from the JSON (`benchmarks/simulate_scale.py`).
 
 {table}
 

@@ -527,7 +527,7 @@ def load_micro(results: Path = RESULTS_DIR) -> dict:
         "spill": "spill_reads.json",
         "spill_bytes": SPILL_BYTES,
         "spill_pack": "spill_pack_p4096.json",
-        "tokenize": "tokenize_megatron.json",
+        "tokenize": "tokenize.json",
         "export": "export.json",
         "export_merge": "export_merge.json",
     }
@@ -555,7 +555,7 @@ def out_plan(
     from airflow_curation.stages.export.merge import merge_plan
     from airflow_curation.stages.export.stage import gather_units
 
-    ours = [r["cpu"] for r in tok["runs"] if r["contender"] == "ours"]
+    ours = [r["cpu"] for r in tok["runs"] if r["contender"] == "ours" and "cpu" in r]
     tokenize_s_per_byte = statistics.median(ours) / (tok["text_mb"] * 1e6)
     data = tokens * TOKEN_BYTES
     buckets = math.ceil(data / EXPORT_FILE_BYTES)
@@ -576,6 +576,9 @@ def out_plan(
         "nodes": nodes,
         "slots": slots,
         "tokenize_mb_per_core_s": 1 / tokenize_s_per_byte / 1e6,
+        "tokenize_runs": len(ours),
+        "tokenize_text_mb": tok["text_mb"],
+        "tokenize_load": [r["load"] for r in tok["runs"] if "load" in r],
         "export_tokens_per_cpu_s": exp["median_tokens_per_cpu_s"],
         "merge_cpu_s_per_gb": merge_s_per_gb,
         "buckets": buckets,
@@ -598,13 +601,17 @@ def out_plan(
     return out
 
 
+def _load_range(loads: list[float]) -> str:
+    return f", load {min(loads):.1f}-{max(loads):.1f} on 2 cores" if loads else ""
+
+
 def out_markdown(plans: list[dict]) -> str:
     """docs/scale.md's training-data-out table."""
     p0 = plans[0]
     lines = [
-        f"Tokenize at {p0['tokenize_mb_per_core_s']:.2f} MB of text per core-second (`tokenize_megatron.json`: the "
-        "median of its runs of tokenize + export on 11 MB, at load 17-23 on 2 cores; `bench_tokenize.py` measured "
-        "2.91 MB/s for tokenize alone at a lighter load, RESULTS.md, which would halve that row), export at "
+        f"Tokenize at {p0['tokenize_mb_per_core_s']:.2f} MB of text per core-second (`tokenize.json`: the median "
+        f"of the tokenize stage's {p0['tokenize_runs']} runs on {p0['tokenize_text_mb']:.0f} MB in `bench_tokenize.py`"
+        f"{_load_range(p0['tokenize_load'])}), export at "
         f"{p0['export_tokens_per_cpu_s'] / 1e6:.1f} M tokens per CPU-second (`export.json`, scatter and gather, "
         f"split evenly here) plus the middle pass at {p0['merge_cpu_s_per_gb']:.2f} CPU-s per GB merged (`export_merge.json`); {p0['buckets']:,} buckets of "
         f"1 GiB; the gather's reads without the middle pass would be {p0['gather_direct_reads'] / 1e9:.2f} G. Mix is "
