@@ -469,6 +469,45 @@ def test_a_file_of_a_phase_marked_done_deleted_fails_the_gather_named_and_the_re
     assert _files_digest(str(tmp_path / "b")) == _files_digest(str(tmp_path / "a"))
 
 
+def test_the_middle_pass_sizes_its_groups_by_the_largest_packed_shard(packed, tmp_path):
+    """Groups of spill files were sized by the mean packed shard, so a group holding large ones (a source
+    whose rows were all kept, beside shards mostly dropped) held more than the memory budget in one merge
+    unit. Tokenize records its largest packed shard, and every merge unit's range is now within
+    ``memory_budget / MERGE_EXPANSION``: measured here on the spill files themselves, with shards of 1x and
+    11x the documents."""
+    from tokenizer_files import stdlib_prose
+
+    from airflow_curation.core.lsh import read_partition_pieces
+    from airflow_curation.stages.export.merge import MERGE_EXPANSION, ExportMergeStage
+    from airflow_curation.stages.tokenize.stage import TokenizeStage
+
+    texts = stdlib_prose(150)  # 157 documents of the standard library's docstrings
+    files, at = [], 0
+    for k, n in enumerate([5] * 8 + [55, 55]):  # two large shards, side by side: one group
+        files.append(str(tmp_path / f"f{k:02d}.parquet"))
+        pq.write_table(pa.table({"id": [f"d{i}" for i in range(at, at + n)], "text": texts[at : at + n]}), files[-1])
+        at += n
+    lake = Lake(str(tmp_path / "tok"), "_curation")
+    config = {"inputs": files, "output_dir": str(tmp_path / "tok"), "tokenizer": packed["tokenizer"], "seq_len": 64}
+    tok = StageRunner(TokenizeStage(lake, config, "t")).run()
+    tokens = tok.config["tokens"]
+    assert tokens["largest_shard_sequences"] > 3 * tokens["sequences"] / len(files)
+    budget = 60_000
+    config = {"input_manifest": lake.manifest_uri("t", "tokenize"), "spill_merge": "on", "memory_budget": budget}
+    StageRunner(ExportStage(lake, {**config, "file_size": 1024, "output_dir": str(tmp_path / "ex")}, "e")).run()
+    merge = Manifest.read(lake.manifest_uri("e", "export_merge"))
+    stage = ExportMergeStage(lake, merge.config, "e")
+    seq_bytes = 64 * 2  # uint16 tokens
+    held = []
+    for c, (lo, hi) in enumerate(stage.config["chunks"]):
+        for a, b in stage.config["groups"]:
+            spills = [stage.spill_uri(Path(f).stem) for f in files[a:b]]
+            rows = sum(len(p) for _, pieces in read_partition_pieces(spills, lo, hi, ["n_tokens"]) for p in pieces)
+            held.append(rows * seq_bytes)
+    assert len(stage.config["groups"]) > 1 and max(held) > 0
+    assert max(held) * MERGE_EXPANSION <= budget, (max(held), stage.config["groups"])
+
+
 def test_the_middle_pass_runs_where_it_at_least_halves_the_reads_and_fits_the_budget():
     """``merge_plan`` at the 50 TB plan (docs/scale.md: 50,000 packed shards, ~30 TB of uint16 tokens, the
     default 8 GiB budget: ~14,000 gather units) and at a small export, where it declines."""
@@ -488,3 +527,8 @@ def test_the_middle_pass_runs_where_it_at_least_halves_the_reads_and_fits_the_bu
     assert merge_plan(100, 500, 10**13, budget) is None  # reads of 200 MB: their fixed cost is nothing
     assert merge_plan(100, 500, 10**11, budget) is not None  # reads of 2 MB
     assert merge_plan(20, 14, 10**6, 200_000, force=True) is not None
+    # groups sized by the largest spill file: 4x the mean makes groups about 4x smaller
+    k4, g4 = merge_plan(units, shards, total, budget, largest=4 * total // shards)
+    assert MERGE_EXPANSION * g4 * 4 * total * k4 / units / shards <= budget and g4 < g
+    # forced where nothing fits the budget: the smallest chunks and groups, not the fewest reads
+    assert merge_plan(20, 14, 10**6, 1_000, force=True) == (1, 2)

@@ -77,7 +77,7 @@ SCENARIOS = [
     ),
     Scenario("export.after_merge", "export", "the merge done and marked, no bucket gathered"),
     Scenario(
-        "storage.before_rename@59",
+        "storage.before_rename@80",
         "export",
         "the first gather unit's files half written (an MDS shard a temporary file)",
         killed_with_a_temp_in("web/export"),

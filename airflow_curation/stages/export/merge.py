@@ -43,16 +43,20 @@ MERGE_MIN_READS = 1_000
 MERGE_MAX_READ = 4 << 20
 
 
-def merge_plan(units: int, shards: int, total: int, budget: int, force: bool = False) -> tuple[int, int] | None:
+def merge_plan(
+    units: int, shards: int, total: int, budget: int, force: bool = False, largest: int = 0
+) -> tuple[int, int] | None:
     """``(gather units per chunk, shards per group)`` that minimise the reads of merge plus gather, or None
     where the middle pass does not pay: the gather's ``units x shards`` reads are fewer than
     :data:`MERGE_MIN_READS` or larger than :data:`MERGE_MAX_READ` on average, or merging would not at least
     halve them (``force``: merge anyway, as long as a group holds two shards).
 
     :param units: the gather units (consecutive ranges of buckets).
-    :param shards: the spill files (packed shards), each assumed to hold ``total / shards`` bytes.
+    :param shards: the spill files (packed shards).
     :param total: the tokens' bytes.
     :param budget: the memory of one merge unit.
+    :param largest: the tokens' bytes of the largest spill file: groups are sized as if every file were that
+        large (a group of large shards would pass the budget otherwise); 0: ``total / shards``, the mean.
     """
     if units < 1 or shards < 2:
         return None
@@ -61,16 +65,19 @@ def merge_plan(units: int, shards: int, total: int, budget: int, force: bool = F
     best: tuple[int, int, int] | None = None  # (reads, k, g)
     for k in range(1, units + 1):
         chunks = math.ceil(units / k)
-        one_shard_chunk = max(1.0, total * (k / units) / shards)  # a chunk's bytes in one spill file
+        one_shard_chunk = max(1.0, max(total / shards, largest) * k / units)  # a chunk's bytes in one spill file
         g = min(shards, int(budget // (MERGE_EXPANSION * one_shard_chunk)))
-        if g < 2:
-            if not force:
-                continue
-            g = 2
+        if g < 2:  # not even two files of this chunk fit the budget
+            continue
         reads = chunks * shards + units * math.ceil(shards / g)
         if best is None or reads < best[0]:
             best = (reads, k, g)
-    if best is None or (not force and 2 * best[0] > units * shards):
+    if best is None:
+        # ``force`` where no shape fits: chunks of one gather unit, groups of two files (a gather unit reads
+        # that range of every file, so two of them are within its budget); a forced shape never chose larger
+        # chunks past the budget for their fewer reads.
+        return (1, 2) if force else None
+    if not force and 2 * best[0] > units * shards:
         return None
     return best[1], best[2]
 

@@ -376,11 +376,11 @@ class ExportStage(Stage):
         ``spill_merge`` says); the merge stage, whose files the gather units read, or None."""
         mode = self.config["spill_merge"]
         shards = self.tokenize_head.unit_count
-        shape = (
-            None
-            if mode == "off"
-            else merge_plan(len(ranges), shards, total, int(self.config["memory_budget"]), mode == "on")
-        )
+        tokens = self.tokenize_head.config["tokens"]
+        # The largest packed shard's bytes (a tokenize manifest from before records none: the mean is assumed)
+        largest = int(tokens.get("largest_shard_sequences", 0)) * total // max(1, int(tokens["sequences"]))
+        budget = int(self.config["memory_budget"])
+        shape = None if mode == "off" else merge_plan(len(ranges), shards, total, budget, mode == "on", largest)
         if shape is None:
             return None
         merge = ExportMergeStage(

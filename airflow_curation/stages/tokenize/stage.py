@@ -336,6 +336,7 @@ class TokenizeStage(AttrsStage):
         eos, pad = self.special_ids
         totals = {"documents": 0, "repeats": 0, "tokens": 0, "doc_tokens": 0, "sequences": 0, "padding": 0}
         by_source: dict[str, dict[str, int]] = {}
+        largest = 0  # sequences of the largest packed shard: export's middle pass bounds a group's memory by it
         for unit in manifest.units:
             rec = self.checkpoints.load(unit.unit_id)
             if rec is None or rec.fingerprint != manifest.fingerprint:
@@ -343,6 +344,7 @@ class TokenizeStage(AttrsStage):
             e = rec.extra
             for k in totals:
                 totals[k] += int(e.get(k, 0))
+            largest = max(largest, int(e.get("sequences", 0)))
             for group, counts in (e.get("by_source") or {}).items():
                 mine = by_source.setdefault(group, {"documents": 0, "doc_tokens": 0})
                 for k in mine:
@@ -351,6 +353,7 @@ class TokenizeStage(AttrsStage):
             **manifest.config,
             "tokens": {
                 **totals,
+                "largest_shard_sequences": largest,
                 "seq_len": int(self.config["seq_len"]),
                 "eos_id": eos,
                 "pad_id": pad,
