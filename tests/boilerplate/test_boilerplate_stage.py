@@ -156,3 +156,73 @@ def test_pages_that_differ_only_by_their_menus_are_exact_duplicates_for_dedup(in
     report = json.loads(Path(lake.path("_manifests", "r1", "report.json")).read_text())
     assert report["stages"]["boilerplate"]["accounting"]["notes"]["lines_removed:boilerplate"] == 18
     assert "boilerplate_lines_removed" in report["columns"]["boilerplate"]
+
+
+def test_array_tasks_count_their_own_block_and_clean_as_one_run(tmp_path, monkeypatch):
+    """A task of an array counts the lines of its own block of shards beside the others; the first to find
+    the global step undone counts what is missing and sums, under the lease. One task counted every shard
+    of the snapshot before (the counting is the stage's pass over all the text), the others waiting on its
+    lease. The cleaned text is a one-process run's."""
+    import threading
+    import time
+
+    from airflow_curation.core.lease import Lease
+    from airflow_curation.core.manifest import group_range
+    from airflow_curation.stages.boilerplate.stage import BoilerplateCountStage
+
+    lake, ingested = _ingest(tmp_path)
+    whole = _rows(_run(lake, ingested, "whole", partitions=3))
+    shutil.rmtree(lake.path("boilerplate"))
+    for d in Path(lake.path("_checkpoints")).glob("boilerplate*"):
+        shutil.rmtree(d)
+    shards = [s.shard_id for s in Manifest.read(ingested).shards]
+    assert len(shards) >= 3
+    counted: list[str] = []  # the shards each count unit ran for, in order
+    real = BoilerplateCountStage.process_unit
+    monkeypatch.setattr(
+        BoilerplateCountStage, "process_unit", lambda self, unit: (counted.append(unit.unit_id), real(self, unit))[1]
+    )
+    config = {"input_manifest": ingested, "min_documents": 5, "partitions": 3}
+    holder = Lease(lake.path("_locks", "boilerplate.global.lease"), "the test", 0).acquire()
+    out: list = []
+    task = threading.Thread(
+        target=lambda: out.append(StageRunner(BoilerplateStage(lake, config, "arr")).run(shard_group=(1, 3)))
+    )
+    task.start()
+    block = group_range(len(shards), 1, 3)
+    mine = shards[block.start : block.stop]
+    deadline = time.monotonic() + 300
+    while counted != mine and task.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert counted == mine  # its own block, and nothing else while another task holds the lease
+    holder.release()
+    task.join()
+    assert out and sorted(counted) == sorted(shards)  # then the rest, holding the lease: each shard once
+    for i in (0, 2):
+        StageRunner(BoilerplateStage(lake, config, "arr")).run(shard_group=(i, 3))
+    assert sorted(counted) == sorted(shards)  # the global step was done: no other task counted
+    grouped = StageRunner(BoilerplateStage(lake, config, "arr")).run(collect=True)
+    assert grouped.status == "complete"
+    got = _rows(grouped)
+    assert [(r["id"], r[CLEAN_TEXT], r[REMOVED]) for r in got] == [(r["id"], r[CLEAN_TEXT], r[REMOVED]) for r in whole]
+
+
+def test_a_counted_shard_whose_spill_is_gone_is_counted_again(tmp_path):
+    """A count unit's record names its spill file: a spill removed before the global step (by hand, a
+    cleanup) is counted again instead of summed as missing."""
+    lake, ingested = _ingest(tmp_path)
+    code = (
+        "from airflow_curation.core.layout import Lake; from airflow_curation.stages.base import StageRunner; "
+        "from airflow_curation.stages.boilerplate.stage import BoilerplateStage; "
+        f"s = BoilerplateStage(Lake({str(tmp_path / 'lake')!r}, 'docs'), "
+        f"{{'input_manifest': {ingested!r}, 'min_documents': 5}}, 'g1'); StageRunner(s).run()"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CURATION_FAULT": "boilerplate.after_counts"}
+    killed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    gone = sorted(Path(lake.path("boilerplate")).glob("*/spill/*.keys.arrow"))[0]
+    gone.unlink()
+    m = _run(lake, ingested, "g1")
+    assert m.status == "complete" and gone.exists()
+    reference = _rows(_run(lake, ingested, "ref", partitions=3))
+    assert [(r["id"], r[CLEAN_TEXT]) for r in _rows(m)] == [(r["id"], r[CLEAN_TEXT]) for r in reference]

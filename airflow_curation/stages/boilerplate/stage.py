@@ -32,6 +32,7 @@ from airflow_curation.core import storage, uris
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.boilerplate import KEY_COLUMNS, document_line_counts, remove_lines, sum_counts
 from airflow_curation.core.faults import fault_point
+from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.integrity import verified_reads
 from airflow_curation.core.lease import Lease
 from airflow_curation.core.lsh import (
@@ -45,7 +46,7 @@ from airflow_curation.core.lsh import (
 from airflow_curation.core.manifest import ShardEntry, UnitEntry
 from airflow_curation.core.schema import CLEAN_TEXT, DROP_REASON, KEEP, TEXT, blank_texts
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches, keep_accounting
-from airflow_curation.stages.base import Stage, StageRunner, UnitResult
+from airflow_curation.stages.base import Stage, StageRunner, UnitResult, file_record
 from airflow_curation.stages.settings import Setting, size
 from airflow_curation.stages.text import ShardText, clean_text_attrs
 
@@ -92,14 +93,15 @@ class BoilerplateCountStage(Stage):
             text = ShardText(s["uri"], s.get("text_uri"), s.get("user_file", False))
             batches = (t.column(TEXT) for t in text.batches([TEXT], int(self.config["batch_rows"])))
             keys, docs, stats = document_line_counts(batches)
-        write_partitioned(
-            self.spill_uri(unit.unit_id),
-            {"key": keys, "docs": docs},
-            partition_of(keys, int(self.config["partitions"])),
-        )
+        spill = self.spill_uri(unit.unit_id)
+        write_partitioned(spill, {"key": keys, "docs": docs}, partition_of(keys, int(self.config["partitions"])))
+        nbytes, _ = storage.stat(spill)
         acc = RowAccounting()
         acc.keep(stats["documents"])
-        return UnitResult(outputs=[], accounting=acc, extra=stats)
+        # the spill in the record: a rerun whose spill file is gone counts that shard again
+        return UnitResult(
+            outputs=[], accounting=acc, extra=stats, files=[file_record(spill, nbytes, checksum_url(spill))]
+        )
 
 
 def merge_partitions(lo: int, hi: int, spill_uris: list[str], min_documents: int, out_uri: str) -> dict:
@@ -202,11 +204,20 @@ class BoilerplateStage(AttrsStage):
         ]
 
     def _global_step(self, counts: BoilerplateCountStage, shards: list[dict], run_key: str, parts: int) -> dict:
-        """Steps 1 and 2, once for all the tasks of a run (under ``_locks/boilerplate.global.lease``)."""
+        """Steps 1 and 2, once for all the tasks of a run.
+
+        One task of an array (``shard_group``) first counts the shards of its own block, beside the other
+        tasks (one task counted every shard of the snapshot before, the others waiting on its lease). The
+        rest is done once, by whoever holds ``_locks/boilerplate.global.lease`` first: it counts what is
+        still missing (the blocks of tasks not started yet; checkpoints skip the others) and sums the counts;
+        the other tasks wait while it lives, then read its ``_SUCCESS.json``."""
         gdir = self.lake.path("boilerplate", run_key)
         done_uri = storage.join(gdir, "_SUCCESS.json")
         if storage.exists(done_uri):
             return self._read_done(done_uri)
+        group = self.shard_group
+        if group is not None and group[1] > 1:
+            StageRunner(counts, self.default_mapper()).run(shard_group=group)
         lease = Lease(
             self.lake.path("_locks", "boilerplate.global.lease"),
             f"boilerplate's global step on {self.lake.base}",
