@@ -226,3 +226,21 @@ def test_a_counted_shard_whose_spill_is_gone_is_counted_again(tmp_path):
     assert m.status == "complete" and gone.exists()
     reference = _rows(_run(lake, ingested, "ref", partitions=3))
     assert [(r["id"], r[CLEAN_TEXT]) for r in _rows(m)] == [(r["id"], r[CLEAN_TEXT]) for r in reference]
+
+
+def test_the_global_step_holds_one_partition_at_a_time(tmp_path, monkeypatch):
+    """Partitions are sized to the memory budget, and a global unit (one a worker) read its whole range of
+    them at once: range / budget times the budget. Each partition is now read alone, and the result is the
+    same."""
+    from airflow_curation.stages.boilerplate import stage as bp
+
+    lake, ingested = _ingest(tmp_path)
+    reads: list[tuple[int, int]] = []
+    real = bp.read_partitions
+    monkeypatch.setattr(
+        bp, "read_partitions", lambda uris, lo, hi, cols: (reads.append((lo, hi)), real(uris, lo, hi, cols))[1]
+    )
+    seven = _rows(_run(lake, ingested, "p7", partitions=7))  # one worker: one unit of 7 partitions
+    assert sorted(reads) == [(p, p + 1) for p in range(7)]
+    one = _rows(_run(lake, ingested, "p1", partitions=1))
+    assert [(r["id"], r[CLEAN_TEXT], r[REMOVED]) for r in seven] == [(r["id"], r[CLEAN_TEXT], r[REMOVED]) for r in one]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 
 from airflow_curation.core.boilerplate import document_line_counts, line_keys, remove_lines, split_lines, sum_counts
 
@@ -56,3 +57,23 @@ def test_removal_keeps_every_other_line_as_it_was():
     assert removed.tolist() == [2, 2, 0, 0, 0]
     untouched, none = remove_lines(pa.chunked_array([pa.array(TEXTS)]), np.empty(0, np.uint64))
     assert untouched.to_pylist() == TEXTS and none.tolist() == [0] * 5
+
+
+def test_the_at_scale_table_of_the_docs_is_what_the_stage_sizes():
+    """docs/boilerplate.md *At scale*: each row's partitions and reads from the stage's own rule (its spill
+    estimate, ``partitions_for`` at the default budget), 286 M documents a TB as in docs/scale.md."""
+    import re
+    from pathlib import Path
+
+    from airflow_curation.core.lsh import partitions_for
+    from airflow_curation.stages.boilerplate.stage import _SPILL_BYTES
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "boilerplate.md").read_text()
+    rows = re.findall(r"^\| ([\d.]+) (GB|TB) \| .*? \| ([\d,]+)(?: \(the cap\))? \| ([\d.]+) (k|M) \|", doc, re.M)
+    assert len(rows) == 4
+    for size, unit, parts, reads, scale in rows:
+        tb = float(size) / (1000 if unit == "GB" else 1)
+        want = partitions_for(int(tb * 286e6 * 64 * _SPILL_BYTES), 512 << 20)
+        assert int(parts.replace(",", "")) == want
+        shards = round(tb * 1000)
+        assert float(reads) * (1e3 if scale == "k" else 1e6) == pytest.approx(want * shards, rel=0.05)

@@ -106,10 +106,16 @@ class BoilerplateCountStage(Stage):
 
 def merge_partitions(lo: int, hi: int, spill_uris: list[str], min_documents: int, out_uri: str) -> dict:
     """Step 2 for the partitions ``lo <= p < hi`` (one unit): counts summed over every shard; the keys held
-    by at least ``min_documents`` documents, with their counts, to ``out_uri``."""
+    by at least ``min_documents`` documents, with their counts, to ``out_uri``.
+
+    One partition read at a time (each sized to ``memory_budget``): a unit's range is its share of the
+    partitions among the workers, and reading it at once held the whole range (by the stage's own spill
+    estimate, ~7 GB in each unit of a 4-worker run on 100 GB of text at the default budget). That costs
+    partitions x shards reads of the spill in all, not units x shards (docs/boilerplate.md, *At scale*)."""
     keys, docs = [], []
     distinct = 0
-    for _, part in read_partitions(spill_uris, lo, hi, KEY_COLUMNS):
+    for p in range(lo, hi):
+        ((_, part),) = read_partitions(spill_uris, p, p + 1, KEY_COLUMNS)
         k, d = sum_counts(part["key"], part["docs"])
         distinct += len(k)
         frequent = d >= np.uint64(min_documents)
