@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import random
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from tokenizer_files import train_bpe
 from airflow_curation.cli import main as curation
 from airflow_curation.core import storage
 from airflow_curation.core.layout import Lake
+from airflow_curation.core.lease import Lease
 from airflow_curation.core.manifest import Manifest
 from airflow_curation.stages import STAGES
 from airflow_curation.stages.base import StageRunner
@@ -346,9 +349,22 @@ def test_array_tasks_read_no_tally_once_the_plan_exists(tmp_path, monkeypatch):
 
     monkeypatch.setattr(storage, "read_bytes", reading)
     monkeypatch.setattr(MixStage, "unit_tally", tallying)
-    # the first task to plan (group 1 here) tallies the whole input once and leaves the plan file
-    first = StageRunner(MixStage(lk, config, "arr")).run(shard_group=(1, 3))
-    assert len(counted) == 6 and not read and len(first.units) == 2
+    # the first task to plan (group 1 here) tallies its own block beside the others (another task holds the
+    # plan lease here), then, holding it, sums the whole input's tallies once (its own read from their files,
+    # the rest counted) and leaves the plan file; it counted all 6 itself before, the other tasks waiting
+    holder = Lease(lk.path("_locks", "mix.plan.lease"), "the test", 0).acquire()
+    out: list = []
+    task = threading.Thread(target=lambda: out.append(StageRunner(MixStage(lk, config, "arr")).run(shard_group=(1, 3))))
+    task.start()
+    deadline = time.monotonic() + 300
+    while len(counted) < 2 and task.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # nothing more is counted while the lease is held
+    assert sorted(counted) == sorted(s.shard_id for s in Manifest.read(upstream).shards[2:4]) and not read
+    holder.release()
+    task.join()
+    first = out[0]
+    assert len(counted) == 6 and len(read) == 2 and len(first.units) == 2
     assert len(list(Path(lk.base).glob("mix/*/plans/*.json"))) == 1
     # every other task, group 0 (which plans every unit) included, and the collect step read that file only
     for group in ((0, 3), (2, 3)):

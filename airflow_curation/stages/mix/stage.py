@@ -239,13 +239,17 @@ class MixStage(AttrsStage):
         """Group ``index`` of ``count`` (one task of an array): its block of units from the inputs' pages, and
         the key plans from the plan file (one small read: no other unit's tally). The first task without it
         takes ``_locks/mix.plan.lease`` (waiting while another holder lives, as dedup's global phase does),
-        and, unless the holder before it left the file, tallies the whole input once and leaves it. Inputs
-        whose manifests have no page checksums (format 1) slice the whole plan."""
+        and, unless the holder before it left the file, sums the whole input's tallies once and leaves it.
+        Before the lease, a task tallies its own block (each unit's tally is kept in a file), so the holder
+        reads the tallies of the tasks started and counts only the rest: it counted every shard itself, the
+        other tasks waiting. Inputs whose manifests have no page checksums (format 1) slice the whole plan."""
         self._wait_for_upstream((index, count))  # the plan file is named by the complete inputs' pages
         uri = self._plan_uri()
         if uri is None:
             return Stage.plan_group(self, index, count)
         if not self._load_plan(uri):
+            for _ in self.default_mapper()(_unit_tally, ((self, u) for u in self._plan((index, count)))):
+                pass  # kept in the tally files, for the holder of the lease
             with self._plan_lease():
                 if not self._load_plan(uri):
                     units = self._whole_plan(lock=False)
