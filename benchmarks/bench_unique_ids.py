@@ -70,7 +70,7 @@ shards = [ShardEntry(shard_id=f"s{k:04d}", uri=f, rows=pq.ParquetFile(f).metadat
           for k, f in enumerate(files)]
 base, c0 = hwm(), cpu()
 found = all_at_once(shards) if method == "all_at_once" else repeated_ids(shards, rows_in_memory)
-print(json.dumps({"repeats": len(found), "rss_growth": hwm() - base, "cpu_s": cpu() - c0}))
+print(json.dumps({"repeats": len(found if method == "all_at_once" else found.listed), "rss_growth": hwm() - base, "cpu_s": cpu() - c0}))
 """
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+from typing import NamedTuple
 
 import duckdb
 import numpy as np
@@ -30,24 +31,41 @@ RECORD = np.dtype([("h", "<u8"), ("s", "<u4")])
 Place = tuple[str, int, str | None]  # (shard, row, source: None where the file has no source column)
 
 
+class RepeatedIds(NamedTuple):
+    """``listed``: (id, first place, later place) for each row whose id an earlier row holds, of the first
+    ``LISTED_MAX`` repeated hashes; ``total``: every such row (where some hashes were not listed, counted by
+    hash: two different ids sharing a 64-bit hash would count as one repeat, ~n^2 / 2^65 for n ids)."""
+
+    listed: list[tuple[str, Place, Place]]
+    total: int
+
+
+# Repeated hashes whose places are found: a corpus ingested twice repeats every id, and a place for each
+# would hold the run's ids in memory again (~200 bytes each). The rest are counted, not listed.
+LISTED_MAX = 1_000_000
+
+
 def repeated_ids(
-    shards: list[ShardEntry], rows_in_memory: int | None = None, temp_dir: str | None = None
-) -> list[tuple[str, Place, Place]]:
-    """(id, first place, later place) for each id kept more than once. Shards come in unit order, so
-    "first" is the earlier unit. ``rows_in_memory``: records of a partition (default ``ROWS_IN_MEMORY``);
-    ``temp_dir``: where the partition files go (default: the system's temp folder), 12 bytes a row of the
-    run, each removed once searched."""
+    shards: list[ShardEntry],
+    rows_in_memory: int | None = None,
+    temp_dir: str | None = None,
+    listed_max: int | None = None,
+) -> RepeatedIds:
+    """The ids repeated across ``shards``. Shards come in unit order, so "first" is the earlier unit.
+    ``rows_in_memory``: records of a partition (default ``ROWS_IN_MEMORY``); ``temp_dir``: where the
+    partition files go (default: the system's temp folder), 12 bytes a row of the run, each removed once
+    searched; ``listed_max``: repeated hashes whose places are found (default ``LISTED_MAX``)."""
     if not shards:
-        return []
+        return RepeatedIds([], 0)
     rows = sum(max(int(s.rows), 0) for s in shards)
     parts = max(1, math.ceil(rows / max(1, rows_in_memory or ROWS_IN_MEMORY)))
+    limit = LISTED_MAX if listed_max is None else listed_max
     with tempfile.TemporaryDirectory(prefix="curation-ingest-ids-", dir=temp_dir) as folder:
         paths = [os.path.join(folder, f"p{k:05d}.bin") for k in range(parts)]
         _route(shards, paths)
-        suspects, hit = _suspects(paths)
-    if not len(suspects):
-        return []
-    return _places(shards, suspects, sorted(hit))
+        suspects, hit, by_hash = _suspects(paths, limit)
+    listed = _places(shards, suspects, sorted(hit)) if len(suspects) else []
+    return RepeatedIds(listed, len(listed) if len(suspects) == by_hash[0] else by_hash[1])
 
 
 def _hashes(ids: pa.ChunkedArray) -> np.ndarray:
@@ -82,19 +100,24 @@ def _route(shards: list[ShardEntry], paths: list[str]) -> None:
             f.close()
 
 
-def _suspects(paths: list[str]) -> tuple[np.ndarray, set[int]]:
-    """The hashes that repeat (within one partition, so in the whole run) and the shards that hold them; each
-    partition file read alone and removed."""
-    found, hit = [], set()
+def _suspects(paths: list[str], limit: int) -> tuple[np.ndarray, set[int], tuple[int, int]]:
+    """The first ``limit`` hashes that repeat (within one partition, so in the whole run), the shards that
+    hold them, and (repeated hashes, rows past the first of each) counted over all; each partition file
+    read alone and removed."""
+    found, hit, kept, hashes, extra = [], set(), 0, 0, 0
     for path in paths:
         rec = np.fromfile(path, RECORD)
         os.remove(path)
         values, counts = np.unique(rec["h"], return_counts=True)
-        repeats = values[counts > 1]
+        repeated = counts > 1
+        hashes += int(repeated.sum())
+        extra += int((counts[repeated] - 1).sum())
+        repeats = values[repeated][: max(0, limit - kept)]
         if len(repeats):
+            kept += len(repeats)
             found.append(repeats)
             hit.update(np.unique(rec["s"][np.isin(rec["h"], repeats)]).tolist())
-    return (np.concatenate(found) if found else np.empty(0, np.uint64)), hit
+    return (np.concatenate(found) if found else np.empty(0, np.uint64)), hit, (hashes, extra)
 
 
 def _places(shards: list[ShardEntry], suspects: np.ndarray, hit: list[int]) -> list[tuple[str, Place, Place]]:

@@ -349,12 +349,12 @@ class AttrsStage(Stage):
         if not self._files:
             return
         found = repeated_ids(list(file_entries(self._files).values()))
-        if not found:
+        if not found.total:
             return
-        doc_id, (f0, r0, _), (f1, r1, _) = found[0]
+        doc_id, (f0, r0, _), (f1, r1, _) = found.listed[0]
         files = {e.shard_id: e.uri for e in file_entries(self._files).values()}
         raise StageFailed(
-            f"{self.name}: {len(found)} row{'s' if len(found) > 1 else ''} of the input files repeat an earlier "
+            f"{self.name}: {found.total} row{'s' if found.total > 1 else ''} of the input files repeat an earlier "
             f"row's id (ids must be unique: the results are keyed by id); first: {files[f1]} row {r1} has id "
             f"{doc_id!r}, as {files[f0]} row {r0}. Give each row its own id, or ingest the files into a lake "
             "(`curation ingest --id-field id`), which quarantines the repeats and keeps the first"

@@ -56,7 +56,8 @@ def test_repeats_are_those_of_a_search_of_all_ids_at_once_whatever_the_partition
     temp = tmp_path / "tmp"
     temp.mkdir()
     got = unique_ids.repeated_ids(_shards(tmp_path, corpus), rows_in_memory, str(temp))
-    assert sorted(got) == sorted(_expected(corpus)) and len(got) >= 20
+    assert sorted(got.listed) == sorted(_expected(corpus)) and len(got.listed) >= 20
+    assert got.total == len(got.listed)
     # 3,600 rows: one partition by default, 4 and 38 with the smaller budgets; no partition file left.
     assert routed == [{None: 1, 1000: 4, 97: 38}[rows_in_memory]]
     assert os.listdir(temp) == []
@@ -67,12 +68,22 @@ def test_a_hash_shared_by_different_ids_is_no_repeat(tmp_path, monkeypatch):
     monkeypatch.setattr(unique_ids, "_hashes", lambda ids: np.array([len(i) for i in ids.to_pylist()], np.uint64))
     ids = [["aa", "bb", "cc"], ["dd", "bb"], ["ee", "cc", "ff"]]
     got = unique_ids.repeated_ids(_shards(tmp_path, ids), rows_in_memory=2)
-    assert sorted(got) == [
+    assert got.total == 2 and sorted(got.listed) == [
         ("bb", ("s000", 1, "src0.jsonl"), ("s001", 1, "src1.jsonl")),
         ("cc", ("s000", 2, "src0.jsonl"), ("s002", 1, "src2.jsonl")),
     ]
 
 
 def test_no_shard_and_no_repeat(tmp_path):
-    assert unique_ids.repeated_ids([]) == []
-    assert unique_ids.repeated_ids(_shards(tmp_path, [["a", "b"], ["c"]]), rows_in_memory=1) == []
+    assert unique_ids.repeated_ids([]) == ([], 0)
+    assert unique_ids.repeated_ids(_shards(tmp_path, [["a", "b"], ["c"]]), rows_in_memory=1) == ([], 0)
+
+
+def test_past_the_listed_maximum_the_repeats_are_counted_not_listed(tmp_path, corpus):
+    """A corpus ingested twice repeats every id: the places of the first ``listed_max`` repeated ids are
+    found, the rest counted (a place for each would hold the run's ids in memory again)."""
+    twice = corpus + corpus
+    got = unique_ids.repeated_ids(_shards(tmp_path, twice), rows_in_memory=1000, listed_max=50)
+    every = _expected(twice)
+    assert got.total == len(every) > 3000  # each of the first copy's distinct ids once more, or more
+    assert 50 <= len(got.listed) < 200 and set(got.listed) <= set(every)

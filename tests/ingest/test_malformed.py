@@ -362,3 +362,21 @@ def test_an_input_root_that_does_not_hold_every_input_is_refused(tmp_path, monke
         assert len({r["id"] for r in rows}) == 2
     with pytest.raises(ValueError, match=r"x.txt is not under input_root '/usr/share' \(2 of 2 inputs"):
         ingest(tmp_path / "outside", [tmp_path / "ir"], input_root="/usr/share")
+
+
+def test_repeats_past_the_listed_maximum_are_counted(tmp_path, monkeypatch):
+    """The places of the first ``LISTED_MAX`` repeated ids are listed, the rest counted: a corpus ingested
+    twice would otherwise hold a place for every id in memory."""
+    from airflow_curation.core import unique_ids
+
+    monkeypatch.setattr(unique_ids, "LISTED_MAX", 1)
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.jsonl").write_bytes(b'{"id": "x", "text": "x"}\n{"id": "y", "text": "y"}\n{"id": "z", "text": "z"}\n')
+    (src / "b.jsonl").write_bytes(b'{"id": "y", "text": "y again"}\n{"id": "x", "text": "x again"}\n')
+    lake = Lake(str(tmp_path / "lake"), "web")
+    stage = IngestStage(lake, {"inputs": [str(src)], "id_field": "id", "unit_bytes": 1}, "r1")
+    with pytest.raises(StageFailed, match="2 ids of field 'id' repeated across units .* the first 1 are listed"):
+        StageRunner(stage).run()
+    assert Manifest.read(stage.manifest_uri).accounting["notes"] == {"duplicate_id": 2}
+    assert len([e for e in quarantined(lake) if e["reason"] == "duplicate_id"]) == 1

@@ -555,10 +555,12 @@ class IngestStage(Stage):
         """Units run in parallel, so a unit cannot see another's ids: repeats across units are found here,
         after all of them. Their rows are in committed shards (which are never rewritten, and later
         stages may be reading them already), so they cannot be quarantined now: each is listed in
-        ``_quarantine/ingest/duplicate_ids.parquet`` and the run fails. Fixing the inputs redoes only the
+        ``_quarantine/ingest/duplicate_ids.parquet`` (those of the first million repeated ids; the rest are
+        counted) and the run fails. Fixing the inputs redoes only the
         units whose files changed. Found in bounded memory (:mod:`airflow_curation.core.unique_ids`)."""
         quarantine = QuarantineWriter(self.lake.quarantine_uri(self.name, "duplicate_ids"))
-        for doc_id, first, later in repeated_ids(manifest.shards):
+        found = repeated_ids(manifest.shards)
+        for doc_id, first, later in found.listed:
             quarantine.add(
                 later[2],
                 f"{later[0]} row {later[1]}",
@@ -570,13 +572,14 @@ class IngestStage(Stage):
         uri = quarantine.write()
         if not uri:
             return
-        n = len(quarantine)
+        n = found.total
         acc = RowAccounting.from_dict(manifest.accounting)
         acc.note("duplicate_id", n)
         manifest.accounting = acc.to_dict()
+        listed = "each is listed" if len(quarantine) == n else f"the first {len(quarantine):,} are listed"
         raise StageFailed(
             f"ingest: {n} id{'s' if n > 1 else ''} of field {self.config['id_field']!r} repeated "
-            f"across units (ids must be unique in a dataset); each is listed in {uri}"
+            f"across units (ids must be unique in a dataset); {listed} in {uri}"
         )
 
 
