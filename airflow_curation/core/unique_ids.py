@@ -26,6 +26,10 @@ from airflow_curation.core.schema import ID, SOURCE
 
 # Records of one partition held at once: 12 bytes each, plus the sort's copies: ~0.6 GB.
 ROWS_IN_MEMORY = 16_000_000
+# Partition files open at once while routing (a process's descriptors are often capped at 1,024): past
+# FANOUT x ROWS_IN_MEMORY rows (4 G) a partition holds more, rows / FANOUT (56 M records, ~2 GB, at the
+# 14.3 G documents of 50 TB).
+FANOUT = 256
 RECORD = np.dtype([("h", "<u8"), ("s", "<u4")])
 
 Place = tuple[str, int, str | None]  # (shard, row, source: None where the file has no source column)
@@ -52,15 +56,15 @@ def repeated_ids(
     listed_max: int | None = None,
 ) -> RepeatedIds:
     """The ids repeated across ``shards``. Shards come in unit order, so "first" is the earlier unit.
-    ``rows_in_memory``: records of a partition (default ``ROWS_IN_MEMORY``); ``temp_dir``: where the
+    ``rows_in_memory``: records of a partition (default ``ROWS_IN_MEMORY``; at most ``FANOUT`` partitions); ``temp_dir``: where the
     partition files go (default: the system's temp folder), 12 bytes a row of the run, each removed once
     searched; ``listed_max``: repeated hashes whose places are found (default ``LISTED_MAX``)."""
     if not shards:
         return RepeatedIds([], 0)
     rows = sum(max(int(s.rows), 0) for s in shards)
-    parts = max(1, math.ceil(rows / max(1, rows_in_memory or ROWS_IN_MEMORY)))
+    parts = min(FANOUT, max(1, math.ceil(rows / max(1, rows_in_memory or ROWS_IN_MEMORY))))
     limit = LISTED_MAX if listed_max is None else listed_max
-    with tempfile.TemporaryDirectory(prefix="curation-ingest-ids-", dir=temp_dir) as folder:
+    with tempfile.TemporaryDirectory(prefix="curation-ids-", dir=temp_dir) as folder:
         paths = [os.path.join(folder, f"p{k:05d}.bin") for k in range(parts)]
         _route(shards, paths)
         suspects, hit, by_hash = _suspects(paths, limit)
