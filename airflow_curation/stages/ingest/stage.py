@@ -556,8 +556,8 @@ class IngestStage(Stage):
         after all of them. Their rows are in committed shards (which are never rewritten, and later
         stages may be reading them already), so they cannot be quarantined now: each is listed in
         ``_quarantine/ingest/duplicate_ids.parquet`` (those of the first million repeated ids; the rest are
-        counted) and the run fails. Fixing the inputs redoes only the
-        units whose files changed. Found in bounded memory (:mod:`airflow_curation.core.unique_ids`)."""
+        counted) and the run fails. Fixing the inputs redoes only the units whose files changed. Found in
+        bounded memory (:mod:`airflow_curation.core.unique_ids`)."""
         quarantine = QuarantineWriter(self.lake.quarantine_uri(self.name, "duplicate_ids"))
         found = repeated_ids(manifest.shards)
         for doc_id, first, later in found.listed:
