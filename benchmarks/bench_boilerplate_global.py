@@ -31,18 +31,12 @@ from benchmarks.results import RESULTS, replace_block  # noqa: E402
 JSON = REPO / "benchmarks" / "results" / "boilerplate_global.json"
 
 _CHILD = """
-import json, resource, sys
+import json, sys
+from benchmarks.proc_stats import cpu, hwm
 import numpy as np
 from airflow_curation.core.boilerplate import KEY_COLUMNS, sum_counts
 from airflow_curation.core.lsh import read_partitions
 from airflow_curation.stages.boilerplate.stage import merge_partitions
-
-def hwm():
-    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM:"))
-
-def cpu():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 
 def whole_range(lo, hi, spills, min_documents, out):  # the code before: the range read at once
     keys, distinct = [], 0

@@ -113,18 +113,13 @@ def run_once(lake: Lake, manifest: str, mode: str, seed: int, args) -> dict:
     }
 
 
-# The peak RSS from /proc (VmHWM), not getrusage: a process's ru_maxrss keeps, across exec, the size of the
-# parent it was forked from (a child of this large process measured ~40% less growth).
+# The peak RSS from /proc (VmHWM), not getrusage (benchmarks/proc_stats.py says why).
 _MEMORY_CHILD = """
-import resource, sys
+import sys
+from benchmarks.proc_stats import cpu, hwm
 import pyarrow as pa
 from airflow_curation.core.lsh import merge_partitions
-def hwm():
-    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM:"))
 uris, out, hi = sys.argv[1:-2], sys.argv[-2], int(sys.argv[-1])
-def cpu():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 base, c0 = hwm(), cpu()
 rows = merge_partitions(uris, 0, hi, out)
 print(rows, hwm() - base, pa.default_memory_pool().max_memory(), cpu() - c0)

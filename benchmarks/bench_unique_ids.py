@@ -33,17 +33,11 @@ ROWS_PER_SHARD = 500_000
 REPEATS_PER_SHARD = 3  # ids also kept by an earlier shard
 
 _CHILD = """
-import json, resource, sys
+import json, sys
+from benchmarks.proc_stats import cpu, hwm
 import numpy as np, pyarrow.parquet as pq, xxhash
 from airflow_curation.core.manifest import ShardEntry
 from airflow_curation.core.unique_ids import repeated_ids
-
-def hwm():
-    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM:"))
-
-def cpu():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 
 def all_at_once(shards):  # the method before: every id's hash in memory, then the rows whose hash repeats
     hashes = [np.fromiter((xxhash.xxh64_intdigest(i.encode()) for i in pq.read_table(s.uri, columns=["id"])
