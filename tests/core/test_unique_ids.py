@@ -52,7 +52,9 @@ def test_repeats_are_those_of_a_search_of_all_ids_at_once_whatever_the_partition
 ):
     routed = []
     route = unique_ids._route
-    monkeypatch.setattr(unique_ids, "_route", lambda shards, paths: (routed.append(len(paths)), route(shards, paths)))
+    monkeypatch.setattr(
+        unique_ids, "_route", lambda con, shards, paths: (routed.append(len(paths)), route(con, shards, paths))
+    )
     temp = tmp_path / "tmp"
     temp.mkdir()
     got = unique_ids.repeated_ids(_shards(tmp_path, corpus), rows_in_memory, str(temp))
@@ -68,14 +70,16 @@ def test_partitions_stop_at_the_fan_out(tmp_path, corpus, monkeypatch):
     monkeypatch.setattr(unique_ids, "FANOUT", 5)
     routed = []
     route = unique_ids._route
-    monkeypatch.setattr(unique_ids, "_route", lambda shards, paths: (routed.append(len(paths)), route(shards, paths)))
+    monkeypatch.setattr(
+        unique_ids, "_route", lambda con, shards, paths: (routed.append(len(paths)), route(con, shards, paths))
+    )
     got = unique_ids.repeated_ids(_shards(tmp_path, corpus), rows_in_memory=97)
     assert routed == [5] and sorted(got.listed) == sorted(_expected(corpus))
 
 
 def test_a_hash_shared_by_different_ids_is_no_repeat(tmp_path, monkeypatch):
     """Rows whose hashes collide are read again for their exact ids: only equal ids are repeats."""
-    monkeypatch.setattr(unique_ids, "_hashes", lambda ids: np.array([len(i) for i in ids.to_pylist()], np.uint64))
+    monkeypatch.setattr(unique_ids, "_hashes", lambda con, ids: np.array([len(i) for i in ids.to_pylist()], np.uint64))
     ids = [["aa", "bb", "cc"], ["dd", "bb"], ["ee", "cc", "ff"]]
     got = unique_ids.repeated_ids(_shards(tmp_path, ids), rows_in_memory=2)
     assert got.total == 2 and sorted(got.listed) == [
