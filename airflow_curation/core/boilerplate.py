@@ -119,6 +119,18 @@ def _hash_lines(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:  # pragma:
     return out
 
 
+def string_hashes(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The 64-bit hash of each value's UTF-8 bytes, as a line's key is hashed (any string layout; integers
+    as their decimal text; a null as the bytes its slot spans, none in the arrays pyarrow builds)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks else pa.array([], pa.string())
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        values = values.cast(pa.large_string())
+    return _hash_lines(*_buffers(_large(values)))
+
+
 def line_keys(lines: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """``(keys, has_key)``: the hash of each stripped line, and False for blank lines (key 0)."""
     data, offsets = _buffers(_large(pc.utf8_trim_whitespace(lines)))

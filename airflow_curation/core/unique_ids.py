@@ -15,12 +15,12 @@ import os
 import tempfile
 from typing import NamedTuple
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
+from airflow_curation.core.boilerplate import string_hashes
 from airflow_curation.core.manifest import ShardEntry
 from airflow_curation.core.schema import ID, SOURCE
 
@@ -64,29 +64,28 @@ def repeated_ids(
     rows = sum(max(int(s.rows), 0) for s in shards)
     parts = min(FANOUT, max(1, math.ceil(rows / max(1, rows_in_memory or ROWS_IN_MEMORY))))
     limit = LISTED_MAX if listed_max is None else listed_max
-    # One DuckDB connection for every shard: a connection costs ~25 ms (~20 min over 50,000 shards).
-    with tempfile.TemporaryDirectory(prefix="curation-ids-", dir=temp_dir) as folder, duckdb.connect() as con:
+    with tempfile.TemporaryDirectory(prefix="curation-ids-", dir=temp_dir) as folder:
         paths = [os.path.join(folder, f"p{k:05d}.bin") for k in range(parts)]
-        _route(con, shards, paths)
+        _route(shards, paths)
         suspects, hit, by_hash = _suspects(paths, limit)
-        listed = _places(con, shards, suspects, sorted(hit)) if len(suspects) else []
+    listed = _places(shards, suspects, sorted(hit)) if len(suspects) else []
     return RepeatedIds(listed, len(listed) if len(suspects) == by_hash[0] else by_hash[1])
 
 
-def _hashes(con: duckdb.DuckDBPyConnection, ids: pa.ChunkedArray) -> np.ndarray:
-    """DuckDB's 64-bit hash of each id, vectorised (~30 ns a row; xxhash a Python string at a time: ~240 ns,
-    plus the strings). Both passes of one run hash with it."""
-    ids_table = pa.table({"id": ids})  # noqa: F841 - read by name by DuckDB's replacement scan
-    return con.execute("SELECT hash(id) AS h FROM ids_table").fetchnumpy()["h"].astype(np.uint64, copy=False)
+def _hashes(ids: pa.ChunkedArray) -> np.ndarray:
+    """A 64-bit hash of each id, compiled over the Arrow buffers (xxhash a Python string at a time cost ~240
+    ns a row, plus the strings; DuckDB's ``hash`` imports pandas into every stage process that checks ids,
+    and a connection costs ~25 ms). Both passes of one run hash with it."""
+    return string_hashes(ids)
 
 
-def _route(con: duckdb.DuckDBPyConnection, shards: list[ShardEntry], paths: list[str]) -> None:
+def _route(shards: list[ShardEntry], paths: list[str]) -> None:
     """Each shard's (hash, shard index) records appended to the file of partition ``hash % len(paths)``."""
     parts = np.uint64(len(paths))
     files = [open(p, "wb") for p in paths]  # noqa: SIM115 - closed below, all at once
     try:
         for index, shard in enumerate(shards):
-            h = _hashes(con, _read_table(shard, [ID]).column(ID))
+            h = _hashes(_read_table(shard, [ID]).column(ID))
             rec = np.empty(len(h), RECORD)
             rec["h"], rec["s"] = h, index
             if len(files) == 1:
@@ -124,9 +123,7 @@ def _suspects(paths: list[str], limit: int) -> tuple[np.ndarray, set[int], tuple
     return (np.concatenate(found) if found else np.empty(0, np.uint64)), hit, (hashes, extra)
 
 
-def _places(
-    con: duckdb.DuckDBPyConnection, shards: list[ShardEntry], suspects: np.ndarray, hit: list[int]
-) -> list[tuple[str, Place, Place]]:
+def _places(shards: list[ShardEntry], suspects: np.ndarray, hit: list[int]) -> list[tuple[str, Place, Place]]:
     """The exact ids of the rows whose hash repeats, in the shards that hold them (in unit order): each id
     seen again after its first place is one repeat (a hash shared by two different ids is none)."""
     first: dict[str, Place] = {}
@@ -137,7 +134,7 @@ def _places(
             pf = pq.ParquetFile(f)
             columns = [ID, SOURCE] if SOURCE in pf.schema_arrow.names else [ID]
             table = pf.read(columns=columns)
-        rows = np.flatnonzero(np.isin(_hashes(con, table.column(ID)), suspects))
+        rows = np.flatnonzero(np.isin(_hashes(table.column(ID)), suspects))
         cols = table.take(rows).to_pydict()
         for row, doc_id, source in zip(rows.tolist(), cols[ID], cols.get(SOURCE) or [None] * len(rows)):
             place = (shard.shard_id, row, source)
@@ -149,5 +146,6 @@ def _places(
 
 
 def _read_table(shard: ShardEntry, columns: list[str]) -> pa.Table:
+    # ParquetFile, not pq.read_table: that imports pyarrow.dataset, and with it pandas, into the stage's process
     with storage.open_read(shard.uri) as f:
-        return pq.read_table(f, columns=columns)
+        return pq.ParquetFile(f).read(columns=columns)

@@ -52,9 +52,7 @@ def test_repeats_are_those_of_a_search_of_all_ids_at_once_whatever_the_partition
 ):
     routed = []
     route = unique_ids._route
-    monkeypatch.setattr(
-        unique_ids, "_route", lambda con, shards, paths: (routed.append(len(paths)), route(con, shards, paths))
-    )
+    monkeypatch.setattr(unique_ids, "_route", lambda shards, paths: (routed.append(len(paths)), route(shards, paths)))
     temp = tmp_path / "tmp"
     temp.mkdir()
     got = unique_ids.repeated_ids(_shards(tmp_path, corpus), rows_in_memory, str(temp))
@@ -70,16 +68,14 @@ def test_partitions_stop_at_the_fan_out(tmp_path, corpus, monkeypatch):
     monkeypatch.setattr(unique_ids, "FANOUT", 5)
     routed = []
     route = unique_ids._route
-    monkeypatch.setattr(
-        unique_ids, "_route", lambda con, shards, paths: (routed.append(len(paths)), route(con, shards, paths))
-    )
+    monkeypatch.setattr(unique_ids, "_route", lambda shards, paths: (routed.append(len(paths)), route(shards, paths)))
     got = unique_ids.repeated_ids(_shards(tmp_path, corpus), rows_in_memory=97)
     assert routed == [5] and sorted(got.listed) == sorted(_expected(corpus))
 
 
 def test_a_hash_shared_by_different_ids_is_no_repeat(tmp_path, monkeypatch):
     """Rows whose hashes collide are read again for their exact ids: only equal ids are repeats."""
-    monkeypatch.setattr(unique_ids, "_hashes", lambda con, ids: np.array([len(i) for i in ids.to_pylist()], np.uint64))
+    monkeypatch.setattr(unique_ids, "_hashes", lambda ids: np.array([len(i) for i in ids.to_pylist()], np.uint64))
     ids = [["aa", "bb", "cc"], ["dd", "bb"], ["ee", "cc", "ff"]]
     got = unique_ids.repeated_ids(_shards(tmp_path, ids), rows_in_memory=2)
     assert got.total == 2 and sorted(got.listed) == [
@@ -101,3 +97,22 @@ def test_past_the_listed_maximum_the_repeats_are_counted_not_listed(tmp_path, co
     every = _expected(twice)
     assert got.total == len(every) > 3000  # each of the first copy's distinct ids once more, or more
     assert 50 <= len(got.listed) < 200 and set(got.listed) <= set(every)
+
+
+def test_an_id_hashes_the_same_in_every_layout():
+    """Ids come as any Arrow string layout, or integers (a user's file): one hash for one text, the line keys'
+    hash (``core/boilerplate.py``), computed without DuckDB (which imports pandas into the stage's process)."""
+    from airflow_curation.core.boilerplate import line_keys, string_hashes
+
+    ids = ["a", "bb", "ünï", "12"]
+    want = string_hashes(pa.array(ids))
+    for arr in (
+        pa.array(ids, pa.large_string()),
+        pa.array(ids, pa.string_view()),
+        pa.array(ids).dictionary_encode(),
+        pa.chunked_array([pa.array(ids[:2]), pa.array(ids[2:])]),
+    ):
+        assert string_hashes(arr).tolist() == want.tolist()
+    assert string_hashes(pa.array([12], pa.int64())).tolist() == want[3:].tolist()
+    assert line_keys(pa.array(ids))[0].tolist() == want.tolist()
+    assert len(set(want.tolist())) == 4
