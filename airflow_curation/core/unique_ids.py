@@ -130,10 +130,7 @@ def _places(shards: list[ShardEntry], suspects: np.ndarray, hit: list[int]) -> l
     found = []
     for index in hit:
         shard = shards[index]
-        with storage.open_read(shard.uri) as f:
-            pf = pq.ParquetFile(f)
-            columns = [ID, SOURCE] if SOURCE in pf.schema_arrow.names else [ID]
-            table = pf.read(columns=columns)
+        table = _read_table(shard, [ID, SOURCE])
         rows = np.flatnonzero(np.isin(_hashes(table.column(ID)), suspects))
         cols = table.take(rows).to_pydict()
         for row, doc_id, source in zip(rows.tolist(), cols[ID], cols.get(SOURCE) or [None] * len(rows)):
@@ -146,6 +143,8 @@ def _places(shards: list[ShardEntry], suspects: np.ndarray, hit: list[int]) -> l
 
 
 def _read_table(shard: ShardEntry, columns: list[str]) -> pa.Table:
+    """Those of ``columns`` the file has (a user's file may have no source column)."""
     # ParquetFile, not pq.read_table: that imports pyarrow.dataset, and with it pandas, into the stage's process
     with storage.open_read(shard.uri) as f:
-        return pq.ParquetFile(f).read(columns=columns)
+        pf = pq.ParquetFile(f)
+        return pf.read(columns=[c for c in columns if c in pf.schema_arrow.names])
