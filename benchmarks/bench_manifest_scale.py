@@ -42,6 +42,10 @@ test, so each is in that code's format). Measured, in one process per code and r
   a task that starts after the barrier): ``ExportStage.plan_group(i, N)`` over a complete tokenize manifest of
   S shards written by the code under test (set-up): its packed files in its head (``tokens.shards``) or in its
   shard entries, as that code writes them; the scatter's done mark left by a whole plan in the same process.
+* **boilerplate task plan** (``--measures boilerplate``): task ``i`` of ``N`` of boilerplate once its global
+  step is done (a rerun, a late task, or one that waited on the lease while another did the step):
+  ``BoilerplateStage.plan_group(i, N)`` over a complete preprocess manifest of S shards whose attrs hold the
+  cleaned text; the step's ``_SUCCESS.json`` left by a whole plan in the same process (set-up).
 
 "Before" is the same script run against ``git archive`` of the base commit (``--base``); rounds alternate
 before/after and the table gives medians with min-max over every sample.
@@ -279,7 +283,7 @@ def _task_plan(stage, index: int, count: int):
 def worker(root: Path, shards: int, groups: list[int], reps: int, measures: str = "all") -> dict:
     from airflow_curation.core.manifest import Manifest
 
-    if measures == "plans":  # a lake of its own (the driver's files under root/plans)
+    if measures in ("plans", "boilerplate"):  # a lake of its own (the driver's files under root/plans)
         out: dict[str, list[float]] = {}
         cpu: dict[str, list[float]] = {}
         read_bytes: dict[str, int] = {}
@@ -293,7 +297,8 @@ def worker(root: Path, shards: int, groups: list[int], reps: int, measures: str 
                 cpu.setdefault(key, []).append(time.process_time() - started_cpu)
             return got
 
-        size = _plans_measures(root, shards, groups, reps, timed_plans, read_bytes)
+        measure = _boilerplate_measures if measures == "boilerplate" else _plans_measures
+        size = measure(root, shards, groups, reps, timed_plans, read_bytes)
         return {"shards": shards, "seconds": out, "cpu": cpu, "manifest_json_bytes": size, "read_bytes": read_bytes}
     if measures != "ingest-plan":
         lake, up_uri, down_uri = _build(root, shards, records=False)
@@ -381,12 +386,12 @@ def _slice_measures(lake, up_uri: str, shards: int, groups: list[int], reps: int
     config = {"input_manifest": up_uri}
     real = DedupStage._global_phases
 
-    def globals_done(self, sig, params, shards_, run_key, out_parts):  # set-up: the barrier as done
+    def globals_done(self, sig, params, shards_, run_key, out_parts, *lease):  # set-up: the barrier as done
         uri = self.lake.path("dedup", run_key, "_SUCCESS.json")
         if not storage.exists(uri):
             doc = {"labels": [], "exact": [], "gathered": True, "out_partitions": out_parts, "units": 1}
             storage.write_json(uri, doc | {"partitions": params.partitions})
-        real(self, sig, params, shards_, run_key, out_parts)
+        real(self, sig, params, shards_, run_key, out_parts, *lease)
 
     DedupStage._global_phases = globals_done
     try:
@@ -658,6 +663,66 @@ def _plans_measures(root: Path, shards: int, groups: list[int], reps: int, timed
     return os.path.getsize(tok_uri)
 
 
+def _boilerplate_measures(root: Path, shards: int, groups: list[int], reps: int, timed, read_bytes) -> int:
+    """A boilerplate task's plan once the global step is done (a rerun, a task that starts after the barrier,
+    or one that waited on the lease while another did the step) over a complete upstream manifest of S shards
+    whose preprocess attrs hold the cleaned text. The step's ``_SUCCESS.json`` is left by a whole plan in each
+    process (set-up, not timed) whose global step is replaced by writing that file. Returns the manifest's
+    bytes."""
+    import pyarrow.parquet as pq
+
+    from airflow_curation.core import storage
+    from airflow_curation.core.layout import Lake
+    from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
+    from airflow_curation.stages.boilerplate.stage import BoilerplateStage
+
+    lake = Lake(str(root / "plans"), "web", "2026-12-02")
+    fields = ShardEntry.__dataclass_fields__
+    fp = PLANS_FP["preprocess"]
+    columns = {"preprocess": pq.read_schema(lake.attrs_uri("preprocess", "part-000000", fp)).names}
+    entries = [
+        ShardEntry(
+            shard_id=f"part-{i:06d}",
+            uri=lake.shard_uri(f"part-{i:06d}"),
+            rows=25_000,
+            bytes=512 << 20,
+            checksum=f"xxh64:{i:016x}",
+            unit_id=f"part-{i:06d}",
+            attrs={"preprocess": lake.attrs_uri("preprocess", f"part-{i:06d}", fp)},
+            attrs_checksums={"preprocess": f"xxh64:{i + 7:016x}"},
+            **({"attrs_columns": columns} if "attrs_columns" in fields else {}),
+        )
+        for i in range(shards)
+    ]
+    units = [UnitEntry(s.shard_id, [s.uri, *s.attrs.values()], s.checksum, status="done") for s in entries]
+    up = Manifest("web", "preprocess", "up", FP, lake.to_dict(), units=units, shards=entries, status="complete")
+    up_uri = up.write(lake.manifest_uri("up", "preprocess"))
+    config = {"input_manifest": up_uri}
+    real = BoilerplateStage._global_step
+
+    def step_done(self, counts, shards_, run_key, *rest):  # set-up: the global step as done
+        uri = self.lake.path("boilerplate", run_key, "_SUCCESS.json")
+        if not storage.exists(uri):
+            doc = {"frequent": [], "partitions": 1, "distinct_lines": 0, "frequent_lines": 0}
+            storage.write_json(uri, doc | {"frequent_line_docs": 0})
+        return real(self, counts, shards_, run_key, *rest)
+
+    BoilerplateStage._global_step = step_done
+    try:
+        BoilerplateStage(lake, dict(config), "rb").plan()  # the whole plan, as group 0 ran it
+        for n in groups:
+            index, count = _middle(n, shards)
+            key = f"boilerplate_plan_N{n}"
+            before = _counting_pages()
+            plan = lambda c=count, i=index: BoilerplateStage(lake, dict(config), "rb").plan_group(i, c)  # noqa: E731
+            got = timed(key, plan, reps)
+            read_bytes[key] = (_counting_pages() - before) // reps
+            assert len(got) in (shards // count, -(-shards // count)) and len(got[0].inputs) == 2, (len(got), got[0])
+    finally:
+        BoilerplateStage._global_step = real
+    return os.path.getsize(up_uri)
+
+
 _PAGE_BYTES = [0]
 
 
@@ -724,10 +789,10 @@ def main() -> None:
     ap.add_argument(
         "--measures",
         default="all",
-        choices=("all", "slice", "gate", "validate", "ingest-plan", "plans"),
+        choices=("all", "slice", "gate", "validate", "ingest-plan", "plans", "boilerplate"),
         help="slice: dedup's and ingest's task plans; gate: the gate's looks only; validate: a validate part "
         "task's plan; ingest-plan: an ingest array's task plans over S input files; plans: a tokenize task's and "
-        "an export task's plans",
+        "an export task's plans; boilerplate: a boilerplate task's plan",
     )
     ap.add_argument("--key", help="the run's key in the JSON (default: the measures); earlier runs are kept")
     ap.add_argument("--write-results", action="store_true")
@@ -759,7 +824,7 @@ def main() -> None:
             per = samples.setdefault(shards, {"before": {}, "after": {}})
             per_cpu = cpu.setdefault(shards, {"before": {}, "after": {}})
             root = Path(tempfile.mkdtemp(prefix="bench-manifest-"))
-            if args.measures == "plans":
+            if args.measures in ("plans", "boilerplate"):
                 _plans_files(root, shards)
             elif args.measures == "ingest-plan":
                 _raw_inputs(root, shards)
@@ -820,6 +885,7 @@ _PREFIXES = {
     "ingest_plan": "ingest later task's plan (not group 0)",
     "tokenize_plan": "tokenize task's plan (an attrs stage)",
     "export_plan": "export task's plan, scatter done",
+    "boilerplate_plan": "boilerplate task's plan, global step done",
 }
 
 

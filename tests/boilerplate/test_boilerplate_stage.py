@@ -207,6 +207,58 @@ def test_array_tasks_count_their_own_block_and_clean_as_one_run(tmp_path, monkey
     assert [(r["id"], r[CLEAN_TEXT], r[REMOVED]) for r in got] == [(r["id"], r[CLEAN_TEXT], r[REMOVED]) for r in whole]
 
 
+def test_a_task_that_waits_for_the_global_step_plans_from_its_pages(tmp_path, monkeypatch):
+    """A task of an array that starts before the global step is done counts its own block (from its pages) and
+    waits for the lease; when another task did the step meanwhile, it plans its block from its pages and the
+    run key the whole plan left: only the task that does the step plans the whole run. Every task planned the
+    whole run before, even after the step (O(shards) a task). The cleaned text is a one-process run's."""
+    from airflow_curation.core.lease import Lease
+    from airflow_curation.core.manifest import group_range
+    from airflow_curation.stages.boilerplate.stage import BoilerplateCountStage
+
+    lake, ingested = _ingest(tmp_path)
+    whole = _rows(_run(lake, ingested, "whole", partitions=3))
+    shutil.rmtree(lake.path("boilerplate"))
+    for d in Path(lake.path("_checkpoints")).glob("boilerplate*"):
+        shutil.rmtree(d)
+    shards = [s.shard_id for s in Manifest.read(ingested).shards]
+    block = group_range(len(shards), 2, 3)
+    counted: list[str] = []
+    real_count = BoilerplateCountStage.process_unit
+    monkeypatch.setattr(
+        BoilerplateCountStage,
+        "process_unit",
+        lambda self, unit: (counted.append(unit.unit_id), real_count(self, unit))[1],
+    )
+    wholes: list[int] = []
+    real_whole = BoilerplateStage._plan_whole
+    monkeypatch.setattr(
+        BoilerplateStage, "_plan_whole", lambda self, lease: (wholes.append(1), real_whole(self, lease))[1]
+    )
+    config = {"input_manifest": ingested, "min_documents": 5, "partitions": 3}
+    counted_first: list[list[str]] = []
+    real_enter = Lease.__enter__
+
+    def another_task_first(self):
+        if not counted_first:  # the first wait on the lease: group 0 does the global step meanwhile
+            counted_first.append(list(counted))
+            StageRunner(BoilerplateStage(lake, config, "arr")).run(shard_group=(0, 3))
+        return real_enter(self)
+
+    monkeypatch.setattr(Lease, "__enter__", another_task_first)
+    StageRunner(BoilerplateStage(lake, config, "arr")).run(shard_group=(2, 3))
+    assert counted_first == [shards[block.start : block.stop]]  # its own block, before the lease
+    assert len(wholes) == 1  # group 0's plan; group 2's came from its pages
+    assert sorted(counted) == sorted(shards)  # each shard counted once
+    # from its pages also when the step was done before it started (a rerun, a late task)
+    StageRunner(BoilerplateStage(lake, config, "arr")).run(shard_group=(1, 3))
+    assert len(wholes) == 1
+    grouped = StageRunner(BoilerplateStage(lake, config, "arr")).run(collect=True)
+    assert grouped.status == "complete"
+    got = _rows(grouped)
+    assert [(r["id"], r[CLEAN_TEXT], r[REMOVED]) for r in got] == [(r["id"], r[CLEAN_TEXT], r[REMOVED]) for r in whole]
+
+
 def test_a_counted_shard_whose_spill_is_gone_is_counted_again(tmp_path):
     """A count unit's record names its spill file: a spill removed before the global step (by hand, a
     cleanup) is counted again instead of summed as missing."""

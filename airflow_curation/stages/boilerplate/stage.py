@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 
 import numpy as np
 import pyarrow as pa
@@ -43,9 +42,10 @@ from airflow_curation.core.lsh import (
     read_partitions,
     write_partitioned,
 )
-from airflow_curation.core.manifest import ShardEntry, UnitEntry
+from airflow_curation.core.manifest import ManifestHead, ShardEntry, UnitEntry
 from airflow_curation.core.schema import CLEAN_TEXT, DROP_REASON, KEEP, TEXT, blank_texts
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches, keep_accounting
+from airflow_curation.stages.barrier import global_lease, held, plan_group_around, plan_key_uri, read_plan_key
 from airflow_curation.stages.base import Stage, StageRunner, UnitResult, file_record
 from airflow_curation.stages.settings import Setting, size
 from airflow_curation.stages.text import ShardText, clean_text_attrs
@@ -61,6 +61,16 @@ def _inputs(s: dict) -> list[str]:
     return [s["uri"], *([s["text_uri"]] if s.get("text_uri") else [])]
 
 
+def _units(shards: list[dict], run_key: str) -> list[UnitEntry]:
+    """Step 3's units: a shard's unit is redone when its inputs or the global step's result change."""
+    return [
+        UnitEntry(
+            unit_id=s["shard_id"], inputs=_inputs(s), input_checksum=f"{s['input_checksum']}#{run_key}", rows=s["rows"]
+        )
+        for s in shards
+    ]
+
+
 class BoilerplateCountStage(Stage):
     """Step 1 as a stage of its own, so that each shard's spill is checkpointed and a rerun counts only
     the shards not done yet. Built and run by :class:`BoilerplateStage`."""
@@ -70,6 +80,7 @@ class BoilerplateCountStage(Stage):
     SETTINGS = Stage.SETTINGS.extend(
         Setting("partitions", int, 1, "key partitions of the spill", cli=False, minimum=0),
         Setting("shards", list, [], "the shards to count (BoilerplateStage's plan)", runtime=True, cli=False),
+        Setting("block", bool, False, "the shards are one array task's block, not the run's", runtime=True, cli=False),
         Setting("batch_rows", int, 8192, "rows per batch", runtime=True, cli=False, minimum=1),
     )
 
@@ -81,6 +92,10 @@ class BoilerplateCountStage(Stage):
             UnitEntry(unit_id=s["shard_id"], inputs=_inputs(s), input_checksum=s["input_checksum"], rows=s["rows"])
             for s in self.config["shards"]
         ]
+
+    def plan_group(self, index: int, count: int) -> list[UnitEntry]:
+        # a task handed its own block's shards (from its pages) runs all of them
+        return self.plan() if self.config.get("block") else super().plan_group(index, count)
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
         if getattr(self, "_by_id", None) is None:  # once per process, not a scan per unit
@@ -159,77 +174,130 @@ class BoilerplateStage(AttrsStage):
 
     # -- steps 1 and 2 happen while planning step 3 ------------------------------------------------
     def plan(self) -> list[UnitEntry]:
-        clear_caches()  # a rerun in this process must see the inputs as they are now
+        return self._plan_whole(global_lease(self.lake, self.name, "boilerplate's global step"))
+
+    def plan_group(self, index: int, count: int) -> list[UnitEntry]:
+        """Group ``index`` of ``count`` of an array (not group 0): from the upstream manifest's pages of its
+        block and the run key the whole plan left, once the global step is done; before that, the block's
+        counts first, then the whole plan only in the task that does the global step
+        (:func:`~airflow_curation.stages.barrier.plan_group_around`). Plain-file inputs: the whole plan."""
+        if self.config.get("inputs"):
+            return super().plan_group(index, count)
+        clear_caches()
         self._wait_for_upstream()
-        shards = []
-        for e in self.entries().values():
-            text = clean_text_attrs(e, self.attrs_name)
-            text_checksum = self.attrs_checksum(e, text[0]) if text else None
-            shards.append(
-                {
-                    "shard_id": e.shard_id,
-                    "uri": e.uri,
-                    "text_uri": e.attrs[text[0]] if text else None,
-                    "checksum": e.checksum,
-                    "text_checksum": text_checksum,
-                    "rows": e.rows,
-                    "input_checksum": e.checksum + (f"+{text_checksum}" if text else ""),
-                    "user_file": self.user_files,
-                }
-            )
-        rows = sum(s["rows"] for s in shards)
+        return plan_group_around(
+            lambda: self._plan_from_pages(index, count),
+            lambda: self._count_block(index, count),
+            global_lease(self.lake, self.name, "boilerplate's global step"),
+            self._plan_whole,
+            index,
+            count,
+        )
+
+    def _shard(self, e: ShardEntry) -> tuple[dict, bool]:
+        """What steps 1 and 3 know of a shard, and whether its input checksum follows from the manifest alone
+        (the cleaned text's checksum recorded there, not hashed from the file)."""
+        text = clean_text_attrs(e, self.attrs_name)
+        text_checksum = self.attrs_checksum(e, text[0]) if text else None
+        shard = {
+            "shard_id": e.shard_id,
+            "uri": e.uri,
+            "text_uri": e.attrs[text[0]] if text else None,
+            "checksum": e.checksum,
+            "text_checksum": text_checksum,
+            "rows": e.rows,
+            "input_checksum": e.checksum + (f"+{text_checksum}" if text else ""),
+            "user_file": self.user_files,
+        }
+        return shard, not text or bool(e.attrs_checksums.get(text[0]))
+
+    def _counts(self, rows: int, shards: list[dict], block: bool = False) -> BoilerplateCountStage:
+        """Step 1's stage for ``rows`` rows in all (its partitions follow from them) over ``shards`` (one task's
+        block of them where ``block``)."""
         # A document has tens of distinct lines; their pairs are what a partition holds while it is summed.
         spill_bytes = rows * 64 * _SPILL_BYTES
-        parts = int(self.config["partitions"] or partitions_for(spill_bytes, int(self.config["memory_budget"])))
-        counts = BoilerplateCountStage(
-            self.lake,
-            {
-                "partitions": parts,
-                "shards": shards,
-                "batch_rows": self.config["batch_rows"],
-                "workers": self.config.get("workers", 1),
-                "max_attempts": self.config.get("max_attempts", 2),
-                "max_failed_fraction": 0.0,
-            },
-            self.run_id,
+        self._parts = int(self.config["partitions"] or partitions_for(spill_bytes, int(self.config["memory_budget"])))
+        config = {
+            "partitions": self._parts,
+            "shards": shards,
+            "block": block,
+            "batch_rows": self.config["batch_rows"],
+            "workers": self.config.get("workers", 1),
+            "max_attempts": self.config.get("max_attempts", 2),
+            "max_failed_fraction": 0.0,
+        }
+        return BoilerplateCountStage(self.lake, config, self.run_id)
+
+    def _key_uri(self, counts: BoilerplateCountStage) -> str | None:
+        return plan_key_uri(
+            self.lake, self.name, self.config.get("input_manifest"), [counts.fingerprint, self.fingerprint]
         )
+
+    def _plan_whole(self, lease: Lease | None) -> list[UnitEntry]:
+        """Every unit of the run, steps 1 and 2 done first (under ``lease``; None: the caller holds it)."""
+        clear_caches()  # a rerun in this process must see the inputs as they are now
+        self._wait_for_upstream()
+        self._group = None
+        planned = [self._shard(e) for e in self.entries().values()]
+        shards = [s for s, _ in planned]
+        counts = self._counts(sum(s["rows"] for s in shards), shards)
         run_key = hashlib.sha256(
             (
                 f"{counts.fingerprint}|{self.config['min_documents']}|" + "|".join(s["input_checksum"] for s in shards)
             ).encode()
         ).hexdigest()[:16]
-        self._global = self._global_step(counts, shards, run_key, parts)
-        return [
-            UnitEntry(
-                unit_id=s["shard_id"],
-                inputs=_inputs(s),
-                input_checksum=f"{s['input_checksum']}#{run_key}",
-                rows=s["rows"],
-            )
-            for s in shards
-        ]
+        self._global = self._global_step(counts, shards, run_key, lease)
+        key_uri = self._key_uri(counts) if all(recorded for _, recorded in planned) else None
+        if key_uri:  # the tasks of an array that plan after this find the run key without the whole plan
+            storage.write_json(key_uri, {"run_key": run_key, "shards": len(shards)})
+        return _units(shards, run_key)
 
-    def _global_step(self, counts: BoilerplateCountStage, shards: list[dict], run_key: str, parts: int) -> dict:
+    def _plan_from_pages(self, index: int, count: int) -> list[UnitEntry] | None:
+        """Group ``index`` of ``count`` from its pages, or None while the global step of this plan is not done."""
+        head = ManifestHead.read(self.config["input_manifest"])
+        run_key = read_plan_key(self._key_uri(self._counts(head.rows, []))).get("run_key")
+        done_uri = self.lake.path("boilerplate", str(run_key), "_SUCCESS.json")
+        if not run_key or not storage.exists(done_uri):
+            return None
+        self._group = (index, count)  # entries(): this block's shards only, here and in workers
+        shards = [self._shard(e)[0] for e in self.entries().values()]
+        self._global = self._read_done(done_uri)
+        log.info(
+            "boilerplate: group %d/%d: %d shards planned from their pages (run key %s)",
+            index,
+            count,
+            len(shards),
+            run_key,
+        )
+        return _units(shards, run_key)
+
+    def _count_block(self, index: int, count: int) -> None:
+        """Step 1 for the shards of block ``index`` of ``count`` only, read from their pages."""
+        self._group = (index, count)
+        shards = [self._shard(e)[0] for e in self.entries().values()]
+        self._group = None
+        head = ManifestHead.read(self.config["input_manifest"])
+        StageRunner(self._counts(head.rows, shards, block=True), self.default_mapper()).run(shard_group=(index, count))
+
+    def _global_step(
+        self, counts: BoilerplateCountStage, shards: list[dict], run_key: str, lease: Lease | None
+    ) -> dict:
         """Steps 1 and 2, once for all the tasks of a run.
 
         One task of an array (``shard_group``) first counts the shards of its own block, beside the other
         tasks (one task counted every shard of the snapshot before, the others waiting on its lease). The
         rest is done once, by whoever holds ``_locks/boilerplate.global.lease`` first: it counts what is
         still missing (the blocks of tasks not started yet; checkpoints skip the others) and sums the counts;
-        the other tasks wait while it lives, then read its ``_SUCCESS.json``."""
+        the other tasks wait while it lives, then read its ``_SUCCESS.json``. ``lease`` None: the caller
+        holds it and counted its block already (:meth:`plan_group`)."""
         gdir = self.lake.path("boilerplate", run_key)
         done_uri = storage.join(gdir, "_SUCCESS.json")
         if storage.exists(done_uri):
             return self._read_done(done_uri)
         group = self.shard_group
-        if group is not None and group[1] > 1:
+        if lease is not None and group is not None and group[1] > 1:
             StageRunner(counts, self.default_mapper()).run(shard_group=group)
-        lease = Lease(
-            self.lake.path("_locks", "boilerplate.global.lease"),
-            f"boilerplate's global step on {self.lake.base}",
-            math.inf,
-        )
-        with lease:
+        with held(lease):
             if storage.exists(done_uri):  # another task did it while this one waited
                 return self._read_done(done_uri)
             manifest = StageRunner(counts, self.default_mapper()).run()
@@ -237,6 +305,7 @@ class BoilerplateStage(AttrsStage):
                 raise RuntimeError(f"boilerplate: counting the lines of some shards failed ({manifest.status})")
             fault_point("boilerplate.after_counts")
             spills = [counts.spill_uri(s["shard_id"]) for s in shards]
+            parts = self._parts
             ranges = partition_ranges(parts, max(1, int(self.config.get("workers") or 1)))
             outs = [storage.join(gdir, "frequent", f"unit-{u:05d}.arrow") for u in range(len(ranges))]
             stats = list(

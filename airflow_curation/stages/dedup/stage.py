@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import time
 from dataclasses import asdict
 from typing import Any
@@ -48,6 +47,7 @@ from airflow_curation.core.minhash import MinHashParams, lsh_params
 from airflow_curation.core.schema import CLUSTER_ID, EXACT_DUPLICATE, KEEP, NEAR_DUPLICATE
 from airflow_curation.core.shards import attrs_columns, write_parquet
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches
+from airflow_curation.stages.barrier import global_lease, held, plan_group_around, plan_key_uri, read_plan_key
 from airflow_curation.stages.base import Stage, StageRunner, UnitMapper, UnitResult, local_mapper
 from airflow_curation.stages.dedup import phases, snapshots
 from airflow_curation.stages.dedup.phases import DedupParams
@@ -182,6 +182,7 @@ class DedupSignaturesStage(Stage):
         Setting("params", dict, {}, "DedupParams, as a dict", cli=False),
         Setting("keep_column", str, KEEP, "the column of upstream attrs that says which rows to consider", cli=False),
         Setting("shards", list, [], "the shards to sign (DedupStage's plan)", runtime=True, cli=False),
+        Setting("block", bool, False, "the shards are one array task's block, not the run's", runtime=True, cli=False),
         Setting("batch_rows", int, 8192, "rows per batch", runtime=True, cli=False, minimum=1),
     )
 
@@ -206,6 +207,10 @@ class DedupSignaturesStage(Stage):
             UnitEntry(unit_id=s["shard_id"], inputs=_inputs(s), input_checksum=s["input_checksum"])
             for s in self.config["shards"]
         ]
+
+    def plan_group(self, index: int, count: int) -> list[UnitEntry]:
+        # a task handed its own block's shards (from its pages) signs all of them
+        return self.plan() if self.config.get("block") else super().plan_group(index, count)
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
         if getattr(self, "_by_id", None) is None:
@@ -505,37 +510,36 @@ class DedupStage(AttrsStage):
         log.info("dedup: %d rows signed: %d units, %d for the components", signed_rows, self._units, self._cc_parts)
 
     def _plan_key_uri(self, sig: DedupSignaturesStage) -> str | None:
-        """Where the run key of this plan is kept for the tasks of an array, named by what decides it: phase
-        1's fingerprint and the upstream manifest's shard pages (their checksums, recorded in its head). None
-        for plain-file inputs (no pages)."""
-        uri = self.config.get("input_manifest")
-        if not uri:
-            return None
-        meta = ManifestHead.read(uri).data["index"].get("shards") or {}
-        if "checksums" not in meta:  # format 1: no pages to name it by
-            return None
-        ident = "|".join([sig.fingerprint, self.fingerprint, str(meta["count"]), *meta["checksums"]])
-        return self.lake.path("dedup", "plans", hashlib.sha256(ident.encode()).hexdigest()[:24] + ".json")
+        """Where the run key of this plan is kept for the tasks of an array (:func:`.barrier.plan_key_uri`)."""
+        return plan_key_uri(self.lake, "dedup", self.config.get("input_manifest"), [sig.fingerprint, self.fingerprint])
 
     def plan_group(self, index: int, count: int) -> list[UnitEntry]:
-        """Group ``index`` of ``count`` once the global phase of this plan is done (a rerun, a task that starts
-        after the barrier): its units from the upstream manifest's pages of its block only, the run key from
-        the file the whole plan left (:meth:`_plan_key_uri`); what it reads grows with its own shards. Before
-        that, the whole plan (phases 1 and 2 need every shard)."""
+        """Group ``index`` of ``count`` of an array (not group 0): once the global phase of this plan is done (a
+        rerun, a task that starts after the barrier), its units from the upstream manifest's pages of its block
+        only and the run key from the file the whole plan left (:meth:`_plan_key_uri`); what it reads grows with
+        its own shards. Before that, it signs its block from its pages, and only the task that then does the
+        global phase plans the whole run (:func:`~airflow_curation.stages.barrier.plan_group_around`)."""
         if self.config.get("inputs"):
             return super().plan_group(index, count)
         clear_caches()
         self._wait_for_upstream()
+        return plan_group_around(
+            lambda: self._plan_from_pages(index, count),
+            lambda: self._sign_block(index, count),
+            global_lease(self.lake, "dedup", "dedup's global phase"),
+            self._plan_whole,
+            index,
+            count,
+        )
+
+    def _plan_from_pages(self, index: int, count: int) -> list[UnitEntry] | None:
+        """Group ``index`` of ``count`` from its pages, or None while the global phase of this plan is not done."""
         head = ManifestHead.read(self.config["input_manifest"])
         sig, params, parts = self._sig_stage(head.rows, [])
-        key_uri = self._plan_key_uri(sig)
-        try:
-            doc = storage.read_json(key_uri) if key_uri else {}
-            run_key = doc["run_key"]
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
-            doc, run_key = {}, None
+        doc = read_plan_key(self._plan_key_uri(sig))
+        run_key = doc.get("run_key")
         if not run_key or not self._globals_done(run_key):
-            return super().plan_group(index, count)
+            return None
         self._group = (index, count)  # entries(): this block's shards only, here and in workers
         block = group_range(head.shard_count, index, count)
         # Which attrs each shard reads, as the whole plan found them (a key file from before it recorded
@@ -556,8 +560,23 @@ class DedupStage(AttrsStage):
         )
         return _units(shards, run_key)
 
+    def _sign_block(self, index: int, count: int) -> None:
+        """Phase 1 for the shards of block ``index`` of ``count`` only, read from their pages."""
+        head = ManifestHead.read(self.config["input_manifest"])
+        block = group_range(head.shard_count, index, count)
+        self._group = (index, count)
+        shards = [self._shard(e, block.start + k)[0] for k, e in enumerate(self.entries().values())]
+        self._group = None
+        sig, _, _ = self._sig_stage(head.rows, shards)
+        sig.config["block"] = True
+        StageRunner(sig, self.default_mapper()).run(shard_group=(index, count))
+
     # -- phases 1 and 2 happen while planning phase 3 ----------------------------------------------
     def plan(self) -> list[UnitEntry]:
+        return self._plan_whole(global_lease(self.lake, "dedup", "dedup's global phase"))
+
+    def _plan_whole(self, lease: Lease | None) -> list[UnitEntry]:
+        """Every unit of the run, phases 1 and 2 done first (under ``lease``; None: the caller holds it)."""
         clear_caches()  # a rerun in this process must see the inputs as they are now
         self._wait_for_upstream()
         self._group = None
@@ -585,7 +604,7 @@ class DedupStage(AttrsStage):
         ).hexdigest()[:16]
         self._shards = {s["shard_id"]: s for s in shards}
         self._sig = sig
-        self._global_phases(sig, params, shards, run_key, out_parts)
+        self._global_phases(sig, params, shards, run_key, out_parts, lease)
         key_uri = self._plan_key_uri(sig) if all(recorded for _, recorded, _ in planned) else None
         if key_uri:  # the tasks of an array that plan after this find the run key without the whole plan,
             # and which attrs each shard reads without opening their footers (two a shard: issue 20)
@@ -594,7 +613,13 @@ class DedupStage(AttrsStage):
         return _units(shards, run_key)
 
     def _global_phases(
-        self, sig: DedupSignaturesStage, params: DedupParams, shards: list[dict], run_key: str, out_parts: int
+        self,
+        sig: DedupSignaturesStage,
+        params: DedupParams,
+        shards: list[dict],
+        run_key: str,
+        out_parts: int,
+        lease: Lease | None,
     ) -> None:
         """Phases 1 and 2 (and the probe of earlier snapshots), once for all the tasks of a run.
 
@@ -603,18 +628,16 @@ class DedupStage(AttrsStage):
         ``_locks/dedup.global.lease`` first; the other tasks wait while it lives (a dead holder's lease is
         taken over) and then read its ``_SUCCESS.json``. The holder signs what is still missing (the
         shards of tasks not started yet: with ``array_parallelism`` below the groups, those may never run
-        before it) and runs the global phase. A whole run takes the lease without contention."""
+        before it) and runs the global phase. A whole run takes the lease without contention. ``lease`` None:
+        the caller holds it and signed its block already (:meth:`plan_group`)."""
         if self._globals_done(run_key):
             self._global = self._phase2(sig, params, shards, run_key, out_parts)  # reads its _SUCCESS.json
             self._prior = self._probe(sig, params, shards, run_key, out_parts) if self.incremental else None
             return
         group = self.shard_group
-        if group is not None and group[1] > 1:
+        if lease is not None and group is not None and group[1] > 1:
             StageRunner(sig, self.default_mapper()).run(shard_group=group)
-        lease = Lease(
-            self.lake.path("_locks", "dedup.global.lease"), f"dedup's global phase on {self.lake.base}", math.inf
-        )
-        with lease:
+        with held(lease):
             if not self._globals_done(run_key):  # else another task did it while this one waited
                 self._fit_to_signed(StageRunner(sig, self.default_mapper()).run(), params.partitions)
                 fault_point("dedup.after_signatures")
