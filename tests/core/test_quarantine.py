@@ -2,6 +2,8 @@
 
 import os
 
+import pyarrow.parquet as pq
+
 from airflow_curation.core.quarantine import MAX_RAW_BYTES, QuarantineWriter, read_quarantine
 
 
@@ -36,3 +38,24 @@ def test_odd_characters_do_not_make_the_file_unwritable(tmp_path):
     w.write()
     row = read_quarantine(uri).to_pylist()[0]
     assert row["source"] == "in/caf\\xe9.jsonl" and row["detail"] == "lone \\ud800 surrogate"
+
+
+def test_a_unit_of_bad_records_is_spilled_in_batches_and_written_whole(tmp_path):
+    """A unit whose every record is bad held all of its entries (up to 64 KB of raw bytes each, and the
+    Python objects of each) until it ended; the writer now holds one batch and spills the rest as row groups
+    of a local file, and the published file has every entry, in order."""
+    uri = str(tmp_path / "q" / "u1.parquet")
+    w = QuarantineWriter(uri, flush_bytes=100_000)
+    held = 0
+    for i in range(2_000):
+        w.add("in/junk.jsonl", f"line {i + 1}", "invalid_json", "Expecting value", raw=b"%d" % i * 40)
+        held = max(held, len(w.entries))
+    assert len(w) == 2_000
+    assert held < 300  # ~100 KB of entries at a time, not 2,000
+    assert not os.path.exists(uri)  # published by write() only
+    assert w.write() == uri
+    rows = read_quarantine(uri)
+    assert rows.num_rows == 2_000
+    assert rows.column("location").to_pylist() == [f"line {i + 1}" for i in range(2_000)]
+    assert rows.column("raw").to_pylist() == [b"%d" % i * 40 for i in range(2_000)]
+    assert pq.ParquetFile(uri).metadata.num_row_groups > 1  # it did spill
