@@ -1023,6 +1023,13 @@ cores (other helpers' suites). Pages read by a tokenize task grow 25% (397 -> 49
 columns in each entry). Not in the export figure: a task's scatter of its own block (its shard pages of
 the block, then reading its packed files) and the gather, which reads every spill file (O(shards) per
 gather unit, as the shuffle needs).""",
+    "boilerplate": """Before (`b27bb14`): boilerplate had no group plan: every task of an array planned the whole run
+(every upstream page, 20 MB of them at 50,000 shards, and the run key over every shard's checksum), also after
+the global step was done. After: the whole plan leaves its run key in `boilerplate/plans/<key>.json` (named by
+the counting fingerprint, the stage's and the upstream head's page checksums) and a task that finds the step
+done plans its block from its pages (`stages/barrier.py`, as dedup); a task that starts before the step counts
+its block from its pages and, unless it takes the lease first, plans from its pages after the wait. **1.28 s ->
+13.8 ms at N=64 (781 shards a task), 3.2 ms at N=1000**, CPU as wall (load 0.5-0.9): under the 50 ms goal.""",
 }
 
 

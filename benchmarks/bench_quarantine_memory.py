@@ -32,16 +32,16 @@ import json, sys
 sys.path.insert(0, {bench!r})
 from proc_stats import cpu, hwm
 from airflow_curation.core.layout import Lake
-from airflow_curation.core.quarantine import read_quarantine
+import pyarrow.parquet as pq
 from airflow_curation.stages.base import StageRunner
 from airflow_curation.stages.ingest.stage import IngestStage
 base_rss = hwm()
 lake = Lake({lake!r}, "junk")
 stage = IngestStage(lake, {{"inputs": [{raw!r}]}}, "r1")
 m = StageRunner(stage).run()
-q = read_quarantine(lake.quarantine_uri("ingest", m.units[0].unit_id)).num_rows
-print(json.dumps({{"hwm": hwm(), "import_hwm": base_rss, "cpu": cpu(), "quarantined": q,
-                   "accounting": m.accounting}}))
+peak, spent = hwm(), cpu()  # the run's, before anything reads the quarantine
+q = pq.ParquetFile(lake.quarantine_uri("ingest", m.units[0].unit_id)).metadata.num_rows
+print(json.dumps({{"hwm": peak, "import_hwm": base_rss, "cpu": spent, "quarantined": q, "accounting": m.accounting}}))
 """
 
 

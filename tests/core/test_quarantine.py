@@ -59,3 +59,33 @@ def test_a_unit_of_bad_records_is_spilled_in_batches_and_written_whole(tmp_path)
     assert rows.column("location").to_pylist() == [f"line {i + 1}" for i in range(2_000)]
     assert rows.column("raw").to_pylist() == [b"%d" % i * 40 for i in range(2_000)]
     assert pq.ParquetFile(uri).metadata.num_row_groups > 1  # it did spill
+
+
+def test_a_file_of_many_row_groups_reads_back_and_the_reader_exits_cleanly(tmp_path):
+    """Read with Arrow's threads through an fsspec file, a quarantine of many row groups (a spilled one) made the
+    reading process abort at exit (pyarrow 25: "terminate called without an active exception", 83 row groups);
+    read_quarantine reads without them."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    uri = str(tmp_path / "u1.parquet")
+    w = QuarantineWriter(uri, flush_bytes=1_000_000)
+    for i in range(200_000):
+        w.add("in/junk.jsonl", f"line {i + 1}", "invalid_json", "Expecting value", raw=b"{bad %d" % i)
+    w.write()
+    assert pq.ParquetFile(uri).metadata.num_row_groups > 50
+    code = f"from airflow_curation.core.quarantine import read_quarantine; print(read_quarantine({uri!r}).num_rows)"
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": repo}
+    # The abort was a race at exit (about one read in two here): several readers, each its own process.
+    readers = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        for _ in range(6)
+    ]
+    for r in readers:
+        out, err = r.communicate(timeout=300)
+        assert r.returncode == 0, err[-2000:]
+        assert out.strip() == "200000"
