@@ -39,6 +39,16 @@ _NO_HIGH: dict[str, int] = {}
 SPILL_SUFFIX = ".arrow"
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4_frame", use_threads=False)
 _IPC_READ = pa.ipc.IpcReadOptions(use_threads=False)
+
+
+class UnreadableSpill(IntegrityError):
+    """A spill file that is there but cannot be read (truncated or corrupted), named; ``uri`` is the file."""
+
+    def __init__(self, uri: str, error: BaseException) -> None:
+        super().__init__(f"spill file {uri} is unreadable (truncated or corrupted?): {error}")
+        self.uri = uri
+
+
 _M1 = np.uint64(0xFF51AFD7ED558CCD)
 _M2 = np.uint64(0xC4CEB9FE1A85EC53)
 ROW_BITS = 32
@@ -232,7 +242,7 @@ def _read_range(uri: str, lo: int, hi: int, names: list[str]) -> list[tuple[int,
             pick = (lambda b: b.select(names)) if names is not None else (lambda b: b)
             return [(int(present[k]), pick(r.get_batch(int(batches[k]))), high) for k in range(a, b)]
         except (pa.ArrowInvalid, OSError) as e:
-            raise IntegrityError(f"spill file {uri} is unreadable (truncated or corrupted?): {e}") from e
+            raise UnreadableSpill(uri, e) from e
 
 
 def pack_spills(uris: list[str], out_uri: str) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -466,6 +467,35 @@ def test_a_file_of_a_phase_marked_done_deleted_fails_the_gather_named_and_the_re
     for phase in lost:
         redone = Manifest.read(lake.manifest_uri("lost-end", subs[phase]))
         assert [u.status for u in redone.units].count("done") == 1  # the lost file only
+    assert _files_digest(str(tmp_path / "b")) == _files_digest(str(tmp_path / "a"))
+
+
+@pytest.mark.parametrize("spill_merge, phase", [("off", "spill"), ("on", "merge"), ("on", "spill")])
+def test_a_file_of_a_phase_marked_done_corrupted_fails_named_and_the_rerun_redoes_it_only(
+    packed, tmp_path, spill_merge, phase
+):
+    """A spill (or merged) file overwritten after its phase was marked done (its size kept, its footer
+    zeroed): the read failed naming the file, but the mark kept the phase from redoing it, so every rerun
+    failed the same way. Now the mark is removed with the error, and the next run redoes that file only (its
+    checkpoint no longer matches: the changed file is re-hashed) and writes what a clean export writes."""
+    lake = packed["lake"]
+    config = {"file_size": 2048, "seed": 3, "formats": ["megatron"], "memory_budget": 100_000}
+    config["spill_merge"] = spill_merge
+    _export(packed, "bad-0", output_dir=str(tmp_path / "a"), **config)
+    subs = {"spill": "export_scatter", "merge": "export_merge"}
+    fp = Manifest.read(lake.manifest_uri("bad-0", subs[phase])).fingerprint
+    bad = sorted(Path(lake.path("export", fp, phase)).glob("*.arrow"))[0]
+    data = bytearray(bad.read_bytes())
+    data[-64:-6] = bytes(58)  # the IPC footer (its schema and batch offsets), before the trailing magic
+    bad.write_bytes(bytes(data))
+    if phase == "spill" and spill_merge == "on":  # the merged files were made: the merge unit reads spills
+        shutil.rmtree(lake.path("export", Manifest.read(lake.manifest_uri("bad-0", "export_merge")).fingerprint))
+    with pytest.raises(StageFailed, match=f"spill file {bad} is unreadable.*mark .* is removed.*export again"):
+        _export(packed, "bad-1", output_dir=str(tmp_path / "b"), **config)
+    m = _export(packed, "bad-end", output_dir=str(tmp_path / "b"), **config)
+    assert m.status == "complete"
+    redone = Manifest.read(lake.manifest_uri("bad-end", subs[phase]))
+    assert [u.status for u in redone.units].count("done") == 1  # the corrupted file only
     assert _files_digest(str(tmp_path / "b")) == _files_digest(str(tmp_path / "a"))
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.fingerprint import checksum_url
-from airflow_curation.core.lsh import merge_partitions
+from airflow_curation.core.lsh import UnreadableSpill, merge_partitions
 from airflow_curation.core.manifest import ManifestHead, UnitEntry
 from airflow_curation.stages.base import Stage, UnitResult, file_record
 from airflow_curation.stages.export import marks
@@ -135,6 +135,9 @@ class ExportMergeStage(Stage):
         except FileNotFoundError as e:
             mark = marks.scatter_mark(self.lake, self.config["scatter_fingerprint"], self.config["run_key"])
             raise marks.lost_files(spills, mark, "scatter") or e from e
+        except UnreadableSpill as e:
+            mark = marks.scatter_mark(self.lake, self.config["scatter_fingerprint"], self.config["run_key"])
+            raise marks.unreadable_file(e, spills, mark, "scatter") or e from e
         nbytes, _ = storage.stat(out)
         acc = RowAccounting()
         acc.keep(rows)

@@ -37,7 +37,7 @@ from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.integrity import verified_reads
 from airflow_curation.core.lease import Lease
-from airflow_curation.core.lsh import partition_ranges
+from airflow_curation.core.lsh import UnreadableSpill, partition_ranges
 from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead, UnitEntry, group_range
 from airflow_curation.stages.base import Stage, StageFailed, StageRunner, UnitResult, _attempt_unit, file_record
 from airflow_curation.stages.export import formats, marks, phases
@@ -464,15 +464,15 @@ class ExportStage(Stage):
                 self.out_dir(),
                 int(self.config["mds_size_limit"]),
             )
-        except FileNotFoundError as e:
+        except (FileNotFoundError, UnreadableSpill) as e:
             merge: ExportMergeStage | None = g["merge"]
             if merge is None:
-                lost = marks.lost_files(
-                    uris, marks.scatter_mark(self.lake, g["scatter_fingerprint"], g["run_key"]), "scatter"
-                )
+                mark, phase = marks.scatter_mark(self.lake, g["scatter_fingerprint"], g["run_key"]), "scatter"
             else:
-                lost = marks.lost_files(uris, marks.merge_mark(self.lake, merge.fingerprint), "middle pass")
-            raise lost or e from e
+                mark, phase = marks.merge_mark(self.lake, merge.fingerprint), "middle pass"
+            if isinstance(e, UnreadableSpill):
+                raise marks.unreadable_file(e, uris, mark, phase) or e from e
+            raise marks.lost_files(uris, mark, phase) or e from e
         acc = RowAccounting()
         acc.keep(sum(b["sequences"] for b in result["buckets"]))
         return UnitResult(outputs=[], accounting=acc, extra={"buckets": result["buckets"]}, files=result["files"])
