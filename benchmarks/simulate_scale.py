@@ -530,6 +530,7 @@ def load_micro(results: Path = RESULTS_DIR) -> dict:
         "tokenize": "tokenize.json",
         "export": "export.json",
         "export_merge": "export_merge.json",
+        "mix": "mix.json",
     }
     return {k: json.loads((results / f).read_text()) for k, f in names.items() if (results / f).exists()}
 
@@ -540,13 +541,22 @@ EXPORT_BUDGET = 8 << 30  # export's default memory_budget
 
 
 def out_plan(
-    micro: dict, total_bytes: float, tokens: float, shards: int, nodes: int, cores: int, max_array: int = 100_000
+    micro: dict,
+    total_bytes: float,
+    tokens: float,
+    shards: int,
+    nodes: int,
+    cores: int,
+    max_array: int = 100_000,
+    rows: float = 0.0,
 ) -> dict | None:
-    """Training data out at the plan: tokenize and export (scatter, the middle pass, gather), from the committed
-    micro-benchmarks (None without them). One worker a core; export's gather units as the stage plans them for
-    an array of ``min(shards, max_array)`` tasks (``min_units``), at most one a bucket; the middle pass as
-    ``stages.export.merge.merge_plan`` shapes it. The scatter and gather share export.json's CPU evenly (it
-    measures them together); the merge costs its measured CPU per GB merged."""
+    """Training data out at the plan: mix (where ``mix.json`` is committed), tokenize and export (scatter, the
+    middle pass, gather), from the committed micro-benchmarks (None without tokenize's and export's). One worker
+    a core; mix at its marginal CPU a row for ``rows`` rows, a unit a shard and two reads of it (the tally, the
+    selection); export's gather units as the stage plans them for an array of ``min(shards, max_array)`` tasks
+    (``min_units``), at most one a bucket; the middle pass as ``stages.export.merge.merge_plan`` shapes it. The
+    scatter and gather share export.json's CPU evenly (it measures them together); the merge costs its measured
+    CPU per GB merged."""
     tok, exp, merge = micro.get("tokenize"), micro.get("export"), micro.get("export_merge")
     if not (tok and exp and merge):
         return None
@@ -566,7 +576,13 @@ def out_plan(
     merge_s_per_gb = merge_cpu_s_per_gb(merge)
     export_s = tokens / exp["median_tokens_per_cpu_s"]
     slots = nodes * cores
-    steps = {
+    steps = {}
+    mix = micro.get("mix")
+    if mix and rows:
+        from bench_mix import ns_per_row
+
+        steps["mix"] = (rows * ns_per_row(mix) / 1e9, shards, 2 * shards)
+    steps |= {
         "tokenize": (total_bytes * tokenize_s_per_byte, shards, shards),
         "export: scatter": (export_s / 2, shards, shards),
         "export: merge": (data / 1e9 * merge_s_per_gb, chunks * merge_groups, chunks * shards),
@@ -583,6 +599,8 @@ def out_plan(
         "merge_cpu_s_per_gb": merge_s_per_gb,
         "buckets": buckets,
         "gather_direct_reads": units * shards,
+        "mix_ns_per_row": ns_per_row(mix) if "mix" in steps else None,
+        "rows": rows,
         "steps": {},
     }
     for step, (cpu_s, n, reads) in steps.items():
@@ -614,8 +632,13 @@ def out_markdown(plans: list[dict]) -> str:
         f"{_load_range(p0['tokenize_load'])}), export at "
         f"{p0['export_tokens_per_cpu_s'] / 1e6:.1f} M tokens per CPU-second (`export.json`, scatter and gather, "
         f"split evenly here) plus the middle pass at {p0['merge_cpu_s_per_gb']:.2f} CPU-s per GB merged (`export_merge.json`); {p0['buckets']:,} buckets of "
-        f"1 GiB; the gather's reads without the middle pass would be {p0['gather_direct_reads'] / 1e9:.2f} G. Mix is "
-        "not measured at scale (not in the table).",
+        f"1 GiB; the gather's reads without the middle pass would be {p0['gather_direct_reads'] / 1e9:.2f} G. "
+        + (
+            f"Mix at {p0['mix_ns_per_row'] / 1e3:.1f} CPU-us a row (`mix.json`: the stage's marginal CPU a row between "
+            f"two lake sizes in `bench_mix.py`) over {p0['rows'] / 1e9:.1f} G documents, two reads a shard."
+            if p0.get("mix_ns_per_row")
+            else "Mix is not measured at scale (not in the table)."
+        ),
         "",
         "| nodes | step | CPU-hours | units | waves | wall h | node-hours | reads (M) |",
         "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -635,8 +658,9 @@ def out_markdown(plans: list[dict]) -> str:
 def out_plans_for(args: argparse.Namespace) -> list[dict]:
     micro = load_micro() if args.micro else {}
     shards = math.ceil(args.tb * 1e12 / (args.shard_gb * 1e9))
+    rows = _curve(args)["rows_per_gb"] * args.tb * 1e3
     plans = [
-        out_plan(micro, args.tb * 1e12, args.tokens, shards, int(n), args.cores, args.max_array)
+        out_plan(micro, args.tb * 1e12, args.tokens, shards, int(n), args.cores, args.max_array, rows)
         for n in args.nodes.split(",")
     ]
     return [p for p in plans if p is not None]
@@ -653,11 +677,15 @@ def block(argv: list[str]) -> str:
     return f"Command: `.venv/bin/python benchmarks/simulate_scale.py {' '.join(shown)} --write-doc docs/scale.md`\n\n{text}"
 
 
-def plans_for(args: argparse.Namespace) -> list[dict]:
+def _curve(args: argparse.Namespace) -> dict:
     json_path = Path(args.json)
     if not json_path.is_absolute() and not json_path.exists():  # relative to the repository, from anywhere
         json_path = Path(__file__).resolve().parent.parent / json_path
-    curve = load_curve(json.loads(json_path.read_text()))
+    return load_curve(json.loads(json_path.read_text()))
+
+
+def plans_for(args: argparse.Namespace) -> list[dict]:
+    curve = _curve(args)
     micro = load_micro() if args.micro else {}
     return [
         plan(

@@ -128,7 +128,4 @@ def utf8_safe(text: str) -> str:
 
 
 def read_quarantine(uri: str) -> pa.Table:
-    # Without Arrow's reader threads: a file of many row groups read through an fsspec file with them made the
-    # interpreter abort at exit ("terminate called without an active exception", pyarrow 25, 50 row groups).
-    with storage.open_read(uri) as f:
-        return pq.read_table(f, use_threads=False)
+    return storage.read_parquet(uri)  # without Arrow's threads: a spilled file has many row groups

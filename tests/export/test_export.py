@@ -470,16 +470,17 @@ def test_a_file_of_a_phase_marked_done_deleted_fails_the_gather_named_and_the_re
     assert _files_digest(str(tmp_path / "b")) == _files_digest(str(tmp_path / "a"))
 
 
-@pytest.mark.parametrize("spill_merge, phase", [("off", "spill"), ("on", "merge"), ("on", "spill")])
+@pytest.mark.parametrize("spill_merge, phase, seed", [("off", "spill", 11), ("on", "merge", 12), ("on", "spill", 13)])
 def test_a_file_of_a_phase_marked_done_corrupted_fails_named_and_the_rerun_redoes_it_only(
-    packed, tmp_path, spill_merge, phase
+    packed, tmp_path, spill_merge, phase, seed
 ):
     """A spill (or merged) file overwritten after its phase was marked done (its size kept, its footer
     zeroed): the read failed naming the file, but the mark kept the phase from redoing it, so every rerun
     failed the same way. Now the mark is removed with the error, and the next run redoes that file only (its
     checkpoint no longer matches: the changed file is re-hashed) and writes what a clean export writes."""
     lake = packed["lake"]
-    config = {"file_size": 2048, "seed": 3, "formats": ["megatron"], "memory_budget": 100_000}
+    # a seed of its own: the lake is shared, and another test's scatter would be this one's (no manifest here)
+    config = {"file_size": 2048, "seed": seed, "formats": ["megatron"], "memory_budget": 100_000}
     config["spill_merge"] = spill_merge
     _export(packed, "bad-0", output_dir=str(tmp_path / "a"), **config)
     subs = {"spill": "export_scatter", "merge": "export_merge"}

@@ -23,7 +23,6 @@ from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
 from airflow_curation.core.ngram_match import ngram_hashes, normalize
@@ -211,8 +210,7 @@ class EvalIndex:
         if p in self._cache:
             self._cache.move_to_end(p)
             return self._cache[p]
-        with storage.open_read(self.doc["files"][p]) as f:
-            t = pq.read_table(f)
+        t = storage.read_parquet(self.doc["files"][p])
         loaded = (t.column("hash").to_numpy(), t.column("bench").to_numpy())
         self._cache[p] = loaded
         while len(self._cache) > 1 and sum(len(h) for h, _ in self._cache.values()) * ENTRY_BYTES > self.budget:

@@ -271,8 +271,7 @@ def _write_table(uri: str, columns: dict[str, np.ndarray]) -> None:
 def _read_table(uris: list[str]) -> dict[str, np.ndarray]:
     tables = []
     for uri in uris:
-        with storage.open_read(uri) as f:
-            tables.append(pq.read_table(f))
+        tables.append(storage.read_parquet(uri))
     t = pa.concat_tables(tables) if tables else None
     if t is None or not t.num_rows:
         return {k: np.empty(0, d) for k, d in MATCH_COLUMNS.items()}

@@ -13,7 +13,6 @@ import logging
 import re
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
 from airflow_curation.core.shards import write_parquet
@@ -63,8 +62,7 @@ class PartStore:
     def read_all(self) -> pa.Table | None:
         tables = []
         for _, _, url in self._listing():
-            with storage.open_read(url) as f:
-                tables.append(pq.read_table(f))
+            tables.append(storage.read_parquet(url))
         if not tables:
             return None
         return pa.concat_tables(tables, promote_options="permissive")

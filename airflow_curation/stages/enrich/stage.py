@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
@@ -337,8 +336,7 @@ class EnrichStage(AttrsStage):
         if not storage.exists(uri):
             return None
         try:
-            with storage.open_read(uri) as f:
-                table = pq.read_table(f)
+            table = storage.read_parquet(uri)
             meta = json.loads((table.schema.metadata or {}).get(META_KEY, b"{}"))
         except Exception:  # noqa: BLE001 - unreadable: recompute
             return None

@@ -103,7 +103,7 @@ def _documents(shard_uri: str, ids: list[str]) -> dict[str, dict[str, Any]]:
         pf = pq.ParquetFile(f)
         names = pf.schema_arrow.names
         wanted = [c for c in (ID, SOURCE, META) if c in names]
-        table = pf.read(columns=wanted)
+        table = pf.read(columns=wanted, use_threads=False)
     table = table.set_column(table.column_names.index(ID), ID, string_ids(table.column(ID)))
     rows = pc.indices_nonzero(pc.is_in(table.column(ID), value_set=pa.array(ids, pa.string())))
     hits = table.take(rows).to_pylist()
@@ -137,9 +137,8 @@ def trace(
     if packed is None:
         raise ManifestError(f"shard {unit.unit_id} has no packed file in the tokenize manifest {tokenize.uri}")
     packed_uri = packed["uri"]
-    with storage.open_read(packed_uri) as f:
-        cols = [packing.N_TOKENS, packing.DOC_IDS, packing.DOC_STARTS, packing.DOC_OFFSETS]
-        row = pq.read_table(f, columns=cols).slice(int(order["row"]), 1).to_pylist()[0]
+    cols = [packing.N_TOKENS, packing.DOC_IDS, packing.DOC_STARTS, packing.DOC_OFFSETS]
+    row = storage.read_parquet(packed_uri, cols).slice(int(order["row"]), 1).to_pylist()[0]
     found = _documents(unit.inputs[0], list(dict.fromkeys(row[packing.DOC_IDS])))
     ingest_config = _ingest_config(tokenize.config.get("input_manifest"))
     n = int(row[packing.N_TOKENS])

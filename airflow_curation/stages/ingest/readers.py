@@ -434,7 +434,7 @@ def read_parquet(
         return
     row = 0
     try:
-        for batch in pf.iter_batches(batch_size=batch_rows):
+        for batch in pf.iter_batches(batch_size=batch_rows, use_threads=False):  # one core a unit
             too_large = _large_texts(batch, row, text_field, max_text_bytes)
             start = 0  # the rows between two texts too large, converted as slices of the batch (no copy)
             for i in [*too_large, batch.num_rows]:

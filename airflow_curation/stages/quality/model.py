@@ -376,13 +376,11 @@ def train_parquet(
     :returns: what the model folder records about the training, with its checksum.
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     texts: list[str | None] = []
     labels: list[Any] = []
     for uri in inputs:
-        with storage.open_read(uri) as f:
-            table = pq.read_table(f)
+        table = storage.read_parquet(uri)
         for name in (text_field, label_field):
             if name not in table.column_names:
                 raise ValueError(f"quality-train: {uri} has no column {name!r} (has {table.column_names})")
