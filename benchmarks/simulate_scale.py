@@ -581,7 +581,8 @@ def out_plan(
     if mix and rows:
         from bench_mix import ns_per_row
 
-        steps["mix"] = (rows * ns_per_row(mix) / 1e9, shards, 2 * shards)
+        # reads: its shard for the tally, the tally by the lease holder that sums them, its shard for the selection
+        steps["mix"] = (rows * ns_per_row(mix) / 1e9, shards, 3 * shards)
     steps |= {
         "tokenize": (total_bytes * tokenize_s_per_byte, shards, shards),
         "export: scatter": (export_s / 2, shards, shards),
@@ -635,7 +636,8 @@ def out_markdown(plans: list[dict]) -> str:
         f"1 GiB; the gather's reads without the middle pass would be {p0['gather_direct_reads'] / 1e9:.2f} G. "
         + (
             f"Mix at {p0['mix_ns_per_row'] / 1e3:.1f} CPU-us a row (`mix.json`: the stage's marginal CPU a row between "
-            f"two lake sizes in `bench_mix.py`) over {p0['rows'] / 1e9:.1f} G documents, two reads a shard."
+            f"two lake sizes in `bench_mix.py`) over {p0['rows'] / 1e9:.1f} G documents, three reads a shard (the "
+            "tally, the sum of the tallies, the selection)."
             if p0.get("mix_ns_per_row")
             else "Mix is not measured at scale (not in the table)."
         ),

@@ -226,7 +226,18 @@ def test_training_data_out_charges_tokenize_export_and_the_middle_pass_as_the_st
     assert steps["export: gather"]["reads"] == units * math.ceil(50_000 / g)
     assert steps["export: merge"]["reads"] + steps["export: gather"]["reads"] < p["gather_direct_reads"] / 100
     assert steps["tokenize"]["waves"] == math.ceil(50_000 / (16 * 64))
+    assert "mix" not in steps  # no mix.json: not in the table
     assert sim.out_plan({}, 50e12, 15e12, 50_000, nodes=16, cores=64) is None  # no figures, no table
+    # mix at its marginal CPU a row between two lake sizes (the medians: 3 s and 7 s for 1 M and 2 M rows)
+    runs = [
+        {"name": "ours: mix stage", "size": n, "rows": n, "cpu": c}
+        for n, cs in ((1e6, (2, 3, 9)), (2e6, (7, 6, 8)))
+        for c in cs
+    ]
+    micro["mix"] = {"sizes": [1e6, 2e6], "runs": runs}
+    m = sim.out_plan(micro, 50e12, 15e12, 50_000, nodes=16, cores=64, rows=14e9)["steps"]["mix"]
+    assert m["cpu_hours"] == pytest.approx(14e9 * 4e-6 / 3600)  # 4 us a row, not the 3 us of the small lake alone
+    assert m["units"] == 50_000 and m["reads"] == 3 * 50_000
 
 
 def test_plan_charges_task_fixed_cost_and_micro_benchmark_terms(sim, measured):
