@@ -54,15 +54,6 @@ def _child(code: Path, root: Path, raw: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _base_tree(base: str) -> Path:
-    tree = Path(tempfile.mkdtemp(prefix="bench-quarantine-base-"))
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", base, "airflow_curation"], capture_output=True, check=True
-    )
-    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
-    return tree
-
-
 def _table(data: dict) -> list[str]:
     load = data["load"]
     lines = [
@@ -139,6 +130,8 @@ def main() -> None:
         "load": [os.getloadavg()[0]],
         "sizes": {},
     }
+    from bench_manifest_scale import _base_tree  # the same git archive of the base's package
+
     base = _base_tree(args.base)
     root = Path(tempfile.mkdtemp(prefix="bench-quarantine-"))
     try:

@@ -158,6 +158,24 @@ def test_pages_that_differ_only_by_their_menus_are_exact_duplicates_for_dedup(in
     assert "boilerplate_lines_removed" in report["columns"]["boilerplate"]
 
 
+def _whole_then_forgotten(tmp_path: Path, monkeypatch) -> tuple[Lake, str, list[dict], list[str], list[str]]:
+    """A whole run's rows, then the lake with its boilerplate work removed (as if never run), and the list that
+    every count unit from now on appends its shard to: (lake, ingested, whole rows, shard ids, counted)."""
+    from airflow_curation.stages.boilerplate.stage import BoilerplateCountStage
+
+    lake, ingested = _ingest(tmp_path)
+    whole = _rows(_run(lake, ingested, "whole", partitions=3))
+    shutil.rmtree(lake.path("boilerplate"))
+    for d in Path(lake.path("_checkpoints")).glob("boilerplate*"):
+        shutil.rmtree(d)
+    counted: list[str] = []  # the shards each count unit ran for, in order
+    real = BoilerplateCountStage.process_unit
+    monkeypatch.setattr(
+        BoilerplateCountStage, "process_unit", lambda self, unit: (counted.append(unit.unit_id), real(self, unit))[1]
+    )
+    return lake, ingested, whole, [s.shard_id for s in Manifest.read(ingested).shards], counted
+
+
 def test_array_tasks_count_their_own_block_and_clean_as_one_run(tmp_path, monkeypatch):
     """A task of an array counts the lines of its own block of shards beside the others; the first to find
     the global step undone counts what is missing and sums, under the lease. One task counted every shard
@@ -168,20 +186,9 @@ def test_array_tasks_count_their_own_block_and_clean_as_one_run(tmp_path, monkey
 
     from airflow_curation.core.lease import Lease
     from airflow_curation.core.manifest import group_range
-    from airflow_curation.stages.boilerplate.stage import BoilerplateCountStage
 
-    lake, ingested = _ingest(tmp_path)
-    whole = _rows(_run(lake, ingested, "whole", partitions=3))
-    shutil.rmtree(lake.path("boilerplate"))
-    for d in Path(lake.path("_checkpoints")).glob("boilerplate*"):
-        shutil.rmtree(d)
-    shards = [s.shard_id for s in Manifest.read(ingested).shards]
+    lake, ingested, whole, shards, counted = _whole_then_forgotten(tmp_path, monkeypatch)
     assert len(shards) >= 3
-    counted: list[str] = []  # the shards each count unit ran for, in order
-    real = BoilerplateCountStage.process_unit
-    monkeypatch.setattr(
-        BoilerplateCountStage, "process_unit", lambda self, unit: (counted.append(unit.unit_id), real(self, unit))[1]
-    )
     config = {"input_manifest": ingested, "min_documents": 5, "partitions": 3}
     holder = Lease(lake.path("_locks", "boilerplate.global.lease"), "the test", 0).acquire()
     out: list = []
@@ -214,22 +221,9 @@ def test_a_task_that_waits_for_the_global_step_plans_from_its_pages(tmp_path, mo
     whole run before, even after the step (O(shards) a task). The cleaned text is a one-process run's."""
     from airflow_curation.core.lease import Lease
     from airflow_curation.core.manifest import group_range
-    from airflow_curation.stages.boilerplate.stage import BoilerplateCountStage
 
-    lake, ingested = _ingest(tmp_path)
-    whole = _rows(_run(lake, ingested, "whole", partitions=3))
-    shutil.rmtree(lake.path("boilerplate"))
-    for d in Path(lake.path("_checkpoints")).glob("boilerplate*"):
-        shutil.rmtree(d)
-    shards = [s.shard_id for s in Manifest.read(ingested).shards]
+    lake, ingested, whole, shards, counted = _whole_then_forgotten(tmp_path, monkeypatch)
     block = group_range(len(shards), 2, 3)
-    counted: list[str] = []
-    real_count = BoilerplateCountStage.process_unit
-    monkeypatch.setattr(
-        BoilerplateCountStage,
-        "process_unit",
-        lambda self, unit: (counted.append(unit.unit_id), real_count(self, unit))[1],
-    )
     wholes: list[int] = []
     real_whole = BoilerplateStage._plan_whole
     monkeypatch.setattr(

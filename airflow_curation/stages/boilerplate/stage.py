@@ -216,9 +216,9 @@ class BoilerplateStage(AttrsStage):
         block of them where ``block``)."""
         # A document has tens of distinct lines; their pairs are what a partition holds while it is summed.
         spill_bytes = rows * 64 * _SPILL_BYTES
-        self._parts = int(self.config["partitions"] or partitions_for(spill_bytes, int(self.config["memory_budget"])))
+        parts = int(self.config["partitions"] or partitions_for(spill_bytes, int(self.config["memory_budget"])))
         config = {
-            "partitions": self._parts,
+            "partitions": parts,
             "shards": shards,
             "block": block,
             "batch_rows": self.config["batch_rows"],
@@ -305,7 +305,7 @@ class BoilerplateStage(AttrsStage):
                 raise RuntimeError(f"boilerplate: counting the lines of some shards failed ({manifest.status})")
             fault_point("boilerplate.after_counts")
             spills = [counts.spill_uri(s["shard_id"]) for s in shards]
-            parts = self._parts
+            parts = int(counts.config["partitions"])
             ranges = partition_ranges(parts, max(1, int(self.config.get("workers") or 1)))
             outs = [storage.join(gdir, "frequent", f"unit-{u:05d}.arrow") for u in range(len(ranges))]
             stats = list(
