@@ -47,6 +47,7 @@ class UnreadableSpill(IntegrityError):
     def __init__(self, uri: str, error: BaseException) -> None:
         super().__init__(f"spill file {uri} is unreadable (truncated or corrupted?): {error}")
         self.uri = uri
+        self.reason = str(error)
 
 
 _M1 = np.uint64(0xFF51AFD7ED558CCD)

@@ -5,6 +5,10 @@ the others wait for it. What a task reads to plan must not grow with the run (is
 parsing a 28 MB manifest is O(shards^2)), so a task that is not group 0 plans from the upstream manifest's
 pages of its own block and from the record the whole plan leaves beside the step (its run key), read from a
 file named by what decides it. Only the task that does the step plans the whole run.
+
+The step's ``_SUCCESS.json`` vouches for the files it wrote, so no task stats them; when one is gone or
+unreadable after all (deleted by hand, a lifecycle rule, a truncated copy), :func:`lost_step_files` removes that
+mark with the error, so the rerun redoes the step instead of failing on the same file every time.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ import math
 from collections.abc import Callable
 
 from airflow_curation.core import storage
+from airflow_curation.core.integrity import IntegrityError
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.lease import Lease
+from airflow_curation.core.lsh import UnreadableSpill
 from airflow_curation.core.manifest import ManifestHead, UnitEntry, group_range
 
 
@@ -85,3 +91,21 @@ def plan_group_around(
         planned = whole(None)
     block = group_range(len(planned), index, count)
     return planned[block.start : block.stop]
+
+
+def lost_step_files(error: BaseException, files: list[str], done_uri: str, stage: str) -> IntegrityError | None:
+    """After a read of the global step's ``files`` failed with ``error``: where one of them is missing, or is the
+    unreadable file ``error`` names, the error to raise, the step's mark ``done_uri`` removed; else None (the read
+    failed for another reason)."""
+    if isinstance(error, UnreadableSpill):
+        bad, how = [error.uri] if error.uri in files else [], f"unreadable ({error.reason[:120]})"
+    else:
+        bad, how = [f for f in files if not storage.exists(f)], "missing"
+    if not bad:
+        return None
+    storage.remove(done_uri)
+    more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+    return IntegrityError(
+        f"{stage}: the global step's file {bad[0]}{more} is {how}, though the step was marked done: its mark is "
+        f"removed, run {stage} again to redo the step (from the first pass's checkpointed files)"
+    )

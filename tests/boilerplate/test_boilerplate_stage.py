@@ -253,6 +253,28 @@ def test_a_task_that_waits_for_the_global_step_plans_from_its_pages(tmp_path, mo
     assert [(r["id"], r[CLEAN_TEXT], r[REMOVED]) for r in got] == [(r["id"], r[CLEAN_TEXT], r[REMOVED]) for r in whole]
 
 
+def test_a_frequent_lines_file_gone_after_the_step_fails_named_and_the_rerun_redoes_the_step(tmp_path):
+    """A file of the done global step (the frequent lines) deleted while step 3 is still to do: every unit failed,
+    and so did every rerun, the step's ``_SUCCESS.json`` keeping it from being redone. The unit now removes the
+    mark with the error naming the file; the next run sums the counts again and cleans the same text."""
+    from airflow_curation.core import storage, uris
+    from airflow_curation.stages.base import StageFailed
+
+    lake, ingested = _ingest(tmp_path)
+    first = _rows(_run(lake, ingested, "g1"))
+    stage = BoilerplateStage(lake, {"input_manifest": ingested, "min_documents": 5}, "g1")
+    shutil.rmtree(stage.checkpoints.directory)  # step 3 to do again; steps 1 and 2 are done
+    (done,) = storage.glob(lake.path("boilerplate", "*", "_SUCCESS.json"))
+    victim = uris.resolve(storage.read_json(done)["frequent"][0], lake.root)
+    os.remove(victim)
+    with pytest.raises(StageFailed, match=f"the global step's file {victim} is missing.*run boilerplate again"):
+        _run(lake, ingested, "g2")
+    assert not os.path.exists(done)
+    again = _run(lake, ingested, "g3")
+    assert again.status == "complete" and os.path.exists(victim)
+    assert [(r["id"], r[CLEAN_TEXT]) for r in _rows(again)] == [(r["id"], r[CLEAN_TEXT]) for r in first]
+
+
 def test_a_counted_shard_whose_spill_is_gone_is_counted_again(tmp_path):
     """A count unit's record names its spill file: a spill removed before the global step (by hand, a
     cleanup) is counted again instead of summed as missing."""

@@ -117,6 +117,35 @@ def test_a_group_task_runs_phase_3_of_its_block_alone(lake):
         assert pq.read_table(s.attrs["dedup"]).to_pylist() == labels[s.shard_id]
 
 
+@pytest.mark.parametrize("damage", ["deleted", "truncated"])
+def test_a_global_phase_file_gone_after_its_mark_fails_named_and_the_rerun_redoes_the_phase(lake, damage):
+    """A labels file of a done global phase deleted (by hand, a lifecycle rule) or truncated while phase 3 is still
+    to do (a killed task, a late one): every phase-3 unit that read it failed, and so did every rerun, since the
+    phase's ``_SUCCESS.json`` kept it from being redone. The unit now removes that mark with the error naming the
+    file; the next run redoes the phase from phase 1's checkpointed spill and writes the same labels."""
+    from airflow_curation.core import uris
+    from airflow_curation.stages.base import StageFailed
+
+    lake, uri = lake
+    whole = StageRunner(_stage(lake, uri)).run()
+    labels = {s.shard_id: pq.read_table(s.attrs["dedup"]).to_pylist() for s in whole.shards}
+    shutil.rmtree(_stage(lake, uri).checkpoints.directory)  # phase 3 to do again; phases 1 and 2 are done
+    (done,) = storage.glob(lake.path("dedup", "*", "_SUCCESS.json"))
+    victim = uris.resolve(storage.read_json(done)["labels"][0], lake.root)
+    if damage == "deleted":
+        os.remove(victim)
+    else:
+        data = open(victim, "rb").read()
+        open(victim, "wb").write(data[: len(data) // 2])
+    how = "missing" if damage == "deleted" else "unreadable"
+    with pytest.raises(StageFailed, match=f"the global step's file {victim} is {how}.*run dedup again"):
+        StageRunner(_stage(lake, uri)).run()
+    assert not os.path.exists(done)
+    again = StageRunner(_stage(lake, uri)).run()
+    assert again.status == "complete"
+    assert {s.shard_id: pq.read_table(s.attrs["dedup"]).to_pylist() for s in again.shards} == labels
+
+
 def test_before_the_global_phase_the_task_that_does_it_plans_the_whole_run(lake):
     lake, uri = lake
     group = StageRunner(_stage(lake, uri)).run(shard_group=(1, 3))

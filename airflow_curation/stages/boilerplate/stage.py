@@ -35,6 +35,7 @@ from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.integrity import verified_reads
 from airflow_curation.core.lease import Lease
 from airflow_curation.core.lsh import (
+    UnreadableSpill,
     partition_of,
     partition_ranges,
     partitions_for,
@@ -45,7 +46,14 @@ from airflow_curation.core.lsh import (
 from airflow_curation.core.manifest import ManifestHead, ShardEntry, UnitEntry
 from airflow_curation.core.schema import CLEAN_TEXT, DROP_REASON, KEEP, TEXT, blank_texts
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches, keep_accounting
-from airflow_curation.stages.barrier import global_lease, held, plan_group_around, plan_key_uri, read_plan_key
+from airflow_curation.stages.barrier import (
+    global_lease,
+    held,
+    lost_step_files,
+    plan_group_around,
+    plan_key_uri,
+    read_plan_key,
+)
 from airflow_curation.stages.base import Stage, StageRunner, UnitResult, file_record
 from airflow_curation.stages.settings import Setting, size
 from airflow_curation.stages.text import ShardText, clean_text_attrs
@@ -246,6 +254,7 @@ class BoilerplateStage(AttrsStage):
                 f"{counts.fingerprint}|{self.config['min_documents']}|" + "|".join(s["input_checksum"] for s in shards)
             ).encode()
         ).hexdigest()[:16]
+        self._run_key = run_key
         self._global = self._global_step(counts, shards, run_key, lease)
         key_uri = self._key_uri(counts) if all(recorded for _, recorded in planned) else None
         if key_uri:  # the tasks of an array that plan after this find the run key without the whole plan
@@ -261,6 +270,7 @@ class BoilerplateStage(AttrsStage):
             return None
         self._group = (index, count)  # entries(): this block's shards only, here and in workers
         shards = [self._shard(e)[0] for e in self.entries().values()]
+        self._run_key = run_key
         self._global = self._read_done(done_uri)
         log.info(
             "boilerplate: group %d/%d: %d shards planned from their pages (run key %s)",
@@ -331,7 +341,11 @@ class BoilerplateStage(AttrsStage):
     def frequent_keys(self) -> np.ndarray:
         """Every boilerplate key, sorted (read once per process)."""
         if getattr(self, "_frequent", None) is None:
-            got = read_partition(self._global["frequent"], 0, KEY_COLUMNS)["key"]
+            try:
+                got = read_partition(self._global["frequent"], 0, KEY_COLUMNS)["key"]
+            except (FileNotFoundError, UnreadableSpill) as e:  # a file the step's mark vouched for: redo the step
+                done = self.lake.path("boilerplate", self._run_key, "_SUCCESS.json")
+                raise lost_step_files(e, self._global["frequent"], done, "boilerplate") or e from e
             self._frequent = np.sort(got)
         return self._frequent
 

@@ -36,6 +36,7 @@ from airflow_curation.core.integrity import verified_reads
 from airflow_curation.core.lease import Lease
 from airflow_curation.core.lsh import (
     SPILL_SUFFIX,
+    UnreadableSpill,
     gather_partition,
     next_power_of_two,
     pack_spills,
@@ -47,7 +48,14 @@ from airflow_curation.core.minhash import MinHashParams, lsh_params
 from airflow_curation.core.schema import CLUSTER_ID, EXACT_DUPLICATE, KEEP, NEAR_DUPLICATE
 from airflow_curation.core.shards import attrs_columns, write_parquet
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches
-from airflow_curation.stages.barrier import global_lease, held, plan_group_around, plan_key_uri, read_plan_key
+from airflow_curation.stages.barrier import (
+    global_lease,
+    held,
+    lost_step_files,
+    plan_group_around,
+    plan_key_uri,
+    read_plan_key,
+)
 from airflow_curation.stages.base import Stage, StageRunner, UnitMapper, UnitResult, local_mapper
 from airflow_curation.stages.dedup import phases, snapshots
 from airflow_curation.stages.dedup.phases import DedupParams
@@ -553,6 +561,7 @@ class DedupStage(AttrsStage):
         self._shards = {s["shard_id"]: s for s in shards}
         self._sig = sig
         out_parts = max(1, min(head.shard_count, MAX_OUT_PARTITIONS))
+        self._run_key = run_key
         self._global = self._phase2(sig, params, shards, run_key, out_parts)  # reads its _SUCCESS.json
         self._prior = self._probe(sig, params, shards, run_key, out_parts) if self.incremental else None
         log.info(
@@ -604,6 +613,7 @@ class DedupStage(AttrsStage):
         ).hexdigest()[:16]
         self._shards = {s["shard_id"]: s for s in shards}
         self._sig = sig
+        self._run_key = run_key
         self._global_phases(sig, params, shards, run_key, out_parts, lease)
         key_uri = self._plan_key_uri(sig) if all(recorded for _, recorded, _ in planned) else None
         if key_uri:  # the tasks of an array that plan after this find the run key without the whole plan,
@@ -912,19 +922,23 @@ class DedupStage(AttrsStage):
     def write_unit(self, unit: UnitEntry, entry: ShardEntry, uri: str) -> AttrsFile:
         s = self._shards[unit.unit_id]
         g = self._global
-        table = phases.shard_result(
-            s["uri"],
-            s["index"],
-            s["keep_uri"],
-            self.config["keep_column"],
-            g["labels"],
-            g["exact"],
-            int(g["out_partitions"]),
-            bool(g.get("gathered")),  # absent from a global phase done before gathering existed
-            bool(g.get("by_shard")),  # absent from one gathered a partition to a batch
-            self._ids_file(unit.unit_id),
-            entry.rows,
-        )
+        try:
+            table = phases.shard_result(
+                s["uri"],
+                s["index"],
+                s["keep_uri"],
+                self.config["keep_column"],
+                g["labels"],
+                g["exact"],
+                int(g["out_partitions"]),
+                bool(g.get("gathered")),  # absent from a global phase done before gathering existed
+                bool(g.get("by_shard")),  # absent from one gathered a partition to a batch
+                self._ids_file(unit.unit_id),
+                entry.rows,
+            )
+        except (FileNotFoundError, UnreadableSpill) as e:  # a file the phase's mark vouched for: redo the phase
+            done = self.lake.path("dedup", self._run_key, "_SUCCESS.json")
+            raise lost_step_files(e, [*g["labels"], *g["exact"]], done, "dedup") or e from e
         if self.incremental:
             prior = self._prior or {}
             table = snapshots.apply_prior(
