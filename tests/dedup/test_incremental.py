@@ -282,6 +282,33 @@ def test_killed_during_its_attrs_a_later_snapshot_resumes_to_the_same_marks(thre
     assert rows == results[DATES[2]][1]  # every column of every row, as in the clean run
 
 
+def test_a_probe_file_gone_after_its_mark_fails_named_and_the_rerun_probes_again(three, tmp_path):
+    """A file of the done probe against earlier snapshots deleted while phase 3 was still to do: every unit that
+    read it failed, and so did every rerun (the probe's ``_SUCCESS.json`` kept it from being redone). The unit now
+    removes the probe's mark with the error naming the file; the next run probes again, to the clean run's marks."""
+    import os
+    import shutil
+
+    from airflow_curation.core import storage, uris
+    from airflow_curation.stages.base import StageFailed
+
+    _, days, _, _, results = three
+    for date in DATES[:2]:
+        _snapshot_lake(tmp_path / "lake", date, days[date])
+        _dedup(Lake(str(tmp_path / "lake"), "web", date))
+    lake = _snapshot_lake(tmp_path / "lake", DATES[1], days[DATES[1]])
+    shutil.rmtree(_dedup(lake)[2].checkpoints.directory)  # phase 3 to do again; the probe is done
+    (done,) = [u for u in storage.glob(lake.path("dedup", "*", "prior-*", "_SUCCESS.json"))]
+    victim = uris.resolve(storage.read_json(done)["uris"][0], lake.root)
+    os.remove(victim)
+    with pytest.raises(StageFailed, match=f"the global step's file {victim} is missing.*run dedup again"):
+        _dedup(lake)
+    assert not os.path.exists(done)
+    manifest, rows, _ = _dedup(lake)
+    assert manifest.status == "complete" and os.path.exists(victim)
+    assert rows == results[DATES[1]][1]  # every column of every row, as in the clean run
+
+
 @pytest.mark.parametrize("out_partitions", [256, 1])
 def test_past_memory_each_snapshot_marks_the_same_rows(three, tmp_path, monkeypatch, out_partitions):
     """With a budget that splits the global phase into many LSH partitions (whose labels are then gathered

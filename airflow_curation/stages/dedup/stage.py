@@ -941,9 +941,13 @@ class DedupStage(AttrsStage):
             raise lost_step_files(e, [*g["labels"], *g["exact"]], done, "dedup") or e from e
         if self.incremental:
             prior = self._prior or {}
-            table = snapshots.apply_prior(
-                table, s["index"], prior.get("uris"), int(g["out_partitions"]), bool(prior.get("by_shard"))
-            )
+            try:
+                table = snapshots.apply_prior(
+                    table, s["index"], prior.get("uris"), int(g["out_partitions"]), bool(prior.get("by_shard"))
+                )
+            except (FileNotFoundError, UnreadableSpill) as e:  # the probe's file: redo the probe
+                done = storage.join(self._probe_dir(self._run_key), "_SUCCESS.json")
+                raise lost_step_files(e, list(prior.get("uris") or []), done, "dedup") or e from e
         fault_point("dedup.before_attrs")
         nbytes, checksum = write_parquet(uri, table)
         n = table.num_rows
