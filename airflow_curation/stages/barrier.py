@@ -93,19 +93,22 @@ def plan_group_around(
     return planned[block.start : block.stop]
 
 
-def lost_step_files(error: BaseException, files: list[str], done_uri: str, stage: str) -> IntegrityError | None:
-    """After a read of the global step's ``files`` failed with ``error``: where one of them is missing, or is the
-    unreadable file ``error`` names, the error to raise, the step's mark ``done_uri`` removed; else None (the read
-    failed for another reason)."""
+def lost_step_files(
+    error: BaseException, files: list[str], mark: str, stage: str, step: str = "global step"
+) -> IntegrityError | None:
+    """After a read of the ``files`` a ``step`` wrote failed with ``error``: where one of them is missing, or is the
+    unreadable file ``error`` names, the error to raise, the step's done mark ``mark`` removed (so the next run
+    redoes the step; its checkpoints keep what still matches); else None (the read failed for another reason).
+    Without it every rerun failed on the same file, the mark keeping the step from running again."""
     if isinstance(error, UnreadableSpill):
         bad, how = [error.uri] if error.uri in files else [], f"unreadable ({error.reason[:120]})"
     else:
         bad, how = [f for f in files if not storage.exists(f)], "missing"
     if not bad:
         return None
-    storage.remove(done_uri)
+    storage.remove(mark)
     more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
     return IntegrityError(
-        f"{stage}: the global step's file {bad[0]}{more} is {how}, though the step was marked done: its mark is "
-        f"removed, run {stage} again to redo the step (from the first pass's checkpointed files)"
+        f"{stage}: the {step}'s file {bad[0]}{more} is {how}, though the {step} was marked done: its mark is "
+        f"removed, run {stage} again to redo the {step} (what still matches its checkpoints is kept)"
     )

@@ -26,6 +26,7 @@ from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.lsh import UnreadableSpill, merge_partitions
 from airflow_curation.core.manifest import ManifestHead, UnitEntry
+from airflow_curation.stages.barrier import lost_step_files
 from airflow_curation.stages.base import Stage, UnitResult, file_record
 from airflow_curation.stages.export import marks
 from airflow_curation.stages.settings import Setting
@@ -132,12 +133,9 @@ class ExportMergeStage(Stage):
         out = self.merged_uri(c, j)
         try:
             rows = merge_partitions(spills, lo, hi, out)
-        except FileNotFoundError as e:
+        except (FileNotFoundError, UnreadableSpill) as e:
             mark = marks.scatter_mark(self.lake, self.config["scatter_fingerprint"], self.config["run_key"])
-            raise marks.lost_files(spills, mark, "scatter") or e from e
-        except UnreadableSpill as e:
-            mark = marks.scatter_mark(self.lake, self.config["scatter_fingerprint"], self.config["run_key"])
-            raise marks.unreadable_file(e, spills, mark, "scatter") or e from e
+            raise lost_step_files(e, spills, mark, "export", "scatter") or e from e
         nbytes, _ = storage.stat(out)
         acc = RowAccounting()
         acc.keep(rows)

@@ -39,6 +39,7 @@ from airflow_curation.core.integrity import verified_reads
 from airflow_curation.core.lease import Lease
 from airflow_curation.core.lsh import UnreadableSpill, partition_ranges
 from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead, UnitEntry, group_range
+from airflow_curation.stages.barrier import lost_step_files
 from airflow_curation.stages.base import Stage, StageFailed, StageRunner, UnitResult, _attempt_unit, file_record
 from airflow_curation.stages.export import formats, marks, phases
 from airflow_curation.stages.export.merge import ExportMergeStage, merge_config, merge_plan
@@ -470,9 +471,7 @@ class ExportStage(Stage):
                 mark, phase = marks.scatter_mark(self.lake, g["scatter_fingerprint"], g["run_key"]), "scatter"
             else:
                 mark, phase = marks.merge_mark(self.lake, merge.fingerprint), "middle pass"
-            if isinstance(e, UnreadableSpill):
-                raise marks.unreadable_file(e, uris, mark, phase) or e from e
-            raise marks.lost_files(uris, mark, phase) or e from e
+            raise lost_step_files(e, uris, mark, "export", phase) or e from e
         acc = RowAccounting()
         acc.keep(sum(b["sequences"] for b in result["buckets"]))
         return UnitResult(outputs=[], accounting=acc, extra={"buckets": result["buckets"]}, files=result["files"])
