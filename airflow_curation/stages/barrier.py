@@ -24,6 +24,19 @@ from airflow_curation.core.layout import Lake
 from airflow_curation.core.lease import Lease
 from airflow_curation.core.lsh import UnreadableSpill
 from airflow_curation.core.manifest import ManifestHead, UnitEntry, group_range
+from airflow_curation.stages.settings import Setting
+
+# The first pass's setting that says its ``shards`` are one array task's block (read from its pages), not the run's.
+BLOCK = Setting("block", bool, False, "the shards are one array task's block, not the run's", runtime=True, cli=False)
+
+
+class BlockPass:
+    """Mixed into a global step's first pass (dedup's signatures, boilerplate's counts): a task handed its own
+    block's shards (``block``: :func:`plan_group_around`'s ``own_block``) runs all of them as its group; a pass
+    given every shard is sliced as any stage."""
+
+    def plan_group(self, index: int, count: int) -> list[UnitEntry]:
+        return self.plan() if self.config.get("block") else super().plan_group(index, count)
 
 
 def global_lease(lake: Lake, stage: str, what: str) -> Lease:

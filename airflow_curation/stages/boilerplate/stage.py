@@ -47,6 +47,8 @@ from airflow_curation.core.manifest import ManifestHead, ShardEntry, UnitEntry
 from airflow_curation.core.schema import CLEAN_TEXT, DROP_REASON, KEEP, TEXT, blank_texts
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches, keep_accounting
 from airflow_curation.stages.barrier import (
+    BLOCK,
+    BlockPass,
     global_lease,
     held,
     lost_step_files,
@@ -79,7 +81,7 @@ def _units(shards: list[dict], run_key: str) -> list[UnitEntry]:
     ]
 
 
-class BoilerplateCountStage(Stage):
+class BoilerplateCountStage(BlockPass, Stage):
     """Step 1 as a stage of its own, so that each shard's spill is checkpointed and a rerun counts only
     the shards not done yet. Built and run by :class:`BoilerplateStage`."""
 
@@ -88,7 +90,7 @@ class BoilerplateCountStage(Stage):
     SETTINGS = Stage.SETTINGS.extend(
         Setting("partitions", int, 1, "key partitions of the spill", cli=False, minimum=0),
         Setting("shards", list, [], "the shards to count (BoilerplateStage's plan)", runtime=True, cli=False),
-        Setting("block", bool, False, "the shards are one array task's block, not the run's", runtime=True, cli=False),
+        BLOCK,
         Setting("batch_rows", int, 8192, "rows per batch", runtime=True, cli=False, minimum=1),
     )
 
@@ -100,10 +102,6 @@ class BoilerplateCountStage(Stage):
             UnitEntry(unit_id=s["shard_id"], inputs=_inputs(s), input_checksum=s["input_checksum"], rows=s["rows"])
             for s in self.config["shards"]
         ]
-
-    def plan_group(self, index: int, count: int) -> list[UnitEntry]:
-        # a task handed its own block's shards (from its pages) runs all of them
-        return self.plan() if self.config.get("block") else super().plan_group(index, count)
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
         if getattr(self, "_by_id", None) is None:  # once per process, not a scan per unit

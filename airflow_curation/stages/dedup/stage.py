@@ -49,6 +49,8 @@ from airflow_curation.core.schema import CLUSTER_ID, EXACT_DUPLICATE, KEEP, NEAR
 from airflow_curation.core.shards import attrs_columns, write_parquet
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches
 from airflow_curation.stages.barrier import (
+    BLOCK,
+    BlockPass,
     global_lease,
     held,
     lost_step_files,
@@ -180,7 +182,7 @@ def _decode_reads(runs, block: range, total: int) -> list[tuple[str, str]] | Non
     return out
 
 
-class DedupSignaturesStage(Stage):
+class DedupSignaturesStage(BlockPass, Stage):
     """Phase 1 as a stage of its own, so that each shard's spill files are checkpointed and a rerun
     signs only the shards not done yet. Built and run by :class:`DedupStage`."""
 
@@ -190,7 +192,7 @@ class DedupSignaturesStage(Stage):
         Setting("params", dict, {}, "DedupParams, as a dict", cli=False),
         Setting("keep_column", str, KEEP, "the column of upstream attrs that says which rows to consider", cli=False),
         Setting("shards", list, [], "the shards to sign (DedupStage's plan)", runtime=True, cli=False),
-        Setting("block", bool, False, "the shards are one array task's block, not the run's", runtime=True, cli=False),
+        BLOCK,
         Setting("batch_rows", int, 8192, "rows per batch", runtime=True, cli=False, minimum=1),
     )
 
@@ -215,10 +217,6 @@ class DedupSignaturesStage(Stage):
             UnitEntry(unit_id=s["shard_id"], inputs=_inputs(s), input_checksum=s["input_checksum"])
             for s in self.config["shards"]
         ]
-
-    def plan_group(self, index: int, count: int) -> list[UnitEntry]:
-        # a task handed its own block's shards (from its pages) signs all of them
-        return self.plan() if self.config.get("block") else super().plan_group(index, count)
 
     def process_unit(self, unit: UnitEntry) -> UnitResult:
         if getattr(self, "_by_id", None) is None:
