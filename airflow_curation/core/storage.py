@@ -243,15 +243,16 @@ def open_read(url: str, mode: str = "rb") -> IO:
 
 
 def read_parquet(url: str, columns: list[str] | None = None) -> pa.Table:
-    """The Parquet file ``url`` (or ``columns`` of it) as one table, read without Arrow's reader threads: read
-    with them through a Python (fsspec) file, a file of many row groups made the process abort at exit about
-    one time in six to two ("terminate called without an active exception", pyarrow 25), which a Slurm task
-    or a pod reports as failed after its work is done. A stage's unit is one core's work: the threads only
-    added CPU."""
+    """The Parquet file ``url`` (or ``columns`` of it) as one table, through ``ParquetFile`` and without Arrow's
+    reader threads. Not ``pq.read_table``: through a Python (fsspec) file its dataset reader made the process
+    abort at exit for a file of many row groups, about one time in six to two ("terminate called without an
+    active exception", pyarrow 25), which a Slurm task or a pod reports as failed after its work is done; and
+    it imports ``pyarrow.dataset``, with it pandas, into the process. A stage's unit is one core's work: the
+    threads only added CPU."""
     import pyarrow.parquet as pq
 
     with open_read(url) as f:
-        return pq.read_table(f, columns=columns, use_threads=False)
+        return pq.ParquetFile(f).read(columns=columns, use_threads=False)
 
 
 def open_arrow(url: str) -> Any:

@@ -64,7 +64,7 @@ def test_a_unit_of_bad_records_is_spilled_in_batches_and_written_whole(tmp_path)
 def test_a_file_of_many_row_groups_reads_back_and_the_reader_exits_cleanly(tmp_path):
     """Read with Arrow's threads through an fsspec file, a quarantine of many row groups (a spilled one) made the
     reading process abort at exit (pyarrow 25: "terminate called without an active exception", 83 row groups);
-    read_quarantine reads without them."""
+    read_quarantine reads through ParquetFile (storage.read_parquet), without them."""
     import subprocess
     import sys
     from pathlib import Path
