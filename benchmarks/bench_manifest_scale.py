@@ -571,25 +571,21 @@ def _plans_files(root: Path, shards: int) -> None:
     Tokenizer(models.WordLevel({"<|endoftext|>": 0, "a": 1}, unk_token="a")).save(str(root / "plans" / "tok.json"))
 
 
-def _plans_measures(root: Path, shards: int, groups: list[int], reps: int, timed, read_bytes) -> int:
-    """A tokenize task's plan and an export task's plan (scatter done) at ``shards`` shards, each manifest
-    written in the format of the code under test (set-up). Returns the tokenize manifest head's bytes."""
+def _plans_upstream(lake, shards: int, stage: str, attrs_stages: tuple[str, ...]) -> tuple[str, list]:
+    """A complete ``stage`` manifest of ``shards`` shards over the driver's attrs files of ``attrs_stages`` (set-up,
+    written in the format of the code under test: each entry's attrs columns where that code records them).
+    Returns its URI and its shard entries."""
     import pyarrow.parquet as pq
 
-    from airflow_curation.core import storage
-    from airflow_curation.core.layout import Lake
     from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
-    from airflow_curation.stages.export.stage import ExportStage
-    from airflow_curation.stages.tokenize.stage import TokenizeStage
 
-    lake = Lake(str(root / "plans"), "web", "2026-12-02")
     fields = ShardEntry.__dataclass_fields__
-    columns = {st: pq.read_schema(lake.attrs_uri(st, "part-000000", fp)).names for st, fp in PLANS_FP.items()}
+    columns = {st: pq.read_schema(lake.attrs_uri(st, "part-000000", PLANS_FP[st])).names for st in attrs_stages}
+    extra = {"attrs_columns": columns} if "attrs_columns" in fields else {}  # as that code's writers record
     entries = []
     for i in range(shards):
         sid = f"part-{i:06d}"
-        attrs = {st: lake.attrs_uri(st, sid, fp) for st, fp in PLANS_FP.items()}
-        extra = {"attrs_columns": columns} if "attrs_columns" in fields else {}  # as that code's writers record
+        attrs = {st: lake.attrs_uri(st, sid, PLANS_FP[st]) for st in attrs_stages}
         entries.append(
             ShardEntry(
                 shard_id=sid,
@@ -604,8 +600,23 @@ def _plans_measures(root: Path, shards: int, groups: list[int], reps: int, timed
             )
         )
     units = [UnitEntry(s.shard_id, [s.uri, *s.attrs.values()], s.checksum, status="done") for s in entries]
-    up = Manifest("web", "dedup", "up", FP, lake.to_dict(), units=units, shards=entries, status="complete")
-    up_uri = up.write(lake.manifest_uri("up", "dedup"))
+    up = Manifest("web", stage, "up", FP, lake.to_dict(), units=units, shards=entries, status="complete")
+    return up.write(lake.manifest_uri("up", stage)), entries
+
+
+def _plans_measures(root: Path, shards: int, groups: list[int], reps: int, timed, read_bytes) -> int:
+    """A tokenize task's plan and an export task's plan (scatter done) at ``shards`` shards, each manifest
+    written in the format of the code under test (set-up). Returns the tokenize manifest head's bytes."""
+
+    from airflow_curation.core import storage
+    from airflow_curation.core.layout import Lake
+    from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
+    from airflow_curation.stages.export.stage import ExportStage
+    from airflow_curation.stages.tokenize.stage import TokenizeStage
+
+    lake = Lake(str(root / "plans"), "web", "2026-12-02")
+    fields = ShardEntry.__dataclass_fields__
+    up_uri, entries = _plans_upstream(lake, shards, "dedup", tuple(PLANS_FP))
     config = {"input_manifest": up_uri, "tokenizer": str(root / "plans" / "tok.json"), "seq_len": 2048}
     for n in groups:
         index, count = _middle(n, shards)
@@ -642,7 +653,8 @@ def _plans_measures(root: Path, shards: int, groups: list[int], reps: int, timed
         config={"input_manifest": up_uri, "tokens": tokens},
     )
     tok_uri = tok.write(lake.manifest_uri("tok", "tokenize"))
-    export_config = {"input_manifest": tok_uri, "vocab_size": 50_000, "file_size": 1 << 30}
+    # the middle pass off: it would merge the spill files during the plan, which this set-up only marks as done
+    export_config = {"input_manifest": tok_uri, "vocab_size": 50_000, "file_size": 1 << 30, "spill_merge": "off"}
     real = ExportStage._scatter
 
     def scatter_done(self, scatter, run_key, group):  # set-up: the scatter's done mark, as a whole run leaves it
@@ -669,34 +681,12 @@ def _boilerplate_measures(root: Path, shards: int, groups: list[int], reps: int,
     whose preprocess attrs hold the cleaned text. The step's ``_SUCCESS.json`` is left by a whole plan in each
     process (set-up, not timed) whose global step is replaced by writing that file. Returns the manifest's
     bytes."""
-    import pyarrow.parquet as pq
-
     from airflow_curation.core import storage
     from airflow_curation.core.layout import Lake
-    from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry
     from airflow_curation.stages.boilerplate.stage import BoilerplateStage
 
     lake = Lake(str(root / "plans"), "web", "2026-12-02")
-    fields = ShardEntry.__dataclass_fields__
-    fp = PLANS_FP["preprocess"]
-    columns = {"preprocess": pq.read_schema(lake.attrs_uri("preprocess", "part-000000", fp)).names}
-    entries = [
-        ShardEntry(
-            shard_id=f"part-{i:06d}",
-            uri=lake.shard_uri(f"part-{i:06d}"),
-            rows=25_000,
-            bytes=512 << 20,
-            checksum=f"xxh64:{i:016x}",
-            unit_id=f"part-{i:06d}",
-            attrs={"preprocess": lake.attrs_uri("preprocess", f"part-{i:06d}", fp)},
-            attrs_checksums={"preprocess": f"xxh64:{i + 7:016x}"},
-            **({"attrs_columns": columns} if "attrs_columns" in fields else {}),
-        )
-        for i in range(shards)
-    ]
-    units = [UnitEntry(s.shard_id, [s.uri, *s.attrs.values()], s.checksum, status="done") for s in entries]
-    up = Manifest("web", "preprocess", "up", FP, lake.to_dict(), units=units, shards=entries, status="complete")
-    up_uri = up.write(lake.manifest_uri("up", "preprocess"))
+    up_uri, _ = _plans_upstream(lake, shards, "preprocess", ("preprocess",))
     config = {"input_manifest": up_uri}
     real = BoilerplateStage._global_step
 
