@@ -6,7 +6,7 @@ preprocess or dedup process, where a cached one starts in ~1 (benchmarks/RESULTS
 On a local install or a shared Slurm venv the first task pays it and the rest load the cache; a Kubernetes
 pod starts from its image every time, so an image built without a warm cache pays it in every pod. The
 command runs the numba stages (ingest, preprocess with every preset family, boilerplate, dedup,
-decontaminate) on a small generated lake in a temporary folder, so that the kernels are compiled for the
+decontaminate, mix) on a small generated lake in a temporary folder, so that the kernels are compiled for the
 argument types the stages really pass, then reports each kernel: loaded from the cache, or compiled (and
 whether numba could save it). ``--check`` fails when any kernel had to be compiled: run it after a warm in
 a fresh process (an image build) to prove the cache serves every stage.
@@ -115,6 +115,7 @@ def warm(folder: str) -> None:
     _run(["dedup", *lake, *local, "--all-rows", "--exact", "--verify"])
     _run(["boilerplate", *lake, "--workers", "1", "--min-documents", "2"])
     _run(["decontaminate", *lake, "--eval-sets", f"warm={evals}", "--ngram", "8"])
+    _run(["mix", *lake, "--targets", ".=1"])  # every document under the one input's folder
 
 
 def _warm(args: argparse.Namespace) -> int:

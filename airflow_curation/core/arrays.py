@@ -85,3 +85,20 @@ def strings(values: list[str]) -> pa.Array:
     return pa.Array.from_buffers(
         pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
     )
+
+
+def string_buffers(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """``(data bytes, int64 offsets)`` of the values as UTF-8 strings, for a compiled loop over them (any string
+    layout or dictionary of strings; integers as their decimal text; a null as the bytes its slot spans, none in
+    the arrays pyarrow builds)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks else pa.array([], pa.string())
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    if not pa.types.is_large_string(values.type):
+        values = values.cast(pa.large_string())
+    bufs = values.buffers()
+    offsets = np.frombuffer(bufs[1], np.int64, count=len(values) + 1, offset=values.offset * 8)
+    if bufs[2] is None or offsets[-1] == 0:
+        return np.zeros(1, np.uint8), offsets
+    return np.frombuffer(bufs[2], np.uint8), offsets

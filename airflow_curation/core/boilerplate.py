@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_curation.core.arrays import from_numpy
+from airflow_curation.core.arrays import from_numpy, string_buffers
 from airflow_curation.core.jit import numba
 
 KEY_COLUMNS = {"key": np.uint64, "docs": np.uint64}
@@ -120,15 +120,9 @@ def _hash_lines(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:  # pragma:
 
 
 def string_hashes(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """The 64-bit hash of each value's UTF-8 bytes, as a line's key is hashed (any string layout; integers
-    as their decimal text; a null as the bytes its slot spans, none in the arrays pyarrow builds)."""
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks() if values.num_chunks else pa.array([], pa.string())
-    if pa.types.is_dictionary(values.type):
-        values = values.dictionary_decode()
-    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
-        values = values.cast(pa.large_string())
-    return _hash_lines(*_buffers(_large(values)))
+    """The 64-bit hash of each value's UTF-8 bytes, as a line's key is hashed (the values as
+    :func:`airflow_curation.core.arrays.string_buffers` takes them)."""
+    return _hash_lines(*string_buffers(values))
 
 
 def line_keys(lines: pa.Array) -> tuple[np.ndarray, np.ndarray]:

@@ -84,6 +84,7 @@ KERNEL_MODULES = (
     "minhash",
     "ngram_match",
     "signals",
+    "xxh64",
 )
 
 

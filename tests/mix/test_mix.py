@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import xxhash
 from tokenizer_files import train_bpe
 
 from airflow_curation.cli import main as curation
@@ -133,11 +134,15 @@ def test_tokens_upsampled_as_whole_epochs_plus_hashed_fraction(lake):
         assert by[key]["selected_rows"] == by[key]["available_rows"]
     code = by["code"]
     assert code["epochs"] > 2  # code is scarce in tokens for 0.4: repeated most
+    plans = mix["plans"]
     for s in m.shards:
         t = pq.read_table(s.attrs["mix"]).to_pylist()
         for r in t:
             w = by[r["mix_key"]]["whole_epochs"]
             assert r["mix_epochs"] in (w, w + 1) and r["mix_tokens"] > 0
+            # the documented choice, recomputed with the xxhash package: one more epoch below the threshold
+            below = xxhash.xxh64_intdigest(f"{mix['seed']}:{r['id']}".encode()) >> 48 < plans[r["mix_key"]]["threshold"]
+            assert r["mix_epochs"] == w + below, r
     assert m.accounting["read"] == m.accounting["kept"] == 900
 
 

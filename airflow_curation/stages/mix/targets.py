@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import xxhash
+import pyarrow as pa
+
+from airflow_curation.core.xxh64 import xxh64_prefixed
 
 # A document's hash is cut to this many bins; a key's fractional epoch takes the documents whose bin is below
 # its threshold. The tally counts tokens (or documents) per bin, so the threshold is chosen, and the achieved
@@ -63,13 +65,10 @@ def check_sum(targets: dict[str, float]) -> None:
         raise MixError(f"mix: target proportions sum to {total:.6g}, not 1: {targets}")
 
 
-def doc_bins(seed: int, ids: list[str]) -> np.ndarray:
-    """Each id's hash bin, from ``xxh64(seed:id)`` (independent of where the row is)."""
-    prefix = f"{seed}:".encode()
-    shift = 64 - HASH_BITS
-    return np.fromiter(
-        (xxhash.xxh64_intdigest(prefix + i.encode()) >> shift for i in ids), dtype=np.int64, count=len(ids)
-    )
+def doc_bins(seed: int, ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Each id's hash bin, from ``xxh64(seed:id)`` (independent of where the row is), hashed over the
+    column's buffers: a Python string and hash call per row cost ~1.5 us, a third of the stage's CPU a row."""
+    return (xxh64_prefixed(f"{seed}:".encode(), ids) >> np.uint64(64 - HASH_BITS)).astype(np.int64)
 
 
 @dataclass
