@@ -74,13 +74,25 @@ class AttrsFile:
 # (``group_range``), from the manifest pages that hold them (one task of an array reads its slice, not the run).
 @lru_cache(maxsize=8)
 def _manifest_entries(uri: str, group: tuple[int, int] | None = None) -> dict[str, ShardEntry]:
-    head = ManifestHead.read(uri)
+    head = upstream_head(uri)
     if head.status != "complete":
         raise ValueError(f"upstream manifest {uri} is {head.status_text}, not complete")
     return {s.shard_id: s for s in head.shards(*(group or (0, 1)))}
 
 
+# The upstream head the plan's wait found complete, which its entries are read from just after: one read of the
+# head a plan, not two (on an object store a GET, tens of ms, the whole budget of a task's plan at 50,000 shards).
+_complete_heads: dict[str, ManifestHead] = {}
+
+
+def upstream_head(uri: str) -> ManifestHead:
+    """The head of the upstream manifest ``uri`` as this plan's wait found it complete (read now where it did
+    not wait: :func:`clear_caches` at each plan's start forgets the last plan's)."""
+    return _complete_heads.get(uri) or ManifestHead.read(uri)
+
+
 def clear_caches() -> None:
+    _complete_heads.clear()
     _manifest_entries.cache_clear()
     file_entries.cache_clear()
 
@@ -206,6 +218,7 @@ class AttrsStage(Stage):
         if upstream.status != "complete":
             setting = float(self.config.get("upstream_wait_s") or 0)
             raise ValueError(f"{self.name}: {upstream_problem(upstream, time.monotonic() - started, setting)}")
+        _complete_heads[uri] = upstream
 
     # -- streaming -----------------------------------------------------------------------------------
     def _stream_upstream(self, uri: str, group: tuple[int, int] | None = None) -> bool:

@@ -23,7 +23,8 @@ from airflow_curation.core.integrity import IntegrityError
 from airflow_curation.core.layout import Lake
 from airflow_curation.core.lease import Lease
 from airflow_curation.core.lsh import UnreadableSpill
-from airflow_curation.core.manifest import ManifestHead, UnitEntry, group_range
+from airflow_curation.core.manifest import UnitEntry, group_range
+from airflow_curation.stages.attrs import upstream_head
 from airflow_curation.stages.settings import Setting
 
 # The first pass's setting that says its ``shards`` are one array task's block (read from its pages), not the run's.
@@ -56,7 +57,7 @@ def plan_key_uri(lake: Lake, stage: str, input_manifest: str | None, fingerprint
     checksums, recorded in its head). None for plain-file inputs or a manifest without pages."""
     if not input_manifest:
         return None
-    meta = ManifestHead.read(input_manifest).data["index"].get("shards") or {}
+    meta = upstream_head(input_manifest).data["index"].get("shards") or {}
     if "checksums" not in meta:  # format 1: no pages to name it by
         return None
     ident = "|".join([*fingerprints, str(meta["count"]), *meta["checksums"]])

@@ -244,9 +244,16 @@ def test_a_task_that_waits_for_the_global_step_plans_from_its_pages(tmp_path, mo
     assert counted_first == [shards[block.start : block.stop]]  # its own block, before the lease
     assert len(wholes) == 1  # group 0's plan; group 2's came from its pages
     assert sorted(counted) == sorted(shards)  # each shard counted once
-    # from its pages also when the step was done before it started (a rerun, a late task)
+    # from its pages also when the step was done before it started (a rerun, a late task), with one read of the
+    # upstream head (its wait, the run key's name and its pages' entries share it; each a GET on an object store)
+    from airflow_curation.core import storage
+
+    reads: list[str] = []
+    real_read = storage.read_json
+    monkeypatch.setattr(storage, "read_json", lambda url, *a, **k: (reads.append(url), real_read(url, *a, **k))[1])
     StageRunner(BoilerplateStage(lake, config, "arr")).run(shard_group=(1, 3))
-    assert len(wholes) == 1
+    monkeypatch.setattr(storage, "read_json", real_read)
+    assert len(wholes) == 1 and reads.count(ingested) == 1, reads
     grouped = StageRunner(BoilerplateStage(lake, config, "arr")).run(collect=True)
     assert grouped.status == "complete"
     got = _rows(grouped)

@@ -472,3 +472,22 @@ def test_a_page_is_named_by_its_entries_not_by_their_key_order(tmp_path):
     a, b = (ManifestHead.read(m.write(str(tmp_path / f"{k}.json"))) for k, m in (("a", fresh), ("b", loaded)))
     for kind in ("units", "shards"):
         assert a.data["index"][kind]["checksums"] == b.data["index"][kind]["checksums"]
+
+
+def test_a_group_task_reads_the_upstream_head_once(upstream, monkeypatch):
+    """The wait for a complete upstream and the plan's entries share one read of its head (on an object store
+    each read is a GET, tens of ms: the plan's whole budget at 50,000 shards is 50 ms)."""
+    from airflow_curation.core import manifest as manifest_module
+
+    lake, uri, _ = upstream
+    reads: list[str] = []
+    real = manifest_module.storage.read_json
+
+    def counting(url, *a, **k):
+        reads.append(url)
+        return real(url, *a, **k)
+
+    monkeypatch.setattr(manifest_module.storage, "read_json", counting)
+    m = StageRunner(_stage(lake, uri)).run(shard_group=(2, 3))
+    assert {u.status for u in m.units} == {"done"}
+    assert reads.count(uri) == 1, reads

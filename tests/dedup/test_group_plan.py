@@ -260,3 +260,20 @@ def test_group_plans_of_shards_whose_attrs_differ_match_the_whole_plan(tmp_path,
             (u.unit_id, u.inputs, u.input_checksum) for u in whole.units
         ]
     assert not [f for f in opened if "/attrs/" in f], opened
+
+
+def test_a_group_task_reads_the_upstream_head_once(lake, monkeypatch):
+    """Once the global phase is done, a task's plan reads the upstream head once (its wait, the run key's name,
+    the block's position and its pages' entries share it): on an object store each read is a GET."""
+    from airflow_curation.core import manifest as manifest_module
+
+    lake, uri = lake
+    StageRunner(_stage(lake, uri)).run()
+    reads: list[str] = []
+    real = manifest_module.storage.read_json
+    monkeypatch.setattr(
+        manifest_module.storage, "read_json", lambda url, *a, **k: (reads.append(url), real(url, *a, **k))[1]
+    )
+    group = StageRunner(_stage(lake, uri)).run(shard_group=(2, 3))
+    assert {u.status for u in group.units} == {"skipped"}
+    assert reads.count(uri) == 1, reads

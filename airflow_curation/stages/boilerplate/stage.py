@@ -43,9 +43,9 @@ from airflow_curation.core.lsh import (
     read_partitions,
     write_partitioned,
 )
-from airflow_curation.core.manifest import ManifestHead, ShardEntry, UnitEntry
+from airflow_curation.core.manifest import ShardEntry, UnitEntry
 from airflow_curation.core.schema import CLEAN_TEXT, DROP_REASON, KEEP, TEXT, blank_texts
-from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches, keep_accounting
+from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches, keep_accounting, upstream_head
 from airflow_curation.stages.barrier import (
     BLOCK,
     BlockPass,
@@ -261,7 +261,7 @@ class BoilerplateStage(AttrsStage):
 
     def _plan_from_pages(self, index: int, count: int) -> list[UnitEntry] | None:
         """Group ``index`` of ``count`` from its pages, or None while the global step of this plan is not done."""
-        head = ManifestHead.read(self.config["input_manifest"])
+        head = upstream_head(self.config["input_manifest"])
         run_key = read_plan_key(self._key_uri(self._counts(head.rows, []))).get("run_key")
         done_uri = self.lake.path("boilerplate", str(run_key), "_SUCCESS.json")
         if not run_key or not storage.exists(done_uri):
@@ -284,7 +284,7 @@ class BoilerplateStage(AttrsStage):
         self._group = (index, count)
         shards = [self._shard(e)[0] for e in self.entries().values()]
         self._group = None
-        head = ManifestHead.read(self.config["input_manifest"])
+        head = upstream_head(self.config["input_manifest"])
         StageRunner(self._counts(head.rows, shards, block=True), self.default_mapper()).run(shard_group=(index, count))
 
     def _global_step(

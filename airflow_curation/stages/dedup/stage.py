@@ -43,11 +43,11 @@ from airflow_curation.core.lsh import (
     partition_ranges,
     partitions_for,
 )
-from airflow_curation.core.manifest import Manifest, ManifestHead, ShardEntry, UnitEntry, group_range
+from airflow_curation.core.manifest import Manifest, ShardEntry, UnitEntry, group_range
 from airflow_curation.core.minhash import MinHashParams, lsh_params
 from airflow_curation.core.schema import CLUSTER_ID, EXACT_DUPLICATE, KEEP, NEAR_DUPLICATE
 from airflow_curation.core.shards import attrs_columns, write_parquet
-from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches
+from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches, upstream_head
 from airflow_curation.stages.barrier import (
     BLOCK,
     BlockPass,
@@ -540,7 +540,7 @@ class DedupStage(AttrsStage):
 
     def _plan_from_pages(self, index: int, count: int) -> list[UnitEntry] | None:
         """Group ``index`` of ``count`` from its pages, or None while the global phase of this plan is not done."""
-        head = ManifestHead.read(self.config["input_manifest"])
+        head = upstream_head(self.config["input_manifest"])
         sig, params, parts = self._sig_stage(head.rows, [])
         doc = read_plan_key(self._plan_key_uri(sig))
         run_key = doc.get("run_key")
@@ -569,7 +569,7 @@ class DedupStage(AttrsStage):
 
     def _sign_block(self, index: int, count: int) -> None:
         """Phase 1 for the shards of block ``index`` of ``count`` only, read from their pages."""
-        head = ManifestHead.read(self.config["input_manifest"])
+        head = upstream_head(self.config["input_manifest"])
         block = group_range(head.shard_count, index, count)
         self._group = (index, count)
         shards = [self._shard(e, block.start + k)[0] for k, e in enumerate(self.entries().values())]
