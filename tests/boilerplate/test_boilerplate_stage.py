@@ -319,3 +319,75 @@ def test_the_global_step_holds_one_partition_at_a_time(tmp_path, monkeypatch):
     assert sorted(reads) == [(p, p + 1) for p in range(7)]
     one = _rows(_run(lake, ingested, "p1", partitions=1))
     assert [(r["id"], r[CLEAN_TEXT], r[REMOVED]) for r in seven] == [(r["id"], r[CLEAN_TEXT], r[REMOVED]) for r in one]
+
+
+# A middle pass's memory of a few shards' estimated spill (6 shards, 14 KB in all): chunks of 2 of the 8
+# partitions, groups of 3 shards.
+BUDGET = 4000
+
+
+def _done(lake: Lake) -> dict:
+    (done,) = Path(lake.path("boilerplate")).glob("*/_SUCCESS.json")
+    return json.loads(done.read_text())
+
+
+def test_the_middle_pass_cleans_the_same_text_reading_a_partition_from_one_file_a_group(tmp_path):
+    """With the middle pass (``spill_merge``), step 2 reads each partition from one merged file a group of shards,
+    not from every shard's spill: the same lines removed, the reads counted in ``_SUCCESS.json``, and the merged
+    files (an intermediate) removed once the frequent lines are written."""
+    (tmp_path / "off").mkdir()
+    (tmp_path / "on").mkdir()
+    lake_off, ingested_off = _ingest(tmp_path / "off")
+    lake_on, ingested_on = _ingest(tmp_path / "on")
+    off = _run(lake_off, ingested_off, partitions=8, spill_merge="off")
+    # a budget of a few shards' estimated spill: several groups, and chunks of several partitions
+    on = _run(lake_on, ingested_on, partitions=8, spill_merge="on", workers=2, memory_budget=BUDGET)
+    assert [(r["id"], r[CLEAN_TEXT], r[REMOVED]) for r in _rows(on)] == [
+        (r["id"], r[CLEAN_TEXT], r[REMOVED]) for r in _rows(off)
+    ]
+    shards = len(on.shards)
+    assert shards >= 4
+    before, after = _done(lake_off), _done(lake_on)
+    assert before["middle_pass"] is None and before["spill_reads"] == 8 * shards
+    shape = after["middle_pass"]
+    assert 1 < shape["groups"] < shards and 1 < shape["chunks"] < 8 and shape["chunk_partitions"] > 1
+    assert after["spill_reads"] == shape["chunks"] * shards + 8 * shape["groups"] < before["spill_reads"]
+    assert after["frequent_lines"] == before["frequent_lines"] > 0
+    assert list(Path(lake_on.path("boilerplate")).glob("*/merged/*")) == []
+
+
+def test_a_killed_middle_pass_resumes_from_its_files_and_an_unreadable_one_is_merged_again(tmp_path, monkeypatch):
+    """Killed after the middle pass (before step 2 summed it), the rerun keeps the merged files it finds; one
+    truncated meanwhile fails step 2 naming it and is removed, so the next run merges that one only again and
+    cleans the text of a run without the pass."""
+    from airflow_curation.stages.boilerplate import stage as boilerplate_stage
+
+    lake, ingested = _ingest(tmp_path)
+    code = (
+        "from airflow_curation.core.layout import Lake; "
+        "from airflow_curation.stages.base import StageRunner; "
+        "from airflow_curation.stages.boilerplate.stage import BoilerplateStage; "
+        f"s = BoilerplateStage(Lake({str(tmp_path / 'lake')!r}, 'docs'), {{'input_manifest': {ingested!r}, "
+        f"'min_documents': 5, 'partitions': 8, 'spill_merge': 'on', 'memory_budget': {BUDGET}}}, 'k1'); "
+        "print(StageRunner(s).run().status)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CURATION_FAULT": "boilerplate.after_merge"}
+    killed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    merged = sorted(Path(lake.path("boilerplate")).glob("*/merged/*/*.arrow"))
+    assert len(merged) >= 2
+    victim = merged[1]
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    config = {"partitions": 8, "spill_merge": "on", "memory_budget": BUDGET}
+    with pytest.raises(Exception, match=f"middle pass's file {victim} is unreadable.*run boilerplate again"):
+        _run(lake, ingested, "k1", **config)
+    assert not victim.exists() and all(p.exists() for p in merged if p != victim)
+    again: list[str] = []
+    real = boilerplate_stage.merge_spill_range
+    monkeypatch.setattr(
+        boilerplate_stage, "merge_spill_range", lambda g, lo, hi, out: (again.append(out), real(g, lo, hi, out))[1]
+    )
+    resumed = _run(lake, ingested, "k1", **config)
+    assert again == [str(victim)]
+    reference = _rows(_run(lake, ingested, "ref", partitions=3))
+    assert [(r["id"], r[CLEAN_TEXT]) for r in _rows(resumed)] == [(r["id"], r[CLEAN_TEXT]) for r in reference]

@@ -32,9 +32,10 @@ from airflow_curation.core.accounting import RowAccounting
 from airflow_curation.core.boilerplate import KEY_COLUMNS, document_line_counts, remove_lines, sum_counts
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import checksum_url
-from airflow_curation.core.integrity import verified_reads
+from airflow_curation.core.integrity import IntegrityError, verified_reads
 from airflow_curation.core.lease import Lease
 from airflow_curation.core.lsh import (
+    SPILL_SUFFIX,
     UnreadableSpill,
     partition_of,
     partition_ranges,
@@ -43,6 +44,7 @@ from airflow_curation.core.lsh import (
     read_partitions,
     write_partitioned,
 )
+from airflow_curation.core.lsh import merge_partitions as merge_spill_range
 from airflow_curation.core.manifest import ShardEntry, UnitEntry
 from airflow_curation.core.schema import CLEAN_TEXT, DROP_REASON, KEEP, TEXT, blank_texts
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches, keep_accounting, upstream_head
@@ -57,6 +59,7 @@ from airflow_curation.stages.barrier import (
     read_plan_key,
 )
 from airflow_curation.stages.base import Stage, StageRunner, UnitResult, file_record
+from airflow_curation.stages.export.merge import merge_plan
 from airflow_curation.stages.settings import Setting, size
 from airflow_curation.stages.text import ShardText, clean_text_attrs
 
@@ -65,6 +68,16 @@ log = logging.getLogger(__name__)
 REMOVED = "boilerplate_lines_removed"
 ONLY_BOILERPLATE = "boilerplate_only"
 _SPILL_BYTES = 16  # one spilled (key, docs) pair
+_LINES_A_DOCUMENT = 64  # distinct lines a document, for the spill's estimate (tens in real pages)
+# The partition cap: a partition must fit the memory budget, and past ~2 TB of text 4,096 partitions (dedup's cap)
+# no longer did (3.6 GB of pairs a partition at 50 TB). The middle pass keeps the reads a partition at one a
+# group of shards, not one a shard, so more partitions cost fewer reads than they did.
+MAX_PARTITIONS = 65_536
+
+
+def spill_estimate(rows: int) -> int:
+    """Step 1's spill for ``rows`` documents, in bytes: what the partitions and the middle pass are sized by."""
+    return rows * _LINES_A_DOCUMENT * _SPILL_BYTES
 
 
 def _inputs(s: dict) -> list[str]:
@@ -125,18 +138,37 @@ class BoilerplateCountStage(BlockPass, Stage):
         )
 
 
-def merge_partitions(lo: int, hi: int, spill_uris: list[str], min_documents: int, out_uri: str) -> dict:
+def merge_partitions(
+    lo: int,
+    hi: int,
+    spill_uris: list[str],
+    min_documents: int,
+    out_uri: str,
+    merged: tuple[int, list[list[str]]] | None = None,
+) -> dict:
     """Step 2 for the partitions ``lo <= p < hi`` (one unit): counts summed over every shard; the keys held
     by at least ``min_documents`` documents, with their counts, to ``out_uri``.
 
     One partition read at a time (each sized to ``memory_budget``): a unit's range is its share of the
     partitions among the workers, and reading it at once held the whole range (by the stage's own spill
     estimate, ~7 GB in each unit of a 4-worker run on 100 GB of text at the default budget). That costs
-    partitions x shards reads of the spill in all, not units x shards (docs/boilerplate.md, *At scale*)."""
+    partitions x shards reads of the spill in all, not units x shards; with the middle pass (``merged``:
+    partitions a chunk, and per chunk its files, one a group of shards) partitions x groups
+    (docs/boilerplate.md, *At scale*)."""
     keys, docs = [], []
     distinct = 0
     for p in range(lo, hi):
-        ((_, part),) = read_partitions(spill_uris, p, p + 1, KEY_COLUMNS)
+        sources = merged[1][p // merged[0]] if merged else spill_uris
+        try:
+            ((_, part),) = read_partitions(sources, p, p + 1, KEY_COLUMNS)
+        except UnreadableSpill as e:
+            if not merged or e.uri not in sources:
+                raise
+            storage.remove(e.uri)  # the middle pass keeps the files it finds: the rerun writes this one again
+            raise IntegrityError(
+                f"boilerplate: the middle pass's file {e.uri} is unreadable ({e.reason[:120]}): removed, run "
+                "boilerplate again to merge it again"
+            ) from e
         k, d = sum_counts(part["key"], part["docs"])
         distinct += len(k)
         frequent = d >= np.uint64(min_documents)
@@ -146,6 +178,23 @@ def merge_partitions(lo: int, hi: int, spill_uris: list[str], min_documents: int
     d = np.concatenate(docs) if docs else np.empty(0, np.uint64)
     write_partitioned(out_uri, {"key": k, "docs": d}, np.zeros(len(k), np.int64))
     return {"distinct_lines": distinct, "frequent_lines": int(len(k)), "frequent_line_docs": int(d.sum())}
+
+
+def _merge_chunk(group: list[str], lo: int, hi: int, out_uri: str) -> int:
+    """One unit of the middle pass: partitions ``lo..hi`` of a group's spill files as one file (kept where an
+    earlier attempt wrote it: files are written whole, atomically). Returns the rows merged now."""
+    if storage.exists(out_uri):
+        return 0
+    return merge_spill_range(group, lo, hi, out_uri)
+
+
+def spill_reads(partitions: int, shards: int, chunk: int | None = None, groups: int | None = None) -> int:
+    """The global step's reads of a spill (one file's piece of a partition range): partitions x shards, or with
+    the middle pass (``chunk`` partitions a chunk, ``groups`` groups of shards) chunks x shards to merge, then
+    partitions x groups."""
+    if chunk is None:
+        return partitions * shards
+    return -(-partitions // chunk) * shards + partitions * int(groups or 0)
 
 
 class BoilerplateStage(AttrsStage):
@@ -175,6 +224,15 @@ class BoilerplateStage(AttrsStage):
             minimum=1,
         ),
         Setting("partitions", int, None, "force the partition count", runtime=True, minimum=0),
+        Setting(
+            "spill_merge",
+            str,
+            "auto",
+            "merge the count spills by chunk of partitions and group of shards before the global step sums them "
+            "(auto: where the reads are many and small and merging at least halves them; docs/boilerplate.md)",
+            choices=("auto", "on", "off"),
+            runtime=True,
+        ),
         Setting("batch_rows", int, 8192, "rows per batch", runtime=True, minimum=1),
     )
 
@@ -221,8 +279,8 @@ class BoilerplateStage(AttrsStage):
         """Step 1's stage for ``rows`` rows in all (its partitions follow from them) over ``shards`` (one task's
         block of them where ``block``)."""
         # A document has tens of distinct lines; their pairs are what a partition holds while it is summed.
-        spill_bytes = rows * 64 * _SPILL_BYTES
-        parts = int(self.config["partitions"] or partitions_for(spill_bytes, int(self.config["memory_budget"])))
+        budget = int(self.config["memory_budget"])
+        parts = int(self.config["partitions"] or partitions_for(spill_estimate(rows), budget, maximum=MAX_PARTITIONS))
         config = {
             "partitions": parts,
             "shards": shards,
@@ -314,22 +372,64 @@ class BoilerplateStage(AttrsStage):
             fault_point("boilerplate.after_counts")
             spills = [counts.spill_uri(s["shard_id"]) for s in shards]
             parts = int(counts.config["partitions"])
+            rows = sum(int(s["rows"]) for s in shards)
+            merged = self._middle_pass(spills, parts, rows, gdir)
             ranges = partition_ranges(parts, max(1, int(self.config.get("workers") or 1)))
             outs = [storage.join(gdir, "frequent", f"unit-{u:05d}.arrow") for u in range(len(ranges))]
+            minimum = int(self.config["min_documents"])
             stats = list(
                 self.default_mapper()(
-                    merge_partitions,
-                    [(lo, hi, spills, int(self.config["min_documents"]), outs[u]) for u, (lo, hi) in enumerate(ranges)],
+                    merge_partitions, [(lo, hi, spills, minimum, outs[u], merged) for u, (lo, hi) in enumerate(ranges)]
                 )
+            )
+            shape = (
+                {"chunk_partitions": merged[0], "chunks": len(merged[1]), "groups": len(merged[1][0])} if merged else {}
             )
             result = {
                 "frequent": outs,
                 "partitions": parts,
+                "middle_pass": shape or None,
+                "spill_reads": spill_reads(parts, len(spills), shape.get("chunk_partitions"), shape.get("groups")),
                 **{k: sum(s[k] for s in stats) for k in ("distinct_lines", "frequent_lines", "frequent_line_docs")},
             }
             log.info("boilerplate: global step done: %s", {k: v for k, v in result.items() if k != "frequent"})
             storage.write_json(done_uri, {**result, "frequent": [uris.relativize(u, self.lake.root) for u in outs]})
+            if merged:  # an intermediate: the frequent lines are the step's result
+                fs, path = storage.filesystem(storage.join(gdir, "merged"))
+                fs.rm(path, recursive=True)
             return result
+
+    def _middle_pass(self, spills: list[str], parts: int, rows: int, gdir: str) -> tuple[int, list[list[str]]] | None:
+        """Where it pays (or ``spill_merge`` says), the spill files merged by chunk of partitions and group of
+        shards (export's middle pass, :func:`~airflow_curation.stages.export.merge.merge_plan`: a partition is
+        one gather unit here, since step 2 reads one at a time): ``(partitions a chunk, files[chunk][group])``,
+        or None. Step 2 then reads a partition from one file a group, not one a shard. A merged file already
+        there was written whole by an earlier attempt of this run key and shape (its folder), and is kept (a
+        killed pass resumes; one of another shape, from another ``memory_budget``, is never read)."""
+        mode = self.config["spill_merge"]
+        budget = int(self.config["memory_budget"])
+        shape = None if mode == "off" else merge_plan(parts, len(spills), spill_estimate(rows), budget, mode == "on")
+        if shape is None:
+            return None
+        k, g = shape
+        chunks = [(lo, min(lo + k, parts)) for lo in range(0, parts, k)]
+        groups = [spills[i : i + g] for i in range(0, len(spills), g)]
+        files = [
+            [storage.join(gdir, "merged", f"{k}x{g}", f"c{c:05d}-g{j:05d}{SPILL_SUFFIX}") for j in range(len(groups))]
+            for c in range(len(chunks))
+        ]
+        jobs = [(groups[j], lo, hi, files[c][j]) for c, (lo, hi) in enumerate(chunks) for j in range(len(groups))]
+        written = sum(self.default_mapper()(_merge_chunk, jobs))
+        log.info(
+            "boilerplate: middle pass: %d chunks of %d partitions x %d groups of %d shards (%d rows merged now)",
+            len(chunks),
+            k,
+            len(groups),
+            g,
+            written,
+        )
+        fault_point("boilerplate.after_merge")
+        return k, files
 
     def _read_done(self, uri: str) -> dict:
         doc = storage.read_json(uri)
