@@ -24,7 +24,6 @@ import json
 import os
 import random
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -42,7 +41,7 @@ from airflow_curation.core.shards import write_parquet  # noqa: E402
 from airflow_curation.stages.base import StageRunner  # noqa: E402
 from airflow_curation.stages.boilerplate.stage import MAX_PARTITIONS, BoilerplateStage, spill_estimate, spill_reads  # noqa: E402
 from airflow_curation.stages.export.merge import merge_plan  # noqa: E402
-from benchmarks.bench_export_merge import loopback_s3  # noqa: E402
+from benchmarks.bench_export_merge import loopback_s3, off_on_cells  # noqa: E402
 from benchmarks.proc_stats import cpu  # noqa: E402
 from benchmarks.results import RESULTS, replace_block  # noqa: E402
 
@@ -191,19 +190,9 @@ def render(results: dict) -> str:
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for where, lake in results["lakes"].items():
-        by = {m: [r for r in lake["runs"] if r["mode"] == m] for m in ("off", "on")}
-        walls = {m: statistics.median(r["wall_s"] for r in rs) for m, rs in by.items()}
-        for mode, rs in by.items():
-            w = [r["wall_s"] for r in rs]
-            c = [r["cpu_s"] for r in rs]
-            reads = rs[0]["reads"]
-            ratio = f"{walls['off'] / walls['on']:.2f}x" if mode == "on" else ""
-            found = sorted({r["frequent_lines"] for r in rs})
-            lines.append(
-                f"| {where} | {mode} | {reads['spill']:,} + {reads['merged']:,} | "
-                f"{statistics.median(w):.2f} ({min(w):.2f}-{max(w):.2f}) | "
-                f"{statistics.median(c):.2f} ({min(c):.2f}-{max(c):.2f}) | {ratio} | {', '.join(map(str, found))} |"
-            )
+        for mode, (rs, cells) in off_on_cells(lake["runs"]).items():
+            found = ", ".join(str(n) for n in sorted({r["frequent_lines"] for r in rs}))
+            lines.append(f"| {where} | {mode} | {cells} | {found} |")
     shapes = {
         json.dumps(r["middle_pass"]) for lake in results["lakes"].values() for r in lake["runs"] if r["middle_pass"]
     }

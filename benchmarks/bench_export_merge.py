@@ -197,6 +197,23 @@ def merge_cpu_s_per_gb(results: dict) -> float:
     return statistics.median(r["cpu_s"] for r in mem["runs"]) / mem["range_bytes"] * 1e9
 
 
+def off_on_cells(runs: list[dict]) -> dict[str, tuple[list[dict], str]]:
+    """Per mode (``off``, ``on``): its runs and the cells ``reads (spill + merged) | wall s median (min-max) | CPU s
+    median (min-max) | wall off / on`` (the ratio on the ``on`` row), of a middle-pass benchmark's table."""
+    by = {m: [r for r in runs if r["mode"] == m] for m in ("off", "on")}
+    walls = {m: statistics.median(r["wall_s"] for r in rs) for m, rs in by.items()}
+    out = {}
+    for mode, rs in by.items():
+        w, c, reads = [r["wall_s"] for r in rs], [r["cpu_s"] for r in rs], rs[0]["reads"]
+        ratio = f"{walls['off'] / walls['on']:.2f}x" if mode == "on" else ""
+        out[mode] = (
+            rs,
+            f"{reads['spill']:,} + {reads['merged']:,} | {statistics.median(w):.2f} ({min(w):.2f}-{max(w):.2f}) | "
+            f"{statistics.median(c):.2f} ({min(c):.2f}-{max(c):.2f}) | {ratio}",
+        )
+    return out
+
+
 def render(results: dict) -> str:
     lines = [
         "## Export's middle pass: spill files merged by chunk of buckets (`bench_export_merge.py`)",
@@ -213,18 +230,8 @@ def render(results: dict) -> str:
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for where, lake in results["lakes"].items():
-        by = {m: [r for r in lake["runs"] if r["mode"] == m] for m in ("off", "on")}
-        walls = {m: statistics.median(r["wall_s"] for r in rs) for m, rs in by.items()}
-        for mode, rs in by.items():
-            w = [r["wall_s"] for r in rs]
-            c = [r["cpu_s"] for r in rs]
-            reads = rs[0]["reads"]
-            ratio = f"{walls['off'] / walls['on']:.2f}x" if mode == "on" else ""
-            lines.append(
-                f"| {where} | {mode} | {rs[0]['units']} | {reads['spill']:,} + {reads['merged']:,} | "
-                f"{statistics.median(w):.2f} ({min(w):.2f}-{max(w):.2f}) | "
-                f"{statistics.median(c):.2f} ({min(c):.2f}-{max(c):.2f}) | {ratio} |"
-            )
+        for mode, (rs, cells) in off_on_cells(lake["runs"]).items():
+            lines.append(f"| {where} | {mode} | {rs[0]['units']} | {cells} |")
     direct, merged = plan_reads()
     per_read = []
     for where, lake in results["lakes"].items():

@@ -113,18 +113,23 @@ def test_a_kill_after_the_counts_resumes_from_them(tmp_path):
         f"{{'input_manifest': {ingested!r}, 'min_documents': 5}}, 'k1'); "
         "print(StageRunner(s).run().status)"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CURATION_FAULT": "boilerplate.after_counts"}
-    killed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert killed.returncode == -9, killed.stderr[-2000:]
+    _killed_at("boilerplate.after_counts", code)
     counts = lake.checkpoints("boilerplate_counts", _counts_fingerprint(lake))
     done_before = set(counts.scan()[0])
     assert done_before  # the counts were checkpointed before the kill
-    env.pop("CURATION_FAULT")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     rerun = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert rerun.stdout.strip() == "complete", rerun.stderr[-2000:]
     reference = _rows(_run(lake, ingested, "ref", partitions=3))
     resumed = _rows(Manifest.read(lake.manifest_uri("k1", "boilerplate")))
     assert [(r["id"], r[CLEAN_TEXT]) for r in resumed] == [(r["id"], r[CLEAN_TEXT]) for r in reference]
+
+
+def _killed_at(fault: str, code: str) -> None:
+    """Run ``code`` in a process of its own, SIGKILLed at the fault point ``fault`` (as a dying node)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CURATION_FAULT": fault}
+    killed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert killed.returncode == -9, killed.stderr[-2000:]
 
 
 def _counts_fingerprint(lake: Lake) -> str:
@@ -292,9 +297,7 @@ def test_a_counted_shard_whose_spill_is_gone_is_counted_again(tmp_path):
         f"s = BoilerplateStage(Lake({str(tmp_path / 'lake')!r}, 'docs'), "
         f"{{'input_manifest': {ingested!r}, 'min_documents': 5}}, 'g1'); StageRunner(s).run()"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CURATION_FAULT": "boilerplate.after_counts"}
-    killed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert killed.returncode == -9, killed.stderr[-2000:]
+    _killed_at("boilerplate.after_counts", code)
     gone = sorted(Path(lake.path("boilerplate")).glob("*/spill/*.keys.arrow"))[0]
     gone.unlink()
     m = _run(lake, ingested, "g1")
@@ -371,9 +374,7 @@ def test_a_killed_middle_pass_resumes_from_its_files_and_an_unreadable_one_is_me
         f"'min_documents': 5, 'partitions': 8, 'spill_merge': 'on', 'memory_budget': {BUDGET}}}, 'k1'); "
         "print(StageRunner(s).run().status)"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CURATION_FAULT": "boilerplate.after_merge"}
-    killed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert killed.returncode == -9, killed.stderr[-2000:]
+    _killed_at("boilerplate.after_merge", code)
     merged = sorted(Path(lake.path("boilerplate")).glob("*/merged/*/*.arrow"))
     assert len(merged) >= 2
     victim = merged[1]
