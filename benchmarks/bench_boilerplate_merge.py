@@ -33,7 +33,7 @@ import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from airflow_curation.core import lsh, storage  # noqa: E402
+from airflow_curation.core import storage  # noqa: E402
 from airflow_curation.core.layout import Lake  # noqa: E402
 from airflow_curation.core.lsh import partitions_for  # noqa: E402
 from airflow_curation.core.manifest import Manifest, ShardEntry  # noqa: E402
@@ -41,7 +41,7 @@ from airflow_curation.core.shards import write_parquet  # noqa: E402
 from airflow_curation.stages.base import StageRunner  # noqa: E402
 from airflow_curation.stages.boilerplate.stage import MAX_PARTITIONS, BoilerplateStage, spill_estimate, spill_reads  # noqa: E402
 from airflow_curation.stages.export.merge import merge_plan  # noqa: E402
-from benchmarks.bench_export_merge import loopback_s3, off_on_cells  # noqa: E402
+from benchmarks.bench_export_merge import counted_reads, loopback_s3, off_on_cells  # noqa: E402
 from benchmarks.proc_stats import cpu  # noqa: E402
 from benchmarks.results import RESULTS, replace_block  # noqa: E402
 
@@ -88,20 +88,10 @@ def run_once(lake: Lake, manifest: str, mode: str, args) -> dict:
     for done in storage.glob(lake.path("boilerplate", "*", "_SUCCESS.json")):  # the global step, to redo
         fs, path = storage.filesystem(done)
         fs.rm(path.rsplit("/", 1)[0], recursive=True)
-    reads = {"spill": 0, "merged": 0}
-    real = lsh._read_range
-
-    def counted(uri, *a):
-        reads["merged" if "/merged/" in uri else "spill"] += 1
-        return real(uri, *a)
-
-    lsh._read_range = counted
-    try:
+    with counted_reads("merged") as reads:
         c0, w0 = cpu(), time.perf_counter()
         m = StageRunner(_stage(lake, manifest, mode, args)).run()
         c, w = cpu() - c0, time.perf_counter() - w0
-    finally:
-        lsh._read_range = real
     assert m.status == "complete", m.status
     (done,) = storage.glob(lake.path("boilerplate", "*", "_SUCCESS.json"))
     step = storage.read_json(done)

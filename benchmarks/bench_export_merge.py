@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -74,16 +75,26 @@ def loopback_s3(base: str, bucket: str):
         proc.wait(timeout=30)
 
 
-def run_once(lake: Lake, manifest: str, mode: str, seed: int, args) -> dict:
+@contextlib.contextmanager
+def counted_reads(merged_folder: str) -> Iterator[dict[str, int]]:
+    """The ranged reads of spill files (``core.lsh._read_range`` calls) while in the block: ``merged`` those under
+    a folder named ``merged_folder``, ``spill`` the others."""
     reads = {"spill": 0, "merged": 0}
     real = lsh._read_range
 
     def counted(uri, *a):
-        reads["merged" if "/merge/" in uri else "spill"] += 1
+        reads["merged" if f"/{merged_folder}/" in uri else "spill"] += 1
         return real(uri, *a)
 
     lsh._read_range = counted
     try:
+        yield reads
+    finally:
+        lsh._read_range = real
+
+
+def run_once(lake: Lake, manifest: str, mode: str, seed: int, args) -> dict:
+    with counted_reads("merge") as reads:
         c0, w0 = cpu(), time.perf_counter()
         m = StageRunner(
             ExportStage(
@@ -100,8 +111,6 @@ def run_once(lake: Lake, manifest: str, mode: str, seed: int, args) -> dict:
             )
         ).run()
         c, w = cpu() - c0, time.perf_counter() - w0
-    finally:
-        lsh._read_range = real
     return {
         "mode": mode,
         "seed": seed,
