@@ -7,7 +7,7 @@ scale*). With it, chunks of partitions of groups of shards are merged first, and
 file a group. Here many small shards and many partitions put that term where the plan has it (reads of ~1 KB).
 
 The lake (``--shards`` Parquet shards of ``--docs`` pages each: a site's menu and footer lines on every page,
-lines shared by a few pages, each page's own lines) is counted once (step 1, not timed); then each run removes
+three of 400 related-article links, each page's own lines) is counted once (step 1, not timed); then each run removes
 the global step's folder (its frequent lines, its ``_SUCCESS.json``) and runs the stage whole, in-process, one
 worker, with ``spill_merge=off`` and ``on`` alternated (A B, B A, ...): the global step again (step 1 and 3
 find their checkpoints). On a local lake and an S3 lake (moto on loopback: a real HTTP request per read).
@@ -53,7 +53,7 @@ WORDS = "the of and to in a is that for it as was with be by on not this are or 
 
 def _page(rnd: random.Random, shard: int, doc: int) -> str:
     own = [" ".join(rnd.choice(WORDS) for _ in range(rnd.randint(6, 16))) + f" ({shard}.{doc}.{k})" for k in range(30)]
-    shared = [f"Related article {rnd.randint(0, 400)}" for _ in range(3)]  # held by a few pages each
+    shared = [f"Related article {rnd.randint(0, 400)}" for _ in range(3)]  # 3 of 400 links shared across pages
     return "\n".join(MENU + own + shared + FOOTER)
 
 
@@ -169,7 +169,7 @@ def render(results: dict) -> str:
         "## Boilerplate's middle pass: count spills merged by chunk of partitions (`bench_boilerplate_merge.py`)",
         "",
         f"{results['shards']} shards of {results['docs_per_shard']} pages (a site's menu and footer on every page, "
-        f"lines shared by a few, each page's own), {results['partitions']} partitions, `memory_budget` "
+        f"three of 400 related-article links, each page's own), {results['partitions']} partitions, `memory_budget` "
         f"{results['memory_budget']:,}: step 2 reading a ~1 KB piece of every shard's spill a partition, the shape "
         "of the 50 TB plan (docs/boilerplate.md *At scale*). The stage whole, one worker, in-process, its counts "
         "done once before (each run redoes the global step), `spill_merge=off` and `on` alternated; on a local "

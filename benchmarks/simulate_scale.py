@@ -531,6 +531,7 @@ def load_micro(results: Path = RESULTS_DIR) -> dict:
         "export": "export.json",
         "export_merge": "export_merge.json",
         "mix": "mix.json",
+        "boilerplate": "boilerplate_cost.json",
     }
     return {k: json.loads((results / f).read_text()) for k, f in names.items() if (results / f).exists()}
 
@@ -618,6 +619,88 @@ def out_plan(
     out["node_hours"] = sum(s["node_hours"] for s in out["steps"].values())
     out["cpu_hours"] = sum(s["cpu_hours"] for s in out["steps"].values())
     return out
+
+
+BOILERPLATE_BUDGET = 2 << 30  # fits a partition at 50 TB (the default 512 MiB leaves it 1.7x over: docs/boilerplate.md)
+
+
+def web_plan(micro: dict, total_bytes: float, shards: int, nodes: int, cores: int, rows: float) -> dict | None:
+    """Web data in at the plan: boilerplate (where ``boilerplate_cost.json`` is committed; None otherwise) at the
+    stage's marginal CPU a GB of text (``bench_boilerplate_cost.py``), a unit a shard (its counts, then its
+    cleaning: two reads of it). Its global step's partitions and reads as the stage plans them for ``rows``
+    documents at ``BOILERPLATE_BUDGET`` (up to ``MAX_PARTITIONS``, the middle pass shaped by ``merge_plan``). The
+    wall spreads all the CPU over the slots, the global step's share too (it runs on the lease holder's workers:
+    a Dask cluster at this size)."""
+    bp = micro.get("boilerplate")
+    if not bp or not rows:
+        return None
+    from bench_boilerplate_cost import cpu_s_per_gb
+
+    from airflow_curation.core.lsh import partitions_for
+    from airflow_curation.stages.boilerplate.stage import MAX_PARTITIONS, spill_estimate, spill_reads
+    from airflow_curation.stages.export.merge import merge_plan
+
+    est = spill_estimate(int(rows))
+    parts = partitions_for(est, BOILERPLATE_BUDGET, maximum=MAX_PARTITIONS)
+    k, g = merge_plan(parts, shards, est, BOILERPLATE_BUDGET, force=True)
+    groups = math.ceil(shards / g)
+    cpu_s = total_bytes / 1e9 * cpu_s_per_gb(bp)
+    slots = nodes * cores
+    waves = math.ceil(shards / slots)
+    wall = waves * cpu_s / shards
+    return {
+        "nodes": nodes,
+        "cpu_s_per_gb": cpu_s_per_gb(bp),
+        "spill_bytes": est,
+        "partitions": parts,
+        "chunks": math.ceil(parts / k),
+        "groups": groups,
+        "global_reads": spill_reads(parts, shards, k, groups),
+        "direct_reads": spill_reads(parts, shards),
+        "steps": {
+            "boilerplate": {
+                "cpu_hours": cpu_s / 3600,
+                "units": shards,
+                "waves": waves,
+                "wall_hours": wall / 3600,
+                "node_hours": wall / 3600 * nodes,
+                "reads": 2 * shards + spill_reads(parts, shards, k, groups),
+            }
+        },
+    }
+
+
+def web_markdown(plans: list[dict]) -> str:
+    """docs/scale.md's web-data-in table."""
+    p0 = plans[0]
+    lines = [
+        f"Boilerplate at {p0['cpu_s_per_gb']:.1f} CPU-s per GB of text (`boilerplate_cost.json`: the stage's marginal "
+        "CPU a GB between two lake sizes in `bench_boilerplate_cost.py`, its three steps on one worker), a unit a "
+        f"shard; its global step at `memory_budget` {BOILERPLATE_BUDGET >> 30} GiB: {p0['spill_bytes'] / 1e12:.1f} TB "
+        f"of estimated (line, count) pairs in {p0['partitions']:,} partitions, the middle pass in "
+        f"{p0['chunks']:,} chunks x {p0['groups']:,} groups, {p0['global_reads'] / 1e6:.1f} M spill reads (without "
+        f"it {p0['direct_reads'] / 1e9:.2f} G); reads below: the shard's two (its counts, its cleaning) and the global "
+        "step's. The wall spreads the global step's share over the slots too (it runs on the lease holder's workers, "
+        "a Dask cluster at this size).",
+        "",
+        "| nodes | step | CPU-hours | units | waves | wall h | node-hours | reads (M) |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for p in plans:
+        for step, st in p["steps"].items():
+            lines.append(
+                f"| {p['nodes']} | {step} | {st['cpu_hours']:,.0f} | {st['units']:,} | {st['waves']} | "
+                f"{st['wall_hours']:.2f} | {st['node_hours']:,.0f} | {st['reads'] / 1e6:,.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def web_plans_for(args: argparse.Namespace) -> list[dict]:
+    micro = load_micro() if args.micro else {}
+    shards = math.ceil(args.tb * 1e12 / (args.shard_gb * 1e9))
+    rows = _curve(args)["rows_per_gb"] * args.tb * 1e3
+    plans = [web_plan(micro, args.tb * 1e12, shards, int(n), args.cores, rows) for n in args.nodes.split(",")]
+    return [p for p in plans if p is not None]
 
 
 def _load_range(loads: list[float]) -> str:
@@ -740,10 +823,15 @@ def main(argv: list[str] | None = None) -> int:
     out = out_plans_for(args)
     if out:
         print(out_markdown(out))
+    web = web_plans_for(args)
+    if web:
+        print(web_markdown(web))
     if args.write_doc:
         replace_block(Path(args.write_doc), "simulate", block(argv))
         if out:
             replace_block(Path(args.write_doc), "simulate_out", out_markdown(out), after="simulate")
+        if web:
+            replace_block(Path(args.write_doc), "simulate_web", web_markdown(web), after="simulate_out")
     if args.out:
         Path(args.out).write_text(json.dumps({"plans": plans}, indent=1))
     return 0

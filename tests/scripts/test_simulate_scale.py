@@ -200,6 +200,35 @@ def test_docs_plan_table_is_regenerated_from_the_committed_json_byte_for_byte(si
     start, end = "<!-- simulate_out:start -->\n", "\n<!-- simulate_out:end -->"
     out = doc[doc.index(start) + len(start) : doc.index(end)]
     assert sim.out_markdown(sim.out_plans_for(sim.parser().parse_args(argv))) == out
+    start, end = "<!-- simulate_web:start -->\n", "\n<!-- simulate_web:end -->"
+    web = doc[doc.index(start) + len(start) : doc.index(end)]
+    assert sim.web_markdown(sim.web_plans_for(sim.parser().parse_args(argv))) == web
+
+
+def test_web_data_in_charges_boilerplate_per_gb_and_its_global_step_as_the_stage_plans_it(sim):
+    """The web table's arithmetic on made-up figures: boilerplate at its marginal CPU a GB between two lake sizes,
+    a unit a shard; its global step's partitions (fitting the budget, up to the cap) and reads with the middle
+    pass as the stage plans them, far below partitions x shards."""
+    from airflow_curation.core.lsh import partitions_for
+    from airflow_curation.stages.boilerplate.stage import MAX_PARTITIONS, spill_estimate
+
+    assert sim.web_plan({}, 50e12, 50_000, nodes=16, cores=64, rows=14e9) is None  # no figures, no table
+    runs = [
+        {"name": "ours: boilerplate stage", "size": n, "cpu": c}
+        for n, cs in ((1000, (2, 3, 9)), (4000, (8, 9, 7)))
+        for c in cs
+    ]
+    micro = {"boilerplate": {"sizes": [1000, 4000], "text_bytes": {"1000": 1e8, "4000": 4e8}, "runs": runs}}
+    p = sim.web_plan(micro, 50e12, 50_000, nodes=16, cores=64, rows=14e9)
+    step = p["steps"]["boilerplate"]
+    assert p["cpu_s_per_gb"] == pytest.approx((8 - 3) / 0.3)  # the medians' difference over 0.3 GB
+    assert step["cpu_hours"] == pytest.approx(50e3 * (5 / 0.3) / 3600)
+    assert step["units"] == 50_000 and step["waves"] == math.ceil(50_000 / (16 * 64))
+    est = spill_estimate(int(14e9))
+    assert p["partitions"] == partitions_for(est, sim.BOILERPLATE_BUDGET, maximum=MAX_PARTITIONS) > 4096
+    assert est / p["partitions"] * 4 <= sim.BOILERPLATE_BUDGET  # a partition fits the budget
+    assert p["global_reads"] == p["chunks"] * 50_000 + p["partitions"] * p["groups"]
+    assert p["global_reads"] < p["direct_reads"] / 100 and step["reads"] == 2 * 50_000 + p["global_reads"]
 
 
 def test_training_data_out_charges_tokenize_export_and_the_middle_pass_as_the_stage_plans_them(sim):
