@@ -7,6 +7,7 @@ import json
 import math
 import os
 import random
+from fractions import Fraction
 
 import duckdb
 import pyarrow as pa
@@ -40,6 +41,14 @@ def _values(n: int, seed: int) -> list[float | None]:
     return out
 
 
+def _exact_mean(values: list[float]) -> float:
+    """The sum of ``values`` as a rational, over their count, rounded once (IEEE's where one is not finite)."""
+    finite = [v for v in values if math.isfinite(v)]
+    if len(finite) < len(values):
+        return sum(values) / len(values)  # NaN, or an infinity
+    return float(sum((Fraction(v) for v in finite), Fraction(0)) / len(values))
+
+
 @pytest.mark.parametrize("special", [False, True])
 def test_selection_equals_duckdb_quantile_cont_and_aggregates(special):
     con = duckdb.connect()
@@ -55,11 +64,7 @@ def test_selection_equals_duckdb_quantile_cont_and_aggregates(special):
             f"SELECT count({c}), min({c}), max({c}), avg({c}), quantile_cont({c}, {qs}) FROM t"
         ).fetchone()
         present = [v for v in (vals if c == "a" else other) if v is not None]
-        try:  # the mean: the exactly rounded sum over the count (bounded's doc)
-            mean = math.fsum(present) / n
-        except ValueError:  # inf + -inf
-            mean = math.nan
-        want[c] = {"count": n, "min": lo, "max": hi, "mean": mean, "q": quant}
+        want[c] = {"count": n, "min": lo, "max": hi, "mean": _exact_mean(present), "q": quant}
     run = lambda sql: con.execute(sql).fetchall()  # noqa: E731
     # One part, then three (row ranges), with tiny bins and fetches so that selection refines several times.
     con.execute("CREATE VIEW t1 AS SELECT *, row_number() OVER () AS r FROM t")
@@ -76,10 +81,7 @@ def test_selection_equals_duckdb_quantile_cont_and_aggregates(special):
             assert [repr(x) for x in quant] == [repr(x) for x in w["q"]], c  # bit for bit (NaN too)
             if not special:  # every value in one bin, the 5% nulls in none
                 assert sum(g["hist"]["counts"]) == w["count"] < len(vals)
-            if len(parts) == 1:
-                assert repr(g["mean"]) == repr(w["mean"]), c
-            elif not special:
-                assert g["mean"] == pytest.approx(w["mean"], rel=1e-12)
+            assert repr(g["mean"]) == repr(w["mean"]), (c, len(parts))  # one part or three: bit for bit
 
 
 @pytest.mark.parametrize("special", [False, True])
@@ -109,6 +111,10 @@ def test_daft_quantiles_equal_duckdb_quantile_cont_bit_for_bit(special):
             assert repr(g["min"]) == repr(lo) and repr(g["max"]) == repr(hi)
             mine = [g[f"p{int(round(q * 100)):02d}"] for q in bounded.QUANTILES]
             assert [repr(x) for x in mine] == [repr(x) for x in quant], (c, bins)
+            # the mean too: the exact sum over the count, as DuckDB's engine gives it (Daft's mean was 1e-12 off)
+            duck = bounded.column_stats(lambda sql: con.execute(sql).fetchall(), ["t"], [(c, c)], quantiles=())  # noqa: B023
+            present = [v for v in table.column(c).to_pylist() if v is not None]
+            assert repr(g["mean"]) == repr(duck[c]["mean"]) == repr(_exact_mean(present)), c
 
 
 def _duplicate_id_across_shards(uris: dict[str, str]) -> str:
@@ -215,8 +221,8 @@ def test_attrs_files_read_by_position_where_their_schemas_agree_and_by_name_wher
 
 def test_a_mean_over_several_duckdb_threads_is_the_same_every_run_and_exactly_rounded():
     """Validate's means with several DuckDB threads: ``avg`` (and ``sum``) add in the order the threads finish, so
-    one report's mean differed between runs in its last bits (3 means in 6 runs here, before); the compensated
-    ``fsum`` gives the exactly rounded sum every run, whatever the split between threads."""
+    one report's mean differed between runs in its last bits (3 means in 6 runs here, before); the exact sums give
+    the exactly rounded mean every run, whatever the split between threads."""
     import numpy as np
 
     x = np.random.default_rng(0).random(2_000_000) * 1e3
@@ -229,4 +235,27 @@ def test_a_mean_over_several_duckdb_threads_is_the_same_every_run_and_exactly_ro
         got = bounded.column_stats(lambda sql: con.execute(sql).fetchall(), ["t"], [("x", "x")], quantiles=())  # noqa: B023
         means.add(got["x"]["mean"])
         con.close()
-    assert means == {math.fsum(x) / len(x)}
+    assert means == {_exact_mean(x.tolist())}
+
+
+def test_a_mean_over_the_whole_double_range_is_exact_in_every_split_and_engine():
+    """Values from subnormals to 1e308 with cancellations (1e16 + 1 - 1e16): their exact sum over the count, rounded
+    once (Python's ``Fraction``), from one DuckDB part, from three, and from Daft."""
+    import daft
+
+    from airflow_curation.stages.validate.daft_stats import signal_stats
+
+    rng = random.Random(1)
+    vals = [1e16, 1.0, -1e16, 0.1, 0.2, 0.3, 5e-324, -5e-324, 2.2250738585072014e-308, 4.49423283715579e307, 0.0]
+    vals += [-0.0] + [rng.uniform(-1, 1) * 10.0 ** rng.randint(-30, 30) for _ in range(20000)]
+    vals += [2.0**k for k in range(-1074, 1000, 7)] + [-(2.0**k) * 1.5 for k in range(-1000, 1000, 13)]
+    want = _exact_mean(vals)
+    table = pa.table({"x": pa.array(vals, pa.float64())})
+    con = duckdb.connect()
+    con.register("t", table)
+    con.execute("CREATE VIEW t1 AS SELECT *, row_number() OVER () AS r FROM t")
+    run = lambda sql: con.execute(sql).fetchall()  # noqa: E731
+    thirds = [f"(SELECT x FROM t1 WHERE r % 3 = {k})" for k in range(3)]
+    for parts in (["t"], thirds):
+        assert repr(bounded.column_stats(run, parts, [("x", "x")], quantiles=())["x"]["mean"]) == repr(want)
+    assert repr(signal_stats(daft, daft.from_arrow(table), ["x"])["x"]["mean"]) == repr(want)

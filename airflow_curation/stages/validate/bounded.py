@@ -5,11 +5,13 @@ data. Here the relation is a list of parts (SQL relations whose union is the who
 relation per group of shards), every query keeps only a few thousand groups, and the results are
 DuckDB's own over the whole relation:
 
-- ``count``, ``min``, ``max`` and the histogram are combined from the parts exactly; ``mean`` is the exactly
-  rounded sum of the parts' ``fsum`` (DuckDB's compensated sum; one part: its own) over the count. Not ``avg``
-  or ``sum``: with several DuckDB threads they add in the order the threads finish, so one report's mean
-  differed between runs in its last bits (3 means in 6 runs of a 2 M-value column at 2 threads); ``fsum``
-  gave one;
+- ``count``, ``min``, ``max`` and the histogram are combined from the parts exactly; ``mean`` is the exact sum
+  over the count, rounded once (:func:`exact_mean`): each finite value is an integer times a power of two, and
+  the parts add the integers per exponent (:func:`exact_sums_sql`), which no order of addition changes. Not
+  ``avg`` or ``sum``: with several DuckDB threads they add in the order the threads finish, so one report's mean
+  differed between runs in its last bits (3 means in 6 runs of a 2 M-value column at 2 threads); nor the sum of
+  the parts' ``fsum``, a rounding per part: several parts (an array's tasks) and one, or DuckDB and Daft
+  (:mod:`.daft_stats` sums the same integers), gave means 1e-12 apart;
 - quantiles: over one part, DuckDB's ``quantile_cont`` itself for the columns whose values fit a query's
   budget (``VALUES_PER_QUERY``, a batch of columns per query); past it (a lake of millions of rows per
   column), and over several parts, DuckDB's ``quantile_cont`` too (rank ``(n - 1) q``, interpolated between the values at its
@@ -23,7 +25,8 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 QUANTILES = (0.01, 0.05, 0.5, 0.95, 0.99)
@@ -146,30 +149,85 @@ def _x(col: str) -> str:
     return f"{q(col)}::DOUBLE"
 
 
+# A finite non-zero double x is m * 2**(e - 53) with e = floor(log2|x|) (to within one: log2 may round across a
+# power of two) and m an integer of at most 55 bits: x * 2**(53 - e), exact (a product by powers of two, in two
+# steps so that neither factor overflows; e is at least -1022, so subnormals get the same scale). A part adds, per
+# exponent, the high and low 28 bits of m as integers: exact, whatever the order or the engine. The factors come
+# from a table of the 2,122 exponents joined on e (two pow() a value cost 1.6x more); the whole query ~60 ns a
+# value on one thread, against ~4 for fsum (docs/validate.md).
+_SCALE_BITS = 28
+MEAN_SQL = """
+WITH u AS (UNPIVOT (SELECT {columns} FROM {part}) ON {names} INTO NAME k VALUE x),
+v AS (SELECT k, x, greatest(floor(log2(abs(x))), -1022)::BIGINT AS e FROM u WHERE isfinite(x) AND x <> 0),
+s AS (SELECT range AS e, pow(2.0, (53 - range) // 2) AS f1, pow(2.0, (53 - range) - (53 - range) // 2) AS f2
+      FROM range(-1022, 1100)),
+w AS (SELECT k, e, (x * f1 * f2)::BIGINT AS m FROM v JOIN s USING (e))
+SELECT k, e, sum(m >> {bits})::HUGEINT, sum(m & {mask})::HUGEINT FROM w GROUP BY k, e
+"""
+
+
+def exact_sums_sql(part: str, cols: list[str]) -> str:
+    """The query of one part's exact sums: rows ``(column index as 'cK', exponent, sum of m's high bits, sum of its
+    low bits)`` for every finite non-zero value (see :func:`exact_mean`)."""
+    return MEAN_SQL.format(
+        columns=", ".join(f"{_x(c)} AS c{k}" for k, c in enumerate(cols)),
+        part=part,
+        names=", ".join(f"c{k}" for k in range(len(cols))),
+        bits=_SCALE_BITS,
+        mask=(1 << _SCALE_BITS) - 1,
+    )
+
+
+def exact_mean(
+    sums: Iterable[tuple[int, int, int]], count: int, nan: int = 0, inf: int = 0, ninf: int = 0
+) -> float | None:
+    """The mean of ``count`` values from their exact sums ``(exponent, high sum, low sum)`` (of every part, in any
+    order), rounded once: the same float whatever the parts, their order or the engine. With NaN, or both
+    infinities, NaN; with one infinity, that infinity (IEEE's sum); no value: None."""
+    if not count:
+        return None
+    if nan or (inf and ninf):
+        return math.nan
+    if inf or ninf:
+        return math.inf if inf else -math.inf
+    total = 0
+    for e, hi, lo in sums:
+        total += ((int(hi) << _SCALE_BITS) + int(lo)) << (int(e) + 1022)
+    return float(Fraction(total, count << 1075))
+
+
 def _basics(run: Run, parts: Sequence[str], cols: list[str]) -> list[dict[str, Any]]:
-    per = 4  # count, min, max, fsum
+    # count, min, max, and the NaN count: with count, min and max alone DuckDB answers from Parquet's statistics,
+    # which leave NaN out (the max of [NaN, 1.0] was 1.0, not DuckDB's own NaN); the NaN count makes it scan
+    per = 4
     exprs = []
     for c in cols:
-        exprs += [f"count({_x(c)})", f"min({_x(c)})", f"max({_x(c)})", f"fsum({_x(c)})"]
+        exprs += [f"count({_x(c)})", f"min({_x(c)})", f"max({_x(c)})", f"count({_x(c)}) FILTER (WHERE isnan({_x(c)}))"]
     rows = [run(f"SELECT {', '.join(exprs)} FROM {p}")[0] for p in parts]
+    sums: list[list[tuple[int, int, int]]] = [[] for _ in cols]
+    for p in parts:
+        for k, e, hi, lo in run(exact_sums_sql(p, cols)):
+            sums[int(k[1:])].append((e, hi, lo))
     out = []
     for k in range(len(cols)):
         got = [r[per * k : per * k + per] for r in rows]
         n = sum(int(g[0]) for g in got)
         mins = [g[1] for g in got if g[1] is not None]
         maxs = [g[2] for g in got if g[2] is not None]
-        if n:
-            sums = [g[3] for g in got if g[3] is not None]
-            try:
-                mean = (sums[0] if len(sums) == 1 else math.fsum(sums)) / n  # one part: its sum as it is
-            except (ValueError, OverflowError):  # inf - inf, or a finite sum past the largest double
-                mean = sum(sums) / n
-        else:
-            mean = None
         lo = min(mins, key=_order) if mins else None
         hi = max(maxs, key=_order) if maxs else None
         out.append(
-            {"count": n, "min": lo, "max": hi, "mean": mean, "nan": 0, "inf": 0, "-inf": 0, "fmin": lo, "fmax": hi}
+            {
+                "count": n,
+                "min": lo,
+                "max": hi,
+                "mean": exact_mean(sums[k], n),
+                "nan": 0,
+                "inf": 0,
+                "-inf": 0,
+                "fmin": lo,
+                "fmax": hi,
+            }
         )
     # Infinities and NaN sort apart (-inf first, inf then NaN last): count them, and the finite range.
     odd = [k for k, b in enumerate(out) if b["count"] and not (math.isfinite(b["min"]) and math.isfinite(b["max"]))]
@@ -189,6 +247,7 @@ def _basics(run: Run, parts: Sequence[str], cols: list[str]) -> list[dict[str, A
             got = [r[5 * j : 5 * j + 5] for r in rows]
             b = out[k]
             b["nan"], b["inf"], b["-inf"] = (sum(int(g[i]) for g in got) for i in range(3))
+            b["mean"] = exact_mean(sums[k], b["count"], b["nan"], b["inf"], b["-inf"])
             los = [g[3] for g in got if g[3] is not None]
             his = [g[4] for g in got if g[4] is not None]
             b["fmin"], b["fmax"] = (min(los), max(his)) if los else (None, None)

@@ -36,7 +36,6 @@ def signal_stats(
             x.count().alias(f"{n}__n"),
             x.min().alias(f"{n}__min"),  # Daft orders as DuckDB: -inf first, NaN last
             x.max().alias(f"{n}__max"),
-            x.mean().alias(f"{n}__mean"),
             x.is_nan().cast(i64).sum().alias(f"{n}__nan"),
             (x == lit(math.inf)).cast(i64).sum().alias(f"{n}__inf"),
             (x == lit(-math.inf)).cast(i64).sum().alias(f"{n}__ninf"),
@@ -46,10 +45,12 @@ def signal_stats(
     g = {k: v[0] for k, v in frame.select(*names).agg(*aggs).to_pydict().items()}
     basics = []
     for n in names:
-        b = {"count": int(g[f"{n}__n"] or 0), "min": g[f"{n}__min"], "max": g[f"{n}__max"], "mean": g[f"{n}__mean"]}
+        b = {"count": int(g[f"{n}__n"] or 0), "min": g[f"{n}__min"], "max": g[f"{n}__max"]}
         b.update(nan=int(g[f"{n}__nan"] or 0), inf=int(g[f"{n}__inf"] or 0), fmin=g[f"{n}__fmin"], fmax=g[f"{n}__fmax"])
         b["-inf"] = int(g[f"{n}__ninf"] or 0)
         basics.append(b)
+    for b, sums in zip(basics, _exact_sums(daft, frame, names)):
+        b["mean"] = bounded.exact_mean(sums, b["count"], b["nan"], b["inf"], b["-inf"])
     interpolate = _Interpolator()
     try:
         values = bounded.rank_quantiles(
@@ -64,6 +65,52 @@ def signal_stats(
             stats[f"p{int(round(qq * 100)):02d}"] = val
         stats["hist"] = {"edges": [], "counts": []}
         out[n] = stats
+    return out
+
+
+def _times_power_of_two(x, s):
+    """``x * 2**s`` for an integer expression ``s`` (|s| < 2,048), exactly: Daft's ``pow`` takes a literal exponent,
+    so one factor per bit of |s| (each a power of two, applied from the smallest: nothing rounds, and the values on
+    the way stay between ``x`` and the result, so none overflows)."""
+    from daft import lit
+    from daft.functions import when
+
+    up, size = s > lit(0), s.abs()
+    for i in range(11):
+        step = 2.0 ** min(1 << i, 512)  # 2**1024 is no double: bit 10 is two factors of 2**512
+        factor = when(up, lit(step)).otherwise(lit(1.0 / step))
+        for _ in range(2 if i == 10 else 1):
+            x = x * when(((size >> lit(i)) & lit(1)) == lit(1), factor).otherwise(lit(1.0))
+    return x
+
+
+def _exact_sums(daft, frame, names: list[str]) -> list[list[tuple[int, int, int]]]:
+    """Per column, the exact sums of its finite non-zero values as :func:`.bounded.exact_sums_sql` computes them in
+    DuckDB (per exponent, the high and low bits of each value's integer ``m``): one query."""
+    from daft import col, lit
+    from daft.functions import to_struct, when
+
+    f64, i64 = daft.DataType.float64(), daft.DataType.int64()
+    bits = bounded._SCALE_BITS
+    fields = []
+    for i, n in enumerate(names):
+        x = col(n).cast(f64)
+        ok = ~x.is_inf() & x.not_nan() & (x != lit(0.0))
+        e = x.abs().log2().floor().clip(-1022.0, 1100.0).cast(i64)
+        m = _times_power_of_two(x, lit(53) - e).cast(i64)
+        hi = m >> lit(bits)
+        fields.append(when(ok, to_struct(e=e, hi=hi, lo=m - (hi << lit(bits)))).alias(f"r{i}"))
+    long = (
+        frame.select(*fields)
+        .with_column("__one", lit(1))
+        .unpivot(ids="__one", values=[f"r{i}" for i in range(len(names))], variable_name="req", value_name="v")
+        .where(col("v").not_null())
+        .select(col("req"), col("v")["e"].alias("e"), col("v")["hi"].alias("hi"), col("v")["lo"].alias("lo"))
+    )
+    r = long.groupby("req", "e").agg(col("hi").sum().alias("hi"), col("lo").sum().alias("lo")).to_pydict()
+    out: list[list[tuple[int, int, int]]] = [[] for _ in names]
+    for req, e, hi, lo in zip(r["req"], r["e"], r["hi"], r["lo"]):
+        out[int(req[1:])].append((int(e), int(hi), int(lo)))
     return out
 
 
