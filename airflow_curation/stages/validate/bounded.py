@@ -153,8 +153,8 @@ def _x(col: str) -> str:
 # power of two) and m an integer of at most 55 bits: x * 2**(53 - e), exact (a product by powers of two, in two
 # steps so that neither factor overflows; e is at least -1022, so subnormals get the same scale). A part adds, per
 # exponent, the high and low 28 bits of m as integers: exact, whatever the order or the engine. The factors come
-# from a table of the 2,122 exponents joined on e (two pow() a value cost 1.6x more); the whole query ~60 ns a
-# value on one thread, against ~4 for fsum (docs/validate.md).
+# from a table of the 2,122 exponents joined on e (two pow() a value cost 1.6x more); the whole query 53 ns a
+# value on one thread, against 3.3 for fsum (benchmarks/bench_exact_mean.py).
 _SCALE_BITS = 28
 MEAN_SQL = """
 WITH u AS (UNPIVOT (SELECT {columns} FROM {part}) ON {names} INTO NAME k VALUE x),
