@@ -392,3 +392,26 @@ def test_a_killed_middle_pass_resumes_from_its_files_and_an_unreadable_one_is_me
     assert again == [str(victim)]
     reference = _rows(_run(lake, ingested, "ref", partitions=3))
     assert [(r["id"], r[CLEAN_TEXT]) for r in _rows(resumed)] == [(r["id"], r[CLEAN_TEXT]) for r in reference]
+
+
+def test_partitions_capped_past_the_budget_are_said_with_the_budget_that_fits(tmp_path, monkeypatch, caplog):
+    """Where the partition cap holds and a partition, by the spill's estimate, needs more than memory_budget to sum
+    (the 50 TB plan at the default budget: 1.7x), the global step says so and names the budget that fits; the
+    lines removed are the same."""
+    import logging
+
+    from airflow_curation.stages.boilerplate import stage as boilerplate_stage
+
+    lake, ingested = _ingest(tmp_path)
+    reference = _rows(_run(lake, ingested, "ref", partitions=3))
+    monkeypatch.setattr(boilerplate_stage, "MAX_PARTITIONS", 2)  # the cap of a lake of 14 pages
+    with caplog.at_level(logging.WARNING, logger=boilerplate_stage.__name__):
+        capped = _run(lake, ingested, "capped", memory_budget=4000)
+    (said,) = [r.getMessage() for r in caplog.records if "the cap" in r.getMessage()]
+    need = -(-boilerplate_stage.spill_estimate(capped.accounting["read"]) * 4 // 2)
+    assert "2 partitions (the cap)" in said and f"memory_budget={-(-need // (1 << 20))}MiB fits" in said
+    assert [(r["id"], r[CLEAN_TEXT]) for r in _rows(capped)] == [(r["id"], r[CLEAN_TEXT]) for r in reference]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=boilerplate_stage.__name__):
+        _run(lake, ingested, "fits", memory_budget=1 << 30)  # one partition holds it all: nothing said
+    assert not [r for r in caplog.records if "the cap" in r.getMessage()]

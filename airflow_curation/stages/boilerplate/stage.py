@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 
 import numpy as np
 import pyarrow as pa
@@ -73,6 +74,7 @@ _LINES_A_DOCUMENT = 64  # distinct lines a document, for the spill's estimate (t
 # no longer did (3.6 GB of pairs a partition at 50 TB). The middle pass keeps the reads a partition at one a
 # group of shards, not one a shard, so more partitions cost fewer reads than they did.
 MAX_PARTITIONS = 65_536
+PARTITION_EXPANSION = 4  # a partition's pairs, expanded while sorted and summed (``partitions_for``'s default)
 
 
 def spill_estimate(rows: int) -> int:
@@ -280,7 +282,10 @@ class BoilerplateStage(AttrsStage):
         block of them where ``block``)."""
         # A document has tens of distinct lines; their pairs are what a partition holds while it is summed.
         budget = int(self.config["memory_budget"])
-        parts = int(self.config["partitions"] or partitions_for(spill_estimate(rows), budget, maximum=MAX_PARTITIONS))
+        parts = int(
+            self.config["partitions"]
+            or partitions_for(spill_estimate(rows), budget, PARTITION_EXPANSION, maximum=MAX_PARTITIONS)
+        )
         config = {
             "partitions": parts,
             "shards": shards,
@@ -373,6 +378,7 @@ class BoilerplateStage(AttrsStage):
             spills = [counts.spill_uri(s["shard_id"]) for s in shards]
             parts = int(counts.config["partitions"])
             rows = sum(int(s["rows"]) for s in shards)
+            self._warn_past_budget(parts, rows)
             merged = self._middle_pass(spills, parts, rows, gdir)
             ranges = partition_ranges(parts, max(1, int(self.config.get("workers") or 1)))
             outs = [storage.join(gdir, "frequent", f"unit-{u:05d}.arrow") for u in range(len(ranges))]
@@ -398,6 +404,24 @@ class BoilerplateStage(AttrsStage):
                 fs, path = storage.filesystem(storage.join(gdir, "merged"))
                 fs.rm(path, recursive=True)
             return result
+
+    def _warn_past_budget(self, parts: int, rows: int) -> None:
+        """Say so where the partitions are capped (``MAX_PARTITIONS``) and one, by the spill's estimate, needs more
+        than ``memory_budget`` to sum (at the 50 TB plan with the default budget: 1.7x), and what budget fits."""
+        budget = int(self.config["memory_budget"])
+        need = math.ceil(spill_estimate(rows) * PARTITION_EXPANSION / parts)
+        if self.config["partitions"] or parts < MAX_PARTITIONS or need <= budget:
+            return
+        log.warning(
+            "boilerplate: %d partitions (the cap) of %s rows' line counts need ~%d MiB each to sum, past "
+            "memory_budget %d MiB: a worker may run out of memory; memory_budget=%dMiB fits (docs/boilerplate.md, "
+            "At scale)",
+            parts,
+            f"{rows:,}",
+            need >> 20,
+            budget >> 20,
+            -(-need // (1 << 20)),
+        )
 
     def _middle_pass(self, spills: list[str], parts: int, rows: int, gdir: str) -> tuple[int, list[list[str]]] | None:
         """Where it pays (or ``spill_merge`` says), the spill files merged by chunk of partitions and group of
