@@ -26,9 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,10 +35,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
+from benchmarks.bench_mix import run  # noqa: E402
 from benchmarks.results import RESULTS, replace_block  # noqa: E402
 
 JSON = os.path.join(HERE, "results", "boilerplate_cost.json")
-ENV = {**os.environ, "PYTHONPATH": REPO}
 OURS_NAME = "ours: boilerplate stage"
 
 OURS = r"""
@@ -104,22 +102,6 @@ def build(root: str, pages: int, shards: int) -> tuple[str, str, int]:
         for s in Manifest.read(manifest).shards
     )
     return lake.root, manifest, int(text)
-
-
-def run(code: str, lake_root: str, upstream: str, work: str) -> dict:
-    copy = os.path.join(work, f"run-{time.monotonic_ns()}")
-    shutil.copytree(lake_root, copy)
-    try:
-        out = subprocess.run(
-            [sys.executable, "-c", code, copy, upstream.replace(lake_root, copy, 1)],
-            env=ENV,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    finally:
-        shutil.rmtree(copy, ignore_errors=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def measure(args: argparse.Namespace) -> dict:

@@ -118,17 +118,15 @@ def build(root: str, rows: int, shards: int) -> tuple[str, str]:
     return lake.root, stage.manifest_uri
 
 
-def run(code: str, lake_root: str, upstream: str, work: str) -> dict:
+def run(code: str, lake_root: str, upstream: str, work: str, *argv: str) -> dict:
+    """``code`` in a process of its own on a fresh copy of the lake (argv: the copy's root, its upstream manifest,
+    then ``argv``); its last line of output, as JSON."""
     copy = os.path.join(work, f"run-{time.monotonic_ns()}")
     shutil.copytree(lake_root, copy)
     up = upstream.replace(lake_root, copy, 1)
     try:
         out = subprocess.run(
-            [sys.executable, "-c", code, copy, up, HERE, json.dumps(TARGETS)],
-            env=ENV,
-            capture_output=True,
-            text=True,
-            check=True,
+            [sys.executable, "-c", code, copy, up, *argv], env=ENV, capture_output=True, text=True, check=True
         )
     finally:
         shutil.rmtree(copy, ignore_errors=True)
@@ -151,7 +149,7 @@ def measure(args: argparse.Namespace) -> dict:
             for r in range(args.runs):
                 for name in names if r % 2 == 0 else names[::-1]:
                     load = os.getloadavg()[0]
-                    got = run(CONTENDERS[name], lake_root, upstream, tmp)
+                    got = run(CONTENDERS[name], lake_root, upstream, tmp, HERE, json.dumps(TARGETS))
                     run_ = {"contender": "ours" if name == OURS_NAME else name, "name": name, "size": size, "round": r}
                     data["runs"].append(run_ | {"load": load} | got)
                     print(data["runs"][-1], flush=True)

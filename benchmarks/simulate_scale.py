@@ -696,10 +696,18 @@ def web_markdown(plans: list[dict]) -> str:
 
 
 def web_plans_for(args: argparse.Namespace) -> list[dict]:
+    return _plans_by_nodes(
+        args, lambda micro, shards, rows, n: web_plan(micro, args.tb * 1e12, shards, n, args.cores, rows)
+    )
+
+
+def _plans_by_nodes(args: argparse.Namespace, make) -> list[dict]:
+    """``make(micro, shards, rows, nodes)`` for each node count of ``args`` (the committed micro-benchmarks, the
+    plan's shards, its rows from the curve), the plans it made (None: not measured, not in the table)."""
     micro = load_micro() if args.micro else {}
     shards = math.ceil(args.tb * 1e12 / (args.shard_gb * 1e9))
     rows = _curve(args)["rows_per_gb"] * args.tb * 1e3
-    plans = [web_plan(micro, args.tb * 1e12, shards, int(n), args.cores, rows) for n in args.nodes.split(",")]
+    plans = [make(micro, shards, rows, int(n)) for n in args.nodes.split(",")]
     return [p for p in plans if p is not None]
 
 
@@ -741,14 +749,12 @@ def out_markdown(plans: list[dict]) -> str:
 
 
 def out_plans_for(args: argparse.Namespace) -> list[dict]:
-    micro = load_micro() if args.micro else {}
-    shards = math.ceil(args.tb * 1e12 / (args.shard_gb * 1e9))
-    rows = _curve(args)["rows_per_gb"] * args.tb * 1e3
-    plans = [
-        out_plan(micro, args.tb * 1e12, args.tokens, shards, int(n), args.cores, args.max_array, rows)
-        for n in args.nodes.split(",")
-    ]
-    return [p for p in plans if p is not None]
+    return _plans_by_nodes(
+        args,
+        lambda micro, shards, rows, n: out_plan(
+            micro, args.tb * 1e12, args.tokens, shards, n, args.cores, args.max_array, rows
+        ),
+    )
 
 
 def block(argv: list[str]) -> str:

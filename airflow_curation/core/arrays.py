@@ -87,12 +87,18 @@ def strings(values: list[str]) -> pa.Array:
     )
 
 
+def one_chunk(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """``values`` as one array (a chunked array's chunks combined; none: an empty array of its type)."""
+    if isinstance(values, pa.ChunkedArray):
+        return values.combine_chunks() if values.num_chunks else pa.array([], values.type)
+    return values
+
+
 def string_buffers(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """``(data bytes, int64 offsets)`` of the values as UTF-8 strings, for a compiled loop over them (any string
     layout or dictionary of strings; integers as their decimal text; a null as the bytes its slot spans, none in
     the arrays pyarrow builds)."""
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks() if values.num_chunks else pa.array([], pa.string())
+    values = one_chunk(values)
     if pa.types.is_dictionary(values.type):
         values = values.dictionary_decode()
     if not pa.types.is_large_string(values.type):

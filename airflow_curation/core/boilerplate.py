@@ -29,20 +29,6 @@ from airflow_curation.core.jit import numba
 KEY_COLUMNS = {"key": np.uint64, "docs": np.uint64}
 
 
-def _large(texts: pa.Array | pa.ChunkedArray) -> pa.Array:
-    if isinstance(texts, pa.ChunkedArray):
-        texts = texts.combine_chunks() if texts.num_chunks else pa.array([], pa.string())
-    return texts.cast(pa.large_string()) if pa.types.is_string(texts.type) else texts
-
-
-def _buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(data bytes, int64 offsets) of a large_string array."""
-    bufs = arr.buffers()
-    offsets = np.frombuffer(bufs[1], np.int64, count=len(arr) + 1, offset=arr.offset * 8)
-    data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None and offsets[-1] > 0 else np.zeros(1, np.uint8)
-    return data, offsets
-
-
 @numba.njit(cache=True, nogil=True)
 def _split(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
     """(the bytes without the newlines, line offsets into them, lines per string): a string of k newlines
@@ -76,11 +62,10 @@ def _split(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def split_lines(texts: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
     """Every line of every text (split on ``\n``; a null text is one empty line) and each line's document
     index."""
-    texts = _large(texts)
-    data, offsets = _buffers(texts)
+    data, offsets = string_buffers(texts)
     packed, line_offsets, counts = _split(data, offsets)
     lines = pa.LargeStringArray.from_buffers(len(line_offsets) - 1, pa.py_buffer(line_offsets), pa.py_buffer(packed))
-    return lines, np.repeat(np.arange(len(texts), dtype=np.int64), counts)
+    return lines, np.repeat(np.arange(len(offsets) - 1, dtype=np.int64), counts)
 
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
@@ -127,7 +112,7 @@ def string_hashes(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 def line_keys(lines: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """``(keys, has_key)``: the hash of each stripped line, and False for blank lines (key 0)."""
-    data, offsets = _buffers(_large(pc.utf8_trim_whitespace(lines)))
+    data, offsets = string_buffers(pc.utf8_trim_whitespace(lines))
     has_key = np.diff(offsets) > 0
     keys = _hash_lines(data, offsets)
     keys[~has_key] = 0

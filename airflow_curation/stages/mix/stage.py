@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
 from airflow_curation.core.accounting import RowAccounting
-from airflow_curation.core.arrays import from_numpy, to_numpy
+from airflow_curation.core.arrays import from_numpy, one_chunk, to_numpy
 from airflow_curation.core.fingerprint import canonical_json, config_fingerprint
 from airflow_curation.core.integrity import handed_rows
 from airflow_curation.core.lease import Lease
@@ -360,7 +360,7 @@ class MixStage(AttrsStage):
             schema = pq.ParquetFile(f).schema_arrow
         check_id_text(schema, entry.uri)
         ids_col = read_shard(entry.uri, [ID]).column(ID)
-        ids = _one_chunk(ids_col.cast(pa.string()))
+        ids = one_chunk(ids_col.cast(pa.string()))
         n = len(ids)
         planned = self.unit_attrs(unit, entry)
         decisions = [planned[k] for k in self._decision_keys(entry) if k in planned]
@@ -415,7 +415,7 @@ class MixStage(AttrsStage):
                 col = col.cast(pa.string())
             except pa.ArrowNotImplementedError:
                 raise mt.MixError(f"mix: key {key!r} is {col.type}, which has no text form to key by") from None
-        return _one_chunk(pc.fill_null(col, NULL_KEY))
+        return one_chunk(pc.fill_null(col, NULL_KEY))
 
     def _column(
         self, unit: UnitEntry, entry: ShardEntry, schema: pa.Schema, ids: pa.ChunkedArray, ref: str, what: str
@@ -548,12 +548,6 @@ class MixStage(AttrsStage):
         manifest.config = {**manifest.config, MIXTURE_KEY: {**mixture, "uri": uri}}
         if not math.isfinite(selected_total) or selected_total == 0:
             raise StageFailed("mix: the mixture selected nothing")
-
-
-def _one_chunk(values: pa.Array | pa.ChunkedArray) -> pa.Array:
-    if isinstance(values, pa.ChunkedArray):
-        return values.combine_chunks() if values.num_chunks else pa.array([], values.type)
-    return values
 
 
 def _live(reasons: np.ndarray) -> np.ndarray:

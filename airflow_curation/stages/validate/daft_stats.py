@@ -84,6 +84,18 @@ def _times_power_of_two(x, s):
     return x
 
 
+def _requests(frame, fields: list):
+    """One row a (row of ``frame``, request): ``req`` the request's name (``r<i>``, the i-th of ``fields``, struct
+    columns named so) and ``v`` its struct, so that every request is aggregated by one group-by."""
+    from daft import lit
+
+    return (
+        frame.select(*fields)
+        .with_column("__one", lit(1))
+        .unpivot(ids="__one", values=[f"r{i}" for i in range(len(fields))], variable_name="req", value_name="v")
+    )
+
+
 def _exact_sums(daft, frame, names: list[str]) -> list[list[tuple[int, int, int]]]:
     """Per column, the exact sums of its finite non-zero values as :func:`.bounded.exact_sums_sql` computes them in
     DuckDB (per exponent, the high and low bits of each value's integer ``m``): one query."""
@@ -101,9 +113,7 @@ def _exact_sums(daft, frame, names: list[str]) -> list[list[tuple[int, int, int]
         hi = m >> lit(bits)
         fields.append(when(ok, to_struct(e=e, hi=hi, lo=m - (hi << lit(bits)))).alias(f"r{i}"))
     long = (
-        frame.select(*fields)
-        .with_column("__one", lit(1))
-        .unpivot(ids="__one", values=[f"r{i}" for i in range(len(names))], variable_name="req", value_name="v")
+        _requests(frame, fields)
         .where(col("v").not_null())
         .select(col("req"), col("v")["e"].alias("e"), col("v")["hi"].alias("hi"), col("v")["lo"].alias("lo"))
     )
@@ -144,9 +154,7 @@ def _scan(daft, frame, names: list[str], bins: int) -> bounded.Scan:
                 key = when(cond, bin_of(x, start, width))
             fields.append(to_struct(k=key, x=x).alias(f"r{i}"))
         long = (
-            frame.select(*fields)
-            .with_column("__one", lit(1))
-            .unpivot(ids="__one", values=[f"r{i}" for i in range(len(plan))], variable_name="req", value_name="v")
+            _requests(frame, fields)
             .select(col("req"), col("v")["k"].alias("k"), col("v")["x"].alias("x"))
             .where(col("k").not_null())
         )
