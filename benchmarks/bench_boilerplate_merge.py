@@ -37,13 +37,13 @@ from airflow_curation.core import storage  # noqa: E402
 from airflow_curation.core.layout import Lake  # noqa: E402
 from airflow_curation.core.lsh import partitions_for  # noqa: E402
 from airflow_curation.core.manifest import Manifest, ShardEntry  # noqa: E402
+from airflow_curation.core.merge_plan import merge_plan  # noqa: E402
 from airflow_curation.core.shards import write_parquet  # noqa: E402
 from airflow_curation.stages.base import StageRunner  # noqa: E402
 from airflow_curation.stages.boilerplate.stage import MAX_PARTITIONS, BoilerplateStage, spill_estimate, spill_reads  # noqa: E402
-from airflow_curation.stages.export.merge import merge_plan  # noqa: E402
 from benchmarks.bench_export_merge import counted_reads, loopback_s3, off_on_cells  # noqa: E402
 from benchmarks.proc_stats import cpu  # noqa: E402
-from benchmarks.results import RESULTS, replace_block  # noqa: E402
+from benchmarks.results import measure_or_render  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "boilerplate_merge.json"
 MENU = ["Home | Products | Docs | Blog | Contact", "Sign in", "Search this site"]
@@ -220,12 +220,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--render", action="store_true")
     args = ap.parse_args()
-    results = json.loads(OUT.read_text()) if args.render else measure(args)
-    if not args.render:
-        OUT.write_text(json.dumps(results, indent=1) + "\n")
-    text = render(results)
-    print(text)
-    replace_block(RESULTS, "bench_boilerplate_merge", text)
+    measure_or_render(OUT, "bench_boilerplate_merge", lambda: measure(args), render, args.render)
 
 
 if __name__ == "__main__":

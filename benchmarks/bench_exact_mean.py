@@ -13,7 +13,6 @@ or several, in DuckDB or Daft (``tests/validate/test_bounded_memory.py``); this 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -26,7 +25,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from airflow_curation.stages.validate import bounded  # noqa: E402
-from benchmarks.results import RESULTS, replace_block  # noqa: E402
+from benchmarks.results import measure_or_render  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "exact_mean.json"
 
@@ -119,12 +118,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--render", action="store_true")
     args = ap.parse_args()
-    results = json.loads(OUT.read_text()) if args.render else measure(args)
-    if not args.render:
-        OUT.write_text(json.dumps(results, indent=1) + "\n")
-    text = render(results)
-    print(text)
-    replace_block(RESULTS, "bench_exact_mean", text)
+    measure_or_render(OUT, "bench_exact_mean", lambda: measure(args), render, args.render)
 
 
 if __name__ == "__main__":

@@ -35,8 +35,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from airflow_curation.core import lsh, storage  # noqa: E402
 from airflow_curation.core.layout import Lake  # noqa: E402
+from airflow_curation.core.merge_plan import merge_plan  # noqa: E402
 from airflow_curation.stages.base import StageRunner  # noqa: E402
-from airflow_curation.stages.export.merge import merge_plan  # noqa: E402
 from airflow_curation.stages.export.stage import ExportStage, gather_units  # noqa: E402
 from benchmarks.bench_export import VOCAB, cpu, write_input  # noqa: E402
 from benchmarks.results import RESULTS, replace_block  # noqa: E402

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
@@ -25,3 +27,17 @@ def replace_block(path: Path, name: str, text: str, after: str | None = None) ->
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(new, encoding="utf-8")
     tmp.replace(path)
+
+
+def measure_or_render(
+    out: Path, name: str, measure: Callable[[], dict], render: Callable[[dict], str], again: bool
+) -> None:
+    """A benchmark's ending: its figures measured (``measure()``) and their JSON written to ``out``, or, with
+    ``again`` (its ``--render``), read back from ``out``; then its block ``name`` in RESULTS.md rebuilt from them
+    (and printed), so the committed JSON always regenerates the table."""
+    results = json.loads(out.read_text()) if again else measure()
+    if not again:
+        out.write_text(json.dumps(results, indent=1) + "\n")
+    text = render(results)
+    print(text)
+    replace_block(RESULTS, name, text)

@@ -326,7 +326,9 @@ def components_terms(
     edges a row."""
     if not dedup.get("edges_per_row"):
         return None
+    from airflow_curation.core.components import EDGE_ROW_BYTES, STEP_ROW_BYTES
     from airflow_curation.core.lsh import partitions_for
+    from airflow_curation.core.merge_plan import merge_plan
     from airflow_curation.stages.dedup.stage import MAX_OUT_PARTITIONS, edge_bytes, pack_groups
 
     live = tuple(live or dedup.get("components_live") or COMPONENTS_LIVE)
@@ -336,17 +338,42 @@ def components_terms(
     edge_groups = pack_groups(units, cc, units, total_bytes, int(budget), remote=True)
     exact_groups = pack_groups(units, out, out, int(dedup["exact_per_row"] * rows * 8), int(budget), remote=True)
     parts = components_steps(cc, total_bytes, int(budget), live)
-    step_opens = sum(a * b for a, b in zip(parts[1:], parts[:-1]))  # each step opens every file of the one before
     last = parts[-1] if parts[-1] > 1 else 0  # else in memory: one task reads the last files (counted above)
-    step_opens += last * last  # the labels step on what is left
+    # Each step's task reads its span of every file of the step before, or, where the stage's middle pass runs
+    # (components_merge=auto: merge_plan), of its chunk's merged files: (files, tasks, input bytes) a step.
+    first_files = len(edge_groups) or units
+    steps = [(first_files, cc, total_bytes)]
+    steps += [(a, b, int(total_bytes * f * STEP_ROW_BYTES / EDGE_ROW_BYTES)) for a, b, f in zip(parts, parts[1:], live)]
+    if last:  # the labels step on what is left
+        steps.append((last, last, int(total_bytes * live[len(parts) - 1] * STEP_ROW_BYTES / EDGE_ROW_BYTES)))
+    step_opens = merge_opens = merged_puts = 0
+    first_opens = first_merged = 0
+    for k, (files, tasks, nbytes) in enumerate(steps):
+        shape = merge_plan(tasks, files, nbytes, int(budget))
+        if shape:
+            chunks, groups = -(-tasks // shape[0]), -(-files // shape[1])
+            reads, merged = chunks * files, tasks * groups
+            merged_puts += chunks * groups
+        else:
+            reads, merged = tasks * files, 0
+        if k == 0:
+            first_opens, first_merged = reads, merged
+        else:
+            step_opens += reads
+        merge_opens += merged
+    unmerged_opens = sum(a * b for a, b in zip(parts[1:], parts[:-1])) + last * last
     # labels files: the last step's and the finished stars' of every later large-star step (one a task)
     label_files = max(1, last) + sum(parts[2::2])
-    file_opens = step_opens + out * label_files  # and the labels' gather
-    unit_opens = cc * units * (not edge_groups) + out * units * (not exact_groups)
-    pack_reads = cc * len(edge_groups) + out * len(exact_groups)
+    gather_opens = out * label_files
+    if edge_groups:
+        first_gets, unmerged_first = PACK_READ_GETS * first_opens, PACK_READ_GETS * cc * len(edge_groups)
+    else:
+        first_gets, unmerged_first = OPEN_GETS * first_opens, OPEN_GETS * cc * units
+    exact_gets = PACK_READ_GETS * out * len(exact_groups) if exact_groups else OPEN_GETS * out * units
     packed_files = units * (bool(edge_groups) + bool(exact_groups))  # a GET each to copy
-    gets = OPEN_GETS * (file_opens + unit_opens) + PACK_READ_GETS * pack_reads + packed_files
-    puts = 2 * units + sum(parts) + label_files + 2 * out + len(edge_groups) + len(exact_groups)
+    gets = OPEN_GETS * (step_opens + merge_opens + first_merged + gather_opens) + first_gets + exact_gets + packed_files
+    gets_unmerged = OPEN_GETS * (unmerged_opens + gather_opens) + unmerged_first + exact_gets + packed_files
+    puts = 2 * units + sum(parts) + label_files + 2 * out + len(edge_groups) + len(exact_groups) + merged_puts
     return {
         "partitions": cc,
         "steps": len(parts),
@@ -354,8 +381,11 @@ def components_terms(
         "edge_groups": len(edge_groups),
         "exact_groups": len(exact_groups),
         "gets": gets,
+        "gets_unmerged": gets_unmerged,
+        "step_reads": first_opens + first_merged + step_opens + merge_opens,
+        "step_reads_unmerged": (cc * first_files) + unmerged_opens,
         "puts": puts,
-        "gets_unpacked": OPEN_GETS * (file_opens + cc * units + out * units),
+        "gets_unpacked": OPEN_GETS * (unmerged_opens + gather_opens + cc * units + out * units),
         "gets_every_step_at_cc": OPEN_GETS * ((len(live) - 1) * cc * cc + out * cc),
     }
 
@@ -456,11 +486,15 @@ def components_sentence(plans: list[dict]) -> str:
         f"{', '.join(f'{n:,}' for n in c0['step_partitions'] if n > 1)} partitions (each in what the edges left "
         "alive need, the finished stars labelled where found)"
         + (", then union-find in memory" if c0["step_partitions"][-1] == 1 else "")
-        + ", "
+        + ", each step's inputs merged by chunk of its tasks and group of files where the stage's middle pass "
+        "would merge them (`components_merge=auto`), "
         "the units' edge and exact-duplicate files packed where the stage would pack them: "
         + ", ".join(
             f"{p['components']['edge_groups']:,} + {p['components']['exact_groups']:,} packs, "
-            f"{p['components']['gets'] / 1e6:,.1f} M GETs (unpacked {p['components']['gets_unpacked'] / 1e6:,.1f} M) "
+            f"{p['components']['step_reads'] / 1e6:,.2f} M step reads (unmerged "
+            f"{p['components']['step_reads_unmerged'] / 1e6:,.2f} M), "
+            f"{p['components']['gets'] / 1e6:,.1f} M GETs (unmerged {p['components']['gets_unmerged'] / 1e6:,.1f} M, "
+            f"unpacked {p['components']['gets_unpacked'] / 1e6:,.1f} M) "
             f"on {p['nodes']} nodes"
             for p in plans
         )
@@ -563,7 +597,7 @@ def out_plan(
         return None
     from bench_export_merge import merge_cpu_s_per_gb
 
-    from airflow_curation.stages.export.merge import merge_plan
+    from airflow_curation.core.merge_plan import merge_plan
     from airflow_curation.stages.export.stage import gather_units
 
     ours = [r["cpu"] for r in tok["runs"] if r["contender"] == "ours" and "cpu" in r]
@@ -637,8 +671,8 @@ def web_plan(micro: dict, total_bytes: float, shards: int, nodes: int, cores: in
     from bench_boilerplate_cost import cpu_s_per_gb
 
     from airflow_curation.core.lsh import partitions_for
+    from airflow_curation.core.merge_plan import merge_plan
     from airflow_curation.stages.boilerplate.stage import MAX_PARTITIONS, spill_estimate, spill_reads
-    from airflow_curation.stages.export.merge import merge_plan
 
     est = spill_estimate(int(rows))
     parts = partitions_for(est, BOILERPLATE_BUDGET, maximum=MAX_PARTITIONS)

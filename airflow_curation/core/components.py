@@ -39,6 +39,7 @@ from airflow_curation.core.lsh import (
     unique_edges,
     write_partitioned,
 )
+from airflow_curation.core.merge_plan import middle_pass
 
 log = logging.getLogger(__name__)
 
@@ -48,19 +49,23 @@ EDGE_COLUMNS = {"src": np.uint64, "dst": np.uint64}
 STEP_COLUMNS = {**EDGE_COLUMNS, "leaf": np.uint8}
 LABEL_COLUMNS = {"node": np.uint64, "label": np.uint64}
 EDGE_ROW_BYTES = 16  # a directed edge row (src, dst), what the memory budget sizes partitions by
+STEP_ROW_BYTES = 17  # a step's row (src, dst, leaf) as a reader decodes it
+MERGE_MODES = ("auto", "on", "off")
 Mapper = Callable[[Callable[..., Any], Iterable[tuple]], Iterator[Any]]
 
 
 class Components(NamedTuple):
     """Label spill files (columns ``node``, ``label``: only nodes whose label differs from themselves, partitioned
     by ``shard index % out_partitions``: the last step's and those of the finished stars), the star rounds it
-    took (0: the graph was solved in memory), the (file, step) reads its steps made, and the directed edges each
-    step wrote (what is still unsolved after it)."""
+    took (0: the graph was solved in memory), the (file, step) reads its steps made (their middle passes' included),
+    the directed edges each step wrote (what is still unsolved after it), and the steps whose inputs were merged
+    first."""
 
     labels: list[str]
     rounds: int
     reads: int = 0
     steps: tuple[int, ...] = ()
+    merged: int = 0
 
 
 def _serial(fn, arg_tuples):
@@ -223,6 +228,9 @@ def connected_components(
     max_rounds: int = 200,
     input_partitions: int | None = None,
     memory_budget: int | None = None,
+    merge: str = "off",
+    merge_budget: int | None = None,
+    input_bytes: int | None = None,
 ) -> Components:
     """Label every node of the graph in ``edge_uris`` with its component's lowest node.
 
@@ -233,6 +241,13 @@ def connected_components(
     :param memory_budget: where given, each step runs in the partitions the edges still alive need
         (:func:`~airflow_curation.core.lsh.partitions_for`, never more than the step before), and the rest is
         solved in memory once they fit one; else every step runs in ``num_partitions``.
+    :param merge: ``auto``, ``on`` or ``off``: each step's input files merged first by chunk of its tasks and
+        group of files (:func:`~airflow_curation.core.merge_plan.middle_pass`), where that pays (``auto``) or
+        always (``on``): a step's task reads one file a group instead of every file of the step before, so a
+        step's reads grow as partitions^1.5, not partitions^2 (docs/dedup.md).
+    :param merge_budget: one merge unit's memory (default ``memory_budget``; no merge without either).
+    :param input_bytes: the decoded bytes of ``edge_uris`` (sizes the first step's merge groups; without it the
+        first step merges only where ``merge`` is ``on``).
     :returns: the label spill files, the rounds taken and the step reads (:class:`Components`).
     """
     input_partitions = input_partitions or num_partitions
@@ -243,8 +258,12 @@ def connected_components(
         _in_memory(list(edge_uris), out, out_partitions, input_partitions)
         return Components([out], 0, len(edge_uris))  # one read of each file, as the in-memory finish counts
     mapper = mapper or _serial
-    current, written_in, columns = list(edge_uris), input_partitions, EDGE_COLUMNS
-    parts, reads, finished, steps = num_partitions, 0, [], []
+    if merge not in MERGE_MODES:
+        raise ValueError(f"merge must be one of {MERGE_MODES}, got {merge!r}")
+    merge_budget = merge_budget or memory_budget
+    merger = None if merge == "off" or not merge_budget else (merge == "on", merge_budget, mapper)
+    current, written_in, columns, current_bytes = list(edge_uris), input_partitions, EDGE_COLUMNS, input_bytes
+    parts, reads, finished, steps, merged_steps = num_partitions, 0, [], [], 0
     labels_dir = storage.join(work_dir, "labels")
     previous_digest = None
     for rnd in range(max_rounds):
@@ -254,20 +273,25 @@ def connected_components(
                 out = storage.join(labels_dir, f"part-00000{SPILL_SUFFIX}")
                 _in_memory(current, out, out_partitions, written_in)
                 _remove(current, edge_uris)
-                return Components([out, *finished], rnd + 1, reads + len(current), tuple(steps))
+                return Components([out, *finished], rnd + 1, reads + len(current), tuple(steps), merged_steps)
             step = storage.join(work_dir, f"round-{rnd:03d}-{kind}")
             outs = [storage.join(step, f"part-{p:05d}{SPILL_SUFFIX}") for p in range(parts)]
             labels = [storage.join(step, f"labels-{p:05d}{SPILL_SUFFIX}") for p in range(parts)]
             spans = partition_ranges(written_in, parts)
-            args = [(kind, current, spans[p], parts, outs[p], columns, labels[p], out_partitions) for p in range(parts)]
+            inputs, n_reads, merged = _step_inputs(current, spans, current_bytes, merger, storage.join(step, "merged"))
+            args = [
+                (kind, inputs(p), spans[p], parts, outs[p], columns, labels[p], out_partitions) for p in range(parts)
+            ]
             results = list(mapper(_step, args))
-            reads += parts * len(current)
+            reads, merged_steps = reads + n_reads, merged_steps + bool(merged)
             finished += [uri for uri, (_, _, n) in zip(labels, results) if n]
             if round_digest is None:
                 round_digest = sum(d for _, d, _ in results) & (2**64 - 1)
             _remove(current, edge_uris)
+            _remove(merged, [])
             current, written_in, columns = outs, parts, STEP_COLUMNS
             edges = sum(n for n, _, _ in results)
+            current_bytes = edges * STEP_ROW_BYTES
             steps.append(edges)
             fault_point("dedup.mid_components")
             log.info("components: round %d %s-star, %d directed edges in %d partitions", rnd, kind, edges, parts)
@@ -276,7 +300,7 @@ def connected_components(
                 if not finished:
                     finished.append(storage.join(labels_dir, f"part-00000{SPILL_SUFFIX}"))
                     _write_labels(finished[0], np.empty(0, np.uint64), np.empty(0, np.uint64), out_partitions)
-                return Components(finished, rnd + 1, reads, tuple(steps))
+                return Components(finished, rnd + 1, reads, tuple(steps), merged_steps)
             if memory_budget:
                 parts = min(parts, partitions_for(edges * EDGE_ROW_BYTES, memory_budget))
         if round_digest == previous_digest:
@@ -285,10 +309,29 @@ def connected_components(
     else:
         raise RuntimeError(f"connected components did not converge in {max_rounds} rounds")
     outs = [storage.join(labels_dir, f"part-{p:05d}{SPILL_SUFFIX}") for p in range(written_in)]
-    list(mapper(_labels, [(current, p, outs[p], out_partitions) for p in range(written_in)]))
-    reads += written_in * len(current)
+    spans = [(p, p + 1) for p in range(written_in)]
+    folder = storage.join(work_dir, f"round-{rnd:03d}-labels", "merged")
+    inputs, n_reads, merged = _step_inputs(current, spans, current_bytes, merger, folder)
+    list(mapper(_labels, [(inputs(p), p, outs[p], out_partitions) for p in range(written_in)]))
+    reads += n_reads
     _remove(current, edge_uris)
-    return Components(outs + finished, rnd + 1, reads, tuple(steps))
+    _remove(merged, [])
+    return Components(outs + finished, rnd + 1, reads, tuple(steps), merged_steps + bool(merged))
+
+
+def _step_inputs(
+    current: list[str], spans: list[tuple[int, int]], total: int | None, merger: tuple | None, folder: str
+) -> tuple[Callable[[int], list[str]], int, list[str]]:
+    """What each task of a step reads: its span of every file of ``current`` (tasks x files reads), or, where
+    the middle pass runs (``merger``: (forced, budget, mapper)), its span of its chunk's merged files, one a
+    group of files (chunks x files + tasks x groups reads). Returns (task -> its files, the reads, the merged
+    files to remove once the step is done)."""
+    if merger is not None and (total is not None or merger[0]):
+        force, budget, mapper = merger
+        done = middle_pass(current, spans, total or 0, budget, folder, mapper, force)
+        if done is not None:
+            return done.inputs, done.reads, [uri for row in done.files for uri in row]
+    return (lambda _: current), len(spans) * len(current), []
 
 
 def _remove(step_files: list[str], edge_uris: list[str]) -> None:

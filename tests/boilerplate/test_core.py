@@ -70,8 +70,8 @@ def at_scale_rows() -> list[str]:
     that fit ``memory_budget`` (up to ``MAX_PARTITIONS``), the middle pass's shape (``merge_plan``) and the
     global step's reads (``spill_reads``); 286 M documents a TB and 1 GB shards, as in docs/scale.md."""
     from airflow_curation.core.lsh import partitions_for
+    from airflow_curation.core.merge_plan import merge_plan
     from airflow_curation.stages.boilerplate.stage import MAX_PARTITIONS, spill_estimate, spill_reads
-    from airflow_curation.stages.export.merge import merge_plan
 
     rows = []
     for tb, budget in ((0.1, 512 << 20), (1, 512 << 20), (10, 512 << 20), (50, 512 << 20), (50, 2 << 30)):

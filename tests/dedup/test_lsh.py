@@ -288,7 +288,8 @@ def test_components_match_union_find(tmp_path, partitions, written):
     edges = [str(tmp_path / "edges-0.parquet"), str(tmp_path / "edges-1.parquet")]  # two units' files
     write_edges(edges[0], a[:1500].astype(np.uint64), b[:1500].astype(np.uint64), written)
     write_edges(edges[1], a[1500:].astype(np.uint64), b[1500:].astype(np.uint64), written)
-    outs, rounds, _, _ = connected_components(edges, str(tmp_path / "cc"), partitions, 2, input_partitions=written)
+    got = connected_components(edges, str(tmp_path / "cc"), partitions, 2, input_partitions=written)
+    outs, rounds = got.labels, got.rounds
     # in memory: union-find, no rounds; else star rounds until one changes nothing (the path needs several)
     assert rounds == 0 if partitions == 1 else rounds > 1
     assert _labels_of(outs, 2) == {k: v for k, v in _union_find(n, a.tolist(), b.tolist()).items() if v != k}
@@ -329,6 +330,53 @@ def test_components_finish_stars_and_shrink_partitions(tmp_path, kind, partition
         assert finished and got.rounds <= 4
     if budget:  # the live edges shrink below one partition: the steps read fewer files than at 8 throughout
         assert got.reads < 8 * 8 * 2 * got.rounds
+
+
+@pytest.mark.parametrize("kind", ["tree", "drift", "stars"])
+@pytest.mark.parametrize("budget", [None, 16 * 4 * 600])
+def test_components_with_merged_step_inputs(tmp_path, kind, budget):
+    """With the middle pass each step's task reads its span from one merged file a group of the step before's
+    files, not from every one of them: the same labels as without it, each node labelled once, the reads counted
+    as merge plus readers (fewer than without it here: 24 unit files, 12 partitions), no merged file left."""
+    rng = np.random.default_rng(len(kind))
+    a, b = _graph(kind, 2400, rng)
+    units = [str(tmp_path / f"edges-{u:02d}.arrow") for u in range(24)]
+    for u, sl in enumerate(np.array_split(np.arange(a.size), len(units))):
+        write_edges(units[u], a[sl], b[sl], 12)
+    nodes, idx = np.unique(np.r_[a, b], return_inverse=True)
+    roots = _union_find(nodes.size, idx[: a.size].tolist(), idx[a.size :].tolist())
+    want = {int(nodes[k]): int(nodes[v]) for k, v in roots.items() if v != k}
+    runs = {}
+    for merge in ("off", "on"):
+        got = connected_components(
+            units, str(tmp_path / merge), 12, 3, memory_budget=budget, merge=merge, merge_budget=1 << 20
+        )
+        assert _labels_of(got.labels, 3) == want, merge
+        runs[merge] = got
+    off, on = runs["off"], runs["on"]
+    assert off.merged == 0 and on.merged >= 1
+    assert on.steps == off.steps and on.rounds == off.rounds  # the same steps, read from other files
+    assert on.reads < off.reads, (on.reads, off.reads)
+    # the first step: 12 tasks x 24 files without the pass
+    assert off.reads >= 12 * 24
+    left = [p for p in (tmp_path / "on").rglob("*") if p.is_file() and "/merged/" in str(p)]
+    assert not left, left
+
+
+def test_components_merge_only_where_it_pays(tmp_path):
+    """``auto`` merges where the reads are many and small (merge_plan's rule), not on a handful of files: here
+    12 x 24 reads, under the thousand a pass pays for, so the steps read the files themselves."""
+    rng = np.random.default_rng(3)
+    a, b = _graph("tree", 1200, rng)
+    units = [str(tmp_path / f"edges-{u:02d}.arrow") for u in range(24)]
+    for u, sl in enumerate(np.array_split(np.arange(a.size), len(units))):
+        write_edges(units[u], a[sl], b[sl], 12)
+    got = connected_components(
+        units, str(tmp_path / "cc"), 12, 3, merge="auto", merge_budget=1 << 20, input_bytes=a.size * 32
+    )
+    assert got.merged == 0
+    with pytest.raises(ValueError, match="merge must be one of"):
+        connected_components(units, str(tmp_path / "cc2"), 12, 3, merge="yes")
 
 
 def test_components_of_a_graph_of_finished_stars_only(tmp_path):

@@ -190,3 +190,20 @@ def test_the_components_run_in_the_partitions_their_edges_need(nd_corpus, nd_fil
     assert done["components_partitions"] == max(1, -(-2 * edges * 16 * 4 // (data // 4)))
     for name in full:
         assert tight[name].equals(full[name]), name
+
+
+def test_the_components_steps_read_merged_inputs_and_the_clusters_do_not_change(nd_files, tmp_path):
+    """With ``components_merge=on`` each star step's inputs are merged by chunk of its tasks and group of files
+    first (the middle pass): its tasks read one file a group, not every file of the step before. The clusters
+    are the run's without it, row for row; ``_SUCCESS.json`` says how many steps merged and counts their reads;
+    no merged file is left."""
+    merged, done, _ = _run(tmp_path, nd_files, "cc-merged", partitions=16, components_merge="on")
+    alone, done_alone, _ = _run(tmp_path, nd_files, "cc-alone", partitions=16, components_merge="off")
+    assert done["components_partitions"] == done_alone["components_partitions"] == 16
+    assert done["components_rounds"] == done_alone["components_rounds"] >= 1
+    assert done["components_merged_steps"] >= 1 and done_alone["components_merged_steps"] == 0
+    assert done["components_reads"] < done_alone["components_reads"]
+    gdir = next((tmp_path / "lake-cc-merged" / "ds" / "dedup").glob("*/_SUCCESS.json")).parent
+    assert not [p for p in gdir.glob("components/**/merged/**/*") if p.is_file()]
+    for name in alone:
+        assert merged[name].equals(alone[name]), name

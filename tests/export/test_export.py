@@ -509,7 +509,8 @@ def test_the_middle_pass_sizes_its_groups_by_the_largest_packed_shard(packed, tm
     from tokenizer_files import stdlib_prose
 
     from airflow_curation.core.lsh import read_partition_pieces
-    from airflow_curation.stages.export.merge import MERGE_EXPANSION, ExportMergeStage
+    from airflow_curation.core.merge_plan import MERGE_EXPANSION
+    from airflow_curation.stages.export.merge import ExportMergeStage
     from airflow_curation.stages.tokenize.stage import TokenizeStage
 
     texts = stdlib_prose(150)  # 157 documents of the standard library's docstrings
@@ -544,7 +545,7 @@ def test_the_middle_pass_runs_where_it_at_least_halves_the_reads_and_fits_the_bu
     default 8 GiB budget: ~14,000 gather units) and at a small export, where it declines."""
     import math
 
-    from airflow_curation.stages.export.merge import MERGE_EXPANSION, merge_plan
+    from airflow_curation.core.merge_plan import MERGE_EXPANSION, merge_plan
 
     units, shards, total, budget = 14_000, 50_000, 30 * 10**12, 8 << 30
     k, g = merge_plan(units, shards, total, budget)

@@ -205,6 +205,39 @@ def test_docs_plan_table_is_regenerated_from_the_committed_json_byte_for_byte(si
     assert sim.web_markdown(sim.web_plans_for(sim.parser().parse_args(argv))) == web
 
 
+def test_the_plans_components_steps_read_merged_inputs(sim):
+    """At the 50 TB plan (the committed curve) the components' steps read ~3 MB pieces of every file of the step
+    before (565 x 565 a step): the stage's middle pass merges their inputs, and the plan counts its reads
+    (chunks x files + tasks x groups) instead, several times fewer; without it, the pairs the steps make."""
+    args = sim.parser().parse_args(
+        [
+            "--json",
+            "benchmarks/results/scale.json",
+            "--micro",
+            "--tb",
+            "50",
+            "--tokens",
+            "15e12",
+            "--shard-gb",
+            "1",
+            "--nodes",
+            "16",
+            "--cores",
+            "64",
+            "--mem-gb",
+            "512",
+        ]
+    )
+    (p,) = sim.plans_for(args)
+    c = p["components"]
+    parts, units = c["step_partitions"], p["lsh_partitions"]
+    assert parts[0] == 565 and not c["edge_groups"]  # 16 nodes: the units' edge files are not packed
+    last = parts[-1] if parts[-1] > 1 else 0
+    assert c["step_reads_unmerged"] == parts[0] * units + sum(a * b for a, b in zip(parts, parts[1:])) + last * last
+    assert c["step_reads"] * 5 < c["step_reads_unmerged"]
+    assert c["gets"] < c["gets_unmerged"]
+
+
 def test_web_data_in_charges_boilerplate_per_gb_and_its_global_step_as_the_stage_plans_it(sim):
     """The web table's arithmetic on made-up figures: boilerplate at its marginal CPU a GB between two lake sizes,
     a unit a shard; its global step's partitions (fitting the budget, up to the cap) and reads with the middle
@@ -235,7 +268,7 @@ def test_training_data_out_charges_tokenize_export_and_the_middle_pass_as_the_st
     """The out table's arithmetic on made-up figures: tokenize by text bytes, export by tokens (scatter and gather
     halves), the merge by GB merged; export's gather units as the stage plans them for an array (one a task, at
     most one a bucket), and its reads with the middle pass as ``merge_plan`` shapes it, far below units x shards."""
-    from airflow_curation.stages.export.merge import merge_plan
+    from airflow_curation.core.merge_plan import merge_plan
 
     micro = {
         "tokenize": {"text_mb": 10.0, "runs": [{"contender": "ours", "cpu": c} for c in (4.0, 5.0, 9.0)]},
@@ -356,7 +389,10 @@ def test_the_components_and_the_gather_count_their_requests_as_the_stage_would_r
     opens = steps + out * label_files + (out * units if not c["exact_groups"] else 0)
     packs = cc * c["edge_groups"] + out * c["exact_groups"]
     copied = units * (1 + bool(c["exact_groups"]))
-    assert c["gets"] == sim.OPEN_GETS * opens + sim.PACK_READ_GETS * packs + copied
+    assert c["gets_unmerged"] == sim.OPEN_GETS * opens + sim.PACK_READ_GETS * packs + copied
+    assert c["step_reads_unmerged"] == cc * c["edge_groups"] + steps
+    # each step's inputs merged first where the stage's middle pass would (merge_plan): fewer reads, fewer GETs
+    assert c["step_reads"] <= c["step_reads_unmerged"] and c["gets"] <= c["gets_unmerged"]
     assert c["gets"] < c["gets_unpacked"] and c["gets"] < c["gets_every_step_at_cc"]
     bare = sim.io_terms(
         curve, "dedup", 50_000, p["shards"], p["shard_groups"], units, p["stages"]["dedup"]["spill_bytes"]

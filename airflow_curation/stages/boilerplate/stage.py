@@ -36,7 +36,6 @@ from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.integrity import IntegrityError, verified_reads
 from airflow_curation.core.lease import Lease
 from airflow_curation.core.lsh import (
-    SPILL_SUFFIX,
     UnreadableSpill,
     partition_of,
     partition_ranges,
@@ -47,6 +46,7 @@ from airflow_curation.core.lsh import (
 )
 from airflow_curation.core.lsh import merge_partitions as merge_spill_range
 from airflow_curation.core.manifest import ShardEntry, UnitEntry
+from airflow_curation.core.merge_plan import MiddlePass, middle_pass
 from airflow_curation.core.schema import CLEAN_TEXT, DROP_REASON, KEEP, TEXT, blank_texts
 from airflow_curation.stages.attrs import AttrsFile, AttrsStage, clear_caches, keep_accounting, upstream_head
 from airflow_curation.stages.barrier import (
@@ -60,7 +60,6 @@ from airflow_curation.stages.barrier import (
     read_plan_key,
 )
 from airflow_curation.stages.base import Stage, StageRunner, UnitResult, file_record
-from airflow_curation.stages.export.merge import merge_plan
 from airflow_curation.stages.settings import Setting, size
 from airflow_curation.stages.text import ShardText, clean_text_attrs
 
@@ -141,12 +140,7 @@ class BoilerplateCountStage(BlockPass, Stage):
 
 
 def merge_partitions(
-    lo: int,
-    hi: int,
-    spill_uris: list[str],
-    min_documents: int,
-    out_uri: str,
-    merged: tuple[int, list[list[str]]] | None = None,
+    lo: int, hi: int, spill_uris: list[str], min_documents: int, out_uri: str, merged: MiddlePass | None = None
 ) -> dict:
     """Step 2 for the partitions ``lo <= p < hi`` (one unit): counts summed over every shard; the keys held
     by at least ``min_documents`` documents, with their counts, to ``out_uri``.
@@ -154,13 +148,13 @@ def merge_partitions(
     One partition read at a time (each sized to ``memory_budget``): a unit's range is its share of the
     partitions among the workers, and reading it at once held the whole range (by the stage's own spill
     estimate, ~7 GB in each unit of a 4-worker run on 100 GB of text at the default budget). That costs
-    partitions x shards reads of the spill in all, not units x shards; with the middle pass (``merged``:
-    partitions a chunk, and per chunk its files, one a group of shards) partitions x groups
+    partitions x shards reads of the spill in all, not units x shards; with the middle pass (``merged``)
+    partitions x groups
     (docs/boilerplate.md, *At scale*)."""
     keys, docs = [], []
     distinct = 0
     for p in range(lo, hi):
-        sources = merged[1][p // merged[0]] if merged else spill_uris
+        sources = merged.inputs(p) if merged else spill_uris
         try:
             ((_, part),) = read_partitions(sources, p, p + 1, KEY_COLUMNS)
         except UnreadableSpill as e:
@@ -389,7 +383,9 @@ class BoilerplateStage(AttrsStage):
                 )
             )
             shape = (
-                {"chunk_partitions": merged[0], "chunks": len(merged[1]), "groups": len(merged[1][0])} if merged else {}
+                {"chunk_partitions": merged.chunk, "chunks": len(merged.files), "groups": len(merged.files[0])}
+                if merged
+                else {}
             )
             result = {
                 "frequent": outs,
@@ -423,37 +419,34 @@ class BoilerplateStage(AttrsStage):
             -(-need // (1 << 20)),
         )
 
-    def _middle_pass(self, spills: list[str], parts: int, rows: int, gdir: str) -> tuple[int, list[list[str]]] | None:
+    def _middle_pass(self, spills: list[str], parts: int, rows: int, gdir: str) -> MiddlePass | None:
         """Where it pays (or ``spill_merge`` says), the spill files merged by chunk of partitions and group of
-        shards (export's middle pass, :func:`~airflow_curation.stages.export.merge.merge_plan`: a partition is
-        one gather unit here, since step 2 reads one at a time): ``(partitions a chunk, files[chunk][group])``,
-        or None. Step 2 then reads a partition from one file a group, not one a shard. A merged file already
-        there was written whole by an earlier attempt of this run key and shape (its folder), and is kept (a
-        killed pass resumes; one of another shape, from another ``memory_budget``, is never read)."""
+        shards (:func:`~airflow_curation.core.merge_plan.middle_pass`: a reader's range is one partition here,
+        since step 2 reads one at a time), or None. Step 2 then reads a partition from one file a group, not one
+        a shard. A merged file already there was written whole by an earlier attempt of this run key and shape
+        (its folder), and is kept (a killed pass resumes; one of another shape, from another ``memory_budget``,
+        is never read)."""
         mode = self.config["spill_merge"]
-        budget = int(self.config["memory_budget"])
-        shape = None if mode == "off" else merge_plan(parts, len(spills), spill_estimate(rows), budget, mode == "on")
-        if shape is None:
+        if mode == "off":
             return None
-        k, g = shape
-        chunks = [(lo, min(lo + k, parts)) for lo in range(0, parts, k)]
-        groups = [spills[i : i + g] for i in range(0, len(spills), g)]
-        files = [
-            [storage.join(gdir, "merged", f"{k}x{g}", f"c{c:05d}-g{j:05d}{SPILL_SUFFIX}") for j in range(len(groups))]
-            for c in range(len(chunks))
-        ]
-        jobs = [(groups[j], lo, hi, files[c][j]) for c, (lo, hi) in enumerate(chunks) for j in range(len(groups))]
-        written = sum(self.default_mapper()(_merge_chunk, jobs))
+        budget = int(self.config["memory_budget"])
+        spans = [(p, p + 1) for p in range(parts)]
+        folder = storage.join(gdir, "merged")
+        done = middle_pass(
+            spills, spans, spill_estimate(rows), budget, folder, self.default_mapper(), mode == "on", _merge_chunk
+        )
+        if done is None:
+            return None
         log.info(
             "boilerplate: middle pass: %d chunks of %d partitions x %d groups of %d shards (%d rows merged now)",
-            len(chunks),
-            k,
-            len(groups),
-            g,
-            written,
+            len(done.files),
+            done.chunk,
+            len(done.files[0]),
+            done.group,
+            done.rows,
         )
         fault_point("boilerplate.after_merge")
-        return k, files
+        return done
 
     def _read_done(self, uri: str) -> dict:
         doc = storage.read_json(uri)

@@ -301,6 +301,15 @@ class DedupStage(AttrsStage):
         ),
         Setting("partitions", int, None, "force the partition count", runtime=True, minimum=0),
         Setting(
+            "components_merge",
+            str,
+            "auto",
+            "merge each connected-components step's input files by chunk of its tasks and group of files first "
+            "(auto: where the reads are many and small and merging at least halves them; docs/dedup.md)",
+            choices=("auto", "on", "off"),
+            runtime=True,
+        ),
+        Setting(
             "global_units",
             int,
             None,
@@ -767,6 +776,9 @@ class DedupStage(AttrsStage):
             self.default_mapper(),
             input_partitions=written,
             memory_budget=None if self.config["partitions"] else budget,
+            merge=self.config["components_merge"],
+            merge_budget=budget,
+            input_bytes=edge_bytes(totals),
         )
         label_uris = components.labels
         # Phase 3 reads its shard's output partition of the labels and of the exact duplicates: from every
@@ -794,6 +806,7 @@ class DedupStage(AttrsStage):
             "edge_partitions": written,
             "components_rounds": components.rounds,
             "components_reads": components.reads,
+            "components_merged_steps": components.merged,
             "components_steps": list(components.steps),
             "spill_groups": len(groups),
             "edge_groups": len(edge_groups),

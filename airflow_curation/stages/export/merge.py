@@ -6,9 +6,9 @@ of ~43 KB at the 50 TB plan). With it, the buckets are cut into chunks (``k`` co
 and the spill files into groups (``g`` consecutive shards, as many as a merge unit's memory holds of one
 chunk); a merge unit reads one chunk of its group's files (one ranged read each) and writes them as one
 file (:func:`~airflow_curation.core.lsh.merge_partitions`); a gather unit then reads its range of its
-chunk's merged files, one a group. Reads: ``chunks x shards + units x groups``, which :func:`merge_plan`
-minimises: at the plan, ~2 x units x sqrt(shards / 2) (4.4 M reads of ~13.6 MB instead of 0.7 G of ~43 KB).
-That is the optimum of two passes at a fixed memory (docs/export.md: it still grows as the corpus^1.5).
+chunk's merged files, one a group. Reads: ``chunks x shards + units x groups``, which
+:func:`~airflow_curation.core.merge_plan.merge_plan` minimises: at the plan, ~2 x units x sqrt(shards / 2)
+(4.4 M reads of ~13.6 MB instead of 0.7 G of ~43 KB). That is the optimum of two passes at a fixed memory (docs/export.md: it still grows as the corpus^1.5).
 
 The merged files are an intermediate: the written bytes do not depend on them (each bucket is sorted by
 its order hash in the gather), so turning the pass on or off never changes an export.
@@ -16,7 +16,6 @@ its order hash in the gather), so turning the pass on or off never changes an ex
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_right
 from functools import cached_property
 from typing import Any
@@ -31,56 +30,6 @@ from airflow_curation.stages.base import Stage, UnitResult, file_record
 from airflow_curation.stages.export import marks
 from airflow_curation.stages.settings import Setting
 from airflow_curation.stages.tokenize.packing import packed_files
-
-# What a merge unit holds per byte of its range: the pieces read, each bucket's concatenation while it is
-# streamed to the file. Measured (benchmarks/bench_export_merge.py): 8 spill files of 64 MB, half their
-# buckets (263 MB decoded): the RSS grew 1.26x (3.2x while the file was built in memory before its write).
-MERGE_EXPANSION = 2
-# Where the middle pass pays for writing the tokens once more: the gather's reads are many and small. Measured
-# (benchmarks/bench_export_merge.py, 3,660 reads of ~2.7 KB): the pass won 3.1x on an S3 lake (~14 ms of
-# client CPU a read) and 1.2x on a local one; ~1,000 reads cost seconds (tens one by one on an object store),
-# not worth the pass's files and manifests; past a few MiB a read's fixed cost is lost in its bytes.
-MERGE_MIN_READS = 1_000
-MERGE_MAX_READ = 4 << 20
-
-
-def merge_plan(
-    units: int, shards: int, total: int, budget: int, force: bool = False, largest: int = 0
-) -> tuple[int, int] | None:
-    """``(gather units per chunk, shards per group)`` that minimise the reads of merge plus gather, or None
-    where the middle pass does not pay: the gather's ``units x shards`` reads are fewer than
-    :data:`MERGE_MIN_READS` or larger than :data:`MERGE_MAX_READ` on average, or merging would not at least
-    halve them (``force``: merge anyway, as long as a group holds two shards).
-
-    :param units: the gather units (consecutive ranges of buckets).
-    :param shards: the spill files (packed shards).
-    :param total: the tokens' bytes.
-    :param budget: the memory of one merge unit.
-    :param largest: the tokens' bytes of the largest spill file: groups are sized as if every file were that
-        large (a group of large shards would pass the budget otherwise); 0: ``total / shards``, the mean.
-    """
-    if units < 1 or shards < 2:
-        return None
-    if not force and (units * shards < MERGE_MIN_READS or total / (units * shards) > MERGE_MAX_READ):
-        return None
-    best: tuple[int, int, int] | None = None  # (reads, k, g)
-    for k in range(1, units + 1):
-        chunks = math.ceil(units / k)
-        one_shard_chunk = max(1.0, max(total / shards, largest) * k / units)  # a chunk's bytes in one spill file
-        g = min(shards, int(budget // (MERGE_EXPANSION * one_shard_chunk)))
-        if g < 2:  # not even two files of this chunk fit the budget
-            continue
-        reads = chunks * shards + units * math.ceil(shards / g)
-        if best is None or reads < best[0]:
-            best = (reads, k, g)
-    if best is None:
-        # ``force`` where no shape fits: chunks of one gather unit, groups of two files (a gather unit reads
-        # that range of every file, so two of them are within its budget); a forced shape never chose larger
-        # chunks past the budget for their fewer reads.
-        return (1, 2) if force else None
-    if not force and 2 * best[0] > units * shards:
-        return None
-    return best[1], best[2]
 
 
 class ExportMergeStage(Stage):

@@ -39,10 +39,11 @@ from airflow_curation.core.integrity import verified_reads
 from airflow_curation.core.lease import Lease
 from airflow_curation.core.lsh import UnreadableSpill, partition_ranges
 from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead, UnitEntry, group_range
+from airflow_curation.core.merge_plan import merge_plan
 from airflow_curation.stages.barrier import lost_step_files
 from airflow_curation.stages.base import Stage, StageFailed, StageRunner, UnitResult, _attempt_unit, file_record
 from airflow_curation.stages.export import formats, marks, phases
-from airflow_curation.stages.export.merge import ExportMergeStage, merge_config, merge_plan
+from airflow_curation.stages.export.merge import ExportMergeStage, merge_config
 from airflow_curation.stages.settings import Setting, size
 from airflow_curation.stages.tokenize.packing import packed_files, packed_in_head
 
