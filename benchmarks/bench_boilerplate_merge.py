@@ -41,7 +41,7 @@ from airflow_curation.core.merge_plan import merge_plan  # noqa: E402
 from airflow_curation.core.shards import write_parquet  # noqa: E402
 from airflow_curation.stages.base import StageRunner  # noqa: E402
 from airflow_curation.stages.boilerplate.stage import MAX_PARTITIONS, BoilerplateStage, spill_estimate, spill_reads  # noqa: E402
-from benchmarks.bench_export_merge import counted_reads, loopback_s3, off_on_cells  # noqa: E402
+from benchmarks.bench_export_merge import counted_reads, loopback_s3, off_on_cells, off_on_runs  # noqa: E402
 from benchmarks.proc_stats import cpu  # noqa: E402
 from benchmarks.results import measure_or_render  # noqa: E402
 
@@ -151,14 +151,9 @@ def measure(args) -> dict:
                 lake = Lake(root, "bench")
                 manifest = write_lake(lake, args.shards, args.docs)
                 StageRunner(_stage(lake, manifest, "off", args)).run()  # step 1's counts, once (not timed)
-                load = [os.getloadavg()[0]]
-                runs = []
-                for r in range(args.repeats):
-                    for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
-                        runs.append(run_once(lake, manifest, mode, args))
-                        print(where, json.dumps(runs[-1]), flush=True)
-                        load.append(os.getloadavg()[0])
-                results["lakes"][where] = {"runs": runs, "load_1min": load}
+                results["lakes"][where] = off_on_runs(
+                    args.repeats, lambda mode, _: run_once(lake, manifest, mode, args), where
+                )
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return results

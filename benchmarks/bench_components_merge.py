@@ -23,7 +23,6 @@ in every run, or the benchmark fails).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -39,7 +38,7 @@ from airflow_curation.core import storage  # noqa: E402
 from airflow_curation.core.components import EDGE_ROW_BYTES, connected_components, write_edges  # noqa: E402
 from airflow_curation.core.lsh import read_partition  # noqa: E402
 from benchmarks.bench_components import graph  # noqa: E402
-from benchmarks.bench_export_merge import counted_reads, loopback_s3, off_on_cells  # noqa: E402
+from benchmarks.bench_export_merge import counted_reads, loopback_s3, off_on_cells, off_on_runs  # noqa: E402
 from benchmarks.proc_stats import cpu  # noqa: E402
 from benchmarks.results import measure_or_render  # noqa: E402
 
@@ -120,15 +119,12 @@ def measure(args) -> dict:
                 if args.local_only and where == "s3":
                     continue
                 units = write_units(root, a, b, args.units, args.partitions)
-                load, runs = [os.getloadavg()[0]], []
-                for r in range(args.repeats):
-                    for mode in ("off", "auto") if r % 2 == 0 else ("auto", "off"):
-                        runs.append(run_once(root, units, mode, budget, edges, args, r))
-                        print(where, json.dumps({k: v for k, v in runs[-1].items() if k != "steps"}), flush=True)
-                        load.append(os.getloadavg()[0])
-                if len({(x["labelled"], x["digest"]) for x in runs}) != 1:
+                lake = off_on_runs(
+                    args.repeats, lambda mode, r: run_once(root, units, mode, budget, edges, args, r), where, "auto"
+                )
+                if len({(x["labelled"], x["digest"]) for x in lake["runs"]}) != 1:
                     raise SystemExit(f"{where}: the labels differ between runs")
-                results["lakes"][where] = {"runs": runs, "load_1min": load}
+                results["lakes"][where] = lake
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return results

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -187,14 +187,10 @@ def measure(args) -> dict:
             for where, root in (("local", os.path.join(base, "lake")), ("s3", f"{bucket}/lake")):
                 lake = Lake(root, "bench")
                 manifest, tokens = write_input(lake, args.shards, args.sequences, args.seq_len)
-                load = [os.getloadavg()[0]]
-                runs = []
-                for r in range(args.repeats):
-                    for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
-                        runs.append(run_once(lake, manifest, mode, 2 * r + (mode == "on"), args))
-                        print(where, json.dumps(runs[-1]), flush=True)
-                        load.append(os.getloadavg()[0])
-                results["lakes"][where] = {"tokens": tokens, "runs": runs, "load_1min": load}
+                runs = off_on_runs(
+                    args.repeats, lambda mode, r: run_once(lake, manifest, mode, 2 * r + (mode == "on"), args), where
+                )
+                results["lakes"][where] = {"tokens": tokens, **runs}
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return results
@@ -204,6 +200,19 @@ def merge_cpu_s_per_gb(results: dict) -> float:
     """The merge's median CPU seconds per GB of its range (decoded), from the JSON: the plan's middle-pass term."""
     mem = results["memory"]
     return statistics.median(r["cpu_s"] for r in mem["runs"]) / mem["range_bytes"] * 1e9
+
+
+def off_on_runs(repeats: int, run_once: Callable[[str, int], dict], where: str, on: str = "on") -> dict:
+    """A middle-pass benchmark's runs on one lake: ``run_once(mode, round)`` with the pass ``off`` and ``on``
+    alternated (off on, on off, ...), ``repeats`` rounds, every run kept and printed, and the 1-minute load before
+    the first and after each (``{"runs": [...], "load_1min": [...]}``)."""
+    load, runs = [os.getloadavg()[0]], []
+    for r in range(repeats):
+        for mode in ("off", on) if r % 2 == 0 else (on, "off"):
+            runs.append(run_once(mode, r))
+            print(where, json.dumps(runs[-1]), flush=True)
+            load.append(os.getloadavg()[0])
+    return {"runs": runs, "load_1min": load}
 
 
 def off_on_cells(runs: list[dict]) -> dict[str, tuple[list[dict], str]]:
