@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from airflow_curation.core import storage  # noqa: E402
-from airflow_curation.core.components import EDGE_ROW_BYTES, connected_components, write_edges  # noqa: E402
+from airflow_curation.core.components import EDGE_ROW_BYTES, STEP_ROW_BYTES, connected_components, write_edges  # noqa: E402
 from airflow_curation.core.lsh import read_partition  # noqa: E402
 from benchmarks.bench_components import graph  # noqa: E402
 from benchmarks.bench_export_merge import counted_reads, loopback_s3, off_on_cells, off_on_runs  # noqa: E402
@@ -154,7 +154,13 @@ def render(results: dict) -> str:
             lines.append(f"| {where} | {mode} | {cells} | {merged} | {rounds} |")
     loads = [x for lake in results["lakes"].values() for x in lake["load_1min"]]
     steps = next(iter(results["lakes"].values()))["runs"][0]["steps"]
+    piece = results["directed_edges"] * STEP_ROW_BYTES / results["partitions"] ** 2
     lines += [
+        "",
+        f"A read here is ~{piece:,.0f} bytes (the first steps' edges over {results['partitions']} x "
+        f"{results['partitions']} pieces); at the 50 TB plan ~3 MB, where the pass is for the request count (565 x "
+        "565 a step; docs/scale.md: 1.38 M step reads -> 0.09 M on 16 nodes) and its copy (a step's edges written "
+        "and read once more) weighs more than here.",
         "",
         f"Directed edges each step left alive: {', '.join(f'{s:,}' for s in steps)}. Load (1-minute average, "
         f"before and after each run): {min(loads):.1f}-{max(loads):.1f} on {results['cores']} cores. JSON: "

@@ -153,3 +153,19 @@ def test_the_global_phase_reads_the_spill_packed_on_s3(s3_bucket, tmp_path):
     assert result["edge_groups"] >= 1 and result["exact_groups"] >= 1
     for folder in ("packed", "packed-units"):
         assert not storage.glob(storage.join(lake.path("dedup"), "*", folder, "*"))
+
+
+def test_the_components_steps_read_merged_inputs_on_s3(s3_bucket, tmp_path):
+    """The components' middle pass on an object store (``components_merge=on``, 8 partitions forced): each step's
+    inputs merged into files under the step's folder, its tasks reading those, the merged files removed once
+    read; labels are a local whole run's."""
+    inputs = _inputs(tmp_path / "in")
+    _, want = _whole_local_run(inputs, tmp_path)
+    lake = Lake(f"s3://{s3_bucket}/cc-merged", "web")
+    StageRunner(IngestStage(lake, {"inputs": [str(inputs)], **INGEST}, "r1")).run()
+    config = {"input_manifest": lake.manifest_uri("r1", "ingest"), "partitions": 8, "components_merge": "on"}
+    assert _labels(StageRunner(DedupStage(lake, config, "r1")).run()) == want
+    (done,) = storage.glob(storage.join(lake.path("dedup"), "*", "_SUCCESS.json"))
+    result = storage.read_json(done)
+    assert result["components_partitions"] == 8 and result["components_merged_steps"] >= 1
+    assert not storage.glob(storage.join(lake.path("dedup"), "*", "components", "*", "merged", "*", "*"))
