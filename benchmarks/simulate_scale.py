@@ -589,7 +589,7 @@ def out_plan(
     middle pass, gather), from the committed micro-benchmarks (None without tokenize's and export's). One worker
     a core; mix at its marginal CPU a row for ``rows`` rows, a unit a shard and two reads of it (the tally, the
     selection); export's gather units as the stage plans them for an array of ``min(shards, max_array)`` tasks
-    (``min_units``), at most one a bucket; the middle pass as ``stages.export.merge.merge_plan`` shapes it. The
+    (``min_units``), at most one a bucket; the middle pass as ``core.merge_plan.merge_plan`` shapes it. The
     scatter and gather share export.json's CPU evenly (it measures them together); the merge costs its measured
     CPU per GB merged."""
     tok, exp, merge = micro.get("tokenize"), micro.get("export"), micro.get("export_merge")
