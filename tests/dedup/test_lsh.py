@@ -363,18 +363,23 @@ def test_components_with_merged_step_inputs(tmp_path, kind, budget):
     assert not left, left
 
 
-def test_components_merge_only_where_it_pays(tmp_path):
-    """``auto`` merges where the reads are many and small (merge_plan's rule), not on a handful of files: here
-    12 x 24 reads, under the thousand a pass pays for, so the steps read the files themselves."""
+@pytest.mark.parametrize("files, merges", [(24, False), (96, True)])
+def test_components_merge_only_where_it_pays(tmp_path, files, merges):
+    """``auto`` merges where the reads are many and small (merge_plan's rule), not on a handful of files: 12 x 24
+    first-step reads are under the thousand a pass pays for, so the steps read the files themselves; 12 x 96 are
+    past it, so the first step reads merged files."""
     rng = np.random.default_rng(3)
     a, b = _graph("tree", 1200, rng)
-    units = [str(tmp_path / f"edges-{u:02d}.arrow") for u in range(24)]
+    units = [str(tmp_path / f"edges-{u:02d}.arrow") for u in range(files)]
     for u, sl in enumerate(np.array_split(np.arange(a.size), len(units))):
         write_edges(units[u], a[sl], b[sl], 12)
     got = connected_components(
         units, str(tmp_path / "cc"), 12, 3, merge="auto", merge_budget=1 << 20, input_bytes=a.size * 32
     )
-    assert got.merged == 0
+    assert (got.merged >= 1) is merges
+    nodes, idx = np.unique(np.r_[a, b], return_inverse=True)
+    roots = _union_find(nodes.size, idx[: a.size].tolist(), idx[a.size :].tolist())
+    assert _labels_of(got.labels, 3) == {int(nodes[k]): int(nodes[v]) for k, v in roots.items() if v != k}
     with pytest.raises(ValueError, match="merge must be one of"):
         connected_components(units, str(tmp_path / "cc2"), 12, 3, merge="yes")
 
