@@ -321,9 +321,9 @@ def components_terms(
     """Requests of what dedup's global phase does after its units, on an object store, by the stage's own rules:
     the components (the first step reads every unit's edge file, each later one the previous step's files in
     the partitions its live edges need, :func:`components_steps`, each step's inputs merged first where the
-    stage's ``merge_plan`` would; the finished stars' labels written where they are found) and the gather (each output partition reads every labels file and every unit's exact
-    duplicates), with the units' outputs packed where the stage would pack them. None without the curve's
-    edges a row."""
+    stage's ``merge_plan`` would; the finished stars' labels written where they are found) and the gather
+    (each output partition reads every labels file and every unit's exact duplicates), with the units' outputs
+    packed where the stage would pack them. None without the curve's edges a row."""
     if not dedup.get("edges_per_row"):
         return None
     from airflow_curation.core.components import EDGE_ROW_BYTES, STEP_ROW_BYTES
