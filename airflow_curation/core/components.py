@@ -279,6 +279,8 @@ def connected_components(
             labels = [storage.join(step, f"labels-{p:05d}{SPILL_SUFFIX}") for p in range(parts)]
             spans = partition_ranges(written_in, parts)
             inputs, n_reads, merged = _step_inputs(current, spans, current_bytes, merger, storage.join(step, "merged"))
+            if merged:  # read only through the merged copies now: one step's edges on the lake at a time, not two
+                _remove(current, edge_uris)
             args = [
                 (kind, inputs(p), spans[p], parts, outs[p], columns, labels[p], out_partitions) for p in range(parts)
             ]
@@ -312,6 +314,8 @@ def connected_components(
     spans = [(p, p + 1) for p in range(written_in)]
     folder = storage.join(work_dir, f"round-{rnd:03d}-labels", "merged")
     inputs, n_reads, merged = _step_inputs(current, spans, current_bytes, merger, folder)
+    if merged:
+        _remove(current, edge_uris)
     list(mapper(_labels, [(inputs(p), p, outs[p], out_partitions) for p in range(written_in)]))
     reads += n_reads
     _remove(current, edge_uris)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -361,6 +362,35 @@ def test_components_with_merged_step_inputs(tmp_path, kind, budget):
     assert off.reads >= 12 * 24
     left = [p for p in (tmp_path / "on").rglob("*") if p.is_file() and "/merged/" in str(p)]
     assert not left, left
+
+
+def test_merged_step_inputs_free_the_step_before_before_the_step_runs(tmp_path, monkeypatch):
+    """Once a step's inputs are merged, the files of the step before are read through the copies only: removed
+    before the step's tasks run, so the lake holds one step's edges (and its merged copy) at a time, not two
+    steps' and a copy (~1 TB a step at the 50 TB plan's first steps). The units' own edge files stay."""
+    from airflow_curation.core import components
+
+    rng = np.random.default_rng(5)
+    a, b = _graph("drift", 2400, rng)
+    units = [str(tmp_path / f"edges-{u:02d}.arrow") for u in range(24)]
+    for u, sl in enumerate(np.array_split(np.arange(a.size), len(units))):
+        write_edges(units[u], a[sl], b[sl], 12)
+    work = tmp_path / "cc"
+    seen = []
+    real = components._step
+
+    def step(kind, inputs, span, parts, out_uri, *rest):
+        if all("/merged/" in u for u in inputs):
+            this = Path(out_uri).parent
+            before = [p for p in work.glob("round-*/part-*.arrow") if p.parent != this]
+            seen.append(before)
+        return real(kind, inputs, span, parts, out_uri, *rest)
+
+    monkeypatch.setattr(components, "_step", step)
+    got = connected_components(units, str(work), 12, 3, merge="on", merge_budget=1 << 20)
+    assert got.merged >= 2 and len(seen) > 12  # several steps' tasks read merged inputs
+    assert not [p for before in seen for p in before], "a step ran beside the files of the step before"
+    assert all(Path(u).exists() for u in units)
 
 
 @pytest.mark.parametrize("files, merges", [(24, False), (96, True)])
