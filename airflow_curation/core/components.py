@@ -278,9 +278,8 @@ def connected_components(
             outs = [storage.join(step, f"part-{p:05d}{SPILL_SUFFIX}") for p in range(parts)]
             labels = [storage.join(step, f"labels-{p:05d}{SPILL_SUFFIX}") for p in range(parts)]
             spans = partition_ranges(written_in, parts)
-            inputs, n_reads, merged = _step_inputs(current, spans, current_bytes, merger, storage.join(step, "merged"))
-            if merged:  # read only through the merged copies now: one step's edges on the lake at a time, not two
-                _remove(current, edge_uris)
+            folder = storage.join(step, "merged")
+            inputs, n_reads, merged = _step_inputs(current, edge_uris, spans, current_bytes, merger, folder)
             args = [
                 (kind, inputs(p), spans[p], parts, outs[p], columns, labels[p], out_partitions) for p in range(parts)
             ]
@@ -313,9 +312,7 @@ def connected_components(
     outs = [storage.join(labels_dir, f"part-{p:05d}{SPILL_SUFFIX}") for p in range(written_in)]
     spans = [(p, p + 1) for p in range(written_in)]
     folder = storage.join(work_dir, f"round-{rnd:03d}-labels", "merged")
-    inputs, n_reads, merged = _step_inputs(current, spans, current_bytes, merger, folder)
-    if merged:
-        _remove(current, edge_uris)
+    inputs, n_reads, merged = _step_inputs(current, edge_uris, spans, current_bytes, merger, folder)
     list(mapper(_labels, [(inputs(p), p, outs[p], out_partitions) for p in range(written_in)]))
     reads += n_reads
     _remove(current, edge_uris)
@@ -324,16 +321,23 @@ def connected_components(
 
 
 def _step_inputs(
-    current: list[str], spans: list[tuple[int, int]], total: int | None, merger: tuple | None, folder: str
+    current: list[str],
+    edge_uris: list[str],
+    spans: list[tuple[int, int]],
+    total: int | None,
+    merger: tuple | None,
+    folder: str,
 ) -> tuple[Callable[[int], list[str]], int, list[str]]:
     """What each task of a step reads: its span of every file of ``current`` (tasks x files reads), or, where
     the middle pass runs (``merger``: (forced, budget, mapper)), its span of its chunk's merged files, one a
-    group of files (chunks x files + tasks x groups reads). Returns (task -> its files, the reads, the merged
-    files to remove once the step is done)."""
+    group of files (chunks x files + tasks x groups reads); then ``current`` is read through the copies only and
+    removed at once (unless it is the caller's ``edge_uris``): one step's edges on the lake at a time, not two.
+    Returns (task -> its files, the reads, the merged files to remove once the step is done)."""
     if merger is not None and (total is not None or merger[0]):
         force, budget, mapper = merger
         done = middle_pass(current, spans, total or 0, budget, folder, mapper, force)
         if done is not None:
+            _remove(current, edge_uris)
             return done.inputs, done.reads, [uri for row in done.files for uri in row]
     return (lambda _: current), len(spans) * len(current), []
 

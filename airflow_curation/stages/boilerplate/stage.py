@@ -391,7 +391,7 @@ class BoilerplateStage(AttrsStage):
                 "frequent": outs,
                 "partitions": parts,
                 "middle_pass": shape or None,
-                "spill_reads": spill_reads(parts, len(spills), shape.get("chunk_partitions"), shape.get("groups")),
+                "spill_reads": merged.reads if merged else spill_reads(parts, len(spills)),
                 **{k: sum(s[k] for s in stats) for k in ("distinct_lines", "frequent_lines", "frequent_line_docs")},
             }
             log.info("boilerplate: global step done: %s", {k: v for k, v in result.items() if k != "frequent"})
