@@ -30,14 +30,20 @@ def replace_block(path: Path, name: str, text: str, after: str | None = None) ->
 
 
 def measure_or_render(
-    out: Path, name: str, measure: Callable[[], dict], render: Callable[[dict], str], again: bool
+    out: Path,
+    name: str,
+    measure: Callable[[], dict],
+    render: Callable[[dict], str],
+    again: bool,
+    after: str | None = None,
 ) -> None:
     """A benchmark's ending: its figures measured (``measure()``) and their JSON written to ``out``, or, with
     ``again`` (its ``--render``), read back from ``out``; then its block ``name`` in RESULTS.md rebuilt from them
-    (and printed), so the committed JSON always regenerates the table."""
+    (and printed; a new block goes right after the block ``after``), so the committed JSON always regenerates the
+    table."""
     results = json.loads(out.read_text()) if again else measure()
     if not again:
         out.write_text(json.dumps(results, indent=1) + "\n")
     text = render(results)
     print(text)
-    replace_block(RESULTS, name, text)
+    replace_block(RESULTS, name, text, after)

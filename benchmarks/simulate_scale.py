@@ -655,14 +655,19 @@ def out_plan(
     return out
 
 
-BOILERPLATE_BUDGET = 2 << 30  # fits a partition at 50 TB (the default 512 MiB leaves it 1.7x over: docs/boilerplate.md)
+def boilerplate_budget() -> int:
+    """The boilerplate stage's default ``memory_budget``: what a user's run gets, and at 50 TB a partition fits it."""
+    from airflow_curation.stages.boilerplate.stage import BoilerplateStage
+
+    return int(BoilerplateStage.SETTINGS.defaults["memory_budget"])
 
 
 def web_plan(micro: dict, total_bytes: float, shards: int, nodes: int, cores: int, rows: float) -> dict | None:
     """Web data in at the plan: boilerplate (where ``boilerplate_cost.json`` is committed; None otherwise) at the
     stage's marginal CPU a GB of text (``bench_boilerplate_cost.py``), a unit a shard (its counts, then its
     cleaning: two reads of it). Its global step's partitions and reads as the stage plans them for ``rows``
-    documents at ``BOILERPLATE_BUDGET`` (up to ``MAX_PARTITIONS``, the middle pass shaped by ``merge_plan``). The
+    documents at the stage's default ``memory_budget`` (up to ``MAX_PARTITIONS``, the middle pass shaped by
+    ``merge_plan``). The
     wall spreads all the CPU over the slots, the global step's share too (it runs on the lease holder's workers:
     a Dask cluster at this size)."""
     bp = micro.get("boilerplate")
@@ -672,11 +677,16 @@ def web_plan(micro: dict, total_bytes: float, shards: int, nodes: int, cores: in
 
     from airflow_curation.core.lsh import partitions_for
     from airflow_curation.core.merge_plan import merge_plan
-    from airflow_curation.stages.boilerplate.stage import MAX_PARTITIONS, spill_estimate, spill_reads
+    from airflow_curation.stages.boilerplate.stage import (
+        MAX_PARTITIONS,
+        PARTITION_EXPANSION,
+        spill_estimate,
+        spill_reads,
+    )
 
-    est = spill_estimate(int(rows))
-    parts = partitions_for(est, BOILERPLATE_BUDGET, maximum=MAX_PARTITIONS)
-    k, g = merge_plan(parts, shards, est, BOILERPLATE_BUDGET, force=True)
+    est, budget = spill_estimate(int(rows)), boilerplate_budget()
+    parts = partitions_for(est, budget, PARTITION_EXPANSION, maximum=MAX_PARTITIONS)
+    k, g = merge_plan(parts, shards, est, budget, force=True)
     groups = math.ceil(shards / g)
     cpu_s = total_bytes / 1e9 * cpu_s_per_gb(bp)
     slots = nodes * cores
@@ -685,6 +695,7 @@ def web_plan(micro: dict, total_bytes: float, shards: int, nodes: int, cores: in
     return {
         "nodes": nodes,
         "cpu_s_per_gb": cpu_s_per_gb(bp),
+        "memory_budget": budget,
         "spill_bytes": est,
         "partitions": parts,
         "chunks": math.ceil(parts / k),
@@ -710,7 +721,8 @@ def web_markdown(plans: list[dict]) -> str:
     lines = [
         f"Boilerplate at {p0['cpu_s_per_gb']:.1f} CPU-s per GB of text (`boilerplate_cost.json`: the stage's marginal "
         "CPU a GB between two lake sizes in `bench_boilerplate_cost.py`, its three steps on one worker), a unit a "
-        f"shard; its global step at `memory_budget` {BOILERPLATE_BUDGET >> 30} GiB: {p0['spill_bytes'] / 1e12:.1f} TB "
+        f"shard; its global step at `memory_budget` {p0['memory_budget'] >> 20} MiB (the default): "
+        f"{p0['spill_bytes'] / 1e12:.1f} TB "
         f"of estimated (line, count) pairs in {p0['partitions']:,} partitions, the middle pass in "
         f"{p0['chunks']:,} chunks x {p0['groups']:,} groups, {p0['global_reads'] / 1e6:.1f} M spill reads (without "
         f"it {p0['direct_reads'] / 1e9:.2f} G); reads below: the shard's two (its counts, its cleaning) and the global "

@@ -39,6 +39,7 @@ _NO_HIGH: dict[str, int] = {}
 SPILL_SUFFIX = ".arrow"
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4_frame", use_threads=False)
 _IPC_READ = pa.ipc.IpcReadOptions(use_threads=False)
+_RELEASE_EVERY = 8 << 20  # bytes of pieces copied between two returns of Arrow's freed pages
 
 
 class UnreadableSpill(IntegrityError):
@@ -293,19 +294,36 @@ def read_partitions(
     Each file is opened once for the whole range (a reader of a range of k partitions pays one open and
     one index decode per file, not k), so the range's rows are held until their partition's turn: a
     caller sizes the range to its memory. Each partition's pieces are released as it is handed out."""
-    for p, got in _stored_pieces(uris, lo, hi, list(columns)):
-        yield (
-            p,
-            {
-                name: (
-                    np.concatenate([_numpy_column(t, name, high) for t, high in got]).astype(dtype, copy=False)
-                    if got
-                    else np.empty(0, dtype)
-                )
-                for name, dtype in columns.items()
-            },
-        )
-        del got
+    pieces = _stored_pieces(uris, lo, hi, list(columns))
+    for k in range(hi - lo):
+        got, pieces[k] = pieces[k], []
+        yield lo + k, _columns_of(got, columns)
+
+
+def _columns_of(got: list[tuple], columns: dict[str, np.dtype]) -> dict[str, np.ndarray]:
+    """The pieces' rows as one array a column, in their order. Each piece is copied into place and released,
+    and Arrow's allocator gives the freed pages back as it goes, so a partition's peak is its columns and little
+    more (the pieces as read, concatenated and widened after, cost ~4.5x a boilerplate partition's (key, count)
+    pairs with the caller's sort: benchmarks/RESULTS.md, *a partition summed in place*). Empties ``got``."""
+    rows = sum(t.num_rows for t, _ in got)
+    part = {name: np.empty(rows, dtype) for name, dtype in columns.items()}
+    at = freed = 0
+    for i in range(len(got)):
+        piece, high = got[i]
+        got[i] = None
+        n = piece.num_rows
+        for name, out in part.items():
+            out[at : at + n] = to_numpy(piece.column(name))
+            if name in high:  # a narrowed uint64 column (write_partitioned): its shared high word put back
+                out[at : at + n].view(np.uint64)[:] |= np.uint64(high[name] << ROW_BITS)
+        at += n
+        freed += piece.nbytes
+        del piece
+        if freed >= _RELEASE_EVERY:  # Arrow's allocator keeps freed pages: given back, they are the columns' room
+            pa.default_memory_pool().release_unused()
+            freed = 0
+    got.clear()
+    return part
 
 
 def read_partition_pieces(
@@ -314,29 +332,21 @@ def read_partition_pieces(
     """``(p, the Arrow pieces of partition p, one per file of uris that has it, in that order)`` for each
     ``lo <= p < hi``; each file opened once for the range (as :func:`read_partitions`, which converts them
     to numpy columns). Each partition's pieces are released as it is handed out."""
-    for p, got in _stored_pieces(uris, lo, hi, names):
-        yield p, [_widen(t, high) for t, high in got]
+    pieces = _stored_pieces(uris, lo, hi, names)
+    for k in range(hi - lo):
+        got, pieces[k] = pieces[k], []
+        yield lo + k, [_widen(t, high) for t, high in got]
         del got
 
 
-def _stored_pieces(uris: list[str], lo: int, hi: int, names: list[str]) -> Iterator[tuple[int, list[tuple]]]:
-    """``(p, [(piece as stored, its high words)...])`` for each ``lo <= p < hi``, each file opened once."""
+def _stored_pieces(uris: list[str], lo: int, hi: int, names: list[str]) -> list[list[tuple]]:
+    """``[(piece as stored, its high words)...]`` of each ``lo <= p < hi`` (index ``p - lo``), each file opened
+    once; a caller takes each partition's out of the list as it hands it on."""
     pieces: list[list] = [[] for _ in range(lo, hi)]
     for uri in uris:
         for p, t, high in _read_range(uri, lo, hi, names):
             pieces[p - lo].append((t, high))
-    for k in range(hi - lo):
-        got, pieces[k] = pieces[k], []
-        yield lo + k, got
-        del got
-
-
-def _numpy_column(piece: pa.RecordBatch | pa.Table, name: str, high: dict[str, int]) -> np.ndarray:
-    values = to_numpy(piece.column(name))
-    if name in high:
-        values = values.astype(np.uint64)
-        values |= np.uint64(high[name] << ROW_BITS)
-    return values
+    return pieces
 
 
 def read_partition(uris: list[str], p: int, columns: dict[str, np.dtype]) -> dict[str, np.ndarray]:
@@ -369,15 +379,7 @@ def read_gathered(uri: str, columns: dict[str, np.dtype], shard: int | None = No
     read: what a shard's reader pays no longer grows with the shards that share its output partition), or
     every row (``shard`` None), rows of a shard in the order gathered."""
     lo, hi = (shard, shard + 1) if shard is not None else (0, np.iinfo(np.int64).max)
-    got = [(t, high) for _, t, high in _read_range(uri, lo, hi, list(columns))]
-    return {
-        name: (
-            np.concatenate([_numpy_column(t, name, high) for t, high in got]).astype(dtype, copy=False)
-            if got
-            else np.empty(0, dtype)
-        )
-        for name, dtype in columns.items()
-    }
+    return _columns_of([(t, high) for _, t, high in _read_range(uri, lo, hi, list(columns))], columns)
 
 
 def read_output_partition(

@@ -396,7 +396,7 @@ def test_a_killed_middle_pass_resumes_from_its_files_and_an_unreadable_one_is_me
 
 def test_partitions_capped_past_the_budget_are_said_with_the_budget_that_fits(tmp_path, monkeypatch, caplog):
     """Where the partition cap holds and a partition, by the spill's estimate, needs more than memory_budget to sum
-    (the 50 TB plan at the default budget: 1.7x), the global step says so and names the budget that fits; the
+    (a corpus past the cap's reach at the default budget: ~60 TB), the global step says so and names the budget that fits; the
     lines removed are the same."""
     import logging
 
@@ -408,7 +408,7 @@ def test_partitions_capped_past_the_budget_are_said_with_the_budget_that_fits(tm
     with caplog.at_level(logging.WARNING, logger=boilerplate_stage.__name__):
         capped = _run(lake, ingested, "capped", memory_budget=4000)
     (said,) = [r.getMessage() for r in caplog.records if "the cap" in r.getMessage()]
-    need = -(-boilerplate_stage.spill_estimate(capped.accounting["read"]) * 4 // 2)
+    need = -(-boilerplate_stage.spill_estimate(capped.accounting["read"]) * boilerplate_stage.PARTITION_EXPANSION // 2)
     assert "2 partitions (the cap)" in said and f"memory_budget={-(-need // (1 << 20))}MiB fits" in said
     assert [(r["id"], r[CLEAN_TEXT]) for r in _rows(capped)] == [(r["id"], r[CLEAN_TEXT]) for r in reference]
     caplog.clear()

@@ -243,7 +243,7 @@ def test_web_data_in_charges_boilerplate_per_gb_and_its_global_step_as_the_stage
     a unit a shard; its global step's partitions (fitting the budget, up to the cap) and reads with the middle
     pass as the stage plans them, far below partitions x shards."""
     from airflow_curation.core.lsh import partitions_for
-    from airflow_curation.stages.boilerplate.stage import MAX_PARTITIONS, spill_estimate
+    from airflow_curation.stages.boilerplate.stage import MAX_PARTITIONS, PARTITION_EXPANSION, spill_estimate
 
     assert sim.web_plan({}, 50e12, 50_000, nodes=16, cores=64, rows=14e9) is None  # no figures, no table
     runs = [
@@ -258,8 +258,11 @@ def test_web_data_in_charges_boilerplate_per_gb_and_its_global_step_as_the_stage
     assert step["cpu_hours"] == pytest.approx(50e3 * (5 / 0.3) / 3600)
     assert step["units"] == 50_000 and step["waves"] == math.ceil(50_000 / (16 * 64))
     est = spill_estimate(int(14e9))
-    assert p["partitions"] == partitions_for(est, sim.BOILERPLATE_BUDGET, maximum=MAX_PARTITIONS) > 4096
-    assert est / p["partitions"] * 4 <= sim.BOILERPLATE_BUDGET  # a partition fits the budget
+    budget = p["memory_budget"]
+    assert budget == 512 << 20  # the stage's default: what a user's run has
+    assert p["partitions"] == partitions_for(est, budget, PARTITION_EXPANSION, maximum=MAX_PARTITIONS) > 4096
+    assert p["partitions"] < MAX_PARTITIONS  # under the cap at 50 TB
+    assert est / p["partitions"] * PARTITION_EXPANSION <= budget  # a partition fits the budget
     assert p["global_reads"] == p["chunks"] * 50_000 + p["partitions"] * p["groups"]
     assert p["global_reads"] < p["direct_reads"] / 100 and step["reads"] == 2 * 50_000 + p["global_reads"]
 

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from airflow_curation.core import storage, uris
 from airflow_curation.core.accounting import RowAccounting
-from airflow_curation.core.boilerplate import KEY_COLUMNS, document_line_counts, remove_lines, sum_counts
+from airflow_curation.core.boilerplate import KEY_COLUMNS, document_line_counts, remove_lines, sum_counts_in_place
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import checksum_url
 from airflow_curation.core.integrity import IntegrityError, verified_reads
@@ -73,7 +73,10 @@ _LINES_A_DOCUMENT = 64  # distinct lines a document, for the spill's estimate (t
 # no longer did (3.6 GB of pairs a partition at 50 TB). The middle pass keeps the reads a partition at one a
 # group of shards, not one a shard, so more partitions cost fewer reads than they did.
 MAX_PARTITIONS = 65_536
-PARTITION_EXPANSION = 4  # a partition's pairs, expanded while sorted and summed (``partitions_for``'s default)
+# A partition's peak memory over its pairs' bytes while read and summed: ~1.1x measured, read into one array a
+# column and summed in those arrays (was 4.5-5.5x with an argsort: RESULTS.md, *a partition summed in place*);
+# 2 leaves room for the interpreter's own and the allocator's slack.
+PARTITION_EXPANSION = 2
 
 
 def spill_estimate(rows: int) -> int:
@@ -165,11 +168,13 @@ def merge_partitions(
                 f"boilerplate: the middle pass's file {e.uri} is unreadable ({e.reason[:120]}): removed, run "
                 "boilerplate again to merge it again"
             ) from e
-        k, d = sum_counts(part["key"], part["docs"])
-        distinct += len(k)
-        frequent = d >= np.uint64(min_documents)
+        k, d = part["key"], part["docs"]
+        m = sum_counts_in_place(k, d)  # in the arrays read: a partition costs its pairs, not 3.5x them
+        distinct += m
+        frequent = np.flatnonzero(d[:m] >= np.uint64(min_documents))
         keys.append(k[frequent])
         docs.append(d[frequent])
+        del part, k, d
     k = np.concatenate(keys) if keys else np.empty(0, np.uint64)
     d = np.concatenate(docs) if docs else np.empty(0, np.uint64)
     write_partitioned(out_uri, {"key": k, "docs": d}, np.zeros(len(k), np.int64))
@@ -403,7 +408,7 @@ class BoilerplateStage(AttrsStage):
 
     def _warn_past_budget(self, parts: int, rows: int) -> None:
         """Say so where the partitions are capped (``MAX_PARTITIONS``) and one, by the spill's estimate, needs more
-        than ``memory_budget`` to sum (at the 50 TB plan with the default budget: 1.7x), and what budget fits."""
+        than ``memory_budget`` to sum (past ~60 TB of text at the default budget), and what budget fits."""
         budget = int(self.config["memory_budget"])
         need = math.ceil(spill_estimate(rows) * PARTITION_EXPANSION / parts)
         if self.config["partitions"] or parts < MAX_PARTITIONS or need <= budget:

@@ -1,0 +1,160 @@
+"""Boilerplate's global step, one partition: the memory and CPU of summing it, the code before (a tree given by
+``--baseline-tree``: the pairs sorted by an index, ``argsort`` then gathered) against this tree's (sorted and
+summed in the arrays they were read into, ``core.boilerplate.sum_counts_in_place``).
+
+A partition's memory sets the partition count (``PARTITION_EXPANSION``: its pairs' bytes times this, within
+``memory_budget``), so what is reported is the marginal peak RSS a pair between two partition sizes (fixed
+costs cancel), beside the total. Synthetic count spills in the stage's layout (``core.lsh.write_partitioned``:
+uint64 line key, uint64 document count), one partition: ``--shards`` files, 2% of each file's keys shared by
+every file (a snapshot's frequent lines: few of its distinct lines, as in real pages), the others each in one.
+Each run is a fresh process (``python -P``, the tree on ``PYTHONPATH``) that first sums a tiny partition
+(imports and kernels loaded), then the measured one with ``stages.boilerplate.stage.merge_partitions``; peak RSS
+growth from /proc's VmHWM. The two trees alternated, every run kept.
+
+    python benchmarks/bench_boilerplate_sum.py --baseline-tree /tmp/bp-base --pairs 2000000,8000000 --runs 3
+    python benchmarks/bench_boilerplate_sum.py --render
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from benchmarks.results import measure_or_render  # noqa: E402
+
+JSON = REPO / "benchmarks" / "results" / "boilerplate_sum.json"
+TITLE = "## Boilerplate's global step: a partition summed in place"
+
+_CHILD = """
+import json, sys
+from benchmarks.proc_stats import cpu, hwm
+from airflow_curation.stages.boilerplate.stage import merge_partitions
+
+out, warm, spills = sys.argv[1], sys.argv[2], sys.argv[3:]
+merge_partitions(0, 1, [warm], 10, out)
+base, c0 = hwm(), cpu()
+stats = merge_partitions(0, 1, spills, 10, out)
+print(json.dumps({"rss_growth": hwm() - base, "cpu_s": cpu() - c0, "frequent": stats["frequent_lines"],
+                  "distinct": stats["distinct_lines"]}))
+"""
+
+
+def write_spills(folder: str, shards: int, pairs: int, seed: int) -> list[str]:
+    """``shards`` count spills of one partition, ``pairs`` (key, count) pairs in all, 2% of each file's keys
+    shared by every file."""
+    import numpy as np
+
+    from airflow_curation.core.lsh import write_partitioned
+
+    rng = np.random.default_rng(seed)
+    each = pairs // shards
+    shared = rng.integers(1, 2**63, each // 50, dtype=np.uint64)
+    uris = []
+    for s in range(shards):
+        k = np.concatenate([shared, rng.integers(1, 2**63, each - len(shared), dtype=np.uint64)])
+        uri = os.path.join(folder, f"p{pairs}-s{s:03d}.keys.arrow")
+        write_partitioned(uri, {"key": k, "docs": rng.integers(1, 4, len(k), dtype=np.uint64)}, np.zeros(len(k)))
+        uris.append(uri)
+    return uris
+
+
+def run(tree: str, out: str, warm: str, spills: list[str]) -> dict:
+    got = subprocess.run(
+        [sys.executable, "-P", "-c", _CHILD, out, warm, *spills],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{REPO}"},
+    )
+    return json.loads(got.stdout) | {"load_1min": round(os.getloadavg()[0], 2)}
+
+
+def measure(args) -> dict:
+    sizes = [int(x) for x in args.pairs.split(",")]
+    trees = {"before": os.path.abspath(args.baseline_tree), "after": str(REPO)}
+    results = {
+        "command": "python " + " ".join(sys.argv),
+        "shards": args.shards,
+        "cpus": os.cpu_count(),
+        "baseline_tree": args.baseline_tree,
+        "runs": {str(n): {v: [] for v in trees} for n in sizes},
+    }
+    with tempfile.TemporaryDirectory() as folder:
+        warm = write_spills(folder, 1, 64, seed=1)[0]
+        spills = {n: write_spills(folder, args.shards, n, seed=0) for n in sizes}
+        out = os.path.join(folder, "frequent.arrow")
+        for r in range(args.runs):
+            for n in sizes:
+                for v in ("before", "after") if r % 2 == 0 else ("after", "before"):
+                    got = run(trees[v], out, warm, spills[n])
+                    results["runs"][str(n)][v].append(got)
+                    print(n, v, got, flush=True)
+    return results
+
+
+def _median(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def render(results: dict) -> str:
+    runs = results["runs"]
+    sizes = sorted(int(n) for n in runs)
+    loads = [r["load_1min"] for by in runs.values() for v in by.values() for r in v]
+    same = all(len({(r["frequent"], r["distinct"]) for v in by.values() for r in v}) == 1 for by in runs.values())
+    lines = [
+        TITLE,
+        "",
+        f"Command: `{results['command']}` ({results['cpus']} cores, load {min(loads):.1f}-{max(loads):.1f}); "
+        f"before: the tree at `{results['baseline_tree']}`, after: this one. One partition of {results['shards']} "
+        "count spills, summed by `merge_partitions` in a fresh process (kernels loaded first), the trees alternated, "
+        "every run in `benchmarks/results/boilerplate_sum.json`. Before and after found the same distinct and "
+        f"frequent lines in every run of a size: {same}.",
+        "",
+        "| pairs in the partition | MB of pairs | variant | peak RSS growth (MB), median (min-max) | bytes a pair | "
+        "CPU-s, median (min-max) |",
+        "|---:|---:|---|---|---:|---|",
+    ]
+    for n in sizes:
+        for v in ("before", "after"):
+            rss = [r["rss_growth"] / 1e6 for r in runs[str(n)][v]]
+            cpu = [r["cpu_s"] for r in runs[str(n)][v]]
+            lines.append(
+                f"| {n:,} | {n * 16 / 1e6:.0f} | {v} | {statistics.median(rss):.0f} ({min(rss):.0f}-{max(rss):.0f}) | "
+                f"{statistics.median(rss) * 1e6 / n:.1f} | {statistics.median(cpu):.2f} ({min(cpu):.2f}-{max(cpu):.2f}) |"
+            )
+    lines.append("")
+    for a, b in zip(sizes, sizes[1:]):
+        for v in ("before", "after"):
+            by_a, by_b = runs[str(a)][v], runs[str(b)][v]
+            rss = (_median(by_b, "rss_growth") - _median(by_a, "rss_growth")) / (b - a)
+            cpu = (_median(by_b, "cpu_s") - _median(by_a, "cpu_s")) / (b - a) * 1e9
+            lines.append(
+                f"- {v}, marginal from {a:,} to {b:,} pairs: **{rss:.1f} bytes of peak RSS a pair** "
+                f"({rss / 16:.2f}x the pair's 16 bytes), {cpu:.0f} CPU ns a pair"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--baseline-tree", help="a checkout of the code before (its merge_partitions)")
+    p.add_argument("--pairs", default="2000000,8000000", help="pairs in the partition, comma-separated sizes")
+    p.add_argument("--shards", type=int, default=16)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--render", action="store_true")
+    args = p.parse_args()
+    if not args.render and not args.baseline_tree:
+        p.error("--baseline-tree is needed to measure")
+    measure_or_render(JSON, "boilerplate_sum", lambda: measure(args), render, args.render, after="boilerplate_global")
+
+
+if __name__ == "__main__":
+    main()
