@@ -11,8 +11,13 @@ Each run is a fresh process (``python -P``, the tree on ``PYTHONPATH``) that fir
 (imports and kernels loaded), then the measured one with ``stages.boilerplate.stage.merge_partitions``; peak RSS
 growth from /proc's VmHWM. The two trees alternated, every run kept.
 
+``--stage dedup`` measures dedup's global phase the same way (its partitions are read by the same
+``core.lsh.read_partitions``): one partition of band spills (``bucket``, ``node``) bucketed into candidate edges
+by ``stages.dedup.phases.bucket_partitions``, against the 4x its partitions are sized at.
+
     python benchmarks/bench_boilerplate_sum.py --baseline-tree /tmp/bp-base --pairs 2000000,8000000 --runs 3
-    python benchmarks/bench_boilerplate_sum.py --render
+    python benchmarks/bench_boilerplate_sum.py --stage dedup --baseline-tree /tmp/bp-base --runs 3
+    python benchmarks/bench_boilerplate_sum.py --render  (and --stage dedup --render)
 """
 
 from __future__ import annotations
@@ -24,16 +29,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from benchmarks.results import measure_or_render  # noqa: E402
 
-JSON = REPO / "benchmarks" / "results" / "boilerplate_sum.json"
-TITLE = "## Boilerplate's global step: a partition summed in place"
-
-_CHILD = """
+_BOILERPLATE_CHILD = """
 import json, sys
 from benchmarks.proc_stats import cpu, hwm
 from airflow_curation.stages.boilerplate.stage import merge_partitions
@@ -44,6 +48,19 @@ base, c0 = hwm(), cpu()
 stats = merge_partitions(0, 1, spills, 10, out)
 print(json.dumps({"rss_growth": hwm() - base, "cpu_s": cpu() - c0, "frequent": stats["frequent_lines"],
                   "distinct": stats["distinct_lines"]}))
+"""
+
+_DEDUP_CHILD = """
+import json, sys
+from benchmarks.proc_stats import cpu, hwm
+from airflow_curation.stages.dedup.phases import DedupParams, bucket_partitions
+
+out, warm, spills = sys.argv[1], sys.argv[2], sys.argv[3:]
+go = lambda uris: bucket_partitions(0, 1, uris, [], [], DedupParams(exact=False), 1, 1, out, out + ".exact")
+go([warm])
+base, c0 = hwm(), cpu()
+stats = go(spills)
+print(json.dumps({"rss_growth": hwm() - base, "cpu_s": cpu() - c0, "result": [stats["candidates"]]}))
 """
 
 
@@ -66,9 +83,67 @@ def write_spills(folder: str, shards: int, pairs: int, seed: int) -> list[str]:
     return uris
 
 
-def run(tree: str, out: str, warm: str, spills: list[str]) -> dict:
+def write_band_spills(folder: str, shards: int, rows: int, seed: int) -> list[str]:
+    """``shards`` band spills of dedup (``bucket``, ``node``: a shard's node keys share their high word, as the
+    stage writes them) of one partition, ``rows`` in all; 1% of each file's rows in buckets every file shares."""
+    import numpy as np
+
+    from airflow_curation.core.lsh import write_partitioned
+
+    rng = np.random.default_rng(seed)
+    each = rows // shards
+    uris = []
+    for s in range(shards):
+        bucket = rng.integers(1, 2**63, each, dtype=np.uint64)
+        bucket[: each // 100] = np.arange(each // 100, dtype=np.uint64)
+        node = (np.uint64(s) << np.uint64(32)) | np.arange(each, dtype=np.uint64)
+        uri = os.path.join(folder, f"b{rows}-s{s:03d}.bands.arrow")
+        write_partitioned(uri, {"bucket": bucket, "node": node}, np.zeros(each))
+        uris.append(uri)
+    return uris
+
+
+class Stage(NamedTuple):
+    json: Path
+    block: str
+    title: str
+    child: str
+    spills: Callable[[str, int, int, int], list[str]]
+    rows: str  # the rows, in the table and its prose
+    row: str  # one of them
+    step: str  # what the child runs
+    found: str  # what both trees must find alike
+
+
+STAGES = {
+    "boilerplate": Stage(
+        REPO / "benchmarks" / "results" / "boilerplate_sum.json",
+        "boilerplate_sum",
+        "## Boilerplate's global step: a partition summed in place",
+        _BOILERPLATE_CHILD,
+        write_spills,
+        "pairs",
+        "pair",
+        "count spills, summed by `merge_partitions`",
+        "distinct and frequent lines",
+    ),
+    "dedup": Stage(
+        REPO / "benchmarks" / "results" / "dedup_partition.json",
+        "dedup_partition",
+        "## Dedup's global phase: a partition's memory",
+        _DEDUP_CHILD,
+        write_band_spills,
+        "band rows",
+        "row",
+        "band spills (1% of rows in buckets all share), bucketed into candidate edges by `bucket_partitions`",
+        "candidate edges",
+    ),
+}
+
+
+def run(stage: Stage, tree: str, out: str, warm: str, spills: list[str]) -> dict:
     got = subprocess.run(
-        [sys.executable, "-P", "-c", _CHILD, out, warm, *spills],
+        [sys.executable, "-P", "-c", stage.child, out, warm, *spills],
         capture_output=True,
         text=True,
         check=True,
@@ -80,21 +155,23 @@ def run(tree: str, out: str, warm: str, spills: list[str]) -> dict:
 def measure(args) -> dict:
     sizes = [int(x) for x in args.pairs.split(",")]
     trees = {"before": os.path.abspath(args.baseline_tree), "after": str(REPO)}
+    stage = STAGES[args.stage]
     results = {
         "command": "python " + " ".join(sys.argv),
+        "stage": args.stage,
         "shards": args.shards,
         "cpus": os.cpu_count(),
         "baseline_tree": args.baseline_tree,
         "runs": {str(n): {v: [] for v in trees} for n in sizes},
     }
     with tempfile.TemporaryDirectory() as folder:
-        warm = write_spills(folder, 1, 64, seed=1)[0]
-        spills = {n: write_spills(folder, args.shards, n, seed=0) for n in sizes}
+        warm = stage.spills(folder, 1, 64, 1)[0]
+        spills = {n: stage.spills(folder, args.shards, n, 0) for n in sizes}
         out = os.path.join(folder, "frequent.arrow")
         for r in range(args.runs):
             for n in sizes:
                 for v in ("before", "after") if r % 2 == 0 else ("after", "before"):
-                    got = run(trees[v], out, warm, spills[n])
+                    got = run(stage, trees[v], out, warm, spills[n])
                     results["runs"][str(n)][v].append(got)
                     print(n, v, got, flush=True)
     return results
@@ -104,22 +181,27 @@ def _median(runs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
+def _outcome(run: dict) -> tuple:
+    return tuple(run["result"]) if "result" in run else (run["frequent"], run["distinct"])
+
+
 def render(results: dict) -> str:
+    stage = STAGES[results.get("stage", "boilerplate")]
     runs = results["runs"]
     sizes = sorted(int(n) for n in runs)
     loads = [r["load_1min"] for by in runs.values() for v in by.values() for r in v]
-    same = all(len({(r["frequent"], r["distinct"]) for v in by.values() for r in v}) == 1 for by in runs.values())
+    same = all(len({_outcome(r) for v in by.values() for r in v}) == 1 for by in runs.values())
     lines = [
-        TITLE,
+        stage.title,
         "",
         f"Command: `{results['command']}` ({results['cpus']} cores, load {min(loads):.1f}-{max(loads):.1f}); "
         f"before: the tree at `{results['baseline_tree']}`, after: this one. One partition of {results['shards']} "
-        "count spills, summed by `merge_partitions` in a fresh process (kernels loaded first), the trees alternated, "
-        "every run in `benchmarks/results/boilerplate_sum.json`. Before and after found the same distinct and "
-        f"frequent lines in every run of a size: {same}.",
+        f"{stage.step} in a fresh process (kernels loaded first), the trees alternated, "
+        f"every run in `{stage.json.relative_to(REPO)}`. Before and after found the same {stage.found} "
+        f"in every run of a size: {same}.",
         "",
-        "| pairs in the partition | MB of pairs | variant | peak RSS growth (MB), median (min-max) | bytes a pair | "
-        "CPU-s, median (min-max) |",
+        f"| {stage.rows} in the partition | MB of {stage.rows} | variant | peak RSS growth (MB), median (min-max) | "
+        f"bytes a {stage.row} | CPU-s, median (min-max) |",
         "|---:|---:|---|---|---:|---|",
     ]
     for n in sizes:
@@ -137,23 +219,25 @@ def render(results: dict) -> str:
             rss = (_median(by_b, "rss_growth") - _median(by_a, "rss_growth")) / (b - a)
             cpu = (_median(by_b, "cpu_s") - _median(by_a, "cpu_s")) / (b - a) * 1e9
             lines.append(
-                f"- {v}, marginal from {a:,} to {b:,} pairs: **{rss:.1f} bytes of peak RSS a pair** "
-                f"({rss / 16:.2f}x the pair's 16 bytes), {cpu:.0f} CPU ns a pair"
+                f"- {v}, marginal from {a:,} to {b:,} {stage.rows}: **{rss:.1f} bytes of peak RSS a {stage.row}** "
+                f"({rss / 16:.2f}x the {stage.row}'s 16 bytes), {cpu:.0f} CPU ns a {stage.row}"
             )
     return "\n".join(lines)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--baseline-tree", help="a checkout of the code before (its merge_partitions)")
-    p.add_argument("--pairs", default="2000000,8000000", help="pairs in the partition, comma-separated sizes")
+    p.add_argument("--stage", choices=sorted(STAGES), default="boilerplate")
+    p.add_argument("--baseline-tree", help="a checkout of the code before")
+    p.add_argument("--pairs", default="2000000,8000000", help="rows in the partition, comma-separated sizes")
     p.add_argument("--shards", type=int, default=16)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--render", action="store_true")
     args = p.parse_args()
     if not args.render and not args.baseline_tree:
         p.error("--baseline-tree is needed to measure")
-    measure_or_render(JSON, "boilerplate_sum", lambda: measure(args), render, args.render, after="boilerplate_global")
+    stage = STAGES[args.stage]
+    measure_or_render(stage.json, stage.block, lambda: measure(args), render, args.render, after="boilerplate_sum")
 
 
 if __name__ == "__main__":
