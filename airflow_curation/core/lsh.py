@@ -303,7 +303,7 @@ def read_partitions(
 def _columns_of(got: list[tuple], columns: dict[str, np.dtype]) -> dict[str, np.ndarray]:
     """The pieces' rows as one array a column, in their order. Each piece is copied into place and released,
     and Arrow's allocator gives the freed pages back as it goes, so a partition's peak is its columns and little
-    more (the pieces as read, concatenated and widened after, cost ~4.5x a boilerplate partition's (key, count)
+    more (the pieces held, concatenated and widened beside them, cost ~5.4x a boilerplate partition's (key, count)
     pairs with the caller's sort: benchmarks/RESULTS.md, *a partition summed in place*). Empties ``got``."""
     rows = sum(t.num_rows for t, _ in got)
     part = {name: np.empty(rows, dtype) for name, dtype in columns.items()}

@@ -74,7 +74,7 @@ _LINES_A_DOCUMENT = 64  # distinct lines a document, for the spill's estimate (t
 # group of shards, not one a shard, so more partitions cost fewer reads than they did.
 MAX_PARTITIONS = 65_536
 # A partition's peak memory over its pairs' bytes while read and summed: ~1.1x measured, read into one array a
-# column and summed in those arrays (was 4.5-5.5x with an argsort: RESULTS.md, *a partition summed in place*);
+# column and summed in those arrays (was 5.3-5.5x with an argsort: RESULTS.md, *a partition summed in place*);
 # 2 leaves room for the interpreter's own and the allocator's slack.
 PARTITION_EXPANSION = 2
 
@@ -169,7 +169,7 @@ def merge_partitions(
                 "boilerplate again to merge it again"
             ) from e
         k, d = part["key"], part["docs"]
-        m = sum_counts_in_place(k, d)  # in the arrays read: a partition costs its pairs, not 3.5x them
+        m = sum_counts_in_place(k, d)  # in the arrays read: a partition costs its pairs, not 5x them
         distinct += m
         frequent = np.flatnonzero(d[:m] >= np.uint64(min_documents))
         keys.append(k[frequent])
