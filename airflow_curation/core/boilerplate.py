@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from airflow_curation.core.arrays import from_numpy, string_buffers
 from airflow_curation.core.jit import numba
+from airflow_curation.core.pairs import check_pairs, sort_rows
 
 KEY_COLUMNS = {"key": np.uint64, "docs": np.uint64}
 
@@ -156,71 +157,10 @@ def sum_counts_in_place(keys: np.ndarray, docs: np.ndarray) -> int:
     """Sum the counts of equal keys in the arrays themselves (both uint64, writable, the same length): after it,
     ``keys[:m]`` are the distinct keys ascending and ``docs[:m]`` their summed counts, for the ``m`` returned.
 
-    No memory beyond the arrays: the global step sums a partition of (key, count) pairs in the arrays it read
-    them into, where sorting by an index (``argsort``, then gathering keys and counts) took 24 bytes a pair
-    more than the pairs' own 16 (docs/boilerplate.md, *At scale*)."""
-    if keys.dtype != np.uint64 or docs.dtype != np.uint64 or len(keys) != len(docs):
-        raise ValueError(
-            f"sum_counts_in_place: two uint64 arrays of one length, got {keys.dtype}[{len(keys)}] and "
-            f"{docs.dtype}[{len(docs)}]"
-        )
-    if not keys.flags.writeable or not docs.flags.writeable:
-        raise ValueError("sum_counts_in_place: the arrays must be writable (the sum is written in them)")
+    No memory beyond the arrays (:mod:`~airflow_curation.core.pairs`): the global step sums a partition of (key,
+    count) pairs in the arrays it read them into (docs/boilerplate.md, *At scale*)."""
+    check_pairs(keys, docs, "sum_counts_in_place")
     return int(_sum_in_place(keys, docs))
-
-
-@numba.njit(cache=True, nogil=True)
-def _sort_pairs(keys: np.ndarray, docs: np.ndarray) -> None:  # pragma: no cover - compiled
-    """Quicksort of ``keys`` with ``docs`` moved alongside, in place: Hoare's partition around the median of
-    three (equal keys split evenly, so a partition of one line repeated millions of times stays n log n), the
-    larger side deferred on a stack of at most log2(n) ranges, short ranges by insertion."""
-    stack = np.empty(256, np.int64)
-    top = 0
-    lo, hi = 0, len(keys) - 1  # inclusive
-    while True:
-        while hi - lo > 16:
-            mid = lo + (hi - lo) // 2
-            if keys[mid] < keys[lo]:
-                keys[mid], keys[lo] = keys[lo], keys[mid]
-                docs[mid], docs[lo] = docs[lo], docs[mid]
-            if keys[hi] < keys[lo]:
-                keys[hi], keys[lo] = keys[lo], keys[hi]
-                docs[hi], docs[lo] = docs[lo], docs[hi]
-            if keys[hi] < keys[mid]:
-                keys[hi], keys[mid] = keys[mid], keys[hi]
-                docs[hi], docs[mid] = docs[mid], docs[hi]
-            pivot = keys[mid]
-            i, j = lo - 1, hi + 1
-            while True:
-                i += 1
-                while keys[i] < pivot:
-                    i += 1
-                j -= 1
-                while keys[j] > pivot:
-                    j -= 1
-                if i >= j:
-                    break
-                keys[i], keys[j] = keys[j], keys[i]
-                docs[i], docs[j] = docs[j], docs[i]
-            # [lo, j] and [j + 1, hi], each shorter than [lo, hi]: the smaller now, the larger later
-            if j - lo < hi - j - 1:
-                stack[top], stack[top + 1] = j + 1, hi
-                hi = j
-            else:
-                stack[top], stack[top + 1] = lo, j
-                lo = j + 1
-            top += 2
-        for i in range(lo + 1, hi + 1):
-            k, d = keys[i], docs[i]
-            j = i - 1
-            while j >= lo and keys[j] > k:
-                keys[j + 1], docs[j + 1] = keys[j], docs[j]
-                j -= 1
-            keys[j + 1], docs[j + 1] = k, d
-        if top == 0:
-            return
-        top -= 2
-        lo, hi = stack[top], stack[top + 1]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -228,7 +168,7 @@ def _sum_in_place(keys: np.ndarray, docs: np.ndarray) -> int:  # pragma: no cove
     n = len(keys)
     if n == 0:
         return 0
-    _sort_pairs(keys, docs)
+    sort_rows(keys, docs)  # by key, then count: the counts of a key end up side by side either way
     m = 0
     for i in range(1, n):
         if keys[i] == keys[m]:

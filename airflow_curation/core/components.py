@@ -36,10 +36,10 @@ from airflow_curation.core.lsh import (
     partitions_for,
     read_partition,
     read_partitions,
-    unique_edges,
     write_partitioned,
 )
 from airflow_curation.core.merge_plan import middle_pass
+from airflow_curation.core.pairs import distinct_pairs_in_place
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +94,10 @@ def write_edges(uri: str, a: np.ndarray, b: np.ndarray, num_partitions: int) -> 
 
 def _grouped(src: np.ndarray, dst: np.ndarray):
     """Distinct edges sorted by source, each source's group index, and each group's lowest
-    neighbour-or-self."""
-    src, dst = unique_edges(src, dst)
+    neighbour-or-self. The edges are sorted and made distinct in ``src`` and ``dst`` themselves (the caller's
+    arrays, read for this step: no index and gathered copies beside them), which are then slices of them."""
+    m = distinct_pairs_in_place(src, dst)
+    src, dst = src[:m], dst[:m]
     starts = np.flatnonzero(np.r_[True, src[1:] != src[:-1]]) if src.size else np.empty(0, np.int64)
     group = np.cumsum(np.r_[True, src[1:] != src[:-1]]) - 1 if src.size else np.empty(0, np.int64)
     mins = np.minimum(np.minimum.reduceat(dst, starts), src[starts]) if src.size else np.empty(0, np.uint64)
@@ -138,7 +140,10 @@ def _step(
     partition, so a span of them is a whole set of sources); returns (edges written, digest of its input
     edges, labels written: the finished stars a large-star step found, into ``labels_uri``)."""
     e = _read_span(inputs, span, columns)
-    src, dst, starts, group, mins = _grouped(e["src"], e["dst"])
+    # the sources the small-star step before reported as leaves, taken before the rows are sorted in place
+    reported = e["src"][e["leaf"] == 1] if "leaf" in e else np.empty(0, np.uint64)
+    src, dst, starts, group, mins = _grouped(e.pop("src"), e.pop("dst"))
+    del e
     digest = _digest(src, dst)
     m = mins[group] if src.size else np.empty(0, np.uint64)
     nodes = src[starts] if src.size else np.empty(0, np.uint64)
@@ -147,11 +152,10 @@ def _step(
     if kind == "large":
         # link every larger neighbour to the lowest node of the neighbourhood
         sel = dst > src
-        reports = e["leaf"] == 1 if "leaf" in e else None
-        if reports is not None and reports.any():
+        if reported.size:
             # a node below all its neighbours, every one of which reported it as its only neighbour in the
             # small-star step before: a closed star around its lowest node, finished; labelled, not linked
-            leaves = np.bincount(np.searchsorted(nodes, e["src"][reports]), minlength=nodes.size)
+            leaves = np.bincount(np.searchsorted(nodes, reported), minlength=nodes.size)
             done = (mins == nodes) & (leaves == degree)
             if done.any():
                 finished = done[group]
@@ -176,7 +180,7 @@ def _labels(inputs: list[str], p: int, out_uri: str, out_partitions: int) -> int
     """At convergence: (node, label) of every node whose label is lower than itself, partitioned by
     shard index so that each shard's writer reads one partition."""
     e = read_partition(inputs, p, EDGE_COLUMNS)
-    src, dst, starts, group, mins = _grouped(e["src"], e["dst"])
+    src, dst, starts, group, mins = _grouped(e.pop("src"), e.pop("dst"))
     nodes = src[starts] if src.size else np.empty(0, np.uint64)
     sel = mins < nodes
     return _write_labels(out_uri, nodes[sel], mins[sel], out_partitions)

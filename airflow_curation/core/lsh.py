@@ -29,6 +29,8 @@ import pyarrow.parquet as pq
 from airflow_curation.core import spill_pack, storage
 from airflow_curation.core.arrays import from_numpy, to_numpy
 from airflow_curation.core.integrity import IntegrityError
+from airflow_curation.core.jit import numba
+from airflow_curation.core.pairs import check_pairs, sort_rows
 
 _META_KEY = b"curation.partitions"  # JSON {partition: batch}: spill files written before _LIST_KEY
 _LIST_KEY = b"curation.partition_list"  # int32 little-endian, ascending: the partitions present
@@ -416,6 +418,33 @@ def star_edges(keys: list[np.ndarray], nodes: np.ndarray) -> tuple[np.ndarray, n
     lowest = nodes[new][group]
     mask = nodes != lowest
     return lowest[mask], nodes[mask]
+
+
+def star_edges_in_place(bucket: np.ndarray, node: np.ndarray) -> int:
+    """:func:`star_edges` of one key column, written over the partition's own rows (both uint64, writable): for
+    the ``e`` returned, ``(bucket[:e], node[:e])`` are the edges (lowest, member), in bucket order. No memory
+    beside the rows: a partition's ``lexsort`` index and gathered columns were 3x its rows' bytes
+    (benchmarks/RESULTS.md, *Dedup's global phase: a partition's memory*)."""
+    check_pairs(bucket, node, "star_edges_in_place")
+    return int(_star_in_place(bucket, node))
+
+
+@numba.njit(cache=True, nogil=True)
+def _star_in_place(bucket: np.ndarray, node: np.ndarray) -> int:  # pragma: no cover - compiled
+    n = len(bucket)
+    if n == 0:
+        return 0
+    sort_rows(bucket, node)  # by bucket, then node: a bucket's lowest node first
+    e = 0
+    current, lowest = bucket[0], node[0]
+    for i in range(1, n):
+        b, v = bucket[i], node[i]
+        if b != current:
+            current, lowest = b, v
+        elif v != lowest:  # e < i: only rows already read are written over
+            bucket[e], node[e] = lowest, v
+            e += 1
+    return e
 
 
 def unique_edges(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -29,10 +29,11 @@ from airflow_curation.core.lsh import (
     row_of,
     shard_of,
     star_edges,
-    unique_edges,
+    star_edges_in_place,
     write_partitioned,
 )
 from airflow_curation.core.minhash import MinHasher, MinHashParams, band_hashes, exact_keys, jaccard, prepare
+from airflow_curation.core.pairs import distinct_pairs_in_place
 from airflow_curation.core.schema import CLUSTER_ID, EXACT_DUPLICATE, ID, IS_DUPLICATE, NEAR_DUPLICATE, TEXT, string_ids
 from airflow_curation.stages.text import ShardText
 
@@ -223,7 +224,13 @@ def bucket_partitions(
     srcs, dsts, dups = [], [], []
     if params.near:
         for _, r in read_partitions(band_uris, lo, hi, BAND_COLUMNS):
-            a, b = unique_edges(*star_edges([r["bucket"]], r["node"]))
+            # Bucketed in the arrays read, the edges' copy kept and the partition's rows let go: a partition
+            # costs its rows and its edges, not a sort index and gathered copies besides.
+            bucket, node = r.pop("bucket"), r.pop("node")
+            e = star_edges_in_place(bucket, node)
+            m = distinct_pairs_in_place(bucket[:e], node[:e])
+            a, b = bucket[:m].copy(), node[:m].copy()
+            del bucket, node
             stats["candidates"] += int(a.size)
             if params.verify and a.size:
                 ok = _verify(a, b, shard_uris, params)
