@@ -73,7 +73,7 @@ _LINES_A_DOCUMENT = 64  # distinct lines a document, for the spill's estimate (t
 # no longer did (3.6 GB of pairs a partition at 50 TB). The middle pass keeps the reads a partition at one a
 # group of shards, not one a shard, so more partitions cost fewer reads than they did.
 MAX_PARTITIONS = 65_536
-# A partition's peak memory over its pairs' bytes while read and summed: ~1.1x measured, read into one array a
+# A partition's peak memory over its pairs' bytes while read and summed: ~1.05x measured, read into one array a
 # column and summed in those arrays (was 5.3-5.5x with an argsort: RESULTS.md, *a partition summed in place*);
 # 2 leaves room for the interpreter's own and the allocator's slack.
 PARTITION_EXPANSION = 2
