@@ -38,14 +38,31 @@ def _less(a: np.uint64, b: np.uint64, pa: np.uint64, pb: np.uint64) -> bool:  # 
 
 @numba.njit(cache=True, nogil=True)
 def sort_rows(first: np.ndarray, second: np.ndarray) -> None:  # pragma: no cover - compiled
-    """:func:`sort_pairs` without its checks, for other kernels. Quicksort of the rows: Hoare's partition around
-    the median of three (equal rows split evenly, so a partition of one row repeated millions of times stays
-    n log n), the larger side deferred on a stack of at most log2(n) ranges, short ranges by insertion."""
-    stack = np.empty(256, np.int64)
+    """:func:`sort_pairs` without its checks, for other kernels: :func:`introsort` with its usual depth limit."""
+    n = len(first)
+    depth = 0
+    while n > 1:
+        n >>= 1
+        depth += 1
+    introsort(first, second, 2 * depth + 2)
+
+
+@numba.njit(cache=True, nogil=True)
+def introsort(first: np.ndarray, second: np.ndarray, limit: int) -> None:  # pragma: no cover - compiled
+    """Quicksort of the rows: Hoare's partition around the median of three (equal rows split evenly, so a
+    partition of one row repeated millions of times stays n log n), the larger side deferred on a stack of at most
+    log2(n) ranges, short ranges by insertion; a range still unsorted ``limit`` partitions deep is heapsorted, so
+    no input, however ordered, costs more than n log n."""
+    stack = np.empty(3 * 128, np.int64)
     top = 0
-    lo, hi = 0, len(first) - 1  # inclusive
+    lo, hi, depth = 0, len(first) - 1, 0  # inclusive
     while True:
         while hi - lo > 16:
+            if depth >= limit:
+                _heapsort(first, second, lo, hi)
+                hi = lo  # done: nothing left for insertion
+                break
+            depth += 1
             mid = lo + (hi - lo) // 2
             if _less(first[mid], second[mid], first[lo], second[lo]):
                 first[mid], first[lo] = first[lo], first[mid]
@@ -71,12 +88,12 @@ def sort_rows(first: np.ndarray, second: np.ndarray) -> None:  # pragma: no cove
                 second[i], second[j] = second[j], second[i]
             # [lo, j] and [j + 1, hi], each shorter than [lo, hi]: the smaller now, the larger later
             if j - lo < hi - j - 1:
-                stack[top], stack[top + 1] = j + 1, hi
+                stack[top], stack[top + 1], stack[top + 2] = j + 1, hi, depth
                 hi = j
             else:
-                stack[top], stack[top + 1] = lo, j
+                stack[top], stack[top + 1], stack[top + 2] = lo, j, depth
                 lo = j + 1
-            top += 2
+            top += 3
         for i in range(lo + 1, hi + 1):
             a, b = first[i], second[i]
             j = i - 1
@@ -86,8 +103,38 @@ def sort_rows(first: np.ndarray, second: np.ndarray) -> None:  # pragma: no cove
             first[j + 1], second[j + 1] = a, b
         if top == 0:
             return
-        top -= 2
-        lo, hi = stack[top], stack[top + 1]
+        top -= 3
+        lo, hi, depth = stack[top], stack[top + 1], stack[top + 2]
+
+
+@numba.njit(cache=True, nogil=True)
+def _heapsort(first: np.ndarray, second: np.ndarray, lo: int, hi: int) -> None:  # pragma: no cover - compiled
+    """Rows ``lo..hi`` (inclusive) sorted by a binary max-heap: the introsort's bound where partitions go deep."""
+    n = hi - lo + 1
+    for start in range(n // 2 - 1, -1, -1):
+        _sift(first, second, lo, start, n)
+    for end in range(n - 1, 0, -1):
+        first[lo], first[lo + end] = first[lo + end], first[lo]
+        second[lo], second[lo + end] = second[lo + end], second[lo]
+        _sift(first, second, lo, 0, end)
+
+
+@numba.njit(cache=True, nogil=True)
+def _sift(first: np.ndarray, second: np.ndarray, lo: int, root: int, n: int) -> None:  # pragma: no cover
+    while True:
+        child = 2 * root + 1
+        if child >= n:
+            return
+        c = lo + child
+        if child + 1 < n and _less(first[c], second[c], first[c + 1], second[c + 1]):
+            child += 1
+            c += 1
+        r = lo + root
+        if not _less(first[r], second[r], first[c], second[c]):
+            return
+        first[r], first[c] = first[c], first[r]
+        second[r], second[c] = second[c], second[r]
+        root = child
 
 
 def distinct_pairs_in_place(first: np.ndarray, second: np.ndarray) -> int:
