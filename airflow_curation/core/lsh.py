@@ -423,7 +423,7 @@ def star_edges(keys: list[np.ndarray], nodes: np.ndarray) -> tuple[np.ndarray, n
 def star_edges_in_place(bucket: np.ndarray, node: np.ndarray) -> int:
     """:func:`star_edges` of one key column, written over the partition's own rows (both uint64, writable): for
     the ``e`` returned, ``(bucket[:e], node[:e])`` are the edges (lowest, member), in bucket order. No memory
-    beside the rows: a partition's ``lexsort`` index and gathered columns were 3x its rows' bytes
+    beside the rows: with a ``lexsort`` index and gathered columns, a partition took ~4x its rows' bytes
     (benchmarks/RESULTS.md, *Dedup's global phase: a partition's memory*)."""
     check_pairs(bucket, node, "star_edges_in_place")
     return int(_star_in_place(bucket, node))
