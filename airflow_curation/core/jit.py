@@ -81,8 +81,10 @@ KERNEL_MODULES = (
     "compat_split",
     "compat_vocab",
     "components",
+    "lsh",
     "minhash",
     "ngram_match",
+    "pairs",
     "signals",
     "xxh64",
 )
