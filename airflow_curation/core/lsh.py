@@ -296,10 +296,8 @@ def read_partitions(
     Each file is opened once for the whole range (a reader of a range of k partitions pays one open and
     one index decode per file, not k), so the range's rows are held until their partition's turn: a
     caller sizes the range to its memory. Each partition's pieces are released as it is handed out."""
-    pieces = _stored_pieces(uris, lo, hi, list(columns))
-    for k in range(hi - lo):
-        got, pieces[k] = pieces[k], []
-        yield lo + k, _columns_of(got, columns)
+    for p, got in _stored_pieces(uris, lo, hi, list(columns)):
+        yield p, _columns_of(got, columns)  # which empties got: the pieces go as they are copied
 
 
 def _columns_of(got: list[tuple], columns: dict[str, np.dtype]) -> dict[str, np.ndarray]:
@@ -334,21 +332,23 @@ def read_partition_pieces(
     """``(p, the Arrow pieces of partition p, one per file of uris that has it, in that order)`` for each
     ``lo <= p < hi``; each file opened once for the range (as :func:`read_partitions`, which converts them
     to numpy columns). Each partition's pieces are released as it is handed out."""
-    pieces = _stored_pieces(uris, lo, hi, names)
-    for k in range(hi - lo):
-        got, pieces[k] = pieces[k], []
-        yield lo + k, [_widen(t, high) for t, high in got]
+    for p, got in _stored_pieces(uris, lo, hi, names):
+        yield p, [_widen(t, high) for t, high in got]
         del got
 
 
-def _stored_pieces(uris: list[str], lo: int, hi: int, names: list[str]) -> list[list[tuple]]:
-    """``[(piece as stored, its high words)...]`` of each ``lo <= p < hi`` (index ``p - lo``), each file opened
-    once; a caller takes each partition's out of the list as it hands it on."""
+def _stored_pieces(uris: list[str], lo: int, hi: int, names: list[str]) -> Iterator[tuple[int, list[tuple]]]:
+    """``(p, [(piece as stored, its high words)...])`` for each ``lo <= p < hi``, each file opened once. A
+    partition's list is held here only until the next one's turn; a caller that empties it releases its pieces
+    at once."""
     pieces: list[list] = [[] for _ in range(lo, hi)]
     for uri in uris:
         for p, t, high in _read_range(uri, lo, hi, names):
             pieces[p - lo].append((t, high))
-    return pieces
+    for k in range(hi - lo):
+        got, pieces[k] = pieces[k], []
+        yield lo + k, got
+        del got
 
 
 def read_partition(uris: list[str], p: int, columns: dict[str, np.dtype]) -> dict[str, np.ndarray]:
