@@ -108,3 +108,17 @@ def string_buffers(values: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.n
     if bufs[2] is None or offsets[-1] == 0:
         return np.zeros(1, np.uint8), offsets
     return np.frombuffer(bufs[2], np.uint8), offsets
+
+
+def partition_order(partition: np.ndarray, partitions: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The rows' order by partition number, stable (a partition's rows stay in their given order), and each
+    partition's row count (index ``p``, at least ``partitions`` entries). Numbers under 2**16 (every partition
+    count the stages plan: boilerplate's cap is 65,536) are sorted as 16-bit keys, which numpy sorts by radix,
+    linear in rows: ~15-20 ns a row where a 64-bit stable sort (a merge sort) took 45-90, and the counts come
+    from one ``bincount``, not a second sort. Every spill write pays it, rows x passes at 50 TB."""
+    partition = np.asarray(partition)
+    if partition.size and partition.min() < 0:
+        raise ValueError(f"partition numbers must be >= 0, got {int(partition.min())}")
+    small = partition.size and partition.max() < 1 << 16
+    keys = partition.astype(np.uint16) if small else partition.astype(np.int64, copy=False)
+    return np.argsort(keys, kind="stable"), np.bincount(keys, minlength=partitions)

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_curation.core import spill_pack, storage
-from airflow_curation.core.arrays import from_numpy, to_numpy
+from airflow_curation.core.arrays import from_numpy, partition_order, to_numpy
 from airflow_curation.core.integrity import IntegrityError
 from airflow_curation.core.jit import numba
 from airflow_curation.core.pairs import check_pairs, sort_rows
@@ -121,10 +121,10 @@ def write_partitioned(uri: str, columns: dict[str, np.ndarray | pa.Array], parti
     partition, in partition order, rows of a partition in their given order; returns rows. The index is the
     ascending list of partitions present (batch i holds the i-th)."""
     partition = np.asarray(partition, np.int64)
-    order = np.argsort(partition, kind="stable")
-    sorted_parts = partition[order]
-    present, starts = np.unique(sorted_parts, return_index=True)
-    ends = np.append(starts[1:], len(sorted_parts)).astype(np.int64)
+    order, counts = partition_order(partition)
+    present = np.flatnonzero(counts)
+    ends = np.cumsum(counts)[present]
+    starts = ends - counts[present]
     arrays, high = {}, {}
     for name, col in columns.items():
         if isinstance(col, pa.Array):

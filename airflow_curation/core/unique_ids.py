@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_curation.core import storage
+from airflow_curation.core.arrays import partition_order
 from airflow_curation.core.boilerplate import string_hashes
 from airflow_curation.core.manifest import ShardEntry
 from airflow_curation.core.schema import ID, SOURCE
@@ -91,9 +92,8 @@ def _route(shards: list[ShardEntry], paths: list[str]) -> None:
             if len(files) == 1:
                 rec.tofile(files[0])
                 continue
-            part = h % parts
-            order = np.argsort(part, kind="stable")
-            bounds = np.searchsorted(part[order], np.arange(len(files) + 1, dtype=np.uint64))
+            order, counts = partition_order(h % parts, len(files))
+            bounds = np.concatenate([[0], np.cumsum(counts)])
             rec = rec[order]
             for k, f in enumerate(files):
                 if bounds[k + 1] > bounds[k]:

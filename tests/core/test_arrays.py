@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_curation.core.arrays import from_numpy, strings, to_numpy
+from airflow_curation.core.arrays import from_numpy, partition_order, strings, to_numpy
 
 CASES = [
     np.arange(13, dtype=np.uint64),
@@ -63,3 +63,32 @@ def test_stage_worker_imports_no_pandas_nor_scipy_linalg(tmp_path, stage):
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert pq.read_table(tmp_path / "out" / "in.parquet").num_rows == 50
     assert json.loads(proc.stderr.strip().splitlines()[-1]) == {"pandas": False, "scipy.linalg": False}
+
+
+@pytest.mark.parametrize(
+    "partitions, rows, dtype",
+    [
+        (1, 1000, np.int64),
+        (7, 5000, np.int64),
+        (4096, 20000, np.int64),
+        (65536, 200000, np.int64),
+        (70000, 50000, np.int64),
+        (300, 4000, np.uint64),
+        (50, 0, np.int64),
+    ],
+)
+def test_partition_order_is_the_stable_sort_and_its_counts(partitions, rows, dtype):
+    # the 16-bit radix path (under 2**16), the 64-bit fallback past it, unsigned input and no rows at all
+    rng = np.random.default_rng(partitions + rows)
+    part = rng.integers(0, partitions, rows).astype(dtype)
+    if rows:
+        part[0] = partitions - 1  # the largest number present: 65,535 still takes 16 bits, 69,999 does not
+    order, counts = partition_order(part, partitions)
+    assert order.tolist() == np.argsort(part.astype(np.int64), kind="stable").tolist()
+    assert counts.tolist() == np.bincount(part.astype(np.int64), minlength=partitions).tolist()
+    assert len(counts) == partitions
+
+
+def test_partition_order_refuses_negative_numbers():
+    with pytest.raises(ValueError, match="partition numbers must be >= 0, got -1"):
+        partition_order(np.array([3, -1, 2]))
