@@ -13,11 +13,13 @@ growth from /proc's VmHWM. The two trees alternated, every run kept.
 
 ``--stage dedup`` measures dedup's global phase the same way (its partitions are read by the same
 ``core.lsh.read_partitions``): one partition of band spills (``bucket``, ``node``) bucketed into candidate edges
-by ``stages.dedup.phases.bucket_partitions``, against the 4x its partitions are sized at.
+by ``stages.dedup.phases.bucket_partitions``, against the 4x its partitions are sized at; ``--stage exact`` one
+partition of its exact-key spills (``hi``, ``lo``, ``node``: 24 bytes a row) bucketed into exact-duplicate edges.
 
     python benchmarks/bench_boilerplate_sum.py --baseline-tree /tmp/bp-base --pairs 2000000,8000000 --runs 3
     python benchmarks/bench_boilerplate_sum.py --stage dedup --baseline-tree /tmp/bp-base --runs 3
-    python benchmarks/bench_boilerplate_sum.py --render  (and --stage dedup --render)
+    python benchmarks/bench_boilerplate_sum.py --stage exact --baseline-tree /tmp/bp-base --runs 3
+    python benchmarks/bench_boilerplate_sum.py --render  (and --stage dedup|exact --render)
 """
 
 from __future__ import annotations
@@ -56,11 +58,15 @@ from benchmarks.proc_stats import cpu, hwm
 from airflow_curation.stages.dedup.phases import DedupParams, bucket_partitions
 
 out, warm, spills = sys.argv[1], sys.argv[2], sys.argv[3:]
-go = lambda uris: bucket_partitions(0, 1, uris, [], [], DedupParams(exact=False), 1, 1, out, out + ".exact")
+exact = spills[0].endswith(".exact.arrow")
+params = DedupParams(near=not exact, exact=exact)
+go = lambda uris: bucket_partitions(0, 1, [] if exact else uris, uris if exact else [], [], params, 1, 1, out,
+                                    out + ".exact")
 go([warm])
 base, c0 = hwm(), cpu()
 stats = go(spills)
-print(json.dumps({"rss_growth": hwm() - base, "cpu_s": cpu() - c0, "result": [stats["candidates"]]}))
+print(json.dumps({"rss_growth": hwm() - base, "cpu_s": cpu() - c0,
+                  "result": [stats["exact_edges" if exact else "candidates"]]}))
 """
 
 
@@ -103,6 +109,26 @@ def write_band_spills(folder: str, shards: int, rows: int, seed: int) -> list[st
     return uris
 
 
+def write_exact_spills(folder: str, shards: int, rows: int, seed: int) -> list[str]:
+    """``shards`` exact-key spills of dedup (``hi``, ``lo``: a document's 128-bit hash; ``node``) of one partition,
+    ``rows`` in all; 1% of each file's rows are documents every file holds."""
+    import numpy as np
+
+    from airflow_curation.core.lsh import write_partitioned
+
+    rng = np.random.default_rng(seed)
+    each = rows // shards
+    uris = []
+    for s in range(shards):
+        hi, lo = rng.integers(1, 2**63, (2, each), dtype=np.uint64)
+        hi[: each // 100], lo[: each // 100] = np.arange(each // 100, dtype=np.uint64), 7
+        node = (np.uint64(s) << np.uint64(32)) | np.arange(each, dtype=np.uint64)
+        uri = os.path.join(folder, f"x{rows}-s{s:03d}.exact.arrow")
+        write_partitioned(uri, {"hi": hi, "lo": lo, "node": node}, np.zeros(each))
+        uris.append(uri)
+    return uris
+
+
 class Stage(NamedTuple):
     json: Path
     block: str
@@ -113,6 +139,7 @@ class Stage(NamedTuple):
     row: str  # one of them
     step: str  # what the child runs
     found: str  # what both trees must find alike
+    row_bytes: int = 16
 
 
 STAGES = {
@@ -137,6 +164,18 @@ STAGES = {
         "row",
         "band spills (1% of rows in buckets all share), bucketed into candidate edges by `bucket_partitions`",
         "candidate edges",
+    ),
+    "exact": Stage(
+        REPO / "benchmarks" / "results" / "dedup_exact_partition.json",
+        "dedup_exact_partition",
+        "## Dedup's global phase: a partition's exact keys",
+        _DEDUP_CHILD,
+        write_exact_spills,
+        "exact-key rows",
+        "row",
+        "exact-key spills (1% of rows documents all share), bucketed into exact-duplicate edges by `bucket_partitions`",
+        "exact-duplicate edges",
+        24,
     ),
 }
 
@@ -209,7 +248,7 @@ def render(results: dict) -> str:
             rss = [r["rss_growth"] / 1e6 for r in runs[str(n)][v]]
             cpu = [r["cpu_s"] for r in runs[str(n)][v]]
             lines.append(
-                f"| {n:,} | {n * 16 / 1e6:.0f} | {v} | {statistics.median(rss):.0f} ({min(rss):.0f}-{max(rss):.0f}) | "
+                f"| {n:,} | {n * stage.row_bytes / 1e6:.0f} | {v} | {statistics.median(rss):.0f} ({min(rss):.0f}-{max(rss):.0f}) | "
                 f"{statistics.median(rss) * 1e6 / n:.1f} | {statistics.median(cpu):.2f} ({min(cpu):.2f}-{max(cpu):.2f}) |"
             )
     lines.append("")
@@ -220,7 +259,7 @@ def render(results: dict) -> str:
             cpu = (_median(by_b, "cpu_s") - _median(by_a, "cpu_s")) / (b - a) * 1e9
             lines.append(
                 f"- {v}, marginal from {a:,} to {b:,} {stage.rows}: **{rss:.1f} bytes of peak RSS a {stage.row}** "
-                f"({rss / 16:.2f}x the {stage.row}'s 16 bytes), {cpu:.0f} CPU ns a {stage.row}"
+                f"({rss / stage.row_bytes:.2f}x the {stage.row}'s {stage.row_bytes} bytes), {cpu:.0f} CPU ns a {stage.row}"
             )
     return "\n".join(lines)
 

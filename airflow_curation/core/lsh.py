@@ -426,24 +426,42 @@ def star_edges_in_place(bucket: np.ndarray, node: np.ndarray) -> int:
     beside the rows: with a ``lexsort`` index and gathered columns, a partition took ~4x its rows' bytes
     (benchmarks/RESULTS.md, *Dedup's global phase: a partition's memory*)."""
     check_pairs(bucket, node, "star_edges_in_place")
-    return int(_star_in_place(bucket, node))
+    return int(_star_in_place(bucket, node, None))
+
+
+def star_edges_keyed_in_place(hi: np.ndarray, lo: np.ndarray, node: np.ndarray) -> int:
+    """:func:`star_edges` of a two-column key (dedup's 128-bit content hashes), written over the rows: for the
+    ``e`` returned, ``(hi[:e], node[:e])`` are the edges (lowest, member), by key; ``lo`` is left in no order.
+    The rows are sorted by key with their node carried along, so the same edges as :func:`star_edges` (in another
+    order within a bucket) without its index and gathered copies."""
+    check_pairs(hi, lo, "star_edges_keyed_in_place")
+    check_pairs(hi, node, "star_edges_keyed_in_place")
+    return int(_star_in_place(hi, lo, node))
 
 
 @numba.njit(cache=True, nogil=True)
-def _star_in_place(bucket: np.ndarray, node: np.ndarray) -> int:  # pragma: no cover - compiled
-    n = len(bucket)
-    if n == 0:
-        return 0
-    sort_rows(bucket, node)  # by bucket, then node: a bucket's lowest node first
+def _star_in_place(first: np.ndarray, second: np.ndarray, payload) -> int:  # pragma: no cover - compiled
+    """Rows sorted, then each bucket's members linked to its lowest: the key is ``first`` and the members
+    ``second``, or, with a ``payload``, the key is both columns and the members the payload. The edges go to
+    ``first[:e]`` and the members' array, over rows already read (a bucket is read whole before its edges are
+    written, and a bucket of k rows writes at most k - 1 of them)."""
+    n = len(first)
+    sort_rows(first, second, payload)
+    member = second if payload is None else payload
     e = 0
-    current, lowest = bucket[0], node[0]
-    for i in range(1, n):
-        b, v = bucket[i], node[i]
-        if b != current:
-            current, lowest = b, v
-        elif v != lowest:  # e < i: only rows already read are written over
-            bucket[e], node[e] = lowest, v
-            e += 1
+    start = 0
+    while start < n:
+        end = start + 1
+        lowest = member[start]
+        while end < n and first[end] == first[start] and (payload is None or second[end] == second[start]):
+            lowest = min(lowest, member[end])
+            end += 1
+        for i in range(start, end):
+            v = member[i]
+            if v != lowest:  # e <= i: only rows already read are written over
+                first[e], member[e] = lowest, v
+                e += 1
+        start = end
     return e
 
 

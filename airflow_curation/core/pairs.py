@@ -36,19 +36,28 @@ def _less(a: np.uint64, b: np.uint64, pa: np.uint64, pb: np.uint64) -> bool:  # 
     return a < pa or (a == pa and b < pb)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _swap(first, second, payload, i, j) -> None:  # pragma: no cover - compiled
+    first[i], first[j] = first[j], first[i]
+    second[i], second[j] = second[j], second[i]
+    if payload is not None:  # pruned where it is None: two columns pay nothing for it
+        payload[i], payload[j] = payload[j], payload[i]
+
+
 @numba.njit(cache=True, nogil=True)
-def sort_rows(first: np.ndarray, second: np.ndarray) -> None:  # pragma: no cover - compiled
-    """:func:`sort_pairs` without its checks, for other kernels: :func:`introsort` with its usual depth limit."""
+def sort_rows(first: np.ndarray, second: np.ndarray, payload=None) -> None:  # pragma: no cover - compiled
+    """:func:`sort_pairs` without its checks, for other kernels: :func:`introsort` with its usual depth limit.
+    ``payload``, a third column of the rows, moves with them and is not compared."""
     n = len(first)
     depth = 0
     while n > 1:
         n >>= 1
         depth += 1
-    introsort(first, second, 2 * depth + 2)
+    introsort(first, second, 2 * depth + 2, payload)
 
 
 @numba.njit(cache=True, nogil=True)
-def introsort(first: np.ndarray, second: np.ndarray, limit: int) -> None:  # pragma: no cover - compiled
+def introsort(first: np.ndarray, second: np.ndarray, limit: int, payload=None) -> None:  # pragma: no cover
     """Quicksort of the rows: Hoare's partition around the median of three (equal rows split evenly, so a
     partition of one row repeated millions of times stays n log n), the larger side deferred on a stack of at most
     log2(n) ranges, short ranges by insertion; a range still unsorted ``limit`` partitions deep is heapsorted, so
@@ -59,20 +68,17 @@ def introsort(first: np.ndarray, second: np.ndarray, limit: int) -> None:  # pra
     while True:
         while hi - lo > 16:
             if depth >= limit:
-                _heapsort(first, second, lo, hi)
+                _heapsort(first, second, lo, hi, payload)
                 hi = lo  # done: nothing left for insertion
                 break
             depth += 1
             mid = lo + (hi - lo) // 2
             if _less(first[mid], second[mid], first[lo], second[lo]):
-                first[mid], first[lo] = first[lo], first[mid]
-                second[mid], second[lo] = second[lo], second[mid]
+                _swap(first, second, payload, mid, lo)
             if _less(first[hi], second[hi], first[lo], second[lo]):
-                first[hi], first[lo] = first[lo], first[hi]
-                second[hi], second[lo] = second[lo], second[hi]
+                _swap(first, second, payload, hi, lo)
             if _less(first[hi], second[hi], first[mid], second[mid]):
-                first[hi], first[mid] = first[mid], first[hi]
-                second[hi], second[mid] = second[mid], second[hi]
+                _swap(first, second, payload, hi, mid)
             pa, pb = first[mid], second[mid]
             i, j = lo - 1, hi + 1
             while True:
@@ -84,8 +90,7 @@ def introsort(first: np.ndarray, second: np.ndarray, limit: int) -> None:  # pra
                     j -= 1
                 if i >= j:
                     break
-                first[i], first[j] = first[j], first[i]
-                second[i], second[j] = second[j], second[i]
+                _swap(first, second, payload, i, j)
             # [lo, j] and [j + 1, hi], each shorter than [lo, hi]: the smaller now, the larger later
             if j - lo < hi - j - 1:
                 stack[top], stack[top + 1], stack[top + 2] = j + 1, hi, depth
@@ -96,11 +101,16 @@ def introsort(first: np.ndarray, second: np.ndarray, limit: int) -> None:  # pra
             top += 3
         for i in range(lo + 1, hi + 1):
             a, b = first[i], second[i]
+            c = payload[i] if payload is not None else 0
             j = i - 1
             while j >= lo and _less(a, b, first[j], second[j]):
                 first[j + 1], second[j + 1] = first[j], second[j]
+                if payload is not None:
+                    payload[j + 1] = payload[j]
                 j -= 1
             first[j + 1], second[j + 1] = a, b
+            if payload is not None:
+                payload[j + 1] = c
         if top == 0:
             return
         top -= 3
@@ -108,19 +118,18 @@ def introsort(first: np.ndarray, second: np.ndarray, limit: int) -> None:  # pra
 
 
 @numba.njit(cache=True, nogil=True)
-def _heapsort(first: np.ndarray, second: np.ndarray, lo: int, hi: int) -> None:  # pragma: no cover - compiled
+def _heapsort(first: np.ndarray, second: np.ndarray, lo: int, hi: int, payload) -> None:  # pragma: no cover
     """Rows ``lo..hi`` (inclusive) sorted by a binary max-heap: the introsort's bound where partitions go deep."""
     n = hi - lo + 1
     for start in range(n // 2 - 1, -1, -1):
-        _sift(first, second, lo, start, n)
+        _sift(first, second, lo, start, n, payload)
     for end in range(n - 1, 0, -1):
-        first[lo], first[lo + end] = first[lo + end], first[lo]
-        second[lo], second[lo + end] = second[lo + end], second[lo]
-        _sift(first, second, lo, 0, end)
+        _swap(first, second, payload, lo, lo + end)
+        _sift(first, second, lo, 0, end, payload)
 
 
 @numba.njit(cache=True, nogil=True)
-def _sift(first: np.ndarray, second: np.ndarray, lo: int, root: int, n: int) -> None:  # pragma: no cover
+def _sift(first: np.ndarray, second: np.ndarray, lo: int, root: int, n: int, payload) -> None:  # pragma: no cover
     while True:
         child = 2 * root + 1
         if child >= n:
@@ -132,8 +141,7 @@ def _sift(first: np.ndarray, second: np.ndarray, lo: int, root: int, n: int) -> 
         r = lo + root
         if not _less(first[r], second[r], first[c], second[c]):
             return
-        first[r], first[c] = first[c], first[r]
-        second[r], second[c] = second[c], second[r]
+        _swap(first, second, payload, r, c)
         root = child
 
 

@@ -28,8 +28,8 @@ from airflow_curation.core.lsh import (
     read_partitions,
     row_of,
     shard_of,
-    star_edges,
     star_edges_in_place,
+    star_edges_keyed_in_place,
     write_partitioned,
 )
 from airflow_curation.core.minhash import MinHasher, MinHashParams, band_hashes, exact_keys, jaccard, prepare
@@ -240,7 +240,10 @@ def bucket_partitions(
             dsts.append(b)
     if params.exact:
         for _, r in read_partitions(exact_uris, lo, hi, EXACT_COLUMNS):
-            a, b = star_edges([r["hi"], r["lo"]], r["node"])
+            key_hi, key_lo, node = r.pop("hi"), r.pop("lo"), r.pop("node")
+            e = star_edges_keyed_in_place(key_hi, key_lo, node)
+            a, b = key_hi[:e].copy(), node[:e].copy()
+            del key_hi, key_lo, node
             stats["exact_edges"] += int(a.size)
             srcs.append(a)
             dsts.append(b)
