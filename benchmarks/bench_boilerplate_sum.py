@@ -14,7 +14,9 @@ growth from /proc's VmHWM. The two trees alternated, every run kept.
 ``--stage dedup`` measures dedup's global phase the same way (its partitions are read by the same
 ``core.lsh.read_partitions``): one partition of band spills (``bucket``, ``node``) bucketed into candidate edges
 by ``stages.dedup.phases.bucket_partitions``, against the 4x its partitions are sized at; ``--stage exact`` one
-partition of its exact-key spills (``hi``, ``lo``, ``node``: 24 bytes a row) bucketed into exact-duplicate edges.
+partition of its exact-key spills (``hi``, ``lo``, ``node``: 24 bytes a row) bucketed into exact-duplicate edges;
+``--stage unit`` both, as a unit reads them (9 band rows and an exact key a document: the 168 bytes a document the
+stage sizes its partitions by).
 
     python benchmarks/bench_boilerplate_sum.py --baseline-tree /tmp/bp-base --pairs 2000000,8000000 --runs 3
     python benchmarks/bench_boilerplate_sum.py --stage dedup --baseline-tree /tmp/bp-base --runs 3
@@ -45,7 +47,7 @@ from benchmarks.proc_stats import cpu, hwm
 from airflow_curation.stages.boilerplate.stage import merge_partitions
 
 out, warm, spills = sys.argv[1], sys.argv[2], sys.argv[3:]
-merge_partitions(0, 1, [warm], 10, out)
+merge_partitions(0, 1, warm.split(","), 10, out)
 base, c0 = hwm(), cpu()
 stats = merge_partitions(0, 1, spills, 10, out)
 print(json.dumps({"rss_growth": hwm() - base, "cpu_s": cpu() - c0, "frequent": stats["frequent_lines"],
@@ -57,16 +59,17 @@ import json, sys
 from benchmarks.proc_stats import cpu, hwm
 from airflow_curation.stages.dedup.phases import DedupParams, bucket_partitions
 
-out, warm, spills = sys.argv[1], sys.argv[2], sys.argv[3:]
-exact = spills[0].endswith(".exact.arrow")
-params = DedupParams(near=not exact, exact=exact)
-go = lambda uris: bucket_partitions(0, 1, [] if exact else uris, uris if exact else [], [], params, 1, 1, out,
-                                    out + ".exact")
-go([warm])
+out, warm, spills = sys.argv[1], sys.argv[2].split(","), sys.argv[3:]
+def go(uris):
+    bands = [u for u in uris if u.endswith(".bands.arrow")]
+    exact = [u for u in uris if u.endswith(".exact.arrow")]
+    params = DedupParams(near=bool(bands), exact=bool(exact))
+    return bucket_partitions(0, 1, bands, exact, [], params, 1, 1, out, out + ".exact")
+go(warm)
 base, c0 = hwm(), cpu()
 stats = go(spills)
 print(json.dumps({"rss_growth": hwm() - base, "cpu_s": cpu() - c0,
-                  "result": [stats["exact_edges" if exact else "candidates"]]}))
+                  "result": [stats["candidates"], stats["exact_edges"]]}))
 """
 
 
@@ -129,6 +132,12 @@ def write_exact_spills(folder: str, shards: int, rows: int, seed: int) -> list[s
     return uris
 
 
+def write_unit_spills(folder: str, shards: int, documents: int, seed: int) -> list[str]:
+    """What one unit of dedup's global phase reads for a partition: band spills of 9 rows a document and exact-key
+    spills of one, as :func:`write_band_spills` and :func:`write_exact_spills` write them."""
+    return write_band_spills(folder, shards, 9 * documents, seed) + write_exact_spills(folder, shards, documents, seed)
+
+
 class Stage(NamedTuple):
     json: Path
     block: str
@@ -177,6 +186,18 @@ STAGES = {
         "exact-duplicate edges",
         24,
     ),
+    "unit": Stage(
+        REPO / "benchmarks" / "results" / "dedup_unit_partition.json",
+        "dedup_unit_partition",
+        "## Dedup's global phase: a unit's partition, bands and exact keys",
+        _DEDUP_CHILD,
+        write_unit_spills,
+        "documents",
+        "document",
+        "band and exact-key spills (9 band rows and one exact key a document), bucketed by `bucket_partitions`",
+        "candidate and exact-duplicate edges",
+        16 * 9 + 24,
+    ),
 }
 
 
@@ -204,7 +225,7 @@ def measure(args) -> dict:
         "runs": {str(n): {v: [] for v in trees} for n in sizes},
     }
     with tempfile.TemporaryDirectory() as folder:
-        warm = stage.spills(folder, 1, 64, 1)[0]
+        warm = ",".join(stage.spills(folder, 1, 64, 1))
         spills = {n: stage.spills(folder, args.shards, n, 0) for n in sizes}
         out = os.path.join(folder, "frequent.arrow")
         for r in range(args.runs):

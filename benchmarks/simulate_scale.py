@@ -13,8 +13,8 @@ The model, stage by stage (ingest, preprocess, dedup, validate):
 * workers per node = min(cores, node memory / the stage's measured peak RSS per worker). Validate is one
   DuckDB query over the whole run (one unit): one node, its cores as DuckDB threads.
 * LSH partitions: the dedup global phase holds rows x (16 B x bands + 24 B) (measured rows per GB), and one
-  partition, expanded 4x while it is sorted, must fit one worker's memory (node memory / cores, less
-  the worker's base): ceil(data x 4 / that), as ``core.lsh.partitions_for``; and the global phase has at
+  partition, expanded 2x while it is bucketed (the stage's ``PARTITION_EXPANSION``), must fit one worker's memory
+  (node memory / cores, less the worker's base): ceil(data x 2 / that), as ``core.lsh.partitions_for``; and the global phase has at
   least as many units (contiguous ranges of partitions) as dedup's slots, so partitions = the larger of
   the two, as the stage's ``_layout`` chooses.
 * Slurm: one array per stage, ``--array=0-(G-1)%K`` with G = shard groups (one shard per group up to
@@ -57,9 +57,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # results.py, when loa
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # the stage's packing rule
 from results import replace_block  # noqa: E402
 
+from airflow_curation.stages.dedup.stage import PARTITION_EXPANSION as EXPANSION  # noqa: E402
+
 STAGES = ("ingest", "preprocess", "dedup", "validate")
 ROW_BYTES = 16 * 9 + 24  # dedup global-phase bytes per row (9 bands), as the stage's planner counts
-EXPANSION = 4.0  # core.lsh.partitions_for
 WORKER_BASE = 768 << 20  # a worker with pyarrow, numba and the kernels loaded (stages/dedup)
 
 

@@ -23,7 +23,7 @@ from airflow_curation.core.shards import write_parquet
 from airflow_curation.jobs import run_spec
 from airflow_curation.jobs.spec import JobSpec
 from airflow_curation.stages.base import StageRunner
-from airflow_curation.stages.dedup.stage import DedupStage
+from airflow_curation.stages.dedup.stage import PARTITION_EXPANSION, DedupStage
 
 
 def _run(tmp, files, name, **config):
@@ -105,7 +105,7 @@ def test_exact_duplicates_found_and_flagged(tmp_path):
 def test_identical_for_any_worker_and_partition_count_and_rerun(nd_files, baseline, tmp_path):
     _, _, expected = baseline
     # two worker processes and a memory budget so small that every phase spills into many partitions
-    manifest, tables = _run(tmp_path, nd_files, "spill", workers=2, memory_budget=20_000)
+    manifest, tables = _run(tmp_path, nd_files, "spill", workers=2, memory_budget=10_000)
     sig = Manifest.read(str(tmp_path / "lake-spill" / "ds" / "_manifests" / "r1" / "dedup_signatures.json"))
     assert sig.status == "complete"
     done = json.loads(next((tmp_path / "lake-spill" / "ds" / "dedup").glob("*/_SUCCESS.json")).read_text())
@@ -113,7 +113,7 @@ def test_identical_for_any_worker_and_partition_count_and_rerun(nd_files, baseli
     for name in expected:
         assert tables[name].equals(expected[name]), name
     # a rerun skips every unit and changes nothing
-    manifest2, tables2 = _run(tmp_path, nd_files, "spill", workers=2, memory_budget=20_000)
+    manifest2, tables2 = _run(tmp_path, nd_files, "spill", workers=2, memory_budget=10_000)
     assert {u.status for u in manifest2.units} == {"skipped"}
     for name in expected:
         assert tables2[name].equals(expected[name])
@@ -232,8 +232,8 @@ def test_the_global_phase_is_sized_by_the_rows_kept_upstream(nd_corpus, tmp_path
         manifest.accounting["dropped"].get(k, 0) for k in ("exact_duplicate", "near_duplicate")
     )
     per_row = 16 * done["bands"] + 24  # the planner's spill bytes per row (bands x 16 B, the exact key)
-    assert done["partitions"] == partitions_for(len(ids) * per_row, budget) > 4
-    assert done["units"] == done["edge_partitions"] == partitions_for(signed * per_row, budget)
+    assert done["partitions"] == partitions_for(len(ids) * per_row, budget, PARTITION_EXPANSION) > 4
+    assert done["units"] == done["edge_partitions"] == partitions_for(signed * per_row, budget, PARTITION_EXPANSION)
     # the components then run in what the counted edges need, at most that
     edges = done["verified"] + done["exact_edges"]
     assert done["components_partitions"] == min(done["edge_partitions"], partitions_for(2 * edges * 16, budget))

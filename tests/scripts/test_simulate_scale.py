@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_curation.stages.dedup.stage import PARTITION_EXPANSION
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "simulate_scale.py"
 GB = 1e9
 
@@ -66,10 +68,10 @@ def test_plan_arithmetic(sim, measured):
     rows = 300_000 * 50_000
     assert p["rows"] == pytest.approx(rows)
     budget = 512e9 / 64 - sim.WORKER_BASE
-    assert p["lsh_memory_partitions"] == math.ceil(rows * sim.ROW_BYTES * 4 / budget)
+    assert p["lsh_memory_partitions"] == math.ceil(rows * sim.ROW_BYTES * PARTITION_EXPANSION / budget)
     # the global phase has at least as many units (partition ranges) as dedup's 4,096 slots
     assert p["lsh_partitions"] == max(p["lsh_memory_partitions"], 64 * 64) == 4096
-    assert p["lsh_partition_bytes"] * 4 <= budget  # one partition, sorted, fits a worker
+    assert p["lsh_partition_bytes"] * PARTITION_EXPANSION <= budget  # one partition, bucketed, fits a worker
     s = p["stages"]["ingest"]
     assert s["cpu_hours"] == pytest.approx((5 + 20 * 50_000) / 3600)
     assert s["workers_per_node"] == 64  # 2 GiB each: memory allows all 64 cores

@@ -68,6 +68,11 @@ log = logging.getLogger(__name__)
 
 # Bytes one spilled document costs in phase 2 per band (bucket + node) and for its exact key.
 _BAND_BYTES, _EXACT_BYTES = 16, 24
+# A unit's partition is bucketed in the arrays it is read into, its bands and then its exact keys: measured at
+# ~1.05x those bytes at the margin, its edges included (benchmarks/RESULTS.md, *Dedup's global phase: a unit's
+# partition*); sized at 2x, the pieces being read and the edges' writes have room under the budget. It was 4x
+# (``partitions_for``'s default) while a partition sorted through a ``lexsort`` index, which took 4.9-5.1x.
+PARTITION_EXPANSION = 2.0
 # Output partitions of the global phase's labels and exact duplicates (shard i's are in partition
 # i % this): files the gather writes, each holding one batch per shard it covers.
 MAX_OUT_PARTITIONS = 256
@@ -678,7 +683,7 @@ class DedupStage(AttrsStage):
         with at most that many units. The components' partitions follow the memory budget alone: their
         steps read every partition of every edge file (partitions squared), over edges that are a fraction
         of the spill. None of the three changes a label."""
-        memory = partitions_for(spill_bytes, int(self.config["memory_budget"]))
+        memory = partitions_for(spill_bytes, int(self.config["memory_budget"]), PARTITION_EXPANSION)
         forced = self.config["partitions"]
         units = max(memory, self._slots())
         parts = int(forced) if forced else units
