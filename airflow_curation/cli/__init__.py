@@ -20,6 +20,7 @@ from airflow_curation.cli import run as run_command
 from airflow_curation.cli import trace as trace_command
 from airflow_curation.cli import warm as warm_command
 from airflow_curation.cli.stage import add_stage_command
+from airflow_curation.core.allocator import use_small_pages
 from airflow_curation.stages import stage_names
 
 
@@ -94,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     # main() is the program and the process ends next: still frozen, the interpreter's teardown collection
     # skips them too (~0.3 CPU s of a preprocess process).
     gc.freeze()
+    use_small_pages()  # here too: a global step's work and the clusters this process starts (core.allocator)
     try:
         code = int(args.func(args) or 0)
         jit = sys.modules.get("airflow_curation.core.jit")  # imported by a stage with kernels, not for this

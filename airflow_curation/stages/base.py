@@ -19,6 +19,7 @@ from typing import Any
 
 from airflow_curation.core import redact, storage
 from airflow_curation.core.accounting import AccountingError, RowAccounting, allowed_failures
+from airflow_curation.core.allocator import use_small_pages
 from airflow_curation.core.checkpoint import CheckpointRecord, CheckpointStore
 from airflow_curation.core.faults import fault_point
 from airflow_curation.core.fingerprint import config_fingerprint
@@ -274,6 +275,7 @@ def _attempt_unit(stage: Stage, unit: UnitEntry, max_attempts: int) -> tuple[str
     """Process one unit with retries. Returns ("done", record) or ("failed", error); never raises."""
     store = stage.checkpoints
     error = ""
+    use_small_pages()  # in whichever process runs the unit (core.allocator)
     for attempt in range(1, max_attempts + 1):
         started = time.time()
         try:
