@@ -27,10 +27,8 @@ stage sizes its partitions by).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -39,6 +37,7 @@ from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from benchmarks.proc_stats import run_in_tree  # noqa: E402
 from benchmarks.results import measure_or_render  # noqa: E402
 
 _BOILERPLATE_CHILD = """
@@ -201,17 +200,6 @@ STAGES = {
 }
 
 
-def run(stage: Stage, tree: str, out: str, warm: str, spills: list[str]) -> dict:
-    got = subprocess.run(
-        [sys.executable, "-P", "-c", stage.child, out, warm, *spills],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{REPO}"},
-    )
-    return json.loads(got.stdout) | {"load_1min": round(os.getloadavg()[0], 2)}
-
-
 def measure(args) -> dict:
     sizes = [int(x) for x in args.pairs.split(",")]
     trees = {"before": os.path.abspath(args.baseline_tree), "after": str(REPO)}
@@ -231,7 +219,7 @@ def measure(args) -> dict:
         for r in range(args.runs):
             for n in sizes:
                 for v in ("before", "after") if r % 2 == 0 else ("after", "before"):
-                    got = run(stage, trees[v], out, warm, spills[n])
+                    got = run_in_tree(stage.child, trees[v], [out, warm, *spills[n]])
                     results["runs"][str(n)][v].append(got)
                     print(n, v, got, flush=True)
     return results

@@ -12,15 +12,14 @@ sorts a small array first (kernels loaded), then ``--rows`` random rows; the tre
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from benchmarks.proc_stats import run_in_tree  # noqa: E402
 from benchmarks.results import measure_or_render  # noqa: E402
 
 JSON = REPO / "benchmarks" / "results" / "pairs_sort.json"
@@ -55,14 +54,7 @@ def measure(args) -> dict:
     }
     for r in range(args.runs):
         for v in ("before", "after") if r % 2 == 0 else ("after", "before"):
-            got = subprocess.run(
-                [sys.executable, "-P", "-c", _CHILD, str(args.rows)],
-                capture_output=True,
-                text=True,
-                check=True,
-                env={**os.environ, "PYTHONPATH": f"{trees[v]}{os.pathsep}{REPO}"},
-            )
-            run = json.loads(got.stdout) | {"load_1min": round(os.getloadavg()[0], 2)}
+            run = run_in_tree(_CHILD, trees[v], [str(args.rows)])
             results["runs"][v].append(run)
             print(v, run, flush=True)
     return results

@@ -17,16 +17,15 @@ VmHWM. The trees alternated, every run kept; the marginal CPU a row between size
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from benchmarks.proc_stats import run_in_tree  # noqa: E402
 from benchmarks.results import measure_or_render  # noqa: E402
 
 JSON = REPO / "benchmarks" / "results" / "spill_write.json"
@@ -51,17 +50,6 @@ print(json.dumps({"rss_growth": hwm() - base, "cpu_s": cpu() - c0, "bytes": __im
 """
 
 
-def run(tree: str, out: str, rows: int, parts: int) -> dict:
-    got = subprocess.run(
-        [sys.executable, "-P", "-c", _CHILD, out, str(rows), str(parts)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{REPO}"},
-    )
-    return json.loads(got.stdout) | {"load_1min": round(os.getloadavg()[0], 2)}
-
-
 def measure(args) -> dict:
     sizes = [int(x) for x in args.rows.split(",")]
     counts = [int(x) for x in args.partitions.split(",")]
@@ -78,7 +66,7 @@ def measure(args) -> dict:
             for p in counts:
                 for n in sizes:
                     for v in ("before", "after") if r % 2 == 0 else ("after", "before"):
-                        got = run(trees[v], out, n, p)
+                        got = run_in_tree(_CHILD, trees[v], [out, str(n), str(p)])
                         results["runs"][f"{p}/{n}"][v].append(got)
                         print(p, n, v, got, flush=True)
     return results

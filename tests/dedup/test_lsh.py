@@ -281,14 +281,31 @@ def test_bucketing_in_place_gives_the_edges_of_star_and_unique_edges(shape):
     assert xs.tolist() == bucket[order].tolist() and ys.tolist() == node[order].tolist()
 
 
-def test_a_dedup_partition_is_bucketed_in_the_arrays_it_was_read_into(tmp_path):
-    """Dedup's global phase holds a partition's band rows and its edges, not a sort index and gathered copies
-    besides: by tracemalloc (numpy's allocations), bucketing a partition of 8 band spills allocates < 1.5x its
-    rows' 16 bytes (the code before: 4.1x, a lexsort index, the gathered columns and the group arrays)."""
+def _bucketing_peak(tmp_path, band_spills: list[str], exact_spills: list[str]) -> tuple[dict, int]:
+    """``bucket_partitions`` on one partition of these spills, after a run on their first files (kernels loaded
+    outside the count): its stats and the peak of numpy's allocations by ``tracemalloc``."""
     import tracemalloc
 
     from airflow_curation.stages.dedup.phases import DedupParams, bucket_partitions
 
+    params = DedupParams(near=bool(band_spills), exact=bool(exact_spills))
+
+    def bucketed(bands, exact, name):
+        return bucket_partitions(0, 1, bands, exact, [], params, 1, 1, str(tmp_path / name), str(tmp_path / "x.arrow"))
+
+    bucketed(band_spills[:1], exact_spills[:1], "warm.arrow")
+    tracemalloc.start()
+    try:
+        stats = bucketed(band_spills, exact_spills, "edges.arrow")
+        return stats, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_dedup_partition_is_bucketed_in_the_arrays_it_was_read_into(tmp_path):
+    """Dedup's global phase holds a partition's band rows and its edges, not a sort index and gathered copies
+    besides: by tracemalloc (numpy's allocations), bucketing a partition of 8 band spills allocates < 1.5x its
+    rows' 16 bytes (the code before: 4.1x, a lexsort index, the gathered columns and the group arrays)."""
     rng = np.random.default_rng(5)
     spills, rows = [], 0
     for s in range(8):
@@ -298,18 +315,7 @@ def test_a_dedup_partition_is_bucketed_in_the_arrays_it_was_read_into(tmp_path):
         spills.append(str(tmp_path / f"s{s}.bands.arrow"))
         write_partitioned(spills[-1], {"bucket": bucket, "node": node}, np.zeros(50_000, np.int64))
         rows += 50_000
-    params = DedupParams(exact=False)
-
-    def bucketed(uris, name):
-        return bucket_partitions(0, 1, uris, [], [], params, 1, 1, str(tmp_path / name), str(tmp_path / "x.arrow"))
-
-    bucketed(spills[:1], "warm.arrow")  # kernels loaded outside the count
-    tracemalloc.start()
-    try:
-        stats = bucketed(spills, "edges.arrow")
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    stats, peak = _bucketing_peak(tmp_path, spills, [])
     assert stats["candidates"] == 500 * 7  # each shared bucket: 8 members, 7 edges to the lowest
     assert peak < 1.5 * 16 * rows, f"{peak / rows:.1f} bytes a row"
 
@@ -346,10 +352,6 @@ def test_exact_keys_are_bucketed_in_the_arrays_they_were_read_into(tmp_path):
     """Dedup's global phase holds a partition's exact-key rows and their edges, not a lexsort index and gathered
     copies besides: by tracemalloc, bucketing a partition of 8 exact spills (hi, lo, node) allocates < 1.5x its
     rows' 24 bytes (the code before: 3.4x)."""
-    import tracemalloc
-
-    from airflow_curation.stages.dedup.phases import DedupParams, bucket_partitions
-
     rng = np.random.default_rng(6)
     spills, rows = [], 0
     for s in range(8):
@@ -359,18 +361,7 @@ def test_exact_keys_are_bucketed_in_the_arrays_they_were_read_into(tmp_path):
         spills.append(str(tmp_path / f"s{s}.exact.arrow"))
         write_partitioned(spills[-1], {"hi": hi, "lo": lo, "node": node}, np.zeros(50_000, np.int64))
         rows += 50_000
-    params = DedupParams(near=False)
-
-    def bucketed(uris, name):
-        return bucket_partitions(0, 1, [], uris, [], params, 1, 1, str(tmp_path / name), str(tmp_path / "x.arrow"))
-
-    bucketed(spills[:1], "warm.arrow")  # kernels loaded outside the count
-    tracemalloc.start()
-    try:
-        stats = bucketed(spills, "edges.arrow")
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    stats, peak = _bucketing_peak(tmp_path, [], spills)
     assert stats["exact_edges"] == 500 * 7  # each shared document: 8 copies, 7 edges to the lowest node
     assert peak < 1.5 * 24 * rows, f"{peak / rows:.1f} bytes a row"
 
