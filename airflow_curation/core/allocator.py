@@ -9,9 +9,10 @@ one batch for the next, and the same run took 0.3-0.5 s of system time.
 numpy asks the kernel for transparent huge pages on every array of 4 MB or more (``madvise``), so each large array
 a stage allocates (a batch's columns, a spill's sort order and gathered columns, a partition's rows) faults in
 and zeroes 2 MiB at a time, and again after it is freed. On this project's machines that was most of a stage's
-system time: a preprocess process on 371.6 MB of text 1.2-2.1 CPU s of system time with it, 0.41-0.49 without
-(user time the same), a spill write of 16 M rows ~3 s of it in its IPC buffer and file write alone
-(benchmarks/RESULTS.md, *numpy's huge pages*). :func:`use_small_pages` turns the request off for the process and
+system time, and it varies with the machine's memory: on 371.6 MB of text in one file, preprocess 2.05 CPU s of
+median system time with it and 0.62 without, dedup 2.80 and 0.56 (user time the same; 1.29x and 1.39x less CPU in
+all), where small units (arrays under numpy's 4 MB threshold) and ingest show no difference (benchmarks/RESULTS.md,
+*numpy's huge pages*). :func:`use_small_pages` turns the request off for the process and
 the processes it starts, unless ``NUMPY_MADVISE_HUGEPAGE`` (numpy's own setting, read when numpy is imported)
 chose otherwise.
 """
