@@ -12,9 +12,12 @@ and zeroes 2 MiB at a time, and again after it is freed. On this project's machi
 system time, and it varies with the machine's memory: on 371.6 MB of text in one file, preprocess 2.05 CPU s of
 median system time with it and 0.62 without, dedup 2.80 and 0.56 (user time the same; 1.29x and 1.39x less CPU in
 all), where small units (arrays under numpy's 4 MB threshold) and ingest show no difference (benchmarks/RESULTS.md,
-*numpy's huge pages*). :func:`use_small_pages` turns the request off for the process and
-the processes it starts, unless ``NUMPY_MADVISE_HUGEPAGE`` (numpy's own setting, read when numpy is imported)
-chose otherwise.
+*numpy's huge pages*). The mechanism is the VM's: its balloon reports free 2 MiB blocks to the host, which takes
+them back, so a fresh huge page faults on the host too (RESULTS.md, *What the system CPU of reading a lake is*);
+numpy's large arrays are freed and allocated whole, which makes such blocks all the time, while small pages are
+mostly reused by the C library. On a machine without free page reporting the request costs little either way
+(user time did not move here). :func:`use_small_pages` turns it off for the process and the processes it starts,
+unless ``NUMPY_MADVISE_HUGEPAGE`` (numpy's own setting, read when numpy is imported) chose otherwise.
 """
 
 from __future__ import annotations

@@ -55,6 +55,9 @@ def test_arrow_scan_equals_duckdb_quantile_cont(tmp_path, x, y, ints):
         kw = {"bins": bins, "fetch_max": fetch_max, "values_per_query": 0}
         ref = bounded.column_stats(run, [rel], pairs, **kw)
         got = bounded.column_stats(run, [rel], pairs, **kw, files=files)
+        # the files read by threads, each its own run of them (here one file each): the same statistics
+        threaded = bounded.column_stats(run, [rel], pairs, **kw, files=files, threads=4)
+        assert json.dumps(threaded, default=repr) == json.dumps(got, default=repr)
         for c in ("x", "y", "i"):
             want = con.execute(f"SELECT quantile_cont({c}::DOUBLE, {qs}) FROM {rel}").fetchone()[0]
             mine = [got[c][f"p{int(round(q * 100)):02d}"] for q in bounded.QUANTILES]
@@ -168,3 +171,28 @@ def test_daft_interpolates_equal_neighbours_as_duckdb_does():
     xs, stat, odd = EQUAL_NEIGHBOURS["normal"]
     got = signal_stats(daft, daft.from_pydict({"x": xs}), ["x"], bins=64, fetch_max=1)["x"]
     assert repr(got[stat]) == repr(odd)
+
+
+def test_the_files_of_a_pass_are_split_into_runs_for_the_threads(tmp_path):
+    """Each thread counts runs of consecutive files, a few runs a thread, every file in exactly one run; the
+    statistics of 9 files read by 1, 2 and 3 threads are the same, histogram counts and quantiles alike."""
+    from airflow_curation.stages.validate.arrow_scan import _runs
+
+    files = [f"f{i}" for i in range(9)]
+    for threads in (1, 2, 3, 20):
+        runs = _runs(files, threads)
+        assert [f for r in runs for f in r] == files and all(runs)
+        assert len(runs) == (1 if threads == 1 else min(9, 4 * threads))
+    paths = []
+    for i in range(9):  # a column of repeats and a wide range, files of different sizes
+        t = pa.table({"x": [float((i * 37 + j) % 101) * (10.0 ** (j % 7)) for j in range(200 * (i + 1))]})
+        paths.append(str(tmp_path / f"p{i}.parquet"))
+        pq.write_table(t, paths[-1], row_group_size=64)
+    con = duckdb.connect()
+    run = lambda sql: con.execute(sql).fetchall()  # noqa: E731
+    rel = f"read_parquet({paths})"
+    kw = {"bins": 64, "fetch_max": 5, "values_per_query": 0}
+    got = [bounded.column_stats(run, [rel], [("x", "x")], **kw, files=paths, threads=t) for t in (1, 2, 3)]
+    assert got[0] == got[1] == got[2]
+    want = con.execute(f"SELECT quantile_cont(x, {list(bounded.QUANTILES)}) FROM {rel}").fetchone()[0]
+    assert [got[0]["x"][f"p{int(round(q * 100)):02d}"] for q in bounded.QUANTILES] == want

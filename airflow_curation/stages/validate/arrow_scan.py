@@ -156,6 +156,7 @@ def arrow_scan(
     bins: int,
     hists: list[tuple[str, dict, bounded.HistDivision]],
     batch_rows: int = BATCH_ROWS,
+    threads: int = 1,
 ) -> bounded.Scan:
     """A selection pass as one read of the relation; the histograms ``hists`` are counted in the first pass.
 
@@ -165,7 +166,12 @@ def arrow_scan(
     :param hists: ``(column, stats, division)``: the histogram to add to ``stats["hist"]["counts"]``, binned
         with the doubles DuckDB's histogram query computes with.
     :param batch_rows: rows per record batch (of files).
+    :param threads: files read and counted by this many threads at once, each its own run of them (a pass's
+        counts add up whatever the order; Parquet's decoding and numpy's array work run without the GIL). A
+        split run's merge counts every attrs file of the lake here: on one thread that was the stage's longest
+        term at 50 TB (docs/scale.md). Batches (``files`` a callable) are read on one thread.
     """
+    runs = _runs(files, threads) if not callable(files) else []
     batches = files if callable(files) else file_batches(files, batch_rows)
 
     def scan(plan: list[tuple[bounded._Slice, bool]], first: bool) -> list:
@@ -173,51 +179,99 @@ def arrow_scan(
         if not plan and not todo_hists:
             return []
         need = [h[0] for h in todo_hists] + [cols[sl.k] for sl, _ in plan]
-        fetched: list[list[np.ndarray]] = [[] for _ in plan]
-        counts = [np.zeros(bins, np.int64) for _ in plan]
-        lows: list[list[float]] = [[] for _ in plan]
-        highs: list[list[float]] = [[] for _ in plan]
-        hist_counts = [np.zeros(len(h[1]["hist"]["counts"]), np.int64) for h in todo_hists]
-        for got in batches(need):
-            for (src, _, d), acc in zip(todo_hists, hist_counts):
-                x = got.get(src)
-                if x is not None and len(x):
-                    x = x if d.scale == 1.0 else x * d.scale
-                    acc += np.bincount(_bin(x, d.start, d.width, len(acc)), minlength=len(acc))
-            for i, (sl, fetch) in enumerate(plan):
-                x = got.get(cols[sl.k])
-                if x is None or not len(x):
+        if len(runs) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            def count(run: list[str]) -> _Tally:
+                return _Tally(cols, plan, todo_hists, bins).over(_columns(run, need, batch_rows))
+
+            with ThreadPoolExecutor(min(threads, len(runs))) as pool:
+                tally, *rest = pool.map(count, runs)
+            for other in rest:
+                tally.add(other)
+        else:
+            tally = _Tally(cols, plan, todo_hists, bins).over(batches(need))
+        return tally.result()
+
+    return scan
+
+
+def _runs(files: Sequence[str], threads: int) -> list[list[str]]:
+    """``files`` as consecutive runs for ``threads`` threads: a few runs a thread, so that one slow run (a large
+    file) does not hold the pass while the other threads idle."""
+    if threads <= 1 or len(files) <= 1:
+        return [list(files)]
+    n = min(len(files), 4 * threads)
+    return [list(files[i * len(files) // n : (i + 1) * len(files) // n]) for i in range(n)]
+
+
+class _Tally:
+    """What a pass counts over some of the batches: per slice its bins' counts (or, fetched, its values) and its
+    values' bounds, per histogram its counts. Tallies of disjoint batches :meth:`add` up to the whole pass's."""
+
+    def __init__(self, cols: list[str], plan: list[tuple[bounded._Slice, bool]], hists: list, bins: int) -> None:
+        self.cols, self.plan, self.hists, self.bins = cols, plan, hists, bins
+        self.fetched: list[list[np.ndarray]] = [[] for _ in plan]
+        self.counts = [np.zeros(bins, np.int64) for _ in plan]
+        self.lows: list[list[float]] = [[] for _ in plan]
+        self.highs: list[list[float]] = [[] for _ in plan]
+        self.hist_counts = [np.zeros(len(h[1]["hist"]["counts"]), np.int64) for h in hists]
+
+    def over(self, batches: Iterator[dict[str, np.ndarray]]) -> _Tally:
+        for got in batches:
+            self._count(got)
+        return self
+
+    def _count(self, got: dict[str, np.ndarray]) -> None:
+        bins = self.bins
+        for (src, _, d), acc in zip(self.hists, self.hist_counts):
+            x = got.get(src)
+            if x is not None and len(x):
+                x = x if d.scale == 1.0 else x * d.scale
+                acc += np.bincount(_bin(x, d.start, d.width, len(acc)), minlength=len(acc))
+        for i, (sl, fetch) in enumerate(self.plan):
+            x = got.get(self.cols[sl.k])
+            if x is None or not len(x):
+                continue
+            if fetch:  # by value range alone, the slice's own values picked out by the caller
+                lo, hi = sl.range(bins)
+                self.fetched[i].append(x[(x >= lo) & (x <= hi)])
+                continue
+            if sl.steps:
+                lo, hi = sl.range(bins)
+                x = x[(x >= lo) & (x <= hi)]  # the cheap comparisons first, then the bins above
+                for st, w, b in sl.steps:
+                    x = x[_bin(x, st, w, bins) == b]
+                if not len(x):
                     continue
-                if fetch:  # by value range alone, the slice's own values picked out by the caller
-                    lo, hi = sl.range(bins)
-                    fetched[i].append(x[(x >= lo) & (x <= hi)])
-                    continue
-                if sl.steps:
-                    lo, hi = sl.range(bins)
-                    x = x[(x >= lo) & (x <= hi)]  # the cheap comparisons first, then the bins above
-                    for st, w, b in sl.steps:
-                        x = x[_bin(x, st, w, bins) == b]
-                    if not len(x):
-                        continue
-                    lows[i].append(float(x.min()))
-                    highs[i].append(float(x.max()))
-                elif sl.odd:
-                    x = x[np.isfinite(x)]
-                start, width = sl.division(bins)
-                counts[i] += np.bincount(_bin(x, start, width, bins), minlength=bins)
-        for (_, stats, _), acc in zip(todo_hists, hist_counts):
+                self.lows[i].append(float(x.min()))
+                self.highs[i].append(float(x.max()))
+            elif sl.odd:
+                x = x[np.isfinite(x)]
+            start, width = sl.division(bins)
+            self.counts[i] += np.bincount(_bin(x, start, width, bins), minlength=bins)
+
+    def add(self, other: _Tally) -> None:
+        for mine, theirs in zip(self.hist_counts, other.hist_counts):
+            mine += theirs
+        for i in range(len(self.plan)):
+            self.fetched[i] += other.fetched[i]
+            self.counts[i] += other.counts[i]
+            self.lows[i] += other.lows[i]
+            self.highs[i] += other.highs[i]
+
+    def result(self) -> list:
+        for (_, stats, _), acc in zip(self.hists, self.hist_counts):
             stats["hist"]["counts"] = [a + int(n) for a, n in zip(stats["hist"]["counts"], acc)]
         out: list[Any] = []
-        for i, (sl, fetch) in enumerate(plan):
+        for i, (sl, fetch) in enumerate(self.plan):
             if fetch:
-                out.append([float(v) for part in fetched[i] for v in part])
+                out.append([float(v) for part in self.fetched[i] for v in part])
                 continue
-            nz = np.flatnonzero(counts[i])
-            pairs = [(int(b), int(counts[i][b])) for b in nz]
+            nz = np.flatnonzero(self.counts[i])
+            pairs = [(int(b), int(self.counts[i][b])) for b in nz]
             if sl.steps:
-                out.append((min(lows[i], key=bounded._order), max(highs[i], key=bounded._order), pairs))
+                out.append((min(self.lows[i], key=bounded._order), max(self.highs[i], key=bounded._order), pairs))
             else:  # the column's finite range is known
                 out.append((sl.lo, sl.hi, pairs))
         return out
-
-    return scan

@@ -86,6 +86,7 @@ def column_stats(
     values_per_query: int = VALUES_PER_QUERY,
     files: Sequence[str] | None = None,
     batches: Callable[[list[str]], Iterator[dict[str, Any]]] | None = None,
+    threads: int = 1,
 ) -> dict[str, dict[str, Any]]:
     """``{out name: {count, min, max, mean, p01.., hist}}`` of ``columns`` (``(column in the parts, out
     name)``, cast to DOUBLE) over the union of ``parts``.
@@ -96,7 +97,8 @@ def column_stats(
 
     :param files: the Parquet files whose union is the one part, if it is that: the histograms and
         selection passes then read them in Arrow and numpy (:mod:`.arrow_scan`), not in DuckDB.
-    :param batches: else the parts' record batches (:func:`.arrow_scan.relation_batches`), read the same way."""
+    :param batches: else the parts' record batches (:func:`.arrow_scan.relation_batches`), read the same way.
+    :param threads: threads that read and count ``files`` in those passes (the same numbers at any count)."""
     if not columns:
         return {}
     cols = [c for c, _ in columns]
@@ -116,7 +118,7 @@ def column_stats(
     if source is not None and len(direct) < sum(1 for b in basics if b["count"]):
         from airflow_curation.stages.validate.arrow_scan import arrow_scan  # it imports this module
 
-        scan = arrow_scan(source, cols, bins, hists)
+        scan = arrow_scan(source, cols, bins, hists, threads=threads)
     else:
         scan = _duckdb_scan(run, parts, cols, bins, hists)
     values = rank_quantiles(

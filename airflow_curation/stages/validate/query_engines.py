@@ -92,6 +92,8 @@ class DuckDBEngine:
             self.con.execute("CALL enable_logging(['QueryLog', 'FileSystem'])")
         if threads:
             self.con.execute(f"SET threads = {int(threads)}")
+        # DuckDB's threads (its default: the cores it may use) read the attrs files of the selection passes too
+        self.threads = int(self.con.execute("SELECT current_setting('threads')").fetchone()[0])
         if memory_limit:
             self.con.execute(f"SET memory_limit = {_sql_str(memory_limit)}")
         if bounds:  # before the lock below: no query can change them back
@@ -340,7 +342,9 @@ class DuckDBEngine:
         if groups is None:
             for a in self.view.attrs:
                 pairs = [(src, dst) for src, dst in a.columns.items() if dst in wanted]
-                out.update(bounded.column_stats(run, [_q("attrs_" + a.stage)], pairs, files=a.files))
+                out.update(
+                    bounded.column_stats(run, [_q("attrs_" + a.stage)], pairs, files=a.files, threads=self.threads)
+                )
             return out
         names = [dst for a in self.view.attrs for dst in a.columns.values() if dst in wanted]
         if not names:

@@ -411,8 +411,8 @@ class ValidateStage(Stage):
                     uris = {k: [self.keys_uri(u.unit_id, k) for u in units] for k in kinds}
                     metrics = engine.finish(
                         partials.merge([r.extra["partial"] for r in records]),
-                        partials.distinct_ids(uris["ids"]),
-                        partials.cluster_sizes(uris["clusters"]) if "clusters" in uris else None,
+                        partials.distinct_ids(uris["ids"], engine.threads),
+                        partials.cluster_sizes(uris["clusters"], engine.threads) if "clusters" in uris else None,
                         curated,
                     )
                 else:
