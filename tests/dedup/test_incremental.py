@@ -318,7 +318,7 @@ def test_past_memory_each_snapshot_marks_the_same_rows(three, tmp_path, monkeypa
     _, days, _, _, results = three
     lakes = {d: _snapshot_lake(tmp_path / "lake", d, docs) for d, docs in days.items()}
     for date in DATES:
-        _, rows, stage = _dedup(lakes[date], memory_budget=4096)
+        _, rows, stage = _dedup(lakes[date], memory_budget=2048)
         assert stage._global["partitions"] > 1 and stage._global["gathered"]
         assert rows == results[date][1], date
 
@@ -333,7 +333,7 @@ def test_a_parquet_glob_over_the_lake_reads_only_parquet(three, tmp_path):
     root = tmp_path / "lake"
     lakes = {d: _snapshot_lake(root, d, docs) for d, docs in days.items()}
     for date in DATES:  # a budget that splits the global phase: component rounds, gathered labels, priors
-        _dedup(lakes[date], memory_budget=4096)
+        _dedup(lakes[date], memory_budget=2048)
     named = sorted(root.rglob("*.parquet"))
     for f in named:
         pq.ParquetFile(f)  # raises on a file that is not Parquet
