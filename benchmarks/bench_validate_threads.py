@@ -10,6 +10,7 @@ across every task's key file), is timed the same way on key files written from t
 tasks write them (partitions of ``--ids-per-pass`` keys).
 
     python benchmarks/bench_validate_threads.py --lake <lake> --dataset scale --threads 1,2 --rounds 5
+        [--baseline-tree <the code before>]
     python benchmarks/bench_validate_threads.py --render
 """
 
@@ -30,10 +31,9 @@ import pyarrow.parquet as pq  # noqa: E402
 from benchmarks.proc_stats import run_in_tree  # noqa: E402
 from benchmarks.results import measure_or_render  # noqa: E402
 
-JSON = REPO / "benchmarks" / "results" / "validate_threads.json"
 
 _CHILD = """
-import hashlib, json, os, sys, time
+import hashlib, inspect, json, os, sys, time
 import duckdb, pyarrow as pa, pyarrow.parquet as pq
 from airflow_curation.stages.validate import bounded
 
@@ -45,20 +45,24 @@ con.execute(f"SET threads = {threads}")
 run = lambda sql: con.execute(sql).fetchall()
 rel = f"read_parquet({files}, union_by_name = true)"
 w0, c0 = time.perf_counter(), time.process_time()
-got = bounded.column_stats(run, [rel], [(c, c) for c in cols], files=files, threads=threads)
+kw = {"threads": threads} if "threads" in inspect.signature(bounded.column_stats).parameters else {}
+got = bounded.column_stats(run, [rel], [(c, c) for c in cols], files=files, **kw)
 wall, cpu = time.perf_counter() - w0, time.process_time() - c0
 digest = hashlib.sha256(json.dumps(got, sort_keys=True, default=repr).encode()).hexdigest()
 print(json.dumps({"wall_s": wall, "cpu_s": cpu, "columns": len(cols), "digest": digest}))
 """
 
 
+TITLES = {"validate_threads": "8 large attrs files", "validate_threads_small_files": "329 small attrs files"}
+
 _KEYS_CHILD = """
-import json, sys, time
+import inspect, json, sys, time
 from airflow_curation.stages.validate import partials
 
 threads, uris = int(sys.argv[1]), sys.argv[2:]
 w0, c0 = time.perf_counter(), time.process_time()
-got = partials.distinct_ids(uris, threads)
+kw = (threads,) if "threads" in inspect.signature(partials.distinct_ids).parameters else ()
+got = partials.distinct_ids(uris, *kw)
 print(json.dumps({"wall_s": time.perf_counter() - w0, "cpu_s": time.process_time() - c0, "digest": str(got)}))
 """
 
@@ -91,36 +95,41 @@ def measure(args) -> dict:
     )
     if not files:
         raise SystemExit(f"no attrs files of {args.stage} under {args.lake}/{args.dataset}")
-    counts = [int(t) for t in args.threads.split(",")]
+    variants = {t: (str(REPO), int(t)) for t in args.threads.split(",")}
+    if args.baseline_tree:  # the code before, on one thread (it had no other)
+        variants = {"before": (os.path.abspath(args.baseline_tree), 1), **variants}
     results = {
         "command": "python " + " ".join(sys.argv),
+        "name": args.name,
         "cpus": os.cpu_count(),
         "files": len(files),
         "rows": sum(pq.ParquetFile(f).metadata.num_rows for f in files),
-        "runs": {str(t): [] for t in counts},
-        "key_runs": {str(t): [] for t in counts},
+        "runs": {v: [] for v in variants},
+        "key_runs": {v: [] for v in variants},
     }
     with tempfile.TemporaryDirectory() as folder:
         uris, results["keys"] = key_files(args.lake, args.dataset, folder, args.tasks, args.ids_per_pass)
         results["key_files"] = len(uris)
         for r in range(args.rounds):
-            for t in counts if r % 2 == 0 else counts[::-1]:
-                got = run_in_tree(_CHILD, str(REPO), [str(t), *files])
-                results["runs"][str(t)].append(got)
-                keys = run_in_tree(_KEYS_CHILD, str(REPO), [str(t), *uris])
-                results["key_runs"][str(t)].append(keys)
-                print(t, got, keys, flush=True)
+            for v in list(variants) if r % 2 == 0 else list(variants)[::-1]:
+                tree, t = variants[v]
+                got = run_in_tree(_CHILD, tree, [str(t), *files])
+                results["runs"][v].append(got)
+                keys = run_in_tree(_KEYS_CHILD, tree, [str(t), *uris])
+                results["key_runs"][v].append(keys)
+                print(v, got, keys, flush=True)
     return results
 
 
 def _rows(runs: dict) -> list[str]:
-    one = statistics.median(r["wall_s"] for r in runs["1"])
+    first = statistics.median(r["wall_s"] for r in next(iter(runs.values())))
     out = []
-    for t, v in runs.items():
-        wall = [r["wall_s"] for r in v]
+    for v, got in runs.items():
+        wall = [r["wall_s"] for r in got]
+        label = "the code before, 1" if v == "before" else v
         out.append(
-            f"| {t} | {statistics.median(wall):.2f} ({min(wall):.2f}-{max(wall):.2f}) | "
-            f"{statistics.median(r['cpu_s'] for r in v):.2f} | {one / statistics.median(wall):.2f}x |"
+            f"| {label} | {statistics.median(wall):.2f} ({min(wall):.2f}-{max(wall):.2f}) | "
+            f"{statistics.median(r['cpu_s'] for r in got):.2f} | {first / statistics.median(wall):.2f}x |"
         )
     return out
 
@@ -130,14 +139,15 @@ def render(results: dict) -> str:
     loads = [r["load_1min"] for by in (runs, keys) for v in by.values() for r in v]
     same = all(len({r["digest"] for v in by.values() for r in v}) == 1 for by in (runs, keys))
     columns = next(iter(runs.values()))[0]["columns"]
-    head = ["| threads | wall s, median (min-max) | CPU s, median | wall, 1 thread / this |", "|---:|---|---:|---:|"]
+    head = ["| threads | wall s, median (min-max) | CPU s, median | wall, first row / this |", "|---|---|---:|---:|"]
     return "\n".join(
         [
-            "## Validate's merge on threads: signal statistics and key counting (`benchmarks/bench_validate_threads.py`)",
+            f"## Validate's merge on threads: {TITLES.get(results['name'], results['name'])} "
+            "(`benchmarks/bench_validate_threads.py`)",
             "",
             f"Command: `{results['command']}` ({results['cpus']} cores, load {min(loads):.1f}-{max(loads):.1f}); "
             "each run a fresh process, the thread counts alternated, every run in "
-            f"`benchmarks/results/validate_threads.json`. The same results in every run: {same}.",
+            f"`benchmarks/results/{results['name']}.json`. The same results in every run: {same}.",
             "",
             f"`column_stats` of {columns} numeric columns over {results['files']:,} attrs files "
             f"({results['rows']:,} rows), DuckDB's queries and the Arrow passes on the same threads:",
@@ -159,15 +169,22 @@ def main() -> None:
     p.add_argument("--dataset", default="scale")
     p.add_argument("--stage", default="preprocess", help="whose attrs files")
     p.add_argument("--threads", default="1,2")
+    p.add_argument("--baseline-tree", help="the code before, run on one thread beside this tree's counts")
     p.add_argument("--tasks", type=int, default=8, help="key files, as a split run's tasks write them")
     p.add_argument("--ids-per-pass", type=int, default=20_000, help="keys a partition (the setting's default is 1 M)")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--name", default="validate_threads", help="the JSON in benchmarks/results/ and the block")
     p.add_argument("--render", action="store_true")
     args = p.parse_args()
     if not args.render and not args.lake:
         p.error("--lake is needed to measure")
     measure_or_render(
-        JSON, "validate_threads", lambda: measure(args), render, args.render, after="bench_validate_engines"
+        REPO / "benchmarks" / "results" / f"{args.name}.json",
+        args.name,
+        lambda: measure(args),
+        render,
+        args.render,
+        after="bench_validate_engines",
     )
 
 

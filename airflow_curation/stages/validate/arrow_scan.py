@@ -141,15 +141,6 @@ def file_batches(files: Sequence[str], batch_rows: int = BATCH_ROWS) -> Batches:
     return lambda cols: _columns(files, cols, batch_rows)
 
 
-def _bin(x: np.ndarray, start: float, width: float, bins: int) -> np.ndarray:
-    """DuckDB's ``least(greatest(floor((x - start) / width), 0), bins - 1)``: NaN (an overflowed ``inf / inf``)
-    sorts above every number there, so it lands in the last bin."""
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        f = np.floor((x - start) / width)
-    f[np.isnan(f)] = bins - 1
-    return np.clip(f, 0, bins - 1).astype(np.int64)
-
-
 def arrow_scan(
     files: Sequence[str] | Batches,
     cols: list[str],
@@ -228,7 +219,7 @@ class _Tally:
             x = got.get(src)
             if x is not None and len(x):
                 x = x if d.scale == 1.0 else x * d.scale
-                acc += np.bincount(_bin(x, d.start, d.width, len(acc)), minlength=len(acc))
+                acc += np.bincount(bounded.bin_of(x, d.start, d.width, len(acc)), minlength=len(acc))
         for i, (sl, fetch) in enumerate(self.plan):
             x = got.get(self.cols[sl.k])
             if x is None or not len(x):
@@ -241,7 +232,7 @@ class _Tally:
                 lo, hi = sl.range(bins)
                 x = x[(x >= lo) & (x <= hi)]  # the cheap comparisons first, then the bins above
                 for st, w, b in sl.steps:
-                    x = x[_bin(x, st, w, bins) == b]
+                    x = x[bounded.bin_of(x, st, w, bins) == b]
                 if not len(x):
                     continue
                 self.lows[i].append(float(x.min()))
@@ -249,7 +240,7 @@ class _Tally:
             elif sl.odd:
                 x = x[np.isfinite(x)]
             start, width = sl.division(bins)
-            self.counts[i] += np.bincount(_bin(x, start, width, bins), minlength=bins)
+            self.counts[i] += np.bincount(bounded.bin_of(x, start, width, bins), minlength=bins)
 
     def add(self, other: _Tally) -> None:
         for mine, theirs in zip(self.hist_counts, other.hist_counts):
@@ -266,7 +257,7 @@ class _Tally:
         out: list[Any] = []
         for i, (sl, fetch) in enumerate(self.plan):
             if fetch:
-                out.append([float(v) for part in self.fetched[i] for v in part])
+                out.append(np.concatenate(self.fetched[i]) if self.fetched[i] else np.empty(0))
                 continue
             nz = np.flatnonzero(self.counts[i])
             pairs = [(int(b), int(self.counts[i][b])) for b in nz]

@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from fractions import Fraction
 from typing import Any, NamedTuple
 
+import numpy as np
+
 QUANTILES = (0.01, 0.05, 0.5, 0.95, 0.99)
 HIST_BINS = 20
 SELECT_BINS = 4096  # bins of one selection pass
@@ -396,12 +398,13 @@ class _Slice:
         conds += [f"{_bin(x, start, width, bins)} = {b}" for start, width, b in self.steps]
         return " AND ".join(conds)
 
-    def holds(self, x: float, bins: int) -> bool:
-        """Whether value ``x`` (of the range fetched) is in the slice: the bins as DuckDB computes them
-        (IEEE subtraction and division, then floor: the same double here)."""
-        if not self.lo <= x <= self.hi:
-            return False
-        return all(_bin_of(x, st, w, bins) == b for st, w, b in self.steps)
+    def holding(self, x: np.ndarray, bins: int) -> np.ndarray:
+        """Which values ``x`` (of the range fetched) are in the slice: the bins as DuckDB computes them (IEEE
+        subtraction and division, then floor: the same doubles in numpy), all values at once."""
+        mask = (x >= self.lo) & (x <= self.hi)
+        for st, w, b in self.steps:
+            mask &= bin_of(x, st, w, bins) == b
+        return mask
 
     def division(self, bins: int) -> tuple[float, float]:
         """Where the next step's bins start, and their width: :meth:`range` split in ``bins``. (A division of
@@ -412,10 +415,13 @@ class _Slice:
         return lo, _width(lo, hi, bins)
 
 
-def _bin_of(x: float, start: float, width: float, bins: int) -> int:
-    """DuckDB's ``least(greatest(floor((x - start) / width), 0), bins - 1)`` (an overflow to inf: the last)."""
-    f = (x - start) / width
-    return bins - 1 if f >= bins - 1 else 0 if f < 0 else math.floor(f)
+def bin_of(x: np.ndarray, start: float, width: float, bins: int) -> np.ndarray:
+    """DuckDB's ``least(greatest(floor((x - start) / width), 0), bins - 1)``: NaN (an overflowed ``inf / inf``)
+    sorts above every number there, so it lands in the last bin."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        f = np.floor((x - start) / width)
+    f[np.isnan(f)] = bins - 1
+    return np.clip(f, 0, bins - 1).astype(np.int64)
 
 
 def _width(lo: float, hi: float, bins: int) -> float:
@@ -470,7 +476,8 @@ def _select(
         moved: dict[tuple, Any] = {}
         for (sl, fetch), got in zip(plan, results):
             if fetch:
-                vals = sorted(v for v in got if sl.holds(v, bins))
+                x = np.asarray(got, dtype=np.float64)
+                vals = np.sort(x[sl.holding(x, bins)], kind="stable").tolist()  # stable: as sorted() orders -0.0, 0.0
                 if len(vals) != sl.count:  # cannot happen: the bins were counted as they are picked here
                     raise RuntimeError(f"quantile selection: {len(vals)} values for {sl.count} in column {sl.k}")
                 moved[sl.key()] = vals
