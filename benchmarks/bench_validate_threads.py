@@ -31,7 +31,6 @@ import pyarrow.parquet as pq  # noqa: E402
 from benchmarks.proc_stats import run_in_tree  # noqa: E402
 from benchmarks.results import measure_or_render  # noqa: E402
 
-
 _CHILD = """
 import hashlib, inspect, json, os, sys, time
 import duckdb, pyarrow as pa, pyarrow.parquet as pq
