@@ -57,8 +57,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # results.py, when loa
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # the stage's packing rule
 from results import replace_block  # noqa: E402
 
-from airflow_curation.stages.dedup.stage import PARTITION_EXPANSION as EXPANSION  # noqa: E402
-
 STAGES = ("ingest", "preprocess", "dedup", "validate")
 ROW_BYTES = 16 * 9 + 24  # dedup global-phase bytes per row (9 bands), as the stage's planner counts
 WORKER_BASE = 768 << 20  # a worker with pyarrow, numba and the kernels loaded (stages/dedup)
@@ -172,12 +170,14 @@ def plan(
     components_live: tuple[float, ...] | None = None,
 ) -> dict:
     """The run on ``nodes`` nodes: per stage units, slots, waves, wall and node-hours; the LSH partitions."""
+    from airflow_curation.stages.dedup.stage import PARTITION_EXPANSION  # the stage's own sizing rule
+
     gb = total_bytes / 1e9
     shards = math.ceil(total_bytes / shard_bytes)
     rows = curve["rows_per_gb"] * gb
     worker_mem = mem_bytes / cores
     budget = max(1.0, worker_mem - WORKER_BASE)
-    memory_partitions = math.ceil(rows * ROW_BYTES * EXPANSION / budget)
+    memory_partitions = math.ceil(rows * ROW_BYTES * PARTITION_EXPANSION / budget)
     dedup_slots = nodes * max(1, min(cores, int(mem_bytes // max(1, curve["stages"]["dedup"]["peak_rss"]))))
     partitions = max(memory_partitions, dedup_slots)  # global units >= slots, each a range of partitions
     micro = micro or {}
