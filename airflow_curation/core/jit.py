@@ -59,6 +59,7 @@ except OSError as e:  # a cache that cannot be seeded costs a compile, never the
     warnings.warn(f"kernel cache not seeded from ${SEED_ENV}: {e}; the kernels compile in this process", stacklevel=1)
 
 import numba  # noqa: E402  (after the seed: nothing of numba's reads the cache folder before a kernel loads)
+import numba.extending  # noqa: E402
 
 
 def _load_without_blas_probe() -> None:
@@ -72,6 +73,29 @@ def _load_without_blas_probe() -> None:
 
 
 _load_without_blas_probe()
+
+
+@numba.extending.intrinsic
+def prefetch(typingctx, arr, idx):
+    """``prefetch(arr, i)`` inside a kernel: the CPU starts loading ``arr[i]`` into its caches and goes on (LLVM's
+    ``prefetch``: a read, kept close, data). A loop over a table larger than the cache that knows its slots some
+    iterations ahead overlaps their misses this way instead of waiting on each in turn. ``i`` must be in range."""
+    from llvmlite import ir
+    from numba.core import cgutils
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+        i32, i8p = ir.IntType(32), ir.IntType(8).as_pointer()
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0"
+        )
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return numba.types.void(arr, idx), codegen
+
 
 # The core modules that define kernels with cache=True (a test checks the list against the sources).
 KERNEL_MODULES = (
@@ -196,5 +220,6 @@ __all__ = [
     "kernel_caches",
     "log_compiles",
     "numba",
+    "prefetch",
     "seed_cache",
 ]

@@ -60,7 +60,7 @@ from airflow_curation.core.arrays import from_numpy
 log = logging.getLogger(__name__)
 
 try:  # numba is the fast path; without it the pure-Python reference computes the same values
-    from airflow_curation.core.jit import numba
+    from airflow_curation.core.jit import numba, prefetch
 
     njit = numba.njit
 
@@ -177,6 +177,10 @@ def class_table() -> np.ndarray:
     return _CLASS_TABLE
 
 
+# n-gram tables of at least this many slots (12 bytes each: ~384 KB, past a core's L2) prefetch the slots of
+# the probes this many ahead; smaller ones stay in cache, where the extra pass over the hashes only costs.
+PREFETCH_SLOTS = 1 << 15
+PREFETCH_AHEAD = 12
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
 _MASK64 = (1 << 64) - 1
@@ -308,7 +312,7 @@ if HAVE_NUMBA:
         return best
 
     @njit(cache=True)
-    def _ngram_signals(whash, cum, nw, total, g, cand, keys, counts, dup, slot, row, col):
+    def _ngram_signals(whash, cum, nw, total, g, cand, keys, counts, slot, row, col):
         """top_{2,3,4}gram and dup_{5..10}gram char fractions into row[col:col+9].
 
         Every 2-gram is counted. For n >= 3 only candidates are: starts whose (n-1)-grams at i and i+1
@@ -337,9 +341,20 @@ if HAVE_NUMBA:
         # best over final counts, and with no repeat it is the longest 2-gram, as the definition says.
         best_c = 0
         best_l = 0
+        far = size >= PREFETCH_SLOTS
+        if far:  # the hashes first, so that the probe loop knows its slots PREFETCH_AHEAD probes ahead
+            for i in range(m):
+                g[i] = _mix(whash[i], whash[i + 1])
         for i in range(m):
-            h = _mix(whash[i], whash[i + 1])
-            g[i] = h
+            if far:
+                if i + PREFETCH_AHEAD < m:
+                    ahead = g[i + PREFETCH_AHEAD] & numba.uint64(mask)
+                    prefetch(keys, ahead)
+                    prefetch(counts, ahead)
+                h = g[i]
+            else:
+                h = _mix(whash[i], whash[i + 1])
+                g[i] = h
             s = _probe(keys, mask, h)
             keys[s] = h
             c = counts[s] + 1
@@ -356,11 +371,9 @@ if HAVE_NUMBA:
         prev = 0
         for i in range(m):
             rep = numba.int64(counts[slot[i]] > 1)
-            dup[i] = 2 * rep
             cand[nc] = i - 1
             nc += rep & prev
             prev = rep
-        dup[m] = 0
         for n in range(3, 11):
             m = nw - n + 1
             top = n <= 4
@@ -377,11 +390,23 @@ if HAVE_NUMBA:
             counts[:size] = 0
             chars = 0
             cov_end = 0  # the words below it are covered for this n already
+            far = size >= PREFETCH_SLOTS
+            if far:
+                for j in range(nc):
+                    ui = numba.uint64(cand[j])
+                    g[ui] = _mix(g[ui], whash[ui + numba.uint64(n - 1)])
             for j in range(nc):
                 i = cand[j]
                 ui = numba.uint64(i)
-                h = _mix(g[ui], whash[ui + numba.uint64(n - 1)])
-                g[ui] = h
+                if far:
+                    if j + PREFETCH_AHEAD < nc:
+                        ahead = g[numba.uint64(cand[j + PREFETCH_AHEAD])] & numba.uint64(mask)
+                        prefetch(keys, ahead)
+                        prefetch(counts, ahead)
+                    h = g[ui]
+                else:
+                    h = _mix(g[ui], whash[ui + numba.uint64(n - 1)])
+                    g[ui] = h
                 s = _probe(keys, mask, h)
                 keys[s] = h
                 if not top and counts[s] > 0:
@@ -391,33 +416,31 @@ if HAVE_NUMBA:
                     cov_end = i + n
                 counts[s] += 1
                 slot[j] = s
-            # "the n-gram at i repeats" is dup[i] == n: stale stamps of smaller n never match
-            if top:
-                best_c = 1  # only repeats compete: a count of 1 never beats it
-                best_l = 1 << 62
-                for j in range(nc):
-                    i = cand[j]
-                    c = counts[slot[j]]
-                    dup[numba.uint64(i)] = n if c > 1 else 0
+            # The next candidates, in the same pass as the counts are read: i whose n-grams at i and i + 1
+            # both repeat, where i + 1 repeats only as a candidate of this n (every repeated n-gram is one),
+            # the next in ascending order. Written over the candidates already read (k2 < j), branch-free.
+            best_c = 1  # only repeats compete: a count of 1 never beats it
+            best_l = 1 << 62
+            k2 = 0
+            prev_i = -2
+            prev_rep = 0
+            for j in range(nc):
+                i = cand[j]
+                c = numba.int64(counts[slot[j]])
+                rep = numba.int64(c > 1)
+                if top:
                     ln = cum[numba.uint64(i + n)] - cum[numba.uint64(i)]
                     if c > best_c or (c == best_c and ln > best_l):
                         best_c = c
                         best_l = ln
+                cand[k2] = prev_i
+                k2 += prev_rep & rep & numba.int64(i == prev_i + 1)
+                prev_i = i
+                prev_rep = rep
+            if top:
                 row[col + n - 2] = (best_c * best_l if best_c > 1 else _longest(cum, m, n)) / total
             else:
-                for j in range(nc):
-                    dup[numba.uint64(cand[j])] = n if counts[slot[j]] > 1 else 0
                 row[col + n - 2] = chars / total
-            # next candidates: i whose n-grams at i and i + 1 both repeat (branch-free, as above)
-            k2 = 0
-            for j in range(nc):
-                i = cand[j]
-                cand[k2] = i
-                k2 += (
-                    numba.int64(dup[numba.uint64(i)] == n)
-                    & numba.int64(i + 1 < m)
-                    & numba.int64(dup[numba.uint64(i + 1)] == n)
-                )
             nc = k2
 
     @njit(cache=True)
@@ -440,11 +463,9 @@ if HAVE_NUMBA:
         return max_sep + 2
 
     @njit(cache=True)
-    def _signals_kernel(
-        data, offsets, table, stop_hashes, short_line, short_item, out, u64, i64, keys, counts, dup_prev
-    ):
-        """``u64``, ``i64`` (rows of at least cap + 1), ``keys``, ``counts`` (at least ``_table_size(cap)``) and
-        ``dup_prev`` (cap + 1) are scratch (:class:`_Scratch`, cap from :func:`_scratch_cap`): every value is
+    def _signals_kernel(data, offsets, table, stop_hashes, short_line, short_item, out, u64, i64, keys, counts):
+        """``u64``, ``i64`` (rows of at least cap + 1), ``keys`` and ``counts`` (at least ``_table_size(cap)``)
+        are scratch (:class:`_Scratch`, cap from :func:`_scratch_cap`): every value is
         written before it is read, so a worker reuses them from batch to batch."""
         n_docs = offsets.shape[0] - 1
         whash = u64[0]
@@ -927,7 +948,7 @@ if HAVE_NUMBA:
             dp, dpc = _dup_counts(phash, plen, npara, keys)
             row[24] = dp / npara if npara else 0.0
             row[25] = dpc / n_chars if n_chars else 0.0
-            _ngram_signals(whash, cum, nw, n_chars, g, cand, keys, counts, dup_prev, slot, row, 26)
+            _ngram_signals(whash, cum, nw, n_chars, g, cand, keys, counts, slot, row, 26)
             row[35] = n_sent
             row[36] = has_curly
             # structure
@@ -1013,7 +1034,6 @@ class SignalComputer:
             np.empty((4, rows), np.int64),
             np.empty(size, np.uint64),
             np.empty(size, np.int32),
-            np.empty(rows, np.uint8),
         )
         self._scratch_rows = rows
         return self._scratch

@@ -140,6 +140,39 @@ def test_one_token_and_huge_document(warm_signals):
     assert r[1]["n_words"] == 2
 
 
+def test_large_ngram_tables_equal_the_reference(warm_signals, prose):
+    """A document of more than 8,192 words counts its 2-grams in a table of at least ``PREFETCH_SLOTS`` slots, whose
+    probes prefetch slots ahead; one that repeats throughout keeps that many candidates for longer n-grams too.
+    Every n-gram signal equals the reference's, on both sides of the threshold."""
+    import random
+
+    rng = random.Random(20)
+    words = " ".join(prose).split()
+    vocab = sorted(set(words))[:60]
+    passage = " ".join(words[:400])
+    texts = [
+        # prose in pieces that recur: repeats of every length, candidates down to n = 10
+        "\n".join(
+            " ".join(words[s : s + rng.randint(3, 40)]) for s in (rng.randrange(len(words) - 40) for _ in range(2000))
+        ),
+        # 60 words drawn at random: nearly every 2-gram repeats, few 5-grams do
+        " ".join(rng.choice(vocab) for _ in range(30_000)),
+        # unique words around one passage written three times: few repeats, all of them long
+        " ".join(f"w{k}" for k in range(12_000)) + f" {passage} x {passage} y {passage}",
+        # just under the threshold and just over it
+        " ".join(rng.choice(vocab) for _ in range(sig.PREFETCH_SLOTS // 4)),
+        " ".join(rng.choice(vocab) for _ in range(sig.PREFETCH_SLOTS // 4 + 2)),
+    ]
+    assert max(len(t.split()) for t in texts) - 1 >= sig.PREFETCH_SLOTS // 2  # a 2-gram table past the threshold
+    _assert_same(compute_signals(texts), reference_signals(texts), texts)
+    rows = compute_signals(texts).to_pylist()
+    assert (
+        rows[0]["dup_10gram_char_frac"] > 0
+        and rows[1]["top_2gram_char_frac"] > 0
+        and rows[2]["dup_10gram_char_frac"] > 0
+    )
+
+
 def test_batches_are_independent_of_slicing(warm_signals, prose):
     arr = pa.array(prose[:40])
     whole = compute_signals(arr)
