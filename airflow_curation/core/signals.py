@@ -324,7 +324,9 @@ if HAVE_NUMBA:
         [i, i + n) met left to right: each repeat adds the chars past the end of the last one (``cum``
         differences), with no per-word marks. ``slot``
         keeps each n-gram's table slot from the counting loop, so the second loop reads its count
-        without probing again (on large documents each probe is a cache miss).
+        without probing again (on large documents each probe is a cache miss). A table of
+        ``PREFETCH_SLOTS`` or more, past the cache, has its hashes computed in a pass of their own, so that
+        the counting loop prefetches the slots of the probes ``PREFETCH_AHEAD`` ahead.
         """
         for k in range(9):
             row[col + k] = 0.0
@@ -465,7 +467,7 @@ if HAVE_NUMBA:
     @njit(cache=True)
     def _signals_kernel(data, offsets, table, stop_hashes, short_line, short_item, out, u64, i64, keys, counts):
         """``u64``, ``i64`` (rows of at least cap + 1), ``keys`` and ``counts`` (at least ``_table_size(cap)``)
-        are scratch (:class:`_Scratch`, cap from :func:`_scratch_cap`): every value is
+        are scratch (:meth:`SignalComputer._scratch_for`, cap from :func:`_scratch_cap`): every value is
         written before it is read, so a worker reuses them from batch to batch."""
         n_docs = offsets.shape[0] - 1
         whash = u64[0]
