@@ -195,6 +195,7 @@ def _handbook(lang: str) -> list[str]:
     return [t for t in pages if t]
 
 
+HELDOUT_WORDS = "compat held-out split"
 WORD_LANGS = "ru-RU el-GR de-DE fr-FR pl-PL cs-CZ tr-TR vi-VN ar-MA fa-IR ja-JP ko-KR zh-CN en-US".split()
 DATATROVE_WORDS = """
 import json, sys
@@ -216,6 +217,8 @@ def word_parity(baseline: str | None) -> dict:
     DATA.mkdir(parents=True, exist_ok=True)
     pages_path, want_path = DATA / "words_pages.json", DATA / "words_datatrove.json"
     pages = {lang: _handbook(lang) for lang in WORD_LANGS}
+    # and the compat corpus's held-out split, never looked at while the splitter was written
+    pages[HELDOUT_WORDS] = [d["text"] for d in compat_corpus.load() if d["split"] == "heldout"]
     pages_path.write_text(json.dumps(pages))
     got = subprocess.run([str(ORACLE), "-P", "-c", DATATROVE_WORDS, str(pages_path)], capture_output=True, check=True)
     want_path.write_bytes(got.stdout)
@@ -224,7 +227,8 @@ def word_parity(baseline: str | None) -> dict:
     for name, root in trees.items():
         cmd = [sys.executable, "-P", "-c", OURS_WORDS, str(pages_path), str(want_path), root]
         same[name] = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
-    return {"pages": {k: len(v) for k, v in pages.items()}, "same": same}
+    held = {"docs": len(pages.pop(HELDOUT_WORDS)), "same": {t: v.pop(HELDOUT_WORDS) for t, v in same.items()}}
+    return {"pages": {k: len(v) for k, v in pages.items()}, "same": same, "heldout": held}
 
 
 def speed(rounds: int, mb: float, baseline: str | None = None, lang: str | None = None) -> dict:
@@ -376,6 +380,15 @@ def render(r: dict) -> str:
             + " | ".join(f"{sum(w['same'][t].values())} ({sum(w['same'][t].values()) / total:.1%})" for t in trees)
             + " |"
         )
+        if w.get("heldout"):
+            h = w["heldout"]
+            lines += [
+                "",
+                f"Held-out: the compat corpus's held-out split ({h['docs']} documents, never looked at while the "
+                "splitter was written) with exactly datatrove's words: "
+                + ", ".join(f"{t} {k} ({k / h['docs']:.1%})" for t, k in h["same"].items())
+                + ".",
+            ]
         lines.append("")
     for h in r.get("words_history", []):
         total = sum(h["pages"].values())

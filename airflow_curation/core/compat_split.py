@@ -187,18 +187,53 @@ def _suffix(s: np.ndarray, a: int, b: int, cls: np.ndarray, units: np.ndarray, u
 
 
 @njit(cache=True)
+def _octet(s: np.ndarray, a: int, b: int, lead_zero: bool, hi: int) -> bool:
+    """``s[a:b]`` (1-3 digits) is one of ``_IPV4``'s numbers: one or two digits (a leading zero only where
+    ``lead_zero``: the middle numbers), or three from 100 up to ``hi``."""
+    if b - a < 3:
+        return lead_zero or s[a] != 48
+    v = 100 * (s[a] - 48) + 10 * (s[a + 1] - 48) + (s[a + 2] - 48)
+    return 100 <= v <= hi
+
+
+@njit(cache=True)
+def _ipv4(s: np.ndarray, a: int, b: int, starts: np.ndarray) -> bool:
+    """Four dotted groups of 1-3 digits, the second to fourth starting at ``starts[1:]``, are ``_IPV4``'s address:
+    the first number 1-223, the middle ones 0-255, the last 1-254, outside the networks it leaves out."""
+    e0, e1, e2 = starts[1] - 1, starts[2] - 1, starts[3] - 1
+    if not (_octet(s, a, e0, False, 223) and _octet(s, starts[1], e1, True, 255)):
+        return False
+    if not (_octet(s, starts[2], e2, True, 255) and _octet(s, starts[3], b, False, 254)):
+        return False
+    n0, n1 = 0, 0
+    for i in range(a, e0):
+        n0 = 10 * n0 + s[i] - 48
+    for i in range(starts[1], e1):
+        n1 = 10 * n1 + s[i] - 48
+    l0, l1 = e0 - a, e1 - starts[1]
+    # the networks left out, as the numbers are written: "10.", "127.", "169.254.", "192.168.", "172.16." to "172.31."
+    if (l0 == 2 and n0 == 10) or (l0 == 3 and n0 == 127):
+        return False
+    if l0 == 3 and l1 == 3 and ((n0 == 169 and n1 == 254) or (n0 == 192 and n1 == 168)):
+        return False
+    return not (l0 == 3 and n0 == 172 and l1 == 2 and 16 <= n1 <= 31)
+
+
+@njit(cache=True)
 def _host(s: np.ndarray, a: int, b: int, cls: np.ndarray) -> bool:
     """``s[a:b]`` is an IPv4 address or a dotted host ending in 2-63 lower-case letters (``_ASCII.url``'s host)."""
     if a >= b:
         return False
-    # IPv4: four groups of 1-3 digits
+    # IPv4: four groups of 1-3 digits, each as _IPV4 allows it, outside the networks it leaves out
     parts, run, ok = 0, 0, True
+    starts = np.zeros(4, np.int64)
     for i in range(a, b):
         if s[i] == 46:
-            if run < 1 or run > 3:
+            if run < 1 or run > 3 or parts == 3:
                 ok = False
                 break
             parts += 1
+            starts[parts] = i + 1
             run = 0
         elif _is(cls, s, i, _DI):
             run += 1
@@ -206,8 +241,8 @@ def _host(s: np.ndarray, a: int, b: int, cls: np.ndarray) -> bool:
             ok = False
             break
     if ok and parts == 3 and 1 <= run <= 3:
-        return True
-    # labels: alphanumeric at both ends, word characters or '-' between, each followed by '.'
+        return _ipv4(s, a, b, starts)
+    # labels of 1-64 characters: alphanumeric at both ends, word characters or '-' between, each followed by '.'
     last_dot = -1
     for i in range(b - 1, a - 1, -1):
         if s[i] == 46:
@@ -224,7 +259,7 @@ def _host(s: np.ndarray, a: int, b: int, cls: np.ndarray) -> bool:
     start = a
     for i in range(a, last_dot + 1):
         if s[i] == 46:
-            if i == start:
+            if i == start or i - start > 64:
                 return False
             if not (cls[s[start]] & (_LO | _UP | _DI)) or not (cls[s[i - 1]] & (_LO | _UP | _DI)):
                 return False

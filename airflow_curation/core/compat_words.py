@@ -103,6 +103,18 @@ _LETTER = f"[{_ALPHA}]"
 _LETTER_OR_DIGIT = f"(?<=[{_ALPHA}0-9])"  # lookbehind: a letter or an ASCII digit before
 
 
+# An IPv4 address that a URL may hold, as spaCy's URL match states it: not in a private or link-local network
+# (10/8, 127/8, 169.254/16, 192.168/16, 172.16/12: those prefixes followed by dotted numbers), the first number
+# 1-223, the middle two 0-255, the last 1-254. Any other four numbers are not a host: "192.168.0.0/24-Netzwerk"
+# splits at its hyphen as text does.
+_IPV4 = (
+    r"(?!(?:10|127)(?:\.[0-9]{1,3}){3})(?!(?:169\.254|192\.168)(?:\.[0-9]{1,3}){2})"
+    r"(?!172\.(?:1[6-9]|2[0-9]|3[0-1])(?:\.[0-9]{1,3}){2})"
+    r"(?:[1-9][0-9]?|1[0-9][0-9]|2[01][0-9]|22[0-3])(?:\.(?:1?[0-9]{1,2}|2[0-4][0-9]|25[0-5])){2}"
+    r"\.(?:[1-9][0-9]?|1[0-9][0-9]|2[0-4][0-9]|25[0-4])"
+)
+
+
 class _Rules(NamedTuple):
     """The prefix, suffix, infix and URL patterns, stated over some character classes."""
 
@@ -112,7 +124,7 @@ class _Rules(NamedTuple):
     url: re.Pattern
 
 
-def _rules(sc: str, so: str | None, lower: str, upper: str, host_end: str) -> _Rules:
+def _rules(sc: str, so: str | None, lower: str, upper: str, host_end: str, label_chars: str) -> _Rules:
     """The patterns over the given classes (``so`` None: no symbol alternatives at all).
 
     :param sc: currency signs (class body).
@@ -120,14 +132,17 @@ def _rules(sc: str, so: str | None, lower: str, upper: str, host_end: str) -> _R
     :param lower: lower-case letters (class body).
     :param upper: upper-case letters (class body).
     :param host_end: what the last label of a host is made of (class body).
+    :param label_chars: what the other labels of a host are made of (class body; ``-`` and ``_`` inside too).
     """
     sym = [f"[{so}]"] if so else []
+    label = f"[{label_chars}]"
     unit_alt = "|".join(re.escape(u) for u in _UNITS)
     hyph = "|".join(re.escape(h) for h in _HYPHENS)
     prefix = "|".join(["§", "%", "=", "—", "–", r"\+(?![0-9])", f"[{_P}]", r"\.\.+", f"[{_Q}]", r"US\$|C\$|A\$"])
     prefix += f"|[{sc}]" + "".join(f"|{x}" for x in sym)
     suffix = [
         f"[{_P}]",
+        "……",  # one of spaCy's punctuation marks of its own: a piece ending in it loses both at once
         r"\.\.+",
         "…",
         f"[{_Q}]",
@@ -153,9 +168,10 @@ def _rules(sc: str, so: str | None, lower: str, upper: str, host_end: str) -> _R
     ]
     # A URL, a bare domain or an e-mail address stays one token (spaCy's URL match, stated loosely): an
     # optional scheme and user, a dotted host whose last label is 2+ lower-case letters, an optional port, path.
+    # Labels of 1-64 characters; an IPv4 address as _IPV4 states it.
     url = (
         r"(?:[a-zA-Z][a-zA-Z0-9+.-]*://)?(?:[^\s:@/]+(?::[^\s:@/]*)?@)?"
-        rf"(?:(?:[0-9]{{1,3}}\.){{3}}[0-9]{{1,3}}|(?:[^\W_](?:[\w-]*[^\W_])?\.)+[{host_end}]{{2,63}})"
+        rf"(?:{_IPV4}|(?:{label}(?:[{label_chars}_-]{{0,62}}{label})?\.)+[{host_end}]{{2,63}})"
         r"(?::[0-9]{2,5})?(?:[/?#]\S*)?"
     )
     return _Rules(
@@ -166,10 +182,12 @@ def _rules(sc: str, so: str | None, lower: str, upper: str, host_end: str) -> _R
     )
 
 
-_UNICODE = _rules(_SC_CLS, _SO_CLS, _LOWER, _UPPER, _LOWER)  # a host ends in lower-case letters, as spaCy's URL match
+# A host ends in lower-case letters, and its other labels are ASCII letters and digits and every character from
+# U+00A1 to U+FFFF (CJK text with its full-width punctuation, a zero-width non-joiner...), as spaCy's URL match.
+_UNICODE = _rules(_SC_CLS, _SO_CLS, _LOWER, _UPPER, _LOWER, "A-Za-z0-9\u00a1-\uffff")
 # The same patterns on a piece that is all ASCII: each class cut to its ASCII members (the only ones such a
 # piece can match) gives the same matches, without testing every character against hundreds of ranges.
-_ASCII = _rules(r"\$", None, "a-z", "A-Z", "a-z")
+_ASCII = _rules(r"\$", None, "a-z", "A-Z", "a-z", "A-Za-z0-9")
 
 # Special cases: English contractions (split), abbreviations and emoticons (kept whole).
 _NEG_BASES = {
@@ -182,19 +200,20 @@ _PRONOUN_CLITICS = {
     "i": ("m", "ll", "ve", "d"), "you": ("re", "ll", "ve", "d"), "he": ("s", "ll", "d"), "she": ("s", "ll", "d"),
     "it": ("s", "ll", "d"), "we": ("re", "ll", "ve", "d"), "they": ("re", "ll", "ve", "d"),
     "who": ("s", "ll", "ve", "d", "re"), "what": ("s", "ll", "ve", "d", "re"), "there": ("s", "ll", "ve", "d", "re"),
-    "that": ("s", "ll", "ve", "d"), "where": ("s", "ll", "ve", "d"), "when": ("s", "ll", "ve", "d"),
-    "why": ("s", "ll", "ve", "d"), "how": ("s", "ll", "ve", "d"), "could": ("ve",), "would": ("ve",),
-    "should": ("ve",), "might": ("ve",), "must": ("ve",), "let": ("s",),
+    "that": ("s", "ll", "d"), "where": ("s", "ll", "ve", "d", "re"), "when": ("s", "ll", "ve", "d", "re"),
+    "why": ("s", "ll", "ve", "d", "re"), "how": ("s", "ll", "ve", "d", "re"), "could": ("ve",), "would": ("ve",),
+    "should": ("ve",), "might": ("ve",), "must": ("ve",), "let": ("s",), "not": ("ve",),
+    "this": ("s", "ll", "d"), "these": ("ll", "ve", "d", "re"), "those": ("ll", "ve", "d", "re"),
 }  # fmt: skip
 _WHOLE = set(
     (
-        "e.g. i.e. vs. Mr. Mrs. Ms. Dr. Prof. Jr. Sr. St. Mt. Inc. Ltd. Co. Corp. a.m. p.m. U.S. Jan. Feb. Mar. "
+        "e.g. i.e. vs. Mr. Mrs. Ms. Dr. Prof. Jr. St. Mt. Inc. Ltd. Co. Corp. a.m. p.m. U.S. Jan. Feb. Mar. "
         "Apr. Jun. Jul. Aug. Sep. Sept. Oct. Nov. Dec. Ala. Ariz. Ark. Calif. Colo. Conn. Del. Fla. Ga. Ill. Ind. "
         "Kan. Ky. La. Md. Mass. Mich. Minn. Miss. Mo. Mont. Neb. Nev. N.C. N.D. N.H. N.J. N.M. N.Y. Okla. Ore. Pa. "
         "Tenn. Va. Wash. Wis. Gen. Gov. Rep. Sen. Rev. vs e.g i.e o'clock ma'am 'em 'Cause 'cause 'bout "
         ":) :-) :( :-( ;) ;-) =) =( :P :p :-P :D :-D xD XD ^_^ ^__^ :/ :-/ 8) 8-) <3 </3 :o :O :-O :'( :') :| :-| "
-        "(: ): (; =D =| :] :[ :> :< <33 V_V o.O O.O o_o O_O -_- o.0 :3 :* (= :’) '' E.G. I.E. E.g. I.e. and/or w/o w/ "
-        "'s 'S 'm 'M 'd 'D 'll 'LL 've 'VE 're 'RE n't N'T ’s ’m ’d ’ll ’ve ’re n’t"
+        "(: ): (; =D =| :] :> <33 V_V o.O O.O o_o O_O -_- o.0 :3 :* (= :’) '' E.G. I.E. E.g. I.e. and/or w/o w/ "
+        "'s 'S 'd 'll 're n't N'T ’s ’d ’ll ’re n’t"
     ).split()
     + [f"{c}." for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"]
 )
@@ -208,13 +227,35 @@ _WHOLE |= set(
     [-: [: [= ]= ^___^ o.o o_0 o_O v.v v_v xDD ¯\(ツ)/¯ ಠ_ಠ ಠ︵ಠ <space> C++ \") \n \t ä. ö. ü. —
     """.split()
 )
+# spaCy's other English exceptions kept whole: abbreviations, dropped letters (``'cos``, ``doin'``) with either
+# apostrophe, and emoticons with a typographic one
+_WHOLE |= set(
+    "Adm. Ak. Bros. Ia. Id. Kans. Messrs. Nebr. Ph.D. co. v.s. ’’ ‘s ‘S ’S :’( :’-( :’-) ’Cause ’cause ’bout ’em".split()
+)
+_WHOLE |= {
+    apo + w
+    for apo in "'’"
+    for base in ("cos", "coz", "cuz", "nuff")
+    for w in (base, base.capitalize())
+    if not (base == "nuff" and w != base)
+}
+_WHOLE |= {
+    w + apo
+    for apo in "'’"
+    for base in ("doin", "goin", "havin", "lovin", "nothin", "nuthin", "ol", "somethin")
+    for w in (base, base.capitalize())
+}
 _SPLIT_WHOLE = {
     "cannot": ("can", "not"), "Cannot": ("Can", "not"), "gonna": ("gon", "na"), "Gonna": ("Gon", "na"),
-    "gotta": ("got", "ta"), "Gotta": ("Got", "ta"), "y'all": ("y'", "all"), "Y'all": ("Y'", "all"),
+    "gotta": ("got", "ta"), "Gotta": ("Got", "ta"), "y'all": ("y'", "all"),
+    "y’all": ("y’", "all"), "yall": ("y", "all"),
+    "c'mon": ("c'm", "on"), "C'mon": ("C'm", "on"), "c’mon": ("c’m", "on"), "C’mon": ("C’m", "on"),
 }  # fmt: skip
+# a time of day: an hour and am/pm (a.m./p.m.), two words
+_SPLIT_WHOLE |= {f"{h}{m}": (str(h), m) for h in range(1, 13) for m in ("am", "pm", "a.m.", "p.m.")}
 # without the apostrophe (lower or title case only) every such pair splits but where the joined form is a
 # common word of its own
-_NOT_CONTRACTIONS = {"shed", "were", "well", "ill", "hell", "shell", "its", "lets", "wholl"}
+_NOT_CONTRACTIONS = {"shed", "were", "well", "ill", "hell", "shell", "its", "lets", "whore"}
 
 
 def _special(s: str) -> tuple[str, ...] | None:
@@ -231,8 +272,8 @@ def _special_case(s: str) -> tuple[str, ...] | None:
     low = s.lower()
     if "’" not in s and not low.isascii():
         return None  # past the two sets, every case below is an ASCII word in lower case (with ' or ’)
-    if not (s == low or s == s.upper() or s == s[0].upper() + s[1:].lower()):
-        return None
+    if not (s == low or s == s[0].upper() + s[1:].lower()):
+        return None  # spaCy's contractions are in lower and title case: "DON'T" stays one word
     for apo in ("'", "’"):
         neg = "n" + apo + "t"
         if low.endswith(neg) and low[:-3] in _NEG_BASES:
@@ -242,11 +283,11 @@ def _special_case(s: str) -> tuple[str, ...] | None:
             if tail and head.lower() in _PRONOUN_CLITICS and tail.lower() in _PRONOUN_CLITICS[head.lower()]:
                 if tail.lower() != "s":  # 's is a suffix rule for every word
                     return (head, apo + tail)
-    if s == s.upper() and len(s) > 1 or low in _NOT_CONTRACTIONS:
+    if low in _NOT_CONTRACTIONS:
         return None
     if low.endswith("nt") and low[:-2] in _NEG_BASES:
         return (s[:-2], s[-2:])
-    for k in range(1, min(len(low), 6)):
+    for k in range(1, len(low)):
         head, tail = low[:k], low[k:]
         if head in _PRONOUN_CLITICS and tail in _PRONOUN_CLITICS[head]:
             return (s[:k], s[k:])

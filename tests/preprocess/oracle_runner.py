@@ -1,7 +1,7 @@
 """Runs the oracles in their own venv (see scripts/setup_oracles.sh): reads a JSON list of documents,
 prints a JSON list of results. Not imported by the tests: executed by the oracle venv's Python.
 
-usage: python oracle_runner.py datatrove|datatrove_fineweb|pygount|dolma|spacy_letters DOCS.json
+usage: python oracle_runner.py datatrove|datatrove_fineweb|pygount|dolma|spacy_letters|spacy_specials DOCS.json
 """
 
 import json
@@ -133,6 +133,17 @@ def spacy_letters(docs):
     return out
 
 
+def spacy_specials(docs):
+    """The special cases of spaCy's English tokenizer (datatrove's), each string with its tokens, and the tokens
+    spaCy gives each of ``docs`` (strings, one piece each); strings with whitespace left out."""
+    import spacy
+    from spacy.attrs import ORTH
+
+    nlp = spacy.blank("en")
+    table = {k: [t[ORTH] for t in v] for k, v in nlp.tokenizer.rules.items() if not any(c.isspace() for c in k)}
+    return {"table": table, "tokens": [[t.text for t in nlp(d)] for d in docs]}
+
+
 if __name__ == "__main__":
     which, path = sys.argv[1], sys.argv[2]
     with open(path, encoding="utf-8") as f:
@@ -143,5 +154,6 @@ if __name__ == "__main__":
         "pygount": pygount,
         "dolma": dolma,
         "spacy_letters": spacy_letters,
+        "spacy_specials": spacy_specials,
     }
     json.dump(runners[which](documents), sys.stdout)
