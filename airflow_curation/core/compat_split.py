@@ -55,17 +55,18 @@ def _fnv(codes: list[int]) -> int:
     return h
 
 
-def _special_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _special_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every ASCII string :func:`compat_words._special` answers, with its answer, in a hash table.
 
-    The answers are finite: a string of ``_WHOLE`` or ``_SPLIT_WHOLE``, or a contraction (a negation base
-    with ``n't`` or ``nt``, a pronoun with its clitic, with or without the apostrophe) in lower, upper or
-    title case, the only case forms ``_special`` accepts. Each candidate is asked of ``_special`` itself and
+    The answers are finite: a string of ``_WHOLE`` or ``_SPLIT_WHOLE`` (chains of three words included), or a
+    contraction (a negation base with ``n't`` or ``nt``, a pronoun with its clitic, with or without the
+    apostrophe) in lower, upper or title case, of which ``_special`` accepts lower and title case. Each candidate is asked of ``_special`` itself and
     kept with what it returned, so the table cannot disagree with it on any string it holds; a string it does
     not hold is none of these forms, so ``_special`` answers None.
 
     :returns: the strings' bytes, their offsets, per string the cut (0: one word, else the length of the
-        first of two words), and the FNV-1a hash table (slot -> string index + 1, 0 empty).
+        first word) and the second cut (0: at most two words, else the length of the first two), and the
+        FNV-1a hash table (slot -> string index + 1, 0 empty).
     """
     cands = {w for w in (*cw._WHOLE, *cw._SPLIT_WHOLE) if w.isascii()}
     folded = {b + neg for b in cw._NEG_BASES for neg in ("n't", "nt")}
@@ -76,19 +77,21 @@ def _special_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         got = cw._special(w)
         if got is None:
             continue
-        assert "".join(got) == w and len(got) <= 2, (w, got)
-        entries.append((w, 0 if len(got) == 1 else len(got[0])))
-    data = np.frombuffer("".join(w for w, _ in entries).encode(), dtype=np.uint8).copy()
-    off = np.cumsum([0] + [len(w) for w, _ in entries]).astype(np.int64)
-    cut = np.array([c for _, c in entries], dtype=np.int64)
+        assert "".join(got) == w and len(got) <= 3, (w, got)
+        cuts = np.cumsum([len(t) for t in got[:-1]]).tolist()
+        entries.append((w, *cuts, 0, 0)[:3])
+    data = np.frombuffer("".join(e[0] for e in entries).encode(), dtype=np.uint8).copy()
+    off = np.cumsum([0] + [len(e[0]) for e in entries]).astype(np.int64)
+    cut = np.array([e[1] for e in entries], dtype=np.int64)
+    cut2 = np.array([e[2] for e in entries], dtype=np.int64)
     slots = np.zeros(1 << max(10, (4 * len(entries)).bit_length()), dtype=np.int64)
     mask = len(slots) - 1
-    for i, (w, _) in enumerate(entries):
+    for i, (w, *_) in enumerate(entries):
         slot = _fnv(list(w.encode())) & mask
         while slots[slot]:
             slot = (slot + 1) & mask
         slots[slot] = i + 1
-    return data, off, cut, slots
+    return data, off, cut, cut2, slots
 
 
 SPECIALS = _special_table()
@@ -448,6 +451,7 @@ def _split_all(
     sp: np.ndarray,
     sp_off: np.ndarray,
     sp_cut: np.ndarray,
+    sp_cut2: np.ndarray,
     slots: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Token ends (absolute offsets into ``s``), the first token per piece (``tok_off``, one past the last)
@@ -531,13 +535,19 @@ def _split_all(
             if b - a == last:
                 break
             e = _special(s, a, b, sp, sp_off, slots, longest)
+        lo = hi = 0  # the special case's words are buf[lo:hi]: never merged with each other
         if a < b:
             if e >= 0:
+                lo = nt
                 if sp_cut[e]:
                     buf[nt] = a + sp_cut[e]
                     nt += 1
+                if sp_cut2[e]:
+                    buf[nt] = a + sp_cut2[e]
+                    nt += 1
                 buf[nt] = b
                 nt += 1
+                hi = nt
             elif _url(s, a, b, cls):
                 buf[nt] = b
                 nt += 1
@@ -568,9 +578,10 @@ def _split_all(
         while i < nt:
             k = 4 if nt - i >= 4 else nt - i
             while k >= 2:
-                e = _special(s, head, buf[i + k - 1], sp, sp_off, slots, longest)
-                if e >= 0 and sp_cut[e] == 0:
-                    break
+                if min(i + k, hi) - max(i, lo) < 2:
+                    e = _special(s, head, buf[i + k - 1], sp, sp_off, slots, longest)
+                    if e >= 0 and sp_cut[e] == 0:
+                        break
                 k -= 1
             k = max(k, 1)
             head = buf[i + k - 1]

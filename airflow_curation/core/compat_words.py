@@ -253,6 +253,35 @@ _SPLIT_WHOLE = {
 }  # fmt: skip
 # a time of day: an hour and am/pm (a.m./p.m.), two words
 _SPLIT_WHOLE |= {f"{h}{m}": (str(h), m) for h in range(1, 13) for m in ("am", "pm", "a.m.", "p.m.")}
+
+
+def _chains() -> dict[str, tuple[str, str, str]]:
+    """spaCy's special cases of three words, in lower and title case, with ``'``, ``’`` or no apostrophe: a modal's
+    negation with ``'ve`` (``couldn't've``), a pronoun's ``'d``/``'ll`` with ``'ve`` (``you'd've``), ``how'd'y``,
+    ``i'ma``; and a temperature's unit with its period (``°C.``)."""
+    out: dict[str, tuple[str, str, str]] = {}
+
+    def add(parts: tuple[str, str, str]) -> None:
+        for head in {parts[0], parts[0][0].upper() + parts[0][1:]}:
+            out[head + parts[1] + parts[2]] = (head, parts[1], parts[2])
+
+    modals = sorted(set(_NEG_BASES) - {"ai", "are", "dare", "has", "have", "is", "was", "were"})
+    for apo in ("'", "’", ""):
+        for base in modals:
+            add((base, f"n{apo}t" if apo else "nt", f"{apo}ve"))
+        for head, tails in _PRONOUN_CLITICS.items():
+            for t in ("d", "ll"):
+                if t in tails and "d" in tails and "ll" in tails:
+                    add((head, apo + t, f"{apo}ve"))
+        add(("i", f"{apo}m", "a"))
+        if apo:
+            add(("how", f"{apo}d", f"{apo}y"))
+    for unit in "CcFfKk":
+        out[f"°{unit}."] = ("°", unit, ".")
+    return out
+
+
+_SPLIT_WHOLE |= _chains()
 # without the apostrophe (lower or title case only) every such pair splits but where the joined form is a
 # common word of its own
 _NOT_CONTRACTIONS = {"shed", "were", "well", "ill", "hell", "shell", "its", "lets", "whore"}
@@ -361,13 +390,14 @@ def _split(s: str, rules: _Rules) -> tuple[str, ...]:
     # rule applies, only a special case; letters after "(" or before one of ,;:)!? (no special case ends or
     # starts that way), where that mark alone comes off.
     if s.isalpha():
-        sp = _special(s)
-        return _merge_specials(list(sp)) if sp else (s,)
+        return _special(s) or (s,)
     if len(s) > 1:
         if s[-1] in _TRAILING and s[:-1].isalpha():
-            return _merge_specials([*(_special(s[:-1]) or (s[:-1],)), s[-1]])
+            sp = _special(s[:-1]) or (s[:-1],)
+            return _merge_specials([*sp, s[-1]], (0, len(sp)))
         if s[0] == "(" and s[1:].isalpha():
-            return _merge_specials(["(", *(_special(s[1:]) or (s[1:],))])
+            sp = _special(s[1:]) or (s[1:],)
+            return _merge_specials(["(", *sp], (1, 1 + len(sp)))
     prefixes: list[str] = []
     suffixes: list[str] = []
     # The rest is s[a:b]: bounds, not slices, so that stripping n edges one by one costs O(n), not O(n^2).
@@ -402,25 +432,30 @@ def _split(s: str, rules: _Rules) -> tuple[str, ...]:
             break
     s = s[a:b]
     middle: list[str] = []
+    apart = (0, 0)
     if s:
         sp = _special(s)
         if sp:
             middle = list(sp)
+            apart = (len(prefixes), len(prefixes) + len(middle))
         elif rules.url.fullmatch(s):
             middle = [s]
         else:
             middle = _infix_split(s, rules.infix)
-    return _merge_specials(prefixes + middle + suffixes[::-1])
+    return _merge_specials(prefixes + middle + suffixes[::-1], apart)
 
 
-def _merge_specials(tokens: list[str]) -> tuple[str, ...]:
-    """Adjacent tokens of one piece that together spell a kept-whole special case (``):``, ``8)``) are one."""
+def _merge_specials(tokens: list[str], apart: tuple[int, int] = (0, 0)) -> tuple[str, ...]:
+    """Adjacent tokens of one piece that together spell a kept-whole special case (``):``, ``8)``) are one; but
+    never two of the words a special case gave (``tokens[apart[0]:apart[1]]``: ``°C.`` is ``° C .``, not ``° C.``)."""
     if len(tokens) < 2:
         return tuple(tokens)
     out: list[str] = []
     i = 0
     while i < len(tokens):
         for k in (4, 3, 2):
+            if min(i + k, apart[1]) - max(i, apart[0]) >= 2:
+                continue
             if i + k <= len(tokens) and "".join(tokens[i : i + k]) in _WHOLE:
                 out.append("".join(tokens[i : i + k]))
                 i += k
