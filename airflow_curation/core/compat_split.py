@@ -60,9 +60,9 @@ def _special_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np
 
     The answers are finite: a string of ``_WHOLE`` or ``_SPLIT_WHOLE`` (chains of three words included), or a
     contraction (a negation base with ``n't`` or ``nt``, a pronoun with its clitic, with or without the
-    apostrophe) in lower, upper or title case, of which ``_special`` accepts lower and title case. Each candidate is asked of ``_special`` itself and
-    kept with what it returned, so the table cannot disagree with it on any string it holds; a string it does
-    not hold is none of these forms, so ``_special`` answers None.
+    apostrophe) in lower, upper or title case, of which ``_special`` accepts lower and title case. Each
+    candidate is asked of ``_special`` itself and kept with what it returned, so the table cannot disagree with
+    it on any string it holds; a string it does not hold is none of these forms, so ``_special`` answers None.
 
     :returns: the strings' bytes, their offsets, per string the cut (0: one word, else the length of the
         first word) and the second cut (0: at most two words, else the length of the first two), and the
