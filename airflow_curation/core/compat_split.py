@@ -94,7 +94,31 @@ def _special_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np
     return data, off, cut, cut2, slots
 
 
-SPECIALS = _special_table()
+def _pattern_table() -> tuple[np.ndarray, ...]:
+    """The ASCII runs of :func:`compat_words.special_patterns` (a special case as its affix rules split it) in a
+    hash table keyed by the run's text: the strings' bytes, their offsets, per string its words' count and ends
+    in the run (``[E, longest]``), the special case's words' count and ends (``[E, 3]``), and the slots."""
+    entries = [(run, sp) for run, sp in cw.special_patterns().items() if "".join(run).isascii()]
+    k = max(len(run) for run, _ in entries)
+    data = np.frombuffer("".join("".join(run) for run, _ in entries).encode(), dtype=np.uint8).copy()
+    off = np.cumsum([0] + [len("".join(run)) for run, _ in entries]).astype(np.int64)
+    n_run = np.array([len(run) for run, _ in entries], dtype=np.int64)
+    run_end = np.zeros((len(entries), k), dtype=np.int64)
+    n_sp = np.array([len(sp) for _, sp in entries], dtype=np.int64)
+    sp_end = np.zeros((len(entries), 3), dtype=np.int64)
+    slots = np.zeros(1 << max(10, (4 * len(entries)).bit_length()), dtype=np.int64)
+    mask = len(slots) - 1
+    for i, (run, sp) in enumerate(entries):
+        run_end[i, : len(run)] = np.cumsum([len(t) for t in run])
+        sp_end[i, : len(sp)] = np.cumsum([len(t) for t in sp])
+        slot = _fnv(list("".join(run).encode())) & mask
+        while slots[slot]:
+            slot = (slot + 1) & mask
+        slots[slot] = i + 1
+    return data, off, n_run, run_end, n_sp, sp_end, slots
+
+
+SPECIALS = (*_special_table(), *_pattern_table())
 # The shortcuts for pieces past ASCII (:func:`_wide_tokens`) rest on this: no special case past ASCII is letters
 # alone, nor letters with a mark of ``_TRAILING`` after or ``(`` before (what the shortcuts' words merge back
 # into); the cases ``compat_words._special`` derives (contractions) are ASCII words in lower case.
@@ -155,7 +179,7 @@ def _suffix(s: np.ndarray, a: int, b: int, cls: np.ndarray, units: np.ndarray, u
             best = max(best, b - j)
         elif b - 1 > a:
             p = b - 2
-            if cls[s[p]] & (_DI | _LO | _PU | _QU) or s[p] == 37 or s[p] == 45 or s[p] == 43:
+            if cls[s[p]] & (_DI | _LO | _PU | _QU) or s[p] == 37 or s[p] == 45 or s[p] == 43 or s[p] == 124:
                 best = max(best, 1)
             elif p - 1 >= a and _is(cls, s, p, _UP) and _is(cls, s, p - 1, _UP):
                 best = max(best, 1)
@@ -290,17 +314,15 @@ def _after_host(s: np.ndarray, h: int, b: int) -> bool:
 @njit(cache=True)
 def _url(s: np.ndarray, a: int, b: int, cls: np.ndarray) -> bool:
     """``_ASCII.url.fullmatch(s[a:b])``: some optional scheme, optional user, then a host and what may follow it."""
-    # where the user part may start: 0, or after each "scheme://"
+    # where the user part may start: 0, or after each "scheme://" (2+ letters, digits, "_", "+", "-" or ".")
     for z in range(a - 1, b):
         if z >= a:
-            if not (z + 2 < b and s[z] == 58 and s[z + 1] == 47 and s[z + 2] == 47) or z == a:
-                continue
-            if not (_is(cls, s, a, _LO) or _is(cls, s, a, _UP)):
+            if not (z + 2 < b and s[z] == 58 and s[z + 1] == 47 and s[z + 2] == 47) or z - a < 2:
                 continue
             good = True
-            for i in range(a + 1, z):
+            for i in range(a, z):
                 c = s[i]
-                if not (cls[c] & (_LO | _UP | _DI) or c == 43 or c == 46 or c == 45):
+                if not (cls[c] & (_LO | _UP | _DI) or c == 95 or c == 43 or c == 46 or c == 45):
                     good = False
                     break
             if not good:
@@ -308,20 +330,10 @@ def _url(s: np.ndarray, a: int, b: int, cls: np.ndarray) -> bool:
             u0 = z + 3
         else:
             u0 = a
-        # where the host may start: u0, or after each '@' ending a valid user[:password]
+        # where the host may start: u0, or after each '@' ending a user of one character or more (any)
         for at in range(u0 - 1, b):
             if at >= u0:
-                if s[at] != 64 or at == u0 or s[u0] == 58:
-                    continue
-                good, colons = True, 0
-                for i in range(u0, at):
-                    c = s[i]
-                    if c == 64 or c == 47:
-                        good = False
-                        break
-                    if c == 58:
-                        colons += 1
-                if not good or colons > 1:
+                if s[at] != 64 or at == u0:
                     continue
                 h0 = at + 1
             else:
@@ -453,6 +465,13 @@ def _split_all(
     sp_cut: np.ndarray,
     sp_cut2: np.ndarray,
     slots: np.ndarray,
+    pt: np.ndarray,
+    pt_off: np.ndarray,
+    pt_n_run: np.ndarray,
+    pt_run_end: np.ndarray,
+    pt_n_sp: np.ndarray,
+    pt_sp_end: np.ndarray,
+    pt_slots: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Token ends (absolute offsets into ``s``), the first token per piece (``tok_off``, one past the last)
     and which pieces are left to the Python splitter (no tokens here): a piece with a character past ASCII that
@@ -467,6 +486,10 @@ def _split_all(
     longest = 0
     for e in range(len(sp_off) - 1):
         longest = max(longest, sp_off[e + 1] - sp_off[e])
+    pt_longest = 0  # the longest run's characters
+    for e in range(len(pt_off) - 1):
+        pt_longest = max(pt_longest, pt_off[e + 1] - pt_off[e])
+    k_most = pt_run_end.shape[1]  # the most words of a run
     for p in range(len(starts)):
         most += stops[p] - starts[p]
         widest = max(widest, stops[p] - starts[p])
@@ -474,6 +497,11 @@ def _split_all(
     tok_off = np.zeros(len(starts) + 1, dtype=np.int64)
     sfx = np.empty(widest, dtype=np.int64)  # suffix starts of the current piece, outermost first
     buf = np.empty(widest, dtype=np.int64)  # the current piece's token ends before special cases merge
+    run_a = np.empty(widest * k_most, dtype=np.int64)  # runs of the piece's words that spell a special case
+    run_b = np.empty(widest * k_most, dtype=np.int64)
+    run_e = np.empty(widest * k_most, dtype=np.int64)
+    taken = np.empty(widest, dtype=np.int64)
+    seen = np.empty(widest, dtype=np.bool_)
     python = np.zeros(len(starts), dtype=np.bool_)
     n = 0
     for p in range(len(starts)):
@@ -535,10 +563,8 @@ def _split_all(
             if b - a == last:
                 break
             e = _special(s, a, b, sp, sp_off, slots, longest)
-        lo = hi = 0  # the special case's words are buf[lo:hi]: never merged with each other
         if a < b:
             if e >= 0:
-                lo = nt
                 if sp_cut[e]:
                     buf[nt] = a + sp_cut[e]
                     nt += 1
@@ -547,7 +573,6 @@ def _split_all(
                     nt += 1
                 buf[nt] = b
                 nt += 1
-                hi = nt
             elif _url(s, a, b, cls):
                 buf[nt] = b
                 nt += 1
@@ -572,22 +597,57 @@ def _split_all(
         for k in range(ns - 1, -1, -1):
             buf[nt] = stops[p] if k == 0 else sfx[k - 1]
             nt += 1
-        # adjacent tokens that together spell a kept-whole case (``):``, ``8)``) are one (``_merge_specials``)
+        # runs of words that spell a special case as its affix rules split it become its words, the longest
+        # first, then the leftmost; a run whose first or last word another run looked at holds is not taken
+        # (compat_words._match_specials)
+        nr = 0
+        if nt >= 2:
+            for i in range(nt):
+                head = starts[p] if i == 0 else buf[i - 1]
+                for k in range(1, min(k_most, nt - i) + 1):
+                    e = _special(s, head, buf[i + k - 1], pt, pt_off, pt_slots, pt_longest)
+                    if e < 0 or pt_n_run[e] != k:
+                        continue
+                    same = True
+                    for j in range(k - 1):
+                        if buf[i + j] - head != pt_run_end[e, j]:
+                            same = False
+                            break
+                    if same:
+                        run_a[nr] = i
+                        run_b[nr] = i + k
+                        run_e[nr] = e
+                        nr += 1
+        if nr:
+            # insertion sort: longer runs first, then the leftmost
+            for r in range(1, nr):
+                ra, rb, re_ = run_a[r], run_b[r], run_e[r]
+                q = r - 1
+                while q >= 0 and (run_b[q] - run_a[q] < rb - ra or (run_b[q] - run_a[q] == rb - ra and run_a[q] > ra)):
+                    run_a[q + 1], run_b[q + 1], run_e[q + 1] = run_a[q], run_b[q], run_e[q]
+                    q -= 1
+                run_a[q + 1], run_b[q + 1], run_e[q + 1] = ra, rb, re_
+            seen[:nt] = False
+            taken[:nt] = -1
+            for r in range(nr):
+                if not seen[run_a[r]] and not seen[run_b[r] - 1]:
+                    taken[run_a[r]] = r
+                for j in range(run_a[r], run_b[r]):
+                    seen[j] = True
         i = 0
-        head = starts[p]
         while i < nt:
-            k = 4 if nt - i >= 4 else nt - i
-            while k >= 2:
-                if min(i + k, hi) - max(i, lo) < 2:
-                    e = _special(s, head, buf[i + k - 1], sp, sp_off, slots, longest)
-                    if e >= 0 and sp_cut[e] == 0:
-                        break
-                k -= 1
-            k = max(k, 1)
-            head = buf[i + k - 1]
-            ends[n] = head
-            n += 1
-            i += k
+            r = taken[i] if nr else -1
+            if r >= 0:
+                head = starts[p] if i == 0 else buf[i - 1]
+                e = run_e[r]
+                for j in range(pt_n_sp[e]):
+                    ends[n] = head + pt_sp_end[e, j]
+                    n += 1
+                i = run_b[r]
+            else:
+                ends[n] = buf[i]
+                n += 1
+                i += 1
         tok_off[p + 1] = n
     return ends[:n], tok_off, python
 

@@ -153,7 +153,8 @@ def _rules(sc: str, so: str | None, lower: str, upper: str, host_end: str, label
         r"(?<=°[FfCcKk])\.",
         rf"(?<=[0-9])(?:US\$|C\$|A\$|[{sc}])",
         rf"(?<=[0-9])(?:{unit_alt})",
-        rf"(?<=[0-9{lower}%²\-+{_P}{_Q}])\.",
+        # spaCy writes its punctuation here as the alternation "…|……|,|..." inside a class: "|" is one of them
+        rf"(?<=[0-9{lower}%²\-+|{_P}{_Q}])\.",
         rf"(?<=[{upper}][{upper}])\.",
     ]
     infix = [
@@ -166,11 +167,11 @@ def _rules(sc: str, so: str | None, lower: str, upper: str, host_end: str, label
         rf"{_LETTER_OR_DIGIT}(?:{hyph})(?={_LETTER})",
         rf"{_LETTER_OR_DIGIT}[:<>=/](?={_LETTER})",
     ]
-    # A URL, a bare domain or an e-mail address stays one token (spaCy's URL match, stated loosely): an
-    # optional scheme and user, a dotted host whose last label is 2+ lower-case letters, an optional port, path.
-    # Labels of 1-64 characters; an IPv4 address as _IPV4 states it.
+    # A URL, a bare domain or an e-mail address stays one token (spaCy's URL match): an optional scheme (2+ word
+    # characters, "+", "-" or "."), an optional user (anything up to an "@"), a dotted host whose labels have 1-64
+    # characters and whose last is 2+ lower-case letters, or an IPv4 address as _IPV4 states it; a port, a path.
     url = (
-        r"(?:[a-zA-Z][a-zA-Z0-9+.-]*://)?(?:[^\s:@/]+(?::[^\s:@/]*)?@)?"
+        r"(?:[\w+.-]{2,}://)?(?:\S+@)?"
         rf"(?:{_IPV4}|(?:{label}(?:[{label_chars}_-]{{0,62}}{label})?\.)+[{host_end}]{{2,63}})"
         r"(?::[0-9]{2,5})?(?:[/?#]\S*)?"
     )
@@ -378,37 +379,37 @@ def _piece_tokens(s: str) -> tuple[str, ...]:
     return _split(s, _ASCII if s.isascii() else _UNICODE)
 
 
-def _split(s: str, rules: _Rules) -> tuple[str, ...]:
-    """The words of one whitespace piece, matched with ``rules`` (:data:`_ASCII` only for an ASCII piece)."""
+def _split(s: str, rules: _Rules, specials: bool = True) -> tuple[str, ...]:
+    """The words of one whitespace piece, matched with ``rules`` (:data:`_ASCII` only for an ASCII piece); without
+    ``specials``, by the prefix, suffix, infix and URL rules alone (spaCy's ``_tokenize_affixes(s, False)``)."""
+    special_in = _special_in if specials else _no_special
     # Shortcuts (the loop below gives the same words): letters only, where no prefix, suffix, infix or URL
     # rule applies, only a special case; letters after "(" or before one of ,;:)!? (no special case ends or
     # starts that way), where that mark alone comes off.
     if s.isalpha():
-        return _special(s) or (s,)
+        return (specials and _special(s)) or (s,)
     if len(s) > 1:
         if s[-1] in _TRAILING and s[:-1].isalpha():
-            sp = _special(s[:-1]) or (s[:-1],)
-            return _merge_specials([*sp, s[-1]], (0, len(sp)))
+            return _match_specials([*((specials and _special(s[:-1])) or (s[:-1],)), s[-1]], specials)
         if s[0] == "(" and s[1:].isalpha():
-            sp = _special(s[1:]) or (s[1:],)
-            return _merge_specials(["(", *sp], (1, 1 + len(sp)))
+            return _match_specials(["(", *((specials and _special(s[1:])) or (s[1:],))], specials)
     prefixes: list[str] = []
     suffixes: list[str] = []
     # The rest is s[a:b]: bounds, not slices, so that stripping n edges one by one costs O(n), not O(n^2).
     # (The prefix alternatives have no lookbehind, so a match from a with endpos b is the slice's.)
     a, b = 0, len(s)
     while a < b:
-        if _special_in(s, a, b):  # a URL is matched only once the edges are off
+        if special_in(s, a, b):  # a URL is matched only once the edges are off
             break
         last = b - a
         m = rules.prefix.match(s, a, b)
         pre = m.end() - a if m else 0
-        if pre and a + pre < b and _special_in(s, a + pre, b):
+        if pre and a + pre < b and special_in(s, a + pre, b):
             prefixes.append(s[a : a + pre])
             a += pre
             break
         suf = _suffix_len(s, a + pre, b, rules.suffix) if a + pre < b else 0
-        if suf and b - suf > a and _special_in(s, a, b - suf):
+        if suf and b - suf > a and special_in(s, a, b - suf):
             suffixes.append(s[b - suf : b])
             b -= suf
             break
@@ -422,42 +423,82 @@ def _split(s: str, rules: _Rules) -> tuple[str, ...]:
         elif suf:
             suffixes.append(s[b - suf : b])
             b -= suf
-        if b - a == last or _special_in(s, a, b):
+        if b - a == last or special_in(s, a, b):
             break
     s = s[a:b]
     middle: list[str] = []
-    apart = (0, 0)
     if s:
-        sp = _special(s)
+        sp = _special(s) if specials else None
         if sp:
             middle = list(sp)
-            apart = (len(prefixes), len(prefixes) + len(middle))
         elif rules.url.fullmatch(s):
             middle = [s]
         else:
             middle = _infix_split(s, rules.infix)
-    return _merge_specials(prefixes + middle + suffixes[::-1], apart)
+    return _match_specials(prefixes + middle + suffixes[::-1], specials)
 
 
-def _merge_specials(tokens: list[str], apart: tuple[int, int] = (0, 0)) -> tuple[str, ...]:
-    """Adjacent tokens of one piece that together spell a kept-whole special case (``):``, ``8)``) are one; but
-    never two of the words a special case gave (``tokens[apart[0]:apart[1]]``: ``°C.`` is ``° C .``, not ``° C.``)."""
-    if len(tokens) < 2:
+def _no_special(t: str, a: int, b: int) -> None:
+    return None
+
+
+def special_strings() -> set[str]:
+    """Every string :func:`_special` may answer: the kept-whole and split-whole sets and the contractions (negation
+    bases with ``n't``/``nt``, pronouns with their clitics, each with ``'``, ``’`` or no apostrophe) in lower,
+    upper and title case (of which ``_special`` answers lower and title case)."""
+    folded = {b + neg for b in _NEG_BASES for neg in ("n't", "n’t", "nt")}
+    folded |= {h + apo + t for h, ts in _PRONOUN_CLITICS.items() for t in ts for apo in ("'", "’", "")}
+    return {*_WHOLE, *_SPLIT_WHOLE} | {f for w in folded for f in (w, w.upper(), w[0].upper() + w[1:])}
+
+
+@lru_cache(maxsize=1)
+def special_patterns() -> dict[tuple[str, ...], tuple[str, ...]]:
+    """spaCy's second pass over special cases: a special case that a prefix, infix or suffix rule matches
+    (``):``, ``e.g.``, ``:')``) is found again among a piece's words as the words its affix rules alone give it
+    (``)`` ``:``), and those words become the special case's. The words of each such case -> its words."""
+    out = {}
+    for s in sorted(special_strings()):
+        sp = _special(s)
+        rules = _ASCII if s.isascii() else _UNICODE
+        if sp and (rules.prefix.match(s) or rules.infix.search(s) or rules.suffix.search(s)):
+            out[_split(s, rules, specials=False)] = sp
+    return out
+
+
+def _match_specials(tokens: list[str], specials: bool = True) -> tuple[str, ...]:
+    """``tokens`` with every run that spells a special case as its affix rules split it (:func:`special_patterns`)
+    replaced by the special case's words, as spaCy's matcher picks them: the longest runs first, then the
+    leftmost; a run is taken unless its first or last word is in a run looked at before (taken or not)."""
+    if not specials or len(tokens) < 2:
         return tuple(tokens)
+    patterns = special_patterns()
+    longest = _LONGEST_PATTERN
+    n = len(tokens)
+    runs = [
+        (i, i + k) for i in range(n) for k in range(1, min(longest, n - i) + 1) if tuple(tokens[i : i + k]) in patterns
+    ]
+    if not runs:
+        return tuple(tokens)
+    runs.sort(key=lambda r: (r[0] - r[1], r[0]))
+    seen: set[int] = set()
+    taken: dict[int, int] = {}
+    for a, b in runs:
+        if a not in seen and b - 1 not in seen:
+            taken[a] = b
+        seen.update(range(a, b))
     out: list[str] = []
     i = 0
-    while i < len(tokens):
-        for k in (4, 3, 2):
-            if min(i + k, apart[1]) - max(i, apart[0]) >= 2:
-                continue
-            if i + k <= len(tokens) and "".join(tokens[i : i + k]) in _WHOLE:
-                out.append("".join(tokens[i : i + k]))
-                i += k
-                break
+    while i < n:
+        if i in taken:
+            out.extend(patterns[tuple(tokens[i : taken[i]])])
+            i = taken[i]
         else:
             out.append(tokens[i])
             i += 1
     return tuple(out)
+
+
+_LONGEST_PATTERN = max(map(len, special_patterns()))
 
 
 def words(text: str) -> list[str]:
