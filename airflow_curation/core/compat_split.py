@@ -68,12 +68,8 @@ def _special_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np
         first word) and the second cut (0: at most two words, else the length of the first two), and the
         FNV-1a hash table (slot -> string index + 1, 0 empty).
     """
-    cands = {w for w in (*cw._WHOLE, *cw._SPLIT_WHOLE) if w.isascii()}
-    folded = {b + neg for b in cw._NEG_BASES for neg in ("n't", "nt")}
-    folded |= {h + apo + t for h, ts in cw._PRONOUN_CLITICS.items() for t in ts for apo in ("'", "")}
-    cands |= {f for w in folded for f in (w, w.upper(), w[0].upper() + w[1:])}
     entries = []
-    for w in sorted(cands):
+    for w in sorted(w for w in cw.special_strings() if w.isascii()):
         got = cw._special(w)
         if got is None:
             continue
