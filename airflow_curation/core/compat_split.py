@@ -55,6 +55,19 @@ def _fnv(codes: list[int]) -> int:
     return h
 
 
+def _hash_slots(keys: list[str]) -> np.ndarray:
+    """An open-addressing FNV-1a table over ``keys`` (slot -> key index + 1, 0 empty), at most a quarter full,
+    probed linearly as :func:`_special` probes it."""
+    slots = np.zeros(1 << max(10, (4 * len(keys)).bit_length()), dtype=np.int64)
+    mask = len(slots) - 1
+    for i, key in enumerate(keys):
+        slot = _fnv(list(key.encode())) & mask
+        while slots[slot]:
+            slot = (slot + 1) & mask
+        slots[slot] = i + 1
+    return slots
+
+
 def _special_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every ASCII string :func:`compat_words._special` answers, with its answer, in a hash table.
 
@@ -80,14 +93,7 @@ def _special_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np
     off = np.cumsum([0] + [len(e[0]) for e in entries]).astype(np.int64)
     cut = np.array([e[1] for e in entries], dtype=np.int64)
     cut2 = np.array([e[2] for e in entries], dtype=np.int64)
-    slots = np.zeros(1 << max(10, (4 * len(entries)).bit_length()), dtype=np.int64)
-    mask = len(slots) - 1
-    for i, (w, *_) in enumerate(entries):
-        slot = _fnv(list(w.encode())) & mask
-        while slots[slot]:
-            slot = (slot + 1) & mask
-        slots[slot] = i + 1
-    return data, off, cut, cut2, slots
+    return data, off, cut, cut2, _hash_slots([e[0] for e in entries])
 
 
 def _pattern_table() -> tuple[np.ndarray, ...]:
@@ -102,16 +108,10 @@ def _pattern_table() -> tuple[np.ndarray, ...]:
     run_end = np.zeros((len(entries), k), dtype=np.int64)
     n_sp = np.array([len(sp) for _, sp in entries], dtype=np.int64)
     sp_end = np.zeros((len(entries), 3), dtype=np.int64)
-    slots = np.zeros(1 << max(10, (4 * len(entries)).bit_length()), dtype=np.int64)
-    mask = len(slots) - 1
     for i, (run, sp) in enumerate(entries):
         run_end[i, : len(run)] = np.cumsum([len(t) for t in run])
         sp_end[i, : len(sp)] = np.cumsum([len(t) for t in sp])
-        slot = _fnv(list("".join(run).encode())) & mask
-        while slots[slot]:
-            slot = (slot + 1) & mask
-        slots[slot] = i + 1
-    return data, off, n_run, run_end, n_sp, sp_end, slots
+    return data, off, n_run, run_end, n_sp, sp_end, _hash_slots(["".join(run) for run, _ in entries])
 
 
 SPECIALS = (*_special_table(), *_pattern_table())
@@ -220,20 +220,21 @@ def _octet(s: np.ndarray, a: int, b: int, lead_zero: bool, hi: int) -> bool:
 
 
 @njit(cache=True)
-def _ipv4(s: np.ndarray, a: int, b: int, starts: np.ndarray) -> bool:
-    """Four dotted groups of 1-3 digits, the second to fourth starting at ``starts[1:]``, are ``_IPV4``'s address:
-    the first number 1-223, the middle ones 0-255, the last 1-254, outside the networks it leaves out."""
-    e0, e1, e2 = starts[1] - 1, starts[2] - 1, starts[3] - 1
-    if not (_octet(s, a, e0, False, 223) and _octet(s, starts[1], e1, True, 255)):
+def _ipv4(s: np.ndarray, a: int, b: int, s1: int, s2: int, s3: int) -> bool:
+    """Four dotted groups of 1-3 digits, the second to fourth starting at ``s1``, ``s2`` and ``s3``, are
+    ``_IPV4``'s address: the first number 1-223, the middle ones 0-255, the last 1-254, outside the networks it
+    leaves out."""
+    e0, e1, e2 = s1 - 1, s2 - 1, s3 - 1
+    if not (_octet(s, a, e0, False, 223) and _octet(s, s1, e1, True, 255)):
         return False
-    if not (_octet(s, starts[2], e2, True, 255) and _octet(s, starts[3], b, False, 254)):
+    if not (_octet(s, s2, e2, True, 255) and _octet(s, s3, b, False, 254)):
         return False
     n0, n1 = 0, 0
     for i in range(a, e0):
         n0 = 10 * n0 + s[i] - 48
-    for i in range(starts[1], e1):
+    for i in range(s1, e1):
         n1 = 10 * n1 + s[i] - 48
-    l0, l1 = e0 - a, e1 - starts[1]
+    l0, l1 = e0 - a, e1 - s1
     # the networks left out, as the numbers are written: "10.", "127.", "169.254.", "192.168.", "172.16." to "172.31."
     if (l0 == 2 and n0 == 10) or (l0 == 3 and n0 == 127):
         return False
@@ -249,14 +250,19 @@ def _host(s: np.ndarray, a: int, b: int, cls: np.ndarray) -> bool:
         return False
     # IPv4: four groups of 1-3 digits, each as _IPV4 allows it, outside the networks it leaves out
     parts, run, ok = 0, 0, True
-    starts = np.zeros(4, np.int64)
+    s1, s2, s3 = 0, 0, 0  # where the second to fourth groups start
     for i in range(a, b):
         if s[i] == 46:
             if run < 1 or run > 3 or parts == 3:
                 ok = False
                 break
             parts += 1
-            starts[parts] = i + 1
+            if parts == 1:
+                s1 = i + 1
+            elif parts == 2:
+                s2 = i + 1
+            else:
+                s3 = i + 1
             run = 0
         elif _is(cls, s, i, _DI):
             run += 1
@@ -264,7 +270,7 @@ def _host(s: np.ndarray, a: int, b: int, cls: np.ndarray) -> bool:
             ok = False
             break
     if ok and parts == 3 and 1 <= run <= 3:
-        return _ipv4(s, a, b, starts)
+        return _ipv4(s, a, b, s1, s2, s3)
     # labels of 1-64 characters: alphanumeric at both ends, word characters or '-' between, each followed by '.'
     last_dot = -1
     for i in range(b - 1, a - 1, -1):
