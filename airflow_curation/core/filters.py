@@ -268,6 +268,9 @@ def is_reference_recipe(preset: str | Sequence[str] | None) -> bool:
 DEFAULT_PRESET = "gopher,structure"
 
 
+_TOLD_VARIANT: set[str] = set()
+
+
 def resolve_rules(preset: str | Sequence[str] | None = DEFAULT_PRESET, rules: Iterable[dict | Rule] = ()) -> list[Rule]:
     """Rules of one or more presets (``"gopher,c4"`` or a list), then the custom ones, without repeats.
 
@@ -280,7 +283,8 @@ def resolve_rules(preset: str | Sequence[str] | None = DEFAULT_PRESET, rules: It
     for name in names:
         if name not in PRESETS:
             raise ValueError(f"unknown filter preset {name!r}; known: {sorted(PRESETS)}")
-        if name in COMPAT_OF:
+        if name in COMPAT_OF and name not in _TOLD_VARIANT:  # once a process, not once a stage object
+            _TOLD_VARIANT.add(name)
             log.info(
                 "preset %r is the project's variant of the reference (its own word and repetition definitions, "
                 "docs/preprocess.md); %r reproduces datatrove 0.10.1's decisions",

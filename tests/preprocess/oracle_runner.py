@@ -113,13 +113,22 @@ def dolma(docs):
 
 
 def spacy_letters(docs):
-    """spaCy's letter classes (ALPHA, ALPHA_LOWER, ALPHA_UPPER) as code point ranges; ``docs`` is not read."""
+    """spaCy's character classes as code point ranges: its letters (ALPHA, ALPHA_LOWER, ALPHA_UPPER), its other
+    symbols (ICONS) and its one-character currency signs (LIST_CURRENCY); ``docs`` is not read."""
     import re
 
-    from spacy.lang.char_classes import ALPHA, ALPHA_LOWER, ALPHA_UPPER
+    from spacy.lang.char_classes import ALPHA, ALPHA_LOWER, ALPHA_UPPER, ICONS, LIST_CURRENCY
 
+    currency = "".join(re.escape(c.replace("\\", "")) for c in LIST_CURRENCY if len(c.replace("\\", "")) == 1)
     out = {}
-    for name, cls in (("alpha", ALPHA), ("lower", ALPHA_LOWER), ("upper", ALPHA_UPPER)):
+    classes = (
+        ("alpha", ALPHA),
+        ("lower", ALPHA_LOWER),
+        ("upper", ALPHA_UPPER),
+        ("icons", ICONS),
+        ("currency", currency),
+    )
+    for name, cls in classes:
         pattern = re.compile(f"[{cls}]")
         ranges, start = [], None
         for c in range(0x110001):

@@ -155,16 +155,24 @@ def test_tables_kept_across_batches_give_the_values_of_empty_ones(prose):
     assert compat_signals(texts[::-1]).to_pylist()[::-1] == fresh
 
 
-def test_letter_classes_are_spacys(tmp_path_factory):
-    """The letters the suffix and infix rules read are spaCy's (its listed scripts, lower and upper case), every
-    code point compared: a wider class split the Russian "т.д" (lower, '.', a Cyrillic letter then taken as upper)
-    where spaCy keeps it whole."""
+def test_character_classes_are_spacys(tmp_path_factory):
+    """The letters the suffix and infix rules read are spaCy's (its listed scripts, lower and upper case), and so
+    are the symbols and currency signs the prefix and suffix rules split off, every code point compared: a wider
+    letter class split the Russian "т.д" (lower, '.', a Cyrillic letter then taken as upper) where spaCy keeps it
+    whole, and Unicode's currency class split "¢5" and symbols such as U+1F971 where spaCy splits nothing."""
     import re
 
     from airflow_curation.core import compat_words as cw
 
     want = run_oracle("spacy_letters", [], tmp_path_factory)
-    for name, cls in (("alpha", cw._ALPHA), ("lower", cw._LOWER), ("upper", cw._UPPER)):
+    mine = (
+        ("alpha", cw._ALPHA),
+        ("lower", cw._LOWER),
+        ("upper", cw._UPPER),
+        ("icons", cw._SO_CLS),
+        ("currency", cw._SC_CLS),
+    )
+    for name, cls in mine:
         pattern = re.compile(f"[{cls}]")
         got = [c for c in range(0x110000) if pattern.match(chr(c))]
         assert got == [c for a, b in want[name] for c in range(a, b + 1)], name
@@ -184,6 +192,9 @@ def test_words_past_latin_are_spacys(tmp_path_factory):
         # private and reserved IPv4 addresses are no host; two ellipses at a piece's end are one mark
         "場合、machine-192-168-0-131.internal.falcot.com 政策（Debian Policy）。changelog.Debian.gz می\u200cکند.این",
         "用意し、" + "あ" * 70 + "ftp-master.debian.org 192.168.0.0/24-Netzwerk 8.8.8.8/24-Netz 10.1.2.3-x 威胁…… a……b",
+        # spaCy's own currency and symbol lists, not Unicode's classes: ¢ and U+07FE stay in their word, U+1F971
+        # and U+1FA70 (symbols newer than its list) too, ₿ and U+1F970 split off
+        "¢5 5¢ x\u07feI ₿5 5₿ a\U0001f971b \U0001f971x x\U0001fa70 a\U0001f970b \U0001f970x x\U0001f970 ©2024 \u2122x",
     ]
     oracle = run_oracle("datatrove", [{"text": t} for t in texts], tmp_path_factory)
     assert [words(t) for t in texts] == [r["words"] for r in oracle]
