@@ -68,6 +68,15 @@ def _hash_slots(keys: list[str]) -> np.ndarray:
     return slots
 
 
+def _word_ends(splits: list[tuple[str, ...]], most: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per split, its words' count and their ends in the joined string (``[len(splits), most]``)."""
+    counts = np.array([len(words) for words in splits], dtype=np.int64)
+    ends = np.zeros((len(splits), most), dtype=np.int64)
+    for i, words in enumerate(splits):
+        ends[i, : len(words)] = np.cumsum([len(t) for t in words])
+    return counts, ends
+
+
 def _special_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every ASCII string :func:`compat_words._special` answers, with its answer, in a hash table.
 
@@ -77,9 +86,9 @@ def _special_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np
     candidate is asked of ``_special`` itself and kept with what it returned, so the table cannot disagree with
     it on any string it holds; a string it does not hold is none of these forms, so ``_special`` answers None.
 
-    :returns: the strings' bytes, their offsets, per string the cut (0: one word, else the length of the
-        first word) and the second cut (0: at most two words, else the length of the first two), and the
-        FNV-1a hash table (slot -> string index + 1, 0 empty).
+    :returns: the strings' bytes, their offsets, per string its words' count and ends (``[E, 3]``, as
+        :func:`_pattern_table` gives a special case's), and the FNV-1a hash table (slot -> string index + 1,
+        0 empty).
     """
     entries = []
     for w in sorted(w for w in cw.special_strings() if w.isascii()):
@@ -87,13 +96,11 @@ def _special_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np
         if got is None:
             continue
         assert "".join(got) == w and len(got) <= 3, (w, got)
-        cuts = np.cumsum([len(t) for t in got[:-1]]).tolist()
-        entries.append((w, *cuts, 0, 0)[:3])
-    data = np.frombuffer("".join(e[0] for e in entries).encode(), dtype=np.uint8).copy()
-    off = np.cumsum([0] + [len(e[0]) for e in entries]).astype(np.int64)
-    cut = np.array([e[1] for e in entries], dtype=np.int64)
-    cut2 = np.array([e[2] for e in entries], dtype=np.int64)
-    return data, off, cut, cut2, _hash_slots([e[0] for e in entries])
+        entries.append((w, got))
+    data = np.frombuffer("".join(w for w, _ in entries).encode(), dtype=np.uint8).copy()
+    off = np.cumsum([0] + [len(w) for w, _ in entries]).astype(np.int64)
+    n_words, word_end = _word_ends([got for _, got in entries], 3)
+    return data, off, n_words, word_end, _hash_slots([w for w, _ in entries])
 
 
 def _pattern_table() -> tuple[np.ndarray, ...]:
@@ -104,13 +111,8 @@ def _pattern_table() -> tuple[np.ndarray, ...]:
     k = max(len(run) for run, _ in entries)
     data = np.frombuffer("".join("".join(run) for run, _ in entries).encode(), dtype=np.uint8).copy()
     off = np.cumsum([0] + [len("".join(run)) for run, _ in entries]).astype(np.int64)
-    n_run = np.array([len(run) for run, _ in entries], dtype=np.int64)
-    run_end = np.zeros((len(entries), k), dtype=np.int64)
-    n_sp = np.array([len(sp) for _, sp in entries], dtype=np.int64)
-    sp_end = np.zeros((len(entries), 3), dtype=np.int64)
-    for i, (run, sp) in enumerate(entries):
-        run_end[i, : len(run)] = np.cumsum([len(t) for t in run])
-        sp_end[i, : len(sp)] = np.cumsum([len(t) for t in sp])
+    n_run, run_end = _word_ends([run for run, _ in entries], k)
+    n_sp, sp_end = _word_ends([sp for _, sp in entries], 3)
     return data, off, n_run, run_end, n_sp, sp_end, _hash_slots(["".join(run) for run, _ in entries])
 
 
@@ -464,8 +466,8 @@ def _split_all(
     unit_off: np.ndarray,
     sp: np.ndarray,
     sp_off: np.ndarray,
-    sp_cut: np.ndarray,
-    sp_cut2: np.ndarray,
+    sp_n: np.ndarray,
+    sp_end: np.ndarray,
     slots: np.ndarray,
     pt: np.ndarray,
     pt_off: np.ndarray,
@@ -567,14 +569,9 @@ def _split_all(
             e = _special(s, a, b, sp, sp_off, slots, longest)
         if a < b:
             if e >= 0:
-                if sp_cut[e]:
-                    buf[nt] = a + sp_cut[e]
+                for j in range(sp_n[e]):
+                    buf[nt] = a + sp_end[e, j]
                     nt += 1
-                if sp_cut2[e]:
-                    buf[nt] = a + sp_cut2[e]
-                    nt += 1
-                buf[nt] = b
-                nt += 1
             elif _url(s, a, b, cls):
                 buf[nt] = b
                 nt += 1
