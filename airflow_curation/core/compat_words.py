@@ -70,9 +70,9 @@ def _hex_chars(spec: str) -> str:
 
 # spaCy's currency signs and other symbols (spacy/lang/char_classes.py CURRENCY and ICONS, spaCy 3.8): lists of
 # its own, not Unicode's Sc and So. Its currency is $ £ ¥ ฿ ﷼ and U+20A0-U+20BF (no ¢, no U+07FE: those stay in
-# their word), and its symbols are the So characters of an older Unicode less a few (no U+1F971, no emoji past
-# U+1FA6D): 5,984 code points where this Python's So has 6,605. tests/preprocess/test_compat.py compares both
-# with spaCy's, code point by code point.
+# their word), and its symbols are 5,984 So characters of an older Unicode (U+1F971 and all past U+1FA6D are not
+# among them), where this Python's So has 6,605. tests/preprocess/test_compat.py compares both with spaCy's, code
+# point by code point.
 _SC = "$£¥฿\ufdfc" + "".join(map(chr, range(0x20A0, 0x20C0)))
 _SPACY_SYMBOLS = (  # hexadecimal code points and inclusive ranges
     "A6 A9 AE B0 482 58D-58E 60E-60F 6DE 6E9 6FD-6FE 7F6 9FA B70 BF3-BF8 BFA C7F D4F D79 F01-F03 F13 F15-F17 "

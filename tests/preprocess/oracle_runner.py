@@ -1,7 +1,7 @@
 """Runs the oracles in their own venv (see scripts/setup_oracles.sh): reads a JSON list of documents,
 prints a JSON list of results. Not imported by the tests: executed by the oracle venv's Python.
 
-usage: python oracle_runner.py datatrove|datatrove_fineweb|pygount|dolma|spacy_letters|spacy_specials DOCS.json
+usage: python oracle_runner.py datatrove|datatrove_fineweb|pygount|dolma|spacy_classes|spacy_specials DOCS.json
 """
 
 import json
@@ -112,7 +112,7 @@ def dolma(docs):
     return out
 
 
-def spacy_letters(docs):
+def spacy_classes(docs):
     """spaCy's character classes as code point ranges: its letters (ALPHA, ALPHA_LOWER, ALPHA_UPPER), its other
     symbols (ICONS) and its one-character currency signs (LIST_CURRENCY); ``docs`` is not read."""
     import re
@@ -162,7 +162,7 @@ if __name__ == "__main__":
         "datatrove_fineweb": datatrove_fineweb,
         "pygount": pygount,
         "dolma": dolma,
-        "spacy_letters": spacy_letters,
+        "spacy_classes": spacy_classes,
         "spacy_specials": spacy_specials,
     }
     json.dump(runners[which](documents), sys.stdout)

@@ -164,7 +164,7 @@ def test_character_classes_are_spacys(tmp_path_factory):
 
     from airflow_curation.core import compat_words as cw
 
-    want = run_oracle("spacy_letters", [], tmp_path_factory)
+    want = run_oracle("spacy_classes", [], tmp_path_factory)
     mine = (
         ("alpha", cw._ALPHA),
         ("lower", cw._LOWER),
