@@ -7,11 +7,11 @@ a digit or punctuation, or after two capitals), then splits at infixes (ellipses
 between letters, a comma between letters, a period between a lower-case and an upper-case letter, an
 operator between digits). Special cases keep English contractions apart (``don't`` -> ``do n't``, ``dont`` ->
 ``do nt``, ``I'm`` -> ``I 'm``), abbreviations and emoticons whole, and URLs whole. This module states those
-rules on its own terms (Unicode categories where spaCy lists currency signs and symbols; its letters and their
-case as the scripts it lists): the words match spaCy's on the great majority of texts (all of the Debian
-handbook's pages in 14 languages and of the compat held-out split, 98.6% of other packages' pages) and the
-decisions they feed match datatrove's on >= 99% (docs/preprocess.md, *Reference-compatible presets*), which is
-what they are for.
+rules on its own terms, over spaCy's character classes (its currency signs and symbols as it lists them; its
+letters and their case as the scripts it lists): the words match spaCy's on the Debian handbook's pages in 14
+languages, the compat held-out split and other packages' pages (``bench_compat.py words``), and the decisions
+they feed match datatrove's on >= 99% (docs/preprocess.md, *Reference-compatible presets*), which is what they
+are for.
 
 Sentences are counted as spaCy's sentencizer cuts them: a sentence starts at the first token that is not
 punctuation after a token that is a sentence terminal.
