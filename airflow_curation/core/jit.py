@@ -60,6 +60,7 @@ except OSError as e:  # a cache that cannot be seeded costs a compile, never the
 
 import numba  # noqa: E402  (after the seed: nothing of numba's reads the cache folder before a kernel loads)
 import numba.extending  # noqa: E402
+from numba.cpython.unsafe.numbers import trailing_zeros  # noqa: E402, F401  (for the kernels: LLVM's cttz)
 
 
 def _load_without_blas_probe() -> None:
@@ -73,6 +74,23 @@ def _load_without_blas_probe() -> None:
 
 
 _load_without_blas_probe()
+
+
+def _load_without_cffi() -> None:
+    """numba's typing context (built on a process's first kernel call) imports its CFFI support, which imports
+    ``cffi`` and builds an ``FFI()`` (its C parser: ~45 ms of every worker's start) for typing CFFI functions,
+    which no kernel of this package calls. Imported here with ``cffi`` hidden, it records CFFI as unsupported;
+    ``cffi`` stays importable afterwards."""
+    if "numba.core.typing.cffi_utils" in sys.modules or "cffi" in sys.modules:
+        return
+    sys.modules["cffi"] = None  # type: ignore[assignment]
+    try:
+        import numba.core.typing.cffi_utils  # noqa: F401
+    finally:
+        del sys.modules["cffi"]
+
+
+_load_without_cffi()
 
 
 @numba.extending.intrinsic
@@ -95,6 +113,24 @@ def prefetch(typingctx, arr, idx):
         return context.get_dummy_value()
 
     return numba.types.void(arr, idx), codegen
+
+
+@numba.extending.intrinsic
+def load_u64(typingctx, arr, idx):
+    """``load_u64(data, i)`` inside a kernel: the 8 bytes ``data[i:i + 8]`` of a ``uint8`` array as one little-endian
+    ``uint64`` (an unaligned load: one instruction where eight loads, shifts and ors would be many). The caller
+    keeps ``i + 8 <= data.size``."""
+    from llvmlite import ir
+    from numba.core import cgutils
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+        value = builder.load(builder.bitcast(ptr, ir.IntType(64).as_pointer()), align=1)
+        return value
+
+    return numba.types.uint64(arr, idx), codegen
 
 
 # The core modules that define kernels with cache=True (a test checks the list against the sources).

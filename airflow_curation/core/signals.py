@@ -60,7 +60,7 @@ from airflow_curation.core.arrays import from_numpy
 log = logging.getLogger(__name__)
 
 try:  # numba is the fast path; without it the pure-Python reference computes the same values
-    from airflow_curation.core.jit import numba, prefetch
+    from airflow_curation.core.jit import load_u64, numba, prefetch, trailing_zeros
 
     njit = numba.njit
 
@@ -186,12 +186,31 @@ _FNV_PRIME = 0x100000001B3
 _MASK64 = (1 << 64) - 1
 
 
-def fnv1a(data: bytes) -> int:
-    """FNV-1a 64 of ``data``, never 0 (0 marks an empty hash-table slot)."""
-    h = _FNV_OFFSET
-    for b in data:
-        h = ((h ^ b) * _FNV_PRIME) & _MASK64
-    return h or 1
+def _is_ascii_alnum(b: int) -> bool:
+    return 48 <= b <= 57 or 65 <= b <= 90 or 97 <= b <= 122
+
+
+def stop_key_hash(key: bytes) -> int:
+    """The kernel's hash of a stop-word key (:func:`stop_word_key`), never 0: FNV-1a 64 whose symbols are a run of
+    ASCII letters and digits 8 bytes at a time (little-endian; the run's last, shorter piece too, empty where
+    the run's length is a multiple of 8) and every other byte alone, as the kernel's scan takes them; then the
+    high half folded into the low (a table slot is the low bits)."""
+    h, i = _FNV_OFFSET, 0
+    while i < len(key):
+        if not _is_ascii_alnum(key[i]):
+            h = ((h ^ key[i]) * _FNV_PRIME) & _MASK64
+            i += 1
+            continue
+        j = i
+        while j < len(key) and _is_ascii_alnum(key[j]):
+            j += 1
+        while True:
+            piece = key[i : min(i + 8, j)]
+            h = ((h ^ int.from_bytes(bytes(b | 32 for b in piece), "little")) * _FNV_PRIME) & _MASK64
+            i += len(piece)
+            if len(piece) < 8:
+                break
+    return (h ^ (h >> 32)) or 1
 
 
 def stop_word_key(word: str) -> bytes:
@@ -237,7 +256,7 @@ class SignalConfig:
         at 2**16 slots).
         """
         keys = {stop_word_key(w) for w in self.stop_words}
-        hashes = sorted({fnv1a(k) for k in keys if k})
+        hashes = sorted({stop_key_hash(k) for k in keys if k})
         size = 16
         while size < 64 * len(hashes) or (size < 1 << 16 and len({h & (size - 1) for h in hashes}) < len(hashes)):
             size *= 2
@@ -490,6 +509,16 @@ if HAVE_NUMBA:
         HTTP = numba.uint64(0x2F2F3A70747468)  # "http://", little-endian
         HTTPS = numba.uint64(0x2F2F3A7370747468)  # "https://"
         WWW = numba.uint64(0x2E777777)  # "www."
+        # SWAR constants, one byte each: high bits; the low 7 bits + these set a byte's high bit where it is
+        # >= 0x30, >= 0x3A, >= 0x61 (after | 0x20: a letter of either case), >= 0x7B
+        SW_L = numba.uint64(0x0101010101010101)
+        SW_H = numba.uint64(0x8080808080808080)
+        SW_20 = numba.uint64(0x2020202020202020)
+        SW_30 = numba.uint64(0x5050505050505050)
+        SW_3A = numba.uint64(0x4646464646464646)
+        SW_61 = numba.uint64(0x1F1F1F1F1F1F1F1F)
+        SW_7B = numba.uint64(0x0505050505050505)
+        n_data = data.shape[0]
 
         for d in range(n_docs):
             s0 = offsets[d]
@@ -589,26 +618,42 @@ if HAVE_NUMBA:
                                 t_hash = (t_hash ^ WORD_SYM) * FNVP
                             prev_wordchar = True
                             dots = 0
-                            wh = (wh ^ numba.uint64(b0)) * FNVP
-                            ra = cls & 1
-                            j = i + 1
-                            while j < s1:
-                                b = data[numba.uint64(j)]
-                                if b >= 0x80:
-                                    break
-                                c2 = numba.int64(table[b])
-                                if (c2 & 2) == 0:
-                                    break
-                                wh = (wh ^ numba.uint64(b)) * FNVP
-                                ra += c2 & 1
-                                j += 1
+                            # The run 8 bytes at a time (SWAR): which bytes are ASCII letters or digits, from a
+                            # few adds and masks on the 8-byte word; the run's bytes join the word hash and the
+                            # stop-word key (ASCII-lowercased: | 0x20) as one value per 8 bytes, so a word costs
+                            # no per-byte loop and no mispredicted loop exit (stop_key_hash: the same in Python)
+                            ra = 0
+                            j = i
+                            while True:
+                                if j + 8 <= n_data:
+                                    x = load_u64(data, numba.uint64(j))
+                                else:
+                                    x = numba.uint64(0)
+                                    for q in range(min(8, s1 - j)):
+                                        x |= numba.uint64(data[numba.uint64(j + q)]) << numba.uint64(8 * q)
+                                if s1 - j < 8:  # bytes past the document are not the run's
+                                    x &= (ONE << numba.uint64(8 * (s1 - j))) - ONE
+                                hi = x & SW_H
+                                x7 = x ^ hi
+                                digit = (x7 + SW_30) & ~(x7 + SW_3A)
+                                y = x7 | SW_20
+                                alpha = ((y + SW_61) & ~(y + SW_7B)) & ~hi & SW_H
+                                alnum = (alpha | digit) & ~hi & SW_H
+                                if alnum == SW_H:
+                                    wh = (wh ^ x) * FNVP
+                                    krun = (krun ^ (x | SW_20)) * FNVP
+                                    ra += numba.int64(((alpha >> numba.uint64(7)) * SW_L) >> numba.uint64(56))
+                                    j += 8
+                                    continue
+                                nb = numba.uint64(trailing_zeros(~alnum & SW_H)) >> numba.uint64(3)
+                                keep = (ONE << (nb << numba.uint64(3))) - ONE
+                                c = x & keep
+                                wh = (wh ^ c) * FNVP
+                                krun = (krun ^ (c | (SW_20 & keep))) * FNVP
+                                ra += numba.int64((((alpha & keep) >> numba.uint64(7)) * SW_L) >> numba.uint64(56))
+                                j += numba.int64(nb)
+                                break
                             run = j - i
-                            # the stop-word key only matters while it can still be a stop word
-                            # (after the run, kcore_len = krun_len): hash the run's bytes into it only then
-                            if krun_len + run <= max_stop_len:
-                                for q in range(i, j):
-                                    bq = data[numba.uint64(q)]
-                                    krun = (krun ^ numba.uint64(bq + 32 if 65 <= bq <= 90 else bq)) * FNVP
                             krun_len += run
                             kcore = krun
                             kcore_len = krun_len
@@ -675,6 +720,7 @@ if HAVE_NUMBA:
                 if cls & 8:  # whitespace
                     n_space += 1  # the virtual newline's is taken back after the loop
                     if in_word:
+                        wh ^= wh >> numba.uint64(32)  # a run's upper bytes joined the hash's upper bits only
                         whash[numba.uint64(nw)] = wh if wh != 0 else ONE
                         word_chars += wl
                         cum[numba.uint64(nw + 1)] = word_chars
@@ -685,7 +731,9 @@ if HAVE_NUMBA:
                             n_alpha_words += 1
                         # the stop-word test, branch-free: the key's home slot (no stop words: max_stop_len is 0)
                         k_ok = (wl <= 32) & (kcore_len > 0) & (kcore_len <= max_stop_len)
-                        kh = kcore if kcore != 0 else ONE
+                        # folded as stop_key_hash folds it: a run's upper bytes reach the slot's bits
+                        kh = kcore ^ (kcore >> numba.uint64(32))
+                        kh = kh if kh != 0 else ONE
                         ks = kh & stop_mask
                         kv = stop_hashes[ks]
                         n_stop += numba.int64(k_ok & (kv == kh))

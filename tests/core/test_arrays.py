@@ -49,12 +49,13 @@ WORKER = r"""
 import json, sys
 from airflow_curation.cli import main
 main(sys.argv[1:])
-print(json.dumps({m: m in sys.modules for m in ("pandas", "scipy.linalg")}), file=sys.stderr)
+print(json.dumps({m: m in sys.modules for m in ("pandas", "scipy.linalg", "cffi")}), file=sys.stderr)
 """
 
 
 @pytest.mark.parametrize("stage", ["preprocess", "dedup"])
-def test_stage_worker_imports_no_pandas_nor_scipy_linalg(tmp_path, stage):
+def test_stage_worker_imports_no_pandas_scipy_linalg_nor_cffi(tmp_path, stage):
+    """What numba's first kernel call would import for nothing here (core.jit, core.arrays)."""
     f = tmp_path / "in.parquet"
     texts = [f"document {i} with some words that repeat, the end. " * 20 for i in range(50)]
     pq.write_table(pa.table({"id": [str(i) for i in range(50)], "text": texts}), f)
@@ -62,7 +63,7 @@ def test_stage_worker_imports_no_pandas_nor_scipy_linalg(tmp_path, stage):
     cmd = [sys.executable, "-c", WORKER, stage, str(f), "--output", out, "--workers", "1", "--mapper", "local"]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert pq.read_table(tmp_path / "out" / "in.parquet").num_rows == 50
-    assert json.loads(proc.stderr.strip().splitlines()[-1]) == {"pandas": False, "scipy.linalg": False}
+    assert json.loads(proc.stderr.strip().splitlines()[-1]) == {"pandas": False, "scipy.linalg": False, "cffi": False}
 
 
 @pytest.mark.parametrize(

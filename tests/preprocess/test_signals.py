@@ -220,6 +220,35 @@ def test_long_stop_lists_probe_past_the_home_slot(warm_signals, prose):
     _assert_same(compute_signals(texts, short), reference_signals(texts, short), texts)
 
 
+def test_letter_and_digit_runs_of_every_length(warm_signals):
+    """The kernel takes a run of ASCII letters and digits 8 bytes at a time: runs of every length across the 8-byte
+    steps, at a document's end (the last document's at the end of the batch's bytes), beside punctuation and
+    non-ASCII letters, and stop words of 8, 9 and 16 bytes, with digits, an apostrophe or a capital, counted as the
+    reference counts them (and each once: a run's split into pieces never makes a key equal another's)."""
+    alnum = "aZ9bY8cX7dW6eV5fU4gT3hS2iR1jQ0kPlOmN"
+    runs = [alnum[:n] for n in range(1, 34)]
+    stop = ["whatever", "whatevers", "abcdefghijklmnop", "x2y", "don't", "o'clock", "über", "the"]
+    texts = [
+        " ".join(runs),
+        "\n".join(runs),
+        *runs,  # each run the whole document: it ends where the document does
+        "Whatever whatevers WHATEVER. (whatever) whatever's abcdefghijklmnop abcdefghijklmnopq x2y X2Y don't DON'T",
+        "o'clock über Über the The THE abcdefgh abcdefghi wHaTeVeR whatevers.",
+        "é" + alnum + "é" + alnum[:8] + "…" + alnum[:16] + "_" + alnum[:7],
+        "ends with a stop word: whatever",
+        "abcdefghijklmnop",
+    ]
+    cfg = {"stop_words": stop}
+    _assert_same(compute_signals(texts, cfg), reference_signals(texts, cfg), texts)
+    counts = compute_signals(texts, cfg).column("n_stop_words").to_pylist()
+    # Whatever whatevers WHATEVER. (whatever) abcdefghijklmnop x2y X2Y don't DON'T (not whatever's, ...mnopq);
+    # o'clock über the The THE wHaTeVeR whatevers. (not Über: only ASCII is lowercased)
+    assert counts[-5:] == [9, 7, 0, 1, 1]
+    words = [w for t in texts for w in t.split()]
+    keys = {sig.stop_word_key(w) for w in words} - {b""}
+    assert len({sig.stop_key_hash(k) for k in keys}) == len(keys)
+
+
 def test_python_code_signals(code):
     texts = [t for _, t in code[:30]]
     table = compute_code_signals(texts + ["def broken(:\n    pass\n"], "python").to_pylist()
