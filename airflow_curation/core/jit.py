@@ -128,7 +128,7 @@ def load_u64(typingctx, arr, idx):
         ary = context.make_array(aryty)(context, builder, args[0])
         ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
         value = builder.load(builder.bitcast(ptr, ir.IntType(64).as_pointer()), align=1)
-        return value
+        return builder.bswap(value) if sys.byteorder == "big" else value  # data[i] the low byte either way
 
     return numba.types.uint64(arr, idx), codegen
 
