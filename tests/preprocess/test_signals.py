@@ -339,3 +339,33 @@ _PIECES = [
 )
 def test_kernel_equals_reference_on_generated_text(warm_signals, text):
     _assert_same(compute_signals([text]), reference_signals([text]), [text])
+
+
+_ALNUM_ASCII = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+_RUN_STOP = ["the", "whatever", "abcdefghi", "x9", "don't", "a1b2c3d4e5f6g7h8", "é1"]
+
+
+@settings(
+    max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.lists(
+            st.one_of(
+                st.text(alphabet=_ALNUM_ASCII, min_size=1, max_size=20),  # runs across the 8-byte steps
+                st.sampled_from(
+                    _RUN_STOP + ["THE", "The", "X9", "ABCDEFGHI", "Whatever", "(the)", "é", "'", ".", "_", "…"]
+                ),
+                st.sampled_from([" ", "\n", "\t", "\u3000"]),
+            ),
+            max_size=30,
+        ).map("".join),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_runs_in_a_batch_equal_the_reference(warm_signals, texts):
+    """Several documents a batch (a run at a document's end meets the next document's letters in the buffer), with
+    a stop list of keys shorter and longer than 8 bytes: the 8-byte steps count what the reference counts."""
+    cfg = {"stop_words": _RUN_STOP}
+    _assert_same(compute_signals(texts, cfg), reference_signals(texts, cfg), texts)
