@@ -186,30 +186,22 @@ _FNV_PRIME = 0x100000001B3
 _MASK64 = (1 << 64) - 1
 
 
-def _is_ascii_alnum(b: int) -> bool:
-    return 48 <= b <= 57 or 65 <= b <= 90 or 97 <= b <= 122
+_KEY_SYMBOLS = re.compile(rb"[0-9A-Za-z]+|[^0-9A-Za-z]")  # runs of ASCII letters and digits, every other byte
 
 
 def stop_key_hash(key: bytes) -> int:
     """The kernel's hash of a stop-word key (:func:`stop_word_key`), never 0: FNV-1a 64 whose symbols are a run of
-    ASCII letters and digits 8 bytes at a time (little-endian; the run's last, shorter piece too, empty where
-    the run's length is a multiple of 8) and every other byte alone, as the kernel's scan takes them; then the
+    ASCII letters and digits 8 bytes at a time (little-endian, lowercased; the run's last, shorter piece too, empty
+    where the run's length is a multiple of 8) and every other byte alone, as the kernel's scan takes them; then the
     high half folded into the low (a table slot is the low bits)."""
-    h, i = _FNV_OFFSET, 0
-    while i < len(key):
-        if not _is_ascii_alnum(key[i]):
-            h = ((h ^ key[i]) * _FNV_PRIME) & _MASK64
-            i += 1
-            continue
-        j = i
-        while j < len(key) and _is_ascii_alnum(key[j]):
-            j += 1
-        while True:
-            piece = key[i : min(i + 8, j)]
-            h = ((h ^ int.from_bytes(bytes(b | 32 for b in piece), "little")) * _FNV_PRIME) & _MASK64
-            i += len(piece)
-            if len(piece) < 8:
-                break
+    h = _FNV_OFFSET
+    for symbol in _KEY_SYMBOLS.findall(key):
+        if symbol.isalnum():  # bytes.isalnum: ASCII letters and digits only
+            values = [int.from_bytes(symbol[k : k + 8].lower(), "little") for k in range(0, len(symbol) + 1, 8)]
+        else:
+            values = [symbol[0]]
+        for v in values:
+            h = ((h ^ v) * _FNV_PRIME) & _MASK64
     return (h ^ (h >> 32)) or 1
 
 
