@@ -53,7 +53,7 @@ class Vocab:
         self.pchars = np.zeros(1 << 14, dtype=np.uint32)
         self.pcoff = np.zeros(1024, dtype=np.int64)
         # words: slot table, hash, characters, offsets, length, flags, stop index, terminal, punctuation, n-gram
-        # hash and BASE^length
+        # hash and BASE^length (mod 2^61-1), the same two mod 2^64
         i64 = np.int64
         self.words = (
             np.zeros(1 << 12, dtype=i64),
@@ -61,8 +61,7 @@ class Vocab:
             np.zeros(1 << 13, dtype=np.uint32),
             np.zeros(1024, dtype=i64),
             *(np.zeros(1024, dtype=i64) for _ in range(5)),
-            np.zeros(1024, dtype=np.uint64),
-            np.zeros(1024, dtype=np.uint64),
+            *(np.zeros(1024, dtype=np.uint64) for _ in range(4)),
         )
         # pieces' words: first word per piece, word ids, (sentences, state) after the piece from state 0 and 1
         self.pieces = (np.zeros(1024, dtype=i64), np.zeros(1 << 12, dtype=i64), np.zeros((1024, 4), dtype=i64))
@@ -115,7 +114,7 @@ class Vocab:
 
     def tables(self) -> tuple[np.ndarray, ...]:
         """The kernel's view: first word per piece, word ids, sentence moves, and per word: length, flags, stop
-        index, n-gram hash, BASE^length (the used prefixes)."""
+        index, n-gram hash and BASE^length modulo 2^61-1 and modulo 2^64 (the used prefixes)."""
         n_pieces, _, n_tok, n_words, _ = self.counts.tolist()
         pt_off, pt_tok, p_sent = self.pieces
         w = self.words
@@ -128,6 +127,8 @@ class Vocab:
             w[6][:n_words],
             w[9][:n_words],
             w[10][:n_words],
+            w[11][:n_words],
+            w[12][:n_words],
         )
 
 

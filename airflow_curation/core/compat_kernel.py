@@ -8,6 +8,9 @@ document in one call: the line rules over code points, the word counts and n-gra
 pieces' words. Equality of lines, paragraphs and top n-grams is exact (hash, then a compare); duplicated
 5..10-grams are keyed as datatrove keys them, the words joined without spaces, by a polynomial hash modulo
 the Mersenne prime 2^61-1 of their characters (a collision needs two different strings with one hash).
+The n-gram passes look up only where an n-gram can repeat: a top 3- or 4-gram where the shorter n-grams at i
+and i + 1 were counted twice or more; a duplicated n-gram where a first, cheaper pass (its hash modulo 2^64
+in saturating byte counters) saw its key twice or more. Both only skip what cannot change a result.
 
 Documents the kernel does not state exactly fall back to the pure-Python definitions for the C4 group only
 (``C4_FALLBACK``): a line with a citation mark (``[1]``, ``[edit]``; datatrove removes it before counting
@@ -79,8 +82,10 @@ CITES = np.zeros((2, 17), dtype=np.uint32)  # datatrove's citation marks without
 CITES[0, :6] = [ord(c) for c in "[edit]"]
 CITES[1, :17] = [ord(c) for c in "[citation needed]"]
 PATTERN_LEN = np.array([len(p) for p in _C4_PATTERNS], dtype=np.int64)
+PATTERN_FIRST = np.zeros(128, dtype=np.int64)  # per ASCII character: the patterns starting with it, as bits
 for _i, _p in enumerate(_C4_PATTERNS):
     PATTERNS[_i, : len(_p)] = [ord(c) for c in _p]
+    PATTERN_FIRST[ord(_p[0])] |= 1 << _i
 
 
 def class_table(terminals: frozenset[str]) -> np.ndarray:
@@ -190,12 +195,16 @@ def _dup_spans(cps, starts, ends, n):
 
 
 ID_BASE = 0x100000001B3  # the polynomial base of the word-id prefix hashes (mod 2^64)
+BASE64 = ID_BASE  # the words' polynomial hash modulo 2^64 (the duplicated n-grams' counting pass)
 
 
 @njit(cache=True)
-def _top_ngram_chars(toks, tlen, hid, nt, n, keys, tab, gen):
+def _top_ngram_chars(toks, tlen, hid, nt, n, cand, slots, keys, tab, gen):
     """(characters of the most frequent n-gram with its joining spaces) * its count; ties to the first seen.
-    ``hid``: prefix hashes of the word ids; ``keys``, ``tab`` (stamp, first, count): scratch, ``gen`` new."""
+    Only the positions ``cand`` marks are counted (every occurrence of a repeated n-gram must be one: an n-gram
+    repeats only where the (n-1)-grams at i and i + 1 do); an unmarked one occurs once. Each counted
+    position's slot goes to ``slots``. ``hid``: prefix hashes of the word ids; ``keys``, ``tab`` (stamp, first,
+    count): scratch, ``gen`` new."""
     m = nt - n + 1
     if m <= 0:
         return 0
@@ -207,6 +216,8 @@ def _top_ngram_chars(toks, tlen, hid, nt, n, keys, tab, gen):
     best_count = 0
     best_first = 0
     for i in range(m):
+        if not cand[i]:
+            continue
         h = _mix(hid[i + n] - hid[i] * pw, n)
         slot = h & mask
         while stamp[slot] == gen:
@@ -225,12 +236,16 @@ def _top_ngram_chars(toks, tlen, hid, nt, n, keys, tab, gen):
             keys[slot] = h
             first[slot] = i
             count[slot] = 0
+        slots[i] = slot
         c = count[slot] + 1
         count[slot] = c
         f = first[slot]
         if c > best_count or (c == best_count and f < best_first):
             best_count = c
             best_first = f
+    if best_count < 2:  # every n-gram once: the first one
+        best_count = 1
+        best_first = 0
     chars = n - 1
     for k in range(n):
         chars += tlen[toks[best_first + k]]
@@ -238,19 +253,54 @@ def _top_ngram_chars(toks, tlen, hid, nt, n, keys, tab, gen):
 
 
 @njit(cache=True)
-def _greedy_dup_chars(cum, hp, pows, nt, n, keys, tab, gen):
+def _next_candidates(cand, slots, count, m):
+    """Where the (n+1)-gram can repeat: the n-grams at i and i + 1 both counted more than once (``m``: the
+    number of n-grams)."""
+    rep = False
+    for i in range(m):
+        r = cand[i] and count[slots[i]] > 1
+        if i > 0:
+            cand[i - 1] = rep and r
+        rep = r
+    if m > 0:
+        cand[m - 1] = False
+
+
+@njit(cache=True)
+def _greedy_dup_chars(cum, hp, pows, hq, pows64, nt, n, seen, keys, tab, gen):
     """datatrove's duplicated n-gram characters: left to right, a repeat (its words joined without spaces)
     counts its characters and skips its n words; a skipped position is never remembered. ``hp``: prefix
-    hashes (mod 2^61-1) of the joined words, ``cum``: their prefix character counts, ``pows``: BASE^length."""
+    hashes (mod 2^61-1) of the joined words, ``cum``: their prefix character counts, ``pows``: BASE^length;
+    ``hq``, ``pows64``: the same modulo 2^64 with ``BASE64``.
+
+    A first pass counts every n-gram by its hash modulo 2^64 (one multiply) in saturating byte counters
+    (``seen``, no keys kept); the walk passes a position whose counter says once without computing its key
+    or a lookup: its n-gram can neither repeat nor be repeated (two n-grams sharing a counter cost a lookup
+    more, never one fewer)."""
     m = nt - n + 1
     if m <= 1:
         return 0
+    size = min(_size(4 * m), seen.shape[0])
+    bits = 4
+    while (1 << bits) < size:
+        bits += 1
+    shift = np.uint64(64 - bits)  # a counter is the top bits of the key times an odd constant
+    seen[:size] = 0
+    at = np.empty(m, dtype=np.int64)
+    for i in range(m):
+        h = hq[i + n] - hq[i] * pows64[cum[i + n] - cum[i]]
+        c = (h * np.uint64(0x9E3779B97F4A7C15)) >> shift
+        at[i] = c
+        seen[c] += seen[c] < 2
     mask = np.uint64(_size(m) - 1)
     stamp, klen = tab[0], tab[1]
     p = np.uint64(MERSENNE)
     chars = 0
     i = 0
     while i < m:
+        if seen[at[i]] < 2:
+            i += 1
+            continue
         ln = cum[i + n] - cum[i]
         h = hp[i + n] + p - _mulmod(hp[i], pows[ln])
         if h >= p:
@@ -271,13 +321,15 @@ def _greedy_dup_chars(cum, hp, pows, nt, n, keys, tab, gen):
 
 
 @njit(cache=True)
-def _repetition(toks, tlen, th, tpw, nt, size, keys, tab, gen, row):
+def _repetition(toks, tlen, th, tpw, th64, tpw64, nt, size, keys, tab, gen, row):
     """top_{2,3,4}gram and dup_{5..10}gram character fractions into row[14:23]; returns the next ``gen``."""
     hid = np.empty(nt + 1, dtype=np.uint64)
     hp = np.empty(nt + 1, dtype=np.uint64)
     cum = np.empty(nt + 1, dtype=np.int64)
+    hq = np.empty(nt + 1, dtype=np.uint64)
     hid[0] = 0
     hp[0] = 0
+    hq[0] = 0
     cum[0] = 0
     p = np.uint64(MERSENNE)
     for i in range(nt):
@@ -285,20 +337,30 @@ def _repetition(toks, tlen, th, tpw, nt, size, keys, tab, gen, row):
         hid[i + 1] = hid[i] * np.uint64(ID_BASE) + np.uint64(t + 1)
         h = _mulmod(hp[i], tpw[t]) + th[t]
         hp[i + 1] = h - p if h >= p else h
+        hq[i + 1] = hq[i] * tpw64[t] + th64[t]
         cum[i + 1] = cum[i] + tlen[t]
     longest = 0
     for i in range(nt):
         longest = max(longest, cum[min(i + 10, nt)] - cum[i])
     pows = np.empty(longest + 1, dtype=np.uint64)
+    pows64 = np.empty(longest + 1, dtype=np.uint64)
     pows[0] = 1
+    pows64[0] = 1
     for i in range(longest):
         pows[i + 1] = _mulmod(pows[i], np.uint64(BASE))
+        pows64[i + 1] = pows64[i] * np.uint64(BASE64)
+    # top n-grams: every 2-gram counted, then only where the shorter n-grams at i and i + 1 repeat
+    cand = np.ones(max(nt, 1), dtype=np.bool_)
+    slots = np.empty(max(nt, 1), dtype=np.int64)
     for g in range(3):
         gen += 1
-        row[14 + g] = _top_ngram_chars(toks, tlen, hid, nt, g + 2, keys, tab, gen) / size if size else 0.0
+        row[14 + g] = _top_ngram_chars(toks, tlen, hid, nt, g + 2, cand, slots, keys, tab, gen) / size if size else 0.0
+        _next_candidates(cand, slots, tab[2], nt - g - 1)
+    seen = np.empty(min(_size(4 * nt), 1 << 24), dtype=np.uint8)
     for g in range(6):
         gen += 1
-        row[17 + g] = _greedy_dup_chars(cum, hp, pows, nt, g + 5, keys, tab, gen) / size if size else 0.0
+        got = _greedy_dup_chars(cum, hp, pows, hq, pows64, nt, g + 5, seen, keys, tab, gen)
+        row[17 + g] = got / size if size else 0.0
     return gen
 
 
@@ -314,13 +376,18 @@ def _lower(c):
 @njit(cache=True)
 def _patterns_in(arr, s, e, pats, plen):
     """Which of C4's patterns the lower-cased ``arr[s:e]`` contains, as a bit mask (bit p: ``pats[p]``); one
-    pass, each position tried against the patterns that start with its character."""
+    pass, each position tried against the patterns that start with its character (:data:`PATTERN_FIRST`)."""
     found = 0
     for i in range(s, e):
         c = _lower(arr[i])
-        for p in range(pats.shape[0]):
-            if pats[p, 0] != c or found & (1 << p):
-                continue
+        if c >= 128:
+            continue
+        todo = PATTERN_FIRST[c] & ~found
+        while todo:
+            p = 0
+            while not (todo >> p) & 1:
+                p += 1
+            todo &= ~(1 << p)
             n = plen[p]
             if i + n > e:
                 continue
@@ -527,6 +594,8 @@ def compat_kernel(
     tstop,
     th,
     tpw,
+    th64,
+    tpw64,
     pats,
     plen,
     cites,
@@ -659,7 +728,7 @@ def compat_kernel(
             dl, dlc = _dup_spans(cps, starts, ends, n)
             row[12] = dl / n
             row[13] = dlc / size if size else 0.0
-            gen = _repetition(toks, tlen, th, tpw, nt, size, keys, tab, gen, row)
+            gen = _repetition(toks, tlen, th, tpw, th64, tpw64, nt, size, keys, tab, gen, row)
         if want[2]:
             _c4(cps, cls, s0, s1, pids, poff[d], p_sent, min_words, mwl, pats, plen, cites, row, 23, pend)
             # a capital dotted I lower-cases to two characters: the Python definition decides (docstring)

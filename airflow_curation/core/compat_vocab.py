@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from airflow_curation.core.compat_chars import A_ALPHA, A_CATP, A_PUNCTSET, A_TERM
-from airflow_curation.core.compat_kernel import BASE, MERSENNE, SPACE, T_ALPHA, T_PUNCT, _mulmod, span_hash
+from airflow_curation.core.compat_kernel import BASE, BASE64, MERSENNE, SPACE, T_ALPHA, T_PUNCT, _mulmod, span_hash
 from airflow_curation.core.jit import numba
 
 njit = numba.njit
@@ -144,7 +144,7 @@ def _stop_index(arr, s, e, stops, stop_len):
 
 
 @njit(cache=True)
-def _word_id(arr, s, e, attr, wt, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw, counts):
+def _word_id(arr, s, e, attr, wt, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw, th64, tpw64, counts):
     """The id of the word ``arr[s:e]``, added with ``attr`` (flag, stop, terminal, punctuation) when new; the
     word tables (``wt``: the slot table and the hashes) have room (:func:`add_pieces` grew them)."""
     tab, whash = wt
@@ -176,6 +176,14 @@ def _word_id(arr, s, e, attr, wt, wchars, wcoff, wlen, wflag, wstop, wterm, wpun
         q = _mulmod(q, np.uint64(BASE))
     th[i] = x
     tpw[i] = q
+    # the same polynomial modulo 2^64 (one multiply a step): the duplicated n-grams' counting pass
+    x64 = np.uint64(0)
+    q64 = np.uint64(1)
+    for k in range(s, e):
+        x64 = x64 * np.uint64(BASE64) + np.uint64(arr[k])
+        q64 *= np.uint64(BASE64)
+    th64[i] = x64
+    tpw64[i] = q64
     return i
 
 
@@ -222,7 +230,7 @@ def add_pieces(
     :param achr: per code point, ``compat_chars.A_*`` flags, set for every character of the new pieces.
     :param stops: the stop words' code points, one per row (``stop_len`` long).
     """
-    wtab, whash, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw = words
+    wtab, whash, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw, th64, tpw64 = words
     pt_off, pt_tok, p_sent = pieces
     m = new_s.shape[0]
     n_tok = tok_off[m] + py_coff.shape[0] - 1
@@ -242,6 +250,8 @@ def add_pieces(
     wpunct = _grow(wpunct, nw + n_tok)
     th = _grow(th, nw + n_tok)
     tpw = _grow(tpw, nw + n_tok)
+    th64 = _grow(th64, nw + n_tok)
+    tpw64 = _grow(tpw64, nw + n_tok)
     wt = (wtab, whash)
     first = counts[N_PIECES] - m  # the first new piece's id
     pt_off = _grow(pt_off, first + m + 1)
@@ -259,7 +269,23 @@ def add_pieces(
                 a, b = py_coff[q], py_coff[q + 1]
                 _word_attr(py_chars, a, b, achr, stops, stop_len, attr)
                 ids[k] = _word_id(
-                    py_chars, a, b, attr, wt, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw, counts
+                    py_chars,
+                    a,
+                    b,
+                    attr,
+                    wt,
+                    wchars,
+                    wcoff,
+                    wlen,
+                    wflag,
+                    wstop,
+                    wterm,
+                    wpunct,
+                    th,
+                    tpw,
+                    th64,
+                    tpw64,
+                    counts,
                 )
                 k += 1
                 q += 1
@@ -270,7 +296,7 @@ def add_pieces(
                 b = tok_ends[r]
                 _word_attr(cps, a, b, achr, stops, stop_len, attr)
                 ids[k] = _word_id(
-                    cps, a, b, attr, wt, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw, counts
+                    cps, a, b, attr, wt, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw, th64, tpw64, counts
                 )
                 k += 1
                 a = b
@@ -292,7 +318,7 @@ def add_pieces(
                     state = 1
             p_sent[pid, 2 * state0] = add
             p_sent[pid, 2 * state0 + 1] = state
-    words = (wt[0], whash, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw)
+    words = (wt[0], whash, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw, th64, tpw64)
     return words, (pt_off, pt_tok, p_sent)
 
 

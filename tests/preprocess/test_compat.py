@@ -9,8 +9,10 @@ datatrove counts) on the same prose.
 from __future__ import annotations
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
-from airflow_curation.core.compat import COMPAT_SIGNALS, compat_signals
+from airflow_curation.core.compat import COMPAT_SIGNALS, GOPHER_REPETITION_SIGNALS, compat_signals
 from airflow_curation.core.compat_words import count_sentences, words
 from airflow_curation.core.filters import EMPTY, PRESETS, apply_rules
 from airflow_curation.core.signals import compute_signals
@@ -137,6 +139,28 @@ def test_compiled_pass_equals_the_python_definitions(prose, rule_docs):
         want = [compat_doc(t)[name] for t in texts]
         bad = [(i, a, b) for i, (a, b) in enumerate(zip(got, want)) if a != pytest.approx(b, rel=1e-12, abs=0)]
         assert not bad, f"{name}: {bad[:3]}"
+
+
+# words that are prefixes of one another, so the same characters split two ways meet ("ab c" and "a bc"),
+# short and long enough that joined n-grams fall on both sides of the kernel's 12-character window
+_PARTS = ["a", "ab", "abc", "b", "bc", "c", "ca", "cab", "abcabc", "the", "then", "n", "abcabcabcabc", "."]
+
+
+@settings(max_examples=250, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_PARTS), max_size=80), min_size=1, max_size=4))
+# 2-grams repeat at 1 and 2 but no 3-gram repeats: the top 3-gram is the first, outside the counted positions
+@example([["then", "a", "b", "c", "ab", "b", "c", "a", "b"]])
+def test_repeated_ngrams_of_generated_words_equal_the_python_definitions(docs):
+    """The compiled n-gram signals count only where an n-gram can repeat (the top n-grams where the shorter
+    ones at i and i + 1 repeat; the duplicated ones where the joined words' first 12 characters recur): on
+    batches of documents made of words that prefix one another, the values of the Python definitions."""
+    from airflow_curation.core.compat import compat_doc
+
+    texts = [" ".join(ws) for ws in docs]
+    table = compat_signals(texts, GOPHER_REPETITION_SIGNALS)
+    for name in GOPHER_REPETITION_SIGNALS:
+        want = [compat_doc(t, {name})[name] for t in texts]
+        assert table.column(name).to_pylist() == pytest.approx(want, rel=1e-12, abs=0), name
 
 
 def test_tables_kept_across_batches_give_the_values_of_empty_ones(prose):
