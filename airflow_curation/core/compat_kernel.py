@@ -82,10 +82,10 @@ CITES = np.zeros((2, 17), dtype=np.uint32)  # datatrove's citation marks without
 CITES[0, :6] = [ord(c) for c in "[edit]"]
 CITES[1, :17] = [ord(c) for c in "[citation needed]"]
 PATTERN_LEN = np.array([len(p) for p in _C4_PATTERNS], dtype=np.int64)
-PATTERN_FIRST = np.zeros(128, dtype=np.int64)  # per ASCII character: the patterns starting with it, as bits
+PATTERN_PAIRS = np.zeros((128, 128), dtype=np.uint8)  # per two ASCII characters: the patterns starting so, as bits
 for _i, _p in enumerate(_C4_PATTERNS):
     PATTERNS[_i, : len(_p)] = [ord(c) for c in _p]
-    PATTERN_FIRST[ord(_p[0])] |= 1 << _i
+    PATTERN_PAIRS[ord(_p[0]), ord(_p[1])] |= 1 << _i
 
 
 def class_table(terminals: frozenset[str]) -> np.ndarray:
@@ -376,28 +376,32 @@ def _lower(c):
 @njit(cache=True)
 def _patterns_in(arr, s, e, pats, plen):
     """Which of C4's patterns the lower-cased ``arr[s:e]`` contains, as a bit mask (bit p: ``pats[p]``); one
-    pass, each position tried against the patterns that start with its character (:data:`PATTERN_FIRST`)."""
+    pass, each position tried against the patterns that start with its two characters
+    (:data:`PATTERN_PAIRS`; every pattern's first two are ASCII letters)."""
     found = 0
-    for i in range(s, e):
+    if e - s < 2:
+        return found
+    prev = _lower(arr[s])
+    for i in range(s + 1, e):
         c = _lower(arr[i])
-        if c >= 128:
-            continue
-        todo = PATTERN_FIRST[c] & ~found
-        while todo:
-            p = 0
-            while not (todo >> p) & 1:
-                p += 1
-            todo &= ~(1 << p)
-            n = plen[p]
-            if i + n > e:
-                continue
-            ok = True
-            for k in range(1, n):
-                if _lower(arr[i + k]) != pats[p, k]:
-                    ok = False
-                    break
-            if ok:
-                found |= 1 << p
+        if prev < 128 and c < 128:
+            todo = PATTERN_PAIRS[prev, c] & ~found
+            while todo:
+                p = 0
+                while not (todo >> p) & 1:
+                    p += 1
+                todo &= ~(1 << p)
+                n = plen[p]
+                if i - 1 + n > e:
+                    continue
+                ok = True
+                for k in range(2, n):
+                    if _lower(arr[i - 1 + k]) != pats[p, k]:
+                        ok = False
+                        break
+                if ok:
+                    found |= 1 << p
+        prev = c
     return found
 
 

@@ -119,6 +119,8 @@ EDGE_TEXTS = [
     "Cited line one has a mark.[1] And more words here.\nA cited line[edit]\nNo [citation needed] here, ok.\n"
     "Empty mark [] and [12] inside a kept line ends here.\nx[0] = y[1] + z[2] is code.\n",
     "Privacy Policy and our use of cookies apply to every visitor here.\nThis \u212aelvin line uses cookies.\n",
+    # C4's patterns at a line's ends and across a removed citation mark, lines kept otherwise
+    "Turn on Java[1]Script to see every part of this page.\nWe say lorem ipsum\nuse cookies, we say here.\n",
     "\u0130stanbul lorem \u0130psum line has words.\nLorem ipsum dolor sit amet again.\n",
     "- a\n- b\n\u2022 c\n  - d...\n e\u2026\n.....\n#tag #tag ... \u2026\n",
     "word " * 30 + "\n\n\n" + "word " * 30 + "\n\n" + ("same line\n" * 5) + "\n",
