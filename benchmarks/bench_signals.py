@@ -19,7 +19,7 @@ Contenders:
   (``scripts/setup_oracles.sh``).
 
 usage: .venv/bin/python benchmarks/bench_signals.py [--peer-mb 1.5] [--repeat 2] [--no-write]
-       .venv/bin/python benchmarks/bench_signals.py --stage-mb 400 [--runs 5] [--baseline-tree DIR]
+       .venv/bin/python benchmarks/bench_signals.py --stage-mb 400 [--runs 5] [--baseline-tree DIR] [--preset P]
 
 ``--stage-mb``: the stage level instead. The first N MB of the scale corpus (``scale_corpus.py``: Debian
 documentation and sources) as zstd Parquet files of ~32 MB of text; ``curation preprocess FILE... --workers
@@ -31,7 +31,8 @@ command on 200 rows (the process's fixed cost), so the rate past it (the per-MB 
 the two trees' CPU-s ratio per round (back to back, under the same load). Each round also runs one process per
 tree that preprocesses the same files twice (``Preprocessor.run_file`` per file, as a unit does; numpy's huge pages
 off, as in a stage): its second pass is a long-lived worker's rate, the scratch, Arrow's buffers and the kernels
-already in place (``warm_pass_cpu_s``: both passes' CPU s, ``getrusage``).
+already in place (``warm_pass_cpu_s``: both passes' CPU s, ``getrusage``). ``--preset``: every one of these
+processes runs that preset (``preprocess_stage_<MB>_<preset>.json``), e.g. the reference-compatible ones.
 """
 
 from __future__ import annotations
@@ -186,7 +187,7 @@ import json, os, resource, sys, tempfile
 from airflow_curation.core.allocator import use_small_pages
 use_small_pages()
 from airflow_curation.stages.preprocess.stage import Preprocessor
-pre = Preprocessor()
+pre = Preprocessor(**({"preset": sys.argv[1]} if sys.argv[1] else {}))
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -194,14 +195,16 @@ passes = []
 with tempfile.TemporaryDirectory() as out:
     for p in range(2):
         t = cpu()
-        for k, f in enumerate(sys.argv[1:]):
+        for k, f in enumerate(sys.argv[2:]):
             pre.run_file(f, os.path.join(out, f"{p}-{k}.parquet"))
         passes.append(cpu() - t)
 print(json.dumps(passes))
 """
 
 
-def stage_level(mb_target: float, runs: int, corpus_dir: str, baseline: str | None, cpu: int) -> None:
+def stage_level(
+    mb_target: float, runs: int, corpus_dir: str, baseline: str | None, cpu: int, preset: str | None = None
+) -> None:
     from pathlib import Path
 
     sys.path.insert(0, os.path.join(REPO, "benchmarks"))
@@ -221,11 +224,14 @@ def stage_level(mb_target: float, runs: int, corpus_dir: str, baseline: str | No
     trees = {"ours": REPO, **({"baseline": os.path.abspath(baseline)} if baseline else {})}
     os.sched_setaffinity(0, {cpu})  # the children inherit one CPU: per-core figures
     record = {"mb": text_mb, "files": len(files), "trees": trees, "runs": [], "load_before": os.getloadavg()}
+    record["preset"] = preset or "the default"
+    with_preset = ["--preset", preset] if preset else []
     print(f"preprocess stage level: {text_mb:.1f} MB in {len(files)} files, {runs} runs per tree")
     for tree in trees.values():  # warm: numba's on-disk cache of each tree's kernels
         with tempfile.TemporaryDirectory() as out:
             _measure(
-                [*CURATION, "preprocess", str(files[0]), "--output", out, "--workers", "1", "--mapper", "local"],
+                [*CURATION, "preprocess", str(files[0]), "--output", out, "--workers", "1", "--mapper", "local"]
+                + with_preset,
                 _env(tree),
             )
     for r in range(runs):
@@ -241,17 +247,20 @@ def stage_level(mb_target: float, runs: int, corpus_dir: str, baseline: str | No
                     "1",
                     "--mapper",
                     "local",
+                    *with_preset,
                 ]
                 wall, cpu, rss, _ = _measure(cmd, _env(trees[who]))
                 digest = _outputs_sha256(out, len(files))
                 fixed = [*CURATION, "preprocess", str(tiny), "--output", os.path.join(out, "tiny"), "--workers", "1"]
+                fixed += with_preset
                 _, fixed_cpu, _, _ = _measure([*fixed, "--mapper", "local"], _env(trees[who]))
             run = {"round": r, "who": who, "wall_s": wall, "cpu_s": cpu, "peak_rss": rss, "mb_per_cpu_s": text_mb / cpu}
             run["fixed_cpu_s"] = fixed_cpu  # the same process on 200 rows
             run["marginal_mb_per_cpu_s"] = text_mb / (cpu - fixed_cpu)
             run["load"] = os.getloadavg()[0]
             run["outputs_sha256"] = digest
-            _, _, _, out = _measure([CURATION[0], "-P", "-c", WARM_CHILD, *map(str, files)], _env(trees[who]))
+            warm = [CURATION[0], "-P", "-c", WARM_CHILD, preset or "", *map(str, files)]
+            _, _, _, out = _measure(warm, _env(trees[who]))
             run["warm_pass_cpu_s"] = json.loads(out.strip().splitlines()[-1])
             run["warm_mb_per_cpu_s"] = text_mb / run["warm_pass_cpu_s"][1]
             record["runs"].append(run)
@@ -283,7 +292,8 @@ def stage_level(mb_target: float, runs: int, corpus_dir: str, baseline: str | No
     record["summary"]["outputs_identical"] = len(digests) == 1  # every run of every tree: the same tables
     print(f"outputs: {'identical' if len(digests) == 1 else 'DIFFERENT'} in every run ({sorted(digests)})")
     print(f"load {record['load_before'][0]:.1f} -> {record['load_after'][0]:.1f}")
-    out = Path(REPO) / "benchmarks" / "results" / f"preprocess_stage_{mb_target:g}.json"
+    slug = f"_{preset.replace(',', '_')}" if preset else ""
+    out = Path(REPO) / "benchmarks" / "results" / f"preprocess_stage_{mb_target:g}{slug}.json"
     out.write_text(json.dumps(record, indent=1) + "\n")
 
 
@@ -323,13 +333,14 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--baseline-tree", default=None)
     ap.add_argument("--cpu", type=int, default=0, help="--stage-mb: the CPU the runs are pinned to")
+    ap.add_argument("--preset", default=None, help="--stage-mb: the preset the stage runs (default: its default)")
     ap.add_argument("--corpus-dir", default=os.path.join(REPO, "benchmarks", "data", "scale"))
     ap.add_argument("--peer-mb", type=float, default=1.5, help="MB of text the slow peers get (default 1.5)")
     ap.add_argument("--repeat", type=int, default=2, help="the corpus repeated this many times for ours")
     ap.add_argument("--no-write", action="store_true", help="do not update benchmarks/RESULTS.md")
     args = ap.parse_args()
     if args.stage_mb:
-        stage_level(args.stage_mb, args.runs, args.corpus_dir, args.baseline_tree, args.cpu)
+        stage_level(args.stage_mb, args.runs, args.corpus_dir, args.baseline_tree, args.cpu, args.preset)
         return 0
 
     load_at_start = os.getloadavg()[0]
