@@ -121,10 +121,15 @@ FNV_OFFSET, FNV_PRIME = 0xCBF29CE484222325, 0x100000001B3
 
 @njit(cache=True, inline="always")
 def span_hash(arr, s, e):
-    """A hash of ``arr[s:e]``, never 0: FNV-1a over the code points (one multiply each), then one ``_mix`` with
-    the length. Tables compare the items on a hit, so a collision costs a compare, never a wrong answer."""
+    """A hash of ``arr[s:e]``, never 0: FNV-1a over pairs of code points (one multiply per two), then one
+    ``_mix`` with the length. Tables compare the items on a hit, so a collision costs a compare, never a wrong
+    answer."""
     h = np.uint64(FNV_OFFSET)
-    for k in range(s, e):
+    k = s
+    while k + 1 < e:  # two code points (< 2^21 each) a step: half the dependent multiplies
+        h = (h ^ (np.uint64(arr[k]) | (np.uint64(arr[k + 1]) << np.uint64(32)))) * np.uint64(FNV_PRIME)
+        k += 2
+    if k < e:
         h = (h ^ np.uint64(arr[k])) * np.uint64(FNV_PRIME)
     return _mix(h, e - s + 1)
 
