@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_compat.py agree --split heldout     # agreement table (per class)
     .venv/bin/python benchmarks/bench_compat.py speed --rounds 5          # MB/s per core, side by side
     .venv/bin/python benchmarks/bench_compat.py --render                  # RESULTS.md block from the JSON
+    .venv/bin/python benchmarks/bench_compat.py kernel --file F --baseline DIR  # the compiled pass alone, A/B
 
 Documents: ``benchmarks/compat_corpus.py`` (documentation pages, the Debian handbook in 25 languages,
 READMEs/changelogs/NEWS and man pages), split once by a hash of each name into ``tune`` (looked at while the
@@ -24,6 +25,11 @@ tar -x -C DIR``: the pure-Python version before the compiled pass). The text is 
 ``--mb`` MB. Each process times two passes over it: ``cold``, the first (what a fresh worker pays: the compat
 presets split every whitespace piece they have not seen into words once per process), and ``warm``, the
 second (every piece known). Load averages are recorded per round.
+
+``kernel``: the compat signals alone (``compat._kernel_signals``, every ``dt_*`` group) on the texts of one
+Parquet file (``--file``, e.g. a scale-corpus part), this tree against ``--baseline DIR``: one fresh process per
+tree and round (alternated), each timing three passes after two warm-up passes (tables full), CPU seconds
+(``time.process_time``), every pass kept in ``benchmarks/results/compat_kernel.json`` (runs appended).
 
 ``words``: per language of the Debian handbook (its HTML pages as the ingest extractor gives their text), the pages
 whose words are exactly datatrove's English word tokenizer's (spaCy's, run in the oracle venv), for this tree's
@@ -183,6 +189,36 @@ CONTENDERS = {
 
 
 BASELINE = "ours gopher_compat,c4_compat,fineweb_compat, baseline tree"
+KERNEL_OUT = HERE / "results" / "compat_kernel.json"
+KERNEL_RUN = """
+import json, sys, time
+sys.path.insert(0, sys.argv[2])
+import pyarrow.parquet as pq
+from airflow_curation.core.compat import COMPAT_SIGNALS, _kernel_signals
+texts = [t or "" for t in pq.read_table(sys.argv[1], columns=["text"]).column("text").to_pylist()]
+names = frozenset(COMPAT_SIGNALS)
+_kernel_signals(texts, names)  # the piece and word tables filled
+_kernel_signals(texts, names)
+seconds = []
+for _ in range(3):
+    t = time.process_time()
+    _kernel_signals(texts, names)
+    seconds.append(time.process_time() - t)
+print(json.dumps(seconds))
+"""
+
+
+def kernel(path: str, rounds: int, baseline: str) -> dict:
+    trees = {"ours": str(ROOT), "baseline": baseline}
+    runs = []
+    for r in range(rounds):
+        for who in list(trees) if r % 2 == 0 else list(trees)[::-1]:
+            cmd = [sys.executable, "-P", "-c", KERNEL_RUN, path, trees[who]]
+            got = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+            runs.append({"round": r, "who": who, "seconds": got, "load": os.getloadavg()[0]})
+            print(json.dumps(runs[-1]), flush=True)
+    best = {w: sorted(min(x["seconds"]) for x in runs if x["who"] == w) for w in trees}
+    return {"file": path, "rounds": rounds, "baseline": baseline, "runs": runs, "min_per_process": best}
 
 
 HANDBOOK = Path("/usr/share/doc/debian-handbook/html")
@@ -430,7 +466,8 @@ def render(r: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", nargs="?", choices=("agree", "speed", "words"))
+    ap.add_argument("what", nargs="?", choices=("agree", "speed", "words", "kernel"))
+    ap.add_argument("--file", help="kernel: the Parquet file whose texts are timed")
     ap.add_argument("--split", default="heldout", choices=("tune", "heldout"))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--mb", type=float, default=2.0)
@@ -447,6 +484,17 @@ def main() -> None:
         print(
             json.dumps({p: {c: v["agreement"] for c, v in per.items()} for p, per in got["presets"].items()}, indent=1)
         )
+    elif args.what == "kernel":
+        got = kernel(args.file, args.rounds, args.baseline)
+        got.update(
+            command=f".venv/bin/python benchmarks/bench_compat.py kernel --file {args.file} --rounds {args.rounds} "
+            f"--baseline {args.baseline}",
+            when=when,
+        )
+        done = json.loads(KERNEL_OUT.read_text()) if KERNEL_OUT.exists() else []
+        KERNEL_OUT.write_text(json.dumps([*done, got], indent=1) + "\n")
+        print(json.dumps(got["min_per_process"]))
+        return
     elif args.what == "words":
         got = word_parity(args.baseline)
         base = f" --baseline {args.baseline}" if args.baseline else ""
