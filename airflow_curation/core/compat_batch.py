@@ -47,17 +47,15 @@ class Vocab:
             self.stops[i, : len(w)] = [ord(c) for c in w]
         self.stop_len = np.array([len(w) for w in stops], dtype=np.int64)
         self.counts = np.zeros(5, dtype=np.int64)
-        # pieces: slot table, hash per id, characters, character offsets per id
-        self.ptab = np.zeros(1 << 12, dtype=np.int64)
-        self.phash = np.zeros(1024, dtype=np.uint64)
+        # pieces: slot table (per slot: id + 1 and hash), characters, character offsets per id
+        self.ptab = np.zeros((1 << 12, 2), dtype=np.uint64)
         self.pchars = np.zeros(1 << 14, dtype=np.uint32)
         self.pcoff = np.zeros(1024, dtype=np.int64)
-        # words: slot table, hash, characters, offsets, length, flags, stop index, terminal, punctuation, n-gram
-        # hash and BASE^length (mod 2^61-1), the same two mod 2^64
+        # words: slot table (as the pieces'), characters, offsets, length, flags, stop index, terminal,
+        # punctuation, n-gram hash and BASE^length (mod 2^61-1), the same two mod 2^64
         i64 = np.int64
         self.words = (
-            np.zeros(1 << 12, dtype=i64),
-            np.zeros(1024, dtype=np.uint64),
+            np.zeros((1 << 12, 2), dtype=np.uint64),
             np.zeros(1 << 13, dtype=np.uint32),
             np.zeros(1024, dtype=i64),
             *(np.zeros(1024, dtype=i64) for _ in range(5)),
@@ -73,8 +71,8 @@ class Vocab:
         :param text: the documents one after another.
         :param cps: its code points.
         """
-        got = cv.scan(cps, doff, _classes(), self.ptab, self.phash, self.pchars, self.pcoff, self.counts)
-        pids, poff, new_s, new_e, self.ptab, self.phash, self.pchars, self.pcoff = got
+        got = cv.scan(cps, doff, _classes(), self.ptab, self.pchars, self.pcoff, self.counts)
+        pids, poff, new_s, new_e, self.ptab, self.pchars, self.pcoff = got
         if len(new_s):
             self._add(text, cps, new_s, new_e)
         return pids, poff
@@ -122,13 +120,13 @@ class Vocab:
             pt_off[: n_pieces + 1],
             pt_tok[:n_tok],
             p_sent[:n_pieces],
+            w[3][:n_words],
             w[4][:n_words],
             w[5][:n_words],
-            w[6][:n_words],
+            w[8][:n_words],
             w[9][:n_words],
             w[10][:n_words],
             w[11][:n_words],
-            w[12][:n_words],
         )
 
 

@@ -35,46 +35,49 @@ def _grow(a, need):
 
 
 @njit(cache=True)
-def _find(tab, hashes, chars, coff, h, arr, s, e):
-    """The slot of the item ``arr[s:e]`` (hash ``h``) in ``tab`` (slot -> id + 1, 0 empty), or the empty slot
-    where it goes."""
+def _find(tab, chars, coff, h, arr, s, e):
+    """The slot of the item ``arr[s:e]`` (hash ``h``) in ``tab`` (a row per slot: the item's id + 1, 0 empty, and
+    its hash, so a probe reads one cache line), or the empty slot where it goes."""
     mask = np.uint64(tab.shape[0] - 1)
     slot = h & mask
-    while tab[slot]:
-        i = tab[slot] - 1
-        if hashes[i] == h and coff[i + 1] - coff[i] == e - s:
-            base = coff[i]
-            same = True
-            for k in range(e - s):
-                if chars[base + k] != arr[s + k]:
-                    same = False
-                    break
-            if same:
-                return slot
+    while tab[slot, 0]:
+        if tab[slot, 1] == h:
+            i = np.int64(tab[slot, 0]) - 1
+            if coff[i + 1] - coff[i] == e - s:
+                base = coff[i]
+                same = True
+                for k in range(e - s):
+                    if chars[base + k] != arr[s + k]:
+                        same = False
+                        break
+                if same:
+                    return slot
         slot = (slot + np.uint64(1)) & mask
     return slot
 
 
 @njit(cache=True)
-def _rehash(tab, hashes, n, room):
+def _rehash(tab, n, room):
     """``tab`` with room for ``room`` more items at a load of at most one half (a new, larger table if needed)."""
     size = tab.shape[0]
     if 2 * (n + room) <= size:
         return tab
     while 2 * (n + room) > size:
         size *= 2
-    new = np.zeros(size, dtype=np.int64)
+    new = np.zeros((size, 2), dtype=np.uint64)
     mask = np.uint64(size - 1)
-    for i in range(n):
-        slot = hashes[i] & mask
-        while new[slot]:
-            slot = (slot + np.uint64(1)) & mask
-        new[slot] = i + 1
+    for old in range(tab.shape[0]):
+        if tab[old, 0]:
+            slot = tab[old, 1] & mask
+            while new[slot, 0]:
+                slot = (slot + np.uint64(1)) & mask
+            new[slot, 0] = tab[old, 0]
+            new[slot, 1] = tab[old, 1]
     return new
 
 
 @njit(cache=True)
-def scan(cps, doff, cls, ptab, phash, pchars, pcoff, counts):
+def scan(cps, doff, cls, ptab, pchars, pcoff, counts):
     """Each document's whitespace pieces as piece ids (a piece not in the table is added with the next id).
 
     :param cps: the documents' code points, one after another; document ``d`` is ``cps[doff[d]:doff[d + 1]]``.
@@ -102,21 +105,21 @@ def scan(cps, doff, cls, ptab, phash, pchars, pcoff, counts):
             while c < end and not (cls[cps[c]] & SPACE):
                 c += 1
             h = span_hash(cps, s, c)
-            count = counts[N_PIECES]
-            ptab = _rehash(ptab, phash, count, 1)
-            slot = _find(ptab, phash, pchars, pcoff, h, cps, s, c)
-            if ptab[slot]:
-                pid = ptab[slot] - 1
+            slot = _find(ptab, pchars, pcoff, h, cps, s, c)
+            if ptab[slot, 0]:
+                pid = np.int64(ptab[slot, 0]) - 1
             else:
-                pid = count
+                pid = counts[N_PIECES]
+                if 2 * (pid + 1) > ptab.shape[0]:
+                    ptab = _rehash(ptab, pid, 1)
+                    slot = _find(ptab, pchars, pcoff, h, cps, s, c)
                 used = counts[N_PCHARS]
-                phash = _grow(phash, pid + 1)
                 pcoff = _grow(pcoff, pid + 2)
                 pchars = _grow(pchars, used + c - s)
                 pchars[used : used + c - s] = cps[s:c]
                 pcoff[pid + 1] = used + c - s
-                phash[pid] = h
-                ptab[slot] = pid + 1
+                ptab[slot, 0] = pid + 1
+                ptab[slot, 1] = h
                 counts[N_PIECES] = pid + 1
                 counts[N_PCHARS] = used + c - s
                 new_s[n_new] = s
@@ -125,7 +128,7 @@ def scan(cps, doff, cls, ptab, phash, pchars, pcoff, counts):
             pids[n] = pid
             n += 1
         poff[d + 1] = n
-    return pids[:n], poff, new_s[:n_new], new_e[:n_new], ptab, phash, pchars, pcoff
+    return pids[:n], poff, new_s[:n_new], new_e[:n_new], ptab, pchars, pcoff
 
 
 @njit(cache=True)
@@ -144,20 +147,19 @@ def _stop_index(arr, s, e, stops, stop_len):
 
 
 @njit(cache=True)
-def _word_id(arr, s, e, attr, wt, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw, th64, tpw64, counts):
+def _word_id(arr, s, e, attr, wtab, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw, th64, tpw64, counts):
     """The id of the word ``arr[s:e]``, added with ``attr`` (flag, stop, terminal, punctuation) when new; the
-    word tables (``wt``: the slot table and the hashes) have room (:func:`add_pieces` grew them)."""
-    tab, whash = wt
+    word tables (``wtab``: the slot table) have room (:func:`add_pieces` grew them)."""
     h = span_hash(arr, s, e)
-    slot = _find(tab, whash, wchars, wcoff, h, arr, s, e)
-    if tab[slot]:
-        return tab[slot] - 1
+    slot = _find(wtab, wchars, wcoff, h, arr, s, e)
+    if wtab[slot, 0]:
+        return np.int64(wtab[slot, 0]) - 1
     i = counts[N_WORDS]
     used = counts[N_WCHARS]
     wchars[used : used + e - s] = arr[s:e]
     wcoff[i + 1] = used + e - s
-    whash[i] = h
-    tab[slot] = i + 1
+    wtab[slot, 0] = i + 1
+    wtab[slot, 1] = h
     counts[N_WORDS] = i + 1
     counts[N_WCHARS] = used + e - s
     wlen[i] = e - s
@@ -230,7 +232,7 @@ def add_pieces(
     :param achr: per code point, ``compat_chars.A_*`` flags, set for every character of the new pieces.
     :param stops: the stop words' code points, one per row (``stop_len`` long).
     """
-    wtab, whash, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw, th64, tpw64 = words
+    wtab, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw, th64, tpw64 = words
     pt_off, pt_tok, p_sent = pieces
     m = new_s.shape[0]
     n_tok = tok_off[m] + py_coff.shape[0] - 1
@@ -239,8 +241,7 @@ def add_pieces(
         n_chars += new_e[j] - new_s[j]
     n_chars += py_chars.shape[0]
     nw = counts[N_WORDS]
-    wtab = _rehash(wtab, whash, nw, n_tok)
-    whash = _grow(whash, nw + n_tok)
+    wtab = _rehash(wtab, nw, n_tok)
     wcoff = _grow(wcoff, nw + n_tok + 1)
     wchars = _grow(wchars, counts[N_WCHARS] + n_chars)
     wlen = _grow(wlen, nw + n_tok)
@@ -252,7 +253,6 @@ def add_pieces(
     tpw = _grow(tpw, nw + n_tok)
     th64 = _grow(th64, nw + n_tok)
     tpw64 = _grow(tpw64, nw + n_tok)
-    wt = (wtab, whash)
     first = counts[N_PIECES] - m  # the first new piece's id
     pt_off = _grow(pt_off, first + m + 1)
     pt_tok = _grow(pt_tok, counts[N_PTOK] + n_tok)
@@ -273,7 +273,7 @@ def add_pieces(
                     a,
                     b,
                     attr,
-                    wt,
+                    wtab,
                     wchars,
                     wcoff,
                     wlen,
@@ -296,7 +296,23 @@ def add_pieces(
                 b = tok_ends[r]
                 _word_attr(cps, a, b, achr, stops, stop_len, attr)
                 ids[k] = _word_id(
-                    cps, a, b, attr, wt, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw, th64, tpw64, counts
+                    cps,
+                    a,
+                    b,
+                    attr,
+                    wtab,
+                    wchars,
+                    wcoff,
+                    wlen,
+                    wflag,
+                    wstop,
+                    wterm,
+                    wpunct,
+                    th,
+                    tpw,
+                    th64,
+                    tpw64,
+                    counts,
                 )
                 k += 1
                 a = b
@@ -318,7 +334,7 @@ def add_pieces(
                     state = 1
             p_sent[pid, 2 * state0] = add
             p_sent[pid, 2 * state0 + 1] = state
-    words = (wt[0], whash, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw, th64, tpw64)
+    words = (wtab, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw, th64, tpw64)
     return words, (pt_off, pt_tok, p_sent)
 
 
