@@ -147,9 +147,11 @@ def _stop_index(arr, s, e, stops, stop_len):
 
 
 @njit(cache=True)
-def _word_id(arr, s, e, attr, wtab, wchars, wcoff, wlen, wflag, wstop, wterm, wpunct, th, tpw, th64, tpw64, counts):
+def _word_id(arr, s, e, attr, wtab, wchars, wcoff, cols, counts):
     """The id of the word ``arr[s:e]``, added with ``attr`` (flag, stop, terminal, punctuation) when new; the
-    word tables (``wtab``: the slot table) have room (:func:`add_pieces` grew them)."""
+    word tables (``wtab``: the slot table; ``cols``: per word, length, flags, stop index, terminal,
+    punctuation and the two polynomial hashes with their powers) have room (:func:`add_pieces` grew them)."""
+    wlen, wflag, wstop, wterm, wpunct, th, tpw, th64, tpw64 = cols
     h = span_hash(arr, s, e)
     slot = _find(wtab, wchars, wcoff, h, arr, s, e)
     if wtab[slot, 0]:
@@ -167,23 +169,22 @@ def _word_id(arr, s, e, attr, wtab, wchars, wcoff, wlen, wflag, wstop, wterm, wp
     wstop[i] = attr[1]
     wterm[i] = attr[2]
     wpunct[i] = attr[3]
-    # the polynomial hash mod 2^61-1 of its characters and BASE^length (the joined n-grams' keys)
+    # the polynomial hash mod 2^61-1 of its characters and BASE^length (the joined n-grams' keys), and the
+    # same modulo 2^64 with BASE64 (one multiply a step: the duplicated n-grams' counting pass)
     p = np.uint64(MERSENNE)
     x = np.uint64(0)
     q = np.uint64(1)
+    x64 = np.uint64(0)
+    q64 = np.uint64(1)
     for k in range(s, e):
         x = _mulmod(x, np.uint64(BASE)) + np.uint64(arr[k])
         if x >= p:
             x -= p
         q = _mulmod(q, np.uint64(BASE))
-    th[i] = x
-    tpw[i] = q
-    # the same polynomial modulo 2^64 (one multiply a step): the duplicated n-grams' counting pass
-    x64 = np.uint64(0)
-    q64 = np.uint64(1)
-    for k in range(s, e):
         x64 = x64 * np.uint64(BASE64) + np.uint64(arr[k])
         q64 *= np.uint64(BASE64)
+    th[i] = x
+    tpw[i] = q
     th64[i] = x64
     tpw64[i] = q64
     return i
@@ -253,6 +254,7 @@ def add_pieces(
     tpw = _grow(tpw, nw + n_tok)
     th64 = _grow(th64, nw + n_tok)
     tpw64 = _grow(tpw64, nw + n_tok)
+    cols = (wlen, wflag, wstop, wterm, wpunct, th, tpw, th64, tpw64)
     first = counts[N_PIECES] - m  # the first new piece's id
     pt_off = _grow(pt_off, first + m + 1)
     pt_tok = _grow(pt_tok, counts[N_PTOK] + n_tok)
@@ -268,25 +270,7 @@ def add_pieces(
             for _ in range(py_count[qp]):
                 a, b = py_coff[q], py_coff[q + 1]
                 _word_attr(py_chars, a, b, achr, stops, stop_len, attr)
-                ids[k] = _word_id(
-                    py_chars,
-                    a,
-                    b,
-                    attr,
-                    wtab,
-                    wchars,
-                    wcoff,
-                    wlen,
-                    wflag,
-                    wstop,
-                    wterm,
-                    wpunct,
-                    th,
-                    tpw,
-                    th64,
-                    tpw64,
-                    counts,
-                )
+                ids[k] = _word_id(py_chars, a, b, attr, wtab, wchars, wcoff, cols, counts)
                 k += 1
                 q += 1
             qp += 1
@@ -295,25 +279,7 @@ def add_pieces(
             for r in range(tok_off[j], tok_off[j + 1]):
                 b = tok_ends[r]
                 _word_attr(cps, a, b, achr, stops, stop_len, attr)
-                ids[k] = _word_id(
-                    cps,
-                    a,
-                    b,
-                    attr,
-                    wtab,
-                    wchars,
-                    wcoff,
-                    wlen,
-                    wflag,
-                    wstop,
-                    wterm,
-                    wpunct,
-                    th,
-                    tpw,
-                    th64,
-                    tpw64,
-                    counts,
-                )
+                ids[k] = _word_id(cps, a, b, attr, wtab, wchars, wcoff, cols, counts)
                 k += 1
                 a = b
         pid = first + j
