@@ -135,6 +135,15 @@ def span_hash(arr, s, e):
 
 
 @njit(cache=True, inline="always")
+def spans_equal(a, s, b, t, n):
+    """``a[s:s + n] == b[t:t + n]``, compared item by item."""
+    for k in range(n):
+        if a[s + k] != b[t + k]:
+            return False
+    return True
+
+
+@njit(cache=True, inline="always")
 def _mulmod(a, b):
     """a * b mod 2^61-1 for a, b < 2^61-1, without 128-bit integers."""
     m31 = np.uint64((1 << 31) - 1)
@@ -180,15 +189,9 @@ def _dup_spans(cps, starts, ends, n):
             if keys[slot] == h:
                 j = first[slot]
                 s2, e2 = starts[j], ends[j]
-                if e2 - s2 == e - s:
-                    same = True
-                    for k in range(e - s):
-                        if cps[s + k] != cps[s2 + k]:
-                            same = False
-                            break
-                    if same:
-                        found = True
-                        break
+                if e2 - s2 == e - s and spans_equal(cps, s, cps, s2, e - s):
+                    found = True
+                    break
             slot = (slot + np.uint64(1)) & mask
         if found:
             dup += 1
@@ -226,15 +229,8 @@ def _top_ngram_chars(toks, tlen, hid, nt, n, cand, slots, keys, tab, gen):
         h = _mix(hid[i + n] - hid[i] * pw, n)
         slot = h & mask
         while stamp[slot] == gen:
-            if keys[slot] == h:
-                j = first[slot]
-                same = True
-                for k in range(n):
-                    if toks[i + k] != toks[j + k]:
-                        same = False
-                        break
-                if same:
-                    break
+            if keys[slot] == h and spans_equal(toks, i, toks, first[slot], n):
+                break
             slot = (slot + np.uint64(1)) & mask
         if stamp[slot] != gen:
             stamp[slot] = gen

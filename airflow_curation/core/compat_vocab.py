@@ -17,7 +17,17 @@ from __future__ import annotations
 import numpy as np
 
 from airflow_curation.core.compat_chars import A_ALPHA, A_CATP, A_PUNCTSET, A_TERM
-from airflow_curation.core.compat_kernel import BASE, BASE64, MERSENNE, SPACE, T_ALPHA, T_PUNCT, _mulmod, span_hash
+from airflow_curation.core.compat_kernel import (
+    BASE,
+    BASE64,
+    MERSENNE,
+    SPACE,
+    T_ALPHA,
+    T_PUNCT,
+    _mulmod,
+    span_hash,
+    spans_equal,
+)
 from airflow_curation.core.jit import numba
 
 njit = numba.njit
@@ -43,15 +53,8 @@ def _find(tab, chars, coff, h, arr, s, e):
     while tab[slot, 0]:
         if tab[slot, 1] == h:
             i = np.int64(tab[slot, 0]) - 1
-            if coff[i + 1] - coff[i] == e - s:
-                base = coff[i]
-                same = True
-                for k in range(e - s):
-                    if chars[base + k] != arr[s + k]:
-                        same = False
-                        break
-                if same:
-                    return slot
+            if coff[i + 1] - coff[i] == e - s and spans_equal(chars, coff[i], arr, s, e - s):
+                return slot
         slot = (slot + np.uint64(1)) & mask
     return slot
 
