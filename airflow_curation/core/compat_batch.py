@@ -3,7 +3,7 @@
 The words of a whitespace piece depend on the piece alone, so each distinct piece is split into datatrove's
 words once per process and remembered with what the kernel reads of it: its words (ids into a word table
 holding each word's length, whether it is all punctuation, whether it has a letter, its stop-word index and
-its hash for joined n-grams) and how it moves spaCy's sentence cut. Cutting the documents into pieces, looking
+its two hashes for joined n-grams) and how it moves spaCy's sentence cut. Cutting the documents into pieces, looking
 them up and storing the new ones is compiled (:mod:`airflow_curation.core.compat_vocab`); so is splitting a new
 piece into words (:mod:`airflow_curation.core.compat_split`) but for the pieces past ASCII that need more than
 the splitter's shortcuts, which Python splits; the words' attributes come from a per-character table

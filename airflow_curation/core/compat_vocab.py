@@ -5,7 +5,8 @@ process). :func:`scan` cuts each document into whitespace pieces (``str.split()`
 character separates) and looks each one up in an open-addressing table of the pieces seen so far, giving a new
 one the next id; :func:`add_pieces` stores the words of the new ones: ids into a word table (looked up the
 same way) that holds, per word, what the compat kernel reads: its length, whether it is all punctuation, has a
-letter, is a stop word, a sentence terminal, spaCy punctuation, and its polynomial hash for joined n-grams.
+letter, is a stop word, a sentence terminal, spaCy punctuation, and its polynomial hashes for joined n-grams
+(modulo 2^61-1 for the exact keys, modulo 2^64 for the counting pass).
 
 Equality is exact: a table hit compares the stored characters, not only the hash. Every table is a numpy
 array that only grows (a kernel returns the grown array; the used prefix never changes), so a snapshot the
