@@ -143,8 +143,8 @@ def test_compiled_pass_equals_the_python_definitions(prose, rule_docs):
         assert not bad, f"{name}: {bad[:3]}"
 
 
-# words that are prefixes of one another, so the same characters split two ways meet ("ab c" and "a bc"),
-# short and long enough that joined n-grams fall on both sides of the kernel's 12-character window
+# words that are prefixes of one another, so the same characters split two ways meet ("ab c" and "a bc"), and
+# few enough that n-grams repeat often
 _PARTS = ["a", "ab", "abc", "b", "bc", "c", "ca", "cab", "abcabc", "the", "then", "n", "abcabcabcabc", "."]
 
 
@@ -153,9 +153,9 @@ _PARTS = ["a", "ab", "abc", "b", "bc", "c", "ca", "cab", "abcabc", "the", "then"
 # 2-grams repeat at 1 and 2 but no 3-gram repeats: the top 3-gram is the first, outside the counted positions
 @example([["then", "a", "b", "c", "ab", "b", "c", "a", "b"]])
 def test_repeated_ngrams_of_generated_words_equal_the_python_definitions(docs):
-    """The compiled n-gram signals count only where an n-gram can repeat (the top n-grams where the shorter
-    ones at i and i + 1 repeat; the duplicated ones where the joined words' first 12 characters recur): on
-    batches of documents made of words that prefix one another, the values of the Python definitions."""
+    """The compiled n-gram signals look up only where an n-gram can repeat (the top n-grams where the shorter
+    ones at i and i + 1 repeat; the duplicated ones where a byte counter of the joined words' hash says twice):
+    on batches of documents made of words that prefix one another, the values of the Python definitions."""
     from airflow_curation.core.compat import compat_doc
 
     texts = [" ".join(ws) for ws in docs]
