@@ -165,6 +165,7 @@ def kernel_rows(texts: Sequence[str], groups: tuple[bool, bool, bool, bool]) -> 
         *tables,
         k.PATTERNS,
         k.PATTERN_LEN,
+        k.PATTERN_PAIRS,
         k.CITES,
         np.array(groups, dtype=np.bool_),
         3,

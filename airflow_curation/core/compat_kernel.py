@@ -375,10 +375,11 @@ def _lower(c):
 
 
 @njit(cache=True)
-def _patterns_in(arr, s, e, pats, plen):
+def _patterns_in(arr, s, e, pats, plen, pairs):
     """Which of C4's patterns the lower-cased ``arr[s:e]`` contains, as a bit mask (bit p: ``pats[p]``); one
-    pass, each position tried against the patterns that start with its two characters
-    (:data:`PATTERN_PAIRS`; every pattern's first two are ASCII letters)."""
+    pass, each position tried against the patterns that start with its two characters (``pairs``, per two
+    ASCII characters the bits of the patterns starting so: :data:`PATTERN_PAIRS` for :data:`PATTERNS`; every
+    pattern's first two are ASCII letters)."""
     found = 0
     if e - s < 2:
         return found
@@ -386,7 +387,7 @@ def _patterns_in(arr, s, e, pats, plen):
     for i in range(s + 1, e):
         c = _lower(arr[i])
         if prev < 128 and c < 128:
-            todo = PATTERN_PAIRS[prev, c] & ~found
+            todo = pairs[prev, c] & ~found
             while todo:
                 p = 0
                 while not (todo >> p) & 1:
@@ -450,7 +451,7 @@ def _without_citations(cps, cls, a, b, cites, buf):
 
 
 @njit(cache=True)
-def _c4(cps, cls, s0, s1, pids, p0, p_sent, min_words, max_word_len, pats, plen, cites, out, col, pend):
+def _c4(cps, cls, s0, s1, pids, p0, p_sent, min_words, max_word_len, pats, plen, pairs, cites, out, col, pend):
     """C4QualityFilter's outcome over splitlines() with ``filter_no_terminal_punct`` True and False, in one pass
     over the lines: (lorem, curly, sentences) of each into out[col:col+3] and out[col+3:col+6]; the pieces of
     each line are the next ones of the document's pieces (line boundaries are whitespace). A kept line a
@@ -518,7 +519,7 @@ def _c4(cps, cls, s0, s1, pids, p0, p_sent, min_words, max_word_len, pats, plen,
                 ends = False
         if done[1] and not ends:
             continue
-        found = _patterns_in(arr, la, lb, pats, plen)
+        found = _patterns_in(arr, la, lb, pats, plen, pairs)
         has_curly = False
         if not found & 3:
             for k in range(la, lb):
@@ -603,6 +604,7 @@ def compat_kernel(
     tpw64,
     pats,
     plen,
+    pairs,
     cites,
     want,
     min_words,
@@ -735,7 +737,7 @@ def compat_kernel(
             row[13] = dlc / size if size else 0.0
             gen = _repetition(toks, tlen, th, tpw, th64, tpw64, nt, size, keys, tab, gen, row)
         if want[2]:
-            _c4(cps, cls, s0, s1, pids, poff[d], p_sent, min_words, mwl, pats, plen, cites, row, 23, pend)
+            _c4(cps, cls, s0, s1, pids, poff[d], p_sent, min_words, mwl, pats, plen, pairs, cites, row, 23, pend)
             # a capital dotted I lower-cases to two characters: the Python definition decides (docstring)
             for c in range(s0, s1):
                 if cps[c] == 0x130:
