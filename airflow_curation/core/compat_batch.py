@@ -5,8 +5,8 @@ words once per process and remembered with what the kernel reads of it: its word
 holding each word's length, whether it is all punctuation, whether it has a letter, its stop-word index and
 its two hashes for joined n-grams) and how it moves spaCy's sentence cut. Cutting the documents into pieces, looking
 them up and storing the new ones is compiled (:mod:`airflow_curation.core.compat_vocab`); so is splitting a new
-piece into words (:mod:`airflow_curation.core.compat_split`) but for the pieces past ASCII that need more than
-the splitter's shortcuts, which Python splits; the words' attributes come from a per-character table
+piece into words (:mod:`airflow_curation.core.compat_split`) but for the pieces past ASCII whose shape does not
+decide their words, which Python splits; the words' attributes come from a per-character table
 (:mod:`airflow_curation.core.compat_chars`). The tables are append-only numpy arrays and start over
 past :data:`MAX_PIECES`, so a long-running worker stays bounded.
 """

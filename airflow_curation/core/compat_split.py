@@ -4,9 +4,10 @@
 (their ASCII form, :data:`compat_words._ASCII`) and its special cases (contractions, abbreviations, emoticons)
 in one numba pass over many distinct pieces. The special cases are a finite set of ASCII strings
 (:func:`_special_table` lists every one with the Python splitter's own answer), looked up exactly where the
-Python splitter asks. A piece with a character past ASCII takes the Python splitter's shortcuts here (letters
-only; letters and one of ``,;:)!?``; ``(`` and letters: most words of most languages) where no special case can
-hold it, and goes to the Python splitter otherwise. ``tests/preprocess/test_compat_split.py`` holds the two to
+Python splitter asks. A piece with a character past ASCII is split here where its shape decides its words
+(:func:`compat_words.wide_piece_tokens`: letters and marks that no rule reads, with an edge mark or a period on
+either side: most words of most languages, CJK runs with their punctuation) and goes to the Python splitter
+otherwise. ``tests/preprocess/test_compat_split.py`` holds the two to
 the same words.
 """
 
@@ -117,14 +118,6 @@ def _pattern_table() -> tuple[np.ndarray, ...]:
 
 
 SPECIALS = (*_special_table(), *_pattern_table())
-# The shortcuts for pieces past ASCII (:func:`_wide_tokens`) rest on this: no special case past ASCII is letters
-# alone, nor letters with a mark of ``_TRAILING`` after or ``(`` before (what the shortcuts' words merge back
-# into); the cases ``compat_words._special`` derives (contractions) are ASCII words in lower case.
-assert not any(
-    not w.isascii()
-    and (w.isalpha() or (w[:-1].isalpha() and w[-1] in cw._TRAILING) or (w[0] == "(" and w[1:].isalpha()))
-    for w in (*cw._WHOLE, *cw._SPLIT_WHOLE)
-)
 
 
 @njit(cache=True, inline="always")
@@ -420,39 +413,43 @@ def _special(s: np.ndarray, a: int, b: int, sp: np.ndarray, sp_off: np.ndarray, 
     return -1
 
 
-@njit(cache=True, inline="always")
-def _letters(s: np.ndarray, a: int, b: int, ucls: np.ndarray) -> int:
-    """1: ``s[a:b]`` is letters (``str.isalpha``) and one of them lower-cases past ASCII, so no special case is
-    it; 0: it is letters, but could be one; -1: it is not letters (or empty)."""
-    if a >= b:
+@njit(cache=True)
+def _wide_tokens(s: np.ndarray, a: int, b: int, ucls: np.ndarray, ends: np.ndarray, n: int) -> int:
+    """:func:`compat_words.wide_piece_tokens` of the piece ``s[a:b]`` past ASCII: its words' ends written to
+    ``ends`` from ``n``, and the next free index returned; -1 (nothing written) where its shape does not decide
+    them and the Python splitter does."""
+    lo, hi = a, b
+    if hi - lo >= 2 and ucls[s[lo]] & cc.A_EDGE:
+        lo += 1
+    period = False
+    if hi - lo >= 2 and (ucls[s[hi - 1]] & cc.A_EDGE or s[hi - 1] == 46):
+        period = s[hi - 1] == 46
+        hi -= 1
+    if not (ucls[s[lo]] & cc.A_CORE and ucls[s[hi - 1]] & cc.A_CORE):
         return -1
     wide = False
-    for i in range(a, b):
+    for i in range(lo, hi):
         f = ucls[s[i]]
-        if not f & cc.A_ALPHA:
+        if not f & (cc.A_CORE | cc.A_INNER):
             return -1
         wide = wide or (f & cc.A_LOWER_WIDE) != 0
-    return 1 if wide else 0
-
-
-@njit(cache=True)
-def _wide_tokens(s: np.ndarray, a: int, b: int, ucls: np.ndarray) -> int:
-    """The Python splitter's shortcuts (:func:`compat_words._split`) for a piece past ASCII: 0 where it alone
-    decides, else where its first token ends (``b``: one token; a second, if any, ends at ``b``)."""
-    whole = _letters(s, a, b, ucls)
-    if whole >= 0:  # letters: one word, unless a special case
-        return b if whole == 1 else 0
-    if b - a > 1:
-        c = s[b - 1]
-        if c == 44 or c == 59 or c == 58 or c == 41 or c == 33 or c == 63:  # , ; : ) ! ?
-            head = _letters(s, a, b - 1, ucls)
-            if head >= 0:
-                return b - 1 if head == 1 else 0
-        if s[a] == 40:  # (
-            tail = _letters(s, a + 1, b, ucls)
-            if tail >= 0:
-                return a + 1 if tail == 1 else 0
-    return 0
+    if not wide:
+        return -1
+    if period:
+        if hi - lo < 2:
+            return -1
+        last = ucls[s[hi - 1]]
+        if not (last & cc.A_SP_LOWER or (last & cc.A_SP_UPPER and ucls[s[hi - 2]] & cc.A_SP_UPPER)):
+            hi += 1  # the period stays in the word
+    if lo > a:
+        ends[n] = lo
+        n += 1
+    ends[n] = hi
+    n += 1
+    if hi < b:
+        ends[n] = b
+        n += 1
+    return n
 
 
 @njit(cache=True)
@@ -516,15 +513,11 @@ def _split_all(
                 wide = True
                 break
         if wide:
-            cut = _wide_tokens(s, a, b, ucls)
-            if cut == 0:
+            got = _wide_tokens(s, a, b, ucls, ends, n)
+            if got < 0:
                 python[p] = True
             else:
-                ends[n] = cut
-                n += 1
-                if cut < b:
-                    ends[n] = b
-                    n += 1
+                n = got
             tok_off[p + 1] = n
             continue
         nt = 0

@@ -535,6 +535,74 @@ def _match_specials(tokens: list[str], specials: bool = True) -> tuple[str, ...]
 _LONGEST_PATTERN = max(map(len, special_patterns()))
 
 
+# What the compiled splitter decides for a piece past ASCII (compat_split._wide_tokens), stated here beside the
+# rules it rests on. Characters that some prefix, suffix, infix or URL rule reads; a letter or mark outside them
+# (a "core" character) triggers no rule, and lower-cases past ASCII where the piece's special cases cannot hold it.
+_RULE_CHARS = frozenset(_PUNCT + _QUOTES + _SC + _SO + "".join(_HYPHENS) + "§%=+²°.,:;…$/<>*^'\"@|\\")
+_MARK_CATEGORIES = frozenset(("Mn", "Mc", "Me", "Cf"))
+# Edge marks (one character, taken off either edge by the prefix and suffix rules) that also sit inside a word
+# without effect: not an infix (",", ":", "<", ">", "…"), not the start of "'s" or "’s", not in a special case past
+# ASCII.
+_NOT_INNER = frozenset(",:<>…'’._") | {c for w in (*_WHOLE, *_SPLIT_WHOLE) if not w.isascii() for c in w}
+_SPACY_LOWER, _SPACY_UPPER = re.compile(f"[{_LOWER}]"), re.compile(f"[{_UPPER}]")
+
+
+def is_core(ch: str) -> bool:
+    return (ch.isalpha() or unicodedata.category(ch) in _MARK_CATEGORIES) and ch not in _RULE_CHARS
+
+
+def is_edge(ch: str) -> bool:
+    return ch in _PUNCT or ch in _QUOTES
+
+
+def is_inner(ch: str) -> bool:
+    return is_edge(ch) and ch not in _NOT_INNER
+
+
+def is_spacy_lower(ch: str) -> bool:
+    return _SPACY_LOWER.fullmatch(ch) is not None
+
+
+def is_spacy_upper(ch: str) -> bool:
+    return _SPACY_UPPER.fullmatch(ch) is not None
+
+
+def wide_piece_tokens(s: str) -> tuple[str, ...] | None:
+    """The words of ``s`` where its shape decides them, else None: an optional edge mark, a middle, and an optional
+    edge mark or period, where the middle starts and ends with a core character, holds only core characters and
+    inner marks, and one of them lower-cases past ASCII. Each edge mark is one word (the prefix and suffix rules
+    take it off; no special case is one), the middle one word (no rule reads it and no special case is it); a
+    period comes off a middle of two or more characters after a lower-case letter or two upper-case ones (the
+    period's suffix rules), else stays in it. ``_split`` gives the same words (tests/preprocess/test_compat_split.py)."""
+    a, b = 0, len(s)
+    if b - a >= 2 and is_edge(s[a]):
+        a += 1
+    close = b - a >= 2 and (is_edge(s[b - 1]) or s[b - 1] == ".")
+    if close:
+        b -= 1
+    mid = s[a:b]
+    if not (mid and is_core(mid[0]) and is_core(mid[-1])):
+        return None
+    if not all(is_core(c) or is_inner(c) for c in mid) or mid.lower().isascii():
+        return None
+    if close and s[b] == ".":
+        if len(mid) < 2:
+            return None
+        if not (is_spacy_lower(mid[-1]) or (is_spacy_upper(mid[-1]) and is_spacy_upper(mid[-2]))):
+            b += 1  # the period stays in the word
+    return tuple(w for w in (s[:a], s[a:b], s[b:]) if w)
+
+
+# The shape rests on these: no special case past ASCII is such a piece (nor so its middle, alone or with one
+# edge), and no run of its words is one that spaCy's second pass merges (a lone edge mark or period; a run with
+# the middle is itself such a piece, split the same way).
+assert not any(wide_piece_tokens(w) for w in (*_WHOLE, *_SPLIT_WHOLE) if not w.isascii())
+assert not any(
+    (len(key) == 1 and (is_edge(key[0]) or key[0] == ".")) or wide_piece_tokens("".join(key)) == key
+    for key in special_patterns()
+)
+
+
 def words(text: str) -> list[str]:
     """datatrove's English words of ``text`` (spaCy's tokens, whitespace ones left out)."""
     out: list[str] = []

@@ -176,7 +176,29 @@ TRICKY = [
     "§3",
     "½",
     "👍!",
-    # past ASCII: the shortcuts (letters; letters and , ; : ) ! ?; "(" and letters) and what they leave to Python
+    # past ASCII: the shapes the compiled path decides (letters and marks; an edge mark or a period on either
+    # side; marks inside that no rule reads) and what they leave to Python
+    "KOÇ.",
+    "oversættere.",
+    "Ñ.",
+    "ä.",
+    "Éé.",
+    "ÉÉ.",
+    "(Ñe.",
+    "كتابً.",
+    "كتابً،",
+    "فارسی‌زبان",
+    "中文，中文。",
+    "中文，，",
+    "「中文」",
+    "«Привет»",
+    "“hello”",
+    "Müller’s",
+    "un’opera,",
+    "ಠ_ಠ",
+    "Praveen|പ്രവീണ്‍",
+    "naïve…",
+    "naïve:x",
     "Straße",
     "İstanbul",
     "ΣΟΦΟΣ",
@@ -239,24 +261,15 @@ def _split_compiled(pieces: list[str]) -> tuple[list[tuple[str, ...]], np.ndarra
     return words, python
 
 
-def _shortcut(p: str) -> bool:
-    """The Python splitter's shortcuts (compat_words._split) apply to ``p``, and no special case can be the
-    letters they keep whole: one of those letters lower-cases past ASCII."""
-    for letters in (p, p[:-1] if p[-1:] in cw._TRAILING else "", p[1:] if p[:1] == "(" else ""):
-        if letters.isalpha():
-            return not letters.lower().isascii()
-    return False
-
-
-def test_compiled_path_decides_every_ascii_piece_and_the_shortcuts(pieces):
+def test_compiled_path_decides_every_ascii_piece_and_the_wide_shapes(pieces):
     """The equality above must come from the compiled path, not from handing pieces back to Python: every
-    ASCII piece, special cases included, is split in compiled code; past ASCII, every piece that the Python
-    splitter's shortcuts take (letters, letters and a trailing mark, "(" and letters) unless a special case
-    could be it, and only those; the rest go to Python."""
+    ASCII piece, special cases included, is split in compiled code; past ASCII, every piece whose shape decides
+    its words (``compat_words.wide_piece_tokens``: letters and marks, an edge mark or period on either side),
+    and only those; the rest go to Python."""
     words, python = _split_compiled(pieces)
     wide = np.array([not p.isascii() for p in pieces])
     assert not python[~wide].any()
-    assert python[wide].tolist() == [not _shortcut(p) for p in pieces if not p.isascii()]
+    assert python[wide].tolist() == [cw.wide_piece_tokens(p) is None for p in pieces if not p.isascii()]
     # the corpus's pieces past ASCII are mostly words of other languages: most take the compiled path
     assert (~python[wide]).sum() > 0.5 * wide.sum()
     want = [cw._split(p, cw._UNICODE) for p in pieces]
@@ -382,3 +395,23 @@ def test_a_long_piece_of_marks_splits_in_linear_time():
     assert words == ("{",) * n + ("}",) * n
     dots = cw._split("«é" + "." * n, cw._UNICODE)
     assert dots == ("«", "é", "." * n)
+
+
+# Letters of cased and uncased scripts (lower, upper, one of each case that spaCy does not list), marks, a zero-width
+# joiner, edge marks (inner ones and ones that act inside: "," ":" "…" "’"), a period, digits, ASCII letters.
+_WIDE_CHARS = (
+    list("aZséÉçÇßñÑσΣяЯжЖიحبًّ中文ಠ੍") + ["\u200c", "\u200d", "\u0301"] + list("«»“”「」。，、()!?;|,:…’'._-1٣$")
+)
+
+
+@settings(max_examples=4000, deadline=None)
+@given(st.lists(st.sampled_from(_WIDE_CHARS), min_size=1, max_size=8).map("".join))
+def test_the_wide_shapes_split_as_the_rules_do(piece):
+    """Where a piece's shape decides its words (``wide_piece_tokens``), they are the rules' (``_split``), and
+    the compiled splitter gives the rules' words for every piece, whether it decides it or hands it to Python."""
+    want = cw._split(piece, cw._UNICODE)
+    shaped = cw.wide_piece_tokens(piece)
+    assert shaped is None or shaped == want, piece
+    words, python = _split_compiled([piece])
+    assert bool(python[0]) == (shaped is None and not piece.isascii()), piece
+    assert python[0] or words[0] == want, piece
