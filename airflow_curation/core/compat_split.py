@@ -7,8 +7,7 @@ in one numba pass over many distinct pieces. The special cases are a finite set 
 Python splitter asks. A piece with a character past ASCII is split here where its shape decides its words
 (:func:`compat_words.wide_piece_tokens`: letters and marks that no rule reads, with an edge mark or a period on
 either side: most words of most languages, CJK runs with their punctuation) and goes to the Python splitter
-otherwise. ``tests/preprocess/test_compat_split.py`` holds the two to
-the same words.
+otherwise. ``tests/preprocess/test_compat_split.py`` holds the two to the same words.
 """
 
 from __future__ import annotations
