@@ -861,6 +861,18 @@ CPU seconds include any contention, wall seconds are not used.
 """
 
 
+def _user_and_system(points: list[dict], unit: str) -> list[str]:
+    """The marginal tables of user and of system CPU apart, where every run of ``points`` recorded both (this
+    VM's system CPU per byte read grows with what a process has read: docs/scale.md)."""
+    if not all("sys_s" in st for v in points for r in v["runs"] for st in r["stages"].values()):
+        return []
+    out: list[str] = []
+    for field, cpu in (("user_s", "User"), ("sys_s", "System")):
+        out += ["", f"{cpu} CPU alone, marginal per {'GB' if unit == 'gb' else 'row'}:", ""]
+        out += marginal_table(points, unit, field)
+    return out
+
+
 def method_report(doc: dict) -> str:
     """The curvature tables: runs and marginal cost per GB, the tiny-row lake per row, the per-task fixed cost and
     peak RSS at plan-sized shards (each if present)."""
@@ -871,6 +883,7 @@ def method_report(doc: dict) -> str:
         out += ["Every run (CPU seconds in run order):", "", *runs_table(sizes, "gb"), ""]
         out += ["Marginal cost per GB (the first interval from the 200-row lake of the fixed-cost runs):", ""]
         out += marginal_table(base + sizes, "gb")
+        out += _user_and_system(base + sizes, "gb")
     for stage, (key, unit, what) in itertools.product(
         CURVE_STATE,
         (
@@ -886,10 +899,7 @@ def method_report(doc: dict) -> str:
             out += ["", f"{title} alone ({what}, {before} before every run), every run:", ""]
             out += [*runs_table(curve, unit), "", f"Marginal cost per {'GB' if unit == 'gb' else 'row'}:", ""]
             out += marginal_table(curve, unit)
-            if all("sys_s" in r["stages"][stage] for v in curve for r in v["runs"]):
-                for field, cpu in (("user_s", "User"), ("sys_s", "System")):
-                    out += ["", f"{cpu} CPU alone, marginal per {'GB' if unit == 'gb' else 'row'}:", ""]
-                    out += marginal_table(curve, unit, field)
+            out += _user_and_system(curve, unit)
     tiny = [v for v in (doc.get("tiny") or {}).values() if v.get("runs")]
     if tiny:
         out += ["", "Tiny-row lake (one short line of the pool a document, ~60 B), every run:", ""]

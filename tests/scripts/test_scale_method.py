@@ -60,3 +60,22 @@ def test_marginals_of_user_and_system_cpu_apart(method):
     system = {x["from"]: x["median"] for x in method.marginals(points, "gb", "sys_s")}
     assert user == pytest.approx({1: 10, 2: 10}) and system == pytest.approx({1: 1, 2: 2})
     assert "marginal system CPU-s per GB" in method.marginal_table(points, "gb", "sys_s")[0]
+
+
+def test_the_scale_report_splits_user_and_system_cpu_where_every_run_has_both(method):
+    """bench_scale's report of the sizes curve adds the user-only and system-only marginal tables when every run
+    recorded both (a VM's system CPU per byte read can grow where the stage's own CPU does not), and not when any
+    run lacks them (older JSON)."""
+    from bench_scale import method_report
+
+    def run(gb: float) -> dict:
+        r = _run(gb, 0.0)
+        for rec in r["stages"].values():
+            rec["user_s"], rec["sys_s"] = 0.9 * rec["cpu_s"], 0.1 * rec["cpu_s"]
+        return r
+
+    both = {"sizes": {str(gb): method.aggregate([run(gb)]) for gb in (1, 2, 4)}}
+    text = method_report(both)
+    assert "User CPU alone, marginal per GB" in text and "marginal system CPU-s per GB" in text
+    older = {"sizes": {str(gb): method.aggregate([_run(gb, 0.0)]) for gb in (1, 2, 4)}}
+    assert "User CPU alone" not in method_report(older)
