@@ -136,7 +136,10 @@ def load_curve(doc: dict) -> dict:
             ) / max(1, top_rows)
             curve["stages"][stage]["exact_per_row"] = top_global.get("exact_edges", 0) / max(1, top_rows)
             steps = top_global.get("components_steps")  # the live edges after each star step, where recorded
-            if steps and steps[0]:
+            # Only a record that runs to the end (every star finished in partitioned steps) is a decay the plan
+            # can take; one cut short where what was left fit one partition (union-find in memory at the lake's
+            # size) says nothing of the steps a larger graph takes after it: the 16 GB lake's is used then.
+            if steps and steps[0] and steps[-1] == 0:
                 curve["stages"][stage]["components_live"] = [n / steps[0] for n in steps]
     curve["rows_per_gb"] = max(r["stages"]["ingest"]["rows"] / (r["input_bytes"] / 1e9) for r in sizes)
     # bytes each stage writes per GB of input (what the next stages read), from the largest size
