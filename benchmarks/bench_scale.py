@@ -90,9 +90,10 @@ def _dedup_dir_bytes(lake_root: Path) -> int:
     return sum(_dir_bytes(d) for d in lake_root.rglob("dedup") if d.is_dir() and "attrs" not in d.parts)
 
 
-def _stage_span(lake: Lake, manifest: Manifest) -> dict:
+def _stage_span(lake: Lake, manifest: Manifest, per_unit: bool = False) -> dict:
     """The stage's own time from its checkpoint records: first unit started to last unit finished,
-    and the sum of unit seconds."""
+    and the sum of unit seconds; ``per_unit``: each unit's seconds too, by unit id (the sizes share their input
+    files, so the same unit can be compared across sizes)."""
     store = CheckpointStore(lake.checkpoint_dir(manifest.stage, manifest.fingerprint))
     recs = [r for u in manifest.units if (r := store.load(u.unit_id)) is not None]
     if not recs:
@@ -103,6 +104,7 @@ def _stage_span(lake: Lake, manifest: Manifest) -> dict:
         "unit_s": sum(r.seconds for r in recs),
         "started_at": min(r.started_at for r in recs),
         "finished_at": max(r.finished_at for r in recs),
+        **({"unit_seconds": {r.unit_id: round(r.seconds, 4) for r in recs}} if per_unit else {}),
     }
 
 
@@ -122,7 +124,14 @@ def _clusters(manifest: Manifest) -> dict:
 
 
 def _run_stage(
-    name: str, args: list[str], lake: Lake, run_id: str, env: dict | None = None, label: str = "", python_p=False
+    name: str,
+    args: list[str],
+    lake: Lake,
+    run_id: str,
+    env: dict | None = None,
+    label: str = "",
+    python_p=False,
+    per_unit: bool = False,
 ) -> dict:
     before = _dedup_dir_bytes(Path(lake.root)) if name == "dedup" else 0
     # -P: the code on PYTHONPATH, not a package in the current folder
@@ -146,7 +155,7 @@ def _run_stage(
         "bytes": manifest.bytes,
         "accounting": manifest.accounting,
         "load": load,
-        **{f"own_{k}": v for k, v in _stage_span(lake, manifest).items()},
+        **{f"own_{k}": v for k, v in _stage_span(lake, manifest, per_unit).items()},
     }
     if name == "dedup":
         r["spill_bytes"] = _dedup_dir_bytes(Path(lake.root)) - before
@@ -340,14 +349,16 @@ def fixed_cost(work: Path, repeats: int, shard_bytes: int, row_group_rows: int) 
 
 
 def alternated(points: list[tuple[str, list[Path]]], repeats: int, run, done) -> None:
-    """``run(label, files)`` for every point, ``repeats`` rounds in alternation (A B C A B C ...); every run
-    kept, reduced by :func:`scale_method.aggregate` and handed to ``done(label, result)`` after each round (a
-    shared machine may not let the last round finish)."""
+    """``run(label, files)`` for every point, ``repeats`` rounds in alternation, the order reversed every other
+    round (A B C, C B A, ...: no size always runs right after the same one, whose traces in the page cache and
+    the allocator's state it would inherit, nor always at the same point of a drift); every run kept, with its
+    ``round`` and its ``position`` in it, reduced by :func:`scale_method.aggregate` and handed to
+    ``done(label, result)`` after each round (a shared machine may not let the last round finish)."""
     runs: dict[str, list[dict]] = {label: [] for label, _ in points}
     for k in range(repeats):
-        for label, files in points:
+        for i, (label, files) in enumerate(points if k % 2 == 0 else points[::-1]):
             print(f"-- round {k + 1}/{repeats}: {label}", flush=True)
-            runs[label].append({**run(label, files), "round": k, "uptime": os.getloadavg()})
+            runs[label].append({**run(label, files), "round": k, "position": i, "uptime": os.getloadavg()})
         for label, r in runs.items():
             done(label, aggregate(r))
 
@@ -425,7 +436,7 @@ def stage_curve(
         if cold:
             drop_page_cache()
         load = [os.getloadavg()[0]]
-        rec = _run_stage(stage, args, lake, rid)
+        rec = _run_stage(stage, args, lake, rid, per_unit=True)
         rec["cold"] = cold
         base = {k: v for k, v in bases[label].items() if k not in ("stages", "load_average")}
         # the lake's own making (one run of each upstream stage) kept beside the curve's runs
@@ -850,7 +861,7 @@ checkpoint records.
 METHOD_HEADER = """## Scale method: marginal cost per GB and per row, alternated repeats (`benchmarks/bench_scale.py`)
 
 Commands: {commands}; report: `.venv/bin/python benchmarks/bench_scale.py --report --write-results --json
-benchmarks/results/scale.json`. Rounds completed: {repeats} (sizes alternated, A B C A B C ...), every run kept
+benchmarks/results/scale.json`. Rounds completed: {repeats} (sizes alternated, {order}), every run kept
 in the JSON; a stage is `curation <stage> --workers 1` in a fresh process (CPU = user + system of the process,
 `wait4`). The **marginal** cost between adjacent sizes pairs the k-th run of each (adjacent in time): a linear
 stage has the same marginal cost at every interval, a superlinear one grows (the last column). Text:
@@ -1171,6 +1182,14 @@ def airflow_tables(af: dict, real: bool) -> list[str]:
     return out
 
 
+def _order(points: list[dict]) -> str:
+    """How the runs of ``points`` were ordered within their rounds: the JSON says, run by run."""
+    runs = [r for p in points for r in p.get("runs", [])]
+    if runs and all("position" in r for r in runs):
+        return "A B C, C B A, ...: the order reversed every other round"
+    return "A B C A B C ...: the same order every round"
+
+
 def _header(template: str, doc: dict, commands: list[str], **fields) -> str:
     """A RESULTS block's header: ``template`` with the runs' commands, then the JSON's notes."""
     # the runs name their own workdir and JSON (they ran from a copy of the code): shown without
@@ -1182,7 +1201,7 @@ def _header(template: str, doc: dict, commands: list[str], **fields) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1,2,5,10", help="GB of JSONL, comma-separated")
-    ap.add_argument("--repeats", type=int, default=1, help="runs of every size, alternated (A B C A B C ...)")
+    ap.add_argument("--repeats", type=int, default=1, help="runs of every size, alternated (A B C, C B A, ...)")
     ap.add_argument("--pool-mb", type=float, help="cap scale_corpus's pool: small sizes hold several passes")
     ap.add_argument("--file-mb", type=float, default=FILE_BYTES / 1e6, help="JSONL input file size, MB")
     ap.add_argument("--tiny-rows", default="", help="a lake of short documents at these row counts, e.g. 1e6,4e6,1e7")
@@ -1256,6 +1275,7 @@ def main() -> None:
                     doc,
                     commands,
                     repeats=max(v.get("repeats", 1) for v in doc["sizes"].values()),
+                    order=_order(parts),
                     pool_mb=f"{doc.get('pool_mb') or doc['pool']['bytes'] / 1e6:g}",
                     load_min=min(loads),
                     load_max=max(loads),

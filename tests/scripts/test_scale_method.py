@@ -79,3 +79,21 @@ def test_the_scale_report_splits_user_and_system_cpu_where_every_run_has_both(me
     assert "User CPU alone, marginal per GB" in text and "marginal system CPU-s per GB" in text
     older = {"sizes": {str(gb): method.aggregate([_run(gb, 0.0)]) for gb in (1, 2, 4)}}
     assert "User CPU alone" not in method_report(older)
+
+
+def test_sizes_run_in_an_order_reversed_every_other_round():
+    """bench_scale's rounds run the sizes A B C, then C B A: no size always runs right after the same one (whose
+    traces in the page cache it would inherit) nor at the same point of a drift; each run records its place, and
+    the report's header says which order the JSON's runs had (older JSON: the same order every round)."""
+    from bench_scale import _order, alternated
+
+    calls: list[str] = []
+    done: dict[str, dict] = {}
+    points = [("1", []), ("2", []), ("4", [])]
+    alternated(points, 3, lambda label, files: (calls.append(label), _run(float(label), 0.0))[1], done.__setitem__)
+    assert calls == ["1", "2", "4", "4", "2", "1", "1", "2", "4"]
+    assert [r["position"] for r in done["4"]["runs"]] == [2, 0, 2]
+    assert [r["round"] for r in done["1"]["runs"]] == [0, 1, 2]
+    assert "reversed every other round" in _order(list(done.values()))
+    older = [{"runs": [{k: v for k, v in r.items() if k != "position"} for r in p["runs"]]} for p in done.values()]
+    assert "the same order every round" in _order(older)
