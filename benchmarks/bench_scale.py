@@ -215,7 +215,9 @@ def run_size(
         lake,
         rid,
     )
-    stages["preprocess"] = _run_stage("preprocess", [*common, "--run-id", rid, "--mapper", "local"], lake, rid)
+    # each shard's seconds: the same shard's cost in a smaller and a larger lake (the sizes share their input files)
+    args = [*common, "--run-id", rid, "--mapper", "local"]
+    stages["preprocess"] = _run_stage("preprocess", args, lake, rid, per_unit=True)
     rows = stages["preprocess"]["rows"]
     if "dedup" in stages_to_run:
         stages["dedup"] = _run_stage("dedup", [*common, "--run-id", rid, "--memory-budget", str(budget)], lake, rid)
