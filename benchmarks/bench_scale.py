@@ -70,7 +70,7 @@ sys.path.insert(0, str(REPO / "scripts"))  # airflow_stack
 from bench_ingest import CURATION, _measure  # noqa: E402
 from results import RESULTS, replace_block  # noqa: E402
 from scale_corpus import FILE_BYTES, cipher, generate, pool_info, write_pool  # noqa: E402
-from scale_method import aggregate, marginal_table, runs_table  # noqa: E402
+from scale_method import aggregate, marginal_table, runs_table, shared_units_table  # noqa: E402
 
 from airflow_curation.core.checkpoint import CheckpointStore  # noqa: E402
 from airflow_curation.core.layout import Lake  # noqa: E402
@@ -886,6 +886,20 @@ def _user_and_system(points: list[dict], unit: str) -> list[str]:
     return out
 
 
+def _shared_shards(points: list[dict], stage: str) -> list[str]:
+    """The same shards' cost in a smaller and a larger lake (:func:`scale_method.shared_units`), where the runs
+    recorded each unit's seconds."""
+    table = shared_units_table(points, stage)
+    if not table:
+        return []
+    return [
+        "",
+        f"The same shards in a smaller and a larger lake ({stage}: each shard's seconds, median of its runs):",
+        "",
+        *table,
+    ]
+
+
 def method_report(doc: dict) -> str:
     """The curvature tables: runs and marginal cost per GB, the tiny-row lake per row, the per-task fixed cost and
     peak RSS at plan-sized shards (each if present)."""
@@ -897,6 +911,7 @@ def method_report(doc: dict) -> str:
         out += ["Marginal cost per GB (the first interval from the 200-row lake of the fixed-cost runs):", ""]
         out += marginal_table(base + sizes, "gb")
         out += _user_and_system(base + sizes, "gb")
+        out += _shared_shards(sizes, "preprocess")
     for stage, (key, unit, what) in itertools.product(
         CURVE_STATE,
         (
@@ -913,6 +928,7 @@ def method_report(doc: dict) -> str:
             out += [*runs_table(curve, unit), "", f"Marginal cost per {'GB' if unit == 'gb' else 'row'}:", ""]
             out += marginal_table(curve, unit)
             out += _user_and_system(curve, unit)
+            out += _shared_shards(curve, stage) if unit == "gb" else []
     tiny = [v for v in (doc.get("tiny") or {}).values() if v.get("runs")]
     if tiny:
         out += ["", "Tiny-row lake (one short line of the pool a document, ~60 B), every run:", ""]

@@ -120,3 +120,67 @@ def runs_table(points: list[dict], unit: str) -> list[str]:
                 + f" | {max(x['peak_rss_runs']) / 2**20:.0f} | {loads} |"
             )
     return out
+
+
+def shared_units(points: list[dict], stage: str) -> list[dict]:
+    """Per pair of adjacent sizes whose runs recorded each unit's seconds (``own_unit_seconds``, wall seconds
+    of a unit in a process pinned to one core): the units both lakes hold (the sizes share their input files,
+    so these are the same shards, row for row) with each unit's median seconds summed in the smaller lake and in
+    the larger, and their ratio; the units only the larger holds, in seconds per GB the interval adds; and the
+    seconds between units (the run's span minus its units' sum: checkpoint commits, tallies), per unit, in each.
+    A term that grows with the lake shows in the ratio and in the time between units, whatever the added text
+    costs, which the marginal cost per GB mixes in."""
+
+    def seconds(p: dict) -> dict[str, float] | None:
+        runs = [r["stages"].get(stage, {}).get("own_unit_seconds") for r in p["runs"]]
+        if not runs or any(not x for x in runs):
+            return None
+        return {u: statistics.median(x.get(u, 0.0) for x in runs) for u in runs[0]}
+
+    def between(p: dict) -> float:
+        recs = [r["stages"][stage] for r in p["runs"]]
+        return statistics.median((x["own_span_s"] - x["own_unit_s"]) / x["own_units"] for x in recs)
+
+    points = sorted(points, key=lambda p: p["input_bytes"])
+    out = []
+    for a, b in zip(points, points[1:]):
+        sa, sb = seconds(a), seconds(b)
+        if sa is None or sb is None:
+            continue
+        both = sa.keys() & sb.keys()
+        in_a, in_b = sum(sa[u] for u in both), sum(sb[u] for u in both)
+        added = sum(v for u, v in sb.items() if u not in both)
+        out.append(
+            {
+                "from": a["input_bytes"] / 1e9,
+                "to": b["input_bytes"] / 1e9,
+                "stage": stage,
+                "shared": len(both),
+                "seconds_smaller": in_a,
+                "seconds_larger": in_b,
+                "ratio": in_b / in_a if in_a else None,
+                "added_units": len(sb) - len(both),
+                "added_per_gb": added / ((b["input_bytes"] - a["input_bytes"]) / 1e9),
+                "between_ms": (between(a) * 1e3, between(b) * 1e3),
+            }
+        )
+    return out
+
+
+def shared_units_table(points: list[dict], stage: str) -> list[str]:
+    """A Markdown table of :func:`shared_units` (no lines where no pair of sizes recorded its units)."""
+    rows = shared_units(points, stage)
+    if not rows:
+        return []
+    out = [
+        "| GB from -> to | stage | shards both hold | their seconds in the smaller lake | in the larger | larger / "
+        "smaller | shards added | their seconds per GB added | between shards, ms a shard (smaller, larger) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for m in rows:
+        out.append(
+            f"| {m['from']:.2f} -> {m['to']:.2f} | {m['stage']} | {m['shared']} | {m['seconds_smaller']:.2f} | "
+            f"{m['seconds_larger']:.2f} | {m['ratio']:.3f} | {m['added_units']} | {m['added_per_gb']:.2f} | "
+            f"{m['between_ms'][0]:.2f}, {m['between_ms'][1]:.2f} |"
+        )
+    return out

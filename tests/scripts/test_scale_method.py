@@ -97,3 +97,29 @@ def test_sizes_run_in_an_order_reversed_every_other_round():
     assert "reversed every other round" in _order(list(done.values()))
     older = [{"runs": [{k: v for k, v in r.items() if k != "position"} for r in p["runs"]]} for p in done.values()]
     assert "the same order every round" in _order(older)
+
+
+def test_the_same_shards_cost_the_same_in_a_larger_lake_or_the_table_says_so(method):
+    """``shared_units``: the shards two sizes share, summed by unit in each lake; a per-shard cost that grows with
+    the lake (here: 1 ms more a shard in the larger lake) shows in the ratio, apart from what the added shards
+    cost; sizes without per-unit seconds (older JSON) give no row."""
+
+    def point(gb: float, shards: int, extra: float) -> dict:
+        secs = {f"part-{i:03d}": 0.010 + (0.002 if i % 2 else 0.0) + extra for i in range(shards)}
+        rec = {"own_unit_seconds": secs, "own_span_s": sum(secs.values()) + shards * 3e-3}
+        rec |= {"own_unit_s": sum(secs.values()), "own_units": shards}
+        return {"input_bytes": gb * 1e9, "runs": [{"stages": {"preprocess": rec}}] * 3}
+
+    flat = method.shared_units([point(1, 100, 0.0), point(2, 200, 0.0)], "preprocess")
+    assert len(flat) == 1 and flat[0]["shared"] == 100 and flat[0]["added_units"] == 100
+    assert flat[0]["ratio"] == pytest.approx(1.0) and flat[0]["added_per_gb"] == pytest.approx(1.1)
+    assert flat[0]["between_ms"] == pytest.approx((3.0, 3.0))
+    growing = method.shared_units([point(1, 100, 0.0), point(2, 200, 0.001)], "preprocess")
+    assert growing[0]["ratio"] == pytest.approx(1.2 / 1.1)
+    older = point(4, 400, 0.0)
+    for r in older["runs"]:
+        r["stages"]["preprocess"].pop("own_unit_seconds", None)  # the runs share one record
+    assert method.shared_units([point(2, 200, 0.0), older], "preprocess") == []
+    assert "| 1.00 -> 2.00 | preprocess | 100 |" in "\n".join(
+        method.shared_units_table([point(1, 100, 0), point(2, 200, 0)], "preprocess")
+    )
