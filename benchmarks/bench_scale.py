@@ -928,7 +928,9 @@ def method_report(doc: dict) -> str:
             out += [*runs_table(curve, unit), "", f"Marginal cost per {'GB' if unit == 'gb' else 'row'}:", ""]
             out += marginal_table(curve, unit)
             out += _user_and_system(curve, unit)
-            out += _shared_shards(curve, stage) if unit == "gb" else []
+            # preprocess's units are the shards themselves (validate's parts take the lake's partition count in,
+            # its merge the whole lake; dedup's global phase is one step): the same unit, the same work
+            out += _shared_shards(curve, stage) if unit == "gb" and stage == "preprocess" else []
     tiny = [v for v in (doc.get("tiny") or {}).values() if v.get("runs")]
     if tiny:
         out += ["", "Tiny-row lake (one short line of the pool a document, ~60 B), every run:", ""]
