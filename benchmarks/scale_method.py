@@ -148,6 +148,8 @@ def shared_units(points: list[dict], stage: str) -> list[dict]:
         if sa is None or sb is None:
             continue
         both = sa.keys() & sb.keys()
+        if not both:  # lakes of other files: nothing to set side by side
+            continue
         in_a, in_b = sum(sa[u] for u in both), sum(sb[u] for u in both)
         added = sum(v for u, v in sb.items() if u not in both)
         out.append(
@@ -158,7 +160,7 @@ def shared_units(points: list[dict], stage: str) -> list[dict]:
                 "shared": len(both),
                 "seconds_smaller": in_a,
                 "seconds_larger": in_b,
-                "ratio": in_b / in_a if in_a else None,
+                "ratio": in_b / in_a if in_a else float("nan"),
                 "added_units": len(sb) - len(both),
                 "added_per_gb": added / ((b["input_bytes"] - a["input_bytes"]) / 1e9),
                 "between_ms": (between(a) * 1e3, between(b) * 1e3),
