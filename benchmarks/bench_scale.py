@@ -1295,7 +1295,7 @@ def main() -> None:
                     doc,
                     commands,
                     repeats=max(v.get("repeats", 1) for v in doc["sizes"].values()),
-                    order=_order(parts),
+                    order=_order(list(doc["sizes"].values())),  # the sizes curve's own runs
                     pool_mb=f"{doc.get('pool_mb') or doc['pool']['bytes'] / 1e6:g}",
                     load_min=min(loads),
                     load_max=max(loads),
