@@ -438,7 +438,8 @@ def stage_curve(
         if cold:
             drop_page_cache()
         load = [os.getloadavg()[0]]
-        rec = _run_stage(stage, args, lake, rid, per_unit=True)
+        # each unit's seconds where the report sets units side by side: preprocess, whose units are the shards
+        rec = _run_stage(stage, args, lake, rid, per_unit=stage == "preprocess")
         rec["cold"] = cold
         base = {k: v for k, v in bases[label].items() if k not in ("stages", "load_average")}
         # the lake's own making (one run of each upstream stage) kept beside the curve's runs
