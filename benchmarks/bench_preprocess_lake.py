@@ -3,7 +3,8 @@
 The lake is ingested once (``curation ingest --workers 1``, 1.5 MB shards of 1,024-row groups, as
 ``bench_scale.py``'s ``run_size`` does) from JSONL files of ``scale_corpus.py``; every run then removes the
 preprocess stage's state (attrs, checkpoints, tallies, manifest) and runs ``curation preprocess --workers 1
---mapper local`` on the ingest manifest, pinned to one CPU. Per run: CPU s (user + system of the child,
+--mapper local`` on the ingest manifest, pinned to one CPU (``--mapper default``: no ``--mapper`` nor
+``--workers``, what a user's task on one core runs). Per run: CPU s (user + system of the child,
 ``wait4``), wall, peak RSS, load, and the SHA-256 of every attrs table written (Arrow IPC bytes of each
 table, in shard order), so that the trees are compared on what they wrote, not on Parquet's metadata.
 
@@ -56,14 +57,16 @@ def outputs_sha256(manifest: Manifest) -> str:
     return h.hexdigest()
 
 
-def one_run(lake: Path, tree: str, run_id: str) -> dict:
+def one_run(lake: Path, tree: str, run_id: str, mapper: str = "local") -> dict:
     root = lake / DATASET
     for sub in ("attrs/preprocess", "_checkpoints/preprocess", f"_manifests/{run_id}"):
         shutil.rmtree(root / sub, ignore_errors=True)
     (root / "_locks" / "preprocess.lease").unlink(missing_ok=True)
     ingest_manifest = str(root / "_manifests" / INGEST_RUN / "ingest.json")
-    args = ["preprocess", "--lake", str(lake), "--dataset", DATASET, "--workers", "1", "--mapper", "local"]
-    args += ["--run-id", run_id, "--input-manifest", ingest_manifest]
+    args = ["preprocess", "--lake", str(lake), "--dataset", DATASET, "--run-id", run_id]
+    args += ["--input-manifest", ingest_manifest]
+    if mapper != "default":
+        args += ["--workers", "1", "--mapper", mapper]
     load = os.getloadavg()[0]
     wall, cpu, rss, _ = _measure([*CMD, *args], {**os.environ, "PYTHONPATH": tree})
     manifest = Manifest.read(Lake(str(lake), DATASET).manifest_uri(run_id, "preprocess"))
@@ -92,18 +95,20 @@ def main() -> int:
     ap.add_argument("--lake", required=True, help="where the lake is (ingested once from --jsonl if missing)")
     ap.add_argument("--jsonl", nargs="+", required=True, help="the scale corpus's JSONL files")
     ap.add_argument("--out", required=True, help="the JSON record")
+    ap.add_argument("--mapper", default="local", choices=("local", "dask", "default"), help="default: the stage's own")
     args = ap.parse_args()
     os.sched_setaffinity(0, {args.cpu})  # the children inherit it
     lake = Path(args.lake)
     trees = {"A": os.path.abspath(args.a), "B": os.path.abspath(args.b)}
     ingest(lake, args.jsonl, trees["B"])
     jsonl_mb = sum(os.path.getsize(f) for f in args.jsonl) / 1e6
-    record = {"jsonl_mb": jsonl_mb, "files": args.jsonl, "trees": trees, "cpu": args.cpu, "runs": []}
+    record = {"jsonl_mb": jsonl_mb, "files": args.jsonl, "trees": trees, "cpu": args.cpu, "mapper": args.mapper}
+    record["runs"] = []
     for who, tree in trees.items():  # numba's on-disk cache of each tree, and the page cache: not measured
-        one_run(lake, tree, f"warm-{who}")
+        one_run(lake, tree, f"warm-{who}", args.mapper)
     for r in range(args.rounds):
         for who in ("A", "B") if r % 2 == 0 else ("B", "A"):
-            run = {"round": r, "who": who, **one_run(lake, trees[who], f"r{r}-{who}")}
+            run = {"round": r, "who": who, **one_run(lake, trees[who], f"r{r}-{who}", args.mapper)}
             run["mb_per_cpu_s"] = jsonl_mb / run["cpu_s"]
             record["runs"].append(run)
             print(json.dumps({k: v for k, v in run.items() if k != "outputs_sha256"}), flush=True)

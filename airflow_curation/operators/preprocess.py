@@ -10,7 +10,8 @@ from airflow_curation.operators.base import CurationStageOperator
 class PreprocessOperator(CurationStageOperator):
     """Compute per-document signals and apply filter rules; writes ``attrs/preprocess/<shard>.parquet``
     (``id``, signals, ``keep``, ``drop_reason``), never rewriting a shard. The job runs the shards on a
-    Dask LocalCluster sized from the memory budget, or on the cluster at ``scheduler_address``.
+    Dask LocalCluster sized from the memory budget (in the job's own process where that plan gives one
+    worker), or on the cluster at ``scheduler_address``.
 
     :param input_manifest: the upstream manifest URI (usually the ingest gate's ``manifest_uri``).
     :param preset: filter preset(s): ``gopher``, ``structure``, ``c4``, ``fineweb``, ``code``, ``gopher_compat``,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -17,7 +18,8 @@ from airflow_curation.core.schema import SHARD_SCHEMA
 from airflow_curation.core.shards import read_shard, write_parquet
 from airflow_curation.core.signals import compute_signals
 from airflow_curation.stages.base import StageRunner
-from airflow_curation.stages.mappers.budget import plan_workers
+from airflow_curation.stages.mappers.budget import cpu_count, plan_workers
+from airflow_curation.stages.mappers.dask import dask_mapper
 from airflow_curation.stages.preprocess.stage import PreprocessStage
 
 from .conftest import REPO
@@ -71,10 +73,14 @@ def _expected(shard_uri: str, preset: str) -> pa.Table:
     return apply_rules(compute_signals(shard.column("text")), resolve_rules(preset))
 
 
-def test_stage_on_a_dask_local_cluster(lake, warm_signals):
+def test_stage_on_a_dask_local_cluster(lake, warm_signals, caplog):
     lake, ingest_uri = lake
     stage = PreprocessStage(lake, {"input_manifest": ingest_uri, "preset": "gopher", "workers": 2}, "pre-1")
-    manifest = StageRunner(stage).run()
+    with caplog.at_level(logging.INFO, "airflow_curation.stages.mappers.dask"):
+        manifest = StageRunner(stage).run()
+    workers = min(2, cpu_count())  # one worker runs in-process (test below)
+    where = "on a LocalCluster of 2 workers" if workers == 2 else "in this process"
+    assert f"dask: 3 units {where}" in caplog.text
     assert manifest.status == "complete" and len(manifest.shards) == 3
     acc = manifest.accounting
     assert acc["read"] == 122 == acc["kept"] + sum(acc["dropped"].values())
@@ -143,6 +149,23 @@ def test_worker_plan_is_bound_by_memory_and_open_files():
     by_cpu = plan_workers([1024] * 100, 8.0, memory=512 * gib, open_files=65536, cpus=3)
     assert (by_cpu.bound_by, by_cpu.workers) == ("cpus", 3)
     assert plan_workers([1024], 8.0, memory=512 * gib, open_files=65536, cpus=8).workers == 1
+
+
+def _pid_of(x: int) -> tuple[int, int]:
+    return os.getpid(), x
+
+
+def test_a_one_worker_plan_runs_in_this_process_and_a_larger_one_on_a_local_cluster():
+    """A cluster of one worker would only add its start-up to every task of an array; two workers are worth it."""
+    one = list(dask_mapper(workers=1)(_pid_of, [(1,), (2,), (3,)]))
+    assert one == [(os.getpid(), 1), (os.getpid(), 2), (os.getpid(), 3)]  # results in submission order
+    single_unit = list(dask_mapper(workers=4)(_pid_of, [(7,)]))
+    assert single_unit == [(os.getpid(), 7)]
+    if cpu_count() < 2:
+        pytest.skip("a LocalCluster of two workers needs two usable cores")
+    two = list(dask_mapper(workers=2)(_pid_of, [(k,) for k in range(4)]))
+    assert [x for _, x in two] == [0, 1, 2, 3]
+    assert os.getpid() not in {pid for pid, _ in two}  # each ran in a worker process of the cluster
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -1,5 +1,7 @@
 """A Dask mapper: units run on a ``LocalCluster`` sized from the memory budget, or on an existing
-cluster at ``scheduler_address``.
+cluster at ``scheduler_address``. Where the plan gives one local worker (one unit, one core, or memory
+for one), the units run in this process: a cluster of one worker would only add its start-up (a
+scheduler, a nanny and a worker process), paid by every task of an array.
 
 Results come back in submission order (``StageRunner`` zips them with its units). A cluster this
 mapper started is closed when the iteration ends, also when the caller stops early.
@@ -32,18 +34,27 @@ def dask_mapper(
     """
 
     def run(fn: Callable[..., Any], arg_tuples: Iterable[tuple]) -> Iterator[Any]:
-        from distributed import Client, LocalCluster
-
         args = list(arg_tuples)
         if not args:
             return
+        plan: WorkerPlan | None = None
+        if not scheduler_address:
+            sizes = [unit_bytes(a) if unit_bytes else 0 for a in args]
+            plan = plan_workers(sizes, expansion, memory=memory, max_workers=workers)
+            if plan.workers == 1:
+                log.info(
+                    "dask: %d units in this process (the worker plan gives one worker: %s)", len(args), plan.to_dict()
+                )
+                for a in args:
+                    yield fn(*a)
+                return
+        from distributed import Client, LocalCluster
+
         cluster = None
-        if scheduler_address:
+        if plan is None:
             client = Client(scheduler_address)
             log.info("dask: %d units on the cluster at %s", len(args), scheduler_address)
         else:
-            sizes = [unit_bytes(a) for a in args] if unit_bytes else [0]
-            plan: WorkerPlan = plan_workers(sizes, expansion, memory=memory, max_workers=workers)
             cluster = LocalCluster(
                 n_workers=plan.workers,
                 threads_per_worker=1,

@@ -5,7 +5,8 @@ in batches, computes the signals (:mod:`airflow_curation.core.signals`, plus cod
 needs them), applies the filter rules (:mod:`airflow_curation.core.filters`) and writes
 ``attrs/preprocess/<fingerprint>/<shard>.parquet`` with ``id``, the signals, ``keep`` and ``drop_reason``:
 the same rows in the same order as the shard, which is never rewritten. Units run on Dask by default (a
-LocalCluster sized from the memory budget, or the cluster at ``scheduler_address``).
+LocalCluster sized from the memory budget, or the cluster at ``scheduler_address``; in this process
+where the plan gives one worker).
 """
 
 from __future__ import annotations
