@@ -18,9 +18,10 @@ fraction of one GPU (several small models sharing it).
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Any
+
+from airflow_curation.stages.mappers.budget import cpu_count
 
 AUTO = "auto"
 
@@ -153,11 +154,11 @@ def ray_available(address: str | None) -> Available:
 
 
 def local_available() -> Available:
-    """This process's machine: the GPUs torch sees (none without torch), its CPUs."""
+    """This process's machine: the GPUs torch sees (none without torch), the cores it may use (affinity, CPU quota)."""
     try:
         import torch
 
         gpus = float(torch.cuda.device_count()) if torch.cuda.is_available() else 0.0
     except ImportError:
         gpus = 0.0
-    return Available(gpus=gpus, cpus=float(os.cpu_count() or 1), node_gpus=gpus, where="this machine")
+    return Available(gpus=gpus, cpus=float(cpu_count()), node_gpus=gpus, where="this machine")

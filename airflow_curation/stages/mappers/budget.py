@@ -9,6 +9,7 @@ open-file limit and the cores allow, and says which one bound it.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import resource
 from dataclasses import asdict, dataclass
@@ -68,11 +69,38 @@ def available_memory() -> int:
     return avail
 
 
-def cpu_count() -> int:
+def cpu_count(cgroup_root: str = "/sys/fs/cgroup") -> int:
+    """Cores this process may use: its CPU affinity (a Slurm task's cpuset, ``taskset``), capped by the
+    cgroup's CPU quota rounded up (a Kubernetes CPU limit leaves the affinity at every core of the node).
+    ``os.cpu_count()`` and DuckDB's default see the node: a one-core task of a 64-core node would run 64
+    threads on its core."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    quota = cgroup_cpu_quota(cgroup_root)
+    return max(1, min(cores, math.ceil(quota))) if quota else cores
+
+
+def cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> float | None:
+    """CPUs the cgroup's quota allows (quota / period), or None where it sets none: cgroup v2 ``cpu.max``
+    (``max 100000`` or ``150000 100000``), else v1 ``cpu.cfs_quota_us`` (``-1``: none) and ``cpu.cfs_period_us``."""
+    try:
+        with open(os.path.join(root, "cpu.max")) as f:
+            quota, period = f.read().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    for v1 in ("cpu", "cpu,cpuacct"):
+        try:
+            with open(os.path.join(root, v1, "cpu.cfs_quota_us")) as f:
+                quota = int(f.read())
+            with open(os.path.join(root, v1, "cpu.cfs_period_us")) as f:
+                period = int(f.read())
+        except (OSError, ValueError):
+            continue
+        return quota / period if quota > 0 and period > 0 else None
+    return None
 
 
 def plan_workers(

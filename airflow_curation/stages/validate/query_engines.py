@@ -20,6 +20,7 @@ from typing import Any
 from airflow_curation.core import redact, storage
 from airflow_curation.core.schema import CLUSTER_ID, DROP_REASON, ID, TEXT
 from airflow_curation.stages.mappers import ray as ray_cluster
+from airflow_curation.stages.mappers.budget import cpu_count
 from airflow_curation.stages.validate import arrow_scan, bounded, daft_stats, partials, partitions, sandbox
 from airflow_curation.stages.validate.limits import Bounds, CheckTimedOut, QueryProcess, interrupt_after
 from airflow_curation.stages.validate.view import CuratedView, same_schema
@@ -52,7 +53,8 @@ NAN_SAFE = "can_have_nan = true"
 
 
 class DuckDBEngine:
-    """:param threads: DuckDB threads (default: DuckDB's choice).
+    """:param threads: DuckDB threads (default: the cores this process may use, :func:`cpu_count`; DuckDB's own
+        default counts the node's cores whatever the task's cpuset or CPU limit).
     :param memory_limit: e.g. ``"4GB"``; DuckDB spills past it.
     :param group_rows: rows of shards joined with their attrs in one query (0: all in one).
     :param ids_per_pass: ids per hash partition of the distinct-id and cluster counts (0: one pass).
@@ -90,9 +92,8 @@ class DuckDBEngine:
         self.con = duckdb.connect(":memory:")
         if trace:
             self.con.execute("CALL enable_logging(['QueryLog', 'FileSystem'])")
-        if threads:
-            self.con.execute(f"SET threads = {int(threads)}")
-        # DuckDB's threads (its default: the cores it may use) read the attrs files of the selection passes too
+        self.con.execute(f"SET threads = {int(threads or cpu_count())}")
+        # DuckDB's threads read the attrs files of the selection passes too
         self.threads = int(self.con.execute("SELECT current_setting('threads')").fetchone()[0])
         if memory_limit:
             self.con.execute(f"SET memory_limit = {_sql_str(memory_limit)}")
@@ -623,7 +624,7 @@ def _set_ray_runner(daft, address: str | None) -> str | None:
     import ray
 
     # A local Ray for this job: its CPUs, not every core of a shared machine.
-    local_cpus = int(os.environ.get("CURATION_RAY_NUM_CPUS", min(4, os.cpu_count() or 1)))
+    local_cpus = int(os.environ.get("CURATION_RAY_NUM_CPUS", min(4, cpu_count())))
     target, _ = ray_cluster.connect(address, num_cpus=local_cpus if ray_cluster.resolve(address).local else None)
     joined = None if target.local else target.address
     try:

@@ -28,6 +28,7 @@ from airflow_curation.core.fingerprint import canonical_json
 from airflow_curation.core.integrity import IntegrityError, shard_files, verify_files
 from airflow_curation.core.manifest import Manifest, ManifestError, ManifestHead, ShardEntry, UnitEntry
 from airflow_curation.stages.base import Stage, UnitResult, _attempt_unit
+from airflow_curation.stages.mappers.budget import cpu_count
 from airflow_curation.stages.settings import Setting, anything, size
 from airflow_curation.stages.validate import checks as checks_mod
 from airflow_curation.stages.validate import limits, partials
@@ -110,7 +111,14 @@ class ValidateStage(Stage):
             keep_old_fingerprint=True,
             minimum=0,
         ),
-        Setting("threads", int, None, "DuckDB threads", runtime=True, minimum=0),
+        Setting(
+            "threads",
+            int,
+            None,
+            "DuckDB threads and the files verified at once (default: the cores this process may use)",
+            runtime=True,
+            minimum=0,
+        ),
         Setting(
             "memory_limit",
             str,
@@ -336,7 +344,7 @@ class ValidateStage(Stage):
         self._verify_shards(m.shards if idx is None else [m.shards[i] for i in idx])
 
     def _verify_shards(self, shards: list[ShardEntry]) -> None:
-        threads = int(self.config.get("threads") or os.cpu_count() or 1)
+        threads = int(self.config.get("threads") or cpu_count())
         verify_files((f for s in shards for f in shard_files(s)), threads)
 
     def reusable(self, unit: UnitEntry, record: CheckpointRecord) -> bool:
