@@ -18,7 +18,7 @@ from airflow_curation.core.schema import SHARD_SCHEMA
 from airflow_curation.core.shards import read_shard, write_parquet
 from airflow_curation.core.signals import compute_signals
 from airflow_curation.stages.base import StageRunner
-from airflow_curation.stages.mappers.budget import cgroup_cpu_quota, cpu_count, plan_workers
+from airflow_curation.stages.mappers.budget import cpu_count, plan_workers
 from airflow_curation.stages.mappers.dask import dask_mapper
 from airflow_curation.stages.preprocess.stage import PreprocessStage
 
@@ -149,30 +149,6 @@ def test_worker_plan_is_bound_by_memory_and_open_files():
     by_cpu = plan_workers([1024] * 100, 8.0, memory=512 * gib, open_files=65536, cpus=3)
     assert (by_cpu.bound_by, by_cpu.workers) == ("cpus", 3)
     assert plan_workers([1024], 8.0, memory=512 * gib, open_files=65536, cpus=8).workers == 1
-
-
-def test_cpu_count_is_the_affinity_capped_by_a_cgroup_cpu_quota(tmp_path):
-    cores = len(os.sched_getaffinity(0))
-    v2 = tmp_path / "v2"
-    v2.mkdir()
-    (v2 / "cpu.max").write_text("50000 100000\n")  # a Kubernetes limit of 500m
-    assert cgroup_cpu_quota(str(v2)) == 0.5 and cpu_count(str(v2)) == 1
-    (v2 / "cpu.max").write_text("max 100000\n")
-    assert cgroup_cpu_quota(str(v2)) is None and cpu_count(str(v2)) == cores
-    v1 = tmp_path / "v1" / "cpu,cpuacct"
-    v1.mkdir(parents=True)
-    (v1 / "cpu.cfs_period_us").write_text("100000\n")
-    (v1 / "cpu.cfs_quota_us").write_text("-1\n")
-    assert cgroup_cpu_quota(str(tmp_path / "v1")) is None
-    (v1 / "cpu.cfs_quota_us").write_text("150000\n")
-    assert cgroup_cpu_quota(str(tmp_path / "v1")) == 1.5 and cpu_count(str(tmp_path / "v1")) == min(cores, 2)
-    assert cgroup_cpu_quota(str(tmp_path / "none")) is None
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(before)})  # a Slurm task's cpuset of one core
-    try:
-        assert cpu_count(str(tmp_path / "none")) == 1
-    finally:
-        os.sched_setaffinity(0, before)
 
 
 def _pid_of(x: int) -> tuple[int, int]:

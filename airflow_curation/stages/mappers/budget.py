@@ -37,8 +37,52 @@ class WorkerPlan:
         return asdict(self)
 
 
-def available_memory() -> int:
-    """MemAvailable, capped by the cgroup limit when a container sets one."""
+CGROUP_ROOT = "/sys/fs/cgroup"
+PROC_CGROUP = "/proc/self/cgroup"
+
+
+def cgroup_dirs(controller: str, root: str = CGROUP_ROOT, proc_cgroup: str = PROC_CGROUP) -> list[str]:
+    """The cgroup folders whose limits bind this process, its own first, then each ancestor to the mount's root.
+
+    A container with a cgroup namespace sees its own cgroup at ``root``; a Slurm task does not: slurmstepd puts it
+    in ``.../job_<id>/step_<id>/...`` of the node's hierarchy and sets ``--mem`` on the job's folder, which the
+    mount's root does not show. cgroup v2 (the ``0::`` line of ``/proc/self/cgroup``) and v1 (``controller``'s
+    line, its hierarchy at ``root/<controllers>`` or ``root/<controller>``)."""
+    try:
+        with open(proc_cgroup) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        lines = []
+    v2 = root if os.path.exists(os.path.join(root, "cgroup.controllers")) else os.path.join(root, "unified")
+    dirs: list[str] = []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers:
+            if controller not in controllers.split(","):
+                continue
+            bases = [os.path.join(root, controllers), os.path.join(root, controller)]
+            base = next((b for b in bases if os.path.isdir(b)), bases[-1])
+        else:
+            base = v2
+        parts = [p for p in path.split("/") if p]
+        dirs += [os.path.join(base, *parts[:k]) for k in range(len(parts), -1, -1)]
+    # no /proc/self/cgroup, or a path the mount does not show: the mount's roots, as a namespaced container has
+    dirs += [root, os.path.join(root, controller)]
+    return list(dict.fromkeys(d for d in dirs if os.path.isdir(d)))
+
+
+def _number(folder: str, name: str, word: int = 0) -> int | None:
+    """The ``word``-th number of a cgroup file; None where the file is absent or says ``max``."""
+    try:
+        with open(os.path.join(folder, name)) as f:
+            return int(f.read().split()[word])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def available_memory(root: str = CGROUP_ROOT, proc_cgroup: str = PROC_CGROUP) -> int:
+    """MemAvailable, capped by every memory limit on this process's cgroup and its ancestors (a container's, a
+    Slurm job's ``--mem``): the smallest limit less what its cgroup uses."""
     avail = None
     try:
         with open("/proc/meminfo") as f:
@@ -50,57 +94,40 @@ def available_memory() -> int:
         pass
     if avail is None:
         avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            with open(path) as f:
-                raw = f.read().strip()
-            if raw.isdigit():
-                limit = int(raw)
-                try:
-                    with open(
-                        path.replace("memory.max", "memory.current").replace("limit_in_bytes", "usage_in_bytes")
-                    ) as f:
-                        used = int(f.read().strip())
-                except (OSError, ValueError):
-                    used = 0
-                avail = min(avail, max(0, limit - used))
-        except OSError:
-            continue
+    for folder in cgroup_dirs("memory", root, proc_cgroup):
+        for limit_file, used_file in (
+            ("memory.max", "memory.current"),
+            ("memory.limit_in_bytes", "memory.usage_in_bytes"),
+        ):
+            limit = _number(folder, limit_file)
+            if limit is not None:
+                avail = min(avail, max(0, limit - (_number(folder, used_file) or 0)))
     return avail
 
 
-def cpu_count(cgroup_root: str = "/sys/fs/cgroup") -> int:
-    """Cores this process may use: its CPU affinity (a Slurm task's cpuset, ``taskset``), capped by the
-    cgroup's CPU quota rounded up (a Kubernetes CPU limit leaves the affinity at every core of the node).
-    ``os.cpu_count()`` and DuckDB's default see the node: a one-core task of a 64-core node would run 64
-    threads on its core."""
+def cpu_count(root: str = CGROUP_ROOT, proc_cgroup: str = PROC_CGROUP) -> int:
+    """Cores this process may use: its CPU affinity (a Slurm task's cpuset, ``taskset``), capped by the smallest
+    cgroup CPU quota on its cgroup and ancestors, rounded up (a Kubernetes CPU limit leaves the affinity at every
+    core of the node). ``os.cpu_count()`` and DuckDB's default see the node: a one-core task of a 64-core node
+    would run 64 threads on its core."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
-    quota = cgroup_cpu_quota(cgroup_root)
+    quota = cgroup_cpu_quota(root, proc_cgroup)
     return max(1, min(cores, math.ceil(quota))) if quota else cores
 
 
-def cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> float | None:
-    """CPUs the cgroup's quota allows (quota / period), or None where it sets none: cgroup v2 ``cpu.max``
-    (``max 100000`` or ``150000 100000``), else v1 ``cpu.cfs_quota_us`` (``-1``: none) and ``cpu.cfs_period_us``."""
-    try:
-        with open(os.path.join(root, "cpu.max")) as f:
-            quota, period = f.read().split()[:2]
-        return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError):
-        pass
-    for v1 in ("cpu", "cpu,cpuacct"):
-        try:
-            with open(os.path.join(root, v1, "cpu.cfs_quota_us")) as f:
-                quota = int(f.read())
-            with open(os.path.join(root, v1, "cpu.cfs_period_us")) as f:
-                period = int(f.read())
-        except (OSError, ValueError):
-            continue
-        return quota / period if quota > 0 and period > 0 else None
-    return None
+def cgroup_cpu_quota(root: str = CGROUP_ROOT, proc_cgroup: str = PROC_CGROUP) -> float | None:
+    """CPUs the smallest quota on this process's cgroup and its ancestors allows (quota / period), None where
+    none sets one: v2 ``cpu.max`` (``max 100000``: none; ``150000 100000``: 1.5), v1 ``cpu.cfs_quota_us``
+    (``-1``: none) over ``cpu.cfs_period_us``."""
+    quotas = []
+    for folder in cgroup_dirs("cpu", root, proc_cgroup):
+        v2 = _number(folder, "cpu.max"), _number(folder, "cpu.max", 1)
+        v1 = _number(folder, "cpu.cfs_quota_us"), _number(folder, "cpu.cfs_period_us")
+        quotas += [q / p for q, p in (v2, v1) if q and q > 0 and p and p > 0]
+    return min(quotas) if quotas else None
 
 
 def plan_workers(
