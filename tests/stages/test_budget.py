@@ -48,6 +48,9 @@ def test_a_slurm_task_reads_its_jobs_limits_on_an_ancestor_of_its_cgroup(tmp_pat
     assert available_memory(str(root), str(proc)) == min(_meminfo_available(), GiB - GiB // 4)
     assert cgroup_cpu_quota(str(root), str(proc)) == 2.0
     assert cpu_count(str(root), str(proc)) == min(2, len(os.sched_getaffinity(0)))
+    # the job's inactive page cache (its inputs, read) is reclaimed before the limit: not counted as used
+    (job / "memory.stat").write_text(f"anon 1000\nactive_file 0\ninactive_file {GiB // 8}\nunevictable 0\n")
+    assert available_memory(str(root), str(proc)) == min(_meminfo_available(), GiB - GiB // 4 + GiB // 8)
     # the mount's root alone (all that was read before) holds no limit: the node's memory, past the job's
     assert available_memory(str(root), str(tmp_path / "no-such-file")) > GiB
 
@@ -55,12 +58,15 @@ def test_a_slurm_task_reads_its_jobs_limits_on_an_ancestor_of_its_cgroup(tmp_pat
 def test_cgroup_v1_controllers_in_their_own_hierarchies(tmp_path):
     root, proc = tmp_path / "cg", tmp_path / "cgroup"
     step = "slurm/uid_0/job_7/step_0"
-    _write(root / "memory" / "slurm/uid_0/job_7", memory_limit_in_bytes=str(GiB), memory_usage_in_bytes="0")
+    _write(root / "memory" / "slurm/uid_0/job_7", memory_limit_in_bytes=str(GiB), memory_usage_in_bytes=str(GiB // 2))
+    (root / "memory" / "slurm/uid_0/job_7" / "memory.stat").write_text(
+        f"inactive_file 0\ntotal_inactive_file {GiB // 4}\n"
+    )
     _write(root / "memory" / step, memory_limit_in_bytes="9223372036854771712")  # v1's "no limit"
     _write(root / "cpu,cpuacct" / "slurm/uid_0/job_7", cpu_cfs_quota_us="150000", cpu_cfs_period_us="100000")
     _write(root / "cpu,cpuacct" / step, cpu_cfs_quota_us="-1", cpu_cfs_period_us="100000")
     proc.write_text(f"4:memory:/{step}\n3:cpu,cpuacct:/{step}\n1:name=systemd:/\n")
-    assert available_memory(str(root), str(proc)) == min(_meminfo_available(), GiB)
+    assert available_memory(str(root), str(proc)) == min(_meminfo_available(), GiB - GiB // 2 + GiB // 4)
     assert cgroup_cpu_quota(str(root), str(proc)) == 1.5
     assert cpu_count(str(root), str(proc)) == min(2, len(os.sched_getaffinity(0)))
 

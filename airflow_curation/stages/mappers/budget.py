@@ -80,9 +80,22 @@ def _number(folder: str, name: str, word: int = 0) -> int | None:
         return None
 
 
+def _inactive_file(folder: str) -> int:
+    """The cgroup's inactive page cache (``memory.stat``): charged to it, but reclaimed before it hits its limit.
+    v1's own ``inactive_file`` leaves out its children, whose usage its ``usage_in_bytes`` counts: its
+    ``total_inactive_file`` where there is one."""
+    try:
+        with open(os.path.join(folder, "memory.stat")) as f:
+            stat = dict(line.split(" ", 1) for line in f if " " in line)
+        return int(stat.get("total_inactive_file", stat.get("inactive_file", 0)))
+    except (OSError, ValueError):
+        return 0
+
+
 def available_memory(root: str = CGROUP_ROOT, proc_cgroup: str = PROC_CGROUP) -> int:
     """MemAvailable, capped by every memory limit on this process's cgroup and its ancestors (a container's, a
-    Slurm job's ``--mem``): the smallest limit less what its cgroup uses."""
+    Slurm job's ``--mem``): the smallest limit less its cgroup's working set (what it uses less the inactive page
+    cache, as the kubelet counts it: a task that has read its inputs is not out of memory for their cache)."""
     avail = None
     try:
         with open("/proc/meminfo") as f:
@@ -101,7 +114,8 @@ def available_memory(root: str = CGROUP_ROOT, proc_cgroup: str = PROC_CGROUP) ->
         ):
             limit = _number(folder, limit_file)
             if limit is not None:
-                avail = min(avail, max(0, limit - (_number(folder, used_file) or 0)))
+                used = max(0, (_number(folder, used_file) or 0) - _inactive_file(folder))
+                avail = min(avail, max(0, limit - used))
     return avail
 
 
