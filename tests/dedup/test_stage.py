@@ -5,6 +5,7 @@ input, the CLI on plain Parquet, and a real Dask LocalCluster."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from airflow_curation.jobs import run_spec
 from airflow_curation.jobs.spec import JobSpec
 from airflow_curation.stages.base import StageRunner
 from airflow_curation.stages.dedup.stage import PARTITION_EXPANSION, DedupStage
+from airflow_curation.stages.mappers.budget import cpu_count
 
 
 def _run(tmp, files, name, **config):
@@ -307,11 +309,25 @@ def test_cli_on_plain_parquet(nd_files, baseline, tmp_path):
         assert sum(dup) > 0
 
 
-def test_on_a_real_dask_local_cluster(nd_files, baseline, tmp_path):
+def test_on_a_real_dask_local_cluster(nd_files, baseline, tmp_path, caplog):
     _, _, expected = baseline
-    manifest, tables = _run(tmp_path, nd_files, "dask", mapper="dask", workers=2)
+    with caplog.at_level(logging.INFO, "airflow_curation.stages.dedup.stage"):
+        manifest, tables = _run(tmp_path, nd_files, "dask", mapper="dask", workers=2)
     for name in expected:
         assert tables[name].equals(expected[name]), name
+    two = cpu_count() >= 2  # a plan of one worker runs in this process (test below)
+    assert ("dedup: Dask LocalCluster of 2 workers" if two else "every phase in this process") in caplog.text
+
+
+def test_a_one_worker_dask_plan_runs_every_phase_in_this_process(nd_files, baseline, tmp_path, caplog):
+    """A LocalCluster of one worker would only add its start-up to every task of an array."""
+    _, _, expected = baseline
+    with caplog.at_level(logging.INFO, "airflow_curation.stages.dedup.stage"):
+        manifest, tables = _run(tmp_path, nd_files, "dask1", mapper="dask", workers=1)
+    assert manifest.status == "complete"
+    for name in expected:
+        assert tables[name].equals(expected[name]), name
+    assert "every phase in this process" in caplog.text and "LocalCluster of" not in caplog.text
 
 
 def test_cli_on_a_lake(nd_corpus, tmp_path, capsys):

@@ -415,15 +415,16 @@ class DedupStage(AttrsStage):
 
         address = self.config.get("scheduler_address")
         if not address:
-            address = self._local_cluster().scheduler_address
+            cluster = self._local_cluster()
+            if cluster is None:  # a plan of one worker runs in this process, as the Dask mapper runs one
+                return local_mapper(1)
+            address = cluster.scheduler_address
         return dask_mapper(address)
 
     def _local_cluster(self):
-        if getattr(self, "_cluster", None) is None:
-            import atexit
-
-            from distributed import LocalCluster
-
+        """The LocalCluster every phase shares, started once; None where the plan gives one worker (a cluster
+        of one would only add its start-up to every task of an array)."""
+        if getattr(self, "_cluster", None) is None and not getattr(self, "_one_worker", False):
             from airflow_curation.stages.mappers.budget import available_memory, plan_workers
 
             self._wait_for_upstream()  # the runner asks for its mapper before it plans
@@ -435,6 +436,14 @@ class DedupStage(AttrsStage):
                 sizes, expansion=8.0, base_bytes=_WORKER_BASE, max_workers=int(self.config.get("workers") or 0) or None
             )
             workers = max(1, min(plan.workers, int(0.8 * available_memory()) // per_worker))
+            if workers == 1:
+                log.info("dedup: one Dask worker planned: every phase in this process (%s)", plan.to_dict())
+                self._one_worker = True
+                return None
+            import atexit
+
+            from distributed import LocalCluster
+
             log.info(
                 "dedup: Dask LocalCluster of %d workers, %d MiB each (%s)", workers, per_worker >> 20, plan.to_dict()
             )
@@ -442,7 +451,7 @@ class DedupStage(AttrsStage):
                 n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0", memory_limit=per_worker
             )
             atexit.register(self.close)
-        return self._cluster
+        return getattr(self, "_cluster", None)
 
     def close(self) -> None:
         cluster, self._cluster = getattr(self, "_cluster", None), None
@@ -698,7 +707,8 @@ class DedupStage(AttrsStage):
         if self.config["mapper"] == "dask":
             address = self.config.get("scheduler_address")
             if not address:
-                return max(1, len(self._local_cluster().workers))
+                cluster = self._local_cluster()
+                return max(1, len(cluster.workers)) if cluster is not None else 1
             from distributed import Client
 
             with Client(address) as client:
