@@ -13,7 +13,8 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from airflow_curation.stages.mappers.budget import WorkerPlan, plan_workers
+from airflow_curation.stages.base import local_mapper
+from airflow_curation.stages.mappers.budget import plan_workers
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,6 @@ def dask_mapper(
         args = list(arg_tuples)
         if not args:
             return
-        plan: WorkerPlan | None = None
         if not scheduler_address:
             sizes = [unit_bytes(a) if unit_bytes else 0 for a in args]
             plan = plan_workers(sizes, expansion, memory=memory, max_workers=workers)
@@ -45,13 +45,12 @@ def dask_mapper(
                 log.info(
                     "dask: %d units in this process (the worker plan gives one worker: %s)", len(args), plan.to_dict()
                 )
-                for a in args:
-                    yield fn(*a)
+                yield from local_mapper(1)(fn, args)
                 return
         from distributed import Client, LocalCluster
 
         cluster = None
-        if plan is None:
+        if scheduler_address:
             client = Client(scheduler_address)
             log.info("dask: %d units on the cluster at %s", len(args), scheduler_address)
         else:
